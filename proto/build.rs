@@ -1,0 +1,19 @@
+//! Compiles `gpuadmission/scorer/v1/scorer.proto` with protox (a pure-Rust compiler: no system protoc),
+//! generates the tonic client and server, and writes the encoded descriptor set for server reflection.
+use std::{env, fs, path::PathBuf};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let proto = "gpuadmission/scorer/v1/scorer.proto";
+    println!("cargo:rerun-if-changed={proto}");
+    let mut compiler = protox::Compiler::new(["."])?;
+    // Source info keeps the proto comments, so `grpcurl describe` shows them.
+    compiler.include_imports(true).include_source_info(true);
+    compiler.open_files([proto])?;
+    let out = PathBuf::from(env::var("OUT_DIR")?);
+    fs::write(
+        out.join("gpuadmission_descriptor.bin"),
+        compiler.encode_file_descriptor_set(),
+    )?;
+    tonic_prost_build::configure().compile_fds(compiler.file_descriptor_set())?;
+    Ok(())
+}

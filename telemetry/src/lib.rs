@@ -1,0 +1,1 @@
+//! Shared telemetry set-up.

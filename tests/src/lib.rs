@@ -1,0 +1,1 @@
+//! Test harness: starts the real binaries as processes.
