@@ -11,6 +11,8 @@ pub mod admin;
 mod logging;
 mod otel;
 pub mod propagation;
+#[cfg(any(test, feature = "test-support"))]
+pub mod testing;
 
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -84,4 +86,145 @@ pub fn init(service_name: &'static str) -> anyhow::Result<TelemetryGuard> {
         ),
     }
     Ok(TelemetryGuard { tracer_provider })
+}
+
+#[cfg(test)]
+mod tests {
+    //! `init` end to end: the test binary re-runs itself as a child process (which installs the global
+    //! subscriber, emits spans and drops the guard) and receives its spans over OTLP/gRPC.
+
+    use crate::testing::{TraceReceiver, summary};
+
+    /// The child: what a binary's `main` does.
+    #[test]
+    #[ignore = "child process of init_exports_and_flushes_on_drop"]
+    fn init_child() {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async {
+            let guard = crate::init("telemetry-selftest").unwrap();
+            let outer =
+                tracing::info_span!("outer", k8s.namespace.name = "ml", priority.score = 93_i64);
+            let inner = tracing::info_span!(parent: &outer, "inner");
+            inner.in_scope(|| tracing::info!(answer = 42, "inside"));
+            // Dependency noise must not become spans.
+            tracing::info_span!(target: "h2::proto", "h2_internal").in_scope(|| {});
+            drop(inner);
+            drop(outer);
+            eprintln!("traces exported: {}", guard.traces_exported());
+            drop(guard);
+        });
+    }
+
+    async fn run_child(envs: &[(&str, &str)]) -> String {
+        let output = tokio::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "tests::init_child",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env_remove("OTEL_SERVICE_NAME")
+            .env_remove("OTEL_RESOURCE_ATTRIBUTES")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            .env_remove("OTEL_TRACES_SAMPLER")
+            .env_remove("RUST_LOG")
+            .envs(envs.iter().copied())
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(
+            output.status.success(),
+            "child failed: {stderr}\n{}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+        stderr
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn init_exports_and_flushes_on_drop() {
+        let receiver = TraceReceiver::start().await.unwrap();
+        let endpoint = receiver.endpoint();
+        let stderr = run_child(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_TRACES_SAMPLER", "always_on"),
+            ("LOG_FORMAT", "json"),
+        ])
+        .await;
+        assert!(stderr.contains("traces exported: true"), "{stderr}");
+        // JSON log lines on stderr.
+        let inside = stderr
+            .lines()
+            .find(|l| l.contains("inside"))
+            .expect("event logged");
+        assert!(
+            inside.starts_with('{') && inside.contains(r#""message":"inside""#),
+            "{inside}"
+        );
+
+        // The child has exited: everything it exported arrived during the guard's shutdown flush (the batch
+        // processor's schedule is 5 s), so no waiting here.
+        let spans = receiver.spans();
+        let all = summary(&spans);
+        let outer = spans
+            .iter()
+            .find(|s| s.name == "outer")
+            .unwrap_or_else(|| panic!("no outer span:\n{all}"));
+        let inner = spans
+            .iter()
+            .find(|s| s.name == "inner")
+            .unwrap_or_else(|| panic!("no inner span:\n{all}"));
+        assert_eq!(outer.service_name, "telemetry-selftest");
+        assert_eq!(inner.trace_id, outer.trace_id);
+        assert_eq!(inner.parent_span_id, outer.span_id);
+        assert!(outer.parent_span_id.is_empty(), "{all}");
+        assert_eq!(outer.attr_text("k8s.namespace.name").as_deref(), Some("ml"));
+        assert_eq!(outer.attr_i64("priority.score"), Some(93));
+        assert!(
+            !spans.iter().any(|s| s.name == "h2_internal"),
+            "transport spans exported:\n{all}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn service_name_and_sampler_come_from_the_environment() {
+        let receiver = TraceReceiver::start().await.unwrap();
+        let endpoint = receiver.endpoint();
+        run_child(&[
+            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint.as_str()),
+            ("OTEL_SERVICE_NAME", "renamed"),
+        ])
+        .await;
+        let spans = receiver.spans();
+        assert!(
+            !spans.is_empty() && spans.iter().all(|s| s.service_name == "renamed"),
+            "{}",
+            summary(&spans)
+        );
+
+        let silent = TraceReceiver::start().await.unwrap();
+        let endpoint = silent.endpoint();
+        run_child(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_TRACES_SAMPLER", "always_off"),
+        ])
+        .await;
+        assert!(silent.spans().is_empty(), "{}", summary(&silent.spans()));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn no_endpoint_means_no_export() {
+        let stderr = run_child(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "")]).await;
+        assert!(stderr.contains("traces exported: false"), "{stderr}");
+        // Text format by default.
+        let inside = stderr
+            .lines()
+            .find(|l| l.contains("inside"))
+            .expect("event logged");
+        assert!(
+            !inside.starts_with('{') && inside.contains("INFO"),
+            "{inside}"
+        );
+    }
 }
