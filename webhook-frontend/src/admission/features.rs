@@ -1,0 +1,388 @@
+//! Pure extraction of a job's features from a Pod: what the scorer needs to know.
+//!
+//! Nothing here does I/O or fails: a value we cannot read is skipped and reported as a warning string
+//! (which ends up in the AdmissionResponse `warnings`), never as an error.
+
+use std::collections::BTreeMap;
+
+use gpu_admission_proto::scorer::v1::{GpuVendor, WorkloadClass};
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+/// Annotation keys we read, in priority order (our own `gpu-admission.io/*` key wins over the seed key).
+pub mod keys {
+    pub const JOB_TYPE: [&str; 2] = ["gpu-admission.io/job-type", "app.kubernetes.io/job-type"];
+    pub const GPU_MEMORY_GIB: [&str; 2] = ["gpu-admission.io/gpu-memory-gib", "gpu.mem.gi"];
+    pub const BATCH_SIZE: [&str; 2] = ["gpu-admission.io/batch-size", "ml.batch_size"];
+    pub const TENANT: [&str; 2] = ["gpu-admission.io/tenant", "scheduler.radix.ai/tenant"];
+    pub const WORKLOAD_CLASS: &str = "gpu-admission.io/workload-class";
+    pub const MODEL_SIZE_B: &str = "gpu-admission.io/model-size-b";
+}
+
+/// The Job (and, when its name shows it, the CronJob) that owns the Pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobOwner {
+    pub job: String,
+    /// Derived from the Job name `<cronjob>-<scheduled minute>` when the owner Job was made by a CronJob.
+    pub cron_job: Option<String>,
+}
+
+/// Everything the admission decision knows about the job, taken from the Pod alone.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobFeatures {
+    /// Number of GPUs the Pod needs (Kubernetes effective-request rules); 0 = not a GPU Pod.
+    pub gpu_count: u32,
+    pub gpu_vendor: GpuVendor,
+    pub job_type: Option<String>,
+    pub workload_class: WorkloadClass,
+    pub gpu_memory_gib: Option<f64>,
+    pub batch_size: Option<u32>,
+    pub model_size_billion_params: Option<f64>,
+    pub tenant: Option<String>,
+    pub owner: Option<JobOwner>,
+    /// Names of DRA resource claims (`spec.resourceClaims`); noted, not scored.
+    pub dra_claims: Vec<String>,
+    /// Values that were present but unreadable, as short human-readable sentences.
+    pub warnings: Vec<String>,
+}
+
+/// The vendor of a GPU extended resource name, or `None` when the resource is not a GPU.
+/// `example.com/gpu`, `nvidia.com/gpumem` and friends are not GPUs.
+pub fn gpu_vendor_of(resource: &str) -> Option<GpuVendor> {
+    match resource {
+        "nvidia.com/gpu" => Some(GpuVendor::Nvidia),
+        "amd.com/gpu" => Some(GpuVendor::Amd),
+        r if r.len() > "gpu.intel.com/".len() && r.starts_with("gpu.intel.com/") => Some(GpuVendor::Intel),
+        _ => None,
+    }
+}
+
+/// Reads a GPU quantity ("1", 1, '8', "2.0"). GPUs are whole devices: anything else is `None`.
+fn parse_gpu_quantity(q: &str) -> Option<u32> {
+    let q = q.trim();
+    if let Ok(n) = q.parse::<u64>() {
+        return Some(n.min(u64::from(u32::MAX)) as u32);
+    }
+    match q.parse::<f64>() {
+        Ok(f) if f.is_finite() && f >= 0.0 && f.fract() == 0.0 => Some(f.min(f64::from(u32::MAX)) as u32),
+        _ => None,
+    }
+}
+
+/// GPUs one container asks for: the larger of its requests and limits (for extended resources a limit alone
+/// implies the same request), summed over the GPU resource names it uses.
+fn container_gpus(c: &Container, vendor: &mut GpuVendor, warnings: &mut Vec<String>) -> u32 {
+    let Some(res) = &c.resources else { return 0 };
+    let mut per_resource: BTreeMap<&str, u32> = BTreeMap::new();
+    for map in [&res.requests, &res.limits].into_iter().flatten() {
+        for (name, q) in map {
+            let Some(v) = gpu_vendor_of(name) else { continue };
+            match parse_gpu_quantity(&q.0) {
+                Some(n) => {
+                    if n > 0 && *vendor == GpuVendor::Unknown {
+                        *vendor = v;
+                    }
+                    let e = per_resource.entry(name.as_str()).or_default();
+                    *e = (*e).max(n);
+                }
+                None => warnings.push(format!(
+                    "container {:?}: GPU quantity {name}={:?} is not a whole number; ignored",
+                    c.name, q.0
+                )),
+            }
+        }
+    }
+    per_resource.values().fold(0u32, |a, b| a.saturating_add(*b))
+}
+
+/// The first annotation among `keys` that is present, with its key.
+fn first_annotation<'a>(
+    annotations: &'a BTreeMap<String, String>,
+    keys: &[&'static str],
+) -> Option<(&'static str, &'a str)> {
+    keys.iter().find_map(|k| annotations.get(*k).map(|v| (*k, v.trim())))
+}
+
+fn parse_positive_f64(key: &str, value: &str, warnings: &mut Vec<String>) -> Option<f64> {
+    match value.parse::<f64>() {
+        Ok(f) if f.is_finite() && f > 0.0 => Some(f),
+        _ => {
+            warnings.push(format!("annotation {key}={value:?} ignored: not a positive number"));
+            None
+        }
+    }
+}
+
+fn parse_workload_class(value: &str) -> Option<WorkloadClass> {
+    match value.to_ascii_lowercase().as_str() {
+        "training" | "train" => Some(WorkloadClass::Training),
+        "inference" | "serving" => Some(WorkloadClass::Inference),
+        "batch" => Some(WorkloadClass::Batch),
+        "interactive" | "notebook" => Some(WorkloadClass::Interactive),
+        _ => None,
+    }
+}
+
+/// `true` when `s` is a valid Kubernetes label value (≤ 63 chars, alphanumerics, `-`, `_`, `.`, alphanumeric
+/// at both ends). Used for the job-type label and the anti-affinity selectors.
+pub fn is_label_value(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
+/// The owning Job from `ownerReferences` (the controller reference first), and the CronJob behind it when the
+/// Job's name is `<cronjob>-<digits>` (how the CronJob controller names its Jobs).
+fn job_owner(pod: &Pod) -> Option<JobOwner> {
+    let refs = pod.metadata.owner_references.as_deref()?;
+    let job = refs
+        .iter()
+        .filter(|r| r.kind == "Job" && r.api_version.starts_with("batch/"))
+        .max_by_key(|r| r.controller.unwrap_or(false))?;
+    let cron_job = job
+        .name
+        .rsplit_once('-')
+        .filter(|(prefix, digits)| {
+            !prefix.is_empty() && digits.len() >= 8 && digits.bytes().all(|c| c.is_ascii_digit())
+        })
+        .map(|(prefix, _)| prefix.to_string());
+    Some(JobOwner {
+        job: job.name.clone(),
+        cron_job,
+    })
+}
+
+/// Extracts the job features of a Pod. Never fails: unreadable values are skipped with a warning.
+pub fn extract(pod: &Pod) -> JobFeatures {
+    let mut warnings = Vec::new();
+    let mut vendor = GpuVendor::Unknown;
+    let (mut gpu_count, mut dra_claims) = (0u32, Vec::new());
+    if let Some(spec) = &pod.spec {
+        // Effective request: max(sum of app containers + sidecar init containers, largest plain init container).
+        let mut sum: u32 = spec
+            .containers
+            .iter()
+            .map(|c| container_gpus(c, &mut vendor, &mut warnings))
+            .fold(0, u32::saturating_add);
+        let mut init_max = 0u32;
+        for c in spec.init_containers.iter().flatten() {
+            let n = container_gpus(c, &mut vendor, &mut warnings);
+            if c.restart_policy.as_deref() == Some("Always") {
+                sum = sum.saturating_add(n);
+            } else {
+                init_max = init_max.max(n);
+            }
+        }
+        gpu_count = sum.max(init_max);
+        dra_claims = spec.resource_claims.iter().flatten().map(|c| c.name.clone()).collect();
+    }
+    if gpu_count == 0 {
+        vendor = GpuVendor::Unknown;
+    }
+
+    let empty = BTreeMap::new();
+    let ann = pod.metadata.annotations.as_ref().unwrap_or(&empty);
+    let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
+
+    let job_type =
+        match first_annotation(ann, &keys::JOB_TYPE).or_else(|| first_annotation(labels, &keys::JOB_TYPE[1..])) {
+            Some((_, v)) if is_label_value(v) => Some(v.to_string()),
+            Some((k, v)) => {
+                warnings.push(format!(
+                    "annotation {k}={v:?} ignored: a job type must be a valid label value"
+                ));
+                None
+            }
+            None => None,
+        };
+    let gpu_memory_gib =
+        first_annotation(ann, &keys::GPU_MEMORY_GIB).and_then(|(k, v)| parse_positive_f64(k, v, &mut warnings));
+    let batch_size = first_annotation(ann, &keys::BATCH_SIZE).and_then(|(k, v)| match v.parse::<u32>() {
+        Ok(n) if n > 0 => Some(n),
+        _ => {
+            warnings.push(format!("annotation {k}={v:?} ignored: not a positive integer"));
+            None
+        }
+    });
+    let model_size_billion_params =
+        first_annotation(ann, &[keys::MODEL_SIZE_B]).and_then(|(k, v)| parse_positive_f64(k, v, &mut warnings));
+    let workload_class = match first_annotation(ann, &[keys::WORKLOAD_CLASS]) {
+        Some((k, v)) => parse_workload_class(v).unwrap_or_else(|| {
+            warnings.push(format!(
+                "annotation {k}={v:?} ignored: expected training, inference, batch or interactive"
+            ));
+            WorkloadClass::Unknown
+        }),
+        None => WorkloadClass::Unknown,
+    };
+    let tenant = first_annotation(ann, &keys::TENANT)
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(_, v)| v.to_string());
+
+    JobFeatures {
+        gpu_count,
+        gpu_vendor: vendor,
+        job_type,
+        workload_class,
+        gpu_memory_gib,
+        batch_size,
+        model_size_billion_params,
+        tenant,
+        owner: job_owner(pod),
+        dra_claims,
+        warnings,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(v: serde_json::Value) -> Pod {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn gpu_pod(resources: serde_json::Value) -> Pod {
+        pod(json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "resources": resources}]}}))
+    }
+
+    #[test]
+    fn gpu_count_from_limits_only_and_requests_only() {
+        let f = extract(&gpu_pod(json!({"limits": {"nvidia.com/gpu": 2}})));
+        assert_eq!((f.gpu_count, f.gpu_vendor), (2, GpuVendor::Nvidia));
+        let f = extract(&gpu_pod(json!({"requests": {"amd.com/gpu": "1"}})));
+        assert_eq!((f.gpu_count, f.gpu_vendor), (1, GpuVendor::Amd));
+        let f = extract(&gpu_pod(
+            json!({"requests": {"gpu.intel.com/i915": "8"}, "limits": {"gpu.intel.com/i915": "8"}}),
+        ));
+        assert_eq!((f.gpu_count, f.gpu_vendor), (8, GpuVendor::Intel));
+    }
+
+    #[test]
+    fn non_gpu_extended_resources_and_zero_are_not_gpus() {
+        for r in [
+            json!({"limits": {"example.com/gpu": 1}}),
+            json!({"limits": {"nvidia.com/gpumem": 4000, "nvidia.com/gpucores": 50}}),
+            json!({"limits": {"nvidia.com/gpu": 0, "cpu": "2"}}),
+            json!({"limits": {"gpu.intel.com/": 1}}),
+        ] {
+            let f = extract(&gpu_pod(r.clone()));
+            assert_eq!((f.gpu_count, f.gpu_vendor), (0, GpuVendor::Unknown), "{r}");
+        }
+    }
+
+    #[test]
+    fn init_containers_use_effective_request_rules() {
+        let p = pod(json!({"metadata": {}, "spec": {
+        "initContainers": [
+            {"name": "warm", "resources": {"limits": {"nvidia.com/gpu": "4"}}},
+            {"name": "sidecar", "restartPolicy": "Always", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+        ],
+        "containers": [
+            {"name": "a", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+            {"name": "b", "resources": {"requests": {"nvidia.com/gpu": "1"}}}
+        ]}}));
+        // app (2) + sidecar (1) = 3 < plain init container (4)
+        assert_eq!(extract(&p).gpu_count, 4);
+    }
+
+    #[test]
+    fn unreadable_quantity_is_a_warning_not_a_failure() {
+        let f = extract(&gpu_pod(
+            json!({"limits": {"nvidia.com/gpu": "half", "amd.com/gpu": "1"}}),
+        ));
+        assert_eq!(f.gpu_count, 1);
+        assert_eq!(f.warnings.len(), 1, "{:?}", f.warnings);
+        assert!(f.warnings[0].contains("nvidia.com/gpu"));
+    }
+
+    #[test]
+    fn annotations_seed_keys_and_own_keys() {
+        let p = pod(json!({"metadata": {"annotations": {
+            "app.kubernetes.io/job-type": "train-llama",
+            "gpu.mem.gi": "40",
+            "ml.batch_size": "256",
+            "scheduler.radix.ai/tenant": "team-a",
+            "gpu-admission.io/workload-class": "Training",
+            "gpu-admission.io/model-size-b": "7"
+        }}, "spec": {"containers": []}}));
+        let f = extract(&p);
+        assert_eq!(f.job_type.as_deref(), Some("train-llama"));
+        assert_eq!(f.gpu_memory_gib, Some(40.0));
+        assert_eq!(f.batch_size, Some(256));
+        assert_eq!(f.tenant.as_deref(), Some("team-a"));
+        assert_eq!(f.workload_class, WorkloadClass::Training);
+        assert_eq!(f.model_size_billion_params, Some(7.0));
+        assert!(f.warnings.is_empty());
+
+        let p = pod(json!({"metadata": {"annotations": {
+            "app.kubernetes.io/job-type": "seed", "gpu-admission.io/job-type": "ours",
+            "gpu.mem.gi": "10", "gpu-admission.io/gpu-memory-gib": "80"
+        }}}));
+        let f = extract(&p);
+        assert_eq!(f.job_type.as_deref(), Some("ours"));
+        assert_eq!(f.gpu_memory_gib, Some(80.0));
+    }
+
+    #[test]
+    fn malformed_annotations_are_ignored_with_warnings() {
+        let p = pod(json!({"metadata": {"annotations": {
+            "gpu.mem.gi": "lots", "ml.batch_size": "-3", "gpu-admission.io/model-size-b": "NaN",
+            "gpu-admission.io/workload-class": "party", "app.kubernetes.io/job-type": "bad value/with slash"
+        }}}));
+        let f = extract(&p);
+        assert_eq!(
+            (f.gpu_memory_gib, f.batch_size, f.model_size_billion_params, f.job_type),
+            (None, None, None, None)
+        );
+        assert_eq!(f.workload_class, WorkloadClass::Unknown);
+        assert_eq!(f.warnings.len(), 5, "{:?}", f.warnings);
+    }
+
+    #[test]
+    fn job_and_cronjob_owner() {
+        let p = pod(json!({"metadata": {"ownerReferences": [
+            {"apiVersion": "v1", "kind": "ReplicaSet", "name": "rs", "uid": "1"},
+            {"apiVersion": "batch/v1", "kind": "Job", "name": "nightly-train-29012345", "uid": "2", "controller": true}
+        ]}}));
+        assert_eq!(
+            extract(&p).owner,
+            Some(JobOwner {
+                job: "nightly-train-29012345".into(),
+                cron_job: Some("nightly-train".into())
+            })
+        );
+        let p = pod(
+            json!({"metadata": {"ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "pi", "uid": "2"}]}}),
+        );
+        assert_eq!(
+            extract(&p).owner,
+            Some(JobOwner {
+                job: "pi".into(),
+                cron_job: None
+            })
+        );
+        assert_eq!(extract(&pod(json!({"metadata": {}}))).owner, None);
+    }
+
+    #[test]
+    fn dra_claims_are_noted() {
+        let p = pod(json!({"metadata": {}, "spec": {"containers": [{"name": "c"}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]}}));
+        let f = extract(&p);
+        assert_eq!(f.dra_claims, ["gpu"]);
+        assert_eq!(f.gpu_count, 0);
+    }
+
+    #[test]
+    fn label_value_rules() {
+        assert!(is_label_value("train-llama_v2.1"));
+        for bad in ["", "-x", "x-", "a/b", &"x".repeat(64)] {
+            assert!(!is_label_value(bad), "{bad}");
+        }
+    }
+}
