@@ -1,0 +1,108 @@
+//! cost = m·(μ + λσ + γ·I·μ)/R − β·IG, with IG = ½·ln(1 + (σ/R)²/τ²).
+//!
+//! All terms are normalised by R, the job type's reference runtime (its runtime on a class of relative
+//! throughput 1.0), so λ, β, γ, τ mean the same for a 10-minute and a 10-hour job:
+//! - μ, σ: the runtime estimate on the class (seconds);
+//! - I: the summed slowdown from the job types running alongside (so γ·I·μ is the expected extra time);
+//! - m: the objective's multiplier (1, or the class's price per hour);
+//! - IG: information gain in nats of one more observation with relative noise τ.
+//!
+//! Lower is better. Computed for all candidates at once with ndarray.
+use ndarray::{Array1, Zip};
+
+use crate::policy::LearningSpec;
+
+/// Per-candidate inputs, all of the same length.
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    pub mean: Array1<f64>,
+    pub stddev: Array1<f64>,
+    pub multiplier: Array1<f64>,
+    /// Summed slowdown I (the same for every class; kept per candidate for the arithmetic).
+    pub interference: Array1<f64>,
+    pub reference_runtime: f64,
+}
+
+/// Per-candidate terms.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Terms {
+    pub information_gain: Array1<f64>,
+    /// m·γ·I·μ/R: the interference term of the cost.
+    pub interference_penalty: Array1<f64>,
+    /// Full cost, exploration bonus included.
+    pub cost: Array1<f64>,
+    /// The cost without the exploration bonus (what exploiting alone would minimise).
+    pub exploit_cost: Array1<f64>,
+}
+
+pub fn compute(inputs: &Inputs, learning: &LearningSpec) -> Terms {
+    let r = inputs.reference_runtime;
+    let tau2 = learning.tau * learning.tau;
+    let information_gain = inputs
+        .stddev
+        .mapv(|s| 0.5 * (1.0 + (s / r).powi(2) / tau2).ln());
+    let interference_penalty =
+        &inputs.multiplier * &inputs.interference * &inputs.mean * (learning.gamma / r);
+    let mut exploit_cost = Array1::zeros(inputs.mean.len());
+    Zip::from(&mut exploit_cost)
+        .and(&inputs.multiplier)
+        .and(&inputs.mean)
+        .and(&inputs.stddev)
+        .and(&interference_penalty)
+        .for_each(|c, &m, &mu, &s, &pen| *c = m * (mu + learning.lambda * s) / r + pen);
+    let cost = &exploit_cost - &(&information_gain * learning.beta);
+    Terms {
+        information_gain,
+        interference_penalty,
+        cost,
+        exploit_cost,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::array;
+
+    fn learning() -> LearningSpec {
+        LearningSpec {
+            lambda: 0.5,
+            beta: 0.1,
+            gamma: 1.0,
+            tau: 0.1,
+            ..LearningSpec::default()
+        }
+    }
+
+    #[test]
+    fn formula_by_hand() {
+        let inputs = Inputs {
+            mean: array![100.0, 50.0],
+            stddev: array![30.0, 10.0],
+            multiplier: array![1.0, 2.0],
+            interference: array![0.2, 0.2],
+            reference_runtime: 100.0,
+        };
+        let t = compute(&inputs, &learning());
+        let ig0 = 0.5 * (1.0f64 + 0.09 / 0.01).ln();
+        assert!((t.information_gain[0] - ig0).abs() < 1e-12);
+        assert!((t.interference_penalty[1] - 2.0 * 0.2 * 50.0 / 100.0).abs() < 1e-12);
+        let c0 = (100.0 + 15.0) / 100.0 + 0.2 - 0.1 * ig0;
+        assert!((t.cost[0] - c0).abs() < 1e-12, "{} vs {c0}", t.cost[0]);
+        assert!((t.exploit_cost[0] - (c0 + 0.1 * ig0)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn zero_uncertainty_means_zero_information_gain() {
+        let inputs = Inputs {
+            mean: array![10.0],
+            stddev: array![0.0],
+            multiplier: array![1.0],
+            interference: array![0.0],
+            reference_runtime: 10.0,
+        };
+        let t = compute(&inputs, &learning());
+        assert_eq!(t.information_gain[0], 0.0);
+        assert_eq!(t.cost[0], 1.0);
+    }
+}

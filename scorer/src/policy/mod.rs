@@ -1,0 +1,159 @@
+//! The scoring policy: its file format ([`schema`]), validation into the indexed [`Policy`] the model
+//! reads ([`validate`]), and hot reload from disk ([`watch`]).
+pub mod schema;
+pub mod validate;
+pub mod watch;
+
+use std::collections::HashMap;
+
+use ndarray::Array2;
+
+pub use schema::{LearningSpec, Objective, RuntimeProfile, SizeReference, Vendor};
+pub use validate::{PolicyError, load_file, parse};
+
+/// The embedded default policy: the same file the kustomize ConfigMap ships.
+pub const DEFAULT_POLICY_YAML: &str =
+    include_str!("../../../deploy/kustomize/base/policy/default-policy.yaml");
+
+/// Where the embedded default policy says it came from in errors and logs.
+pub const EMBEDDED_SOURCE: &str = "<embedded default-policy.yaml>";
+
+/// Loads the embedded default policy (checked by a unit test, so this cannot fail in a release).
+pub fn embedded_default() -> Result<Policy, PolicyError> {
+    parse(DEFAULT_POLICY_YAML, EMBEDDED_SOURCE)
+}
+
+/// Workload classes the model distinguishes (the proto's `WorkloadClass`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum WorkloadClass {
+    Training,
+    Inference,
+    Batch,
+    Interactive,
+    Unknown,
+}
+
+impl WorkloadClass {
+    pub const ALL: [WorkloadClass; 5] = [
+        WorkloadClass::Training,
+        WorkloadClass::Inference,
+        WorkloadClass::Batch,
+        WorkloadClass::Interactive,
+        WorkloadClass::Unknown,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkloadClass::Training => "training",
+            WorkloadClass::Inference => "inference",
+            WorkloadClass::Batch => "batch",
+            WorkloadClass::Interactive => "interactive",
+            WorkloadClass::Unknown => "unknown",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|w| w.as_str() == name)
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// A validated GPU class.
+#[derive(Debug, Clone)]
+pub struct GpuClass {
+    pub name: String,
+    pub vendor: Vendor,
+    pub memory_gib: f64,
+    pub relative_throughput: f64,
+    pub price_per_hour: f64,
+    pub gpus_per_node: u32,
+    pub node_label_key: String,
+    pub node_label_value: String,
+    pub taint_key: Option<String>,
+}
+
+/// A validated tier; class references are indices into [`Policy::classes`].
+#[derive(Debug, Clone)]
+pub struct Tier {
+    pub name: String,
+    /// Indexed like the catalog.
+    pub allowed: Vec<bool>,
+    pub preferred: Option<usize>,
+    pub objective: Objective,
+    pub priority_weight: f64,
+}
+
+#[derive(Debug, Clone)]
+pub struct JobType {
+    pub name: String,
+    pub workload_class: WorkloadClass,
+    pub profile: RuntimeProfile,
+    pub default_memory_gib: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bucket {
+    pub min_score: f64,
+    pub name: String,
+    pub value: i32,
+    pub preemption_policy: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct PriorityRules {
+    pub tier_points: f64,
+    pub workload_points: f64,
+    pub size_points: f64,
+    pub size_reference: SizeReference,
+    /// Sorted by `min_score`, highest first; the last one has `min_score <= 0`.
+    pub buckets: Vec<Bucket>,
+}
+
+/// A policy that passed validation: every name it references exists, every number is in range.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    pub version: String,
+    /// File path (or [`EMBEDDED_SOURCE`]).
+    pub source: String,
+    pub classes: Vec<GpuClass>,
+    pub tiers: Vec<Tier>,
+    pub default_tier: usize,
+    workload: [(f64, RuntimeProfile); 5],
+    pub job_types: Vec<JobType>,
+    /// Prior slowdown between job types (indexed like `job_types`; symmetric).
+    pub interference_prior: Array2<f64>,
+    pub default_slowdown: f64,
+    pub anti_affinity_threshold: f64,
+    pub priority: PriorityRules,
+    pub learning: LearningSpec,
+    class_index: HashMap<String, usize>,
+    tier_index: HashMap<String, usize>,
+    job_index: HashMap<String, usize>,
+}
+
+impl Policy {
+    pub fn class_index(&self, name: &str) -> Option<usize> {
+        self.class_index.get(name).copied()
+    }
+
+    pub fn tier_index(&self, name: &str) -> Option<usize> {
+        self.tier_index.get(name).copied()
+    }
+
+    pub fn job_index(&self, name: &str) -> Option<usize> {
+        self.job_index.get(name).copied()
+    }
+
+    /// Priority weight of a workload class (0..1).
+    pub fn workload_weight(&self, class: WorkloadClass) -> f64 {
+        self.workload[class.index()].0
+    }
+
+    /// Runtime profile for job types the policy does not know.
+    pub fn workload_profile(&self, class: WorkloadClass) -> RuntimeProfile {
+        self.workload[class.index()].1
+    }
+}

@@ -1,0 +1,241 @@
+//! The policy file's shape (YAML, camelCase keys), as written by operators.
+//!
+//! These types are only the parsed text; [`super::validate`] checks them and builds the indexed
+//! [`super::Policy`] the model reads.
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The whole policy file.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PolicyFile {
+    /// Free-form version; when absent the first 12 hex digits of the file's sha256.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Node label key selecting a GPU class (classes may override it).
+    #[serde(default = "default_node_label_key")]
+    pub node_label_key: String,
+    /// Tier used when a request names none, or one the policy does not know.
+    pub default_tier: String,
+    pub catalog: Vec<GpuClassSpec>,
+    pub tiers: Vec<TierSpec>,
+    pub workload_classes: BTreeMap<String, WorkloadClassSpec>,
+    #[serde(default)]
+    pub job_types: Vec<JobTypeSpec>,
+    #[serde(default)]
+    pub interference: InterferenceSpec,
+    pub priority: PrioritySpec,
+    #[serde(default)]
+    pub learning: LearningSpec,
+}
+
+pub fn default_node_label_key() -> String {
+    "gpu.nvidia.com/class".to_string()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Vendor {
+    Nvidia,
+    Amd,
+    Intel,
+}
+
+impl Vendor {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Vendor::Nvidia => "nvidia",
+            Vendor::Amd => "amd",
+            Vendor::Intel => "intel",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GpuClassSpec {
+    pub name: String,
+    pub vendor: Vendor,
+    #[serde(rename = "memoryGiB")]
+    pub memory_gib: f64,
+    /// Relative throughput (A100-80GB = 1.0).
+    pub relative_throughput: f64,
+    pub price_per_hour: f64,
+    /// GPUs per node: a Pod asking for more can never fit on one node of this class.
+    #[serde(default = "default_gpus_per_node")]
+    pub gpus_per_node: u32,
+    /// Overrides the policy's `nodeLabelKey`.
+    #[serde(default)]
+    pub node_label_key: Option<String>,
+    /// Defaults to the class name.
+    #[serde(default)]
+    pub node_label_value: Option<String>,
+    #[serde(default)]
+    pub taint_key: Option<String>,
+}
+
+fn default_gpus_per_node() -> u32 {
+    8
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Objective {
+    /// Minimise the expected runtime.
+    Fastest,
+    /// Minimise the expected runtime times the class's price.
+    Cheapest,
+}
+
+impl Objective {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Objective::Fastest => "fastest",
+            Objective::Cheapest => "cheapest",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TierSpec {
+    pub name: String,
+    pub allowed_classes: Vec<String>,
+    pub preferred_class: Option<String>,
+    pub objective: Objective,
+    /// 0..1: the tier's share of the priority score.
+    pub priority_weight: f64,
+}
+
+/// A prior runtime profile.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RuntimeProfile {
+    /// Expected runtime in seconds on a class of relative throughput 1.0.
+    pub base_runtime_seconds: f64,
+    /// Prior standard deviation as a fraction of the prior mean.
+    pub relative_stddev: f64,
+    /// How much of a class's throughput the job turns into speed (1 = all, 0 = none).
+    #[serde(default = "one")]
+    pub throughput_exponent: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WorkloadClassSpec {
+    /// 0..1: the workload class's share of the priority score.
+    pub priority_weight: f64,
+    /// Profile of job types the policy does not know.
+    pub profile: RuntimeProfile,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JobTypeSpec {
+    pub name: String,
+    pub workload_class: String,
+    pub base_runtime_seconds: f64,
+    pub relative_stddev: f64,
+    #[serde(default = "one")]
+    pub throughput_exponent: f64,
+    /// GPU memory per GPU assumed when a request does not say.
+    #[serde(default, rename = "defaultMemoryGiB")]
+    pub default_memory_gib: Option<f64>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InterferenceSpec {
+    /// Slowdown of pairs the matrix does not list.
+    #[serde(default)]
+    pub default_slowdown: f64,
+    pub anti_affinity_threshold: f64,
+    #[serde(default)]
+    pub pairs: Vec<InterferencePair>,
+}
+
+impl Default for InterferenceSpec {
+    fn default() -> Self {
+        Self {
+            default_slowdown: 0.0,
+            anti_affinity_threshold: 0.3,
+            pairs: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct InterferencePair {
+    pub a: String,
+    pub b: String,
+    /// Expected relative slowdown (0.3 = 30 % longer) when both share a node.
+    pub slowdown: f64,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PrioritySpec {
+    pub tier_points: f64,
+    pub workload_points: f64,
+    pub size_points: f64,
+    pub size_reference: SizeReference,
+    pub buckets: Vec<BucketSpec>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SizeReference {
+    pub gpu_count: f64,
+    #[serde(rename = "memoryGiB")]
+    pub memory_gib: f64,
+    pub model_size_billion_params: f64,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BucketSpec {
+    pub min_score: f64,
+    pub name: String,
+    pub value: i32,
+    pub preemption_policy: String,
+}
+
+/// Weights of the cost function and of exploration.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LearningSpec {
+    /// Weight of σ (risk aversion).
+    pub lambda: f64,
+    /// Weight of the information gain (curiosity).
+    pub beta: f64,
+    /// Weight of the interference slowdown.
+    pub gamma: f64,
+    /// Observation noise relative to the job's reference runtime, for IG.
+    pub tau: f64,
+    /// The prior counts as this many observations.
+    pub prior_strength: f64,
+    /// Largest share of exploratory decisions within the window.
+    pub exploration_cap: f64,
+    /// Number of recent decisions the exploratory share is measured over.
+    pub exploration_window: u32,
+}
+
+impl Default for LearningSpec {
+    fn default() -> Self {
+        Self {
+            lambda: 0.5,
+            beta: 0.1,
+            gamma: 1.0,
+            tau: 0.1,
+            prior_strength: 4.0,
+            exploration_cap: 0.1,
+            exploration_window: 200,
+        }
+    }
+}
