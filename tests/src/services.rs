@@ -1,0 +1,468 @@
+//! [`Scorer`] and [`Webhook`]: the real binaries started per the CLI contract of the brief, on loopback
+//! with ephemeral ports (`--listen 127.0.0.1:0`), their ports read from the `listening on` log line.
+//!
+//! ```text
+//! scorer           --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 [--policy F] [--state F]
+//! webhook-frontend --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --scorer URL --self-signed DIR
+//!                  [--deadline-ms N] [--no-kube --namespace-tier NS=TIER ...]   (KUBECONFIG env for kube)
+//! ```
+//! Each service owns a temp dir (logs, certificates) removed on drop, after the process is killed.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use gpu_admission_proto::scorer::v1::{
+    GetPolicyRequest, GetPolicyResponse, scorer_client::ScorerClient,
+};
+use serde_json::Value;
+
+use crate::https::HttpsClient;
+use crate::process::{ChildProcess, TAIL_LINES};
+use crate::review::{AdmissionOutcome, Operation, check_response, pod_review};
+
+/// Lines saying `listening on` that belong to the admin (metrics) server.
+fn is_admin_line(line: &str) -> bool {
+    let l = line.to_ascii_lowercase();
+    l.contains("admin") || l.contains("metrics")
+}
+
+/// Waits for the main (non-admin) `listening on` address.
+async fn main_addr(p: &mut ChildProcess, timeout: Duration) -> anyhow::Result<SocketAddr> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let lines = p.wait_listening(1, left).await?;
+        if let Some((a, _)) = lines.iter().find(|(_, l)| !is_admin_line(l)) {
+            return Ok(*a);
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "{} printed only admin `listening on` lines\n{}",
+                p.name(),
+                p.log_tail(TAIL_LINES)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// The admin address, if the process printed it.
+fn admin_addr_of(p: &ChildProcess) -> Option<SocketAddr> {
+    crate::process::listening_lines(&p.log())
+        .into_iter()
+        .find(|(_, l)| is_admin_line(l))
+        .map(|(a, _)| a)
+}
+
+// ----------------------------------------------------------------------------------------------------------
+// scorer
+
+/// Builder for a [`Scorer`] process.
+#[derive(Debug, Default, Clone)]
+pub struct ScorerBuilder {
+    policy: Option<PathBuf>,
+    state: Option<PathBuf>,
+    args: Vec<String>,
+    envs: Vec<(String, String)>,
+    name: Option<String>,
+}
+
+impl ScorerBuilder {
+    /// `--policy PATH` (default: the embedded policy).
+    pub fn policy(mut self, path: impl AsRef<Path>) -> Self {
+        self.policy = Some(path.as_ref().to_path_buf());
+        self
+    }
+    /// `--state PATH` (default: no persistence).
+    pub fn state(mut self, path: impl AsRef<Path>) -> Self {
+        self.state = Some(path.as_ref().to_path_buf());
+        self
+    }
+    /// An extra command-line argument.
+    pub fn arg(mut self, a: impl Into<String>) -> Self {
+        self.args.push(a.into());
+        self
+    }
+    /// An extra environment variable (e.g. `RUST_LOG`, `OTEL_EXPORTER_OTLP_ENDPOINT`, `LOG_FORMAT`).
+    pub fn env(mut self, k: impl Into<String>, v: impl Into<String>) -> Self {
+        self.envs.push((k.into(), v.into()));
+        self
+    }
+    /// Log file name (default `scorer`).
+    pub fn name(mut self, n: impl Into<String>) -> Self {
+        self.name = Some(n.into());
+        self
+    }
+
+    /// Starts the scorer, waits for its `listening on` line, then for a successful `GetPolicy`.
+    pub async fn start(self) -> anyhow::Result<Scorer> {
+        let dir = tempfile::Builder::new()
+            .prefix("gpu-adm-scorer-")
+            .tempdir()?;
+        let mut args: Vec<String> = ["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]
+            .map(String::from)
+            .to_vec();
+        if let Some(p) = &self.policy {
+            args.extend(["--policy".into(), p.display().to_string()]);
+        }
+        if let Some(s) = &self.state {
+            args.extend(["--state".into(), s.display().to_string()]);
+        }
+        args.extend(self.args.iter().cloned());
+        let name = self.name.clone().unwrap_or_else(|| "scorer".into());
+        let mut process = ChildProcess::spawn(
+            &name,
+            crate::binaries::scorer(),
+            &args,
+            &self.envs,
+            dir.path(),
+        )?;
+        let addr = main_addr(&mut process, crate::START_TIMEOUT).await?;
+        let mut scorer = Scorer {
+            addr,
+            process,
+            dir,
+            policy: None,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match scorer.fetch_policy().await {
+                Ok(p) => {
+                    scorer.policy = Some(p);
+                    return Ok(scorer);
+                }
+                Err(e) if Instant::now() > deadline => {
+                    bail!(
+                        "scorer GetPolicy failed: {e:#}\n{}",
+                        scorer.process.log_tail(TAIL_LINES)
+                    )
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+}
+
+/// A running `scorer` process. Killed on drop.
+pub struct Scorer {
+    addr: SocketAddr,
+    /// The child process (pause/resume/kill, logs).
+    pub process: ChildProcess,
+    dir: tempfile::TempDir,
+    policy: Option<GetPolicyResponse>,
+}
+
+impl Scorer {
+    /// A builder with the defaults above.
+    pub fn builder() -> ScorerBuilder {
+        ScorerBuilder::default()
+    }
+
+    /// The gRPC address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://ADDR`, for the webhook's `--scorer`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The admin (`/metrics`) address, when the scorer printed it.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        admin_addr_of(&self.process)
+    }
+
+    /// The scorer's temp dir (logs).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A fresh gRPC client.
+    pub async fn client(&self) -> anyhow::Result<ScorerClient<tonic::transport::Channel>> {
+        let ch = tonic::transport::Endpoint::from_shared(self.url())?
+            .connect_timeout(Duration::from_secs(2))
+            .timeout(Duration::from_secs(5))
+            .connect()
+            .await?;
+        Ok(ScorerClient::new(ch))
+    }
+
+    /// Calls `GetPolicy` now.
+    pub async fn fetch_policy(&self) -> anyhow::Result<GetPolicyResponse> {
+        Ok(self
+            .client()
+            .await?
+            .get_policy(GetPolicyRequest {})
+            .await?
+            .into_inner())
+    }
+
+    /// The policy fetched at start.
+    pub fn policy(&self) -> &GetPolicyResponse {
+        self.policy.as_ref().expect("fetched at start")
+    }
+}
+
+// ----------------------------------------------------------------------------------------------------------
+// webhook
+
+/// Builder for a [`Webhook`] process.
+#[derive(Debug, Clone)]
+pub struct WebhookBuilder {
+    scorer: String,
+    no_kube: bool,
+    tiers: Vec<(String, String)>,
+    deadline_ms: Option<u64>,
+    kubeconfig: Option<PathBuf>,
+    args: Vec<String>,
+    envs: Vec<(String, String)>,
+    wait_ready: bool,
+    name: Option<String>,
+}
+
+impl WebhookBuilder {
+    /// `--no-kube`: tiers from `--namespace-tier`, PriorityClasses from the scorer's policy.
+    pub fn no_kube(mut self) -> Self {
+        self.no_kube = true;
+        self
+    }
+    /// `--namespace-tier NS=TIER` (repeatable; implies nothing about `--no-kube`).
+    pub fn namespace_tier(mut self, ns: &str, tier: &str) -> Self {
+        self.tiers.push((ns.into(), tier.into()));
+        self
+    }
+    /// `--deadline-ms N` (the product's default is 200).
+    pub fn deadline_ms(mut self, ms: u64) -> Self {
+        self.deadline_ms = Some(ms);
+        self
+    }
+    /// Run against a cluster: `KUBECONFIG=path`.
+    pub fn kubeconfig(mut self, path: impl AsRef<Path>) -> Self {
+        self.kubeconfig = Some(path.as_ref().to_path_buf());
+        self
+    }
+    /// An extra command-line argument.
+    pub fn arg(mut self, a: impl Into<String>) -> Self {
+        self.args.push(a.into());
+        self
+    }
+    /// An extra environment variable.
+    pub fn env(mut self, k: impl Into<String>, v: impl Into<String>) -> Self {
+        self.envs.push((k.into(), v.into()));
+        self
+    }
+    /// Whether `start` waits for `GET /readyz` = 200 (default true).
+    pub fn wait_ready(mut self, on: bool) -> Self {
+        self.wait_ready = on;
+        self
+    }
+    /// Log file name (default `webhook-frontend`).
+    pub fn name(mut self, n: impl Into<String>) -> Self {
+        self.name = Some(n.into());
+        self
+    }
+
+    /// Starts the webhook with `--self-signed <tempdir>/tls`, waits for `listening on`, the CA bundle and
+    /// (by default) readiness.
+    pub async fn start(self) -> anyhow::Result<Webhook> {
+        let dir = tempfile::Builder::new()
+            .prefix("gpu-adm-webhook-")
+            .tempdir()?;
+        let tls_dir = dir.path().join("tls");
+        let mut args: Vec<String> = vec![
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--admin-listen".into(),
+            "127.0.0.1:0".into(),
+            "--scorer".into(),
+            self.scorer.clone(),
+            "--self-signed".into(),
+            tls_dir.display().to_string(),
+        ];
+        if let Some(ms) = self.deadline_ms {
+            args.extend(["--deadline-ms".into(), ms.to_string()]);
+        }
+        if self.no_kube {
+            args.push("--no-kube".into());
+        }
+        for (ns, tier) in &self.tiers {
+            args.extend(["--namespace-tier".into(), format!("{ns}={tier}")]);
+        }
+        args.extend(self.args.iter().cloned());
+        let mut envs = self.envs.clone();
+        match &self.kubeconfig {
+            Some(k) => envs.push(("KUBECONFIG".into(), k.display().to_string())),
+            // Never let a developer's own cluster leak into a test.
+            None => envs.push((
+                "KUBECONFIG".into(),
+                dir.path().join("no-kubeconfig").display().to_string(),
+            )),
+        }
+        let name = self
+            .name
+            .clone()
+            .unwrap_or_else(|| "webhook-frontend".into());
+        let mut process =
+            ChildProcess::spawn(&name, crate::binaries::webhook(), &args, &envs, dir.path())?;
+        let addr = main_addr(&mut process, crate::START_TIMEOUT).await?;
+        let ca = tls_dir.join("ca.crt");
+        if !ca.is_file() {
+            bail!(
+                "{} missing after `listening on`\n{}",
+                ca.display(),
+                process.log_tail(TAIL_LINES)
+            );
+        }
+        let https = HttpsClient::new(addr, &ca)?;
+        let webhook = Webhook {
+            addr,
+            process,
+            dir,
+            ca,
+            https,
+        };
+        if self.wait_ready {
+            webhook.wait_ready(Duration::from_secs(30)).await?;
+        }
+        Ok(webhook)
+    }
+}
+
+/// A running `webhook-frontend` process. Killed on drop.
+pub struct Webhook {
+    addr: SocketAddr,
+    /// The child process (logs, signals).
+    pub process: ChildProcess,
+    dir: tempfile::TempDir,
+    ca: PathBuf,
+    https: HttpsClient,
+}
+
+impl Webhook {
+    /// A builder for a webhook talking to `scorer_url` (e.g. [`Scorer::url`]).
+    pub fn builder(scorer_url: &str) -> WebhookBuilder {
+        WebhookBuilder {
+            scorer: scorer_url.into(),
+            no_kube: false,
+            tiers: vec![],
+            deadline_ms: None,
+            kubeconfig: None,
+            args: vec![],
+            envs: vec![],
+            wait_ready: true,
+            name: None,
+        }
+    }
+
+    /// The TLS address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `https://127.0.0.1:PORT/mutate-pod`, for a MutatingWebhookConfiguration `clientConfig.url`.
+    pub fn mutate_url(&self) -> String {
+        format!("https://{}/mutate-pod", self.addr)
+    }
+
+    /// The CA bundle written by `--self-signed` (`DIR/ca.crt`).
+    pub fn ca_path(&self) -> &Path {
+        &self.ca
+    }
+
+    /// The CA bundle's PEM bytes (base64 them for a `caBundle`).
+    pub fn ca_pem(&self) -> anyhow::Result<Vec<u8>> {
+        Ok(std::fs::read(&self.ca)?)
+    }
+
+    /// The webhook's temp dir (logs, `tls/`).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// An HTTPS client trusting only the webhook's CA.
+    pub fn https(&self) -> &HttpsClient {
+        &self.https
+    }
+
+    /// The admin (`/metrics`) address, when the webhook printed it.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        admin_addr_of(&self.process)
+    }
+
+    /// Polls `GET /readyz` until 200.
+    pub async fn wait_ready(&self, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let last = match self.https.get("/readyz").await {
+                Ok(r) if r.status.is_success() => return Ok(()),
+                Ok(r) => format!("status {}", r.status),
+                Err(e) => format!("{e:#}"),
+            };
+            if Instant::now() > deadline {
+                bail!(
+                    "webhook not ready within {timeout:?} (last: {last})\n{}",
+                    self.process.log_tail(TAIL_LINES)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// POSTs a whole AdmissionReview to `/mutate-pod`, requires HTTP 200, and checks the answer by the
+    /// apiserver's rules ([`check_response`]). `elapsed` is the round-trip time including TLS set-up.
+    pub async fn review(&self, review: &Value) -> anyhow::Result<AdmissionOutcome> {
+        let started = Instant::now();
+        let resp = self.https.post_json("/mutate-pod", review).await?;
+        let elapsed = started.elapsed();
+        if resp.status != http::StatusCode::OK {
+            bail!(
+                "POST /mutate-pod answered {}: {}",
+                resp.status,
+                String::from_utf8_lossy(&resp.body)
+            );
+        }
+        let mut out = check_response(review, &resp.json()?)?;
+        out.elapsed = elapsed;
+        Ok(out)
+    }
+
+    /// Sends `pod` as a CREATE in `namespace`.
+    pub async fn admit_pod(
+        &self,
+        pod: &Value,
+        namespace: &str,
+    ) -> anyhow::Result<AdmissionOutcome> {
+        self.admit(pod, namespace, Operation::Create).await
+    }
+
+    /// Sends `pod` with any operation.
+    pub async fn admit(
+        &self,
+        pod: &Value,
+        namespace: &str,
+        op: Operation,
+    ) -> anyhow::Result<AdmissionOutcome> {
+        self.review(&pod_review(pod, namespace, op))
+            .await
+            .with_context(|| format!("admitting {} in {namespace}", pod_name(pod)))
+    }
+
+    /// `GET /metrics` on the admin port (plain HTTP), as text.
+    pub async fn metrics(&self) -> anyhow::Result<String> {
+        let addr = self
+            .admin_addr()
+            .context("the webhook printed no admin `listening on` line")?;
+        crate::https::http_get_text(addr, "/metrics").await
+    }
+}
+
+fn pod_name(pod: &Value) -> String {
+    pod.pointer("/metadata/name")
+        .or_else(|| pod.pointer("/metadata/generateName"))
+        .and_then(Value::as_str)
+        .unwrap_or("<unnamed>")
+        .to_string()
+}
