@@ -3,5 +3,6 @@
 
 pub mod decide;
 pub mod features;
+pub mod handler;
 pub mod patch;
 pub mod review;

@@ -1,0 +1,255 @@
+//! `POST /mutate-pod`: decode → triage → ask the scorer → validate → build the patch → encode.
+//! All I/O of the admission path (the scorer call, caches, metrics, logs, spans) lives here; the decisions are
+//! the pure functions of `decide` and `patch`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use k8s_openapi::api::core::v1::Pod;
+use kube::core::admission::{AdmissionRequest, Operation};
+use time::OffsetDateTime;
+use tracing::{Instrument, field::Empty};
+
+use super::decide::{self, Skip};
+use super::patch::{self, PatchInput};
+use super::review::{self, Answer, Content};
+use crate::app::AppState;
+use crate::cluster::NoPriorityClasses;
+use crate::metrics::Outcome;
+use crate::scorer_client::{ScoreCall, parse_go_duration};
+
+/// The apiserver's `?timeout=10s` query parameter.
+fn apiserver_timeout(uri: &Uri) -> Option<Duration> {
+    uri.query()?
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("timeout="))
+        .and_then(parse_go_duration)
+}
+
+fn operation_label(op: &Operation) -> &'static str {
+    match op {
+        Operation::Create => "CREATE",
+        Operation::Update => "UPDATE",
+        Operation::Delete => "DELETE",
+        Operation::Connect => "CONNECT",
+    }
+}
+
+fn operation_label_text(op: &str) -> &'static str {
+    match op {
+        "Create" => "CREATE",
+        "Update" => "UPDATE",
+        "Delete" => "DELETE",
+        "Connect" => "CONNECT",
+        _ => "unknown",
+    }
+}
+
+pub async fn mutate_pod(State(state): State<Arc<AppState>>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+    let start = Instant::now();
+    let span = tracing::info_span!(
+        "admission",
+        otel.kind = "server",
+        admission.uid = Empty,
+        k8s.namespace.name = Empty,
+        k8s.pod.name = Empty,
+        admission.outcome = Empty,
+        admission.reason = Empty,
+        gpu.class = Empty,
+        priority.score = Empty,
+    );
+    gpu_admission_telemetry::propagation::set_parent_from_http(&span, &headers);
+    let timeout = apiserver_timeout(&uri);
+    async move {
+        let decoded = tracing::info_span!("decode").in_scope(|| review::decode(&body));
+        let incoming = match decoded {
+            Ok(i) => i,
+            Err(bad) => {
+                let span = tracing::Span::current();
+                span.record("admission.outcome", Outcome::bad_request.as_str());
+                span.record("admission.reason", bad.0.as_str());
+                tracing::info!(error = %bad, "rejecting a body that is not an AdmissionReview");
+                state
+                    .metrics
+                    .record_request("unknown", Outcome::bad_request, start.elapsed().as_secs_f64());
+                return (StatusCode::BAD_REQUEST, format!("bad request: {bad}\n")).into_response();
+            }
+        };
+        let span = tracing::Span::current();
+        span.record("admission.uid", incoming.uid.as_str());
+        let (operation, outcome, answer) = match &incoming.content {
+            Content::OtherKind { kind, operation } => {
+                record_skip(&span, "not a Pod", kind);
+                (operation_label_text(operation), Outcome::skipped, Answer::default())
+            }
+            Content::Unreadable(why) => {
+                record_skip(&span, "unreadable review", why);
+                let warning = format!("gpu-admission: {why}; admitted unchanged");
+                (
+                    "unknown",
+                    Outcome::skipped,
+                    Answer {
+                        patch: Vec::new(),
+                        warnings: vec![warning],
+                    },
+                )
+            }
+            Content::Pod(req) => {
+                let (outcome, answer) = admit_pod(&state, &incoming.uid, req, timeout, &span).await;
+                (operation_label(&req.operation), outcome, answer)
+            }
+        };
+        span.record("admission.outcome", outcome.as_str());
+        let body = review::encode(incoming.api_version, &incoming.uid, &answer);
+        state
+            .metrics
+            .record_request(operation, outcome, start.elapsed().as_secs_f64());
+        ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+    }
+    .instrument(span)
+    .await
+}
+
+fn record_skip(span: &tracing::Span, reason: &str, detail: &str) {
+    span.record("admission.reason", reason);
+    tracing::debug!(reason, detail, "allowed unchanged");
+}
+
+/// The decision for one Pod request.
+async fn admit_pod(
+    state: &AppState,
+    uid: &str,
+    req: &AdmissionRequest<Pod>,
+    apiserver_timeout: Option<Duration>,
+    span: &tracing::Span,
+) -> (Outcome, Answer) {
+    if let Some(pod) = &req.object {
+        let name = pod
+            .metadata
+            .name
+            .as_deref()
+            .or(pod.metadata.generate_name.as_deref())
+            .unwrap_or("");
+        span.record("k8s.pod.name", name);
+    }
+    if let Some(ns) = &req.namespace {
+        span.record("k8s.namespace.name", ns.as_str());
+    }
+    let candidate = match decide::triage(req, |ns| state.cluster.namespace_tier(ns)) {
+        Ok(c) => c,
+        Err(Skip(reason)) => {
+            record_skip(span, reason, "");
+            return (Outcome::skipped, Answer::default());
+        }
+    };
+    let mut warnings: Vec<String> = candidate
+        .features
+        .warnings
+        .iter()
+        .map(|w| format!("gpu-admission: {w}"))
+        .collect();
+    let policy = state.policy.snapshot();
+    let request = decide::score_request(uid, &candidate, &policy);
+
+    let deadline = state.scorer.deadline(apiserver_timeout);
+    let call_span = tracing::info_span!(
+        "scorer.score",
+        otel.kind = "client",
+        rpc.system = "grpc",
+        deadline_ms = deadline.as_millis() as u64
+    );
+    let call_start = Instant::now();
+    let call = state
+        .scorer
+        .score(request, deadline, |md| {
+            gpu_admission_telemetry::propagation::inject_into_grpc(&call_span, md)
+        })
+        .instrument(call_span.clone())
+        .await;
+    let call = match call {
+        ScoreCall::Ok(answer) => match decide::validate_answer(&answer, &policy) {
+            Ok(()) => ScoreCall::Ok(answer),
+            Err(why) => ScoreCall::Invalid(why),
+        },
+        other => other,
+    };
+    state
+        .metrics
+        .record_scorer_call(call.result(), call_start.elapsed().as_secs_f64());
+
+    let answer = match call {
+        ScoreCall::Ok(answer) => answer,
+        failed => {
+            let (kind, detail) = match &failed {
+                ScoreCall::Timeout => ("timed out", format!("no answer within {} ms", deadline.as_millis())),
+                ScoreCall::Unavailable(d) => ("unavailable", d.clone()),
+                ScoreCall::Invalid(d) => ("answered invalidly", d.clone()),
+                ScoreCall::Ok(_) => unreachable!("handled above"),
+            };
+            span.record("admission.reason", format!("scorer {kind}").as_str());
+            tracing::warn!(uid, namespace = candidate.namespace, result = ?failed.result(), %detail, "scorer {kind}; Pod admitted unchanged (pass-through)");
+            warnings.push(format!(
+                "gpu-admission: scorer {kind} ({detail}); Pod admitted unchanged"
+            ));
+            return (
+                Outcome::passed_through,
+                Answer {
+                    patch: Vec::new(),
+                    warnings,
+                },
+            );
+        }
+    };
+    if answer.policy_version != policy.version {
+        state.policy.request_refresh();
+    }
+
+    let ops = tracing::info_span!("build_patch").in_scope(|| {
+        let input = PatchInput {
+            pod: candidate.pod,
+            job_type: candidate.features.job_type.as_deref(),
+            answer: &answer,
+            class_label_keys: &policy.class_label_keys,
+            now: OffsetDateTime::now_utc(),
+        };
+        match state.cluster.priority_classes() {
+            Some(lookup) => patch::build_patch(&input, lookup),
+            None if !policy.priority_classes.is_empty() => patch::build_patch(&input, policy.as_ref()),
+            None => patch::build_patch(&input, &NoPriorityClasses),
+        }
+    });
+    let class = answer.accepted_classes.first().map(|c| c.name.as_str()).unwrap_or("");
+    span.record("gpu.class", class);
+    span.record("priority.score", answer.priority_score);
+    tracing::debug!(
+        uid,
+        namespace = candidate.namespace,
+        tier = candidate.tier,
+        gpu_class = class,
+        priority = answer.priority_score,
+        avoid = ?answer.avoid_job_types,
+        ops = ops.len(),
+        "Pod mutated"
+    );
+    (Outcome::mutated, Answer { patch: ops, warnings })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeout_query_parameter() {
+        let uri: Uri = "/mutate-pod?timeout=10s".parse().unwrap();
+        assert_eq!(apiserver_timeout(&uri), Some(Duration::from_secs(10)));
+        let uri: Uri = "/mutate-pod?x=1&timeout=250ms".parse().unwrap();
+        assert_eq!(apiserver_timeout(&uri), Some(Duration::from_millis(250)));
+        let uri: Uri = "/mutate-pod?timeout=soon".parse().unwrap();
+        assert_eq!(apiserver_timeout(&uri), None);
+        assert_eq!(apiserver_timeout(&"/mutate-pod".parse().unwrap()), None);
+    }
+}

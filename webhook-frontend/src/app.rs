@@ -1,0 +1,115 @@
+//! Start-up wiring: TLS, scorer channel, policy cache, cluster caches, admin server, the HTTPS server.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use prometheus_client::registry::Registry;
+
+use crate::cluster::{ClusterFacts, kube_cache, parse_namespace_tiers};
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::policy::PolicyCache;
+use crate::scorer_client::Scorer;
+use crate::tls::{self, reload};
+use crate::{server, shutdown};
+
+/// Shared by every request.
+pub struct AppState {
+    pub scorer: Scorer,
+    pub cluster: ClusterFacts,
+    pub policy: Arc<PolicyCache>,
+    pub metrics: Arc<Metrics>,
+    /// Set once the TLS listener is bound.
+    pub listening: AtomicBool,
+}
+
+impl AppState {
+    /// Ready = listening and the kube caches synced. Never tied to the scorer (we fail open).
+    pub fn is_ready(&self) -> bool {
+        self.listening.load(Ordering::Acquire) && self.cluster.is_synced()
+    }
+}
+
+/// Runs the webhook until SIGTERM/SIGINT, then drains.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut registry = Registry::default();
+    let metrics = Arc::new(Metrics::register(&mut registry));
+
+    // TLS: files (Secret layout) or a generated dev CA + serving certificate; both are watched for changes.
+    let files = match (&config.self_signed, &config.tls_cert, &config.tls_key) {
+        (Some(dir), _, _) => {
+            let g = tls::self_signed::generate(dir, &config.sans)?;
+            tracing::info!(ca = %g.ca_cert.display(), "generated a dev CA and serving certificate");
+            reload::CertFiles {
+                cert: g.cert,
+                key: g.key,
+            }
+        }
+        (None, Some(cert), Some(key)) => reload::CertFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+        },
+        _ => anyhow::bail!("TLS needs --tls-cert and --tls-key, or --self-signed DIR"),
+    };
+    let (resolver, hash) = reload::load_initial(&files)?;
+    tokio::spawn(reload::watch(
+        resolver.clone(),
+        files,
+        hash,
+        Duration::from_millis(config.tls_reload_interval_ms.max(100)),
+        metrics.clone(),
+    ));
+    let tls_config = tls::server_config(resolver)?;
+
+    let scorer = Scorer::new(&config.scorer, config.deadline(), config.deadline_margin())?;
+    let policy = Arc::new(PolicyCache::default());
+    tokio::spawn(
+        policy
+            .clone()
+            .keep_fresh(scorer.clone(), Duration::from_secs(config.policy_refresh_secs.max(1))),
+    );
+
+    let cluster = if config.no_kube {
+        ClusterFacts::Static {
+            tiers: parse_namespace_tiers(&config.namespace_tiers)?,
+        }
+    } else {
+        let client = kube_cache::client().await?;
+        ClusterFacts::Kube(kube_cache::KubeCaches::start(client, config.tier_label.clone()))
+    };
+
+    let state = Arc::new(AppState {
+        scorer,
+        cluster,
+        policy,
+        metrics,
+        listening: AtomicBool::new(false),
+    });
+    let shutdown = shutdown::Shutdown::install()?;
+
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    let addr = listener.local_addr()?;
+    state.listening.store(true, Ordering::Release);
+    // The contract line (tests read the port from it); printed before the admin server logs its own address.
+    eprintln!("webhook-frontend listening on {addr}");
+    tracing::info!(%addr, scorer = %config.scorer, no_kube = config.no_kube, "admission server started");
+
+    let admin = gpu_admission_telemetry::admin::serve(config.admin_listen, Arc::new(registry), shutdown.wait()).await?;
+    tracing::info!(%admin, "admin server started");
+
+    server::serve(
+        listener,
+        tls_config,
+        server::router(state),
+        Duration::from_millis(config.header_read_timeout_ms),
+        Duration::from_secs(config.drain_timeout_secs),
+        shutdown.wait(),
+    )
+    .await;
+    Ok(())
+}

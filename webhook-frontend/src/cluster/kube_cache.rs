@@ -1,0 +1,105 @@
+//! Watch caches of Namespaces (metadata only: the tier label) and PriorityClasses (scheduling.k8s.io/v1).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::Api;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+
+use crate::admission::patch::{PriorityClassFacts, PriorityClassLookup};
+
+pub struct KubeCaches {
+    namespaces: Store<PartialObjectMeta<Namespace>>,
+    priority_classes: Store<PriorityClass>,
+    synced: Arc<AtomicBool>,
+    tier_label: String,
+}
+
+/// Builds a client from the usual configuration (KUBECONFIG, ~/.kube/config, in-cluster). A missing or
+/// broken configuration is an error: there is no silent fallback to `--no-kube`.
+pub async fn client() -> anyhow::Result<kube::Client> {
+    let config = kube::Config::infer().await.map_err(|e| {
+        anyhow::anyhow!(
+            "no usable Kubernetes configuration ({e}); set KUBECONFIG or run in a cluster, or pass --no-kube \
+             (with --namespace-tier NS=TIER) to run without the Kubernetes API"
+        )
+    })?;
+    kube::Client::try_from(config).map_err(|e| anyhow::anyhow!("building the Kubernetes client: {e}"))
+}
+
+impl KubeCaches {
+    /// Starts both watches in background tasks; [`Self::is_synced`] turns true once both listed completely.
+    pub fn start(client: kube::Client, tier_label: String) -> Self {
+        let (namespaces, ns_writer) = reflector::store();
+        let (priority_classes, pc_writer) = reflector::store();
+        let ns_stream = watcher(
+            Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect(ns_writer);
+        let pc_stream = watcher(Api::<PriorityClass>::all(client), watcher::Config::default())
+            .default_backoff()
+            .reflect(pc_writer);
+        tokio::spawn(drive(ns_stream, "namespaces"));
+        tokio::spawn(drive(pc_stream, "priorityclasses"));
+
+        let synced = Arc::new(AtomicBool::new(false));
+        let (ns, pc, flag) = (namespaces.clone(), priority_classes.clone(), synced.clone());
+        tokio::spawn(async move {
+            if ns.wait_until_ready().await.is_ok() && pc.wait_until_ready().await.is_ok() {
+                flag.store(true, Ordering::Release);
+                tracing::info!(namespaces = ns.len(), priority_classes = pc.len(), "kube caches synced");
+            }
+        });
+        Self {
+            namespaces,
+            priority_classes,
+            synced,
+            tier_label,
+        }
+    }
+
+    pub fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    pub fn namespace_tier(&self, namespace: &str) -> Option<String> {
+        let ns = self.namespaces.get(&ObjectRef::new(namespace))?;
+        ns.metadata
+            .labels
+            .as_ref()?
+            .get(&self.tier_label)
+            .filter(|t| !t.is_empty())
+            .cloned()
+    }
+}
+
+impl PriorityClassLookup for KubeCaches {
+    fn priority_class(&self, name: &str) -> Option<PriorityClassFacts> {
+        let pc = self.priority_classes.get(&ObjectRef::new(name))?;
+        Some(PriorityClassFacts {
+            name: name.to_string(),
+            value: pc.value?,
+            preemption_policy: pc.preemption_policy.clone(),
+        })
+    }
+}
+
+/// Polls a reflector stream forever, logging watch errors (the backoff retries them).
+async fn drive<S, T>(stream: S, what: &'static str)
+where
+    S: futures::Stream<Item = Result<T, watcher::Error>> + Send,
+{
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.next().await {
+        if let Err(err) = event {
+            tracing::warn!(%err, resource = what, "watch error (retrying with backoff)");
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! Command line and environment (every flag has a `WEBHOOK_*` variable; the flag wins).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgGroup, Parser};
+
+use crate::cluster::DEFAULT_TIER_LABEL;
+
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "webhook-frontend",
+    version,
+    about = "HTTPS mutating admission webhook: asks the gpu-admission scorer where and how urgently a GPU Pod runs",
+    group(ArgGroup::new("tls").required(true).args(["tls_cert", "self_signed"]))
+)]
+pub struct Config {
+    /// Address of the HTTPS admission server (port 0 picks a free port; the bound address is printed).
+    #[arg(long, env = "WEBHOOK_LISTEN", default_value = "0.0.0.0:8443")]
+    pub listen: SocketAddr,
+
+    /// gRPC address of the scorer.
+    #[arg(long, env = "WEBHOOK_SCORER", default_value = "http://127.0.0.1:50051")]
+    pub scorer: String,
+
+    /// PEM certificate chain (the Secret's tls.crt); reloaded when it changes.
+    #[arg(long, env = "WEBHOOK_TLS_CERT", requires = "tls_key", conflicts_with = "self_signed")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key (the Secret's tls.key).
+    #[arg(long, env = "WEBHOOK_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Dev mode: generate a CA and a serving certificate into DIR (DIR/ca.crt, DIR/tls.crt, DIR/tls.key).
+    #[arg(long = "self-signed", value_name = "DIR", env = "WEBHOOK_SELF_SIGNED_DIR")]
+    pub self_signed: Option<PathBuf>,
+
+    /// Extra subject alternative names of the generated serving certificate (DNS names or IPs).
+    #[arg(long = "san", env = "WEBHOOK_SAN", value_delimiter = ',')]
+    pub sans: Vec<String>,
+
+    /// Budget of one scorer call, in milliseconds (lowered further by the apiserver's ?timeout= minus the margin).
+    #[arg(long, env = "WEBHOOK_DEADLINE_MS", default_value_t = 200)]
+    pub deadline_ms: u64,
+
+    /// Kept free from the apiserver's ?timeout= for answering, in milliseconds.
+    #[arg(long, env = "WEBHOOK_DEADLINE_MARGIN_MS", default_value_t = 50)]
+    pub deadline_margin_ms: u64,
+
+    /// Run without the Kubernetes API: tiers from --namespace-tier, PriorityClasses from the policy's buckets.
+    #[arg(long, env = "WEBHOOK_NO_KUBE")]
+    pub no_kube: bool,
+
+    /// NAMESPACE=TIER (repeatable; comma-separated in the environment variable). Only with --no-kube.
+    #[arg(
+        long = "namespace-tier",
+        env = "WEBHOOK_NAMESPACE_TIER",
+        value_delimiter = ',',
+        requires = "no_kube"
+    )]
+    pub namespace_tiers: Vec<String>,
+
+    /// Namespace label holding the tier.
+    #[arg(long, env = "WEBHOOK_TIER_LABEL", default_value = DEFAULT_TIER_LABEL)]
+    pub tier_label: String,
+
+    /// Plain-HTTP admin server (GET /metrics, GET /healthz).
+    #[arg(long, env = "WEBHOOK_ADMIN_LISTEN", default_value = "0.0.0.0:9092")]
+    pub admin_listen: SocketAddr,
+
+    /// How often the certificate files are checked for changes, in milliseconds.
+    #[arg(long, env = "WEBHOOK_TLS_RELOAD_INTERVAL_MS", default_value_t = 2000)]
+    pub tls_reload_interval_ms: u64,
+
+    /// How often the scorer's policy (catalog, priority buckets) is fetched again, in seconds.
+    #[arg(long, env = "WEBHOOK_POLICY_REFRESH_SECS", default_value_t = 30)]
+    pub policy_refresh_secs: u64,
+
+    /// Time a client has to send the request headers (and to finish the TLS handshake), in milliseconds.
+    #[arg(long, env = "WEBHOOK_HEADER_READ_TIMEOUT_MS", default_value_t = 10_000)]
+    pub header_read_timeout_ms: u64,
+
+    /// On SIGTERM/SIGINT, how long in-flight requests may take to finish, in seconds.
+    #[arg(long, env = "WEBHOOK_DRAIN_TIMEOUT_SECS", default_value_t = 20)]
+    pub drain_timeout_secs: u64,
+}
+
+impl Config {
+    pub fn deadline(&self) -> Duration {
+        Duration::from_millis(self.deadline_ms)
+    }
+    pub fn deadline_margin(&self) -> Duration {
+        Duration::from_millis(self.deadline_margin_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contract_flags_parse() {
+        let c = Config::try_parse_from([
+            "webhook-frontend",
+            "--listen",
+            "127.0.0.1:0",
+            "--scorer",
+            "http://127.0.0.1:50051",
+            "--self-signed",
+            "/tmp/x",
+            "--deadline-ms",
+            "150",
+            "--no-kube",
+            "--namespace-tier",
+            "ml=gold",
+            "--namespace-tier",
+            "batch=bronze",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .unwrap();
+        assert_eq!(c.namespace_tiers, ["ml=gold", "batch=bronze"]);
+        assert_eq!(c.deadline(), Duration::from_millis(150));
+        assert!(c.no_kube);
+
+        let c = Config::try_parse_from(["webhook-frontend", "--tls-cert", "a", "--tls-key", "b"]).unwrap();
+        assert_eq!(c.listen.to_string(), "0.0.0.0:8443");
+        assert_eq!(c.admin_listen.to_string(), "0.0.0.0:9092");
+        assert_eq!(c.deadline_ms, 200);
+    }
+
+    #[test]
+    fn tls_source_is_required_and_exclusive() {
+        assert!(Config::try_parse_from(["webhook-frontend"]).is_err());
+        assert!(Config::try_parse_from(["webhook-frontend", "--tls-cert", "a"]).is_err());
+        assert!(
+            Config::try_parse_from([
+                "webhook-frontend",
+                "--tls-cert",
+                "a",
+                "--tls-key",
+                "b",
+                "--self-signed",
+                "d"
+            ])
+            .is_err()
+        );
+        assert!(Config::try_parse_from(["webhook-frontend", "--self-signed", "d", "--namespace-tier", "a=b"]).is_err());
+    }
+}

@@ -1,0 +1,154 @@
+//! The webhook's Prometheus metrics (served by `gpu_admission_telemetry::admin` on the admin port).
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// How an admission request ended.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum Outcome {
+    /// Answered with a patch.
+    mutated,
+    /// Should have been scored, but the scorer failed (timeout/unavailable/invalid): allowed unchanged.
+    passed_through,
+    /// Not ours to score (not a CREATE, no GPU, no tier, already decided, another kind): allowed unchanged.
+    skipped,
+    /// The body was not an AdmissionReview (HTTP 400).
+    bad_request,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::mutated => "mutated",
+            Outcome::passed_through => "passed_through",
+            Outcome::skipped => "skipped",
+            Outcome::bad_request => "bad_request",
+        }
+    }
+}
+
+/// Result of one scorer call.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum CallResult {
+    ok,
+    timeout,
+    unavailable,
+    invalid,
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum ReloadResult {
+    ok,
+    error,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// CREATE, UPDATE, DELETE, CONNECT, or "unknown" when the review could not be read.
+    pub operation: &'static str,
+    pub outcome: Outcome,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabels {
+    pub result: CallResult,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadLabels {
+    pub result: ReloadResult,
+}
+
+/// All metrics of the webhook frontend.
+#[derive(Debug)]
+pub struct Metrics {
+    pub requests: Family<RequestLabels, Counter>,
+    pub duration: Histogram,
+    pub scorer_call_duration: Histogram,
+    pub scorer_calls: Family<CallLabels, Counter>,
+    pub tls_reloads: Family<ReloadLabels, Counter>,
+}
+
+impl Metrics {
+    /// Creates the metrics and registers them (names get the `gpu_admission_` prefix).
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self {
+            requests: Family::default(),
+            // 50 µs .. ~3.3 s
+            duration: Histogram::new(exponential_buckets(0.00005, 2.0, 17)),
+            scorer_call_duration: Histogram::new(exponential_buckets(0.00005, 2.0, 17)),
+            scorer_calls: Family::default(),
+            tls_reloads: Family::default(),
+        };
+        let r = registry.sub_registry_with_prefix("gpu_admission");
+        r.register(
+            "requests",
+            "Admission requests by operation and outcome",
+            m.requests.clone(),
+        );
+        r.register_with_unit(
+            "duration",
+            "Time to answer an admission request",
+            prometheus_client::registry::Unit::Seconds,
+            m.duration.clone(),
+        );
+        r.register_with_unit(
+            "scorer_call_duration",
+            "Time of the Score call to the scorer, whatever its result",
+            prometheus_client::registry::Unit::Seconds,
+            m.scorer_call_duration.clone(),
+        );
+        r.register("scorer_calls", "Score calls by result", m.scorer_calls.clone());
+        r.register(
+            "tls_reloads",
+            "Reloads of the serving certificate by result",
+            m.tls_reloads.clone(),
+        );
+        m
+    }
+
+    pub fn record_request(&self, operation: &'static str, outcome: Outcome, seconds: f64) {
+        self.requests.get_or_create(&RequestLabels { operation, outcome }).inc();
+        self.duration.observe(seconds);
+    }
+
+    pub fn record_scorer_call(&self, result: CallResult, seconds: f64) {
+        self.scorer_calls.get_or_create(&CallLabels { result }).inc();
+        self.scorer_call_duration.observe(seconds);
+    }
+
+    pub fn record_tls_reload(&self, result: ReloadResult) {
+        self.tls_reloads.get_or_create(&ReloadLabels { result }).inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_contract() {
+        let mut registry = Registry::default();
+        let m = Metrics::register(&mut registry);
+        m.record_request("CREATE", Outcome::mutated, 0.001);
+        m.record_scorer_call(CallResult::timeout, 0.2);
+        m.record_tls_reload(ReloadResult::ok);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for needle in [
+            "gpu_admission_requests_total{operation=\"CREATE\",outcome=\"mutated\"} 1",
+            "gpu_admission_duration_seconds_count 1",
+            "gpu_admission_scorer_call_duration_seconds_count 1",
+            "gpu_admission_scorer_calls_total{result=\"timeout\"} 1",
+            "gpu_admission_tls_reloads_total{result=\"ok\"} 1",
+        ] {
+            assert!(text.contains(needle), "{needle} missing in\n{text}");
+        }
+    }
+}
