@@ -2,5 +2,14 @@
 //!
 //! - [`policy`]: the policy file (schema, validation, hot reload);
 //! - [`model`]: the pure scoring model (feasibility, estimates, cost, exploration, priority, interference);
+//! - [`service`]: the gRPC `Scorer` service (request validation, proto <-> model);
+//! - [`server`]: tonic server with health, reflection, policy watcher, snapshots, graceful drain;
+//! - [`state`]: atomic snapshots of the learned state;
+//! - [`metrics`]: Prometheus metrics; [`cli`]: flags and env vars.
+pub mod cli;
+pub mod metrics;
 pub mod model;
 pub mod policy;
+pub mod server;
+pub mod service;
+pub mod state;

@@ -1,1 +1,63 @@
-fn main() {}
+//! `scorer` binary: parse the CLI, set telemetry up, serve until SIGTERM/SIGINT.
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use scorer::cli::Cli;
+use scorer::{metrics::Metrics, policy, server};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if cli.check_policy {
+        return check_policy(&cli);
+    }
+    let _telemetry = match gpu_admission_telemetry::init("scorer") {
+        Ok(guard) => guard,
+        Err(e) => {
+            eprintln!("scorer: telemetry set-up failed: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "scorer failed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Arc::new(Metrics::register(&mut registry));
+    let listener = tokio::net::TcpListener::bind(cli.listen).await?;
+    let running = server::start(cli.server_config(), listener, metrics).await?;
+    let (admin_stop, admin_stopped) = tokio::sync::oneshot::channel::<()>();
+    let admin =
+        gpu_admission_telemetry::admin::serve(cli.admin_listen, Arc::new(registry), async {
+            let _ = admin_stopped.await;
+        })
+        .await?;
+    tracing::info!("admin listening on {admin}");
+    let result = running.wait_for(server::shutdown_signal()).await;
+    let _ = admin_stop.send(());
+    result
+}
+
+fn check_policy(cli: &Cli) -> ExitCode {
+    let loaded = match &cli.policy {
+        Some(path) => policy::load_file(path),
+        None => policy::embedded_default(),
+    };
+    match loaded {
+        Ok(p) => {
+            println!("policy {} is valid: version {}", p.source, p.version);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}

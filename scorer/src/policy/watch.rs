@@ -121,12 +121,12 @@ impl FileWatcher {
     }
 }
 
-/// Polls `watcher` every `interval` until `shutdown` fires, reporting each change to `report`.
+/// Polls `watcher` every `interval` until `shutdown` fires, sending each change to `report`.
 pub async fn run(
     mut watcher: FileWatcher,
     store: Arc<PolicyStore>,
     interval: Duration,
-    mut report: impl FnMut(&ReloadOutcome) + Send,
+    report: tokio::sync::mpsc::UnboundedSender<ReloadOutcome>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut tick = tokio::time::interval(interval);
@@ -135,8 +135,8 @@ pub async fn run(
         tokio::select! {
             _ = tick.tick() => {
                 let outcome = watcher.check(&store);
-                if !matches!(outcome, ReloadOutcome::Unchanged) {
-                    report(&outcome);
+                if !matches!(outcome, ReloadOutcome::Unchanged) && report.send(outcome).is_err() {
+                    return;
                 }
             }
             _ = shutdown.changed() => return,
@@ -256,14 +256,18 @@ mod tests {
             FileWatcher::new(dir.path()),
             store.clone(),
             Duration::from_millis(20),
-            move |o| {
-                let _ = events_tx.send(matches!(o, ReloadOutcome::Loaded(_)));
-            },
+            events_tx,
             rx,
         ));
-        assert_eq!(events.recv().await, Some(true));
+        assert!(matches!(
+            events.recv().await,
+            Some(ReloadOutcome::Loaded(_))
+        ));
         dir.update(&with_version("v2"));
-        assert_eq!(events.recv().await, Some(true));
+        assert!(matches!(
+            events.recv().await,
+            Some(ReloadOutcome::Loaded(_))
+        ));
         assert_eq!(version(&store), "v2");
         tx.send(true).unwrap();
         task.await.unwrap();

@@ -1,0 +1,120 @@
+//! The scorer's Prometheus metrics, served by the telemetry crate's admin server.
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// Score, Observe or GetPolicy.
+    pub rpc: &'static str,
+    /// ok, infeasible (Score found no class), invalid_argument, unavailable (no policy).
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// ok or rejected.
+    pub result: &'static str,
+}
+
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    /// Server-side time to score one request (the model, under the learned-state lock).
+    pub score_duration: Histogram,
+    pub requests: Family<RequestLabels, Counter>,
+    pub policy_reloads: Family<ResultLabels, Counter>,
+    /// Seconds since the learned state was last written (since start when never written).
+    pub snapshot_age: Gauge<f64, AtomicU64>,
+    pub explored_decisions: Counter,
+}
+
+impl Metrics {
+    /// Creates the metrics and registers them (names as exposed: `scorer_score_duration_seconds`,
+    /// `scorer_requests_total`, `scorer_policy_reloads_total`, `scorer_state_snapshot_age_seconds`,
+    /// `scorer_explored_decisions_total`).
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self {
+            // 1 µs .. ~1 s.
+            score_duration: Histogram::new(exponential_buckets(1e-6, 2.0, 21)),
+            requests: Family::default(),
+            policy_reloads: Family::default(),
+            snapshot_age: Gauge::default(),
+            explored_decisions: Counter::default(),
+        };
+        registry.register(
+            "scorer_score_duration_seconds",
+            "Server-side duration of scoring one request",
+            m.score_duration.clone(),
+        );
+        // prometheus-client appends `_total` to counters.
+        registry.register(
+            "scorer_requests",
+            "gRPC requests by RPC and result",
+            m.requests.clone(),
+        );
+        registry.register(
+            "scorer_policy_reloads",
+            "Policy file reloads by result (rejected = invalid file, previous policy kept)",
+            m.policy_reloads.clone(),
+        );
+        registry.register(
+            "scorer_state_snapshot_age_seconds",
+            "Seconds since the learned state was last snapshotted",
+            m.snapshot_age.clone(),
+        );
+        registry.register(
+            "scorer_explored_decisions",
+            "Decisions where the information gain changed the chosen GPU class",
+            m.explored_decisions.clone(),
+        );
+        m
+    }
+
+    /// Metrics registered nowhere (tests, benchmarks).
+    pub fn unregistered() -> Self {
+        Self::register(&mut Registry::default())
+    }
+
+    pub fn request(&self, rpc: &'static str, result: &'static str) {
+        self.requests
+            .get_or_create(&RequestLabels { rpc, result })
+            .inc();
+    }
+
+    pub fn policy_reload(&self, result: &'static str) {
+        self.policy_reloads
+            .get_or_create(&ResultLabels { result })
+            .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_as_exposed() {
+        let mut registry = Registry::default();
+        let m = Metrics::register(&mut registry);
+        m.request("Score", "ok");
+        m.policy_reload("rejected");
+        m.explored_decisions.inc();
+        m.score_duration.observe(0.00002);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for needle in [
+            "scorer_requests_total{rpc=\"Score\",result=\"ok\"} 1",
+            "scorer_policy_reloads_total{result=\"rejected\"} 1",
+            "scorer_explored_decisions_total 1",
+            "scorer_score_duration_seconds_count 1",
+            "# TYPE scorer_state_snapshot_age_seconds gauge",
+        ] {
+            assert!(text.contains(needle), "{needle} missing from:\n{text}");
+        }
+    }
+}

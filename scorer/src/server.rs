@@ -1,0 +1,275 @@
+//! The gRPC server: the Scorer service, `grpc.health.v1` (SERVING only while a valid policy is loaded),
+//! server reflection v1 and v1alpha, the policy watcher and the learned-state snapshots. Drains
+//! gracefully on shutdown and writes a last snapshot.
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use gpu_admission_proto::scorer::v1::scorer_server::ScorerServer;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::server::NamedService;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+
+use crate::metrics::Metrics;
+use crate::model::Learned;
+use crate::policy::watch::{self as policy_watch, FileWatcher, PolicyStore, ReloadOutcome};
+use crate::service::{Core, ScorerService};
+use crate::{policy, state};
+
+/// The Scorer service's full name, as health checks and reflection know it.
+pub const SERVICE_NAME: &str = <ScorerServer<ScorerService> as NamedService>::NAME;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `None` = the embedded default policy.
+    pub policy_path: Option<PathBuf>,
+    /// `None` = learned state is not persisted.
+    pub state_path: Option<PathBuf>,
+    pub snapshot_interval: Duration,
+    pub policy_poll_interval: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            policy_path: None,
+            state_path: None,
+            snapshot_interval: Duration::from_secs(60),
+            policy_poll_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A started server.
+#[derive(Debug)]
+pub struct Running {
+    /// The bound gRPC address.
+    pub addr: SocketAddr,
+    pub core: Arc<Core>,
+    shutdown: watch::Sender<bool>,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Running {
+    /// Stops accepting, drains requests in flight, writes a last snapshot.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        let _ = self.shutdown.send(true);
+        self.task.await.context("server task")?
+    }
+
+    /// Waits until the server stops (it only stops after [`Running::shutdown`] or on a fatal error).
+    pub async fn wait_for(
+        self,
+        signal: impl std::future::Future<Output = ()>,
+    ) -> anyhow::Result<()> {
+        signal.await;
+        self.shutdown().await
+    }
+}
+
+async fn set_health(health: &HealthReporter, status: ServingStatus) {
+    health.set_service_status("", status).await;
+    health.set_service_status(SERVICE_NAME, status).await;
+}
+
+/// The initial policy: the embedded default, or the file (an invalid file leaves the scorer NOT_SERVING
+/// and waiting for a valid one rather than exiting, as a ConfigMap may be fixed in place).
+fn initial_policy(
+    config: &Config,
+    store: &PolicyStore,
+    metrics: &Metrics,
+) -> anyhow::Result<Option<FileWatcher>> {
+    let Some(path) = &config.policy_path else {
+        let p = policy::embedded_default().context("the embedded default policy is invalid")?;
+        tracing::info!(version = %p.version, "serving the embedded default policy");
+        store.replace(Arc::new(p));
+        return Ok(None);
+    };
+    let mut watcher = FileWatcher::new(path);
+    report_reload(&watcher.check(store), metrics);
+    Ok(Some(watcher))
+}
+
+fn report_reload(outcome: &ReloadOutcome, metrics: &Metrics) {
+    match outcome {
+        ReloadOutcome::Unchanged => {}
+        ReloadOutcome::Loaded(p) => {
+            metrics.policy_reload("ok");
+            tracing::info!(version = %p.version, file = %p.source, "policy loaded");
+        }
+        ReloadOutcome::Rejected(e) => {
+            metrics.policy_reload("rejected");
+            tracing::error!(error = %e, "policy file refused; the previous policy (if any) stays in force");
+        }
+    }
+}
+
+/// Starts serving on `listener` (already bound, so the caller knows the real address).
+pub async fn start(
+    config: Config,
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<Running> {
+    let addr = listener.local_addr()?;
+    let store = Arc::new(PolicyStore::new(None));
+    let watcher = initial_policy(&config, &store, &metrics)?;
+
+    let mut learned = config
+        .state_path
+        .as_deref()
+        .and_then(state::load_or_report)
+        .unwrap_or_default();
+    if let Some(p) = store.current() {
+        learned
+            .exploration
+            .normalise(p.learning.exploration_window as usize);
+    }
+    let core = Arc::new(Core::new(store.clone(), learned, metrics.clone()));
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    let serving = if store.current().is_some() {
+        ServingStatus::Serving
+    } else {
+        ServingStatus::NotServing
+    };
+    set_health(&health, serving).await;
+
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(gpu_admission_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(gpu_admission_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let mut background = Vec::new();
+
+    // Policy hot reload.
+    if let Some(watcher) = watcher {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        background.push(tokio::spawn(policy_watch::run(
+            watcher,
+            store.clone(),
+            config.policy_poll_interval,
+            tx,
+            shutdown_rx.clone(),
+        )));
+        let (health, metrics, core) = (health.clone(), metrics.clone(), core.clone());
+        background.push(tokio::spawn(async move {
+            while let Some(outcome) = rx.recv().await {
+                report_reload(&outcome, &metrics);
+                if let ReloadOutcome::Loaded(p) = &outcome {
+                    core.learned
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .exploration
+                        .normalise(p.learning.exploration_window as usize);
+                    set_health(&health, ServingStatus::Serving).await;
+                }
+            }
+        }));
+    }
+
+    // Snapshots of the learned state, and their age.
+    let started = Instant::now();
+    if let Some(path) = config.state_path.clone() {
+        let (core, metrics, mut stop) = (core.clone(), metrics.clone(), shutdown_rx.clone());
+        let interval = config.snapshot_interval.max(Duration::from_millis(10));
+        background.push(tokio::spawn(async move {
+            let mut last_saved: Option<Instant> = None;
+            let mut tick = tokio::time::interval(Duration::from_secs(1).min(interval));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = stop.changed() => return,
+                }
+                if last_saved.is_none_or(|t| t.elapsed() >= interval)
+                    && save(&path, &core.snapshot()).await
+                {
+                    last_saved = Some(Instant::now());
+                }
+                metrics
+                    .snapshot_age
+                    .set(last_saved.unwrap_or(started).elapsed().as_secs_f64());
+            }
+        }));
+    }
+
+    let mut stop = shutdown_rx.clone();
+    let health_on_stop = health.clone();
+    let server = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(ScorerServer::new(ScorerService::new(core.clone())))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+            let _ = stop.changed().await;
+            tracing::info!("shutting down: draining requests in flight");
+            set_health(&health_on_stop, ServingStatus::NotServing).await;
+        });
+    tracing::info!("listening on {addr}");
+
+    let (final_core, state_path) = (core.clone(), config.state_path.clone());
+    let task = tokio::spawn(async move {
+        let served = server.await;
+        for task in background {
+            // Background tasks stop on the same signal; a failed one must not block the exit.
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
+        if let Some(path) = state_path {
+            save(&path, &final_core.snapshot()).await;
+        }
+        tracing::info!("scorer stopped");
+        served.context("gRPC server")
+    });
+    Ok(Running {
+        addr,
+        core,
+        shutdown: shutdown_tx,
+        task,
+    })
+}
+
+/// Writes a snapshot off the async threads; reports failures, never panics.
+async fn save(path: &std::path::Path, learned: &Learned) -> bool {
+    let (path, learned) = (path.to_path_buf(), learned.clone());
+    match tokio::task::spawn_blocking(move || state::save(&path, &learned)).await {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "learned state snapshot failed");
+            false
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "learned state snapshot task failed");
+            false
+        }
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = term => tracing::info!("SIGTERM received"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+    }
+}

@@ -1,0 +1,516 @@
+//! The `gpuadmission.scorer.v1.Scorer` gRPC service: validates requests, maps proto <-> model, and
+//! holds the shared state (policy in force, learned state, metrics).
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use gpu_admission_proto::scorer::v1 as pb;
+use tonic::{Request, Response, Status};
+
+use crate::metrics::Metrics;
+use crate::model::{self, JobRequest, Learned, Observation};
+use crate::policy::watch::PolicyStore;
+use crate::policy::{Policy, Vendor, WorkloadClass};
+
+/// Longest accepted name (job type, tier, class…) and list, so a request cannot make the scorer
+/// allocate without bound.
+const MAX_NAME_LEN: usize = 253;
+const MAX_LIST_LEN: usize = 256;
+/// Longest runtime `Observe` accepts (about three years).
+const MAX_RUNTIME_SECONDS: f64 = 1e8;
+
+/// State shared by every request.
+#[derive(Debug)]
+pub struct Core {
+    pub policy: Arc<PolicyStore>,
+    /// One lock for estimates and the exploration budget: a Score reads the estimates and records its
+    /// decision in the budget atomically, so the exploratory share never overshoots its cap.
+    pub learned: Mutex<Learned>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl Core {
+    pub fn new(policy: Arc<PolicyStore>, learned: Learned, metrics: Arc<Metrics>) -> Self {
+        Self {
+            policy,
+            learned: Mutex::new(learned),
+            metrics,
+        }
+    }
+
+    fn learned(&self) -> std::sync::MutexGuard<'_, Learned> {
+        self.learned.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A copy of the learned state, for snapshots.
+    pub fn snapshot(&self) -> Learned {
+        self.learned().clone()
+    }
+
+    fn policy(&self, rpc: &'static str) -> Result<Arc<Policy>, Status> {
+        self.policy.current().ok_or_else(|| {
+            self.metrics.request(rpc, "unavailable");
+            Status::unavailable("no valid policy loaded yet")
+        })
+    }
+
+    /// Scores one request (everything but the gRPC envelope).
+    pub fn score(&self, req: &pb::ScoreRequest) -> Result<pb::ScoreResponse, Status> {
+        let policy = self.policy("Score")?;
+        let job =
+            job_request(req).inspect_err(|_| self.metrics.request("Score", "invalid_argument"))?;
+        let started = Instant::now();
+        let decision = {
+            let mut learned = self.learned();
+            let window = policy.learning.exploration_window as usize;
+            let allowed = learned
+                .exploration
+                .allows(policy.learning.exploration_cap, window);
+            let d = model::score(&policy, &learned, &job, allowed);
+            if !d.accepted().is_empty() {
+                learned.exploration.record(d.explored, window);
+            }
+            d
+        };
+        self.metrics
+            .score_duration
+            .observe(started.elapsed().as_secs_f64());
+        if decision.explored {
+            self.metrics.explored_decisions.inc();
+        }
+        let result = if decision.accepted().is_empty() {
+            "infeasible"
+        } else {
+            "ok"
+        };
+        self.metrics.request("Score", result);
+        Ok(score_response(&policy, req, decision))
+    }
+
+    pub fn observe(&self, req: &pb::ObserveRequest) -> Result<pb::ObserveResponse, Status> {
+        let policy = self.policy("Observe")?;
+        let obs = observation(&policy, req)
+            .inspect_err(|_| self.metrics.request("Observe", "invalid_argument"))?;
+        let (estimate, observations) = model::observe(&policy, &mut self.learned(), &obs);
+        self.metrics.request("Observe", "ok");
+        Ok(pb::ObserveResponse {
+            runtime_mean_seconds: estimate.mean,
+            runtime_stddev_seconds: estimate.stddev,
+            observations,
+        })
+    }
+
+    pub fn get_policy(&self) -> Result<pb::GetPolicyResponse, Status> {
+        let policy = self.policy("GetPolicy")?;
+        self.metrics.request("GetPolicy", "ok");
+        Ok(policy_response(&policy))
+    }
+}
+
+fn invalid(msg: String) -> Status {
+    Status::invalid_argument(msg)
+}
+
+fn check_name(field: &str, value: &str) -> Result<(), Status> {
+    if value.len() > MAX_NAME_LEN {
+        return Err(invalid(format!(
+            "{field} is longer than {MAX_NAME_LEN} bytes"
+        )));
+    }
+    Ok(())
+}
+
+fn check_list(field: &str, values: &[String]) -> Result<(), Status> {
+    if values.len() > MAX_LIST_LEN {
+        return Err(invalid(format!(
+            "{field} has more than {MAX_LIST_LEN} entries"
+        )));
+    }
+    values.iter().try_for_each(|v| check_name(field, v))
+}
+
+/// A non-negative finite number, when present.
+fn check_amount(field: &str, v: Option<f64>) -> Result<Option<f64>, Status> {
+    match v {
+        Some(x) if !x.is_finite() || x < 0.0 => Err(invalid(format!(
+            "{field} must be a finite number >= 0, got {x}"
+        ))),
+        other => Ok(other),
+    }
+}
+
+fn vendor(v: i32) -> Option<Vendor> {
+    match pb::GpuVendor::try_from(v).unwrap_or(pb::GpuVendor::Unknown) {
+        pb::GpuVendor::Nvidia => Some(Vendor::Nvidia),
+        pb::GpuVendor::Amd => Some(Vendor::Amd),
+        pb::GpuVendor::Intel => Some(Vendor::Intel),
+        pb::GpuVendor::Unknown => None,
+    }
+}
+
+fn vendor_to_pb(v: Vendor) -> pb::GpuVendor {
+    match v {
+        Vendor::Nvidia => pb::GpuVendor::Nvidia,
+        Vendor::Amd => pb::GpuVendor::Amd,
+        Vendor::Intel => pb::GpuVendor::Intel,
+    }
+}
+
+/// The request's workload class; unknown (or unset) means "not said".
+fn workload(v: i32) -> Option<WorkloadClass> {
+    match pb::WorkloadClass::try_from(v).unwrap_or(pb::WorkloadClass::Unknown) {
+        pb::WorkloadClass::Training => Some(WorkloadClass::Training),
+        pb::WorkloadClass::Inference => Some(WorkloadClass::Inference),
+        pb::WorkloadClass::Batch => Some(WorkloadClass::Batch),
+        pb::WorkloadClass::Interactive => Some(WorkloadClass::Interactive),
+        pb::WorkloadClass::Unknown => None,
+    }
+}
+
+/// Validates a `ScoreRequest` into the model's terms.
+pub fn job_request(req: &pb::ScoreRequest) -> Result<JobRequest, Status> {
+    for (field, v) in [
+        ("request_id", &req.request_id),
+        ("namespace", &req.namespace),
+        ("tenant", &req.tenant),
+        ("tier", &req.tier),
+        ("job_type", &req.job_type),
+    ] {
+        check_name(field, v)?;
+    }
+    check_list("candidate_classes", &req.candidate_classes)?;
+    check_list("colocated_job_types", &req.colocated_job_types)?;
+    Ok(JobRequest {
+        tier: req.tier.clone(),
+        job_type: req.job_type.clone(),
+        workload_class: workload(req.workload_class),
+        gpu_count: req.gpu_count,
+        vendor: vendor(req.gpu_vendor),
+        memory_gib: check_amount("gpu_memory_gib", req.gpu_memory_gib)?,
+        model_size_billion_params: check_amount(
+            "model_size_billion_params",
+            req.model_size_billion_params,
+        )?,
+        candidate_classes: req.candidate_classes.clone(),
+        colocated_job_types: req.colocated_job_types.clone(),
+    })
+}
+
+fn observation(policy: &Policy, req: &pb::ObserveRequest) -> Result<Observation, Status> {
+    check_name("job_type", &req.job_type)?;
+    check_name("gpu_class", &req.gpu_class)?;
+    check_list("colocated_job_types", &req.colocated_job_types)?;
+    if policy.job_index(&req.job_type).is_none() {
+        return Err(invalid(format!(
+            "unknown job_type `{}`: not in policy version {} (only known job types are learned)",
+            req.job_type, policy.version
+        )));
+    }
+    if policy.class_index(&req.gpu_class).is_none() {
+        return Err(invalid(format!(
+            "unknown gpu_class `{}`: not in policy version {}",
+            req.gpu_class, policy.version
+        )));
+    }
+    let r = req.runtime_seconds;
+    if !r.is_finite() || r <= 0.0 || r > MAX_RUNTIME_SECONDS {
+        return Err(invalid(format!(
+            "runtime_seconds must be in (0, {MAX_RUNTIME_SECONDS}], got {r}"
+        )));
+    }
+    Ok(Observation {
+        job_type: req.job_type.clone(),
+        gpu_class: req.gpu_class.clone(),
+        runtime_seconds: r,
+        colocated_job_types: req.colocated_job_types.clone(),
+    })
+}
+
+fn gpu_class_pb(policy: &Policy, index: usize) -> pb::GpuClass {
+    let c = &policy.classes[index];
+    pb::GpuClass {
+        name: c.name.clone(),
+        vendor: vendor_to_pb(c.vendor) as i32,
+        memory_gib: c.memory_gib,
+        node_label_key: c.node_label_key.clone(),
+        node_label_value: c.node_label_value.clone(),
+        relative_throughput: c.relative_throughput,
+        price_per_hour: c.price_per_hour,
+        taint_key: c.taint_key.clone().unwrap_or_default(),
+    }
+}
+
+fn priority_pb(b: &crate::policy::Bucket) -> pb::PriorityAssignment {
+    pb::PriorityAssignment {
+        name: b.name.clone(),
+        value: b.value,
+        preemption_policy: b.preemption_policy.clone(),
+    }
+}
+
+fn score_response(
+    policy: &Policy,
+    req: &pb::ScoreRequest,
+    d: model::Decision,
+) -> pb::ScoreResponse {
+    pb::ScoreResponse {
+        request_id: req.request_id.clone(),
+        accepted_classes: d
+            .accepted()
+            .iter()
+            .map(|c| gpu_class_pb(policy, c.class))
+            .collect(),
+        candidates: d
+            .candidates
+            .iter()
+            .map(|c| pb::CandidateScore {
+                gpu_class: policy.classes[c.class].name.clone(),
+                feasible: c.feasible(),
+                infeasible_reason: model::feasibility::describe(&c.infeasible),
+                runtime_mean_seconds: c.runtime.mean,
+                runtime_stddev_seconds: c.runtime.stddev,
+                information_gain: c.information_gain,
+                interference_penalty: c.interference_penalty,
+                price_per_hour: policy.classes[c.class].price_per_hour,
+                cost: c.cost,
+            })
+            .collect(),
+        priority_score: d.priority_score,
+        priority_class: Some(priority_pb(&d.priority_class)),
+        avoid_job_types: d.avoid_job_types,
+        policy_version: policy.version.clone(),
+        explored: d.explored,
+        infeasible_reason: d.infeasible_reason.unwrap_or_default(),
+    }
+}
+
+fn policy_response(policy: &Policy) -> pb::GetPolicyResponse {
+    pb::GetPolicyResponse {
+        version: policy.version.clone(),
+        catalog: (0..policy.classes.len())
+            .map(|i| gpu_class_pb(policy, i))
+            .collect(),
+        tiers: policy
+            .tiers
+            .iter()
+            .map(|t| pb::Tier {
+                name: t.name.clone(),
+                allowed_classes: (0..policy.classes.len())
+                    .filter(|&i| t.allowed[i])
+                    .map(|i| policy.classes[i].name.clone())
+                    .collect(),
+                preferred_class: t
+                    .preferred
+                    .map(|i| policy.classes[i].name.clone())
+                    .unwrap_or_default(),
+                objective: t.objective.as_str().to_string(),
+                priority_weight: t.priority_weight,
+            })
+            .collect(),
+        priority_buckets: policy
+            .priority
+            .buckets
+            .iter()
+            .map(|b| pb::PriorityBucket {
+                min_score: b.min_score,
+                priority_class: Some(priority_pb(b)),
+            })
+            .collect(),
+        job_types: policy.job_types.iter().map(|j| j.name.clone()).collect(),
+        anti_affinity_threshold: policy.anti_affinity_threshold,
+    }
+}
+
+/// The tonic service.
+#[derive(Debug, Clone)]
+pub struct ScorerService {
+    core: Arc<Core>,
+}
+
+impl ScorerService {
+    pub fn new(core: Arc<Core>) -> Self {
+        Self { core }
+    }
+}
+
+#[tonic::async_trait]
+impl pb::scorer_server::Scorer for ScorerService {
+    async fn score(
+        &self,
+        request: Request<pb::ScoreRequest>,
+    ) -> Result<Response<pb::ScoreResponse>, Status> {
+        let span = tracing::info_span!(
+            "Score",
+            request_id = %request.get_ref().request_id,
+            "gpu.class" = tracing::field::Empty,
+            "priority.score" = tracing::field::Empty,
+            explored = tracing::field::Empty,
+        );
+        gpu_admission_telemetry::propagation::set_parent_from_grpc(&span, request.metadata());
+        let _enter = span.enter();
+        let result = self.core.score(request.get_ref());
+        match &result {
+            Ok(r) => {
+                let class = r.accepted_classes.first().map_or("", |c| c.name.as_str());
+                span.record("gpu.class", class);
+                span.record("priority.score", r.priority_score);
+                span.record("explored", r.explored);
+                tracing::debug!(
+                    class,
+                    score = r.priority_score,
+                    explored = r.explored,
+                    "scored"
+                );
+            }
+            Err(status) => {
+                tracing::info!(code = ?status.code(), message = status.message(), "Score refused")
+            }
+        }
+        result.map(Response::new)
+    }
+
+    async fn observe(
+        &self,
+        request: Request<pb::ObserveRequest>,
+    ) -> Result<Response<pb::ObserveResponse>, Status> {
+        let span = tracing::info_span!("Observe", job_type = %request.get_ref().job_type);
+        gpu_admission_telemetry::propagation::set_parent_from_grpc(&span, request.metadata());
+        let _enter = span.enter();
+        self.core.observe(request.get_ref()).map(Response::new)
+    }
+
+    async fn get_policy(
+        &self,
+        _request: Request<pb::GetPolicyRequest>,
+    ) -> Result<Response<pb::GetPolicyResponse>, Status> {
+        self.core.get_policy().map(Response::new)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::embedded_default;
+
+    fn core() -> Core {
+        let store = Arc::new(PolicyStore::new(Some(embedded_default().unwrap())));
+        Core::new(store, Learned::default(), Arc::new(Metrics::unregistered()))
+    }
+
+    fn request(memory: Option<f64>) -> pb::ScoreRequest {
+        pb::ScoreRequest {
+            request_id: "r1".into(),
+            tier: "gold".into(),
+            job_type: "train-llama".into(),
+            gpu_count: 1,
+            gpu_vendor: pb::GpuVendor::Nvidia as i32,
+            gpu_memory_gib: memory,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn bad_numbers_are_invalid_arguments() {
+        let c = core();
+        for bad in [f64::NAN, -1.0, f64::INFINITY] {
+            let e = c.score(&request(Some(bad))).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad}");
+            assert!(e.message().contains("gpu_memory_gib"), "{}", e.message());
+        }
+        let mut r = request(Some(10.0));
+        r.model_size_billion_params = Some(f64::NAN);
+        assert_eq!(
+            c.score(&r).unwrap_err().code(),
+            tonic::Code::InvalidArgument
+        );
+        let mut r = request(Some(10.0));
+        r.job_type = "x".repeat(1000);
+        assert_eq!(
+            c.score(&r).unwrap_err().code(),
+            tonic::Code::InvalidArgument
+        );
+        // Unknown enum numbers are treated as "not said", not as errors.
+        let mut r = request(Some(10.0));
+        r.workload_class = 99;
+        r.gpu_vendor = 42;
+        assert!(c.score(&r).is_ok());
+    }
+
+    #[test]
+    fn observe_validates_and_learns() {
+        let c = core();
+        let ok = pb::ObserveRequest {
+            job_type: "train-llama".into(),
+            gpu_class: "H100-80GB".into(),
+            runtime_seconds: 40_000.0,
+            colocated_job_types: vec![],
+        };
+        let r = c.observe(&ok).unwrap();
+        assert_eq!(r.observations, 1);
+        assert!(r.runtime_mean_seconds < 43_200.0);
+        for bad in [
+            pb::ObserveRequest {
+                runtime_seconds: f64::NAN,
+                ..ok.clone()
+            },
+            pb::ObserveRequest {
+                runtime_seconds: 0.0,
+                ..ok.clone()
+            },
+            pb::ObserveRequest {
+                gpu_class: "T4".into(),
+                ..ok.clone()
+            },
+            pb::ObserveRequest {
+                job_type: "mystery".into(),
+                ..ok.clone()
+            },
+        ] {
+            assert_eq!(
+                c.observe(&bad).unwrap_err().code(),
+                tonic::Code::InvalidArgument,
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            c.snapshot().runtimes.get("train-llama", "H100-80GB").count,
+            1
+        );
+    }
+
+    #[test]
+    fn no_policy_means_unavailable() {
+        let c = Core::new(
+            Arc::new(PolicyStore::new(None)),
+            Learned::default(),
+            Arc::new(Metrics::unregistered()),
+        );
+        assert_eq!(
+            c.score(&request(Some(1.0))).unwrap_err().code(),
+            tonic::Code::Unavailable
+        );
+        assert_eq!(c.get_policy().unwrap_err().code(), tonic::Code::Unavailable);
+    }
+
+    #[test]
+    fn get_policy_lists_catalog_tiers_and_buckets() {
+        let p = core().get_policy().unwrap();
+        assert!(
+            p.catalog
+                .iter()
+                .any(|c| c.name == "H100-80GB" && c.node_label_key == "gpu.nvidia.com/class")
+        );
+        let bronze = p.tiers.iter().find(|t| t.name == "bronze").unwrap();
+        assert_eq!(bronze.allowed_classes, ["L4-24GB"]);
+        assert_eq!(bronze.objective, "cheapest");
+        let names: Vec<_> = p
+            .priority_buckets
+            .iter()
+            .map(|b| b.priority_class.as_ref().unwrap().name.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            ["gpu-ultra", "gpu-high", "gpu-medium", "gpu-default"]
+        );
+        assert!(p.job_types.contains(&"train-llama".to_string()));
+    }
+}
