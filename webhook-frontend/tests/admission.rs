@@ -1,0 +1,347 @@
+//! The real binary over HTTPS against an in-test Scorer double: mutation, pass-through, malformed input.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{Value, json};
+
+fn self_signed_args<'a>(dir: &'a str, scorer: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec![
+        "--self-signed",
+        dir,
+        "--scorer",
+        scorer,
+        "--no-kube",
+        "--namespace-tier",
+        "ml=gold",
+    ];
+    v.extend_from_slice(extra);
+    v
+}
+
+async fn webhook_with(mode: Mode, extra: &[&str]) -> (Webhook, ScorerDouble, tempfile::TempDir) {
+    let (double, scorer) = start_scorer(mode).await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap().to_string();
+    let wh = start_webhook(&self_signed_args(&d, &scorer, extra), &dir.path().join("ca.crt"));
+    (wh, double, dir)
+}
+
+/// Posts until the PriorityClasses from GetPolicy are known (fetched right after start-up).
+async fn mutate_until_priority(wh: &Webhook, pod: &Value) -> Value {
+    for i in 0..100 {
+        let resp = wh
+            .review(&review_for(
+                "admission.k8s.io/v1",
+                &format!("uid-{i}"),
+                "ml",
+                pod.clone(),
+            ))
+            .await;
+        if let Some(patched) = apply_patch(&resp, pod)
+            && patched["spec"].get("priorityClassName").is_some()
+        {
+            return resp;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the webhook never set a priorityClassName");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpu_pod_is_mutated_and_a_second_pass_is_a_no_op() {
+    let (wh, double, _dir) = webhook_with(Mode::Good, &[]).await;
+    let pod = gpu_pod("train-1");
+    let resp = mutate_until_priority(&wh, &pod).await;
+    let r = &resp["response"];
+    assert_eq!(resp["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(resp["kind"], "AdmissionReview");
+    assert_eq!(r["allowed"], true);
+    assert!(r["uid"].as_str().unwrap().starts_with("uid-"));
+    // a malformed annotation would be a warning; this Pod has none
+    assert!(r.get("warnings").is_none(), "{r}");
+
+    let patched = apply_patch(&resp, &pod).unwrap();
+    let p: Pod = serde_json::from_value(patched.clone()).unwrap();
+    let spec = p.spec.as_ref().unwrap();
+    assert_eq!(spec.priority_class_name.as_deref(), Some("gpu-high"));
+    assert_eq!(spec.priority, Some(7000));
+    assert_eq!(spec.preemption_policy.as_deref(), Some("PreemptLowerPriority"));
+    assert_eq!(spec.node_selector.as_ref().unwrap()[CLASS_KEY], "A100-80GB");
+    let tolerations = spec.tolerations.as_ref().unwrap();
+    assert_eq!(tolerations.len(), 2, "existing toleration kept, GPU toleration added");
+    assert_eq!(tolerations[0].key.as_deref(), Some("dedicated"));
+    assert_eq!(tolerations[1].key.as_deref(), Some("nvidia.com/gpu"));
+    let ann = p.metadata.annotations.as_ref().unwrap();
+    assert_eq!(ann["gpu-admission.io/gpu-class"], "A100-80GB");
+    assert_eq!(ann["gpu-admission.io/priority-score"], "75");
+    assert_eq!(ann["gpu-admission.io/policy-version"], "test-1");
+    assert!(
+        time::OffsetDateTime::parse(
+            &ann["gpu-admission.io/decided-at"],
+            &time::format_description::well_known::Rfc3339
+        )
+        .is_ok()
+    );
+    assert_eq!(
+        p.metadata.labels.as_ref().unwrap()["gpu-admission.io/job-type"],
+        "train-llama"
+    );
+    assert!(spec.affinity.as_ref().unwrap().pod_anti_affinity.is_some());
+
+    // What the scorer was asked, and with which deadline.
+    let asked = double.requests.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(
+        (asked.namespace.as_str(), asked.tier.as_str(), asked.job_type.as_str()),
+        ("ml", "gold", "train-llama")
+    );
+    assert_eq!((asked.gpu_count, asked.gpu_memory_gib), (1, Some(40.0)));
+    assert!(!double.timeouts.lock().unwrap().is_empty(), "grpc-timeout must be sent");
+
+    // Second pass over the patched Pod: allowed, no patch.
+    let again = wh
+        .review(&review_for("admission.k8s.io/v1", "uid-again", "ml", patched))
+        .await;
+    assert_eq!(again["response"]["allowed"], true);
+    assert!(again["response"].get("patch").is_none(), "{again}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hung_scorer_passes_through_inside_the_deadline() {
+    let (wh, double, _dir) = webhook_with(Mode::Hang, &["--deadline-ms", "150"]).await;
+    let pod = gpu_pod("train-hung");
+    let started = Instant::now();
+    let resp = wh
+        .review(&review_for("admission.k8s.io/v1", "uid-hung", "ml", pod))
+        .await;
+    let took = started.elapsed();
+    let r = &resp["response"];
+    assert_eq!(
+        (r["uid"].as_str(), r["allowed"].as_bool()),
+        (Some("uid-hung"), Some(true))
+    );
+    assert!(r.get("patch").is_none() && r.get("patchType").is_none(), "{r}");
+    let warnings = r["warnings"].to_string();
+    assert!(warnings.contains("timed out"), "{warnings}");
+    // 150 ms budget; generous bound for a loaded CI machine, far below the apiserver's 10 s.
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert_eq!(double.requests.lock().unwrap().len(), 1);
+    let t = double.timeouts.lock().unwrap()[0].clone();
+    assert!(
+        t.ends_with('m') || t.ends_with('u') || t.ends_with('n'),
+        "grpc-timeout {t}"
+    );
+
+    // The apiserver's own timeout wins when it is shorter than the budget.
+    *double.mode.lock().unwrap() = Mode::Hang;
+    let (_, body) = wh
+        .post(
+            "/mutate-pod?timeout=100ms",
+            serde_json::to_vec(&review_for("admission.k8s.io/v1", "u2", "ml", gpu_pod("p2"))).unwrap(),
+        )
+        .await;
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert!(v["response"]["warnings"].to_string().contains("within 50 ms"), "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_answers_pass_through() {
+    for mode in [Mode::OutOfRange, Mode::UnknownClass] {
+        let (wh, _double, _dir) = webhook_with(mode, &[]).await;
+        // An unknown class is only recognisable once the catalog is fetched (right after start-up).
+        let mut resp = Value::Null;
+        for i in 0..100 {
+            resp = wh
+                .review(&review_for(
+                    "admission.k8s.io/v1",
+                    &format!("uid-bad-{i}"),
+                    "ml",
+                    gpu_pod("p"),
+                ))
+                .await;
+            if resp["response"].get("patch").is_none() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let r = &resp["response"];
+        assert_eq!(r["allowed"], true);
+        assert!(r.get("patch").is_none(), "{mode:?}: {r}");
+        assert!(
+            r["warnings"].to_string().contains("answered invalidly"),
+            "{mode:?}: {r}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_and_missing_scorers_pass_through() {
+    let junk = start_junk_server().await;
+    // A port that was free a moment ago: connection refused.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    for scorer in [junk.as_str(), closed.as_str()] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_str().unwrap().to_string();
+        let wh = start_webhook(&self_signed_args(&d, scorer, &[]), &dir.path().join("ca.crt"));
+        let resp = wh
+            .review(&review_for("admission.k8s.io/v1", "uid-junk", "ml", gpu_pod("p")))
+            .await;
+        let r = &resp["response"];
+        assert_eq!(
+            (r["allowed"].as_bool(), r["uid"].as_str()),
+            (Some(true), Some("uid-junk"))
+        );
+        assert!(r.get("patch").is_none(), "{scorer}: {r}");
+        assert!(
+            r["warnings"].to_string().contains("Pod admitted unchanged"),
+            "{scorer}: {r}"
+        );
+        assert!(wh.stderr_text().contains("pass-through"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_and_oversized_bodies() {
+    let (wh, _double, _dir) = webhook_with(Mode::Good, &[]).await;
+    let (status, body) = wh.post("/mutate-pod", b"{\"apiVersion\": ".to_vec()).await;
+    assert_eq!(status, 400);
+    assert!(
+        String::from_utf8_lossy(&body).contains("malformed JSON"),
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+
+    let (status, body) = wh
+        .post(
+            "/mutate-pod",
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec(),
+        )
+        .await;
+    assert_eq!(status, 400, "{}", String::from_utf8_lossy(&body));
+
+    let big = vec![b' '; 4 * 1024 * 1024];
+    for force_http1 in [false, true] {
+        let mut conn = connect(wh.addr, &wh.ca, force_http1).await;
+        let (status, _) = conn.request("POST", "/mutate-pod", big.clone()).await;
+        assert_eq!(status, 413, "http1={force_http1}");
+    }
+
+    // A Pod object that does not parse (annotation value is a number): answered, allowed, with a warning.
+    let mut pod = gpu_pod("p");
+    pod["metadata"]["annotations"]["sleep"] = json!(4);
+    let resp = wh
+        .review(&review_for("admission.k8s.io/v1", "uid-odd", "ml", pod))
+        .await;
+    assert_eq!(
+        (resp["response"]["allowed"].as_bool(), resp["response"]["uid"].as_str()),
+        (Some(true), Some("uid-odd"))
+    );
+    assert!(resp["response"]["warnings"].to_string().contains("could not be read"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skipped_requests_are_allowed_unchanged() {
+    let (wh, double, _dir) = webhook_with(Mode::Good, &[]).await;
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+        "spec": {"selector": {}, "template": {"spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}});
+    let no_gpu = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"example.com/gpu": 1}}}]}});
+    for (ns, object) in [("ml", deployment), ("ml", no_gpu), ("no-tier", gpu_pod("p"))] {
+        let resp = wh
+            .review(&review_for("admission.k8s.io/v1", "uid-skip", ns, object.clone()))
+            .await;
+        let r = &resp["response"];
+        assert_eq!(
+            (r["allowed"].as_bool(), r["uid"].as_str()),
+            (Some(true), Some("uid-skip"))
+        );
+        assert!(r.get("patch").is_none() && r.get("warnings").is_none(), "{object}: {r}");
+    }
+    assert!(
+        double.requests.lock().unwrap().is_empty(),
+        "skipped requests never reach the scorer"
+    );
+
+    let mut update = review_for("admission.k8s.io/v1", "uid-up", "ml", gpu_pod("p"));
+    update["request"]["operation"] = json!("UPDATE");
+    let resp = wh.review(&update).await;
+    assert!(resp["response"].get("patch").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1beta1_review_is_answered_in_kind() {
+    let (wh, _double, _dir) = webhook_with(Mode::Good, &[]).await;
+    let resp = wh
+        .review(&review_for("admission.k8s.io/v1beta1", "uid-beta", "ml", gpu_pod("p")))
+        .await;
+    assert_eq!(resp["apiVersion"], "admission.k8s.io/v1beta1");
+    assert_eq!(resp["response"]["uid"], "uid-beta");
+    assert!(apply_patch(&resp, &gpu_pod("p")).is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_readiness_metrics_alpn_and_drain() {
+    let (mut wh, _double, _dir) = webhook_with(Mode::Good, &[]).await;
+    assert_eq!(wh.get("/healthz").await.0, 200);
+    assert_eq!(wh.get("/readyz").await.0, 200);
+    let conn = connect(wh.addr, &wh.ca, false).await;
+    assert_eq!(conn.alpn.as_deref(), Some(&b"h2"[..]));
+    let mut h1 = connect(wh.addr, &wh.ca, true).await;
+    assert_eq!(h1.alpn.as_deref(), Some(&b"http/1.1"[..]));
+    assert_eq!(h1.request("GET", "/healthz", Vec::new()).await.0, 200);
+
+    wh.review(&review_for("admission.k8s.io/v1", "uid-m", "ml", gpu_pod("p")))
+        .await;
+    let admin = wh.admin.expect("admin address logged");
+    let metrics = reqwest_like_get(admin, "/metrics").await;
+    assert!(
+        metrics.contains("gpu_admission_requests_total{operation=\"CREATE\",outcome=\"mutated\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("gpu_admission_scorer_calls_total{result=\"ok\"}"),
+        "{metrics}"
+    );
+
+    // SIGTERM: drains and exits 0.
+    let pid = wh.child.id().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = Instant::now() + Duration::from_secs(25);
+    loop {
+        if let Some(status) = wh.child.try_wait().unwrap() {
+            assert!(status.success(), "{status}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no exit after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(wh.stderr_text().contains("draining"));
+}
+
+/// Plain-HTTP GET on the admin port.
+async fn reqwest_like_get(addr: std::net::SocketAddr, path: &str) -> String {
+    use http_body_util::BodyExt;
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let req = hyper::Request::get(path)
+        .header("host", "admin")
+        .body(http_body_util::Empty::<hyper::body::Bytes>::new())
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    String::from_utf8(resp.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap()
+}
