@@ -39,7 +39,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let _ = admin_stopped.await;
         })
         .await?;
-    tracing::info!("admin listening on {admin}");
     let result = running.wait_for(server::shutdown_signal()).await;
     let _ = admin_stop.send(());
     result
