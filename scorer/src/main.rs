@@ -34,11 +34,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(cli.listen).await?;
     let running = server::start(cli.server_config(), listener, metrics).await?;
     let (admin_stop, admin_stopped) = tokio::sync::oneshot::channel::<()>();
-    let admin =
-        gpu_admission_telemetry::admin::serve(cli.admin_listen, Arc::new(registry), async {
-            let _ = admin_stopped.await;
-        })
-        .await?;
+    // The admin server (GET /metrics) logs its own bound address.
+    gpu_admission_telemetry::admin::serve(cli.admin_listen, Arc::new(registry), async {
+        let _ = admin_stopped.await;
+    })
+    .await?;
     let result = running.wait_for(server::shutdown_signal()).await;
     let _ = admin_stop.send(());
     result
