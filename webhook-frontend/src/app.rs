@@ -66,11 +66,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 
     let scorer = Scorer::new(&config.scorer, config.deadline(), config.deadline_margin())?;
     let policy = Arc::new(PolicyCache::default());
-    tokio::spawn(
-        policy
-            .clone()
-            .keep_fresh(scorer.clone(), Duration::from_secs(config.policy_refresh_secs.max(1))),
-    );
+    tokio::spawn(policy.clone().keep_fresh(
+        scorer.clone(),
+        Duration::from_secs(config.policy_refresh_secs.max(1)),
+    ));
 
     let cluster = if config.no_kube {
         ClusterFacts::Static {
@@ -78,7 +77,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         }
     } else {
         let client = kube_cache::client().await?;
-        ClusterFacts::Kube(kube_cache::KubeCaches::start(client, config.tier_label.clone()))
+        ClusterFacts::Kube(kube_cache::KubeCaches::start(
+            client,
+            config.tier_label.clone(),
+        ))
     };
 
     let state = Arc::new(AppState {
@@ -99,7 +101,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     eprintln!("webhook-frontend listening on {addr}");
     tracing::info!(%addr, scorer = %config.scorer, no_kube = config.no_kube, "admission server started");
 
-    let admin = gpu_admission_telemetry::admin::serve(config.admin_listen, Arc::new(registry), shutdown.wait()).await?;
+    let admin = gpu_admission_telemetry::admin::serve(
+        config.admin_listen,
+        Arc::new(registry),
+        shutdown.wait(),
+    )
+    .await?;
     tracing::info!(%admin, "admin server started");
 
     server::serve(

@@ -25,7 +25,12 @@ pub struct Config {
     pub scorer: String,
 
     /// PEM certificate chain (the Secret's tls.crt); reloaded when it changes.
-    #[arg(long, env = "WEBHOOK_TLS_CERT", requires = "tls_key", conflicts_with = "self_signed")]
+    #[arg(
+        long,
+        env = "WEBHOOK_TLS_CERT",
+        requires = "tls_key",
+        conflicts_with = "self_signed"
+    )]
     pub tls_cert: Option<PathBuf>,
 
     /// PEM private key (the Secret's tls.key).
@@ -33,7 +38,11 @@ pub struct Config {
     pub tls_key: Option<PathBuf>,
 
     /// Dev mode: generate a CA and a serving certificate into DIR (DIR/ca.crt, DIR/tls.crt, DIR/tls.key).
-    #[arg(long = "self-signed", value_name = "DIR", env = "WEBHOOK_SELF_SIGNED_DIR")]
+    #[arg(
+        long = "self-signed",
+        value_name = "DIR",
+        env = "WEBHOOK_SELF_SIGNED_DIR"
+    )]
     pub self_signed: Option<PathBuf>,
 
     /// Extra subject alternative names of the generated serving certificate (DNS names or IPs).
@@ -124,7 +133,8 @@ mod tests {
         assert_eq!(c.deadline(), Duration::from_millis(150));
         assert!(c.no_kube);
 
-        let c = Config::try_parse_from(["webhook-frontend", "--tls-cert", "a", "--tls-key", "b"]).unwrap();
+        let c = Config::try_parse_from(["webhook-frontend", "--tls-cert", "a", "--tls-key", "b"])
+            .unwrap();
         assert_eq!(c.listen.to_string(), "0.0.0.0:8443");
         assert_eq!(c.admin_listen.to_string(), "0.0.0.0:9092");
         assert_eq!(c.deadline_ms, 200);
@@ -146,6 +156,15 @@ mod tests {
             ])
             .is_err()
         );
-        assert!(Config::try_parse_from(["webhook-frontend", "--self-signed", "d", "--namespace-tier", "a=b"]).is_err());
+        assert!(
+            Config::try_parse_from([
+                "webhook-frontend",
+                "--self-signed",
+                "d",
+                "--namespace-tier",
+                "a=b"
+            ])
+            .is_err()
+        );
     }
 }

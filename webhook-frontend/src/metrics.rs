@@ -104,7 +104,11 @@ impl Metrics {
             prometheus_client::registry::Unit::Seconds,
             m.scorer_call_duration.clone(),
         );
-        r.register("scorer_calls", "Score calls by result", m.scorer_calls.clone());
+        r.register(
+            "scorer_calls",
+            "Score calls by result",
+            m.scorer_calls.clone(),
+        );
         r.register(
             "tls_reloads",
             "Reloads of the serving certificate by result",
@@ -114,17 +118,23 @@ impl Metrics {
     }
 
     pub fn record_request(&self, operation: &'static str, outcome: Outcome, seconds: f64) {
-        self.requests.get_or_create(&RequestLabels { operation, outcome }).inc();
+        self.requests
+            .get_or_create(&RequestLabels { operation, outcome })
+            .inc();
         self.duration.observe(seconds);
     }
 
     pub fn record_scorer_call(&self, result: CallResult, seconds: f64) {
-        self.scorer_calls.get_or_create(&CallLabels { result }).inc();
+        self.scorer_calls
+            .get_or_create(&CallLabels { result })
+            .inc();
         self.scorer_call_duration.observe(seconds);
     }
 
     pub fn record_tls_reload(&self, result: ReloadResult) {
-        self.tls_reloads.get_or_create(&ReloadLabels { result }).inc();
+        self.tls_reloads
+            .get_or_create(&ReloadLabels { result })
+            .inc();
     }
 }
 

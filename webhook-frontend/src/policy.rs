@@ -32,7 +32,8 @@ impl PolicySnapshot {
             .filter_map(|b| b.priority_class.as_ref())
             .filter(|pc| !pc.name.is_empty())
             .map(|pc| {
-                let policy = (!pc.preemption_policy.is_empty()).then(|| pc.preemption_policy.clone());
+                let policy =
+                    (!pc.preemption_policy.is_empty()).then(|| pc.preemption_policy.clone());
                 (
                     pc.name.clone(),
                     PriorityClassFacts {
@@ -78,7 +79,10 @@ pub struct PolicyCache {
 
 impl PolicyCache {
     pub fn snapshot(&self) -> std::sync::Arc<PolicySnapshot> {
-        self.current.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub fn set(&self, snapshot: PolicySnapshot) {

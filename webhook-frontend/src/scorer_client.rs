@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use gpu_admission_proto::scorer::v1::scorer_client::ScorerClient as GrpcClient;
-use gpu_admission_proto::scorer::v1::{GetPolicyRequest, GetPolicyResponse, ScoreRequest, ScoreResponse};
+use gpu_admission_proto::scorer::v1::{
+    GetPolicyRequest, GetPolicyResponse, ScoreRequest, ScoreResponse,
+};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::metrics::CallResult;
@@ -47,7 +49,11 @@ fn classify(status: tonic::Status) -> ScoreCall {
 
 /// The smaller of the configured budget and the apiserver's own timeout minus a safety margin; never below
 /// `floor` (a deadline of 0 would fail every call).
-pub fn effective_deadline(budget: Duration, apiserver_timeout: Option<Duration>, margin: Duration) -> Duration {
+pub fn effective_deadline(
+    budget: Duration,
+    apiserver_timeout: Option<Duration>,
+    margin: Duration,
+) -> Duration {
     const FLOOR: Duration = Duration::from_millis(5);
     match apiserver_timeout {
         Some(t) => budget.min(t.saturating_sub(margin)).max(FLOOR),
@@ -165,7 +171,10 @@ mod tests {
     fn deadline_is_the_smaller_of_budget_and_apiserver_timeout() {
         let ms = Duration::from_millis;
         assert_eq!(effective_deadline(ms(200), None, ms(50)), ms(200));
-        assert_eq!(effective_deadline(ms(200), Some(ms(10_000)), ms(50)), ms(200));
+        assert_eq!(
+            effective_deadline(ms(200), Some(ms(10_000)), ms(50)),
+            ms(200)
+        );
         assert_eq!(effective_deadline(ms(200), Some(ms(150)), ms(50)), ms(100));
         assert_eq!(effective_deadline(ms(200), Some(ms(20)), ms(50)), ms(5));
     }

@@ -100,7 +100,9 @@ pub async fn serve(
                     return;
                 }
             };
-            let conn = builder.serve_connection(TokioIo::new(tls), service).into_owned();
+            let conn = builder
+                .serve_connection(TokioIo::new(tls), service)
+                .into_owned();
             if let Err(err) = watcher.watch(conn).await {
                 tracing::debug!(%peer, %err, "connection ended with an error");
             }

@@ -26,7 +26,10 @@ async fn webhook_with(mode: Mode, extra: &[&str]) -> (Webhook, ScorerDouble, tem
     let (double, scorer) = start_scorer(mode).await;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap().to_string();
-    let wh = start_webhook(&self_signed_args(&d, &scorer, extra), &dir.path().join("ca.crt"));
+    let wh = start_webhook(
+        &self_signed_args(&d, &scorer, extra),
+        &dir.path().join("ca.crt"),
+    );
     (wh, double, dir)
 }
 
@@ -69,10 +72,17 @@ async fn gpu_pod_is_mutated_and_a_second_pass_is_a_no_op() {
     let spec = p.spec.as_ref().unwrap();
     assert_eq!(spec.priority_class_name.as_deref(), Some("gpu-high"));
     assert_eq!(spec.priority, Some(7000));
-    assert_eq!(spec.preemption_policy.as_deref(), Some("PreemptLowerPriority"));
+    assert_eq!(
+        spec.preemption_policy.as_deref(),
+        Some("PreemptLowerPriority")
+    );
     assert_eq!(spec.node_selector.as_ref().unwrap()[CLASS_KEY], "A100-80GB");
     let tolerations = spec.tolerations.as_ref().unwrap();
-    assert_eq!(tolerations.len(), 2, "existing toleration kept, GPU toleration added");
+    assert_eq!(
+        tolerations.len(),
+        2,
+        "existing toleration kept, GPU toleration added"
+    );
     assert_eq!(tolerations[0].key.as_deref(), Some("dedicated"));
     assert_eq!(tolerations[1].key.as_deref(), Some("nvidia.com/gpu"));
     let ann = p.metadata.annotations.as_ref().unwrap();
@@ -95,15 +105,27 @@ async fn gpu_pod_is_mutated_and_a_second_pass_is_a_no_op() {
     // What the scorer was asked, and with which deadline.
     let asked = double.requests.lock().unwrap().last().cloned().unwrap();
     assert_eq!(
-        (asked.namespace.as_str(), asked.tier.as_str(), asked.job_type.as_str()),
+        (
+            asked.namespace.as_str(),
+            asked.tier.as_str(),
+            asked.job_type.as_str()
+        ),
         ("ml", "gold", "train-llama")
     );
     assert_eq!((asked.gpu_count, asked.gpu_memory_gib), (1, Some(40.0)));
-    assert!(!double.timeouts.lock().unwrap().is_empty(), "grpc-timeout must be sent");
+    assert!(
+        !double.timeouts.lock().unwrap().is_empty(),
+        "grpc-timeout must be sent"
+    );
 
     // Second pass over the patched Pod: allowed, no patch.
     let again = wh
-        .review(&review_for("admission.k8s.io/v1", "uid-again", "ml", patched))
+        .review(&review_for(
+            "admission.k8s.io/v1",
+            "uid-again",
+            "ml",
+            patched,
+        ))
         .await;
     assert_eq!(again["response"]["allowed"], true);
     assert!(again["response"].get("patch").is_none(), "{again}");
@@ -123,7 +145,10 @@ async fn hung_scorer_passes_through_inside_the_deadline() {
         (r["uid"].as_str(), r["allowed"].as_bool()),
         (Some("uid-hung"), Some(true))
     );
-    assert!(r.get("patch").is_none() && r.get("patchType").is_none(), "{r}");
+    assert!(
+        r.get("patch").is_none() && r.get("patchType").is_none(),
+        "{r}"
+    );
     let warnings = r["warnings"].to_string();
     assert!(warnings.contains("timed out"), "{warnings}");
     // 150 ms budget; generous bound for a loaded CI machine, far below the apiserver's 10 s.
@@ -140,11 +165,22 @@ async fn hung_scorer_passes_through_inside_the_deadline() {
     let (_, body) = wh
         .post(
             "/mutate-pod?timeout=100ms",
-            serde_json::to_vec(&review_for("admission.k8s.io/v1", "u2", "ml", gpu_pod("p2"))).unwrap(),
+            serde_json::to_vec(&review_for(
+                "admission.k8s.io/v1",
+                "u2",
+                "ml",
+                gpu_pod("p2"),
+            ))
+            .unwrap(),
         )
         .await;
     let v: Value = serde_json::from_slice(&body).unwrap();
-    assert!(v["response"]["warnings"].to_string().contains("within 50 ms"), "{v}");
+    assert!(
+        v["response"]["warnings"]
+            .to_string()
+            .contains("within 50 ms"),
+        "{v}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -188,9 +224,17 @@ async fn garbage_and_missing_scorers_pass_through() {
     for scorer in [junk.as_str(), closed.as_str()] {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().to_str().unwrap().to_string();
-        let wh = start_webhook(&self_signed_args(&d, scorer, &[]), &dir.path().join("ca.crt"));
+        let wh = start_webhook(
+            &self_signed_args(&d, scorer, &[]),
+            &dir.path().join("ca.crt"),
+        );
         let resp = wh
-            .review(&review_for("admission.k8s.io/v1", "uid-junk", "ml", gpu_pod("p")))
+            .review(&review_for(
+                "admission.k8s.io/v1",
+                "uid-junk",
+                "ml",
+                gpu_pod("p"),
+            ))
             .await;
         let r = &resp["response"];
         assert_eq!(
@@ -239,10 +283,17 @@ async fn malformed_and_oversized_bodies() {
         .review(&review_for("admission.k8s.io/v1", "uid-odd", "ml", pod))
         .await;
     assert_eq!(
-        (resp["response"]["allowed"].as_bool(), resp["response"]["uid"].as_str()),
+        (
+            resp["response"]["allowed"].as_bool(),
+            resp["response"]["uid"].as_str()
+        ),
         (Some(true), Some("uid-odd"))
     );
-    assert!(resp["response"]["warnings"].to_string().contains("could not be read"));
+    assert!(
+        resp["response"]["warnings"]
+            .to_string()
+            .contains("could not be read")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -252,16 +303,28 @@ async fn skipped_requests_are_allowed_unchanged() {
         "spec": {"selector": {}, "template": {"spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}});
     let no_gpu = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
         "spec": {"containers": [{"name": "c", "resources": {"limits": {"example.com/gpu": 1}}}]}});
-    for (ns, object) in [("ml", deployment), ("ml", no_gpu), ("no-tier", gpu_pod("p"))] {
+    for (ns, object) in [
+        ("ml", deployment),
+        ("ml", no_gpu),
+        ("no-tier", gpu_pod("p")),
+    ] {
         let resp = wh
-            .review(&review_for("admission.k8s.io/v1", "uid-skip", ns, object.clone()))
+            .review(&review_for(
+                "admission.k8s.io/v1",
+                "uid-skip",
+                ns,
+                object.clone(),
+            ))
             .await;
         let r = &resp["response"];
         assert_eq!(
             (r["allowed"].as_bool(), r["uid"].as_str()),
             (Some(true), Some("uid-skip"))
         );
-        assert!(r.get("patch").is_none() && r.get("warnings").is_none(), "{object}: {r}");
+        assert!(
+            r.get("patch").is_none() && r.get("warnings").is_none(),
+            "{object}: {r}"
+        );
     }
     assert!(
         double.requests.lock().unwrap().is_empty(),
@@ -278,7 +341,12 @@ async fn skipped_requests_are_allowed_unchanged() {
 async fn v1beta1_review_is_answered_in_kind() {
     let (wh, _double, _dir) = webhook_with(Mode::Good, &[]).await;
     let resp = wh
-        .review(&review_for("admission.k8s.io/v1beta1", "uid-beta", "ml", gpu_pod("p")))
+        .review(&review_for(
+            "admission.k8s.io/v1beta1",
+            "uid-beta",
+            "ml",
+            gpu_pod("p"),
+        ))
         .await;
     assert_eq!(resp["apiVersion"], "admission.k8s.io/v1beta1");
     assert_eq!(resp["response"]["uid"], "uid-beta");
@@ -296,8 +364,13 @@ async fn health_readiness_metrics_alpn_and_drain() {
     assert_eq!(h1.alpn.as_deref(), Some(&b"http/1.1"[..]));
     assert_eq!(h1.request("GET", "/healthz", Vec::new()).await.0, 200);
 
-    wh.review(&review_for("admission.k8s.io/v1", "uid-m", "ml", gpu_pod("p")))
-        .await;
+    wh.review(&review_for(
+        "admission.k8s.io/v1",
+        "uid-m",
+        "ml",
+        gpu_pod("p"),
+    ))
+    .await;
     let admin = wh.admin.expect("admin address logged");
     let metrics = reqwest_like_get(admin, "/metrics").await;
     assert!(
@@ -343,5 +416,13 @@ async fn reqwest_like_get(addr: std::net::SocketAddr, path: &str) -> String {
         .body(http_body_util::Empty::<hyper::body::Bytes>::new())
         .unwrap();
     let resp = send.send_request(req).await.unwrap();
-    String::from_utf8(resp.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap()
+    String::from_utf8(
+        resp.into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .to_vec(),
+    )
+    .unwrap()
 }

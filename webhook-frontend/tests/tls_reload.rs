@@ -14,7 +14,8 @@ use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair}
 /// does for Secret volumes (tls.crt and tls.key are symlinks through `..data`).
 fn write_version(dir: &Path, version: &str, ca: &CertifiedIssuer<'_, KeyPair>) -> Vec<u8> {
     let key = KeyPair::generate().unwrap();
-    let mut params = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+    let mut params =
+        CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
     params.is_ca = IsCa::ExplicitNoCa;
     let cert = params.signed_by(&key, ca).unwrap();
     let vdir = dir.join(version);
@@ -89,5 +90,9 @@ async fn secret_update_is_served_to_new_connections_without_dropping_old_ones() 
     tokio::time::sleep(Duration::from_millis(500)).await;
     let c = connect(wh.addr, &ca_path, false).await;
     assert_eq!(c.server_cert.as_ref(), &second[..]);
-    assert!(wh.stderr_text().contains("cannot be loaded"), "{}", wh.stderr_text());
+    assert!(
+        wh.stderr_text().contains("cannot be loaded"),
+        "{}",
+        wh.stderr_text()
+    );
 }

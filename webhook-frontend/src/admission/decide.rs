@@ -30,7 +30,10 @@ pub fn triage<'a>(
     if req.operation != Operation::Create {
         return Err(Skip("not a CREATE"));
     }
-    let pod = req.object.as_ref().ok_or(Skip("no object in the request"))?;
+    let pod = req
+        .object
+        .as_ref()
+        .ok_or(Skip("no object in the request"))?;
     if pod
         .metadata
         .annotations
@@ -110,7 +113,10 @@ fn is_label_key(k: &str) -> bool {
 /// reject the Pod or make it unschedulable.
 pub fn validate_answer(a: &ScoreResponse, policy: &PolicySnapshot) -> Result<(), String> {
     if !a.priority_score.is_finite() || !(0.0..=100.0).contains(&a.priority_score) {
-        return Err(format!("priority score {} outside 0..=100", a.priority_score));
+        return Err(format!(
+            "priority score {} outside 0..=100",
+            a.priority_score
+        ));
     }
     // Membership is only checked against the same policy version (the scorer may have reloaded since).
     let check_catalog = !policy.catalog.is_empty() && policy.version == a.policy_version;
@@ -125,16 +131,28 @@ pub fn validate_answer(a: &ScoreResponse, policy: &PolicySnapshot) -> Result<(),
             ));
         }
         if !c.taint_key.is_empty() && !is_label_key(&c.taint_key) {
-            return Err(format!("class {:?} has an invalid taint key {:?}", c.name, c.taint_key));
+            return Err(format!(
+                "class {:?} has an invalid taint key {:?}",
+                c.name, c.taint_key
+            ));
         }
         if check_catalog && policy.class(&c.name).is_none() {
-            return Err(format!("unknown GPU class {:?} (policy {})", c.name, a.policy_version));
+            return Err(format!(
+                "unknown GPU class {:?} (policy {})",
+                c.name, a.policy_version
+            ));
         }
     }
     if let Some(pc) = &a.priority_class
-        && !matches!(pc.preemption_policy.as_str(), "" | "PreemptLowerPriority" | "Never")
+        && !matches!(
+            pc.preemption_policy.as_str(),
+            "" | "PreemptLowerPriority" | "Never"
+        )
     {
-        return Err(format!("unknown preemption policy {:?}", pc.preemption_policy));
+        return Err(format!(
+            "unknown preemption policy {:?}",
+            pc.preemption_policy
+        ));
     }
     Ok(())
 }
@@ -142,10 +160,16 @@ pub fn validate_answer(a: &ScoreResponse, policy: &PolicySnapshot) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpu_admission_proto::scorer::v1::{GetPolicyResponse, GpuClass, PriorityAssignment, PriorityBucket};
+    use gpu_admission_proto::scorer::v1::{
+        GetPolicyResponse, GpuClass, PriorityAssignment, PriorityBucket,
+    };
     use serde_json::json;
 
-    fn request(op: &str, namespace: Option<&str>, object: serde_json::Value) -> AdmissionRequest<Pod> {
+    fn request(
+        op: &str,
+        namespace: Option<&str>,
+        object: serde_json::Value,
+    ) -> AdmissionRequest<Pod> {
         serde_json::from_value(json!({
             "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
             "resource": {"group": "", "version": "v1", "resource": "pods"},
@@ -154,7 +178,10 @@ mod tests {
         .unwrap()
     }
 
-    fn gpu_pod(annotations: serde_json::Value, node_selector: serde_json::Value) -> serde_json::Value {
+    fn gpu_pod(
+        annotations: serde_json::Value,
+        node_selector: serde_json::Value,
+    ) -> serde_json::Value {
         json!({"metadata": {"name": "p", "annotations": annotations}, "spec": {"nodeSelector": node_selector,
             "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}})
     }
@@ -188,7 +215,10 @@ mod tests {
     fn only_gpu_pod_creates_in_tiered_namespaces_are_scored() {
         let ok = request("CREATE", Some("ml"), gpu_pod(json!({}), json!(null)));
         let c = triage(&ok, tiers).unwrap();
-        assert_eq!((c.namespace, c.tier.as_str(), c.features.gpu_count), ("ml", "gold", 2));
+        assert_eq!(
+            (c.namespace, c.tier.as_str(), c.features.gpu_count),
+            ("ml", "gold", 2)
+        );
 
         let cases = [
             (
@@ -199,7 +229,10 @@ mod tests {
                 request("CREATE", Some("web"), gpu_pod(json!({}), json!(null))),
                 "namespace has no tier label",
             ),
-            (request("CREATE", None, gpu_pod(json!({}), json!(null))), "no namespace"),
+            (
+                request("CREATE", None, gpu_pod(json!({}), json!(null))),
+                "no namespace",
+            ),
             (
                 request(
                     "CREATE",
@@ -209,11 +242,18 @@ mod tests {
                 "no GPU requested",
             ),
             (
-                request("CREATE", Some("ml"), gpu_pod(json!({ANN_DECIDED_AT: "x"}), json!(null))),
+                request(
+                    "CREATE",
+                    Some("ml"),
+                    gpu_pod(json!({ANN_DECIDED_AT: "x"}), json!(null)),
+                ),
                 "already decided",
             ),
             (request("DELETE", Some("ml"), json!(null)), "not a CREATE"),
-            (request("CREATE", Some("ml"), json!(null)), "no object in the request"),
+            (
+                request("CREATE", Some("ml"), json!(null)),
+                "no object in the request",
+            ),
         ];
         for (req, why) in cases {
             assert_eq!(triage(&req, tiers).unwrap_err(), Skip(why));
@@ -265,7 +305,10 @@ mod tests {
     #[test]
     fn validation_rejects_bad_answers() {
         assert_eq!(validate_answer(&answer(), &policy()), Ok(()));
-        assert_eq!(validate_answer(&answer(), &PolicySnapshot::default()), Ok(()));
+        assert_eq!(
+            validate_answer(&answer(), &PolicySnapshot::default()),
+            Ok(())
+        );
         for bad in [f64::NAN, f64::INFINITY, -0.5, 100.01] {
             let mut a = answer();
             a.priority_score = bad;

@@ -51,7 +51,9 @@ pub fn gpu_vendor_of(resource: &str) -> Option<GpuVendor> {
     match resource {
         "nvidia.com/gpu" => Some(GpuVendor::Nvidia),
         "amd.com/gpu" => Some(GpuVendor::Amd),
-        r if r.len() > "gpu.intel.com/".len() && r.starts_with("gpu.intel.com/") => Some(GpuVendor::Intel),
+        r if r.len() > "gpu.intel.com/".len() && r.starts_with("gpu.intel.com/") => {
+            Some(GpuVendor::Intel)
+        }
         _ => None,
     }
 }
@@ -63,7 +65,9 @@ fn parse_gpu_quantity(q: &str) -> Option<u32> {
         return Some(n.min(u64::from(u32::MAX)) as u32);
     }
     match q.parse::<f64>() {
-        Ok(f) if f.is_finite() && f >= 0.0 && f.fract() == 0.0 => Some(f.min(f64::from(u32::MAX)) as u32),
+        Ok(f) if f.is_finite() && f >= 0.0 && f.fract() == 0.0 => {
+            Some(f.min(f64::from(u32::MAX)) as u32)
+        }
         _ => None,
     }
 }
@@ -75,7 +79,9 @@ fn container_gpus(c: &Container, vendor: &mut GpuVendor, warnings: &mut Vec<Stri
     let mut per_resource: BTreeMap<&str, u32> = BTreeMap::new();
     for map in [&res.requests, &res.limits].into_iter().flatten() {
         for (name, q) in map {
-            let Some(v) = gpu_vendor_of(name) else { continue };
+            let Some(v) = gpu_vendor_of(name) else {
+                continue;
+            };
             match parse_gpu_quantity(&q.0) {
                 Some(n) => {
                     if n > 0 && *vendor == GpuVendor::Unknown {
@@ -91,7 +97,9 @@ fn container_gpus(c: &Container, vendor: &mut GpuVendor, warnings: &mut Vec<Stri
             }
         }
     }
-    per_resource.values().fold(0u32, |a, b| a.saturating_add(*b))
+    per_resource
+        .values()
+        .fold(0u32, |a, b| a.saturating_add(*b))
 }
 
 /// The first annotation among `keys` that is present, with its key.
@@ -99,14 +107,17 @@ fn first_annotation<'a>(
     annotations: &'a BTreeMap<String, String>,
     keys: &[&'static str],
 ) -> Option<(&'static str, &'a str)> {
-    keys.iter().find_map(|k| annotations.get(*k).map(|v| (*k, v.trim())))
+    keys.iter()
+        .find_map(|k| annotations.get(*k).map(|v| (*k, v.trim())))
 }
 
 fn parse_positive_f64(key: &str, value: &str, warnings: &mut Vec<String>) -> Option<f64> {
     match value.parse::<f64>() {
         Ok(f) if f.is_finite() && f > 0.0 => Some(f),
         _ => {
-            warnings.push(format!("annotation {key}={value:?} ignored: not a positive number"));
+            warnings.push(format!(
+                "annotation {key}={value:?} ignored: not a positive number"
+            ));
             None
         }
     }
@@ -177,7 +188,12 @@ pub fn extract(pod: &Pod) -> JobFeatures {
             }
         }
         gpu_count = sum.max(init_max);
-        dra_claims = spec.resource_claims.iter().flatten().map(|c| c.name.clone()).collect();
+        dra_claims = spec
+            .resource_claims
+            .iter()
+            .flatten()
+            .map(|c| c.name.clone())
+            .collect();
     }
     if gpu_count == 0 {
         vendor = GpuVendor::Unknown;
@@ -187,28 +203,32 @@ pub fn extract(pod: &Pod) -> JobFeatures {
     let ann = pod.metadata.annotations.as_ref().unwrap_or(&empty);
     let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
 
-    let job_type =
-        match first_annotation(ann, &keys::JOB_TYPE).or_else(|| first_annotation(labels, &keys::JOB_TYPE[1..])) {
-            Some((_, v)) if is_label_value(v) => Some(v.to_string()),
-            Some((k, v)) => {
+    let job_type = match first_annotation(ann, &keys::JOB_TYPE)
+        .or_else(|| first_annotation(labels, &keys::JOB_TYPE[1..]))
+    {
+        Some((_, v)) if is_label_value(v) => Some(v.to_string()),
+        Some((k, v)) => {
+            warnings.push(format!(
+                "annotation {k}={v:?} ignored: a job type must be a valid label value"
+            ));
+            None
+        }
+        None => None,
+    };
+    let gpu_memory_gib = first_annotation(ann, &keys::GPU_MEMORY_GIB)
+        .and_then(|(k, v)| parse_positive_f64(k, v, &mut warnings));
+    let batch_size =
+        first_annotation(ann, &keys::BATCH_SIZE).and_then(|(k, v)| match v.parse::<u32>() {
+            Ok(n) if n > 0 => Some(n),
+            _ => {
                 warnings.push(format!(
-                    "annotation {k}={v:?} ignored: a job type must be a valid label value"
+                    "annotation {k}={v:?} ignored: not a positive integer"
                 ));
                 None
             }
-            None => None,
-        };
-    let gpu_memory_gib =
-        first_annotation(ann, &keys::GPU_MEMORY_GIB).and_then(|(k, v)| parse_positive_f64(k, v, &mut warnings));
-    let batch_size = first_annotation(ann, &keys::BATCH_SIZE).and_then(|(k, v)| match v.parse::<u32>() {
-        Ok(n) if n > 0 => Some(n),
-        _ => {
-            warnings.push(format!("annotation {k}={v:?} ignored: not a positive integer"));
-            None
-        }
-    });
-    let model_size_billion_params =
-        first_annotation(ann, &[keys::MODEL_SIZE_B]).and_then(|(k, v)| parse_positive_f64(k, v, &mut warnings));
+        });
+    let model_size_billion_params = first_annotation(ann, &[keys::MODEL_SIZE_B])
+        .and_then(|(k, v)| parse_positive_f64(k, v, &mut warnings));
     let workload_class = match first_annotation(ann, &[keys::WORKLOAD_CLASS]) {
         Some((k, v)) => parse_workload_class(v).unwrap_or_else(|| {
             warnings.push(format!(
@@ -247,7 +267,9 @@ mod tests {
     }
 
     fn gpu_pod(resources: serde_json::Value) -> Pod {
-        pod(json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "resources": resources}]}}))
+        pod(
+            json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "resources": resources}]}}),
+        )
     }
 
     #[test]
@@ -336,7 +358,12 @@ mod tests {
         }}}));
         let f = extract(&p);
         assert_eq!(
-            (f.gpu_memory_gib, f.batch_size, f.model_size_billion_params, f.job_type),
+            (
+                f.gpu_memory_gib,
+                f.batch_size,
+                f.model_size_billion_params,
+                f.job_type
+            ),
             (None, None, None, None)
         );
         assert_eq!(f.workload_class, WorkloadClass::Unknown);
@@ -371,8 +398,10 @@ mod tests {
 
     #[test]
     fn dra_claims_are_noted() {
-        let p = pod(json!({"metadata": {}, "spec": {"containers": [{"name": "c"}],
-            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]}}));
+        let p = pod(
+            json!({"metadata": {}, "spec": {"containers": [{"name": "c"}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]}}),
+        );
         let f = extract(&p);
         assert_eq!(f.dra_claims, ["gpu"]);
         assert_eq!(f.gpu_count, 0);

@@ -49,7 +49,12 @@ fn operation_label_text(op: &str) -> &'static str {
     }
 }
 
-pub async fn mutate_pod(State(state): State<Arc<AppState>>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn mutate_pod(
+    State(state): State<Arc<AppState>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let start = Instant::now();
     let span = tracing::info_span!(
         "admission",
@@ -73,9 +78,11 @@ pub async fn mutate_pod(State(state): State<Arc<AppState>>, uri: Uri, headers: H
                 span.record("admission.outcome", Outcome::bad_request.as_str());
                 span.record("admission.reason", bad.0.as_str());
                 tracing::info!(error = %bad, "rejecting a body that is not an AdmissionReview");
-                state
-                    .metrics
-                    .record_request("unknown", Outcome::bad_request, start.elapsed().as_secs_f64());
+                state.metrics.record_request(
+                    "unknown",
+                    Outcome::bad_request,
+                    start.elapsed().as_secs_f64(),
+                );
                 return (StatusCode::BAD_REQUEST, format!("bad request: {bad}\n")).into_response();
             }
         };
@@ -84,7 +91,11 @@ pub async fn mutate_pod(State(state): State<Arc<AppState>>, uri: Uri, headers: H
         let (operation, outcome, answer) = match &incoming.content {
             Content::OtherKind { kind, operation } => {
                 record_skip(&span, "not a Pod", kind);
-                (operation_label_text(operation), Outcome::skipped, Answer::default())
+                (
+                    operation_label_text(operation),
+                    Outcome::skipped,
+                    Answer::default(),
+                )
             }
             Content::Unreadable(why) => {
                 record_skip(&span, "unreadable review", why);
@@ -185,7 +196,10 @@ async fn admit_pod(
         ScoreCall::Ok(answer) => answer,
         failed => {
             let (kind, detail) = match &failed {
-                ScoreCall::Timeout => ("timed out", format!("no answer within {} ms", deadline.as_millis())),
+                ScoreCall::Timeout => (
+                    "timed out",
+                    format!("no answer within {} ms", deadline.as_millis()),
+                ),
                 ScoreCall::Unavailable(d) => ("unavailable", d.clone()),
                 ScoreCall::Invalid(d) => ("answered invalidly", d.clone()),
                 ScoreCall::Ok(_) => unreachable!("handled above"),
@@ -218,11 +232,17 @@ async fn admit_pod(
         };
         match state.cluster.priority_classes() {
             Some(lookup) => patch::build_patch(&input, lookup),
-            None if !policy.priority_classes.is_empty() => patch::build_patch(&input, policy.as_ref()),
+            None if !policy.priority_classes.is_empty() => {
+                patch::build_patch(&input, policy.as_ref())
+            }
             None => patch::build_patch(&input, &NoPriorityClasses),
         }
     });
-    let class = answer.accepted_classes.first().map(|c| c.name.as_str()).unwrap_or("");
+    let class = answer
+        .accepted_classes
+        .first()
+        .map(|c| c.name.as_str())
+        .unwrap_or("");
     span.record("gpu.class", class);
     span.record("priority.score", answer.priority_score);
     tracing::debug!(
@@ -235,7 +255,13 @@ async fn admit_pod(
         ops = ops.len(),
         "Pod mutated"
     );
-    (Outcome::mutated, Answer { patch: ops, warnings })
+    (
+        Outcome::mutated,
+        Answer {
+            patch: ops,
+            warnings,
+        },
+    )
 }
 
 #[cfg(test)]

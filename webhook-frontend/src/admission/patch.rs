@@ -6,6 +6,7 @@
 //!   `spec.preemptionPolicy` with the class's values (the apiserver rejects a class name with another priority);
 //! - the GPU class as `nodeSelector` (one class) or as a required node-affinity `In` expression appended to
 //!   EVERY existing node selector term (terms are ORed, expressions ANDed) when several classes are acceptable;
+//!   plus a preferred term (weight 100) for the best class, so the scheduler takes it when it can;
 //!   a Pod that already names a GPU class (nodeSelector or required affinity on a class label key) keeps it;
 //! - a GPU toleration (class taint key, `Exists`, `NoSchedule`) unless an equal or covering one exists;
 //! - preferred pod anti-affinity terms (hostname topology) for the job types to avoid, appended;
@@ -34,6 +35,8 @@ pub const ANN_POLICY_VERSION: &str = "gpu-admission.io/policy-version";
 pub const ANN_INFEASIBLE_REASON: &str = "gpu-admission.io/infeasible-reason";
 pub const LABEL_JOB_TYPE: &str = "gpu-admission.io/job-type";
 pub const HOSTNAME_TOPOLOGY: &str = "kubernetes.io/hostname";
+/// Weight of the preferred node-affinity term for the best class when several classes are acceptable.
+pub const BEST_CLASS_WEIGHT: i32 = 100;
 /// Weight of each preferred anti-affinity term (1-100).
 pub const ANTI_AFFINITY_WEIGHT: i32 = 100;
 
@@ -51,7 +54,9 @@ pub trait PriorityClassLookup {
     fn priority_class(&self, name: &str) -> Option<PriorityClassFacts>;
 }
 
-impl<S: std::hash::BuildHasher> PriorityClassLookup for std::collections::HashMap<String, PriorityClassFacts, S> {
+impl<S: std::hash::BuildHasher> PriorityClassLookup
+    for std::collections::HashMap<String, PriorityClassFacts, S>
+{
     fn priority_class(&self, name: &str) -> Option<PriorityClassFacts> {
         self.get(name).cloned()
     }
@@ -78,7 +83,12 @@ fn add(path: PointerBuf, value: Value) -> PatchOperation {
 
 /// Adds `members` to the map at `parent`: one `add` of the whole map when it is missing (or null), else one
 /// `add` per member.
-fn add_to_map(ops: &mut Vec<PatchOperation>, parent: &[&str], exists: bool, members: Vec<(String, Value)>) {
+fn add_to_map(
+    ops: &mut Vec<PatchOperation>,
+    parent: &[&str],
+    exists: bool,
+    members: Vec<(String, Value)>,
+) {
     if members.is_empty() {
         return;
     }
@@ -95,7 +105,12 @@ fn add_to_map(ops: &mut Vec<PatchOperation>, parent: &[&str], exists: bool, memb
 }
 
 /// Appends `items` to the array at `parent` (`/-`), or adds the whole array when it is missing.
-fn append_to_array(ops: &mut Vec<PatchOperation>, parent: &[&str], exists: bool, items: Vec<Value>) {
+fn append_to_array(
+    ops: &mut Vec<PatchOperation>,
+    parent: &[&str],
+    exists: bool,
+    items: Vec<Value>,
+) {
     if items.is_empty() {
         return;
     }
@@ -147,7 +162,10 @@ fn tolerates(existing: &Toleration, key: &str) -> bool {
         None | Some("") => op == "Exists",
         Some(k) => k == key,
     };
-    let effect_ok = matches!(existing.effect.as_deref(), None | Some("") | Some("NoSchedule"));
+    let effect_ok = matches!(
+        existing.effect.as_deref(),
+        None | Some("") | Some("NoSchedule")
+    );
     key_ok && op == "Exists" && effect_ok
 }
 
@@ -157,7 +175,10 @@ fn score_text(score: f64) -> String {
 }
 
 /// Builds the JSON Patch for one admitted Pod. Empty when the Pod was already decided.
-pub fn build_patch(input: &PatchInput<'_>, priority_classes: &dyn PriorityClassLookup) -> Vec<PatchOperation> {
+pub fn build_patch(
+    input: &PatchInput<'_>,
+    priority_classes: &dyn PriorityClassLookup,
+) -> Vec<PatchOperation> {
     let pod = input.pod;
     let answer = input.answer;
     let meta = &pod.metadata;
@@ -172,10 +193,20 @@ pub fn build_patch(input: &PatchInput<'_>, priority_classes: &dyn PriorityClassL
 
     // metadata.annotations: the decision record.
     let mut annotations: Vec<(String, Value)> = vec![
-        (ANN_PRIORITY_SCORE.into(), json!(score_text(answer.priority_score))),
+        (
+            ANN_PRIORITY_SCORE.into(),
+            json!(score_text(answer.priority_score)),
+        ),
         (
             ANN_DECIDED_AT.into(),
-            json!(input.now.format(&Rfc3339).unwrap_or_default()),
+            json!(
+                input
+                    .now
+                    .replace_nanosecond(0)
+                    .unwrap_or(input.now)
+                    .format(&Rfc3339)
+                    .unwrap_or_default()
+            ),
         ),
         (ANN_POLICY_VERSION.into(), json!(answer.policy_version)),
     ];
@@ -224,12 +255,18 @@ pub fn build_patch(input: &PatchInput<'_>, priority_classes: &dyn PriorityClassL
 
     // spec.priorityClassName + spec.priority + spec.preemptionPolicy, together or not at all.
     if spec.priority_class_name.as_deref().unwrap_or("").is_empty()
-        && let Some(pc) = answer.priority_class.as_ref().filter(|p| !p.name.is_empty())
+        && let Some(pc) = answer
+            .priority_class
+            .as_ref()
+            .filter(|p| !p.name.is_empty())
         && let Some(facts) = priority_classes.priority_class(&pc.name)
     {
         ops.push(add(ptr(["spec", "priorityClassName"]), json!(facts.name)));
         ops.push(add(ptr(["spec", "priority"]), json!(facts.value)));
-        let policy = facts.preemption_policy.as_deref().unwrap_or("PreemptLowerPriority");
+        let policy = facts
+            .preemption_policy
+            .as_deref()
+            .unwrap_or("PreemptLowerPriority");
         ops.push(add(ptr(["spec", "preemptionPolicy"]), json!(policy)));
     }
 
@@ -243,7 +280,12 @@ pub fn build_patch(input: &PatchInput<'_>, priority_classes: &dyn PriorityClassL
         None => Vec::new(),
     };
     let mut label_keys: Vec<&str> = input.class_label_keys.iter().map(String::as_str).collect();
-    label_keys.extend(answer.accepted_classes.iter().map(|c| c.node_label_key.as_str()));
+    label_keys.extend(
+        answer
+            .accepted_classes
+            .iter()
+            .map(|c| c.node_label_key.as_str()),
+    );
     let pinned = pinned_class(pod, &label_keys).is_some();
 
     // Node placement: nodeSelector for one class, required node affinity for several.
@@ -264,8 +306,20 @@ pub fn build_patch(input: &PatchInput<'_>, priority_classes: &dyn PriorityClassL
             }
         }
         let expr = json!({"key": classes[0].node_label_key, "operator": "In", "values": values});
-        let node_aff = spec.affinity.as_ref().and_then(|a| a.node_affinity.as_ref());
-        let required = node_aff.and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref());
+        let preferred = json!({
+            "weight": BEST_CLASS_WEIGHT,
+            "preference": {"matchExpressions": [
+                {"key": classes[0].node_label_key, "operator": "In", "values": [classes[0].node_label_value]}
+            ]}
+        });
+        let node_aff = spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.node_affinity.as_ref());
+        let required = node_aff.and_then(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        });
         let base = [
             "spec",
             "affinity",
@@ -276,10 +330,11 @@ pub fn build_patch(input: &PatchInput<'_>, priority_classes: &dyn PriorityClassL
             Some(req) if !req.node_selector_terms.is_empty() => {
                 for (i, term) in req.node_selector_terms.iter().enumerate() {
                     let idx = i.to_string();
-                    let term_path = base
-                        .iter()
-                        .copied()
-                        .chain(["nodeSelectorTerms", idx.as_str(), "matchExpressions"]);
+                    let term_path = base.iter().copied().chain([
+                        "nodeSelectorTerms",
+                        idx.as_str(),
+                        "matchExpressions",
+                    ]);
                     let term_path: Vec<&str> = term_path.collect();
                     append_to_array(
                         &mut ops,
@@ -295,16 +350,33 @@ pub fn build_patch(input: &PatchInput<'_>, priority_classes: &dyn PriorityClassL
             }
             None => {
                 let req = json!({"nodeSelectorTerms": [{"matchExpressions": [expr]}]});
-                match node_aff {
-                    Some(_) => ops.push(add(ptr(base), req)),
-                    None => {
-                        new_affinity.insert(
-                            "nodeAffinity",
-                            json!({"requiredDuringSchedulingIgnoredDuringExecution": req}),
-                        );
-                    }
+                if node_aff.is_some() {
+                    ops.push(add(ptr(base), req));
+                } else {
+                    new_affinity.insert(
+                        "nodeAffinity",
+                        json!({
+                            "requiredDuringSchedulingIgnoredDuringExecution": req,
+                            "preferredDuringSchedulingIgnoredDuringExecution": [preferred.clone()]
+                        }),
+                    );
                 }
             }
+        }
+        // The best class first: a preferred term, so the scheduler picks it when it can.
+        if let Some(n) = node_aff {
+            append_to_array(
+                &mut ops,
+                &[
+                    "spec",
+                    "affinity",
+                    "nodeAffinity",
+                    "preferredDuringSchedulingIgnoredDuringExecution",
+                ],
+                n.preferred_during_scheduling_ignored_during_execution
+                    .is_some(),
+                vec![preferred],
+            );
         }
     }
 
@@ -314,7 +386,10 @@ pub fn build_patch(input: &PatchInput<'_>, priority_classes: &dyn PriorityClassL
     let mut seen_keys: Vec<&str> = Vec::new();
     for c in &classes {
         let key = c.taint_key.as_str();
-        if key.is_empty() || seen_keys.contains(&key) || existing_tolerations.iter().any(|t| tolerates(t, key)) {
+        if key.is_empty()
+            || seen_keys.contains(&key)
+            || existing_tolerations.iter().any(|t| tolerates(t, key))
+        {
             continue;
         }
         seen_keys.push(key);
@@ -330,7 +405,10 @@ pub fn build_patch(input: &PatchInput<'_>, priority_classes: &dyn PriorityClassL
     // spec.affinity.podAntiAffinity: preferred terms keeping job types that interfere off this node.
     let terms: Vec<Value> = avoid_terms(answer, spec.affinity.as_ref());
     if !terms.is_empty() {
-        let anti = spec.affinity.as_ref().and_then(|a| a.pod_anti_affinity.as_ref());
+        let anti = spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.pod_anti_affinity.as_ref());
         match anti {
             Some(a) => append_to_array(
                 &mut ops,
@@ -340,7 +418,8 @@ pub fn build_patch(input: &PatchInput<'_>, priority_classes: &dyn PriorityClassL
                     "podAntiAffinity",
                     "preferredDuringSchedulingIgnoredDuringExecution",
                 ],
-                a.preferred_during_scheduling_ignored_during_execution.is_some(),
+                a.preferred_during_scheduling_ignored_during_execution
+                    .is_some(),
                 terms,
             ),
             None => {
@@ -355,7 +434,12 @@ pub fn build_patch(input: &PatchInput<'_>, priority_classes: &dyn PriorityClassL
     }
     if !new_affinity.is_empty() {
         // The Pod has no affinity at all (else the parts above were added under the existing one).
-        let value = Value::Object(new_affinity.into_iter().map(|(k, v)| (k.to_string(), v)).collect());
+        let value = Value::Object(
+            new_affinity
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+        );
         if spec.affinity.is_some() {
             for (k, v) in value.as_object().into_iter().flatten() {
                 ops.push(add(ptr(["spec", "affinity", k.as_str()]), v.clone()));
@@ -371,8 +455,16 @@ pub fn build_patch(input: &PatchInput<'_>, priority_classes: &dyn PriorityClassL
 fn avoid_terms(answer: &ScoreResponse, affinity: Option<&Affinity>) -> Vec<Value> {
     let existing: Vec<Value> = affinity
         .and_then(|a| a.pod_anti_affinity.as_ref())
-        .and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_ref())
-        .map(|terms| terms.iter().filter_map(|t| serde_json::to_value(t).ok()).collect())
+        .and_then(|a| {
+            a.preferred_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .map(|terms| {
+            terms
+                .iter()
+                .filter_map(|t| serde_json::to_value(t).ok())
+                .collect()
+        })
         .unwrap_or_default();
     let mut out: Vec<Value> = Vec::new();
     for jt in &answer.avoid_job_types {
@@ -455,7 +547,11 @@ mod tests {
 
     /// Builds the patch, applies it with json-patch, parses the result as a Pod, and checks that a second pass
     /// yields nothing.
-    fn run(pod_json: Value, answer: &ScoreResponse, job_type: Option<&str>) -> (Vec<PatchOperation>, Pod) {
+    fn run(
+        pod_json: Value,
+        answer: &ScoreResponse,
+        job_type: Option<&str>,
+    ) -> (Vec<PatchOperation>, Pod) {
         let pod: Pod = serde_json::from_value(pod_json.clone()).unwrap();
         let input = PatchInput {
             pod: &pod,
@@ -466,7 +562,8 @@ mod tests {
         };
         let ops = build_patch(&input, &classes_in_cluster());
         let mut doc = pod_json;
-        json_patch::patch(&mut doc, &ops).unwrap_or_else(|e| panic!("patch {ops:#?} does not apply: {e}"));
+        json_patch::patch(&mut doc, &ops)
+            .unwrap_or_else(|e| panic!("patch {ops:#?} does not apply: {e}"));
         let patched: Pod = serde_json::from_value(doc).unwrap();
         let again = PatchInput {
             pod: &patched,
@@ -499,10 +596,17 @@ mod tests {
         assert_eq!(a[ANN_DECIDED_AT], "2026-09-21T14:13:20Z");
         assert_eq!(a[ANN_POLICY_VERSION], "v7");
         assert!(!a.contains_key(ANN_INFEASIBLE_REASON));
-        assert_eq!(p.metadata.labels.as_ref().unwrap()[LABEL_JOB_TYPE], "train-llama");
+        assert_eq!(
+            p.metadata.labels.as_ref().unwrap()[LABEL_JOB_TYPE],
+            "train-llama"
+        );
         let spec = p.spec.as_ref().unwrap();
         assert_eq!(spec.priority_class_name.as_deref(), Some("gpu-high"));
-        assert_eq!(spec.priority, Some(7000), "the class's value, not the scorer's");
+        assert_eq!(
+            spec.priority,
+            Some(7000),
+            "the class's value, not the scorer's"
+        );
         assert_eq!(spec.preemption_policy.as_deref(), Some("Never"));
         assert_eq!(spec.node_selector.as_ref().unwrap()[KEY], "A100-80GB");
         let tol = spec.tolerations.as_ref().unwrap();
@@ -515,7 +619,13 @@ mod tests {
             ),
             (Some("nvidia.com/gpu"), Some("Exists"), Some("NoSchedule"))
         );
-        let anti = spec.affinity.as_ref().unwrap().pod_anti_affinity.as_ref().unwrap();
+        let anti = spec
+            .affinity
+            .as_ref()
+            .unwrap()
+            .pod_anti_affinity
+            .as_ref()
+            .unwrap();
         let terms = anti
             .preferred_during_scheduling_ignored_during_execution
             .as_ref()
@@ -535,7 +645,9 @@ mod tests {
             (LABEL_JOB_TYPE, Some(&["serve-llm".to_string()][..]))
         );
         // parents first: the whole annotations map in one op, no op below a path that does not exist yet
-        assert!(matches!(&ops[0], PatchOperation::Add(a) if a.path.as_str() == "/metadata/annotations"));
+        assert!(
+            matches!(&ops[0], PatchOperation::Add(a) if a.path.as_str() == "/metadata/annotations")
+        );
     }
 
     #[test]
@@ -589,12 +701,19 @@ mod tests {
         let (_, p) = run(gpu_pod(json!({}), json!({})), &a, None);
         let spec = p.spec.unwrap();
         assert_eq!(
-            (spec.priority_class_name, spec.priority, spec.preemption_policy),
+            (
+                spec.priority_class_name,
+                spec.priority,
+                spec.preemption_policy
+            ),
             (None, None, None)
         );
 
         let (_, p) = run(
-            gpu_pod(json!({"priorityClassName": "mine", "priority": 5}), json!({})),
+            gpu_pod(
+                json!({"priorityClassName": "mine", "priority": 5}),
+                json!({}),
+            ),
             &answer(&["A100-80GB"]),
             None,
         );
@@ -633,9 +752,21 @@ mod tests {
         let spec = p.spec.unwrap();
         assert!(spec.node_selector.is_none());
         let aff = spec.affinity.unwrap();
-        let terms = aff
-            .node_affinity
-            .unwrap()
+        let na = aff.node_affinity.unwrap();
+        let preferred = na
+            .preferred_during_scheduling_ignored_during_execution
+            .unwrap();
+        assert_eq!(preferred.len(), 1);
+        assert_eq!(preferred[0].weight, BEST_CLASS_WEIGHT);
+        assert_eq!(
+            preferred[0].preference.match_expressions.as_ref().unwrap()[0]
+                .values
+                .as_deref()
+                .unwrap(),
+            ["H100-80GB"],
+            "the best class is preferred"
+        );
+        let terms = na
             .required_during_scheduling_ignored_during_execution
             .unwrap()
             .node_selector_terms;
@@ -658,14 +789,22 @@ mod tests {
             None,
         );
         let aff = p.spec.unwrap().affinity.unwrap();
-        let terms = aff
-            .node_affinity
-            .unwrap()
+        let na = aff.node_affinity.unwrap();
+        assert_eq!(
+            na.preferred_during_scheduling_ignored_during_execution
+                .unwrap()
+                .len(),
+            1
+        );
+        let terms = na
             .required_during_scheduling_ignored_during_execution
             .unwrap()
             .node_selector_terms;
         assert_eq!(terms.len(), 1);
-        assert_eq!(terms[0].match_expressions.as_ref().unwrap()[0].operator, "In");
+        assert_eq!(
+            terms[0].match_expressions.as_ref().unwrap()[0].operator,
+            "In"
+        );
         assert_eq!(
             aff.pod_anti_affinity
                 .unwrap()
@@ -683,10 +822,15 @@ mod tests {
         );
         let (_, p) = run(pod, &answer(&["H100-80GB", "A100-80GB"]), None);
         let na = p.spec.unwrap().affinity.unwrap().node_affinity.unwrap();
+        let preferred = na
+            .preferred_during_scheduling_ignored_during_execution
+            .unwrap();
         assert_eq!(
-            na.preferred_during_scheduling_ignored_during_execution.unwrap().len(),
-            1
+            preferred.len(),
+            2,
+            "existing preferred term kept, best class appended"
         );
+        assert_eq!(preferred[0].weight, 1);
         assert_eq!(
             na.required_during_scheduling_ignored_during_execution
                 .unwrap()
@@ -700,7 +844,10 @@ mod tests {
     fn pinned_class_is_kept() {
         let pod = gpu_pod(json!({"nodeSelector": {KEY: "T4-16GB"}}), json!({}));
         let (_, p) = run(pod, &answer(&["A100-80GB"]), None);
-        assert_eq!(p.spec.as_ref().unwrap().node_selector.as_ref().unwrap()[KEY], "T4-16GB");
+        assert_eq!(
+            p.spec.as_ref().unwrap().node_selector.as_ref().unwrap()[KEY],
+            "T4-16GB"
+        );
         assert!(p.spec.unwrap().affinity.unwrap().node_affinity.is_none());
 
         let pod = gpu_pod(
@@ -711,15 +858,19 @@ mod tests {
         let (ops, p) = run(pod, &answer(&["H100-80GB", "A100-80GB"]), None);
         assert!(p.spec.as_ref().unwrap().node_selector.is_none());
         assert!(
-            !ops.iter().any(|o| o.path().as_str().contains("nodeAffinity")),
+            !ops.iter()
+                .any(|o| o.path().as_str().contains("nodeAffinity")),
             "{ops:?}"
         );
     }
 
     #[test]
     fn pinned_class_found_through_catalog_keys() {
-        let pod: Pod =
-            serde_json::from_value(gpu_pod(json!({"nodeSelector": {"amd.com/class": "MI300X"}}), json!({}))).unwrap();
+        let pod: Pod = serde_json::from_value(gpu_pod(
+            json!({"nodeSelector": {"amd.com/class": "MI300X"}}),
+            json!({}),
+        ))
+        .unwrap();
         let a = answer(&["A100-80GB"]);
         let keys = vec!["amd.com/class".to_string()];
         let input = PatchInput {
@@ -731,7 +882,8 @@ mod tests {
         };
         let ops = build_patch(&input, &classes_in_cluster());
         assert!(
-            !ops.iter().any(|o| o.path().as_str().starts_with("/spec/nodeSelector")),
+            !ops.iter()
+                .any(|o| o.path().as_str().starts_with("/spec/nodeSelector")),
             "{ops:?}"
         );
         assert_eq!(
@@ -765,7 +917,10 @@ mod tests {
             .unwrap();
         assert_eq!(terms.len(), 2);
         assert_eq!(terms[0].weight, 5);
-        assert!(ops.iter().any(|o| o.path().as_str() == "/spec/tolerations/-"));
+        assert!(
+            ops.iter()
+                .any(|o| o.path().as_str() == "/spec/tolerations/-")
+        );
     }
 
     #[test]
@@ -815,7 +970,10 @@ mod tests {
         a.avoid_job_types = vec!["bad/value".into(), "".into()];
         let (ops, p) = run(gpu_pod(json!({}), json!({})), &a, Some("not a label"));
         let spec = p.spec.unwrap();
-        assert!(spec.tolerations.is_none() && spec.affinity.is_none(), "{ops:?}");
+        assert!(
+            spec.tolerations.is_none() && spec.affinity.is_none(),
+            "{ops:?}"
+        );
         assert!(p.metadata.labels.is_none());
     }
 

@@ -48,7 +48,9 @@ fn answer_version(v: &str) -> &'static str {
 }
 
 fn is_pod_request<T: kube::Resource>(r: &AdmissionRequest<T>) -> bool {
-    r.kind.group.is_empty() && r.kind.kind == "Pod" && r.sub_resource.as_deref().unwrap_or("").is_empty()
+    r.kind.group.is_empty()
+        && r.kind.kind == "Pod"
+        && r.sub_resource.as_deref().unwrap_or("").is_empty()
 }
 
 /// Decodes a request body. The common case (a Pod review) costs one typed parse; other shapes fall back to a
@@ -96,14 +98,21 @@ pub fn decode(body: &[u8]) -> Result<Incoming, BadRequest> {
             content,
         });
     }
-    let value: serde_json::Value =
-        serde_json::from_slice(body).map_err(|e| BadRequest(format!("malformed JSON in AdmissionReview body: {e}")))?;
+    let value: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| BadRequest(format!("malformed JSON in AdmissionReview body: {e}")))?;
     let uid = value.pointer("/request/uid").and_then(|u| u.as_str());
     match uid {
         Some(uid) if !uid.is_empty() => Ok(Incoming {
-            api_version: answer_version(value.get("apiVersion").and_then(|v| v.as_str()).unwrap_or(V1)),
+            api_version: answer_version(
+                value
+                    .get("apiVersion")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or(V1),
+            ),
             uid: uid.to_string(),
-            content: Content::Unreadable(format!("the AdmissionReview could not be read: {pod_err}")),
+            content: Content::Unreadable(format!(
+                "the AdmissionReview could not be read: {pod_err}"
+            )),
         }),
         _ => Err(BadRequest(format!(
             "not an AdmissionReview with request.uid: {pod_err}"
@@ -149,7 +158,10 @@ struct ResponseOut<'a> {
 
 /// A warning the apiserver will relay as is: one line, printable, bounded length.
 fn clean_warning(w: &str) -> String {
-    let mut out: String = w.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let mut out: String = w
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
     if out.chars().count() > MAX_WARNING_CHARS {
         out = out.chars().take(MAX_WARNING_CHARS - 1).collect::<String>() + "…";
     }
@@ -248,10 +260,18 @@ mod tests {
     #[test]
     fn unreadable_pod_keeps_the_uid() {
         // An annotation value that is a number: not a valid Pod, but the review must still be answered.
-        let body = review(V1, pod_kind(), json!({"metadata": {"annotations": {"sleep": 4}}}));
+        let body = review(
+            V1,
+            pod_kind(),
+            json!({"metadata": {"annotations": {"sleep": 4}}}),
+        );
         let inc = decode(&body).unwrap();
         assert_eq!(inc.uid, "705ab4f5-6393-11e8-b7cc-42010a800002");
-        assert!(matches!(inc.content, Content::Unreadable(_)), "{:?}", inc.content);
+        assert!(
+            matches!(inc.content, Content::Unreadable(_)),
+            "{:?}",
+            inc.content
+        );
 
         let body = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"x","operation":"operationValue"}}"#;
         let inc = decode(body).unwrap();
@@ -260,16 +280,25 @@ mod tests {
 
     #[test]
     fn garbage_is_a_bad_request() {
-        assert!(decode(b"{not json").unwrap_err().0.contains("malformed JSON"));
+        assert!(
+            decode(b"{not json")
+                .unwrap_err()
+                .0
+                .contains("malformed JSON")
+        );
         assert!(decode(b"[]").is_err());
-        assert!(decode(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#).is_err());
+        assert!(
+            decode(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#).is_err()
+        );
         assert!(decode(b"").is_err());
     }
 
     #[test]
     fn response_carries_base64_patch_and_echoes_uid() {
-        let patch: Vec<PatchOperation> =
-            serde_json::from_value(json!([{"op": "add", "path": "/metadata/labels", "value": {"a": "b"}}])).unwrap();
+        let patch: Vec<PatchOperation> = serde_json::from_value(
+            json!([{"op": "add", "path": "/metadata/labels", "value": {"a": "b"}}]),
+        )
+        .unwrap();
         let answer = Answer {
             patch,
             warnings: vec!["line one\nline two".into(), "x".repeat(1000)],
@@ -278,7 +307,11 @@ mod tests {
         assert_eq!(out["kind"], "AdmissionReview");
         let r = &out["response"];
         assert_eq!(
-            (r["uid"].as_str(), r["allowed"].as_bool(), r["patchType"].as_str()),
+            (
+                r["uid"].as_str(),
+                r["allowed"].as_bool(),
+                r["patchType"].as_str()
+            ),
             (Some("the-uid"), Some(true), Some("JSONPatch"))
         );
         let decoded = BASE64.decode(r["patch"].as_str().unwrap()).unwrap();
@@ -288,7 +321,9 @@ mod tests {
         assert!(r["warnings"][1].as_str().unwrap().chars().count() <= MAX_WARNING_CHARS);
 
         let out: Value = serde_json::from_slice(&encode(V1, "u", &Answer::default())).unwrap();
-        assert!(out["response"].get("patch").is_none() && out["response"].get("patchType").is_none());
+        assert!(
+            out["response"].get("patch").is_none() && out["response"].get("patchType").is_none()
+        );
         assert!(out["response"].get("warnings").is_none());
     }
 }

@@ -29,7 +29,8 @@ pub async fn client() -> anyhow::Result<kube::Client> {
              (with --namespace-tier NS=TIER) to run without the Kubernetes API"
         )
     })?;
-    kube::Client::try_from(config).map_err(|e| anyhow::anyhow!("building the Kubernetes client: {e}"))
+    kube::Client::try_from(config)
+        .map_err(|e| anyhow::anyhow!("building the Kubernetes client: {e}"))
 }
 
 impl KubeCaches {
@@ -43,9 +44,12 @@ impl KubeCaches {
         )
         .default_backoff()
         .reflect(ns_writer);
-        let pc_stream = watcher(Api::<PriorityClass>::all(client), watcher::Config::default())
-            .default_backoff()
-            .reflect(pc_writer);
+        let pc_stream = watcher(
+            Api::<PriorityClass>::all(client),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect(pc_writer);
         tokio::spawn(drive(ns_stream, "namespaces"));
         tokio::spawn(drive(pc_stream, "priorityclasses"));
 
@@ -54,7 +58,11 @@ impl KubeCaches {
         tokio::spawn(async move {
             if ns.wait_until_ready().await.is_ok() && pc.wait_until_ready().await.is_ok() {
                 flag.store(true, Ordering::Release);
-                tracing::info!(namespaces = ns.len(), priority_classes = pc.len(), "kube caches synced");
+                tracing::info!(
+                    namespaces = ns.len(),
+                    priority_classes = pc.len(),
+                    "kube caches synced"
+                );
             }
         });
         Self {

@@ -73,7 +73,8 @@ mod tests {
 
     #[test]
     fn namespace_tier_pairs() {
-        let t = parse_namespace_tiers(&["ml=gold".into(), " batch = bronze ".into(), "".into()]).unwrap();
+        let t = parse_namespace_tiers(&["ml=gold".into(), " batch = bronze ".into(), "".into()])
+            .unwrap();
         assert_eq!(t["ml"], "gold");
         assert_eq!(t["batch"], "bronze");
         assert!(parse_namespace_tiers(&["ml".into()]).is_err());

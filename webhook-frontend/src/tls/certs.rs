@@ -19,7 +19,8 @@ pub fn certified_key_from_pem(cert_pem: &[u8], key_pem: &[u8]) -> anyhow::Result
         .context("reading PEM private key")?
         .context("no PRIVATE KEY block in the key file")?;
     let provider = rustls::crypto::ring::default_provider();
-    CertifiedKey::from_der(chain, key, &provider).context("certificate and key do not form a usable pair")
+    CertifiedKey::from_der(chain, key, &provider)
+        .context("certificate and key do not form a usable pair")
 }
 
 /// Reads both files and returns the key and the raw bytes (for change detection).
@@ -42,9 +43,15 @@ mod tests {
         assert!(certified_key_from_pem(b"", b"").is_err());
         let a = rcgen::generate_simple_self_signed(vec!["a".into()]).unwrap();
         let b = rcgen::generate_simple_self_signed(vec!["b".into()]).unwrap();
-        let ok = certified_key_from_pem(a.cert.pem().as_bytes(), a.signing_key.serialize_pem().as_bytes());
+        let ok = certified_key_from_pem(
+            a.cert.pem().as_bytes(),
+            a.signing_key.serialize_pem().as_bytes(),
+        );
         assert!(ok.is_ok(), "{ok:?}");
-        let mismatched = certified_key_from_pem(a.cert.pem().as_bytes(), b.signing_key.serialize_pem().as_bytes());
+        let mismatched = certified_key_from_pem(
+            a.cert.pem().as_bytes(),
+            b.signing_key.serialize_pem().as_bytes(),
+        );
         assert!(mismatched.is_err());
     }
 }

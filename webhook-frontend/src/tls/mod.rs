@@ -13,7 +13,9 @@ use rustls::ServerConfig;
 pub const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
 
 /// A rustls server config: TLS 1.3 and 1.2 only, ALPN h2 + http/1.1, certificate from `resolver`.
-pub fn server_config(resolver: Arc<reload::ReloadingCertResolver>) -> anyhow::Result<Arc<ServerConfig>> {
+pub fn server_config(
+    resolver: Arc<reload::ReloadingCertResolver>,
+) -> anyhow::Result<Arc<ServerConfig>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?

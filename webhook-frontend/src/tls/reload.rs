@@ -23,7 +23,8 @@ pub struct ReloadingCertResolver {
 
 impl fmt::Debug for ReloadingCertResolver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ReloadingCertResolver").finish_non_exhaustive()
+        f.debug_struct("ReloadingCertResolver")
+            .finish_non_exhaustive()
     }
 }
 
@@ -41,7 +42,10 @@ impl ReloadingCertResolver {
     }
 
     pub fn current(&self) -> Arc<CertifiedKey> {
-        self.current.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn set(&self, key: Arc<CertifiedKey>) {
@@ -59,7 +63,10 @@ pub struct CertFiles {
 /// Loads the files once (an error here is fatal at start-up) and returns the resolver plus the content hash.
 pub fn load_initial(files: &CertFiles) -> anyhow::Result<(Arc<ReloadingCertResolver>, [u8; 32])> {
     let (key, bytes) = certs::load(&files.cert, &files.key)?;
-    Ok((Arc::new(ReloadingCertResolver::new(key)), Sha256::digest(&bytes).into()))
+    Ok((
+        Arc::new(ReloadingCertResolver::new(key)),
+        Sha256::digest(&bytes).into(),
+    ))
 }
 
 /// Polls the files every `interval` and swaps the resolver's key when their content changes. Runs until the

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
+    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
+    ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,
 };
 use time::{Duration, OffsetDateTime};
 
@@ -57,7 +57,10 @@ pub fn generate(dir: &Path, extra_sans: &[String]) -> anyhow::Result<GeneratedFi
         .distinguished_name
         .push(DnType::CommonName, "gpu-admission-webhook");
     params.is_ca = IsCa::ExplicitNoCa;
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     params.not_before = now - Duration::hours(1);
     params.not_after = now + Duration::days(365);
@@ -88,7 +91,9 @@ fn write(path: &Path, data: &[u8], private: bool) -> anyhow::Result<()> {
         opts.mode(0o600);
     }
     let _ = private;
-    let mut f = opts.open(&tmp).with_context(|| format!("writing {}", tmp.display()))?;
+    let mut f = opts
+        .open(&tmp)
+        .with_context(|| format!("writing {}", tmp.display()))?;
     f.write_all(data)?;
     f.sync_all()?;
     std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
@@ -104,7 +109,9 @@ mod tests {
     fn writes_a_ca_and_a_serving_pair_that_verifies() {
         let dir = tempfile::tempdir().unwrap();
         let files = generate(dir.path(), &["webhook.gpu-admission.svc".into()]).unwrap();
-        let ck = super::super::certs::load(&files.cert, &files.key).unwrap().0;
+        let ck = super::super::certs::load(&files.cert, &files.key)
+            .unwrap()
+            .0;
         // The serving certificate verifies against the CA for every SAN.
         let ca_pem = std::fs::read(&files.ca_cert).unwrap();
         let mut roots = rustls::RootCertStore::empty();
@@ -112,19 +119,32 @@ mod tests {
             roots.add(c.unwrap()).unwrap();
         }
         let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-        let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(roots.into(), provider)
-            .build()
-            .unwrap();
+        let verifier =
+            rustls::client::WebPkiServerVerifier::builder_with_provider(roots.into(), provider)
+                .build()
+                .unwrap();
         for name in ["localhost", "127.0.0.1", "::1", "webhook.gpu-admission.svc"] {
             let server_name = rustls::pki_types::ServerName::try_from(name).unwrap();
             verifier
-                .verify_server_cert(&ck.cert[0], &[], &server_name, &[], rustls::pki_types::UnixTime::now())
+                .verify_server_cert(
+                    &ck.cert[0],
+                    &[],
+                    &server_name,
+                    &[],
+                    rustls::pki_types::UnixTime::now(),
+                )
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
         }
         let other = rustls::pki_types::ServerName::try_from("example.com").unwrap();
         assert!(
             verifier
-                .verify_server_cert(&ck.cert[0], &[], &other, &[], rustls::pki_types::UnixTime::now())
+                .verify_server_cert(
+                    &ck.cert[0],
+                    &[],
+                    &other,
+                    &[],
+                    rustls::pki_types::UnixTime::now()
+                )
                 .is_err()
         );
     }

@@ -70,7 +70,10 @@ impl Scorer for ScorerDouble {
         request: tonic::Request<ScoreRequest>,
     ) -> Result<tonic::Response<ScoreResponse>, tonic::Status> {
         if let Some(t) = request.metadata().get("grpc-timeout") {
-            self.timeouts.lock().unwrap().push(t.to_str().unwrap_or("").to_string());
+            self.timeouts
+                .lock()
+                .unwrap()
+                .push(t.to_str().unwrap_or("").to_string());
         }
         let req = request.into_inner();
         self.requests.lock().unwrap().push(req.clone());
@@ -224,13 +227,17 @@ pub fn start_webhook(args: &[&str], ca: &Path) -> Webhook {
             }
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                 if let Ok(Some(status)) = child.try_wait() {
-                    panic!("webhook-frontend exited early ({status}): {:#?}", lines.lock().unwrap());
+                    panic!(
+                        "webhook-frontend exited early ({status}): {:#?}",
+                        lines.lock().unwrap()
+                    );
                 }
             }
             Err(_) => break,
         }
     }
-    let addr = addr.unwrap_or_else(|| panic!("no `listening on` line: {:#?}", lines.lock().unwrap()));
+    let addr =
+        addr.unwrap_or_else(|| panic!("no `listening on` line: {:#?}", lines.lock().unwrap()));
     Webhook {
         child,
         addr,
@@ -286,9 +293,10 @@ pub async fn connect(addr: SocketAddr, ca: &Path, force_http1: bool) -> Connecte
     let server_cert = session.peer_certificates().unwrap()[0].clone().into_owned();
     let io = hyper_util::rt::TokioIo::new(tls);
     let conn = if alpn.as_deref() == Some(b"h2") {
-        let (send, conn) = hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
-            .await
-            .unwrap();
+        let (send, conn) =
+            hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+                .await
+                .unwrap();
         tokio::spawn(conn);
         Conn::H2(send)
     } else {
@@ -319,7 +327,13 @@ impl Connected {
             }
         };
         let status = resp.status().as_u16();
-        let body = resp.into_body().collect().await.unwrap().to_bytes().to_vec();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .to_vec();
         (status, body)
     }
 }
@@ -342,7 +356,10 @@ impl Webhook {
     /// POSTs a review and returns the parsed AdmissionReview response (asserting HTTP 200).
     pub async fn review(&self, review: &Value) -> Value {
         let (status, body) = self
-            .post("/mutate-pod?timeout=10s", serde_json::to_vec(review).unwrap())
+            .post(
+                "/mutate-pod?timeout=10s",
+                serde_json::to_vec(review).unwrap(),
+            )
             .await;
         assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
         serde_json::from_slice(&body).unwrap()
@@ -365,7 +382,11 @@ pub fn gpu_pod(name: &str) -> Value {
 }
 
 pub fn review_for(api_version: &str, uid: &str, namespace: &str, object: Value) -> Value {
-    let kind = object.get("kind").and_then(|k| k.as_str()).unwrap_or("Pod").to_string();
+    let kind = object
+        .get("kind")
+        .and_then(|k| k.as_str())
+        .unwrap_or("Pod")
+        .to_string();
     let (group, version) = match object
         .get("apiVersion")
         .and_then(|v| v.as_str())
@@ -393,8 +414,12 @@ pub fn apply_patch(response: &Value, object: &Value) -> Option<Value> {
     let r = &response["response"];
     let patch = r.get("patch")?.as_str()?;
     assert_eq!(r["patchType"], "JSONPatch");
-    let ops: json_patch::Patch =
-        serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(patch).unwrap()).unwrap();
+    let ops: json_patch::Patch = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(patch)
+            .unwrap(),
+    )
+    .unwrap();
     let mut doc = object.clone();
     json_patch::patch(&mut doc, &ops).unwrap();
     Some(doc)
