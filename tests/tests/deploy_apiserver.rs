@@ -1,0 +1,483 @@
+//! The rendered install, applied for real to a local kube-apiserver 1.20.2 + etcd (no kubelet, no
+//! controllers: nothing is pulled or scheduled, objects are stored and admission runs for real).
+//!
+//! What 1.20 predates is adjusted here only, never in deploy/: matchConditions dropped,
+//! PodDisruptionBudget policy/v1 -> policy/v1beta1, gRPC probes -> TCP probes on the same port;
+//! cert-manager's CRDs are stood in by schema-less CRDs of the same names (cert-manager itself is
+//! not installed here).
+//!
+//! Checks: every object of the default install, then of the automatic and external overlays, is
+//! accepted and stored; the stored objects keep the hardening fields; the webhook's ServiceAccount
+//! can do exactly what RBAC should allow (`kubectl auth can-i` as that account); with the webhook not
+//! running, a GPU Pod in a tier-labelled namespace is still created unchanged (failurePolicy Ignore)
+//! and the apiserver did try the webhook for it, but not for a Pod in an unlabelled namespace; the
+//! external CA bundle is stored byte for byte; `kubectl delete` removes the cluster-scoped objects.
+//!
+//! Needs kubectl and `tests/cluster/start-apiserver.sh RUN_DIR` (writes RUN_DIR/kubeconfig; builds or
+//! finds the apiserver via build-apiserver.sh). Missing: a failure under CI, SKIP otherwise.
+//! `GPU_ADMISSION_START_APISERVER` may name another start script with the same interface.
+
+#[path = "deploy_support/mod.rs"]
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+use support::{NAMESPACE, Rendered, arr_at, run, str_at};
+
+const WEBHOOK_SA: &str = "system:serviceaccount:gpu-admission:gpu-admission-webhook";
+const WEBHOOK_NAME: &str = "pods.gpu-admission.io";
+
+/// A kube-apiserver started by the project's script, stopped (by the pids it wrote) on drop.
+struct Apiserver {
+    dir: tempfile::TempDir,
+}
+
+impl Apiserver {
+    fn start() -> Option<Self> {
+        let script = std::env::var_os("GPU_ADMISSION_START_APISERVER")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| support::repo_root().join("tests/cluster/start-apiserver.sh"));
+        if !script.is_file() {
+            assert!(!support::in_ci(), "{} is missing", script.display());
+            eprintln!("SKIP: {} is missing", script.display());
+            return None;
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("deploy-apiserver-")
+            .tempdir()
+            .unwrap();
+        let server = Apiserver { dir };
+        let t = Instant::now();
+        let out = Command::new("bash")
+            .arg(&script)
+            .arg(server.dir.path())
+            .output()
+            .unwrap();
+        println!("apiserver started in {:?}", t.elapsed());
+        assert!(
+            out.status.success(),
+            "{} failed:\n{}\n{}\napiserver log: {}",
+            script.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            server.log()
+        );
+        assert!(
+            server.kubeconfig().is_file(),
+            "start script wrote no kubeconfig"
+        );
+        Some(server)
+    }
+
+    fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("kubeconfig")
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("apiserver.log")).unwrap_or_default()
+    }
+
+    fn kubectl(&self) -> Command {
+        let mut c = Command::new("kubectl");
+        c.arg("--kubeconfig")
+            .arg(self.kubeconfig())
+            .arg("--request-timeout=30s");
+        c
+    }
+
+    fn kubectl_ok(&self, args: &[&str]) -> String {
+        let t = Instant::now();
+        let out = run(self.kubectl().args(args)).unwrap_or_else(|e| panic!("{e}"));
+        if t.elapsed() > Duration::from_secs(5) {
+            eprintln!("slow ({:?}): kubectl {args:?}", t.elapsed());
+        }
+        out
+    }
+
+    fn get_json(&self, args: &[&str]) -> Value {
+        let mut a = vec!["get"];
+        a.extend_from_slice(args);
+        a.extend_from_slice(&["-o", "json"]);
+        serde_json::from_str(&self.kubectl_ok(&a)).unwrap()
+    }
+
+    /// `kubectl apply --server-side` of a list of objects, for real.
+    fn apply(&self, objects: &[Value], file: &Path) {
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+        std::fs::write(file, serde_json::to_string_pretty(&list).unwrap()).unwrap();
+        let f = file.to_str().unwrap();
+        self.kubectl_ok(&[
+            "apply",
+            "--server-side",
+            "--field-manager=deploy-test",
+            "-f",
+            f,
+        ]);
+    }
+
+    /// `kubectl auth can-i VERB RESOURCE [-n NS]` as the webhook's ServiceAccount.
+    fn can_i(&self, verb: &str, resource: &str, ns: Option<&str>) -> bool {
+        let mut c = self.kubectl();
+        c.args(["auth", "can-i", verb, resource, "--as", WEBHOOK_SA]);
+        if let Some(ns) = ns {
+            c.args(["-n", ns]);
+        }
+        let t = Instant::now();
+        let out = c.output().unwrap();
+        if t.elapsed() > Duration::from_secs(5) {
+            eprintln!("slow ({:?}): can-i {verb} {resource}", t.elapsed());
+        }
+        let answer = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert!(
+            answer == "yes" || answer == "no",
+            "can-i {verb} {resource}: {answer:?} {out:?}"
+        );
+        answer == "yes"
+    }
+
+    /// How many times the apiserver logged a failed call of our webhook (failing open).
+    fn failed_webhook_calls(&self) -> usize {
+        self.log()
+            .lines()
+            .filter(|l| l.contains("failing open") && l.contains(WEBHOOK_NAME))
+            .count()
+    }
+}
+
+impl Drop for Apiserver {
+    fn drop(&mut self) {
+        let stop = support::repo_root().join("tests/cluster/stop-apiserver.sh");
+        if stop.is_file() {
+            let _ = Command::new("bash").arg(stop).arg(self.dir.path()).status();
+        }
+        for name in ["apiserver.pid", "etcd.pid"] {
+            if let Ok(pid) = std::fs::read_to_string(self.dir.path().join(name)) {
+                let _ = Command::new("kill").arg(pid.trim()).status();
+            }
+        }
+    }
+}
+
+/// Rewrites what kube-apiserver 1.20 does not know; returns what was changed, for the log.
+fn adjust_for_1_20(objects: &[Value]) -> (Vec<Value>, Vec<String>) {
+    let mut notes = Vec::new();
+    let mut out = Vec::new();
+    for o in objects {
+        let mut o = o.clone();
+        let name = format!("{}/{}", str_at(&o, "/kind"), str_at(&o, "/metadata/name"));
+        match str_at(&o, "/kind") {
+            "MutatingWebhookConfiguration" => {
+                for hook in o["webhooks"].as_array_mut().unwrap() {
+                    if hook
+                        .as_object_mut()
+                        .unwrap()
+                        .remove("matchConditions")
+                        .is_some()
+                    {
+                        notes.push(format!("{name}: matchConditions removed (1.27+)"));
+                    }
+                }
+            }
+            "PodDisruptionBudget" if o["apiVersion"] == "policy/v1" => {
+                o["apiVersion"] = json!("policy/v1beta1");
+                notes.push(format!("{name}: policy/v1 -> policy/v1beta1 (v1 is 1.21+)"));
+            }
+            "Deployment" => {
+                for c in o["spec"]["template"]["spec"]["containers"]
+                    .as_array_mut()
+                    .unwrap()
+                {
+                    for probe in ["readinessProbe", "livenessProbe", "startupProbe"] {
+                        if let Some(port) = c[probe].get("grpc").map(|g| g["port"].clone()) {
+                            let p = c[probe].as_object_mut().unwrap();
+                            p.remove("grpc");
+                            p.insert("tcpSocket".into(), json!({"port": port}));
+                            notes
+                                .push(format!("{name}: {probe} grpc -> tcpSocket (grpc is 1.24+)"));
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        out.push(o);
+    }
+    (out, notes)
+}
+
+/// Schema-less CRDs named like cert-manager's Issuer and Certificate, so their objects can be stored.
+fn cert_manager_stand_in_crds() -> Vec<Value> {
+    [("Issuer", "issuers"), ("Certificate", "certificates")]
+        .into_iter()
+        .map(|(kind, plural)| {
+            json!({
+                "apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition",
+                "metadata": {"name": format!("{plural}.cert-manager.io")},
+                "spec": {
+                    "group": "cert-manager.io",
+                    "scope": "Namespaced",
+                    "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(),
+                              "listKind": format!("{kind}List")},
+                    "versions": [{"name": "v1", "served": true, "storage": true,
+                        "schema": {"openAPIV3Schema": {"type": "object",
+                            "x-kubernetes-preserve-unknown-fields": true}}}]
+                }
+            })
+        })
+        .collect()
+}
+
+/// Every rendered object is stored in the apiserver.
+fn assert_all_stored(api: &Apiserver, m: &Rendered) {
+    for o in &m.objects {
+        let kind = str_at(o, "/kind");
+        let group = str_at(o, "/apiVersion")
+            .split_once('/')
+            .map(|(g, _)| g)
+            .unwrap_or("");
+        let resource = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
+        let name = str_at(o, "/metadata/name");
+        let mut args = vec!["get", resource.as_str(), name, "-o", "name"];
+        let ns = str_at(o, "/metadata/namespace");
+        if !ns.is_empty() {
+            args.extend_from_slice(&["-n", ns]);
+        }
+        api.kubectl_ok(&args);
+    }
+}
+
+fn gpu_pod(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"containers": [{"name": "train", "image": "registry.invalid/train:1",
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
+}
+
+#[test]
+fn rendered_install_applies_to_a_real_kube_apiserver_1_20() {
+    let Some(modes) = support::rendered_modes() else {
+        return;
+    };
+    let Some(api) = Apiserver::start() else {
+        return;
+    };
+    let version = api.kubectl_ok(&["version", "-o", "json"]);
+    let version: Value = serde_json::from_str(&version).unwrap();
+    println!(
+        "kube-apiserver {}",
+        str_at(&version, "/serverVersion/gitVersion")
+    );
+    let mode = |name: &str| modes.iter().find(|m| m.mode == name).unwrap();
+    let work = tempfile::tempdir().unwrap();
+
+    api.apply(
+        &cert_manager_stand_in_crds(),
+        &work.path().join("crds.json"),
+    );
+    for crd in ["issuers.cert-manager.io", "certificates.cert-manager.io"] {
+        let crd = format!("crd/{crd}");
+        api.kubectl_ok(&["wait", "--for=condition=Established", "--timeout=60s", &crd]);
+    }
+
+    // 1. The default install (cert-manager mode).
+    let default = mode("default");
+    let (objects, notes) = adjust_for_1_20(&default.objects);
+    for n in &notes {
+        println!("adjusted for 1.20: {n}");
+    }
+    api.apply(&objects, &work.path().join("default.json"));
+    assert_all_stored(&api, default);
+    println!(
+        "default: {} objects applied and stored",
+        default.objects.len()
+    );
+
+    let mwc = api.get_json(&["mutatingwebhookconfiguration", "gpu-admission"]);
+    let hook = &mwc["webhooks"][0];
+    assert_eq!(hook["name"], WEBHOOK_NAME);
+    assert_eq!(hook["failurePolicy"], "Ignore");
+    assert_eq!(hook["sideEffects"], "None");
+    assert_eq!(hook["clientConfig"]["service"]["path"], "/mutate-pod");
+    assert_eq!(
+        str_at(
+            &mwc,
+            "/metadata/annotations/cert-manager.io~1inject-ca-from"
+        ),
+        "gpu-admission/gpu-admission-webhook"
+    );
+    // The hardening survives storage (1.20 knows every field of it).
+    for d in ["gpu-admission-webhook", "gpu-admission-scorer"] {
+        let d = api.get_json(&["deployment", d, "-n", NAMESPACE]);
+        let pod = &d["spec"]["template"]["spec"];
+        assert_eq!(
+            pod["securityContext"]["seccompProfile"]["type"],
+            "RuntimeDefault"
+        );
+        assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+        let c = &pod["containers"][0];
+        assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+        assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
+    }
+    let pc = api.get_json(&["priorityclass", "gpu-default"]);
+    assert_eq!(pc["preemptionPolicy"], "Never");
+
+    // RBAC as the webhook's ServiceAccount.
+    assert!(api.can_i("list", "namespaces", None));
+    assert!(api.can_i("watch", "namespaces", None));
+    assert!(api.can_i("list", "priorityclasses.scheduling.k8s.io", None));
+    assert!(api.can_i("watch", "priorityclasses.scheduling.k8s.io", None));
+    assert!(!api.can_i("get", "namespaces", None), "no per-request GETs");
+    assert!(!api.can_i("list", "pods", Some("default")));
+    assert!(!api.can_i("get", "secrets", Some(NAMESPACE)));
+    assert!(!api.can_i("create", "secrets", Some(NAMESPACE)));
+    assert!(!api.can_i("patch", "mutatingwebhookconfigurations/gpu-admission", None));
+    assert!(!api.can_i("create", "pods", Some(NAMESPACE)));
+
+    // Fail-open with the real registration: no webhook Pod runs (no kubelet), the Service has no
+    // endpoints, yet a GPU Pod in a tier namespace is created, unchanged.
+    api.kubectl_ok(&["create", "namespace", "team-gold"]);
+    api.kubectl_ok(&[
+        "label",
+        "namespace",
+        "team-gold",
+        "tenant.kubenexus.io/tier=gold",
+    ]);
+    api.kubectl_ok(&["create", "namespace", "no-tier"]);
+    let before = api.failed_webhook_calls();
+    let pod_file = work.path().join("pod.json");
+    std::fs::write(&pod_file, gpu_pod("train-1").to_string()).unwrap();
+    let t = Instant::now();
+    api.kubectl_ok(&[
+        "create",
+        "-n",
+        "team-gold",
+        "-f",
+        pod_file.to_str().unwrap(),
+    ]);
+    println!(
+        "GPU Pod created in a tier namespace with the webhook down in {:?}",
+        t.elapsed()
+    );
+    let stored = api.get_json(&["pod", "train-1", "-n", "team-gold"]);
+    assert!(
+        stored["metadata"]["annotations"].is_null(),
+        "{}",
+        stored["metadata"]
+    );
+    assert!(stored["spec"]["priorityClassName"].is_null());
+    // The apiserver logs failed calls asynchronously to the request; give it a moment.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while api.failed_webhook_calls() == before && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let after_tier = api.failed_webhook_calls();
+    assert_eq!(
+        after_tier,
+        before + 1,
+        "the tier namespace's Pod went to our webhook once"
+    );
+    api.kubectl_ok(&["create", "-n", "no-tier", "-f", pod_file.to_str().unwrap()]);
+    api.kubectl_ok(&["create", "-n", NAMESPACE, "-f", pod_file.to_str().unwrap()]);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        api.failed_webhook_calls(),
+        after_tier,
+        "unlabelled / own namespace: not sent"
+    );
+
+    // 2. The automatic certificate overlay on top: its extra, narrow RBAC.
+    let automatic = mode("automatic");
+    let (objects, _) = adjust_for_1_20(&automatic.objects);
+    api.apply(&objects, &work.path().join("automatic.json"));
+    assert_all_stored(&api, automatic);
+    println!(
+        "automatic: {} objects applied and stored",
+        automatic.objects.len()
+    );
+    let secret = "secrets/gpu-admission-webhook-tls";
+    assert!(api.can_i("get", secret, Some(NAMESPACE)));
+    assert!(api.can_i("update", secret, Some(NAMESPACE)));
+    assert!(api.can_i("create", "secrets", Some(NAMESPACE)));
+    assert!(!api.can_i("create", "secrets", Some("default")));
+    assert!(!api.can_i("get", "secrets/gpu-admission-ca", Some(NAMESPACE)));
+    assert!(!api.can_i("list", "secrets", Some(NAMESPACE)));
+    assert!(!api.can_i("delete", secret, Some(NAMESPACE)));
+    assert!(api.can_i("get", "mutatingwebhookconfigurations/gpu-admission", None));
+    assert!(api.can_i("patch", "mutatingwebhookconfigurations/gpu-admission", None));
+    assert!(!api.can_i("patch", "mutatingwebhookconfigurations/someone-else", None));
+    assert!(!api.can_i("list", "mutatingwebhookconfigurations", None));
+    let d = api.get_json(&["deployment", "gpu-admission-webhook", "-n", NAMESPACE]);
+    let args = d["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(
+        args.contains("--auto-tls-secret=gpu-admission-webhook-tls"),
+        "{args}"
+    );
+
+    // 3. The external overlay: the user's CA lands in caBundle byte for byte.
+    let external = mode("external");
+    let (objects, _) = adjust_for_1_20(&external.objects);
+    api.apply(&objects, &work.path().join("external.json"));
+    assert_all_stored(&api, external);
+    println!(
+        "external: {} objects applied and stored",
+        external.objects.len()
+    );
+    let mwc = api.get_json(&["mutatingwebhookconfiguration", "gpu-admission"]);
+    let bundle = str_at(&mwc["webhooks"][0], "/clientConfig/caBundle");
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(bundle)
+        .unwrap();
+    assert_eq!(
+        String::from_utf8(decoded).unwrap(),
+        support::TEST_EXTERNAL_CA
+    );
+
+    // Uninstall: what `kubectl delete -k` does; cluster-scoped objects go at once (the namespace
+    // would wait for the namespace controller, which this control plane does not run).
+    let all: Vec<Value> = [default, automatic, external]
+        .iter()
+        .flat_map(|m| adjust_for_1_20(&m.objects).0)
+        .collect();
+    let all_file = work.path().join("all.json");
+    std::fs::write(
+        &all_file,
+        json!({"apiVersion": "v1", "kind": "List", "items": all}).to_string(),
+    )
+    .unwrap();
+    api.kubectl_ok(&[
+        "delete",
+        "--wait=false",
+        "--ignore-not-found",
+        "-f",
+        all_file.to_str().unwrap(),
+    ]);
+    let left = api.kubectl_ok(&[
+        "get",
+        "mutatingwebhookconfigurations,priorityclasses,clusterroles,clusterrolebindings",
+        "-o",
+        "name",
+    ]);
+    let ours: Vec<_> = left
+        .lines()
+        .filter(|l| l.contains("gpu-admission") || l.contains("/gpu-"))
+        .collect();
+    assert!(ours.is_empty(), "left behind after delete: {ours:?}");
+    let ns = api.get_json(&["namespace", NAMESPACE]);
+    assert!(
+        ns["metadata"]["deletionTimestamp"].is_string(),
+        "namespace is being deleted"
+    );
+    assert!(
+        arr_at(&ns, "/spec/finalizers")
+            .iter()
+            .any(|f| f == "kubernetes")
+    );
+}

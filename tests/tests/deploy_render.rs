@@ -1,0 +1,895 @@
+//! `deploy/kustomize`, rendered offline: every install mode renders, passes strict schema validation
+//! for recent Kubernetes versions, and its objects refer to each other (and to the code) correctly.
+//!
+//! Needs `kubectl` (its kustomize) and PyPI's `kubernetes-validate`; when either is missing the
+//! test fails under CI (env CI set) and prints SKIP otherwise.
+
+#[path = "deploy_support/mod.rs"]
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+
+use base64::Engine as _;
+use serde_json::Value;
+use support::{NAMESPACE, Rendered, arg_value, arr_at, mode, str_at, strings_at};
+
+/// Kubernetes versions the install is validated against: the oldest it supports (matchConditions
+/// are beta, on by default, from 1.28) and recent ones.
+const VALIDATE_VERSIONS: [&str; 3] = ["1.28.0", "1.33.0", "1.37.0"];
+
+/// API groups of custom resources the schema validator cannot know (cert-manager, Prometheus
+/// operator); their objects are checked by the cross-reference tests below instead.
+const CRD_GROUPS: [&str; 2] = ["cert-manager.io/", "monitoring.coreos.com/"];
+
+/// The frontend's admission route (brief contract: POST /mutate-pod).
+const MUTATE_PATH: &str = "/mutate-pod";
+
+const WEBHOOK_DEPLOYMENT: &str = "gpu-admission-webhook";
+const SCORER_DEPLOYMENT: &str = "gpu-admission-scorer";
+const WEBHOOK_CONFIG: &str = "gpu-admission";
+const TLS_SECRET: &str = "gpu-admission-webhook-tls";
+const POLICY_FILE: &str = "deploy/kustomize/base/policy/default-policy.yaml";
+
+fn container<'a>(deployment: &'a Value, name: &str) -> &'a Value {
+    arr_at(deployment, "/spec/template/spec/containers")
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no container {name}"))
+}
+
+fn args(container: &Value) -> Vec<String> {
+    strings_at(container, "/args")
+}
+
+/// The port number behind a Service targetPort (a number or a container port name).
+fn resolve_target_port(target: &Value, container: &Value) -> i64 {
+    match target {
+        Value::Number(n) => n.as_i64().unwrap(),
+        Value::String(name) => arr_at(container, "/ports")
+            .iter()
+            .find(|p| p["name"] == name.as_str())
+            .and_then(|p| p["containerPort"].as_i64())
+            .unwrap_or_else(|| panic!("targetPort {name} is not a port of the container")),
+        other => panic!("bad targetPort {other}"),
+    }
+}
+
+fn port_of_listen(addr: &str) -> i64 {
+    addr.rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .expect("listen address ends in a port")
+}
+
+/// Does this Service select the pods of this Deployment?
+fn selects(service: &Value, deployment: &Value) -> bool {
+    let labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    let sel = service["spec"]["selector"]
+        .as_object()
+        .expect("service has a selector");
+    !sel.is_empty() && sel.iter().all(|(k, v)| labels[k] == *v)
+}
+
+#[test]
+fn every_mode_renders_and_passes_strict_schema_validation() {
+    let Some(modes) = support::rendered_modes() else {
+        return;
+    };
+    let names: Vec<_> = modes.iter().map(|m| m.mode.as_str()).collect();
+    for expected in ["default", "external", "automatic"] {
+        assert!(
+            names.contains(&expected),
+            "mode {expected} missing from {names:?}"
+        );
+    }
+    for m in modes {
+        println!("{}: {} objects {:?}", m.mode, m.objects.len(), m.kinds());
+        assert!(
+            m.objects.len() >= 15,
+            "{}: only {} objects",
+            m.mode,
+            m.objects.len()
+        );
+        // Every namespaced object lands in our namespace (cluster-scoped kinds have none).
+        for o in &m.objects {
+            let ns = str_at(o, "/metadata/namespace");
+            let kind = str_at(o, "/kind");
+            let cluster_scoped = matches!(
+                kind,
+                "Namespace"
+                    | "ClusterRole"
+                    | "ClusterRoleBinding"
+                    | "PriorityClass"
+                    | "MutatingWebhookConfiguration"
+            );
+            if cluster_scoped {
+                assert_eq!(ns, "", "{}: {kind} is cluster-scoped", m.mode);
+            } else {
+                // The observability overlay may add its own namespaced objects elsewhere; ours stay here.
+                assert!(
+                    !ns.is_empty(),
+                    "{}: {kind} {} has no namespace",
+                    m.mode,
+                    o["metadata"]["name"]
+                );
+            }
+        }
+        assert_eq!(m.all("MutatingWebhookConfiguration").len(), 1, "{}", m.mode);
+    }
+
+    if !support::require_tool("kubernetes-validate", "pip install kubernetes-validate") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for m in modes {
+        let file = dir.path().join(format!("{}.yaml", m.mode));
+        std::fs::write(&file, &m.yaml).unwrap();
+        let schema_checked = m
+            .objects
+            .iter()
+            .filter(|o| {
+                !CRD_GROUPS
+                    .iter()
+                    .any(|g| str_at(o, "/apiVersion").starts_with(g))
+            })
+            .count();
+        for version in VALIDATE_VERSIONS {
+            let out = Command::new("kubernetes-validate")
+                .args(["--strict", "-k", version])
+                .arg(&file)
+                .output()
+                .expect("running kubernetes-validate");
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                out.status.success(),
+                "{} against {version}:\n{text}",
+                m.mode
+            );
+            for line in text.lines().filter(|l| l.contains("Couldn't find schema")) {
+                assert!(
+                    CRD_GROUPS.iter().any(|g| line.contains(g)),
+                    "{} against {version}: a built-in kind without schema: {line}",
+                    m.mode
+                );
+            }
+            let passed = text
+                .lines()
+                .filter(|l| l.contains(" passed for resource "))
+                .count();
+            assert_eq!(
+                passed, schema_checked,
+                "{} against {version}:\n{text}",
+                m.mode
+            );
+        }
+        println!(
+            "{}: {schema_checked} objects valid (strict) for {VALIDATE_VERSIONS:?}",
+            m.mode
+        );
+    }
+}
+
+#[test]
+fn external_overlay_refuses_to_render_without_the_users_ca() {
+    if !support::require_tool("kubectl", "its kustomize renders the install") {
+        return;
+    }
+    let overlay = support::kustomize_dir().join("overlays/external");
+    if overlay.join("ca.crt").exists() {
+        eprintln!(
+            "SKIP: a ca.crt was put into {} (a user's own install)",
+            overlay.display()
+        );
+        return;
+    }
+    let err = support::kustomize(&overlay).expect_err("external overlay rendered without ca.crt");
+    assert!(err.to_string().contains("ca.crt"), "{err}");
+}
+
+#[test]
+fn webhook_registration_points_at_the_service_port_and_route_of_the_frontend() {
+    let Some(modes) = support::rendered_modes() else {
+        return;
+    };
+    let routes: Vec<_> = support::rust_sources("webhook-frontend/src")
+        .into_iter()
+        .filter(|(_, text)| text.contains(&format!("\"{MUTATE_PATH}\"")))
+        .collect();
+    assert!(
+        !routes.is_empty(),
+        "webhook-frontend/src serves no \"{MUTATE_PATH}\" route"
+    );
+
+    for m in modes {
+        let mwc = m.get("MutatingWebhookConfiguration", WEBHOOK_CONFIG);
+        let hooks = arr_at(mwc, "/webhooks");
+        assert_eq!(hooks.len(), 1, "{}", m.mode);
+        let hook = &hooks[0];
+        assert_eq!(hook["name"], "pods.gpu-admission.io");
+        let svc_ref = &hook["clientConfig"]["service"];
+        assert_eq!(svc_ref["path"], MUTATE_PATH, "{}", m.mode);
+        assert_eq!(svc_ref["namespace"], NAMESPACE, "{}", m.mode);
+        let svc = m.get("Service", svc_ref["name"].as_str().unwrap());
+        assert_eq!(str_at(svc, "/metadata/namespace"), NAMESPACE);
+        let port = svc_ref["port"].as_i64().unwrap_or(443);
+        let svc_port = arr_at(svc, "/spec/ports")
+            .iter()
+            .find(|p| p["port"].as_i64() == Some(port))
+            .unwrap_or_else(|| panic!("{}: Service has no port {port}", m.mode));
+
+        let deploy = m.get("Deployment", WEBHOOK_DEPLOYMENT);
+        assert!(
+            selects(svc, deploy),
+            "{}: webhook Service does not select the webhook Pods",
+            m.mode
+        );
+        let c = container(deploy, "webhook");
+        let target = resolve_target_port(&svc_port["targetPort"], c);
+        let listen = arg_value(&args(c), "--listen").expect("--listen");
+        assert_eq!(
+            target,
+            port_of_listen(&listen),
+            "{}: Service targetPort vs --listen",
+            m.mode
+        );
+
+        // Probes hit the frontend's HTTPS port on its health routes.
+        for (probe, path) in [("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")] {
+            let p = &c[probe]["httpGet"];
+            assert_eq!(p["path"], path, "{}: {probe}", m.mode);
+            assert_eq!(p["scheme"], "HTTPS", "{}: {probe}", m.mode);
+            assert_eq!(
+                resolve_target_port(&p["port"], c),
+                target,
+                "{}: {probe} port",
+                m.mode
+            );
+        }
+
+        // The frontend reaches the scorer through the scorer Service's gRPC port.
+        let scorer_url = arg_value(&args(c), "--scorer").expect("--scorer");
+        let host_port = scorer_url
+            .strip_prefix("http://")
+            .expect("plain-text gRPC inside the cluster");
+        let (host, port) = host_port.split_once(':').unwrap();
+        let scorer_svc = m.get("Service", host.split('.').next().unwrap());
+        let scorer_port = arr_at(scorer_svc, "/spec/ports")
+            .iter()
+            .find(|p| p["port"].as_i64() == Some(port.parse().unwrap()))
+            .expect("scorer Service has the --scorer port");
+        let scorer = m.get("Deployment", SCORER_DEPLOYMENT);
+        assert!(
+            selects(scorer_svc, scorer),
+            "scorer Service does not select the scorer"
+        );
+        let sc = container(scorer, "scorer");
+        assert_eq!(
+            resolve_target_port(&scorer_port["targetPort"], sc),
+            port_of_listen(&arg_value(&args(sc), "--listen").unwrap())
+        );
+        let admin = arg_value(&args(sc), "--admin-listen").expect("scorer --admin-listen");
+        assert_eq!(port_of_listen(&admin), 9091);
+        let admin = arg_value(&args(c), "--admin-listen").expect("webhook --admin-listen");
+        assert_eq!(port_of_listen(&admin), 9092);
+    }
+}
+
+#[test]
+fn webhook_registration_is_safe_and_selective() {
+    let Some(m) = mode("default") else { return };
+    let mwc = m.get("MutatingWebhookConfiguration", WEBHOOK_CONFIG);
+    let hook = &mwc["webhooks"][0];
+    assert_eq!(hook["failurePolicy"], "Ignore");
+    assert_eq!(hook["sideEffects"], "None");
+    let timeout = hook["timeoutSeconds"].as_i64().expect("timeoutSeconds set");
+    assert!((1..=3).contains(&timeout), "timeoutSeconds {timeout}");
+    assert_eq!(strings_at(hook, "/admissionReviewVersions"), ["v1"]);
+    assert!(matches!(
+        hook["reinvocationPolicy"].as_str(),
+        Some("Never" | "IfNeeded")
+    ));
+    let rules = arr_at(hook, "/rules");
+    assert_eq!(rules.len(), 1);
+    assert_eq!(strings_at(&rules[0], "/operations"), ["CREATE"]);
+    assert_eq!(strings_at(&rules[0], "/resources"), ["pods"]);
+    assert_eq!(strings_at(&rules[0], "/apiGroups"), [""]);
+
+    let exprs = arr_at(hook, "/namespaceSelector/matchExpressions");
+    assert!(
+        exprs
+            .iter()
+            .any(|e| e["key"] == "tenant.kubenexus.io/tier" && e["operator"] == "Exists"),
+        "namespaceSelector must require the tier label: {exprs:?}"
+    );
+    let excluded = exprs
+        .iter()
+        .find(|e| e["key"] == "kubernetes.io/metadata.name" && e["operator"] == "NotIn")
+        .expect("namespaceSelector excludes namespaces by name");
+    let excluded = strings_at(excluded, "/values");
+    assert!(
+        excluded.contains(&"kube-system".to_string()) && excluded.contains(&NAMESPACE.to_string())
+    );
+
+    // The CEL filter names every GPU resource the frontend handles, in containers and init containers.
+    let conds = arr_at(hook, "/matchConditions");
+    assert_eq!(conds.len(), 1);
+    let expr = str_at(&conds[0], "/expression");
+    for needle in [
+        "object.spec.containers",
+        "object.spec.initContainers",
+        "requests",
+        "limits",
+        "'nvidia.com/gpu'",
+        "'amd.com/gpu'",
+        "startsWith('gpu.intel.com/')",
+    ] {
+        assert!(
+            expr.contains(needle),
+            "matchConditions lacks {needle}: {expr}"
+        );
+    }
+}
+
+#[test]
+fn pods_are_hardened_and_the_webhook_is_highly_available() {
+    let Some(modes) = support::rendered_modes() else {
+        return;
+    };
+    for m in modes {
+        for (name, cname) in [
+            (WEBHOOK_DEPLOYMENT, "webhook"),
+            (SCORER_DEPLOYMENT, "scorer"),
+        ] {
+            let d = m.get("Deployment", name);
+            let pod = &d["spec"]["template"]["spec"];
+            assert_eq!(
+                pod["securityContext"]["runAsNonRoot"], true,
+                "{}: {name}",
+                m.mode
+            );
+            assert_eq!(
+                pod["securityContext"]["seccompProfile"]["type"],
+                "RuntimeDefault"
+            );
+            assert_ne!(pod["securityContext"]["runAsUser"], 0);
+            let c = container(d, cname);
+            let sc = &c["securityContext"];
+            assert_eq!(sc["readOnlyRootFilesystem"], true, "{}: {name}", m.mode);
+            assert_eq!(sc["allowPrivilegeEscalation"], false, "{}: {name}", m.mode);
+            assert_eq!(
+                strings_at(sc, "/capabilities/drop"),
+                ["ALL"],
+                "{}: {name}",
+                m.mode
+            );
+            assert!(arr_at(sc, "/capabilities/add").is_empty());
+            for k in ["cpu", "memory"] {
+                assert!(
+                    c["resources"]["requests"][k].is_string(),
+                    "{name}: requests.{k}"
+                );
+            }
+            assert!(
+                c["resources"]["limits"]["memory"].is_string(),
+                "{name}: limits.memory"
+            );
+            for vm in arr_at(c, "/volumeMounts") {
+                assert!(
+                    vm.get("subPath").is_none(),
+                    "{name}: subPath mounts never see updates"
+                );
+            }
+        }
+        let d = m.get("Deployment", WEBHOOK_DEPLOYMENT);
+        assert!(d["spec"]["replicas"].as_i64().unwrap() >= 2, "{}", m.mode);
+        let anti = &d["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"];
+        let term = arr_at(anti, "/preferredDuringSchedulingIgnoredDuringExecution")
+            .first()
+            .map(|t| &t["podAffinityTerm"])
+            .or_else(|| arr_at(anti, "/requiredDuringSchedulingIgnoredDuringExecution").first())
+            .expect("webhook pod anti-affinity");
+        let pod_labels = &d["spec"]["template"]["metadata"]["labels"];
+        for (k, v) in term["labelSelector"]["matchLabels"].as_object().unwrap() {
+            assert_eq!(
+                &pod_labels[k], v,
+                "anti-affinity selects the webhook's own Pods"
+            );
+        }
+        let pdb = m.get("PodDisruptionBudget", WEBHOOK_DEPLOYMENT);
+        assert_eq!(pdb["apiVersion"], "policy/v1");
+        assert!(pdb["spec"]["minAvailable"].as_i64().unwrap() >= 1);
+        for (k, v) in pdb["spec"]["selector"]["matchLabels"].as_object().unwrap() {
+            assert_eq!(&pod_labels[k], v, "PDB selects the webhook Pods");
+        }
+    }
+}
+
+#[test]
+fn policy_configmap_is_the_scorers_embedded_default_byte_for_byte() {
+    let Some(m) = mode("default") else { return };
+    let file = support::repo_root().join(POLICY_FILE);
+    let on_disk = std::fs::read_to_string(&file).expect("the default policy file");
+
+    let scorer = m.get("Deployment", SCORER_DEPLOYMENT);
+    let c = container(scorer, "scorer");
+    let policy_arg = arg_value(&args(c), "--policy").expect("scorer --policy");
+    let (dir, key) = policy_arg.rsplit_once('/').unwrap();
+    let mount = arr_at(c, "/volumeMounts")
+        .iter()
+        .find(|vm| vm["mountPath"] == dir)
+        .unwrap_or_else(|| panic!("nothing is mounted at {dir}"));
+    let volume = arr_at(scorer, "/spec/template/spec/volumes")
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .expect("the policy volume");
+    let cm_name = str_at(volume, "/configMap/name");
+    let cm = m.get("ConfigMap", cm_name);
+    let data = cm["data"][key]
+        .as_str()
+        .unwrap_or_else(|| panic!("ConfigMap {cm_name} has no {key}"));
+    assert!(
+        data == on_disk,
+        "ConfigMap {cm_name}/{key} differs from {POLICY_FILE}"
+    );
+
+    // ...and that file is the one the scorer compiles in.
+    let embeds = support::rust_sources("scorer/src")
+        .into_iter()
+        .any(|(path, text)| {
+            text.match_indices("include_str!(").any(|(i, _)| {
+                let rest = &text[i + "include_str!(".len()..];
+                let Some(lit) = rest.split('"').nth(1) else {
+                    return false;
+                };
+                let target = path.parent().unwrap().join(lit);
+                target.canonicalize().ok() == file.canonicalize().ok()
+            })
+        });
+    assert!(
+        embeds,
+        "no include_str! in scorer/src points at {POLICY_FILE}"
+    );
+}
+
+#[test]
+fn priority_classes_equal_the_policy_buckets() {
+    let Some(m) = mode("default") else { return };
+    let policy: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(support::repo_root().join(POLICY_FILE)).unwrap(),
+    )
+    .unwrap();
+    let buckets = arr_at(&policy, "/priority/buckets");
+    assert!(!buckets.is_empty(), "policy has no priority buckets");
+    let classes = m.all("PriorityClass");
+    assert_eq!(classes.len(), buckets.len(), "one PriorityClass per bucket");
+    for b in buckets {
+        let pc = m.get("PriorityClass", str_at(b, "/name"));
+        assert_eq!(pc["value"], b["value"], "{}", b["name"]);
+        let preemption = b["preemptionPolicy"]
+            .as_str()
+            .unwrap_or("PreemptLowerPriority");
+        assert_eq!(str_at(pc, "/preemptionPolicy"), preemption, "{}", b["name"]);
+        assert_ne!(
+            pc["globalDefault"], true,
+            "{} must not become the cluster default",
+            b["name"]
+        );
+    }
+    let names: BTreeSet<_> = classes
+        .iter()
+        .map(|c| str_at(c, "/metadata/name"))
+        .collect();
+    assert_eq!(
+        names,
+        ["gpu-default", "gpu-high", "gpu-medium", "gpu-ultra"].into()
+    );
+}
+
+/// RBAC resource of each Kubernetes type the frontend may use through `kube::Api<T>`.
+const KNOWN_TYPES: [(&str, &str, &str); 7] = [
+    ("Namespace", "", "namespaces"),
+    ("PriorityClass", "scheduling.k8s.io", "priorityclasses"),
+    ("Pod", "", "pods"),
+    ("Node", "", "nodes"),
+    ("ConfigMap", "", "configmaps"),
+    ("Secret", "", "secrets"),
+    (
+        "MutatingWebhookConfiguration",
+        "admissionregistration.k8s.io",
+        "mutatingwebhookconfigurations",
+    ),
+];
+
+/// The type arguments of every `Api<...>` / `Api::<...>` in a source text, e.g.
+/// `PartialObjectMeta<Namespace>` (a metadata-only watch needs the same list/watch).
+fn api_type_args(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    for pat in ["Api<", "Api::<"] {
+        for (i, _) in text.match_indices(pat) {
+            if text[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_') {
+                continue; // e.g. `DynamicApi<`
+            }
+            let start = i + pat.len();
+            let mut depth = 1;
+            for (j, c) in text[start..].char_indices() {
+                match c {
+                    '<' => depth += 1,
+                    '>' => depth -= 1,
+                    _ => {}
+                }
+                if depth == 0 {
+                    out.push(&text[start..start + j]);
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
+fn contains_word(text: &str, word: &str) -> bool {
+    text.match_indices(word).any(|(i, _)| {
+        let before = text[..i].chars().next_back();
+        let after = text[i + word.len()..].chars().next();
+        !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+            && !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+    })
+}
+
+/// (group, resource) pairs of a set of RBAC rules, with their verbs and resourceNames.
+fn rule_set(rules: &[Value]) -> BTreeMap<(String, String), (BTreeSet<String>, BTreeSet<String>)> {
+    let mut out = BTreeMap::new();
+    for r in rules {
+        for g in strings_at(r, "/apiGroups") {
+            for res in strings_at(r, "/resources") {
+                let e: &mut (BTreeSet<String>, BTreeSet<String>) =
+                    out.entry((g.clone(), res)).or_default();
+                e.0.extend(strings_at(r, "/verbs"));
+                e.1.extend(strings_at(r, "/resourceNames"));
+            }
+        }
+    }
+    out
+}
+
+/// The RBAC subjects bound to the webhook's ServiceAccount, as (kind, name) of the roles.
+fn roles_bound_to_webhook(m: &Rendered) -> Vec<(String, String)> {
+    let d = m.get("Deployment", WEBHOOK_DEPLOYMENT);
+    let sa = str_at(d, "/spec/template/spec/serviceAccountName");
+    m.get("ServiceAccount", sa);
+    m.objects
+        .iter()
+        .filter(|o| {
+            matches!(
+                o["kind"].as_str(),
+                Some("RoleBinding" | "ClusterRoleBinding")
+            )
+        })
+        .filter(|b| {
+            arr_at(b, "/subjects").iter().any(|s| {
+                s["kind"] == "ServiceAccount" && s["name"] == sa && s["namespace"] == NAMESPACE
+            })
+        })
+        .map(|b| {
+            (
+                str_at(b, "/roleRef/kind").to_string(),
+                str_at(b, "/roleRef/name").to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn rbac_grants_exactly_what_the_frontend_watches() {
+    let Some(modes) = support::rendered_modes() else {
+        return;
+    };
+    // What the code uses: `Api<T>` / `Api::<T>` for the known types, anywhere in webhook-frontend/src.
+    let sources = support::rust_sources("webhook-frontend/src");
+    let api_types: Vec<&str> = sources.iter().flat_map(|(_, t)| api_type_args(t)).collect();
+    let used: BTreeSet<(String, String)> = KNOWN_TYPES
+        .iter()
+        .filter(|(ty, _, _)| api_types.iter().any(|arg| contains_word(arg, ty)))
+        .map(|(_, g, r)| (g.to_string(), r.to_string()))
+        .collect();
+    // The automatic certificate mode's Secret and webhook configuration are checked separately.
+    let cert_resources = [
+        ("", "secrets"),
+        (
+            "admissionregistration.k8s.io",
+            "mutatingwebhookconfigurations",
+        ),
+    ];
+    let watched: BTreeSet<_> = used
+        .iter()
+        .filter(|(g, r)| !cert_resources.contains(&(g.as_str(), r.as_str())))
+        .cloned()
+        .collect();
+    let expected: BTreeSet<(String, String)> = [
+        ("".to_string(), "namespaces".to_string()),
+        (
+            "scheduling.k8s.io".to_string(),
+            "priorityclasses".to_string(),
+        ),
+    ]
+    .into();
+    assert_eq!(
+        watched, expected,
+        "webhook-frontend/src uses kube Api<T> for these types"
+    );
+
+    for m in modes {
+        let bound = roles_bound_to_webhook(m);
+        let base_role = m.get("ClusterRole", "gpu-admission-webhook");
+        assert!(bound.contains(&("ClusterRole".into(), "gpu-admission-webhook".into())));
+        let rules = rule_set(arr_at(base_role, "/rules"));
+        let granted: BTreeSet<_> = rules.keys().cloned().collect();
+        assert_eq!(
+            granted, expected,
+            "{}: ClusterRole gpu-admission-webhook",
+            m.mode
+        );
+        for (verbs, names) in rules.values() {
+            assert_eq!(
+                verbs,
+                &BTreeSet::from(["list".to_string(), "watch".to_string()])
+            );
+            assert!(names.is_empty());
+        }
+        // No other role reaches the webhook outside the automatic certificate mode.
+        let others: Vec<_> = bound
+            .iter()
+            .filter(|(_, n)| n != "gpu-admission-webhook")
+            .collect();
+        if m.mode != "automatic" {
+            assert!(
+                others.is_empty(),
+                "{}: extra roles bound: {others:?}",
+                m.mode
+            );
+        }
+        // The scorer talks to no Kubernetes API at all.
+        let scorer = m.get("Deployment", SCORER_DEPLOYMENT);
+        assert_eq!(
+            scorer["spec"]["template"]["spec"]["automountServiceAccountToken"],
+            false
+        );
+    }
+}
+
+#[test]
+fn automatic_mode_grants_only_its_own_secret_and_webhook_configuration() {
+    let Some(m) = mode("automatic") else { return };
+    let d = m.get("Deployment", WEBHOOK_DEPLOYMENT);
+    let a = args(container(d, "webhook"));
+    assert_eq!(
+        arg_value(&a, "--auto-tls-secret").as_deref(),
+        Some(TLS_SECRET)
+    );
+    assert_eq!(
+        arg_value(&a, "--auto-tls-webhook-config").as_deref(),
+        Some(WEBHOOK_CONFIG)
+    );
+    assert!(
+        arg_value(&a, "--tls-cert").is_none(),
+        "no mounted certificate in automatic mode"
+    );
+    assert!(
+        a.contains(&"--san=gpu-admission-webhook.gpu-admission.svc".to_string()),
+        "{a:?}"
+    );
+    assert!(arr_at(d, "/spec/template/spec/volumes").is_empty());
+
+    let bound = roles_bound_to_webhook(m);
+    let role = m.get("Role", "gpu-admission-webhook-certs");
+    assert_eq!(str_at(role, "/metadata/namespace"), NAMESPACE);
+    assert!(bound.contains(&("Role".into(), "gpu-admission-webhook-certs".into())));
+    let rules = arr_at(role, "/rules");
+    for r in rules {
+        assert_eq!(strings_at(r, "/resources"), ["secrets"]);
+        let verbs = strings_at(r, "/verbs");
+        if verbs == ["create"] {
+            // RBAC cannot restrict create by name; the Role is confined to our namespace.
+            continue;
+        }
+        assert_eq!(strings_at(r, "/resourceNames"), [TLS_SECRET], "{r}");
+        let allowed = ["get", "update", "patch", "watch"];
+        assert!(
+            verbs.iter().all(|v| allowed.contains(&v.as_str())),
+            "{verbs:?}"
+        );
+    }
+    let cr = m.get("ClusterRole", "gpu-admission-webhook-certs");
+    assert!(bound.contains(&("ClusterRole".into(), "gpu-admission-webhook-certs".into())));
+    let rules = rule_set(arr_at(cr, "/rules"));
+    let key = (
+        "admissionregistration.k8s.io".to_string(),
+        "mutatingwebhookconfigurations".to_string(),
+    );
+    assert_eq!(rules.keys().collect::<Vec<_>>(), [&key]);
+    let (verbs, names) = &rules[&key];
+    assert_eq!(
+        verbs,
+        &BTreeSet::from(["get".to_string(), "patch".to_string()])
+    );
+    assert_eq!(names, &BTreeSet::from([WEBHOOK_CONFIG.to_string()]));
+    assert!(m.all("Certificate").is_empty() && m.all("Issuer").is_empty());
+}
+
+#[test]
+fn cert_manager_mode_chains_a_ca_to_the_mounted_secret_and_injects_it() {
+    let Some(m) = mode("default") else { return };
+    let d = m.get("Deployment", WEBHOOK_DEPLOYMENT);
+    let c = container(d, "webhook");
+    let a = args(c);
+    let cert_path = arg_value(&a, "--tls-cert").expect("--tls-cert");
+    let key_path = arg_value(&a, "--tls-key").expect("--tls-key");
+    let (dir, cert_file) = cert_path.rsplit_once('/').unwrap();
+    assert_eq!(
+        (cert_file, key_path.as_str()),
+        ("tls.crt", format!("{dir}/tls.key").as_str())
+    );
+    let mount = arr_at(c, "/volumeMounts")
+        .iter()
+        .find(|vm| vm["mountPath"] == dir)
+        .expect("tls mount");
+    let volume = arr_at(d, "/spec/template/spec/volumes")
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .expect("tls volume");
+    assert_eq!(str_at(volume, "/secret/secretName"), TLS_SECRET);
+
+    let serving = m
+        .all("Certificate")
+        .into_iter()
+        .find(|c| c["spec"]["secretName"] == TLS_SECRET)
+        .expect("a Certificate writes the mounted Secret");
+    let svc = m.get("Service", "gpu-admission-webhook");
+    let dns = strings_at(serving, "/spec/dnsNames");
+    let svc_name = str_at(svc, "/metadata/name");
+    for name in [
+        format!("{svc_name}.{NAMESPACE}.svc"),
+        format!("{svc_name}.{NAMESPACE}.svc.cluster.local"),
+    ] {
+        assert!(
+            dns.contains(&name),
+            "serving certificate lacks {name}: {dns:?}"
+        );
+    }
+    assert_ne!(serving["spec"]["isCA"], true);
+    // serving Certificate -> CA Issuer -> its Secret = the CA Certificate's -> self-signed Issuer.
+    let ca_issuer = m.get("Issuer", str_at(serving, "/spec/issuerRef/name"));
+    let ca_secret = str_at(ca_issuer, "/spec/ca/secretName");
+    let ca_cert = m
+        .all("Certificate")
+        .into_iter()
+        .find(|c| c["spec"]["secretName"] == ca_secret)
+        .expect("a CA Certificate writes the CA Issuer's Secret");
+    assert_eq!(ca_cert["spec"]["isCA"], true);
+    let root = m.get("Issuer", str_at(ca_cert, "/spec/issuerRef/name"));
+    assert!(root["spec"]["selfSigned"].is_object());
+    let mwc = m.get("MutatingWebhookConfiguration", WEBHOOK_CONFIG);
+    assert_eq!(
+        str_at(mwc, "/metadata/annotations/cert-manager.io~1inject-ca-from"),
+        format!("{NAMESPACE}/{}", str_at(serving, "/metadata/name"))
+    );
+    assert!(mwc["webhooks"][0]["clientConfig"].get("caBundle").is_none());
+}
+
+#[test]
+fn external_mode_puts_the_users_ca_into_the_webhook_found_by_name() {
+    let Some(m) = mode("external") else { return };
+    let mwc = m.get("MutatingWebhookConfiguration", WEBHOOK_CONFIG);
+    let bundle = str_at(&mwc["webhooks"][0], "/clientConfig/caBundle");
+    // The apiserver's base64 decoder (Go) skips line breaks; so does this check.
+    let compact: String = bundle.chars().filter(|c| !c.is_whitespace()).collect();
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(compact)
+        .expect("caBundle is base64");
+    assert_eq!(
+        String::from_utf8(decoded).unwrap(),
+        support::TEST_EXTERNAL_CA
+    );
+    assert!(
+        m.all("Secret").is_empty(),
+        "the CA helper Secret is local-config, never applied"
+    );
+    assert!(m.all("Certificate").is_empty() && m.all("Issuer").is_empty());
+    assert!(
+        mwc["metadata"]["annotations"]
+            .get("cert-manager.io/inject-ca-from")
+            .is_none()
+    );
+    let d = m.get("Deployment", WEBHOOK_DEPLOYMENT);
+    let volume = arr_at(d, "/spec/template/spec/volumes")
+        .iter()
+        .find(|v| v["secret"].is_object());
+    assert_eq!(
+        str_at(volume.expect("tls volume"), "/secret/secretName"),
+        TLS_SECRET
+    );
+}
+
+#[test]
+fn network_policies_admit_the_apiserver_and_only_the_webhook_reaches_the_scorer() {
+    let Some(m) = mode("default") else { return };
+    let policies = m.all("NetworkPolicy");
+    assert!(
+        policies
+            .iter()
+            .any(|p| p["spec"]["podSelector"] == serde_json::json!({})
+                && strings_at(p, "/spec/policyTypes").contains(&"Ingress".to_string())
+                && arr_at(p, "/spec/ingress").is_empty()),
+        "a default-deny ingress policy"
+    );
+    let webhook_labels =
+        &m.get("Deployment", WEBHOOK_DEPLOYMENT)["spec"]["template"]["metadata"]["labels"];
+    let scorer_labels =
+        &m.get("Deployment", SCORER_DEPLOYMENT)["spec"]["template"]["metadata"]["labels"];
+    let applies_to = |p: &Value, labels: &Value| {
+        p["spec"]["podSelector"]["matchLabels"]
+            .as_object()
+            .is_some_and(|sel| !sel.is_empty() && sel.iter().all(|(k, v)| labels[k] == *v))
+    };
+    let ingress_ports = |p: &Value| -> Vec<(i64, bool)> {
+        // (port, open to any source)
+        arr_at(p, "/spec/ingress")
+            .iter()
+            .flat_map(|rule| {
+                let open = arr_at(rule, "/from").is_empty();
+                arr_at(rule, "/ports")
+                    .iter()
+                    .map(move |pt| (pt["port"].as_i64().unwrap(), open))
+            })
+            .collect()
+    };
+    let wp = policies
+        .iter()
+        .find(|p| applies_to(p, webhook_labels))
+        .expect("webhook policy");
+    assert!(
+        ingress_ports(wp).contains(&(8443, true)),
+        "apiserver reaches 8443 from anywhere"
+    );
+    assert!(
+        ingress_ports(wp).contains(&(9092, true)),
+        "metrics scrapable"
+    );
+    let sp = policies
+        .iter()
+        .find(|p| applies_to(p, scorer_labels))
+        .expect("scorer policy");
+    let grpc_rules: Vec<_> = arr_at(sp, "/spec/ingress")
+        .iter()
+        .filter(|r| arr_at(r, "/ports").iter().any(|p| p["port"] == 50051))
+        .collect();
+    assert_eq!(grpc_rules.len(), 1);
+    let from = arr_at(grpc_rules[0], "/from");
+    assert_eq!(
+        from.len(),
+        1,
+        "only the webhook reaches the scorer's gRPC port"
+    );
+    for (k, v) in from[0]["podSelector"]["matchLabels"]
+        .as_object()
+        .expect("a podSelector")
+    {
+        assert_eq!(&webhook_labels[k], v);
+    }
+    assert!(from[0].get("namespaceSelector").is_none());
+    // The webhook may dial the scorer.
+    assert!(arr_at(wp, "/spec/egress").iter().any(|r| {
+        arr_at(r, "/ports").iter().any(|p| p["port"] == 50051)
+            && arr_at(r, "/to").iter().any(|t| {
+                t["podSelector"]["matchLabels"]
+                    .as_object()
+                    .is_some_and(|s| s.iter().all(|(k, v)| scorer_labels[k] == *v))
+            })
+    }));
+}
