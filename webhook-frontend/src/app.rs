@@ -38,6 +38,19 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry));
 
+    // Cluster facts first: a broken Kubernetes configuration fails the start before anything runs.
+    let cluster = if config.no_kube {
+        ClusterFacts::Static {
+            tiers: parse_namespace_tiers(&config.namespace_tiers)?,
+        }
+    } else {
+        let client = kube_cache::client().await?;
+        ClusterFacts::Kube(kube_cache::KubeCaches::start(
+            client,
+            config.tier_label.clone(),
+        ))
+    };
+
     // TLS: files (Secret layout) or a generated dev CA + serving certificate; both are watched for changes.
     let files = match (&config.self_signed, &config.tls_cert, &config.tls_key) {
         (Some(dir), _, _) => {
@@ -70,18 +83,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         scorer.clone(),
         Duration::from_secs(config.policy_refresh_secs.max(1)),
     ));
-
-    let cluster = if config.no_kube {
-        ClusterFacts::Static {
-            tiers: parse_namespace_tiers(&config.namespace_tiers)?,
-        }
-    } else {
-        let client = kube_cache::client().await?;
-        ClusterFacts::Kube(kube_cache::KubeCaches::start(
-            client,
-            config.tier_label.clone(),
-        ))
-    };
 
     let state = Arc::new(AppState {
         scorer,

@@ -426,3 +426,31 @@ async fn reqwest_like_get(addr: std::net::SocketAddr, path: &str) -> String {
     )
     .unwrap()
 }
+
+#[test]
+fn a_broken_kube_config_is_an_error_not_a_fallback() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, "this: [is not a kubeconfig").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_webhook-frontend"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--self-signed",
+        ])
+        .arg(dir.path().join("certs"))
+        .env("KUBECONFIG", &kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("WEBHOOK_NO_KUBE")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no usable Kubernetes configuration"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("listening on"), "{stderr}");
+}

@@ -252,6 +252,8 @@ async fn admit_pod(
         gpu_class = class,
         priority = answer.priority_score,
         avoid = ?answer.avoid_job_types,
+        owner = ?candidate.features.owner,
+        dra_claims = ?candidate.features.dra_claims,
         ops = ops.len(),
         "Pod mutated"
     );
