@@ -107,6 +107,7 @@ pub(crate) fn layer(provider: &SdkTracerProvider) -> BoxedLayer {
     let tracer = provider.tracer("gpu-admission");
     tracing_opentelemetry::layer()
         .with_tracer(tracer)
+        .with_threads(false)
         .with_filter(traces_filter(
             std::env::var("TRACES_FILTER").ok().as_deref(),
         ))

@@ -128,6 +128,22 @@ fn assert_attr(span: &ReceivedSpan, key: &str, expected: &str, all: &[ReceivedSp
     );
 }
 
+/// Asserts `priority.score` equals the score annotation, which carries it rounded to two decimals.
+fn assert_score(span: &ReceivedSpan, annotation: &str, all: &[ReceivedSpan]) {
+    let expected: f64 = annotation
+        .parse()
+        .expect("numeric priority-score annotation");
+    let got = span
+        .attr_text("priority.score")
+        .and_then(|v| v.parse::<f64>().ok());
+    assert!(
+        got.is_some_and(|g| (g - expected).abs() <= 0.005 + 1e-9),
+        "span {} priority.score {got:?} vs annotation {annotation}; spans:\n{}",
+        span.name,
+        summary(all)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_admission_is_one_trace_across_webhook_and_scorer() -> anyhow::Result<()> {
     let receiver = TraceReceiver::start().await?;
@@ -183,7 +199,7 @@ async fn one_admission_is_one_trace_across_webhook_and_scorer() -> anyhow::Resul
     assert_attr(admission, "k8s.pod.name", "train-llama-0", &in_trace);
     assert_attr(admission, "admission.outcome", "mutated", &in_trace);
     assert_attr(admission, "gpu.class", &class, &in_trace);
-    assert_attr(admission, "priority.score", &score, &in_trace);
+    assert_score(admission, &score, &in_trace);
 
     // Its children.
     for name in ["decode", "scorer.score", "build_patch"] {
@@ -208,7 +224,7 @@ async fn one_admission_is_one_trace_across_webhook_and_scorer() -> anyhow::Resul
         summary(&in_trace)
     );
     assert_attr(score_span, "gpu.class", &class, &in_trace);
-    assert_attr(score_span, "priority.score", &score, &in_trace);
+    assert_score(score_span, &score, &in_trace);
     assert!(
         matches!(
             score_span.attr_text("explored").as_deref(),
