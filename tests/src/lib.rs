@@ -8,9 +8,11 @@
 //! - [`services`]: [`Scorer::start`] / [`Webhook::start`] builders following the CLI contract of the brief.
 //! - [`https`]: an HTTPS client trusting ONLY the webhook's CA bundle (a wrong certificate fails).
 //! - [`review`]: AdmissionReview wrapping, response checking by the apiserver's rules, patch application.
+//! - [`cluster`]: a real etcd + kube-apiserver on loopback (start/stop scripts in `tests/cluster/`).
 //! - [`corpus`]: the shared corpus of real manifests and AdmissionReviews, and Pod extraction from workloads.
 //! - [`faults`]: fault injectors at the process boundary (a TCP proxy that hangs/corrupts, a gRPC scorer that
 //!   answers nonsense).
+//! - [`decision`]: what must hold for a Pod before/after admission (preserved fields, coherent decision).
 //! - [`gpu`]: small helpers reading a Pod's GPU request and the decision annotations.
 //!
 //! ```no_run
@@ -31,7 +33,9 @@
 //! ```
 
 pub mod binaries;
+pub mod cluster;
 pub mod corpus;
+pub mod decision;
 pub mod faults;
 pub mod gpu;
 pub mod https;

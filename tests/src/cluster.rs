@@ -1,0 +1,243 @@
+//! A real control plane on loopback (etcd + kube-apiserver v1.20.2) for the real-cluster tier, started by
+//! `tests/cluster/start-apiserver.sh` in a temp RUN_DIR on free ports and stopped on drop.
+//!
+//! - [`apiserver_binary`] runs `tests/cluster/build-apiserver.sh` (cached → instant; cold ≈ 6 min). When the
+//!   machine cannot build it: an error when env `CI` is set, else a loud SKIP (`Ok(None)`);
+//! - [`LocalCluster::start`] → kubeconfig + a `kube::Client`;
+//! - helpers to create tier-labelled namespaces, the PriorityClasses of the scorer's policy, and to register
+//!   a webhook by URL (`clientConfig.url`, never a Service) as a MutatingWebhookConfiguration
+//!   (admissionregistration.k8s.io/v1, failurePolicy Ignore, sideEffects None, timeoutSeconds 5, no
+//!   matchConditions since 1.20 has none, namespaceSelector on the tier label).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, bail};
+use base64::Engine as _;
+use gpu_admission_proto::scorer::v1::GetPolicyResponse;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+
+use crate::names::TIER_LABEL;
+
+fn cluster_scripts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("cluster")
+}
+
+/// The kube-apiserver binary, building it if needed. `Ok(None)` = skip (not in CI, cannot build here).
+pub fn apiserver_binary() -> anyhow::Result<Option<PathBuf>> {
+    if let Some(bin) = std::env::var_os("KUBE_APISERVER") {
+        return Ok(Some(bin.into()));
+    }
+    let script = cluster_scripts().join("build-apiserver.sh");
+    let started = std::time::Instant::now();
+    let out = Command::new("bash")
+        .arg(&script)
+        .output()
+        .context("running build-apiserver.sh")?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let path = stdout
+        .lines()
+        .last()
+        .map(str::trim)
+        .unwrap_or("")
+        .to_string();
+    if out.status.success() && Path::new(&path).is_file() {
+        if started.elapsed().as_secs() > 5 {
+            eprintln!(
+                "cluster: built kube-apiserver in {:.0}s",
+                started.elapsed().as_secs_f64()
+            );
+        }
+        return Ok(Some(path.into()));
+    }
+    let why = format!(
+        "{} failed ({}):\n{}\n{}",
+        script.display(),
+        out.status,
+        stdout,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if std::env::var_os("CI").is_some() {
+        bail!("CI is set, so the real-cluster tier must run: {why}");
+    }
+    eprintln!(
+        "\n*************************************************************************\n\
+         SKIP real-cluster tier: this machine cannot build kube-apiserver.\n{why}\n\
+         *************************************************************************\n"
+    );
+    Ok(None)
+}
+
+/// etcd + kube-apiserver in a temp RUN_DIR. Stopped (and the dir removed) on drop.
+pub struct LocalCluster {
+    run_dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
+    client: kube::Client,
+}
+
+impl LocalCluster {
+    /// Builds (or finds) the apiserver and starts the control plane. `Ok(None)` = skipped (see
+    /// [`apiserver_binary`]).
+    pub async fn start() -> anyhow::Result<Option<Self>> {
+        let Some(bin) = apiserver_binary()? else {
+            return Ok(None);
+        };
+        let run_dir = tempfile::Builder::new()
+            .prefix("gpu-adm-cluster-")
+            .tempdir()?;
+        let script = cluster_scripts().join("start-apiserver.sh");
+        let out = tokio::process::Command::new("bash")
+            .arg(&script)
+            .arg(run_dir.path())
+            .env("KUBE_APISERVER", &bin)
+            .output()
+            .await
+            .context("running start-apiserver.sh")?;
+        if !out.status.success() {
+            bail!(
+                "start-apiserver.sh failed ({}):\n{}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let kubeconfig = run_dir.path().join("kubeconfig");
+        let client = client_for(&kubeconfig).await?;
+        Ok(Some(Self {
+            run_dir,
+            kubeconfig,
+            client,
+        }))
+    }
+
+    /// The admin kubeconfig (pass it as `KUBECONFIG`).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The RUN_DIR (logs: apiserver.log, etcd.log).
+    pub fn run_dir(&self) -> &Path {
+        self.run_dir.path()
+    }
+
+    /// An admin client.
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
+    /// The last `n` lines of the apiserver log.
+    pub fn apiserver_log_tail(&self, n: usize) -> String {
+        let log =
+            std::fs::read_to_string(self.run_dir.path().join("apiserver.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// Creates a namespace, labelled `tenant.kubenexus.io/tier=TIER` when `tier` is given.
+    pub async fn create_namespace(&self, name: &str, tier: Option<&str>) -> anyhow::Result<()> {
+        let mut ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+        if let Some(t) = tier {
+            ns["metadata"]["labels"] = json!({TIER_LABEL: t});
+        }
+        let ns: Namespace = serde_json::from_value(ns)?;
+        Api::<Namespace>::all(self.client())
+            .create(&PostParams::default(), &ns)
+            .await?;
+        Ok(())
+    }
+
+    /// Creates the PriorityClasses of the policy's buckets (name, value, preemption policy).
+    pub async fn create_priority_classes(
+        &self,
+        policy: &GetPolicyResponse,
+    ) -> anyhow::Result<Vec<String>> {
+        let api = Api::<PriorityClass>::all(self.client());
+        let mut names = Vec::new();
+        for b in &policy.priority_buckets {
+            let Some(pc) = &b.priority_class else {
+                continue;
+            };
+            let mut obj = json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                "metadata": {"name": pc.name}, "value": pc.value, "globalDefault": false,
+                "description": format!("gpu-admission bucket >= {}", b.min_score)});
+            if !pc.preemption_policy.is_empty() {
+                obj["preemptionPolicy"] = json!(pc.preemption_policy);
+            }
+            api.create(&PostParams::default(), &serde_json::from_value(obj)?)
+                .await
+                .with_context(|| format!("creating PriorityClass {}", pc.name))?;
+            names.push(pc.name.clone());
+        }
+        Ok(names)
+    }
+
+    /// Registers (or replaces) a MutatingWebhookConfiguration `name` calling `url` with `ca_pem` as the
+    /// caBundle, for CREATE of v1 Pods in namespaces carrying the tier label.
+    pub async fn register_webhook(
+        &self,
+        name: &str,
+        url: &str,
+        ca_pem: &[u8],
+    ) -> anyhow::Result<()> {
+        let mwc = json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": name},
+            "webhooks": [{
+                "name": "pods.gpu-admission.io",
+                "admissionReviewVersions": ["v1"],
+                "clientConfig": {"url": url, "caBundle": base64::engine::general_purpose::STANDARD.encode(ca_pem)},
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                           "resources": ["pods"], "scope": "Namespaced"}],
+                "namespaceSelector": {"matchExpressions": [{"key": TIER_LABEL, "operator": "Exists"}]},
+                "failurePolicy": "Ignore",
+                "sideEffects": "None",
+                "timeoutSeconds": 5,
+                "reinvocationPolicy": "Never"
+            }]
+        });
+        let mwc: MutatingWebhookConfiguration = serde_json::from_value(mwc)?;
+        let api = Api::<MutatingWebhookConfiguration>::all(self.client());
+        if api.get_opt(name).await?.is_some() {
+            api.delete(name, &DeleteParams::default()).await?;
+            for _ in 0..50 {
+                if api.get_opt(name).await?.is_none() {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+        api.create(&PostParams::default(), &mwc)
+            .await
+            .context("creating the MutatingWebhookConfiguration")?;
+        Ok(())
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "----- tail of {}/apiserver.log -----\n{}",
+                self.run_dir.path().display(),
+                self.apiserver_log_tail(30)
+            );
+        }
+        let _ = Command::new("bash")
+            .arg(cluster_scripts().join("stop-apiserver.sh"))
+            .arg(self.run_dir.path())
+            .status();
+    }
+}
+
+/// A client from a kubeconfig file.
+pub async fn client_for(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig)?;
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await?;
+    Ok(kube::Client::try_from(config)?)
+}

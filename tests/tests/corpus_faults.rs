@@ -1,0 +1,179 @@
+//! Fail-open without a cluster: whatever happens to the scorer (killed, hung by SIGSTOP, a proxy answering
+//! garbage or hanging, a gRPC server answering nonsense, never there at all), every GPU Pod is allowed
+//! with no patch and a warning, well inside the apiserver's timeout; and decisions resume once the scorer is
+//! back. Faults are made outside the product, at the process boundary.
+
+use std::time::Duration;
+
+use gpu_admission_tests::AdmissionOutcome;
+use gpu_admission_tests::faults::{FaultProxy, Nonsense, NonsenseScorer, ProxyMode};
+use gpu_admission_tests::{Scorer, Webhook};
+use serde_json::{Value, json};
+
+const GOLD: &str = "faults-gold";
+/// The registration's `timeoutSeconds` is 5; a pass-through must come well before.
+const WELL_INSIDE: Duration = Duration::from_secs(2);
+
+fn gpu_pod(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "annotations": {"app.kubernetes.io/job-type": "train-bert", "gpu.mem.gi": "16"}},
+           "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+                    "tolerations": [{"key": "spot", "operator": "Exists"}]}})
+}
+
+async fn webhook_for(url: &str) -> Webhook {
+    Webhook::builder(url)
+        .no_kube()
+        .namespace_tier(GOLD, "gold")
+        .start()
+        .await
+        .expect("webhook starts")
+}
+
+async fn admit(webhook: &Webhook, name: &str) -> AdmissionOutcome {
+    webhook
+        .admit_pod(&gpu_pod(name), GOLD)
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e:#}"))
+}
+
+/// Allowed, unchanged, with a warning, in time.
+fn assert_passed_through(o: &AdmissionOutcome, what: &str) {
+    assert!(o.allowed, "{what}: denied: {}", o.raw);
+    assert!(o.patch.is_none(), "{what}: patched: {}", o.patch_string());
+    assert!(
+        !o.warnings.is_empty(),
+        "{what}: a pass-through must carry a warning: {}",
+        o.raw
+    );
+    assert!(o.elapsed < WELL_INSIDE, "{what}: took {:?}", o.elapsed);
+    println!(
+        "{what}: passed through in {:?}, warnings {:?}",
+        o.elapsed, o.warnings
+    );
+}
+
+fn assert_mutated(o: &AdmissionOutcome, what: &str) {
+    assert!(
+        o.allowed && o.patch.is_some(),
+        "{what}: expected a mutation: {}",
+        o.raw
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scorer_killed_and_hung() {
+    let mut scorer = Scorer::builder().start().await.expect("scorer starts");
+    let webhook = webhook_for(&scorer.url()).await;
+    assert_mutated(&admit(&webhook, "healthy").await, "healthy scorer");
+
+    // Hung: SIGSTOP keeps the socket open, answers nothing.
+    scorer.process.pause().unwrap();
+    for i in 0..3 {
+        assert_passed_through(
+            &admit(&webhook, &format!("hung-{i}")).await,
+            "scorer hung (SIGSTOP)",
+        );
+    }
+    scorer.process.resume().unwrap();
+    let mut recovered = false;
+    for _ in 0..50 {
+        if admit(&webhook, "resumed").await.patch.is_some() {
+            recovered = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(recovered, "decisions did not resume after SIGCONT");
+
+    // Killed.
+    scorer.process.kill();
+    for i in 0..3 {
+        assert_passed_through(
+            &admit(&webhook, &format!("killed-{i}")).await,
+            "scorer killed",
+        );
+    }
+    assert_eq!(
+        webhook.https().get("/readyz").await.unwrap().status,
+        200,
+        "readiness is not tied to the scorer"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scorer_behind_a_faulty_proxy() {
+    let scorer = Scorer::builder().start().await.expect("scorer starts");
+    let proxy = FaultProxy::start(scorer.addr()).await.unwrap();
+    let webhook = webhook_for(&proxy.url()).await;
+    assert_mutated(&admit(&webhook, "forward").await, "through the proxy");
+
+    for mode in [ProxyMode::Garbage, ProxyMode::Hang, ProxyMode::Reset] {
+        proxy.set_mode(mode);
+        for i in 0..2 {
+            assert_passed_through(
+                &admit(&webhook, &format!("proxy-{i}")).await,
+                &format!("proxy {mode:?}"),
+            );
+        }
+        proxy.set_mode(ProxyMode::Forward);
+        let mut recovered = false;
+        for _ in 0..50 {
+            if admit(&webhook, "again").await.patch.is_some() {
+                recovered = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            recovered,
+            "decisions did not resume after proxy mode {mode:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scorer_answering_nonsense() {
+    let real = Scorer::builder().start().await.expect("scorer starts");
+    for kind in [
+        Nonsense::UnknownClass,
+        Nonsense::ScoreOutOfRange,
+        Nonsense::NotANumber,
+    ] {
+        let fake = NonsenseScorer::start(kind, real.policy().clone())
+            .await
+            .unwrap();
+        let webhook = webhook_for(&fake.url()).await;
+        assert_passed_through(
+            &admit(&webhook, "nonsense").await,
+            &format!("nonsense answer {kind:?}"),
+        );
+        assert!(
+            fake.score_calls() > 0,
+            "{kind:?}: the webhook never called Score"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scorer_never_there() {
+    // A port that was free a moment ago: nothing listens.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let webhook = Webhook::builder(&format!("http://127.0.0.1:{port}"))
+        .no_kube()
+        .namespace_tier(GOLD, "gold")
+        .deadline_ms(100)
+        .start()
+        .await
+        .expect("the webhook starts and is ready without a scorer");
+    for i in 0..3 {
+        assert_passed_through(
+            &admit(&webhook, &format!("never-{i}")).await,
+            "scorer never started",
+        );
+    }
+}
