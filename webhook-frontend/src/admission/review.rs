@@ -10,13 +10,25 @@ use json_patch::PatchOperation;
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionReview};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub const V1: &str = "admission.k8s.io/v1";
 pub const V1BETA1: &str = "admission.k8s.io/v1beta1";
 /// The apiserver truncates longer warnings; we keep ours short and printable.
 const MAX_WARNING_CHARS: usize = 240;
 const MAX_WARNINGS: usize = 16;
+
+/// The AdmissionReview envelope around kube-core's `AdmissionRequest`. kube-core's own `AdmissionReview`
+/// flattens its `TypeMeta`, which makes serde buffer the whole document before parsing it again; this
+/// envelope reads the same fields in one pass (unknown fields such as `kind` are ignored).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Envelope<T: kube::Resource> {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    request: Option<AdmissionRequest<T>>,
+}
 
 /// A review we can answer (we know its uid).
 #[derive(Debug)]
@@ -56,9 +68,9 @@ fn is_pod_request<T: kube::Resource>(r: &AdmissionRequest<T>) -> bool {
 /// Decodes a request body. The common case (a Pod review) costs one typed parse; other shapes fall back to a
 /// dynamic parse, then to plain JSON to find the uid.
 pub fn decode(body: &[u8]) -> Result<Incoming, BadRequest> {
-    let pod_err = match serde_json::from_slice::<AdmissionReview<Pod>>(body) {
+    let pod_err = match serde_json::from_slice::<Envelope<Pod>>(body) {
         Ok(review) => {
-            let api_version = answer_version(&review.types.api_version);
+            let api_version = answer_version(&review.api_version);
             let request = review
                 .request
                 .ok_or_else(|| BadRequest("AdmissionReview has no request".into()))?;
