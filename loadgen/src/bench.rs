@@ -187,6 +187,7 @@ pub async fn run(args: BenchArgs) -> Result<i32> {
         args.duration
     );
 
+    let loadavg_start = report::json::loadavg();
     let mode = args.mode.unwrap_or(if args.rate.is_some() {
         Mode::Open
     } else {
@@ -322,7 +323,7 @@ pub async fn run(args: BenchArgs) -> Result<i32> {
     }
 
     // Reports.
-    let meta = Meta::collect(&workload, http.to_string(), args.deadline_ms);
+    let meta = Meta::collect(&workload, http.to_string(), args.deadline_ms, loadavg_start);
     let s = summary::summarize(&runs, &idle_rss, args.deadline_ms);
     print!("{}", report::table::render(&meta, &runs, &s));
     if let Some(path) = &args.json {
@@ -444,12 +445,15 @@ async fn run_one(
         &me,
     );
     eprintln!(
-        "{:<40} {:>7.0}/s  p50 {:.3} ms  p99 {:.3} ms  max {:.3} ms  mutated {} passed {} skipped {} scored {} errors {}",
+        "{:<40} {:>7.0}/s  p50 {:.3} ms  p99 {:.3} ms  max {:.3} ms  (send lag p99 {}) mutated {} passed {} skipped {} scored {} errors {}",
         r.name,
         r.achieved_rps,
         r.latency_ms.p50,
         r.latency_ms.p99,
         r.latency_ms.max,
+        r.send_lag_ms
+            .as_ref()
+            .map_or("-".to_string(), |p| format!("{:.3} ms", p.p99)),
         r.outcomes.mutated,
         r.outcomes.passed_through,
         r.outcomes.skipped,

@@ -22,6 +22,7 @@ pub const UID_LEN: usize = 36;
 /// Namespaces of the generated mix and their tier (`tenant.kubenexus.io/tier`). A spawned frontend gets
 /// them as `--namespace-tier`; a frontend started by hand must be given the same to see tiered Pods.
 pub const NAMESPACE_TIERS: &[(&str, &str)] = &[
+    ("frontier", "platinum"),
     ("llm-prod", "gold"),
     ("inference", "gold"),
     ("research", "silver"),
@@ -32,16 +33,20 @@ pub const NAMESPACE_TIERS: &[(&str, &str)] = &[
 /// Namespaces without a tier label: the webhook must leave their Pods alone.
 const UNTIERED_NAMESPACES: &[&str] = &["default", "ci-runners"];
 
-/// Job types of the mix, with their workload class and typical GPU memory (GiB) and batch size.
+/// Job types of the mix (those of the default policy and one it does not know), with their workload class and typical GPU memory (GiB) and batch size.
 const JOB_TYPES: &[(&str, WorkloadClass, f64, u32)] = &[
-    ("train-llm", WorkloadClass::Training, 80.0, 512),
+    ("train-llama", WorkloadClass::Training, 80.0, 512),
+    ("train-bert", WorkloadClass::Training, 16.0, 256),
+    ("train-resnet", WorkloadClass::Training, 16.0, 256),
     ("finetune-llm", WorkloadClass::Training, 40.0, 64),
-    ("train-vision", WorkloadClass::Training, 24.0, 256),
     ("inference-llm", WorkloadClass::Inference, 40.0, 8),
     ("inference-vision", WorkloadClass::Inference, 16.0, 32),
     ("batch-embedding", WorkloadClass::Batch, 16.0, 1024),
+    ("batch-etl", WorkloadClass::Batch, 8.0, 128),
     ("hpo-sweep", WorkloadClass::Batch, 24.0, 128),
     ("notebook", WorkloadClass::Interactive, 16.0, 1),
+    // Not in the default policy: falls back to the workload class's profile.
+    ("physics-sim", WorkloadClass::Batch, 24.0, 64),
 ];
 
 /// One serialised AdmissionReview, split around its uid.

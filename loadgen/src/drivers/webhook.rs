@@ -237,18 +237,15 @@ pub fn classify(body: &[u8], uid: &[u8]) -> Outcome {
     Outcome::Skipped
 }
 
-/// Whether a warning reports that the scorer could not be used (so the Pod was admitted unchanged).
+/// Whether a warning reports that the scorer could not be used, so the Pod was admitted unchanged.
+/// The frontend writes `gpu-admission: scorer timed out|unavailable|answered invalidly (...); Pod admitted
+/// unchanged` (webhook-frontend/src/admission/handler.rs); "pass-through" wordings are accepted too.
 fn is_pass_through_warning(w: &str) -> bool {
     let w = w.to_ascii_lowercase();
-    [
-        "pass-through",
-        "passthrough",
-        "pass through",
-        "passed through",
-        "passed-through",
-    ]
-    .iter()
-    .any(|k| w.contains(k))
+    (w.contains("scorer") && w.contains("admitted unchanged"))
+        || ["pass-through", "passthrough", "passed through"]
+            .iter()
+            .any(|k| w.contains(k))
 }
 
 #[cfg(test)]
@@ -272,11 +269,15 @@ mod tests {
         ));
         assert_eq!(classify(&mutated, UID), Outcome::Mutated);
         let passed = review(&format!(
-            r#"{{"uid":"{uid}","allowed":true,"warnings":["gpu-admission: scorer unavailable, pass-through (admitted unchanged)"]}}"#
+            r#"{{"uid":"{uid}","allowed":true,"warnings":["gpu-admission: scorer timed out (no answer within 200 ms); Pod admitted unchanged"]}}"#
         ));
         assert_eq!(classify(&passed, UID), Outcome::PassedThrough);
         let skipped = review(&format!(r#"{{"uid":"{uid}","allowed":true}}"#));
         assert_eq!(classify(&skipped, UID), Outcome::Skipped);
+        let skipped_with_warning = review(&format!(
+            r#"{{"uid":"{uid}","allowed":true,"warnings":["gpu-admission: ignored annotation gpu.mem.gi=\"lots\""]}}"#
+        ));
+        assert_eq!(classify(&skipped_with_warning, UID), Outcome::Skipped);
         let rejected = review(&format!(r#"{{"uid":"{uid}","allowed":false}}"#));
         assert_eq!(
             classify(&rejected, UID),

@@ -22,6 +22,9 @@ pub struct Meta {
     pub mean_request_bytes: usize,
     pub http: String,
     pub deadline_ms: u64,
+    /// /proc/loadavg before the first run and after the last: other work on the machine skews results.
+    pub loadavg_start: String,
+    pub loadavg_end: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -40,7 +43,12 @@ pub fn write(path: &Path, report: &Report) -> Result<()> {
 }
 
 impl Meta {
-    pub fn collect(workload: &crate::workload::Workload, http: String, deadline_ms: u64) -> Self {
+    pub fn collect(
+        workload: &crate::workload::Workload,
+        http: String,
+        deadline_ms: u64,
+        loadavg_start: String,
+    ) -> Self {
         let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
             .ok()
             .and_then(|s| {
@@ -68,6 +76,15 @@ impl Meta {
             mean_request_bytes: workload.mean_body_bytes(),
             http,
             deadline_ms,
+            loadavg_start,
+            loadavg_end: loadavg(),
         }
     }
+}
+
+/// The 1, 5 and 15 minute load averages.
+pub fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
 }

@@ -73,6 +73,8 @@ pub struct Recorder {
     pub latency: Histogram<u64>,
     /// Actual minus intended send time (open loop): loadgen's own lateness or a full connection pool.
     pub send_lag: Histogram<u64>,
+    /// Completion minus actual send time: the service time alone, without loadgen's or the pool's lateness.
+    pub service: Histogram<u64>,
     pub counts: Counts,
     pub last_done: Option<Instant>,
 }
@@ -82,6 +84,7 @@ impl Default for Recorder {
         Self {
             latency: new_histogram(),
             send_lag: new_histogram(),
+            service: new_histogram(),
             counts: Counts::default(),
             last_done: None,
         }
@@ -98,6 +101,9 @@ impl Recorder {
     ) {
         let _ = self.latency.record((latency.as_micros() as u64).max(1));
         let _ = self.send_lag.record((send_lag.as_micros() as u64).max(1));
+        let _ = self
+            .service
+            .record((latency.saturating_sub(send_lag).as_micros() as u64).max(1));
         self.counts.add(outcome);
         self.last_done = Some(self.last_done.map_or(done, |d| d.max(done)));
     }
@@ -164,6 +170,8 @@ pub struct RunResult {
     pub latency_ms: Percentiles,
     /// Open loop only: how late requests left loadgen compared with their schedule.
     pub send_lag_ms: Option<Percentiles>,
+    /// Open loop only: from actual send to answer (the service time, no queueing in loadgen).
+    pub service_ms: Option<Percentiles>,
     pub outcomes: Counts,
     pub pass_through_share: f64,
     pub services: Vec<ServiceUsage>,
@@ -210,6 +218,7 @@ impl RunResult {
             achieved_rps: achieved,
             latency_ms: Percentiles::of(&rec.latency),
             send_lag_ms: (mode == "open").then(|| Percentiles::of(&rec.send_lag)),
+            service_ms: (mode == "open").then(|| Percentiles::of(&rec.service)),
             pass_through_share: rec.counts.pass_through_share(),
             outcomes: rec.counts.clone(),
             services: usage,

@@ -19,7 +19,7 @@ pub fn render(meta: &Meta, runs: &[RunResult], s: &Summary) -> String {
     );
     let _ = writeln!(
         o,
-        "{:<34} {:>5} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8} {:>7} {:>7} {:>6}  cpu cores / peak RSS MiB",
+        "{:<34} {:>5} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8} {:>7} {:>7} {:>6} {:>8} {:>8}  cpu cores / peak RSS MiB",
         "run",
         "conns",
         "target/s",
@@ -33,6 +33,8 @@ pub fn render(meta: &Meta, runs: &[RunResult], s: &Summary) -> String {
         "passed",
         "skipped",
         "errors",
+        "lag p99",
+        "svc p99",
     );
     for r in runs {
         let c = &r.outcomes;
@@ -59,7 +61,7 @@ pub fn render(meta: &Meta, runs: &[RunResult], s: &Summary) -> String {
         };
         let _ = writeln!(
             o,
-            "{:<34} {:>5} {:>9} {:>9.0} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>9.3} {:>8} {:>7} {:>7} {:>6}  {}{}",
+            "{:<34} {:>5} {:>9} {:>9.0} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>9.3} {:>8} {:>7} {:>7} {:>6} {:>8} {:>8}  {}{}",
             r.name,
             r.connections,
             r.target_rps.map_or("-".to_string(), |t| format!("{t:.0}")),
@@ -73,6 +75,12 @@ pub fn render(meta: &Meta, runs: &[RunResult], s: &Summary) -> String {
             ok_b,
             c.skipped,
             c.errors,
+            r.send_lag_ms
+                .as_ref()
+                .map_or("-".to_string(), |p| format!("{:.3}", p.p99)),
+            r.service_ms
+                .as_ref()
+                .map_or("-".to_string(), |p| format!("{:.3}", p.p99)),
             usage.join(", "),
             if r.saturated { "  [saturated]" } else { "" }
         );
