@@ -893,3 +893,81 @@ fn network_policies_admit_the_apiserver_and_only_the_webhook_reaches_the_scorer(
             })
     }));
 }
+
+/// The long flags a binary's `--help` lists.
+fn flags_of(binary: &std::path::Path) -> BTreeSet<String> {
+    let help = support::run(Command::new(binary).arg("--help")).expect("--help");
+    help.split(|c: char| c.is_whitespace() || c == ',' || c == '[' || c == '|' || c == '<')
+        .filter(|w| w.starts_with("--") && w.len() > 2)
+        .map(|w| {
+            w.trim_end_matches(|c: char| !c.is_alphanumeric())
+                .to_string()
+        })
+        .collect()
+}
+
+/// The flag names (`--x` of `--x=value`) of a container's args.
+fn flag_names(args: &[String]) -> Vec<String> {
+    args.iter()
+        .filter(|a| a.starts_with("--"))
+        .map(|a| a.split('=').next().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn deployment_args_are_flags_the_real_binaries_accept() {
+    let Some(modes) = support::rendered_modes() else {
+        return;
+    };
+    let scorer_flags = flags_of(gpu_admission_tests::binaries::scorer());
+    let webhook_flags = flags_of(gpu_admission_tests::binaries::webhook());
+    assert!(scorer_flags.contains("--policy") && webhook_flags.contains("--scorer"));
+    // The automatic certificate mode is written ahead of its frontend feature (see
+    // deploy/kustomize/components/automatic): its flags must come all together, or not yet at all.
+    let auto_flags = ["--auto-tls-secret", "--auto-tls-webhook-config"];
+    let implemented = auto_flags
+        .iter()
+        .filter(|f| webhook_flags.contains(**f))
+        .count();
+    assert!(
+        implemented == 0 || implemented == auto_flags.len(),
+        "webhook-frontend implements only some of {auto_flags:?}: align the automatic overlay"
+    );
+    if implemented == 0 {
+        println!("PENDING: webhook-frontend has no {auto_flags:?} yet (automatic overlay)");
+    }
+    for m in modes {
+        let sc = container(m.get("Deployment", SCORER_DEPLOYMENT), "scorer");
+        for f in flag_names(&args(sc)) {
+            assert!(scorer_flags.contains(&f), "{}: scorer has no {f}", m.mode);
+        }
+        let wc = container(m.get("Deployment", WEBHOOK_DEPLOYMENT), "webhook");
+        for f in flag_names(&args(wc)) {
+            if implemented == 0 && m.mode == "automatic" && auto_flags.contains(&f.as_str()) {
+                continue;
+            }
+            assert!(
+                webhook_flags.contains(&f),
+                "{}: webhook-frontend has no {f}",
+                m.mode
+            );
+        }
+    }
+}
+
+#[test]
+fn the_real_scorer_accepts_the_policy_configmap() {
+    let Some(m) = mode("default") else { return };
+    let cm = m.get("ConfigMap", "gpu-admission-policy");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("default-policy.yaml");
+    std::fs::write(&file, str_at(cm, "/data/default-policy.yaml")).unwrap();
+    let out = support::run(
+        Command::new(gpu_admission_tests::binaries::scorer())
+            .arg("--check-policy")
+            .arg("--policy")
+            .arg(&file),
+    )
+    .expect("scorer --check-policy rejects the ConfigMap's policy");
+    println!("scorer --check-policy: {}", out.trim());
+}
