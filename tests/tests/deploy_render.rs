@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
 use base64::Engine as _;
-use serde_json::Value;
+use serde_json::{Value, json};
 use support::{NAMESPACE, Rendered, arg_value, arr_at, mode, str_at, strings_at};
 
 /// Kubernetes versions the install is validated against: the oldest it supports (matchConditions
@@ -970,4 +970,141 @@ fn the_real_scorer_accepts_the_policy_configmap() {
     )
     .expect("scorer --check-policy rejects the ConfigMap's policy");
     println!("scorer --check-policy: {}", out.trim());
+}
+
+/// Evaluates a CEL expression with `object` bound to each Pod, using PyPI's cel-python (celpy):
+/// Kubernetes 1.20 predates matchConditions, so this is the check of their logic here.
+const CEL_EVAL: &str = r#"
+import json, sys, celpy
+expr, pods = json.load(sys.stdin)
+env = celpy.Environment()
+prog = env.program(env.compile(expr))
+print(json.dumps([bool(prog.evaluate({"object": celpy.json_to_cel(p)})) for p in pods]))
+"#;
+
+/// Does the Pod name a GPU resource (any quantity) in requests or limits of any (init) container?
+fn names_a_gpu_resource(pod: &Value) -> bool {
+    ["/spec/containers", "/spec/initContainers"]
+        .iter()
+        .any(|list| {
+            arr_at(pod, list).iter().any(|c| {
+                ["requests", "limits"].iter().any(|k| {
+                    c["resources"][k].as_object().is_some_and(|m| {
+                        m.keys().any(|r| {
+                            r == "nvidia.com/gpu"
+                                || r == "amd.com/gpu"
+                                || r.starts_with("gpu.intel.com/")
+                        })
+                    })
+                })
+            })
+        })
+}
+
+#[test]
+fn match_conditions_send_exactly_the_gpu_pods_of_the_corpus() {
+    let Some(m) = mode("default") else { return };
+    let python_has_celpy = Command::new("python3")
+        .args(["-c", "import celpy"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !python_has_celpy {
+        assert!(
+            !support::in_ci(),
+            "python3 cannot import celpy (pip install cel-python)"
+        );
+        eprintln!("SKIP: python3 cannot import celpy (pip install cel-python)");
+        return;
+    }
+    let mwc = m.get("MutatingWebhookConfiguration", WEBHOOK_CONFIG);
+    let expr = str_at(&mwc["webhooks"][0]["matchConditions"][0], "/expression");
+
+    let mut pods: Vec<(String, Value)> = Vec::new();
+    for file in gpu_admission_tests::corpus::manifest_files().expect("the shared corpus") {
+        for p in gpu_admission_tests::corpus::extract_pods(&file) {
+            pods.push((p.source, p.pod));
+        }
+    }
+    for r in gpu_admission_tests::corpus::admission_reviews().expect("the shared corpus") {
+        let obj = &r.review["request"]["object"];
+        if obj["kind"] == "Pod" || obj["spec"]["containers"].is_array() {
+            pods.push((r.file.clone(), obj.clone()));
+        }
+    }
+    // Shapes the corpus may lack: Intel and AMD, init containers only, requests only, zero GPUs.
+    let extra = [
+        json_pod(
+            json!([{"name": "c", "resources": {"limits": {"gpu.intel.com/i915": "1"}}}]),
+            None,
+        ),
+        json_pod(
+            json!([{"name": "c", "resources": {"requests": {"amd.com/gpu": "2"}}}]),
+            None,
+        ),
+        json_pod(
+            json!([{"name": "c"}]),
+            Some(json!([{"name": "i", "resources": {"limits": {"nvidia.com/gpu": "1"}}}])),
+        ),
+        json_pod(
+            json!([{"name": "c", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]),
+            None,
+        ),
+        json_pod(json!([{"name": "c", "resources": {}}]), None),
+        json_pod(json!([{"name": "c"}]), Some(json!([{"name": "i"}]))),
+        json_pod(
+            json!([{"name": "c", "resources": {"limits": {"example.com/gpu": "1"}}}]),
+            None,
+        ),
+    ];
+    for (i, p) in extra.into_iter().enumerate() {
+        pods.push((format!("synthetic-{i}"), p));
+    }
+    let input = serde_json::to_vec(&json!([
+        expr,
+        pods.iter().map(|(_, p)| p).collect::<Vec<_>>()
+    ]))
+    .unwrap();
+    let mut child = Command::new("python3")
+        .args(["-c", CEL_EVAL])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    child.stdin.take().unwrap().write_all(&input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "celpy: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sent: Vec<bool> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(sent.len(), pods.len());
+    let mut gpu = 0;
+    for ((source, pod), sent) in pods.iter().zip(sent) {
+        assert_eq!(
+            sent,
+            names_a_gpu_resource(pod),
+            "matchConditions on {source}"
+        );
+        if gpu_admission_tests::gpu::gpu_ask(pod).is_some() {
+            assert!(sent, "{source} asks for GPUs but would not be sent");
+            gpu += 1;
+        }
+    }
+    println!(
+        "matchConditions evaluated on {} Pods ({gpu} asking for GPUs)",
+        pods.len()
+    );
+    assert!(gpu >= 5, "the corpus should hold GPU Pods");
+}
+
+fn json_pod(containers: Value, init: Option<Value>) -> Value {
+    let mut pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"containers": containers}});
+    if let Some(init) = init {
+        pod["spec"]["initContainers"] = init;
+    }
+    pod
 }
