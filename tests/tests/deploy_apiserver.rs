@@ -440,10 +440,23 @@ fn rendered_install_applies_to_a_real_kube_apiserver_1_20() {
         support::TEST_EXTERNAL_CA
     );
 
+    // 4. Any other overlay (e.g. observability) applies too.
+    let others: Vec<&Rendered> = modes
+        .iter()
+        .filter(|m| !["default", "automatic", "external"].contains(&m.mode.as_str()))
+        .collect();
+    for m in &others {
+        let (objects, _) = adjust_for_1_20(&m.objects);
+        api.apply(&objects, &work.path().join(format!("{}.json", m.mode)));
+        assert_all_stored(&api, m);
+        println!("{}: {} objects applied and stored", m.mode, m.objects.len());
+    }
+
     // Uninstall: what `kubectl delete -k` does; cluster-scoped objects go at once (the namespace
     // would wait for the namespace controller, which this control plane does not run).
     let all: Vec<Value> = [default, automatic, external]
-        .iter()
+        .into_iter()
+        .chain(others)
         .flat_map(|m| adjust_for_1_20(&m.objects).0)
         .collect();
     let all_file = work.path().join("all.json");
