@@ -11,6 +11,7 @@ use gpu_admission_proto::scorer::v1::scorer_server::ScorerServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::server::NamedService;
 use tonic_health::ServingStatus;
@@ -204,6 +205,16 @@ pub async fn start(
         }));
     }
 
+    // Our own listener (for the real bound address) means tonic does not set TCP_NODELAY: without it,
+    // Nagle's algorithm and delayed ACKs add ~40 ms to a response.
+    let incoming = TcpListenerStream::new(listener).map(|conn| {
+        if let Ok(stream) = &conn
+            && let Err(e) = stream.set_nodelay(true)
+        {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+        conn
+    });
     let mut stop = shutdown_rx.clone();
     let health_on_stop = health.clone();
     let server = tonic::transport::Server::builder()
@@ -211,7 +222,7 @@ pub async fn start(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(ScorerServer::new(ScorerService::new(core.clone())))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+        .serve_with_incoming_shutdown(incoming, async move {
             let _ = stop.changed().await;
             tracing::info!("shutting down: draining requests in flight");
             set_health(&health_on_stop, ServingStatus::NotServing).await;
