@@ -15,6 +15,11 @@ pub fn render(meta: &Meta, runs: &[RunResult], s: &Summary) -> String {
     );
     let _ = writeln!(
         o,
+        "load average at start {}, at end {} (other work on the machine skews the numbers)",
+        meta.loadavg_start, meta.loadavg_end
+    );
+    let _ = writeln!(
+        o,
         "latency in ms; open loop measured from each request's intended send time (coordinated omission corrected)\n"
     );
     let _ = writeln!(
@@ -87,7 +92,7 @@ pub fn render(meta: &Meta, runs: &[RunResult], s: &Summary) -> String {
     }
     let _ = writeln!(
         o,
-        "(scorer runs: 'mutated' = scored, 'passed' = infeasible)\n"
+        "(scorer runs: 'mutated' = scored, 'passed' = infeasible; lag = how late loadgen sent, svc = answer time from the actual send)\n"
     );
 
     for (target, by_rate) in &s.p99_ms {
