@@ -350,6 +350,43 @@ async fn learned_state_survives_a_restart() {
     running.shutdown().await.unwrap();
 }
 
+#[tokio::test]
+async fn learned_state_is_snapshotted_periodically() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.json");
+    let config = Config {
+        state_path: Some(state.clone()),
+        snapshot_interval: Duration::from_millis(20),
+        ..Config::default()
+    };
+    let running = start(config).await;
+    let mut client = ScorerClient::new(channel(&running).await);
+    client
+        .observe(pb::ObserveRequest {
+            job_type: "notebook".into(),
+            gpu_class: "L4-24GB".into(),
+            runtime_seconds: 5_000.0,
+            colocated_job_types: vec![],
+        })
+        .await
+        .unwrap();
+    // Without any shutdown, a periodic snapshot holds the observation.
+    eventually(
+        || {
+            let state = state.clone();
+            async move {
+                scorer::state::load(&state)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|l| l.runtimes.get("notebook", "L4-24GB").count == 1)
+            }
+        },
+        "a periodic snapshot with the observation",
+    )
+    .await;
+    running.shutdown().await.unwrap();
+}
+
 mod reflection {
     use super::*;
 

