@@ -402,3 +402,120 @@ fn exposition_parser_reads_labels_and_escapes() {
     assert_eq!(e.sum("demo_created", &[]), 1.7e9);
     assert_eq!(e.sum("missing", &[]), 0.0);
 }
+
+/// Scrapes `addr` until `done(exposition)` holds; fails with the last exposition after `timeout`.
+async fn scrape_until(
+    addr: SocketAddr,
+    timeout: Duration,
+    what: &str,
+    done: impl Fn(&Exposition) -> bool,
+) -> anyhow::Result<Exposition> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let e = scrape_body(addr).await?;
+        if done(&e) {
+            return Ok(e);
+        }
+        if tokio::time::Instant::now() > deadline {
+            anyhow::bail!(
+                "{what} not seen within {timeout:?}; last exposition:\n{}",
+                e.text
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The repository's default policy (the scorer's embedded default and the ConfigMap's file).
+fn default_policy_yaml() -> anyhow::Result<String> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/kustomize/base/policy/default-policy.yaml");
+    std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_and_certificate_reloads_and_failures_are_counted() -> anyhow::Result<()> {
+    const WAIT: Duration = Duration::from_secs(20);
+
+    // Scorer with a policy file it polls every 100 ms: the start counts one successful load.
+    let dir = tempfile::tempdir()?;
+    let policy = dir.path().join("policy.yaml");
+    let good = default_policy_yaml()?;
+    std::fs::write(&policy, &good)?;
+    let scorer = Scorer::builder()
+        .name("scorer-reloads")
+        .policy(&policy)
+        .env("SCORER_POLICY_POLL_MS", "100")
+        .start()
+        .await?;
+    let admin = scorer
+        .admin_addr()
+        .context("scorer printed no admin `listening on` line")?;
+    let reloads =
+        |e: &Exposition, result: &str| e.sum("scorer_policy_reloads_total", &[("result", result)]);
+    let start = scrape_until(admin, WAIT, "the initial policy load", |e| {
+        reloads(e, "ok") >= 1.0
+    })
+    .await?;
+    start.require_type("scorer_policy_reloads", "counter");
+    let ok_at_start = reloads(&start, "ok");
+
+    // An invalid file is refused (and counted); the previous policy stays in force.
+    std::fs::write(&policy, "catalog: [this is not a policy\n")?;
+    scrape_until(admin, WAIT, "a rejected policy reload", |e| {
+        reloads(e, "rejected") == 1.0
+    })
+    .await?;
+    scorer
+        .fetch_policy()
+        .await
+        .context("the scorer must keep serving its previous policy")?;
+
+    // A valid new version loads.
+    std::fs::write(&policy, format!("version: \"obs-reload-test\"\n{good}"))?;
+    let after = scrape_until(admin, WAIT, "a successful policy reload", |e| {
+        reloads(e, "ok") == ok_at_start + 1.0
+    })
+    .await?;
+    assert_eq!(reloads(&after, "rejected"), 1.0, "{}", after.text);
+    assert_eq!(scorer.fetch_policy().await?.version, "obs-reload-test");
+
+    // Webhook: its certificate files (here the dev mode's, watched like a mounted Secret) are checked every
+    // 200 ms. A broken key is refused and counted; the original files load again.
+    let webhook = Webhook::builder(&scorer.url())
+        .no_kube()
+        .namespace_tier("ml", "gold")
+        .env("WEBHOOK_TLS_RELOAD_INTERVAL_MS", "200")
+        .name("webhook-reloads")
+        .start()
+        .await?;
+    let admin = webhook
+        .admin_addr()
+        .context("webhook printed no admin `listening on` line")?;
+    let tls_reloads = |e: &Exposition, result: &str| {
+        e.sum("gpu_admission_tls_reloads_total", &[("result", result)])
+    };
+    let key = webhook.dir().join("tls").join("tls.key");
+    let original_key = std::fs::read(&key)?;
+    std::fs::write(
+        &key,
+        "-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n",
+    )?;
+    scrape_until(admin, WAIT, "a failed certificate reload", |e| {
+        tls_reloads(e, "error") == 1.0
+    })
+    .await?;
+    // Still serving with the previous certificate.
+    let outcome = webhook
+        .admit_pod(&gpu_pod("train-during-bad-cert"), "ml")
+        .await?;
+    assert!(outcome.allowed);
+    std::fs::write(&key, &original_key)?;
+    let after = scrape_until(admin, WAIT, "a successful certificate reload", |e| {
+        tls_reloads(e, "ok") == 1.0
+    })
+    .await?;
+    after.require_type("gpu_admission_tls_reloads", "counter");
+    assert_eq!(tls_reloads(&after, "error"), 1.0, "{}", after.text);
+    Ok(())
+}
