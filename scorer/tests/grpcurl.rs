@@ -23,20 +23,17 @@ impl Drop for Scorer {
     }
 }
 
-/// The address in a `... listening on 127.0.0.1:PORT ...` log line (ignoring the admin server's line).
-fn grpc_address(line: &str) -> Option<String> {
-    if line.contains("admin") {
-        return None;
-    }
+/// The address in a `... listening on 127.0.0.1:PORT ...` log line, and whether it is the admin server's.
+fn listening_address(line: &str) -> Option<(bool, String)> {
     let rest = &line[line.find("listening on ")? + "listening on ".len()..];
     let addr: String = rest
         .chars()
         .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
         .collect();
-    addr.contains(':').then_some(addr)
+    addr.contains(':').then(|| (line.contains("admin"), addr))
 }
 
-fn start_scorer() -> Scorer {
+fn start_scorer() -> (Scorer, mpsc::Receiver<(bool, String)>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_scorer"))
         .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
         .env_remove("SCORER_POLICY")
@@ -56,15 +53,26 @@ fn start_scorer() -> Scorer {
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             eprintln!("[scorer] {line}");
-            if let Some(addr) = grpc_address(&line) {
-                let _ = tx.send(addr);
+            if let Some(found) = listening_address(&line) {
+                let _ = tx.send(found);
             }
         }
     });
-    let addr = rx
+    let (admin, addr) = rx
         .recv_timeout(Duration::from_secs(60))
         .expect("scorer printed `listening on ADDR`");
-    Scorer { child, addr }
+    assert!(!admin, "the gRPC address is printed first");
+    (Scorer { child, addr }, rx)
+}
+
+/// GET /metrics on the admin server, with a bare HTTP/1.1 request.
+fn metrics(admin: &str) -> String {
+    let mut conn = std::net::TcpStream::connect(admin).unwrap();
+    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: scorer\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    std::io::Read::read_to_string(&mut conn, &mut body).unwrap();
+    body
 }
 
 fn grpcurl(args: &[&str]) -> Output {
@@ -117,7 +125,7 @@ fn grpcurl_lists_describes_and_calls_score() {
         );
         return;
     }
-    let mut scorer = start_scorer();
+    let (mut scorer, more_addresses) = start_scorer();
     let addr = scorer.addr.clone();
 
     let list = stdout(&grpcurl(&["-plaintext", &addr, "list"]));
@@ -182,6 +190,25 @@ fn grpcurl_lists_describes_and_calls_score() {
         "grpc.health.v1.Health/Check",
     ]));
     assert!(health.contains("\"SERVING\""), "{health}");
+
+    // The admin server counts what was served.
+    let (admin, admin_addr) = more_addresses
+        .recv_timeout(Duration::from_secs(30))
+        .expect("admin server address logged");
+    assert!(admin);
+    let text = metrics(&admin_addr);
+    assert!(
+        text.contains("scorer_requests_total{rpc=\"Score\",result=\"ok\"} 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("scorer_requests_total{rpc=\"Score\",result=\"infeasible\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("scorer_score_duration_seconds_count 3"),
+        "{text}"
+    );
 
     // Graceful stop on SIGTERM: exit status 0.
     let pid = scorer.child.id().to_string();
