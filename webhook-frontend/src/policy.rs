@@ -124,7 +124,10 @@ impl PolicyCache {
                 }
                 Err(err) => {
                     tracing::warn!(error = %format!("{err:#}"), retry_in_ms = backoff.as_millis() as u64, "cannot fetch the scorer policy yet");
-                    tokio::time::sleep(backoff).await;
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = self.refresh.notified() => {}
+                    }
                     backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
             }

@@ -44,14 +44,16 @@ async fn mutate_until_priority(wh: &Webhook, pod: &Value) -> Value {
                 pod.clone(),
             ))
             .await;
-        if let Some(patched) = apply_patch(&resp, pod)
-            && patched["spec"].get("priorityClassName").is_some()
-        {
+        // Before GetPolicy's buckets are known, the answer's own assignment (7000) is used; then the bucket's.
+        let patched = apply_patch(&resp, pod).expect("a patch");
+        assert_eq!(patched["spec"]["priorityClassName"], "gpu-high");
+        if patched["spec"]["priority"] == 7500 {
             return resp;
         }
+        assert_eq!(patched["spec"]["priority"], 7000);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("the webhook never set a priorityClassName");
+    panic!("the webhook never used the PriorityClasses of the policy's buckets");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -71,7 +73,7 @@ async fn gpu_pod_is_mutated_and_a_second_pass_is_a_no_op() {
     let p: Pod = serde_json::from_value(patched.clone()).unwrap();
     let spec = p.spec.as_ref().unwrap();
     assert_eq!(spec.priority_class_name.as_deref(), Some("gpu-high"));
-    assert_eq!(spec.priority, Some(7000));
+    assert_eq!(spec.priority, Some(7500));
     assert_eq!(
         spec.preemption_policy.as_deref(),
         Some("PreemptLowerPriority")

@@ -18,7 +18,7 @@ use super::decide::{self, Skip};
 use super::patch::{self, PatchInput};
 use super::review::{self, Answer, Content};
 use crate::app::AppState;
-use crate::cluster::NoPriorityClasses;
+use crate::cluster::{AnswerPriorityClass, NoPriorityClasses};
 use crate::metrics::Outcome;
 use crate::scorer_client::{ScoreCall, parse_go_duration};
 
@@ -235,7 +235,12 @@ async fn admit_pod(
             None if !policy.priority_classes.is_empty() => {
                 patch::build_patch(&input, policy.as_ref())
             }
-            None => patch::build_patch(&input, &NoPriorityClasses),
+            // --no-kube before the first GetPolicy answer: the buckets are not known yet, but the answer's own
+            // assignment comes from those very buckets.
+            None => match answer.priority_class.as_ref() {
+                Some(pc) => patch::build_patch(&input, &AnswerPriorityClass(pc)),
+                None => patch::build_patch(&input, &NoPriorityClasses),
+            },
         }
     });
     let class = answer

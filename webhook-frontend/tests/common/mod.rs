@@ -115,7 +115,8 @@ impl Scorer for ScorerDouble {
             priority_buckets: vec![
                 PriorityBucket {
                     min_score: 70.0,
-                    priority_class: Some(assignment("gpu-high", 7000)),
+                    // Cluster-less PriorityClasses come from these buckets (7500), not the answer (7000).
+                    priority_class: Some(assignment("gpu-high", 7500)),
                 },
                 PriorityBucket {
                     min_score: 0.0,
