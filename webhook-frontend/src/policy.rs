@@ -40,6 +40,7 @@ impl PolicySnapshot {
                         name: pc.name.clone(),
                         value: pc.value,
                         preemption_policy: policy,
+                        global_default: false,
                     },
                 )
             })

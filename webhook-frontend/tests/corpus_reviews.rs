@@ -49,6 +49,7 @@ fn every_corpus_review_is_answered_without_panic() {
             name: "gpu-high".into(),
             value: 7000,
             preemption_policy: None,
+            global_default: false,
         },
     )]);
     let (mut files, mut answered, mut pods) = (0, 0, 0);

@@ -47,6 +47,9 @@ pub struct PriorityClassFacts {
     pub value: i32,
     /// `PreemptLowerPriority` or `Never`; `None` means the Kubernetes default (`PreemptLowerPriority`).
     pub preemption_policy: Option<String>,
+    /// The cluster's `globalDefault` class: the apiserver's Priority plugin writes its name into every Pod
+    /// without a class before webhooks run, so a Pod naming it is treated as a Pod without a class.
+    pub global_default: bool,
 }
 
 /// Where PriorityClasses are looked up (a watch cache; a map in tests).
@@ -254,7 +257,12 @@ pub fn build_patch(
     };
 
     // spec.priorityClassName + spec.priority + spec.preemptionPolicy, together or not at all.
-    if spec.priority_class_name.as_deref().unwrap_or("").is_empty()
+    let own_class = spec.priority_class_name.as_deref().unwrap_or("");
+    let defaulted = !own_class.is_empty()
+        && priority_classes
+            .priority_class(own_class)
+            .is_some_and(|f| f.global_default);
+    if (own_class.is_empty() || defaulted)
         && let Some(pc) = answer
             .priority_class
             .as_ref()
@@ -529,6 +537,7 @@ mod tests {
                 name: "gpu-high".into(),
                 value: 7000,
                 preemption_policy: Some("Never".into()),
+                global_default: false,
             },
         )])
     }
@@ -721,6 +730,56 @@ mod tests {
         assert_eq!(
             (spec.priority_class_name.as_deref(), spec.priority),
             (Some("mine"), Some(5))
+        );
+    }
+
+    #[test]
+    fn a_globally_defaulted_class_counts_as_no_class() {
+        let mut classes = classes_in_cluster();
+        classes.insert(
+            "standard".into(),
+            PriorityClassFacts {
+                name: "standard".into(),
+                value: 100,
+                preemption_policy: None,
+                global_default: true,
+            },
+        );
+        let pod: Pod = serde_json::from_value(gpu_pod(
+            json!({"priorityClassName": "standard", "priority": 100}),
+            json!({}),
+        ))
+        .unwrap();
+        let a = answer(&["A100-80GB"]);
+        let input = PatchInput {
+            pod: &pod,
+            job_type: None,
+            answer: &a,
+            class_label_keys: &[],
+            now: now(),
+        };
+        let mut doc = serde_json::to_value(&pod).unwrap();
+        json_patch::patch(&mut doc, &build_patch(&input, &classes)).unwrap();
+        assert_eq!(doc["spec"]["priorityClassName"], "gpu-high");
+        assert_eq!(doc["spec"]["priority"], 7000);
+
+        // A class the user chose (not the global default) is kept.
+        let pod: Pod = serde_json::from_value(gpu_pod(
+            json!({"priorityClassName": "gpu-high", "priority": 7000}),
+            json!({}),
+        ))
+        .unwrap();
+        let input = PatchInput {
+            pod: &pod,
+            job_type: None,
+            answer: &a,
+            class_label_keys: &[],
+            now: now(),
+        };
+        assert!(
+            !build_patch(&input, &classes)
+                .iter()
+                .any(|o| o.path().as_str().starts_with("/spec/priority"))
         );
     }
 

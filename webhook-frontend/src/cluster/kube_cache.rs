@@ -95,6 +95,7 @@ impl PriorityClassLookup for KubeCaches {
             name: name.to_string(),
             value: pc.value?,
             preemption_policy: pc.preemption_policy.clone(),
+            global_default: pc.global_default.unwrap_or(false),
         })
     }
 }

@@ -79,6 +79,7 @@ impl PriorityClassLookup for AnswerPriorityClass<'_> {
             value: pc.value,
             preemption_policy: (!pc.preemption_policy.is_empty())
                 .then(|| pc.preemption_policy.clone()),
+            global_default: false,
         })
     }
 }
@@ -114,7 +115,8 @@ mod tests {
             Some(PriorityClassFacts {
                 name: "gpu-high".into(),
                 value: 7,
-                preemption_policy: Some("Never".into())
+                preemption_policy: Some("Never".into()),
+                global_default: false,
             })
         );
         assert_eq!(lookup.priority_class("gpu-low"), None);
