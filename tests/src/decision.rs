@@ -42,14 +42,45 @@ fn subset(before: &[&Value], after: &[&Value]) -> Vec<String> {
         .collect()
 }
 
+/// `before` is contained in `after`: same scalars, same array lengths, object keys of `before` all present
+/// (an apiserver adds defaults such as `imagePullPolicy` or `terminationMessagePath`, never removes).
+pub fn json_subset(before: &Value, after: &Value, path: &str) -> Result<(), String> {
+    match (before, after) {
+        (Value::Object(b), Value::Object(a)) => {
+            for (k, bv) in b {
+                let p = format!("{path}.{k}");
+                match a.get(k) {
+                    Some(av) => json_subset(bv, av, &p)?,
+                    None if bv.is_null() => {}
+                    None => return Err(format!("{p} removed (was {bv})")),
+                }
+            }
+            Ok(())
+        }
+        (Value::Array(b), Value::Array(a)) if b.len() == a.len() => {
+            for (i, (bv, av)) in b.iter().zip(a).enumerate() {
+                json_subset(bv, av, &format!("{path}[{i}]"))?;
+            }
+            Ok(())
+        }
+        (b, a) if b == a => Ok(()),
+        (b, a) => Err(format!("{path} changed from {b} to {a}")),
+    }
+}
+
 /// Everything present in `before` is still present, with the same value, in `after`.
 pub fn check_preserved(before: &Value, after: &Value) -> Vec<String> {
     let mut errs = Vec::new();
     for list in ["containers", "initContainers"] {
         let p = format!("/spec/{list}");
-        if before.pointer(&p) != after.pointer(&p) && !before.pointer(&p).is_none_or(Value::is_null)
+        if let Some(b) = before.pointer(&p).filter(|v| !v.is_null())
+            && let Err(e) = json_subset(
+                b,
+                after.pointer(&p).unwrap_or(&Value::Null),
+                &format!("spec.{list}"),
+            )
         {
-            errs.push(format!("spec.{list} changed"));
+            errs.push(e);
         }
     }
     for (what, ptr) in [
