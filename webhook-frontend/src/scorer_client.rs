@@ -122,18 +122,23 @@ impl Scorer {
         effective_deadline(self.budget, apiserver_timeout, self.margin)
     }
 
-    /// One Score call within `deadline`; `prepare` may add metadata (trace context) to the request.
+    /// One Score call that must be over by `deadline_at` (counted from the admission request's arrival, so
+    /// the time spent decoding is part of the budget); `prepare` may add metadata (trace context).
     pub async fn score(
         &self,
         request: ScoreRequest,
-        deadline: Duration,
+        deadline_at: std::time::Instant,
         prepare: impl FnOnce(&mut tonic::metadata::MetadataMap),
     ) -> ScoreCall {
+        let remaining = deadline_at.saturating_duration_since(std::time::Instant::now());
+        if remaining.is_zero() {
+            return ScoreCall::Timeout;
+        }
         let mut req = tonic::Request::new(request);
-        req.set_timeout(deadline);
+        req.set_timeout(remaining);
         prepare(req.metadata_mut());
         let mut client = self.client.clone();
-        match tokio::time::timeout(deadline, client.score(req)).await {
+        match tokio::time::timeout_at(deadline_at.into(), client.score(req)).await {
             Err(_elapsed) => ScoreCall::Timeout,
             Ok(Ok(resp)) => ScoreCall::Ok(Box::new(resp.into_inner())),
             Ok(Err(status)) => classify(status),

@@ -110,7 +110,8 @@ pub async fn mutate_pod(
                 )
             }
             Content::Pod(req) => {
-                let (outcome, answer) = admit_pod(&state, &incoming.uid, req, timeout, &span).await;
+                let (outcome, answer) =
+                    admit_pod(&state, &incoming.uid, req, timeout, start, &span).await;
                 (operation_label(&req.operation), outcome, answer)
             }
         };
@@ -136,6 +137,7 @@ async fn admit_pod(
     uid: &str,
     req: &AdmissionRequest<Pod>,
     apiserver_timeout: Option<Duration>,
+    started: Instant,
     span: &tracing::Span,
 ) -> (Outcome, Answer) {
     if let Some(pod) = &req.object {
@@ -176,7 +178,7 @@ async fn admit_pod(
     let call_start = Instant::now();
     let call = state
         .scorer
-        .score(request, deadline, |md| {
+        .score(request, started + deadline, |md| {
             gpu_admission_telemetry::propagation::inject_into_grpc(&call_span, md)
         })
         .instrument(call_span.clone())
