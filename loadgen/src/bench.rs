@@ -151,6 +151,22 @@ pub async fn run(args: BenchArgs) -> Result<i32> {
         bail!("nothing to load: pass --spawn, or --webhook URL --ca PATH, and/or --scorer URL");
     }
 
+    if let Some(prio) = args.rt_priority {
+        for s in [&scorer_svc, &frontend_svc, &baseline_svc]
+            .into_iter()
+            .flatten()
+        {
+            if let Some(pid) = s.pid() {
+                faults::set_realtime(pid, prio)?;
+            }
+        }
+        faults::set_realtime(std::process::id(), prio + 1)?;
+        eprintln!(
+            "real-time scheduling: services SCHED_FIFO {prio}, loadgen {}",
+            prio + 1
+        );
+    }
+
     // Processes to watch, and their idle memory.
     let mut watched: Vec<(String, u32)> = Vec::new();
     for s in [&scorer_svc, &frontend_svc, &baseline_svc]
@@ -518,7 +534,12 @@ async fn run_fault(
             )
             .await;
             match scorer.restart().await {
-                Ok(()) => eprintln!("scorer restarted on {} after the killed run", scorer.addr),
+                Ok(()) => {
+                    if let (Some(prio), Some(pid)) = (args.rt_priority, scorer.pid()) {
+                        faults::set_realtime(pid, prio)?;
+                    }
+                    eprintln!("scorer restarted on {} after the killed run", scorer.addr)
+                }
                 Err(e) => eprintln!("scorer could not be restarted after the killed run: {e:#}"),
             }
             r
@@ -535,6 +556,9 @@ async fn run_fault(
                 work_dir.join("webhook-frontend-slow.log"),
             )
             .await?;
+            if let (Some(prio), Some(pid)) = (args.rt_priority, f.pid()) {
+                faults::set_realtime(pid, prio)?;
+            }
             let target = webhook_target(f.addr, tls.join("ca.crt")).await?;
             let pids = vec![
                 ("webhook-frontend-slow".to_string(), f.pid().unwrap_or(0)),

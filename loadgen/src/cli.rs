@@ -210,6 +210,10 @@ pub struct BenchArgs {
     /// Directory with the `scorer` and `webhook-frontend` binaries (default: next to this executable).
     #[arg(long, value_name = "DIR")]
     pub bin_dir: Option<PathBuf>,
+    /// Real-time scheduling (SCHED_FIFO, via `chrt`; needs root or CAP_SYS_NICE): the spawned services at this
+    /// priority, loadgen one above. Keeps other work on a shared machine out of the numbers.
+    #[arg(long, value_name = "PRIO", value_parser = clap::value_parser!(u32).range(1..=98))]
+    pub rt_priority: Option<u32>,
     /// Write every run, percentiles and the summary as JSON.
     #[arg(long, value_name = "PATH")]
     pub json: Option<PathBuf>,

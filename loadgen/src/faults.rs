@@ -23,6 +23,18 @@ pub fn signal(pid: u32, sig: &str) -> Result<()> {
     Ok(())
 }
 
+/// Puts every thread of `pid` under SCHED_FIFO at `priority` (with the system's `chrt`).
+pub fn set_realtime(pid: u32, priority: u32) -> Result<()> {
+    let status = std::process::Command::new("chrt")
+        .args(["-a", "-f", "-p", &priority.to_string(), &pid.to_string()])
+        .status()
+        .context("running chrt (util-linux)")?;
+    if !status.success() {
+        bail!("chrt -a -f -p {priority} {pid} failed: {status} (needs root or CAP_SYS_NICE)");
+    }
+    Ok(())
+}
+
 /// A proxy in front of `upstream` that delays what upstream sends by `delay` (per chunk, pipelined: the
 /// added latency is `delay`, throughput is not limited). Returns its address; runs until the task is dropped.
 pub async fn delay_proxy(
