@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use gpu_admission_proto::scorer::v1::GetPolicyResponse;
 use gpu_admission_tests::cluster::LocalCluster;
 use gpu_admission_tests::corpus::{extract_pods, manifest_files};
 use gpu_admission_tests::decision::{check_decision, check_preserved};
@@ -353,6 +354,98 @@ async fn real_apiserver_admission_and_faults() {
             .into_iter()
             .map(|e| format!("unlabelled namespace: {e}")),
     );
+
+    // 1b. The caches are watches: a tier namespace created now is known without a restart, and a
+    //     PriorityClass deleted now is no longer assigned (a priorityClassName naming a missing class
+    //     would make the apiserver reject the Pod).
+    cluster
+        .create_namespace("e2e-late-silver", Some("silver"))
+        .await
+        .expect("late namespace");
+    let late = gpu_pod(
+        "late",
+        json!({"app.kubernetes.io/job-type": "train-bert"}),
+        1,
+        json!({}),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut late_decided = None;
+    for i in 0.. {
+        let mut p = late.clone();
+        p["metadata"]["name"] = json!(format!("late-{i}"));
+        let (stored, _) = create(&client, "e2e-late-silver", &p)
+            .await
+            .expect("late pod created");
+        if annotation(&stored, ANN_DECIDED_AT).is_some() || Instant::now() > deadline {
+            late_decided = Some((p, stored));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    match late_decided {
+        Some((p, stored)) if annotation(&stored, ANN_DECIDED_AT).is_some() => {
+            let (_, errs) = check_decision(&p, &stored, "silver", &policy);
+            failures.extend(errs.into_iter().map(|e| format!("late namespace: {e}")));
+        }
+        _ => failures
+            .push("a tier namespace created after start was never decided for (10 s)".into()),
+    }
+
+    // bronze train-llama scores into a bucket (gpu-medium with the default policy); delete that class.
+    let bronze_pc = {
+        let (stored, _) = create(&client, BRONZE, &{
+            let mut p = llama.clone();
+            p["metadata"]["name"] = json!("bronze-llama-2");
+            p
+        })
+        .await
+        .expect("bronze train-llama created");
+        stored["spec"]["priorityClassName"]
+            .as_str()
+            .map(str::to_string)
+    };
+    if let Some(pc) = bronze_pc {
+        let api = Api::<k8s_openapi::api::scheduling::v1::PriorityClass>::all(client.clone());
+        api.delete(&pc, &Default::default())
+            .await
+            .expect("delete a PriorityClass");
+        tokio::time::sleep(Duration::from_secs(2)).await; // the watch delivers the deletion
+        let mut p = llama.clone();
+        p["metadata"]["name"] = json!("bronze-llama-no-pc");
+        match create(&client, BRONZE, &p).await {
+            Ok((stored, _)) => {
+                if annotation(&stored, ANN_DECIDED_AT).is_none() {
+                    failures.push(format!(
+                        "PriorityClass {pc} deleted: the Pod was not decided"
+                    ));
+                }
+                if stored.pointer("/spec/priorityClassName").is_some() {
+                    failures.push(format!(
+                        "PriorityClass {pc} deleted: still assigned {}",
+                        stored["spec"]["priorityClassName"]
+                    ));
+                }
+            }
+            Err(e) => failures.push(format!(
+                "PriorityClass {pc} deleted: the Pod was REJECTED: {e:#}"
+            )),
+        }
+        // Put it back for what follows.
+        cluster
+            .create_priority_classes(&GetPolicyResponse {
+                priority_buckets: policy
+                    .priority_buckets
+                    .iter()
+                    .filter(|b| b.priority_class.as_ref().is_some_and(|c| c.name == pc))
+                    .cloned()
+                    .collect(),
+                ..Default::default()
+            })
+            .await
+            .expect("re-create the PriorityClass");
+    } else {
+        failures.push("bronze train-llama got no priorityClassName".into());
+    }
 
     // 2. Every corpus GPU Pod/template that the apiserver accepts, in gold.
     let (mut corpus_ok, mut corpus_rejected) = (0, BTreeMap::new());
