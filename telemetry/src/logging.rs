@@ -1,5 +1,7 @@
 //! The log output: an `EnvFilter` from `RUST_LOG` and a text or JSON formatter on stderr.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::filter::EnvFilter;
 use tracing_subscriber::{Layer, Registry};
 
@@ -39,6 +41,8 @@ pub(crate) fn layer() -> anyhow::Result<BoxedLayer> {
         .from_env_lossy();
     let layer = match LogFormat::from_env()? {
         LogFormat::Text => tracing_subscriber::fmt::layer()
+            // Colours only on a terminal: piped logs (kubectl logs, files, tests) stay plain text.
+            .with_ansi(std::io::stderr().is_terminal())
             .with_writer(std::io::stderr)
             .with_filter(filter)
             .boxed(),
