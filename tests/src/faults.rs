@@ -212,6 +212,7 @@ struct NonsenseService {
     kind: Nonsense,
     policy: GetPolicyResponse,
     calls: Arc<AtomicU64>,
+    get_policy_delay: std::time::Duration,
 }
 
 #[tonic::async_trait]
@@ -283,6 +284,7 @@ impl ScorerService for NonsenseService {
         &self,
         _request: tonic::Request<GetPolicyRequest>,
     ) -> Result<tonic::Response<GetPolicyResponse>, tonic::Status> {
+        tokio::time::sleep(self.get_policy_delay).await;
         Ok(tonic::Response::new(self.policy.clone()))
     }
 }
@@ -290,6 +292,15 @@ impl ScorerService for NonsenseService {
 impl NonsenseScorer {
     /// Serves on 127.0.0.1:0; `GetPolicy` answers `policy` (take it from a real scorer).
     pub async fn start(kind: Nonsense, policy: GetPolicyResponse) -> anyhow::Result<Self> {
+        Self::start_with_policy_delay(kind, policy, std::time::Duration::ZERO).await
+    }
+
+    /// Like [`NonsenseScorer::start`], with `GetPolicy` answering only after `delay` (a slow policy fetch).
+    pub async fn start_with_policy_delay(
+        kind: Nonsense,
+        policy: GetPolicyResponse,
+        delay: std::time::Duration,
+    ) -> anyhow::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let calls = Arc::new(AtomicU64::new(0));
@@ -297,6 +308,7 @@ impl NonsenseScorer {
             kind,
             policy,
             calls: calls.clone(),
+            get_policy_delay: delay,
         };
         let task = tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()

@@ -143,7 +143,13 @@ async fn scorer_answering_nonsense() {
         let fake = NonsenseScorer::start(kind, real.policy().clone())
             .await
             .unwrap();
-        let webhook = webhook_for(&fake.url()).await;
+        let mut webhook = webhook_for(&fake.url()).await;
+        // Steady state: the webhook judges answers against the policy it fetched with GetPolicy. (Before that
+        // fetch completes it cannot tell an unknown class, and lets it through: reported to the webhook owner.)
+        let _ = webhook
+            .process
+            .wait_for_log("scorer policy loaded", Duration::from_secs(5))
+            .await;
         assert_passed_through(
             &admit(&webhook, "nonsense").await,
             &format!("nonsense answer {kind:?}"),
@@ -176,4 +182,25 @@ async fn scorer_never_there() {
             "scorer never started",
         );
     }
+}
+
+/// The first requests after a start, while the webhook's GetPolicy is still in flight, are judged too: a
+/// class the policy does not have must not reach a Pod (it would be pinned to nodes that do not exist).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_class_before_the_policy_is_known() {
+    let real = Scorer::builder().start().await.expect("scorer starts");
+    let fake = NonsenseScorer::start_with_policy_delay(
+        Nonsense::UnknownClass,
+        real.policy().clone(),
+        Duration::from_secs(3),
+    )
+    .await
+    .unwrap();
+    let webhook = webhook_for(&fake.url()).await;
+    let o = admit(&webhook, "early").await;
+    assert!(
+        o.allowed && o.patch.is_none(),
+        "an unknown GPU class reached the Pod before the policy was fetched: {}",
+        o.patch_string()
+    );
 }
