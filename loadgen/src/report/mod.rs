@@ -15,6 +15,9 @@ use serde::Serialize;
 use crate::drivers::{ErrorKind, Outcome};
 use crate::procfs::ProcUsage;
 
+/// loadgen drives all connections from one thread (plus the pacing thread): near one core, it is the limit.
+pub const CLIENT_BOUND_CORES: f64 = 0.85;
+
 /// Latencies are recorded in microseconds, 3 significant digits, up to an hour.
 fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("static histogram bounds are valid")
@@ -178,6 +181,9 @@ pub struct RunResult {
     pub loadgen_cpu_cores: f64,
     /// True when a sweep step counted as saturated.
     pub saturated: bool,
+    /// True when loadgen's one driving thread was nearly busy all the time: the client, not the service,
+    /// may have been the limit of this run.
+    pub client_bound: bool,
     /// (percentile, latency ms) points for plots.
     pub curve: Vec<(f64, f64)>,
 }
@@ -224,6 +230,7 @@ impl RunResult {
             services: usage,
             loadgen_cpu_cores: loadgen.cpu_cores,
             saturated: false,
+            client_bound: loadgen.cpu_cores >= CLIENT_BOUND_CORES,
             curve: curve(&rec.latency),
         }
     }

@@ -44,11 +44,13 @@ pub struct Check {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Summary {
     /// p99 (ms) of the open-loop runs, by target and rate.
-    pub p99_ms: BTreeMap<String, BTreeMap<String, f64>>,
+    pub p99_ms: BTreeMap<String, BTreeMap<u64, f64>>,
     /// Maximum sustainable rate by target: the closed-loop rate, else the best unsaturated open-loop rate.
     pub max_rps: BTreeMap<String, f64>,
     /// webhook max rate / baseline max rate.
     pub ratio_to_baseline: Option<f64>,
+    /// The baseline's maximum was limited by loadgen's own thread (so the ratio is an upper bound).
+    pub baseline_client_bound: bool,
     pub faults: Vec<FaultSummary>,
     pub rss: Vec<RssSummary>,
     pub checks: Vec<Check>,
@@ -61,7 +63,7 @@ pub fn summarize(runs: &[RunResult], idle_rss: &[(String, u64)], deadline_ms: u6
             s.p99_ms
                 .entry(r.target.clone())
                 .or_default()
-                .insert(format!("{rate}"), r.latency_ms.p99);
+                .insert(rate.round() as u64, r.latency_ms.p99);
         }
     }
     for target in ["webhook", "baseline", "scorer"] {
@@ -81,6 +83,9 @@ pub fn summarize(runs: &[RunResult], idle_rss: &[(String, u64)], deadline_ms: u6
             s.max_rps.insert(target.to_string(), m);
         }
     }
+    s.baseline_client_bound = runs.iter().any(|r| {
+        r.fault.is_none() && r.target == "baseline" && r.mode == "closed" && r.client_bound
+    });
     if let (Some(w), Some(b)) = (s.max_rps.get("webhook"), s.max_rps.get("baseline"))
         && *b > 0.0
     {
@@ -167,4 +172,99 @@ pub fn summarize(runs: &[RunResult], idle_rss: &[(String, u64)], deadline_ms: u6
 
 fn max_opt(acc: Option<f64>, x: f64) -> Option<f64> {
     Some(acc.map_or(x, |a| a.max(x)))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::drivers::Outcome;
+    use crate::procfs::ProcUsage;
+    use crate::report::{Recorder, ServiceUsage};
+
+    fn run(
+        target: &str,
+        mode: &str,
+        rate: Option<f64>,
+        n: u64,
+        latency_us: u64,
+        outcome: Outcome,
+    ) -> RunResult {
+        let mut rec = Recorder::default();
+        let start = Instant::now();
+        for _ in 0..n {
+            rec.record(
+                Duration::from_micros(latency_us),
+                Duration::ZERO,
+                outcome,
+                start,
+            );
+        }
+        let usage = vec![ServiceUsage {
+            service: "webhook-frontend".into(),
+            pid: 1,
+            rss_before_kib: 10_000,
+            rss_peak_kib: 20_000,
+            rss_hwm_kib: 20_000,
+            cpu_cores: 0.5,
+        }];
+        let name = format!("{target} {mode}");
+        RunResult::from_recorder(
+            name,
+            target,
+            mode,
+            rate,
+            4,
+            Duration::from_secs(1),
+            &rec,
+            start,
+            usage,
+            &ProcUsage::default(),
+        )
+    }
+
+    #[test]
+    fn summary_picks_rates_ratio_faults_and_checks_targets() {
+        let mut hung = run(
+            "webhook",
+            "open",
+            Some(200.0),
+            100,
+            203_000,
+            Outcome::PassedThrough,
+        );
+        hung.fault = Some("hung".into());
+        let runs = vec![
+            run("webhook", "open", Some(5000.0), 5000, 800, Outcome::Mutated),
+            run(
+                "webhook",
+                "open",
+                Some(10000.0),
+                10000,
+                900,
+                Outcome::Mutated,
+            ),
+            run("webhook", "closed", None, 6000, 2000, Outcome::Mutated),
+            run("baseline", "closed", None, 10000, 500, Outcome::Skipped),
+            hung,
+        ];
+        let s = summarize(&runs, &[("webhook-frontend".into(), 9_000)], 200);
+        assert_eq!(
+            s.p99_ms["webhook"].keys().copied().collect::<Vec<_>>(),
+            vec![5000, 10000]
+        );
+        assert!((s.max_rps["webhook"] - 6000.0).abs() < 1.0);
+        assert!((s.ratio_to_baseline.unwrap() - 0.6).abs() < 1e-3);
+        assert_eq!(s.faults.len(), 1);
+        assert!((s.faults[0].pass_through_share - 1.0).abs() < 1e-9);
+        let check = |what: &str| s.checks.iter().find(|c| c.what.contains(what)).unwrap().ok;
+        assert!(check("p99 at 5000"));
+        assert!(check("baseline max rate"));
+        assert!(!check("pass-through p99"), "203 ms > 200 + 2 ms");
+        assert!(check("no failed request"));
+        assert!(check("RSS of webhook-frontend"));
+        assert_eq!(s.rss[0].idle_kib, 9_000);
+        assert_eq!(s.rss[0].peak_kib, 20_000);
+    }
 }

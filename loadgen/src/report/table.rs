@@ -66,7 +66,7 @@ pub fn render(meta: &Meta, runs: &[RunResult], s: &Summary) -> String {
         };
         let _ = writeln!(
             o,
-            "{:<34} {:>5} {:>9} {:>9.0} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>9.3} {:>8} {:>7} {:>7} {:>6} {:>8} {:>8}  {}{}",
+            "{:<34} {:>5} {:>9} {:>9.0} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>9.3} {:>8} {:>7} {:>7} {:>6} {:>8} {:>8}  {}{}{}",
             r.name,
             r.connections,
             r.target_rps.map_or("-".to_string(), |t| format!("{t:.0}")),
@@ -87,7 +87,12 @@ pub fn render(meta: &Meta, runs: &[RunResult], s: &Summary) -> String {
                 .as_ref()
                 .map_or("-".to_string(), |p| format!("{:.3}", p.p99)),
             usage.join(", "),
-            if r.saturated { "  [saturated]" } else { "" }
+            if r.saturated { "  [saturated]" } else { "" },
+            if r.client_bound {
+                "  [client-bound]"
+            } else {
+                ""
+            }
         );
     }
     let _ = writeln!(
@@ -107,6 +112,12 @@ pub fn render(meta: &Meta, runs: &[RunResult], s: &Summary) -> String {
     }
     if let Some(ratio) = s.ratio_to_baseline {
         let _ = writeln!(o, "webhook max rate / baseline max rate = {ratio:.2}");
+        if s.baseline_client_bound {
+            let _ = writeln!(
+                o,
+                "  (the baseline's max run was client-bound: its true max is higher, the ratio lower)"
+            );
+        }
     }
     for f in &s.faults {
         let _ = writeln!(
