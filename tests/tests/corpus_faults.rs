@@ -204,3 +204,40 @@ async fn unknown_class_before_the_policy_is_known() {
         o.patch_string()
     );
 }
+
+/// The apiserver's `?timeout=` caps the scorer budget: with a 3 s budget, a hung scorer and `timeout=1s`
+/// the answer (a pass-through) must come before the apiserver gives up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apiserver_timeout_parameter_caps_the_budget() {
+    let scorer = Scorer::builder().start().await.expect("scorer starts");
+    let webhook = Webhook::builder(&scorer.url())
+        .no_kube()
+        .namespace_tier(GOLD, "gold")
+        .deadline_ms(3000)
+        .start()
+        .await
+        .expect("webhook starts");
+    assert_mutated(&admit(&webhook, "warm").await, "healthy scorer");
+    scorer.process.pause().unwrap();
+    let review = gpu_admission_tests::review::pod_review(
+        &gpu_pod("timeout-param"),
+        GOLD,
+        gpu_admission_tests::Operation::Create,
+    );
+    let started = std::time::Instant::now();
+    let resp = webhook
+        .https()
+        .post_json("/mutate-pod?timeout=1s", &review)
+        .await
+        .expect("answered");
+    let took = started.elapsed();
+    scorer.process.resume().unwrap();
+    assert_eq!(resp.status, 200);
+    let o = gpu_admission_tests::review::check_response(&review, &resp.json().unwrap()).unwrap();
+    assert!(o.allowed && o.patch.is_none(), "{}", o.raw);
+    assert!(
+        took < Duration::from_secs(1),
+        "timeout=1s answered after {took:?}"
+    );
+    println!("timeout=1s with a 3 s budget and a hung scorer: answered in {took:?}");
+}
