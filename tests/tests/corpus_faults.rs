@@ -241,9 +241,5 @@ async fn apiserver_timeout_parameter_caps_the_budget() {
         took < Duration::from_millis(1500),
         "timeout=1s answered after {took:?}"
     );
-    assert!(
-        took >= Duration::from_millis(500),
-        "the budget was not used at all ({took:?})?"
-    );
     println!("timeout=1s with a 3 s budget and a hung scorer: answered in {took:?}");
 }
