@@ -1,0 +1,416 @@
+//! `loadgen demo`: starts the scorer and the webhook frontend (self-signed TLS, no cluster), admits a set of
+//! real-looking Pods one by one through HTTPS exactly as the kube-apiserver would, and prints one line per
+//! decision: Pod, tier, GPU class, priority, avoided job types, latency. Then the Pods' second pass, to show
+//! that the webhook leaves its own output alone.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use base64::Engine;
+use serde_json::{Value, json};
+
+use crate::cli::{DemoArgs, HttpVersion};
+use crate::drivers::webhook::{Conn, WebhookTarget};
+use crate::spawn;
+use crate::workload::NAMESPACE_TIERS;
+
+/// One Pod of the demo and what it is meant to show.
+struct Case {
+    what: &'static str,
+    pod: Value,
+}
+
+fn gpu_pod(
+    name: &str,
+    namespace: &str,
+    annotations: Value,
+    resource: &str,
+    count: u32,
+    extra_spec: Value,
+) -> Value {
+    let mut pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "annotations": annotations,
+                     "labels": {"app.kubernetes.io/name": name}},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "main",
+                "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+                "command": ["python", "train.py"],
+                "resources": {
+                    "requests": {"cpu": "8", "memory": "64Gi", resource: count.to_string()},
+                    "limits": {"memory": "64Gi", resource: count.to_string()}
+                }
+            }]
+        }
+    });
+    if let (Some(spec), Some(extra)) = (pod["spec"].as_object_mut(), extra_spec.as_object()) {
+        spec.extend(extra.clone());
+    }
+    pod
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            what: "gold LLM pre-training, 8 GPUs, 70 GiB each",
+            pod: gpu_pod(
+                "llama-70b-pretrain-0",
+                "llm-prod",
+                json!({"app.kubernetes.io/job-type": "train-llama", "gpu.mem.gi": "70", "ml.batch_size": "512",
+                       "scheduler.radix.ai/tenant": "foundation-models"}),
+                "nvidia.com/gpu",
+                8,
+                json!({}),
+            ),
+        },
+        Case {
+            what: "gold online inference, keeps its own toleration",
+            pod: gpu_pod(
+                "chat-serving-7f9c",
+                "inference",
+                json!({"gpu-admission.io/job-type": "inference-llm", "gpu-admission.io/gpu-memory-gib": "40"}),
+                "nvidia.com/gpu",
+                1,
+                json!({"tolerations": [{"key": "dedicated", "operator": "Equal", "value": "serving", "effect": "NoSchedule"}]}),
+            ),
+        },
+        Case {
+            what: "silver fine-tuning with existing pod anti-affinity",
+            pod: gpu_pod(
+                "bert-finetune-2",
+                "research",
+                json!({"app.kubernetes.io/job-type": "train-bert", "gpu.mem.gi": "30"}),
+                "nvidia.com/gpu",
+                2,
+                json!({"affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 50, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                     "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "bert-finetune-2"}}}}]}}}),
+            ),
+        },
+        Case {
+            what: "bronze vision inference, 16 GiB",
+            pod: gpu_pod(
+                "resnet-infer-1",
+                "students",
+                json!({"app.kubernetes.io/job-type": "inference-vision", "gpu.mem.gi": "16"}),
+                "nvidia.com/gpu",
+                1,
+                json!({}),
+            ),
+        },
+        Case {
+            what: "bronze asks for 70 GiB: no class fits its tier",
+            pod: gpu_pod(
+                "llama-hobby-run",
+                "batch",
+                json!({"app.kubernetes.io/job-type": "train-llama", "gpu.mem.gi": "70"}),
+                "nvidia.com/gpu",
+                1,
+                json!({}),
+            ),
+        },
+        Case {
+            what: "AMD GPUs in a gold namespace",
+            pod: gpu_pod(
+                "mi300-embedding",
+                "llm-prod",
+                json!({"app.kubernetes.io/job-type": "batch-embedding", "gpu.mem.gi": "96"}),
+                "amd.com/gpu",
+                4,
+                json!({}),
+            ),
+        },
+        Case {
+            what: "pins its own GPU class: kept",
+            pod: gpu_pod(
+                "pinned-a100",
+                "research",
+                json!({"app.kubernetes.io/job-type": "train-resnet"}),
+                "nvidia.com/gpu",
+                1,
+                json!({"nodeSelector": {"gpu.nvidia.com/class": "A100-40GB"}}),
+            ),
+        },
+        Case {
+            what: "malformed annotation: ignored with a warning",
+            pod: gpu_pod(
+                "notebook-alice",
+                "research",
+                json!({"app.kubernetes.io/job-type": "notebook", "gpu.mem.gi": "lots"}),
+                "nvidia.com/gpu",
+                1,
+                json!({}),
+            ),
+        },
+        Case {
+            what: "no GPU: not our business",
+            pod: json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "nginx", "namespace": "llm-prod"},
+                "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}),
+        },
+        Case {
+            what: "GPU Pod in a namespace without a tier",
+            pod: gpu_pod(
+                "ci-cuda-smoke",
+                "ci-runners",
+                json!({}),
+                "nvidia.com/gpu",
+                1,
+                json!({}),
+            ),
+        },
+    ]
+}
+
+fn review(uid: &str, pod: &Value) -> Value {
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "name": pod["metadata"]["name"],
+            "namespace": pod["metadata"]["namespace"],
+            "operation": "CREATE",
+            "userInfo": {"username": "demo-user", "groups": ["system:authenticated"]},
+            "object": pod,
+            "dryRun": false,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
+        }
+    })
+}
+
+/// What one admission came back as, read from the AdmissionReview response and its patch.
+struct Decision {
+    patched: Value,
+    ops: usize,
+    warnings: Vec<String>,
+}
+
+fn decide(uid: &str, pod: &Value, body: &[u8]) -> Result<Decision> {
+    let review: Value = serde_json::from_slice(body).context("response is not JSON")?;
+    let resp = &review["response"];
+    if resp["uid"] != uid {
+        bail!("response uid {} does not echo {uid}", resp["uid"]);
+    }
+    if resp["allowed"] != true {
+        bail!("Pod rejected: {}", resp["status"]);
+    }
+    let warnings = resp["warnings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|w| w.as_str().map(str::to_string))
+        .collect();
+    let mut patched = pod.clone();
+    let mut ops = 0;
+    if let Some(b64) = resp["patch"].as_str() {
+        if resp["patchType"] != "JSONPatch" {
+            bail!("patch without patchType JSONPatch");
+        }
+        let raw = base64::engine::general_purpose::STANDARD.decode(b64)?;
+        let patch: json_patch::Patch = serde_json::from_slice(&raw)?;
+        ops = patch.0.len();
+        json_patch::patch(&mut patched, &patch).context("the patch does not apply")?;
+    }
+    Ok(Decision {
+        patched,
+        ops,
+        warnings,
+    })
+}
+
+fn annotation<'a>(pod: &'a Value, key: &str) -> Option<&'a str> {
+    pod["metadata"]["annotations"][key].as_str()
+}
+
+/// The job types the patch keeps off this Pod's node (values of our anti-affinity terms).
+fn avoided(before: &Value, after: &Value) -> Vec<String> {
+    let terms = |p: &Value| -> Vec<Value> {
+        p["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let old = terms(before);
+    terms(after)
+        .into_iter()
+        .filter(|t| !old.contains(t))
+        .flat_map(|t| {
+            t["podAffinityTerm"]["labelSelector"]["matchExpressions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .flat_map(|e| e["values"].as_array().cloned().unwrap_or_default())
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect()
+}
+
+fn tier_of(namespace: &str) -> &'static str {
+    NAMESPACE_TIERS
+        .iter()
+        .find(|(ns, _)| *ns == namespace)
+        .map_or("-", |(_, t)| t)
+}
+
+/// One printed line: pod, tier, class, priority, avoided types, latency.
+fn line(case: &Case, d: &Decision, ms: f64) -> String {
+    let p = &d.patched;
+    let ns = case.pod["metadata"]["namespace"].as_str().unwrap_or("");
+    let name = case.pod["metadata"]["name"].as_str().unwrap_or("");
+    let outcome = if d.ops > 0 { "mutated" } else { "unchanged" };
+    let class = match (
+        annotation(p, "gpu-admission.io/gpu-class"),
+        annotation(p, "gpu-admission.io/infeasible-reason"),
+    ) {
+        (Some(c), _) => c.to_string(),
+        (None, Some(_)) => "none feasible".into(),
+        _ => "-".into(),
+    };
+    let placement = match (
+        p["spec"]["nodeSelector"]["gpu.nvidia.com/class"].as_str(),
+        p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"][0]["matchExpressions"]
+            .as_array()
+            .and_then(|e| e.last())
+            .and_then(|e| e["values"].as_array()),
+    ) {
+        (Some(v), _) => format!("nodeSelector={v}"),
+        (None, Some(vals)) => format!(
+            "affinity In [{}]",
+            vals.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+        _ => "-".into(),
+    };
+    let priority = match (
+        p["spec"]["priorityClassName"].as_str(),
+        annotation(p, "gpu-admission.io/priority-score"),
+    ) {
+        (Some(pc), Some(score)) => format!("{pc} ({score})"),
+        (Some(pc), None) => pc.to_string(),
+        _ => "-".into(),
+    };
+    let avoid = avoided(&case.pod, p);
+    let avoid = if avoid.is_empty() {
+        "-".into()
+    } else {
+        avoid.join(",")
+    };
+    format!(
+        "{:<30} {:<9} {:<9} {:<14} {:<26} {:<20} {:<40} {:>7.2} ms  {}",
+        format!("{ns}/{name}"),
+        tier_of(ns),
+        outcome,
+        class,
+        placement,
+        priority,
+        avoid,
+        ms,
+        case.what
+    )
+}
+
+pub async fn run(args: DemoArgs) -> Result<i32> {
+    let bin_dir = spawn::bin_dir(args.bin_dir.as_deref())?;
+    let work: PathBuf = match &args.work_dir {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!("gpu-admission-demo-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&work)?;
+    let tls = work.join("tls");
+    let mut scorer = spawn::start_scorer(&bin_dir, &work).await?;
+    let scorer_url = format!("http://{}", scorer.addr);
+    let mut frontend = spawn::start_frontend(
+        &bin_dir,
+        "webhook-frontend",
+        &scorer_url,
+        &tls,
+        200,
+        work.join("webhook-frontend.log"),
+    )
+    .await?;
+    println!("scorer            grpc://{}  (log {})", scorer.addr, scorer.log.display());
+    println!(
+        "webhook-frontend  https://{}/mutate-pod  (CA {}, log {})",
+        frontend.addr,
+        tls.join("ca.crt").display(),
+        frontend.log.display()
+    );
+    println!(
+        "namespaces        {}\n",
+        NAMESPACE_TIERS
+            .iter()
+            .map(|(ns, t)| format!("{ns}={t}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+
+    let url = format!("https://{}/mutate-pod?timeout=10s", frontend.addr);
+    let target = Arc::new(
+        WebhookTarget::new(&url, &tls.join("ca.crt"), HttpVersion::Http1, Vec::new(), 0).await?,
+    );
+    let mut conn = Conn::open(target).await?;
+    // The frontend learns the PriorityClasses from the scorer's policy just after it starts listening.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+
+    println!(
+        "{:<30} {:<9} {:<9} {:<14} {:<26} {:<20} {:<40} {:>10}  what it shows",
+        "POD", "TIER", "OUTCOME", "GPU CLASS", "PLACEMENT", "PRIORITY", "AVOIDS", "LATENCY"
+    );
+    let mut failures = 0;
+    let mut second_pass = Vec::new();
+    for (i, case) in cases().iter().enumerate() {
+        let uid = format!("00000000-0000-4000-8000-{:012x}", i + 1);
+        let body = serde_json::to_vec(&review(&uid, &case.pod))?;
+        let started = Instant::now();
+        let (status, answer) = conn.send(body.into()).await?;
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        if status != http::StatusCode::OK {
+            println!("{:<30} HTTP {status}", case.pod["metadata"]["name"]);
+            failures += 1;
+            continue;
+        }
+        match decide(&uid, &case.pod, &answer) {
+            Ok(d) => {
+                println!("{}", line(case, &d, ms));
+                for w in &d.warnings {
+                    println!("{:<30} warning: {w}", "");
+                }
+                second_pass.push((uid, d.patched));
+            }
+            Err(e) => {
+                println!("{:<30} ERROR {e:#}", case.pod["metadata"]["name"]);
+                failures += 1;
+            }
+        }
+    }
+
+    // Idempotency: the webhook's own output, admitted again, gets no patch.
+    let mut changed = 0;
+    for (uid, pod) in &second_pass {
+        let uid = format!("{uid}-2");
+        let (_, answer) = conn.send(serde_json::to_vec(&review(&uid, pod))?.into()).await?;
+        if decide(&uid, pod, &answer)?.ops > 0 {
+            changed += 1;
+        }
+    }
+    println!(
+        "\nsecond pass over the {} admitted Pods: {changed} changed (idempotent: expected 0)",
+        second_pass.len()
+    );
+    frontend.kill();
+    scorer.kill();
+    Ok(if failures == 0 && changed == 0 { 0 } else { 1 })
+}
