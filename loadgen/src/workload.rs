@@ -128,7 +128,7 @@ pub struct Workload {
 }
 
 impl Workload {
-    /// Indexes of the items that have a ScoreRequest (the scorer-only workload).
+    /// The ScoreRequests of the items that have one (the scorer-only workload), in workload order.
     pub fn score_requests(&self) -> Vec<ScoreRequest> {
         self.items.iter().filter_map(|i| i.score.clone()).collect()
     }
