@@ -10,7 +10,7 @@
 
 use gpu_admission_tests::corpus::{admission_reviews, extract_pods, manifest_files};
 use gpu_admission_tests::decision::{admit_and_verify, check_preserved};
-use gpu_admission_tests::gpu::{add_nvidia_gpu, gpu_ask};
+use gpu_admission_tests::gpu::{add_nvidia_gpu, annotation, gpu_ask};
 use gpu_admission_tests::names::ANN_DECIDED_AT;
 use gpu_admission_tests::review::{check_response, new_uid};
 use gpu_admission_tests::{Scorer, Webhook};
@@ -154,13 +154,7 @@ async fn corpus_manifests_and_admission_reviews() {
                         Ok(after) => {
                             errs.extend(check_preserved(&before, &after));
                             if strict {
-                                if o.patch.is_none()
-                                    || after
-                                        .pointer(&format!(
-                                            "/metadata/annotations/{}",
-                                            ANN_DECIDED_AT.replace('/', "~1")
-                                        ))
-                                        .is_none()
+                                if o.patch.is_none() || annotation(&after, ANN_DECIDED_AT).is_none()
                                 {
                                     errs.push(format!(
                                         "GPU variant not mutated; warnings {:?}",
