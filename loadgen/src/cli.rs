@@ -28,6 +28,19 @@ pub enum Command {
     /// The do-nothing admission endpoint used as `--baseline` (rustls + axum, answers allowed:true with the uid).
     /// `--spawn --baseline` starts it as a child process; run it by hand to compare with another client.
     BaselineServer(BaselineServerArgs),
+    /// The local demo: starts the scorer and the webhook frontend (self-signed TLS, no cluster), admits a set of
+    /// real-looking Pods through HTTPS and prints one line per decision.
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Folder of the `scorer` and `webhook-frontend` binaries (default: next to this executable).
+    #[arg(long, value_name = "DIR")]
+    pub bin_dir: Option<PathBuf>,
+    /// Where the logs and the generated CA go (default: a new folder under the system temp dir).
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -276,23 +276,21 @@ fn line(case: &Case, d: &Decision, ms: f64) -> String {
         (None, Some(_)) => "none feasible".into(),
         _ => "-".into(),
     };
-    let placement = match (
-        p["spec"]["nodeSelector"]["gpu.nvidia.com/class"].as_str(),
-        p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-            ["nodeSelectorTerms"][0]["matchExpressions"]
-            .as_array()
-            .and_then(|e| e.last())
-            .and_then(|e| e["values"].as_array()),
-    ) {
-        (Some(v), _) => format!("nodeSelector={v}"),
-        (None, Some(vals)) => format!(
-            "affinity In [{}]",
-            vals.iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join(",")
-        ),
-        _ => "-".into(),
+    let own = case.pod["spec"]["nodeSelector"]["gpu.nvidia.com/class"].is_string();
+    let required_in = p["spec"]["affinity"]["nodeAffinity"]
+        ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"]
+        .as_array()
+        .and_then(|e| e.last())
+        .and_then(|e| e["values"].as_array())
+        .map_or(0, Vec::len);
+    let placement = if own {
+        "Pod's own selector".to_string()
+    } else if p["spec"]["nodeSelector"]["gpu.nvidia.com/class"].is_string() {
+        "nodeSelector".to_string()
+    } else if required_in > 0 {
+        format!("affinity, {required_in} classes")
+    } else {
+        "-".to_string()
     };
     let priority = match (
         p["spec"]["priorityClassName"].as_str(),
@@ -309,7 +307,7 @@ fn line(case: &Case, d: &Decision, ms: f64) -> String {
         avoid.join(",")
     };
     format!(
-        "{:<30} {:<9} {:<9} {:<14} {:<26} {:<20} {:<40} {:>7.2} ms  {}",
+        "{:<30} {:<9} {:<9} {:<14} {:<20} {:<20} {:<40} {:>7.2} ms  {}",
         format!("{ns}/{name}"),
         tier_of(ns),
         outcome,
@@ -341,7 +339,11 @@ pub async fn run(args: DemoArgs) -> Result<i32> {
         work.join("webhook-frontend.log"),
     )
     .await?;
-    println!("scorer            grpc://{}  (log {})", scorer.addr, scorer.log.display());
+    println!(
+        "scorer            grpc://{}  (log {})",
+        scorer.addr,
+        scorer.log.display()
+    );
     println!(
         "webhook-frontend  https://{}/mutate-pod  (CA {}, log {})",
         frontend.addr,
@@ -366,7 +368,7 @@ pub async fn run(args: DemoArgs) -> Result<i32> {
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
 
     println!(
-        "{:<30} {:<9} {:<9} {:<14} {:<26} {:<20} {:<40} {:>10}  what it shows",
+        "{:<30} {:<9} {:<9} {:<14} {:<20} {:<20} {:<40} {:>10}  what it shows",
         "POD", "TIER", "OUTCOME", "GPU CLASS", "PLACEMENT", "PRIORITY", "AVOIDS", "LATENCY"
     );
     let mut failures = 0;
@@ -375,7 +377,10 @@ pub async fn run(args: DemoArgs) -> Result<i32> {
         let uid = format!("00000000-0000-4000-8000-{:012x}", i + 1);
         let body = serde_json::to_vec(&review(&uid, &case.pod))?;
         let started = Instant::now();
-        let (status, answer) = conn.send(body.into()).await?;
+        let (status, answer) = conn
+            .send(body.into())
+            .await
+            .map_err(|e| anyhow::anyhow!("request failed: {e:?}"))?;
         let ms = started.elapsed().as_secs_f64() * 1e3;
         if status != http::StatusCode::OK {
             println!("{:<30} HTTP {status}", case.pod["metadata"]["name"]);
@@ -401,7 +406,10 @@ pub async fn run(args: DemoArgs) -> Result<i32> {
     let mut changed = 0;
     for (uid, pod) in &second_pass {
         let uid = format!("{uid}-2");
-        let (_, answer) = conn.send(serde_json::to_vec(&review(&uid, pod))?.into()).await?;
+        let (_, answer) = conn
+            .send(serde_json::to_vec(&review(&uid, pod))?.into())
+            .await
+            .map_err(|e| anyhow::anyhow!("request failed: {e:?}"))?;
         if decide(&uid, pod, &answer)?.ops > 0 {
             changed += 1;
         }
@@ -413,4 +421,50 @@ pub async fn run(args: DemoArgs) -> Result<i32> {
     frontend.kill();
     scorer.kill();
     Ok(if failures == 0 && changed == 0 { 0 } else { 1 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(uid: &str, patch: Option<&str>) -> Vec<u8> {
+        let mut resp = json!({"uid": uid, "allowed": true});
+        if let Some(p) = patch {
+            resp["patchType"] = json!("JSONPatch");
+            resp["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(p));
+        }
+        serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp}))
+            .unwrap()
+    }
+
+    #[test]
+    fn applies_the_patch_and_reads_the_avoided_job_types() {
+        let pod = cases().remove(2).pod;
+        let term = json!({"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+            "labelSelector": {"matchExpressions": [{"key": "gpu-admission.io/job-type", "operator": "In", "values": ["train-llama"]}]}}});
+        let patch = json!([
+            {"op": "add", "path": "/spec/affinity/podAntiAffinity/preferredDuringSchedulingIgnoredDuringExecution/-", "value": term},
+            {"op": "add", "path": "/metadata/annotations/gpu-admission.io~1gpu-class", "value": "A100-80GB"}
+        ]);
+        let d = decide("u1", &pod, &answer("u1", Some(&patch.to_string()))).unwrap();
+        assert_eq!(d.ops, 2);
+        assert_eq!(
+            annotation(&d.patched, "gpu-admission.io/gpu-class"),
+            Some("A100-80GB")
+        );
+        // The Pod's own anti-affinity term is not reported as ours.
+        assert_eq!(avoided(&pod, &d.patched), ["train-llama"]);
+    }
+
+    #[test]
+    fn refuses_a_wrong_uid_a_rejection_and_a_patch_that_does_not_apply() {
+        let pod = cases().remove(0).pod;
+        assert!(decide("u1", &pod, &answer("u2", None)).is_err());
+        let rejected = br#"{"response": {"uid": "u1", "allowed": false}}"#;
+        assert!(decide("u1", &pod, rejected).is_err());
+        let bad = json!([{"op": "replace", "path": "/spec/nothing/here", "value": 1}]).to_string();
+        assert!(decide("u1", &pod, &answer("u1", Some(&bad))).is_err());
+        let unchanged = decide("u1", &pod, &answer("u1", None)).unwrap();
+        assert_eq!((unchanged.ops, unchanged.patched), (0, pod));
+    }
 }

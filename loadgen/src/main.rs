@@ -4,6 +4,7 @@
 mod baseline;
 mod bench;
 mod cli;
+mod demo;
 mod drivers;
 mod faults;
 mod procfs;
@@ -19,6 +20,14 @@ fn main() -> anyhow::Result<()> {
     let cli = cli::Cli::parse();
     match cli.command {
         Some(cli::Command::BaselineServer(args)) => baseline::serve(args),
+        Some(cli::Command::Demo(args)) => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let code = rt.block_on(demo::run(args))?;
+            drop(rt);
+            std::process::exit(code);
+        }
         None => {
             // One thread drives all connections (the pacing thread aside): the services get the other core(s).
             let rt = tokio::runtime::Builder::new_current_thread()

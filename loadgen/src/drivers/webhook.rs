@@ -116,15 +116,28 @@ impl Conn {
 
     pub async fn call(&mut self, seq: u64) -> Outcome {
         let t = &self.target;
+        write_uid(&mut self.uid, t.run_id, seq);
+        let body = t.reviews[(seq % t.reviews.len() as u64) as usize].body(&self.uid);
+        match self.send(body).await {
+            Ok((status, _)) if status != http::StatusCode::OK => {
+                Outcome::Error(ErrorKind::HttpStatus)
+            }
+            Ok((_, bytes)) => classify(&bytes, &self.uid),
+            Err(kind) => Outcome::Error(kind),
+        }
+    }
+
+    /// POSTs one AdmissionReview body and returns the status and the whole answer. A broken connection is
+    /// dropped (the next call reconnects).
+    pub async fn send(&mut self, body: Bytes) -> Result<(http::StatusCode, Bytes), ErrorKind> {
+        let t = &self.target;
         let sender = match &mut self.sender {
             Some(s) => s,
             None => match connect(t).await {
                 Ok(s) => self.sender.insert(s),
-                Err(_) => return Outcome::Error(ErrorKind::Connect),
+                Err(_) => return Err(ErrorKind::Connect),
             },
         };
-        write_uid(&mut self.uid, t.run_id, seq);
-        let body = t.reviews[(seq % t.reviews.len() as u64) as usize].body(&self.uid);
         let result = match sender {
             Sender::H1(s) => {
                 let req = Request::post(t.path.clone())
@@ -154,21 +167,17 @@ impl Conn {
             Ok(r) => r,
             Err(_) => {
                 self.sender = None;
-                return Outcome::Error(ErrorKind::Transport);
+                return Err(ErrorKind::Transport);
             }
         };
         let status = resp.status();
-        let bytes = match resp.into_body().collect().await {
-            Ok(b) => b.to_bytes(),
+        match resp.into_body().collect().await {
+            Ok(b) => Ok((status, b.to_bytes())),
             Err(_) => {
                 self.sender = None;
-                return Outcome::Error(ErrorKind::Transport);
+                Err(ErrorKind::Transport)
             }
-        };
-        if status != http::StatusCode::OK {
-            return Outcome::Error(ErrorKind::HttpStatus);
         }
-        classify(&bytes, &self.uid)
     }
 }
 
