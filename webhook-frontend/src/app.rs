@@ -12,7 +12,7 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::policy::PolicyCache;
 use crate::scorer_client::Scorer;
-use crate::tls::{self, reload};
+use crate::tls::{self, auto_rotate, reload};
 use crate::{server, shutdown};
 
 /// Shared by every request.
@@ -23,12 +23,17 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Set once the TLS listener is bound.
     pub listening: AtomicBool,
+    /// Set once the real certificate is served (at once from files; in automatic mode once the Secret's).
+    pub certificate_served: Arc<AtomicBool>,
 }
 
 impl AppState {
-    /// Ready = listening and the kube caches synced. Never tied to the scorer (we fail open).
+    /// Ready = listening, the real certificate served and the kube caches synced. Never tied to the scorer
+    /// (we fail open).
     pub fn is_ready(&self) -> bool {
-        self.listening.load(Ordering::Acquire) && self.cluster.is_synced()
+        self.listening.load(Ordering::Acquire)
+            && self.certificate_served.load(Ordering::Acquire)
+            && self.cluster.is_synced()
     }
 }
 
@@ -39,42 +44,72 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::register(&mut registry));
 
     // Cluster facts first: a broken Kubernetes configuration fails the start before anything runs.
-    let cluster = if config.no_kube {
-        ClusterFacts::Static {
-            tiers: parse_namespace_tiers(&config.namespace_tiers)?,
-        }
+    let auto_tls = config.auto_tls()?;
+    let client = if config.no_kube && auto_tls.is_none() {
+        None
     } else {
-        let client = kube_cache::client().await?;
-        ClusterFacts::Kube(kube_cache::KubeCaches::start(
-            client,
+        Some(kube_cache::client().await?)
+    };
+    let cluster = match (&client, config.no_kube) {
+        (Some(client), false) => ClusterFacts::Kube(kube_cache::KubeCaches::start(
+            client.clone(),
             config.tier_label.clone(),
-        ))
+        )),
+        _ => ClusterFacts::Static {
+            tiers: parse_namespace_tiers(&config.namespace_tiers)?,
+        },
     };
 
-    // TLS: files (Secret layout) or a generated dev CA + serving certificate; both are watched for changes.
-    let files = match (&config.self_signed, &config.tls_cert, &config.tls_key) {
-        (Some(dir), _, _) => {
-            let g = tls::self_signed::generate(dir, &config.sans)?;
-            tracing::info!(ca = %g.ca_cert.display(), "generated a dev CA and serving certificate");
-            reload::CertFiles {
-                cert: g.cert,
-                key: g.key,
+    // TLS: files (Secret layout), a generated dev CA + serving certificate (both watched for changes), or
+    // automatic mode (a Secret kept through the API; a throwaway certificate until it is served).
+    let certificate_served = Arc::new(AtomicBool::new(false));
+    let resolver = if let (Some((mut auto, ns_flag)), Some(client)) = (auto_tls, client) {
+        auto.namespace = auto_rotate::namespace(ns_flag.as_deref(), &client);
+        tracing::info!(secret = %auto.secret, namespace = %auto.namespace,
+            webhook_config = ?auto.webhook_config, "automatic certificates");
+        let resolver = Arc::new(reload::ReloadingCertResolver::new(
+            auto_rotate::AutoTls::placeholder(&config.sans)?,
+        ));
+        tokio::spawn(
+            auto_rotate::AutoTls::new(
+                client,
+                auto,
+                resolver.clone(),
+                metrics.clone(),
+                certificate_served.clone(),
+            )
+            .run(),
+        );
+        resolver
+    } else {
+        let files = match (&config.self_signed, &config.tls_cert, &config.tls_key) {
+            (Some(dir), _, _) => {
+                let g = tls::self_signed::generate(dir, &config.sans)?;
+                tracing::info!(ca = %g.ca_cert.display(), "generated a dev CA and serving certificate");
+                reload::CertFiles {
+                    cert: g.cert,
+                    key: g.key,
+                }
             }
-        }
-        (None, Some(cert), Some(key)) => reload::CertFiles {
-            cert: cert.clone(),
-            key: key.clone(),
-        },
-        _ => anyhow::bail!("TLS needs --tls-cert and --tls-key, or --self-signed DIR"),
+            (None, Some(cert), Some(key)) => reload::CertFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            },
+            _ => anyhow::bail!(
+                "TLS needs --tls-cert and --tls-key, --self-signed DIR, or --auto-tls-secret NAME"
+            ),
+        };
+        let (resolver, hash) = reload::load_initial(&files)?;
+        certificate_served.store(true, Ordering::Release);
+        tokio::spawn(reload::watch(
+            resolver.clone(),
+            files,
+            hash,
+            Duration::from_millis(config.tls_reload_interval_ms.max(100)),
+            metrics.clone(),
+        ));
+        resolver
     };
-    let (resolver, hash) = reload::load_initial(&files)?;
-    tokio::spawn(reload::watch(
-        resolver.clone(),
-        files,
-        hash,
-        Duration::from_millis(config.tls_reload_interval_ms.max(100)),
-        metrics.clone(),
-    ));
     let tls_config = tls::server_config(resolver)?;
 
     let scorer = Scorer::new(&config.scorer, config.deadline(), config.deadline_margin())?;
@@ -90,6 +125,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         policy,
         metrics,
         listening: AtomicBool::new(false),
+        certificate_served,
     });
     let shutdown = shutdown::Shutdown::install()?;
 

@@ -7,13 +7,15 @@ use std::time::Duration;
 use clap::{ArgGroup, Parser};
 
 use crate::cluster::DEFAULT_TIER_LABEL;
+use crate::tls::auto_plan::Lifetimes;
+use crate::tls::auto_rotate::AutoTlsConfig;
 
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "webhook-frontend",
     version,
     about = "HTTPS mutating admission webhook: asks the gpu-admission scorer where and how urgently a GPU Pod runs",
-    group(ArgGroup::new("tls").required(true).args(["tls_cert", "self_signed"]))
+    group(ArgGroup::new("tls").required(true).args(["tls_cert", "self_signed", "auto_tls_secret"]))
 )]
 pub struct Config {
     /// Address of the HTTPS admission server (port 0 picks a free port; the bound address is printed).
@@ -44,6 +46,51 @@ pub struct Config {
         env = "WEBHOOK_SELF_SIGNED_DIR"
     )]
     pub self_signed: Option<PathBuf>,
+
+    /// Automatic mode: keep a CA + serving certificate in Secret NAME (keys ca.crt, ca.key, tls.crt, tls.key)
+    /// of our namespace: create it if missing, renew it before expiry, serve it (read through the API).
+    #[arg(long, value_name = "NAME", env = "WEBHOOK_AUTO_TLS_SECRET")]
+    pub auto_tls_secret: Option<String>,
+
+    /// Automatic mode: namespace of the Secret (default: env POD_NAMESPACE, else the service account's
+    /// namespace, else the kubeconfig context's).
+    #[arg(
+        long,
+        value_name = "NAMESPACE",
+        env = "WEBHOOK_AUTO_TLS_NAMESPACE",
+        requires = "auto_tls_secret"
+    )]
+    pub auto_tls_namespace: Option<String>,
+
+    /// Automatic mode: patch the CA into clientConfig.caBundle of every webhook of this
+    /// MutatingWebhookConfiguration (again whenever it differs).
+    #[arg(
+        long,
+        value_name = "NAME",
+        env = "WEBHOOK_AUTO_TLS_WEBHOOK_CONFIG",
+        requires = "auto_tls_secret"
+    )]
+    pub auto_tls_webhook_config: Option<String>,
+
+    /// Automatic mode: lifetime of a serving certificate, in days.
+    #[arg(long, env = "WEBHOOK_AUTO_TLS_VALIDITY_DAYS", default_value_t = 90)]
+    pub auto_tls_validity_days: u32,
+
+    /// Automatic mode: lifetime of a new CA, in days (must exceed the serving lifetime).
+    #[arg(
+        long,
+        env = "WEBHOOK_AUTO_TLS_CA_VALIDITY_DAYS",
+        default_value_t = 3650
+    )]
+    pub auto_tls_ca_validity_days: u32,
+
+    /// Automatic mode: renew when less than this many seconds are left (default: a third of the lifetime).
+    #[arg(long, env = "WEBHOOK_AUTO_TLS_RENEW_BEFORE_SECS")]
+    pub auto_tls_renew_before_secs: Option<u64>,
+
+    /// Automatic mode: how often the Secret and the caBundle are read again, in seconds.
+    #[arg(long, env = "WEBHOOK_AUTO_TLS_CHECK_SECS", default_value_t = 30)]
+    pub auto_tls_check_secs: u64,
 
     /// Extra subject alternative names of the generated serving certificate (DNS names or IPs).
     #[arg(long = "san", env = "WEBHOOK_SAN", value_delimiter = ',')]
@@ -96,6 +143,42 @@ pub struct Config {
 }
 
 impl Config {
+    /// The automatic-mode settings, when `--auto-tls-secret` is given (`namespace` is resolved later).
+    pub fn auto_tls(&self) -> anyhow::Result<Option<(AutoTlsConfig, Option<String>)>> {
+        let Some(secret) = self.auto_tls_secret.clone() else {
+            if self.auto_tls_webhook_config.is_some() || self.auto_tls_namespace.is_some() {
+                anyhow::bail!(
+                    "--auto-tls-webhook-config and --auto-tls-namespace need --auto-tls-secret"
+                );
+            }
+            return Ok(None);
+        };
+        if self.auto_tls_validity_days == 0
+            || self.auto_tls_ca_validity_days <= self.auto_tls_validity_days
+        {
+            anyhow::bail!(
+                "--auto-tls-validity-days must be at least 1 and below --auto-tls-ca-validity-days"
+            );
+        }
+        let lifetimes = Lifetimes {
+            serving: time::Duration::days(self.auto_tls_validity_days.into()),
+            ca: time::Duration::days(self.auto_tls_ca_validity_days.into()),
+            renew_before: self
+                .auto_tls_renew_before_secs
+                .map(|s| time::Duration::seconds(i64::try_from(s).unwrap_or(i64::MAX))),
+        };
+        Ok(Some((
+            AutoTlsConfig {
+                namespace: String::new(),
+                secret,
+                webhook_config: self.auto_tls_webhook_config.clone(),
+                sans: self.sans.clone(),
+                lifetimes,
+                check_interval: Duration::from_secs(self.auto_tls_check_secs.max(1)),
+            },
+            self.auto_tls_namespace.clone(),
+        )))
+    }
     pub fn deadline(&self) -> Duration {
         Duration::from_millis(self.deadline_ms)
     }
@@ -166,5 +249,53 @@ mod tests {
             ])
             .is_err()
         );
+        for other in [["--self-signed", "d"], ["--tls-cert", "a"]] {
+            let mut args = vec!["webhook-frontend", "--auto-tls-secret", "s"];
+            args.extend(other);
+            if other[0] == "--tls-cert" {
+                args.extend(["--tls-key", "b"]);
+            }
+            assert!(Config::try_parse_from(args).is_err());
+        }
+        let stray = Config::try_parse_from([
+            "webhook-frontend",
+            "--self-signed",
+            "d",
+            "--auto-tls-webhook-config",
+            "w",
+        ]);
+        assert!(stray.is_err() || stray.unwrap().auto_tls().is_err());
+    }
+
+    #[test]
+    fn auto_tls_flags() {
+        let c = Config::try_parse_from([
+            "webhook-frontend",
+            "--auto-tls-secret=gpu-admission-webhook-tls",
+            "--auto-tls-webhook-config=gpu-admission",
+            "--san=gpu-admission-webhook.gpu-admission.svc",
+            "--auto-tls-renew-before-secs=60",
+        ])
+        .unwrap();
+        let (auto, ns) = c.auto_tls().unwrap().unwrap();
+        assert_eq!(ns, None);
+        assert_eq!(auto.secret, "gpu-admission-webhook-tls");
+        assert_eq!(auto.webhook_config.as_deref(), Some("gpu-admission"));
+        assert_eq!(auto.sans, ["gpu-admission-webhook.gpu-admission.svc"]);
+        assert_eq!(auto.lifetimes.serving, time::Duration::days(90));
+        assert_eq!(
+            auto.lifetimes.renew_before,
+            Some(time::Duration::seconds(60))
+        );
+        assert_eq!(auto.check_interval, Duration::from_secs(30));
+        let bad = Config::try_parse_from([
+            "webhook-frontend",
+            "--auto-tls-secret=s",
+            "--auto-tls-validity-days=4000",
+        ])
+        .unwrap();
+        assert!(bad.auto_tls().is_err());
+        let files = Config::try_parse_from(["webhook-frontend", "--self-signed", "d"]).unwrap();
+        assert!(files.auto_tls().unwrap().is_none());
     }
 }

@@ -61,6 +61,12 @@ pub struct CallLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct IssuedLabels {
+    /// "true" when a new CA was created with the serving certificate.
+    pub new_ca: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReloadLabels {
     pub result: ReloadResult,
 }
@@ -73,6 +79,10 @@ pub struct Metrics {
     pub scorer_call_duration: Histogram,
     pub scorer_calls: Family<CallLabels, Counter>,
     pub tls_reloads: Family<ReloadLabels, Counter>,
+    /// Automatic mode: certificates this replica wrote into the Secret, by whether a new CA came with it.
+    pub tls_certificates_issued: Family<IssuedLabels, Counter>,
+    /// Automatic mode: patches of the webhook configuration's caBundle by this replica.
+    pub tls_ca_bundle_patches: Counter,
 }
 
 impl Metrics {
@@ -85,6 +95,8 @@ impl Metrics {
             scorer_call_duration: Histogram::new(exponential_buckets(0.00005, 2.0, 17)),
             scorer_calls: Family::default(),
             tls_reloads: Family::default(),
+            tls_certificates_issued: Family::default(),
+            tls_ca_bundle_patches: Counter::default(),
         };
         let r = registry.sub_registry_with_prefix("gpu_admission");
         r.register(
@@ -114,6 +126,16 @@ impl Metrics {
             "Reloads of the serving certificate by result",
             m.tls_reloads.clone(),
         );
+        r.register(
+            "tls_certificates_issued",
+            "Automatic mode: serving certificates written into the Secret by this replica",
+            m.tls_certificates_issued.clone(),
+        );
+        r.register(
+            "tls_ca_bundle_patches",
+            "Automatic mode: caBundle patches of the webhook configuration by this replica",
+            m.tls_ca_bundle_patches.clone(),
+        );
         m
     }
 
@@ -136,6 +158,17 @@ impl Metrics {
             .get_or_create(&ReloadLabels { result })
             .inc();
     }
+
+    pub fn record_certificate_issued(&self, new_ca: bool) {
+        let new_ca = if new_ca { "true" } else { "false" };
+        self.tls_certificates_issued
+            .get_or_create(&IssuedLabels { new_ca })
+            .inc();
+    }
+
+    pub fn record_ca_bundle_patch(&self) {
+        self.tls_ca_bundle_patches.inc();
+    }
 }
 
 #[cfg(test)]
@@ -149,6 +182,8 @@ mod tests {
         m.record_request("CREATE", Outcome::mutated, 0.001);
         m.record_scorer_call(CallResult::timeout, 0.2);
         m.record_tls_reload(ReloadResult::ok);
+        m.record_certificate_issued(true);
+        m.record_ca_bundle_patch();
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for needle in [
@@ -157,6 +192,8 @@ mod tests {
             "gpu_admission_scorer_call_duration_seconds_count 1",
             "gpu_admission_scorer_calls_total{result=\"timeout\"} 1",
             "gpu_admission_tls_reloads_total{result=\"ok\"} 1",
+            "gpu_admission_tls_certificates_issued_total{new_ca=\"true\"} 1",
+            "gpu_admission_tls_ca_bundle_patches_total 1",
         ] {
             assert!(text.contains(needle), "{needle} missing in\n{text}");
         }

@@ -1,6 +1,10 @@
 //! TLS for the webhook port: certificates from files (the Secret-mount layout `tls.crt` + `tls.key`),
-//! hot-reloaded when they change, or a generated dev CA + serving certificate (`--self-signed DIR`).
+//! hot-reloaded when they change, a generated dev CA + serving certificate (`--self-signed DIR`), or
+//! certificates the frontend keeps in a Secret itself (`--auto-tls-secret`: `auto_plan` decides, `auto_rotate`
+//! talks to the API).
 
+pub mod auto_plan;
+pub mod auto_rotate;
 pub mod certs;
 pub mod reload;
 pub mod self_signed;

@@ -48,7 +48,8 @@ impl ReloadingCertResolver {
             .clone()
     }
 
-    fn set(&self, key: Arc<CertifiedKey>) {
+    /// Serves `key` to every new handshake (established connections keep theirs).
+    pub fn set(&self, key: Arc<CertifiedKey>) {
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = key;
     }
 }

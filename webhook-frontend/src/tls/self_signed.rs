@@ -28,44 +28,21 @@ pub const DEFAULT_SANS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 pub fn generate(dir: &Path, extra_sans: &[String]) -> anyhow::Result<GeneratedFiles> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let now = OffsetDateTime::now_utc();
-
-    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-    ca_params.distinguished_name = DistinguishedName::new();
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "gpu-admission webhook dev CA");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    ca_params.not_before = now - Duration::hours(1);
-    ca_params.not_after = now + Duration::days(3650);
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
-
-    let mut sans: Vec<String> = DEFAULT_SANS.iter().map(|s| s.to_string()).collect();
-    for s in extra_sans {
-        let s = s.trim();
-        if !s.is_empty() && !sans.iter().any(|x| x == s) {
-            sans.push(s.to_string());
-        }
-    }
-    let mut params = CertificateParams::new(sans).context("invalid --san")?;
-    params.distinguished_name = DistinguishedName::new();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "gpu-admission-webhook");
-    params.is_ca = IsCa::ExplicitNoCa;
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    params.not_before = now - Duration::hours(1);
-    params.not_after = now + Duration::days(365);
+    let ca = CertifiedIssuer::self_signed(
+        ca_params(
+            "gpu-admission webhook dev CA",
+            now - Duration::hours(1),
+            now + Duration::days(3650),
+        )?,
+        KeyPair::generate()?,
+    )?;
     let key = KeyPair::generate()?;
-    let cert = params.signed_by(&key, &ca)?;
+    let cert = serving_params(
+        serving_sans(extra_sans),
+        now - Duration::hours(1),
+        now + Duration::days(365),
+    )?
+    .signed_by(&key, &ca)?;
 
     let files = GeneratedFiles {
         ca_cert: dir.join("ca.crt"),
@@ -77,6 +54,62 @@ pub fn generate(dir: &Path, extra_sans: &[String]) -> anyhow::Result<GeneratedFi
     write(&files.key, key.serialize_pem().as_bytes(), true)?;
     write(&files.cert, cert.pem().as_bytes(), false)?;
     Ok(files)
+}
+
+/// [`DEFAULT_SANS`] followed by the non-empty, not yet listed `extra` names.
+pub fn serving_sans(extra: &[String]) -> Vec<String> {
+    let mut sans: Vec<String> = DEFAULT_SANS.iter().map(|s| s.to_string()).collect();
+    for s in extra {
+        let s = s.trim();
+        if !s.is_empty() && !sans.iter().any(|x| x == s) {
+            sans.push(s.to_string());
+        }
+    }
+    sans
+}
+
+/// Parameters of a CA certificate (path length 0: it signs serving certificates only).
+pub fn ca_params(
+    common_name: &str,
+    not_before: OffsetDateTime,
+    not_after: OffsetDateTime,
+) -> anyhow::Result<CertificateParams> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.distinguished_name = DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    params.not_before = not_before;
+    params.not_after = not_after;
+    Ok(params)
+}
+
+/// Parameters of an end-entity serving certificate (serverAuth) for `sans` (DNS names or IPs).
+pub fn serving_params(
+    sans: Vec<String>,
+    not_before: OffsetDateTime,
+    not_after: OffsetDateTime,
+) -> anyhow::Result<CertificateParams> {
+    let mut params = CertificateParams::new(sans).context("invalid --san")?;
+    params.distinguished_name = DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "gpu-admission-webhook");
+    params.is_ca = IsCa::ExplicitNoCa;
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    params.not_before = not_before;
+    params.not_after = not_after;
+    Ok(params)
 }
 
 /// Writes atomically (temp file + rename); private keys are created 0600.

@@ -1,0 +1,577 @@
+//! Certificate mode "automatic" (`deploy/kustomize/components/automatic`) against a real kube-apiserver
+//! 1.20.2 on loopback: the real `webhook-frontend` binary with `--auto-tls-secret` and
+//! `--auto-tls-webhook-config`, as the overlay runs it.
+//!
+//! - first start: the frontend creates the Secret (ca.crt, tls.crt, tls.key), patches the caBundle of
+//!   BOTH webhooks of the configuration (found by name), turns ready, and an HTTPS request verified
+//!   against the caBundle read back from the API succeeds; a caBundle someone resets is patched back;
+//! - two frontends started at the same time end with ONE Secret, one issuance between them, and a
+//!   caBundle that verifies the (same) certificate both serve;
+//! - a Secret whose serving certificate enters its renewal window (a third of its lifetime left) while
+//!   the frontend runs is renewed under the same CA, and a new connection gets the new certificate from
+//!   the same process (no restart).
+//!
+//! The apiserver comes from `tests/cluster/build-apiserver.sh` (cached); without it: SKIP (a failure
+//! when `CI` is set), like the cluster tier.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use base64::Engine as _;
+use gpu_admission_tests::cluster::LocalCluster;
+use gpu_admission_tests::https::{HttpsClient, http_get_text};
+use gpu_admission_tests::{ChildProcess, binaries};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::json;
+
+/// The two webhook entries of every test configuration (url clientConfig, no caBundle yet).
+const WEBHOOKS: [&str; 2] = ["pods.gpu-admission.io", "pods-second.gpu-admission.io"];
+/// How long a frontend may take to create, patch and serve (polling every second).
+const SETTLE: Duration = Duration::from_secs(45);
+
+#[tokio::test]
+async fn automatic_certificates_against_a_real_apiserver() {
+    let Some(cluster) = LocalCluster::start()
+        .await
+        .expect("starting the local apiserver")
+    else {
+        return;
+    };
+    let _ = binaries::webhook();
+    first_start_creates_the_secret_and_patches_the_ca_bundle(&cluster)
+        .await
+        .expect("first start");
+    racing_replicas_end_with_one_secret(&cluster)
+        .await
+        .expect("racing replicas");
+    a_certificate_near_expiry_is_renewed_without_restart(&cluster)
+        .await
+        .expect("renewal");
+}
+
+async fn first_start_creates_the_secret_and_patches_the_ca_bundle(
+    cluster: &LocalCluster,
+) -> anyhow::Result<()> {
+    let (ns, secret, config) = ("auto-first", "gpu-admission-webhook-tls", "gpu-admission");
+    cluster.create_namespace(ns, None).await?;
+    create_webhook_config(cluster, config).await?;
+    let dir = tempfile::tempdir()?;
+    let mut fe = Frontend::start(cluster, dir.path(), "first", ns, secret, config, &[]).await?;
+
+    let (data, ca) = wait_settled(cluster, ns, secret, config, &mut [&mut fe]).await?;
+    for key in ["ca.crt", "tls.crt", "tls.key"] {
+        assert!(
+            data.contains_key(key),
+            "Secret lacks {key}: {:?}",
+            data.keys()
+        );
+    }
+    let readyz = HttpsClient::from_ca_pem(fe.addr, &ca)?
+        .get("/readyz")
+        .await?;
+    assert_eq!(readyz.status, 200, "{:?}", readyz.body);
+    assert_eq!(served_leaf(fe.addr, &ca).await?, leaf(&data["tls.crt"])?);
+    let metrics = http_get_text(fe.admin()?, "/metrics").await?;
+    for line in [
+        "gpu_admission_tls_certificates_issued_total{new_ca=\"true\"} 1",
+        "gpu_admission_tls_ca_bundle_patches_total 1",
+    ] {
+        assert!(metrics.contains(line), "{line} missing:\n{metrics}");
+    }
+
+    // Someone resets the second webhook's caBundle: it is patched back, by name.
+    let api = Api::<MutatingWebhookConfiguration>::all(cluster.client());
+    let reset = json!({"webhooks": [{"name": WEBHOOKS[1], "clientConfig": {"caBundle":
+        base64::engine::general_purpose::STANDARD.encode(b"not a CA")}}]});
+    api.patch(config, &PatchParams::default(), &Patch::Strategic(&reset))
+        .await?;
+    wait_for("the reset caBundle to be patched back", SETTLE, || async {
+        Ok(ca_bundles(cluster, config).await?.iter().all(|b| *b == ca))
+    })
+    .await?;
+    // ... and nothing else of the configuration changed.
+    let mwc = api.get(config).await?;
+    let urls: Vec<_> = mwc
+        .webhooks
+        .iter()
+        .flatten()
+        .map(|w| {
+            (
+                w.name.clone(),
+                w.client_config.url.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        urls,
+        WEBHOOKS
+            .iter()
+            .map(|n| (n.to_string(), format!("https://127.0.0.1:9/{n}")))
+            .collect::<Vec<_>>()
+    );
+    Ok(())
+}
+
+async fn racing_replicas_end_with_one_secret(cluster: &LocalCluster) -> anyhow::Result<()> {
+    let (ns, secret, config) = (
+        "auto-race",
+        "gpu-admission-webhook-tls",
+        "gpu-admission-race",
+    );
+    cluster.create_namespace(ns, None).await?;
+    create_webhook_config(cluster, config).await?;
+    let dir = tempfile::tempdir()?;
+    // Both processes are spawned before either is waited for.
+    let a = Frontend::spawn(cluster, dir.path(), "race-a", ns, secret, config, &[])?;
+    let b = Frontend::spawn(cluster, dir.path(), "race-b", ns, secret, config, &[])?;
+    let (mut a, mut b) = (a.listening().await?, b.listening().await?);
+    let (data, ca) = wait_settled(cluster, ns, secret, config, &mut [&mut a, &mut b]).await?;
+
+    let secrets = Api::<Secret>::namespaced(cluster.client(), ns)
+        .list(&ListParams::default())
+        .await?;
+    let names: Vec<_> = secrets
+        .items
+        .iter()
+        .filter_map(|s| s.metadata.name.clone())
+        .collect();
+    assert_eq!(names, [secret], "exactly one Secret");
+    let want = leaf(&data["tls.crt"])?;
+    for fe in [&a, &b] {
+        assert_eq!(
+            served_leaf(fe.addr, &ca).await?,
+            want,
+            "{} serves another certificate",
+            fe.process.name()
+        );
+    }
+    // One of them issued; the other found the winner's Secret (AlreadyExists → re-read).
+    let mut issued = 0;
+    for fe in [&a, &b] {
+        let m = http_get_text(fe.admin()?, "/metrics").await?;
+        issued += counter(
+            &m,
+            "gpu_admission_tls_certificates_issued_total{new_ca=\"true\"}",
+        );
+    }
+    assert_eq!(issued, 1, "exactly one replica issued the certificate");
+    Ok(())
+}
+
+async fn a_certificate_near_expiry_is_renewed_without_restart(
+    cluster: &LocalCluster,
+) -> anyhow::Result<()> {
+    let (ns, secret, config) = (
+        "auto-renew",
+        "gpu-admission-webhook-tls",
+        "gpu-admission-renew",
+    );
+    cluster.create_namespace(ns, None).await?;
+    create_webhook_config(cluster, config).await?;
+    // A CA and a serving certificate that lived 100 s and has 90 s left: the renewal window (a third of
+    // the 190 s lifetime) opens 27 s from now, while the frontend runs.
+    let old = near_expiry_material(Duration::from_secs(100), Duration::from_secs(90))?;
+    let data: BTreeMap<String, k8s_openapi::ByteString> = old
+        .iter()
+        .map(|(k, v)| (k.to_string(), k8s_openapi::ByteString(v.clone())))
+        .collect();
+    let obj: Secret = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": secret, "namespace": ns}, "type": "kubernetes.io/tls"}))?;
+    let obj = Secret {
+        data: Some(data),
+        ..obj
+    };
+    Api::<Secret>::namespaced(cluster.client(), ns)
+        .create(&PostParams::default(), &obj)
+        .await?;
+    let old_ca = old["ca.crt"].clone();
+    let old_leaf = leaf(&old["tls.crt"])?;
+
+    let dir = tempfile::tempdir()?;
+    let mut fe = Frontend::start(cluster, dir.path(), "renew", ns, secret, config, &[]).await?;
+    let (_, ca) = wait_settled(cluster, ns, secret, config, &mut [&mut fe]).await?;
+    assert_eq!(ca, old_ca, "the caBundle is the pre-created CA");
+    assert_eq!(
+        served_leaf(fe.addr, &ca).await?,
+        old_leaf,
+        "the still-valid certificate is served first"
+    );
+    let pid = fe.process.pid();
+
+    let started = Instant::now();
+    wait_for(
+        "a renewed certificate on a new connection",
+        Duration::from_secs(90),
+        || async { Ok(served_leaf(fe.addr, &ca).await? != old_leaf) },
+    )
+    .await?;
+    eprintln!(
+        "renewed certificate served {:.1}s after the first check",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(fe.process.exited().is_none(), "the frontend restarted");
+    assert_eq!(fe.process.pid(), pid);
+    let now = read_secret(cluster, ns, secret)
+        .await?
+        .context("Secret gone")?;
+    assert_eq!(now["ca.crt"], old_ca, "the CA is kept across the renewal");
+    assert_eq!(served_leaf(fe.addr, &ca).await?, leaf(&now["tls.crt"])?);
+    assert!(
+        ca_bundles(cluster, config)
+            .await?
+            .iter()
+            .all(|b| *b == old_ca)
+    );
+    let m = http_get_text(fe.admin()?, "/metrics").await?;
+    assert_eq!(
+        counter(
+            &m,
+            "gpu_admission_tls_certificates_issued_total{new_ca=\"false\"}"
+        ),
+        1,
+        "{m}"
+    );
+    assert!(
+        counter(&m, "gpu_admission_tls_reloads_total{result=\"ok\"}") >= 2,
+        "{m}"
+    );
+    Ok(())
+}
+
+// ------------------------------------------------------------------------------------------------------
+// helpers
+
+/// A running `webhook-frontend` in automatic mode (admin KUBECONFIG; scorer unreachable, which the
+/// frontend tolerates: readiness never depends on it).
+struct Frontend {
+    process: ChildProcess,
+    addr: SocketAddr,
+}
+
+struct Spawned(ChildProcess);
+
+impl Frontend {
+    fn spawn(
+        cluster: &LocalCluster,
+        dir: &Path,
+        name: &str,
+        ns: &str,
+        secret: &str,
+        config: &str,
+        extra: &[&str],
+    ) -> anyhow::Result<Spawned> {
+        let mut args: Vec<String> = [
+            "--listen=127.0.0.1:0",
+            "--admin-listen=127.0.0.1:0",
+            "--scorer=http://127.0.0.1:9",
+            "--auto-tls-check-secs=1",
+        ]
+        .map(String::from)
+        .to_vec();
+        args.push(format!("--auto-tls-secret={secret}"));
+        args.push(format!("--auto-tls-namespace={ns}"));
+        args.push(format!("--auto-tls-webhook-config={config}"));
+        args.push("--san=gpu-admission-webhook.gpu-admission.svc".into());
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let envs = vec![
+            (
+                "KUBECONFIG".to_string(),
+                cluster.kubeconfig().display().to_string(),
+            ),
+            ("RUST_LOG".to_string(), "info".to_string()),
+        ];
+        Ok(Spawned(ChildProcess::spawn(
+            name,
+            binaries::webhook(),
+            &args,
+            &envs,
+            dir,
+        )?))
+    }
+
+    async fn start(
+        cluster: &LocalCluster,
+        dir: &Path,
+        name: &str,
+        ns: &str,
+        secret: &str,
+        config: &str,
+        extra: &[&str],
+    ) -> anyhow::Result<Frontend> {
+        Self::spawn(cluster, dir, name, ns, secret, config, extra)?
+            .listening()
+            .await
+    }
+
+    fn admin(&self) -> anyhow::Result<SocketAddr> {
+        gpu_admission_tests::process::listening_lines(&self.process.log())
+            .into_iter()
+            .find(|(_, l)| l.contains("admin"))
+            .map(|(a, _)| a)
+            .context("no admin `listening on` line")
+    }
+}
+
+impl Spawned {
+    async fn listening(mut self) -> anyhow::Result<Frontend> {
+        let lines = self
+            .0
+            .wait_listening(2, gpu_admission_tests::START_TIMEOUT)
+            .await?;
+        let addr = lines
+            .iter()
+            .find(|(_, l)| l.contains("webhook-frontend listening on"))
+            .map(|(a, _)| *a)
+            .context("no `webhook-frontend listening on` line")?;
+        Ok(Frontend {
+            process: self.0,
+            addr,
+        })
+    }
+}
+
+async fn create_webhook_config(cluster: &LocalCluster, name: &str) -> anyhow::Result<()> {
+    let hooks: Vec<_> = WEBHOOKS
+        .iter()
+        .map(|n| {
+            json!({
+                "name": n,
+                "admissionReviewVersions": ["v1"],
+                "clientConfig": {"url": format!("https://127.0.0.1:9/{n}")},
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                           "resources": ["pods"], "scope": "Namespaced"}],
+                // Calls nothing during these tests: no namespace carries this label.
+                "namespaceSelector": {"matchLabels": {"gpu-admission.io/auto-tls-test": "never"}},
+                "failurePolicy": "Ignore",
+                "sideEffects": "None",
+                "timeoutSeconds": 5
+            })
+        })
+        .collect();
+    let mwc: MutatingWebhookConfiguration = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name}, "webhooks": hooks}))?;
+    Api::<MutatingWebhookConfiguration>::all(cluster.client())
+        .create(&PostParams::default(), &mwc)
+        .await
+        .with_context(|| format!("creating MutatingWebhookConfiguration {name}"))?;
+    Ok(())
+}
+
+async fn read_secret(
+    cluster: &LocalCluster,
+    ns: &str,
+    name: &str,
+) -> anyhow::Result<Option<BTreeMap<String, Vec<u8>>>> {
+    Ok(Api::<Secret>::namespaced(cluster.client(), ns)
+        .get_opt(name)
+        .await?
+        .map(|s| {
+            s.data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, v.0))
+                .collect()
+        }))
+}
+
+/// The caBundle of every webhook entry (empty when unset).
+async fn ca_bundles(cluster: &LocalCluster, name: &str) -> anyhow::Result<Vec<Vec<u8>>> {
+    let mwc = Api::<MutatingWebhookConfiguration>::all(cluster.client())
+        .get(name)
+        .await?;
+    Ok(mwc
+        .webhooks
+        .unwrap_or_default()
+        .into_iter()
+        .map(|w| w.client_config.ca_bundle.map(|b| b.0).unwrap_or_default())
+        .collect())
+}
+
+/// Waits until the Secret exists, every caBundle equals its ca.crt, and each frontend answers /readyz 200
+/// over a connection verified against that caBundle. Returns the Secret's data and the caBundle.
+async fn wait_settled(
+    cluster: &LocalCluster,
+    ns: &str,
+    secret: &str,
+    config: &str,
+    frontends: &mut [&mut Frontend],
+) -> anyhow::Result<(BTreeMap<String, Vec<u8>>, Vec<u8>)> {
+    let deadline = Instant::now() + SETTLE;
+    let mut last = String::new();
+    loop {
+        for fe in frontends.iter_mut() {
+            if let Some(status) = fe.process.exited() {
+                bail!(
+                    "{} exited ({status})\n{}",
+                    fe.process.name(),
+                    fe.process.log_tail(40)
+                );
+            }
+        }
+        match settled(cluster, ns, secret, config, frontends).await {
+            Ok(Some(done)) => return Ok(done),
+            Ok(None) => {}
+            Err(e) => last = format!("{e:#}"),
+        }
+        if Instant::now() > deadline {
+            let logs: Vec<String> = frontends.iter().map(|f| f.process.log_tail(30)).collect();
+            bail!(
+                "not settled within {SETTLE:?} (last error: {last}); caBundles {:?}\n{}",
+                ca_bundles(cluster, config)
+                    .await
+                    .map(|v| v.iter().map(Vec::len).collect::<Vec<_>>()),
+                logs.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn settled(
+    cluster: &LocalCluster,
+    ns: &str,
+    secret: &str,
+    config: &str,
+    frontends: &[&mut Frontend],
+) -> anyhow::Result<Option<(BTreeMap<String, Vec<u8>>, Vec<u8>)>> {
+    let Some(data) = read_secret(cluster, ns, secret).await? else {
+        return Ok(None);
+    };
+    let Some(ca) = data.get("ca.crt").cloned() else {
+        return Ok(None);
+    };
+    let bundles = ca_bundles(cluster, config).await?;
+    if bundles.len() != WEBHOOKS.len() || bundles.iter().any(|b| *b != ca) {
+        return Ok(None);
+    }
+    for fe in frontends {
+        let r = HttpsClient::from_ca_pem(fe.addr, &ca)?
+            .timeout(Duration::from_secs(3))
+            .get("/readyz")
+            .await?;
+        if r.status != 200 {
+            return Ok(None);
+        }
+    }
+    Ok(Some((data, ca)))
+}
+
+/// The leaf certificate the server at `addr` presents on a new connection verified against `ca_pem`
+/// (server name 127.0.0.1).
+async fn served_leaf(addr: SocketAddr, ca_pem: &[u8]) -> anyhow::Result<Vec<u8>> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pemfile::certs(&mut &ca_pem[..]) {
+        roots.add(c?)?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let tls = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(ServerName::IpAddress(addr.ip().into()), tcp),
+    )
+    .await
+    .context("TLS handshake timed out")?
+    .context("TLS handshake verified against the caBundle")?;
+    let certs = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .context("no peer certificate")?;
+    Ok(certs[0].to_vec())
+}
+
+/// DER of the first certificate of a PEM document.
+fn leaf(pem: &[u8]) -> anyhow::Result<Vec<u8>> {
+    let der: CertificateDer<'static> = rustls_pemfile::certs(&mut &pem[..])
+        .next()
+        .context("no certificate")??;
+    Ok(der.to_vec())
+}
+
+/// The value of a counter sample line `name{labels} N` (0 when absent).
+fn counter(metrics: &str, sample: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(sample))
+        .and_then(|rest| rest.trim().parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<bool>>,
+{
+    let deadline = Instant::now() + timeout;
+    let mut last = String::new();
+    loop {
+        match check().await {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e) => last = format!("{e:#}"),
+        }
+        if Instant::now() > deadline {
+            bail!("timed out after {timeout:?} waiting for {what} (last error: {last})");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// ca.crt/ca.key (a CA valid for years) and tls.crt/tls.key (a serving certificate for 127.0.0.1 and the
+/// default SANs that started `age` ago and expires in `left`), the layout the frontend keeps.
+fn near_expiry_material(
+    age: Duration,
+    left: Duration,
+) -> anyhow::Result<BTreeMap<&'static str, Vec<u8>>> {
+    let unix_now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+    let now = rcgen::date_time_ymd(1970, 1, 1) + unix_now;
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "pre-created test CA");
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
+    ca_params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::DigitalSignature,
+    ];
+    ca_params.not_before = now - Duration::from_secs(3600);
+    ca_params.not_after = now + Duration::from_secs(10 * 365 * 86400);
+    let ca_key = rcgen::KeyPair::generate()?;
+    let ca_key_pem = ca_key.serialize_pem();
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key)?;
+
+    let sans: Vec<String> = [
+        "localhost",
+        "127.0.0.1",
+        "::1",
+        "gpu-admission-webhook.gpu-admission.svc",
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut params = rcgen::CertificateParams::new(sans)?;
+    params.is_ca = rcgen::IsCa::ExplicitNoCa;
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    params.not_before = now - age;
+    params.not_after = now + left;
+    let key = rcgen::KeyPair::generate()?;
+    let cert = params.signed_by(&key, &ca)?;
+    Ok(BTreeMap::from([
+        ("ca.crt", ca.pem().into_bytes()),
+        ("ca.key", ca_key_pem.into_bytes()),
+        ("tls.crt", cert.pem().into_bytes()),
+        ("tls.key", key.serialize_pem().into_bytes()),
+    ]))
+}
