@@ -118,8 +118,12 @@ pub fn validate_answer(a: &ScoreResponse, policy: &PolicySnapshot) -> Result<(),
             a.priority_score
         ));
     }
-    // Membership is only checked against the same policy version (the scorer may have reloaded since).
-    let check_catalog = !policy.catalog.is_empty() && policy.version == a.policy_version;
+    // Every class must be one of the catalog we know, with the same node label: until the policy is known (or
+    // right after the scorer reloaded another one, while ours is refreshed) nothing can be checked, so the Pod
+    // passes through rather than be pinned to a class that may not exist.
+    if policy.catalog.is_empty() && !a.accepted_classes.is_empty() {
+        return Err("the scorer's policy is not known yet (GetPolicy pending)".into());
+    }
     for c in &a.accepted_classes {
         if c.name.is_empty() {
             return Err("accepted class without a name".into());
@@ -136,11 +140,27 @@ pub fn validate_answer(a: &ScoreResponse, policy: &PolicySnapshot) -> Result<(),
                 c.name, c.taint_key
             ));
         }
-        if check_catalog && policy.class(&c.name).is_none() {
-            return Err(format!(
-                "unknown GPU class {:?} (policy {})",
-                c.name, a.policy_version
-            ));
+        match policy.class(&c.name) {
+            None => {
+                return Err(format!(
+                    "unknown GPU class {:?} (answer of policy {}, catalog of policy {})",
+                    c.name, a.policy_version, policy.version
+                ));
+            }
+            Some(known)
+                if known.node_label_key != c.node_label_key
+                    || known.node_label_value != c.node_label_value =>
+            {
+                return Err(format!(
+                    "class {:?} selects {}={}, the catalog says {}={}",
+                    c.name,
+                    c.node_label_key,
+                    c.node_label_value,
+                    known.node_label_key,
+                    known.node_label_value
+                ));
+            }
+            Some(_) => {}
         }
     }
     if let Some(pc) = &a.priority_class
@@ -305,9 +325,10 @@ mod tests {
     #[test]
     fn validation_rejects_bad_answers() {
         assert_eq!(validate_answer(&answer(), &policy()), Ok(()));
-        assert_eq!(
-            validate_answer(&answer(), &PolicySnapshot::default()),
-            Ok(())
+        assert!(
+            validate_answer(&answer(), &PolicySnapshot::default())
+                .unwrap_err()
+                .contains("not known yet")
         );
         for bad in [f64::NAN, f64::INFINITY, -0.5, 100.01] {
             let mut a = answer();
@@ -321,9 +342,18 @@ mod tests {
                 .unwrap_err()
                 .contains("unknown GPU class")
         );
-        // Another policy version: membership cannot be checked, labels still are.
+        // Another policy version: still only classes of the catalog we know (ours is refreshed meanwhile).
+        a.policy_version = "v2".into();
+        assert!(validate_answer(&a, &policy()).is_err());
+        let mut a = answer();
         a.policy_version = "v2".into();
         assert_eq!(validate_answer(&a, &policy()), Ok(()));
+        a.accepted_classes[0].node_label_value = "other-value".into();
+        assert!(
+            validate_answer(&a, &policy())
+                .unwrap_err()
+                .contains("the catalog says")
+        );
         a.accepted_classes[0].node_label_value = "bad value".into();
         assert!(validate_answer(&a, &policy()).is_err());
         let mut a = answer();

@@ -184,10 +184,15 @@ async fn admit_pod(
         .instrument(call_span.clone())
         .await;
     let call = match call {
-        ScoreCall::Ok(answer) => match decide::validate_answer(&answer, &policy) {
-            Ok(()) => ScoreCall::Ok(answer),
-            Err(why) => ScoreCall::Invalid(why),
-        },
+        ScoreCall::Ok(answer) => {
+            if answer.policy_version != policy.version {
+                state.policy.request_refresh();
+            }
+            match decide::validate_answer(&answer, &policy) {
+                Ok(()) => ScoreCall::Ok(answer),
+                Err(why) => ScoreCall::Invalid(why),
+            }
+        }
         other => other,
     };
     state
@@ -220,10 +225,6 @@ async fn admit_pod(
             );
         }
     };
-    if answer.policy_version != policy.version {
-        state.policy.request_refresh();
-    }
-
     let ops = tracing::info_span!("build_patch").in_scope(|| {
         let input = PatchInput {
             pod: candidate.pod,
