@@ -2,7 +2,8 @@
 //! 1.20.2 on loopback: the real `webhook-frontend` binary with `--auto-tls-secret` and
 //! `--auto-tls-webhook-config`, as the overlay runs it.
 //!
-//! - first start: the frontend creates the Secret (ca.crt, tls.crt, tls.key), patches the caBundle of
+//! - first start, acting as the webhook's ServiceAccount with exactly the RBAC of deploy/kustomize (base +
+//!   components/automatic): the frontend creates the Secret (ca.crt, tls.crt, tls.key), patches the caBundle of
 //!   BOTH webhooks of the configuration (found by name), turns ready, and an HTTPS request verified
 //!   against the caBundle read back from the API succeeds; a caBundle someone resets is patched back;
 //! - two frontends started at the same time end with ONE Secret, one issuance between them, and a
@@ -29,6 +30,7 @@ use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use rustls::pki_types::{CertificateDer, ServerName};
+use serde::Deserialize as _;
 use serde_json::json;
 
 /// The two webhook entries of every test configuration (url clientConfig, no caBundle yet).
@@ -59,11 +61,29 @@ async fn automatic_certificates_against_a_real_apiserver() {
 async fn first_start_creates_the_secret_and_patches_the_ca_bundle(
     cluster: &LocalCluster,
 ) -> anyhow::Result<()> {
-    let (ns, secret, config) = ("auto-first", "gpu-admission-webhook-tls", "gpu-admission");
+    // The names and RBAC of deploy/kustomize (base + components/automatic), and the frontend acting as its
+    // ServiceAccount: a call outside that RBAC fails the test.
+    let (ns, secret, config) = (
+        "gpu-admission",
+        "gpu-admission-webhook-tls",
+        "gpu-admission",
+    );
     cluster.create_namespace(ns, None).await?;
     create_webhook_config(cluster, config).await?;
+    apply_rbac(cluster).await?;
     let dir = tempfile::tempdir()?;
-    let mut fe = Frontend::start(cluster, dir.path(), "first", ns, secret, config, &[]).await?;
+    let kubeconfig = service_account_kubeconfig(cluster, dir.path(), ns, "gpu-admission-webhook")?;
+    // The identity is really restricted: listing Secrets is not granted.
+    let sa = gpu_admission_tests::cluster::client_for(&kubeconfig).await?;
+    match Api::<Secret>::namespaced(sa, ns)
+        .list(&ListParams::default())
+        .await
+    {
+        Err(kube::Error::Api(s)) if s.is_forbidden() => {}
+        other => bail!("the ServiceAccount identity may list Secrets: {other:?}"),
+    }
+    // No --auto-tls-namespace: the namespace comes from the (kubeconfig's) default namespace.
+    let mut fe = Frontend::start(&kubeconfig, dir.path(), "first", None, secret, config).await?;
 
     let (data, ca) = wait_settled(cluster, ns, secret, config, &mut [&mut fe]).await?;
     for key in ["ca.crt", "tls.crt", "tls.key"] {
@@ -129,8 +149,9 @@ async fn racing_replicas_end_with_one_secret(cluster: &LocalCluster) -> anyhow::
     create_webhook_config(cluster, config).await?;
     let dir = tempfile::tempdir()?;
     // Both processes are spawned before either is waited for.
-    let a = Frontend::spawn(cluster, dir.path(), "race-a", ns, secret, config, &[])?;
-    let b = Frontend::spawn(cluster, dir.path(), "race-b", ns, secret, config, &[])?;
+    let kc = cluster.kubeconfig();
+    let a = Frontend::spawn(kc, dir.path(), "race-a", Some(ns), secret, config)?;
+    let b = Frontend::spawn(kc, dir.path(), "race-b", Some(ns), secret, config)?;
     let (mut a, mut b) = (a.listening().await?, b.listening().await?);
     let (data, ca) = wait_settled(cluster, ns, secret, config, &mut [&mut a, &mut b]).await?;
 
@@ -195,7 +216,8 @@ async fn a_certificate_near_expiry_is_renewed_without_restart(
     let old_leaf = leaf(&old["tls.crt"])?;
 
     let dir = tempfile::tempdir()?;
-    let mut fe = Frontend::start(cluster, dir.path(), "renew", ns, secret, config, &[]).await?;
+    let kc = cluster.kubeconfig();
+    let mut fe = Frontend::start(kc, dir.path(), "renew", Some(ns), secret, config).await?;
     let (_, ca) = wait_settled(cluster, ns, secret, config, &mut [&mut fe]).await?;
     assert_eq!(ca, old_ca, "the caBundle is the pre-created CA");
     assert_eq!(
@@ -248,8 +270,8 @@ async fn a_certificate_near_expiry_is_renewed_without_restart(
 // ------------------------------------------------------------------------------------------------------
 // helpers
 
-/// A running `webhook-frontend` in automatic mode (admin KUBECONFIG; scorer unreachable, which the
-/// frontend tolerates: readiness never depends on it).
+/// A running `webhook-frontend` in automatic mode (scorer unreachable, which the frontend tolerates:
+/// readiness never depends on it).
 struct Frontend {
     process: ChildProcess,
     addr: SocketAddr,
@@ -259,13 +281,12 @@ struct Spawned(ChildProcess);
 
 impl Frontend {
     fn spawn(
-        cluster: &LocalCluster,
+        kubeconfig: &Path,
         dir: &Path,
         name: &str,
-        ns: &str,
+        ns: Option<&str>,
         secret: &str,
         config: &str,
-        extra: &[&str],
     ) -> anyhow::Result<Spawned> {
         let mut args: Vec<String> = [
             "--listen=127.0.0.1:0",
@@ -276,15 +297,13 @@ impl Frontend {
         .map(String::from)
         .to_vec();
         args.push(format!("--auto-tls-secret={secret}"));
-        args.push(format!("--auto-tls-namespace={ns}"));
+        if let Some(ns) = ns {
+            args.push(format!("--auto-tls-namespace={ns}"));
+        }
         args.push(format!("--auto-tls-webhook-config={config}"));
         args.push("--san=gpu-admission-webhook.gpu-admission.svc".into());
-        args.extend(extra.iter().map(|s| s.to_string()));
         let envs = vec![
-            (
-                "KUBECONFIG".to_string(),
-                cluster.kubeconfig().display().to_string(),
-            ),
+            ("KUBECONFIG".to_string(), kubeconfig.display().to_string()),
             ("RUST_LOG".to_string(), "info".to_string()),
         ];
         Ok(Spawned(ChildProcess::spawn(
@@ -297,15 +316,14 @@ impl Frontend {
     }
 
     async fn start(
-        cluster: &LocalCluster,
+        kubeconfig: &Path,
         dir: &Path,
         name: &str,
-        ns: &str,
+        ns: Option<&str>,
         secret: &str,
         config: &str,
-        extra: &[&str],
     ) -> anyhow::Result<Frontend> {
-        Self::spawn(cluster, dir, name, ns, secret, config, extra)?
+        Self::spawn(kubeconfig, dir, name, ns, secret, config)?
             .listening()
             .await
     }
@@ -335,6 +353,82 @@ impl Spawned {
             addr,
         })
     }
+}
+
+/// Creates the webhook's RBAC exactly as deploy/kustomize ships it: base/webhook/rbac.yaml and
+/// components/automatic/rbac.yaml.
+async fn apply_rbac(cluster: &LocalCluster) -> anyhow::Result<()> {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kustomize");
+    let pp = PostParams::default();
+    for file in ["base/webhook/rbac.yaml", "components/automatic/rbac.yaml"] {
+        let text = std::fs::read_to_string(root.join(file))?;
+        for doc in serde_yaml::Deserializer::from_str(&text) {
+            let v = serde_json::to_value(serde_yaml::Value::deserialize(doc)?)?;
+            let ns = v["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default")
+                .to_string();
+            let c = cluster.client();
+            match v["kind"].as_str() {
+                Some("ClusterRole") => {
+                    Api::<ClusterRole>::all(c)
+                        .create(&pp, &serde_json::from_value(v)?)
+                        .await?;
+                }
+                Some("ClusterRoleBinding") => {
+                    Api::<ClusterRoleBinding>::all(c)
+                        .create(&pp, &serde_json::from_value(v)?)
+                        .await?;
+                }
+                Some("Role") => {
+                    Api::<Role>::namespaced(c, &ns)
+                        .create(&pp, &serde_json::from_value(v)?)
+                        .await?;
+                }
+                Some("RoleBinding") => {
+                    Api::<RoleBinding>::namespaced(c, &ns)
+                        .create(&pp, &serde_json::from_value(v)?)
+                        .await?;
+                }
+                other => bail!("{file}: unexpected kind {other:?}"),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The admin kubeconfig acting as ServiceAccount `ns/name` (impersonation), default namespace `ns`.
+fn service_account_kubeconfig(
+    cluster: &LocalCluster,
+    dir: &Path,
+    ns: &str,
+    name: &str,
+) -> anyhow::Result<std::path::PathBuf> {
+    let mut kc: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(cluster.kubeconfig())?)?;
+    let user = kc["users"][0]["user"]
+        .as_mapping_mut()
+        .context("kubeconfig user")?;
+    user.insert(
+        "as".into(),
+        format!("system:serviceaccount:{ns}:{name}").into(),
+    );
+    user.insert(
+        "as-groups".into(),
+        serde_yaml::to_value([
+            "system:serviceaccounts",
+            &format!("system:serviceaccounts:{ns}"),
+            "system:authenticated",
+        ])?,
+    );
+    kc["contexts"][0]["context"]
+        .as_mapping_mut()
+        .context("kubeconfig context")?
+        .insert("namespace".into(), ns.into());
+    let path = dir.join("kubeconfig-service-account");
+    std::fs::write(&path, serde_yaml::to_string(&kc)?)?;
+    Ok(path)
 }
 
 async fn create_webhook_config(cluster: &LocalCluster, name: &str) -> anyhow::Result<()> {
