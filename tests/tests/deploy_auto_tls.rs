@@ -9,8 +9,8 @@
 //! - two frontends started at the same time end with ONE Secret, one issuance between them, and a
 //!   caBundle that verifies the (same) certificate both serve;
 //! - a Secret whose serving certificate enters its renewal window (a third of its lifetime left) while
-//!   the frontend runs is renewed under the same CA, and a new connection gets the new certificate from
-//!   the same process (no restart).
+//!   two frontends run is renewed once, under the same CA, and a new connection to either gets the new
+//!   certificate from the same process (no restart).
 //!
 //! The apiserver comes from `tests/cluster/build-apiserver.sh` (cached); without it: SKIP (a failure
 //! when `CI` is set), like the cluster tier.
@@ -215,55 +215,77 @@ async fn a_certificate_near_expiry_is_renewed_without_restart(
     let old_ca = old["ca.crt"].clone();
     let old_leaf = leaf(&old["tls.crt"])?;
 
+    // Two replicas: both serve the old certificate, both reach the renewal window within a second of
+    // each other; exactly one writes the renewal (the other reads it, or gets a Conflict and re-reads) and
+    // both end up serving it.
     let dir = tempfile::tempdir()?;
     let kc = cluster.kubeconfig();
-    let mut fe = Frontend::start(kc, dir.path(), "renew", Some(ns), secret, config).await?;
-    let (_, ca) = wait_settled(cluster, ns, secret, config, &mut [&mut fe]).await?;
+    let a = Frontend::spawn(kc, dir.path(), "renew-a", Some(ns), secret, config)?;
+    let b = Frontend::spawn(kc, dir.path(), "renew-b", Some(ns), secret, config)?;
+    let (mut a, mut b) = (a.listening().await?, b.listening().await?);
+    let (_, ca) = wait_settled(cluster, ns, secret, config, &mut [&mut a, &mut b]).await?;
     assert_eq!(ca, old_ca, "the caBundle is the pre-created CA");
-    assert_eq!(
-        served_leaf(fe.addr, &ca).await?,
-        old_leaf,
-        "the still-valid certificate is served first"
-    );
-    let pid = fe.process.pid();
+    for fe in [&a, &b] {
+        assert_eq!(
+            served_leaf(fe.addr, &ca).await?,
+            old_leaf,
+            "{}: the still-valid certificate is served first",
+            fe.process.name()
+        );
+    }
+    let pids = (a.process.pid(), b.process.pid());
 
     let started = Instant::now();
-    wait_for(
-        "a renewed certificate on a new connection",
-        Duration::from_secs(90),
-        || async { Ok(served_leaf(fe.addr, &ca).await? != old_leaf) },
-    )
-    .await?;
+    for fe in [&a, &b] {
+        wait_for(
+            "a renewed certificate on a new connection",
+            Duration::from_secs(90),
+            || async { Ok(served_leaf(fe.addr, &ca).await? != old_leaf) },
+        )
+        .await?;
+    }
     eprintln!(
-        "renewed certificate served {:.1}s after the first check",
+        "renewed certificate served by both {:.1}s after the first check",
         started.elapsed().as_secs_f64()
     );
-    assert!(fe.process.exited().is_none(), "the frontend restarted");
-    assert_eq!(fe.process.pid(), pid);
     let now = read_secret(cluster, ns, secret)
         .await?
         .context("Secret gone")?;
     assert_eq!(now["ca.crt"], old_ca, "the CA is kept across the renewal");
-    assert_eq!(served_leaf(fe.addr, &ca).await?, leaf(&now["tls.crt"])?);
     assert!(
         ca_bundles(cluster, config)
             .await?
             .iter()
             .all(|b| *b == old_ca)
     );
-    let m = http_get_text(fe.admin()?, "/metrics").await?;
-    assert_eq!(
-        counter(
+    let mut issued = 0;
+    for fe in [&mut a, &mut b] {
+        assert!(
+            fe.process.exited().is_none(),
+            "{} restarted",
+            fe.process.name()
+        );
+        assert_eq!(served_leaf(fe.addr, &ca).await?, leaf(&now["tls.crt"])?);
+        let m = http_get_text(fe.admin()?, "/metrics").await?;
+        issued += counter(
             &m,
-            "gpu_admission_tls_certificates_issued_total{new_ca=\"false\"}"
-        ),
-        1,
-        "{m}"
-    );
-    assert!(
-        counter(&m, "gpu_admission_tls_reloads_total{result=\"ok\"}") >= 2,
-        "{m}"
-    );
+            "gpu_admission_tls_certificates_issued_total{new_ca=\"false\"}",
+        );
+        assert_eq!(
+            counter(
+                &m,
+                "gpu_admission_tls_certificates_issued_total{new_ca=\"true\"}"
+            ),
+            0,
+            "{m}"
+        );
+        assert!(
+            counter(&m, "gpu_admission_tls_reloads_total{result=\"ok\"}") >= 2,
+            "{m}"
+        );
+    }
+    assert_eq!((a.process.pid(), b.process.pid()), pids);
+    assert_eq!(issued, 1, "exactly one replica wrote the renewal");
     Ok(())
 }
 
