@@ -220,8 +220,13 @@ pub struct WebhookBuilder {
     args: Vec<String>,
     envs: Vec<(String, String)>,
     wait_ready: bool,
+    wait_policy: bool,
     name: Option<String>,
 }
+
+/// Scorer budget of the webhooks tests start, unless a test sets its own: wider than the product's 200 ms so
+/// that a loaded 2-core machine running debug builds cannot turn an expected decision into a pass-through.
+pub const TEST_DEADLINE_MS: u64 = 1000;
 
 impl WebhookBuilder {
     /// `--no-kube`: tiers from `--namespace-tier`, PriorityClasses from the scorer's policy.
@@ -234,7 +239,7 @@ impl WebhookBuilder {
         self.tiers.push((ns.into(), tier.into()));
         self
     }
-    /// `--deadline-ms N` (the product's default is 200).
+    /// `--deadline-ms N` (the product's default is 200; the tests' default is [`TEST_DEADLINE_MS`]).
     pub fn deadline_ms(mut self, ms: u64) -> Self {
         self.deadline_ms = Some(ms);
         self
@@ -252,6 +257,13 @@ impl WebhookBuilder {
     /// An extra environment variable.
     pub fn env(mut self, k: impl Into<String>, v: impl Into<String>) -> Self {
         self.envs.push((k.into(), v.into()));
+        self
+    }
+    /// Whether `start` waits for the webhook to log `scorer policy loaded` (default true). Until it knows the
+    /// scorer's catalog the webhook passes every Pod through, so tests that expect decisions wait for it; tests
+    /// of a missing or slow scorer turn it off.
+    pub fn wait_policy(mut self, on: bool) -> Self {
+        self.wait_policy = on;
         self
     }
     /// Whether `start` waits for `GET /readyz` = 200 (default true).
@@ -282,9 +294,8 @@ impl WebhookBuilder {
             "--self-signed".into(),
             tls_dir.display().to_string(),
         ];
-        if let Some(ms) = self.deadline_ms {
-            args.extend(["--deadline-ms".into(), ms.to_string()]);
-        }
+        let deadline_ms = self.deadline_ms.unwrap_or(TEST_DEADLINE_MS);
+        args.extend(["--deadline-ms".into(), deadline_ms.to_string()]);
         if self.no_kube {
             args.push("--no-kube".into());
         }
@@ -324,8 +335,15 @@ impl WebhookBuilder {
             ca,
             https,
         };
+        let mut webhook = webhook;
         if self.wait_ready {
             webhook.wait_ready(Duration::from_secs(30)).await?;
+        }
+        if self.wait_policy {
+            webhook
+                .process
+                .wait_for_log("scorer policy loaded", Duration::from_secs(30))
+                .await?;
         }
         Ok(webhook)
     }
@@ -353,6 +371,7 @@ impl Webhook {
             args: vec![],
             envs: vec![],
             wait_ready: true,
+            wait_policy: true,
             name: None,
         }
     }

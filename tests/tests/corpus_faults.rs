@@ -143,13 +143,8 @@ async fn scorer_answering_nonsense() {
         let fake = NonsenseScorer::start(kind, real.policy().clone())
             .await
             .unwrap();
-        let mut webhook = webhook_for(&fake.url()).await;
-        // Steady state: the webhook judges answers against the policy it fetched with GetPolicy. (Before that
-        // fetch completes it cannot tell an unknown class, and lets it through: reported to the webhook owner.)
-        let _ = webhook
-            .process
-            .wait_for_log("scorer policy loaded", Duration::from_secs(5))
-            .await;
+        // Steady state: `start` waits until the webhook has the policy it judges answers against.
+        let webhook = webhook_for(&fake.url()).await;
         assert_passed_through(
             &admit(&webhook, "nonsense").await,
             &format!("nonsense answer {kind:?}"),
@@ -170,6 +165,7 @@ async fn scorer_never_there() {
         .unwrap()
         .port();
     let webhook = Webhook::builder(&format!("http://127.0.0.1:{port}"))
+        .wait_policy(false)
         .no_kube()
         .namespace_tier(GOLD, "gold")
         .deadline_ms(100)
@@ -196,7 +192,13 @@ async fn unknown_class_before_the_policy_is_known() {
     )
     .await
     .unwrap();
-    let webhook = webhook_for(&fake.url()).await;
+    let webhook = Webhook::builder(&fake.url())
+        .wait_policy(false)
+        .no_kube()
+        .namespace_tier(GOLD, "gold")
+        .start()
+        .await
+        .expect("webhook starts");
     let o = admit(&webhook, "early").await;
     assert!(
         o.allowed && o.patch.is_none(),
