@@ -214,6 +214,7 @@ pub async fn run(args: BenchArgs) -> Result<i32> {
     let plan = |pacing, connections| Plan {
         pacing,
         connections,
+        client_threads: usize::from(args.client_threads),
         warmup: args.warmup,
         duration: args.duration,
     };
@@ -448,7 +449,7 @@ async fn run_one(
         Pacing::Open { rate } => ("open", Some(rate)),
         Pacing::Closed => ("closed", None),
     };
-    let r = RunResult::from_recorder(
+    let mut r = RunResult::from_recorder(
         label,
         target_name,
         mode,
@@ -460,6 +461,11 @@ async fn run_one(
         usage,
         &me,
     );
+    if let Pacing::Closed = plan.pacing {
+        // Client-bound = every client thread nearly busy all the time.
+        let threads = plan.client_threads.clamp(1, plan.connections.max(1)) as f64;
+        r.client_bound = me.cpu_cores >= report::CLIENT_BOUND_CORES * threads;
+    }
     eprintln!(
         "{:<40} {:>7.0}/s  p50 {:.3} ms  p99 {:.3} ms  max {:.3} ms  (send lag p99 {}) mutated {} passed {} skipped {} scored {} errors {}",
         r.name,

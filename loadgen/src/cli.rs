@@ -171,6 +171,10 @@ pub struct BenchArgs {
     /// Keep-alive connections (one worker each): the pool of the open loop, the concurrency of the closed loop.
     #[arg(long, default_value_t = 32)]
     pub connections: usize,
+    /// Client threads of the closed loop, the connections shared between them (the open loop always runs on
+    /// one thread plus the pacing thread). One thread is the limit for the do-nothing baseline on 2 cores.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub client_threads: u16,
     /// Measured time of each run.
     #[arg(long, value_parser = parse_duration, default_value = "10s")]
     pub duration: Duration,

@@ -27,6 +27,9 @@ pub enum Pacing {
 pub struct Plan {
     pub pacing: Pacing,
     pub connections: usize,
+    /// Client threads of the closed loop (each its own current-thread runtime with its share of the
+    /// connections); 1 = everything on the caller's runtime. The open loop always uses the caller's runtime.
+    pub client_threads: usize,
     pub warmup: Duration,
     pub duration: Duration,
 }
@@ -59,6 +62,9 @@ async fn connect_all(target: &Target, n: usize) -> Result<Vec<Conn>> {
 /// Runs one plan against `target` and returns what was recorded during the measured window.
 /// `on_start` is called once connections are up and the clock starts (faults hook in there).
 pub async fn run(target: &Target, plan: &Plan, on_start: impl FnOnce(Instant)) -> Result<Measured> {
+    if matches!(plan.pacing, Pacing::Closed) && plan.client_threads > 1 {
+        return closed_loop_threads(target, plan, on_start).await;
+    }
     let conns = connect_all(target, plan.connections.max(1)).await?;
     match plan.pacing {
         Pacing::Open { rate } => open_loop(conns, rate, plan, on_start).await,
@@ -179,20 +185,39 @@ async fn closed_loop(
     let recorder = Arc::new(Mutex::new(Recorder::default()));
     let start = Instant::now();
     on_start(start);
+    drive_closed(conns, 0, workers, start, plan, recorder.clone()).await;
+    let recorder = std::mem::take(&mut *recorder.lock().expect("recorder lock"));
+    Ok(Measured {
+        recorder,
+        window_start: start + plan.warmup,
+        window: plan.duration,
+    })
+}
+
+/// The closed loop's workers on the current runtime: worker `first + k` (of `stride` in the whole run) sends
+/// requests `first + k`, `first + k + stride`, ... back to back until the window ends.
+async fn drive_closed(
+    conns: Vec<Conn>,
+    first: u64,
+    stride: u64,
+    start: Instant,
+    plan: &Plan,
+    recorder: Arc<Mutex<Recorder>>,
+) {
     let window_start = start + plan.warmup;
     let end = window_start + plan.duration;
     let mut set = JoinSet::new();
     for (w, mut conn) in conns.into_iter().enumerate() {
         let recorder = recorder.clone();
         set.spawn(async move {
-            let mut seq = w as u64;
+            let mut seq = first + w as u64;
             loop {
                 let t0 = Instant::now();
                 if t0 >= end {
                     break;
                 }
                 let outcome = conn.call(seq).await;
-                seq += workers;
+                seq += stride;
                 let done = Instant::now();
                 if t0 >= window_start {
                     recorder.lock().expect("recorder lock").record(
@@ -215,10 +240,124 @@ async fn closed_loop(
         set.abort_all();
         while set.join_next().await.is_some() {}
     }
+}
+
+/// The connections of thread `t` of `threads` (as even as possible) and the index of its first worker.
+fn thread_share(connections: usize, threads: usize, t: usize) -> (usize, usize) {
+    let base = connections / threads;
+    let extra = connections % threads;
+    let first = t * base + t.min(extra);
+    (base + usize::from(t < extra), first)
+}
+
+/// The closed loop on `plan.client_threads` OS threads, each a current-thread runtime that opens its share of
+/// the connections (so their TLS and socket work runs on that thread too); the clock starts once all are up.
+async fn closed_loop_threads(
+    target: &Target,
+    plan: &Plan,
+    on_start: impl FnOnce(Instant),
+) -> Result<Measured> {
+    let connections = plan.connections.max(1);
+    let threads = plan.client_threads.clamp(1, connections);
+    let recorder = Arc::new(Mutex::new(Recorder::default()));
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::unbounded_channel::<Result<()>>();
+    let (start_tx, start_rx) = tokio::sync::watch::channel::<Option<Instant>>(None);
+    let mut handles = Vec::with_capacity(threads);
+    for t in 0..threads {
+        let (share, first) = thread_share(connections, threads, t);
+        let target = target.clone();
+        let plan = *plan;
+        let recorder = recorder.clone();
+        let ready_tx = ready_tx.clone();
+        let mut start_rx = start_rx.clone();
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("loadgen-client-{t}"))
+                .spawn(move || {
+                    let rt = match tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        Ok(rt) => rt,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e.into()));
+                            return;
+                        }
+                    };
+                    rt.block_on(async move {
+                        let conns = match connect_all(&target, share).await {
+                            Ok(c) => c,
+                            Err(e) => {
+                                let _ = ready_tx.send(Err(e));
+                                return;
+                            }
+                        };
+                        let _ = ready_tx.send(Ok(()));
+                        let start = loop {
+                            if let Some(s) = *start_rx.borrow_and_update() {
+                                break s;
+                            }
+                            if start_rx.changed().await.is_err() {
+                                return; // the run was abandoned
+                            }
+                        };
+                        drive_closed(
+                            conns,
+                            first as u64,
+                            connections as u64,
+                            start,
+                            &plan,
+                            recorder,
+                        )
+                        .await;
+                    });
+                })?,
+        );
+    }
+    drop(ready_tx);
+    let mut failure = None;
+    for _ in 0..threads {
+        match ready_rx.recv().await {
+            Some(Ok(())) => {}
+            Some(Err(e)) => {
+                failure = Some(e);
+                break;
+            }
+            None => {
+                failure = Some(anyhow::anyhow!("a client thread ended before connecting"));
+                break;
+            }
+        }
+    }
+    let start = Instant::now();
+    if failure.is_none() {
+        on_start(start);
+        let _ = start_tx.send(Some(start));
+    }
+    drop(start_tx);
+    let joined = tokio::task::spawn_blocking(move || handles.into_iter().all(|h| h.join().is_ok()))
+        .await
+        .unwrap_or(false);
+    if let Some(e) = failure {
+        return Err(e.context("closed loop: connecting"));
+    }
+    anyhow::ensure!(joined, "a client thread panicked");
     let recorder = std::mem::take(&mut *recorder.lock().expect("recorder lock"));
     Ok(Measured {
         recorder,
-        window_start,
+        window_start: start + plan.warmup,
         window: plan.duration,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::thread_share;
+
+    #[test]
+    fn connections_are_shared_evenly_between_client_threads() {
+        let shares: Vec<_> = (0..3).map(|t| thread_share(32, 3, t)).collect();
+        assert_eq!(shares, vec![(11, 0), (11, 11), (10, 22)]);
+        assert_eq!(thread_share(4, 2, 1), (2, 2));
+    }
 }

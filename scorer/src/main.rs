@@ -6,6 +6,11 @@ use clap::Parser;
 use scorer::cli::Cli;
 use scorer::{metrics::Metrics, policy, server};
 
+/// mimalloc's per-thread caches: requests are decoded on one tokio worker and often freed on another, where
+/// glibc malloc contends on its arena locks.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
