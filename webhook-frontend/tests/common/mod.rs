@@ -314,6 +314,17 @@ pub async fn connect(addr: SocketAddr, ca: &Path, force_http1: bool) -> Connecte
 
 impl Connected {
     pub async fn request(&mut self, method: &str, path: &str, body: Vec<u8>) -> (u16, Vec<u8>) {
+        self.try_request(method, path, body).await.unwrap()
+    }
+
+    /// Like [`Self::request`], but a connection the server closed (e.g. after answering 413 before the
+    /// whole body was sent, which HTTP/1.1 allows) is an `Err` instead of a panic.
+    pub async fn try_request(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: Vec<u8>,
+    ) -> Result<(u16, Vec<u8>), hyper::Error> {
         let req = hyper::Request::builder()
             .method(method)
             .uri(format!("https://localhost{path}"))
@@ -321,21 +332,15 @@ impl Connected {
             .body(Full::new(Bytes::from(body)))
             .unwrap();
         let resp = match &mut self.conn {
-            Conn::H2(s) => s.send_request(req).await.unwrap(),
+            Conn::H2(s) => s.send_request(req).await?,
             Conn::H1(s) => {
-                s.ready().await.unwrap();
-                s.send_request(req).await.unwrap()
+                s.ready().await?;
+                s.send_request(req).await?
             }
         };
         let status = resp.status().as_u16();
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .unwrap()
-            .to_bytes()
-            .to_vec();
-        (status, body)
+        let body = resp.into_body().collect().await?.to_bytes().to_vec();
+        Ok((status, body))
     }
 }
 
@@ -364,6 +369,25 @@ impl Webhook {
             .await;
         assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
         serde_json::from_slice(&body).unwrap()
+    }
+
+    /// Waits (up to 30 s) until a stderr line contains `needle`; panics with the log otherwise.
+    pub async fn wait_for_log(&self, needle: &str) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !self
+            .stderr
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains(needle))
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no log line with {needle:?}: {}",
+                self.stderr_text()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     pub fn stderr_text(&self) -> String {
