@@ -20,6 +20,8 @@ pub struct AppState {
     pub scorer: Scorer,
     pub cluster: ClusterFacts,
     pub policy: Arc<PolicyCache>,
+    /// CheckpointBackups and Jobs for `/mutate-pod-checkpoint`; `None` with `--no-kube`.
+    pub checkpoints: Option<crate::cluster::checkpoints::CheckpointCaches>,
     pub metrics: Arc<Metrics>,
     /// Set once the TLS listener is bound.
     pub listening: AtomicBool,
@@ -34,6 +36,7 @@ impl AppState {
         self.listening.load(Ordering::Acquire)
             && self.certificate_served.load(Ordering::Acquire)
             && self.cluster.is_synced()
+            && self.checkpoints.as_ref().is_none_or(|c| c.is_ready())
     }
 }
 
@@ -49,6 +52,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         None
     } else {
         Some(kube_cache::client().await?)
+    };
+    let checkpoints = match (&client, config.no_kube) {
+        (Some(client), false) => Some(crate::cluster::checkpoints::CheckpointCaches::start(
+            client.clone(),
+            Duration::from_secs(config.checkpoint_discovery_secs.max(1)),
+        )),
+        _ => None,
     };
     let cluster = match (&client, config.no_kube) {
         (Some(client), false) => ClusterFacts::Kube(kube_cache::KubeCaches::start(
@@ -123,6 +133,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         scorer,
         cluster,
         policy,
+        checkpoints,
         metrics,
         listening: AtomicBool::new(false),
         certificate_served,

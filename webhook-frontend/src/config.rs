@@ -121,6 +121,11 @@ pub struct Config {
     #[arg(long, env = "WEBHOOK_TIER_LABEL", default_value = DEFAULT_TIER_LABEL)]
     pub tier_label: String,
 
+    /// How often the CheckpointBackup API (migration.dcnlab.com/v1) is looked for again while it is not
+    /// installed, in seconds.
+    #[arg(long, env = "WEBHOOK_CHECKPOINT_DISCOVERY_SECS", default_value_t = 30)]
+    pub checkpoint_discovery_secs: u64,
+
     /// Plain-HTTP admin server (GET /metrics, GET /healthz).
     #[arg(long, env = "WEBHOOK_ADMIN_LISTEN", default_value = "0.0.0.0:9092")]
     pub admin_listen: SocketAddr,

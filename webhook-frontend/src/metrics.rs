@@ -48,6 +48,52 @@ pub enum ReloadResult {
     error,
 }
 
+/// How a `/mutate-pod-checkpoint` request ended.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum CheckpointOutcome {
+    /// At least one container image was restored from a CheckpointBackup.
+    restored,
+    /// A Pod of a Job, no image restored (see the misses).
+    unchanged,
+    /// Not a CREATE of a Job's Pod, or `--no-kube`.
+    skipped,
+    /// The CheckpointBackup CRD is not installed (or not listed yet).
+    not_installed,
+    /// The body was not an AdmissionReview (HTTP 400).
+    bad_request,
+}
+
+/// Why a container of a Job's Pod kept its image.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum CheckpointMiss {
+    no_backup,
+    no_container_match,
+    unpushed_image_only,
+}
+
+impl From<crate::admission::checkpoint_restore::decision::Miss> for CheckpointMiss {
+    fn from(m: crate::admission::checkpoint_restore::decision::Miss) -> Self {
+        use crate::admission::checkpoint_restore::decision::Miss;
+        match m {
+            Miss::NoBackup => CheckpointMiss::no_backup,
+            Miss::NoContainerMatch => CheckpointMiss::no_container_match,
+            Miss::UnpushedImageOnly => CheckpointMiss::unpushed_image_only,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CheckpointRequestLabels {
+    pub outcome: CheckpointOutcome,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CheckpointMissLabels {
+    pub reason: CheckpointMiss,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     /// CREATE, UPDATE, DELETE, CONNECT, or "unknown" when the review could not be read.
@@ -83,6 +129,12 @@ pub struct Metrics {
     pub tls_certificates_issued: Family<IssuedLabels, Counter>,
     /// Automatic mode: patches of the webhook configuration's caBundle by this replica.
     pub tls_ca_bundle_patches: Counter,
+    /// `/mutate-pod-checkpoint` requests by outcome.
+    pub checkpoint_requests: Family<CheckpointRequestLabels, Counter>,
+    /// Container images replaced by a checkpoint image.
+    pub checkpoint_images_restored: Counter,
+    /// Containers of Jobs' Pods that kept their image, by reason.
+    pub checkpoint_misses: Family<CheckpointMissLabels, Counter>,
 }
 
 impl Metrics {
@@ -97,6 +149,9 @@ impl Metrics {
             tls_reloads: Family::default(),
             tls_certificates_issued: Family::default(),
             tls_ca_bundle_patches: Counter::default(),
+            checkpoint_requests: Family::default(),
+            checkpoint_images_restored: Counter::default(),
+            checkpoint_misses: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("gpu_admission");
         r.register(
@@ -136,7 +191,42 @@ impl Metrics {
             "Automatic mode: caBundle patches of the webhook configuration by this replica",
             m.tls_ca_bundle_patches.clone(),
         );
+        r.register(
+            "checkpoint_requests",
+            "Checkpoint-restore admission requests by outcome",
+            m.checkpoint_requests.clone(),
+        );
+        r.register(
+            "checkpoint_images_restored",
+            "Container images of Jobs' Pods replaced by a CheckpointBackup's image",
+            m.checkpoint_images_restored.clone(),
+        );
+        r.register(
+            "checkpoint_restore_misses",
+            "Containers of Jobs' Pods that kept their image, by reason (no_backup counts every container of a Pod \
+             no CheckpointBackup refers to)",
+            m.checkpoint_misses.clone(),
+        );
         m
+    }
+
+    pub fn record_checkpoint_request(&self, outcome: CheckpointOutcome) {
+        self.checkpoint_requests
+            .get_or_create(&CheckpointRequestLabels { outcome })
+            .inc();
+    }
+
+    pub fn record_checkpoint_images<M: Into<CheckpointMiss>>(
+        &self,
+        restored: usize,
+        misses: impl IntoIterator<Item = M>,
+    ) {
+        self.checkpoint_images_restored.inc_by(restored as u64);
+        for m in misses {
+            self.checkpoint_misses
+                .get_or_create(&CheckpointMissLabels { reason: m.into() })
+                .inc();
+        }
     }
 
     pub fn record_request(&self, operation: &'static str, outcome: Outcome, seconds: f64) {
@@ -184,6 +274,8 @@ mod tests {
         m.record_tls_reload(ReloadResult::ok);
         m.record_certificate_issued(true);
         m.record_ca_bundle_patch();
+        m.record_checkpoint_request(CheckpointOutcome::restored);
+        m.record_checkpoint_images(2, [CheckpointMiss::unpushed_image_only]);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for needle in [
@@ -194,6 +286,9 @@ mod tests {
             "gpu_admission_tls_reloads_total{result=\"ok\"} 1",
             "gpu_admission_tls_certificates_issued_total{new_ca=\"true\"} 1",
             "gpu_admission_tls_ca_bundle_patches_total 1",
+            "gpu_admission_checkpoint_requests_total{outcome=\"restored\"} 1",
+            "gpu_admission_checkpoint_images_restored_total 2",
+            "gpu_admission_checkpoint_restore_misses_total{reason=\"unpushed_image_only\"} 1",
         ] {
             assert!(text.contains(needle), "{needle} missing in\n{text}");
         }

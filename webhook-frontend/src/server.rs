@@ -27,6 +27,10 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/mutate-pod", post(handler::mutate_pod))
+        .route(
+            "/mutate-pod-checkpoint",
+            post(crate::admission::checkpoint_restore::handler::mutate_pod_checkpoint),
+        )
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))

@@ -1,6 +1,7 @@
 //! Cluster facts the decision needs: the namespace's tier and the PriorityClasses. Read from watch caches
 //! (kube::runtime reflectors, never a per-request GET), or, with `--no-kube`, from flags and the policy.
 
+pub mod checkpoints;
 pub mod kube_cache;
 
 use std::collections::HashMap;

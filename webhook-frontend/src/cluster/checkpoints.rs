@@ -1,0 +1,442 @@
+//! CheckpointBackups (`migration.dcnlab.com/v1`, the stateful-migration operator's custom resource) and the
+//! Jobs behind Pods, as watch caches for the checkpoint-restore webhook.
+//!
+//! - [`CheckpointBackup`] reads exactly the fields the restore uses; every other field of the operator's
+//!   objects (schedule, podRef, registry, stopPod, status.phase, conditions, checkpointFiles, ...) is accepted
+//!   and ignored, so real objects always deserialize.
+//! - The CRD may be missing (the operator is not installed, or not yet): [`CheckpointCaches`] then answers "not
+//!   installed", logs that once, and looks for the API group again in the background every
+//!   `discovery_interval`; once the group is served it starts a watch. When the CRD is deleted later the watch
+//!   fails with 404 and the cache goes back to "not installed".
+//! - Jobs: a metadata-only watch (the controlling CronJob is in the Job's `ownerReferences`); a Job the watch
+//!   has not delivered yet (the job controller creates Pods right after their Job) is read with one GET under
+//!   the caller's deadline.
+
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::Api;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde::{Deserialize, Serialize};
+
+pub const GROUP: &str = "migration.dcnlab.com";
+pub const VERSION: &str = "v1";
+pub const KIND: &str = "CheckpointBackup";
+pub const PLURAL: &str = "checkpointbackups";
+
+/// A CheckpointBackup as the stateful-migration operator defines it (only the fields used here).
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct CheckpointBackup {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: CheckpointBackupSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<CheckpointBackupStatus>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckpointBackupSpec {
+    #[serde(default)]
+    pub resource_ref: ResourceRef,
+    /// Checkpoint images named by the user, per container; `null` reads as empty.
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub containers: Vec<BackupContainer>,
+}
+
+/// The workload the backup belongs to (`kind` `Job` or `CronJob`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceRef {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    /// When absent: the backup's own namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default)]
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct BackupContainer {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub image: String,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckpointBackupStatus {
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub built_images: Vec<BuiltImage>,
+}
+
+/// An image the operator built from a checkpoint; only a pushed one can be pulled on another node.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BuiltImage {
+    #[serde(default)]
+    pub container_name: String,
+    #[serde(default)]
+    pub image_name: String,
+    /// RFC 3339 (the operator writes a `metav1.Time`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_time: Option<String>,
+    #[serde(default)]
+    pub pushed: bool,
+}
+
+fn null_as_empty<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Ok(Option::<Vec<T>>::deserialize(d)?.unwrap_or_default())
+}
+
+impl kube::Resource for CheckpointBackup {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        KIND.into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        GROUP.into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        VERSION.into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        PLURAL.into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// Where CheckpointBackups stand in the cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrdState {
+    /// Discovery has not answered yet.
+    Unknown = 0,
+    /// The API group is not served: restores are off.
+    NotInstalled = 1,
+    /// Served; the first listing is under way.
+    Syncing = 2,
+    /// Served and cached.
+    Synced = 3,
+}
+
+impl CrdState {
+    fn from_u8(v: u8) -> Self {
+        match v {
+            1 => CrdState::NotInstalled,
+            2 => CrdState::Syncing,
+            3 => CrdState::Synced,
+            _ => CrdState::Unknown,
+        }
+    }
+}
+
+/// What the restore needs from the cluster: the CheckpointBackups and the Jobs' controllers.
+pub struct CheckpointCaches {
+    client: kube::Client,
+    backups: Arc<RwLock<Option<Store<CheckpointBackup>>>>,
+    state: Arc<AtomicU8>,
+    jobs: Store<PartialObjectMeta<Job>>,
+    jobs_synced: Arc<AtomicBool>,
+}
+
+/// The Job's controller, as far as the cluster says.
+#[derive(Clone, Debug, PartialEq)]
+pub enum JobController {
+    /// The Job's controlling owner (ownerReferences with `controller: true`), if any.
+    Known(Option<OwnerReference>),
+    /// The Job could not be read (gone, a different uid, or the API did not answer in time).
+    Unknown(String),
+}
+
+impl CheckpointCaches {
+    /// Starts the Job watch and the CheckpointBackup discovery/watch loop in background tasks.
+    pub fn start(client: kube::Client, discovery_interval: Duration) -> Self {
+        let (jobs, jobs_writer) = reflector::store();
+        let jobs_stream = watcher(
+            Api::<PartialObjectMeta<Job>>::all(client.clone()),
+            watcher::Config::default().any_semantic(),
+        )
+        .default_backoff()
+        .reflect(jobs_writer);
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(jobs_stream);
+            while let Some(event) = stream.next().await {
+                if let Err(err) = event {
+                    tracing::warn!(%err, resource = "jobs", "watch error (retrying with backoff)");
+                }
+            }
+        });
+        let jobs_synced = Arc::new(AtomicBool::new(false));
+        let (reader, flag) = (jobs.clone(), jobs_synced.clone());
+        tokio::spawn(async move {
+            if reader.wait_until_ready().await.is_ok() {
+                flag.store(true, Ordering::Release);
+            }
+        });
+        let backups = Arc::new(RwLock::new(None));
+        let state = Arc::new(AtomicU8::new(CrdState::Unknown as u8));
+        tokio::spawn(keep_backups(
+            client.clone(),
+            backups.clone(),
+            state.clone(),
+            discovery_interval,
+        ));
+        Self {
+            client,
+            backups,
+            state,
+            jobs,
+            jobs_synced,
+        }
+    }
+
+    pub fn crd_state(&self) -> CrdState {
+        CrdState::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    /// Ready when the Jobs are listed and the CheckpointBackups are either listed or known to be absent.
+    pub fn is_ready(&self) -> bool {
+        matches!(self.crd_state(), CrdState::NotInstalled | CrdState::Synced)
+            && self.jobs_synced.load(Ordering::Acquire)
+    }
+
+    /// The cached CheckpointBackups whose `resourceRef` points into `namespace`, or `None` when the CRD is
+    /// not installed (or its first listing is not complete).
+    pub fn backups_for(&self, namespace: &str) -> Option<Vec<Arc<CheckpointBackup>>> {
+        if self.crd_state() != CrdState::Synced {
+            return None;
+        }
+        let store = self.backups.read().ok()?.clone()?;
+        Some(store.state_filter(|b| {
+            b.spec
+                .resource_ref
+                .namespace
+                .as_deref()
+                .filter(|ns| !ns.is_empty())
+                .or(b.metadata.namespace.as_deref())
+                == Some(namespace)
+        }))
+    }
+
+    /// The controller of Job `namespace/name` with uid `uid`: from the cache, else one GET bounded by
+    /// `deadline`.
+    pub async fn job_controller(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        deadline: Duration,
+    ) -> JobController {
+        let controller_of = |meta: &ObjectMeta| {
+            meta.owner_references
+                .iter()
+                .flatten()
+                .find(|r| r.controller == Some(true))
+                .cloned()
+        };
+        if let Some(job) = self.jobs.get(&ObjectRef::new(name).within(namespace))
+            && job.metadata.uid.as_deref() == Some(uid)
+        {
+            return JobController::Known(controller_of(&job.metadata));
+        }
+        let api = Api::<Job>::namespaced(self.client.clone(), namespace);
+        match tokio::time::timeout(deadline, api.get_metadata_opt(name)).await {
+            Ok(Ok(Some(job))) if job.metadata.uid.as_deref() == Some(uid) => {
+                JobController::Known(controller_of(&job.metadata))
+            }
+            Ok(Ok(Some(_))) => JobController::Unknown(format!(
+                "Job {namespace}/{name} has another uid than the Pod's owner reference"
+            )),
+            Ok(Ok(None)) => JobController::Unknown(format!("Job {namespace}/{name} not found")),
+            Ok(Err(err)) => {
+                JobController::Unknown(format!("reading Job {namespace}/{name}: {err}"))
+            }
+            Err(_) => JobController::Unknown(format!(
+                "reading Job {namespace}/{name}: no answer within {} ms",
+                deadline.as_millis()
+            )),
+        }
+    }
+}
+
+fn is_not_found(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(status) if status.code == 404)
+}
+
+/// Is `migration.dcnlab.com/v1` served with `checkpointbackups`? `Ok(false)` when the group is not served.
+async fn crd_served(client: &kube::Client) -> Result<bool, kube::Error> {
+    match client
+        .list_api_group_resources(&format!("{GROUP}/{VERSION}"))
+        .await
+    {
+        Ok(list) => Ok(list.resources.iter().any(|r| r.name == PLURAL)),
+        Err(err) if is_not_found(&err) => Ok(false),
+        Err(err) => Err(err),
+    }
+}
+
+/// Discovery → watch → (404) → discovery ..., forever. Logs each change of state once.
+async fn keep_backups(
+    client: kube::Client,
+    slot: Arc<RwLock<Option<Store<CheckpointBackup>>>>,
+    state: Arc<AtomicU8>,
+    discovery_interval: Duration,
+) {
+    let set_state = |s: CrdState| state.store(s as u8, Ordering::Release);
+    let mut last_discovery_error: Option<String> = None;
+    loop {
+        match crd_served(&client).await {
+            Ok(true) => {
+                last_discovery_error = None;
+                tracing::info!("{KIND} API ({GROUP}/{VERSION}) found: checkpoint restore enabled");
+                set_state(CrdState::Syncing);
+                let (reader, writer) = reflector::store();
+                if let Ok(mut s) = slot.write() {
+                    *s = Some(reader.clone());
+                }
+                let ready_state = state.clone();
+                let ready = tokio::spawn(async move {
+                    if reader.wait_until_ready().await.is_ok() {
+                        let _ = ready_state.compare_exchange(
+                            CrdState::Syncing as u8,
+                            CrdState::Synced as u8,
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        );
+                        tracing::info!(backups = reader.len(), "{KIND} cache synced");
+                    }
+                });
+                let stream = watcher(
+                    Api::<CheckpointBackup>::all(client.clone()),
+                    watcher::Config::default().any_semantic(),
+                )
+                .default_backoff()
+                .reflect(writer);
+                let mut stream = std::pin::pin!(stream);
+                while let Some(event) = stream.next().await {
+                    match event {
+                        Ok(_) => {}
+                        Err(watcher::Error::InitialListFailed(err))
+                        | Err(watcher::Error::WatchStartFailed(err))
+                            if is_not_found(&err) =>
+                        {
+                            break;
+                        }
+                        Err(err) => {
+                            tracing::warn!(%err, resource = PLURAL, "watch error (retrying with backoff)")
+                        }
+                    }
+                }
+                ready.abort();
+                if let Ok(mut s) = slot.write() {
+                    *s = None;
+                }
+                set_state(CrdState::NotInstalled);
+                tracing::warn!(
+                    "{KIND} API ({GROUP}/{VERSION}) is gone: Pods are admitted without restore until it returns"
+                );
+            }
+            Ok(false) => {
+                last_discovery_error = None;
+                if CrdState::from_u8(state.swap(CrdState::NotInstalled as u8, Ordering::AcqRel))
+                    == CrdState::Unknown
+                {
+                    tracing::info!(
+                        retry_secs = discovery_interval.as_secs_f64(),
+                        "{KIND} CRD ({PLURAL}.{GROUP}) not installed: Pods are admitted without restore; \
+                         looking for it again in the background"
+                    );
+                }
+            }
+            Err(err) => {
+                // Not "absent": the API did not answer. Say so once per distinct error.
+                let text = err.to_string();
+                if last_discovery_error.as_deref() != Some(text.as_str()) {
+                    tracing::warn!(%err, "discovery of {GROUP}/{VERSION} failed; retrying");
+                    last_discovery_error = Some(text);
+                }
+                let _ = state.compare_exchange(
+                    CrdState::Unknown as u8,
+                    CrdState::NotInstalled as u8,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+            }
+        }
+        tokio::time::sleep(discovery_interval).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_operators_objects_deserialize() {
+        // Shaped like the operator's own objects, with the fields this crate ignores.
+        let b: CheckpointBackup = serde_json::from_value(json!({
+            "apiVersion": "migration.dcnlab.com/v1", "kind": "CheckpointBackup",
+            "metadata": {"name": "train-ckpt", "namespace": "ml", "creationTimestamp": "2026-11-20T10:00:00Z"},
+            "spec": {
+                "schedule": "*/5 * * * *",
+                "podRef": {"name": "train-abcde", "namespace": "ml"},
+                "resourceRef": {"apiVersion": "batch/v1", "kind": "Job", "name": "train"},
+                "registry": {"url": "registry.example", "secretRef": {"name": "push"}},
+                "stopPod": false,
+                "containers": [{"name": "main", "image": "registry.example/ckpt/main:1"}]
+            },
+            "status": {
+                "phase": "Completed",
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "checkpointFiles": [{"containerName": "main", "filePath": "/var/lib/kubelet/checkpoints/x.tar"}],
+                "builtImages": [{"containerName": "main", "imageName": "registry.example/ckpt/main:2",
+                                 "buildTime": "2026-11-20T10:05:00Z", "pushed": true}]
+            }
+        }))
+        .unwrap();
+        assert_eq!(b.spec.resource_ref.kind, "Job");
+        assert_eq!(b.spec.resource_ref.namespace, None);
+        assert_eq!(b.spec.containers[0].image, "registry.example/ckpt/main:1");
+        let built = &b.status.as_ref().unwrap().built_images[0];
+        assert!(built.pushed);
+        assert_eq!(built.build_time.as_deref(), Some("2026-11-20T10:05:00Z"));
+
+        // Sparse and null fields read as empty.
+        let b: CheckpointBackup = serde_json::from_value(json!({
+            "metadata": {"name": "x"},
+            "spec": {"resourceRef": {"kind": "CronJob", "name": "nightly", "namespace": "ml"}, "containers": null},
+            "status": {"builtImages": null}
+        }))
+        .unwrap();
+        assert!(b.spec.containers.is_empty());
+        assert!(b.status.unwrap().built_images.is_empty());
+        assert_eq!(
+            <CheckpointBackup as kube::Resource>::url_path(&(), Some("ml")),
+            "/apis/migration.dcnlab.com/v1/namespaces/ml/checkpointbackups"
+        );
+    }
+}
