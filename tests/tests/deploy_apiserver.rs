@@ -286,6 +286,19 @@ fn rendered_install_applies_to_a_real_kube_apiserver_1_20() {
         let crd = format!("crd/{crd}");
         api.kubectl_ok(&["wait", "--for=condition=Established", "--timeout=60s", &crd]);
     }
+    // The optional checkpoint-restore component's CRD (apiextensions v1), as shipped: 1.20 accepts it,
+    // and `kubectl auth can-i` below can only resolve checkpointbackups once it is served.
+    let checkpoint_crd =
+        support::kustomize_dir().join("components/checkpoint-restore/checkpointbackups.yaml");
+    let checkpoint_crd =
+        support::parse_yaml_stream(&std::fs::read_to_string(checkpoint_crd).unwrap()).unwrap();
+    api.apply(&checkpoint_crd, &work.path().join("checkpoint-crd.json"));
+    api.kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/checkpointbackups.migration.dcnlab.com",
+    ]);
 
     // 1. The default install (cert-manager mode).
     let default = mode("default");
@@ -335,6 +348,19 @@ fn rendered_install_applies_to_a_real_kube_apiserver_1_20() {
     assert!(api.can_i("list", "priorityclasses.scheduling.k8s.io", None));
     assert!(api.can_i("watch", "priorityclasses.scheduling.k8s.io", None));
     assert!(!api.can_i("get", "namespaces", None), "no per-request GETs");
+    // Checkpoint restore: CheckpointBackups (list/watch) and Jobs (+ get).
+    for verb in ["list", "watch"] {
+        assert!(api.can_i(verb, "checkpointbackups.migration.dcnlab.com", None));
+    }
+    for verb in ["get", "list", "watch"] {
+        assert!(api.can_i(verb, "jobs.batch", Some("default")));
+    }
+    assert!(!api.can_i(
+        "update",
+        "checkpointbackups.migration.dcnlab.com",
+        Some("default")
+    ));
+    assert!(!api.can_i("create", "jobs.batch", Some("default")));
     assert!(!api.can_i("list", "pods", Some("default")));
     assert!(!api.can_i("get", "secrets", Some(NAMESPACE)));
     assert!(!api.can_i("create", "secrets", Some(NAMESPACE)));
