@@ -37,6 +37,8 @@ const MWC: &str = "gpu-admission-checkpoint-e2e";
 const CKPT_HOOK: &str = "checkpoint-restore.gpu-admission.io";
 const ANN_RESTORED_FROM: &str = "gpu-admission.io/restored-from";
 const ANN_ORIGINAL_IMAGES: &str = "gpu-admission.io/original-images";
+/// What the frontend logs (once) when the CheckpointBackup API is not served.
+const NOT_INSTALLED_LOG: &str = "CRD (checkpointbackups.migration.dcnlab.com) not installed";
 const TRAIN_IMAGE: &str = "registry.example/train:1";
 const SIDECAR_IMAGE: &str = "registry.example/log-shipper:1";
 
@@ -316,11 +318,7 @@ async fn checkpoint_restore_against_a_real_apiserver() {
         webhook.process.log_tail(30),
         cluster.apiserver_log_tail(30)
     );
-    let said = webhook
-        .process
-        .log()
-        .matches("CRD (checkpointbackups.migration.dcnlab.com) not installed")
-        .count();
+    let said = webhook.process.log().matches(NOT_INSTALLED_LOG).count();
     println!(
         "checkpoint: without the CRD {created} Job Pods created unchanged; `not installed` logged {said} time(s); {:.1}s",
         t0.elapsed().as_secs_f64()
@@ -520,6 +518,36 @@ async fn checkpoint_restore_against_a_real_apiserver() {
 
     // 7. Every corpus Pod, as a Job's Pod, through both webhooks: stored (so valid) and restored.
     corpus(&client, &policy, &mut failures).await;
+
+    // 8. The CRD deleted: the frontend notices (404), says "not installed" once more, Pods are unchanged.
+    crds.delete(
+        "checkpointbackups.migration.dcnlab.com",
+        &DeleteParams::default(),
+    )
+    .await
+    .expect("delete the CRD");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while webhook.process.log().matches(NOT_INSTALLED_LOG).count() < 2 && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let said = webhook.process.log().matches(NOT_INSTALLED_LOG).count();
+    let mut p = train_pod.clone();
+    p["metadata"]["name"] = json!("train-crd-deleted");
+    match create(&client, ML, &p).await {
+        Ok(stored) if !restored(&stored) && image_of(&stored, "main") == TRAIN_IMAGE => {
+            println!(
+                "checkpoint: CRD deleted: `not installed` logged {said} time(s) in all; Pods unchanged"
+            )
+        }
+        Ok(stored) => failures.push(format!("CRD deleted: Pod changed: {:?}", images(&stored))),
+        Err(e) => failures.push(format!("CRD deleted: Pod NOT created: {e:#}")),
+    }
+    if said != 2 {
+        failures.push(format!(
+            "CRD deleted: `not installed` logged {said} times in all, want 2"
+        ));
+    }
 
     let m = webhook.metrics().await.unwrap();
     let restored_total = metric(&m, "gpu_admission_checkpoint_images_restored_total");

@@ -7,7 +7,8 @@
 //! - The CRD may be missing (the operator is not installed, or not yet): [`CheckpointCaches`] then answers "not
 //!   installed", logs that once, and looks for the API group again in the background every
 //!   `discovery_interval`; once the group is served it starts a watch. When the CRD is deleted later the watch
-//!   fails with 404 and the cache goes back to "not installed".
+//!   fails with 404 and the cache goes back to "not installed". A 403 (RBAC) is handled the same way, with its
+//!   own log line, so a missing grant never makes the frontend unready.
 //! - Jobs: a metadata-only watch (the controlling CronJob is in the Job's `ownerReferences`); a Job the watch
 //!   has not delivered yet (the job controller creates Pods right after their Job) is read with one GET under
 //!   the caller's deadline.
@@ -159,7 +160,6 @@ pub struct CheckpointCaches {
     backups: Arc<RwLock<Option<Store<CheckpointBackup>>>>,
     state: Arc<AtomicU8>,
     jobs: Store<PartialObjectMeta<Job>>,
-    jobs_synced: Arc<AtomicBool>,
 }
 
 /// The Job's controller, as far as the cluster says.
@@ -189,13 +189,6 @@ impl CheckpointCaches {
                 }
             }
         });
-        let jobs_synced = Arc::new(AtomicBool::new(false));
-        let (reader, flag) = (jobs.clone(), jobs_synced.clone());
-        tokio::spawn(async move {
-            if reader.wait_until_ready().await.is_ok() {
-                flag.store(true, Ordering::Release);
-            }
-        });
         let backups = Arc::new(RwLock::new(None));
         let state = Arc::new(AtomicU8::new(CrdState::Unknown as u8));
         tokio::spawn(keep_backups(
@@ -209,7 +202,6 @@ impl CheckpointCaches {
             backups,
             state,
             jobs,
-            jobs_synced,
         }
     }
 
@@ -217,10 +209,10 @@ impl CheckpointCaches {
         CrdState::from_u8(self.state.load(Ordering::Acquire))
     }
 
-    /// Ready when the Jobs are listed and the CheckpointBackups are either listed or known to be absent.
+    /// Ready when the CheckpointBackups are listed, or known to be absent (or forbidden). The Jobs' cache is
+    /// not waited for: a Job it does not hold yet is read with a GET.
     pub fn is_ready(&self) -> bool {
         matches!(self.crd_state(), CrdState::NotInstalled | CrdState::Synced)
-            && self.jobs_synced.load(Ordering::Acquire)
     }
 
     /// The cached CheckpointBackups whose `resourceRef` points into `namespace`, or `None` when the CRD is
@@ -298,96 +290,122 @@ async fn crd_served(client: &kube::Client) -> Result<bool, kube::Error> {
     }
 }
 
-/// Discovery → watch → (404) → discovery ..., forever. Logs each change of state once.
+fn is_forbidden(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(status) if status.code == 403)
+}
+
+/// Why a watch of CheckpointBackups ended.
+enum WatchEnd {
+    /// 404: the CRD was deleted (or discovery was stale).
+    NotFound,
+    /// 403: RBAC does not let us list them.
+    Forbidden,
+}
+
+/// Discovery → watch → (404 / 403) → discovery ..., forever. Each condition ("not installed", "forbidden",
+/// a discovery error) is logged when it starts, not on every retry.
 async fn keep_backups(
     client: kube::Client,
     slot: Arc<RwLock<Option<Store<CheckpointBackup>>>>,
     state: Arc<AtomicU8>,
     discovery_interval: Duration,
 ) {
-    let set_state = |s: CrdState| state.store(s as u8, Ordering::Release);
-    let mut last_discovery_error: Option<String> = None;
+    let mut last: Option<String> = None;
     loop {
-        match crd_served(&client).await {
+        let condition = match crd_served(&client).await {
             Ok(true) => {
-                last_discovery_error = None;
-                tracing::info!("{KIND} API ({GROUP}/{VERSION}) found: checkpoint restore enabled");
-                set_state(CrdState::Syncing);
+                state.store(CrdState::Syncing as u8, Ordering::Release);
                 let (reader, writer) = reflector::store();
                 if let Ok(mut s) = slot.write() {
                     *s = Some(reader.clone());
                 }
-                let ready_state = state.clone();
+                let synced = Arc::new(AtomicBool::new(false));
+                let (ready_state, ready_flag) = (state.clone(), synced.clone());
                 let ready = tokio::spawn(async move {
                     if reader.wait_until_ready().await.is_ok() {
+                        ready_flag.store(true, Ordering::Release);
                         let _ = ready_state.compare_exchange(
                             CrdState::Syncing as u8,
                             CrdState::Synced as u8,
                             Ordering::AcqRel,
                             Ordering::Acquire,
                         );
-                        tracing::info!(backups = reader.len(), "{KIND} cache synced");
+                        tracing::info!(
+                            backups = reader.len(),
+                            "{KIND} cache synced: checkpoint restore enabled"
+                        );
                     }
                 });
-                let stream = watcher(
-                    Api::<CheckpointBackup>::all(client.clone()),
-                    watcher::Config::default().any_semantic(),
-                )
-                .default_backoff()
-                .reflect(writer);
-                let mut stream = std::pin::pin!(stream);
-                while let Some(event) = stream.next().await {
-                    match event {
-                        Ok(_) => {}
-                        Err(watcher::Error::InitialListFailed(err))
-                        | Err(watcher::Error::WatchStartFailed(err))
-                            if is_not_found(&err) =>
-                        {
-                            break;
-                        }
-                        Err(err) => {
-                            tracing::warn!(%err, resource = PLURAL, "watch error (retrying with backoff)")
-                        }
-                    }
-                }
+                let end = watch_backups(&client, writer).await;
                 ready.abort();
                 if let Ok(mut s) = slot.write() {
                     *s = None;
                 }
-                set_state(CrdState::NotInstalled);
-                tracing::warn!(
-                    "{KIND} API ({GROUP}/{VERSION}) is gone: Pods are admitted without restore until it returns"
-                );
-            }
-            Ok(false) => {
-                last_discovery_error = None;
-                if CrdState::from_u8(state.swap(CrdState::NotInstalled as u8, Ordering::AcqRel))
-                    == CrdState::Unknown
-                {
-                    tracing::info!(
-                        retry_secs = discovery_interval.as_secs_f64(),
-                        "{KIND} CRD ({PLURAL}.{GROUP}) not installed: Pods are admitted without restore; \
-                         looking for it again in the background"
-                    );
+                if synced.load(Ordering::Acquire) {
+                    last = None; // it worked for a while: whatever comes next is news
+                }
+                match end {
+                    WatchEnd::NotFound => "not installed".to_string(),
+                    WatchEnd::Forbidden => "forbidden".to_string(),
                 }
             }
-            Err(err) => {
-                // Not "absent": the API did not answer. Say so once per distinct error.
-                let text = err.to_string();
-                if last_discovery_error.as_deref() != Some(text.as_str()) {
-                    tracing::warn!(%err, "discovery of {GROUP}/{VERSION} failed; retrying");
-                    last_discovery_error = Some(text);
-                }
-                let _ = state.compare_exchange(
-                    CrdState::Unknown as u8,
-                    CrdState::NotInstalled as u8,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
+            Ok(false) => "not installed".to_string(),
+            Err(err) => format!("discovery of {GROUP}/{VERSION} failed: {err}"),
+        };
+        state.store(CrdState::NotInstalled as u8, Ordering::Release);
+        if last.as_deref() != Some(condition.as_str()) {
+            let retry_secs = discovery_interval.as_secs_f64();
+            match condition.as_str() {
+                "not installed" => tracing::info!(
+                    retry_secs,
+                    "{KIND} CRD ({PLURAL}.{GROUP}) not installed: Pods are admitted without restore; \
+                     looking for it again in the background"
+                ),
+                "forbidden" => tracing::warn!(
+                    retry_secs,
+                    "listing {PLURAL}.{GROUP} is forbidden (grant list and watch): Pods are admitted without \
+                     restore"
+                ),
+                other => tracing::warn!(retry_secs, "{other}; Pods are admitted without restore"),
             }
+            last = Some(condition);
         }
         tokio::time::sleep(discovery_interval).await;
     }
+}
+
+/// Keeps the store filled until the API answers 404 or 403.
+async fn watch_backups(
+    client: &kube::Client,
+    writer: reflector::store::Writer<CheckpointBackup>,
+) -> WatchEnd {
+    let stream = watcher(
+        Api::<CheckpointBackup>::all(client.clone()),
+        watcher::Config::default().any_semantic(),
+    )
+    .default_backoff()
+    .reflect(writer);
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.next().await {
+        let err = match event {
+            Ok(_) => continue,
+            Err(watcher::Error::InitialListFailed(err) | watcher::Error::WatchStartFailed(err)) => {
+                err
+            }
+            Err(other) => {
+                tracing::warn!(err = %other, resource = PLURAL, "watch error (retrying with backoff)");
+                continue;
+            }
+        };
+        if is_not_found(&err) {
+            return WatchEnd::NotFound;
+        }
+        if is_forbidden(&err) {
+            return WatchEnd::Forbidden;
+        }
+        tracing::warn!(%err, resource = PLURAL, "watch error (retrying with backoff)");
+    }
+    WatchEnd::NotFound // the stream never ends on its own
 }
 
 #[cfg(test)]
