@@ -106,6 +106,18 @@ where
     Ok(Option::<Vec<T>>::deserialize(d)?.unwrap_or_default())
 }
 
+impl CheckpointBackup {
+    /// The namespace `spec.resourceRef` points into: its own `namespace`, else the backup's.
+    pub fn target_namespace(&self) -> Option<&str> {
+        self.spec
+            .resource_ref
+            .namespace
+            .as_deref()
+            .filter(|ns| !ns.is_empty())
+            .or(self.metadata.namespace.as_deref())
+    }
+}
+
 impl kube::Resource for CheckpointBackup {
     type DynamicType = ();
     type Scope = k8s_openapi::NamespaceResourceScope;
@@ -222,15 +234,7 @@ impl CheckpointCaches {
             return None;
         }
         let store = self.backups.read().ok()?.clone()?;
-        Some(store.state_filter(|b| {
-            b.spec
-                .resource_ref
-                .namespace
-                .as_deref()
-                .filter(|ns| !ns.is_empty())
-                .or(b.metadata.namespace.as_deref())
-                == Some(namespace)
-        }))
+        Some(store.state_filter(|b| b.target_namespace() == Some(namespace)))
     }
 
     /// The controller of Job `namespace/name` with uid `uid`: from the cache, else one GET bounded by

@@ -114,19 +114,9 @@ pub fn names_cron_job(b: &CheckpointBackup) -> bool {
     r.kind == "CronJob" && (r.api_version.is_empty() || is_batch(&r.api_version))
 }
 
-/// The namespace a backup's `resourceRef` points into.
-pub fn target_namespace(b: &CheckpointBackup) -> Option<&str> {
-    b.spec
-        .resource_ref
-        .namespace
-        .as_deref()
-        .filter(|ns| !ns.is_empty())
-        .or(b.metadata.namespace.as_deref())
-}
-
 fn refers_to(b: &CheckpointBackup, namespace: &str, job: &str, cron_job: Option<&str>) -> bool {
     let r = &b.spec.resource_ref;
-    if target_namespace(b) != Some(namespace)
+    if b.target_namespace() != Some(namespace)
         || !(r.api_version.is_empty() || is_batch(&r.api_version))
     {
         return false;
@@ -226,7 +216,7 @@ pub fn decide(input: &RestoreInput<'_>) -> Option<Restore> {
         && input
             .backups
             .iter()
-            .any(|b| names_cron_job(b) && target_namespace(b) == Some(input.namespace))
+            .any(|b| names_cron_job(b) && b.target_namespace() == Some(input.namespace))
     {
         out.warnings.push(format!(
             "gpu-admission: CronJob checkpoints not considered for Job {}: {why}",
