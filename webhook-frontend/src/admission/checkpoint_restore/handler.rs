@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::admission::{AdmissionRequest, Operation};
+use tracing::{Instrument, field::Empty};
 
 use super::decision::{self, JobFacts, RestoreInput};
 use crate::admission::review::{self, Answer, Content};
@@ -22,7 +23,22 @@ use crate::metrics::CheckpointOutcome;
 /// `timeoutSeconds` (2), so a slow API never turns into the apiserver giving up on us.
 const JOB_LOOKUP_DEADLINE: Duration = Duration::from_millis(500);
 
-pub async fn mutate_pod_checkpoint(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+pub async fn mutate_pod_checkpoint(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let span = tracing::info_span!(
+        "checkpoint_restore",
+        otel.kind = "server",
+        admission.uid = Empty,
+        admission.outcome = Empty,
+    );
+    gpu_admission_telemetry::propagation::set_parent_from_http(&span, &headers);
+    answer(state, body).instrument(span).await
+}
+
+async fn answer(state: Arc<AppState>, body: Bytes) -> Response {
     let incoming = match review::decode(&body) {
         Ok(i) => i,
         Err(bad) => {
@@ -40,6 +56,9 @@ pub async fn mutate_pod_checkpoint(State(state): State<Arc<AppState>>, body: Byt
         }
     };
     state.metrics.record_checkpoint_request(outcome);
+    let span = tracing::Span::current();
+    span.record("admission.uid", incoming.uid.as_str());
+    span.record("admission.outcome", format!("{outcome:?}").as_str());
     let body = review::encode(incoming.api_version, &incoming.uid, &answer);
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
