@@ -56,7 +56,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     };
     tracing::info!(identity = %lease.identity, lease = %lease.name, %namespace, scorers = ?cli.scorers,
         "observer starting");
-    let (leader_rx, _lease_task) = leader::elect(client.clone(), &lease).await?;
+    let (leader_rx, lease_task) = leader::elect(client.clone(), &lease).await?;
 
     let store = cli
         .state_configmap
@@ -93,9 +93,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     .await;
     sync.abort();
     let _ = admin_stop.send(());
-    // Dropping the last Lease receiver makes the lease task release the Lease, so the other replica takes
-    // over at once instead of after the Lease expires.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The last Lease receiver is gone: the lease task releases the Lease, so the other replica takes over at
+    // once instead of after the Lease expires.
+    match tokio::time::timeout(Duration::from_secs(5), lease_task).await {
+        Ok(Ok(Ok(_))) => tracing::info!("Lease released"),
+        Ok(Ok(Err(err))) => tracing::warn!(%err, "releasing the Lease failed"),
+        Ok(Err(err)) => tracing::warn!(%err, "lease task failed"),
+        Err(_) => tracing::warn!("releasing the Lease timed out"),
+    }
     result
 }
 
