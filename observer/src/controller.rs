@@ -79,7 +79,10 @@ impl Tracker {
         let progress = extract::progress(pod, &job, deleted);
         match &progress {
             Progress::Running(run) | Progress::Finished(run) => self.history.record(run),
-            Progress::Skip(_) => self.close_open_run(&job.uid),
+            Progress::Skip(_) => {
+                let end = extract::stopped_at(pod, Timestamp::now());
+                self.close_open_run(&job.uid, end);
+            }
             Progress::NotStarted => {}
         }
         if self.done.contains(&job.uid) {
@@ -110,15 +113,15 @@ impl Tracker {
         }
     }
 
-    /// A run that ended without a usable finish (deleted, evicted): it shared the node until now.
-    fn close_open_run(&mut self, uid: &str) {
+    /// A run that ended without being reported (deleted, evicted): it shared its node until `end`.
+    fn close_open_run(&mut self, uid: &str, end: Timestamp) {
         let open: Vec<Run> = self
             .history_open_runs()
             .filter(|r| r.uid == uid)
             .cloned()
             .collect();
         for mut run in open {
-            run.end = Some(Timestamp::now().max(run.start));
+            run.end = Some(end.max(run.start));
             self.history.record(&run);
         }
     }
@@ -139,7 +142,7 @@ impl Tracker {
             .collect();
         let mut skipped = Vec::new();
         for uid in vanished_open {
-            self.close_open_run(&uid);
+            self.close_open_run(&uid, Timestamp::now());
             if !self.done.contains(&uid) {
                 skipped.push(SkipReason::DeletedBeforeFinishing);
             }

@@ -192,6 +192,31 @@ pub fn progress(pod: &Pod, job: &DecidedJob, deleted: bool) -> Progress {
     }
 }
 
+/// When a run that will not be reported stopped sharing its node: the last main container's `finishedAt` when
+/// every one has terminated, else the Pod's deletion time, else `now`.
+pub fn stopped_at(pod: &Pod, now: Timestamp) -> Timestamp {
+    let statuses = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_deref())
+        .unwrap_or_default();
+    let finished: Option<Vec<Timestamp>> = statuses
+        .iter()
+        .map(|c| {
+            let t = c.state.as_ref()?.terminated.as_ref()?;
+            t.finished_at.as_ref().map(|f| f.0)
+        })
+        .collect();
+    match finished {
+        Some(f) if !f.is_empty() => f.into_iter().max().expect("not empty"),
+        _ => pod
+            .metadata
+            .deletion_timestamp
+            .as_ref()
+            .map_or(now, |d| d.0),
+    }
+}
+
 /// Eviction or preemption, by the kubelet's `status.reason` or the control plane's `DisruptionTarget`.
 fn disruption(pod: &Pod) -> Option<SkipReason> {
     let status = pod.status.as_ref()?;

@@ -507,3 +507,37 @@ fn colocated_job_types_are_the_overlapping_runs_on_the_same_node() {
     .unwrap();
     assert_eq!(req.colocated_job_types, ["inference-llm", "train-llama"]);
 }
+
+#[test]
+fn a_run_that_is_not_reported_stopped_when_its_containers_finished_or_it_was_deleted() {
+    let now = ts("2026-05-04T12:00:00Z");
+    let oom = typed(pod(
+        "u",
+        "gpu-node-3",
+        "Failed",
+        json!([terminated(
+            "trainer",
+            "OOMKilled",
+            137,
+            "2026-05-04T10:05:02Z",
+            "2026-05-04T10:45:00Z"
+        )]),
+    ));
+    assert_eq!(stopped_at(&oom, now), ts("2026-05-04T10:45:00Z"));
+    let mut deleted = pod(
+        "u",
+        "gpu-node-3",
+        "Running",
+        json!([running("trainer", "2026-05-04T10:05:02Z")]),
+    );
+    deleted["metadata"]["deletionTimestamp"] = json!("2026-05-04T10:30:00Z");
+    assert_eq!(
+        stopped_at(&typed(deleted.clone()), now),
+        ts("2026-05-04T10:30:00Z")
+    );
+    deleted["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("deletionTimestamp");
+    assert_eq!(stopped_at(&typed(deleted), now), now);
+}
