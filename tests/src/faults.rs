@@ -288,6 +288,16 @@ impl ScorerService for NonsenseService {
         Ok(tonic::Response::new(self.policy.clone()))
     }
 
+    async fn explain(
+        &self,
+        _request: tonic::Request<ScoreRequest>,
+    ) -> Result<tonic::Response<gpu_admission_proto::scorer::v1::ExplainResponse>, tonic::Status>
+    {
+        Err(tonic::Status::unimplemented(
+            "a nonsense scorer explains nothing",
+        ))
+    }
+
     // A nonsense scorer learns nothing: it has no state to share.
     async fn export_state(
         &self,
