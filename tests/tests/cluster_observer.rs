@@ -288,6 +288,13 @@ async fn observer_reports_each_finished_pod_once_through_a_leader_change_and_sha
         "{job} on {}: prior {prior_best:.0}s (runner-up {} {prior_runner_up:.0}s); truth: 5x slower on {}",
         best.name, runner_up.name, best.name
     );
+    let n = 20;
+    let prior_picks = picks(&url_a, job, &best.name, n).await.unwrap();
+    println!(
+        "{job}: {} first in {prior_picks}/{n} answers before anything was learned",
+        best.name
+    );
+    assert!(prior_picks > n / 2, "{prior_picks}");
     let third = policy
         .catalog
         .iter()
@@ -329,7 +336,7 @@ async fn observer_reports_each_finished_pod_once_through_a_leader_change_and_sha
     )
     .await
     .unwrap();
-    let obs2 = observer("observer-2").await.unwrap();
+    let mut obs2 = observer("observer-2").await.unwrap();
 
     let mut kubelet = Kubelet {
         pods: Api::<Pod>::namespaced(client.clone(), NS),
@@ -632,7 +639,6 @@ async fn observer_reports_each_finished_pod_once_through_a_leader_change_and_sha
     );
 
     // The answers follow the truth: the slow job is no longer sent to its prior-best class.
-    let n = 20;
     let after = picks(&url_a, job, &best.name, n).await.unwrap();
     let after_b = picks(&url_b, job, &best.name, n).await.unwrap();
     println!(
@@ -697,5 +703,50 @@ async fn observer_reports_each_finished_pod_once_through_a_leader_change_and_sha
             .unwrap_or_default()
             .contains_key("learned-state")
     );
+
+    // Every scorer replica and the leading observer are lost at once: a new replica gets what was learned,
+    // through a new observer that reads the ConfigMap.
+    let port_a = scorer_a.addr().port();
     drop(scorer_a);
+    drop(replacement);
+    obs2.process.kill();
+    let lost = Instant::now();
+    let mut fresh = ChildProcess::spawn(
+        "scorer-d",
+        gpu_admission_tests::binaries::scorer(),
+        &[
+            "--listen".into(),
+            format!("127.0.0.1:{port_a}"),
+            "--admin-listen".into(),
+            "127.0.0.1:0".into(),
+        ],
+        &[],
+        logs.path(),
+    )
+    .unwrap();
+    fresh
+        .wait_listening(1, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let _obs3 = observer("observer-3").await.unwrap();
+    wait_until(
+        "a fresh replica holds everything learned",
+        Duration::from_secs(30),
+        || {
+            let url = url_a.clone();
+            let want = expected.len() as u64;
+            async move { Ok(export(&url).await?.observations == want) }
+        },
+    )
+    .await
+    .unwrap();
+    let d_picks = picks(&url_a, job, &best.name, n).await.unwrap();
+    println!(
+        "all replicas and the leader lost: a fresh replica holds the {} observations {:.1?} later (new \
+         observer: Lease expiry + ConfigMap); {} first in {d_picks}/{n}",
+        expected.len(),
+        lost.elapsed(),
+        best.name
+    );
+    assert!(d_picks <= n / 5);
 }
