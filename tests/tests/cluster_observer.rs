@@ -3,6 +3,8 @@
 //! classes, decided GPU Pods (the frontend's label and annotations), binding them (`pods/binding`) and writing
 //! their status through the status subresource (main containers terminated with `startedAt`/`finishedAt`).
 //!
+//! The observers run as the observer's ServiceAccount with exactly the RBAC the install ships.
+//!
 //! What must hold:
 //! - every finished Pod is learned exactly once (the scorers' observation counts, the observers' logs), with
 //!   the class of its Node and the job types that ran beside it; evicted, OOM-killed and deleted Pods are
@@ -33,6 +35,7 @@ use serde_json::{Value, json};
 const NS: &str = "team-a";
 const SYSTEM_NS: &str = "gpu-admission";
 const LEASE: &str = "gpu-admission-observer";
+const SERVICE_ACCOUNT: &str = "gpu-admission-observer";
 const STATE_CM: &str = "gpu-admission-learned-state";
 const TIER: &str = "gold";
 /// Runs are placed in the past, one slot apart, so that only the Pods meant to overlap do.
@@ -226,6 +229,28 @@ where
     }
 }
 
+/// The admin kubeconfig acting as the observer's ServiceAccount (impersonation), so the observers have
+/// exactly the shipped RBAC.
+fn service_account_kubeconfig(
+    admin: &std::path::Path,
+    dir: &std::path::Path,
+) -> std::path::PathBuf {
+    let mut kc: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(admin).unwrap()).unwrap();
+    let user = kc["users"][0]["user"].as_mapping_mut().unwrap();
+    user.insert(
+        "as".into(),
+        format!("system:serviceaccount:{SYSTEM_NS}:{SERVICE_ACCOUNT}").into(),
+    );
+    user.insert(
+        "as-groups".into(),
+        serde_yaml::to_value(["system:serviceaccounts", "system:authenticated"]).unwrap(),
+    );
+    let path = dir.join("kubeconfig-observer");
+    std::fs::write(&path, serde_yaml::to_string(&kc).unwrap()).unwrap();
+    path
+}
+
 async fn lease_holder(client: &kube::Client) -> anyhow::Result<Option<String>> {
     let lease = Api::<Lease>::namespaced(client.clone(), SYSTEM_NS)
         .get(LEASE)
@@ -247,28 +272,34 @@ async fn observer_reports_each_finished_pod_once_through_a_leader_change_and_sha
 
     cluster.create_namespace(NS, None).await.unwrap();
     cluster.create_namespace(SYSTEM_NS, None).await.unwrap();
-    // What the install ships: the Lease and the (empty) learned-state ConfigMap.
-    Api::<Lease>::namespaced(client.clone(), SYSTEM_NS)
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(
-                json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": LEASE}}),
-            )
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    // What the install ships for the observer, applied as shipped: its ServiceAccount, RBAC, Lease and
+    // (empty) learned-state ConfigMap. The observers run as that ServiceAccount (impersonated).
+    let shipped =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kustomize/base/observer");
+    let mut kubectl = std::process::Command::new("kubectl");
+    kubectl
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig())
+        .arg("apply");
+    for file in [
+        "serviceaccount.yaml",
+        "rbac.yaml",
+        "lease.yaml",
+        "learned-state.yaml",
+    ] {
+        kubectl.arg("-f").arg(shipped.join(file));
+    }
+    let out = kubectl
+        .output()
+        .expect("kubectl (it applies the shipped manifests)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sa_dir = tempfile::tempdir().unwrap();
+    let sa_kubeconfig = service_account_kubeconfig(cluster.kubeconfig(), sa_dir.path());
     let configmaps = Api::<ConfigMap>::namespaced(client.clone(), SYSTEM_NS);
-    configmaps
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": STATE_CM}}))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
 
     // The job type and its prior-best class for the gold tier, and the runner-up.
     let job = "train-bert";
@@ -319,7 +350,7 @@ async fn observer_reports_each_finished_pod_once_through_a_leader_change_and_sha
 
     let scorers = [url_a.clone(), url_b.clone()];
     let observer = |id: &str| {
-        Observer::builder(cluster.kubeconfig(), &scorers, id)
+        Observer::builder(&sa_kubeconfig, &scorers, id)
             .env("LOG_FORMAT", "json")
             .arg("--lease-duration-secs=3")
             .arg("--lease-grace-secs=1")
