@@ -59,6 +59,8 @@ struct Tracker {
     done: HashSet<String>,
     /// UIDs listed during a re-list of Pods (`Init` .. `InitDone`).
     relisted: Option<HashSet<String>>,
+    /// Whether this replica leads: only the leader counts skips (once per Pod: the Pod becomes done).
+    leader: bool,
 }
 
 /// Which outcome `on_pod` reached, for the caller's bookkeeping.
@@ -107,6 +109,13 @@ impl Tracker {
             }
             Progress::Skip(reason) => {
                 self.pending.remove(&job.uid);
+                if !self.leader {
+                    return Seen::Nothing;
+                }
+                // Later updates of the same Pod (conditions, its deletion) must not count it again.
+                if !deleted {
+                    self.done.insert(job.uid);
+                }
                 Seen::Skipped(reason)
             }
             Progress::NotStarted | Progress::Running(_) => Seen::Nothing,
@@ -143,7 +152,7 @@ impl Tracker {
         let mut skipped = Vec::new();
         for uid in vanished_open {
             self.close_open_run(&uid, Timestamp::now());
-            if !self.done.contains(&uid) {
+            if self.leader && !self.done.contains(&uid) {
                 skipped.push(SkipReason::DeletedBeforeFinishing);
             }
         }
@@ -197,11 +206,14 @@ pub async fn run(
     let mut nodes = std::pin::pin!(nodes);
     let mut pods = std::pin::pin!(pods);
     let mut shutdown = std::pin::pin!(shutdown);
-    let mut t = Tracker::default();
     let mut loop_state = LoopState {
         policy: None,
         policy_fetched: None,
         is_leader: *leader.borrow(),
+    };
+    let mut t = Tracker {
+        leader: loop_state.is_leader,
+        ..Tracker::default()
     };
     let mut nodes_ready = false;
     let mut tick = tokio::time::interval(config.tick);
@@ -253,6 +265,7 @@ pub async fn run(
                     anyhow::bail!("leader election stopped");
                 }
                 loop_state.is_leader = *leader.borrow_and_update();
+                t.leader = loop_state.is_leader;
                 metrics.leader.set(i64::from(loop_state.is_leader));
                 tracing::info!(leader = loop_state.is_leader, pending = t.pending.len(), "leadership changed");
                 if loop_state.is_leader && nodes_ready {
@@ -436,7 +449,10 @@ mod tests {
 
     #[test]
     fn a_pod_that_vanished_during_a_relist_was_deleted_before_finishing() {
-        let mut t = Tracker::default();
+        let mut t = Tracker {
+            leader: true,
+            ..Tracker::default()
+        };
         t.nodes.insert("n1".into(), BTreeMap::new());
         let now = Instant::now();
         t.on_pod(
@@ -490,8 +506,18 @@ mod tests {
         evicted.status.as_mut().unwrap().reason = Some("Evicted".into());
         assert_eq!(
             t.on_pod(&evicted, false, now),
+            Seen::Nothing,
+            "a follower counts nothing"
+        );
+        t.leader = true;
+        assert_eq!(
+            t.on_pod(&evicted, false, now),
             Seen::Skipped(SkipReason::Evicted)
         );
         assert!(t.history.on_node("n1").all(|r| r.end.is_some()));
+        // Its later updates and its deletion are not counted again; the deletion forgets it.
+        assert_eq!(t.on_pod(&evicted, false, now), Seen::Nothing);
+        assert_eq!(t.on_pod(&evicted, true, now), Seen::Nothing);
+        assert!(t.done.is_empty());
     }
 }
