@@ -490,6 +490,15 @@ async fn observer_reports_each_finished_pod_once_through_a_leader_change_and_sha
         .terminated("oom", "Failed", "OOMKilled", 137, start, start + 60)
         .await
         .unwrap();
+    // Their deletion afterwards must not count them again (the watch processes events in order, so once the
+    // next Pod's skip is counted, these deletions have been seen).
+    for name in ["evicted", "oom"] {
+        kubelet
+            .pods
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
     let start = kubelet.slot();
     kubelet
         .create_bound("deleted", "batch-etl", &third_node)
