@@ -690,6 +690,11 @@ async fn observer_reports_each_finished_pod_once_through_a_leader_change_and_sha
     // A replica dies and a new one takes its address (as a headless Service's name would): it answers with
     // what was learned within seconds.
     let learned_state = export(&url_a).await.unwrap();
+    println!(
+        "learned state: {} observations, snapshot {} bytes",
+        learned_state.observations,
+        learned_state.snapshot.len()
+    );
     let port = scorer_b.addr().port();
     drop(scorer_b);
     let logs = tempfile::tempdir().unwrap();
