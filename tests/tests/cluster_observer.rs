@@ -251,6 +251,26 @@ fn service_account_kubeconfig(
     path
 }
 
+/// A scorer process listening on `port` (the address a replaced replica takes over), ready once it listens.
+async fn scorer_at(name: &str, port: u16, logs: &std::path::Path) -> ChildProcess {
+    let args = [
+        "--listen".to_string(),
+        format!("127.0.0.1:{port}"),
+        "--admin-listen".into(),
+        "127.0.0.1:0".into(),
+    ];
+    let mut p = ChildProcess::spawn(
+        name,
+        gpu_admission_tests::binaries::scorer(),
+        &args,
+        &[],
+        logs,
+    )
+    .unwrap();
+    p.wait_listening(1, Duration::from_secs(30)).await.unwrap();
+    p
+}
+
 async fn lease_holder(client: &kube::Client) -> anyhow::Result<Option<String>> {
     let lease = Api::<Lease>::namespaced(client.clone(), SYSTEM_NS)
         .get(LEASE)
@@ -699,23 +719,7 @@ async fn observer_reports_each_finished_pod_once_through_a_leader_change_and_sha
     drop(scorer_b);
     let logs = tempfile::tempdir().unwrap();
     let started = Instant::now();
-    let mut replacement = ChildProcess::spawn(
-        "scorer-c",
-        gpu_admission_tests::binaries::scorer(),
-        &[
-            "--listen".into(),
-            format!("127.0.0.1:{port}"),
-            "--admin-listen".into(),
-            "127.0.0.1:0".into(),
-        ],
-        &[],
-        logs.path(),
-    )
-    .unwrap();
-    replacement
-        .wait_listening(1, Duration::from_secs(30))
-        .await
-        .unwrap();
+    let replacement = scorer_at("scorer-c", port, logs.path()).await;
     let took = wait_until(
         "the new replica holds the learned state",
         Duration::from_secs(30),
@@ -756,23 +760,7 @@ async fn observer_reports_each_finished_pod_once_through_a_leader_change_and_sha
     drop(replacement);
     obs2.process.kill();
     let lost = Instant::now();
-    let mut fresh = ChildProcess::spawn(
-        "scorer-d",
-        gpu_admission_tests::binaries::scorer(),
-        &[
-            "--listen".into(),
-            format!("127.0.0.1:{port_a}"),
-            "--admin-listen".into(),
-            "127.0.0.1:0".into(),
-        ],
-        &[],
-        logs.path(),
-    )
-    .unwrap();
-    fresh
-        .wait_listening(1, Duration::from_secs(30))
-        .await
-        .unwrap();
+    let _fresh = scorer_at("scorer-d", port_a, logs.path()).await;
     let _obs3 = observer("observer-3").await.unwrap();
     wait_until(
         "a fresh replica holds everything learned",

@@ -562,7 +562,12 @@ fn rule_set(rules: &[Value]) -> BTreeMap<(String, String), (BTreeSet<String>, BT
 
 /// The RBAC subjects bound to the webhook's ServiceAccount, as (kind, name) of the roles.
 fn roles_bound_to_webhook(m: &Rendered) -> Vec<(String, String)> {
-    let d = m.get("Deployment", WEBHOOK_DEPLOYMENT);
+    roles_bound_to(m, WEBHOOK_DEPLOYMENT)
+}
+
+/// The roles bound to the ServiceAccount a Deployment runs as, as (kind, name).
+fn roles_bound_to(m: &Rendered, deployment: &str) -> Vec<(String, String)> {
+    let d = m.get("Deployment", deployment);
     let sa = str_at(d, "/spec/template/spec/serviceAccountName");
     m.get("ServiceAccount", sa);
     m.objects
@@ -1172,29 +1177,8 @@ fn observer_rbac_grants_exactly_what_it_uses() {
     };
     for m in modes {
         let d = m.get("Deployment", OBSERVER_DEPLOYMENT);
-        let sa = str_at(d, "/spec/template/spec/serviceAccountName");
-        m.get("ServiceAccount", sa);
-        let bound: BTreeSet<(String, String)> = m
-            .objects
-            .iter()
-            .filter(|o| {
-                matches!(
-                    o["kind"].as_str(),
-                    Some("RoleBinding" | "ClusterRoleBinding")
-                )
-            })
-            .filter(|b| {
-                arr_at(b, "/subjects").iter().any(|s| {
-                    s["kind"] == "ServiceAccount" && s["name"] == sa && s["namespace"] == NAMESPACE
-                })
-            })
-            .map(|b| {
-                (
-                    str_at(b, "/roleRef/kind").into(),
-                    str_at(b, "/roleRef/name").into(),
-                )
-            })
-            .collect();
+        let bound: BTreeSet<(String, String)> =
+            roles_bound_to(m, OBSERVER_DEPLOYMENT).into_iter().collect();
         assert_eq!(
             bound,
             BTreeSet::from([
