@@ -253,10 +253,10 @@ fn default_shared_stddev() -> f64 {
 impl Default for LearningSpec {
     fn default() -> Self {
         Self {
-            lambda: 0.5,
-            beta: 0.1,
+            lambda: 0.1,
+            beta: 0.02,
             gamma: 1.0,
-            tau: 0.1,
+            tau: 0.2,
             prior_strength: 4.0,
             exploration_cap: 0.1,
             exploration_window: 200,

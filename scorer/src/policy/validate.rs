@@ -734,7 +734,7 @@ mod tests {
                     "    relativeThroughput: 0.3\n",
                     "    relativeThroughput: 0\n",
                 )
-                .replace("  tau: 0.1", "  tau: 0"),
+                .replace("  tau: 0.2 ", "  tau: 0 "),
         );
         assert!(has(&e, "catalog[L4-24GB].relativeThroughput", "> 0"), "{e}");
         assert!(has(&e, "learning.tau", "> 0"), "{e}");
