@@ -14,6 +14,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         out.join("gpuadmission_descriptor.bin"),
         compiler.encode_file_descriptor_set(),
     )?;
-    tonic_prost_build::configure().compile_fds(compiler.file_descriptor_set())?;
+    // Default stubs (UNIMPLEMENTED) for server methods, so that a test double implementing only the RPCs
+    // it needs keeps compiling when the service gains one. The scorer implements every method.
+    tonic_prost_build::configure()
+        .generate_default_stubs(true)
+        .compile_fds(compiler.file_descriptor_set())?;
     Ok(())
 }

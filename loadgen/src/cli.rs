@@ -31,6 +31,37 @@ pub enum Command {
     /// The local demo: starts the scorer and the webhook frontend (self-signed TLS, no cluster), admits a set of
     /// real-looking Pods through HTTPS and prints one line per decision.
     Demo(DemoArgs),
+    /// Decision-quality benchmark of the scorer's learning: a synthetic cluster with a hidden truth drives a real
+    /// scorer through Score and Observe; regret against an oracle, the best static class and the priors alone.
+    Learn(LearnArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LearnArgs {
+    /// Seed of the synthetic truth and of the job stream.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Number of jobs scored (and observed).
+    #[arg(long, default_value_t = 6000)]
+    pub decisions: usize,
+    /// Observations arrive this many decisions after their Score (runs take time).
+    #[arg(long, default_value_t = 8)]
+    pub feedback_delay: usize,
+    /// Policy the scorers run (default: the embedded default policy); a `cheapest` tier over every class is added.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Folder of the `scorer` binary (default: next to this executable).
+    #[arg(long, value_name = "DIR")]
+    pub bin_dir: Option<PathBuf>,
+    /// Where the scorers' logs and the policy go (default: a new folder under the system temp dir).
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
+    /// Writes the report as JSON.
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+    /// Writes the regret-over-decisions plot as SVG.
+    #[arg(long, value_name = "PATH")]
+    pub svg: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

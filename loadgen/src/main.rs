@@ -7,6 +7,7 @@ mod cli;
 mod demo;
 mod drivers;
 mod faults;
+mod learn;
 mod procfs;
 mod report;
 mod schedule;
@@ -25,6 +26,14 @@ fn main() -> anyhow::Result<()> {
                 .enable_all()
                 .build()?;
             let code = rt.block_on(demo::run(args))?;
+            drop(rt);
+            std::process::exit(code);
+        }
+        Some(cli::Command::Learn(args)) => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let code = rt.block_on(learn::run(args))?;
             drop(rt);
             std::process::exit(code);
         }

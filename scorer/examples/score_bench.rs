@@ -128,6 +128,7 @@ fn main() {
                 } else {
                     vec![]
                 },
+                ..Default::default()
             })
             .unwrap();
         }

@@ -10,6 +10,7 @@ use crate::metrics::Metrics;
 use crate::model::{self, JobRequest, Learned, Observation};
 use crate::policy::watch::PolicyStore;
 use crate::policy::{Policy, Vendor, WorkloadClass};
+use crate::state;
 
 /// Longest accepted name (job type, tier, class…) and list, so a request cannot make the scorer
 /// allocate without bound.
@@ -61,11 +62,13 @@ impl Core {
         let started = Instant::now();
         let decision = {
             let mut learned = self.learned();
+            learned.refresh(&policy);
             let window = policy.learning.exploration_window as usize;
             let allowed = learned
                 .exploration
                 .allows(policy.learning.exploration_cap, window);
-            let d = model::score(&policy, &learned, &job, allowed);
+            let seed = decision_seed(&policy, &learned, req);
+            let d = model::score(&policy, &learned, &job, allowed, seed);
             if !d.accepted().is_empty() {
                 learned.exploration.record(d.explored, window);
             }
@@ -90,12 +93,90 @@ impl Core {
         let policy = self.policy("Observe")?;
         let obs = observation(&policy, req)
             .inspect_err(|_| self.metrics.request("Observe", "invalid_argument"))?;
-        let (estimate, observations) = model::observe(&policy, &mut self.learned(), &obs);
-        self.metrics.request("Observe", "ok");
+        let outcome = model::observe(&policy, &mut self.learned(), &obs);
+        self.metrics.request(
+            "Observe",
+            if outcome.duplicate { "duplicate" } else { "ok" },
+        );
         Ok(pb::ObserveResponse {
-            runtime_mean_seconds: estimate.mean,
-            runtime_stddev_seconds: estimate.stddev,
+            runtime_mean_seconds: outcome.estimate.mean,
+            runtime_stddev_seconds: outcome.estimate.stddev,
+            observations: outcome.observations,
+            duplicate: outcome.duplicate,
+        })
+    }
+
+    /// What Score would answer, and why, without recording anything.
+    pub fn explain(&self, req: &pb::ScoreRequest) -> Result<pb::ExplainResponse, Status> {
+        let policy = self.policy("Explain")?;
+        let job = job_request(req)
+            .inspect_err(|_| self.metrics.request("Explain", "invalid_argument"))?;
+        let mut learned = self.learned();
+        // Only the caches: nothing learned, no budget spent.
+        learned.refresh(&policy);
+        let window = policy.learning.exploration_window as usize;
+        let budget = learned
+            .exploration
+            .allows(policy.learning.exploration_cap, window);
+        let seed = decision_seed(&policy, &learned, req);
+        let decision = model::score(&policy, &learned, &job, budget, seed);
+        let share = learned.exploration.share(window);
+        let digest = state::digest(&learned);
+        let observations = learned.observations;
+        drop(learned);
+        self.metrics.request("Explain", "ok");
+        Ok(explain_response(
+            &policy,
+            req,
+            decision,
+            share,
+            digest,
             observations,
+        ))
+    }
+
+    /// The learned state (without this replica's exploration budget), for another replica.
+    pub fn export_state(&self) -> Result<pb::LearnedState, Status> {
+        let learned = self.learned().clone();
+        let snapshot = state::encode_shared(&learned).map_err(|e| {
+            self.metrics.request("ExportState", "internal");
+            Status::internal(format!("cannot encode the learned state: {e}"))
+        })?;
+        self.metrics.request("ExportState", "ok");
+        Ok(pb::LearnedState {
+            snapshot,
+            observations: learned.observations,
+            digest: state::digest(&learned),
+        })
+    }
+
+    /// Adopts `incoming` when it holds every observation this replica holds.
+    pub fn import_state(
+        &self,
+        incoming: &pb::LearnedState,
+    ) -> Result<pb::ImportStateResponse, Status> {
+        let theirs = state::decode_shared(&incoming.snapshot).map_err(|e| {
+            self.metrics.request("ImportState", "invalid_argument");
+            invalid(format!("snapshot: {e}"))
+        })?;
+        let mut learned = self.learned();
+        let applied = state::is_superset(&theirs, &learned);
+        if applied {
+            let exploration = std::mem::take(&mut learned.exploration);
+            *learned = Learned {
+                exploration,
+                ..theirs
+            };
+            if let Some(policy) = self.policy.current() {
+                learned.refresh(&policy);
+            }
+        }
+        self.metrics
+            .request("ImportState", if applied { "applied" } else { "kept" });
+        Ok(pb::ImportStateResponse {
+            applied,
+            observations: learned.observations,
+            digest: state::digest(&learned),
         })
     }
 
@@ -104,6 +185,18 @@ impl Core {
         self.metrics.request("GetPolicy", "ok");
         Ok(policy_response(&policy))
     }
+}
+
+/// The seed of a decision's posterior sample: the request's content, the learned state and the
+/// policy's `learning.seed`, so that replicas with equal state answer a request identically.
+fn decision_seed(policy: &Policy, learned: &Learned, req: &pb::ScoreRequest) -> u64 {
+    use prost::Message;
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(policy.learning.seed.to_le_bytes());
+    h.update(state::digest(learned).as_bytes());
+    h.update(req.encode_to_vec());
+    u64::from_le_bytes(h.finalize()[..8].try_into().expect("8 bytes"))
 }
 
 fn invalid(msg: String) -> Status {
@@ -198,6 +291,7 @@ pub fn job_request(req: &pb::ScoreRequest) -> Result<JobRequest, Status> {
 fn observation(policy: &Policy, req: &pb::ObserveRequest) -> Result<Observation, Status> {
     check_name("job_type", &req.job_type)?;
     check_name("gpu_class", &req.gpu_class)?;
+    check_name("observation_id", &req.observation_id)?;
     check_list("colocated_job_types", &req.colocated_job_types)?;
     if policy.job_index(&req.job_type).is_none() {
         return Err(invalid(format!(
@@ -218,6 +312,8 @@ fn observation(policy: &Policy, req: &pb::ObserveRequest) -> Result<Observation,
         )));
     }
     Ok(Observation {
+        id: (!req.observation_id.is_empty()).then(|| req.observation_id.clone()),
+        gpu_count: req.gpu_count.max(1),
         job_type: req.job_type.clone(),
         gpu_class: req.gpu_class.clone(),
         runtime_seconds: r,
@@ -280,6 +376,54 @@ fn score_response(
         policy_version: policy.version.clone(),
         explored: d.explored,
         infeasible_reason: d.infeasible_reason.unwrap_or_default(),
+    }
+}
+
+fn explain_response(
+    policy: &Policy,
+    req: &pb::ScoreRequest,
+    d: model::Decision,
+    exploration_share: f64,
+    state_digest: String,
+    observations: u64,
+) -> pb::ExplainResponse {
+    let name = |i: Option<usize>| i.map_or(String::new(), |i| policy.classes[i].name.clone());
+    let candidates = d
+        .candidates
+        .iter()
+        .map(|c| pb::ExplainedCandidate {
+            gpu_class: policy.classes[c.class].name.clone(),
+            feasible: c.feasible(),
+            infeasible_reasons: c
+                .infeasible
+                .iter()
+                .map(|r| model::feasibility::describe(std::slice::from_ref(r)))
+                .collect(),
+            runtime_mean_seconds: c.runtime.mean,
+            runtime_stddev_seconds: c.runtime.stddev,
+            prior_runtime_seconds: c.prior_mean,
+            observations: c.observations,
+            price_per_hour: policy.classes[c.class].price_per_hour,
+            interference_slowdown: c.slowdown,
+            interference_penalty: c.interference_penalty,
+            information_gain: c.information_gain,
+            cost: c.cost,
+            sampled_cost: c.sampled_cost,
+        })
+        .collect();
+    let why = d.why.clone();
+    pb::ExplainResponse {
+        rule: why.rule.as_str().to_string(),
+        reason: why.reason,
+        exploit_class: name(why.exploit),
+        sampled_class: name(why.sampled),
+        exploration_share,
+        exploration_cap: policy.learning.exploration_cap,
+        exploration_allowed: why.exploration_allowed,
+        state_digest,
+        observations,
+        candidates,
+        answer: Some(score_response(policy, req, d)),
     }
 }
 
@@ -384,6 +528,37 @@ impl pb::scorer_server::Scorer for ScorerService {
     ) -> Result<Response<pb::GetPolicyResponse>, Status> {
         self.core.get_policy().map(Response::new)
     }
+
+    async fn explain(
+        &self,
+        request: Request<pb::ScoreRequest>,
+    ) -> Result<Response<pb::ExplainResponse>, Status> {
+        self.core.explain(request.get_ref()).map(Response::new)
+    }
+
+    async fn export_state(
+        &self,
+        _request: Request<pb::ExportStateRequest>,
+    ) -> Result<Response<pb::LearnedState>, Status> {
+        self.core.export_state().map(Response::new)
+    }
+
+    async fn import_state(
+        &self,
+        request: Request<pb::LearnedState>,
+    ) -> Result<Response<pb::ImportStateResponse>, Status> {
+        let span = tracing::info_span!("ImportState");
+        let _enter = span.enter();
+        let r = self.core.import_state(request.get_ref());
+        if let Ok(r) = &r {
+            tracing::info!(
+                applied = r.applied,
+                observations = r.observations,
+                "state import"
+            );
+        }
+        r.map(Response::new)
+    }
 }
 
 #[cfg(test)]
@@ -443,6 +618,7 @@ mod tests {
             gpu_class: "H100-80GB".into(),
             runtime_seconds: 40_000.0,
             colocated_job_types: vec![],
+            ..Default::default()
         };
         let r = c.observe(&ok).unwrap();
         assert_eq!(r.observations, 1);

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::Learned;
 
 /// Identifies the snapshot format; bumped on incompatible changes.
-pub const FORMAT: &str = "gpu-admission-scorer-state/v1";
+pub const FORMAT: &str = "gpu-admission-scorer-state/v2";
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -60,18 +60,47 @@ pub fn load(path: &Path) -> Result<Option<Learned>, StateError> {
             snapshot.format
         )));
     }
-    let finite = snapshot
-        .learned
-        .runtimes
-        .by_job
-        .values()
-        .chain(snapshot.learned.interference.pairs.values())
-        .flat_map(|m| m.values())
-        .all(|o| o.sum.is_finite() && o.sum >= 0.0);
-    if !finite {
-        return Err(corrupt("negative or non-finite sums".into()));
-    }
     Ok(Some(snapshot.learned))
+}
+
+/// Encodes the learned state for another replica (`ExportState`): the snapshot format without this
+/// replica's exploration window.
+pub fn encode_shared(learned: &Learned) -> Result<Vec<u8>, serde_json::Error> {
+    let shared = Learned {
+        exploration: Default::default(),
+        ..learned.clone()
+    };
+    serde_json::to_vec(&Snapshot {
+        format: FORMAT.to_string(),
+        saved_at_unix_seconds: now(),
+        learned: shared,
+    })
+}
+
+/// Decodes what [`encode_shared`] wrote.
+pub fn decode_shared(bytes: &[u8]) -> Result<Learned, String> {
+    let snapshot: Snapshot = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    if snapshot.format != FORMAT {
+        return Err(format!("format `{}`, expected `{FORMAT}`", snapshot.format));
+    }
+    Ok(snapshot.learned)
+}
+
+/// Whether `theirs` holds every observation `ours` holds: at least as many, and every id ours still
+/// remembers. (Ids forgotten past the bound cannot be compared; the count covers them.)
+pub fn is_superset(theirs: &Learned, ours: &Learned) -> bool {
+    theirs.observations >= ours.observations && ours.observed.is_subset(&theirs.observed)
+}
+
+/// The digest of the learned state (see [`Learned::digest`]).
+pub fn digest(learned: &Learned) -> String {
+    learned.digest().to_string()
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// Loads a snapshot, reporting (and moving aside) a corrupt one instead of failing.
@@ -112,9 +141,7 @@ pub fn save(path: &Path, learned: &Learned) -> Result<(), StateError> {
     };
     let snapshot = Snapshot {
         format: FORMAT.to_string(),
-        saved_at_unix_seconds: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
+        saved_at_unix_seconds: now(),
         learned: learned.clone(),
     };
     let json = serde_json::to_vec(&snapshot).map_err(|e| err(std::io::Error::other(e)))?;
@@ -154,6 +181,8 @@ mod tests {
             &p,
             &mut l,
             &Observation {
+                id: Some("pod-1".into()),
+                gpu_count: 2,
                 job_type: "train-bert".into(),
                 gpu_class: "A100-80GB".into(),
                 runtime_seconds: 12_345.5,

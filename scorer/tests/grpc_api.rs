@@ -118,6 +118,7 @@ async fn default_policy_must_show_cases() {
             gpu_class: "H100-80GB".into(),
             runtime_seconds: 30_000.0,
             colocated_job_types: vec![],
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -310,6 +311,7 @@ async fn learned_state_survives_a_restart() {
         gpu_class: "A100-80GB".into(),
         runtime_seconds: 12_000.0,
         colocated_job_types: vec![],
+        ..Default::default()
     };
 
     let running = start(config.clone()).await;
@@ -367,6 +369,7 @@ async fn learned_state_is_snapshotted_periodically() {
             gpu_class: "L4-24GB".into(),
             runtime_seconds: 5_000.0,
             colocated_job_types: vec![],
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -387,6 +390,206 @@ async fn learned_state_is_snapshotted_periodically() {
     running.shutdown().await.unwrap();
 }
 
+fn run(id: &str, job_type: &str, class: &str, gpus: u32, runtime: f64) -> pb::ObserveRequest {
+    pb::ObserveRequest {
+        job_type: job_type.into(),
+        gpu_class: class.into(),
+        runtime_seconds: runtime,
+        observation_id: id.into(),
+        gpu_count: gpus,
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn observe_deduplicates_by_observation_id() {
+    let running = start(Config::default()).await;
+    let mut client = ScorerClient::new(channel(&running).await);
+    let first = client
+        .observe(run("uid-1", "train-bert", "A100-80GB", 2, 6_000.0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!first.duplicate);
+    assert_eq!(first.observations, 1);
+    let again = client
+        .observe(run("uid-1", "train-bert", "A100-80GB", 2, 6_000.0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(again.duplicate);
+    assert_eq!(again.observations, 1);
+    assert_eq!(again.runtime_mean_seconds, first.runtime_mean_seconds);
+    let state = client
+        .export_state(pb::ExportStateRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state.observations, 1);
+    running.shutdown().await.unwrap();
+}
+
+/// Explain answers what Score answers, without spending anything: the exploration budget, the
+/// learned state and its digest stay as they were.
+#[tokio::test]
+async fn explain_is_score_without_side_effects() {
+    let running = start(Config::default()).await;
+    let mut client = ScorerClient::new(channel(&running).await);
+    for i in 0..5 {
+        client
+            .observe(run(
+                &format!("u{i}"),
+                "train-bert",
+                "H100-80GB",
+                1,
+                20_000.0,
+            ))
+            .await
+            .unwrap();
+    }
+    let mut req = job("gold", "train-bert", 30.0);
+    req.colocated_job_types = vec!["train-resnet".into()];
+    let before = running.core.snapshot();
+    let e = client.explain(req.clone()).await.unwrap().into_inner();
+    assert_eq!(running.core.snapshot(), before, "Explain changed the state");
+    assert_eq!(running.core.snapshot().exploration.len(), 0);
+    let answer = e.answer.clone().unwrap();
+    let scored = client.score(req).await.unwrap().into_inner();
+    assert_eq!(answer, scored);
+    assert_eq!(
+        running.core.snapshot().exploration.len(),
+        1,
+        "Score spends budget"
+    );
+    // H100 was observed 2.6x slower than its prior for train-bert: the table says so.
+    let h100 = e
+        .candidates
+        .iter()
+        .find(|c| c.gpu_class == "H100-80GB")
+        .unwrap();
+    assert_eq!(h100.observations, 5);
+    assert!(
+        h100.runtime_mean_seconds > 2.0 * h100.prior_runtime_seconds,
+        "{h100:?}"
+    );
+    assert!(h100.interference_slowdown > 0.0 && h100.interference_penalty > 0.0);
+    assert_eq!(answer.accepted_classes[0].name, e.candidates[0].gpu_class);
+    assert!(
+        ["lowest-cost", "exploration", "exploration-declined"].contains(&e.rule.as_str()),
+        "{}",
+        e.rule
+    );
+    assert!(
+        e.reason.contains(&e.candidates[0].gpu_class),
+        "{}",
+        e.reason
+    );
+    let l4 = e
+        .candidates
+        .iter()
+        .find(|c| c.gpu_class == "L4-24GB")
+        .unwrap();
+    assert!(
+        !l4.feasible && l4.infeasible_reasons[0].contains("30 GiB"),
+        "{l4:?}"
+    );
+    let h200 = e
+        .candidates
+        .iter()
+        .find(|c| c.gpu_class == "H200-141GB")
+        .unwrap();
+    assert!(
+        !h200.feasible && h200.infeasible_reasons[0].contains("tier"),
+        "{h200:?}"
+    );
+    assert_eq!(e.observations, 5);
+    assert_eq!(e.state_digest.len(), 32);
+    running.shutdown().await.unwrap();
+}
+
+/// Two replicas: after the same observations (in different orders) they have equal digests and answer
+/// identically; Import adopts a superset and refuses a state that misses observations.
+#[tokio::test]
+async fn replicas_agree_and_import_adopts_only_supersets() {
+    let a = start(Config::default()).await;
+    let b = start(Config::default()).await;
+    let mut ca = ScorerClient::new(channel(&a).await);
+    let mut cb = ScorerClient::new(channel(&b).await);
+    let runs: Vec<_> = (0..12)
+        .map(|i| {
+            let class = ["A100-80GB", "L40S-48GB", "H100-80GB"][i % 3];
+            run(
+                &format!("pod-{i}"),
+                "inference-llm",
+                class,
+                1 + (i % 2) as u32,
+                1_000.0 + 50.0 * i as f64,
+            )
+        })
+        .collect();
+    for r in &runs {
+        ca.observe(r.clone()).await.unwrap();
+    }
+    for r in runs.iter().rev() {
+        cb.observe(r.clone()).await.unwrap();
+    }
+    let sa = ca
+        .export_state(pb::ExportStateRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let sb = cb
+        .export_state(pb::ExportStateRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(sa.digest, sb.digest);
+    assert_eq!(sa.observations, 12);
+    for i in 0..20 {
+        let mut req = job("gold", "inference-llm", 16.0);
+        req.request_id = format!("req-{i}");
+        let (x, y) = (
+            ca.score(req.clone()).await.unwrap().into_inner(),
+            cb.score(req).await.unwrap().into_inner(),
+        );
+        assert_eq!(x, y);
+    }
+
+    // A new replica adopts the state and answers like the others.
+    let c = start(Config::default()).await;
+    let mut cc = ScorerClient::new(channel(&c).await);
+    let imported = cc.import_state(sa.clone()).await.unwrap().into_inner();
+    assert!(imported.applied);
+    assert_eq!(
+        (imported.observations, imported.digest.as_str()),
+        (12, sa.digest.as_str())
+    );
+    let req = job("silver", "inference-llm", 16.0);
+    assert_eq!(
+        cc.explain(req.clone()).await.unwrap().into_inner().answer,
+        ca.explain(req).await.unwrap().into_inner().answer
+    );
+    // A learns one more; importing B's (older) state into A is refused, A keeps its own.
+    ca.observe(run("pod-99", "inference-llm", "A100-80GB", 1, 900.0))
+        .await
+        .unwrap();
+    let kept = ca.import_state(sb).await.unwrap().into_inner();
+    assert!(!kept.applied);
+    assert_eq!(kept.observations, 13);
+    // Garbage is an invalid argument.
+    let e = ca
+        .import_state(pb::LearnedState {
+            snapshot: b"nope".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    for r in [a, b, c] {
+        r.shutdown().await.unwrap();
+    }
+}
+
 mod reflection {
     use super::*;
 
@@ -404,7 +607,17 @@ mod reflection {
             .expect("scorer file");
         let methods: Vec<_> = f.service[0].method.iter().map(|m| m.name()).collect();
         assert_eq!(f.service[0].name(), "Scorer");
-        assert_eq!(methods, ["Score", "Observe", "GetPolicy"]);
+        assert_eq!(
+            methods,
+            [
+                "Score",
+                "Observe",
+                "GetPolicy",
+                "Explain",
+                "ExportState",
+                "ImportState"
+            ]
+        );
         assert!(f.message_type.iter().any(|m| m.name() == "ScoreRequest"));
     }
 

@@ -238,7 +238,7 @@ fn check_policy_validates_and_exits() {
 
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("policy.yaml");
-    let text = scorer::policy::DEFAULT_POLICY_YAML.replace("  tau: 0.1", "  tau: -1");
+    let text = scorer::policy::DEFAULT_POLICY_YAML.replace("  tau: 0.2 ", "  tau: -1 ");
     std::fs::write(&bad, text).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_scorer"))
         .args(["--check-policy", "--policy"])

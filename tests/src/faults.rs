@@ -287,6 +287,36 @@ impl ScorerService for NonsenseService {
         tokio::time::sleep(self.get_policy_delay).await;
         Ok(tonic::Response::new(self.policy.clone()))
     }
+
+    async fn explain(
+        &self,
+        _request: tonic::Request<ScoreRequest>,
+    ) -> Result<tonic::Response<gpu_admission_proto::scorer::v1::ExplainResponse>, tonic::Status>
+    {
+        Err(tonic::Status::unimplemented(
+            "a nonsense scorer explains nothing",
+        ))
+    }
+
+    // A nonsense scorer learns nothing: it has no state to share.
+    async fn export_state(
+        &self,
+        _request: tonic::Request<gpu_admission_proto::scorer::v1::ExportStateRequest>,
+    ) -> Result<tonic::Response<gpu_admission_proto::scorer::v1::LearnedState>, tonic::Status> {
+        Err(tonic::Status::unimplemented(
+            "a nonsense scorer has no state",
+        ))
+    }
+
+    async fn import_state(
+        &self,
+        _request: tonic::Request<gpu_admission_proto::scorer::v1::LearnedState>,
+    ) -> Result<tonic::Response<gpu_admission_proto::scorer::v1::ImportStateResponse>, tonic::Status>
+    {
+        Err(tonic::Status::unimplemented(
+            "a nonsense scorer has no state",
+        ))
+    }
 }
 
 impl NonsenseScorer {

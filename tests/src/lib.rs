@@ -39,6 +39,7 @@ pub mod decision;
 pub mod faults;
 pub mod gpu;
 pub mod https;
+pub mod observer;
 pub mod process;
 pub mod review;
 pub mod services;

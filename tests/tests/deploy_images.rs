@@ -1,4 +1,4 @@
-//! Dockerfile.scorer / Dockerfile.webhook and .dockerignore, checked without a Docker engine (none
+//! Dockerfile.scorer / Dockerfile.webhook / Dockerfile.observer and .dockerignore, checked without a Docker engine (none
 //! runs here, so the images themselves are not built): hadolint passes; the final stage is a
 //! distroless non-root image exposing the ports the manifests use; the entrypoint is the binary the
 //! builder compiles (--locked, --release) after a separately cached dependency layer; and the build
@@ -16,20 +16,27 @@ use std::process::Command;
 use support::{arr_at, repo_root};
 
 /// (Dockerfile, cargo package, binary, ports its Deployment exposes, Deployment name)
-const IMAGES: [(&str, &str, &str, [u16; 2], &str); 2] = [
+const IMAGES: [(&str, &str, &str, &[u16], &str); 3] = [
     (
         "Dockerfile.scorer",
         "scorer",
         "scorer",
-        [50051, 9091],
+        &[50051, 9091],
         "gpu-admission-scorer",
     ),
     (
         "Dockerfile.webhook",
         "webhook-frontend",
         "webhook-frontend",
-        [8443, 9092],
+        &[8443, 9092],
         "gpu-admission-webhook",
+    ),
+    (
+        "Dockerfile.observer",
+        "observer",
+        "observer",
+        &[9093],
+        "gpu-admission-observer",
     ),
 ];
 
@@ -111,7 +118,7 @@ fn dockerfiles_build_the_right_binary_into_a_small_non_root_image() {
                     .map(|p| p.trim_end_matches("/tcp").parse().unwrap())
             })
             .collect();
-        assert_eq!(exposed, ports.into_iter().collect(), "{file}: EXPOSE");
+        assert_eq!(exposed, ports.iter().copied().collect(), "{file}: EXPOSE");
         let entry = final_stage
             .iter()
             .find(|(k, _)| k == "ENTRYPOINT")
@@ -188,18 +195,14 @@ fn manifests_run_the_images_the_dockerfiles_build() {
             text.contains(&format!("docker build -f {file} -t {name}:{tag} .")),
             "{file} documents how to build {image}"
         );
-        assert!(name.ends_with(if binary == "scorer" {
-            "/scorer"
-        } else {
-            "/webhook-frontend"
-        }));
+        assert!(name.ends_with(&format!("/{binary}")), "{image}");
         let container_ports: BTreeSet<u16> = arr_at(c, "/ports")
             .iter()
             .map(|p| p["containerPort"].as_u64().unwrap() as u16)
             .collect();
         assert_eq!(
             container_ports,
-            ports.into_iter().collect(),
+            ports.iter().copied().collect(),
             "{deployment} ports"
         );
         // The image's user is the Pod's runAsUser (distroless nonroot = 65532).

@@ -27,6 +27,7 @@ const MUTATE_PATH: &str = "/mutate-pod";
 
 const WEBHOOK_DEPLOYMENT: &str = "gpu-admission-webhook";
 const SCORER_DEPLOYMENT: &str = "gpu-admission-scorer";
+const OBSERVER_DEPLOYMENT: &str = "gpu-admission-observer";
 const WEBHOOK_CONFIG: &str = "gpu-admission";
 const TLS_SECRET: &str = "gpu-admission-webhook-tls";
 const POLICY_FILE: &str = "deploy/kustomize/base/policy/default-policy.yaml";
@@ -362,6 +363,7 @@ fn pods_are_hardened_and_the_webhook_is_highly_available() {
         for (name, cname) in [
             (WEBHOOK_DEPLOYMENT, "webhook"),
             (SCORER_DEPLOYMENT, "scorer"),
+            (OBSERVER_DEPLOYMENT, "observer"),
         ] {
             let d = m.get("Deployment", name);
             let pod = &d["spec"]["template"]["spec"];
@@ -583,7 +585,12 @@ fn rule_set(rules: &[Value]) -> BTreeMap<(String, String), (BTreeSet<String>, BT
 
 /// The RBAC subjects bound to the webhook's ServiceAccount, as (kind, name) of the roles.
 fn roles_bound_to_webhook(m: &Rendered) -> Vec<(String, String)> {
-    let d = m.get("Deployment", WEBHOOK_DEPLOYMENT);
+    roles_bound_to(m, WEBHOOK_DEPLOYMENT)
+}
+
+/// The roles bound to the ServiceAccount a Deployment runs as, as (kind, name).
+fn roles_bound_to(m: &Rendered, deployment: &str) -> Vec<(String, String)> {
+    let d = m.get("Deployment", deployment);
     let sa = str_at(d, "/spec/template/spec/serviceAccountName");
     m.get("ServiceAccount", sa);
     m.objects
@@ -911,18 +918,36 @@ fn network_policies_admit_the_apiserver_and_only_the_webhook_reaches_the_scorer(
         .collect();
     assert_eq!(grpc_rules.len(), 1);
     let from = arr_at(grpc_rules[0], "/from");
+    let observer_labels =
+        &m.get("Deployment", OBSERVER_DEPLOYMENT)["spec"]["template"]["metadata"]["labels"];
     assert_eq!(
         from.len(),
-        1,
-        "only the webhook reaches the scorer's gRPC port"
+        2,
+        "only the webhook and the observer reach the scorer's gRPC port"
     );
-    for (k, v) in from[0]["podSelector"]["matchLabels"]
-        .as_object()
-        .expect("a podSelector")
-    {
-        assert_eq!(&webhook_labels[k], v);
+    for (peer, labels) in from.iter().zip([webhook_labels, observer_labels]) {
+        for (k, v) in peer["podSelector"]["matchLabels"]
+            .as_object()
+            .expect("a podSelector")
+        {
+            assert_eq!(&labels[k], v);
+        }
+        assert!(peer.get("namespaceSelector").is_none());
     }
-    assert!(from[0].get("namespaceSelector").is_none());
+    // The observer may dial the scorer and the apiserver; nothing may dial it but scrapers (9093).
+    let op = policies
+        .iter()
+        .find(|p| applies_to(p, observer_labels))
+        .expect("observer policy");
+    assert_eq!(ingress_ports(op), [(9093, true)]);
+    assert!(arr_at(op, "/spec/egress").iter().any(|r| {
+        arr_at(r, "/ports").iter().any(|p| p["port"] == 50051)
+            && arr_at(r, "/to").iter().any(|t| {
+                t["podSelector"]["matchLabels"]
+                    .as_object()
+                    .is_some_and(|s| s.iter().all(|(k, v)| scorer_labels[k] == *v))
+            })
+    }));
     // The webhook may dial the scorer.
     assert!(arr_at(wp, "/spec/egress").iter().any(|r| {
         arr_at(r, "/ports").iter().any(|p| p["port"] == 50051)
@@ -1147,4 +1172,180 @@ fn json_pod(containers: Value, init: Option<Value>) -> Value {
         pod["spec"]["initContainers"] = init;
     }
     pod
+}
+
+// ----------------------------------------------------------------------------------------------------------
+// The runtime observer and the scorer replicas it keeps converged.
+
+const OBSERVER_LEASE: &str = "gpu-admission-observer";
+const LEARNED_STATE_CONFIGMAP: &str = "gpu-admission-learned-state";
+
+#[test]
+fn observer_rbac_grants_exactly_what_it_uses() {
+    let Some(modes) = support::rendered_modes() else {
+        return;
+    };
+    // What the code uses: Api<T> in observer/src (its Lease goes through kube-lease-manager: get + patch).
+    let sources = support::rust_sources("observer/src");
+    let api_types: Vec<&str> = sources.iter().flat_map(|(_, t)| api_type_args(t)).collect();
+    let used: BTreeSet<&str> = KNOWN_TYPES
+        .iter()
+        .filter(|(ty, _, _)| api_types.iter().any(|arg| contains_word(arg, ty)))
+        .map(|(_, _, r)| *r)
+        .collect();
+    assert_eq!(used, BTreeSet::from(["configmaps", "nodes", "pods"]));
+    for arg in &api_types {
+        let inner = arg.rsplit('<').next().unwrap().trim_end_matches('>').trim();
+        let ty = inner.rsplit("::").next().unwrap();
+        assert!(
+            ty.len() <= 1 || KNOWN_TYPES.iter().any(|(k, _, _)| *k == ty),
+            "observer uses Api<{arg}>: add it to KNOWN_TYPES and grant its RBAC"
+        );
+    }
+    let set = |pairs: &[(&str, &str)]| -> BTreeSet<String> {
+        pairs.iter().map(|(a, b)| format!("{a}/{b}")).collect()
+    };
+    for m in modes {
+        let d = m.get("Deployment", OBSERVER_DEPLOYMENT);
+        let bound: BTreeSet<(String, String)> =
+            roles_bound_to(m, OBSERVER_DEPLOYMENT).into_iter().collect();
+        assert_eq!(
+            bound,
+            BTreeSet::from([
+                ("ClusterRole".to_string(), OBSERVER_DEPLOYMENT.to_string()),
+                ("Role".to_string(), OBSERVER_DEPLOYMENT.to_string())
+            ]),
+            "{}",
+            m.mode
+        );
+        // Cluster-wide: read-only Pods and Nodes (list + watch, never by name).
+        let cluster = rule_set(arr_at(m.get("ClusterRole", OBSERVER_DEPLOYMENT), "/rules"));
+        let keys: Vec<(&str, &str)> = cluster
+            .keys()
+            .map(|(g, r)| (g.as_str(), r.as_str()))
+            .collect();
+        assert_eq!(
+            set(&keys),
+            set(&[("", "nodes"), ("", "pods")]),
+            "{}",
+            m.mode
+        );
+        for (verbs, names) in cluster.values() {
+            assert_eq!(
+                verbs,
+                &BTreeSet::from(["list".to_string(), "watch".to_string()])
+            );
+            assert!(names.is_empty());
+        }
+        // In our namespace, by name: the Lease (get + patch) and the state ConfigMap (get + update).
+        let role = m.get("Role", OBSERVER_DEPLOYMENT);
+        assert_eq!(str_at(role, "/metadata/namespace"), NAMESPACE);
+        let rules = rule_set(arr_at(role, "/rules"));
+        let lease = &rules[&("coordination.k8s.io".to_string(), "leases".to_string())];
+        assert_eq!(
+            lease.0,
+            BTreeSet::from(["get".to_string(), "patch".to_string()])
+        );
+        assert_eq!(lease.1, BTreeSet::from([OBSERVER_LEASE.to_string()]));
+        let cm = &rules[&("".to_string(), "configmaps".to_string())];
+        assert_eq!(
+            cm.0,
+            BTreeSet::from(["get".to_string(), "update".to_string()])
+        );
+        assert_eq!(cm.1, BTreeSet::from([LEARNED_STATE_CONFIGMAP.to_string()]));
+        assert_eq!(rules.len(), 2, "{}: nothing else", m.mode);
+        // Both named objects are shipped (no create needed), and the flags point at them.
+        m.get("Lease", OBSERVER_LEASE);
+        m.get("ConfigMap", LEARNED_STATE_CONFIGMAP);
+        let a = args(container(d, "observer"));
+        assert_eq!(arg_value(&a, "--lease").as_deref(), Some(OBSERVER_LEASE));
+        assert_eq!(
+            arg_value(&a, "--state-configmap").as_deref(),
+            Some(LEARNED_STATE_CONFIGMAP)
+        );
+        assert!(d["spec"]["replicas"].as_i64().unwrap() >= 2, "{}", m.mode);
+    }
+}
+
+#[test]
+fn the_observer_finds_every_ready_scorer_replica_through_a_headless_service() {
+    let Some(modes) = support::rendered_modes() else {
+        return;
+    };
+    for m in modes {
+        let scorer = m.get("Deployment", SCORER_DEPLOYMENT);
+        assert!(
+            scorer["spec"]["replicas"].as_i64().unwrap() >= 2,
+            "{}",
+            m.mode
+        );
+        let pod_labels = &scorer["spec"]["template"]["metadata"]["labels"];
+        let pdb = m.get("PodDisruptionBudget", SCORER_DEPLOYMENT);
+        assert!(pdb["spec"]["minAvailable"].as_i64().unwrap() >= 1);
+        for (k, v) in pdb["spec"]["selector"]["matchLabels"].as_object().unwrap() {
+            assert_eq!(&pod_labels[k], v, "PDB selects the scorer Pods");
+        }
+
+        let d = m.get("Deployment", OBSERVER_DEPLOYMENT);
+        let c = container(d, "observer");
+        let a = args(c);
+        let url = arg_value(&a, "--scorer").expect("observer --scorer");
+        let host_port = url.strip_prefix("http://").expect("plain-text gRPC");
+        let (host, port) = host_port.split_once(':').unwrap();
+        let mut labels = host.split('.');
+        let svc = m.get("Service", labels.next().unwrap());
+        assert_eq!(
+            labels.next(),
+            Some(NAMESPACE),
+            "{host}: the namespace is named"
+        );
+        assert_eq!(
+            svc["spec"]["clusterIP"], "None",
+            "headless: one address per Pod"
+        );
+        assert_ne!(svc["spec"]["publishNotReadyAddresses"], true);
+        assert!(selects(svc, scorer));
+        let svc_port = arr_at(svc, "/spec/ports")
+            .iter()
+            .find(|p| p["port"].as_i64() == Some(port.parse().unwrap()))
+            .expect("the headless Service has the --scorer port");
+        let sc = container(scorer, "scorer");
+        assert_eq!(
+            resolve_target_port(&svc_port["targetPort"], sc),
+            port_of_listen(&arg_value(&args(sc), "--listen").unwrap())
+        );
+        // Its identity in the Lease is its Pod name; its namespace the Pod's.
+        let env = arr_at(c, "/env");
+        let field = |name: &str| {
+            env.iter()
+                .find(|e| e["name"] == name)
+                .map(|e| str_at(e, "/valueFrom/fieldRef/fieldPath").to_string())
+        };
+        assert_eq!(field("OBSERVER_IDENTITY").as_deref(), Some("metadata.name"));
+        assert_eq!(
+            field("OBSERVER_NAMESPACE").as_deref(),
+            Some("metadata.namespace")
+        );
+        let admin = arg_value(&a, "--admin-listen").expect("observer --admin-listen");
+        assert_eq!(port_of_listen(&admin), 9093);
+        assert_eq!(
+            resolve_target_port(&c["livenessProbe"]["httpGet"]["port"], c),
+            9093
+        );
+    }
+}
+
+#[test]
+fn observer_args_are_flags_the_real_binary_accepts() {
+    let Some(modes) = support::rendered_modes() else {
+        return;
+    };
+    let flags = flags_of(gpu_admission_tests::observer::observer_binary());
+    assert!(flags.contains("--scorer") && flags.contains("--lease"));
+    for m in modes {
+        let c = container(m.get("Deployment", OBSERVER_DEPLOYMENT), "observer");
+        for f in flag_names(&args(c)) {
+            assert!(flags.contains(&f), "{}: observer has no {f}", m.mode);
+        }
+    }
 }

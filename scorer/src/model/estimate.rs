@@ -1,68 +1,100 @@
-//! Gaussian runtime estimates per (job type, GPU class).
+//! Runtime estimates: what is stored about observed runtimes, and how a job's size enters them.
 //!
-//! Prior: mean μ₀ = baseRuntimeSeconds / throughput^throughputExponent, σ₀ = relativeStddev · μ₀.
-//! Observations update it as a normal-normal model whose observation noise is `k·σ₀²`, where `k` is the
-//! policy's `priorStrength`: the prior weighs as much as `k` observations, so after `n` observations
-//! with sum `S`, μ = (k·μ₀ + S)/(k + n) and σ² = k·σ₀²/(k + n). The mean converges to the observed
-//! mean; σ is the uncertainty of that mean and shrinks with every observation.
+//! Runtimes are modelled in natural-log space. An observed runtime `t` of a job on `g` GPUs is stored
+//! as `y = ln t + s·ln g` (its 1-GPU equivalent, `s` = the policy's `learning.gpuScalingExponent`):
+//! the scaling model is t(g) = t(1) / g^s, so jobs of different sizes are compared at one size and
+//! never averaged as if equal. The estimate itself (shared across job types and classes) is
+//! [`super::posterior`].
+//!
+//! Sums are kept in fixed point ([`Stat`]): adding the same observations in any order gives
+//! bit-identical state, so two replicas that learned the same observations answer identically.
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::policy::{GpuClass, RuntimeProfile};
+/// Fixed-point unit of [`Stat`] sums: 2⁻³² (rounding error ≈ 2·10⁻¹⁰, irrelevant next to runtime noise).
+const UNIT: f64 = 4_294_967_296.0;
 
+/// The estimate of a runtime, in seconds: mean and standard deviation of that mean.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Gaussian {
     pub mean: f64,
     pub stddev: f64,
 }
 
-/// Sufficient statistics of the observations of one quantity.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct Observations {
-    pub count: u64,
-    pub sum: f64,
+/// A log-normal estimate: ln(runtime) ~ N(`log_mean`, `log_var`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LogNormal {
+    pub log_mean: f64,
+    pub log_var: f64,
 }
 
-impl Observations {
+impl LogNormal {
+    /// Mean and standard deviation in seconds.
+    pub fn seconds(self) -> Gaussian {
+        let mean = (self.log_mean + self.log_var / 2.0).exp();
+        Gaussian {
+            mean,
+            stddev: mean * (self.log_var.exp() - 1.0).max(0.0).sqrt(),
+        }
+    }
+
+    /// Shifted by `delta` in log space (a size or an interference factor).
+    pub fn shifted(self, delta: f64) -> Self {
+        Self {
+            log_mean: self.log_mean + delta,
+            ..self
+        }
+    }
+}
+
+/// ln of the factor a job on `gpus` GPUs runs faster than on one: s·ln g.
+pub fn size_log_speedup(gpus: u32, exponent: f64) -> f64 {
+    exponent * f64::from(gpus.max(1)).ln()
+}
+
+/// Count and fixed-point sum of observed values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stat {
+    pub count: u64,
+    /// Σ values, in units of 2⁻³².
+    pub sum: i64,
+}
+
+impl Stat {
     pub fn add(&mut self, x: f64) {
         self.count += 1;
-        self.sum += x;
+        self.sum = self.sum.saturating_add((x * UNIT).round() as i64);
+    }
+
+    pub fn sum(&self) -> f64 {
+        self.sum as f64 / UNIT
+    }
+
+    /// Mean of the values (0 when none).
+    pub fn mean(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.sum() / self.count as f64
+        }
     }
 
     /// Posterior mean of a quantity whose prior mean `prior` weighs as `strength` observations.
     pub fn shrunk_mean(&self, prior: f64, strength: f64) -> f64 {
-        (strength * prior + self.sum) / (strength + self.count as f64)
+        (strength * prior + self.sum()) / (strength + self.count as f64)
     }
 }
 
-/// The prior runtime of a job with `profile` on `class`.
-pub fn prior(profile: &RuntimeProfile, class: &GpuClass) -> Gaussian {
-    let mean =
-        profile.base_runtime_seconds / class.relative_throughput.powf(profile.throughput_exponent);
-    Gaussian {
-        mean,
-        stddev: profile.relative_stddev * mean,
-    }
-}
-
-/// The posterior after `obs`, with the prior weighing as `strength` observations.
-pub fn posterior(prior: Gaussian, obs: Observations, strength: f64) -> Gaussian {
-    let n = obs.count as f64;
-    Gaussian {
-        mean: obs.shrunk_mean(prior.mean, strength),
-        stddev: prior.stddev * (strength / (strength + n)).sqrt(),
-    }
-}
-
-/// Observed runtimes, keyed by job type then GPU class (names, so that they survive policy edits).
+/// Observed 1-GPU log runtimes (interference taken out), keyed by job type then GPU class (names, so
+/// they survive policy edits).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RuntimeTable {
-    pub by_job: BTreeMap<String, BTreeMap<String, Observations>>,
+    pub by_job: BTreeMap<String, BTreeMap<String, Stat>>,
 }
 
 impl RuntimeTable {
-    pub fn get(&self, job_type: &str, class: &str) -> Observations {
+    pub fn get(&self, job_type: &str, class: &str) -> Stat {
         self.by_job
             .get(job_type)
             .and_then(|m| m.get(class))
@@ -70,18 +102,13 @@ impl RuntimeTable {
             .unwrap_or_default()
     }
 
-    /// The observations of one job type on every class (empty when none).
-    pub fn for_job(&self, job_type: &str) -> Option<&BTreeMap<String, Observations>> {
-        self.by_job.get(job_type)
-    }
-
-    pub fn record(&mut self, job_type: &str, class: &str, runtime_seconds: f64) {
+    pub fn record(&mut self, job_type: &str, class: &str, log_runtime_1gpu: f64) {
         self.by_job
             .entry(job_type.to_string())
             .or_default()
             .entry(class.to_string())
             .or_default()
-            .add(runtime_seconds);
+            .add(log_runtime_1gpu);
     }
 }
 
@@ -90,54 +117,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn prior_scales_with_throughput_and_exponent() {
-        let class = GpuClass {
-            name: "X".into(),
-            vendor: crate::policy::Vendor::Nvidia,
-            memory_gib: 80.0,
-            relative_throughput: 2.0,
-            price_per_hour: 1.0,
-            gpus_per_node: 8,
-            node_label_key: "k".into(),
-            node_label_value: "X".into(),
-            taint_key: None,
-        };
-        let p = RuntimeProfile {
-            base_runtime_seconds: 100.0,
-            relative_stddev: 0.5,
-            throughput_exponent: 1.0,
-        };
-        assert_eq!(
-            prior(&p, &class),
-            Gaussian {
-                mean: 50.0,
-                stddev: 25.0
-            }
-        );
-        let flat = RuntimeProfile {
-            throughput_exponent: 0.0,
-            ..p
-        };
-        assert_eq!(prior(&flat, &class).mean, 100.0);
+    fn fixed_point_sums_do_not_depend_on_order() {
+        let xs = [10.123_456_789, 9.87, 11.000_000_1, 8.5, 10.0];
+        let mut a = Stat::default();
+        let mut b = Stat::default();
+        xs.iter().for_each(|&x| a.add(x));
+        xs.iter().rev().for_each(|&x| b.add(x));
+        assert_eq!(a, b);
+        assert!((a.mean() - xs.iter().sum::<f64>() / 5.0).abs() < 1e-9);
+        assert!((a.shrunk_mean(0.0, 5.0) - a.mean() / 2.0).abs() < 1e-9);
     }
 
     #[test]
-    fn posterior_converges_to_the_observed_mean_and_narrows() {
-        let p = Gaussian {
-            mean: 100.0,
-            stddev: 30.0,
+    fn lognormal_seconds_and_size() {
+        let e = LogNormal {
+            log_mean: 100f64.ln(),
+            log_var: 0.0,
         };
-        let mut obs = Observations::default();
-        let mut last = posterior(p, obs, 4.0);
-        assert_eq!(last, p);
-        for i in 0..400 {
-            // Observations alternate around 250 s.
-            obs.add(if i % 2 == 0 { 240.0 } else { 260.0 });
-            let post = posterior(p, obs, 4.0);
-            assert!(post.stddev < last.stddev);
-            last = post;
-        }
-        assert!((last.mean - 250.0).abs() < 2.0, "mean {}", last.mean);
-        assert!(last.stddev < 3.0, "stddev {}", last.stddev);
+        assert!((e.seconds().mean - 100.0).abs() < 1e-9);
+        assert_eq!(e.seconds().stddev, 0.0);
+        // 8 GPUs with s = 1: 8x faster.
+        let eight = e.shifted(-size_log_speedup(8, 1.0));
+        assert!((eight.seconds().mean - 12.5).abs() < 1e-9);
+        assert_eq!(size_log_speedup(0, 0.9), 0.0);
+        let wide = LogNormal {
+            log_mean: 0.0,
+            log_var: 0.25,
+        };
+        assert!(wide.seconds().mean > 1.0 && wide.seconds().stddev > 0.5);
     }
 }

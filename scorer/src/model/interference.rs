@@ -1,19 +1,22 @@
 //! Interference between job types: the policy's prior matrix, learned from observed slowdowns.
 //!
-//! The slowdown of a pair is the mean relative slowdown (0.3 = 30 % longer) observed when both shared
-//! a node, shrunk toward the prior exactly like the runtime estimates: the prior weighs as
-//! `priorStrength` observations. Pairs are unordered.
+//! A pair's slowdown s (0.3 = 30 % longer) is learned in log space: each observation of the pair is
+//! ln(1 + s_observed), where s_observed is how much longer the run took than the (interference-free)
+//! runtime estimate, less what the other co-located job types account for. The mean is shrunk toward
+//! ln(1 + prior), the prior weighing as `priorStrength` observations; s = e^mean − 1. Observations are
+//! not clamped at 0, so run-to-run noise averages out instead of piling up as phantom interference.
+//! Pairs are unordered.
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::estimate::Observations;
+use super::estimate::Stat;
 use crate::policy::Policy;
 
 /// Observed slowdowns, keyed by the lexically smaller job type, then the larger.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct InterferenceTable {
-    pub pairs: BTreeMap<String, BTreeMap<String, Observations>>,
+    pub pairs: BTreeMap<String, BTreeMap<String, Stat>>,
 }
 
 fn ordered<'a>(a: &'a str, b: &'a str) -> (&'a str, &'a str) {
@@ -21,7 +24,7 @@ fn ordered<'a>(a: &'a str, b: &'a str) -> (&'a str, &'a str) {
 }
 
 impl InterferenceTable {
-    pub fn get(&self, a: &str, b: &str) -> Observations {
+    pub fn get(&self, a: &str, b: &str) -> Stat {
         let (lo, hi) = ordered(a, b);
         self.pairs
             .get(lo)
@@ -30,6 +33,7 @@ impl InterferenceTable {
             .unwrap_or_default()
     }
 
+    /// Records one observed slowdown of the pair (clamped to > −50 %, a guard against nonsense).
     pub fn record(&mut self, a: &str, b: &str, slowdown: f64) {
         let (lo, hi) = ordered(a, b);
         self.pairs
@@ -37,7 +41,7 @@ impl InterferenceTable {
             .or_default()
             .entry(hi.to_string())
             .or_default()
-            .add(slowdown);
+            .add(slowdown.max(-0.5).ln_1p());
     }
 }
 
@@ -52,9 +56,12 @@ pub fn prior_slowdown(policy: &Policy, a: &str, b: &str) -> f64 {
 
 /// The current estimate of the slowdown between two job types.
 pub fn slowdown(policy: &Policy, learned: &InterferenceTable, a: &str, b: &str) -> f64 {
+    let prior = prior_slowdown(policy, a, b).max(0.0).ln_1p();
     learned
         .get(a, b)
-        .shrunk_mean(prior_slowdown(policy, a, b), policy.learning.prior_strength)
+        .shrunk_mean(prior, policy.learning.prior_strength)
+        .exp_m1()
+        .max(0.0)
 }
 
 /// Sum of the slowdowns `job_type` suffers from each (distinct) co-located job type.

@@ -1,24 +1,40 @@
-//! The scoring model: pure functions of (policy, learned state, request), no I/O.
+//! The scoring model: pure functions of (policy, learned state, request, seed), no I/O.
 //!
-//! [`score`] checks feasibility, estimates each class's runtime ([`estimate`]), weighs it by the tier's
-//! objective and the cost function ([`objective`]), lets the information gain change the winner only
-//! within the exploration budget ([`exploration`]), and computes the job's priority ([`priority`]) and
-//! avoid-list ([`interference`]). [`observe`] feeds an observed runtime back into [`Learned`].
+//! [`score`] checks feasibility, estimates each class's runtime ([`posterior`]: a hierarchical model
+//! that shares what was learned across job types and classes), weighs it by the tier's objective and
+//! the cost function ([`objective`]), explores by Thompson sampling within the exploration budget
+//! ([`exploration`], [`sampling`]), and computes the job's priority ([`priority`]) and avoid-list
+//! ([`interference`]). [`observe`] feeds an observed runtime back into [`Learned`], once per
+//! observation id ([`observed`]).
+//!
+//! Exploration: every decision draws, from a seed derived from the request and the learned state, one
+//! posterior sample of each class's runtime. The class whose *sampled* cost is lowest is the one
+//! Thompson sampling would try; it is chosen over the lowest expected cost only when the decision's
+//! seeded draw is below `explorationCap` *and* the window's budget allows it (and once at least one
+//! observation arrived: without an observer, exploring teaches nothing). So exploration goes where
+//! a class may plausibly be better (its chance of being tried is its posterior chance of being the best),
+//! its share stays ≤ the cap, and the same request on the same state gets the same answer.
 pub mod estimate;
 pub mod exploration;
 pub mod feasibility;
 pub mod interference;
 pub mod objective;
+pub mod observed;
+pub mod posterior;
 pub mod priority;
+pub mod sampling;
+
+use std::sync::Arc;
 
 use ndarray::Array1;
 use serde::{Deserialize, Serialize};
 
-use crate::policy::{Bucket, Policy, RuntimeProfile, Vendor, WorkloadClass};
+use crate::policy::{Bucket, Policy, Vendor, WorkloadClass};
 use estimate::{Gaussian, RuntimeTable};
 use exploration::ExplorationWindow;
 use feasibility::{Infeasible, Needs};
 use interference::InterferenceTable;
+use posterior::{JobRef, Posterior};
 
 /// A job to score, in the model's terms (already validated: numbers are finite and non-negative).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -41,7 +57,75 @@ pub struct JobRequest {
 pub struct Learned {
     pub runtimes: RuntimeTable,
     pub interference: InterferenceTable,
+    /// This replica's recent decisions (not shared between replicas: each spends its own budget).
     pub exploration: ExplorationWindow,
+    /// Ids of the observations learned.
+    #[serde(default)]
+    pub observed: observed::ObservedIds,
+    /// Distinct observations learned (also those whose ids were forgotten).
+    #[serde(default)]
+    pub observations: u64,
+    /// The posterior of the current policy, rebuilt after every change (never serialised).
+    #[serde(skip)]
+    pub posterior: PosteriorCache,
+}
+
+/// A cached [`Posterior`] and state digest; they do not take part in comparisons of learned states.
+#[derive(Clone, Default)]
+pub struct PosteriorCache(Option<Arc<Posterior>>, Option<Arc<str>>);
+
+impl PartialEq for PosteriorCache {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for PosteriorCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "PosteriorCache(cached)"
+        } else {
+            "PosteriorCache(empty)"
+        })
+    }
+}
+
+impl Learned {
+    /// The posterior for `policy`: the cached one when it was computed for this policy.
+    pub fn posterior(&self, policy: &Policy) -> Arc<Posterior> {
+        match &self.posterior.0 {
+            Some(p) if p.fingerprint == posterior::fingerprint(policy) => p.clone(),
+            _ => Arc::new(Posterior::compute(policy, &self.runtimes)),
+        }
+    }
+
+    /// Makes sure the cached posterior is the one of `policy` (after a change or a policy reload).
+    pub fn refresh(&mut self, policy: &Policy) {
+        let fresh = self.posterior(policy);
+        let digest = Some(self.digest());
+        self.posterior = PosteriorCache(Some(fresh), digest);
+    }
+
+    /// Drops the caches (after the learned statistics changed).
+    pub fn invalidate(&mut self) {
+        self.posterior = PosteriorCache(None, None);
+    }
+
+    /// Digest of what was learned (statistics, observation ids; not this replica's exploration
+    /// window): equal digests mean equal answers under the same policy and budget.
+    pub fn digest(&self) -> Arc<str> {
+        if let Some(d) = &self.posterior.1 {
+            return d.clone();
+        }
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        let tables = serde_json::to_vec(&(&self.runtimes, &self.interference))
+            .expect("plain maps of integers serialise");
+        h.update(&tables);
+        h.update(self.observed.fingerprint().to_le_bytes());
+        h.update(self.observations.to_le_bytes());
+        hex::encode(&h.finalize()[..16]).into()
+    }
 }
 
 /// How the scorer weighed one class.
@@ -51,10 +135,18 @@ pub struct Candidate {
     pub class: usize,
     pub infeasible: Vec<Infeasible>,
     pub runtime: Gaussian,
+    /// The runtime the catalog alone predicts (seconds).
+    pub prior_mean: f64,
+    /// Observations of this job type on this class.
+    pub observations: u64,
+    /// Expected relative slowdown from the co-located job types.
+    pub slowdown: f64,
     pub information_gain: f64,
     pub interference_penalty: f64,
     /// 0 when infeasible.
     pub cost: f64,
+    /// Cost of this decision's posterior draw (what exploration ranks on); 0 when infeasible.
+    pub sampled_cost: f64,
 }
 
 impl Candidate {
@@ -78,6 +170,48 @@ pub struct Decision {
     pub explored: bool,
     /// Set when no class is feasible.
     pub infeasible_reason: Option<String>,
+    /// Which rule picked the answer.
+    pub why: Why,
+}
+
+/// The rule that picked a decision's class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    LowestCost,
+    Exploration,
+    /// The posterior draw favoured another class, but the decision's draw or the budget did not allow
+    /// exploring.
+    ExplorationDeclined,
+    TiePreferredClass,
+    TieCatalogOrder,
+    SingleFeasibleClass,
+    NoFeasibleClass,
+}
+
+impl Rule {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rule::LowestCost => "lowest-cost",
+            Rule::Exploration => "exploration",
+            Rule::ExplorationDeclined => "exploration-declined",
+            Rule::TiePreferredClass => "tie-preferred-class",
+            Rule::TieCatalogOrder => "tie-catalog-order",
+            Rule::SingleFeasibleClass => "single-feasible-class",
+            Rule::NoFeasibleClass => "no-feasible-class",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Why {
+    pub rule: Rule,
+    /// The rule in one sentence, with the numbers.
+    pub reason: String,
+    /// The class of lowest cost, and the class of lowest sampled cost (indices into `policy.classes`).
+    pub exploit: Option<usize>,
+    pub sampled: Option<usize>,
+    /// Whether this decision's draw and the budget allowed exploring.
+    pub exploration_allowed: bool,
 }
 
 impl Decision {
@@ -86,19 +220,19 @@ impl Decision {
     }
 }
 
-/// The runtime profile of a job type (its own, else its workload class's).
-fn profile(policy: &Policy, job_type: &str, workload: WorkloadClass) -> RuntimeProfile {
-    match policy.job_index(job_type) {
-        Some(j) => policy.job_types[j].profile,
-        None => policy.workload_profile(workload),
-    }
+/// Who the job is for the runtime model.
+fn job_ref(policy: &Policy, job_type: &str, workload: WorkloadClass) -> JobRef {
+    policy
+        .job_index(job_type)
+        .map_or(JobRef::Unknown(workload), JobRef::Known)
 }
 
-/// The current runtime estimate of `job_type` on class `class`.
+/// The current runtime estimate of a known or unknown `job_type` on `gpus` GPUs of class `class`.
 pub fn runtime_estimate(
     policy: &Policy,
     learned: &Learned,
     job_type: &str,
+    gpus: u32,
     class: usize,
 ) -> Gaussian {
     let workload = policy
@@ -106,18 +240,23 @@ pub fn runtime_estimate(
         .map_or(WorkloadClass::Unknown, |j| {
             policy.job_types[j].workload_class
         });
-    let prior = estimate::prior(&profile(policy, job_type, workload), &policy.classes[class]);
-    let obs = learned.runtimes.get(job_type, &policy.classes[class].name);
-    estimate::posterior(prior, obs, policy.learning.prior_strength)
+    let size = estimate::size_log_speedup(gpus, policy.learning.gpu_scaling_exponent);
+    learned
+        .posterior(policy)
+        .estimate(policy, job_ref(policy, job_type, workload), class)
+        .shifted(-size)
+        .seconds()
 }
 
-/// Scores `req`. `explore_allowed` comes from the exploration budget (see [`exploration`]); the
-/// caller records whether the decision explored.
+/// Scores `req`. `budget_allows` says whether the exploration window has room for one more
+/// exploratory decision; `seed` drives this decision's draws (the caller derives it from the request
+/// and the learned state). The caller records whether the decision explored.
 pub fn score(
     policy: &Policy,
     learned: &Learned,
     req: &JobRequest,
-    explore_allowed: bool,
+    budget_allows: bool,
+    seed: u64,
 ) -> Decision {
     let tier_index = policy.tier_index(&req.tier).unwrap_or(policy.default_tier);
     let tier = &policy.tiers[tier_index];
@@ -129,28 +268,38 @@ pub fn score(
         .or(job.map(|j| j.workload_class))
         .unwrap_or(WorkloadClass::Unknown);
     let profile = job.map_or_else(|| policy.workload_profile(workload), |j| j.profile);
+    let who = match policy.job_index(&req.job_type) {
+        Some(j) => JobRef::Known(j),
+        None => JobRef::Unknown(workload),
+    };
     let (memory_gib, memory_defaulted) =
         match (req.memory_gib, job.and_then(|j| j.default_memory_gib)) {
             (Some(m), _) => (Some(m), false),
             (None, Some(d)) => (Some(d), true),
             (None, None) => (None, false),
         };
+    let gpus = req.gpu_count.max(1);
     let needs = Needs {
         vendor: req.vendor,
         memory_gib,
         memory_defaulted,
-        gpu_count: req.gpu_count.max(1),
+        gpu_count: gpus,
         candidates: &req.candidate_classes,
     };
+    let learning = &policy.learning;
+    let size = estimate::size_log_speedup(gpus, learning.gpu_scaling_exponent);
+
+    // This decision's draws: first the exploration gate, then one normal per class (catalog order).
+    // A scorer that has never received an observation does not explore: with nobody reporting
+    // runtimes, trying a class teaches nothing.
+    let mut draws = sampling::Draws::new(seed);
+    let gate = draws.uniform();
+    let exploration_allowed =
+        budget_allows && learned.observations > 0 && gate < learning.exploration_cap;
 
     // Per-class inputs.
     let n = policy.classes.len();
-    let observed = if job.is_some() {
-        learned.runtimes.for_job(&req.job_type)
-    } else {
-        None
-    };
-    let strength = policy.learning.prior_strength;
+    let post = learned.posterior(policy);
     let slowdown = interference::total_slowdown(
         policy,
         &learned.interference,
@@ -159,17 +308,21 @@ pub fn score(
     );
     let mut mean = Array1::zeros(n);
     let mut stddev = Array1::zeros(n);
+    let mut log_var = Array1::zeros(n);
+    let mut sampled = Array1::zeros(n);
     let mut multiplier = Array1::zeros(n);
+    let mut prior_mean = Vec::with_capacity(n);
     let mut infeasible = Vec::with_capacity(n);
     for (i, class) in policy.classes.iter().enumerate() {
-        let obs = observed
-            .and_then(|m| m.get(&class.name))
-            .copied()
-            .unwrap_or_default();
-        let g = estimate::posterior(estimate::prior(&profile, class), obs, strength);
+        let e = post.estimate(policy, who, i).shifted(-size);
+        let g = e.seconds();
         mean[i] = g.mean;
         stddev[i] = g.stddev;
+        log_var[i] = e.log_var;
+        sampled[i] = (e.log_mean + e.log_var.sqrt() * draws.normal()).exp();
         multiplier[i] = objective::multiplier(tier.objective, class);
+        prior_mean
+            .push((posterior::prior_log_mean(&profile, class.relative_throughput) - size).exp());
         infeasible.push(feasibility::check(i, class, tier, &needs));
     }
     let inputs = objective::cost::Inputs {
@@ -177,29 +330,37 @@ pub fn score(
         stddev,
         multiplier,
         interference: Array1::from_elem(n, slowdown),
-        reference_runtime: profile.base_runtime_seconds,
+        log_var,
+        sampled,
+        reference_runtime: profile.base_runtime_seconds * (-size).exp(),
     };
-    let terms = objective::cost::compute(&inputs, &policy.learning);
+    let terms = objective::cost::compute(&inputs, learning);
 
-    // Rank the feasible classes: by cost, then the tier's preferred class, then catalog order.
+    // Rank the feasible classes: by cost, then the tier's preferred class, then catalog order; an
+    // exploratory decision puts the class of lowest sampled cost first.
     let pref = tier.preferred;
     let mut feasible: Vec<usize> = (0..n).filter(|&i| infeasible[i].is_empty()).collect();
-    let best_exploit = feasible
+    feasible.sort_by(|&a, &b| rank(&terms.cost, pref, a, b));
+    let exploit = feasible.first().copied();
+    let sampled_best = feasible
         .iter()
         .copied()
-        .min_by(|&a, &b| rank(&terms.exploit_cost, pref, a, b));
-    let best_explore = feasible
-        .iter()
-        .copied()
-        .min_by(|&a, &b| rank(&terms.cost, pref, a, b));
-    let explored = explore_allowed && best_explore != best_exploit;
-    // Without the budget to explore (or when it changes nothing), rank as pure exploitation.
-    let key = if explored {
-        &terms.cost
-    } else {
-        &terms.exploit_cost
-    };
-    feasible.sort_by(|&a, &b| rank(key, pref, a, b));
+        .min_by(|&a, &b| rank(&terms.sampled_cost, pref, a, b));
+    let explored = exploration_allowed && sampled_best != exploit;
+    if explored && let Some(s) = sampled_best {
+        feasible.retain(|&i| i != s);
+        feasible.insert(0, s);
+    }
+    let why = explain_rule(
+        policy,
+        &feasible,
+        &terms,
+        pref,
+        exploit,
+        sampled_best,
+        explored,
+        exploration_allowed,
+    );
 
     let candidate = |i: usize, feasible: bool| Candidate {
         class: i,
@@ -212,9 +373,13 @@ pub fn score(
             mean: inputs.mean[i],
             stddev: inputs.stddev[i],
         },
+        prior_mean: prior_mean[i],
+        observations: post.count(who, i),
+        slowdown,
         information_gain: terms.information_gain[i],
         interference_penalty: terms.interference_penalty[i],
         cost: if feasible { terms.cost[i] } else { 0.0 },
+        sampled_cost: if feasible { terms.sampled_cost[i] } else { 0.0 },
     };
     let mut candidates: Vec<Candidate> = feasible.iter().map(|&i| candidate(i, true)).collect();
     candidates.extend(
@@ -227,7 +392,7 @@ pub fn score(
         .is_empty()
         .then(|| no_class_reason(policy, tier_index, &candidates));
     let size = priority::Size {
-        gpu_count: req.gpu_count.max(1),
+        gpu_count: gpus,
         memory_gib,
         model_size_billion_params: req.model_size_billion_params,
     };
@@ -242,6 +407,99 @@ pub fn score(
         avoid_job_types: interference::avoid_list(policy, &learned.interference, &req.job_type),
         explored,
         infeasible_reason,
+        why,
+    }
+}
+
+/// Names the rule that picked the first of `ranked` (already in answer order).
+#[allow(clippy::too_many_arguments)]
+fn explain_rule(
+    policy: &Policy,
+    ranked: &[usize],
+    terms: &objective::cost::Terms,
+    pref: Option<usize>,
+    exploit: Option<usize>,
+    sampled: Option<usize>,
+    explored: bool,
+    exploration_allowed: bool,
+) -> Why {
+    let name = |i: usize| policy.classes[i].name.as_str();
+    let (rule, reason) = match (exploit, sampled) {
+        (Some(e), Some(s)) if explored => (
+            Rule::Exploration,
+            format!(
+                "exploring {}: its posterior draw costs {:.4}, below {:.4} for {}; its expected cost is {:.4} against {:.4}",
+                name(s),
+                terms.sampled_cost[s],
+                terms.sampled_cost[e],
+                name(e),
+                terms.cost[s],
+                terms.cost[e]
+            ),
+        ),
+        (Some(e), _) if ranked.len() == 1 => (
+            Rule::SingleFeasibleClass,
+            format!("{} is the only feasible class", name(e)),
+        ),
+        (Some(e), Some(s)) if s != e => (
+            Rule::ExplorationDeclined,
+            format!(
+                "{} has the lowest cost {:.4}; the posterior draw favoured {} but {}",
+                name(e),
+                terms.cost[e],
+                name(s),
+                if exploration_allowed {
+                    "exploring was not needed"
+                } else {
+                    "this decision may not explore (seeded draw above the cap, the window's budget spent, or nothing observed yet)"
+                }
+            ),
+        ),
+        (Some(e), _) => {
+            let second = ranked[1];
+            if terms.cost[second] == terms.cost[e] {
+                if pref == Some(e) {
+                    (
+                        Rule::TiePreferredClass,
+                        format!(
+                            "{} ties with {} at cost {:.4} and is the tier's preferred class",
+                            name(e),
+                            name(second),
+                            terms.cost[e]
+                        ),
+                    )
+                } else {
+                    (
+                        Rule::TieCatalogOrder,
+                        format!(
+                            "{} ties with {} at cost {:.4} and comes first in the catalog",
+                            name(e),
+                            name(second),
+                            terms.cost[e]
+                        ),
+                    )
+                }
+            } else {
+                (
+                    Rule::LowestCost,
+                    format!(
+                        "{} has the lowest cost {:.4} (next: {} at {:.4})",
+                        name(e),
+                        terms.cost[e],
+                        name(second),
+                        terms.cost[second]
+                    ),
+                )
+            }
+        }
+        (None, _) => (Rule::NoFeasibleClass, "no class is feasible".to_string()),
+    };
+    Why {
+        rule,
+        reason,
+        exploit,
+        sampled,
+        exploration_allowed,
     }
 }
 
@@ -286,46 +544,99 @@ fn no_class_reason(policy: &Policy, tier: usize, candidates: &[Candidate]) -> St
 /// An observed runtime, validated by the caller (known job type and class, finite runtime > 0).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Observation {
+    /// Unique id (the Pod UID): an id already learned is not learned again.
+    pub id: Option<String>,
     pub job_type: String,
     pub gpu_class: String,
+    /// GPUs the job ran on (≥ 1).
+    pub gpu_count: u32,
     pub runtime_seconds: f64,
     pub colocated_job_types: Vec<String>,
 }
 
-/// Learns from `obs`: the slowdown against the current estimate updates the interference with each
-/// co-located job type, and the runtime with that slowdown taken out updates the runtime estimate.
-/// Returns the new estimate and its number of observations.
-pub fn observe(policy: &Policy, learned: &mut Learned, obs: &Observation) -> (Gaussian, u64) {
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObserveOutcome {
+    /// The runtime estimate of the job type on the class, at the observed size.
+    pub estimate: Gaussian,
+    /// Observations of the job type on the class.
+    pub observations: u64,
+    /// The id had already been learned: nothing changed.
+    pub duplicate: bool,
+}
+
+/// Learns from `obs` (unless its id was already learned). The run's log runtime is brought to one
+/// GPU (see [`estimate`]); its excess over the current interference-free estimate is the observed
+/// slowdown, shared among the co-located job types (each gets the excess less what the others'
+/// current slowdowns explain); the runtime with the estimated slowdown taken out updates the runtime
+/// model.
+pub fn observe(policy: &Policy, learned: &mut Learned, obs: &Observation) -> ObserveOutcome {
     let class = policy
         .class_index(&obs.gpu_class)
         .expect("validated by the caller");
-    let mut clean = obs.runtime_seconds;
-    if !obs.colocated_job_types.is_empty() {
-        let expected = runtime_estimate(policy, learned, &obs.job_type, class).mean;
-        let slowdown = (obs.runtime_seconds / expected - 1.0).max(0.0);
-        let mut seen: Vec<&str> = Vec::new();
+    let j = policy
+        .job_index(&obs.job_type)
+        .expect("validated by the caller");
+    let size = estimate::size_log_speedup(obs.gpu_count, policy.learning.gpu_scaling_exponent);
+    let duplicate = obs
+        .id
+        .as_deref()
+        .is_some_and(|id| learned.observed.contains(id));
+    if !duplicate {
+        let y = obs.runtime_seconds.ln() + size;
+        let mut colocated: Vec<&str> = Vec::new();
         for other in &obs.colocated_job_types {
-            if !seen.contains(&other.as_str()) && policy.job_index(other).is_some() {
-                seen.push(other);
-                learned.interference.record(&obs.job_type, other, slowdown);
+            if !colocated.contains(&other.as_str()) {
+                colocated.push(other);
             }
         }
-        let total = interference::total_slowdown(
-            policy,
-            &learned.interference,
-            &obs.job_type,
-            &obs.colocated_job_types,
-        );
-        clean /= 1.0 + total;
+        let mut clean = y;
+        if !colocated.is_empty() {
+            let expected = learned
+                .posterior(policy)
+                .estimate(policy, JobRef::Known(j), class)
+                .log_mean;
+            let excess = (y - expected).exp_m1();
+            let current: Vec<f64> = colocated
+                .iter()
+                .map(|o| interference::slowdown(policy, &learned.interference, &obs.job_type, o))
+                .collect();
+            let total: f64 = current.iter().sum();
+            for (k, other) in colocated.iter().enumerate() {
+                if policy.job_index(other).is_some() {
+                    let others = total - current[k];
+                    learned
+                        .interference
+                        .record(&obs.job_type, other, excess - others);
+                }
+            }
+            let total = interference::total_slowdown(
+                policy,
+                &learned.interference,
+                &obs.job_type,
+                &obs.colocated_job_types,
+            );
+            clean -= total.ln_1p();
+        }
+        learned
+            .runtimes
+            .record(&obs.job_type, &obs.gpu_class, clean);
+        if let Some(id) = &obs.id {
+            learned.observed.insert(id);
+        }
+        learned.observations += 1;
+        learned.invalidate();
+        learned.refresh(policy);
     }
-    learned
-        .runtimes
-        .record(&obs.job_type, &obs.gpu_class, clean);
-    let estimate = runtime_estimate(policy, learned, &obs.job_type, class);
-    (
+    let estimate = learned
+        .posterior(policy)
+        .estimate(policy, JobRef::Known(j), class)
+        .shifted(-size)
+        .seconds();
+    ObserveOutcome {
         estimate,
-        learned.runtimes.get(&obs.job_type, &obs.gpu_class).count,
-    )
+        observations: learned.runtimes.get(&obs.job_type, &obs.gpu_class).count,
+        duplicate,
+    }
 }
 
 #[cfg(test)]

@@ -26,7 +26,8 @@ fn gold_llama_70gib_gets_h100() {
         &p,
         &Learned::default(),
         &job("gold", "train-llama", 70.0),
-        true,
+        false,
+        0,
     );
     assert_eq!(best(&p, &d).as_deref(), Some("H100-80GB"));
     assert!(!d.explored);
@@ -49,7 +50,8 @@ fn bronze_llama_70gib_is_infeasible_and_says_why() {
         &p,
         &Learned::default(),
         &job("bronze", "train-llama", 70.0),
-        true,
+        false,
+        0,
     );
     assert!(d.accepted().is_empty());
     let why = d.infeasible_reason.unwrap();
@@ -70,7 +72,8 @@ fn bronze_inference_16gib_gets_l4() {
         &p,
         &Learned::default(),
         &job("bronze", "inference-llm", 16.0),
-        true,
+        false,
+        0,
     );
     assert_eq!(best(&p, &d).as_deref(), Some("L4-24GB"));
 }
@@ -90,7 +93,7 @@ fn feasibility_memory_vendor_tier_count_and_candidates() {
     // Memory: 100 GiB fits only H200 (platinum) and MI300X (AMD).
     let mut amd = job("gold", "train-llama", 100.0);
     amd.vendor = Some(Vendor::Amd);
-    let d = score(&p, &l, &amd, true);
+    let d = score(&p, &l, &amd, false, 0);
     assert_eq!(best(&p, &d).as_deref(), Some("MI300X-192GB"));
     assert_eq!(
         reasons(&d, "H100-80GB"),
@@ -104,19 +107,19 @@ fn feasibility_memory_vendor_tier_count_and_candidates() {
     let mut any = job("gold", "train-llama", 100.0);
     any.vendor = None;
     assert_eq!(
-        best(&p, &score(&p, &l, &any, true)).as_deref(),
+        best(&p, &score(&p, &l, &any, false, 0)).as_deref(),
         Some("MI300X-192GB")
     );
     // Too many GPUs for one node.
     let mut wide = job("gold", "train-llama", 10.0);
     wide.gpu_count = 16;
-    let d = score(&p, &l, &wide, true);
+    let d = score(&p, &l, &wide, false, 0);
     assert!(d.accepted().is_empty());
     assert!(reasons(&d, "H100-80GB").contains("needs 16 GPUs in one Pod"));
     // Candidate restriction.
     let mut only = job("gold", "train-llama", 10.0);
     only.candidate_classes = vec!["A100-40GB".into(), "NoSuchClass".into()];
-    let d = score(&p, &l, &only, true);
+    let d = score(&p, &l, &only, false, 0);
     assert_eq!(best(&p, &d).as_deref(), Some("A100-40GB"));
     assert_eq!(
         reasons(&d, "H100-80GB"),
@@ -125,7 +128,7 @@ fn feasibility_memory_vendor_tier_count_and_candidates() {
     // Memory not said: the job type's default (train-llama: 40 GiB) applies and is labelled so.
     let mut unsaid = job("bronze", "train-llama", 0.0);
     unsaid.memory_gib = None;
-    let d = score(&p, &l, &unsaid, true);
+    let d = score(&p, &l, &unsaid, false, 0);
     assert!(
         reasons(&d, "L4-24GB").contains("needs 40 GiB of GPU memory per GPU (job type default)")
     );
@@ -133,7 +136,7 @@ fn feasibility_memory_vendor_tier_count_and_candidates() {
     let mut free = job("bronze", "notebook", 0.0);
     free.memory_gib = None;
     assert_eq!(
-        best(&p, &score(&p, &l, &free, true)).as_deref(),
+        best(&p, &score(&p, &l, &free, false, 0)).as_deref(),
         Some("L4-24GB")
     );
 }
@@ -144,21 +147,25 @@ fn tier_rules_objective_and_default_tier() {
     let l = Learned::default();
     // Silver prefers A100-80GB (fastest among its classes for a 30 GiB job).
     assert_eq!(
-        best(&p, &score(&p, &l, &job("silver", "train-bert", 30.0), true)).as_deref(),
+        best(
+            &p,
+            &score(&p, &l, &job("silver", "train-bert", 30.0), false, 0)
+        )
+        .as_deref(),
         Some("A100-80GB")
     );
     // Platinum: H200.
     assert_eq!(
         best(
             &p,
-            &score(&p, &l, &job("platinum", "train-llama", 70.0), true)
+            &score(&p, &l, &job("platinum", "train-llama", 70.0), false, 0)
         )
         .as_deref(),
         Some("H200-141GB")
     );
     // Unknown and empty tiers fall back to the default tier (bronze).
     for t in ["", "diamond"] {
-        let d = score(&p, &l, &job(t, "inference-llm", 16.0), true);
+        let d = score(&p, &l, &job(t, "inference-llm", 16.0), false, 0);
         assert_eq!(d.tier, "bronze");
         assert_eq!(best(&p, &d).as_deref(), Some("L4-24GB"));
     }
@@ -168,7 +175,13 @@ fn tier_rules_objective_and_default_tier() {
         "    allowedClasses: [L4-24GB, L40S-48GB, A100-80GB, H100-80GB]\n    preferredClass: L4-24GB",
     );
     let cheap = parse(&yaml, "test").unwrap();
-    let d = score(&cheap, &l, &job("bronze", "inference-vision", 8.0), false);
+    let d = score(
+        &cheap,
+        &l,
+        &job("bronze", "inference-vision", 8.0),
+        false,
+        0,
+    );
     // inference-vision (exponent 0.5): L4 0.5/0.3^0.5=0.91, L40S 1.1/0.7^0.5=1.31, A100 2.0, H100 2.83.
     let names: Vec<_> = d
         .accepted()
@@ -183,44 +196,133 @@ fn priority_ignores_the_chosen_class() {
     let p = embedded_default().unwrap();
     let l = Learned::default();
     let mut a = job("gold", "train-llama", 70.0);
-    let d1 = score(&p, &l, &a, true);
+    let d1 = score(&p, &l, &a, false, 0);
     a.candidate_classes = vec!["A100-80GB".into()];
-    let d2 = score(&p, &l, &a, true);
+    let d2 = score(&p, &l, &a, false, 0);
     assert_ne!(best(&p, &d1), best(&p, &d2));
     assert_eq!(d1.priority_score, d2.priority_score);
     // Infeasible jobs get the same priority too.
     a.candidate_classes = vec!["L4-24GB".into()];
-    assert_eq!(score(&p, &l, &a, true).priority_score, d1.priority_score);
+    assert_eq!(
+        score(&p, &l, &a, false, 0).priority_score,
+        d1.priority_score
+    );
+}
+
+fn run(job_type: &str, class: &str, gpus: u32, runtime: f64, colocated: &[&str]) -> Observation {
+    Observation {
+        id: None,
+        job_type: job_type.into(),
+        gpu_class: class.into(),
+        gpu_count: gpus,
+        runtime_seconds: runtime,
+        colocated_job_types: colocated.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn some_runs() -> Vec<Observation> {
+    (0..30)
+        .map(|i| Observation {
+            id: Some(format!("pod-{i}")),
+            ..run(
+                "train-bert",
+                ["A100-80GB", "A100-40GB", "L40S-48GB"][i % 3],
+                1 + (i % 4) as u32,
+                10_000.0 + f64::from(i as u32) * 37.0,
+                if i % 4 == 0 { &["train-resnet"] } else { &[] },
+            )
+        })
+        .collect()
 }
 
 #[test]
-fn deterministic_for_same_inputs() {
+fn deterministic_for_same_inputs_and_independent_of_observation_order() {
     let p = embedded_default().unwrap();
-    let mut l = Learned::default();
-    for i in 0..30 {
-        observe(
-            &p,
-            &mut l,
-            &Observation {
-                job_type: "train-bert".into(),
-                gpu_class: ["A100-80GB", "A100-40GB", "L40S-48GB"][i % 3].into(),
-                runtime_seconds: 10_000.0 + f64::from(i as u32) * 37.0,
-                colocated_job_types: if i % 4 == 0 {
-                    vec!["train-resnet".into()]
-                } else {
-                    vec![]
-                },
-            },
+    let mut forward = Learned::default();
+    let mut backward = Learned::default();
+    let runs = some_runs();
+    for o in &runs {
+        observe(&p, &mut forward, o);
+    }
+    for o in runs.iter().rev() {
+        observe(&p, &mut backward, o);
+    }
+    // Only the interference attribution depends on what was known when a run arrived; with the runs
+    // without neighbours the two orders give bit-identical state.
+    let solo: Vec<_> = runs
+        .iter()
+        .filter(|o| o.colocated_job_types.is_empty())
+        .collect();
+    let (mut a, mut b) = (Learned::default(), Learned::default());
+    solo.iter().for_each(|o| {
+        observe(&p, &mut a, o);
+    });
+    solo.iter().rev().for_each(|o| {
+        observe(&p, &mut b, o);
+    });
+    assert_eq!(a, b);
+    assert_eq!(a.digest(), b.digest());
+    let req = job("silver", "train-bert", 20.0);
+    for seed in 0..50 {
+        assert_eq!(
+            score(&p, &a, &req, true, seed),
+            score(&p, &b, &req, true, seed)
         );
     }
-    let req = job("silver", "train-bert", 20.0);
-    let first = score(&p, &l, &req, true);
-    for _ in 0..50 {
-        assert_eq!(score(&p, &l.clone(), &req, true), first);
+    // The same state, seed and request always give the same answer; a policy parsed again too.
+    let first = score(&p, &forward, &req, true, 7);
+    for _ in 0..20 {
+        assert_eq!(score(&p, &forward.clone(), &req, true, 7), first);
     }
-    // A policy parsed again from the same text gives the same answer.
-    let p2 = embedded_default().unwrap();
-    assert_eq!(score(&p2, &l, &req, true), first);
+    assert_eq!(
+        score(&embedded_default().unwrap(), &forward, &req, true, 7),
+        first
+    );
+    assert_ne!(forward.digest(), Learned::default().digest());
+}
+
+#[test]
+fn an_observation_id_is_learned_once() {
+    let p = embedded_default().unwrap();
+    let mut l = Learned::default();
+    let o = Observation {
+        id: Some("3f2a-pod-uid".into()),
+        ..run("train-bert", "A100-80GB", 1, 9_000.0, &[])
+    };
+    let first = observe(&p, &mut l, &o);
+    assert!(!first.duplicate);
+    let state = l.clone();
+    let again = observe(&p, &mut l, &o);
+    assert!(again.duplicate);
+    assert_eq!(again.estimate, first.estimate);
+    assert_eq!(l, state);
+    assert_eq!(l.observations, 1);
+    // Without an id every report counts.
+    observe(&p, &mut l, &run("train-bert", "A100-80GB", 1, 9_000.0, &[]));
+    observe(&p, &mut l, &run("train-bert", "A100-80GB", 1, 9_000.0, &[]));
+    assert_eq!(l.observations, 3);
+}
+
+#[test]
+fn runtimes_of_different_sizes_are_compared_at_one_gpu() {
+    // s = 0.9: a job on 8 GPUs runs 8^0.9 = 6.5x faster than on one.
+    let p = embedded_default().unwrap();
+    let s = p.learning.gpu_scaling_exponent;
+    let a100 = p.class_index("A100-80GB").unwrap();
+    let mut l = Learned::default();
+    for i in 0..40 {
+        let gpus = [1, 8][i % 2];
+        let t = 20_000.0 / f64::from(gpus).powf(s);
+        observe(&p, &mut l, &run("train-bert", "A100-80GB", gpus, t, &[]));
+    }
+    let one = runtime_estimate(&p, &l, "train-bert", 1, a100).mean;
+    let eight = runtime_estimate(&p, &l, "train-bert", 8, a100).mean;
+    assert!((one / 20_000.0 - 1.0).abs() < 0.03, "{one}");
+    assert!(
+        (eight / (20_000.0 / 8f64.powf(s)) - 1.0).abs() < 0.03,
+        "{eight}"
+    );
+    // Averaging the raw runtimes would have said ~11 500 s for both.
 }
 
 #[test]
@@ -234,7 +336,7 @@ fn ties_break_by_preferred_class_then_catalog_order() {
     let l = Learned::default();
     let mut req = job("silver", "train-bert", 10.0);
     req.candidate_classes = vec!["A100-40GB".into(), "A100-80GB".into()];
-    let d = score(&p, &l, &req, false);
+    let d = score(&p, &l, &req, false, 0);
     assert_eq!(d.accepted()[0].cost, d.accepted()[1].cost);
     assert_eq!(
         best(&p, &d).as_deref(),
@@ -248,46 +350,55 @@ fn ties_break_by_preferred_class_then_catalog_order() {
     );
     let p = parse(&prefers_40, "test").unwrap();
     assert_eq!(
-        best(&p, &score(&p, &l, &req, false)).as_deref(),
+        best(&p, &score(&p, &l, &req, false, 0)).as_deref(),
         Some("A100-40GB")
     );
     // No preference: catalog order (A100-80GB is listed first).
     let no_pref = yaml.replace("    preferredClass: A100-80GB\n", "");
     let p = parse(&no_pref, "test").unwrap();
     assert_eq!(
-        best(&p, &score(&p, &l, &req, false)).as_deref(),
+        best(&p, &score(&p, &l, &req, false, 0)).as_deref(),
         Some("A100-80GB")
     );
 }
 
 #[test]
-fn converges_toward_observed_runtimes() {
+fn converges_toward_observed_runtimes_and_shares_with_other_classes() {
     let p = embedded_default().unwrap();
     let mut l = Learned::default();
-    let h100 = p.class_index("H100-80GB").unwrap();
-    let prior = runtime_estimate(&p, &l, "train-llama", h100);
-    assert_eq!(prior.mean, 43_200.0);
+    let (h100, a100) = (
+        p.class_index("H100-80GB").unwrap(),
+        p.class_index("A100-80GB").unwrap(),
+    );
+    let prior = runtime_estimate(&p, &l, "train-llama", 1, h100);
+    assert!(
+        prior.mean > 43_200.0 && prior.mean < 43_200.0 * 1.5,
+        "{prior:?}"
+    );
+    let a100_prior = runtime_estimate(&p, &l, "train-llama", 1, a100).mean;
     let mut last_sd = prior.stddev;
     for i in 0..200 {
-        let (g, n) = observe(
+        let r = observe(
             &p,
             &mut l,
-            &Observation {
-                job_type: "train-llama".into(),
-                gpu_class: "H100-80GB".into(),
-                runtime_seconds: if i % 2 == 0 { 19_000.0 } else { 21_000.0 },
-                colocated_job_types: vec![],
-            },
+            &run(
+                "train-llama",
+                "H100-80GB",
+                1,
+                if i % 2 == 0 { 19_000.0 } else { 21_000.0 },
+                &[],
+            ),
         );
-        assert_eq!(n, i + 1);
-        assert!(g.stddev < last_sd);
-        last_sd = g.stddev;
+        assert_eq!(r.observations, i + 1);
+        assert!(r.estimate.stddev < last_sd);
+        last_sd = r.estimate.stddev;
     }
-    let post = runtime_estimate(&p, &l, "train-llama", h100);
+    let post = runtime_estimate(&p, &l, "train-llama", 1, h100);
     assert!((post.mean - 20_000.0).abs() < 600.0, "{post:?}");
-    // Other classes keep their prior.
-    let a100 = p.class_index("A100-80GB").unwrap();
-    assert_eq!(runtime_estimate(&p, &l, "train-llama", a100).mean, 86_400.0);
+    // The job type turned out about twice as fast as its prior on H100: the other classes are expected
+    // faster too (part of it is the job type, part the class).
+    let a100_now = runtime_estimate(&p, &l, "train-llama", 1, a100).mean;
+    assert!(a100_now < 0.9 * a100_prior, "{a100_now} vs {a100_prior}");
 }
 
 #[test]
@@ -297,107 +408,142 @@ fn learning_changes_the_choice() {
     let mut l = Learned::default();
     let req = job("gold", "train-bert", 30.0);
     assert_eq!(
-        best(&p, &score(&p, &l, &req, false)).as_deref(),
+        best(&p, &score(&p, &l, &req, false, 0)).as_deref(),
         Some("H100-80GB")
     );
     for _ in 0..50 {
         observe(
             &p,
             &mut l,
-            &Observation {
-                job_type: "train-bert".into(),
-                gpu_class: "H100-80GB".into(),
-                runtime_seconds: 30_000.0,
-                colocated_job_types: vec![],
-            },
+            &run("train-bert", "H100-80GB", 1, 30_000.0, &[]),
         );
     }
     assert_eq!(
-        best(&p, &score(&p, &l, &req, false)).as_deref(),
+        best(&p, &score(&p, &l, &req, false, 0)).as_deref(),
         Some("A100-80GB")
     );
 }
 
 #[test]
-fn observe_learns_interference_and_cleans_the_runtime() {
+fn observe_separates_interference_from_the_runtime() {
     let p = embedded_default().unwrap();
     let mut l = Learned::default();
-    // notebook on L4: prior mean 7200/0.3^0.3. Co-located with batch-etl it runs twice as long.
+    // notebook on L4 runs as its prior says alone, and twice as long next to batch-etl.
     let l4 = p.class_index("L4-24GB").unwrap();
-    let expected = runtime_estimate(&p, &l, "notebook", l4).mean;
+    let expected = runtime_estimate(&p, &l, "notebook", 1, l4).mean;
+    for i in 0..60 {
+        let o = if i % 2 == 0 {
+            run("notebook", "L4-24GB", 1, expected, &[])
+        } else {
+            run("notebook", "L4-24GB", 1, 2.0 * expected, &["batch-etl"])
+        };
+        observe(&p, &mut l, &o);
+    }
+    let s = interference::slowdown(&p, &l.interference, "notebook", "batch-etl");
+    assert!(s > 0.6, "learned slowdown {s}");
+    let req = job("bronze", "notebook", 4.0);
+    assert!(
+        score(&p, &l, &req, false, 0)
+            .avoid_job_types
+            .contains(&"batch-etl".to_string())
+    );
+    // The runtime estimate stayed where the solo runs put it: the slowdown went to the neighbour.
+    let now = runtime_estimate(&p, &l, "notebook", 1, l4).mean;
+    // (Within 20 %: the first co-located runs arrive before the pair is known and push it up a bit.)
+    assert!((now / expected - 1.0).abs() < 0.2, "{now} vs {expected}");
+
+    // Only co-located runs: the excess is split between the job and the pair, both move.
+    let mut l = Learned::default();
     for _ in 0..30 {
         observe(
             &p,
             &mut l,
-            &Observation {
-                job_type: "notebook".into(),
-                gpu_class: "L4-24GB".into(),
-                runtime_seconds: 2.0 * expected,
-                colocated_job_types: vec!["batch-etl".into()],
-            },
+            &run("notebook", "L4-24GB", 1, 2.0 * expected, &["batch-etl"]),
         );
     }
     let s = interference::slowdown(&p, &l.interference, "notebook", "batch-etl");
-    assert!(s > 0.5, "learned slowdown {s}");
-    let req = job("bronze", "notebook", 4.0);
-    assert!(
-        score(&p, &l, &req, false)
-            .avoid_job_types
-            .contains(&"batch-etl".to_string())
-    );
-    // The runtime estimate moved much less than the raw 2x: the slowdown was attributed to the neighbour.
-    let now = runtime_estimate(&p, &l, "notebook", l4).mean;
-    assert!(now < 1.5 * expected, "{now} vs {expected}");
+    let now = runtime_estimate(&p, &l, "notebook", 1, l4).mean;
+    assert!(s > 0.2, "{s}");
+    assert!(now < 1.7 * expected, "{now} vs {expected}");
 }
 
-/// A policy where exploring pays: λ = 0 and a large β, with two classes of equal mean cost but one
-/// never observed.
+#[test]
+fn noise_alone_does_not_pile_up_as_interference() {
+    // Runs alternate 20 % above and below the estimate, next to a job type the prior says is harmless.
+    let p = embedded_default().unwrap();
+    let mut l = Learned::default();
+    let a100 = p.class_index("A100-80GB").unwrap();
+    for i in 0..200 {
+        let m = runtime_estimate(&p, &l, "train-bert", 1, a100).mean;
+        let f = if i % 2 == 0 { 1.2 } else { 1.0 / 1.2 };
+        observe(
+            &p,
+            &mut l,
+            &run("train-bert", "A100-80GB", 1, m * f, &["notebook"]),
+        );
+    }
+    let s = interference::slowdown(&p, &l.interference, "train-bert", "notebook");
+    assert!(s < 0.1, "phantom slowdown {s}");
+}
+
+/// Exploration-friendly edit of the default policy: a small window, a 25 % cap.
 fn curious_policy() -> Policy {
     let yaml = DEFAULT_POLICY_YAML
-        .replace("  lambda: 0.5", "  lambda: 0.0")
-        .replace("  beta: 0.1", "  beta: 5.0")
         .replace("  explorationWindow: 200", "  explorationWindow: 20")
         .replace("  explorationCap: 0.1", "  explorationCap: 0.25");
     parse(&yaml, "test").unwrap()
 }
 
 #[test]
-fn exploration_through_score_respects_the_cap_and_recovers() {
+fn exploration_through_score_respects_the_cap_and_keeps_coming_back() {
     let p = curious_policy();
     let mut l = Learned::default();
-    // Make H100 well known and a bit faster than the A100-80GB prior: exploiting picks H100, the
-    // information gain of the unobserved A100-80GB tempts exploration.
-    for _ in 0..100 {
-        observe(
-            &p,
-            &mut l,
-            &Observation {
-                job_type: "train-llama".into(),
-                gpu_class: "H100-80GB".into(),
-                runtime_seconds: 80_000.0,
-                colocated_job_types: vec![],
-            },
-        );
+    let req = job("gold", "train-llama", 40.0);
+    // Nothing observed: no exploration at all (nobody reports runtimes).
+    for seed in 0..200 {
+        assert!(!score(&p, &l, &req, true, seed).explored);
     }
-    let req = job("gold", "train-llama", 70.0);
+    // One observation of another job type: train-llama is still uncertain on every class of gold, so
+    // posterior draws often disagree with the expected-cost ranking.
+    observe(&p, &mut l, &run("notebook", "L4-24GB", 1, 7_000.0, &[]));
     let window = p.learning.exploration_window as usize;
     let mut explored = Vec::new();
-    for _ in 0..3 * window {
+    for i in 0..20 * window as u64 {
         let allowed = l.exploration.allows(p.learning.exploration_cap, window);
-        let d = score(&p, &l, &req, allowed);
+        let d = score(&p, &l, &req, allowed, i);
+        assert_eq!(d.explored, d.why.rule == Rule::Exploration);
         if d.explored {
-            assert_eq!(best(&p, &d).as_deref(), Some("A100-80GB"));
+            assert_ne!(d.why.sampled, d.why.exploit);
+            assert_eq!(Some(d.accepted()[0].class), d.why.sampled);
         } else {
-            assert_eq!(best(&p, &d).as_deref(), Some("H100-80GB"));
+            assert_eq!(Some(d.accepted()[0].class), d.why.exploit);
         }
         l.exploration.record(d.explored, window);
         explored.push(d.explored);
         assert!(l.exploration.share(window) <= p.learning.exploration_cap + 1e-9);
     }
-    // 25 % of 20 = 5 per window, in every window: the budget comes back.
-    for w in explored.chunks(window) {
-        assert_eq!(w.iter().filter(|&&e| e).count(), 5, "{explored:?}");
-    }
+    let total = explored.iter().filter(|&&e| e).count();
+    // The seeded gate lets about cap × (share of draws that disagree) through, never more than the cap.
+    assert!(total > 10, "explored {total} of {}", explored.len());
+    assert!(
+        explored[explored.len() / 2..].iter().any(|&e| e),
+        "exploration stopped"
+    );
     // Without budget the same request never explores.
-    assert!(!score(&p, &l, &req, false).explored);
+    for seed in 0..200 {
+        assert!(!score(&p, &l, &req, false, seed).explored);
+    }
+}
+
+#[test]
+fn a_zero_cap_never_explores() {
+    let yaml = DEFAULT_POLICY_YAML.replace("  explorationCap: 0.1", "  explorationCap: 0.0");
+    let p = parse(&yaml, "test").unwrap();
+    let mut l = Learned::default();
+    observe(&p, &mut l, &run("notebook", "L4-24GB", 1, 7_000.0, &[]));
+    let req = job("gold", "train-llama", 40.0);
+    for seed in 0..500 {
+        let d = score(&p, &l, &req, true, seed);
+        assert!(!d.explored && !d.why.exploration_allowed);
+    }
 }

@@ -56,7 +56,7 @@ impl WorkloadClass {
         Self::ALL.into_iter().find(|w| w.as_str() == name)
     }
 
-    fn index(self) -> usize {
+    pub fn index(self) -> usize {
         self as usize
     }
 }

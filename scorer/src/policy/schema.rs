@@ -224,18 +224,47 @@ pub struct LearningSpec {
     pub exploration_cap: f64,
     /// Number of recent decisions the exploratory share is measured over.
     pub exploration_window: u32,
+    /// Mixed into every decision's seed: the same seed and learned state give the same answers.
+    #[serde(default)]
+    pub seed: u64,
+    /// How runtime shrinks with the GPU count: a job on g GPUs runs in (its 1-GPU runtime) / g^s.
+    #[serde(default = "default_gpu_scaling_exponent")]
+    pub gpu_scaling_exponent: f64,
+    /// Prior σ (natural log) of how far a class's real speed is from its catalog throughput: shared by every
+    /// job type (one offset per class) and by the job types of one workload class (one per pair).
+    #[serde(default = "default_shared_stddev")]
+    pub class_offset_stddev: f64,
+    /// Prior σ of how far a workload class's and a job type's throughput exponent are from the catalog's.
+    #[serde(default = "default_shared_stddev")]
+    pub exponent_stddev: f64,
+    /// Prior σ (natural log) of what is particular to one job type on one class.
+    #[serde(default = "default_shared_stddev")]
+    pub cell_stddev: f64,
+}
+
+fn default_gpu_scaling_exponent() -> f64 {
+    0.9
+}
+
+fn default_shared_stddev() -> f64 {
+    0.3
 }
 
 impl Default for LearningSpec {
     fn default() -> Self {
         Self {
-            lambda: 0.5,
-            beta: 0.1,
+            lambda: 0.1,
+            beta: 0.02,
             gamma: 1.0,
-            tau: 0.1,
+            tau: 0.2,
             prior_strength: 4.0,
             exploration_cap: 0.1,
             exploration_window: 200,
+            seed: 0,
+            gpu_scaling_exponent: default_gpu_scaling_exponent(),
+            class_offset_stddev: default_shared_stddev(),
+            exponent_stddev: default_shared_stddev(),
+            cell_stddev: default_shared_stddev(),
         }
     }
 }

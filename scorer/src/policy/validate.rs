@@ -508,6 +508,15 @@ impl Checker {
         self.positive("learning.tau", l.tau);
         self.positive("learning.priorStrength", l.prior_strength);
         self.range("learning.explorationCap", l.exploration_cap, 0.0, 1.0);
+        self.range(
+            "learning.gpuScalingExponent",
+            l.gpu_scaling_exponent,
+            0.0,
+            1.0,
+        );
+        self.positive("learning.classOffsetStddev", l.class_offset_stddev);
+        self.positive("learning.exponentStddev", l.exponent_stddev);
+        self.positive("learning.cellStddev", l.cell_stddev);
         if l.exploration_window == 0 || l.exploration_window > 100_000 {
             self.fail(
                 "learning.explorationWindow",
@@ -725,7 +734,7 @@ mod tests {
                     "    relativeThroughput: 0.3\n",
                     "    relativeThroughput: 0\n",
                 )
-                .replace("  tau: 0.1", "  tau: 0"),
+                .replace("  tau: 0.2 ", "  tau: 0 "),
         );
         assert!(has(&e, "catalog[L4-24GB].relativeThroughput", "> 0"), "{e}");
         assert!(has(&e, "learning.tau", "> 0"), "{e}");

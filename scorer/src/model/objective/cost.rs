@@ -1,11 +1,13 @@
-//! cost = m·(μ + λσ + γ·I·μ)/R − β·IG, with IG = ½·ln(1 + (σ/R)²/τ²).
+//! cost = m·(μ + λσ + γ·I·μ)/R (exploiting) and sampled cost = m·(μ̃ + γ·I·μ̃)/R − β·IG (exploring).
 //!
 //! All terms are normalised by R, the job type's reference runtime (its runtime on a class of relative
-//! throughput 1.0), so λ, β, γ, τ mean the same for a 10-minute and a 10-hour job:
-//! - μ, σ: the runtime estimate on the class (seconds);
+//! throughput 1.0), so λ, β, γ mean the same for a 10-minute and a 10-hour job:
+//! - μ, σ: the runtime estimate on the class (seconds; σ is the uncertainty of μ);
+//! - μ̃: a draw of the runtime from its posterior (Thompson sampling, see [`crate::model`]);
 //! - I: the summed slowdown from the job types running alongside (so γ·I·μ is the expected extra time);
 //! - m: the objective's multiplier (1, or the class's price per hour);
-//! - IG: information gain in nats of one more observation with relative noise τ.
+//! - IG = ½·ln(1 + v/τ²): information gain in nats of one more observation, v the variance of the
+//!   log-runtime estimate and τ the log runtime's noise.
 //!
 //! Lower is better. Computed for all candidates at once with ndarray.
 use ndarray::{Array1, Zip};
@@ -20,6 +22,10 @@ pub struct Inputs {
     pub multiplier: Array1<f64>,
     /// Summed slowdown I (the same for every class; kept per candidate for the arithmetic).
     pub interference: Array1<f64>,
+    /// Variance of the log-runtime estimate.
+    pub log_var: Array1<f64>,
+    /// A posterior draw of the runtime (seconds).
+    pub sampled: Array1<f64>,
     pub reference_runtime: f64,
 }
 
@@ -29,33 +35,33 @@ pub struct Terms {
     pub information_gain: Array1<f64>,
     /// m·γ·I·μ/R: the interference term of the cost.
     pub interference_penalty: Array1<f64>,
-    /// Full cost, exploration bonus included.
+    /// What exploiting minimises.
     pub cost: Array1<f64>,
-    /// The cost without the exploration bonus (what exploiting alone would minimise).
-    pub exploit_cost: Array1<f64>,
+    /// What an exploratory decision minimises: the cost of the posterior draw, less β·IG.
+    pub sampled_cost: Array1<f64>,
 }
 
 pub fn compute(inputs: &Inputs, learning: &LearningSpec) -> Terms {
     let r = inputs.reference_runtime;
     let tau2 = learning.tau * learning.tau;
-    let information_gain = inputs
-        .stddev
-        .mapv(|s| 0.5 * (1.0 + (s / r).powi(2) / tau2).ln());
+    let information_gain = inputs.log_var.mapv(|v| 0.5 * (1.0 + v / tau2).ln());
     let interference_penalty =
         &inputs.multiplier * &inputs.interference * &inputs.mean * (learning.gamma / r);
-    let mut exploit_cost = Array1::zeros(inputs.mean.len());
-    Zip::from(&mut exploit_cost)
+    let mut cost = Array1::zeros(inputs.mean.len());
+    Zip::from(&mut cost)
         .and(&inputs.multiplier)
         .and(&inputs.mean)
         .and(&inputs.stddev)
         .and(&interference_penalty)
         .for_each(|c, &m, &mu, &s, &pen| *c = m * (mu + learning.lambda * s) / r + pen);
-    let cost = &exploit_cost - &(&information_gain * learning.beta);
+    let slowed = inputs.interference.mapv(|i| 1.0 + learning.gamma * i);
+    let sampled_cost =
+        &inputs.multiplier * &inputs.sampled * &slowed / r - &(&information_gain * learning.beta);
     Terms {
         information_gain,
         interference_penalty,
         cost,
-        exploit_cost,
+        sampled_cost,
     }
 }
 
@@ -81,15 +87,18 @@ mod tests {
             stddev: array![30.0, 10.0],
             multiplier: array![1.0, 2.0],
             interference: array![0.2, 0.2],
+            log_var: array![0.09, 0.01],
+            sampled: array![80.0, 60.0],
             reference_runtime: 100.0,
         };
         let t = compute(&inputs, &learning());
         let ig0 = 0.5 * (1.0f64 + 0.09 / 0.01).ln();
         assert!((t.information_gain[0] - ig0).abs() < 1e-12);
         assert!((t.interference_penalty[1] - 2.0 * 0.2 * 50.0 / 100.0).abs() < 1e-12);
-        let c0 = (100.0 + 15.0) / 100.0 + 0.2 - 0.1 * ig0;
+        let c0 = (100.0 + 15.0) / 100.0 + 0.2;
         assert!((t.cost[0] - c0).abs() < 1e-12, "{} vs {c0}", t.cost[0]);
-        assert!((t.exploit_cost[0] - (c0 + 0.1 * ig0)).abs() < 1e-12);
+        let s1 = 2.0 * 60.0 * 1.2 / 100.0 - 0.1 * t.information_gain[1];
+        assert!((t.sampled_cost[1] - s1).abs() < 1e-12);
     }
 
     #[test]
@@ -99,6 +108,8 @@ mod tests {
             stddev: array![0.0],
             multiplier: array![1.0],
             interference: array![0.0],
+            log_var: array![0.0],
+            sampled: array![10.0],
             reference_runtime: 10.0,
         };
         let t = compute(&inputs, &learning());

@@ -1,0 +1,333 @@
+//! The hidden ground truth of `loadgen learn`: a synthetic cluster whose job types run at speeds the
+//! scorer's catalog priors do not know.
+//!
+//! Built from the policy (classes, throughputs, prices, job types and their priors) and a seed:
+//! - per job type, a true size (base runtime × lognormal(0, 0.3)) and a true throughput exponent
+//!   (the policy's ± up to 0.6), so that between the slowest and the fastest NVIDIA class some job
+//!   types gain 1.4x and others 9x; two job types are pinned to exactly those two extremes between L4 and
+//!   H100 (as real models do across two GPU generations);
+//! - per class, a speed deviation from its catalog throughput shared by every job type (lognormal σ 0.25),
+//!   and per (job type, class) a particular one (σ 0.15);
+//! - per workload class, a true GPU-scaling exponent (runtime ∝ 1/g^s): training 0.85, inference 0.95,
+//!   batch 0.9, interactive 0.75, where the scorer assumes one exponent for all;
+//! - pair interference: the policy's prior matrix, scaled by lognormal(0, 0.3), with three pairs the prior
+//!   calls harmless made harmful (0.5-0.9) and the harmful ones of one job type made harmless;
+//! - run-to-run noise: lognormal σ 0.2.
+use std::collections::BTreeMap;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_yaml::Value;
+
+/// What the benchmark needs of the policy.
+#[derive(Debug, Clone)]
+pub struct Catalog {
+    pub classes: Vec<Class>,
+    pub jobs: Vec<JobType>,
+    /// Prior pair slowdowns, by (job index, job index), symmetric.
+    pub prior_pairs: BTreeMap<(usize, usize), f64>,
+    pub default_slowdown: f64,
+    pub tiers: Vec<Tier>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Class {
+    pub name: String,
+    pub throughput: f64,
+    pub price: f64,
+}
+
+#[derive(Debug, Clone)]
+pub struct JobType {
+    pub name: String,
+    pub workload: String,
+    pub base: f64,
+    pub exponent: f64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Tier {
+    pub name: String,
+    pub cheapest: bool,
+}
+
+fn f(v: &Value, key: &str) -> Option<f64> {
+    v.get(key).and_then(Value::as_f64)
+}
+
+fn s(v: &Value, key: &str) -> Option<String> {
+    v.get(key).and_then(Value::as_str).map(str::to_string)
+}
+
+impl Catalog {
+    /// Reads the policy YAML (the same file the scorer is started with).
+    pub fn from_policy(policy: &Value) -> anyhow::Result<Self> {
+        let seq = |key: &str| {
+            policy
+                .get(key)
+                .and_then(Value::as_sequence)
+                .cloned()
+                .unwrap_or_default()
+        };
+        let classes: Vec<Class> = seq("catalog")
+            .iter()
+            .map(|c| Class {
+                name: s(c, "name").unwrap_or_default(),
+                throughput: f(c, "relativeThroughput").unwrap_or(1.0),
+                price: f(c, "pricePerHour").unwrap_or(1.0),
+            })
+            .collect();
+        let workload_profile = |w: &str, key: &str, default: f64| {
+            policy
+                .get("workloadClasses")
+                .and_then(|m| m.get(w))
+                .and_then(|m| m.get("profile"))
+                .and_then(|p| f(p, key))
+                .unwrap_or(default)
+        };
+        let jobs: Vec<JobType> = seq("jobTypes")
+            .iter()
+            .map(|j| {
+                let workload = s(j, "workloadClass").unwrap_or_else(|| "unknown".into());
+                JobType {
+                    name: s(j, "name").unwrap_or_default(),
+                    base: f(j, "baseRuntimeSeconds").unwrap_or_else(|| {
+                        workload_profile(&workload, "baseRuntimeSeconds", 3600.0)
+                    }),
+                    exponent: f(j, "throughputExponent").unwrap_or(1.0),
+                    workload,
+                }
+            })
+            .collect();
+        let index = |n: &str| jobs.iter().position(|j| j.name == n);
+        let interference = policy.get("interference");
+        let mut prior_pairs = BTreeMap::new();
+        for p in interference
+            .and_then(|i| i.get("pairs"))
+            .and_then(Value::as_sequence)
+            .cloned()
+            .unwrap_or_default()
+        {
+            if let (Some(a), Some(b), Some(x)) = (
+                s(&p, "a").as_deref().and_then(index),
+                s(&p, "b").as_deref().and_then(index),
+                f(&p, "slowdown"),
+            ) {
+                prior_pairs.insert((a, b), x);
+                prior_pairs.insert((b, a), x);
+            }
+        }
+        let tiers = seq("tiers")
+            .iter()
+            .map(|t| Tier {
+                name: s(t, "name").unwrap_or_default(),
+                cheapest: s(t, "objective").as_deref() == Some("cheapest"),
+            })
+            .collect();
+        anyhow::ensure!(
+            !classes.is_empty() && !jobs.is_empty(),
+            "the policy has no catalog or no job types"
+        );
+        Ok(Self {
+            classes,
+            jobs,
+            prior_pairs,
+            default_slowdown: interference
+                .and_then(|i| f(i, "defaultSlowdown"))
+                .unwrap_or(0.0),
+            tiers,
+        })
+    }
+
+    pub fn class_index(&self, name: &str) -> Option<usize> {
+        self.classes.iter().position(|c| c.name == name)
+    }
+
+    pub fn prior_slowdown(&self, a: usize, b: usize) -> f64 {
+        self.prior_pairs
+            .get(&(a, b))
+            .copied()
+            .unwrap_or(self.default_slowdown)
+    }
+}
+
+/// Standard normal by Box–Muller.
+pub fn normal(rng: &mut StdRng) -> f64 {
+    let u1: f64 = 1.0 - rng.random::<f64>();
+    let u2: f64 = rng.random::<f64>();
+    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+}
+
+/// Run-to-run noise (σ of ln runtime).
+pub const NOISE: f64 = 0.2;
+
+/// The hidden truth.
+#[derive(Debug, Clone)]
+pub struct Truth {
+    /// 1-GPU, interference-free mean runtime (seconds), by [job][class].
+    pub runtime: Vec<Vec<f64>>,
+    /// True slowdown of each ordered pair (symmetric).
+    pub slowdown: Vec<Vec<f64>>,
+    /// Per job type: the GPU-scaling exponent of its workload class.
+    pub scaling: Vec<f64>,
+    /// The two job types pinned to gain 1.4x and 9x between the slowest and the fastest class.
+    pub pinned: Vec<(String, f64)>,
+}
+
+impl Truth {
+    pub fn generate(cat: &Catalog, seed: u64) -> Self {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let nj = cat.jobs.len();
+        let nc = cat.classes.len();
+        let class_dev: Vec<f64> = (0..nc).map(|_| (0.25 * normal(&mut rng)).exp()).collect();
+        let mut exponent: Vec<f64> = cat
+            .jobs
+            .iter()
+            .map(|j| (j.exponent + rng.random_range(-0.6..0.6)).clamp(0.1, 1.6))
+            .collect();
+        // Pin two job types to gain exactly 1.4x and 9x between the slowest and the fastest class
+        // (catalog throughputs; the class deviations come on top).
+        let (slow, fast) = (
+            (0..nc)
+                .min_by(|&a, &b| {
+                    cat.classes[a]
+                        .throughput
+                        .total_cmp(&cat.classes[b].throughput)
+                })
+                .unwrap_or(0),
+            (0..nc)
+                .max_by(|&a, &b| {
+                    cat.classes[a]
+                        .throughput
+                        .total_cmp(&cat.classes[b].throughput)
+                })
+                .unwrap_or(0),
+        );
+        let span = (cat.classes[fast].throughput / cat.classes[slow].throughput).ln();
+        let mut pinned = Vec::new();
+        if nj >= 2 && span > 0.0 {
+            let a = rng.random_range(0..nj);
+            let b = (a + 1 + rng.random_range(0..nj - 1)) % nj;
+            for (j, gain) in [(a, 1.4f64), (b, 9.0)] {
+                exponent[j] = gain.ln() / span;
+                pinned.push((cat.jobs[j].name.clone(), gain));
+            }
+        }
+        let runtime = cat
+            .jobs
+            .iter()
+            .enumerate()
+            .map(|(j, job)| {
+                let base = job.base * (0.3 * normal(&mut rng)).exp();
+                (0..nc)
+                    .map(|c| {
+                        let speed = cat.classes[c].throughput.powf(exponent[j])
+                            * class_dev[c]
+                            * (0.15 * normal(&mut rng)).exp();
+                        base / speed
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut slowdown = vec![vec![0.0; nj]; nj];
+        let set = |s: &mut Vec<Vec<f64>>, a: usize, b: usize, x: f64| {
+            s[a][b] = x;
+            s[b][a] = x;
+        };
+        let pairs: Vec<(usize, usize)> =
+            (0..nj).flat_map(|a| (a..nj).map(move |b| (a, b))).collect();
+        for &(a, b) in &pairs {
+            let x = cat.prior_slowdown(a, b) * (0.3 * normal(&mut rng)).exp();
+            set(&mut slowdown, a, b, x);
+        }
+        // Surprises: three pairs the prior calls harmless hurt; one job type's harmful pairs do not.
+        let mut harmless: Vec<(usize, usize)> = (0..nj)
+            .flat_map(|a| (a..nj).map(move |b| (a, b)))
+            .filter(|&(a, b)| cat.prior_slowdown(a, b) < 0.15)
+            .collect();
+        for _ in 0..3.min(harmless.len()) {
+            let (a, b) = harmless.swap_remove(rng.random_range(0..harmless.len()));
+            let x = rng.random_range(0.5..0.9);
+            set(&mut slowdown, a, b, x);
+        }
+        if let Some(j) = (0..nj).find(|&j| (0..nj).any(|k| cat.prior_slowdown(j, k) > 0.3)) {
+            for k in (0..nj).filter(|&k| cat.prior_slowdown(j, k) > 0.3) {
+                set(&mut slowdown, j, k, 0.05);
+            }
+        }
+        let scaling = cat
+            .jobs
+            .iter()
+            .map(|j| match j.workload.as_str() {
+                "training" => 0.85,
+                "inference" => 0.95,
+                "batch" => 0.9,
+                "interactive" => 0.75,
+                _ => 0.9,
+            })
+            .collect();
+        Self {
+            runtime,
+            slowdown,
+            scaling,
+            pinned,
+        }
+    }
+
+    /// Expected runtime of job type `j` on `gpus` GPUs of class `c` next to `colocated`.
+    pub fn expected(&self, j: usize, c: usize, gpus: u32, colocated: &[usize]) -> f64 {
+        let slow: f64 = colocated.iter().map(|&k| self.slowdown[j][k]).sum();
+        self.runtime[j][c] / f64::from(gpus.max(1)).powf(self.scaling[j]) * (1.0 + slow)
+    }
+
+    /// One run: the expected runtime with lognormal noise (mean-preserving).
+    pub fn sample(
+        &self,
+        rng: &mut StdRng,
+        j: usize,
+        c: usize,
+        gpus: u32,
+        colocated: &[usize],
+    ) -> f64 {
+        self.expected(j, c, gpus, colocated) * (NOISE * normal(rng) - NOISE * NOISE / 2.0).exp()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn catalog() -> Catalog {
+        let yaml: Value = serde_yaml::from_str(include_str!(
+            "../../../deploy/kustomize/base/policy/default-policy.yaml"
+        ))
+        .unwrap();
+        Catalog::from_policy(&yaml).unwrap()
+    }
+
+    #[test]
+    fn seeded_and_deviating_from_the_priors() {
+        let cat = catalog();
+        let a = Truth::generate(&cat, 1);
+        let b = Truth::generate(&cat, 1);
+        assert_eq!(a.runtime, b.runtime);
+        assert_ne!(a.runtime, Truth::generate(&cat, 2).runtime);
+        // The pinned job types gain about 1.4x and 9x between L4 and H100 (plus class deviations).
+        let (l4, h100) = (
+            cat.class_index("L4-24GB").unwrap(),
+            cat.class_index("H100-80GB").unwrap(),
+        );
+        let gains: Vec<f64> = a
+            .pinned
+            .iter()
+            .map(|(n, _)| {
+                let j = cat.jobs.iter().position(|x| &x.name == n).unwrap();
+                a.runtime[j][l4] / a.runtime[j][h100]
+            })
+            .collect();
+        assert!(gains[1] / gains[0] > 3.0, "{gains:?}");
+        // Bigger jobs are faster, neighbours slow down.
+        assert!(a.expected(0, 0, 8, &[]) < a.expected(0, 0, 1, &[]) / 5.0);
+        assert!(a.expected(0, 0, 1, &[0]) > a.expected(0, 0, 1, &[]));
+    }
+}

@@ -1,0 +1,78 @@
+//! Command line (every flag is also an environment variable).
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Parser;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "observer",
+    version,
+    about = "Reports the runtimes of the GPU Pods gpu-admission decided to every scorer replica, and keeps \
+             the replicas' learned states converged"
+)]
+pub struct Cli {
+    /// Scorer gRPC endpoints, http://HOST:PORT (repeat or comma-separate). Each host is resolved through DNS
+    /// on every round and every address is one replica: give a headless Service's name.
+    #[arg(
+        long = "scorer",
+        env = "OBSERVER_SCORERS",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub scorers: Vec<String>,
+    /// Namespace of the Lease and of the state ConfigMap (default: the Pod's own namespace from the
+    /// service-account mount, else `default`).
+    #[arg(long, env = "OBSERVER_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Name of the coordination.k8s.io/v1 Lease the replicas elect their leader with.
+    #[arg(long, env = "OBSERVER_LEASE", default_value = crate::names::DEFAULT_LEASE)]
+    pub lease: String,
+    /// This replica's identity in the Lease (default: the host name, i.e. the Pod name, plus the process id).
+    #[arg(long, env = "OBSERVER_IDENTITY")]
+    pub identity: Option<String>,
+    #[arg(long, env = "OBSERVER_LEASE_DURATION_SECS", default_value_t = 15)]
+    pub lease_duration_secs: u64,
+    #[arg(long, env = "OBSERVER_LEASE_GRACE_SECS", default_value_t = 5)]
+    pub lease_grace_secs: u64,
+    /// ConfigMap (shipped empty) where the leader keeps the most complete learned state; none = not kept.
+    #[arg(long, env = "OBSERVER_STATE_CONFIGMAP")]
+    pub state_configmap: Option<String>,
+    /// Seconds between writes of that ConfigMap (what losing every scorer replica at once can lose).
+    #[arg(long, env = "OBSERVER_STORE_INTERVAL_SECS", default_value_t = 30)]
+    pub store_interval_secs: u64,
+    /// Seconds between convergence rounds (ExportState everywhere, ImportState where behind).
+    #[arg(long, env = "OBSERVER_SYNC_INTERVAL_SECS", default_value_t = 5)]
+    pub sync_interval_secs: u64,
+    /// Per-call budget of every scorer RPC.
+    #[arg(long, env = "OBSERVER_SCORER_TIMEOUT_MS", default_value_t = 5000)]
+    pub scorer_timeout_ms: u64,
+    /// Observations kept for replays to replicas that diverged.
+    #[arg(long, env = "OBSERVER_REPLAY_LOG", default_value_t = 10_000)]
+    pub replay_log: usize,
+    #[arg(long, env = "OBSERVER_ADMIN_LISTEN", default_value = "0.0.0.0:9093")]
+    pub admin_listen: SocketAddr,
+}
+
+impl Cli {
+    pub fn namespace(&self) -> String {
+        self.namespace.clone().unwrap_or_else(|| {
+            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                .map(|s| s.trim().to_string())
+                .unwrap_or_else(|_| "default".into())
+        })
+    }
+
+    pub fn identity(&self) -> String {
+        self.identity.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|s| s.trim().to_string())
+                .unwrap_or_else(|_| "observer".into());
+            format!("{host}-{}", std::process::id())
+        })
+    }
+
+    pub fn secs(s: u64) -> Duration {
+        Duration::from_secs(s.max(1))
+    }
+}

@@ -1,0 +1,523 @@
+//! The watch loop: Nodes (their labels, remembered after a Node is deleted) and decided Pods (label
+//! `gpu-admission.io/job-type`), fed through the pure `extract` functions. Both replicas keep the same
+//! caches; only the Lease holder reports.
+//!
+//! Per Pod, in the leader's term: each finished run is reported once (then remembered as done until the Pod is
+//! deleted), each skipped Pod is counted once by reason. A finished run waits in `pending` while no scorer
+//! answers, while the policy is unknown, while its Node has not been seen (for a short grace), and on the
+//! follower (so that a new leader reports what finished while the old one was dying; the scorer drops what was
+//! already learned).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::Api;
+use kube::core::PartialObjectMeta;
+use kube::runtime::watcher::Event;
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::watch;
+
+use crate::convergence::SharedLog;
+use crate::extract::{self, DecidedJob, PolicyFacts, Progress, Run, SkipReason};
+use crate::history::RunHistory;
+use crate::metrics::{Metrics, ResultLabel};
+use crate::names;
+use crate::replicas::{Delivery, Replicas, observe_everywhere, policy_facts};
+
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    /// How often pending runs are retried and the policy facts are refreshed.
+    pub tick: Duration,
+    pub policy_refresh: Duration,
+    /// How long a finished run waits for its Node to be seen before it is skipped as `node_unknown`.
+    pub node_grace: Duration,
+    /// How long a follower keeps a finished run whose Pod is gone (the leader normally reported it).
+    pub gone_retention: Duration,
+}
+
+#[derive(Debug)]
+struct Pending {
+    job: DecidedJob,
+    run: Run,
+    pod: String,
+    since: Instant,
+    gone_since: Option<Instant>,
+}
+
+/// Everything the loop knows; no I/O.
+#[derive(Debug, Default)]
+struct Tracker {
+    /// Node name → labels; kept after the Node is deleted.
+    nodes: HashMap<String, BTreeMap<String, String>>,
+    history: RunHistory,
+    pending: HashMap<String, Pending>,
+    /// UIDs reported or skipped during this replica's leadership, until their Pod is deleted.
+    done: HashSet<String>,
+    /// UIDs listed during a re-list of Pods (`Init` .. `InitDone`).
+    relisted: Option<HashSet<String>>,
+    /// Whether this replica leads: only the leader counts skips (once per Pod: the Pod becomes done).
+    leader: bool,
+}
+
+/// Which outcome `on_pod` reached, for the caller's bookkeeping.
+#[derive(Debug, PartialEq, Eq)]
+enum Seen {
+    Nothing,
+    Skipped(SkipReason),
+}
+
+impl Tracker {
+    fn on_pod(&mut self, pod: &Pod, deleted: bool, now: Instant) -> Seen {
+        let Some(job) = extract::decided_job(pod) else {
+            return Seen::Nothing;
+        };
+        if let Some(seen) = &mut self.relisted {
+            seen.insert(job.uid.clone());
+        }
+        let progress = extract::progress(pod, &job, deleted);
+        match &progress {
+            Progress::Running(run) | Progress::Finished(run) => self.history.record(run),
+            Progress::Skip(_) => {
+                let end = extract::stopped_at(pod, Timestamp::now());
+                self.close_open_run(&job.uid, end);
+            }
+            Progress::NotStarted => {}
+        }
+        if self.done.contains(&job.uid) {
+            if deleted {
+                self.done.remove(&job.uid);
+            }
+            return Seen::Nothing;
+        }
+        match progress {
+            Progress::Finished(run) => {
+                let pending = self.pending.entry(job.uid.clone()).or_insert(Pending {
+                    job,
+                    run,
+                    pod: pod_name(pod),
+                    since: now,
+                    gone_since: None,
+                });
+                if deleted {
+                    pending.gone_since.get_or_insert(now);
+                }
+                Seen::Nothing
+            }
+            Progress::Skip(reason) => {
+                self.pending.remove(&job.uid);
+                if !self.leader {
+                    return Seen::Nothing;
+                }
+                // Later updates of the same Pod (conditions, its deletion) must not count it again.
+                if !deleted {
+                    self.done.insert(job.uid);
+                }
+                Seen::Skipped(reason)
+            }
+            Progress::NotStarted | Progress::Running(_) => Seen::Nothing,
+        }
+    }
+
+    /// A run that ended without being reported (deleted, evicted): it shared its node until `end`.
+    fn close_open_run(&mut self, uid: &str, end: Timestamp) {
+        let open: Vec<Run> = self
+            .history_open_runs()
+            .filter(|r| r.uid == uid)
+            .cloned()
+            .collect();
+        for mut run in open {
+            run.end = Some(end.max(run.start));
+            self.history.record(&run);
+        }
+    }
+
+    fn history_open_runs(&self) -> impl Iterator<Item = &Run> {
+        self.history.all().filter(|r| r.end.is_none())
+    }
+
+    /// End of a re-list: Pods that were tracked but are no longer listed were deleted during the gap.
+    fn relist_done(&mut self, now: Instant) -> Vec<SkipReason> {
+        let Some(seen) = self.relisted.take() else {
+            return vec![];
+        };
+        let vanished_open: Vec<String> = self
+            .history_open_runs()
+            .filter(|r| !seen.contains(&r.uid))
+            .map(|r| r.uid.clone())
+            .collect();
+        let mut skipped = Vec::new();
+        for uid in vanished_open {
+            self.close_open_run(&uid, Timestamp::now());
+            if self.leader && !self.done.contains(&uid) {
+                skipped.push(SkipReason::DeletedBeforeFinishing);
+            }
+        }
+        for (uid, p) in &mut self.pending {
+            if !seen.contains(uid) {
+                p.gone_since.get_or_insert(now);
+            }
+        }
+        self.done.retain(|uid| seen.contains(uid));
+        skipped
+    }
+
+    fn prune(&mut self, now: Instant, gone_retention: Duration) {
+        self.pending.retain(|_, p| {
+            p.gone_since
+                .is_none_or(|g| now.duration_since(g) < gone_retention)
+        });
+        let pending = &self.pending;
+        self.history.prune(|uid| pending.contains_key(uid));
+    }
+}
+
+fn pod_name(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or(""),
+        pod.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
+/// Runs the loop until `shutdown` resolves.
+pub async fn run(
+    client: kube::Client,
+    replicas: Arc<Replicas>,
+    log: SharedLog,
+    metrics: Arc<Metrics>,
+    mut leader: watch::Receiver<bool>,
+    config: ControllerConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let nodes = watcher(
+        Api::<PartialObjectMeta<Node>>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff();
+    let pods = watcher(
+        Api::<Pod>::all(client),
+        watcher::Config::default().labels(names::LABEL_JOB_TYPE),
+    )
+    .default_backoff();
+    let mut nodes = std::pin::pin!(nodes);
+    let mut pods = std::pin::pin!(pods);
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut loop_state = LoopState {
+        policy: None,
+        policy_fetched: None,
+        is_leader: *leader.borrow(),
+    };
+    let mut t = Tracker {
+        leader: loop_state.is_leader,
+        ..Tracker::default()
+    };
+    let mut nodes_ready = false;
+    let mut tick = tokio::time::interval(config.tick);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+
+    loop {
+        tokio::select! {
+            () = &mut shutdown => return Ok(()),
+            ev = nodes.next() => match ev {
+                Some(Ok(Event::Apply(n) | Event::InitApply(n))) => {
+                    if let Some(name) = n.metadata.name {
+                        t.nodes.insert(name, n.metadata.labels.unwrap_or_default());
+                    }
+                }
+                Some(Ok(Event::InitDone)) => {
+                    if !nodes_ready {
+                        tracing::info!(nodes = t.nodes.len(), "node cache ready");
+                    }
+                    nodes_ready = true;
+                }
+                // Deleted Nodes keep their labels: Pods that ran there are still reported with their class.
+                Some(Ok(Event::Delete(_) | Event::Init)) => {}
+                Some(Err(err)) => tracing::warn!(%err, "node watch"),
+                None => anyhow::bail!("node watch ended"),
+            },
+            ev = pods.next(), if nodes_ready => {
+                let now = Instant::now();
+                let mut skipped = Vec::new();
+                match ev {
+                    Some(Ok(Event::Apply(p) | Event::InitApply(p))) => skipped.extend(skip_of(t.on_pod(&p, false, now))),
+                    Some(Ok(Event::Delete(p))) => skipped.extend(skip_of(t.on_pod(&p, true, now))),
+                    Some(Ok(Event::Init)) => t.relisted = Some(HashSet::new()),
+                    Some(Ok(Event::InitDone)) => {
+                        skipped.extend(t.relist_done(now));
+                        tracing::info!(pending = t.pending.len(), "pod cache ready");
+                    }
+                    Some(Err(err)) => tracing::warn!(%err, "pod watch"),
+                    None => anyhow::bail!("pod watch ended"),
+                }
+                if loop_state.is_leader {
+                    for reason in skipped {
+                        metrics.skip(reason);
+                    }
+                    deliver(&mut t, &mut loop_state, &replicas, &log, &metrics, &config).await;
+                }
+            },
+            changed = leader.changed() => {
+                if changed.is_err() {
+                    anyhow::bail!("leader election stopped");
+                }
+                loop_state.is_leader = *leader.borrow_and_update();
+                t.leader = loop_state.is_leader;
+                metrics.leader.set(i64::from(loop_state.is_leader));
+                tracing::info!(leader = loop_state.is_leader, pending = t.pending.len(), "leadership changed");
+                if loop_state.is_leader && nodes_ready {
+                    deliver(&mut t, &mut loop_state, &replicas, &log, &metrics, &config).await;
+                }
+            },
+            _ = tick.tick() => {
+                if loop_state.is_leader && nodes_ready {
+                    deliver(&mut t, &mut loop_state, &replicas, &log, &metrics, &config).await;
+                }
+                t.prune(Instant::now(), config.gone_retention);
+                metrics.pending.set(t.pending.len() as i64);
+            },
+        }
+    }
+}
+
+fn skip_of(seen: Seen) -> Option<SkipReason> {
+    match seen {
+        Seen::Skipped(r) => Some(r),
+        Seen::Nothing => None,
+    }
+}
+
+struct LoopState {
+    policy: Option<PolicyFacts>,
+    policy_fetched: Option<Instant>,
+    is_leader: bool,
+}
+
+/// Reports every pending run that can be reported now (leader only).
+async fn deliver(
+    t: &mut Tracker,
+    s: &mut LoopState,
+    replicas: &Replicas,
+    log: &SharedLog,
+    metrics: &Metrics,
+    config: &ControllerConfig,
+) {
+    if t.pending.is_empty() {
+        return;
+    }
+    let resolved = replicas.resolve().await;
+    let due = s.policy.is_none()
+        || s.policy_fetched
+            .is_some_and(|f| f.elapsed() >= config.policy_refresh);
+    if due && let Some(p) = policy_facts(&resolved).await {
+        s.policy = Some(p);
+        s.policy_fetched = Some(Instant::now());
+    }
+    let Some(policy) = &s.policy else {
+        tracing::warn!(
+            pending = t.pending.len(),
+            "no scorer answers GetPolicy; runs wait"
+        );
+        return;
+    };
+    let mut order: Vec<(Instant, String)> = t
+        .pending
+        .iter()
+        .map(|(uid, p)| (p.since, uid.clone()))
+        .collect();
+    order.sort();
+    for (_, uid) in order {
+        let p = &t.pending[&uid];
+        let outcome = extract::observation(
+            &p.job,
+            &p.run,
+            t.nodes.get(&p.run.node),
+            policy,
+            t.history.on_node(&p.run.node),
+        );
+        let req = match outcome {
+            Err(SkipReason::NodeUnknown) if p.since.elapsed() < config.node_grace => continue,
+            Err(reason) => {
+                tracing::info!(pod = %p.pod, reason = reason.as_str(), "not reported");
+                metrics.skip(reason);
+                t.pending.remove(&uid);
+                t.done.insert(uid);
+                continue;
+            }
+            Ok(req) => req,
+        };
+        match observe_everywhere(&resolved, &req, metrics).await {
+            Delivery::Unreachable => {
+                tracing::warn!(
+                    pending = t.pending.len(),
+                    "no scorer replica answered Observe; runs wait"
+                );
+                return;
+            }
+            Delivery::Rejected(why) => {
+                tracing::warn!(pod = %p.pod, %why, "scorer refused the observation");
+                metrics.rejected.inc();
+            }
+            d @ (Delivery::Learned | Delivery::Duplicate) => {
+                let result = if d == Delivery::Learned {
+                    "learned"
+                } else {
+                    "duplicate"
+                };
+                tracing::info!(pod = %p.pod, id = %req.observation_id, job_type = %req.job_type,
+                    gpu_class = %req.gpu_class, runtime_seconds = req.runtime_seconds,
+                    colocated = ?req.colocated_job_types, result, "observation reported");
+                metrics
+                    .reported
+                    .get_or_create(&ResultLabel { result })
+                    .inc();
+                log.lock().expect("not poisoned").push(req);
+            }
+        }
+        t.pending.remove(&uid);
+        t.done.insert(uid);
+    }
+    metrics.pending.set(t.pending.len() as i64);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(uid: &str, phase: &str, state: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("p-{uid}"), "namespace": "ns", "uid": uid,
+                "labels": {"gpu-admission.io/job-type": "train-llama"},
+                "annotations": {"gpu-admission.io/decided-at": "2026-05-04T09:59:58Z"}},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "x",
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+            "status": {"phase": phase, "containerStatuses": [{"name": "c", "ready": false, "restartCount": 0,
+                "image": "x", "imageID": "", "state": state}]}
+        }))
+        .unwrap()
+    }
+
+    fn finished(uid: &str) -> Pod {
+        pod(
+            uid,
+            "Succeeded",
+            json!({"terminated": {"exitCode": 0, "reason": "Completed",
+                "startedAt": "2026-05-04T10:00:00Z", "finishedAt": "2026-05-04T10:10:00Z"}}),
+        )
+    }
+
+    #[test]
+    fn a_finished_pod_waits_once_and_a_done_one_never_again_until_deleted() {
+        let mut t = Tracker::default();
+        t.nodes.insert("n1".into(), BTreeMap::new());
+        let now = Instant::now();
+        let running = pod(
+            "a",
+            "Running",
+            json!({"running": {"startedAt": "2026-05-04T10:00:00Z"}}),
+        );
+        assert_eq!(t.on_pod(&running, false, now), Seen::Nothing);
+        assert!(t.pending.is_empty());
+        t.on_pod(&finished("a"), false, now);
+        t.on_pod(&finished("a"), false, now);
+        assert_eq!(t.pending.len(), 1);
+        // Reported:
+        t.pending.remove("a");
+        t.done.insert("a".into());
+        t.on_pod(&finished("a"), false, now);
+        assert!(t.pending.is_empty(), "a done Pod is not pending again");
+        t.on_pod(&finished("a"), true, now);
+        assert!(t.pending.is_empty() && !t.done.contains("a"));
+    }
+
+    #[test]
+    fn a_follower_keeps_a_deleted_finished_run_for_the_retention_only() {
+        let mut t = Tracker::default();
+        let now = Instant::now();
+        t.on_pod(&finished("a"), true, now);
+        assert!(t.pending["a"].gone_since.is_some());
+        t.prune(now + Duration::from_secs(10), Duration::from_secs(60));
+        assert_eq!(t.pending.len(), 1);
+        t.prune(now + Duration::from_secs(61), Duration::from_secs(60));
+        assert!(t.pending.is_empty());
+    }
+
+    #[test]
+    fn a_pod_that_vanished_during_a_relist_was_deleted_before_finishing() {
+        let mut t = Tracker {
+            leader: true,
+            ..Tracker::default()
+        };
+        t.nodes.insert("n1".into(), BTreeMap::new());
+        let now = Instant::now();
+        t.on_pod(
+            &pod(
+                "gone",
+                "Running",
+                json!({"running": {"startedAt": "2026-05-04T10:00:00Z"}}),
+            ),
+            false,
+            now,
+        );
+        t.on_pod(
+            &pod(
+                "stays",
+                "Running",
+                json!({"running": {"startedAt": "2026-05-04T10:00:00Z"}}),
+            ),
+            false,
+            now,
+        );
+        t.relisted = Some(HashSet::new());
+        t.on_pod(
+            &pod(
+                "stays",
+                "Running",
+                json!({"running": {"startedAt": "2026-05-04T10:00:00Z"}}),
+            ),
+            false,
+            now,
+        );
+        assert_eq!(t.relist_done(now), [SkipReason::DeletedBeforeFinishing]);
+        let open: Vec<&str> = t.history_open_runs().map(|r| r.uid.as_str()).collect();
+        assert_eq!(open, ["stays"]);
+    }
+
+    #[test]
+    fn an_evicted_pod_is_skipped_and_its_run_closed() {
+        let mut t = Tracker::default();
+        t.nodes.insert("n1".into(), BTreeMap::new());
+        let now = Instant::now();
+        t.on_pod(
+            &pod(
+                "e",
+                "Running",
+                json!({"running": {"startedAt": "2026-05-04T10:00:00Z"}}),
+            ),
+            false,
+            now,
+        );
+        let mut evicted = pod("e", "Failed", json!({}));
+        evicted.status.as_mut().unwrap().reason = Some("Evicted".into());
+        assert_eq!(
+            t.on_pod(&evicted, false, now),
+            Seen::Nothing,
+            "a follower counts nothing"
+        );
+        t.leader = true;
+        assert_eq!(
+            t.on_pod(&evicted, false, now),
+            Seen::Skipped(SkipReason::Evicted)
+        );
+        assert!(t.history.on_node("n1").all(|r| r.end.is_some()));
+        // Its later updates and its deletion are not counted again; the deletion forgets it.
+        assert_eq!(t.on_pod(&evicted, false, now), Seen::Nothing);
+        assert_eq!(t.on_pod(&evicted, true, now), Seen::Nothing);
+        assert!(t.done.is_empty());
+    }
+}

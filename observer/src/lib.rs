@@ -1,0 +1,22 @@
+//! The runtime observer: watches the GPU Pods gpu-admission decided until they terminate, and reports each
+//! finished run (its main containers' runtime, the GPU class of the Node it ran on, the job types that ran
+//! beside it) to every scorer replica with `Observe`, exactly once per Pod UID. The elected leader also keeps
+//! the scorer replicas' learned states converged and stored (see README.md).
+//!
+//! - [`extract`]: Pod + Node labels + other runs → `ObserveRequest` or a skip reason (pure);
+//! - [`history`]: runs per node, kept past their Pods for co-location;
+//! - [`sync`]: which learned state is the most complete and who must import it (pure);
+//! - [`controller`]: the watch loop; [`convergence`]: the export/import rounds; [`replicas`]: the scorer
+//!   replicas by DNS and the fan-out; [`store`]: the state ConfigMap; [`leader`]: the Lease.
+
+pub mod cli;
+pub mod controller;
+pub mod convergence;
+pub mod extract;
+pub mod history;
+pub mod leader;
+pub mod metrics;
+pub mod names;
+pub mod replicas;
+pub mod store;
+pub mod sync;

@@ -1,0 +1,154 @@
+//! `observer` binary: parse the CLI, set telemetry up, elect a leader, watch and report until SIGTERM/SIGINT.
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::Parser;
+use observer::cli::Cli;
+use observer::controller::{self, ControllerConfig};
+use observer::convergence::{Convergence, RecentLog};
+use observer::leader::{self, LeaseConfig};
+use observer::metrics::Metrics;
+use observer::replicas::Replicas;
+use observer::store::StateStore;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let _telemetry = match gpu_admission_telemetry::init("observer") {
+        Ok(guard) => guard,
+        Err(e) => {
+            eprintln!("observer: telemetry set-up failed: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "observer failed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Arc::new(Metrics::register(&mut registry));
+    let (admin_stop, admin_stopped) = tokio::sync::oneshot::channel::<()>();
+    gpu_admission_telemetry::admin::serve(cli.admin_listen, Arc::new(registry), async {
+        let _ = admin_stopped.await;
+    })
+    .await?;
+
+    let client = kube::Client::try_default().await?;
+    let namespace = cli.namespace();
+    let replicas = Arc::new(Replicas::new(
+        &cli.scorers,
+        Duration::from_millis(cli.scorer_timeout_ms.max(1)),
+    )?);
+    let log = Arc::new(Mutex::new(RecentLog::new(cli.replay_log)));
+    let lease = LeaseConfig {
+        namespace: namespace.clone(),
+        name: cli.lease.clone(),
+        identity: cli.identity(),
+        duration: Cli::secs(cli.lease_duration_secs),
+        grace: Cli::secs(cli.lease_grace_secs),
+    };
+    tracing::info!(identity = %lease.identity, lease = %lease.name, %namespace, scorers = ?cli.scorers,
+        "observer starting");
+    let (leader_rx, lease_task) = leader::elect(client.clone(), &lease).await?;
+
+    let store = cli
+        .state_configmap
+        .as_deref()
+        .map(|name| StateStore::new(client.clone(), &namespace, name));
+    let convergence = Convergence::new(
+        replicas.clone(),
+        store,
+        Cli::secs(cli.store_interval_secs),
+        log.clone(),
+        metrics.clone(),
+    );
+    let sync = tokio::spawn(converge_while_leading(
+        convergence,
+        leader_rx.clone(),
+        Cli::secs(cli.sync_interval_secs),
+    ));
+
+    let config = ControllerConfig {
+        tick: Duration::from_secs(1),
+        policy_refresh: Duration::from_secs(30),
+        node_grace: Duration::from_secs(60),
+        gone_retention: Duration::from_secs(15 * 60),
+    };
+    let result = controller::run(
+        client,
+        replicas,
+        log,
+        metrics,
+        leader_rx,
+        config,
+        shutdown_signal(),
+    )
+    .await;
+    sync.abort();
+    let _ = admin_stop.send(());
+    // The last Lease receiver is gone: the lease task releases the Lease, so the other replica takes over at
+    // once instead of after the Lease expires.
+    match tokio::time::timeout(Duration::from_secs(5), lease_task).await {
+        Ok(Ok(Ok(_))) => tracing::info!("Lease released"),
+        Ok(Ok(Err(err))) => tracing::warn!(%err, "releasing the Lease failed"),
+        Ok(Err(err)) => tracing::warn!(%err, "lease task failed"),
+        Err(_) => tracing::warn!("releasing the Lease timed out"),
+    }
+    result
+}
+
+/// The convergence rounds, while this replica holds the Lease.
+async fn converge_while_leading(
+    mut convergence: Convergence,
+    mut leader: tokio::sync::watch::Receiver<bool>,
+    interval: Duration,
+) {
+    loop {
+        if !*leader.borrow_and_update() {
+            if leader.changed().await.is_err() {
+                return;
+            }
+            continue;
+        }
+        convergence.load_stored().await;
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        while *leader.borrow() {
+            tokio::select! {
+                _ = tick.tick() => {
+                    let report = convergence.round().await;
+                    if report.imported + report.kept + report.replayed > 0 || report.stored {
+                        tracing::info!(?report, "convergence round");
+                    }
+                }
+                changed = leader.changed() => if changed.is_err() { return },
+            }
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+    tracing::info!("shutdown requested");
+}

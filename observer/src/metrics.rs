@@ -1,0 +1,143 @@
+//! The observer's Prometheus metrics, served by the telemetry crate's admin server.
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: &'static str,
+}
+
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    /// Finished runs reported, by what the scorers answered: `learned` (at least one replica learned it) or
+    /// `duplicate` (every answering replica had learned it already).
+    pub reported: Family<ResultLabel, Counter>,
+    /// Decided Pods not reported, by reason (`SkipReason::as_str`).
+    pub skipped: Family<ReasonLabel, Counter>,
+    /// `Observe` calls to one replica that failed (the observation reaches it later through state sync).
+    pub delivery_failures: Counter,
+    /// `Observe` refused by the scorer (invalid argument): never retried.
+    pub rejected: Counter,
+    /// Learned-state convergence: `imported`, `kept` (the replica held something the state lacks), `failed`.
+    pub state_imports: Family<ResultLabel, Counter>,
+    /// Writes of the stored learned state: `ok`, `conflict`, `too_large`, `failed`.
+    pub state_stores: Family<ResultLabel, Counter>,
+    /// 1 while this replica holds the Lease.
+    pub leader: Gauge,
+    /// Scorer replicas found at the last convergence round, and how many answered.
+    pub scorer_replicas: Gauge,
+    pub scorer_replicas_answering: Gauge,
+    /// Observations in the most complete learned state at the last round.
+    pub best_state_observations: Gauge<i64, std::sync::atomic::AtomicI64>,
+    /// Finished runs waiting to be reported (no replica reachable, or not the leader).
+    pub pending: Gauge,
+    /// Seconds of the last convergence round.
+    pub last_round_seconds: Gauge<f64, AtomicU64>,
+}
+
+impl Metrics {
+    /// Creates and registers the metrics (exposed names: `observer_reported_total`, `observer_skipped_total`,
+    /// `observer_delivery_failures_total`, `observer_rejected_total`, `observer_state_imports_total`,
+    /// `observer_state_stores_total`, `observer_leader`, `observer_scorer_replicas`,
+    /// `observer_scorer_replicas_answering`, `observer_best_state_observations`, `observer_pending`,
+    /// `observer_last_round_seconds`).
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self {
+            reported: Family::default(),
+            skipped: Family::default(),
+            delivery_failures: Counter::default(),
+            rejected: Counter::default(),
+            state_imports: Family::default(),
+            state_stores: Family::default(),
+            leader: Gauge::default(),
+            scorer_replicas: Gauge::default(),
+            scorer_replicas_answering: Gauge::default(),
+            best_state_observations: Gauge::default(),
+            pending: Gauge::default(),
+            last_round_seconds: Gauge::default(),
+        };
+        registry.register(
+            "observer_reported",
+            "Finished runs reported to the scorers, by result (learned, duplicate)",
+            m.reported.clone(),
+        );
+        registry.register(
+            "observer_skipped",
+            "Decided GPU Pods whose runtime is not reported, by reason",
+            m.skipped.clone(),
+        );
+        registry.register(
+            "observer_delivery_failures",
+            "Observe calls to one scorer replica that failed",
+            m.delivery_failures.clone(),
+        );
+        registry.register(
+            "observer_rejected",
+            "Observations the scorer refused as invalid (not retried)",
+            m.rejected.clone(),
+        );
+        registry.register(
+            "observer_state_imports",
+            "ImportState calls by result (imported, kept, failed)",
+            m.state_imports.clone(),
+        );
+        registry.register(
+            "observer_state_stores",
+            "Writes of the stored learned state by result (ok, conflict, too_large, failed)",
+            m.state_stores.clone(),
+        );
+        registry.register(
+            "observer_leader",
+            "1 while this replica holds the Lease",
+            m.leader.clone(),
+        );
+        registry.register(
+            "observer_scorer_replicas",
+            "Scorer replicas found at the last convergence round",
+            m.scorer_replicas.clone(),
+        );
+        registry.register(
+            "observer_scorer_replicas_answering",
+            "Scorer replicas that answered ExportState at the last convergence round",
+            m.scorer_replicas_answering.clone(),
+        );
+        registry.register(
+            "observer_best_state_observations",
+            "Observations held by the most complete learned state at the last round",
+            m.best_state_observations.clone(),
+        );
+        registry.register(
+            "observer_pending",
+            "Finished runs waiting to be reported",
+            m.pending.clone(),
+        );
+        registry.register(
+            "observer_last_round_seconds",
+            "Duration of the last convergence round",
+            m.last_round_seconds.clone(),
+        );
+        m
+    }
+
+    pub fn skip(&self, reason: crate::extract::SkipReason) {
+        self.skipped
+            .get_or_create(&ReasonLabel {
+                reason: reason.as_str(),
+            })
+            .inc();
+    }
+
+    pub fn result(family: &Family<ResultLabel, Counter>, result: &'static str) {
+        family.get_or_create(&ResultLabel { result }).inc();
+    }
+}

@@ -1,0 +1,175 @@
+//! [`Observer`]: the real `observer` binary started against a cluster (KUBECONFIG) and a list of scorer
+//! endpoints, its admin port read from its `listening on` line.
+//!
+//! ```text
+//! observer --scorer URL[,URL...] --namespace NS --identity ID --admin-listen 127.0.0.1:0 [extra args]
+//! ```
+//! The binary is built once per test process next to the scorer (same profile and target directory), or taken
+//! from `GPU_ADMISSION_OBSERVER_BIN`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use anyhow::Context;
+
+use crate::process::ChildProcess;
+
+static OBSERVER_BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+
+/// Path of the `observer` binary, building it on the first call (panics with cargo's output on failure).
+pub fn observer_binary() -> &'static Path {
+    match OBSERVER_BIN.get_or_init(build) {
+        Ok(p) => p,
+        Err(e) => panic!("building the observer failed:\n{e}"),
+    }
+}
+
+fn build() -> Result<PathBuf, String> {
+    if let Ok(p) = std::env::var("GPU_ADMISSION_OBSERVER_BIN") {
+        return Ok(p.into());
+    }
+    // The scorer's build tells where the profile directory is.
+    let scorer = crate::binaries::scorer();
+    let profile_dir = scorer.parent().ok_or("scorer binary has no folder")?;
+    let target_dir = profile_dir.parent().ok_or("profile folder has no parent")?;
+    let profile = profile_dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or("profile folder name")?;
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("workspace root")?;
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.current_dir(workspace)
+        .args(["build", "-p", "observer", "--bin", "observer"])
+        .arg("--target-dir")
+        .arg(target_dir);
+    match profile {
+        "debug" => {}
+        "release" => {
+            cmd.arg("--release");
+        }
+        other => {
+            cmd.args(["--profile", other]);
+        }
+    }
+    let out = cmd.output().map_err(|e| format!("running cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let bin = profile_dir.join(format!("observer{}", std::env::consts::EXE_SUFFIX));
+    if bin.is_file() {
+        Ok(bin)
+    } else {
+        Err(format!(
+            "{} missing after a successful build",
+            bin.display()
+        ))
+    }
+}
+
+/// Builder for an [`Observer`] process.
+#[derive(Debug, Clone)]
+pub struct ObserverBuilder {
+    kubeconfig: PathBuf,
+    scorers: Vec<String>,
+    namespace: String,
+    identity: String,
+    args: Vec<String>,
+    envs: Vec<(String, String)>,
+}
+
+impl ObserverBuilder {
+    /// The Lease (and state ConfigMap) namespace (default `gpu-admission`).
+    pub fn namespace(mut self, ns: &str) -> Self {
+        self.namespace = ns.into();
+        self
+    }
+    /// An extra command-line argument (e.g. `--lease-duration-secs=3`).
+    pub fn arg(mut self, a: impl Into<String>) -> Self {
+        self.args.push(a.into());
+        self
+    }
+    /// An extra environment variable.
+    pub fn env(mut self, k: impl Into<String>, v: impl Into<String>) -> Self {
+        self.envs.push((k.into(), v.into()));
+        self
+    }
+
+    /// Starts the observer and waits for its admin `listening on` line.
+    pub async fn start(self) -> anyhow::Result<Observer> {
+        let dir = tempfile::Builder::new()
+            .prefix("gpu-adm-observer-")
+            .tempdir()?;
+        let mut args = vec![
+            format!("--scorer={}", self.scorers.join(",")),
+            format!("--namespace={}", self.namespace),
+            format!("--identity={}", self.identity),
+            "--admin-listen=127.0.0.1:0".to_string(),
+        ];
+        args.extend(self.args.iter().cloned());
+        let mut envs = vec![
+            (
+                "KUBECONFIG".to_string(),
+                self.kubeconfig.display().to_string(),
+            ),
+            ("RUST_LOG".to_string(), "info".to_string()),
+        ];
+        envs.extend(self.envs.iter().cloned());
+        let mut process =
+            ChildProcess::spawn(&self.identity, observer_binary(), &args, &envs, dir.path())?;
+        let admin = process
+            .wait_listening(1, crate::START_TIMEOUT)
+            .await?
+            .first()
+            .map(|(a, _)| *a)
+            .context("no admin address")?;
+        Ok(Observer {
+            process,
+            admin,
+            _dir: dir,
+        })
+    }
+}
+
+/// A running `observer` process. Killed on drop.
+pub struct Observer {
+    /// The child process (logs, signals).
+    pub process: ChildProcess,
+    admin: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Observer {
+    /// An observer of the cluster behind `kubeconfig`, reporting to `scorers` (`http://HOST:PORT`), named
+    /// `identity` (its Lease identity and log file name).
+    pub fn builder(kubeconfig: &Path, scorers: &[String], identity: &str) -> ObserverBuilder {
+        ObserverBuilder {
+            kubeconfig: kubeconfig.to_path_buf(),
+            scorers: scorers.to_vec(),
+            namespace: "gpu-admission".into(),
+            identity: identity.into(),
+            args: vec![],
+            envs: vec![],
+        }
+    }
+
+    /// `GET /metrics` on the admin port.
+    pub async fn metrics(&self) -> anyhow::Result<String> {
+        crate::https::http_get_text(self.admin, "/metrics").await
+    }
+}
+
+/// The value of the sample `name{labels}` (exactly as exposed, e.g. `observer_leader` or
+/// `observer_reported_total{result="learned"}`) in an OpenMetrics text, 0 when absent.
+pub fn metric_value(text: &str, sample: &str) -> f64 {
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(sample)
+                .and_then(|rest| rest.strip_prefix(' '))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0.0)
+}
