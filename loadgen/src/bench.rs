@@ -341,7 +341,10 @@ pub async fn run(args: BenchArgs) -> Result<i32> {
 
     // Reports.
     let meta = Meta::collect(&workload, http.to_string(), args.deadline_ms, loadavg_start);
-    let s = summary::summarize(&runs, &idle_rss, args.deadline_ms);
+    let mut s = summary::summarize(&runs, &idle_rss, args.deadline_ms);
+    if args.no_targets {
+        s.checks.clear();
+    }
     print!("{}", report::table::render(&meta, &runs, &s));
     if let Some(path) = &args.json {
         report::json::write(

@@ -322,13 +322,37 @@ fn line(case: &Case, d: &Decision, ms: f64) -> String {
 
 pub async fn run(args: DemoArgs) -> Result<i32> {
     let bin_dir = spawn::bin_dir(args.bin_dir.as_deref())?;
+    // The work dir holds a freshly generated CA private key: removed at the end unless the user named it.
+    let _tmp;
     let work: PathBuf = match &args.work_dir {
         Some(d) => d.clone(),
-        None => std::env::temp_dir().join(format!("gpu-admission-demo-{}", std::process::id())),
+        None => {
+            let t = tempfile::Builder::new()
+                .prefix("gpu-admission-demo-")
+                .tempdir()?;
+            let p = t.path().to_path_buf();
+            _tmp = t;
+            p
+        }
     };
     std::fs::create_dir_all(&work)?;
+    // Ctrl-C ends the demo through the drops (services killed, temporary folder removed).
+    let code = tokio::select! {
+        code = admit_cases(&bin_dir, &work) => code,
+        _ = tokio::signal::ctrl_c() => Ok(130),
+    };
+    if args.work_dir.is_some() {
+        eprintln!("logs and the generated CA kept in {}", work.display());
+    }
+    code
+}
+
+/// Starts both services from `bin_dir` with their logs and TLS in `work`, admits every case twice and
+/// prints the table; 0 when every answer was right and the second pass changed nothing.
+async fn admit_cases(bin_dir: &std::path::Path, work: &std::path::Path) -> Result<i32> {
+    let bin_dir = bin_dir.to_path_buf();
     let tls = work.join("tls");
-    let mut scorer = spawn::start_scorer(&bin_dir, &work).await?;
+    let mut scorer = spawn::start_scorer(&bin_dir, work).await?;
     let scorer_url = format!("http://{}", scorer.addr);
     let mut frontend = spawn::start_frontend(
         &bin_dir,
