@@ -25,7 +25,8 @@ mkdir -p "$(dirname "$bin")"
 # A private apt configuration (lists and cache in $apt_dir) for Debian bookworm, binaries and sources, so that
 # downloading works without root and without touching the machine's own apt state.
 apt_opts=(-o Dir::Etc::SourceList=/dev/null -o "Dir::Etc::SourceParts=$apt_dir/sources"
-  -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o Debug::NoLocking=1
+  -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o "Dir::Cache::Archives=$apt_dir/cache/archives"
+  -o Debug::NoLocking=1
   -o APT::Sandbox::User="$(id -un)")
 private_apt_update() {
   [[ -f $apt_dir/updated ]] && return
