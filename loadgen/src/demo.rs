@@ -15,6 +15,7 @@ use crate::cli::{DemoArgs, HttpVersion};
 use crate::drivers::webhook::{Conn, WebhookTarget};
 use crate::spawn;
 use crate::workload::NAMESPACE_TIERS;
+use gpu_admission_testkit::review;
 
 /// One Pod of the demo and what it is meant to show.
 struct Case {
@@ -167,25 +168,14 @@ fn cases() -> Vec<Case> {
     ]
 }
 
+/// The CREATE review the apiserver would send for `pod` (in its own namespace), with this uid.
 fn review(uid: &str, pod: &Value) -> Value {
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-            "name": pod["metadata"]["name"],
-            "namespace": pod["metadata"]["namespace"],
-            "operation": "CREATE",
-            "userInfo": {"username": "demo-user", "groups": ["system:authenticated"]},
-            "object": pod,
-            "dryRun": false,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
-        }
-    })
+    let namespace = pod["metadata"]["namespace"].as_str().unwrap_or("default");
+    review::with_uid_and_version(
+        review::review_of(pod, namespace, review::Operation::Create),
+        uid,
+        "admission.k8s.io/v1",
+    )
 }
 
 /// What one admission came back as, read from the AdmissionReview response and its patch.
