@@ -1,6 +1,6 @@
 //! A product binary running as a child process for the duration of a test.
 //!
-//! - stdout and stderr go to `<log_dir>/<name>.log` (the brief's binaries log to stderr);
+//! - stdout and stderr go to `<log_dir>/<name>.log` (both binaries log to stderr);
 //! - [`ChildProcess::wait_listening`] reads the `listening on ADDR` lines to learn the real bound ports;
 //! - [`ChildProcess::pause`] / [`ChildProcess::resume`] send SIGSTOP / SIGCONT (a "hung" process);
 //! - the process is killed (SIGKILL) when the value is dropped, and when the drop happens during a panic
