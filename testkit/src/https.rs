@@ -285,6 +285,16 @@ impl Connection {
 /// `GET http://addr/path` over plain HTTP/1.1 (admin ports: `/metrics`, `/healthz`); the body as text.
 /// Fails on a non-2xx status.
 pub async fn http_get_text(addr: SocketAddr, path: &str) -> anyhow::Result<String> {
+    let r = http_get(addr, path).await?;
+    let text = String::from_utf8_lossy(&r.body).into_owned();
+    if !r.status.is_success() {
+        bail!("GET {addr}{path} answered {}: {text}", r.status);
+    }
+    Ok(text)
+}
+
+/// `GET http://addr/path` over plain HTTP/1.1: status, headers and body, whatever the status.
+pub async fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<Response> {
     let fut = async {
         let tcp = TcpStream::connect(addr)
             .await
@@ -296,13 +306,13 @@ pub async fn http_get_text(addr: SocketAddr, path: &str) -> anyhow::Result<Strin
             .header(http::header::HOST, addr.to_string())
             .body(Full::new(Bytes::new()))?;
         let resp = sender.send_request(req).await?;
-        let status = resp.status();
-        let body = resp.into_body().collect().await?.to_bytes();
-        let text = String::from_utf8_lossy(&body).into_owned();
-        if !status.is_success() {
-            bail!("GET {addr}{path} answered {status}: {text}");
-        }
-        anyhow::Ok(text)
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await?.to_bytes();
+        anyhow::Ok(Response {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        })
     };
     tokio::time::timeout(Duration::from_secs(10), fut)
         .await
