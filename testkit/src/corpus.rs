@@ -57,7 +57,8 @@ pub fn external() -> Option<Tier> {
     crate::skip::skip(
         "the external corpus tier",
         &format!(
-            "{} has no manifests/ and admissionreviews/ (set GPU_ADMISSION_CORPUS); the fixtures in              tests/fixtures run instead",
+            "{} has no manifests/ and admissionreviews/ (set GPU_ADMISSION_CORPUS); the fixtures in tests/fixtures run \
+             instead",
             dir.display()
         ),
     );
