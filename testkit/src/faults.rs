@@ -409,14 +409,13 @@ impl Drop for ScorerDouble {
     }
 }
 
-/// A [`ScorerDouble`] answering nonsense: the shorthand of the fault suites.
-pub struct NonsenseScorer;
+/// A [`ScorerDouble`] answering nonsense: the shorthand of the fault suites (derefs to the double).
+pub struct NonsenseScorer(ScorerDouble);
 
 impl NonsenseScorer {
     /// Serves on 127.0.0.1:0; `GetPolicy` answers `policy` (take it from a real scorer).
-    #[allow(clippy::new_ret_no_self)]
-    pub async fn start(kind: Nonsense, policy: GetPolicyResponse) -> anyhow::Result<ScorerDouble> {
-        ScorerDouble::start(policy, Behaviour::Nonsense(kind)).await
+    pub async fn start(kind: Nonsense, policy: GetPolicyResponse) -> anyhow::Result<Self> {
+        Self::start_with_policy_delay(kind, policy, std::time::Duration::ZERO).await
     }
 
     /// Like [`NonsenseScorer::start`], with `GetPolicy` answering only after `delay`.
@@ -424,8 +423,17 @@ impl NonsenseScorer {
         kind: Nonsense,
         policy: GetPolicyResponse,
         delay: std::time::Duration,
-    ) -> anyhow::Result<ScorerDouble> {
-        ScorerDouble::start_with_policy_delay(policy, Behaviour::Nonsense(kind), delay).await
+    ) -> anyhow::Result<Self> {
+        ScorerDouble::start_with_policy_delay(policy, Behaviour::Nonsense(kind), delay)
+            .await
+            .map(Self)
+    }
+}
+
+impl std::ops::Deref for NonsenseScorer {
+    type Target = ScorerDouble;
+    fn deref(&self) -> &ScorerDouble {
+        &self.0
     }
 }
 
