@@ -14,6 +14,7 @@ use crate::report::{self, RunResult, json::Meta, summary};
 use crate::schedule::{self, Pacing, Plan};
 use crate::spawn::{self, Service};
 use crate::{faults, workload};
+use gpu_admission_testkit::faults::FaultProxy;
 
 /// Runs the whole benchmark; returns the process exit code (0, or 2 when a run could not run or the
 /// webhook answered something it never may: a rejection, a non-200, a wrong uid).
@@ -341,7 +342,10 @@ pub async fn run(args: BenchArgs) -> Result<i32> {
 
     // Reports.
     let meta = Meta::collect(&workload, http.to_string(), args.deadline_ms, loadavg_start);
-    let s = summary::summarize(&runs, &idle_rss, args.deadline_ms);
+    let mut s = summary::summarize(&runs, &idle_rss, args.deadline_ms);
+    if args.no_targets {
+        s.checks.clear();
+    }
     print!("{}", report::table::render(&meta, &runs, &s));
     if let Some(path) = &args.json {
         report::json::write(
@@ -551,12 +555,12 @@ async fn run_fault(
             r
         }
         Fault::Slow(delay) => {
-            let (proxy, task) = faults::delay_proxy(scorer.addr, delay).await?;
+            let proxy = FaultProxy::start_delayed(scorer.addr, delay).await?;
             let tls = work_dir.join("tls-frontend-slow");
             let f = spawn::start_frontend(
                 bins,
                 "webhook-frontend-slow",
-                &format!("http://{proxy}"),
+                &proxy.url(),
                 &tls,
                 args.deadline_ms,
                 work_dir.join("webhook-frontend-slow.log"),
@@ -571,7 +575,7 @@ async fn run_fault(
                 ("scorer".to_string(), scorer_pid),
             ];
             let r = run_one(label.to_string(), "webhook", &target, plan, &pids, |_| {}).await;
-            task.abort();
+            drop(proxy);
             r
         }
     }

@@ -69,7 +69,8 @@ pub struct DemoArgs {
     /// Folder of the `scorer` and `webhook-frontend` binaries (default: next to this executable).
     #[arg(long, value_name = "DIR")]
     pub bin_dir: Option<PathBuf>,
-    /// Where the logs and the generated CA go (default: a new folder under the system temp dir).
+    /// Keep the logs and the generated CA (with its private key) in this folder. Without it they go to a
+    /// temporary folder that is removed when the demo ends.
     #[arg(long, value_name = "DIR")]
     pub work_dir: Option<PathBuf>,
 }
@@ -271,6 +272,10 @@ pub struct BenchArgs {
     /// Keep the spawned services' logs and certificates in this directory (default: a temporary one).
     #[arg(long, value_name = "DIR")]
     pub work_dir: Option<PathBuf>,
+    /// Leave out the performance targets (p99, ratio to baseline, RSS): for smoke runs, whose short debug
+    /// runs say nothing about them. Wrong answers and failed runs still fail.
+    #[arg(long)]
+    pub no_targets: bool,
 }
 
 #[cfg(test)]

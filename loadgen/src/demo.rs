@@ -15,6 +15,7 @@ use crate::cli::{DemoArgs, HttpVersion};
 use crate::drivers::webhook::{Conn, WebhookTarget};
 use crate::spawn;
 use crate::workload::NAMESPACE_TIERS;
+use gpu_admission_testkit::review;
 
 /// One Pod of the demo and what it is meant to show.
 struct Case {
@@ -167,25 +168,14 @@ fn cases() -> Vec<Case> {
     ]
 }
 
+/// The CREATE review the apiserver would send for `pod` (in its own namespace), with this uid.
 fn review(uid: &str, pod: &Value) -> Value {
-    json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-            "name": pod["metadata"]["name"],
-            "namespace": pod["metadata"]["namespace"],
-            "operation": "CREATE",
-            "userInfo": {"username": "demo-user", "groups": ["system:authenticated"]},
-            "object": pod,
-            "dryRun": false,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
-        }
-    })
+    let namespace = pod["metadata"]["namespace"].as_str().unwrap_or("default");
+    review::with_uid_and_version(
+        review::review_of(pod, namespace, review::Operation::Create),
+        uid,
+        "admission.k8s.io/v1",
+    )
 }
 
 /// What one admission came back as, read from the AdmissionReview response and its patch.
@@ -322,13 +312,37 @@ fn line(case: &Case, d: &Decision, ms: f64) -> String {
 
 pub async fn run(args: DemoArgs) -> Result<i32> {
     let bin_dir = spawn::bin_dir(args.bin_dir.as_deref())?;
+    // The work dir holds a freshly generated CA private key: removed at the end unless the user named it.
+    let _tmp;
     let work: PathBuf = match &args.work_dir {
         Some(d) => d.clone(),
-        None => std::env::temp_dir().join(format!("gpu-admission-demo-{}", std::process::id())),
+        None => {
+            let t = tempfile::Builder::new()
+                .prefix("gpu-admission-demo-")
+                .tempdir()?;
+            let p = t.path().to_path_buf();
+            _tmp = t;
+            p
+        }
     };
     std::fs::create_dir_all(&work)?;
+    // Ctrl-C ends the demo through the drops (services killed, temporary folder removed).
+    let code = tokio::select! {
+        code = admit_cases(&bin_dir, &work) => code,
+        _ = tokio::signal::ctrl_c() => Ok(130),
+    };
+    if args.work_dir.is_some() {
+        eprintln!("logs and the generated CA kept in {}", work.display());
+    }
+    code
+}
+
+/// Starts both services from `bin_dir` with their logs and TLS in `work`, admits every case twice and
+/// prints the table; 0 when every answer was right and the second pass changed nothing.
+async fn admit_cases(bin_dir: &std::path::Path, work: &std::path::Path) -> Result<i32> {
+    let bin_dir = bin_dir.to_path_buf();
     let tls = work.join("tls");
-    let mut scorer = spawn::start_scorer(&bin_dir, &work).await?;
+    let mut scorer = spawn::start_scorer(&bin_dir, work).await?;
     let scorer_url = format!("http://{}", scorer.addr);
     let mut frontend = spawn::start_frontend(
         &bin_dir,

@@ -10,6 +10,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use gpu_admission_proto::scorer::v1::{GpuVendor, ScoreRequest, WorkloadClass};
+use gpu_admission_testkit::review;
 use hyper::body::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -436,34 +437,18 @@ fn envelope(
     object: Value,
     old: Option<Value>,
 ) -> Value {
-    let name = object["metadata"]["name"]
-        .as_str()
-        .unwrap_or("")
-        .to_string();
-    let options = if operation == "UPDATE" {
-        "UpdateOptions"
+    let op = if operation == "UPDATE" {
+        review::Operation::Update
     } else {
-        "CreateOptions"
+        review::Operation::Create
     };
-    json!({
-        "kind": "AdmissionReview",
-        "apiVersion": "admission.k8s.io/v1",
-        "request": {
-            "uid": UID_PLACEHOLDER,
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-            "name": name,
-            "namespace": namespace,
-            "operation": operation,
-            "userInfo": user,
-            "object": object,
-            "oldObject": old.unwrap_or(Value::Null),
-            "dryRun": false,
-            "options": {"kind": options, "apiVersion": "meta.k8s.io/v1"}
-        }
-    })
+    let mut r = review::review_of(&object, namespace, op);
+    r["request"]["uid"] = json!(UID_PLACEHOLDER);
+    r["request"]["userInfo"] = user;
+    if let Some(old) = old {
+        r["request"]["oldObject"] = old;
+    }
+    r
 }
 
 /// Replays every Pod, pod template and AdmissionReview found in the YAML/JSON files of `dir`.

@@ -5,6 +5,7 @@
 # Usage: start-apiserver.sh RUN_DIR [APISERVER_PORT ETCD_CLIENT_PORT ETCD_PEER_PORT]
 #   Ports default to free ones chosen by the OS (via python3). Give them explicitly when python3 is missing.
 # Env:   KUBE_APISERVER   the kube-apiserver binary (default: the last line of build-apiserver.sh)
+#        ETCD             the etcd binary (default: beside kube-apiserver, else etcd on PATH)
 #        STARTUP_TIMEOUT  seconds to wait for /readyz (default 90)
 # Writes into RUN_DIR: kubeconfig (admin token, system:masters), ca.crt, apiserver.log, etcd.log, *.pid, and
 # env (APISERVER_PORT=..., ETCD_PORT=..., KUBECONFIG=...). Prints "ready: KUBECONFIG=RUN_DIR/kubeconfig".
@@ -21,7 +22,10 @@ print(" ".join(str(s.getsockname()[1]) for s in socks))'
 if [[ $# -ge 4 ]]; then P=$2; E=$3; EP=$4; else read -r P E EP < <(free_ports); fi
 BIN=${KUBE_APISERVER:-$("$here/build-apiserver.sh" | tail -n 1)}
 [[ -x $BIN ]] || { echo "kube-apiserver not found: $BIN" >&2; exit 1; }
-command -v etcd >/dev/null || { echo "etcd not found (Debian: etcd-server)" >&2; exit 1; }
+# etcd: $ETCD, else the one build-apiserver.sh unpacked beside kube-apiserver, else one on PATH.
+ETCD=${ETCD:-$(dirname "$BIN")/etcd}
+[[ -x $ETCD ]] || ETCD=$(command -v etcd) || { echo "etcd not found: run build-apiserver.sh" >&2; exit 1; }
+for tool in openssl curl; do command -v $tool >/dev/null || { echo "$tool not found (apt-get install $tool)" >&2; exit 1; }; done
 
 mkdir -p "$R" && cd "$R" && R=$(pwd)
 fail() {
@@ -41,7 +45,7 @@ openssl genrsa -out sa.key 2048 2>/dev/null && openssl rsa -in sa.key -pubout -o
 tok=$(openssl rand -hex 16)
 echo "$tok,admin,admin,system:masters" > tokens.csv
 
-etcd --name e2e --data-dir "$R/etcd" \
+"$ETCD" --name e2e --data-dir "$R/etcd" \
   --listen-client-urls "http://127.0.0.1:$E" --advertise-client-urls "http://127.0.0.1:$E" \
   --listen-peer-urls "http://127.0.0.1:$EP" --initial-advertise-peer-urls "http://127.0.0.1:$EP" \
   --initial-cluster "e2e=http://127.0.0.1:$EP" >etcd.log 2>&1 &

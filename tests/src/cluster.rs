@@ -2,7 +2,7 @@
 //! `tests/cluster/start-apiserver.sh` in a temp RUN_DIR on free ports and stopped on drop.
 //!
 //! - [`apiserver_binary`] runs `tests/cluster/build-apiserver.sh` (cached → instant; cold ≈ 6 min). When the
-//!   machine cannot build it: an error when env `CI` is set, else a loud SKIP (`Ok(None)`);
+//!   machine cannot build it: a failure when env `CI` is set, else a SKIP (`Ok(None)`);
 //! - [`LocalCluster::start`] → kubeconfig + a `kube::Client`;
 //! - helpers to create tier-labelled namespaces, the PriorityClasses of the scorer's policy, and to register
 //!   a webhook by URL (`clientConfig.url`, never a Service) as a MutatingWebhookConfiguration
@@ -61,13 +61,9 @@ pub fn apiserver_binary() -> anyhow::Result<Option<PathBuf>> {
         stdout,
         String::from_utf8_lossy(&out.stderr)
     );
-    if std::env::var_os("CI").is_some() {
-        bail!("CI is set, so the real-cluster tier must run: {why}");
-    }
-    eprintln!(
-        "\n*************************************************************************\n\
-         SKIP real-cluster tier: this machine cannot build kube-apiserver.\n{why}\n\
-         *************************************************************************\n"
+    crate::skip::skip(
+        "the real-cluster tier",
+        &format!("this machine cannot build kube-apiserver: {why}"),
     );
     Ok(None)
 }

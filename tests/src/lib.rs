@@ -1,82 +1,14 @@
-//! End-to-end test harness for gpu-admission: starts the REAL `scorer` and `webhook-frontend` binaries as
-//! processes on loopback and talks to them the way the kube-apiserver and operators do.
+//! End-to-end tests of gpu-admission: the REAL `scorer` and `webhook-frontend` binaries as processes on
+//! loopback, driven the way the kube-apiserver and operators drive them.
 //!
-//! Quick tour (every item is documented in its module):
-//! - [`binaries`]: builds the two binaries once per test process and returns their paths.
-//! - [`process`]: a spawned binary whose log goes to a file, whose `listening on ADDR` line gives its port,
-//!   killed on drop, with `pause`/`resume` (SIGSTOP/SIGCONT) for "hung" faults.
-//! - [`services`]: [`Scorer::start`] / [`Webhook::start`] builders following the CLI contract of the brief.
-//! - [`https`]: an HTTPS client trusting ONLY the webhook's CA bundle (a wrong certificate fails).
-//! - [`review`]: AdmissionReview wrapping, response checking by the apiserver's rules, patch application.
-//! - [`cluster`]: a real etcd + kube-apiserver on loopback (start/stop scripts in `tests/cluster/`).
-//! - [`corpus`]: the shared corpus of real manifests and AdmissionReviews, and Pod extraction from workloads.
-//! - [`faults`]: fault injectors at the process boundary (a TCP proxy that hangs/corrupts, a gRPC scorer that
-//!   answers nonsense).
+//! Everything generic (processes, services, HTTPS, reviews, faults, fixtures and corpus, names) comes from
+//! the test kit, `gpu_admission_testkit`, re-exported here so every `gpu_admission_tests::…` path works.
+//! Two modules are particular to these tests:
+//! - [`cluster`]: a real etcd + kube-apiserver on loopback (start/stop scripts in `tests/cluster/`);
 //! - [`decision`]: what must hold for a Pod before/after admission (preserved fields, coherent decision).
-//! - [`gpu`]: small helpers reading a Pod's GPU request and the decision annotations.
-//!
-//! ```no_run
-//! # async fn demo() -> anyhow::Result<()> {
-//! use gpu_admission_tests::{Scorer, Webhook, review};
-//! let scorer = Scorer::builder().start().await?;
-//! let webhook = Webhook::builder(&scorer.url())
-//!     .no_kube()
-//!     .namespace_tier("team-gold", "gold")
-//!     .start()
-//!     .await?;
-//! let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-//!     "spec": {"containers": [{"name": "c", "image": "x",
-//!         "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}});
-//! let outcome = webhook.admit_pod(&pod, "team-gold").await?;
-//! assert!(outcome.allowed && outcome.patch.is_some());
-//! # Ok(()) }
-//! ```
 
-pub mod binaries;
+pub use gpu_admission_testkit::*;
+
 pub mod cluster;
-pub mod corpus;
 pub mod decision;
-pub mod faults;
-pub mod gpu;
-pub mod https;
 pub mod observer;
-pub mod process;
-pub mod review;
-pub mod services;
-
-pub use process::ChildProcess;
-pub use review::{AdmissionOutcome, Operation};
-pub use services::{Scorer, ScorerBuilder, Webhook, WebhookBuilder};
-
-/// Names shared with the product (the brief's "Kubernetes names"), so tests never spell them twice.
-pub mod names {
-    /// Namespace label carrying the tenant tier.
-    pub const TIER_LABEL: &str = "tenant.kubenexus.io/tier";
-    /// Default node label key selecting a GPU class.
-    pub const CLASS_LABEL: &str = "gpu.nvidia.com/class";
-    pub const ANN_PRIORITY_SCORE: &str = "gpu-admission.io/priority-score";
-    pub const ANN_GPU_CLASS: &str = "gpu-admission.io/gpu-class";
-    /// The idempotency marker: a Pod carrying it is allowed unchanged.
-    pub const ANN_DECIDED_AT: &str = "gpu-admission.io/decided-at";
-    pub const ANN_POLICY_VERSION: &str = "gpu-admission.io/policy-version";
-    pub const ANN_INFEASIBLE: &str = "gpu-admission.io/infeasible-reason";
-    /// The four annotations written together on every mutation.
-    pub const DECISION_ANNOTATIONS: [&str; 4] = [
-        ANN_PRIORITY_SCORE,
-        ANN_GPU_CLASS,
-        ANN_DECIDED_AT,
-        ANN_POLICY_VERSION,
-    ];
-    /// Label the webhook adds for pod anti-affinity.
-    pub const JOB_TYPE_LABEL: &str = "gpu-admission.io/job-type";
-    pub const ANN_JOB_TYPE_SEED: &str = "app.kubernetes.io/job-type";
-    pub const ANN_GPU_MEM_SEED: &str = "gpu.mem.gi";
-    pub const ANN_BATCH_SEED: &str = "ml.batch_size";
-    pub const ANN_TENANT_SEED: &str = "scheduler.radix.ai/tenant";
-    pub const ANN_JOB_TYPE: &str = "gpu-admission.io/job-type";
-    pub const ANN_GPU_MEM: &str = "gpu-admission.io/gpu-memory-gib";
-    pub const ANN_WORKLOAD_CLASS: &str = "gpu-admission.io/workload-class";
-}
-
-/// How long tests wait for a process to print its `listening on` line (covers a cold start).
-pub const START_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);

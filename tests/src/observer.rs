@@ -4,70 +4,19 @@
 //! ```text
 //! observer --scorer URL[,URL...] --namespace NS --identity ID --admin-listen 127.0.0.1:0 [extra args]
 //! ```
-//! The binary is built once per test process next to the scorer (same profile and target directory), or taken
-//! from `GPU_ADMISSION_OBSERVER_BIN`.
+//! The binary comes from the test kit's [`crate::binaries`], built once per test run with the others.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::OnceLock;
 
 use anyhow::Context;
 
 use crate::process::ChildProcess;
 
-static OBSERVER_BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-
-/// Path of the `observer` binary, building it on the first call (panics with cargo's output on failure).
+/// Path of the `observer` binary, built with the other product binaries once per test run (see
+/// [`crate::binaries`]; `GPU_ADMISSION_OBSERVER_BIN` with the other two overrides).
 pub fn observer_binary() -> &'static Path {
-    match OBSERVER_BIN.get_or_init(build) {
-        Ok(p) => p,
-        Err(e) => panic!("building the observer failed:\n{e}"),
-    }
-}
-
-fn build() -> Result<PathBuf, String> {
-    if let Ok(p) = std::env::var("GPU_ADMISSION_OBSERVER_BIN") {
-        return Ok(p.into());
-    }
-    // The scorer's build tells where the profile directory is.
-    let scorer = crate::binaries::scorer();
-    let profile_dir = scorer.parent().ok_or("scorer binary has no folder")?;
-    let target_dir = profile_dir.parent().ok_or("profile folder has no parent")?;
-    let profile = profile_dir
-        .file_name()
-        .and_then(|n| n.to_str())
-        .ok_or("profile folder name")?;
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .ok_or("workspace root")?;
-    let mut cmd = Command::new(env!("CARGO"));
-    cmd.current_dir(workspace)
-        .args(["build", "-p", "observer", "--bin", "observer"])
-        .arg("--target-dir")
-        .arg(target_dir);
-    match profile {
-        "debug" => {}
-        "release" => {
-            cmd.arg("--release");
-        }
-        other => {
-            cmd.args(["--profile", other]);
-        }
-    }
-    let out = cmd.output().map_err(|e| format!("running cargo: {e}"))?;
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    let bin = profile_dir.join(format!("observer{}", std::env::consts::EXE_SUFFIX));
-    if bin.is_file() {
-        Ok(bin)
-    } else {
-        Err(format!(
-            "{} missing after a successful build",
-            bin.display()
-        ))
-    }
+    crate::binaries::observer()
 }
 
 /// Builder for an [`Observer`] process.

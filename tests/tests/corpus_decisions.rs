@@ -1,4 +1,4 @@
-//! Corpus tier, our own realistic Pods (no cluster): the decisions the issues must show, the overrides a
+//! Corpus tier, our own realistic Pods (no cluster): the decisions the README shows, the overrides a
 //! user keeps, and the requests the webhook must leave alone. Real scorer + real webhook processes.
 
 use std::time::Duration;
@@ -59,7 +59,7 @@ fn assert_clean(v: &gpu_admission_tests::decision::Verified, what: &str) {
     );
 }
 
-/// The issues' "Must show": gold train-llama 70 GiB → H100-80GB with a PriorityClass and spec.priority and
+/// The README's headline decisions: gold train-llama 70 GiB → H100-80GB with a PriorityClass and spec.priority and
 /// anti-affinity against what it interferes with; the same job in bronze → no feasible class, still a
 /// priority; bronze inference 16 GiB → L4-24GB. Fresh scorer (no learned state, no exploration yet).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

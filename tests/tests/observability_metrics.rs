@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use gpu_admission_tests::{Scorer, Webhook};
-use http_body_util::BodyExt as _;
 use serde_json::{Value, json};
 
 /// One sample line: metric name, labels, value.
@@ -148,32 +147,21 @@ fn parse_labels(mut s: &str) -> anyhow::Result<BTreeMap<String, String>> {
 
 /// `GET /metrics` on an admin port; returns the content type and the parsed body.
 async fn scrape(addr: SocketAddr) -> anyhow::Result<(String, Exposition)> {
-    let tcp = tokio::net::TcpStream::connect(addr)
-        .await
-        .with_context(|| format!("connecting to {addr}"))?;
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp)).await?;
-    tokio::spawn(conn);
-    let request = http::Request::get(format!("http://{addr}/metrics"))
-        .header(http::header::HOST, addr.to_string())
-        .body(http_body_util::Empty::<hyper::body::Bytes>::new())?;
-    let response =
-        tokio::time::timeout(Duration::from_secs(10), sender.send_request(request)).await??;
+    let response = gpu_admission_tests::https::http_get(addr, "/metrics").await?;
     anyhow::ensure!(
-        response.status().is_success(),
+        response.status.is_success(),
         "GET /metrics on {addr}: {}",
-        response.status()
+        response.status
     );
     let content_type = response
-        .headers()
+        .headers
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string();
-    let body = response.into_body().collect().await?.to_bytes();
     Ok((
         content_type,
-        Exposition::parse(&String::from_utf8_lossy(&body))?,
+        Exposition::parse(&String::from_utf8_lossy(&response.body))?,
     ))
 }
 

@@ -26,10 +26,11 @@ async fn webhook_with(mode: Mode, extra: &[&str]) -> (Webhook, ScorerDouble, tem
     let (double, scorer) = start_scorer(mode).await;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap().to_string();
-    let wh = start_webhook(
+    let mut wh = start_webhook(
         &self_signed_args(&d, &scorer, extra),
         &dir.path().join("ca.crt"),
-    );
+    )
+    .await;
     // Until it has the scorer's catalog the webhook passes every Pod through; the double answers GetPolicy at once.
     wh.wait_for_log("scorer policy loaded").await;
     (wh, double, dir)
@@ -107,7 +108,7 @@ async fn gpu_pod_is_mutated_and_a_second_pass_is_a_no_op() {
     assert!(spec.affinity.as_ref().unwrap().pod_anti_affinity.is_some());
 
     // What the scorer was asked, and with which deadline.
-    let asked = double.requests.lock().unwrap().last().cloned().unwrap();
+    let asked = double.requests().last().cloned().unwrap();
     assert_eq!(
         (
             asked.namespace.as_str(),
@@ -117,10 +118,7 @@ async fn gpu_pod_is_mutated_and_a_second_pass_is_a_no_op() {
         ("ml", "gold", "train-llama")
     );
     assert_eq!((asked.gpu_count, asked.gpu_memory_gib), (1, Some(40.0)));
-    assert!(
-        !double.timeouts.lock().unwrap().is_empty(),
-        "grpc-timeout must be sent"
-    );
+    assert!(!double.timeouts().is_empty(), "grpc-timeout must be sent");
 
     // Second pass over the patched Pod: allowed, no patch.
     let again = wh
@@ -157,15 +155,15 @@ async fn hung_scorer_passes_through_inside_the_deadline() {
     assert!(warnings.contains("timed out"), "{warnings}");
     // 150 ms budget; generous bound for a loaded CI machine, far below the apiserver's 10 s.
     assert!(took < Duration::from_secs(3), "took {took:?}");
-    assert_eq!(double.requests.lock().unwrap().len(), 1);
-    let t = double.timeouts.lock().unwrap()[0].clone();
+    assert_eq!(double.requests().len(), 1);
+    let t = double.timeouts()[0].clone();
     assert!(
         t.ends_with('m') || t.ends_with('u') || t.ends_with('n'),
         "grpc-timeout {t}"
     );
 
     // The apiserver's own timeout wins when it is shorter than the budget.
-    *double.mode.lock().unwrap() = Mode::Hang;
+    double.set_behaviour(Mode::Hang.behaviour());
     let (_, body) = wh
         .post(
             "/mutate-pod?timeout=100ms",
@@ -219,7 +217,8 @@ async fn invalid_answers_pass_through() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_and_missing_scorers_pass_through() {
-    let junk = start_junk_server().await;
+    let junk_server = start_junk_server().await;
+    let junk = junk_server.url();
     // A port that was free a moment ago: connection refused.
     let closed = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -231,7 +230,8 @@ async fn garbage_and_missing_scorers_pass_through() {
         let wh = start_webhook(
             &self_signed_args(&d, scorer, &[]),
             &dir.path().join("ca.crt"),
-        );
+        )
+        .await;
         let resp = wh
             .review(&review_for(
                 "admission.k8s.io/v1",
@@ -280,7 +280,9 @@ async fn malformed_and_oversized_bodies() {
         let mut got_413 = false;
         for _ in 0..10 {
             let mut conn = connect(wh.addr, &wh.ca, force_http1).await;
-            if let Ok((status, _)) = conn.try_request("POST", "/mutate-pod", big.clone()).await {
+            if let Ok((status, _)) =
+                try_request(&mut conn, "POST", "/mutate-pod", big.clone()).await
+            {
                 assert_eq!(status, 413, "http1={force_http1}");
                 got_413 = true;
                 break;
@@ -340,7 +342,7 @@ async fn skipped_requests_are_allowed_unchanged() {
         );
     }
     assert!(
-        double.requests.lock().unwrap().is_empty(),
+        double.requests().is_empty(),
         "skipped requests never reach the scorer"
     );
 
@@ -375,7 +377,7 @@ async fn health_readiness_metrics_alpn_and_drain() {
     assert_eq!(conn.alpn.as_deref(), Some(&b"h2"[..]));
     let mut h1 = connect(wh.addr, &wh.ca, true).await;
     assert_eq!(h1.alpn.as_deref(), Some(&b"http/1.1"[..]));
-    assert_eq!(h1.request("GET", "/healthz", Vec::new()).await.0, 200);
+    assert_eq!(request(&mut h1, "GET", "/healthz", Vec::new()).await.0, 200);
 
     wh.review(&review_for(
         "admission.k8s.io/v1",
@@ -385,7 +387,9 @@ async fn health_readiness_metrics_alpn_and_drain() {
     ))
     .await;
     let admin = wh.admin.expect("admin address logged");
-    let metrics = reqwest_like_get(admin, "/metrics").await;
+    let metrics = gpu_admission_testkit::https::http_get_text(admin, "/metrics")
+        .await
+        .unwrap();
     assert!(
         metrics.contains("gpu_admission_requests_total{operation=\"CREATE\",outcome=\"mutated\"}"),
         "{metrics}"
@@ -396,48 +400,14 @@ async fn health_readiness_metrics_alpn_and_drain() {
     );
 
     // SIGTERM: drains and exits 0.
-    let pid = wh.child.id().to_string();
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let deadline = Instant::now() + Duration::from_secs(25);
-    loop {
-        if let Some(status) = wh.child.try_wait().unwrap() {
-            assert!(status.success(), "{status}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "no exit after SIGTERM");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(wh.stderr_text().contains("draining"));
-}
-
-/// Plain-HTTP GET on the admin port.
-async fn reqwest_like_get(addr: std::net::SocketAddr, path: &str) -> String {
-    use http_body_util::BodyExt;
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+    wh.process.terminate().unwrap();
+    let status = wh
+        .process
+        .wait_exit(Duration::from_secs(25))
         .await
-        .unwrap();
-    tokio::spawn(conn);
-    let req = hyper::Request::get(path)
-        .header("host", "admin")
-        .body(http_body_util::Empty::<hyper::body::Bytes>::new())
-        .unwrap();
-    let resp = send.send_request(req).await.unwrap();
-    String::from_utf8(
-        resp.into_body()
-            .collect()
-            .await
-            .unwrap()
-            .to_bytes()
-            .to_vec(),
-    )
-    .unwrap()
+        .expect("exits after SIGTERM");
+    assert!(status.success(), "{status}");
+    assert!(wh.stderr_text().contains("draining"));
 }
 
 #[test]

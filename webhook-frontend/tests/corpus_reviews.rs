@@ -1,21 +1,16 @@
-//! Every real AdmissionReview of the shared corpus (`../shared/corpus/admissionreviews`, bare requests
-//! wrapped) goes through decode → triage → patch → encode without a panic, with the uid echoed; Pod objects
-//! are patched as if every namespace were gold, the patch applies and the result is still a Pod.
-
-use std::path::PathBuf;
+//! Every AdmissionReview of the project's fixtures (`tests/fixtures/admissionreviews`) and, when present, of
+//! the external corpus (`GPU_ADMISSION_CORPUS` or `../shared/corpus`; bare requests wrapped) goes through
+//! decode → triage → patch → encode without a panic, with the uid echoed; Pod objects are patched as if
+//! every namespace were gold, the patch applies and the result is still a Pod.
 
 use base64::Engine;
 use gpu_admission_proto::scorer::v1::{GpuClass, PriorityAssignment, ScoreResponse};
 use json_patch::PatchOperation;
 use k8s_openapi::api::core::v1::Pod;
-use serde_json::{Value, json};
+use serde_json::Value;
 use webhook_frontend::admission::patch::{PatchInput, PriorityClassFacts, build_patch};
 use webhook_frontend::admission::review::{self, Answer, Content};
 use webhook_frontend::admission::{decide, features};
-
-fn corpus_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus/admissionreviews")
-}
 
 fn answer() -> ScoreResponse {
     ScoreResponse {
@@ -40,9 +35,6 @@ fn answer() -> ScoreResponse {
 
 #[test]
 fn every_corpus_review_is_answered_without_panic() {
-    let dir = corpus_dir();
-    let entries = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("corpus folder {} missing: {e}", dir.display()));
     let classes = std::collections::HashMap::from([(
         "gpu-high".to_string(),
         PriorityClassFacts {
@@ -52,19 +44,33 @@ fn every_corpus_review_is_answered_without_panic() {
             global_default: false,
         },
     )]);
+    for tier in gpu_admission_testkit::corpus::tiers() {
+        let reviews = tier.admission_reviews().expect("the reviews parse");
+        let (files, answered, pods) = check_reviews(&reviews, &classes);
+        println!(
+            "{} admissionreviews: {files} files, {answered} answered with a review, {pods} Pod objects patched",
+            tier.name
+        );
+        assert!(
+            files >= 10,
+            "expected the {} reviews, found {files}",
+            tier.name
+        );
+        assert!(answered >= files - 1, "only {answered} of {files} answered");
+        assert!(pods >= 3);
+    }
+}
+
+/// Decodes, patches and encodes every review; returns (files, answered, Pod objects patched).
+fn check_reviews(
+    reviews: &[gpu_admission_testkit::corpus::CorpusReview],
+    classes: &std::collections::HashMap<String, PriorityClassFacts>,
+) -> (usize, usize, usize) {
     let (mut files, mut answered, mut pods) = (0, 0, 0);
-    for entry in entries {
-        let path = entry.unwrap().path();
-        if path.extension().and_then(|e| e.to_str()) != Some("json") {
-            continue;
-        }
+    for r in reviews {
         files += 1;
-        let raw: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-        let body = if raw.get("request").is_none() && raw.get("uid").is_some() {
-            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": raw})
-        } else {
-            raw
-        };
+        let path = std::path::Path::new(&r.file);
+        let body = r.review.clone();
         let bytes = serde_json::to_vec(&body).unwrap();
         let Ok(incoming) = review::decode(&bytes) else {
             continue;
@@ -85,7 +91,7 @@ fn every_corpus_review_is_answered_without_panic() {
                 class_label_keys: &[],
                 now: time::OffsetDateTime::now_utc(),
             };
-            ops = build_patch(&input, &classes);
+            ops = build_patch(&input, classes);
             let mut doc = body["request"]["object"].clone();
             json_patch::patch(&mut doc, &ops).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             let patched: Pod =
@@ -95,7 +101,7 @@ fn every_corpus_review_is_answered_without_panic() {
                 ..input
             };
             assert!(
-                build_patch(&again, &classes).is_empty(),
+                build_patch(&again, classes).is_empty(),
                 "{}",
                 path.display()
             );
@@ -122,10 +128,5 @@ fn every_corpus_review_is_answered_without_panic() {
             base64::engine::general_purpose::STANDARD.decode(p).unwrap();
         }
     }
-    println!(
-        "corpus admissionreviews: {files} files, {answered} answered with a review, {pods} Pod objects patched"
-    );
-    assert!(files >= 10, "expected the corpus reviews, found {files}");
-    assert!(answered >= files - 1, "only {answered} of {files} answered");
-    assert!(pods >= 3);
+    (files, answered, pods)
 }

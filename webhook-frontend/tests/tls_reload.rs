@@ -62,10 +62,14 @@ async fn secret_update_is_served_to_new_connections_without_dropping_old_ones() 
             "--no-kube",
         ],
         &ca_path,
-    );
+    )
+    .await;
     let mut old = connect(wh.addr, &ca_path, false).await;
     assert_eq!(old.server_cert.as_ref(), &first[..]);
-    assert_eq!(old.request("GET", "/healthz", Vec::new()).await.0, 200);
+    assert_eq!(
+        request(&mut old, "GET", "/healthz", Vec::new()).await.0,
+        200
+    );
 
     let second = write_version(&secret, "v2", &ca);
     assert_ne!(first, second);
@@ -79,7 +83,10 @@ async fn secret_update_is_served_to_new_connections_without_dropping_old_ones() 
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // The connection opened before the swap still works.
-    assert_eq!(old.request("GET", "/healthz", Vec::new()).await.0, 200);
+    assert_eq!(
+        request(&mut old, "GET", "/healthz", Vec::new()).await.0,
+        200
+    );
 
     // A broken update (key of another pair) is refused; the current certificate stays.
     std::fs::write(

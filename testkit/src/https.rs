@@ -3,7 +3,8 @@
 //! its SANs, fails the handshake.
 //!
 //! One TCP + TLS connection per request (HTTP/1.1 by default, or HTTP/2 via ALPN with
-//! [`HttpsClient::http2`]), which is what the apiserver's first call to a webhook looks like.
+//! [`HttpsClient::http2`]), which is what the apiserver's first call to a webhook looks like; or one
+//! [`Connection`] for several requests ([`HttpsClient::connect`]).
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -174,6 +175,23 @@ impl HttpsClient {
         content_type: Option<&str>,
         body: Bytes,
     ) -> anyhow::Result<Response> {
+        self.connect()
+            .await?
+            .send(method, path, content_type, body)
+            .await
+    }
+
+    /// Offers these ALPN protocols in this order (e.g. `["h2", "http/1.1"]`, as the apiserver's Go client
+    /// does); the server picks one, see [`Connection::alpn`].
+    pub fn alpn(mut self, protocols: &[&str]) -> Self {
+        let mut config = (*self.tls.config().clone()).clone();
+        config.alpn_protocols = protocols.iter().map(|p| p.as_bytes().to_vec()).collect();
+        self.tls = TlsConnector::from(Arc::new(config));
+        self
+    }
+
+    /// Opens one TCP + TLS connection for several requests (HTTP/2 when `h2` was negotiated).
+    pub async fn connect(&self) -> anyhow::Result<Connection> {
         let tcp = TcpStream::connect(self.addr)
             .await
             .with_context(|| format!("connecting to {}", self.addr))?;
@@ -182,29 +200,77 @@ impl HttpsClient {
             .connect(self.server_name.clone(), tcp)
             .await
             .with_context(|| format!("TLS handshake with {}", self.addr))?;
+        let (_, session) = tls.get_ref();
+        let alpn = session.alpn_protocol().map(<[u8]>::to_vec);
+        let server_cert = session
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .context("the server sent no certificate")?
+            .clone()
+            .into_owned();
         let io = hyper_util::rt::TokioIo::new(tls);
-        let authority = self.addr.to_string();
+        let sender = if alpn.as_deref() == Some(b"h2") {
+            let (sender, conn) =
+                hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+                    .await?;
+            tokio::spawn(conn);
+            Sender::H2(sender)
+        } else {
+            let (sender, conn) = hyper::client::conn::http1::handshake(io).await?;
+            tokio::spawn(conn);
+            Sender::H1(sender)
+        };
+        Ok(Connection {
+            sender,
+            alpn,
+            server_cert,
+            authority: self.addr.to_string(),
+        })
+    }
+}
+
+enum Sender {
+    H1(hyper::client::conn::http1::SendRequest<Full<Bytes>>),
+    H2(hyper::client::conn::http2::SendRequest<Full<Bytes>>),
+}
+
+/// One open HTTPS connection ([`HttpsClient::connect`]).
+pub struct Connection {
+    sender: Sender,
+    /// The negotiated ALPN protocol (`h2`, `http/1.1`), if any.
+    pub alpn: Option<Vec<u8>>,
+    /// The certificate the server presented.
+    pub server_cert: CertificateDer<'static>,
+    authority: String,
+}
+
+impl Connection {
+    /// One request on this connection. A connection the server closed is an `Err` (e.g. after a 413 sent
+    /// before the whole body was read, which HTTP/1.1 allows).
+    pub async fn send(
+        &mut self,
+        method: http::Method,
+        path: &str,
+        content_type: Option<&str>,
+        body: Bytes,
+    ) -> anyhow::Result<Response> {
         let mut req = http::Request::builder()
             .method(method)
-            .uri(format!("https://{authority}{path}"))
+            .uri(format!("https://{}{path}", self.authority))
             .header(http::header::ACCEPT, "application/json");
-        if !self.http2 {
-            req = req.header(http::header::HOST, &authority);
+        if matches!(self.sender, Sender::H1(_)) {
+            req = req.header(http::header::HOST, &self.authority);
         }
         if let Some(ct) = content_type {
             req = req.header(http::header::CONTENT_TYPE, ct);
         }
         let req = req.body(Full::new(body))?;
-        let resp = if self.http2 {
-            let (mut sender, conn) =
-                hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
-                    .await?;
-            tokio::spawn(conn);
-            sender.send_request(req).await?
-        } else {
-            let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await?;
-            tokio::spawn(conn);
-            sender.send_request(req).await?
+        let resp = match &mut self.sender {
+            Sender::H2(s) => s.send_request(req).await?,
+            Sender::H1(s) => {
+                s.ready().await?;
+                s.send_request(req).await?
+            }
         };
         let (parts, body) = resp.into_parts();
         let body = body.collect().await?.to_bytes();
@@ -219,6 +285,16 @@ impl HttpsClient {
 /// `GET http://addr/path` over plain HTTP/1.1 (admin ports: `/metrics`, `/healthz`); the body as text.
 /// Fails on a non-2xx status.
 pub async fn http_get_text(addr: SocketAddr, path: &str) -> anyhow::Result<String> {
+    let r = http_get(addr, path).await?;
+    let text = String::from_utf8_lossy(&r.body).into_owned();
+    if !r.status.is_success() {
+        bail!("GET {addr}{path} answered {}: {text}", r.status);
+    }
+    Ok(text)
+}
+
+/// `GET http://addr/path` over plain HTTP/1.1: status, headers and body, whatever the status.
+pub async fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<Response> {
     let fut = async {
         let tcp = TcpStream::connect(addr)
             .await
@@ -230,13 +306,13 @@ pub async fn http_get_text(addr: SocketAddr, path: &str) -> anyhow::Result<Strin
             .header(http::header::HOST, addr.to_string())
             .body(Full::new(Bytes::new()))?;
         let resp = sender.send_request(req).await?;
-        let status = resp.status();
-        let body = resp.into_body().collect().await?.to_bytes();
-        let text = String::from_utf8_lossy(&body).into_owned();
-        if !status.is_success() {
-            bail!("GET {addr}{path} answered {status}: {text}");
-        }
-        anyhow::Ok(text)
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await?.to_bytes();
+        anyhow::Ok(Response {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        })
     };
     tokio::time::timeout(Duration::from_secs(10), fut)
         .await

@@ -1,4 +1,4 @@
-//! [`Scorer`] and [`Webhook`]: the real binaries started per the CLI contract of the brief, on loopback
+//! [`Scorer`] and [`Webhook`]: the real binaries started as their `--help` documents, on loopback
 //! with ephemeral ports (`--listen 127.0.0.1:0`), their ports read from the `listening on` log line.
 //!
 //! ```text
@@ -22,38 +22,14 @@ use crate::https::HttpsClient;
 use crate::process::{ChildProcess, TAIL_LINES};
 use crate::review::{AdmissionOutcome, Operation, check_response, pod_review};
 
-/// Lines saying `listening on` that belong to the admin (metrics) server.
-fn is_admin_line(line: &str) -> bool {
-    let l = line.to_ascii_lowercase();
-    l.contains("admin") || l.contains("metrics")
-}
-
 /// Waits for the main (non-admin) `listening on` address.
 async fn main_addr(p: &mut ChildProcess, timeout: Duration) -> anyhow::Result<SocketAddr> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let lines = p.wait_listening(1, left).await?;
-        if let Some((a, _)) = lines.iter().find(|(_, l)| !is_admin_line(l)) {
-            return Ok(*a);
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "{} printed only admin `listening on` lines\n{}",
-                p.name(),
-                p.log_tail(TAIL_LINES)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    p.wait_serving_addr(timeout).await
 }
 
 /// The admin address, if the process printed it.
 fn admin_addr_of(p: &ChildProcess) -> Option<SocketAddr> {
-    crate::process::listening_lines(&p.log())
-        .into_iter()
-        .find(|(_, l)| is_admin_line(l))
-        .map(|(a, _)| a)
+    p.admin_addr()
 }
 
 // ----------------------------------------------------------------------------------------------------------

@@ -1,15 +1,17 @@
-//! The shared corpus of real manifests and AdmissionReviews (`/work/shared/corpus`, i.e. `../shared/corpus`
-//! next to the repository), read in place, never copied into the repo.
+//! Real-looking manifests and AdmissionReviews, in two tiers with the same layout (`manifests/*.{yaml,yml,json}`
+//! and `admissionreviews/*.json`):
 //!
-//! - [`corpus_dir`]: `$GPU_ADMISSION_CORPUS`, else `<workspace>/../shared/corpus`; PANICS when missing (a
-//!   missing corpus is a failure, never a silent skip);
-//! - [`manifest_files`]: every `manifests/*.{yaml,yml,json}` as JSON documents (multi-document YAML, empty
-//!   and null documents skipped);
+//! - the **fixtures**, `tests/fixtures/`, written for this project and always present: every shape the
+//!   suites need (vendors, init containers, workload kinds, v1 and v1beta1 reviews, bare requests, odd YAML);
+//! - the **external corpus**, manifests collected from public projects, read in place from
+//!   `$GPU_ADMISSION_CORPUS`, else `<repo>/../shared/corpus`. It is an additional tier: when missing, the
+//!   suites run on the fixtures and say SKIP once ([`crate::skip`]); with `CI` set it is required.
+//!
+//! - [`tiers`]: the tiers present; [`manifest_files`], [`admission_reviews`]: every file of every tier;
 //! - [`extract_pods`]: every Pod, and every pod template (`template` objects with `spec.containers`, found
 //!   by a generic walk: Jobs, CronJobs, Deployments, DaemonSets, StatefulSets, ReplicaSets, PyTorchJob
 //!   replica specs, Volcano tasks, Ray head/worker groups, JobSet replicated jobs, and manifests embedded as
-//!   YAML strings under a `manifest` key, as Argo does) turned into a Pod;
-//! - [`admission_reviews`]: every `admissionreviews/*.json`, bare `AdmissionRequest`s wrapped (v1).
+//!   YAML strings under a `manifest` key, as Argo does) turned into a Pod.
 
 use std::path::{Path, PathBuf};
 
@@ -18,19 +20,67 @@ use k8s_openapi::api::core::v1::Pod;
 use serde::Deserialize as _;
 use serde_json::{Value, json};
 
-/// The corpus root. Panics with a clear message when it is missing.
-pub fn corpus_dir() -> PathBuf {
-    let dir = match std::env::var_os("GPU_ADMISSION_CORPUS") {
+/// One tier: a folder holding `manifests/` and `admissionreviews/`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tier {
+    /// `fixtures` or `corpus`.
+    pub name: &'static str,
+    pub dir: PathBuf,
+}
+
+/// The project's own fixtures, `tests/fixtures/`.
+pub fn fixtures() -> Tier {
+    Tier {
+        name: "fixtures",
+        dir: crate::workspace_root().join("tests/fixtures"),
+    }
+}
+
+/// Where the external corpus is looked for: `$GPU_ADMISSION_CORPUS`, else `<repo>/../shared/corpus`.
+pub fn external_dir() -> PathBuf {
+    match std::env::var_os("GPU_ADMISSION_CORPUS") {
         Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus"),
-    };
-    assert!(
-        dir.join("manifests").is_dir() && dir.join("admissionreviews").is_dir(),
-        "the corpus is missing: {} must hold manifests/ and admissionreviews/ (set GPU_ADMISSION_CORPUS to \
-         point elsewhere)",
-        dir.display()
+        None => crate::workspace_root().join("../shared/corpus"),
+    }
+}
+
+/// The external corpus when present. When missing: `None` after a SKIP line (once per test run), or a
+/// panic when `CI` is set.
+pub fn external() -> Option<Tier> {
+    let dir = external_dir();
+    if dir.join("manifests").is_dir() && dir.join("admissionreviews").is_dir() {
+        return Some(Tier {
+            name: "corpus",
+            dir: dir.canonicalize().unwrap_or(dir),
+        });
+    }
+    crate::skip::skip(
+        "the external corpus tier",
+        &format!(
+            "{} has no manifests/ and admissionreviews/ (set GPU_ADMISSION_CORPUS); the fixtures in tests/fixtures run \
+             instead",
+            dir.display()
+        ),
     );
-    dir.canonicalize().unwrap_or(dir)
+    None
+}
+
+/// The fixtures, then the external corpus when present.
+pub fn tiers() -> Vec<Tier> {
+    let mut out = vec![fixtures()];
+    out.extend(external());
+    out
+}
+
+/// The external corpus root. Panics when it is missing; most callers want [`tiers`] or [`external`].
+pub fn corpus_dir() -> PathBuf {
+    match external() {
+        Some(t) => t.dir,
+        None => panic!(
+            "the external corpus is missing: {} must hold manifests/ and admissionreviews/",
+            external_dir().display()
+        ),
+    }
 }
 
 /// One manifest file, parsed.
@@ -83,11 +133,17 @@ fn files_in(dir: &Path, exts: &[&str]) -> anyhow::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// Parses multi-document YAML (JSON is YAML too) into JSON values; empty and null documents are skipped.
+/// Parses multi-document YAML (JSON is YAML too) into JSON values, merge keys applied; empty and null
+/// documents are skipped.
 pub fn parse_documents(text: &str) -> anyhow::Result<Vec<Value>> {
     let mut docs = Vec::new();
     for (i, de) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let v = Value::deserialize(de).with_context(|| format!("YAML document {i}"))?;
+        let mut y =
+            serde_yaml::Value::deserialize(de).with_context(|| format!("YAML document {i}"))?;
+        // Merge keys (`<<: *anchor`), which kubectl's YAML reader applies too.
+        y.apply_merge()
+            .with_context(|| format!("YAML document {i}: merge keys"))?;
+        let v: Value = serde_yaml::from_value(y).with_context(|| format!("YAML document {i}"))?;
         if !v.is_null() {
             docs.push(v);
         }
@@ -95,35 +151,86 @@ pub fn parse_documents(text: &str) -> anyhow::Result<Vec<Value>> {
     Ok(docs)
 }
 
-/// Every manifest file of the corpus, parsed. Fails on a file it cannot parse.
+/// Every manifest file of every tier ([`tiers`]), parsed. Fails on a file it cannot parse.
 pub fn manifest_files() -> anyhow::Result<Vec<ManifestFile>> {
-    let dir = corpus_dir().join("manifests");
     let mut out = Vec::new();
-    for path in files_in(&dir, &["yaml", "yml", "json"])? {
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        let documents = if path.extension().is_some_and(|e| e == "json") {
-            vec![
-                serde_json::from_str(&text)
-                    .with_context(|| format!("parsing {}", path.display()))?,
-            ]
-        } else {
-            parse_documents(&text).with_context(|| format!("parsing {}", path.display()))?
-        };
-        out.push(ManifestFile {
-            name: path
+    for tier in tiers() {
+        out.extend(tier.manifest_files()?);
+    }
+    Ok(out)
+}
+
+/// Every AdmissionReview of every tier ([`tiers`]); bare AdmissionRequests wrapped into admission.k8s.io/v1.
+pub fn admission_reviews() -> anyhow::Result<Vec<CorpusReview>> {
+    let mut out = Vec::new();
+    for tier in tiers() {
+        out.extend(tier.admission_reviews()?);
+    }
+    Ok(out)
+}
+
+impl Tier {
+    /// Every manifest file of this tier, parsed. Fails on a file it cannot parse, and on an empty tier.
+    pub fn manifest_files(&self) -> anyhow::Result<Vec<ManifestFile>> {
+        let dir = self.dir.join("manifests");
+        let mut out = Vec::new();
+        for path in files_in(&dir, &["yaml", "yml", "json"])? {
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let documents = if path.extension().is_some_and(|e| e == "json") {
+                vec![
+                    serde_json::from_str(&text)
+                        .with_context(|| format!("parsing {}", path.display()))?,
+                ]
+            } else {
+                parse_documents(&text).with_context(|| format!("parsing {}", path.display()))?
+            };
+            out.push(ManifestFile {
+                name: path
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned(),
+                path,
+                documents,
+            });
+        }
+        if out.is_empty() {
+            bail!("no manifest in {}", dir.display());
+        }
+        Ok(out)
+    }
+
+    /// Every AdmissionReview of this tier; bare AdmissionRequests wrapped into admission.k8s.io/v1.
+    pub fn admission_reviews(&self) -> anyhow::Result<Vec<CorpusReview>> {
+        let dir = self.dir.join("admissionreviews");
+        let mut out = Vec::new();
+        for path in files_in(&dir, &["json"])? {
+            let text = std::fs::read_to_string(&path)?;
+            let v: Value = serde_json::from_str(&text)
+                .with_context(|| format!("parsing {}", path.display()))?;
+            let file = path
                 .file_name()
                 .unwrap_or_default()
                 .to_string_lossy()
-                .into_owned(),
-            path,
-            documents,
-        });
+                .into_owned();
+            let bare = v.get("request").is_none() && v.get("operation").is_some();
+            let review = if bare {
+                crate::review::wrap_request(v, "admission.k8s.io/v1")
+            } else {
+                v
+            };
+            out.push(CorpusReview {
+                file,
+                review,
+                was_bare: bare,
+            });
+        }
+        if out.is_empty() {
+            bail!("no AdmissionReview in {}", dir.display());
+        }
+        Ok(out)
     }
-    if out.is_empty() {
-        bail!("no manifest in {}", dir.display());
-    }
-    Ok(out)
 }
 
 /// Every Pod and pod template of `file`, as Pods named after the file and the path (DNS-1123 names).
@@ -274,37 +381,6 @@ pub fn normalise_quantities(v: &mut Value) {
         Value::Array(items) => items.iter_mut().for_each(normalise_quantities),
         _ => {}
     }
-}
-
-/// Every AdmissionReview of the corpus; bare AdmissionRequests wrapped into admission.k8s.io/v1.
-pub fn admission_reviews() -> anyhow::Result<Vec<CorpusReview>> {
-    let dir = corpus_dir().join("admissionreviews");
-    let mut out = Vec::new();
-    for path in files_in(&dir, &["json"])? {
-        let text = std::fs::read_to_string(&path)?;
-        let v: Value =
-            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-        let file = path
-            .file_name()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned();
-        let bare = v.get("request").is_none() && v.get("operation").is_some();
-        let review = if bare {
-            crate::review::wrap_request(v, "admission.k8s.io/v1")
-        } else {
-            v
-        };
-        out.push(CorpusReview {
-            file,
-            review,
-            was_bare: bare,
-        });
-    }
-    if out.is_empty() {
-        bail!("no AdmissionReview in {}", dir.display());
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

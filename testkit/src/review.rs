@@ -77,6 +77,31 @@ pub fn pod_review(pod: &Value, namespace: &str, op: Operation) -> Value {
     )
 }
 
+/// A v1 AdmissionReview for any object, its kind and resource taken from the object's `apiVersion` and
+/// `kind` (a Pod when absent; the resource is the lowercased plural, as for every built-in workload kind).
+pub fn review_of(obj: &Value, namespace: &str, op: Operation) -> Value {
+    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("Pod");
+    let api_version = obj
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("v1");
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    object_review(
+        obj,
+        namespace,
+        op,
+        json!({"group": group, "version": version, "kind": kind}),
+        json!({"group": group, "version": version, "resource": format!("{}s", kind.to_lowercase())}),
+    )
+}
+
+/// `review` with another uid and envelope version (`admission.k8s.io/v1beta1` for old apiservers).
+pub fn with_uid_and_version(mut review: Value, uid: &str, api_version: &str) -> Value {
+    review["request"]["uid"] = json!(uid);
+    review["apiVersion"] = json!(api_version);
+    review
+}
+
 /// A v1 AdmissionReview for any namespaced object.
 pub fn object_review(
     obj: &Value,

@@ -1,6 +1,6 @@
 //! A product binary running as a child process for the duration of a test.
 //!
-//! - stdout and stderr go to `<log_dir>/<name>.log` (the brief's binaries log to stderr);
+//! - stdout and stderr go to `<log_dir>/<name>.log` (both binaries log to stderr);
 //! - [`ChildProcess::wait_listening`] reads the `listening on ADDR` lines to learn the real bound ports;
 //! - [`ChildProcess::pause`] / [`ChildProcess::resume`] send SIGSTOP / SIGCONT (a "hung" process);
 //! - the process is killed (SIGKILL) when the value is dropped, and when the drop happens during a panic
@@ -135,6 +135,35 @@ impl ChildProcess {
         }
     }
 
+    /// Waits for the serving (non-admin) `listening on` address: the first such line not naming the admin or
+    /// metrics server.
+    pub async fn wait_serving_addr(&mut self, timeout: Duration) -> anyhow::Result<SocketAddr> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let lines = self.wait_listening(1, left).await?;
+            if let Some((a, _)) = lines.iter().find(|(_, l)| !is_admin_line(l)) {
+                return Ok(*a);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{} printed only admin `listening on` lines\n{}",
+                    self.name,
+                    self.log_tail(TAIL_LINES)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// The admin (metrics) server's address, once the process has logged it.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        listening_lines(&self.log())
+            .into_iter()
+            .find(|(_, l)| is_admin_line(l))
+            .map(|(a, _)| a)
+    }
+
     /// Waits until a log line contains `needle`; returns that line.
     pub async fn wait_for_log(
         &mut self,
@@ -223,7 +252,14 @@ impl Drop for ChildProcess {
     }
 }
 
-fn signal(pid: u32, sig: &str) -> anyhow::Result<()> {
+/// Whether a `listening on` line belongs to the admin (metrics) server.
+pub fn is_admin_line(line: &str) -> bool {
+    let l = line.to_ascii_lowercase();
+    l.contains("admin") || l.contains("metrics")
+}
+
+/// Sends `sig` (`STOP`, `CONT`, `TERM`, `KILL`...) to `pid` with the system's `kill`.
+pub fn signal(pid: u32, sig: &str) -> anyhow::Result<()> {
     let status = Command::new("kill")
         .arg(format!("-{sig}"))
         .arg(pid.to_string())

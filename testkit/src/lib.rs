@@ -1,0 +1,85 @@
+//! The one test kit of gpu-admission, shared by the end-to-end tests (`tests/`), the frontend's own tests
+//! (`webhook-frontend/tests/`) and `loadgen`:
+//!
+//! - [`binaries`]: the `scorer` and `webhook-frontend` binaries of the current build, built at most once per
+//!   test run;
+//! - [`process`]: a spawned binary whose log goes to a file, whose `listening on ADDR` lines give its ports,
+//!   with signals (`pause`/`resume`/`terminate`), killed on drop, its log tail printed when a test fails;
+//! - [`services`]: [`Scorer::builder`] / [`Webhook::builder`] start the real binaries on loopback;
+//! - [`https`]: an HTTPS client trusting ONLY the webhook's CA bundle (a wrong certificate fails);
+//! - [`review`]: the AdmissionReview builder, the apiserver's checks on the answer, patch application;
+//! - [`faults`]: scorer doubles at the process boundary ([`faults::FaultProxy`] forwards, delays, hangs,
+//!   corrupts or resets; [`faults::NonsenseScorer`] speaks gRPC but answers nonsense);
+//! - [`corpus`]: the project's own fixtures (`tests/fixtures/`) and the external corpus, and Pod extraction
+//!   from workloads;
+//! - [`skip`]: how a suite says SKIP (once per test run) and why CI turns it into a failure;
+//! - [`gpu`], [`names`]: reading a Pod's GPU request and the decision annotations.
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use gpu_admission_testkit::{Scorer, Webhook};
+//! let scorer = Scorer::builder().start().await?;
+//! let webhook = Webhook::builder(&scorer.url())
+//!     .no_kube()
+//!     .namespace_tier("team-gold", "gold")
+//!     .start()
+//!     .await?;
+//! let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+//!     "spec": {"containers": [{"name": "c", "image": "x",
+//!         "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}});
+//! let outcome = webhook.admit_pod(&pod, "team-gold").await?;
+//! assert!(outcome.allowed && outcome.patch.is_some());
+//! # Ok(()) }
+//! ```
+
+pub mod binaries;
+pub mod corpus;
+pub mod faults;
+pub mod gpu;
+pub mod https;
+pub mod process;
+pub mod review;
+pub mod services;
+pub mod skip;
+
+pub use process::ChildProcess;
+pub use review::{AdmissionOutcome, Operation};
+pub use services::{Scorer, ScorerBuilder, Webhook, WebhookBuilder};
+
+/// Names shared with the product, so tests never spell them twice.
+pub mod names {
+    /// Namespace label carrying the tenant tier.
+    pub const TIER_LABEL: &str = "tenant.kubenexus.io/tier";
+    /// Default node label key selecting a GPU class.
+    pub const CLASS_LABEL: &str = "gpu.nvidia.com/class";
+    pub const ANN_PRIORITY_SCORE: &str = "gpu-admission.io/priority-score";
+    pub const ANN_GPU_CLASS: &str = "gpu-admission.io/gpu-class";
+    /// The idempotency marker: a Pod carrying it is allowed unchanged.
+    pub const ANN_DECIDED_AT: &str = "gpu-admission.io/decided-at";
+    pub const ANN_POLICY_VERSION: &str = "gpu-admission.io/policy-version";
+    pub const ANN_INFEASIBLE: &str = "gpu-admission.io/infeasible-reason";
+    /// The four annotations written together on every mutation.
+    pub const DECISION_ANNOTATIONS: [&str; 4] = [
+        ANN_PRIORITY_SCORE,
+        ANN_GPU_CLASS,
+        ANN_DECIDED_AT,
+        ANN_POLICY_VERSION,
+    ];
+    /// Label the webhook adds for pod anti-affinity.
+    pub const JOB_TYPE_LABEL: &str = "gpu-admission.io/job-type";
+    pub const ANN_JOB_TYPE_SEED: &str = "app.kubernetes.io/job-type";
+    pub const ANN_GPU_MEM_SEED: &str = "gpu.mem.gi";
+    pub const ANN_BATCH_SEED: &str = "ml.batch_size";
+    pub const ANN_TENANT_SEED: &str = "scheduler.radix.ai/tenant";
+    pub const ANN_JOB_TYPE: &str = "gpu-admission.io/job-type";
+    pub const ANN_GPU_MEM: &str = "gpu-admission.io/gpu-memory-gib";
+    pub const ANN_WORKLOAD_CLASS: &str = "gpu-admission.io/workload-class";
+}
+
+/// How long tests wait for a process to print its `listening on` line (covers a cold start).
+pub const START_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The repository root (the workspace of this crate).
+pub fn workspace_root() -> &'static std::path::Path {
+    std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
