@@ -28,6 +28,6 @@ mod tests {
             .expect("package gpuadmission.scorer.v1 in the descriptor set");
         let methods: Vec<_> = file.service[0].method.iter().map(|m| m.name()).collect();
         assert_eq!(file.service[0].name(), "Scorer");
-        assert_eq!(methods, ["Score", "Observe", "GetPolicy"]);
+        assert_eq!(methods, ["Score", "Observe", "GetPolicy", "ValidatePolicy"]);
     }
 }

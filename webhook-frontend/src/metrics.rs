@@ -14,6 +14,8 @@ pub enum Outcome {
     mutated,
     /// Should have been scored, but the scorer failed (timeout/unavailable/invalid): allowed unchanged.
     passed_through,
+    /// The scorer failed and the tier's fallback is `TierDefault`: placed on the tier's classes.
+    tier_default,
     /// Not ours to score (not a CREATE, no GPU, no tier, already decided, another kind): allowed unchanged.
     skipped,
     /// The body was not an AdmissionReview (HTTP 400).
@@ -25,6 +27,7 @@ impl Outcome {
         match self {
             Outcome::mutated => "mutated",
             Outcome::passed_through => "passed_through",
+            Outcome::tier_default => "tier_default",
             Outcome::skipped => "skipped",
             Outcome::bad_request => "bad_request",
         }

@@ -105,6 +105,16 @@ impl Scorer for ScorerDouble {
         Err(tonic::Status::unimplemented("not in the double"))
     }
 
+    async fn validate_policy(
+        &self,
+        _r: tonic::Request<gpu_admission_proto::scorer::v1::ValidatePolicyRequest>,
+    ) -> Result<
+        tonic::Response<gpu_admission_proto::scorer::v1::ValidatePolicyResponse>,
+        tonic::Status,
+    > {
+        Err(tonic::Status::unimplemented("not in the double"))
+    }
+
     async fn get_policy(
         &self,
         _r: tonic::Request<GetPolicyRequest>,
