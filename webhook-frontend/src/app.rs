@@ -108,6 +108,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         metrics,
         listening: AtomicBool::new(false),
         certificate_served,
+        policy_configmap: crate::state::PolicyConfigMap::parse(
+            &config.policy_configmap,
+            &config.policy_configmap_key,
+        )?,
     });
     let shutdown = shutdown::Shutdown::install()?;
 

@@ -74,6 +74,23 @@ pub struct ReloadLabels {
     pub result: ReloadResult,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ValidationLabels {
+    /// `validate-pod` or `validate-policy`.
+    pub webhook: &'static str,
+    /// skipped, allowed, denied, violation_admitted, unreadable, bad_request, scorer_unavailable.
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ViolationLabels {
+    pub tier: String,
+    /// class_outside_tier, priority_above_cap, no_class_fits.
+    pub reason: &'static str,
+    /// The enforcement mode that answered it: ENFORCEMENT_MODE_ENFORCE, _WARN or _AUDIT.
+    pub mode: &'static str,
+}
+
 /// All metrics of the webhook frontend.
 #[derive(Debug)]
 pub struct Metrics {
@@ -86,6 +103,11 @@ pub struct Metrics {
     pub tls_certificates_issued: Family<IssuedLabels, Counter>,
     /// Automatic mode: patches of the webhook configuration's caBundle by this replica.
     pub tls_ca_bundle_patches: Counter,
+    /// Validating webhooks' requests by webhook and outcome.
+    pub validations: Family<ValidationLabels, Counter>,
+    pub validation_duration: Histogram,
+    /// Tier violations seen by `validate-pod`, whatever the mode answered.
+    pub violations: Family<ViolationLabels, Counter>,
 }
 
 impl Metrics {
@@ -100,6 +122,9 @@ impl Metrics {
             tls_reloads: Family::default(),
             tls_certificates_issued: Family::default(),
             tls_ca_bundle_patches: Counter::default(),
+            validations: Family::default(),
+            validation_duration: Histogram::new(exponential_buckets(0.00005, 2.0, 17)),
+            violations: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("gpu_admission");
         r.register(
@@ -139,7 +164,46 @@ impl Metrics {
             "Automatic mode: caBundle patches of the webhook configuration by this replica",
             m.tls_ca_bundle_patches.clone(),
         );
+        r.register(
+            "validations",
+            "Validating webhook requests by webhook and outcome",
+            m.validations.clone(),
+        );
+        r.register_with_unit(
+            "validation_duration",
+            "Time to answer a validating webhook request",
+            prometheus_client::registry::Unit::Seconds,
+            m.validation_duration.clone(),
+        );
+        r.register(
+            "policy_violations",
+            "Tier violations by tier, reason and the enforcement mode that answered them",
+            m.violations.clone(),
+        );
         m
+    }
+
+    pub fn record_validation(
+        &self,
+        webhook: &'static str,
+        outcome: &'static str,
+        started: std::time::Instant,
+    ) {
+        self.validations
+            .get_or_create(&ValidationLabels { webhook, outcome })
+            .inc();
+        self.validation_duration
+            .observe(started.elapsed().as_secs_f64());
+    }
+
+    pub fn record_violation(&self, tier: &str, reason: &'static str, mode: &'static str) {
+        self.violations
+            .get_or_create(&ViolationLabels {
+                tier: tier.to_string(),
+                reason,
+                mode,
+            })
+            .inc();
     }
 
     pub fn record_request(&self, operation: &'static str, outcome: Outcome, seconds: f64) {
@@ -187,6 +251,8 @@ mod tests {
         m.record_tls_reload(ReloadResult::ok);
         m.record_certificate_issued(true);
         m.record_ca_bundle_patch();
+        m.record_violation("bronze", "class_outside_tier", "ENFORCEMENT_MODE_WARN");
+        m.record_validation("validate-pod", "denied", std::time::Instant::now());
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for needle in [
@@ -197,6 +263,9 @@ mod tests {
             "gpu_admission_tls_reloads_total{result=\"ok\"} 1",
             "gpu_admission_tls_certificates_issued_total{new_ca=\"true\"} 1",
             "gpu_admission_tls_ca_bundle_patches_total 1",
+            "gpu_admission_policy_violations_total{tier=\"bronze\",reason=\"class_outside_tier\",mode=\"ENFORCEMENT_MODE_WARN\"} 1",
+            "gpu_admission_validations_total{webhook=\"validate-pod\",outcome=\"denied\"} 1",
+            "gpu_admission_validation_duration_seconds_count 1",
         ] {
             assert!(text.contains(needle), "{needle} missing in\n{text}");
         }

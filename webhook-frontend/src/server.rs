@@ -16,7 +16,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
-use crate::admission::mutate_pod;
+use crate::admission::{mutate_pod, validate_pod, validate_policy};
 use crate::state::AppState;
 
 /// Largest AdmissionReview body accepted (the apiserver's own request limit is 3 MiB).
@@ -27,6 +27,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/mutate-pod", post(mutate_pod::handler::mutate_pod))
+        .route("/validate-pod", post(validate_pod::validate_pod))
+        .route("/validate-policy", post(validate_policy::validate_policy))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))

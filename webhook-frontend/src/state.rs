@@ -19,6 +19,32 @@ pub struct AppState {
     pub listening: AtomicBool,
     /// Set once the real certificate is served (at once from files; in automatic mode once the Secret's).
     pub certificate_served: Arc<AtomicBool>,
+    /// The policy ConfigMap `/validate-policy` guards.
+    pub policy_configmap: PolicyConfigMap,
+}
+
+/// Which ConfigMap holds the scorer's policy, and under which key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyConfigMap {
+    pub namespace: String,
+    pub name: String,
+    pub key: String,
+}
+
+impl PolicyConfigMap {
+    /// From `NAMESPACE/NAME` and the key.
+    pub fn parse(namespaced_name: &str, key: &str) -> anyhow::Result<Self> {
+        match namespaced_name.split_once('/') {
+            Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !key.is_empty() => Ok(Self {
+                namespace: ns.to_string(),
+                name: name.to_string(),
+                key: key.to_string(),
+            }),
+            _ => anyhow::bail!(
+                "--policy-configmap {namespaced_name:?} (key {key:?}): expected NAMESPACE/NAME and a key"
+            ),
+        }
+    }
 }
 
 impl AppState {

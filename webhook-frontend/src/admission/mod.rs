@@ -4,6 +4,8 @@
 pub mod mutate_pod;
 pub mod placement;
 pub mod review;
+pub mod validate_pod;
+pub mod validate_policy;
 
 // The mutating webhook's parts under their former paths.
 pub use mutate_pod::{decide, features, handler, patch};

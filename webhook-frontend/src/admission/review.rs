@@ -147,13 +147,13 @@ pub struct IncomingObject {
 
 /// Decodes a request body of any kind.
 pub fn decode_object(body: &[u8]) -> Result<IncomingObject, BadRequest> {
-    let err = match serde_json::from_slice::<Envelope<DynamicObject>>(body) {
+    let err = match serde_json::from_slice::<AdmissionReview<DynamicObject>>(body) {
         Ok(review) => {
             let request = review
                 .request
                 .ok_or_else(|| BadRequest("AdmissionReview has no request".into()))?;
             return Ok(IncomingObject {
-                api_version: answer_version(&review.api_version),
+                api_version: answer_version(&review.types.api_version),
                 uid: request.uid.clone(),
                 request: Ok(Box::new(request)),
             });
@@ -407,7 +407,10 @@ mod tests {
         };
         let out: Value = serde_json::from_slice(&encode_verdict(V1, "u", &denied)).unwrap();
         let r = &out["response"];
-        assert_eq!((r["allowed"].as_bool(), r["status"]["code"].as_u64()), (Some(false), Some(403)));
+        assert_eq!(
+            (r["allowed"].as_bool(), r["status"]["code"].as_u64()),
+            (Some(false), Some(403))
+        );
         assert_eq!(r["status"]["message"], "tier bronze allows L4-24GB");
         assert!(r.get("patch").is_none());
         let warned = Verdict {
