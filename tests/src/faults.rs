@@ -287,6 +287,16 @@ impl ScorerService for NonsenseService {
         tokio::time::sleep(self.get_policy_delay).await;
         Ok(tonic::Response::new(self.policy.clone()))
     }
+
+    async fn validate_policy(
+        &self,
+        _request: tonic::Request<gpu_admission_proto::scorer::v1::ValidatePolicyRequest>,
+    ) -> Result<
+        tonic::Response<gpu_admission_proto::scorer::v1::ValidatePolicyResponse>,
+        tonic::Status,
+    > {
+        Err(tonic::Status::unimplemented("not in the nonsense scorer"))
+    }
 }
 
 impl NonsenseScorer {
