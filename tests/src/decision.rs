@@ -362,7 +362,7 @@ pub fn check_decision(
             .find(|t| t.name == tier)
             .map(|t| t.allowed_classes.iter().collect())
             .unwrap_or_default();
-        if pinned.is_empty() || pinned.iter().any(|p| !allowed.iter().any(|a| *a == p)) {
+        if pinned.is_empty() || pinned.iter().any(|p| !allowed.contains(&p)) {
             errs.push(format!(
                 "infeasible-reason written but the Pod is pinned to {pinned:?}, not to tier {tier}'s classes {allowed:?}"
             ));
