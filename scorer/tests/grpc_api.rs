@@ -404,7 +404,7 @@ mod reflection {
             .expect("scorer file");
         let methods: Vec<_> = f.service[0].method.iter().map(|m| m.name()).collect();
         assert_eq!(f.service[0].name(), "Scorer");
-        assert_eq!(methods, ["Score", "Observe", "GetPolicy"]);
+        assert_eq!(methods, ["Score", "Observe", "GetPolicy", "ValidatePolicy"]);
         assert!(f.message_type.iter().any(|m| m.name() == "ScoreRequest"));
     }
 
