@@ -312,17 +312,25 @@ impl<'a> Plan<'a> {
             None => Vec::new(),
         };
 
-        // Priority.
-        let cap = input.tier.and_then(|t| t.max_priority_class);
-        let cap_facts = cap.and_then(|c| pcs.priority_class(&c.name));
+        // Priority. The cap's value is the policy's; the class set is the cluster's of that name, and when
+        // the cluster lacks it nothing above the cap is assigned (rather than an uncapped class).
+        let cap_value = input
+            .tier
+            .and_then(|t| t.max_priority_class)
+            .map(|c| c.value);
+        let cap_in_cluster = input
+            .tier
+            .and_then(|t| t.max_priority_class)
+            .and_then(|c| pcs.priority_class(&c.name));
+        let above_cap = |v: i32| cap_value.is_some_and(|cap| v > cap);
         let mut capped_own = None;
         let priority = match own_priority_class(spec, pcs) {
             Some(own) => {
                 let value = spec
                     .priority
                     .or_else(|| pcs.priority_class(own).map(|f| f.value));
-                match (&cap_facts, value) {
-                    (Some(cap), Some(v)) if !input.admin && v > cap.value => {
+                match (&cap_in_cluster, value) {
+                    (Some(cap), Some(v)) if !input.admin && above_cap(v) => {
                         capped_own = Some((own.to_string(), cap.name.clone()));
                         Some(cap.clone())
                     }
@@ -335,9 +343,12 @@ impl<'a> Plan<'a> {
                 .as_ref()
                 .filter(|p| !p.name.is_empty())
                 .and_then(|p| pcs.priority_class(&p.name))
-                .map(|facts| match &cap_facts {
-                    Some(cap) if facts.value > cap.value => cap.clone(),
-                    _ => facts,
+                .and_then(|facts| {
+                    if above_cap(facts.value) {
+                        cap_in_cluster.clone()
+                    } else {
+                        Some(facts)
+                    }
                 }),
         };
         Plan {
@@ -1225,6 +1236,30 @@ mod tests {
         assert_eq!(
             p.spec.unwrap().priority_class_name.as_deref(),
             Some("gpu-ultra")
+        );
+    }
+
+    #[test]
+    fn a_cap_missing_from_the_cluster_assigns_nothing_above_it() {
+        let mut b = Bronze::new();
+        let cap = b.classes["gpu-default"].clone();
+        b.classes.remove("gpu-default");
+        let rules = TierRules {
+            max_priority_class: Some(&cap),
+            ..b.rules()
+        };
+        let pod: Pod = serde_json::from_value(gpu_pod(json!({}), json!({}))).unwrap();
+        let a = answer(&["L4-24GB"]);
+        let input = PatchInput {
+            catalog: &b.catalog,
+            tier: Some(&rules),
+            ..PatchInput::new(&pod, None, &a, &[], now())
+        };
+        let ops = build_patch(&input, &b.classes);
+        assert!(
+            !ops.iter()
+                .any(|o| o.path().as_str().starts_with("/spec/priority")),
+            "{ops:?}"
         );
     }
 
