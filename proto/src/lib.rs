@@ -36,7 +36,8 @@ mod tests {
                 "GetPolicy",
                 "Explain",
                 "ExportState",
-                "ImportState"
+                "ImportState",
+                "ValidatePolicy"
             ]
         );
     }

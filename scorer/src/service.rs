@@ -9,7 +9,7 @@ use tonic::{Request, Response, Status};
 use crate::metrics::Metrics;
 use crate::model::{self, JobRequest, Learned, Observation};
 use crate::policy::watch::PolicyStore;
-use crate::policy::{Policy, Vendor, WorkloadClass};
+use crate::policy::{EnforcementMode, Fallback, Policy, Vendor, WorkloadClass};
 use crate::state;
 
 /// Longest accepted name (job type, tier, class…) and list, so a request cannot make the scorer
@@ -184,6 +184,51 @@ impl Core {
         let policy = self.policy("GetPolicy")?;
         self.metrics.request("GetPolicy", "ok");
         Ok(policy_response(&policy))
+    }
+
+    /// Checks a policy text with exactly the validation a reload applies; loads nothing.
+    pub fn validate_policy(
+        &self,
+        req: &pb::ValidatePolicyRequest,
+    ) -> Result<pb::ValidatePolicyResponse, Status> {
+        if req.text.len() > MAX_POLICY_BYTES {
+            self.metrics.request("ValidatePolicy", "invalid_argument");
+            return Err(invalid(format!(
+                "policy text of {} bytes; at most {MAX_POLICY_BYTES}",
+                req.text.len()
+            )));
+        }
+        let response = validate_policy_text(&req.text, &req.file);
+        self.metrics.request("ValidatePolicy", "ok");
+        Ok(response)
+    }
+}
+
+/// Largest policy text `ValidatePolicy` reads (a ConfigMap holds at most 1 MiB).
+const MAX_POLICY_BYTES: usize = 1024 * 1024;
+
+/// The policy validation's verdict as the proto carries it.
+pub fn validate_policy_text(text: &str, file: &str) -> pb::ValidatePolicyResponse {
+    let file = if file.is_empty() { "<policy>" } else { file };
+    match crate::policy::parse(text, file) {
+        Ok(p) => pb::ValidatePolicyResponse {
+            valid: true,
+            version: p.version,
+            problems: Vec::new(),
+        },
+        Err(e) => pb::ValidatePolicyResponse {
+            valid: false,
+            version: String::new(),
+            problems: e
+                .problems
+                .into_iter()
+                .map(|p| pb::PolicyProblem {
+                    file: e.file.clone(),
+                    field: p.field,
+                    reason: p.reason,
+                })
+                .collect(),
+        },
     }
 }
 
@@ -448,6 +493,11 @@ fn policy_response(policy: &Policy) -> pb::GetPolicyResponse {
                     .unwrap_or_default(),
                 objective: t.objective.as_str().to_string(),
                 priority_weight: t.priority_weight,
+                max_priority_class: t.max_priority_class.clone().unwrap_or_default(),
+                fallback: match t.fallback {
+                    Fallback::PassThrough => pb::TierFallback::PassThrough,
+                    Fallback::TierDefault => pb::TierFallback::TierDefault,
+                } as i32,
             })
             .collect(),
         priority_buckets: policy
@@ -461,6 +511,29 @@ fn policy_response(policy: &Policy) -> pb::GetPolicyResponse {
             .collect(),
         job_types: policy.job_types.iter().map(|j| j.name.clone()).collect(),
         anti_affinity_threshold: policy.anti_affinity_threshold,
+        enforcement: Some(pb::Enforcement {
+            mode: match policy.enforcement.mode {
+                EnforcementMode::Enforce => pb::EnforcementMode::Enforce,
+                EnforcementMode::Warn => pb::EnforcementMode::Warn,
+                EnforcementMode::Audit => pb::EnforcementMode::Audit,
+            } as i32,
+            admin_groups: policy.enforcement.admin_groups.clone(),
+            admin_users: policy.enforcement.admin_users.clone(),
+        }),
+        namespace_grants: policy
+            .namespace_grants
+            .iter()
+            .map(|g| pb::NamespaceGrant {
+                namespace: g.namespace.clone(),
+                allowed_classes: g.allowed_classes.clone(),
+                max_priority_class: g.max_priority_class.clone().unwrap_or_default(),
+            })
+            .collect(),
+        job_type_default_memory_gib: policy
+            .job_types
+            .iter()
+            .filter_map(|j| j.default_memory_gib.map(|m| (j.name.clone(), m)))
+            .collect(),
     }
 }
 
@@ -558,6 +631,17 @@ impl pb::scorer_server::Scorer for ScorerService {
             );
         }
         r.map(Response::new)
+    }
+
+    async fn validate_policy(
+        &self,
+        request: Request<pb::ValidatePolicyRequest>,
+    ) -> Result<Response<pb::ValidatePolicyResponse>, Status> {
+        let result = self.core.validate_policy(request.get_ref());
+        if let Ok(r) = &result {
+            tracing::info!(file = %request.get_ref().file, valid = r.valid, problems = r.problems.len(), "ValidatePolicy");
+        }
+        result.map(Response::new)
     }
 }
 
@@ -688,5 +772,61 @@ mod tests {
             ["gpu-ultra", "gpu-high", "gpu-medium", "gpu-default"]
         );
         assert!(p.job_types.contains(&"train-llama".to_string()));
+        let caps: Vec<_> = p
+            .tiers
+            .iter()
+            .map(|t| (t.name.as_str(), t.max_priority_class.as_str()))
+            .collect();
+        assert_eq!(
+            caps,
+            [
+                ("platinum", "gpu-ultra"),
+                ("gold", "gpu-high"),
+                ("silver", "gpu-medium"),
+                ("bronze", "gpu-default")
+            ]
+        );
+        let e = p.enforcement.unwrap();
+        assert_eq!(e.mode(), pb::EnforcementMode::Warn);
+        assert_eq!(e.admin_groups, ["gpu-admission:admins"]);
+        assert_eq!(p.job_type_default_memory_gib["train-llama"], 40.0);
+    }
+
+    #[test]
+    fn validate_policy_reports_every_problem_and_loads_nothing() {
+        let c = core();
+        let before = c.get_policy().unwrap().version;
+        let ok = c
+            .validate_policy(&pb::ValidatePolicyRequest {
+                file: "cm".into(),
+                text: crate::policy::DEFAULT_POLICY_YAML.into(),
+            })
+            .unwrap();
+        assert!(ok.valid && ok.problems.is_empty() && !ok.version.is_empty());
+        let bad = crate::policy::DEFAULT_POLICY_YAML
+            .replace(
+                "maxPriorityClass: gpu-default",
+                "maxPriorityClass: gpu-gold",
+            )
+            .replace("  tau: 0.1", "  tau: 0");
+        let r = c
+            .validate_policy(&pb::ValidatePolicyRequest {
+                file: "cm".into(),
+                text: bad,
+            })
+            .unwrap();
+        assert!(!r.valid);
+        let fields: Vec<_> = r.problems.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(fields, ["tiers[bronze].maxPriorityClass", "learning.tau"]);
+        assert!(r.problems.iter().all(|p| p.file == "cm"));
+        assert_eq!(c.get_policy().unwrap().version, before);
+        let huge = "x".repeat(MAX_POLICY_BYTES + 1);
+        let err = c
+            .validate_policy(&pb::ValidatePolicyRequest {
+                file: "cm".into(),
+                text: huge,
+            })
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
     }
 }

@@ -615,7 +615,8 @@ mod reflection {
                 "GetPolicy",
                 "Explain",
                 "ExportState",
-                "ImportState"
+                "ImportState",
+                "ValidatePolicy"
             ]
         );
         assert!(f.message_type.iter().any(|m| m.name() == "ScoreRequest"));

@@ -293,13 +293,30 @@ pub fn check_decision(
                     }
                 }
                 if let Some(score) = d.priority_score {
-                    let expected = policy
+                    let bucket_of = |pc_name: &str| {
+                        policy
+                            .priority_buckets
+                            .iter()
+                            .filter_map(|b| b.priority_class.as_ref())
+                            .find(|pc| pc.name == pc_name)
+                            .cloned()
+                    };
+                    let by_score = policy
                         .priority_buckets
                         .iter()
                         .filter(|b| score >= b.min_score)
                         .max_by(|a, b| a.min_score.total_cmp(&b.min_score))
-                        .and_then(|b| b.priority_class.as_ref())
-                        .map(|pc| pc.name.clone());
+                        .and_then(|b| b.priority_class.clone());
+                    // Capped at the tier's maxPriorityClass.
+                    let cap = policy
+                        .tiers
+                        .iter()
+                        .find(|t| t.name == tier)
+                        .and_then(|t| bucket_of(&t.max_priority_class));
+                    let expected = match (by_score, cap) {
+                        (Some(b), Some(c)) if b.value > c.value => Some(c.name),
+                        (b, _) => b.map(|b| b.name),
+                    };
                     if expected.as_deref() != Some(name.as_str()) {
                         errs.push(format!(
                             "score {score} maps to {expected:?}, got priorityClassName {name}"
@@ -337,10 +354,17 @@ pub fn check_decision(
                 c.name
             ));
         }
+        // No class fits, yet the Pod stays inside its tier: pinned to the tier's classes only.
         let pinned = pinned_classes(after, CLASS_LABEL);
-        if !pinned.is_empty() {
+        let allowed: Vec<&String> = policy
+            .tiers
+            .iter()
+            .find(|t| t.name == tier)
+            .map(|t| t.allowed_classes.iter().collect())
+            .unwrap_or_default();
+        if pinned.is_empty() || pinned.iter().any(|p| !allowed.contains(&p)) {
             errs.push(format!(
-                "infeasible-reason written but the Pod is pinned to {pinned:?}"
+                "infeasible-reason written but the Pod is pinned to {pinned:?}, not to tier {tier}'s classes {allowed:?}"
             ));
         }
         return (d, errs);

@@ -355,7 +355,6 @@ async fn requests_left_alone() {
             "default",
             Operation::Create,
         ),
-        ("already decided", &decided, GOLD, Operation::Create),
         ("UPDATE of a GPU Pod", &gpu, GOLD, Operation::Update),
         ("DELETE of a GPU Pod", &gpu, GOLD, Operation::Delete),
     ] {
@@ -365,6 +364,16 @@ async fn requests_left_alone() {
             .unwrap_or_else(|e| panic!("{what}: {e:#}"));
         assert!(o.allowed && o.patch.is_none(), "{what}: {}", o.raw);
     }
+    // A forged decided-at without a placement is no reason to skip: the Pod is decided like any other.
+    let o = webhook
+        .admit(&decided, GOLD, Operation::Create)
+        .await
+        .unwrap();
+    assert!(
+        o.allowed && o.patch.is_some(),
+        "forged decided-at: {}",
+        o.raw
+    );
     // The same GPU Pod is mutated in gold (so the cases above are refusals for the right reason).
     let v = admit_and_verify(&webhook, &gpu, GOLD, Some("gold"), &policy)
         .await

@@ -172,7 +172,7 @@ fn adjust_for_1_20(objects: &[Value]) -> (Vec<Value>, Vec<String>) {
         let mut o = o.clone();
         let name = format!("{}/{}", str_at(&o, "/kind"), str_at(&o, "/metadata/name"));
         match str_at(&o, "/kind") {
-            "MutatingWebhookConfiguration" => {
+            "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration" => {
                 for hook in o["webhooks"].as_array_mut().unwrap() {
                     if hook
                         .as_object_mut()

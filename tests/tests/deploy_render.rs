@@ -104,6 +104,7 @@ fn every_mode_renders_and_passes_strict_schema_validation() {
                     | "ClusterRoleBinding"
                     | "PriorityClass"
                     | "MutatingWebhookConfiguration"
+                    | "ValidatingWebhookConfiguration"
             );
             if cluster_scoped {
                 assert_eq!(ns, "", "{}: {kind} is cluster-scoped", m.mode);
@@ -511,7 +512,7 @@ fn priority_classes_equal_the_policy_buckets() {
 }
 
 /// RBAC resource of each Kubernetes type the frontend may use through `kube::Api<T>`.
-const KNOWN_TYPES: [(&str, &str, &str); 9] = [
+const KNOWN_TYPES: [(&str, &str, &str); 10] = [
     ("Namespace", "", "namespaces"),
     ("Job", "batch", "jobs"),
     (
@@ -528,6 +529,11 @@ const KNOWN_TYPES: [(&str, &str, &str); 9] = [
         "MutatingWebhookConfiguration",
         "admissionregistration.k8s.io",
         "mutatingwebhookconfigurations",
+    ),
+    (
+        "ValidatingWebhookConfiguration",
+        "admissionregistration.k8s.io",
+        "validatingwebhookconfigurations",
     ),
 ];
 
@@ -645,6 +651,10 @@ fn rbac_grants_exactly_what_the_frontend_watches() {
             "admissionregistration.k8s.io",
             "mutatingwebhookconfigurations",
         ),
+        (
+            "admissionregistration.k8s.io",
+            "validatingwebhookconfigurations",
+        ),
     ];
     let watched: BTreeSet<_> = used
         .iter()
@@ -755,17 +765,23 @@ fn automatic_mode_grants_only_its_own_secret_and_webhook_configuration() {
     let cr = m.get("ClusterRole", "gpu-admission-webhook-certs");
     assert!(bound.contains(&("ClusterRole".into(), "gpu-admission-webhook-certs".into())));
     let rules = rule_set(arr_at(cr, "/rules"));
-    let key = (
-        "admissionregistration.k8s.io".to_string(),
-        "mutatingwebhookconfigurations".to_string(),
-    );
-    assert_eq!(rules.keys().collect::<Vec<_>>(), [&key]);
-    let (verbs, names) = &rules[&key];
+    let keys = [
+        "mutatingwebhookconfigurations",
+        "validatingwebhookconfigurations",
+    ]
+    .map(|r| ("admissionregistration.k8s.io".to_string(), r.to_string()));
     assert_eq!(
-        verbs,
-        &BTreeSet::from(["get".to_string(), "patch".to_string()])
+        rules.keys().collect::<Vec<_>>(),
+        keys.iter().collect::<Vec<_>>()
     );
-    assert_eq!(names, &BTreeSet::from([WEBHOOK_CONFIG.to_string()]));
+    for key in &keys {
+        let (verbs, names) = &rules[key];
+        assert_eq!(
+            verbs,
+            &BTreeSet::from(["get".to_string(), "patch".to_string()])
+        );
+        assert_eq!(names, &BTreeSet::from([WEBHOOK_CONFIG.to_string()]));
+    }
     assert!(m.all("Certificate").is_empty() && m.all("Issuer").is_empty());
 }
 
@@ -1345,6 +1361,106 @@ fn observer_args_are_flags_the_real_binary_accepts() {
         let c = container(m.get("Deployment", OBSERVER_DEPLOYMENT), "observer");
         for f in flag_names(&args(c)) {
             assert!(flags.contains(&f), "{}: observer has no {f}", m.mode);
+        }
+    }
+}
+
+/// The validating webhooks: registered in every mode with their CA, fail-open, only tier namespaces for
+/// Pods and workloads (the same GPU filter as the mutating webhook for Pods), only the policy ConfigMap
+/// (selected by the labels the ConfigMap generator gives it) for `/validate-policy`.
+#[test]
+fn validating_webhooks_are_selective_and_trusted_in_every_mode() {
+    let Some(modes) = support::rendered_modes() else {
+        return;
+    };
+    for m in modes {
+        let vwc = m.get("ValidatingWebhookConfiguration", WEBHOOK_CONFIG);
+        let mwc = m.get("MutatingWebhookConfiguration", WEBHOOK_CONFIG);
+        let hooks = arr_at(vwc, "/webhooks");
+        let by_name = |n: &str| {
+            hooks
+                .iter()
+                .find(|h| h["name"] == n)
+                .unwrap_or_else(|| panic!("{}: webhook {n} missing", m.mode))
+        };
+        let pods = by_name("pods.validate.gpu-admission.io");
+        let workloads = by_name("workloads.validate.gpu-admission.io");
+        let policy = by_name("policy.validate.gpu-admission.io");
+        assert_eq!(hooks.len(), 3, "{}", m.mode);
+        for (hook, path) in [
+            (pods, "/validate-pod"),
+            (workloads, "/validate-pod"),
+            (policy, "/validate-policy"),
+        ] {
+            assert_eq!(hook["clientConfig"]["service"]["path"], path);
+            assert_eq!(
+                hook["clientConfig"]["service"],
+                json!(mwc["webhooks"][0]["clientConfig"]["service"])
+                    .as_object()
+                    .map(|s| {
+                        let mut s = s.clone();
+                        s.insert("path".into(), json!(path));
+                        Value::Object(s)
+                    })
+                    .unwrap()
+            );
+            assert_eq!(hook["failurePolicy"], "Ignore", "{}", m.mode);
+            assert_eq!(hook["sideEffects"], "None");
+            // Every mode gets the CA to the validating webhooks the way it does to the mutating one.
+            assert_eq!(
+                hook["clientConfig"].get("caBundle"),
+                mwc["webhooks"][0]["clientConfig"].get("caBundle"),
+                "{}",
+                m.mode
+            );
+            for op in strings_at(&hook["rules"][0], "/operations") {
+                assert!(op == "CREATE" || op == "UPDATE", "{op}");
+            }
+        }
+        assert_eq!(
+            vwc["metadata"]["annotations"].get("cert-manager.io/inject-ca-from"),
+            mwc["metadata"]["annotations"].get("cert-manager.io/inject-ca-from"),
+            "{}",
+            m.mode
+        );
+        assert_eq!(
+            pods["namespaceSelector"],
+            mwc["webhooks"][0]["namespaceSelector"]
+        );
+        assert_eq!(
+            workloads["namespaceSelector"],
+            mwc["webhooks"][0]["namespaceSelector"]
+        );
+        assert_eq!(
+            pods["matchConditions"],
+            mwc["webhooks"][0]["matchConditions"]
+        );
+        let kinds: BTreeSet<String> = arr_at(workloads, "/rules")
+            .iter()
+            .flat_map(|r| strings_at(r, "/resources"))
+            .collect();
+        for k in [
+            "jobs",
+            "cronjobs",
+            "deployments",
+            "statefulsets",
+            "daemonsets",
+            "replicasets",
+        ] {
+            assert!(kinds.contains(k), "{}: {k} not validated", m.mode);
+        }
+        // The one policy ConfigMap: our namespace, and labels the ConfigMap really carries.
+        assert_eq!(
+            strings_at(&policy["rules"][0], "/resources"),
+            ["configmaps"]
+        );
+        assert_eq!(
+            policy["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+            NAMESPACE
+        );
+        let cm = m.get("ConfigMap", "gpu-admission-policy");
+        for (k, v) in policy["objectSelector"]["matchLabels"].as_object().unwrap() {
+            assert_eq!(&cm["metadata"]["labels"][k], v, "{}: label {k}", m.mode);
         }
     }
 }

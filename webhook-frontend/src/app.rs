@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+
 use std::time::Duration;
 
 use anyhow::Context;
@@ -15,30 +16,8 @@ use crate::scorer_client::Scorer;
 use crate::tls::{self, auto_rotate, reload};
 use crate::{server, shutdown};
 
-/// Shared by every request.
-pub struct AppState {
-    pub scorer: Scorer,
-    pub cluster: ClusterFacts,
-    pub policy: Arc<PolicyCache>,
-    /// CheckpointBackups and Jobs for `/mutate-pod-checkpoint`; `None` with `--no-kube`.
-    pub checkpoints: Option<crate::cluster::checkpoints::CheckpointCaches>,
-    pub metrics: Arc<Metrics>,
-    /// Set once the TLS listener is bound.
-    pub listening: AtomicBool,
-    /// Set once the real certificate is served (at once from files; in automatic mode once the Secret's).
-    pub certificate_served: Arc<AtomicBool>,
-}
-
-impl AppState {
-    /// Ready = listening, the real certificate served and the kube caches synced. Never tied to the scorer
-    /// (we fail open).
-    pub fn is_ready(&self) -> bool {
-        self.listening.load(Ordering::Acquire)
-            && self.certificate_served.load(Ordering::Acquire)
-            && self.cluster.is_synced()
-            && self.checkpoints.as_ref().is_none_or(|c| c.is_ready())
-    }
-}
+/// Kept here for code written against the old path; the state lives in [`crate::state`].
+pub use crate::state::AppState;
 
 /// Runs the webhook until SIGTERM/SIGINT, then drains.
 pub async fn run(config: Config) -> anyhow::Result<()> {
@@ -137,6 +116,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         metrics,
         listening: AtomicBool::new(false),
         certificate_served,
+        policy_configmap: crate::state::PolicyConfigMap::parse(
+            &config.policy_configmap,
+            &config.policy_configmap_key,
+        )?,
     });
     let shutdown = shutdown::Shutdown::install()?;
 

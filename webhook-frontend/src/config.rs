@@ -134,6 +134,22 @@ pub struct Config {
     #[arg(long, env = "WEBHOOK_TLS_RELOAD_INTERVAL_MS", default_value_t = 2000)]
     pub tls_reload_interval_ms: u64,
 
+    /// The scorer's policy ConfigMap (`NAMESPACE/NAME`): its CREATE/UPDATE is checked by `/validate-policy`.
+    #[arg(
+        long,
+        env = "WEBHOOK_POLICY_CONFIGMAP",
+        default_value = "gpu-admission/gpu-admission-policy"
+    )]
+    pub policy_configmap: String,
+
+    /// The key of the policy ConfigMap the scorer reads as its policy file.
+    #[arg(
+        long,
+        env = "WEBHOOK_POLICY_CONFIGMAP_KEY",
+        default_value = "default-policy.yaml"
+    )]
+    pub policy_configmap_key: String,
+
     /// How often the scorer's policy (catalog, priority buckets) is fetched again, in seconds.
     #[arg(long, env = "WEBHOOK_POLICY_REFRESH_SECS", default_value_t = 30)]
     pub policy_refresh_secs: u64,

@@ -14,6 +14,8 @@ pub enum Outcome {
     mutated,
     /// Should have been scored, but the scorer failed (timeout/unavailable/invalid): allowed unchanged.
     passed_through,
+    /// The scorer failed and the tier's fallback is `TierDefault`: placed on the tier's classes.
+    tier_default,
     /// Not ours to score (not a CREATE, no GPU, no tier, already decided, another kind): allowed unchanged.
     skipped,
     /// The body was not an AdmissionReview (HTTP 400).
@@ -25,6 +27,7 @@ impl Outcome {
         match self {
             Outcome::mutated => "mutated",
             Outcome::passed_through => "passed_through",
+            Outcome::tier_default => "tier_default",
             Outcome::skipped => "skipped",
             Outcome::bad_request => "bad_request",
         }
@@ -117,6 +120,23 @@ pub struct ReloadLabels {
     pub result: ReloadResult,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ValidationLabels {
+    /// `validate-pod` or `validate-policy`.
+    pub webhook: &'static str,
+    /// skipped, allowed, denied, violation_admitted, unreadable, bad_request, scorer_unavailable.
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ViolationLabels {
+    pub tier: String,
+    /// class_outside_tier, priority_above_cap, no_class_fits.
+    pub reason: &'static str,
+    /// The enforcement mode that answered it: ENFORCEMENT_MODE_ENFORCE, _WARN or _AUDIT.
+    pub mode: &'static str,
+}
+
 /// All metrics of the webhook frontend.
 #[derive(Debug)]
 pub struct Metrics {
@@ -135,6 +155,11 @@ pub struct Metrics {
     pub checkpoint_images_restored: Counter,
     /// Containers of Jobs' Pods that kept their image, by reason.
     pub checkpoint_misses: Family<CheckpointMissLabels, Counter>,
+    /// Validating webhooks' requests by webhook and outcome.
+    pub validations: Family<ValidationLabels, Counter>,
+    pub validation_duration: Histogram,
+    /// Tier violations seen by `validate-pod`, whatever the mode answered.
+    pub violations: Family<ViolationLabels, Counter>,
 }
 
 impl Metrics {
@@ -152,6 +177,9 @@ impl Metrics {
             checkpoint_requests: Family::default(),
             checkpoint_images_restored: Counter::default(),
             checkpoint_misses: Family::default(),
+            validations: Family::default(),
+            validation_duration: Histogram::new(exponential_buckets(0.00005, 2.0, 17)),
+            violations: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("gpu_admission");
         r.register(
@@ -207,6 +235,22 @@ impl Metrics {
              no CheckpointBackup refers to)",
             m.checkpoint_misses.clone(),
         );
+        r.register(
+            "validations",
+            "Validating webhook requests by webhook and outcome",
+            m.validations.clone(),
+        );
+        r.register_with_unit(
+            "validation_duration",
+            "Time to answer a validating webhook request",
+            prometheus_client::registry::Unit::Seconds,
+            m.validation_duration.clone(),
+        );
+        r.register(
+            "policy_violations",
+            "Tier violations by tier, reason and the enforcement mode that answered them",
+            m.violations.clone(),
+        );
         m
     }
 
@@ -227,6 +271,29 @@ impl Metrics {
                 .get_or_create(&CheckpointMissLabels { reason: m.into() })
                 .inc();
         }
+    }
+
+    pub fn record_validation(
+        &self,
+        webhook: &'static str,
+        outcome: &'static str,
+        started: std::time::Instant,
+    ) {
+        self.validations
+            .get_or_create(&ValidationLabels { webhook, outcome })
+            .inc();
+        self.validation_duration
+            .observe(started.elapsed().as_secs_f64());
+    }
+
+    pub fn record_violation(&self, tier: &str, reason: &'static str, mode: &'static str) {
+        self.violations
+            .get_or_create(&ViolationLabels {
+                tier: tier.to_string(),
+                reason,
+                mode,
+            })
+            .inc();
     }
 
     pub fn record_request(&self, operation: &'static str, outcome: Outcome, seconds: f64) {
@@ -276,6 +343,8 @@ mod tests {
         m.record_ca_bundle_patch();
         m.record_checkpoint_request(CheckpointOutcome::restored);
         m.record_checkpoint_images(2, [CheckpointMiss::unpushed_image_only]);
+        m.record_violation("bronze", "class_outside_tier", "ENFORCEMENT_MODE_WARN");
+        m.record_validation("validate-pod", "denied", std::time::Instant::now());
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for needle in [
@@ -289,6 +358,9 @@ mod tests {
             "gpu_admission_checkpoint_requests_total{outcome=\"restored\"} 1",
             "gpu_admission_checkpoint_images_restored_total 2",
             "gpu_admission_checkpoint_restore_misses_total{reason=\"unpushed_image_only\"} 1",
+            "gpu_admission_policy_violations_total{tier=\"bronze\",reason=\"class_outside_tier\",mode=\"ENFORCEMENT_MODE_WARN\"} 1",
+            "gpu_admission_validations_total{webhook=\"validate-pod\",outcome=\"denied\"} 1",
+            "gpu_admission_validation_duration_seconds_count 1",
         ] {
             assert!(text.contains(needle), "{needle} missing in\n{text}");
         }

@@ -16,8 +16,8 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
-use crate::admission::handler;
-use crate::app::AppState;
+use crate::admission::{checkpoint_restore, mutate_pod, validate_pod, validate_policy};
+use crate::state::AppState;
 
 /// Largest AdmissionReview body accepted (the apiserver's own request limit is 3 MiB).
 pub const BODY_LIMIT_BYTES: usize = 3 * 1024 * 1024;
@@ -26,11 +26,13 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
-        .route("/mutate-pod", post(handler::mutate_pod))
+        .route("/mutate-pod", post(mutate_pod::handler::mutate_pod))
         .route(
             "/mutate-pod-checkpoint",
-            post(crate::admission::checkpoint_restore::handler::mutate_pod_checkpoint),
+            post(checkpoint_restore::handler::mutate_pod_checkpoint),
         )
+        .route("/validate-pod", post(validate_pod::validate_pod))
+        .route("/validate-policy", post(validate_policy::validate_policy))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))

@@ -84,13 +84,13 @@ fn check_reviews(
             // Force scoring regardless of operation / GPU: every Pod object must take a patch cleanly.
             let f = features::extract(pod);
             let a = answer();
-            let input = PatchInput {
+            let input = PatchInput::new(
                 pod,
-                job_type: f.job_type.as_deref(),
-                answer: &a,
-                class_label_keys: &[],
-                now: time::OffsetDateTime::now_utc(),
-            };
+                f.job_type.as_deref(),
+                &a,
+                &[],
+                time::OffsetDateTime::now_utc(),
+            );
             ops = build_patch(&input, classes);
             let mut doc = body["request"]["object"].clone();
             json_patch::patch(&mut doc, &ops).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

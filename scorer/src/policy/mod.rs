@@ -8,7 +8,9 @@ use std::collections::HashMap;
 
 use ndarray::Array2;
 
-pub use schema::{LearningSpec, Objective, RuntimeProfile, SizeReference, Vendor};
+pub use schema::{
+    EnforcementMode, Fallback, LearningSpec, Objective, RuntimeProfile, SizeReference, Vendor,
+};
 pub use validate::{PolicyError, load_file, parse};
 
 /// The embedded default policy: the same file the kustomize ConfigMap ships.
@@ -84,6 +86,25 @@ pub struct Tier {
     pub preferred: Option<usize>,
     pub objective: Objective,
     pub priority_weight: f64,
+    /// Name of the highest bucket a Pod of this tier may get (a bucket of [`PriorityRules::buckets`]).
+    pub max_priority_class: Option<String>,
+    pub fallback: Fallback,
+}
+
+/// Who is exempt from tier rules and how violations are answered (used by the admission webhooks only).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Enforcement {
+    pub mode: EnforcementMode,
+    pub admin_groups: Vec<String>,
+    pub admin_users: Vec<String>,
+}
+
+/// A validated namespace grant; class names are catalog names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceGrant {
+    pub namespace: String,
+    pub allowed_classes: Vec<String>,
+    pub max_priority_class: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -129,6 +150,8 @@ pub struct Policy {
     pub anti_affinity_threshold: f64,
     pub priority: PriorityRules,
     pub learning: LearningSpec,
+    pub enforcement: Enforcement,
+    pub namespace_grants: Vec<NamespaceGrant>,
     class_index: HashMap<String, usize>,
     tier_index: HashMap<String, usize>,
     job_index: HashMap<String, usize>,

@@ -28,6 +28,60 @@ pub struct PolicyFile {
     pub priority: PrioritySpec,
     #[serde(default)]
     pub learning: LearningSpec,
+    /// How the admission webhooks answer tier violations, and who is exempt.
+    #[serde(default)]
+    pub enforcement: EnforcementSpec,
+    /// Exceptions for whole namespaces, granted by whoever may edit this file.
+    #[serde(default)]
+    pub namespace_grants: Vec<NamespaceGrantSpec>,
+}
+
+/// How tier violations are answered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub enum EnforcementMode {
+    /// Denied.
+    Enforce,
+    /// Admitted with an admission warning.
+    Warn,
+    /// Admitted silently (counted and logged).
+    #[default]
+    Audit,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EnforcementSpec {
+    #[serde(default)]
+    pub mode: EnforcementMode,
+    /// Kubernetes groups whose members' own requests are not held to their namespace's tier.
+    #[serde(default)]
+    pub admin_groups: Vec<String>,
+    #[serde(default)]
+    pub admin_users: Vec<String>,
+}
+
+/// An exception for one namespace: it covers every Pod of the namespace, whoever (or whichever controller)
+/// creates it.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NamespaceGrantSpec {
+    pub namespace: String,
+    /// GPU classes allowed in addition to the tier's.
+    #[serde(default)]
+    pub allowed_classes: Vec<String>,
+    /// Replaces the tier's `maxPriorityClass` when higher.
+    #[serde(default)]
+    pub max_priority_class: Option<String>,
+}
+
+/// What the mutating webhook does for a tier when the scorer cannot answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub enum Fallback {
+    /// Admit the Pod unchanged.
+    #[default]
+    PassThrough,
+    /// The tier's allowed classes (preferred first), no priority change.
+    TierDefault,
 }
 
 pub fn default_node_label_key() -> String {
@@ -106,6 +160,11 @@ pub struct TierSpec {
     pub objective: Objective,
     /// 0..1: the tier's share of the priority score.
     pub priority_weight: f64,
+    /// The highest PriorityClass (a bucket name) a Pod of this tier may get or ask for.
+    #[serde(default)]
+    pub max_priority_class: Option<String>,
+    #[serde(default)]
+    pub fallback: Fallback,
 }
 
 /// A prior runtime profile.

@@ -8,7 +8,10 @@ use ndarray::Array2;
 use sha2::{Digest, Sha256};
 
 use super::schema::{PolicyFile, RuntimeProfile};
-use super::{Bucket, GpuClass, JobType, Policy, PriorityRules, Tier, WorkloadClass};
+use super::{
+    Bucket, Enforcement, GpuClass, JobType, NamespaceGrant, Policy, PriorityRules, Tier,
+    WorkloadClass,
+};
 
 /// One thing wrong with a policy file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,6 +168,97 @@ impl Checker {
         );
     }
 
+    fn bucket_name(&mut self, field: String, name: &str, buckets: &BTreeSet<String>) {
+        if !buckets.contains(name) {
+            let known: Vec<&str> = buckets.iter().map(String::as_str).collect();
+            self.fail(
+                field,
+                format!(
+                    "unknown PriorityClass `{name}` (not a priority bucket; buckets: {})",
+                    known.join(", ")
+                ),
+            );
+        }
+    }
+
+    fn enforcement(&mut self, raw: &PolicyFile) -> Enforcement {
+        let e = &raw.enforcement;
+        for (list, field) in [
+            (&e.admin_groups, "enforcement.adminGroups"),
+            (&e.admin_users, "enforcement.adminUsers"),
+        ] {
+            for (i, name) in list.iter().enumerate() {
+                if name.trim().is_empty() {
+                    self.fail(format!("{field}[{i}]"), "must not be empty");
+                }
+            }
+        }
+        Enforcement {
+            mode: e.mode,
+            admin_groups: e.admin_groups.clone(),
+            admin_users: e.admin_users.clone(),
+        }
+    }
+
+    fn namespace_grants(
+        &mut self,
+        raw: &PolicyFile,
+        classes: &HashMap<String, usize>,
+        buckets: &BTreeSet<String>,
+    ) -> Vec<NamespaceGrant> {
+        let mut seen = BTreeSet::new();
+        let mut out = Vec::new();
+        for (i, g) in raw.namespace_grants.iter().enumerate() {
+            let f = if g.namespace.is_empty() {
+                format!("namespaceGrants[{i}]")
+            } else {
+                format!("namespaceGrants[{}]", g.namespace)
+            };
+            let dns_label = !g.namespace.is_empty()
+                && g.namespace.len() <= 63
+                && g.namespace
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !g.namespace.starts_with('-')
+                && !g.namespace.ends_with('-');
+            if !dns_label {
+                self.fail(
+                    format!("{f}.namespace"),
+                    format!("`{}` is not a valid namespace name", g.namespace),
+                );
+            }
+            if !seen.insert(g.namespace.clone()) {
+                self.fail(
+                    format!("{f}.namespace"),
+                    format!("namespace `{}` granted twice", g.namespace),
+                );
+            }
+            if g.allowed_classes.is_empty() && g.max_priority_class.is_none() {
+                self.fail(
+                    f.clone(),
+                    "grants nothing: set allowedClasses and/or maxPriorityClass",
+                );
+            }
+            for (j, name) in g.allowed_classes.iter().enumerate() {
+                if !classes.contains_key(name) {
+                    self.fail(
+                        format!("{f}.allowedClasses[{j}]"),
+                        format!("unknown GPU class `{name}` (not in catalog)"),
+                    );
+                }
+            }
+            if let Some(cap) = &g.max_priority_class {
+                self.bucket_name(format!("{f}.maxPriorityClass"), cap, buckets);
+            }
+            out.push(NamespaceGrant {
+                namespace: g.namespace.clone(),
+                allowed_classes: g.allowed_classes.clone(),
+                max_priority_class: g.max_priority_class.clone(),
+            });
+        }
+        out
+    }
+
     fn build(&mut self, raw: PolicyFile, version: String, file: &str) -> Option<Policy> {
         if version.trim().is_empty() {
             self.fail("version", "must not be empty when given");
@@ -282,6 +376,8 @@ impl Checker {
                 preferred,
                 objective: t.objective,
                 priority_weight: t.priority_weight,
+                max_priority_class: t.max_priority_class.clone(),
+                fallback: t.fallback,
             });
         }
         let default_tier = tier_index.get(&raw.default_tier).copied();
@@ -500,6 +596,15 @@ impl Checker {
             self.fail("priority.buckets", "the lowest bucket must have minScore 0, so that every score maps to a PriorityClass");
         }
 
+        // Priority caps (tiers and grants) name buckets.
+        for t in &raw.tiers {
+            if let Some(cap) = &t.max_priority_class {
+                self.bucket_name(format!("tiers[{}].maxPriorityClass", t.name), cap, &names);
+            }
+        }
+        let enforcement = self.enforcement(&raw);
+        let namespace_grants = self.namespace_grants(&raw, &class_index, &names);
+
         // Learning.
         let l = &raw.learning;
         self.range("learning.lambda", l.lambda, 0.0, 100.0);
@@ -544,6 +649,8 @@ impl Checker {
                 buckets,
             },
             learning: raw.learning,
+            enforcement,
+            namespace_grants,
             class_index,
             tier_index,
             job_index,
@@ -724,6 +831,90 @@ mod tests {
             ),
             "{e}"
         );
+    }
+
+    #[test]
+    fn enforcement_caps_fallback_and_grants() {
+        let p = embedded_default().unwrap();
+        assert_eq!(p.enforcement.mode, crate::policy::EnforcementMode::Warn);
+        assert_eq!(p.enforcement.admin_groups, ["gpu-admission:admins"]);
+        let bronze = &p.tiers[p.tier_index("bronze").unwrap()];
+        assert_eq!(bronze.max_priority_class.as_deref(), Some("gpu-default"));
+        assert_eq!(bronze.fallback, crate::policy::Fallback::PassThrough);
+        assert!(p.namespace_grants.is_empty());
+
+        let granted = DEFAULT_POLICY_YAML
+            .replace("namespaceGrants: []", "namespaceGrants:\n  - { namespace: llm-research, allowedClasses: [H100-80GB], maxPriorityClass: gpu-high }")
+            .replace("  mode: Warn", "  mode: Enforce");
+        let p = parse(&granted, "x").unwrap();
+        assert_eq!(p.enforcement.mode, crate::policy::EnforcementMode::Enforce);
+        assert_eq!(p.namespace_grants[0].allowed_classes, ["H100-80GB"]);
+        let tier_default =
+            DEFAULT_POLICY_YAML.replacen("fallback: PassThrough", "fallback: TierDefault", 4);
+        let p = parse(&tier_default, "x").unwrap();
+        assert!(
+            p.tiers
+                .iter()
+                .all(|t| t.fallback == crate::policy::Fallback::TierDefault)
+        );
+
+        // Without the new sections a file still loads: Audit, no admins, no caps, PassThrough.
+        let bare = DEFAULT_POLICY_YAML
+            .replace(
+                "  mode: Warn\n  adminGroups: [gpu-admission:admins]\n  adminUsers: []\n",
+                "  {}\n",
+            )
+            .replace("    maxPriorityClass: gpu-default\n", "");
+        let p = parse(&bare, "x").unwrap();
+        assert_eq!(p.enforcement, crate::policy::Enforcement::default());
+        let bronze = &p.tiers[p.tier_index("bronze").unwrap()];
+        assert_eq!(bronze.max_priority_class, None);
+
+        let e = errors(
+            &DEFAULT_POLICY_YAML
+                .replace("maxPriorityClass: gpu-default", "maxPriorityClass: gpu-gold")
+                .replace("  adminUsers: []", "  adminUsers: [\"\"]")
+                .replace("namespaceGrants: []", "namespaceGrants:\n  - { namespace: Bad_NS, allowedClasses: [T4-16GB], maxPriorityClass: gpu-max }\n  - { namespace: empty }"),
+        );
+        assert!(
+            has(
+                &e,
+                "tiers[bronze].maxPriorityClass",
+                "unknown PriorityClass `gpu-gold`"
+            ),
+            "{e}"
+        );
+        assert!(
+            has(&e, "enforcement.adminUsers[0]", "must not be empty"),
+            "{e}"
+        );
+        assert!(
+            has(
+                &e,
+                "namespaceGrants[Bad_NS].namespace",
+                "not a valid namespace"
+            ),
+            "{e}"
+        );
+        assert!(
+            has(
+                &e,
+                "namespaceGrants[Bad_NS].allowedClasses[0]",
+                "unknown GPU class `T4-16GB`"
+            ),
+            "{e}"
+        );
+        assert!(
+            has(
+                &e,
+                "namespaceGrants[Bad_NS].maxPriorityClass",
+                "unknown PriorityClass `gpu-max`"
+            ),
+            "{e}"
+        );
+        assert!(has(&e, "namespaceGrants[empty]", "grants nothing"), "{e}");
+        let e = errors(&DEFAULT_POLICY_YAML.replace("  mode: Warn", "  mode: Strict"));
+        assert!(e.to_string().contains("unknown variant `Strict`"), "{e}");
     }
 
     #[test]

@@ -1,4 +1,7 @@
-//! AdmissionReview in (kube-core's request types), AdmissionReview out (serialised here).
+//! AdmissionReview in (kube-core's request types), AdmissionReview out (serialised here): the envelope every
+//! webhook shares. `decode` reads a Pod review (the mutating webhook's fast path), `decode_object` a review of
+//! any kind (the validating webhooks); `encode` answers allowed with an optional patch, `encode_verdict`
+//! answers allowed or denied.
 //!
 //! The response is serialised by hand because kube-core's `AdmissionResponse` writes `patch` as an array of
 //! numbers (kube-rs issue 1781); the apiserver wants a base64 string. A `admission.k8s.io/v1beta1` review is
@@ -132,7 +135,52 @@ pub fn decode(body: &[u8]) -> Result<Incoming, BadRequest> {
     }
 }
 
-fn gvk_text(gvk: &kube::core::GroupVersionKind) -> String {
+/// A review of any kind, for the validating webhooks.
+#[derive(Debug)]
+pub struct IncomingObject {
+    /// The apiVersion to answer with: [`V1`] or [`V1BETA1`].
+    pub api_version: &'static str,
+    pub uid: String,
+    /// The request, or why it could not be read (the review is still answered: allowed, with a warning).
+    pub request: Result<Box<AdmissionRequest<DynamicObject>>, String>,
+}
+
+/// Decodes a request body of any kind.
+pub fn decode_object(body: &[u8]) -> Result<IncomingObject, BadRequest> {
+    let err = match serde_json::from_slice::<AdmissionReview<DynamicObject>>(body) {
+        Ok(review) => {
+            let request = review
+                .request
+                .ok_or_else(|| BadRequest("AdmissionReview has no request".into()))?;
+            return Ok(IncomingObject {
+                api_version: answer_version(&review.types.api_version),
+                uid: request.uid.clone(),
+                request: Ok(Box::new(request)),
+            });
+        }
+        Err(e) => e,
+    };
+    let value: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| BadRequest(format!("malformed JSON in AdmissionReview body: {e}")))?;
+    match value.pointer("/request/uid").and_then(|u| u.as_str()) {
+        Some(uid) if !uid.is_empty() => Ok(IncomingObject {
+            api_version: answer_version(
+                value
+                    .get("apiVersion")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or(V1),
+            ),
+            uid: uid.to_string(),
+            request: Err(format!("the AdmissionReview could not be read: {err}")),
+        }),
+        _ => Err(BadRequest(format!(
+            "not an AdmissionReview with request.uid: {err}"
+        ))),
+    }
+}
+
+/// `group/version/Kind` (`version/Kind` for the core group), for logs and messages.
+pub fn gvk_text(gvk: &kube::core::GroupVersionKind) -> String {
     if gvk.group.is_empty() {
         format!("{}/{}", gvk.version, gvk.kind)
     } else {
@@ -155,11 +203,28 @@ struct ReviewOut<'a> {
     response: ResponseOut<'a>,
 }
 
+/// A validating webhook's answer: denied with a message, or allowed (with warnings when any).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Verdict {
+    /// `Some(message)` denies the request; the apiserver shows the message to the client.
+    pub denied: Option<String>,
+    pub warnings: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct StatusOut<'a> {
+    code: u16,
+    reason: &'static str,
+    message: &'a str,
+}
+
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct ResponseOut<'a> {
     uid: &'a str,
     allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<StatusOut<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     patch_type: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -187,21 +252,52 @@ pub fn encode(api_version: &str, uid: &str, answer: &Answer) -> Vec<u8> {
         let json = serde_json::to_vec(&answer.patch).expect("a JSON patch always serialises");
         BASE64.encode(json)
     });
+    encode_response(
+        api_version,
+        ResponseOut {
+            uid,
+            allowed: true,
+            status: None,
+            patch_type: patch.as_ref().map(|_| "JSONPatch"),
+            patch,
+            warnings: clean_warnings(&answer.warnings),
+        },
+    )
+}
+
+/// Serialises a validating webhook's AdmissionReview response: allowed, or denied with `status.code` 403 and
+/// the message (never a patch).
+pub fn encode_verdict(api_version: &str, uid: &str, verdict: &Verdict) -> Vec<u8> {
+    encode_response(
+        api_version,
+        ResponseOut {
+            uid,
+            allowed: verdict.denied.is_none(),
+            status: verdict.denied.as_deref().map(|message| StatusOut {
+                code: 403,
+                reason: "Forbidden",
+                message,
+            }),
+            patch_type: None,
+            patch: None,
+            warnings: clean_warnings(&verdict.warnings),
+        },
+    )
+}
+
+fn clean_warnings(warnings: &[String]) -> Vec<String> {
+    warnings
+        .iter()
+        .take(MAX_WARNINGS)
+        .map(|w| clean_warning(w))
+        .collect()
+}
+
+fn encode_response(api_version: &str, response: ResponseOut<'_>) -> Vec<u8> {
     let review = ReviewOut {
         api_version,
         kind: "AdmissionReview",
-        response: ResponseOut {
-            uid,
-            allowed: true,
-            patch_type: patch.as_ref().map(|_| "JSONPatch"),
-            patch,
-            warnings: answer
-                .warnings
-                .iter()
-                .take(MAX_WARNINGS)
-                .map(|w| clean_warning(w))
-                .collect(),
-        },
+        response,
     };
     serde_json::to_vec(&review).expect("an AdmissionReview response always serialises")
 }
@@ -288,6 +384,43 @@ mod tests {
         let body = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"x","operation":"operationValue"}}"#;
         let inc = decode(body).unwrap();
         assert!(matches!(inc.content, Content::Unreadable(_)));
+    }
+
+    #[test]
+    fn any_kind_decodes_and_a_verdict_denies_with_a_message() {
+        let body = review(
+            V1,
+            json!({"group": "batch", "version": "v1", "kind": "Job"}),
+            json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {"template": {}}}),
+        );
+        let inc = decode_object(&body).unwrap();
+        let req = inc.request.unwrap();
+        assert_eq!(gvk_text(&req.kind), "batch/v1/Job");
+        assert_eq!(req.object.unwrap().data["spec"]["template"], json!({}));
+        assert!(decode_object(b"{").is_err());
+        let bad = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"x","operation":7}}"#;
+        assert!(decode_object(bad).unwrap().request.is_err());
+
+        let denied = Verdict {
+            denied: Some("tier bronze allows L4-24GB".into()),
+            warnings: vec![],
+        };
+        let out: Value = serde_json::from_slice(&encode_verdict(V1, "u", &denied)).unwrap();
+        let r = &out["response"];
+        assert_eq!(
+            (r["allowed"].as_bool(), r["status"]["code"].as_u64()),
+            (Some(false), Some(403))
+        );
+        assert_eq!(r["status"]["message"], "tier bronze allows L4-24GB");
+        assert!(r.get("patch").is_none());
+        let warned = Verdict {
+            denied: None,
+            warnings: vec!["w".into()],
+        };
+        let out: Value = serde_json::from_slice(&encode_verdict(V1, "u", &warned)).unwrap();
+        assert_eq!(out["response"]["allowed"], true);
+        assert!(out["response"].get("status").is_none());
+        assert_eq!(out["response"]["warnings"][0], "w");
     }
 
     #[test]

@@ -6,7 +6,7 @@ pub mod kube_cache;
 
 use std::collections::HashMap;
 
-use crate::admission::patch::{PriorityClassFacts, PriorityClassLookup};
+use crate::priority_class::PriorityClassLookup;
 
 /// The namespace label that carries the tier.
 pub const DEFAULT_TIER_LABEL: &str = "tenant.kubenexus.io/tier";
@@ -59,32 +59,6 @@ pub fn parse_namespace_tiers(pairs: &[String]) -> anyhow::Result<HashMap<String,
     Ok(out)
 }
 
-/// A PriorityClass lookup that never finds anything (before the policy is known).
-pub struct NoPriorityClasses;
-
-impl PriorityClassLookup for NoPriorityClasses {
-    fn priority_class(&self, _name: &str) -> Option<PriorityClassFacts> {
-        None
-    }
-}
-
-/// `--no-kube` only: the PriorityClass named by the scorer's answer, as the answer describes it (used until the
-/// policy's buckets are fetched; both come from the same policy).
-pub struct AnswerPriorityClass<'a>(pub &'a gpu_admission_proto::scorer::v1::PriorityAssignment);
-
-impl PriorityClassLookup for AnswerPriorityClass<'_> {
-    fn priority_class(&self, name: &str) -> Option<PriorityClassFacts> {
-        let pc = self.0;
-        (pc.name == name && !pc.name.is_empty()).then(|| PriorityClassFacts {
-            name: pc.name.clone(),
-            value: pc.value,
-            preemption_policy: (!pc.preemption_policy.is_empty())
-                .then(|| pc.preemption_policy.clone()),
-            global_default: false,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,25 +75,5 @@ mod tests {
         assert_eq!(facts.namespace_tier("ml").as_deref(), Some("gold"));
         assert_eq!(facts.namespace_tier("web"), None);
         assert!(facts.is_synced());
-    }
-
-    #[test]
-    fn answer_priority_class_only_answers_its_own_name() {
-        let pc = gpu_admission_proto::scorer::v1::PriorityAssignment {
-            name: "gpu-high".into(),
-            value: 7,
-            preemption_policy: "Never".into(),
-        };
-        let lookup = AnswerPriorityClass(&pc);
-        assert_eq!(
-            lookup.priority_class("gpu-high"),
-            Some(PriorityClassFacts {
-                name: "gpu-high".into(),
-                value: 7,
-                preemption_policy: Some("Never".into()),
-                global_default: false,
-            })
-        );
-        assert_eq!(lookup.priority_class("gpu-low"), None);
     }
 }

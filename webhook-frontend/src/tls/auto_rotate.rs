@@ -19,7 +19,9 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use base64::Engine as _;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use sha2::{Digest, Sha256};
@@ -55,6 +57,7 @@ pub struct AutoTlsConfig {
 pub struct AutoTls {
     secrets: Api<Secret>,
     webhook_configs: Api<MutatingWebhookConfiguration>,
+    validating_configs: Api<ValidatingWebhookConfiguration>,
     config: AutoTlsConfig,
     resolver: Arc<ReloadingCertResolver>,
     metrics: Arc<Metrics>,
@@ -73,7 +76,8 @@ impl AutoTls {
     ) -> Self {
         Self {
             secrets: Api::namespaced(client.clone(), &config.namespace),
-            webhook_configs: Api::all(client),
+            webhook_configs: Api::all(client.clone()),
+            validating_configs: Api::all(client),
             config,
             resolver,
             metrics,
@@ -131,7 +135,11 @@ impl AutoTls {
         let material = self.ensure_secret().await?;
         self.serve(&material)?;
         if let Some(name) = self.config.webhook_config.clone() {
-            self.ensure_ca_bundle(&name, &material.ca_crt).await?;
+            self.ensure_ca_bundle(&self.webhook_configs, &name, &material.ca_crt, true)
+                .await?;
+            // The validating half shares the name; an install without it is fine.
+            self.ensure_ca_bundle(&self.validating_configs, &name, &material.ca_crt, false)
+                .await?;
         }
         Ok(())
     }
@@ -242,15 +250,28 @@ impl AutoTls {
         Ok(())
     }
 
-    /// Patches `ca` into the caBundle of every webhook entry of configuration `name` that differs.
-    async fn ensure_ca_bundle(&self, name: &str, ca: &[u8]) -> anyhow::Result<()> {
+    /// Patches `ca` into the caBundle of every webhook entry of configuration `name` that differs. A missing
+    /// configuration is an error only when `required`.
+    async fn ensure_ca_bundle<K: WebhookEntries>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+        ca: &[u8],
+        required: bool,
+    ) -> anyhow::Result<()> {
+        let kind = K::KIND;
         for _ in 0..MAX_ATTEMPTS {
-            let mwc = self
-                .webhook_configs
-                .get(name)
+            let Some(config) = api
+                .get_opt(name)
                 .await
-                .with_context(|| format!("reading MutatingWebhookConfiguration {name}"))?;
-            let Some(patch) = ca_bundle_patch(&mwc, ca) else {
+                .with_context(|| format!("reading {kind} {name}"))?
+            else {
+                if required {
+                    bail!("{kind} {name} not found");
+                }
+                return Ok(());
+            };
+            let Some(patch) = ca_bundle_patch(&config, ca) else {
                 return Ok(());
             };
             let count = patch["webhooks"].as_array().map_or(0, Vec::len);
@@ -258,46 +279,91 @@ impl AutoTls {
                 field_manager: Some(MANAGER.into()),
                 ..PatchParams::default()
             };
-            match self
-                .webhook_configs
-                .patch(name, &params, &Patch::Strategic(&patch))
-                .await
-            {
+            match api.patch(name, &params, &Patch::Strategic(&patch)).await {
                 Ok(_) => {
-                    tracing::info!(webhook_config = %name, webhooks = count, "patched the caBundle");
+                    tracing::info!(webhook_config = %name, kind, webhooks = count, "patched the caBundle");
                     self.metrics.record_ca_bundle_patch();
                     return Ok(());
                 }
                 Err(kube::Error::Api(status)) if status.is_conflict() => {
-                    tracing::info!(webhook_config = %name, "configuration changed meanwhile; reading it again");
+                    tracing::info!(webhook_config = %name, kind, "configuration changed meanwhile; reading it again");
                 }
                 Err(err) => {
-                    return Err(err)
-                        .with_context(|| format!("patching MutatingWebhookConfiguration {name}"));
+                    return Err(err).with_context(|| format!("patching {kind} {name}"));
                 }
             }
         }
-        bail!("MutatingWebhookConfiguration {name}: {MAX_ATTEMPTS} conflicting patches in a row")
+        bail!("{kind} {name}: {MAX_ATTEMPTS} conflicting patches in a row")
+    }
+}
+
+/// A webhook configuration's entries: name and caBundle (both admission configuration kinds).
+pub trait WebhookEntries:
+    kube::Resource<DynamicType = ()>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + serde::Serialize
+{
+    const KIND: &'static str;
+    fn entries(&self) -> Vec<(&str, Option<&[u8]>)>;
+    fn resource_version(&self) -> Option<&String>;
+}
+
+impl WebhookEntries for MutatingWebhookConfiguration {
+    const KIND: &'static str = "MutatingWebhookConfiguration";
+    fn entries(&self) -> Vec<(&str, Option<&[u8]>)> {
+        self.webhooks
+            .iter()
+            .flatten()
+            .map(|w| {
+                (
+                    w.name.as_str(),
+                    w.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()),
+                )
+            })
+            .collect()
+    }
+    fn resource_version(&self) -> Option<&String> {
+        self.metadata.resource_version.as_ref()
+    }
+}
+
+impl WebhookEntries for ValidatingWebhookConfiguration {
+    const KIND: &'static str = "ValidatingWebhookConfiguration";
+    fn entries(&self) -> Vec<(&str, Option<&[u8]>)> {
+        self.webhooks
+            .iter()
+            .flatten()
+            .map(|w| {
+                (
+                    w.name.as_str(),
+                    w.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()),
+                )
+            })
+            .collect()
+    }
+    fn resource_version(&self) -> Option<&String> {
+        self.metadata.resource_version.as_ref()
     }
 }
 
 /// The strategic merge patch setting `clientConfig.caBundle` = `ca` on every webhook entry (matched by its
 /// `name`, the list's merge key) whose caBundle differs; guarded by the resourceVersion that was read, so
 /// an entry renamed or removed meanwhile is never re-added. `None` when every entry already matches.
-pub fn ca_bundle_patch(mwc: &MutatingWebhookConfiguration, ca: &[u8]) -> Option<serde_json::Value> {
+pub fn ca_bundle_patch<K: WebhookEntries>(config: &K, ca: &[u8]) -> Option<serde_json::Value> {
     let b64 = base64::engine::general_purpose::STANDARD.encode(ca);
-    let entries: Vec<serde_json::Value> = mwc
-        .webhooks
-        .iter()
-        .flatten()
-        .filter(|w| w.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()) != Some(ca))
-        .map(|w| serde_json::json!({"name": w.name, "clientConfig": {"caBundle": b64}}))
+    let entries: Vec<serde_json::Value> = config
+        .entries()
+        .into_iter()
+        .filter(|(_, bundle)| *bundle != Some(ca))
+        .map(|(name, _)| serde_json::json!({"name": name, "clientConfig": {"caBundle": b64}}))
         .collect();
     if entries.is_empty() {
         return None;
     }
     Some(serde_json::json!({
-        "metadata": {"resourceVersion": mwc.metadata.resource_version},
+        "metadata": {"resourceVersion": config.resource_version()},
         "webhooks": entries,
     }))
 }
@@ -345,5 +411,16 @@ mod tests {
             w.client_config.ca_bundle = Some(ByteString(b"CA".to_vec()));
         }
         assert_eq!(ca_bundle_patch(&done, b"CA"), None);
+
+        // The validating configuration the same way.
+        let vwc: ValidatingWebhookConfiguration = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "gpu-admission", "resourceVersion": "7"},
+            "webhooks": [{"name": "pods.validate.gpu-admission.io", "clientConfig": {"url": "https://x/v"},
+                 "sideEffects": "None", "admissionReviewVersions": ["v1"]}]
+        }))
+        .unwrap();
+        let p = ca_bundle_patch(&vwc, b"CA").unwrap();
+        assert_eq!(p["metadata"]["resourceVersion"], "7");
+        assert_eq!(p["webhooks"][0]["name"], "pods.validate.gpu-admission.io");
     }
 }

@@ -871,13 +871,7 @@ mod tests {
         let now = OffsetDateTime::from_unix_timestamp(1_790_000_000).unwrap();
         let mutate_pod = |doc: &Value| -> Value {
             let pod: Pod = serde_json::from_value(doc.clone()).unwrap();
-            let input = PatchInput {
-                pod: &pod,
-                job_type: Some("train-llama"),
-                answer: &answer,
-                class_label_keys: &[],
-                now,
-            };
+            let input = PatchInput::new(&pod, Some("train-llama"), &answer, &[], now);
             let ops = build_patch(&input, &classes);
             let mut out = doc.clone();
             json_patch::patch(&mut out, &ops).unwrap();

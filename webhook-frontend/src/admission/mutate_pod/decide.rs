@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::core::admission::{AdmissionRequest, Operation};
 
 use super::features::{self, JobFeatures, is_label_value};
-use super::patch::{ANN_DECIDED_AT, pinned_class};
+use crate::admission::placement;
 use crate::policy::PolicySnapshot;
 
 /// A Pod worth asking the scorer about.
@@ -21,8 +21,9 @@ pub struct Candidate<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Skip(pub &'static str);
 
-/// Decides whether a Pod request is scored: CREATE of a Pod requesting GPUs, not yet decided, in a namespace
-/// that carries a tier. `tier_of` reads the namespace cache.
+/// Decides whether a Pod request is scored: CREATE of a Pod requesting GPUs in a namespace that carries a tier.
+/// `tier_of` reads the namespace cache. Our own annotations are no reason to skip (anyone can write them):
+/// whether a decided Pod needs anything is the patch's question (`patch::is_settled`).
 pub fn triage<'a>(
     req: &'a AdmissionRequest<Pod>,
     tier_of: impl Fn(&str) -> Option<String>,
@@ -34,14 +35,6 @@ pub fn triage<'a>(
         .object
         .as_ref()
         .ok_or(Skip("no object in the request"))?;
-    if pod
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(ANN_DECIDED_AT))
-    {
-        return Err(Skip("already decided"));
-    }
     let features = features::extract(pod);
     if features.gpu_count == 0 {
         return Err(Skip("no GPU requested"));
@@ -61,14 +54,22 @@ pub fn triage<'a>(
     })
 }
 
-/// The scorer request for a candidate. A Pod that already names a class of the catalog is scored for that
-/// class only.
+/// The scorer request for a candidate. A Pod that already names classes of the catalog is scored for those
+/// classes only (every value of every term; those inside its tier when the tier is known).
 pub fn score_request(uid: &str, c: &Candidate<'_>, policy: &PolicySnapshot) -> ScoreRequest {
     let keys: Vec<&str> = policy.class_label_keys.iter().map(String::as_str).collect();
-    let candidate_classes = pinned_class(c.pod, &keys)
-        .and_then(|(k, v)| policy.class_by_label(k, v))
-        .map(|class| vec![class.name.clone()])
-        .unwrap_or_default();
+    let rules = policy.tier_rules(&c.tier, c.namespace);
+    let candidate_classes: Vec<String> = c
+        .pod
+        .spec
+        .as_ref()
+        .map(|s| placement::named_classes(s, &keys))
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|(k, v)| policy.class_by_label(k, v))
+        .filter(|class| rules.as_ref().is_none_or(|r| r.allows(&class.name)))
+        .map(|class| class.name.clone())
+        .collect();
     let f = &c.features;
     ScoreRequest {
         request_id: uid.to_string(),
@@ -260,14 +261,6 @@ mod tests {
                     json!({"metadata": {}, "spec": {"containers": [{"name": "c"}]}}),
                 ),
                 "no GPU requested",
-            ),
-            (
-                request(
-                    "CREATE",
-                    Some("ml"),
-                    gpu_pod(json!({ANN_DECIDED_AT: "x"}), json!(null)),
-                ),
-                "already decided",
             ),
             (request("DELETE", Some("ml"), json!(null)), "not a CREATE"),
             (

@@ -9,6 +9,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
+use gpu_admission_proto::scorer::v1::{ScoreResponse, TierFallback};
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::admission::{AdmissionRequest, Operation};
 use time::OffsetDateTime;
@@ -16,11 +17,12 @@ use tracing::{Instrument, field::Empty};
 
 use super::decide::{self, Skip};
 use super::patch::{self, PatchInput};
-use super::review::{self, Answer, Content};
-use crate::app::AppState;
-use crate::cluster::{AnswerPriorityClass, NoPriorityClasses};
+use crate::admission::review::{self, Answer, Content};
 use crate::metrics::Outcome;
+use crate::policy::{PolicySnapshot, TierRules};
+use crate::priority_class::{AnswerPriorityClass, NoPriorityClasses, PriorityClassLookup};
 use crate::scorer_client::{ScoreCall, parse_go_duration};
+use crate::state::AppState;
 
 /// The apiserver's `?timeout=10s` query parameter.
 fn apiserver_timeout(uri: &Uri) -> Option<Duration> {
@@ -166,6 +168,25 @@ async fn admit_pod(
         .map(|w| format!("gpu-admission: {w}"))
         .collect();
     let policy = state.policy.snapshot();
+    let rules = policy.tier_rules(&candidate.tier, candidate.namespace);
+    let admin = policy.is_admin(
+        req.user_info.username.as_deref(),
+        req.user_info.groups.as_deref().unwrap_or(&[]),
+    );
+    let input = |answer, fallback| {
+        patch_input(&candidate, &policy, rules.as_ref(), admin, answer, fallback)
+    };
+    // A Pod that already carries our decision, inside its tier, needs no score (a second pass, a re-sent
+    // request). Our annotations alone are not enough: see `patch::is_settled`.
+    if rules.is_some()
+        && patch::is_settled(
+            &input(&ScoreResponse::default(), true),
+            known_priority_classes(state, &policy).unwrap_or(&NoPriorityClasses),
+        )
+    {
+        record_skip(span, "already decided", "");
+        return (Outcome::skipped, Answer::default());
+    }
     let request = decide::score_request(uid, &candidate, &policy);
 
     let deadline = state.scorer.deadline(apiserver_timeout);
@@ -199,8 +220,8 @@ async fn admit_pod(
         .metrics
         .record_scorer_call(call.result(), call_start.elapsed().as_secs_f64());
 
-    let answer = match call {
-        ScoreCall::Ok(answer) => answer,
+    let (answer, fallback) = match call {
+        ScoreCall::Ok(answer) => (*answer, false),
         failed => {
             let (kind, detail) = match &failed {
                 ScoreCall::Timeout => (
@@ -212,40 +233,54 @@ async fn admit_pod(
                 ScoreCall::Ok(_) => unreachable!("handled above"),
             };
             span.record("admission.reason", format!("scorer {kind}").as_str());
-            tracing::warn!(uid, namespace = candidate.namespace, result = ?failed.result(), %detail, "scorer {kind}; Pod admitted unchanged (pass-through)");
-            warnings.push(format!(
-                "gpu-admission: scorer {kind} ({detail}); Pod admitted unchanged"
-            ));
-            return (
-                Outcome::passed_through,
-                Answer {
-                    patch: Vec::new(),
-                    warnings,
-                },
-            );
+            match rules.as_ref() {
+                Some(r) if r.fallback == TierFallback::TierDefault => {
+                    tracing::warn!(uid, namespace = candidate.namespace, tier = r.tier, result = ?failed.result(), %detail, "scorer {kind}; tier default placement");
+                    warnings.push(format!(
+                        "gpu-admission: scorer {kind} ({detail}); placed on the default classes of tier {}",
+                        r.tier
+                    ));
+                    (
+                        patch::tier_default_answer(r, &policy.catalog, &policy.version),
+                        true,
+                    )
+                }
+                _ => {
+                    tracing::warn!(uid, namespace = candidate.namespace, result = ?failed.result(), %detail, "scorer {kind}; Pod admitted unchanged (pass-through)");
+                    warnings.push(format!(
+                        "gpu-admission: scorer {kind} ({detail}); Pod admitted unchanged"
+                    ));
+                    return (
+                        Outcome::passed_through,
+                        Answer {
+                            patch: Vec::new(),
+                            warnings,
+                        },
+                    );
+                }
+            }
         }
     };
-    let ops = tracing::info_span!("build_patch").in_scope(|| {
-        let input = PatchInput {
-            pod: candidate.pod,
-            job_type: candidate.features.job_type.as_deref(),
-            answer: &answer,
-            class_label_keys: &policy.class_label_keys,
-            now: OffsetDateTime::now_utc(),
-        };
-        match state.cluster.priority_classes() {
-            Some(lookup) => patch::build_patch(&input, lookup),
-            None if !policy.priority_classes.is_empty() => {
-                patch::build_patch(&input, policy.as_ref())
-            }
+    let mutation = tracing::info_span!("build_patch").in_scope(|| {
+        let input = patch_input(
+            &candidate,
+            &policy,
+            rules.as_ref(),
+            admin,
+            &answer,
+            fallback,
+        );
+        match known_priority_classes(state, &policy) {
+            Some(lookup) => patch::decide_pod(&input, lookup),
             // --no-kube before the first GetPolicy answer: the buckets are not known yet, but the answer's own
             // assignment comes from those very buckets.
             None => match answer.priority_class.as_ref() {
-                Some(pc) => patch::build_patch(&input, &AnswerPriorityClass(pc)),
-                None => patch::build_patch(&input, &NoPriorityClasses),
+                Some(pc) => patch::decide_pod(&input, &AnswerPriorityClass(pc)),
+                None => patch::decide_pod(&input, &NoPriorityClasses),
             },
         }
     });
+    warnings.extend(mutation.warnings);
     let class = answer
         .accepted_classes
         .first()
@@ -262,16 +297,55 @@ async fn admit_pod(
         avoid = ?answer.avoid_job_types,
         owner = ?candidate.features.owner,
         dra_claims = ?candidate.features.dra_claims,
-        ops = ops.len(),
+        ops = mutation.ops.len(),
+        admin,
+        fallback,
         "Pod mutated"
     );
     (
-        Outcome::mutated,
+        if fallback {
+            Outcome::tier_default
+        } else {
+            Outcome::mutated
+        },
         Answer {
-            patch: ops,
+            patch: mutation.ops,
             warnings,
         },
     )
+}
+
+fn patch_input<'a>(
+    candidate: &'a decide::Candidate<'a>,
+    policy: &'a PolicySnapshot,
+    rules: Option<&'a TierRules<'a>>,
+    admin: bool,
+    answer: &'a ScoreResponse,
+    fallback: bool,
+) -> PatchInput<'a> {
+    PatchInput {
+        pod: candidate.pod,
+        job_type: candidate.features.job_type.as_deref(),
+        answer,
+        class_label_keys: &policy.class_label_keys,
+        now: OffsetDateTime::now_utc(),
+        catalog: &policy.catalog,
+        tier: rules,
+        admin,
+        fallback,
+    }
+}
+
+/// The PriorityClasses decisions may use: the cluster's, or with `--no-kube` the policy's buckets once known.
+fn known_priority_classes<'s>(
+    state: &'s AppState,
+    policy: &'s PolicySnapshot,
+) -> Option<&'s dyn PriorityClassLookup> {
+    match state.cluster.priority_classes() {
+        Some(lookup) => Some(lookup),
+        None if !policy.priority_classes.is_empty() => Some(policy),
+        None => None,
+    }
 }
 
 #[cfg(test)]

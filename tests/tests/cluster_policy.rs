@@ -1,0 +1,534 @@
+//! Tier policy against a real kube-apiserver 1.20.2: both webhooks registered (mutating `/mutate-pod`,
+//! validating `/validate-pod` for Pods and workloads and `/validate-policy` for the policy ConfigMap), the
+//! real scorer with the default policy switched to Enforce (bronze falls back to TierDefault). Requests are
+//! made with `kubectl --as` (a plain user) and `--as-group gpu-admission:admins` (an admin), both bound to
+//! cluster-admin, so RBAC never decides; only our webhooks do. Prints the table of cases and answers.
+
+use std::io::Write as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gpu_admission_tests::cluster::LocalCluster;
+use gpu_admission_tests::{Scorer, Webhook};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+
+const BRONZE: &str = "pol-bronze";
+const SILVER: &str = "pol-silver";
+const POLICY_NS: &str = "gpu-admission";
+const POLICY_CM: &str = "gpu-admission-policy";
+const CLASS: &str = "gpu.nvidia.com/class";
+const USER: &str = "alice";
+const ADMINS: &str = "gpu-admission:admins";
+
+fn default_policy() -> String {
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../deploy/kustomize/base/policy/default-policy.yaml"),
+    )
+    .expect("the default policy")
+}
+
+/// The default policy in `mode`, bronze falling back to TierDefault.
+fn policy(mode: &str) -> String {
+    default_policy()
+        .replace("  mode: Warn", &format!("  mode: {mode}"))
+        .replace(
+            "    maxPriorityClass: gpu-default\n    fallback: PassThrough",
+            "    maxPriorityClass: gpu-default\n    fallback: TierDefault",
+        )
+}
+
+struct Kubectl<'a> {
+    kubeconfig: &'a Path,
+}
+
+/// What kubectl answered.
+struct Answer {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+impl Answer {
+    /// One line for the table: the denial message, or what was created and the warnings.
+    fn summary(&self) -> String {
+        let short = |t: &str| -> String {
+            let t = t.trim();
+            if t.chars().count() > 330 {
+                t.chars().take(330).collect::<String>() + "…"
+            } else {
+                t.to_string()
+            }
+        };
+        if !self.ok {
+            let why = self
+                .stderr
+                .lines()
+                .find_map(|l| l.split_once("denied the request: ").map(|(_, m)| m))
+                .unwrap_or(self.stderr.trim());
+            return format!("DENIED: {}", short(why));
+        }
+        let warnings: Vec<&str> = self
+            .stderr
+            .lines()
+            .filter_map(|l| l.strip_prefix("Warning: "))
+            .collect();
+        let created = self.stdout.lines().next().unwrap_or("").trim();
+        if warnings.is_empty() {
+            format!("ALLOWED: {created}")
+        } else {
+            format!(
+                "ALLOWED + warning: {created}; {}",
+                short(&warnings.join(" | "))
+            )
+        }
+    }
+}
+
+impl Kubectl<'_> {
+    fn run(&self, groups: &[&str], args: &[&str], stdin: &str) -> Answer {
+        let mut cmd = Command::new("kubectl");
+        cmd.arg("--kubeconfig")
+            .arg(self.kubeconfig)
+            .arg(format!("--as={USER}"));
+        for g in groups {
+            cmd.arg(format!("--as-group={g}"));
+        }
+        cmd.args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("kubectl runs");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        Answer {
+            ok: out.status.success(),
+            stdout: String::from_utf8_lossy(&out.stdout).into(),
+            stderr: String::from_utf8_lossy(&out.stderr).into(),
+        }
+    }
+
+    fn create(&self, groups: &[&str], ns: &str, object: &Value) -> Answer {
+        self.run(
+            groups,
+            &["-n", ns, "create", "-f", "-"],
+            &object.to_string(),
+        )
+    }
+
+    fn get(&self, ns: &str, kind: &str, name: &str) -> Value {
+        let a = self.run(&[], &["-n", ns, "get", kind, name, "-o", "json"], "");
+        assert!(a.ok, "get {kind} {name}: {}", a.stderr);
+        serde_json::from_str(&a.stdout).unwrap()
+    }
+}
+
+fn gpu_pod(name: &str, annotations: Value, spec: Value) -> Value {
+    let mut pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {"containers": [{"name": "main", "image": "registry.example/train:1",
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    });
+    for (k, v) in spec.as_object().unwrap() {
+        pod["spec"][k] = v.clone();
+    }
+    pod
+}
+
+/// The classes a stored Pod can reach: its nodeSelector class and the `In` values of its required terms.
+fn placement(pod: &Value) -> String {
+    let mut parts = Vec::new();
+    if let Some(c) = pod.pointer("/spec/nodeSelector").and_then(|s| s.get(CLASS)) {
+        parts.push(format!("nodeSelector {}", c.as_str().unwrap_or("")));
+    }
+    if let Some(terms) = pod
+        .pointer("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
+        .and_then(Value::as_array)
+    {
+        for t in terms {
+            for e in t["matchExpressions"].as_array().into_iter().flatten() {
+                if e["key"] == CLASS {
+                    parts.push(format!("affinity In {}", e["values"]));
+                }
+            }
+        }
+    }
+    if parts.is_empty() {
+        "no class constraint".into()
+    } else {
+        parts.join(" + ")
+    }
+}
+
+fn validating_configuration(webhook: &Webhook) -> ValidatingWebhookConfiguration {
+    let base = webhook.mutate_url().replace("/mutate-pod", "");
+    let ca = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        webhook.ca_pem().unwrap(),
+    );
+    let tier_ns =
+        json!({"matchExpressions": [{"key": "tenant.kubenexus.io/tier", "operator": "Exists"}]});
+    let hook = |name: &str, path: &str, rules: Value, ns: Value, objects: Value| {
+        json!({"name": name, "admissionReviewVersions": ["v1"],
+            "clientConfig": {"url": format!("{base}{path}"), "caBundle": ca},
+            "rules": rules, "namespaceSelector": ns, "objectSelector": objects,
+            "failurePolicy": "Ignore", "sideEffects": "None", "timeoutSeconds": 5})
+    };
+    serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "gpu-admission-policy-e2e"},
+        "webhooks": [
+            hook("pods.validate.gpu-admission.io", "/validate-pod",
+                json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}]),
+                tier_ns.clone(), json!({})),
+            hook("workloads.validate.gpu-admission.io", "/validate-pod",
+                json!([{"apiGroups": ["batch"], "apiVersions": ["v1", "v1beta1"], "operations": ["CREATE", "UPDATE"], "resources": ["jobs", "cronjobs"]},
+                       {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["deployments", "statefulsets", "daemonsets", "replicasets"]}]),
+                tier_ns, json!({})),
+            hook("policy.validate.gpu-admission.io", "/validate-policy",
+                json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"]}]),
+                json!({}),
+                json!({"matchLabels": {"app.kubernetes.io/name": "gpu-admission-scorer", "app.kubernetes.io/component": "policy"}})),
+        ]
+    }))
+    .unwrap()
+}
+
+fn configmap(text: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": POLICY_CM, "namespace": POLICY_NS,
+            "labels": {"app.kubernetes.io/name": "gpu-admission-scorer", "app.kubernetes.io/component": "policy"}},
+        "data": {"default-policy.yaml": text}})
+}
+
+/// Retries `attempt` until it returns true or `timeout` passes (the apiserver picks webhook configurations
+/// and the frontend picks policy changes up asynchronously).
+fn eventually(timeout: Duration, mut attempt: impl FnMut(u32) -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    let mut i = 0;
+    while Instant::now() < deadline {
+        i += 1;
+        if attempt(i) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tier_policy_holds_against_a_real_apiserver() {
+    let Some(cluster) = LocalCluster::start()
+        .await
+        .expect("the local control plane starts")
+    else {
+        return;
+    };
+    let client = cluster.client();
+    let policy_dir = tempfile::tempdir().unwrap();
+    let policy_file = policy_dir.path().join("policy.yaml");
+    std::fs::write(&policy_file, policy("Enforce")).unwrap();
+    let mut scorer = Scorer::builder()
+        .policy(&policy_file)
+        .start()
+        .await
+        .expect("scorer starts");
+    let pol = scorer.policy().clone();
+    for (ns, tier) in [
+        (BRONZE, Some("bronze")),
+        (SILVER, Some("silver")),
+        (POLICY_NS, None),
+    ] {
+        cluster.create_namespace(ns, tier).await.expect("namespace");
+    }
+    cluster
+        .create_priority_classes(&pol)
+        .await
+        .expect("priority classes");
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "alice-cluster-admin"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}]
+    }))
+    .unwrap();
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("binding");
+
+    let webhook = Webhook::builder(&scorer.url())
+        .kubeconfig(cluster.kubeconfig())
+        .env("WEBHOOK_POLICY_REFRESH_SECS", "1")
+        .arg("--policy-configmap")
+        .arg(format!("{POLICY_NS}/{POLICY_CM}"))
+        .start()
+        .await
+        .expect("webhook starts");
+    cluster
+        .register_webhook(
+            "gpu-admission-e2e",
+            &webhook.mutate_url(),
+            &webhook.ca_pem().unwrap(),
+        )
+        .await
+        .expect("mutating webhook");
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &validating_configuration(&webhook))
+        .await
+        .expect("validating webhook");
+    let k = Kubectl {
+        kubeconfig: cluster.kubeconfig(),
+    };
+
+    let mut table: Vec<(String, String)> = Vec::new();
+    let mut failures: Vec<String> = Vec::new();
+    let mut check = |case: &str, answer: String, ok: bool| {
+        println!("| {case} | {answer} |");
+        table.push((case.to_string(), answer.clone()));
+        if !ok {
+            failures.push(format!("{case}: {answer}"));
+        }
+    };
+
+    // 1. A plain user's H100 pin in bronze: denied (wait for the apiserver to call the new configuration).
+    let h100 = |name: &str| {
+        gpu_pod(
+            name,
+            json!({}),
+            json!({"nodeSelector": {CLASS: "H100-80GB"}}),
+        )
+    };
+    let mut denial = None;
+    let registered = eventually(Duration::from_secs(30), |i| {
+        let a = k.create(&[], BRONZE, &h100(&format!("pin-h100-{i}")));
+        let denied = !a.ok && a.stderr.contains("outside tier bronze");
+        if denied {
+            denial = Some(a);
+        }
+        denied
+    });
+    assert!(
+        registered,
+        "validate-pod never denied\n{}",
+        webhook.process.log_tail(30)
+    );
+    let a = denial.unwrap();
+    check(
+        "plain user, bronze Pod pinning H100 (Enforce)",
+        a.summary(),
+        a.stderr.contains("L4-24GB (24 GiB, nvidia)"),
+    );
+
+    // 2. The same as a member of gpu-admission:admins: created, pin kept, not constrained further.
+    let a = k.create(&[ADMINS], BRONZE, &h100("admin-pin-h100"));
+    let stored = if a.ok {
+        k.get(BRONZE, "pod", "admin-pin-h100")
+    } else {
+        Value::Null
+    };
+    let placed = placement(&stored);
+    check(
+        "gpu-admission:admins member, same Pod",
+        format!("{} -> {placed}", a.summary()),
+        a.ok && placed == "nodeSelector H100-80GB",
+    );
+
+    // 3. A bronze Pod needing 70 GiB: denied in Enforce.
+    let big = |name: &str| gpu_pod(name, json!({"gpu.mem.gi": "70"}), json!({}));
+    let a = k.create(&[], BRONZE, &big("needs-70g"));
+    check(
+        "bronze Pod needing 70 GiB (Enforce)",
+        a.summary(),
+        !a.ok && a.stderr.contains("needs 70 GiB per GPU"),
+    );
+
+    // 4. Every priority-raising annotation: at most gpu-default.
+    let raise = gpu_pod(
+        "raise-priority",
+        json!({"gpu-admission.io/workload-class": "inference", "gpu-admission.io/model-size-b": "400",
+               "gpu.mem.gi": "24", "ml.batch_size": "4096", "app.kubernetes.io/job-type": "inference-llm"}),
+        json!({}),
+    );
+    let mut raise = raise;
+    raise["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json!("8");
+    let a = k.create(&[], BRONZE, &raise);
+    let stored = if a.ok {
+        k.get(BRONZE, "pod", "raise-priority")
+    } else {
+        Value::Null
+    };
+    let pc = stored
+        .pointer("/spec/priorityClassName")
+        .cloned()
+        .unwrap_or(Value::Null);
+    check(
+        "bronze Pod with every priority-raising annotation",
+        format!(
+            "{} -> priorityClassName {pc}, {}",
+            a.summary(),
+            placement(&stored)
+        ),
+        a.ok && pc == "gpu-default",
+    );
+
+    // 5. A forged decided-at without a placement: still placed on the tier.
+    let forged = gpu_pod(
+        "forged-decided",
+        json!({"gpu-admission.io/decided-at": "2020-01-01T00:00:00Z"}),
+        json!({}),
+    );
+    let a = k.create(&[], BRONZE, &forged);
+    let stored = if a.ok {
+        k.get(BRONZE, "pod", "forged-decided")
+    } else {
+        Value::Null
+    };
+    let placed = placement(&stored);
+    check(
+        "bronze Pod with a forged decided-at, no placement",
+        format!("{} -> {placed}", a.summary()),
+        a.ok && placed == "nodeSelector L4-24GB",
+    );
+
+    // 6. A batch/v1 Job whose template pins H100: denied at create.
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train-h100"},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "nodeSelector": {CLASS: "H100-80GB"},
+            "containers": [{"name": "main", "image": "registry.example/train:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}});
+    let a = k.create(&[], BRONZE, &job);
+    check(
+        "batch/v1 Job in bronze, template pins H100",
+        a.summary(),
+        !a.ok
+            && a.stderr
+                .contains("spec.template: selects GPU class H100-80GB"),
+    );
+
+    // 7. The policy ConfigMap: a valid one is created, an invalid edit denied with the field, a valid edit
+    //    accepted.
+    let a = k.run(
+        &[ADMINS],
+        &["apply", "-f", "-"],
+        &configmap(&policy("Enforce")).to_string(),
+    );
+    check("policy ConfigMap, valid (create)", a.summary(), a.ok);
+    let bad = policy("Enforce").replace(
+        "maxPriorityClass: gpu-default",
+        "maxPriorityClass: gpu-gold",
+    );
+    let mut denied = None;
+    let registered = eventually(Duration::from_secs(20), |_| {
+        let a = k.run(
+            &[ADMINS],
+            &["apply", "-f", "-"],
+            &configmap(&bad).to_string(),
+        );
+        let d = !a.ok;
+        if d {
+            denied = Some(a);
+        }
+        d
+    });
+    let a = denied.unwrap_or(Answer {
+        ok: true,
+        stdout: String::new(),
+        stderr: "accepted".into(),
+    });
+    check(
+        "policy ConfigMap, invalid maxPriorityClass (apply)",
+        a.summary(),
+        registered && a.stderr.contains("tiers[bronze].maxPriorityClass"),
+    );
+    let edit = policy("Enforce").replace("    priorityWeight: 0.2\n", "    priorityWeight: 0.25\n");
+    let a = k.run(
+        &[ADMINS],
+        &["apply", "-f", "-"],
+        &configmap(&edit).to_string(),
+    );
+    check("policy ConfigMap, valid edit (apply)", a.summary(), a.ok);
+
+    // 8. Warn: the 70 GiB Pod is created with a warning and placed on L4 only.
+    std::fs::write(&policy_file, policy("Warn")).unwrap();
+    let mut warned = None;
+    let switched = eventually(Duration::from_secs(30), |i| {
+        let name = format!("needs-70g-warn-{i}");
+        let a = k.create(&[], BRONZE, &big(&name));
+        if a.ok {
+            warned = Some((a, name));
+        }
+        warned.is_some()
+    });
+    assert!(switched, "the Warn policy never took effect");
+    let (a, name) = warned.unwrap();
+    let stored = k.get(BRONZE, "pod", &name);
+    let placed = placement(&stored);
+    check(
+        "bronze Pod needing 70 GiB (Warn)",
+        format!("{} -> {placed}", a.summary()),
+        a.stderr.contains("Warning:") && placed == "nodeSelector L4-24GB",
+    );
+
+    // 9. Back to Enforce, then the scorer is killed.
+    std::fs::write(&policy_file, policy("Enforce")).unwrap();
+    let enforced = eventually(Duration::from_secs(30), |i| {
+        !k.create(&[], BRONZE, &big(&format!("probe-enforce-{i}")))
+            .ok
+    });
+    assert!(enforced, "the Enforce policy never came back");
+    scorer.process.kill();
+    let a = k.create(&[], BRONZE, &h100("pin-h100-scorer-down"));
+    check(
+        "scorer killed: plain user, bronze Pod pinning H100",
+        a.summary(),
+        !a.ok && a.stderr.contains("outside tier bronze"),
+    );
+    let plain = |name: &str| gpu_pod(name, json!({}), json!({}));
+    let a = k.create(&[], BRONZE, &plain("scorer-down-bronze"));
+    let stored = if a.ok {
+        k.get(BRONZE, "pod", "scorer-down-bronze")
+    } else {
+        Value::Null
+    };
+    let placed = placement(&stored);
+    check(
+        "scorer killed: bronze GPU Pod (fallback TierDefault)",
+        format!("{} -> {placed}", a.summary()),
+        a.ok && placed == "nodeSelector L4-24GB",
+    );
+    let a = k.create(&[], SILVER, &plain("scorer-down-silver"));
+    let stored = if a.ok {
+        k.get(SILVER, "pod", "scorer-down-silver")
+    } else {
+        Value::Null
+    };
+    let placed = placement(&stored);
+    check(
+        "scorer killed: silver GPU Pod (fallback PassThrough)",
+        format!("{} -> {placed}", a.summary()),
+        a.ok && placed == "no class constraint",
+    );
+
+    let metrics = webhook.metrics().await.unwrap_or_default();
+    for line in metrics
+        .lines()
+        .filter(|l| l.starts_with("gpu_admission_policy_violations_total"))
+    {
+        println!("{line}");
+    }
+    assert!(
+        metrics.contains("gpu_admission_policy_violations_total{tier=\"bronze\",reason=\"class_outside_tier\",mode=\"ENFORCEMENT_MODE_ENFORCE\"}"),
+        "{metrics}"
+    );
+    drop(webhook);
+    assert!(failures.is_empty(), "{failures:#?}");
+}

@@ -1,0 +1,61 @@
+//! The state every request handler shares: scorer client, cluster caches, policy snapshot, metrics and the
+//! readiness flags. Built once by [`crate::app::run`].
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::cluster::ClusterFacts;
+use crate::metrics::Metrics;
+use crate::policy::PolicyCache;
+use crate::scorer_client::Scorer;
+
+/// Shared by every request.
+pub struct AppState {
+    pub scorer: Scorer,
+    pub cluster: ClusterFacts,
+    pub policy: Arc<PolicyCache>,
+    /// CheckpointBackups and Jobs for `/mutate-pod-checkpoint`; `None` with `--no-kube`.
+    pub checkpoints: Option<crate::cluster::checkpoints::CheckpointCaches>,
+    pub metrics: Arc<Metrics>,
+    /// Set once the TLS listener is bound.
+    pub listening: AtomicBool,
+    /// Set once the real certificate is served (at once from files; in automatic mode once the Secret's).
+    pub certificate_served: Arc<AtomicBool>,
+    /// The policy ConfigMap `/validate-policy` guards.
+    pub policy_configmap: PolicyConfigMap,
+}
+
+/// Which ConfigMap holds the scorer's policy, and under which key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyConfigMap {
+    pub namespace: String,
+    pub name: String,
+    pub key: String,
+}
+
+impl PolicyConfigMap {
+    /// From `NAMESPACE/NAME` and the key.
+    pub fn parse(namespaced_name: &str, key: &str) -> anyhow::Result<Self> {
+        match namespaced_name.split_once('/') {
+            Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !key.is_empty() => Ok(Self {
+                namespace: ns.to_string(),
+                name: name.to_string(),
+                key: key.to_string(),
+            }),
+            _ => anyhow::bail!(
+                "--policy-configmap {namespaced_name:?} (key {key:?}): expected NAMESPACE/NAME and a key"
+            ),
+        }
+    }
+}
+
+impl AppState {
+    /// Ready = listening, the real certificate served and the kube caches synced. Never tied to the scorer
+    /// (we fail open).
+    pub fn is_ready(&self) -> bool {
+        self.listening.load(Ordering::Acquire)
+            && self.certificate_served.load(Ordering::Acquire)
+            && self.cluster.is_synced()
+            && self.checkpoints.as_ref().is_none_or(|c| c.is_ready())
+    }
+}
