@@ -808,7 +808,7 @@ mod tests {
                 "maxPriorityClass: gpu-default",
                 "maxPriorityClass: gpu-gold",
             )
-            .replace("  tau: 0.1", "  tau: 0");
+            .replace("  tau: 0.2 ", "  tau: 0 ");
         let r = c
             .validate_policy(&pb::ValidatePolicyRequest {
                 file: "cm".into(),

@@ -143,7 +143,18 @@ pub fn check_preserved(before: &Value, after: &Value) -> Vec<String> {
     let had_pc = before
         .pointer("/spec/priorityClassName")
         .is_some_and(|v| !v.is_null());
-    let fields: &[&str] = if had_pc {
+    // The one exception: a priority above the tier's cap is lowered to the cap (`check_decision` checks the
+    // new class is the cap); a lowered priority can never be an escalation.
+    let lowered = matches!(
+        (
+            before.pointer("/spec/priority").and_then(Value::as_i64),
+            after.pointer("/spec/priority").and_then(Value::as_i64),
+        ),
+        (Some(b), Some(a)) if a < b
+    );
+    let fields: &[&str] = if had_pc && lowered {
+        &["schedulerName", "serviceAccountName"]
+    } else if had_pc {
         &[
             "priorityClassName",
             "priority",
@@ -259,6 +270,27 @@ pub fn check_decision(
     let had_pc = before
         .pointer("/spec/priorityClassName")
         .is_some_and(|v| !v.is_null());
+    let cap_of_tier = || {
+        policy
+            .tiers
+            .iter()
+            .find(|t| t.name == tier)
+            .map(|t| t.max_priority_class.clone())
+            .filter(|c| !c.is_empty())
+    };
+    let before_pc = before
+        .pointer("/spec/priorityClassName")
+        .and_then(Value::as_str);
+    if had_pc && before_pc != d.priority_class.as_deref() {
+        // A Pod's own class is only ever replaced by the tier's cap (it was above it).
+        let cap = cap_of_tier();
+        if cap.is_none() || d.priority_class != cap {
+            errs.push(format!(
+                "the Pod's own priorityClassName {before_pc:?} became {:?}, not the tier's cap {cap:?}",
+                d.priority_class
+            ));
+        }
+    }
     if !had_pc {
         match &d.priority_class {
             None => errs.push("no priorityClassName assigned".into()),
@@ -337,12 +369,34 @@ pub fn check_decision(
             .map(|c| c.node_label_key.clone())
             .unwrap_or_else(|| CLASS_LABEL.to_string())
     };
+    let tier_classes: Vec<&String> = policy
+        .tiers
+        .iter()
+        .find(|t| t.name == tier)
+        .map(|t| t.allowed_classes.iter().collect())
+        .unwrap_or_default();
     let before_pinned = pinned_classes(before, CLASS_LABEL);
     if !before_pinned.is_empty() {
         let after_pinned = pinned_classes(after, CLASS_LABEL);
-        if after_pinned != before_pinned {
+        let inside_tier = before_pinned.iter().all(|c| tier_classes.contains(&c));
+        if inside_tier && after_pinned != before_pinned {
             errs.push(format!(
                 "the Pod pinned {before_pinned:?} itself, now pinned {after_pinned:?}"
+            ));
+        }
+        // A pin outside the tier is kept (validation answers it) and the tier's classes are ANDed in, so the
+        // Pod can never run outside its tier.
+        let added: Vec<&String> = after_pinned
+            .iter()
+            .filter(|c| !before_pinned.contains(c))
+            .collect();
+        if !inside_tier
+            && (before_pinned.iter().any(|c| !after_pinned.contains(c))
+                || added.is_empty()
+                || added.iter().any(|c| !tier_classes.contains(c)))
+        {
+            errs.push(format!(
+                "the Pod pinned {before_pinned:?} outside tier {tier} ({tier_classes:?}), now pinned {after_pinned:?}"
             ));
         }
         return (d, errs);
@@ -356,12 +410,7 @@ pub fn check_decision(
         }
         // No class fits, yet the Pod stays inside its tier: pinned to the tier's classes only.
         let pinned = pinned_classes(after, CLASS_LABEL);
-        let allowed: Vec<&String> = policy
-            .tiers
-            .iter()
-            .find(|t| t.name == tier)
-            .map(|t| t.allowed_classes.iter().collect())
-            .unwrap_or_default();
+        let allowed = &tier_classes;
         if pinned.is_empty() || pinned.iter().any(|p| !allowed.contains(&p)) {
             errs.push(format!(
                 "infeasible-reason written but the Pod is pinned to {pinned:?}, not to tier {tier}'s classes {allowed:?}"

@@ -526,7 +526,7 @@ async fn tier_policy_holds_against_a_real_apiserver() {
         println!("{line}");
     }
     assert!(
-        metrics.contains("gpu_admission_policy_violations_total{tier=\"bronze\",reason=\"class_outside_tier\",mode=\"ENFORCEMENT_MODE_ENFORCE\"}"),
+        metrics.contains("gpu_admission_policy_violations_total{tier=\"bronze\",reason=\"class_outside_tier\",mode=\"Enforce\"}"),
         "{metrics}"
     );
     drop(webhook);

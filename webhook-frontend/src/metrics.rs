@@ -133,7 +133,7 @@ pub struct ViolationLabels {
     pub tier: String,
     /// class_outside_tier, priority_above_cap, no_class_fits.
     pub reason: &'static str,
-    /// The enforcement mode that answered it: ENFORCEMENT_MODE_ENFORCE, _WARN or _AUDIT.
+    /// The enforcement mode that answered it, as the policy file spells it: Enforce, Warn or Audit.
     pub mode: &'static str,
 }
 
@@ -343,7 +343,7 @@ mod tests {
         m.record_ca_bundle_patch();
         m.record_checkpoint_request(CheckpointOutcome::restored);
         m.record_checkpoint_images(2, [CheckpointMiss::unpushed_image_only]);
-        m.record_violation("bronze", "class_outside_tier", "ENFORCEMENT_MODE_WARN");
+        m.record_violation("bronze", "class_outside_tier", "Warn");
         m.record_validation("validate-pod", "denied", std::time::Instant::now());
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
@@ -358,7 +358,7 @@ mod tests {
             "gpu_admission_checkpoint_requests_total{outcome=\"restored\"} 1",
             "gpu_admission_checkpoint_images_restored_total 2",
             "gpu_admission_checkpoint_restore_misses_total{reason=\"unpushed_image_only\"} 1",
-            "gpu_admission_policy_violations_total{tier=\"bronze\",reason=\"class_outside_tier\",mode=\"ENFORCEMENT_MODE_WARN\"} 1",
+            "gpu_admission_policy_violations_total{tier=\"bronze\",reason=\"class_outside_tier\",mode=\"Warn\"} 1",
             "gpu_admission_validations_total{webhook=\"validate-pod\",outcome=\"denied\"} 1",
             "gpu_admission_validation_duration_seconds_count 1",
         ] {

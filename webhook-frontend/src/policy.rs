@@ -244,3 +244,13 @@ impl PolicyCache {
         }
     }
 }
+
+/// The enforcement mode as the policy file spells it (`Enforce`, `Warn`, `Audit`): the metric label and log
+/// field operators match against their policy.
+pub fn mode_name(mode: EnforcementMode) -> &'static str {
+    match mode {
+        EnforcementMode::Enforce => "Enforce",
+        EnforcementMode::Warn => "Warn",
+        EnforcementMode::Audit | EnforcementMode::Unspecified => "Audit",
+    }
+}

@@ -63,7 +63,7 @@ pub async fn validate_pod(State(state): State<Arc<AppState>>, body: Bytes) -> Re
                     violations,
                     ..
                 } => {
-                    let mode = policy.mode.as_str_name();
+                    let mode = crate::policy::mode_name(policy.mode);
                     for v in violations {
                         state
                             .metrics
