@@ -310,43 +310,32 @@ pub trait WebhookEntries:
     fn resource_version(&self) -> Option<&String>;
 }
 
-impl WebhookEntries for MutatingWebhookConfiguration {
-    const KIND: &'static str = "MutatingWebhookConfiguration";
-    fn entries(&self) -> Vec<(&str, Option<&[u8]>)> {
-        self.webhooks
-            .iter()
-            .flatten()
-            .map(|w| {
-                (
-                    w.name.as_str(),
-                    w.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()),
-                )
-            })
-            .collect()
-    }
-    fn resource_version(&self) -> Option<&String> {
-        self.metadata.resource_version.as_ref()
-    }
+/// Both configuration kinds have the same `webhooks[].clientConfig.caBundle` shape (distinct types in
+/// k8s-openapi), so one body serves both.
+macro_rules! webhook_entries {
+    ($($ty:ident),+) => {$(
+        impl WebhookEntries for $ty {
+            const KIND: &'static str = stringify!($ty);
+            fn entries(&self) -> Vec<(&str, Option<&[u8]>)> {
+                self.webhooks
+                    .iter()
+                    .flatten()
+                    .map(|w| {
+                        (
+                            w.name.as_str(),
+                            w.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()),
+                        )
+                    })
+                    .collect()
+            }
+            fn resource_version(&self) -> Option<&String> {
+                self.metadata.resource_version.as_ref()
+            }
+        }
+    )+};
 }
 
-impl WebhookEntries for ValidatingWebhookConfiguration {
-    const KIND: &'static str = "ValidatingWebhookConfiguration";
-    fn entries(&self) -> Vec<(&str, Option<&[u8]>)> {
-        self.webhooks
-            .iter()
-            .flatten()
-            .map(|w| {
-                (
-                    w.name.as_str(),
-                    w.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()),
-                )
-            })
-            .collect()
-    }
-    fn resource_version(&self) -> Option<&String> {
-        self.metadata.resource_version.as_ref()
-    }
-}
+webhook_entries!(MutatingWebhookConfiguration, ValidatingWebhookConfiguration);
 
 /// The strategic merge patch setting `clientConfig.caBundle` = `ca` on every webhook entry (matched by its
 /// `name`, the list's merge key) whose caBundle differs; guarded by the resourceVersion that was read, so
