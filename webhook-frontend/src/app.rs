@@ -108,19 +108,20 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         Duration::from_secs(config.policy_refresh_secs.max(1)),
     ));
 
-    let state = Arc::new(AppState {
-        scorer,
-        cluster,
-        policy,
-        checkpoints,
-        metrics,
-        listening: AtomicBool::new(false),
-        certificate_served,
-        policy_configmap: crate::state::PolicyConfigMap::parse(
-            &config.policy_configmap,
-            &config.policy_configmap_key,
-        )?,
-    });
+    let state = Arc::new(
+        AppState::new(
+            scorer,
+            cluster,
+            policy,
+            metrics,
+            crate::state::PolicyConfigMap::parse(
+                &config.policy_configmap,
+                &config.policy_configmap_key,
+            )?,
+        )
+        .with_checkpoints(checkpoints)
+        .with_certificate_served(certificate_served),
+    );
     let shutdown = shutdown::Shutdown::install()?;
 
     let listener = tokio::net::TcpListener::bind(config.listen)

@@ -50,6 +50,42 @@ impl PolicyConfigMap {
 }
 
 impl AppState {
+    /// The state before the listener is bound and before a certificate is served, without checkpoint caches
+    /// (see [`AppState::with_checkpoints`]).
+    pub fn new(
+        scorer: Scorer,
+        cluster: ClusterFacts,
+        policy: Arc<PolicyCache>,
+        metrics: Arc<Metrics>,
+        policy_configmap: PolicyConfigMap,
+    ) -> Self {
+        Self {
+            scorer,
+            cluster,
+            policy,
+            checkpoints: None,
+            metrics,
+            listening: AtomicBool::new(false),
+            certificate_served: Arc::new(AtomicBool::new(false)),
+            policy_configmap,
+        }
+    }
+
+    /// With the caches `/mutate-pod-checkpoint` reads.
+    pub fn with_checkpoints(
+        mut self,
+        checkpoints: Option<crate::cluster::checkpoints::CheckpointCaches>,
+    ) -> Self {
+        self.checkpoints = checkpoints;
+        self
+    }
+
+    /// Shares the flag the TLS side sets once the real certificate is served.
+    pub fn with_certificate_served(mut self, served: Arc<AtomicBool>) -> Self {
+        self.certificate_served = served;
+        self
+    }
+
     /// Ready = listening, the real certificate served and the kube caches synced. Never tied to the scorer
     /// (we fail open).
     pub fn is_ready(&self) -> bool {

@@ -60,77 +60,20 @@ async fn mutate_until_priority(wh: &Webhook, pod: &Value) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gpu_pod_is_mutated_and_a_second_pass_is_a_no_op() {
+async fn the_policy_is_fetched_at_start_and_a_gpu_pod_is_mutated() {
+    // The decision itself is covered in-process (router.rs); here: the process fetches GetPolicy on its own
+    // and answers over TLS with a patch that applies.
     let (wh, double, _dir) = webhook_with(Mode::Good, &[]).await;
     let pod = gpu_pod("train-1");
     let resp = mutate_until_priority(&wh, &pod).await;
-    let r = &resp["response"];
-    assert_eq!(resp["apiVersion"], "admission.k8s.io/v1");
-    assert_eq!(resp["kind"], "AdmissionReview");
-    assert_eq!(r["allowed"], true);
-    assert!(r["uid"].as_str().unwrap().starts_with("uid-"));
-    // a malformed annotation would be a warning; this Pod has none
-    assert!(r.get("warnings").is_none(), "{r}");
-
-    let patched = apply_patch(&resp, &pod).unwrap();
-    let p: Pod = serde_json::from_value(patched.clone()).unwrap();
-    let spec = p.spec.as_ref().unwrap();
-    assert_eq!(spec.priority_class_name.as_deref(), Some("gpu-high"));
-    assert_eq!(spec.priority, Some(7500));
+    assert_eq!(resp["response"]["allowed"], true);
+    let patched = apply_patch(&resp, &pod).expect("a patch");
+    let p: Pod = serde_json::from_value(patched).unwrap();
     assert_eq!(
-        spec.preemption_policy.as_deref(),
-        Some("PreemptLowerPriority")
+        p.spec.unwrap().node_selector.unwrap()[CLASS_KEY],
+        "A100-80GB"
     );
-    assert_eq!(spec.node_selector.as_ref().unwrap()[CLASS_KEY], "A100-80GB");
-    let tolerations = spec.tolerations.as_ref().unwrap();
-    assert_eq!(
-        tolerations.len(),
-        2,
-        "existing toleration kept, GPU toleration added"
-    );
-    assert_eq!(tolerations[0].key.as_deref(), Some("dedicated"));
-    assert_eq!(tolerations[1].key.as_deref(), Some("nvidia.com/gpu"));
-    let ann = p.metadata.annotations.as_ref().unwrap();
-    assert_eq!(ann["gpu-admission.io/gpu-class"], "A100-80GB");
-    assert_eq!(ann["gpu-admission.io/priority-score"], "75");
-    assert_eq!(ann["gpu-admission.io/policy-version"], "test-1");
-    assert!(
-        time::OffsetDateTime::parse(
-            &ann["gpu-admission.io/decided-at"],
-            &time::format_description::well_known::Rfc3339
-        )
-        .is_ok()
-    );
-    assert_eq!(
-        p.metadata.labels.as_ref().unwrap()["gpu-admission.io/job-type"],
-        "train-llama"
-    );
-    assert!(spec.affinity.as_ref().unwrap().pod_anti_affinity.is_some());
-
-    // What the scorer was asked, and with which deadline.
-    let asked = double.requests().last().cloned().unwrap();
-    assert_eq!(
-        (
-            asked.namespace.as_str(),
-            asked.tier.as_str(),
-            asked.job_type.as_str()
-        ),
-        ("ml", "gold", "train-llama")
-    );
-    assert_eq!((asked.gpu_count, asked.gpu_memory_gib), (1, Some(40.0)));
     assert!(!double.timeouts().is_empty(), "grpc-timeout must be sent");
-
-    // Second pass over the patched Pod: allowed, no patch.
-    let again = wh
-        .review(&review_for(
-            "admission.k8s.io/v1",
-            "uid-again",
-            "ml",
-            patched,
-        ))
-        .await;
-    assert_eq!(again["response"]["allowed"], true);
-    assert!(again["response"].get("patch").is_none(), "{again}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -314,63 +257,6 @@ async fn malformed_and_oversized_bodies() {
             .to_string()
             .contains("could not be read")
     );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn skipped_requests_are_allowed_unchanged() {
-    let (wh, double, _dir) = webhook_with(Mode::Good, &[]).await;
-    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
-        "spec": {"selector": {}, "template": {"spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}});
-    let no_gpu = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
-        "spec": {"containers": [{"name": "c", "resources": {"limits": {"example.com/gpu": 1}}}]}});
-    for (ns, object) in [
-        ("ml", deployment),
-        ("ml", no_gpu),
-        ("no-tier", gpu_pod("p")),
-    ] {
-        let resp = wh
-            .review(&review_for(
-                "admission.k8s.io/v1",
-                "uid-skip",
-                ns,
-                object.clone(),
-            ))
-            .await;
-        let r = &resp["response"];
-        assert_eq!(
-            (r["allowed"].as_bool(), r["uid"].as_str()),
-            (Some(true), Some("uid-skip"))
-        );
-        assert!(
-            r.get("patch").is_none() && r.get("warnings").is_none(),
-            "{object}: {r}"
-        );
-    }
-    assert!(
-        double.requests().is_empty(),
-        "skipped requests never reach the scorer"
-    );
-
-    let mut update = review_for("admission.k8s.io/v1", "uid-up", "ml", gpu_pod("p"));
-    update["request"]["operation"] = json!("UPDATE");
-    let resp = wh.review(&update).await;
-    assert!(resp["response"].get("patch").is_none());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn v1beta1_review_is_answered_in_kind() {
-    let (wh, _double, _dir) = webhook_with(Mode::Good, &[]).await;
-    let resp = wh
-        .review(&review_for(
-            "admission.k8s.io/v1beta1",
-            "uid-beta",
-            "ml",
-            gpu_pod("p"),
-        ))
-        .await;
-    assert_eq!(resp["apiVersion"], "admission.k8s.io/v1beta1");
-    assert_eq!(resp["response"]["uid"], "uid-beta");
-    assert!(apply_patch(&resp, &gpu_pod("p")).is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

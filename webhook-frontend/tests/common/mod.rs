@@ -76,7 +76,7 @@ fn good_answer() -> ScoreResponse {
 
 /// The double's policy: two classes; cluster-less PriorityClasses come from these buckets (gpu-high at
 /// 7500), not from the answer (7000).
-fn policy() -> GetPolicyResponse {
+pub fn policy() -> GetPolicyResponse {
     GetPolicyResponse {
         version: "test-1".into(),
         catalog: vec![gpu_class("A100-80GB"), gpu_class("H100-80GB")],
