@@ -6,6 +6,7 @@
 //! - [`process`]: a spawned binary whose log goes to a file, whose `listening on ADDR` lines give its ports,
 //!   with signals (`pause`/`resume`/`terminate`), killed on drop, its log tail printed when a test fails;
 //! - [`services`]: [`Scorer::builder`] / [`Webhook::builder`] start the real binaries on loopback;
+//!   [`observer`]: the `observer` binary against a cluster;
 //! - [`https`]: an HTTPS client trusting ONLY the webhook's CA bundle (a wrong certificate fails);
 //! - [`review`]: the AdmissionReview builder, the apiserver's checks on the answer, patch application;
 //! - [`faults`]: scorer doubles at the process boundary ([`faults::FaultProxy`] forwards, delays, hangs,
@@ -37,6 +38,7 @@ pub mod corpus;
 pub mod faults;
 pub mod gpu;
 pub mod https;
+pub mod observer;
 pub mod process;
 pub mod review;
 pub mod services;

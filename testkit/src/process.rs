@@ -17,6 +17,32 @@ use anyhow::{Context, bail};
 /// How many log lines [`ChildProcess::log_tail`] shows by default.
 pub const TAIL_LINES: usize = 40;
 
+/// The extra command-line arguments and environment variables a test adds to a process builder.
+#[derive(Debug, Default, Clone)]
+pub struct Extras {
+    pub args: Vec<String>,
+    pub envs: Vec<(String, String)>,
+}
+
+/// Gives a process builder with an `extras: Extras` field its `arg` and `env` methods.
+macro_rules! process_extras {
+    ($builder:ty) => {
+        impl $builder {
+            /// An extra command-line argument.
+            pub fn arg(mut self, a: impl Into<String>) -> Self {
+                self.extras.args.push(a.into());
+                self
+            }
+            /// An extra environment variable (e.g. `RUST_LOG`, `OTEL_EXPORTER_OTLP_ENDPOINT`).
+            pub fn env(mut self, k: impl Into<String>, v: impl Into<String>) -> Self {
+                self.extras.envs.push((k.into(), v.into()));
+                self
+            }
+        }
+    };
+}
+pub(crate) use process_extras;
+
 /// A running child process with its log file. Killed on drop.
 #[derive(Debug)]
 pub struct ChildProcess {

@@ -40,10 +40,11 @@ fn admin_addr_of(p: &ChildProcess) -> Option<SocketAddr> {
 pub struct ScorerBuilder {
     policy: Option<PathBuf>,
     state: Option<PathBuf>,
-    args: Vec<String>,
-    envs: Vec<(String, String)>,
+    extras: crate::process::Extras,
     name: Option<String>,
 }
+
+crate::process::process_extras!(ScorerBuilder);
 
 impl ScorerBuilder {
     /// `--policy PATH` (default: the embedded policy).
@@ -54,16 +55,6 @@ impl ScorerBuilder {
     /// `--state PATH` (default: no persistence).
     pub fn state(mut self, path: impl AsRef<Path>) -> Self {
         self.state = Some(path.as_ref().to_path_buf());
-        self
-    }
-    /// An extra command-line argument.
-    pub fn arg(mut self, a: impl Into<String>) -> Self {
-        self.args.push(a.into());
-        self
-    }
-    /// An extra environment variable (e.g. `RUST_LOG`, `OTEL_EXPORTER_OTLP_ENDPOINT`, `LOG_FORMAT`).
-    pub fn env(mut self, k: impl Into<String>, v: impl Into<String>) -> Self {
-        self.envs.push((k.into(), v.into()));
         self
     }
     /// Log file name (default `scorer`).
@@ -86,13 +77,13 @@ impl ScorerBuilder {
         if let Some(s) = &self.state {
             args.extend(["--state".into(), s.display().to_string()]);
         }
-        args.extend(self.args.iter().cloned());
+        args.extend(self.extras.args.iter().cloned());
         let name = self.name.clone().unwrap_or_else(|| "scorer".into());
         let mut process = ChildProcess::spawn(
             &name,
             crate::binaries::scorer(),
             &args,
-            &self.envs,
+            &self.extras.envs,
             dir.path(),
         )?;
         let addr = main_addr(&mut process, crate::START_TIMEOUT).await?;
@@ -193,8 +184,7 @@ pub struct WebhookBuilder {
     tiers: Vec<(String, String)>,
     deadline_ms: Option<u64>,
     kubeconfig: Option<PathBuf>,
-    args: Vec<String>,
-    envs: Vec<(String, String)>,
+    extras: crate::process::Extras,
     wait_ready: bool,
     wait_policy: bool,
     name: Option<String>,
@@ -203,6 +193,8 @@ pub struct WebhookBuilder {
 /// Scorer budget of the webhooks tests start, unless a test sets its own: wider than the product's 200 ms so
 /// that a loaded 2-core machine running debug builds cannot turn an expected decision into a pass-through.
 pub const TEST_DEADLINE_MS: u64 = 1000;
+
+crate::process::process_extras!(WebhookBuilder);
 
 impl WebhookBuilder {
     /// `--no-kube`: tiers from `--namespace-tier`, PriorityClasses from the scorer's policy.
@@ -223,16 +215,6 @@ impl WebhookBuilder {
     /// Run against a cluster: `KUBECONFIG=path`.
     pub fn kubeconfig(mut self, path: impl AsRef<Path>) -> Self {
         self.kubeconfig = Some(path.as_ref().to_path_buf());
-        self
-    }
-    /// An extra command-line argument.
-    pub fn arg(mut self, a: impl Into<String>) -> Self {
-        self.args.push(a.into());
-        self
-    }
-    /// An extra environment variable.
-    pub fn env(mut self, k: impl Into<String>, v: impl Into<String>) -> Self {
-        self.envs.push((k.into(), v.into()));
         self
     }
     /// Whether `start` waits for the webhook to log `scorer policy loaded` (default true). Until it knows the
@@ -278,8 +260,8 @@ impl WebhookBuilder {
         for (ns, tier) in &self.tiers {
             args.extend(["--namespace-tier".into(), format!("{ns}={tier}")]);
         }
-        args.extend(self.args.iter().cloned());
-        let mut envs = self.envs.clone();
+        args.extend(self.extras.args.iter().cloned());
+        let mut envs = self.extras.envs.clone();
         match &self.kubeconfig {
             Some(k) => envs.push(("KUBECONFIG".into(), k.display().to_string())),
             // Never let a developer's own cluster leak into a test.
@@ -344,8 +326,7 @@ impl Webhook {
             tiers: vec![],
             deadline_ms: None,
             kubeconfig: None,
-            args: vec![],
-            envs: vec![],
+            extras: Default::default(),
             wait_ready: true,
             wait_policy: true,
             name: None,
@@ -460,4 +441,19 @@ fn pod_name(pod: &Value) -> String {
         .and_then(Value::as_str)
         .unwrap_or("<unnamed>")
         .to_string()
+}
+
+/// A real scorer with its embedded policy and a cluster-less webhook in front of it, `tiers` given as
+/// `(namespace, tier)` pairs: the usual set-up of the suites that need no apiserver.
+pub async fn scorer_and_webhook(tiers: &[(&str, &str)]) -> anyhow::Result<(Scorer, Webhook)> {
+    let scorer = Scorer::builder().start().await?;
+    let webhook = tiers
+        .iter()
+        .fold(
+            Webhook::builder(&scorer.url()).no_kube(),
+            |b, (ns, tier)| b.namespace_tier(ns, tier),
+        )
+        .start()
+        .await?;
+    Ok((scorer, webhook))
 }

@@ -11,4 +11,3 @@ pub use gpu_admission_testkit::*;
 
 pub mod cluster;
 pub mod decision;
-pub mod observer;

@@ -22,16 +22,13 @@ const BRONZE: &str = "team-bronze";
 const NO_TIER: &str = "no-tier";
 
 async fn start() -> (Scorer, Webhook) {
-    let scorer = Scorer::builder().start().await.expect("scorer starts");
-    let webhook = Webhook::builder(&scorer.url())
-        .no_kube()
-        .namespace_tier(GOLD, "gold")
-        .namespace_tier(SILVER, "silver")
-        .namespace_tier(BRONZE, "bronze")
-        .start()
-        .await
-        .expect("webhook starts");
-    (scorer, webhook)
+    gpu_admission_tests::services::scorer_and_webhook(&[
+        (GOLD, "gold"),
+        (SILVER, "silver"),
+        (BRONZE, "bronze"),
+    ])
+    .await
+    .expect("scorer and webhook start")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

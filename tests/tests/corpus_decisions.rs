@@ -15,16 +15,13 @@ const SILVER: &str = "ml-silver";
 const BRONZE: &str = "ml-bronze";
 
 async fn start() -> (Scorer, Webhook) {
-    let scorer = Scorer::builder().start().await.expect("scorer starts");
-    let webhook = Webhook::builder(&scorer.url())
-        .no_kube()
-        .namespace_tier(GOLD, "gold")
-        .namespace_tier(SILVER, "silver")
-        .namespace_tier(BRONZE, "bronze")
-        .start()
-        .await
-        .expect("webhook starts");
-    (scorer, webhook)
+    gpu_admission_tests::services::scorer_and_webhook(&[
+        (GOLD, "gold"),
+        (SILVER, "silver"),
+        (BRONZE, "bronze"),
+    ])
+    .await
+    .expect("scorer and webhook start")
 }
 
 /// A GPU Pod with the given annotations and `count` GPUs of `resource`; `spec` entries merged in.

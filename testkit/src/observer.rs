@@ -4,7 +4,7 @@
 //! ```text
 //! observer --scorer URL[,URL...] --namespace NS --identity ID --admin-listen 127.0.0.1:0 [extra args]
 //! ```
-//! The binary comes from the test kit's [`crate::binaries`], built once per test run with the others.
+//! The binary comes from [`crate::binaries`], built once per test run with the others.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -26,24 +26,15 @@ pub struct ObserverBuilder {
     scorers: Vec<String>,
     namespace: String,
     identity: String,
-    args: Vec<String>,
-    envs: Vec<(String, String)>,
+    extras: crate::process::Extras,
 }
+
+crate::process::process_extras!(ObserverBuilder);
 
 impl ObserverBuilder {
     /// The Lease (and state ConfigMap) namespace (default `gpu-admission`).
     pub fn namespace(mut self, ns: &str) -> Self {
         self.namespace = ns.into();
-        self
-    }
-    /// An extra command-line argument (e.g. `--lease-duration-secs=3`).
-    pub fn arg(mut self, a: impl Into<String>) -> Self {
-        self.args.push(a.into());
-        self
-    }
-    /// An extra environment variable.
-    pub fn env(mut self, k: impl Into<String>, v: impl Into<String>) -> Self {
-        self.envs.push((k.into(), v.into()));
         self
     }
 
@@ -58,7 +49,7 @@ impl ObserverBuilder {
             format!("--identity={}", self.identity),
             "--admin-listen=127.0.0.1:0".to_string(),
         ];
-        args.extend(self.args.iter().cloned());
+        args.extend(self.extras.args.iter().cloned());
         let mut envs = vec![
             (
                 "KUBECONFIG".to_string(),
@@ -66,7 +57,7 @@ impl ObserverBuilder {
             ),
             ("RUST_LOG".to_string(), "info".to_string()),
         ];
-        envs.extend(self.envs.iter().cloned());
+        envs.extend(self.extras.envs.iter().cloned());
         let mut process =
             ChildProcess::spawn(&self.identity, observer_binary(), &args, &envs, dir.path())?;
         let admin = process
@@ -100,8 +91,7 @@ impl Observer {
             scorers: scorers.to_vec(),
             namespace: "gpu-admission".into(),
             identity: identity.into(),
-            args: vec![],
-            envs: vec![],
+            extras: Default::default(),
         }
     }
 
