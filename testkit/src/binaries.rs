@@ -2,7 +2,7 @@
 //! test run.
 //!
 //! `cargo test -p gpu-admission-tests` does not build other packages' binaries. The first test process of a
-//! run that needs them runs `$CARGO build -p scorer -p webhook-frontend -p observer --bins` with the profile and the
+//! run that needs them runs `$CARGO build --workspace --bins` with the profile and the
 //! target directory of the running test executable (so `CARGO_TARGET_DIR`, `build.target-dir` and
 //! `--release` are all honoured), under a file lock in that target directory; it then leaves a marker named
 //! after the run (see [`crate::skip::run_id`]) so the other test processes of the same run use the binaries
@@ -111,7 +111,9 @@ fn build() -> Result<Binaries, String> {
     Ok(bins)
 }
 
-/// `$CARGO build -p scorer -p webhook-frontend -p observer --bins` into the target dir and profile of `profile_dir`.
+/// `$CARGO build --workspace --bins` into the target dir and profile of `profile_dir`. The whole workspace, not
+/// just the three binaries: cargo unifies dependency features over the packages of one command, so a narrower
+/// selection than `.ci/run`'s and `demo.sh`'s own `--workspace --bins` would rebuild shared dependencies.
 fn cargo_build(profile_dir: &Path) -> Result<(), String> {
     let target_dir = profile_dir.parent().ok_or("profile folder has no parent")?;
     let profile = profile_dir
@@ -124,16 +126,7 @@ fn cargo_build(profile_dir: &Path) -> Result<(), String> {
         .unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(&cargo);
     cmd.current_dir(crate::workspace_root())
-        .args([
-            "build",
-            "-p",
-            "scorer",
-            "-p",
-            "webhook-frontend",
-            "-p",
-            "observer",
-            "--bins",
-        ])
+        .args(["build", "--workspace", "--bins"])
         .arg("--target-dir")
         .arg(target_dir);
     match profile {
