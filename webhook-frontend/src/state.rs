@@ -16,6 +16,8 @@ pub struct AppState {
     pub policy: Arc<PolicyCache>,
     /// CheckpointBackups and Jobs for `/mutate-pod-checkpoint`; `None` with `--no-kube`.
     pub checkpoints: Option<crate::cluster::checkpoints::CheckpointCaches>,
+    /// Jobs and ReplicaSets, to resolve a Pod's workload; `None` with `--no-kube` (first hop only).
+    pub workloads: Option<crate::cluster::workloads::WorkloadOwners>,
     pub metrics: Arc<Metrics>,
     /// Set once the TLS listener is bound.
     pub listening: AtomicBool,
