@@ -107,6 +107,7 @@ impl Core {
                 if let Some(cached) = decisions.cached(key, &policy.version, now) {
                     let mut answer = cached.clone();
                     answer.request_id = req.request_id.clone();
+                    one_class_for_a_group(req, &mut answer);
                     (answer, false)
                 } else {
                     let d = workload_decision(&policy, &mut decisions, &learned, &job, key);
@@ -114,8 +115,9 @@ impl Core {
                         learned.exploration.record(d.explored, window);
                     }
                     let explored = d.explored;
-                    let answer = score_response(&policy, req, d);
+                    let mut answer = score_response(&policy, req, d);
                     decisions.remember(key, &policy.version, answer.clone(), now);
+                    one_class_for_a_group(req, &mut answer);
                     (answer, explored)
                 }
             }
@@ -302,6 +304,16 @@ fn workload_decision(
     let state = decisions.decision_state(live, policy, unix_seconds());
     let seed = decisions::workload_seed(policy, &state.digest(), key);
     model::score(policy, state, job, true, seed)
+}
+
+/// A group of several Pods runs at the speed of its slowest member: a workload is given its chosen class
+/// only, so that all its Pods land on that class (the others stay in `candidates`). Only a workload known
+/// to be one Pod (`group_size` 1) keeps every acceptable class: an unknown size counts as a group, so a Pod
+/// whose owner could not be read in time is placed like its siblings.
+fn one_class_for_a_group(req: &pb::ScoreRequest, answer: &mut pb::ScoreResponse) {
+    if !req.workload_key.is_empty() && req.group_size.is_none_or(|n| n > 1) {
+        answer.accepted_classes.truncate(1);
+    }
 }
 
 fn unix_seconds() -> u64 {
@@ -551,7 +563,11 @@ fn explain_response(
         state_digest,
         observations,
         candidates,
-        answer: Some(score_response(policy, req, d)),
+        answer: Some({
+            let mut answer = score_response(policy, req, d);
+            one_class_for_a_group(req, &mut answer);
+            answer
+        }),
     }
 }
 
@@ -804,6 +820,7 @@ mod tests {
                     assert_eq!(r.priority_class, first.priority_class);
                     assert_eq!(r.request_id, format!("{key}-pod-{pod}"));
                 }
+                assert_eq!(first.accepted_classes.len(), 1, "a group gets one class");
                 classes.insert(first_class(&first));
                 explored += usize::from(first.explored);
             }
@@ -825,6 +842,13 @@ mod tests {
             })
             .collect();
         assert!(unkeyed.len() >= 2, "{unkeyed:?}");
+        // A workload known to be one Pod keeps every acceptable class; an unknown size counts as a group,
+        // also when the answer comes from the cache.
+        let mut single = pod_of("batch/Job/ml/one", 0);
+        single.group_size = Some(1);
+        assert!(c.score(&single).unwrap().accepted_classes.len() > 1);
+        single.group_size = None;
+        assert_eq!(c.score(&single).unwrap().accepted_classes.len(), 1);
     }
 
     #[test]

@@ -20,7 +20,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::admission::mutate_pod::workload::{self, OwnerFacts, OwnerKind, OwnerQuery, WorkloadRef};
+use crate::admission::mutate_pod::workload::{
+    self, OwnerFacts, OwnerKind, OwnerQuery, WorkloadRef,
+};
 
 /// The longest an admission waits for an owner the caches do not hold yet.
 pub const OWNER_READ_BUDGET: Duration = Duration::from_millis(50);
@@ -142,7 +144,9 @@ impl WorkloadOwners {
                 }
             }
             OwnerKind::ReplicaSet => {
-                if let Some(rs) = self.replica_sets.get(&ObjectRef::new(&q.name).within(&q.namespace))
+                if let Some(rs) = self
+                    .replica_sets
+                    .get(&ObjectRef::new(&q.name).within(&q.namespace))
                     && uid_matches(&rs.metadata)
                 {
                     return replica_set_facts(&rs);
@@ -165,7 +169,9 @@ where
     let what = format!("{:?} {}/{}", q.kind, q.namespace, q.name);
     match tokio::time::timeout(deadline, api.get_opt(&q.name)).await {
         Ok(Ok(Some(obj))) if obj.meta().uid.as_deref() == Some(q.uid.as_str()) => Ok(obj),
-        Ok(Ok(Some(_))) => Err(format!("{what} has another uid than the Pod's owner reference")),
+        Ok(Ok(Some(_))) => Err(format!(
+            "{what} has another uid than the Pod's owner reference"
+        )),
         Ok(Ok(None)) => Err(format!("{what} not found")),
         Ok(Err(err)) => Err(format!("reading {what}: {err}")),
         Err(_) => Err(format!(
@@ -199,17 +205,24 @@ mod tests {
             "ownerReferences": [{"apiVersion": "batch/v1beta1", "kind": "CronJob", "name": "c", "uid": "2", "controller": true}]},
             "spec": {"parallelism": 32, "completions": 64, "template": {}}})).unwrap();
         match job_facts(&job) {
-            OwnerFacts::Known { controller, group_size } => {
+            OwnerFacts::Known {
+                controller,
+                group_size,
+            } => {
                 assert_eq!(controller.unwrap().kind, "CronJob");
                 assert_eq!(group_size, Some(32));
             }
             other => panic!("{other:?}"),
         }
         let job: Job = serde_json::from_value(json!({"metadata": {"name": "j"},
-            "spec": {"parallelism": 8, "completions": 2, "template": {}}})).unwrap();
+            "spec": {"parallelism": 8, "completions": 2, "template": {}}}))
+        .unwrap();
         assert_eq!(
             job_facts(&job),
-            OwnerFacts::Known { controller: None, group_size: Some(2) }
+            OwnerFacts::Known {
+                controller: None,
+                group_size: Some(2)
+            }
         );
         let mut rs: ReplicaSet = serde_json::from_value(json!({"metadata": {"name": "r", "labels": {"a": "b"},
             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "d", "uid": "3", "controller": true}]},
@@ -217,7 +230,10 @@ mod tests {
         slim_replica_set(&mut rs);
         assert!(rs.spec.template.is_none() && rs.metadata.labels.is_none());
         match replica_set_facts(&rs) {
-            OwnerFacts::Known { controller, group_size } => {
+            OwnerFacts::Known {
+                controller,
+                group_size,
+            } => {
                 assert_eq!(controller.unwrap().name, "d");
                 assert_eq!(group_size, None, "0 replicas is no group size");
             }

@@ -238,7 +238,10 @@ pub fn resolve(pod: &Pod, namespace: &str, facts: Option<&OwnerFacts>) -> Option
             .map(str::to_string),
         via: vec![format!("{} {}", first.kind, first.name)],
     };
-    let next_hop = matches!((group, first.kind.as_str()), ("batch", "Job") | ("apps", "ReplicaSet"));
+    let next_hop = matches!(
+        (group, first.kind.as_str()),
+        ("batch", "Job") | ("apps", "ReplicaSet")
+    );
     match facts {
         _ if !next_hop => {}
         Some(OwnerFacts::Known {
@@ -274,7 +277,11 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn pod(labels: serde_json::Value, annotations: serde_json::Value, owners: serde_json::Value) -> Pod {
+    fn pod(
+        labels: serde_json::Value,
+        annotations: serde_json::Value,
+        owners: serde_json::Value,
+    ) -> Pod {
         serde_json::from_value(json!({"metadata": {"name": "p", "labels": labels,
             "annotations": annotations, "ownerReferences": owners}}))
         .unwrap()
@@ -313,17 +320,27 @@ mod tests {
         assert_eq!((w.group_size, w.index.as_deref()), (Some(32), Some("7")));
         // Owner not readable: still the Job (first hop), size unknown, and the logs say why.
         let w = resolve(&p, "ml", Some(&OwnerFacts::Unknown("timeout".into()))).unwrap();
-        assert_eq!((w.key().as_str(), w.group_size), ("batch/Job/ml/train", None));
+        assert_eq!(
+            (w.key().as_str(), w.group_size),
+            ("batch/Job/ml/train", None)
+        );
         assert_eq!(w.via, ["Job train", "owner unknown: timeout"]);
     }
 
     #[test]
     fn cronjob_runs_stay_their_own_workload_jobset_and_deployment_take_over() {
-        let p = pod(json!({}), json!({}), json!([owner("batch/v1", "Job", "nightly-29012345")]));
+        let p = pod(
+            json!({}),
+            json!({}),
+            json!([owner("batch/v1", "Job", "nightly-29012345")]),
+        );
         let w = resolve(
             &p,
             "ml",
-            Some(&known(Some(owner("batch/v1beta1", "CronJob", "nightly")), Some(1))),
+            Some(&known(
+                Some(owner("batch/v1beta1", "CronJob", "nightly")),
+                Some(1),
+            )),
         )
         .unwrap();
         assert_eq!(w.key(), "batch/Job/ml/nightly-29012345");
@@ -332,16 +349,33 @@ mod tests {
         let w = resolve(
             &p,
             "ml",
-            Some(&known(Some(owner("jobset.x-k8s.io/v1alpha2", "JobSet", "js")), Some(4))),
+            Some(&known(
+                Some(owner("jobset.x-k8s.io/v1alpha2", "JobSet", "js")),
+                Some(4),
+            )),
         )
         .unwrap();
-        assert_eq!((w.key().as_str(), w.group_size), ("jobset.x-k8s.io/JobSet/ml/js", None));
+        assert_eq!(
+            (w.key().as_str(), w.group_size),
+            ("jobset.x-k8s.io/JobSet/ml/js", None)
+        );
 
-        let p = pod(json!({}), json!({}), json!([owner("apps/v1", "ReplicaSet", "web-5d4f")]));
+        let p = pod(
+            json!({}),
+            json!({}),
+            json!([owner("apps/v1", "ReplicaSet", "web-5d4f")]),
+        );
         assert_eq!(owner_query(&p, "ml").unwrap().kind, OwnerKind::ReplicaSet);
-        let w = resolve(&p, "ml", Some(&known(Some(owner("apps/v1", "Deployment", "web")), Some(3))))
-            .unwrap();
-        assert_eq!((w.key().as_str(), w.group_size), ("apps/Deployment/ml/web", Some(3)));
+        let w = resolve(
+            &p,
+            "ml",
+            Some(&known(Some(owner("apps/v1", "Deployment", "web")), Some(3))),
+        )
+        .unwrap();
+        assert_eq!(
+            (w.key().as_str(), w.group_size),
+            ("apps/Deployment/ml/web", Some(3))
+        );
         // A bare ReplicaSet stays the workload.
         let w = resolve(&p, "ml", Some(&known(None, Some(2)))).unwrap();
         assert_eq!(w.key(), "apps/ReplicaSet/ml/web-5d4f");
@@ -357,7 +391,10 @@ mod tests {
         );
         assert_eq!(owner_query(&p, "ml"), None);
         let w = resolve(&p, "ml", None).unwrap();
-        assert_eq!(w.key(), "leaderworkerset.x-k8s.io/LeaderWorkerSet/ml/llama/group/3");
+        assert_eq!(
+            w.key(),
+            "leaderworkerset.x-k8s.io/LeaderWorkerSet/ml/llama/group/3"
+        );
         assert_eq!((w.group_size, w.index.as_deref()), (Some(4), Some("1")));
 
         // JobSet Pods carry the JobSet's name: no owner read needed.
@@ -367,7 +404,10 @@ mod tests {
             json!([owner("batch/v1", "Job", "js-workers-0")]),
         );
         assert_eq!(owner_query(&p, "ml"), None);
-        assert_eq!(resolve(&p, "ml", None).unwrap().key(), "jobset.x-k8s.io/JobSet/ml/js");
+        assert_eq!(
+            resolve(&p, "ml", None).unwrap().key(),
+            "jobset.x-k8s.io/JobSet/ml/js"
+        );
 
         // Kubeflow: the kind from the owner reference, else from the operator label.
         let p = pod(
@@ -376,13 +416,19 @@ mod tests {
             json!([owner("kubeflow.org/v2beta1", "MPIJob", "bert")]),
         );
         let w = resolve(&p, "ml", None).unwrap();
-        assert_eq!((w.key().as_str(), w.index.as_deref()), ("kubeflow.org/MPIJob/ml/bert", Some("2")));
+        assert_eq!(
+            (w.key().as_str(), w.index.as_deref()),
+            ("kubeflow.org/MPIJob/ml/bert", Some("2"))
+        );
         let p = pod(
             json!({labels::KUBEFLOW_JOB_NAME: "gpt", labels::KUBEFLOW_OPERATOR: "pytorchjob-controller"}),
             json!({}),
             json!(null),
         );
-        assert_eq!(resolve(&p, "ml", None).unwrap().key(), "kubeflow.org/PyTorchJob/ml/gpt");
+        assert_eq!(
+            resolve(&p, "ml", None).unwrap().key(),
+            "kubeflow.org/PyTorchJob/ml/gpt"
+        );
 
         // Ray: one decision per worker group.
         let p = pod(
@@ -398,18 +444,38 @@ mod tests {
 
     #[test]
     fn other_owners_and_bare_pods() {
-        let p = pod(json!({}), json!({}), json!([owner("apps/v1", "StatefulSet", "db")]));
+        let p = pod(
+            json!({}),
+            json!({}),
+            json!([owner("apps/v1", "StatefulSet", "db")]),
+        );
         assert_eq!(owner_query(&p, "ml"), None);
         let w = resolve(&p, "ml", None).unwrap();
-        assert_eq!((w.key().as_str(), w.via.len()), ("apps/StatefulSet/ml/db", 1));
-        let p = pod(json!({}), json!({}), json!([owner("v1", "ReplicationController", "rc")]));
-        assert_eq!(resolve(&p, "ml", None).unwrap().key(), "core/ReplicationController/ml/rc");
+        assert_eq!(
+            (w.key().as_str(), w.via.len()),
+            ("apps/StatefulSet/ml/db", 1)
+        );
+        let p = pod(
+            json!({}),
+            json!({}),
+            json!([owner("v1", "ReplicationController", "rc")]),
+        );
+        assert_eq!(
+            resolve(&p, "ml", None).unwrap().key(),
+            "core/ReplicationController/ml/rc"
+        );
         // Several owners, none controlling: no controlling workload.
         let mut a = owner("batch/v1", "Job", "a");
         a["controller"] = json!(false);
         let b = json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "b", "uid": "u"});
-        assert_eq!(resolve(&pod(json!({}), json!({}), json!([a, b])), "ml", None), None);
-        assert_eq!(resolve(&pod(json!({}), json!({}), json!(null)), "ml", None), None);
+        assert_eq!(
+            resolve(&pod(json!({}), json!({}), json!([a, b])), "ml", None),
+            None
+        );
+        assert_eq!(
+            resolve(&pod(json!({}), json!({}), json!(null)), "ml", None),
+            None
+        );
         // Empty label values do not name a workload.
         let p = pod(json!({labels::JOBSET_NAME: " "}), json!({}), json!(null));
         assert_eq!(resolve(&p, "ml", None), None);
