@@ -108,6 +108,7 @@ impl Core {
                     let mut answer = cached.clone();
                     answer.request_id = req.request_id.clone();
                     one_class_for_a_group(req, &mut answer);
+                    self.metrics.workload_answer("cached");
                     (answer, false)
                 } else {
                     let d = workload_decision(&policy, &mut decisions, &learned, &job, key);
@@ -118,6 +119,7 @@ impl Core {
                     let mut answer = score_response(&policy, req, d);
                     decisions.remember(key, &policy.version, answer.clone(), now);
                     one_class_for_a_group(req, &mut answer);
+                    self.metrics.workload_answer("decided");
                     (answer, explored)
                 }
             }
@@ -823,6 +825,17 @@ mod tests {
                 assert_eq!(first.accepted_classes.len(), 1, "a group gets one class");
                 classes.insert(first_class(&first));
                 explored += usize::from(first.explored);
+            }
+            // Each replica decided each workload once and served it from its cache afterwards.
+            let answers = |c: &Core, answer| {
+                c.metrics
+                    .workload_answers
+                    .get_or_create(&crate::metrics::WorkloadLabels { answer })
+                    .get()
+            };
+            for replica in [&a, &b] {
+                assert_eq!(answers(replica, "decided"), 24);
+                assert_eq!(answers(replica, "cached"), 24 * 15);
             }
             // Different workloads are sampled independently: exploration spreads them over several classes.
             assert!(explored > 0, "nothing explored");
