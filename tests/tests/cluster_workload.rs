@@ -14,6 +14,8 @@
 //!   chosen class only) and gets the same PriorityClass, and each replica decided half of them;
 //! - the decision keys the frontends logged are the Jobs (`batch/Job/<ns>/<name>`, group size 32), one
 //!   per Job, all different;
+//! - each scorer replica decided each Job once (`scorer_workload_answers_total{answer="decided"}` = 6) and
+//!   answered the Job's other 15 Pods it saw from its cache;
 //! - over the six Jobs at least two classes occur: different workloads are sampled independently. This is
 //!   deterministic for this policy, state and these names (the seeds depend on nothing else), so it does not
 //!   flake; it would fail if the key did not reach the seed.
@@ -303,6 +305,25 @@ async fn pods_of_one_job_get_one_decision_through_two_replicas() {
             let (pods, sized) = l.get(&key).copied().unwrap_or_default();
             assert_eq!(pods, PODS / 2, "{key}: {l:?}");
             assert!(sized > 0, "{key}: no Pod read the Job's parallelism: {l:?}");
+        }
+    }
+    // Each scorer replica decided each Job once and answered its other Pods from its cache.
+    for s in &scorers {
+        let addr = s.admin_addr().expect("scorer admin address");
+        let text = gpu_admission_tests::https::http_get_text(addr, "/metrics")
+            .await
+            .unwrap();
+        for (answer, n) in [("decided", JOBS), ("cached", JOBS * (PODS / 2 - 1))] {
+            let line = format!("scorer_workload_answers_total{{answer=\"{answer}\"}} {n}");
+            assert!(
+                text.lines().any(|l| l == line),
+                "{}: {line} missing:\n{}",
+                s.process.name(),
+                text.lines()
+                    .filter(|l| l.contains("workload"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
         }
     }
     let distinct: BTreeSet<&Option<String>> = classes_by_job.values().flatten().collect();
