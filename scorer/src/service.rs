@@ -864,6 +864,20 @@ mod tests {
         assert_eq!(c.score(&single).unwrap().accepted_classes.len(), 1);
     }
 
+    /// Twenty fast runs on L4: the live state moves away from the pinned one.
+    fn learn_fast_l4_runs(c: &Core) {
+        for i in 0..20 {
+            c.observe(&pb::ObserveRequest {
+                job_type: "train-llama".into(),
+                gpu_class: "L4-24GB".into(),
+                runtime_seconds: 1_000.0 + f64::from(i),
+                observation_id: format!("obs-{i}"),
+                ..Default::default()
+            })
+            .unwrap();
+        }
+    }
+
     #[test]
     fn learning_during_an_epoch_does_not_move_a_workload() {
         let c = exploring_replica(decisions::DEFAULT_EPOCH);
@@ -877,16 +891,7 @@ mod tests {
         assert!(answers.iter().any(|a| a.explored), "nothing explored");
         let before: Vec<String> = answers.iter().map(first_class).collect();
         let digest = c.snapshot().digest();
-        for i in 0..20 {
-            c.observe(&pb::ObserveRequest {
-                job_type: "train-llama".into(),
-                gpu_class: "L4-24GB".into(),
-                runtime_seconds: 1_000.0 + f64::from(i),
-                observation_id: format!("obs-{i}"),
-                ..Default::default()
-            })
-            .unwrap();
-        }
+        learn_fast_l4_runs(&c);
         assert_ne!(c.snapshot().digest(), digest, "the live state learned");
         let after: Vec<String> = keys
             .iter()
@@ -899,16 +904,7 @@ mod tests {
         let second_replica = || {
             let epoch = decisions::epoch_of(unix_seconds(), decisions::DEFAULT_EPOCH);
             let b = exploring_replica(decisions::DEFAULT_EPOCH);
-            for i in 0..20 {
-                b.observe(&pb::ObserveRequest {
-                    job_type: "train-llama".into(),
-                    gpu_class: "L4-24GB".into(),
-                    runtime_seconds: 1_000.0 + f64::from(i),
-                    observation_id: format!("obs-{i}"),
-                    ..Default::default()
-                })
-                .unwrap();
-            }
+            learn_fast_l4_runs(&b);
             let classes: Vec<String> = keys
                 .iter()
                 .map(|k| first_class(&b.score(&pod_of(k, 7)).unwrap()))

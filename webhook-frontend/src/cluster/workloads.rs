@@ -10,7 +10,6 @@
 
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -20,6 +19,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 
 use k8s_openapi::api::core::v1::Pod;
 
+use super::kube_cache::drive;
 use crate::admission::mutate_pod::workload::{
     self, OwnerFacts, OwnerKind, OwnerQuery, WorkloadRef,
 };
@@ -178,19 +178,6 @@ where
             "reading {what}: no answer within {} ms",
             deadline.as_millis()
         )),
-    }
-}
-
-/// Polls a reflector stream forever, logging watch errors (the backoff retries them).
-async fn drive<S, T>(stream: S, what: &'static str)
-where
-    S: futures::Stream<Item = Result<T, watcher::Error>> + Send,
-{
-    let mut stream = std::pin::pin!(stream);
-    while let Some(event) = stream.next().await {
-        if let Err(err) = event {
-            tracing::warn!(%err, resource = what, "watch error (retrying with backoff); owners read by GET meanwhile");
-        }
     }
 }
 
