@@ -29,6 +29,10 @@ pub struct Cli {
     /// Milliseconds between checks of the policy file for changes.
     #[arg(long, env = "SCORER_POLICY_POLL_MS", default_value_t = 1000)]
     pub policy_poll_ms: u64,
+    /// Length in seconds of the learned-state epochs that decisions of a workload read (wall-clock aligned;
+    /// what is learned during an epoch reaches them at the next one); 0 = the live state.
+    #[arg(long, env = "SCORER_DECISION_EPOCH_SECS", default_value_t = 600)]
+    pub decision_epoch_secs: u64,
     /// Validate the policy (file, or the embedded default), print its version and exit (1 if invalid).
     #[arg(long)]
     pub check_policy: bool,
@@ -41,6 +45,7 @@ impl Cli {
             state_path: self.state.clone(),
             snapshot_interval: Duration::from_secs(self.snapshot_interval_secs.max(1)),
             policy_poll_interval: Duration::from_millis(self.policy_poll_ms.max(10)),
+            decision_epoch: Duration::from_secs(self.decision_epoch_secs),
         }
     }
 }

@@ -22,6 +22,12 @@ pub struct ResultLabels {
     pub result: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkloadLabels {
+    /// decided (the workload's first request on this replica) or cached (its answer served again).
+    pub answer: &'static str,
+}
+
 #[derive(Debug, Clone)]
 pub struct Metrics {
     /// Server-side time to score one request (the model, under the learned-state lock).
@@ -31,12 +37,14 @@ pub struct Metrics {
     /// Seconds since the learned state was last written (since start when never written).
     pub snapshot_age: Gauge<f64, AtomicU64>,
     pub explored_decisions: Counter,
+    /// Score requests carrying a workload key, by how they were answered.
+    pub workload_answers: Family<WorkloadLabels, Counter>,
 }
 
 impl Metrics {
     /// Creates the metrics and registers them (names as exposed: `scorer_score_duration_seconds`,
     /// `scorer_requests_total`, `scorer_policy_reloads_total`, `scorer_state_snapshot_age_seconds`,
-    /// `scorer_explored_decisions_total`).
+    /// `scorer_explored_decisions_total`, `scorer_workload_answers_total`).
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self {
             // 1 µs .. ~1 s.
@@ -45,6 +53,7 @@ impl Metrics {
             policy_reloads: Family::default(),
             snapshot_age: Gauge::default(),
             explored_decisions: Counter::default(),
+            workload_answers: Family::default(),
         };
         registry.register(
             "scorer_score_duration_seconds",
@@ -72,7 +81,18 @@ impl Metrics {
             "Decisions where the information gain changed the chosen GPU class",
             m.explored_decisions.clone(),
         );
+        registry.register(
+            "scorer_workload_answers",
+            "Score requests of a workload (workload_key set) by answer: decided once per workload, then cached",
+            m.workload_answers.clone(),
+        );
         m
+    }
+
+    pub fn workload_answer(&self, answer: &'static str) {
+        self.workload_answers
+            .get_or_create(&WorkloadLabels { answer })
+            .inc();
     }
 
     /// Metrics registered nowhere (tests, benchmarks).
@@ -104,6 +124,7 @@ mod tests {
         m.request("Score", "ok");
         m.policy_reload("rejected");
         m.explored_decisions.inc();
+        m.workload_answer("cached");
         m.score_duration.observe(0.00002);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
@@ -111,6 +132,7 @@ mod tests {
             "scorer_requests_total{rpc=\"Score\",result=\"ok\"} 1",
             "scorer_policy_reloads_total{result=\"rejected\"} 1",
             "scorer_explored_decisions_total 1",
+            "scorer_workload_answers_total{answer=\"cached\"} 1",
             "scorer_score_duration_seconds_count 1",
             "# TYPE scorer_state_snapshot_age_seconds gauge",
         ] {

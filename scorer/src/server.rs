@@ -34,6 +34,8 @@ pub struct Config {
     pub state_path: Option<PathBuf>,
     pub snapshot_interval: Duration,
     pub policy_poll_interval: Duration,
+    /// Length of the learned-state epochs keyed decisions read (0 = the live state); see [`crate::decisions`].
+    pub decision_epoch: Duration,
 }
 
 impl Default for Config {
@@ -43,6 +45,7 @@ impl Default for Config {
             state_path: None,
             snapshot_interval: Duration::from_secs(60),
             policy_poll_interval: Duration::from_secs(1),
+            decision_epoch: crate::decisions::DEFAULT_EPOCH,
         }
     }
 }
@@ -131,7 +134,10 @@ pub async fn start(
             .exploration
             .normalise(p.learning.exploration_window as usize);
     }
-    let core = Arc::new(Core::new(store.clone(), learned, metrics.clone()));
+    let core = Arc::new(
+        Core::new(store.clone(), learned, metrics.clone())
+            .with_decision_epoch(config.decision_epoch),
+    );
 
     let (health, health_service) = tonic_health::server::health_reporter();
     let serving = if store.current().is_some() {

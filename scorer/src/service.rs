@@ -6,6 +6,7 @@ use std::time::Instant;
 use gpu_admission_proto::scorer::v1 as pb;
 use tonic::{Request, Response, Status};
 
+use crate::decisions::{self, DecisionState};
 use crate::metrics::Metrics;
 use crate::model::{self, JobRequest, Learned, Observation};
 use crate::policy::watch::PolicyStore;
@@ -16,6 +17,8 @@ use crate::state;
 /// allocate without bound.
 const MAX_NAME_LEN: usize = 253;
 const MAX_LIST_LEN: usize = 256;
+/// Longest workload key (`group/Kind/namespace/name[/group/…]`: a DNS subdomain name and a few more).
+const MAX_WORKLOAD_KEY_LEN: usize = 1024;
 /// Longest runtime `Observe` accepts (about three years).
 const MAX_RUNTIME_SECONDS: f64 = 1e8;
 
@@ -26,6 +29,8 @@ pub struct Core {
     /// One lock for estimates and the exploration budget: a Score reads the estimates and records its
     /// decision in the budget atomically, so the exploratory share never overshoots its cap.
     pub learned: Mutex<Learned>,
+    /// The pinned learned state and the answers per workload (locked after `learned`, never before).
+    decisions: Mutex<DecisionState>,
     pub metrics: Arc<Metrics>,
 }
 
@@ -34,12 +39,32 @@ impl Core {
         Self {
             policy,
             learned: Mutex::new(learned),
+            decisions: Mutex::new(DecisionState::new(decisions::DEFAULT_EPOCH)),
             metrics,
+        }
+    }
+
+    /// Sets the length of the learned-state epochs keyed decisions read (0 = the live state).
+    pub fn with_decision_epoch(self, epoch: std::time::Duration) -> Self {
+        Self {
+            decisions: Mutex::new(DecisionState::new(epoch)),
+            ..self
         }
     }
 
     fn learned(&self) -> std::sync::MutexGuard<'_, Learned> {
         self.learned.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn decisions(&self) -> std::sync::MutexGuard<'_, DecisionState> {
+        self.decisions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The live learned state, about to be changed: the decision epoch is pinned first.
+    fn learned_for_write(&self) -> std::sync::MutexGuard<'_, Learned> {
+        let learned = self.learned();
+        self.decisions().before_write(&learned, unix_seconds());
+        learned
     }
 
     /// A copy of the learned state, for snapshots.
@@ -60,40 +85,65 @@ impl Core {
         let job =
             job_request(req).inspect_err(|_| self.metrics.request("Score", "invalid_argument"))?;
         let started = Instant::now();
-        let decision = {
+        let (answer, newly_explored) = {
             let mut learned = self.learned();
             learned.refresh(&policy);
             let window = policy.learning.exploration_window as usize;
-            let allowed = learned
-                .exploration
-                .allows(policy.learning.exploration_cap, window);
-            let seed = decision_seed(&policy, &learned, req);
-            let d = model::score(&policy, &learned, &job, allowed, seed);
-            if !d.accepted().is_empty() {
-                learned.exploration.record(d.explored, window);
+            let key = req.workload_key.as_str();
+            if key.is_empty() {
+                let allowed = learned
+                    .exploration
+                    .allows(policy.learning.exploration_cap, window);
+                let seed = decision_seed(&policy, &learned, req);
+                let d = model::score(&policy, &learned, &job, allowed, seed);
+                if !d.accepted().is_empty() {
+                    learned.exploration.record(d.explored, window);
+                }
+                let explored = d.explored;
+                (score_response(&policy, req, d), explored)
+            } else {
+                let mut decisions = self.decisions();
+                let now = Instant::now();
+                if let Some(cached) = decisions.cached(key, &policy.version, now) {
+                    let mut answer = cached.clone();
+                    answer.request_id = req.request_id.clone();
+                    one_class_for_a_group(req, &mut answer);
+                    self.metrics.workload_answer("cached");
+                    (answer, false)
+                } else {
+                    let d = workload_decision(&policy, &mut decisions, &learned, &job, key);
+                    if !d.accepted().is_empty() {
+                        learned.exploration.record(d.explored, window);
+                    }
+                    let explored = d.explored;
+                    let mut answer = score_response(&policy, req, d);
+                    decisions.remember(key, &policy.version, answer.clone(), now);
+                    one_class_for_a_group(req, &mut answer);
+                    self.metrics.workload_answer("decided");
+                    (answer, explored)
+                }
             }
-            d
         };
         self.metrics
             .score_duration
             .observe(started.elapsed().as_secs_f64());
-        if decision.explored {
+        if newly_explored {
             self.metrics.explored_decisions.inc();
         }
-        let result = if decision.accepted().is_empty() {
+        let result = if answer.accepted_classes.is_empty() {
             "infeasible"
         } else {
             "ok"
         };
         self.metrics.request("Score", result);
-        Ok(score_response(&policy, req, decision))
+        Ok(answer)
     }
 
     pub fn observe(&self, req: &pb::ObserveRequest) -> Result<pb::ObserveResponse, Status> {
         let policy = self.policy("Observe")?;
         let obs = observation(&policy, req)
             .inspect_err(|_| self.metrics.request("Observe", "invalid_argument"))?;
-        let outcome = model::observe(&policy, &mut self.learned(), &obs);
+        let outcome = model::observe(&policy, &mut self.learned_for_write(), &obs);
         self.metrics.request(
             "Observe",
             if outcome.duplicate { "duplicate" } else { "ok" },
@@ -115,11 +165,22 @@ impl Core {
         // Only the caches: nothing learned, no budget spent.
         learned.refresh(&policy);
         let window = policy.learning.exploration_window as usize;
-        let budget = learned
-            .exploration
-            .allows(policy.learning.exploration_cap, window);
-        let seed = decision_seed(&policy, &learned, req);
-        let decision = model::score(&policy, &learned, &job, budget, seed);
+        let decision = if req.workload_key.is_empty() {
+            let budget = learned
+                .exploration
+                .allows(policy.learning.exploration_cap, window);
+            let seed = decision_seed(&policy, &learned, req);
+            model::score(&policy, &learned, &job, budget, seed)
+        } else {
+            // What a first Pod of the workload would get now (a cached answer may be older).
+            workload_decision(
+                &policy,
+                &mut self.decisions(),
+                &learned,
+                &job,
+                &req.workload_key,
+            )
+        };
         let share = learned.exploration.share(window);
         let digest = state::digest(&learned);
         let observations = learned.observations;
@@ -162,6 +223,7 @@ impl Core {
         let mut learned = self.learned();
         let applied = state::is_superset(&theirs, &learned);
         if applied {
+            self.decisions().before_write(&learned, unix_seconds());
             let exploration = std::mem::take(&mut learned.exploration);
             *learned = Learned {
                 exploration,
@@ -230,6 +292,36 @@ pub fn validate_policy_text(text: &str, file: &str) -> pb::ValidatePolicyRespons
                 .collect(),
         },
     }
+}
+
+/// A workload's decision: read from the epoch's pinned state, seeded by the workload key, gated by its
+/// seeded draw alone (not by this replica's exploration window; see [`crate::decisions`]).
+fn workload_decision(
+    policy: &Policy,
+    decisions: &mut DecisionState,
+    live: &Learned,
+    job: &JobRequest,
+    key: &str,
+) -> model::Decision {
+    let state = decisions.decision_state(live, policy, unix_seconds());
+    let seed = decisions::workload_seed(policy, &state.digest(), key);
+    model::score(policy, state, job, true, seed)
+}
+
+/// A group of several Pods runs at the speed of its slowest member: a workload is given its chosen class
+/// only, so that all its Pods land on that class (the others stay in `candidates`). Only a workload known
+/// to be one Pod (`group_size` 1) keeps every acceptable class: an unknown size counts as a group, so a Pod
+/// whose owner could not be read in time is placed like its siblings.
+fn one_class_for_a_group(req: &pb::ScoreRequest, answer: &mut pb::ScoreResponse) {
+    if !req.workload_key.is_empty() && req.group_size.is_none_or(|n| n > 1) {
+        answer.accepted_classes.truncate(1);
+    }
+}
+
+fn unix_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// The seed of a decision's posterior sample: the request's content, the learned state and the
@@ -317,6 +409,11 @@ pub fn job_request(req: &pb::ScoreRequest) -> Result<JobRequest, Status> {
     }
     check_list("candidate_classes", &req.candidate_classes)?;
     check_list("colocated_job_types", &req.colocated_job_types)?;
+    if req.workload_key.len() > MAX_WORKLOAD_KEY_LEN {
+        return Err(invalid(format!(
+            "workload_key is longer than {MAX_WORKLOAD_KEY_LEN} bytes"
+        )));
+    }
     Ok(JobRequest {
         tier: req.tier.clone(),
         job_type: req.job_type.clone(),
@@ -468,7 +565,11 @@ fn explain_response(
         state_digest,
         observations,
         candidates,
-        answer: Some(score_response(policy, req, d)),
+        answer: Some({
+            let mut answer = score_response(policy, req, d);
+            one_class_for_a_group(req, &mut answer);
+            answer
+        }),
     }
 }
 
@@ -665,6 +766,164 @@ mod tests {
             gpu_memory_gib: memory,
             ..Default::default()
         }
+    }
+
+    /// A replica exploring on every decision it may (cap 100 %), started with a state that holds one
+    /// observation (nothing is explored before the first), with `epoch` as its decision epoch.
+    fn exploring_replica(epoch: std::time::Duration) -> Core {
+        let mut policy = embedded_default().unwrap();
+        policy.learning.exploration_cap = 1.0;
+        let store = Arc::new(PolicyStore::new(Some(policy)));
+        let metrics = Arc::new(Metrics::unregistered());
+        let learner = Core::new(store.clone(), Learned::default(), metrics.clone());
+        learner
+            .observe(&pb::ObserveRequest {
+                job_type: "train-llama".into(),
+                gpu_class: "H100-80GB".into(),
+                runtime_seconds: 40_000.0,
+                observation_id: "pod-1".into(),
+                ..Default::default()
+            })
+            .unwrap();
+        Core::new(store, learner.snapshot(), metrics).with_decision_epoch(epoch)
+    }
+
+    fn pod_of(key: &str, pod: usize) -> pb::ScoreRequest {
+        pb::ScoreRequest {
+            request_id: format!("{key}-pod-{pod}"),
+            workload_key: key.into(),
+            group_size: Some(32),
+            ..request(Some(20.0))
+        }
+    }
+
+    fn first_class(r: &pb::ScoreResponse) -> String {
+        r.accepted_classes[0].name.clone()
+    }
+
+    #[test]
+    fn one_workload_one_answer_across_exploration_and_replicas() {
+        // Epoch pinning off on one pair, on (default length) on the other: both must agree per workload.
+        for epoch in [std::time::Duration::ZERO, decisions::DEFAULT_EPOCH] {
+            let (a, b) = (exploring_replica(epoch), exploring_replica(epoch));
+            let mut classes = std::collections::BTreeSet::new();
+            let mut explored = 0;
+            for w in 0..24 {
+                let key = format!("batch/Job/ml/train-{w}");
+                let first = a.score(&pod_of(&key, 0)).unwrap();
+                // Replica b has not seen this workload: it must derive the same answer on its own.
+                let other = b.score(&pod_of(&key, 1)).unwrap();
+                assert_eq!(first_class(&first), first_class(&other), "{key}");
+                assert_eq!(first.priority_class, other.priority_class, "{key}");
+                for pod in 2..32 {
+                    let replica = if pod % 2 == 0 { &a } else { &b };
+                    let r = replica.score(&pod_of(&key, pod)).unwrap();
+                    assert_eq!(first_class(&r), first_class(&first), "{key} pod {pod}");
+                    assert_eq!(r.priority_class, first.priority_class);
+                    assert_eq!(r.request_id, format!("{key}-pod-{pod}"));
+                }
+                assert_eq!(first.accepted_classes.len(), 1, "a group gets one class");
+                classes.insert(first_class(&first));
+                explored += usize::from(first.explored);
+            }
+            // Each replica decided each workload once and served it from its cache afterwards.
+            let answers = |c: &Core, answer| {
+                c.metrics
+                    .workload_answers
+                    .get_or_create(&crate::metrics::WorkloadLabels { answer })
+                    .get()
+            };
+            for replica in [&a, &b] {
+                assert_eq!(answers(replica, "decided"), 24);
+                assert_eq!(answers(replica, "cached"), 24 * 15);
+            }
+            // Different workloads are sampled independently: exploration spreads them over several classes.
+            assert!(explored > 0, "nothing explored");
+            assert!(classes.len() >= 2, "{classes:?}");
+        }
+        // The per-request seed (no key) does not keep Pods together: the reason for the key.
+        let c = exploring_replica(decisions::DEFAULT_EPOCH);
+        let unkeyed: std::collections::BTreeSet<String> = (0..32)
+            .map(|i| {
+                first_class(
+                    &c.score(&pb::ScoreRequest {
+                        request_id: format!("uid-{i}"),
+                        ..request(Some(20.0))
+                    })
+                    .unwrap(),
+                )
+            })
+            .collect();
+        assert!(unkeyed.len() >= 2, "{unkeyed:?}");
+        // A workload known to be one Pod keeps every acceptable class; an unknown size counts as a group,
+        // also when the answer comes from the cache.
+        let mut single = pod_of("batch/Job/ml/one", 0);
+        single.group_size = Some(1);
+        assert!(c.score(&single).unwrap().accepted_classes.len() > 1);
+        single.group_size = None;
+        assert_eq!(c.score(&single).unwrap().accepted_classes.len(), 1);
+    }
+
+    /// Twenty fast runs on L4: the live state moves away from the pinned one.
+    fn learn_fast_l4_runs(c: &Core) {
+        for i in 0..20 {
+            c.observe(&pb::ObserveRequest {
+                job_type: "train-llama".into(),
+                gpu_class: "L4-24GB".into(),
+                runtime_seconds: 1_000.0 + f64::from(i),
+                observation_id: format!("obs-{i}"),
+                ..Default::default()
+            })
+            .unwrap();
+        }
+    }
+
+    #[test]
+    fn learning_during_an_epoch_does_not_move_a_workload() {
+        let c = exploring_replica(decisions::DEFAULT_EPOCH);
+        let keys: Vec<String> = (0..16)
+            .map(|w| format!("kubeflow.org/MPIJob/ml/w{w}"))
+            .collect();
+        let answers: Vec<pb::ScoreResponse> = keys
+            .iter()
+            .map(|k| c.score(&pod_of(k, 0)).unwrap())
+            .collect();
+        assert!(answers.iter().any(|a| a.explored), "nothing explored");
+        let before: Vec<String> = answers.iter().map(first_class).collect();
+        let digest = c.snapshot().digest();
+        learn_fast_l4_runs(&c);
+        assert_ne!(c.snapshot().digest(), digest, "the live state learned");
+        let after: Vec<String> = keys
+            .iter()
+            .map(|k| first_class(&c.score(&pod_of(k, 5)).unwrap()))
+            .collect();
+        assert_eq!(before, after);
+        // Not the cache: a second replica that learns the same during the epoch and then sees these
+        // workloads for the first time decides as the first did before learning (the pinned state). Once in
+        // 600 s an epoch boundary may fall inside this block: then it is run again.
+        let second_replica = || {
+            let epoch = decisions::epoch_of(unix_seconds(), decisions::DEFAULT_EPOCH);
+            let b = exploring_replica(decisions::DEFAULT_EPOCH);
+            learn_fast_l4_runs(&b);
+            let classes: Vec<String> = keys
+                .iter()
+                .map(|k| first_class(&b.score(&pod_of(k, 7)).unwrap()))
+                .collect();
+            (epoch == decisions::epoch_of(unix_seconds(), decisions::DEFAULT_EPOCH))
+                .then_some(classes)
+        };
+        let theirs = second_replica().or_else(second_replica).unwrap();
+        assert_eq!(theirs, before);
+        // Explain shows the pinned decision too (same seed, same pinned state).
+        let e = c.explain(&pod_of(&keys[0], 9)).unwrap();
+        assert_eq!(first_class(e.answer.as_ref().unwrap()), before[0]);
+        // A workload key that does not fit is refused.
+        let mut r = pod_of(&"x".repeat(2000), 0);
+        r.workload_key = "x".repeat(2000);
+        assert_eq!(
+            c.score(&r).unwrap_err().code(),
+            tonic::Code::InvalidArgument
+        );
     }
 
     #[test]

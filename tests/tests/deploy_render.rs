@@ -512,9 +512,10 @@ fn priority_classes_equal_the_policy_buckets() {
 }
 
 /// RBAC resource of each Kubernetes type the frontend may use through `kube::Api<T>`.
-const KNOWN_TYPES: [(&str, &str, &str); 10] = [
+const KNOWN_TYPES: [(&str, &str, &str); 11] = [
     ("Namespace", "", "namespaces"),
     ("Job", "batch", "jobs"),
+    ("ReplicaSet", "apps", "replicasets"),
     (
         "CheckpointBackup",
         "migration.dcnlab.com",
@@ -668,6 +669,7 @@ fn rbac_grants_exactly_what_the_frontend_watches() {
             "priorityclasses".to_string(),
         ),
         ("batch".to_string(), "jobs".to_string()),
+        ("apps".to_string(), "replicasets".to_string()),
         (
             "migration.dcnlab.com".to_string(),
             "checkpointbackups".to_string(),
@@ -691,9 +693,10 @@ fn rbac_grants_exactly_what_the_frontend_watches() {
             m.mode
         );
         for ((_, resource), (verbs, names)) in &rules {
-            // Jobs: also one GET of a Job the watch has not delivered yet (checkpoint restore).
+            // Jobs and ReplicaSets: also one GET of an owner the watch has not delivered yet (checkpoint
+            // restore, the workload of a Pod).
             let mut want = BTreeSet::from(["list".to_string(), "watch".to_string()]);
-            if resource == "jobs" {
+            if resource == "jobs" || resource == "replicasets" {
                 want.insert("get".to_string());
             }
             assert_eq!(verbs, &want, "{resource}");

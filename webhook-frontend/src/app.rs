@@ -39,6 +39,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         )),
         _ => None,
     };
+    let workloads = match (&client, config.no_kube) {
+        (Some(client), false) => Some(crate::cluster::workloads::WorkloadOwners::start(
+            client.clone(),
+        )),
+        _ => None,
+    };
     let cluster = match (&client, config.no_kube) {
         (Some(client), false) => ClusterFacts::Kube(kube_cache::KubeCaches::start(
             client.clone(),
@@ -120,6 +126,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             )?,
         )
         .with_checkpoints(checkpoints)
+        .with_workloads(workloads)
         .with_certificate_served(certificate_served),
     );
     let shutdown = shutdown::Shutdown::install()?;

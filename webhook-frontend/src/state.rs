@@ -16,6 +16,8 @@ pub struct AppState {
     pub policy: Arc<PolicyCache>,
     /// CheckpointBackups and Jobs for `/mutate-pod-checkpoint`; `None` with `--no-kube`.
     pub checkpoints: Option<crate::cluster::checkpoints::CheckpointCaches>,
+    /// Jobs and ReplicaSets, to resolve a Pod's workload; `None` with `--no-kube` (first hop only).
+    pub workloads: Option<crate::cluster::workloads::WorkloadOwners>,
     pub metrics: Arc<Metrics>,
     /// Set once the TLS listener is bound.
     pub listening: AtomicBool,
@@ -64,6 +66,7 @@ impl AppState {
             cluster,
             policy,
             checkpoints: None,
+            workloads: None,
             metrics,
             listening: AtomicBool::new(false),
             certificate_served: Arc::new(AtomicBool::new(false)),
@@ -77,6 +80,15 @@ impl AppState {
         checkpoints: Option<crate::cluster::checkpoints::CheckpointCaches>,
     ) -> Self {
         self.checkpoints = checkpoints;
+        self
+    }
+
+    /// With the Job/ReplicaSet caches that resolve a Pod's controlling workload.
+    pub fn with_workloads(
+        mut self,
+        workloads: Option<crate::cluster::workloads::WorkloadOwners>,
+    ) -> Self {
+        self.workloads = workloads;
         self
     }
 

@@ -101,7 +101,7 @@ impl PriorityClassLookup for KubeCaches {
 }
 
 /// Polls a reflector stream forever, logging watch errors (the backoff retries them).
-async fn drive<S, T>(stream: S, what: &'static str)
+pub(crate) async fn drive<S, T>(stream: S, what: &'static str)
 where
     S: futures::Stream<Item = Result<T, watcher::Error>> + Send,
 {

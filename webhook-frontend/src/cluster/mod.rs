@@ -3,6 +3,7 @@
 
 pub mod checkpoints;
 pub mod kube_cache;
+pub mod workloads;
 
 use std::collections::HashMap;
 

@@ -85,6 +85,8 @@ pub fn score_request(uid: &str, c: &Candidate<'_>, policy: &PolicySnapshot) -> S
         model_size_billion_params: f.model_size_billion_params,
         candidate_classes,
         colocated_job_types: Vec::new(),
+        // The workload (key, group size) is set by the handler: resolving it may read the owner.
+        ..Default::default()
     }
 }
 

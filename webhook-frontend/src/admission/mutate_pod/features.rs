@@ -18,14 +18,6 @@ pub mod keys {
     pub const MODEL_SIZE_B: &str = "gpu-admission.io/model-size-b";
 }
 
-/// The Job (and, when its name shows it, the CronJob) that owns the Pod.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobOwner {
-    pub job: String,
-    /// Derived from the Job name `<cronjob>-<scheduled minute>` when the owner Job was made by a CronJob.
-    pub cron_job: Option<String>,
-}
-
 /// Everything the admission decision knows about the job, taken from the Pod alone.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobFeatures {
@@ -38,7 +30,6 @@ pub struct JobFeatures {
     pub batch_size: Option<u32>,
     pub model_size_billion_params: Option<f64>,
     pub tenant: Option<String>,
-    pub owner: Option<JobOwner>,
     /// Names of DRA resource claims (`spec.resourceClaims`); noted, not scored.
     pub dra_claims: Vec<String>,
     /// Values that were present but unreadable, as short human-readable sentences.
@@ -145,27 +136,6 @@ pub fn is_label_value(s: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
 }
 
-/// The owning Job from `ownerReferences` (the controller reference first), and the CronJob behind it when the
-/// Job's name is `<cronjob>-<digits>` (how the CronJob controller names its Jobs).
-fn job_owner(pod: &Pod) -> Option<JobOwner> {
-    let refs = pod.metadata.owner_references.as_deref()?;
-    let job = refs
-        .iter()
-        .filter(|r| r.kind == "Job" && r.api_version.starts_with("batch/"))
-        .max_by_key(|r| r.controller.unwrap_or(false))?;
-    let cron_job = job
-        .name
-        .rsplit_once('-')
-        .filter(|(prefix, digits)| {
-            !prefix.is_empty() && digits.len() >= 8 && digits.bytes().all(|c| c.is_ascii_digit())
-        })
-        .map(|(prefix, _)| prefix.to_string());
-    Some(JobOwner {
-        job: job.name.clone(),
-        cron_job,
-    })
-}
-
 /// Extracts the job features of a Pod. Never fails: unreadable values are skipped with a warning.
 pub fn extract(pod: &Pod) -> JobFeatures {
     let mut warnings = Vec::new();
@@ -251,7 +221,6 @@ pub fn extract(pod: &Pod) -> JobFeatures {
         batch_size,
         model_size_billion_params,
         tenant,
-        owner: job_owner(pod),
         dra_claims,
         warnings,
     }
@@ -368,32 +337,6 @@ mod tests {
         );
         assert_eq!(f.workload_class, WorkloadClass::Unknown);
         assert_eq!(f.warnings.len(), 5, "{:?}", f.warnings);
-    }
-
-    #[test]
-    fn job_and_cronjob_owner() {
-        let p = pod(json!({"metadata": {"ownerReferences": [
-            {"apiVersion": "v1", "kind": "ReplicaSet", "name": "rs", "uid": "1"},
-            {"apiVersion": "batch/v1", "kind": "Job", "name": "nightly-train-29012345", "uid": "2", "controller": true}
-        ]}}));
-        assert_eq!(
-            extract(&p).owner,
-            Some(JobOwner {
-                job: "nightly-train-29012345".into(),
-                cron_job: Some("nightly-train".into())
-            })
-        );
-        let p = pod(
-            json!({"metadata": {"ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "pi", "uid": "2"}]}}),
-        );
-        assert_eq!(
-            extract(&p).owner,
-            Some(JobOwner {
-                job: "pi".into(),
-                cron_job: None
-            })
-        );
-        assert_eq!(extract(&pod(json!({"metadata": {}}))).owner, None);
     }
 
     #[test]

@@ -187,9 +187,22 @@ async fn admit_pod(
         record_skip(span, "already decided", "");
         return (Outcome::skipped, Answer::default());
     }
-    let request = decide::score_request(uid, &candidate, &policy);
+    let mut request = decide::score_request(uid, &candidate, &policy);
 
     let deadline = state.scorer.deadline(apiserver_timeout);
+    // One decision per workload: the scorer groups by this key. Reading the owner takes from the scorer's
+    // budget, at most a quarter of it.
+    let workload = crate::cluster::workloads::resolve_workload(
+        state.workloads.as_ref(),
+        candidate.pod,
+        candidate.namespace,
+        (deadline / 4).min(crate::cluster::workloads::OWNER_READ_BUDGET),
+    )
+    .await;
+    if let Some(w) = &workload {
+        request.workload_key = w.key();
+        request.group_size = w.group_size;
+    }
     let call_span = tracing::info_span!(
         "scorer.score",
         otel.kind = "client",
@@ -295,7 +308,9 @@ async fn admit_pod(
         gpu_class = class,
         priority = answer.priority_score,
         avoid = ?answer.avoid_job_types,
-        owner = ?candidate.features.owner,
+        workload = workload.as_ref().map(|w| w.key()).unwrap_or_default(),
+        group_size = workload.as_ref().and_then(|w| w.group_size),
+        workload_via = ?workload.as_ref().map(|w| &w.via),
         dra_claims = ?candidate.features.dra_claims,
         ops = mutation.ops.len(),
         admin,

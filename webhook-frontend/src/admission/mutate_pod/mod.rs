@@ -5,3 +5,4 @@ pub mod decide;
 pub mod features;
 pub mod handler;
 pub mod patch;
+pub mod workload;
