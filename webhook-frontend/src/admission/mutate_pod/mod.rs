@@ -3,5 +3,6 @@
 
 pub mod decide;
 pub mod features;
+pub mod gpu_resources;
 pub mod handler;
 pub mod patch;
