@@ -413,6 +413,7 @@ pub fn check_decision(
             ));
         }
         if let Some(class) = policy.catalog.iter().find(|c| c.name == class_ann) {
+            d.class = Some(class.name.clone());
             let carries = |k: &str, v: &str| {
                 (class.node_label_key == k && class.node_label_value == v)
                     || policy.class_labels.iter().any(|cl| {
@@ -466,16 +467,13 @@ pub fn check_decision(
                 "the Pod pinned {before_pinned:?} itself, now pinned {after_pinned:?}"
             ));
         }
-        // A pin outside the tier is kept (validation answers it) and the tier's classes are ANDed in, so the
-        // Pod can never run outside its tier.
-        let added: Vec<&String> = after_pinned
-            .iter()
-            .filter(|c| !before_pinned.contains(c))
-            .collect();
+        // A pin outside the tier is kept (validation answers it) and the tier's classes are ANDed in (a new
+        // nodeSelector entry or new `In` expressions), so the Pod can never run outside its tier.
+        let added = added_class_constraint(before, after);
         if !inside_tier
             && (before_pinned.iter().any(|c| !after_pinned.contains(c))
                 || added.is_empty()
-                || added.iter().any(|c| !tier_classes.contains(c)))
+                || added.iter().any(|c| !tier_classes.contains(&c)))
         {
             errs.push(format!(
                 "the Pod pinned {before_pinned:?} outside tier {tier} ({tier_classes:?}), now pinned {after_pinned:?}"
@@ -538,6 +536,41 @@ pub fn check_decision(
         }
     }
     (d, errs)
+}
+
+/// The class values of the constraints admission added on the class label: a new `nodeSelector` entry and
+/// new `In` expressions of the required node affinity.
+fn added_class_constraint(before: &Value, after: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let selected = |p: &Value| {
+        p.pointer("/spec/nodeSelector")
+            .and_then(|s| s.get(CLASS_LABEL))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    if selected(before).is_none()
+        && let Some(v) = selected(after)
+    {
+        out.push(v);
+    }
+    let terms = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms";
+    let (bt, at) = (array_at(before, terms), array_at(after, terms));
+    for (i, term) in at.iter().enumerate() {
+        let old = bt
+            .get(i)
+            .map(|t| array_at(t, "/matchExpressions"))
+            .unwrap_or_default();
+        for e in array_at(term, "/matchExpressions") {
+            if !old.contains(&e) && e["key"] == CLASS_LABEL && e["operator"] == "In" {
+                out.extend(
+                    array_at(e, "/values")
+                        .iter()
+                        .filter_map(|v| v.as_str().map(str::to_string)),
+                );
+            }
+        }
+    }
+    out
 }
 
 fn check_class(

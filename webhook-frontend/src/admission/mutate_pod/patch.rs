@@ -262,8 +262,25 @@ fn effective_class_labels(input: &PatchInput<'_>) -> Vec<(String, Vec<(String, S
     out
 }
 
-/// Does every required node-affinity term hold an `In` on a class label whose classes are all in the tier?
+/// Does the Pod carry the tier's classes: a `nodeSelector` entry, or on every required node-affinity term an
+/// `In`, on a class label whose classes are all in the tier?
 fn tier_anded(spec: &PodSpec, tier: &TierRules<'_>, class_labels: &ClassLabels) -> bool {
+    let in_tier = |key: &str, values: &[String]| {
+        let classes: Vec<&str> = class_labels
+            .iter()
+            .filter(|(_, l)| l.iter().any(|(k, v)| k == key && values.contains(v)))
+            .map(|(n, _)| n.as_str())
+            .collect();
+        !classes.is_empty() && classes.iter().all(|c| tier.allows(c))
+    };
+    if spec
+        .node_selector
+        .iter()
+        .flatten()
+        .any(|(k, v)| in_tier(k, std::slice::from_ref(v)))
+    {
+        return true;
+    }
     let terms = spec
         .affinity
         .as_ref()
@@ -276,15 +293,10 @@ fn tier_anded(spec: &PodSpec, tier: &TierRules<'_>, class_labels: &ClassLabels) 
         .unwrap_or(&[]);
     !terms.is_empty()
         && terms.iter().all(|t| {
-            t.match_expressions.iter().flatten().any(|e| {
-                let values = e.values.as_deref().unwrap_or(&[]);
-                let classes: Vec<&str> = class_labels
-                    .iter()
-                    .filter(|(_, l)| l.iter().any(|(k, v)| k == &e.key && values.contains(v)))
-                    .map(|(n, _)| n.as_str())
-                    .collect();
-                e.operator == "In" && !classes.is_empty() && classes.iter().all(|c| tier.allows(c))
-            })
+            t.match_expressions
+                .iter()
+                .flatten()
+                .any(|e| e.operator == "In" && in_tier(&e.key, e.values.as_deref().unwrap_or(&[])))
         })
 }
 
