@@ -141,7 +141,7 @@ fn class_matches(labels: &[(String, String)], e: &NodeSelectorRequirement) -> bo
     let num = |v: &str| v.parse::<i64>().ok();
     match e.operator.as_str() {
         "In" => have.iter().any(|v| want.contains(v)),
-        "NotIn" => !(!have.is_empty() && have.iter().all(|v| want.contains(v))),
+        "NotIn" => have.is_empty() || !have.iter().all(|v| want.contains(v)),
         "Exists" => !have.is_empty(),
         "DoesNotExist" => have.is_empty(),
         "Gt" | "Lt" => {
