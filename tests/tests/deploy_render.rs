@@ -347,7 +347,8 @@ fn webhook_registration_is_safe_and_selective() {
         "limits",
         "'nvidia.com/gpu'",
         "'amd.com/gpu'",
-        "startsWith('gpu.intel.com/')",
+        "'gpu.intel.com/i915'",
+        "resourceClaims",
     ] {
         assert!(
             expr.contains(needle),
