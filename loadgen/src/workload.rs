@@ -15,6 +15,7 @@ use hyper::body::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
+use webhook_frontend::admission::features;
 
 const UID_PLACEHOLDER: &str = "@@LOADGEN-UID@@";
 /// Length of the uids written by [`write_uid`].
@@ -192,6 +193,9 @@ fn generate_one(rng: &mut StdRng, idx: usize) -> Result<Item> {
     let gpu = kind != Kind::NonGpu;
 
     let (vendor, resource) = match rng.random::<f64>() {
+        // MIG slices and time-sliced replicas: other ways of asking for NVIDIA GPUs.
+        r if r < 0.04 => (GpuVendor::Nvidia, "nvidia.com/mig-1g.10gb"),
+        r if r < 0.06 => (GpuVendor::Nvidia, "nvidia.com/gpu.shared"),
         r if r < 0.80 => (GpuVendor::Nvidia, "nvidia.com/gpu"),
         r if r < 0.94 => (GpuVendor::Amd, "amd.com/gpu"),
         _ => (GpuVendor::Intel, "gpu.intel.com/i915"),
@@ -381,6 +385,8 @@ fn generate_one(rng: &mut StdRng, idx: usize) -> Result<Item> {
     } else {
         json!({"username": format!("{tenant}@example.com"), "groups": [format!("oidc:{tenant}"), "system:authenticated"]})
     };
+    // What the frontend will read from this Pod, by the frontend's own rule.
+    let asked = features::extract(&serde_json::from_value(pod.clone())?);
     let review = envelope(
         &namespace,
         operation,
@@ -395,9 +401,9 @@ fn generate_one(rng: &mut StdRng, idx: usize) -> Result<Item> {
         tier: tier.clone(),
         job_type: job_type.to_string(),
         workload_class: class as i32,
-        gpu_count: count,
-        gpu_vendor: vendor as i32,
-        gpu_memory_gib: ann_mem,
+        gpu_count: asked.gpu_count,
+        gpu_vendor: asked.gpu_vendor as i32,
+        gpu_memory_gib: ann_mem.or(asked.gpu_memory_gib),
         batch_size: ann_batch,
         ..Default::default()
     });
@@ -575,45 +581,23 @@ fn collect_templates(v: &Value, out: &mut Vec<Value>) {
     }
 }
 
-/// A ScoreRequest for a replayed Pod that asks for GPUs (count and vendor from its resources).
+/// A ScoreRequest for a replayed Pod that asks for GPUs (count, vendor and memory by the frontend's rule).
 fn score_request_for(review: &Value) -> Option<ScoreRequest> {
     let req = &review["request"];
-    let spec = &req["object"]["spec"];
-    let mut best: Option<(u32, GpuVendor)> = None;
-    for list in ["containers", "initContainers"] {
-        for c in spec[list].as_array().into_iter().flatten() {
-            for part in ["limits", "requests"] {
-                for (k, v) in c["resources"][part].as_object().into_iter().flatten() {
-                    let vendor = match k.as_str() {
-                        "nvidia.com/gpu" => GpuVendor::Nvidia,
-                        "amd.com/gpu" => GpuVendor::Amd,
-                        k if k.starts_with("gpu.intel.com/") => GpuVendor::Intel,
-                        _ => continue,
-                    };
-                    let n = v
-                        .as_u64()
-                        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
-                        .unwrap_or(0);
-                    if n > 0 && best.is_none_or(|(b, _)| n as u32 > b) {
-                        best = Some((n as u32, vendor));
-                    }
-                }
-            }
-        }
+    let pod = serde_json::from_value(req["object"].clone()).ok()?;
+    let asked = features::extract(&pod);
+    if asked.gpu_count == 0 {
+        return None;
     }
-    let (count, vendor) = best?;
     let ns = req["namespace"].as_str().unwrap_or("");
     let tier = NAMESPACE_TIERS.iter().find(|(n, _)| *n == ns)?.1;
-    let ann = &req["object"]["metadata"]["annotations"];
     Some(ScoreRequest {
         namespace: ns.to_string(),
         tier: tier.to_string(),
-        job_type: ann["app.kubernetes.io/job-type"]
-            .as_str()
-            .unwrap_or("")
-            .to_string(),
-        gpu_count: count,
-        gpu_vendor: vendor as i32,
+        job_type: asked.job_type.unwrap_or_default(),
+        gpu_count: asked.gpu_count,
+        gpu_vendor: asked.gpu_vendor as i32,
+        gpu_memory_gib: asked.gpu_memory_gib,
         ..Default::default()
     })
 }
@@ -635,6 +619,12 @@ mod tests {
         assert!(mix["non-gpu"] > 40, "{mix:?}");
         assert!(mix.contains_key("gpu-untiered") && mix.contains_key("already-decided"));
         assert_eq!(a.score_requests().len(), mix["gpu-tiered"]);
+        // MIG slices come with their memory when the Pod does not state one.
+        let bodies: Vec<String> = (0..400)
+            .map(|i| String::from_utf8(body(&a, i).to_vec()).unwrap())
+            .collect();
+        assert!(bodies.iter().any(|b| b.contains("nvidia.com/mig-1g.10gb")));
+        assert!(bodies.iter().any(|b| b.contains("nvidia.com/gpu.shared")));
     }
 
     #[test]
@@ -647,9 +637,8 @@ mod tests {
             let v: Value = serde_json::from_slice(&item.review.body(&uid)).unwrap();
             assert_eq!(v["request"]["uid"], "0000abcd-0000-4000-8000-00000000004d");
             assert_eq!(v["request"]["object"]["kind"], "Pod");
-            let has_gpu = v.to_string().contains("nvidia.com/gpu\":\"")
-                || v.to_string().contains("amd.com/gpu\":\"")
-                || v.to_string().contains("gpu.intel.com/i915\":\"");
+            let pod = serde_json::from_value(v["request"]["object"].clone()).unwrap();
+            let has_gpu = features::extract(&pod).gpu_count > 0;
             assert_eq!(has_gpu, item.kind != Kind::NonGpu, "{v}");
         }
     }

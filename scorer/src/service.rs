@@ -635,6 +635,23 @@ fn policy_response(policy: &Policy) -> pb::GetPolicyResponse {
             .iter()
             .filter_map(|j| j.default_memory_gib.map(|m| (j.name.clone(), m)))
             .collect(),
+        gpu_resources: policy.gpu_resources.clone(),
+        class_labels: policy
+            .classes
+            .iter()
+            .filter(|c| !c.identifying_labels.is_empty())
+            .map(|c| pb::ClassLabels {
+                class: c.name.clone(),
+                labels: c
+                    .identifying_labels
+                    .iter()
+                    .map(|(key, value)| pb::NodeLabel {
+                        key: key.clone(),
+                        value: value.clone(),
+                    })
+                    .collect(),
+            })
+            .collect(),
     }
 }
 

@@ -8,32 +8,77 @@ use serde_json::Value;
 pub struct GpuAsk {
     /// `nvidia`, `amd` or `intel`.
     pub vendor: &'static str,
-    /// Largest count asked by one container (requests or limits), containers and init containers.
+    /// Largest device count asked by one container (requests or limits), containers and init containers; a
+    /// container asking only for a share (HAMi memory or cores, Intel millicores) counts one.
     pub count: f64,
+    /// GPU memory per device the resources carry (a MIG slice's, HAMi's `nvidia.com/gpumem` in MiB), GiB.
+    pub memory_gib: Option<f64>,
+    /// How the GPUs are asked for: `devices`, `shared`, `mig`, `memory`, `cores` joined by `+` in that order.
+    pub shape: String,
 }
 
+/// A quantity as a number: plain, or with a Kubernetes suffix (`m`, `k`, `M`, `G`, `Ki`, `Mi`, `Gi`).
 fn quantity(v: &Value) -> Option<f64> {
-    match v {
-        Value::Number(n) => n.as_f64(),
-        Value::String(s) => s.trim().parse().ok(),
+    let s = match v {
+        Value::Number(n) => return n.as_f64(),
+        Value::String(s) => s.trim(),
+        _ => return None,
+    };
+    let suffixes: [(&str, f64); 7] = [
+        ("Ki", 1024.0),
+        ("Mi", 1048576.0),
+        ("Gi", 1073741824.0),
+        ("m", 0.001),
+        ("k", 1e3),
+        ("M", 1e6),
+        ("G", 1e9),
+    ];
+    for (suffix, factor) in suffixes {
+        if let Some(n) = s.strip_suffix(suffix) {
+            return n.parse::<f64>().ok().map(|n| n * factor);
+        }
+    }
+    s.parse().ok()
+}
+
+/// How one resource name counts. This is the test oracle's own statement of the policy's default
+/// `gpuResources` list, written independently of the frontend's `gpu_resources` module on purpose, so that
+/// a mistake in one of them shows as a disagreement: NVIDIA whole, shared and MIG devices and HAMi memory/
+/// cores, AMD devices, Intel `i915`/`xe` devices and millicores (a share); nothing else of `gpu.intel.com`.
+fn resource_kind(name: &str) -> Option<(&'static str, &'static str)> {
+    match name {
+        "nvidia.com/gpu" => Some(("nvidia", "devices")),
+        "nvidia.com/gpu.shared" => Some(("nvidia", "shared")),
+        "nvidia.com/gpumem" => Some(("nvidia", "memory")),
+        "nvidia.com/gpucores" => Some(("nvidia", "cores")),
+        "amd.com/gpu" => Some(("amd", "devices")),
+        "gpu.intel.com/i915" | "gpu.intel.com/xe" => Some(("intel", "devices")),
+        "gpu.intel.com/millicores" => Some(("intel", "cores")),
+        n if mig_memory_gib(n).is_some() => Some(("nvidia", "mig")),
         _ => None,
     }
 }
 
-fn vendor_of(resource: &str) -> Option<&'static str> {
-    if resource == "nvidia.com/gpu" {
-        Some("nvidia")
-    } else if resource == "amd.com/gpu" {
-        Some("amd")
-    } else if resource.starts_with("gpu.intel.com/") {
-        Some("intel")
-    } else {
-        None
-    }
+/// `nvidia.com/mig-<compute>g.<memory>gb` → the slice memory in GiB.
+fn mig_memory_gib(name: &str) -> Option<f64> {
+    let rest = name.strip_prefix("nvidia.com/mig-")?;
+    let (compute, memory) = rest.split_once("g.")?;
+    let memory = memory.strip_suffix("gb")?;
+    let alnum = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit());
+    (alnum(compute) && digits(memory))
+        .then(|| memory.parse().ok())
+        .flatten()
 }
 
-/// The Pod's GPU request (`nvidia.com/gpu`, `amd.com/gpu`, `gpu.intel.com/*` > 0 in requests or limits of
-/// any container or init container), or `None` for a Pod that asks for no GPU.
+const SHAPE_ORDER: [&str; 5] = ["devices", "shared", "mig", "memory", "cores"];
+
+/// The Pod's GPU request (the resources of [`resource_kind`] > 0 in requests or limits of any container or
+/// init container), or `None` for a Pod that asks for no GPU. DRA claims are not resolved here.
 pub fn gpu_ask(pod: &Value) -> Option<GpuAsk> {
     let mut best: Option<GpuAsk> = None;
     for list in ["containers", "initContainers"] {
@@ -44,6 +89,7 @@ pub fn gpu_ask(pod: &Value) -> Option<GpuAsk> {
             continue;
         };
         for c in containers {
+            let mut per_name: Vec<(&str, &'static str, &'static str, f64)> = Vec::new();
             for kind in ["requests", "limits"] {
                 let Some(res) = c
                     .pointer(&format!("/resources/{kind}"))
@@ -52,13 +98,46 @@ pub fn gpu_ask(pod: &Value) -> Option<GpuAsk> {
                     continue;
                 };
                 for (name, q) in res {
-                    if let (Some(vendor), Some(count)) = (vendor_of(name), quantity(q))
-                        && count > 0.0
-                        && best.as_ref().is_none_or(|b| count > b.count)
+                    if let (Some((vendor, k)), Some(n)) = (resource_kind(name), quantity(q))
+                        && n > 0.0
                     {
-                        best = Some(GpuAsk { vendor, count });
+                        match per_name.iter_mut().find(|e| e.0 == name) {
+                            Some(e) => e.3 = e.3.max(n),
+                            None => per_name.push((name, vendor, k, n)),
+                        }
                     }
                 }
+            }
+            let Some(vendor) = per_name.first().map(|e| e.1) else {
+                continue;
+            };
+            let devices: f64 = per_name
+                .iter()
+                .filter(|e| matches!(e.2, "devices" | "shared" | "mig"))
+                .map(|e| e.3.ceil())
+                .sum();
+            let count = if devices > 0.0 { devices } else { 1.0 };
+            let memory_gib = per_name
+                .iter()
+                .filter_map(|e| match e.2 {
+                    "mig" => mig_memory_gib(e.0),
+                    "memory" => Some(e.3 / 1024.0),
+                    _ => None,
+                })
+                .reduce(f64::max);
+            let shape = SHAPE_ORDER
+                .iter()
+                .filter(|k| per_name.iter().any(|e| e.2 == **k))
+                .copied()
+                .collect::<Vec<_>>()
+                .join("+");
+            if best.as_ref().is_none_or(|b| count > b.count) {
+                best = Some(GpuAsk {
+                    vendor,
+                    count,
+                    memory_gib,
+                    shape,
+                });
             }
         }
     }
@@ -197,5 +276,33 @@ mod tests {
             "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
                 {"matchExpressions": [{"key": "k", "operator": "In", "values": ["A", "B"]}]}]}}}}});
         assert_eq!(pinned_classes(&pod, "k"), ["A", "B"]);
+    }
+
+    #[test]
+    fn restates_the_gpu_resource_rule() {
+        let pod = |res: Value| json!({"spec": {"containers": [{"name": "a", "resources": res}]}});
+        let a = gpu_ask(&pod(
+            json!({"limits": {"gpu.intel.com/i915": 1, "gpu.intel.com/millicores": 500}}),
+        ))
+        .unwrap();
+        assert_eq!(
+            (a.vendor, a.count, a.shape.as_str()),
+            ("intel", 1.0, "devices+cores")
+        );
+        let a = gpu_ask(&pod(json!({"limits": {"nvidia.com/mig-1g.10gb": 2}}))).unwrap();
+        assert_eq!(
+            (a.vendor, a.count, a.memory_gib),
+            ("nvidia", 2.0, Some(10.0))
+        );
+        let a = gpu_ask(&pod(json!({"limits": {"nvidia.com/gpumem": 20000}}))).unwrap();
+        assert_eq!((a.count, a.shape.as_str()), (1.0, "memory"));
+        assert!((a.memory_gib.unwrap() - 19.53).abs() < 0.01);
+        assert_eq!(
+            gpu_ask(&pod(json!({"limits": {"nvidia.com/gpu": "1000m"}})))
+                .unwrap()
+                .count,
+            1.0
+        );
+        assert!(gpu_ask(&pod(json!({"limits": {"gpu.intel.com/memory.max": "1Gi"}}))).is_none());
     }
 }

@@ -67,6 +67,12 @@ pub mod names {
         ANN_DECIDED_AT,
         ANN_POLICY_VERSION,
     ];
+    /// Who places the Pod: `gpu-admission`, `pod: <what constrains it>`, `node-name`, `kueue` or `none`.
+    pub const ANN_PLACEMENT: &str = "gpu-admission.io/placement";
+    /// A Kueue-managed Pod's class as we would choose it (Kueue's flavor places the Pod).
+    pub const ANN_RECOMMENDED_CLASS: &str = "gpu-admission.io/recommended-class";
+    pub const ANN_ALTERNATIVES: &str = "gpu-admission.io/alternatives";
+    pub const ANN_EXPLORED: &str = "gpu-admission.io/explored";
     /// Label the webhook adds for pod anti-affinity.
     pub const JOB_TYPE_LABEL: &str = "gpu-admission.io/job-type";
     pub const ANN_JOB_TYPE_SEED: &str = "app.kubernetes.io/job-type";

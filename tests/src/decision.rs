@@ -230,10 +230,16 @@ pub fn check_decision(
     let mut d = Decision::default();
     // Written together; an infeasible decision has no class, so its gpu-class annotation may be absent.
     let infeasible = annotation(after, ANN_INFEASIBLE).is_some();
+    let placement = annotation(after, ANN_PLACEMENT).unwrap_or("");
+    // Placed by someone else: no class is named (Kueue's Pods get a recommendation instead).
+    let placed_elsewhere = matches!(placement, "node-name" | "kueue");
     let missing: Vec<&str> = DECISION_ANNOTATIONS
         .iter()
         .copied()
-        .filter(|k| annotation(after, k).is_none() && !(infeasible && *k == ANN_GPU_CLASS))
+        .filter(|k| {
+            annotation(after, k).is_none()
+                && !((infeasible || placed_elsewhere) && *k == ANN_GPU_CLASS)
+        })
         .collect();
     if !missing.is_empty() {
         errs.push(format!(
@@ -361,6 +367,83 @@ pub fn check_decision(
 
     // The class.
     let class_ann = annotation(after, ANN_GPU_CLASS).unwrap_or("");
+    let node_placement = |pod: &Value| {
+        (
+            pod.pointer("/spec/nodeSelector").cloned(),
+            pod.pointer(
+                "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution",
+            )
+            .cloned(),
+        )
+    };
+    let placement_kept = node_placement(before) == node_placement(after);
+    if placed_elsewhere {
+        if !placement_kept {
+            errs.push(format!(
+                "placed by {placement}, yet its nodeSelector / required node affinity changed"
+            ));
+        }
+        if !class_ann.is_empty() {
+            errs.push(format!(
+                "placed by {placement}, yet {ANN_GPU_CLASS}={class_ann} names a class"
+            ));
+        }
+        let expected = if before
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .is_some_and(|n| !n.is_empty())
+        {
+            "node-name"
+        } else {
+            "kueue"
+        };
+        if placement != expected {
+            errs.push(format!("{ANN_PLACEMENT}={placement}, expected {expected}"));
+        }
+        return (d, errs);
+    }
+    if let Some(own) = placement.strip_prefix("pod: ")
+        && pinned_classes(before, CLASS_LABEL).is_empty()
+    {
+        // The Pod's own constraint on another identifying label (GPU Feature Discovery, cloud, HAMi) is
+        // kept as it is, and a class named must carry every such label the Pod selects.
+        if !placement_kept {
+            errs.push(format!(
+                "the Pod's own constraint ({own}) was kept, yet its placement changed"
+            ));
+        }
+        if let Some(class) = policy.catalog.iter().find(|c| c.name == class_ann) {
+            d.class = Some(class.name.clone());
+            let carries = |k: &str, v: &str| {
+                (class.node_label_key == k && class.node_label_value == v)
+                    || policy.class_labels.iter().any(|cl| {
+                        cl.class == class.name
+                            && cl.labels.iter().any(|l| l.key == k && l.value == v)
+                    })
+            };
+            let identifying = |k: &str| {
+                policy.catalog.iter().any(|c| c.node_label_key == k)
+                    || policy
+                        .class_labels
+                        .iter()
+                        .any(|cl| cl.labels.iter().any(|l| l.key == k))
+            };
+            for (k, v) in obj_entries(before, "/spec/nodeSelector") {
+                if identifying(&k) && !carries(&k, v.as_str().unwrap_or("")) {
+                    errs.push(format!(
+                        "{ANN_GPU_CLASS}={} but the Pod selects {k}={v}, which that class does not carry",
+                        class.name
+                    ));
+                }
+            }
+            check_class(class, before, tier, policy, &mut errs);
+        } else if !class_ann.is_empty() {
+            errs.push(format!(
+                "{ANN_GPU_CLASS}={class_ann:?} is not in the catalog"
+            ));
+        }
+        return (d, errs);
+    }
     let catalog: Vec<&GpuClass> = policy.catalog.iter().collect();
     let label_key_of = |name: &str| {
         catalog
@@ -384,16 +467,13 @@ pub fn check_decision(
                 "the Pod pinned {before_pinned:?} itself, now pinned {after_pinned:?}"
             ));
         }
-        // A pin outside the tier is kept (validation answers it) and the tier's classes are ANDed in, so the
-        // Pod can never run outside its tier.
-        let added: Vec<&String> = after_pinned
-            .iter()
-            .filter(|c| !before_pinned.contains(c))
-            .collect();
+        // A pin outside the tier is kept (validation answers it) and the tier's classes are ANDed in (a new
+        // nodeSelector entry or new `In` expressions), so the Pod can never run outside its tier.
+        let added = added_class_constraint(before, after);
         if !inside_tier
             && (before_pinned.iter().any(|c| !after_pinned.contains(c))
                 || added.is_empty()
-                || added.iter().any(|c| !tier_classes.contains(c)))
+                || added.iter().any(|c| !tier_classes.contains(&c)))
         {
             errs.push(format!(
                 "the Pod pinned {before_pinned:?} outside tier {tier} ({tier_classes:?}), now pinned {after_pinned:?}"
@@ -456,6 +536,41 @@ pub fn check_decision(
         }
     }
     (d, errs)
+}
+
+/// The class values of the constraints admission added on the class label: a new `nodeSelector` entry and
+/// new `In` expressions of the required node affinity.
+fn added_class_constraint(before: &Value, after: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let selected = |p: &Value| {
+        p.pointer("/spec/nodeSelector")
+            .and_then(|s| s.get(CLASS_LABEL))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    if selected(before).is_none()
+        && let Some(v) = selected(after)
+    {
+        out.push(v);
+    }
+    let terms = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms";
+    let (bt, at) = (array_at(before, terms), array_at(after, terms));
+    for (i, term) in at.iter().enumerate() {
+        let old = bt
+            .get(i)
+            .map(|t| array_at(t, "/matchExpressions"))
+            .unwrap_or_default();
+        for e in array_at(term, "/matchExpressions") {
+            if !old.contains(&e) && e["key"] == CLASS_LABEL && e["operator"] == "In" {
+                out.extend(
+                    array_at(e, "/values")
+                        .iter()
+                        .filter_map(|v| v.as_str().map(str::to_string)),
+                );
+            }
+        }
+    }
+    out
 }
 
 fn check_class(

@@ -47,10 +47,18 @@ async fn corpus_manifests_and_admission_reviews() {
     let files = manifest_files().expect("the corpus manifests parse");
     let (mut pods, mut gpu_pods, mut mutated, mut classes) =
         (0, 0, 0, std::collections::BTreeMap::new());
+    // Pods by GPU-request shape (vendor and kinds of resources, as the test oracle reads them).
+    let mut shapes: std::collections::BTreeMap<String, usize> = Default::default();
     for file in &files {
         for p in extract_pods(file) {
             pods += 1;
-            let is_gpu = gpu_ask(&p.pod).is_some();
+            let ask = gpu_ask(&p.pod);
+            *shapes
+                .entry(ask.as_ref().map_or("no GPU".to_string(), |a| {
+                    format!("{} {}", a.vendor, a.shape)
+                }))
+                .or_insert(0) += 1;
+            let is_gpu = ask.is_some();
             let mut targets = vec![(GOLD, Some("gold"))];
             if is_gpu {
                 gpu_pods += 1;
@@ -182,6 +190,11 @@ async fn corpus_manifests_and_admission_reviews() {
         started.elapsed().as_secs_f64()
     );
     println!("corpus: decisions by namespace:class {classes:?}");
+    println!("corpus: pods/templates by GPU-request shape");
+    println!("  {:<28} {:>5}", "shape", "pods");
+    for (shape, n) in &shapes {
+        println!("  {shape:<28} {n:>5}");
+    }
     assert!(
         !files.is_empty() && pods > 0 && !reviews.is_empty(),
         "empty corpus"

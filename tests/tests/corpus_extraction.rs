@@ -51,7 +51,7 @@ fn counts(tier: &Tier) -> (usize, usize, usize) {
 fn fixtures_parse_and_yield_every_shape() {
     let fixtures = corpus::fixtures();
     let (files, pods, gpu) = counts(&fixtures);
-    assert_eq!((files, pods, gpu), (16, 23, 16));
+    assert_eq!((files, pods, gpu), (17, 32, 25));
     assert_templates(
         &fixtures,
         &[
@@ -72,6 +72,8 @@ fn fixtures_parse_and_yield_every_shape() {
             ("raycluster-head-and-gpu-workers.yaml", 3, 1),
             ("jobset-replicated.yaml", 2, 1),
             ("argo-embedded-manifest.yaml", 1, 1),
+            // MIG, time-sliced, HAMi, Intel + millicores, GFD, a class choice, HAMi type, nodeName, Kueue.
+            ("gpu-request-shapes.yaml", 9, 9),
         ],
     );
     // Every vendor, and a GPU asked only by an init container.

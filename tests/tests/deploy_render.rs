@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
 use base64::Engine as _;
+use gpu_admission_proto::scorer::v1::GpuResourceKind;
 use serde_json::{Value, json};
 use support::{NAMESPACE, Rendered, arg_value, arr_at, mode, str_at, strings_at};
 
@@ -346,7 +347,8 @@ fn webhook_registration_is_safe_and_selective() {
         "limits",
         "'nvidia.com/gpu'",
         "'amd.com/gpu'",
-        "startsWith('gpu.intel.com/')",
+        "'gpu.intel.com/i915'",
+        "resourceClaims",
     ] {
         assert!(
             expr.contains(needle),
@@ -1066,23 +1068,120 @@ prog = env.program(env.compile(expr))
 print(json.dumps([bool(prog.evaluate({"object": celpy.json_to_cel(p)})) for p in pods]))
 "#;
 
-/// Does the Pod name a GPU resource (any quantity) in requests or limits of any (init) container?
+/// Does the Pod name a GPU resource of the default `gpuResources` list (any quantity) in requests or limits
+/// of any (init) container, or carry DRA resource claims?
 fn names_a_gpu_resource(pod: &Value) -> bool {
-    ["/spec/containers", "/spec/initContainers"]
-        .iter()
-        .any(|list| {
-            arr_at(pod, list).iter().any(|c| {
-                ["requests", "limits"].iter().any(|k| {
-                    c["resources"][k].as_object().is_some_and(|m| {
-                        m.keys().any(|r| {
-                            r == "nvidia.com/gpu"
-                                || r == "amd.com/gpu"
-                                || r.starts_with("gpu.intel.com/")
-                        })
+    let rules = gpu_admission_proto::gpu_resources::default_rules();
+    let counted = |r: &str| {
+        rules.iter().any(|rule| match rule.kind() {
+            GpuResourceKind::MigSlices => mig_regex_matches(&rule.name, r),
+            GpuResourceKind::DraDeviceClass => false,
+            _ => rule.name == r,
+        })
+    };
+    pod.pointer("/spec/resourceClaims")
+        .is_some_and(|c| !c.is_null())
+        || ["/spec/containers", "/spec/initContainers"]
+            .iter()
+            .any(|list| {
+                arr_at(pod, list).iter().any(|c| {
+                    ["requests", "limits"].iter().any(|k| {
+                        c["resources"][k]
+                            .as_object()
+                            .is_some_and(|m| m.keys().any(|r| counted(r)))
                     })
                 })
             })
+}
+
+/// The RE2 expression a MIG pattern of the policy becomes in CEL (`*` = `[a-z0-9]+`, `{memoryGiB}` digits).
+fn mig_regex(pattern: &str) -> String {
+    let mut out = String::from("^");
+    let mut rest = pattern;
+    while let Some(c) = rest.chars().next() {
+        if let Some(r) = rest.strip_prefix(gpu_admission_proto::gpu_resources::MEMORY_PLACEHOLDER) {
+            out.push_str("[0-9]+");
+            rest = r;
+            continue;
+        }
+        match c {
+            '*' => out.push_str("[a-z0-9]+"),
+            '.' => out.push_str("[.]"),
+            c => out.push(c),
+        }
+        rest = &rest[c.len_utf8()..];
+    }
+    out.push('$');
+    out
+}
+
+/// `name` matches the MIG pattern (the same rule, without a regex crate).
+fn mig_regex_matches(pattern: &str, name: &str) -> bool {
+    let Some((head, tail)) = pattern.split_once('*') else {
+        return false;
+    };
+    let Some((mid, end)) = tail.split_once(gpu_admission_proto::gpu_resources::MEMORY_PLACEHOLDER)
+    else {
+        return false;
+    };
+    let Some(rest) = name.strip_prefix(head).and_then(|r| r.strip_suffix(end)) else {
+        return false;
+    };
+    let Some((compute, memory)) = rest.split_once(mid) else {
+        return false;
+    };
+    !compute.is_empty()
+        && compute
+            .bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && !memory.is_empty()
+        && memory.bytes().all(|c| c.is_ascii_digit())
+}
+
+/// The CEL of every GPU filter names exactly the default `gpuResources` list: each exact resource name,
+/// each MIG pattern as its RE2 expression, and DRA claims.
+#[test]
+fn match_conditions_name_exactly_the_default_gpu_resources() {
+    let Some(m) = mode("default") else { return };
+    let rules = gpu_admission_proto::gpu_resources::default_rules();
+    let exact: BTreeSet<String> = rules
+        .iter()
+        .filter(|r| {
+            !matches!(
+                r.kind(),
+                GpuResourceKind::MigSlices | GpuResourceKind::DraDeviceClass
+            )
         })
+        .map(|r| r.name.clone())
+        .collect();
+    let migs: Vec<String> = rules
+        .iter()
+        .filter(|r| r.kind() == GpuResourceKind::MigSlices)
+        .map(|r| mig_regex(&r.name))
+        .collect();
+    let mwc = m.get("MutatingWebhookConfiguration", WEBHOOK_CONFIG);
+    let vwc = m.get("ValidatingWebhookConfiguration", WEBHOOK_CONFIG);
+    let expressions = [
+        str_at(&mwc["webhooks"][0]["matchConditions"][0], "/expression").to_string(),
+        str_at(&vwc["webhooks"][0]["matchConditions"][0], "/expression").to_string(),
+        str_at(&vwc["webhooks"][1]["matchConditions"][0], "/expression").to_string(),
+    ];
+    for expr in &expressions {
+        // Every quoted string of the `r in [...]` lists.
+        let quoted: Vec<&str> = expr.split('\'').skip(1).step_by(2).collect();
+        let named: BTreeSet<String> = quoted
+            .iter()
+            .filter(|q| q.contains('/') && !q.starts_with('^'))
+            .map(|q| q.to_string())
+            .collect();
+        assert_eq!(named, exact, "resource names in {expr}");
+        for mig in &migs {
+            assert!(quoted.contains(&mig.as_str()), "{mig} in {expr}");
+        }
+        assert!(expr.contains("resourceClaims"), "DRA claims in {expr}");
+    }
+    assert!(mig_regex_matches(&rules[2].name, "nvidia.com/mig-1g.10gb"));
+    assert!(!mig_regex_matches(&rules[2].name, "nvidia.com/mig-1g.gb"));
 }
 
 #[test]
@@ -1136,6 +1235,22 @@ fn match_conditions_send_exactly_the_gpu_pods_of_the_corpus() {
         json_pod(json!([{"name": "c"}]), Some(json!([{"name": "i"}]))),
         json_pod(
             json!([{"name": "c", "resources": {"limits": {"example.com/gpu": "1"}}}]),
+            None,
+        ),
+        json_pod(
+            json!([{"name": "c", "resources": {"limits": {"nvidia.com/mig-1g.10gb": "2"}}}]),
+            None,
+        ),
+        json_pod(
+            json!([{"name": "c", "resources": {"limits": {"nvidia.com/gpumem": "20000"}}}]),
+            None,
+        ),
+        json_pod(
+            json!([{"name": "c", "resources": {"limits": {"gpu.intel.com/memory.max": "1Gi"}}}]),
+            None,
+        ),
+        json_pod(
+            json!([{"name": "c", "resources": {"limits": {"nvidia.com/mig-1g.gb": "1"}}}]),
             None,
         ),
     ];

@@ -9,6 +9,7 @@ use gpu_admission_proto::scorer::v1::{
     EnforcementMode, GetPolicyResponse, GpuClass, NamespaceGrant, Tier, TierFallback,
 };
 
+use crate::admission::mutate_pod::gpu_resources::GpuResources;
 use crate::priority_class::{PriorityClassFacts, PriorityClassLookup};
 
 /// An immutable view of one policy version; swapped whole when a newer one is fetched.
@@ -28,6 +29,10 @@ pub struct PolicySnapshot {
     pub namespace_grants: Vec<NamespaceGrant>,
     /// GPU memory per GPU (GiB) the policy assumes for a job type when a Pod does not say.
     pub job_type_default_memory_gib: HashMap<String, f64>,
+    /// Which resource names ask for GPUs (the built-in default list until a policy says otherwise).
+    pub gpu_resources: GpuResources,
+    /// Every node label identifying each class: its class label, then the policy's other labels.
+    pub class_labels: Vec<(String, Vec<(String, String)>)>,
 }
 
 /// What a namespace's Pods may use: its tier's rules widened by an admin grant for the namespace.
@@ -113,7 +118,25 @@ impl PolicySnapshot {
             EnforcementMode::Unspecified => EnforcementMode::Audit,
             m => m,
         };
+        let class_labels = p
+            .catalog
+            .iter()
+            .map(|c| {
+                let mut labels = vec![(c.node_label_key.clone(), c.node_label_value.clone())];
+                for cl in p.class_labels.iter().filter(|cl| cl.class == c.name) {
+                    for l in &cl.labels {
+                        let pair = (l.key.clone(), l.value.clone());
+                        if !labels.contains(&pair) {
+                            labels.push(pair);
+                        }
+                    }
+                }
+                (c.name.clone(), labels)
+            })
+            .collect();
         Self {
+            gpu_resources: GpuResources::from_rules(&p.gpu_resources),
+            class_labels,
             version: p.version,
             catalog: p.catalog,
             class_label_keys,
@@ -164,6 +187,19 @@ impl PolicySnapshot {
 
     pub fn class(&self, name: &str) -> Option<&GpuClass> {
         self.catalog.iter().find(|c| c.name == name)
+    }
+
+    /// Every node label key that identifies some class (class keys first).
+    pub fn identifying_keys(&self) -> Vec<&str> {
+        let mut keys: Vec<&str> = self.class_label_keys.iter().map(String::as_str).collect();
+        for (_, labels) in &self.class_labels {
+            for (k, _) in labels {
+                if !keys.contains(&k.as_str()) {
+                    keys.push(k);
+                }
+            }
+        }
+        keys
     }
 
     /// The catalog class selected by node label `key=value`.

@@ -75,6 +75,8 @@ pub struct GpuClass {
     pub node_label_key: String,
     pub node_label_value: String,
     pub taint_key: Option<String>,
+    /// Other node labels identifying the class (key, value), in file order.
+    pub identifying_labels: Vec<(String, String)>,
 }
 
 /// A validated tier; class references are indices into [`Policy::classes`].
@@ -152,6 +154,8 @@ pub struct Policy {
     pub learning: LearningSpec,
     pub enforcement: Enforcement,
     pub namespace_grants: Vec<NamespaceGrant>,
+    /// Which Pod resources ask for GPUs (the frontend counts them; carried by GetPolicy).
+    pub gpu_resources: Vec<gpu_admission_proto::scorer::v1::GpuResourceRule>,
     class_index: HashMap<String, usize>,
     tier_index: HashMap<String, usize>,
     job_index: HashMap<String, usize>,

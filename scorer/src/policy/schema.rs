@@ -34,6 +34,41 @@ pub struct PolicyFile {
     /// Exceptions for whole namespaces, granted by whoever may edit this file.
     #[serde(default)]
     pub namespace_grants: Vec<NamespaceGrantSpec>,
+    /// Which Pod resource names (and DRA DeviceClasses) ask for GPUs and how they count; the built-in default
+    /// list (`gpu_admission_proto::gpu_resources::default_rules`) when absent.
+    #[serde(default)]
+    pub gpu_resources: Option<Vec<GpuResourceSpec>>,
+}
+
+/// One resource name that asks for GPUs.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GpuResourceSpec {
+    /// The resource name; for `migSlices` a pattern (`*` = `[a-z0-9]+`, `{memoryGiB}` = the slice memory).
+    pub name: String,
+    /// `nvidia`, `amd` or `intel` (a string, so that an unknown vendor is reported with its field).
+    pub vendor: String,
+    pub kind: GpuResourceKindSpec,
+    /// `memory` only: the quantity's unit, `MiB` (default), `GiB` or `bytes`.
+    #[serde(default)]
+    pub unit: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum GpuResourceKindSpec {
+    /// Whole devices.
+    Devices,
+    /// Shared / time-sliced replicas, one device each.
+    SharedDevices,
+    /// MIG slices, one device each, with the memory the name carries.
+    MigSlices,
+    /// GPU memory per device; no device count (one device when alone).
+    Memory,
+    /// A share of a device's compute; no device count (one device when alone).
+    Cores,
+    /// A DRA DeviceClass whose devices are GPUs.
+    DraDeviceClass,
 }
 
 /// How tier violations are answered.
@@ -127,6 +162,10 @@ pub struct GpuClassSpec {
     pub node_label_value: Option<String>,
     #[serde(default)]
     pub taint_key: Option<String>,
+    /// Other node labels that identify the class (GPU Feature Discovery `nvidia.com/gpu.product`, cloud and
+    /// Karpenter labels): key → the values nodes of this class carry.
+    #[serde(default)]
+    pub node_labels: BTreeMap<String, Vec<String>>,
 }
 
 fn default_gpus_per_node() -> u32 {

@@ -7,7 +7,10 @@ use std::path::Path;
 use ndarray::Array2;
 use sha2::{Digest, Sha256};
 
-use super::schema::{PolicyFile, RuntimeProfile};
+use gpu_admission_proto::gpu_resources::{MEMORY_PLACEHOLDER, MIB_IN_GIB, default_rules};
+use gpu_admission_proto::scorer::v1::{GpuResourceKind, GpuResourceRule, GpuVendor};
+
+use super::schema::{GpuResourceKindSpec, PolicyFile, RuntimeProfile};
 use super::{
     Bucket, Enforcement, GpuClass, JobType, NamespaceGrant, Policy, PriorityRules, Tier,
     WorkloadClass,
@@ -259,6 +262,135 @@ impl Checker {
         out
     }
 
+    /// `gpuResources`: known vendors, no name twice, resource names (MIG: a pattern with one `{memoryGiB}`).
+    fn gpu_resources(&mut self, raw: &PolicyFile) -> Vec<GpuResourceRule> {
+        let Some(specs) = &raw.gpu_resources else {
+            return default_rules();
+        };
+        if specs.is_empty() {
+            self.fail(
+                "gpuResources",
+                "must list at least one resource (omit the field for the built-in list)",
+            );
+        }
+        let mut seen = BTreeSet::new();
+        let mut out = Vec::new();
+        for (i, r) in specs.iter().enumerate() {
+            let f = if r.name.is_empty() {
+                format!("gpuResources[{i}]")
+            } else {
+                format!("gpuResources[{}]", r.name)
+            };
+            if !seen.insert(r.name.clone()) {
+                self.fail(
+                    format!("{f}.name"),
+                    format!("duplicate resource name `{}`", r.name),
+                );
+            }
+            let vendor = match r.vendor.as_str() {
+                "nvidia" => GpuVendor::Nvidia,
+                "amd" => GpuVendor::Amd,
+                "intel" => GpuVendor::Intel,
+                other => {
+                    self.fail(
+                        format!("{f}.vendor"),
+                        format!("unknown vendor `{other}` (nvidia, amd or intel)"),
+                    );
+                    GpuVendor::Unknown
+                }
+            };
+            let name_ok = |n: &str, extra: &str| {
+                let (prefix, rest) = n.split_once('/').unwrap_or(("", n));
+                !prefix.is_empty()
+                    && !rest.is_empty()
+                    && prefix.contains('.')
+                    && n.len() <= 253
+                    && prefix.bytes().all(|c| {
+                        c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'.' || c == b'-'
+                    })
+                    && rest.bytes().all(|c| {
+                        c.is_ascii_alphanumeric()
+                            || b"._-".contains(&c)
+                            || extra.as_bytes().contains(&c)
+                    })
+            };
+            let kind = match r.kind {
+                GpuResourceKindSpec::Devices => GpuResourceKind::Devices,
+                GpuResourceKindSpec::SharedDevices => GpuResourceKind::SharedDevices,
+                GpuResourceKindSpec::MigSlices => GpuResourceKind::MigSlices,
+                GpuResourceKindSpec::Memory => GpuResourceKind::Memory,
+                GpuResourceKindSpec::Cores => GpuResourceKind::Cores,
+                GpuResourceKindSpec::DraDeviceClass => GpuResourceKind::DraDeviceClass,
+            };
+            match kind {
+                GpuResourceKind::MigSlices => {
+                    let without = r.name.replacen(MEMORY_PLACEHOLDER, "", 1);
+                    if r.name.matches(MEMORY_PLACEHOLDER).count() != 1
+                        || !name_ok(&without, "*")
+                        || without.contains("**")
+                    {
+                        self.fail(
+                            format!("{f}.name"),
+                            format!(
+                                "a migSlices pattern is a resource name with one `{MEMORY_PLACEHOLDER}` (the slice \
+                                 memory) and `*` for any [a-z0-9]+, e.g. nvidia.com/mig-*g.{MEMORY_PLACEHOLDER}gb; got `{}`",
+                                r.name
+                            ),
+                        );
+                    }
+                }
+                GpuResourceKind::DraDeviceClass => {
+                    let ok = !r.name.is_empty()
+                        && r.name.len() <= 253
+                        && r.name.split('.').all(|p| {
+                            !p.is_empty()
+                                && p.bytes().all(|c| {
+                                    c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-'
+                                })
+                        });
+                    if !ok {
+                        self.fail(
+                            format!("{f}.name"),
+                            format!("`{}` is not a DeviceClass name (a DNS subdomain)", r.name),
+                        );
+                    }
+                }
+                _ if !name_ok(&r.name, "") => self.fail(
+                    format!("{f}.name"),
+                    format!(
+                        "`{}` is not an extended resource name (domain/name)",
+                        r.name
+                    ),
+                ),
+                _ => {}
+            }
+            let memory_gib_per_unit = match (kind, r.unit.as_deref()) {
+                (GpuResourceKind::Memory, None | Some("MiB")) => MIB_IN_GIB,
+                (GpuResourceKind::Memory, Some("GiB")) => 1.0,
+                (GpuResourceKind::Memory, Some("bytes")) => 1.0 / (1u64 << 30) as f64,
+                (GpuResourceKind::Memory, Some(u)) => {
+                    self.fail(
+                        format!("{f}.unit"),
+                        format!("unknown unit `{u}` (MiB, GiB or bytes)"),
+                    );
+                    0.0
+                }
+                (_, None) => 0.0,
+                (_, Some(_)) => {
+                    self.fail(format!("{f}.unit"), "only a memory resource has a unit");
+                    0.0
+                }
+            };
+            out.push(GpuResourceRule {
+                name: r.name.clone(),
+                vendor: vendor as i32,
+                kind: kind as i32,
+                memory_gib_per_unit,
+            });
+        }
+        out
+    }
+
     fn build(&mut self, raw: PolicyFile, version: String, file: &str) -> Option<Policy> {
         if version.trim().is_empty() {
             self.fail("version", "must not be empty when given");
@@ -302,6 +434,20 @@ impl Checker {
             if let Some(t) = &g.taint_key {
                 self.label_key(format!("{f}.taintKey"), t);
             }
+            let mut identifying_labels = Vec::new();
+            for (k, values) in &g.node_labels {
+                self.label_key(format!("{f}.nodeLabels"), k);
+                if values.is_empty() {
+                    self.fail(
+                        format!("{f}.nodeLabels[{k}]"),
+                        "must list at least one value",
+                    );
+                }
+                for v in values {
+                    self.label_value(format!("{f}.nodeLabels[{k}]"), v);
+                    identifying_labels.push((k.clone(), v.clone()));
+                }
+            }
             classes.push(GpuClass {
                 name: g.name.clone(),
                 vendor: g.vendor,
@@ -312,6 +458,7 @@ impl Checker {
                 node_label_key: key,
                 node_label_value: value,
                 taint_key: g.taint_key.clone(),
+                identifying_labels,
             });
         }
 
@@ -604,6 +751,7 @@ impl Checker {
         }
         let enforcement = self.enforcement(&raw);
         let namespace_grants = self.namespace_grants(&raw, &class_index, &names);
+        let gpu_resources = self.gpu_resources(&raw);
 
         // Learning.
         let l = &raw.learning;
@@ -651,6 +799,7 @@ impl Checker {
             learning: raw.learning,
             enforcement,
             namespace_grants,
+            gpu_resources,
             class_index,
             tier_index,
             job_index,
@@ -718,6 +867,98 @@ mod tests {
         assert!(p.version.chars().all(|c| c.is_ascii_hexdigit()));
         let again = embedded_default().unwrap();
         assert_eq!(again.version, p.version);
+    }
+
+    #[test]
+    fn the_shipped_gpu_resources_are_the_built_in_default() {
+        let p = embedded_default().unwrap();
+        assert_eq!(p.gpu_resources, default_rules());
+        // Omitting the list means the same list.
+        let without: String = DEFAULT_POLICY_YAML
+            .lines()
+            .filter(|l| !l.starts_with("gpuResources:") && !l.starts_with("  - { name:"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let p2 = parse(&without, "x").unwrap();
+        assert_eq!(p2.gpu_resources, default_rules());
+        let a100 = &p.classes[p.class_index("A100-80GB").unwrap()];
+        assert!(a100.identifying_labels.contains(&(
+            "nvidia.com/gpu.product".into(),
+            "NVIDIA-A100-SXM4-80GB".into()
+        )));
+    }
+
+    #[test]
+    fn gpu_resource_problems_are_named() {
+        let list = "gpuResources:\n  - { name: nvidia.com/gpu, vendor: nvidia, kind: devices }\n  \
+             - { name: nvidia.com/gpu, vendor: nvidia, kind: sharedDevices }\n  \
+             - { name: example.com/tpu, vendor: google, kind: devices }\n  \
+             - { name: \"nvidia.com/mig-*g.gb\", vendor: nvidia, kind: migSlices }\n  \
+             - { name: \"nvidia.com/mig-{memoryGiB}-{memoryGiB}\", vendor: nvidia, kind: migSlices }\n  \
+             - { name: nvidia.com/gpumem, vendor: nvidia, kind: memory, unit: KB }\n  \
+             - { name: \"not a name\", vendor: amd, kind: cores }\n";
+        let without: String = DEFAULT_POLICY_YAML
+            .lines()
+            .filter(|l| !l.starts_with("gpuResources:") && !l.starts_with("  - { name:"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let e = errors(&format!("{without}\n{list}"));
+        assert!(
+            has(
+                &e,
+                "gpuResources[nvidia.com/gpu].name",
+                "duplicate resource name"
+            ),
+            "{e}"
+        );
+        assert!(
+            has(
+                &e,
+                "gpuResources[example.com/tpu].vendor",
+                "unknown vendor `google`"
+            ),
+            "{e}"
+        );
+        assert!(
+            has(
+                &e,
+                "gpuResources[nvidia.com/mig-*g.gb].name",
+                "one `{memoryGiB}`"
+            ),
+            "{e}"
+        );
+        assert!(
+            has(
+                &e,
+                "gpuResources[nvidia.com/mig-{memoryGiB}-{memoryGiB}].name",
+                "migSlices pattern"
+            ),
+            "{e}"
+        );
+        assert!(
+            has(
+                &e,
+                "gpuResources[nvidia.com/gpumem].unit",
+                "unknown unit `KB`"
+            ),
+            "{e}"
+        );
+        assert!(
+            has(
+                &e,
+                "gpuResources[not a name].name",
+                "not an extended resource name"
+            ),
+            "{e}"
+        );
+        assert_eq!(e.problems.len(), 6, "{e}");
+        // Labels of a class are label keys and values.
+        let bad = DEFAULT_POLICY_YAML.replace("[NVIDIA-L4]", "[\"bad value\"]");
+        assert!(has(
+            &errors(&bad),
+            "catalog[L4-24GB].nodeLabels[nvidia.com/gpu.product]",
+            "not a valid"
+        ));
     }
 
     #[test]

@@ -5,7 +5,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::core::admission::{AdmissionRequest, Operation};
 
 use super::features::{self, JobFeatures, is_label_value};
-use crate::admission::placement;
+use super::gpu_resources::{ClaimTemplates, NoClaimTemplates};
+use crate::admission::placement::{self, OwnConstraint, PlacedBy};
 use crate::policy::PolicySnapshot;
 
 /// A Pod worth asking the scorer about.
@@ -15,6 +16,10 @@ pub struct Candidate<'a> {
     pub namespace: &'a str,
     pub tier: String,
     pub features: JobFeatures,
+    /// The classes the Pod's own constraints allow, when it states any.
+    pub own: Option<OwnConstraint>,
+    /// Someone else places the Pod (`spec.nodeName`, Kueue): no placement of ours.
+    pub placed_by: Option<PlacedBy>,
 }
 
 /// Why a request is allowed unchanged without asking the scorer (for logs, spans and metrics).
@@ -28,6 +33,17 @@ pub fn triage<'a>(
     req: &'a AdmissionRequest<Pod>,
     tier_of: impl Fn(&str) -> Option<String>,
 ) -> Result<Candidate<'a>, Skip> {
+    triage_with(req, tier_of, &PolicySnapshot::default(), &NoClaimTemplates)
+}
+
+/// [`triage`] with the policy's GPU resource list and identifying labels, and the ResourceClaimTemplates
+/// the frontend can read.
+pub fn triage_with<'a>(
+    req: &'a AdmissionRequest<Pod>,
+    tier_of: impl Fn(&str) -> Option<String>,
+    policy: &PolicySnapshot,
+    templates: &dyn ClaimTemplates,
+) -> Result<Candidate<'a>, Skip> {
     if req.operation != Operation::Create {
         return Err(Skip("not a CREATE"));
     }
@@ -35,40 +51,51 @@ pub fn triage<'a>(
         .object
         .as_ref()
         .ok_or(Skip("no object in the request"))?;
-    let features = features::extract(pod);
-    if features.gpu_count == 0 {
-        return Err(Skip("no GPU requested"));
-    }
     let namespace = req
         .namespace
         .as_deref()
         .or(pod.metadata.namespace.as_deref())
-        .filter(|n| !n.is_empty())
-        .ok_or(Skip("no namespace"))?;
+        .filter(|n| !n.is_empty());
+    let features = features::extract_with(pod, &policy.gpu_resources, &|_: &str, name: &str| {
+        templates.template(namespace.unwrap_or(""), name)
+    });
+    if features.gpu_count == 0 {
+        return Err(Skip("no GPU requested"));
+    }
+    let namespace = namespace.ok_or(Skip("no namespace"))?;
     let tier = tier_of(namespace).ok_or(Skip("namespace has no tier label"))?;
     Ok(Candidate {
         pod,
         namespace,
         tier,
         features,
+        own: placement::own_constraint(pod, &policy.class_labels),
+        placed_by: PlacedBy::of(pod),
     })
 }
 
-/// The scorer request for a candidate. A Pod that already names classes of the catalog is scored for those
-/// classes only (every value of every term; those inside its tier when the tier is known).
+/// The scorer request for a candidate. A Pod whose own constraints narrow its class is scored among the
+/// classes they allow: those inside its tier, or when none is, all of them (the scorer then answers that the
+/// tier allows none). Classes in catalog order.
 pub fn score_request(uid: &str, c: &Candidate<'_>, policy: &PolicySnapshot) -> ScoreRequest {
-    let keys: Vec<&str> = policy.class_label_keys.iter().map(String::as_str).collect();
     let rules = policy.tier_rules(&c.tier, c.namespace);
-    let candidate_classes: Vec<String> = c
-        .pod
-        .spec
-        .as_ref()
-        .map(|s| placement::named_classes(s, &keys))
-        .unwrap_or_default()
+    let allowed: Vec<&str> = match &c.own {
+        Some(own) => policy
+            .catalog
+            .iter()
+            .map(|class| class.name.as_str())
+            .filter(|n| own.allowed.contains(*n))
+            .collect(),
+        None => Vec::new(),
+    };
+    let in_tier: Vec<&str> = allowed
+        .iter()
+        .copied()
+        .filter(|n| rules.as_ref().is_none_or(|r| r.allows(n)))
+        .collect();
+    let candidate_classes: Vec<String> = if in_tier.is_empty() { allowed } else { in_tier }
         .into_iter()
-        .filter_map(|(k, v)| policy.class_by_label(k, v))
-        .filter(|class| rules.as_ref().is_none_or(|r| r.allows(&class.name)))
-        .map(|class| class.name.clone())
+        .map(str::to_string)
         .collect();
     let f = &c.features;
     ScoreRequest {
@@ -180,11 +207,44 @@ pub fn validate_answer(a: &ScoreResponse, policy: &PolicySnapshot) -> Result<(),
     Ok(())
 }
 
+/// Keeps the answer to what the Pod's own constraints allow, so that no annotation or placement names a class
+/// the Pod cannot run on (the scorer treats an empty candidate list as "any class": a Pod whose constraints
+/// allow no catalog class comes back here as infeasible).
+pub fn restrict_answer(answer: &mut ScoreResponse, own: Option<&OwnConstraint>) {
+    let Some(own) = own else { return };
+    let before = answer.accepted_classes.len();
+    answer
+        .accepted_classes
+        .retain(|c| own.allowed.contains(&c.name));
+    for c in answer.candidates.iter_mut() {
+        if c.feasible && !own.allowed.contains(&c.gpu_class) {
+            c.feasible = false;
+            c.infeasible_reason = "not allowed by the Pod's own node constraints".into();
+        }
+    }
+    if answer.accepted_classes.is_empty() && (before > 0 || answer.infeasible_reason.is_empty()) {
+        answer.explored = false;
+        answer.infeasible_reason = format!(
+            "the Pod's own constraints ({}) allow {}",
+            own.sources.join(", "),
+            if own.allowed.is_empty() {
+                "no GPU class of the catalog".to_string()
+            } else {
+                format!(
+                    "only {}, not allowed for its tier",
+                    own.allowed.iter().cloned().collect::<Vec<_>>().join(", ")
+                )
+            }
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use gpu_admission_proto::scorer::v1::{
-        GetPolicyResponse, GpuClass, PriorityAssignment, PriorityBucket,
+        ClassLabels, GetPolicyResponse, GpuClass, GpuVendor, NodeLabel, PriorityAssignment,
+        PriorityBucket, Tier,
     };
     use serde_json::json;
 
@@ -304,8 +364,118 @@ mod tests {
             Some("ml"),
             gpu_pod(json!({}), json!({"gpu.nvidia.com/class": "A100-80GB"})),
         );
-        let s = score_request("u", &triage(&req, tiers).unwrap(), &policy());
+        let s = score_request(
+            "u",
+            &triage_with(&req, tiers, &policy(), &NoClaimTemplates).unwrap(),
+            &policy(),
+        );
         assert_eq!(s.candidate_classes, ["A100-80GB"]);
+    }
+
+    #[test]
+    fn policy_gpu_resources_drive_triage() {
+        // Only a MIG slice: an NVIDIA job with 10 GiB per slice.
+        let req = request(
+            "CREATE",
+            Some("ml"),
+            json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c",
+                "resources": {"limits": {"nvidia.com/mig-1g.10gb": 2}}}]}}),
+        );
+        let c = triage_with(&req, tiers, &policy(), &NoClaimTemplates).unwrap();
+        let s = score_request("u", &c, &policy());
+        assert_eq!(
+            (s.gpu_count, s.gpu_vendor, s.gpu_memory_gib),
+            (2, GpuVendor::Nvidia as i32, Some(10.0))
+        );
+        assert_eq!(c.features.gpu_shape, "mig");
+    }
+
+    fn gfd_policy() -> PolicySnapshot {
+        let class = |name: &str| GpuClass {
+            name: name.into(),
+            node_label_key: "gpu.nvidia.com/class".into(),
+            node_label_value: name.into(),
+            ..Default::default()
+        };
+        let labels = |name: &str, product: &str| ClassLabels {
+            class: name.into(),
+            labels: vec![NodeLabel {
+                key: "nvidia.com/gpu.product".into(),
+                value: product.into(),
+            }],
+        };
+        PolicySnapshot::from_response(GetPolicyResponse {
+            version: "v1".into(),
+            catalog: vec![class("H100-80GB"), class("A100-80GB"), class("L4-24GB")],
+            class_labels: vec![
+                labels("H100-80GB", "NVIDIA-H100-80GB-HBM3"),
+                labels("A100-80GB", "NVIDIA-A100-SXM4-80GB"),
+                labels("L4-24GB", "NVIDIA-L4"),
+            ],
+            tiers: vec![Tier {
+                name: "gold".into(),
+                allowed_classes: vec!["H100-80GB".into(), "A100-80GB".into(), "L4-24GB".into()],
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn the_pods_own_constraints_are_the_candidates() {
+        let p = gfd_policy();
+        let score = |node_selector: serde_json::Value, affinity: serde_json::Value| {
+            let mut pod = gpu_pod(json!({}), node_selector);
+            pod["spec"]["affinity"] = affinity;
+            let req = request("CREATE", Some("ml"), pod);
+            let c = triage_with(&req, tiers, &p, &NoClaimTemplates).unwrap();
+            (score_request("u", &c, &p).candidate_classes, c.own)
+        };
+        // GPU Feature Discovery's product label: A100-80GB only.
+        let (cands, own) = score(
+            json!({"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}),
+            json!(null),
+        );
+        assert_eq!(cands, ["A100-80GB"]);
+        assert_eq!(
+            own.unwrap().sources,
+            ["nodeSelector nvidia.com/gpu.product"]
+        );
+        // A multi-value In: a choice between both (catalog order).
+        let (cands, _) = score(
+            json!(null),
+            json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "gpu.nvidia.com/class", "operator": "In",
+                    "values": ["A100-80GB", "H100-80GB"]}]}]}}}),
+        );
+        assert_eq!(cands, ["H100-80GB", "A100-80GB"]);
+    }
+
+    #[test]
+    fn the_answer_never_names_a_class_the_pod_cannot_run_on() {
+        let own = OwnConstraint {
+            allowed: ["A100-80GB".to_string()].into(),
+            sources: vec!["nodeSelector nvidia.com/gpu.product".into()],
+        };
+        let mut a = answer();
+        restrict_answer(&mut a, Some(&own));
+        assert_eq!(a.accepted_classes.len(), 1);
+        // An unknown or empty class selector allows nothing: the answer becomes infeasible.
+        let none = OwnConstraint {
+            allowed: Default::default(),
+            sources: vec!["nodeSelector gpu.nvidia.com/class".into()],
+        };
+        let mut a = answer();
+        a.explored = true;
+        restrict_answer(&mut a, Some(&none));
+        assert!(a.accepted_classes.is_empty());
+        assert!(!a.explored);
+        assert!(
+            a.infeasible_reason
+                .contains("allow no GPU class of the catalog"),
+            "{}",
+            a.infeasible_reason
+        );
     }
 
     fn answer() -> ScoreResponse {

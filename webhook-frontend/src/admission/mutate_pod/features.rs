@@ -6,7 +6,9 @@
 use std::collections::BTreeMap;
 
 use gpu_admission_proto::scorer::v1::{GpuVendor, WorkloadClass};
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::Pod;
+
+use super::gpu_resources::{self, ClaimTemplates, GpuResources, NoClaimTemplates};
 
 /// Annotation keys we read, in priority order (our own `gpu-admission.io/*` key wins over the seed key).
 pub mod keys {
@@ -24,73 +26,19 @@ pub struct JobFeatures {
     /// Number of GPUs the Pod needs (Kubernetes effective-request rules); 0 = not a GPU Pod.
     pub gpu_count: u32,
     pub gpu_vendor: GpuVendor,
+    /// How the GPUs are asked for (`devices`, `mig`, `devices+memory`, `dra`, …; `none`).
+    pub gpu_shape: String,
     pub job_type: Option<String>,
     pub workload_class: WorkloadClass,
     pub gpu_memory_gib: Option<f64>,
     pub batch_size: Option<u32>,
     pub model_size_billion_params: Option<f64>,
     pub tenant: Option<String>,
-    /// Names of DRA resource claims (`spec.resourceClaims`); noted, not scored.
+    /// Names of DRA resource claims (`spec.resourceClaims`); those from a readable template of a GPU
+    /// DeviceClass are counted in `gpu_count`.
     pub dra_claims: Vec<String>,
     /// Values that were present but unreadable, as short human-readable sentences.
     pub warnings: Vec<String>,
-}
-
-/// The vendor of a GPU extended resource name, or `None` when the resource is not a GPU.
-/// `example.com/gpu`, `nvidia.com/gpumem` and friends are not GPUs.
-pub fn gpu_vendor_of(resource: &str) -> Option<GpuVendor> {
-    match resource {
-        "nvidia.com/gpu" => Some(GpuVendor::Nvidia),
-        "amd.com/gpu" => Some(GpuVendor::Amd),
-        r if r.len() > "gpu.intel.com/".len() && r.starts_with("gpu.intel.com/") => {
-            Some(GpuVendor::Intel)
-        }
-        _ => None,
-    }
-}
-
-/// Reads a GPU quantity ("1", 1, '8', "2.0"). GPUs are whole devices: anything else is `None`.
-fn parse_gpu_quantity(q: &str) -> Option<u32> {
-    let q = q.trim();
-    if let Ok(n) = q.parse::<u64>() {
-        return Some(n.min(u64::from(u32::MAX)) as u32);
-    }
-    match q.parse::<f64>() {
-        Ok(f) if f.is_finite() && f >= 0.0 && f.fract() == 0.0 => {
-            Some(f.min(f64::from(u32::MAX)) as u32)
-        }
-        _ => None,
-    }
-}
-
-/// GPUs one container asks for: the larger of its requests and limits (for extended resources a limit alone
-/// implies the same request), summed over the GPU resource names it uses.
-fn container_gpus(c: &Container, vendor: &mut GpuVendor, warnings: &mut Vec<String>) -> u32 {
-    let Some(res) = &c.resources else { return 0 };
-    let mut per_resource: BTreeMap<&str, u32> = BTreeMap::new();
-    for map in [&res.requests, &res.limits].into_iter().flatten() {
-        for (name, q) in map {
-            let Some(v) = gpu_vendor_of(name) else {
-                continue;
-            };
-            match parse_gpu_quantity(&q.0) {
-                Some(n) => {
-                    if n > 0 && *vendor == GpuVendor::Unknown {
-                        *vendor = v;
-                    }
-                    let e = per_resource.entry(name.as_str()).or_default();
-                    *e = (*e).max(n);
-                }
-                None => warnings.push(format!(
-                    "container {:?}: GPU quantity {name}={:?} is not a whole number; ignored",
-                    c.name, q.0
-                )),
-            }
-        }
-    }
-    per_resource
-        .values()
-        .fold(0u32, |a, b| a.saturating_add(*b))
 }
 
 /// The first annotation among `keys` that is present, with its key.
@@ -136,38 +84,27 @@ pub fn is_label_value(s: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
 }
 
-/// Extracts the job features of a Pod. Never fails: unreadable values are skipped with a warning.
+/// Extracts the job features of a Pod with the built-in GPU resource list and no ResourceClaimTemplates.
 pub fn extract(pod: &Pod) -> JobFeatures {
-    let mut warnings = Vec::new();
-    let mut vendor = GpuVendor::Unknown;
-    let (mut gpu_count, mut dra_claims) = (0u32, Vec::new());
-    if let Some(spec) = &pod.spec {
-        // Effective request: max(sum of app containers + sidecar init containers, largest plain init container).
-        let mut sum: u32 = spec
-            .containers
-            .iter()
-            .map(|c| container_gpus(c, &mut vendor, &mut warnings))
-            .fold(0, u32::saturating_add);
-        let mut init_max = 0u32;
-        for c in spec.init_containers.iter().flatten() {
-            let n = container_gpus(c, &mut vendor, &mut warnings);
-            if c.restart_policy.as_deref() == Some("Always") {
-                sum = sum.saturating_add(n);
-            } else {
-                init_max = init_max.max(n);
-            }
-        }
-        gpu_count = sum.max(init_max);
-        dra_claims = spec
-            .resource_claims
-            .iter()
-            .flatten()
-            .map(|c| c.name.clone())
-            .collect();
-    }
-    if gpu_count == 0 {
-        vendor = GpuVendor::Unknown;
-    }
+    extract_with(pod, &GpuResources::default(), &NoClaimTemplates)
+}
+
+/// Extracts the job features of a Pod: GPUs counted by the policy's `rules`, DRA claims resolved through
+/// `templates`. Never fails: unreadable values are skipped with a warning.
+pub fn extract_with(
+    pod: &Pod,
+    rules: &GpuResources,
+    templates: &dyn ClaimTemplates,
+) -> JobFeatures {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("");
+    let ask = match &pod.spec {
+        Some(spec) => gpu_resources::gpu_ask(spec, namespace, rules, templates),
+        None => gpu_resources::GpuAsk {
+            shape: "none".into(),
+            ..Default::default()
+        },
+    };
+    let mut warnings = ask.warnings;
 
     let empty = BTreeMap::new();
     let ann = pod.metadata.annotations.as_ref().unwrap_or(&empty);
@@ -185,8 +122,10 @@ pub fn extract(pod: &Pod) -> JobFeatures {
         }
         None => None,
     };
+    // The Pod's own statement wins; else what its GPU resources carry (a MIG slice's or HAMi's memory).
     let gpu_memory_gib = first_annotation(ann, &keys::GPU_MEMORY_GIB)
-        .and_then(|(k, v)| parse_positive_f64(k, v, &mut warnings));
+        .and_then(|(k, v)| parse_positive_f64(k, v, &mut warnings))
+        .or(ask.memory_gib);
     let batch_size =
         first_annotation(ann, &keys::BATCH_SIZE).and_then(|(k, v)| match v.parse::<u32>() {
             Ok(n) if n > 0 => Some(n),
@@ -213,15 +152,16 @@ pub fn extract(pod: &Pod) -> JobFeatures {
         .map(|(_, v)| v.to_string());
 
     JobFeatures {
-        gpu_count,
-        gpu_vendor: vendor,
+        gpu_count: ask.count,
+        gpu_vendor: ask.vendor,
+        gpu_shape: ask.shape,
         job_type,
         workload_class,
         gpu_memory_gib,
         batch_size,
         model_size_billion_params,
         tenant,
-        dra_claims,
+        dra_claims: ask.dra_claims,
         warnings,
     }
 }
@@ -257,7 +197,6 @@ mod tests {
     fn non_gpu_extended_resources_and_zero_are_not_gpus() {
         for r in [
             json!({"limits": {"example.com/gpu": 1}}),
-            json!({"limits": {"nvidia.com/gpumem": 4000, "nvidia.com/gpucores": 50}}),
             json!({"limits": {"nvidia.com/gpu": 0, "cpu": "2"}}),
             json!({"limits": {"gpu.intel.com/": 1}}),
         ] {

@@ -16,6 +16,7 @@ use time::OffsetDateTime;
 use tracing::{Instrument, field::Empty};
 
 use super::decide::{self, Skip};
+use super::gpu_resources::NoClaimTemplates;
 use super::patch::{self, PatchInput};
 use crate::admission::review::{self, Answer, Content};
 use crate::metrics::Outcome;
@@ -154,7 +155,14 @@ async fn admit_pod(
     if let Some(ns) = &req.namespace {
         span.record("k8s.namespace.name", ns.as_str());
     }
-    let candidate = match decide::triage(req, |ns| state.cluster.namespace_tier(ns)) {
+    let policy = state.policy.snapshot();
+    // No ResourceClaimTemplate source yet: DRA claims count only where a caller can read their templates.
+    let candidate = match decide::triage_with(
+        req,
+        |ns| state.cluster.namespace_tier(ns),
+        &policy,
+        &NoClaimTemplates,
+    ) {
         Ok(c) => c,
         Err(Skip(reason)) => {
             record_skip(span, reason, "");
@@ -167,7 +175,6 @@ async fn admit_pod(
         .iter()
         .map(|w| format!("gpu-admission: {w}"))
         .collect();
-    let policy = state.policy.snapshot();
     let rules = policy.tier_rules(&candidate.tier, candidate.namespace);
     let admin = policy.is_admin(
         req.user_info.username.as_deref(),
@@ -233,7 +240,7 @@ async fn admit_pod(
         .metrics
         .record_scorer_call(call.result(), call_start.elapsed().as_secs_f64());
 
-    let (answer, fallback) = match call {
+    let (mut answer, fallback) = match call {
         ScoreCall::Ok(answer) => (*answer, false),
         failed => {
             let (kind, detail) = match &failed {
@@ -274,6 +281,7 @@ async fn admit_pod(
             }
         }
     };
+    decide::restrict_answer(&mut answer, candidate.own.as_ref());
     let mutation = tracing::info_span!("build_patch").in_scope(|| {
         let input = patch_input(
             &candidate,
@@ -343,6 +351,7 @@ fn patch_input<'a>(
         job_type: candidate.features.job_type.as_deref(),
         answer,
         class_label_keys: &policy.class_label_keys,
+        class_labels: &policy.class_labels,
         now: OffsetDateTime::now_utc(),
         catalog: &policy.catalog,
         tier: rules,

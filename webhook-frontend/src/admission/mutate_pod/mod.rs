@@ -3,6 +3,7 @@
 
 pub mod decide;
 pub mod features;
+pub mod gpu_resources;
 pub mod handler;
 pub mod patch;
 pub mod workload;

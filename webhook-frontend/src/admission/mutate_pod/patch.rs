@@ -36,7 +36,7 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use super::features::is_label_value;
-use crate::admission::placement;
+use crate::admission::placement::{self, ClassLabels, OwnConstraint, PlacedBy};
 use crate::policy::TierRules;
 pub use crate::priority_class::{PriorityClassFacts, PriorityClassLookup};
 
@@ -45,6 +45,18 @@ pub const ANN_GPU_CLASS: &str = "gpu-admission.io/gpu-class";
 pub const ANN_DECIDED_AT: &str = "gpu-admission.io/decided-at";
 pub const ANN_POLICY_VERSION: &str = "gpu-admission.io/policy-version";
 pub const ANN_INFEASIBLE_REASON: &str = "gpu-admission.io/infeasible-reason";
+/// Who places the Pod: `gpu-admission` (our class constraint), `pod: <what>` (the Pod's own constraint, kept),
+/// `node-name` or `kueue` (placed by someone else: no placement of ours, no `gpu-class`).
+pub const ANN_PLACEMENT: &str = "gpu-admission.io/placement";
+/// The feasible classes the scorer weighed, best first, each with its merit (lowest cost / its cost, so the
+/// cheapest is 1): `H100-80GB=1,A100-80GB=0.77`.
+pub const ANN_ALTERNATIVES: &str = "gpu-admission.io/alternatives";
+/// `true` when the class was picked for what running there teaches the model rather than for its cost.
+pub const ANN_EXPLORED: &str = "gpu-admission.io/explored";
+/// For a Pod Kueue places: the class we would have chosen (Kueue's flavor decides).
+pub const ANN_RECOMMENDED_CLASS: &str = "gpu-admission.io/recommended-class";
+/// At most this many alternatives are recorded.
+pub const MAX_ALTERNATIVES: usize = 5;
 /// Set instead of a score when the scorer could not answer and the tier's default placement was applied.
 pub const ANN_FALLBACK: &str = "gpu-admission.io/fallback";
 pub const LABEL_JOB_TYPE: &str = "gpu-admission.io/job-type";
@@ -63,6 +75,8 @@ pub struct PatchInput<'a> {
     pub answer: &'a ScoreResponse,
     /// Node label keys that name a GPU class (from the policy catalog); the answer's own keys are added.
     pub class_label_keys: &'a [String],
+    /// Every label identifying each class (policy); empty = the catalog's and the answer's class labels only.
+    pub class_labels: &'a ClassLabels,
     pub now: OffsetDateTime,
     /// The policy's catalog (to name the classes a Pod selects, and to place on the tier's classes).
     pub catalog: &'a [GpuClass],
@@ -88,6 +102,7 @@ impl<'a> PatchInput<'a> {
             job_type,
             answer,
             class_label_keys,
+            class_labels: &[],
             now,
             catalog: &[],
             tier: None,
@@ -215,9 +230,13 @@ pub fn pinned_class<'p>(pod: &'p Pod, label_keys: &[&str]) -> Option<(&'p str, &
 struct Plan<'a> {
     /// Classes the Pod is constrained to when [`Self::place`]; the best first, one label key.
     targets: Vec<GpuClass>,
-    /// `false` when the Pod's own placement is kept (inside the tier, or an admin's pin).
+    /// `false` when the Pod's own placement is kept (inside the tier, an admin's pin, or placed by someone else).
     place: bool,
-    /// The Pod's own class pins outside the tier (not an admin's), for the warning.
+    /// What the Pod's own constraints allow, when it states any.
+    own: Option<OwnConstraint>,
+    /// `spec.nodeName` or Kueue places the Pod.
+    placed_by: Option<PlacedBy>,
+    /// The Pod's own constraints allow classes outside the tier, or no class (not an admin's), for the warning.
     pins_outside: Vec<String>,
     /// The PriorityClass to set (replacing the Pod's own when it is above the cap), if any.
     priority: Option<PriorityClassFacts>,
@@ -226,33 +245,59 @@ struct Plan<'a> {
     label_keys: Vec<&'a str>,
 }
 
-/// The catalog (or answer) class a node label selects.
-fn class_name<'c>(
-    catalog: &'c [GpuClass],
-    answer: &'c [GpuClass],
-    key: &str,
-    value: &str,
-) -> Option<&'c str> {
-    catalog
-        .iter()
-        .chain(answer)
-        .find(|c| c.node_label_key == key && c.node_label_value == value)
-        .map(|c| c.name.as_str())
+/// The class labels a decision reads: the policy's, or the catalog's and the answer's class labels.
+fn effective_class_labels(input: &PatchInput<'_>) -> Vec<(String, Vec<(String, String)>)> {
+    if !input.class_labels.is_empty() {
+        return input.class_labels.to_vec();
+    }
+    let mut out: Vec<(String, Vec<(String, String)>)> = Vec::new();
+    for c in input.catalog.iter().chain(&input.answer.accepted_classes) {
+        if !out.iter().any(|(n, _)| n == &c.name) {
+            out.push((
+                c.name.clone(),
+                vec![(c.node_label_key.clone(), c.node_label_value.clone())],
+            ));
+        }
+    }
+    out
 }
 
-/// `true` when every class the Pod can reach is allowed (an unknown label value is not).
-fn placed_inside(input: &PatchInput<'_>, spec: &PodSpec, keys: &[&str]) -> bool {
-    let Some(reachable) = placement::reachable_classes(spec, keys) else {
-        return false;
+/// Does the Pod carry the tier's classes: a `nodeSelector` entry, or on every required node-affinity term an
+/// `In`, on a class label whose classes are all in the tier?
+fn tier_anded(spec: &PodSpec, tier: &TierRules<'_>, class_labels: &ClassLabels) -> bool {
+    let in_tier = |key: &str, values: &[String]| {
+        let classes: Vec<&str> = class_labels
+            .iter()
+            .filter(|(_, l)| l.iter().any(|(k, v)| k == key && values.contains(v)))
+            .map(|(n, _)| n.as_str())
+            .collect();
+        !classes.is_empty() && classes.iter().all(|c| tier.allows(c))
     };
-    let Some(tier) = input.tier else {
-        // Rules unknown: a Pod that constrains its class itself keeps it.
+    if spec
+        .node_selector
+        .iter()
+        .flatten()
+        .any(|(k, v)| in_tier(k, std::slice::from_ref(v)))
+    {
         return true;
-    };
-    reachable.iter().all(|(k, v)| {
-        class_name(input.catalog, &input.answer.accepted_classes, k, v)
-            .is_some_and(|name| tier.allows(name))
-    })
+    }
+    let terms = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .map(|r| r.node_selector_terms.as_slice())
+        .unwrap_or(&[]);
+    !terms.is_empty()
+        && terms.iter().all(|t| {
+            t.match_expressions
+                .iter()
+                .flatten()
+                .any(|e| e.operator == "In" && in_tier(&e.key, e.values.as_deref().unwrap_or(&[])))
+        })
 }
 
 /// The Pod's own PriorityClass when it is a real choice (not empty, not the cluster's global default).
@@ -275,18 +320,38 @@ impl<'a> Plan<'a> {
         }
 
         // Placement.
-        let named = placement::named_classes(spec, &label_keys);
-        let admin_pin = input.admin && !named.is_empty();
-        let keep = admin_pin || placed_inside(input, spec, &label_keys);
-        let pins_outside: Vec<String> = match input.tier {
-            Some(tier) if !input.admin => named
-                .iter()
-                .filter(|(k, v)| {
-                    !class_name(input.catalog, &answer.accepted_classes, k, v)
-                        .is_some_and(|n| tier.allows(n))
-                })
-                .map(|(_, v)| v.to_string())
-                .collect(),
+        let class_labels = effective_class_labels(input);
+        let own = placement::own_constraint(input.pod, &class_labels);
+        let placed_by = PlacedBy::of(input.pod);
+        let admin_pin = input.admin && own.is_some();
+        // Inside: everything the Pod allows is in the tier, and it allows something or already carries the
+        // tier's classes on every term (an out-of-tier pin ANDed with the tier by an earlier pass). Rules
+        // unknown: a Pod that constrains its class itself keeps it.
+        let inside = own.as_ref().is_some_and(|o| match input.tier {
+            None => true,
+            Some(t) => {
+                o.allowed.iter().all(|c| t.allows(c))
+                    && (!o.allowed.is_empty() || tier_anded(spec, t, &class_labels))
+            }
+        });
+        let keep = placed_by.is_some() || admin_pin || inside;
+        let pins_outside: Vec<String> = match (input.tier, &own) {
+            (Some(tier), Some(o)) if !input.admin && !inside => {
+                let out: Vec<String> = o
+                    .allowed
+                    .iter()
+                    .filter(|c| !tier.allows(c))
+                    .cloned()
+                    .collect();
+                if out.is_empty() {
+                    vec![format!(
+                        "none of the catalog (from {})",
+                        o.sources.join(", ")
+                    )]
+                } else {
+                    out
+                }
+            }
             _ => Vec::new(),
         };
         let mut candidates: Vec<GpuClass> = answer
@@ -354,6 +419,8 @@ impl<'a> Plan<'a> {
         Plan {
             place: !keep && !targets.is_empty(),
             targets,
+            own,
+            placed_by,
             pins_outside,
             priority,
             capped_own,
@@ -400,7 +467,7 @@ pub fn decide_pod(input: &PatchInput<'_>, pcs: &dyn PriorityClassLookup) -> Muta
         return Mutation::default();
     }
     let mut ops = Vec::new();
-    record_decision(&mut ops, input);
+    record_decision(&mut ops, input, &plan);
     label_job_type(&mut ops, input);
     if input.pod.spec.is_none() {
         ops.push(add(ptr(["spec"]), json!({})));
@@ -455,8 +522,30 @@ fn warnings(input: &PatchInput<'_>, plan: &Plan<'_>) -> Vec<String> {
     out
 }
 
-/// metadata.annotations: the decision record.
-fn record_decision(ops: &mut Vec<PatchOperation>, input: &PatchInput<'_>) {
+/// The feasible candidates, best first, as `name=merit` (merit = lowest cost / its cost, 2 decimals).
+fn alternatives_text(answer: &ScoreResponse) -> String {
+    let mut feasible: Vec<(&str, f64)> = answer
+        .candidates
+        .iter()
+        .filter(|c| c.feasible && c.cost.is_finite() && c.cost > 0.0)
+        .map(|c| (c.gpu_class.as_str(), c.cost))
+        .collect();
+    feasible.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let Some(lowest) = feasible.first().map(|(_, c)| *c) else {
+        return String::new();
+    };
+    feasible
+        .iter()
+        .take(MAX_ALTERNATIVES)
+        .map(|(name, cost)| format!("{name}={}", score_text(lowest / cost)))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// metadata.annotations: the decision record. The class named is one the Pod can run on: our placement's
+/// best class, or the answer's best among what the Pod's own constraints allow; none for a Pod placed by
+/// `spec.nodeName` (Kueue's Pods get it as a recommendation only).
+fn record_decision(ops: &mut Vec<PatchOperation>, input: &PatchInput<'_>, plan: &Plan<'_>) {
     let answer = input.answer;
     let meta = &input.pod.metadata;
     let now = input
@@ -473,18 +562,40 @@ fn record_decision(ops: &mut Vec<PatchOperation>, input: &PatchInput<'_>) {
             ANN_PRIORITY_SCORE.into(),
             json!(score_text(answer.priority_score)),
         ));
+        annotations.push((ANN_EXPLORED.into(), json!(answer.explored.to_string())));
+        let alternatives = alternatives_text(answer);
+        if !alternatives.is_empty() {
+            annotations.push((ANN_ALTERNATIVES.into(), json!(alternatives)));
+        }
     }
     annotations.push((ANN_DECIDED_AT.into(), json!(now)));
     annotations.push((ANN_POLICY_VERSION.into(), json!(answer.policy_version)));
-    if let Some(best) = answer.accepted_classes.first() {
-        annotations.push((ANN_GPU_CLASS.into(), json!(best.name)));
-    } else {
-        let reason = if answer.infeasible_reason.is_empty() {
-            "no feasible GPU class"
-        } else {
-            &answer.infeasible_reason
-        };
-        annotations.push((ANN_INFEASIBLE_REASON.into(), json!(reason)));
+    let placement = match (plan.placed_by, &plan.own) {
+        (Some(by), _) => by.as_str().to_string(),
+        (None, _) if plan.place => "gpu-admission".to_string(),
+        (None, Some(own)) => format!("pod: {}", own.sources.join(", ")),
+        (None, None) => "none".to_string(),
+    };
+    annotations.push((ANN_PLACEMENT.into(), json!(placement)));
+    let best = answer.accepted_classes.first().filter(|c| {
+        plan.own
+            .as_ref()
+            .is_none_or(|o| o.allowed.contains(&c.name))
+    });
+    match (best, plan.placed_by) {
+        (Some(_), Some(PlacedBy::NodeName)) => {}
+        (Some(best), Some(PlacedBy::Kueue)) => {
+            annotations.push((ANN_RECOMMENDED_CLASS.into(), json!(best.name)));
+        }
+        (Some(best), None) => annotations.push((ANN_GPU_CLASS.into(), json!(best.name))),
+        (None, _) => {
+            let reason = if answer.infeasible_reason.is_empty() {
+                "no feasible GPU class"
+            } else {
+                &answer.infeasible_reason
+            };
+            annotations.push((ANN_INFEASIBLE_REASON.into(), json!(reason)));
+        }
     }
     add_to_map(
         ops,
@@ -824,6 +935,7 @@ mod tests {
             job_type,
             answer,
             class_label_keys: &[],
+            class_labels: &[],
             now: now(),
             catalog: &[],
             tier: None,
@@ -840,6 +952,7 @@ mod tests {
             job_type,
             answer,
             class_label_keys: &[],
+            class_labels: &[],
             now: now(),
             catalog: &[],
             tier: None,
@@ -1332,6 +1445,7 @@ mod tests {
             job_type: None,
             answer: &a,
             class_label_keys: &[],
+            class_labels: &[],
             now: now(),
             catalog: &[],
             tier: None,
@@ -1354,6 +1468,7 @@ mod tests {
             job_type: None,
             answer: &a,
             class_label_keys: &[],
+            class_labels: &[],
             now: now(),
             catalog: &[],
             tier: None,
@@ -1521,6 +1636,7 @@ mod tests {
             job_type: None,
             answer: &a,
             class_label_keys: &keys,
+            class_labels: &[],
             now: now(),
             catalog: &[],
             tier: None,
@@ -1629,7 +1745,7 @@ mod tests {
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"annotations": null, "labels": null},
             "spec": {"containers": [{"name": "c"}], "nodeSelector": null, "tolerations": null, "affinity": null}});
         let (_, p) = run(pod, &answer(&["A100-80GB"]), Some("t"));
-        assert_eq!(annotations(&p).len(), 4);
+        assert_eq!(annotations(&p).len(), 6);
         assert_eq!(p.spec.unwrap().node_selector.unwrap().len(), 1);
     }
 
@@ -1639,5 +1755,228 @@ mod tests {
         assert_eq!(score_text(73.5), "73.5");
         assert_eq!(score_text(0.0), "0");
         assert_eq!(score_text(100.0), "100");
+    }
+
+    /// A gold tier over H100-80GB, A100-80GB and L4-24GB, whose classes GPU Feature Discovery labels too.
+    struct Gold {
+        catalog: Vec<GpuClass>,
+        labels: Vec<(String, Vec<(String, String)>)>,
+        classes: HashMap<String, PriorityClassFacts>,
+    }
+
+    impl Gold {
+        fn new() -> Self {
+            let names = ["H100-80GB", "A100-80GB", "L4-24GB"];
+            let products = [
+                "NVIDIA-H100-80GB-HBM3",
+                "NVIDIA-A100-SXM4-80GB",
+                "NVIDIA-L4",
+            ];
+            Self {
+                catalog: names.iter().map(|c| class(c, "nvidia.com/gpu")).collect(),
+                labels: names
+                    .iter()
+                    .zip(products)
+                    .map(|(n, p)| {
+                        (
+                            n.to_string(),
+                            vec![
+                                (KEY.to_string(), n.to_string()),
+                                ("nvidia.com/gpu.product".to_string(), p.to_string()),
+                            ],
+                        )
+                    })
+                    .collect(),
+                classes: classes_in_cluster(),
+            }
+        }
+
+        fn run(&self, pod_json: Value, a: &ScoreResponse) -> (Mutation, Pod) {
+            let rules = TierRules {
+                tier: "gold",
+                allowed: ["H100-80GB", "A100-80GB", "L4-24GB"].into(),
+                preferred: Some("H100-80GB"),
+                max_priority_class: None,
+                fallback: gpu_admission_proto::scorer::v1::TierFallback::PassThrough,
+                granted: false,
+            };
+            let pod: Pod = serde_json::from_value(pod_json.clone()).unwrap();
+            let input = PatchInput {
+                catalog: &self.catalog,
+                class_labels: &self.labels,
+                tier: Some(&rules),
+                ..PatchInput::new(&pod, None, a, &[], now())
+            };
+            let m = decide_pod(&input, &self.classes);
+            let mut doc = pod_json;
+            json_patch::patch(&mut doc, &m.ops).unwrap_or_else(|e| panic!("{:#?}: {e}", m.ops));
+            let patched: Pod = serde_json::from_value(doc).unwrap();
+            let again = PatchInput {
+                pod: &patched,
+                ..input
+            };
+            assert!(
+                build_patch(&again, &self.classes).is_empty(),
+                "second pass must be a no-op"
+            );
+            (m, patched)
+        }
+    }
+
+    fn with_costs(mut a: ScoreResponse, costs: &[(&str, f64)], explored: bool) -> ScoreResponse {
+        a.candidates = costs
+            .iter()
+            .map(|(n, c)| gpu_admission_proto::scorer::v1::CandidateScore {
+                gpu_class: n.to_string(),
+                feasible: true,
+                cost: *c,
+                ..Default::default()
+            })
+            .collect();
+        a.explored = explored;
+        a
+    }
+
+    #[test]
+    fn a_gfd_product_selector_keeps_the_pod_on_a100_nodes() {
+        let g = Gold::new();
+        let pod = gpu_pod(
+            json!({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}}),
+            json!({}),
+        );
+        let a = with_costs(answer(&["A100-80GB"]), &[("A100-80GB", 2.0)], false);
+        let (m, p) = g.run(pod, &a);
+        let spec = p.spec.as_ref().unwrap();
+        // Still only A100-80GB nodes: the GFD selector is kept and nothing widens or contradicts it.
+        assert_eq!(spec.node_selector.as_ref().unwrap().len(), 1);
+        assert_eq!(
+            spec.node_selector.as_ref().unwrap()["nvidia.com/gpu.product"],
+            "NVIDIA-A100-SXM4-80GB"
+        );
+        assert!(
+            spec.affinity
+                .as_ref()
+                .and_then(|a| a.node_affinity.as_ref())
+                .is_none(),
+            "{:?}",
+            m.ops
+        );
+        let ann = annotations(&p);
+        assert_eq!(ann[ANN_GPU_CLASS], "A100-80GB");
+        assert_eq!(
+            ann[ANN_PLACEMENT],
+            "pod: nodeSelector nvidia.com/gpu.product"
+        );
+        assert!(m.warnings.is_empty(), "{:?}", m.warnings);
+    }
+
+    #[test]
+    fn a_multi_value_in_stays_a_choice_between_its_classes() {
+        let g = Gold::new();
+        let pod = gpu_pod(
+            json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": KEY, "operator": "In", "values": ["A100-80GB", "H100-80GB"]}]}]}}}}),
+            json!({}),
+        );
+        let a = with_costs(
+            answer(&["H100-80GB", "A100-80GB"]),
+            &[("H100-80GB", 1.0), ("A100-80GB", 1.3)],
+            true,
+        );
+        let (_, p) = g.run(pod, &a);
+        let terms = required_terms(&p);
+        assert_eq!(terms.len(), 1);
+        assert_eq!(
+            terms[0]["matchExpressions"],
+            json!([{"key": KEY, "operator": "In", "values": ["A100-80GB", "H100-80GB"]}])
+        );
+        let ann = annotations(&p);
+        assert_eq!(ann[ANN_GPU_CLASS], "H100-80GB");
+        assert_eq!(ann[ANN_ALTERNATIVES], "H100-80GB=1,A100-80GB=0.77");
+        assert_eq!(ann[ANN_EXPLORED], "true");
+    }
+
+    #[test]
+    fn node_name_pods_get_no_placement_and_name_no_class() {
+        let g = Gold::new();
+        let pod = gpu_pod(json!({"nodeName": "gpu-node-7"}), json!({}));
+        let (m, p) = g.run(pod, &answer(&["H100-80GB"]));
+        assert!(
+            !m.ops.iter().any(|o| {
+                let path = o.path().as_str();
+                path.starts_with("/spec/nodeSelector")
+                    || path.starts_with("/spec/affinity/nodeAffinity")
+                    || (path == "/spec/affinity" && o.to_string().contains("nodeAffinity"))
+            }),
+            "{:?}",
+            m.ops
+        );
+        let spec = p.spec.as_ref().unwrap();
+        assert!(spec.node_selector.is_none());
+        assert!(
+            spec.affinity
+                .as_ref()
+                .and_then(|a| a.node_affinity.as_ref())
+                .is_none()
+        );
+        assert_eq!(spec.priority_class_name.as_deref(), Some("gpu-high"));
+        let ann = annotations(&p);
+        assert_eq!(ann[ANN_PLACEMENT], "node-name");
+        assert!(!ann.contains_key(ANN_GPU_CLASS), "{ann:?}");
+    }
+
+    #[test]
+    fn kueue_pods_keep_kueues_placement_and_get_a_recommendation() {
+        let g = Gold::new();
+        for (spec, meta) in [
+            (
+                json!({}),
+                json!({"labels": {"kueue.x-k8s.io/queue-name": "team-a"}}),
+            ),
+            (
+                json!({"schedulingGates": [{"name": "kueue.x-k8s.io/admission"}]}),
+                json!({}),
+            ),
+        ] {
+            let (_, p) = g.run(gpu_pod(spec, meta), &answer(&["H100-80GB"]));
+            let s = p.spec.as_ref().unwrap();
+            assert!(s.node_selector.is_none());
+            assert!(
+                s.affinity
+                    .as_ref()
+                    .and_then(|a| a.node_affinity.as_ref())
+                    .is_none()
+            );
+            assert_eq!(s.priority_class_name.as_deref(), Some("gpu-high"));
+            let ann = annotations(&p);
+            assert_eq!(ann[ANN_PLACEMENT], "kueue");
+            assert_eq!(ann[ANN_RECOMMENDED_CLASS], "H100-80GB");
+            assert!(!ann.contains_key(ANN_GPU_CLASS));
+        }
+    }
+
+    #[test]
+    fn an_unknown_or_empty_class_selector_names_no_class() {
+        let b = Bronze::new();
+        for value in ["", "B200"] {
+            let mut a = answer(&[]);
+            a.infeasible_reason =
+                "the Pod's own constraints allow no GPU class of the catalog".into();
+            let pod = gpu_pod(json!({"nodeSelector": {KEY: value}}), json!({}));
+            let (m, p) = b.run(pod, &a, false, false);
+            let ann = annotations(&p);
+            assert!(!ann.contains_key(ANN_GPU_CLASS), "{value:?}: {ann:?}");
+            assert!(ann[ANN_INFEASIBLE_REASON].contains("no GPU class"));
+            // The tier is ANDed in: the Pod's own selector is kept, and it can only go to the tier's class.
+            assert_eq!(
+                p.spec.as_ref().unwrap().node_selector.as_ref().unwrap()[KEY],
+                value
+            );
+            assert_eq!(
+                required_terms(&p)[0]["matchExpressions"][0]["values"],
+                json!(["L4-24GB"])
+            );
+            assert!(!m.warnings.is_empty());
+        }
     }
 }

@@ -8,6 +8,7 @@ use kube::core::admission::{AdmissionRequest, Operation};
 
 use super::templates::described_pods;
 use crate::admission::mutate_pod::features;
+use crate::admission::mutate_pod::gpu_resources::NoClaimTemplates;
 use crate::admission::placement;
 use crate::admission::review::Verdict;
 use crate::policy::{PolicySnapshot, TierRules};
@@ -167,7 +168,7 @@ pub fn pod_violations(
     policy: &PolicySnapshot,
     pcs: &dyn PriorityClassLookup,
 ) -> Vec<Violation> {
-    let f = features::extract(pod);
+    let f = features::extract_with(pod, &policy.gpu_resources, &NoClaimTemplates);
     let Some(spec) = pod.spec.as_ref().filter(|_| f.gpu_count > 0) else {
         return Vec::new();
     };
@@ -197,6 +198,19 @@ pub fn pod_violations(
         v(
             Reason::ClassOutsideTier,
             format!("selects GPU class {}", outside.join(", ")),
+        );
+    } else if let Some(own) = placement::own_constraint(pod, &policy.class_labels)
+        && !own.allowed.iter().any(|c| rules.allows(c))
+    {
+        // Constrained by other identifying labels (GPU Feature Discovery, cloud, HAMi) to no class of the tier.
+        let allows = if own.allowed.is_empty() {
+            "no GPU class of the catalog".to_string()
+        } else {
+            own.allowed.iter().cloned().collect::<Vec<_>>().join(", ")
+        };
+        v(
+            Reason::ClassOutsideTier,
+            format!("is constrained by {} to {allows}", own.sources.join(", ")),
         );
     }
 
@@ -638,5 +652,55 @@ mod tests {
         ))
         .unwrap();
         assert!(pod_violations(&pod, "Pod", &rules, &p, &pcs).is_empty());
+    }
+
+    #[test]
+    fn constraints_on_other_identifying_labels_that_allow_no_tier_class_are_violations() {
+        let mut p = policy(EnforcementMode::Enforce);
+        p.class_labels = vec![
+            (
+                "H100-80GB".into(),
+                vec![
+                    (KEY.into(), "H100-80GB".into()),
+                    (
+                        "nvidia.com/gpu.product".into(),
+                        "NVIDIA-H100-80GB-HBM3".into(),
+                    ),
+                ],
+            ),
+            (
+                "L4-24GB".into(),
+                vec![
+                    (KEY.into(), "L4-24GB".into()),
+                    ("nvidia.com/gpu.product".into(), "NVIDIA-L4".into()),
+                ],
+            ),
+        ];
+        let check_of = |spec: Value, ann: Value| {
+            let req = request(
+                ("", "Pod"),
+                "batch",
+                pod("batch", ann, pod_spec(spec)),
+                &[],
+                "CREATE",
+                Value::Null,
+            );
+            check(&req, &p, tiers, &p)
+        };
+        let c = check_of(
+            json!({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}),
+            json!({}),
+        );
+        assert_eq!(reasons(&c), [Reason::ClassOutsideTier]);
+        let c = check_of(json!({}), json!({"nvidia.com/use-gputype": "H100"}));
+        assert_eq!(reasons(&c), [Reason::ClassOutsideTier]);
+        // Inside the tier, or a choice that includes a tier class: allowed (mutation ANDs the tier in).
+        let c = check_of(
+            json!({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"}}),
+            json!({}),
+        );
+        assert_eq!(c, Check::Allowed("within the tier"));
+        let c = check_of(json!({}), json!({"nvidia.com/nouse-gputype": "H100"}));
+        assert_eq!(c, Check::Allowed("within the tier"));
     }
 }

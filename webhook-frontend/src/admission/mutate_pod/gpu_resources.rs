@@ -1,0 +1,571 @@
+//! THE rule for how many GPUs a Pod asks for, of which vendor and with how much memory, driven by the policy's
+//! `gpuResources` list (whole devices, shared devices, MIG slices, HAMi memory/cores, DRA DeviceClasses).
+//! The frontend and loadgen's workload generator use this one implementation; the test oracle
+//! (`gpu_admission_testkit::gpu`) re-states it independently on purpose.
+//!
+//! Quantities are Kubernetes quantities (`"1000m"` = 1, `"1k"` = 1000, `"2Ki"` = 2048): a fractional device
+//! count is rounded up and an absurd one clamped to [`MAX_GPUS_PER_POD`], each with a warning, never silently.
+
+use std::collections::BTreeMap;
+
+use gpu_admission_proto::gpu_resources::{MEMORY_PLACEHOLDER, default_rules};
+use gpu_admission_proto::scorer::v1::{GpuResourceKind, GpuResourceRule, GpuVendor};
+use k8s_openapi::api::core::v1::{Container, PodSpec};
+use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube_quantity::ParsedQuantity;
+
+/// More GPUs than any node has: a larger count is clamped (with a warning) rather than sent as is.
+pub const MAX_GPUS_PER_POD: u32 = 256;
+
+/// The policy's GPU resource rules (the built-in default list when the policy has none).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuResources {
+    rules: Vec<GpuResourceRule>,
+}
+
+impl Default for GpuResources {
+    fn default() -> Self {
+        Self {
+            rules: default_rules(),
+        }
+    }
+}
+
+/// How one resource name counts, once matched against the rules.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Counting {
+    pub vendor: GpuVendor,
+    pub kind: GpuResourceKind,
+    /// GiB per device (MIG: the slice's memory) or per quantity unit (MEMORY).
+    pub memory_gib: Option<f64>,
+}
+
+/// Matches `name` against a MIG pattern: `*` is `[a-z0-9]+`, [`MEMORY_PLACEHOLDER`] digits (the GiB).
+/// `Some(memory)` on a match.
+pub fn match_pattern(pattern: &str, name: &str) -> Option<Option<f64>> {
+    fn go(p: &str, n: &str, mem: &mut Option<f64>) -> bool {
+        if let Some(rest) = p.strip_prefix(MEMORY_PLACEHOLDER) {
+            let digits = n.bytes().take_while(u8::is_ascii_digit).count();
+            return (1..=digits).rev().any(|k| {
+                let ok = go(rest, &n[k..], mem);
+                if ok && mem.is_none() {
+                    *mem = n[..k].parse().ok();
+                }
+                ok
+            });
+        }
+        if let Some(rest) = p.strip_prefix('*') {
+            let run = n
+                .bytes()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+                .count();
+            return (1..=run).rev().any(|k| go(rest, &n[k..], mem));
+        }
+        match (p.chars().next(), n.chars().next()) {
+            (None, None) => true,
+            (Some(a), Some(b)) if a == b => go(&p[a.len_utf8()..], &n[b.len_utf8()..], mem),
+            _ => false,
+        }
+    }
+    let mut mem = None;
+    go(pattern, name, &mut mem).then_some(mem)
+}
+
+impl GpuResources {
+    /// The rules of a policy; an empty list means the built-in default.
+    pub fn from_rules(rules: &[GpuResourceRule]) -> Self {
+        if rules.is_empty() {
+            Self::default()
+        } else {
+            Self {
+                rules: rules.to_vec(),
+            }
+        }
+    }
+
+    pub fn rules(&self) -> &[GpuResourceRule] {
+        &self.rules
+    }
+
+    /// How a container resource name counts, or `None` when it is not a GPU resource.
+    pub fn counting(&self, resource: &str) -> Option<Counting> {
+        self.rules.iter().find_map(|r| {
+            let kind = r.kind();
+            let memory_gib = match kind {
+                GpuResourceKind::DraDeviceClass | GpuResourceKind::Unspecified => return None,
+                GpuResourceKind::MigSlices => match_pattern(&r.name, resource)?,
+                _ if r.name != resource => return None,
+                GpuResourceKind::Memory => Some(r.memory_gib_per_unit),
+                _ => None,
+            };
+            Some(Counting {
+                vendor: r.vendor(),
+                kind,
+                memory_gib,
+            })
+        })
+    }
+
+    /// The vendor of a DRA DeviceClass whose devices are GPUs.
+    pub fn dra_class_vendor(&self, device_class: &str) -> Option<GpuVendor> {
+        self.rules
+            .iter()
+            .find(|r| r.kind() == GpuResourceKind::DraDeviceClass && r.name == device_class)
+            .map(|r| r.vendor())
+    }
+}
+
+/// The ResourceClaimTemplates the frontend can read (by namespace and name).
+pub trait ClaimTemplates {
+    fn template(&self, namespace: &str, name: &str) -> Option<ResourceClaimTemplate>;
+}
+
+/// No template is readable (an apiserver without DRA, or a caller without a template source).
+pub struct NoClaimTemplates;
+
+impl ClaimTemplates for NoClaimTemplates {
+    fn template(&self, _: &str, _: &str) -> Option<ResourceClaimTemplate> {
+        None
+    }
+}
+
+impl<F: Fn(&str, &str) -> Option<ResourceClaimTemplate>> ClaimTemplates for F {
+    fn template(&self, namespace: &str, name: &str) -> Option<ResourceClaimTemplate> {
+        self(namespace, name)
+    }
+}
+
+/// What a Pod asks for in GPUs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuAsk {
+    /// Devices (Kubernetes effective-request rules over containers and init containers, plus DRA claims).
+    pub count: u32,
+    pub vendor: GpuVendor,
+    /// GPU memory per device stated by the resources (MIG slice, HAMi memory), GiB.
+    pub memory_gib: Option<f64>,
+    /// The kinds of request seen, e.g. `devices`, `mig`, `devices+memory`, `dra` (for reports).
+    pub shape: String,
+    /// DRA claims of the Pod (`spec.resourceClaims` names).
+    pub dra_claims: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+fn kind_name(kind: GpuResourceKind) -> &'static str {
+    match kind {
+        GpuResourceKind::Devices => "devices",
+        GpuResourceKind::SharedDevices => "shared",
+        GpuResourceKind::MigSlices => "mig",
+        GpuResourceKind::Memory => "memory",
+        GpuResourceKind::Cores => "cores",
+        GpuResourceKind::DraDeviceClass => "dra",
+        GpuResourceKind::Unspecified => "other",
+    }
+}
+
+/// A device count from a quantity: rounded up when fractional and clamped when absurd, with a warning.
+fn device_count(what: &str, q: &Quantity, warnings: &mut Vec<String>) -> Option<u32> {
+    let value = parse_quantity(what, q, warnings)?;
+    let rounded = value.ceil();
+    if rounded != value {
+        warnings.push(format!(
+            "{what}={:?} is not a whole number of devices; counted as {rounded}",
+            q.0
+        ));
+    }
+    if rounded > f64::from(MAX_GPUS_PER_POD) {
+        warnings.push(format!(
+            "{what}={:?} is more GPUs than any node has; counted as {MAX_GPUS_PER_POD}",
+            q.0
+        ));
+        return Some(MAX_GPUS_PER_POD);
+    }
+    Some(rounded as u32)
+}
+
+/// A non-negative finite quantity as a number, or `None` with a warning.
+fn parse_quantity(what: &str, q: &Quantity, warnings: &mut Vec<String>) -> Option<f64> {
+    let parsed: Result<ParsedQuantity, _> = q.try_into();
+    match parsed.ok().and_then(|p| p.to_bytes_f64()) {
+        Some(v) if v.is_finite() && v >= 0.0 => Some(v),
+        _ => {
+            warnings.push(format!(
+                "{what}={:?} is not a Kubernetes quantity; ignored",
+                q.0
+            ));
+            None
+        }
+    }
+}
+
+/// One container: devices, vendor, memory per device, kinds seen.
+#[derive(Default)]
+struct ContainerAsk {
+    devices: u32,
+    vendor: Option<GpuVendor>,
+    memory_gib: Option<f64>,
+    kinds: Vec<GpuResourceKind>,
+}
+
+fn container_ask(c: &Container, rules: &GpuResources, warnings: &mut Vec<String>) -> ContainerAsk {
+    let mut out = ContainerAsk::default();
+    let Some(res) = &c.resources else { return out };
+    // For extended resources a limit alone implies the same request: the larger of the two counts.
+    let mut per_resource: BTreeMap<&str, (Counting, &Quantity, f64)> = BTreeMap::new();
+    for map in [&res.requests, &res.limits].into_iter().flatten() {
+        for (name, q) in map {
+            let Some(counting) = rules.counting(name) else {
+                continue;
+            };
+            let what = format!("container {:?}: {name}", c.name);
+            let Some(v) = parse_quantity(&what, q, &mut Vec::new()) else {
+                warnings.push(format!(
+                    "{what}={:?} is not a Kubernetes quantity; ignored",
+                    q.0
+                ));
+                continue;
+            };
+            let e = per_resource
+                .entry(name.as_str())
+                .or_insert((counting, q, v));
+            if v > e.2 {
+                *e = (counting, q, v);
+            }
+        }
+    }
+    let mut share_only = false;
+    for (name, (counting, q, value)) in per_resource {
+        if value == 0.0 {
+            continue;
+        }
+        if !out.kinds.contains(&counting.kind) {
+            out.kinds.push(counting.kind);
+        }
+        out.vendor.get_or_insert(counting.vendor);
+        let what = format!("container {:?}: {name}", c.name);
+        match counting.kind {
+            GpuResourceKind::Devices | GpuResourceKind::SharedDevices => {
+                let n = device_count(&what, q, warnings).unwrap_or(0);
+                out.devices = out.devices.saturating_add(n);
+            }
+            GpuResourceKind::MigSlices => {
+                let n = device_count(&what, q, warnings).unwrap_or(0);
+                out.devices = out.devices.saturating_add(n);
+                if let Some(m) = counting.memory_gib {
+                    out.memory_gib = Some(out.memory_gib.map_or(m, |o: f64| o.max(m)));
+                }
+            }
+            GpuResourceKind::Memory => {
+                let gib = value * counting.memory_gib.unwrap_or(0.0);
+                out.memory_gib = Some(out.memory_gib.map_or(gib, |o| o.max(gib)));
+                share_only = true;
+            }
+            GpuResourceKind::Cores => share_only = true,
+            GpuResourceKind::DraDeviceClass | GpuResourceKind::Unspecified => {}
+        }
+    }
+    // A share of a GPU (memory or cores) without a device count is one device.
+    if out.devices == 0 && share_only {
+        out.devices = 1;
+    }
+    out
+}
+
+/// Devices a template's requests take from GPU DeviceClasses (allocation mode `All`: at least one).
+fn template_devices(t: &ResourceClaimTemplate, rules: &GpuResources) -> (u32, Option<GpuVendor>) {
+    let mut count = 0u32;
+    let mut vendor = None;
+    for r in t
+        .spec
+        .iter()
+        .flat_map(|s| s.spec.iter())
+        .flat_map(|s| s.devices.iter())
+        .flat_map(|d| d.requests.iter().flatten())
+    {
+        // `firstAvailable` lists alternatives: the first GPU alternative is what the Pod asks for.
+        let alternatives: Vec<(&str, Option<&str>, Option<i64>)> =
+            match (&r.exactly, &r.first_available) {
+                (Some(e), _) => vec![(
+                    e.device_class_name.as_str(),
+                    e.allocation_mode.as_deref(),
+                    e.count,
+                )],
+                (None, Some(subs)) => subs
+                    .iter()
+                    .map(|s| {
+                        (
+                            s.device_class_name.as_str(),
+                            s.allocation_mode.as_deref(),
+                            s.count,
+                        )
+                    })
+                    .collect(),
+                (None, None) => Vec::new(),
+            };
+        if let Some((class, mode, n)) = alternatives
+            .into_iter()
+            .find(|(class, _, _)| rules.dra_class_vendor(class).is_some())
+        {
+            vendor.get_or_insert(rules.dra_class_vendor(class).unwrap_or_default());
+            let n = match mode {
+                Some("All") => 1,
+                _ => n.unwrap_or(1).clamp(1, i64::from(MAX_GPUS_PER_POD)) as u32,
+            };
+            count = count.saturating_add(n);
+        }
+    }
+    (count, vendor)
+}
+
+/// What the Pod asks for in GPUs. `namespace` and `templates` resolve DRA claims made from a
+/// ResourceClaimTemplate; a claim whose template cannot be read is noted in `dra_claims` but not counted (it
+/// may be a NIC or an IMEX channel as well as a GPU).
+pub fn gpu_ask(
+    spec: &PodSpec,
+    namespace: &str,
+    rules: &GpuResources,
+    templates: &dyn ClaimTemplates,
+) -> GpuAsk {
+    let mut warnings = Vec::new();
+    let mut vendor: Option<GpuVendor> = None;
+    let mut memory: Option<f64> = None;
+    let mut kinds: Vec<GpuResourceKind> = Vec::new();
+    let mut note = |a: &ContainerAsk, vendor: &mut Option<GpuVendor>| {
+        if a.devices > 0 {
+            if vendor.is_none() {
+                *vendor = a.vendor;
+            }
+            if let Some(m) = a.memory_gib {
+                memory = Some(memory.map_or(m, |o: f64| o.max(m)));
+            }
+            for k in &a.kinds {
+                if !kinds.contains(k) {
+                    kinds.push(*k);
+                }
+            }
+        }
+    };
+    // Effective request: max(sum of app containers + sidecar init containers, largest plain init container).
+    let mut sum = 0u32;
+    for c in &spec.containers {
+        let a = container_ask(c, rules, &mut warnings);
+        sum = sum.saturating_add(a.devices);
+        note(&a, &mut vendor);
+    }
+    let mut init_max = 0u32;
+    for c in spec.init_containers.iter().flatten() {
+        let a = container_ask(c, rules, &mut warnings);
+        if c.restart_policy.as_deref() == Some("Always") {
+            sum = sum.saturating_add(a.devices);
+        } else {
+            init_max = init_max.max(a.devices);
+        }
+        note(&a, &mut vendor);
+    }
+    let mut count = sum.max(init_max);
+
+    let mut dra_claims = Vec::new();
+    for claim in spec.resource_claims.iter().flatten() {
+        dra_claims.push(claim.name.clone());
+        let Some(template) = claim
+            .resource_claim_template_name
+            .as_deref()
+            .and_then(|t| templates.template(namespace, t))
+        else {
+            continue;
+        };
+        let (n, v) = template_devices(&template, rules);
+        if n > 0 {
+            count = count.saturating_add(n);
+            if vendor.is_none() {
+                vendor = v;
+            }
+            if !kinds.contains(&GpuResourceKind::DraDeviceClass) {
+                kinds.push(GpuResourceKind::DraDeviceClass);
+            }
+        }
+    }
+    if count > MAX_GPUS_PER_POD {
+        warnings.push(format!(
+            "the Pod asks for {count} GPUs, more than any node has; counted as {MAX_GPUS_PER_POD}"
+        ));
+        count = MAX_GPUS_PER_POD;
+    }
+    kinds.sort_by_key(|k| *k as i32);
+    GpuAsk {
+        count,
+        vendor: if count == 0 {
+            GpuVendor::Unknown
+        } else {
+            vendor.unwrap_or_default()
+        },
+        memory_gib: if count == 0 { None } else { memory },
+        shape: if count == 0 {
+            "none".to_string()
+        } else {
+            kinds
+                .iter()
+                .map(|k| kind_name(*k))
+                .collect::<Vec<_>>()
+                .join("+")
+        },
+        dra_claims,
+        warnings,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ask(resources: serde_json::Value) -> GpuAsk {
+        let spec: PodSpec =
+            serde_json::from_value(json!({"containers": [{"name": "c", "resources": resources}]}))
+                .unwrap();
+        gpu_ask(&spec, "ns", &GpuResources::default(), &NoClaimTemplates)
+    }
+
+    #[test]
+    fn intel_millicores_next_to_i915_is_one_intel_gpu() {
+        let a = ask(json!({"limits": {"gpu.intel.com/i915": 1, "gpu.intel.com/millicores": 500}}));
+        assert_eq!(
+            (a.count, a.vendor, a.shape.as_str()),
+            (1, GpuVendor::Intel, "devices+cores")
+        );
+        // Not devices: memory.max and friends are not in the list at all.
+        let a =
+            ask(json!({"limits": {"gpu.intel.com/xe": "2", "gpu.intel.com/memory.max": "8Gi"}}));
+        assert_eq!((a.count, a.vendor), (2, GpuVendor::Intel));
+        assert!(a.warnings.is_empty(), "{:?}", a.warnings);
+    }
+
+    #[test]
+    fn mig_slices_carry_their_memory() {
+        let a = ask(json!({"limits": {"nvidia.com/mig-1g.10gb": 2}}));
+        assert_eq!(
+            (a.count, a.vendor, a.memory_gib, a.shape.as_str()),
+            (2, GpuVendor::Nvidia, Some(10.0), "mig")
+        );
+        let a = ask(json!({"limits": {"nvidia.com/mig-3g.40gb": "1"}}));
+        assert_eq!((a.count, a.memory_gib), (1, Some(40.0)));
+        assert_eq!(
+            match_pattern("nvidia.com/mig-*g.{memoryGiB}gb", "nvidia.com/mig-g.10gb"),
+            None
+        );
+        assert_eq!(
+            match_pattern("nvidia.com/mig-*g.{memoryGiB}gb", "nvidia.com/mig-7g.80gbx"),
+            None
+        );
+    }
+
+    #[test]
+    fn hami_memory_and_cores() {
+        let a = ask(json!({"limits": {"nvidia.com/gpumem": 20000}}));
+        assert_eq!(
+            (a.count, a.vendor, a.shape.as_str()),
+            (1, GpuVendor::Nvidia, "memory")
+        );
+        let gib = a.memory_gib.unwrap();
+        assert!((gib - 19.53).abs() < 0.01, "{gib}");
+        let a = ask(
+            json!({"limits": {"nvidia.com/gpu": 2, "nvidia.com/gpumem": "20000", "nvidia.com/gpucores": 30}}),
+        );
+        assert_eq!((a.count, a.shape.as_str()), (2, "devices+memory+cores"));
+        let a = ask(json!({"limits": {"nvidia.com/gpu.shared": 1}}));
+        assert_eq!((a.count, a.shape.as_str()), (1, "shared"));
+    }
+
+    #[test]
+    fn quantities_are_kubernetes_quantities() {
+        assert_eq!(ask(json!({"limits": {"nvidia.com/gpu": "1000m"}})).count, 1);
+        assert_eq!(ask(json!({"limits": {"nvidia.com/gpu": "2.0"}})).count, 2);
+        let a = ask(json!({"limits": {"nvidia.com/gpu": "500m"}}));
+        assert_eq!(a.count, 1);
+        assert!(a.warnings[0].contains("counted as 1"), "{:?}", a.warnings);
+        let a = ask(json!({"limits": {"nvidia.com/gpu": "2Ki"}}));
+        assert_eq!(a.count, MAX_GPUS_PER_POD);
+        assert!(
+            a.warnings[0].contains("more GPUs than any node"),
+            "{:?}",
+            a.warnings
+        );
+        let a = ask(json!({"limits": {"nvidia.com/gpu": "1k"}}));
+        assert_eq!(a.count, MAX_GPUS_PER_POD);
+        assert_eq!(a.warnings.len(), 1);
+        let a = ask(json!({"limits": {"nvidia.com/gpu": "99999999999999999999"}}));
+        assert_eq!((a.count, a.warnings.len()), (MAX_GPUS_PER_POD, 1));
+        let a = ask(json!({"limits": {"nvidia.com/gpu": "half", "amd.com/gpu": "1"}}));
+        assert_eq!((a.count, a.vendor), (1, GpuVendor::Amd));
+        assert!(
+            a.warnings[0].contains("not a Kubernetes quantity"),
+            "{:?}",
+            a.warnings
+        );
+    }
+
+    #[test]
+    fn not_gpus() {
+        for r in [
+            json!({"limits": {"example.com/gpu": 1}}),
+            json!({"limits": {"nvidia.com/gpu": 0, "cpu": "2"}}),
+            json!({"limits": {"gpu.intel.com/": 1, "gpu.intel.com/memory.max": "1Gi"}}),
+        ] {
+            let a = ask(r.clone());
+            assert_eq!(
+                (a.count, a.vendor, a.shape.as_str()),
+                (0, GpuVendor::Unknown, "none"),
+                "{r}"
+            );
+        }
+    }
+
+    #[test]
+    fn dra_claims_count_from_their_template() {
+        let spec: PodSpec = serde_json::from_value(json!({
+            "containers": [{"name": "c", "resources": {"claims": [{"name": "gpus"}, {"name": "nic"}]}}],
+            "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "two-gpus"},
+                               {"name": "nic", "resourceClaimTemplateName": "nic"},
+                               {"name": "unknown", "resourceClaimTemplateName": "elsewhere"}]
+        }))
+        .unwrap();
+        let templates = |ns: &str, name: &str| -> Option<ResourceClaimTemplate> {
+            let class = match (ns, name) {
+                ("ns", "two-gpus") => "gpu.nvidia.com",
+                ("ns", "nic") => "sriov.example.com",
+                _ => return None,
+            };
+            serde_json::from_value(
+                json!({"metadata": {"name": name}, "spec": {"spec": {"devices": {"requests": [
+                {"name": "r", "exactly": {"deviceClassName": class, "count": 2}}]}}}}),
+            )
+            .ok()
+        };
+        let a = gpu_ask(&spec, "ns", &GpuResources::default(), &templates);
+        assert_eq!(
+            (a.count, a.vendor, a.shape.as_str()),
+            (2, GpuVendor::Nvidia, "dra")
+        );
+        assert_eq!(a.dra_claims, ["gpus", "nic", "unknown"]);
+        // Unreadable templates are noted, not counted.
+        let a = gpu_ask(&spec, "ns", &GpuResources::default(), &NoClaimTemplates);
+        assert_eq!(a.count, 0);
+    }
+
+    #[test]
+    fn policy_rules_replace_the_default() {
+        let rules = GpuResources::from_rules(&[GpuResourceRule {
+            name: "example.com/gpu".into(),
+            vendor: GpuVendor::Amd as i32,
+            kind: GpuResourceKind::Devices as i32,
+            memory_gib_per_unit: 0.0,
+        }]);
+        let spec: PodSpec =
+            serde_json::from_value(json!({"containers": [{"name": "c", "resources":
+            {"limits": {"example.com/gpu": 3, "nvidia.com/gpu": 1}}}]}))
+            .unwrap();
+        let a = gpu_ask(&spec, "ns", &rules, &NoClaimTemplates);
+        assert_eq!((a.count, a.vendor), (3, GpuVendor::Amd));
+        assert_eq!(GpuResources::from_rules(&[]), GpuResources::default());
+    }
+}
