@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::server::Config;
+use crate::server::{Config, Http2Limits};
 
 /// gpu-admission scorer: scores GPU jobs against the GPU catalog of a policy and learns from observed runtimes.
 #[derive(Debug, Clone, Parser)]
@@ -29,6 +29,17 @@ pub struct Cli {
     /// Milliseconds between checks of the policy file for changes.
     #[arg(long, env = "SCORER_POLICY_POLL_MS", default_value_t = 1000)]
     pub policy_poll_ms: u64,
+    /// HTTP/2 streams a client may have open at once on one connection (it queues beyond them).
+    #[arg(long, env = "SCORER_MAX_CONCURRENT_STREAMS", default_value_t = Http2Limits::default().max_concurrent_streams)]
+    pub max_concurrent_streams: u32,
+    /// Streams a client may reset before the server accepted them, per connection, before the connection is
+    /// closed as an attack (GOAWAY ENHANCE_YOUR_CALM). Keep it at least --max-concurrent-streams: a client
+    /// that cancels every call in flight at its deadline is not an attacker.
+    #[arg(long, env = "SCORER_MAX_PENDING_ACCEPT_RESET_STREAMS", default_value_t = Http2Limits::default().max_pending_accept_reset_streams)]
+    pub max_pending_accept_reset_streams: usize,
+    /// Streams the server may reset for a client's protocol errors, per connection, before closing it.
+    #[arg(long, env = "SCORER_MAX_LOCAL_ERROR_RESET_STREAMS", default_value_t = Http2Limits::default().max_local_error_reset_streams)]
+    pub max_local_error_reset_streams: usize,
     /// Validate the policy (file, or the embedded default), print its version and exit (1 if invalid).
     #[arg(long)]
     pub check_policy: bool,
@@ -41,6 +52,11 @@ impl Cli {
             state_path: self.state.clone(),
             snapshot_interval: Duration::from_secs(self.snapshot_interval_secs.max(1)),
             policy_poll_interval: Duration::from_millis(self.policy_poll_ms.max(10)),
+            http2: Http2Limits {
+                max_concurrent_streams: self.max_concurrent_streams.max(1),
+                max_pending_accept_reset_streams: self.max_pending_accept_reset_streams,
+                max_local_error_reset_streams: self.max_local_error_reset_streams,
+            },
         }
     }
 }
@@ -75,6 +91,11 @@ mod tests {
             Some(std::path::Path::new("/p.yaml"))
         );
         assert_eq!(c.snapshot_interval, Duration::from_secs(5));
+        assert_eq!(c.http2, Http2Limits::default());
+        let c = Cli::try_parse_from(["scorer", "--max-pending-accept-reset-streams", "64"])
+            .unwrap()
+            .server_config();
+        assert_eq!(c.http2.max_pending_accept_reset_streams, 64);
         assert!(Cli::try_parse_from(["scorer", "--listen", "not-an-address"]).is_err());
     }
 }

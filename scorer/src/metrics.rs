@@ -22,6 +22,12 @@ pub struct ResultLabels {
     pub result: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Http2LimitLabels {
+    /// max_concurrent_streams, max_pending_accept_reset_streams, max_local_error_reset_streams.
+    pub setting: &'static str,
+}
+
 #[derive(Debug, Clone)]
 pub struct Metrics {
     /// Server-side time to score one request (the model, under the learned-state lock).
@@ -31,6 +37,8 @@ pub struct Metrics {
     /// Seconds since the learned state was last written (since start when never written).
     pub snapshot_age: Gauge<f64, AtomicU64>,
     pub explored_decisions: Counter,
+    /// The HTTP/2 limits the gRPC server runs with.
+    pub http2_limits: Family<Http2LimitLabels, Gauge>,
 }
 
 impl Metrics {
@@ -45,6 +53,7 @@ impl Metrics {
             policy_reloads: Family::default(),
             snapshot_age: Gauge::default(),
             explored_decisions: Counter::default(),
+            http2_limits: Family::default(),
         };
         registry.register(
             "scorer_score_duration_seconds",
@@ -72,7 +81,33 @@ impl Metrics {
             "Decisions where the information gain changed the chosen GPU class",
             m.explored_decisions.clone(),
         );
+        registry.register(
+            "scorer_http2_limit",
+            "HTTP/2 limits of the gRPC server, per connection, by setting",
+            m.http2_limits.clone(),
+        );
         m
+    }
+
+    pub fn record_http2_limits(&self, limits: &crate::server::Http2Limits) {
+        for (setting, value) in [
+            (
+                "max_concurrent_streams",
+                i64::from(limits.max_concurrent_streams),
+            ),
+            (
+                "max_pending_accept_reset_streams",
+                limits.max_pending_accept_reset_streams as i64,
+            ),
+            (
+                "max_local_error_reset_streams",
+                limits.max_local_error_reset_streams as i64,
+            ),
+        ] {
+            self.http2_limits
+                .get_or_create(&Http2LimitLabels { setting })
+                .set(value);
+        }
     }
 
     /// Metrics registered nowhere (tests, benchmarks).
@@ -105,6 +140,7 @@ mod tests {
         m.policy_reload("rejected");
         m.explored_decisions.inc();
         m.score_duration.observe(0.00002);
+        m.record_http2_limits(&crate::server::Http2Limits::default());
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for needle in [
@@ -113,6 +149,7 @@ mod tests {
             "scorer_explored_decisions_total 1",
             "scorer_score_duration_seconds_count 1",
             "# TYPE scorer_state_snapshot_age_seconds gauge",
+            "scorer_http2_limit{setting=\"max_pending_accept_reset_streams\"} 1024",
         ] {
             assert!(text.contains(needle), "{needle} missing from:\n{text}");
         }
