@@ -261,12 +261,7 @@ pub async fn start(
     let health_on_stop = health.clone();
     let h2 = config.http2;
     metrics.record_http2_limits(&h2);
-    tracing::info!(
-        max_concurrent_streams = h2.max_concurrent_streams,
-        max_pending_accept_reset_streams = h2.max_pending_accept_reset_streams,
-        max_local_error_reset_streams = h2.max_local_error_reset_streams,
-        "HTTP/2 limits: {h2}"
-    );
+    tracing::info!("HTTP/2 limits: {h2}");
     let server = tonic::transport::Server::builder()
         .max_concurrent_streams(h2.max_concurrent_streams)
         .http2_max_pending_accept_reset_streams(Some(h2.max_pending_accept_reset_streams))
