@@ -13,7 +13,7 @@ use crate::procfs::{self, Watch};
 use crate::report::{self, RunResult, json::Meta, summary};
 use crate::schedule::{self, Pacing, Plan};
 use crate::spawn::{self, Service};
-use crate::{faults, workload};
+use crate::{abuse, faults, workload};
 use gpu_admission_testkit::faults::FaultProxy;
 
 /// Runs the whole benchmark; returns the process exit code (0, or 2 when a run could not run or the
@@ -76,6 +76,7 @@ pub async fn run(args: BenchArgs) -> Result<i32> {
                 &work_dir.join("tls-frontend"),
                 args.deadline_ms,
                 work_dir.join("webhook-frontend.log"),
+                &args.frontend_args,
             )
             .await?;
             eprintln!(
@@ -219,7 +220,8 @@ pub async fn run(args: BenchArgs) -> Result<i32> {
         warmup: args.warmup,
         duration: args.duration,
     };
-    for (name, target) in &targets {
+    let plan_targets: &[(String, Target)] = if args.scenarios_only { &[] } else { &targets };
+    for (name, target) in plan_targets {
         let pids = pids_for(name, &watched);
         match mode {
             Mode::Open => {
@@ -340,6 +342,69 @@ pub async fn run(args: BenchArgs) -> Result<i32> {
         }
     }
 
+    // Burst and idle-connection scenarios against the webhook.
+    let (bursts, idle) = match targets.iter().find(|(n, _)| n == "webhook").map(|(_, t)| t) {
+        Some(Target::Webhook(webhook)) if args.burst.is_some() || args.idle_conns.is_some() => {
+            let (url, ca) = webhook_url_and_ca(&args, frontend_svc.as_ref(), &work_dir)?;
+            let mut bursts = Vec::new();
+            if let Some(n) = args.burst {
+                for h2 in [true, false] {
+                    let http = if h2 {
+                        HttpVersion::H2
+                    } else {
+                        HttpVersion::Http1
+                    };
+                    let label = if h2 {
+                        format!("webhook burst {n} over 1 h2 conn")
+                    } else {
+                        format!(
+                            "webhook burst {n} over {} http/1.1",
+                            abuse::BURST_H1_CONNECTIONS
+                        )
+                    };
+                    let t = WebhookTarget::new(&url, &ca, http, reviews.clone(), run_id).await?;
+                    match abuse::burst(label.clone(), t.into(), n, args.burst_rounds, h2).await {
+                        Ok(b) => {
+                            eprintln!(
+                                "{label}: {} requests, passed {} {:?}, errors {}",
+                                b.requests, b.passed_through, b.pass_reasons, b.errors
+                            );
+                            bursts.push(b);
+                        }
+                        Err(e) => {
+                            failed_runs += 1;
+                            eprintln!("{label} failed: {e:#}");
+                        }
+                    }
+                }
+            }
+            let idle = match args.idle_conns {
+                Some(n) => {
+                    let one_byte = args.one_byte_conns.unwrap_or(n / 10);
+                    let pid = frontend_svc.as_ref().and_then(Service::pid).or_else(|| {
+                        watched
+                            .iter()
+                            .find(|(name, _)| name.starts_with("webhook"))
+                            .map(|(_, p)| *p)
+                    });
+                    match abuse::idle_connections(webhook.clone(), n, one_byte, args.idle_wait, pid)
+                        .await
+                    {
+                        Ok(r) => Some(r),
+                        Err(e) => {
+                            failed_runs += 1;
+                            eprintln!("idle-connection run failed: {e:#}");
+                            None
+                        }
+                    }
+                }
+                None => None,
+            };
+            (bursts, idle)
+        }
+        _ => (Vec::new(), None),
+    };
+
     // Reports.
     let meta = Meta::collect(&workload, http.to_string(), args.deadline_ms, loadavg_start);
     let mut s = summary::summarize(&runs, &idle_rss, args.deadline_ms);
@@ -347,6 +412,19 @@ pub async fn run(args: BenchArgs) -> Result<i32> {
         s.checks.clear();
     }
     print!("{}", report::table::render(&meta, &runs, &s));
+    print!("{}", abuse::render(&bursts, idle.as_ref()));
+    if let Some(path) = &args.json
+        && (!bursts.is_empty() || idle.is_some())
+    {
+        let scenarios = path.with_extension("scenarios.json");
+        std::fs::write(
+            &scenarios,
+            serde_json::to_vec_pretty(
+                &serde_json::json!({ "bursts": bursts, "idle_connections": idle }),
+            )?,
+        )?;
+        eprintln!("wrote {}", scenarios.display());
+    }
     if let Some(path) = &args.json {
         report::json::write(
             path,
@@ -394,6 +472,24 @@ pub async fn run(args: BenchArgs) -> Result<i32> {
         2
     } else {
         0
+    })
+}
+
+/// The webhook's URL and CA bundle: the spawned frontend's, or `--webhook` / `--ca`.
+fn webhook_url_and_ca(
+    args: &BenchArgs,
+    frontend: Option<&Service>,
+    work_dir: &std::path::Path,
+) -> Result<(String, PathBuf)> {
+    Ok(match frontend {
+        Some(f) => (
+            format!("https://{}/mutate-pod", f.addr),
+            work_dir.join("tls-frontend/ca.crt"),
+        ),
+        None => (
+            args.webhook.clone().context("--webhook URL")?,
+            args.ca.clone().context("--ca PATH")?,
+        ),
     })
 }
 
@@ -564,6 +660,7 @@ async fn run_fault(
                 &tls,
                 args.deadline_ms,
                 work_dir.join("webhook-frontend-slow.log"),
+                &args.frontend_args,
             )
             .await?;
             if let (Some(prio), Some(pid)) = (args.rt_priority, f.pid()) {

@@ -272,6 +272,30 @@ pub struct BenchArgs {
     /// Keep the spawned services' logs and certificates in this directory (default: a temporary one).
     #[arg(long, value_name = "DIR")]
     pub work_dir: Option<PathBuf>,
+    /// Burst runs against the webhook: rounds of N admissions sent at once, over one HTTP/2 connection and over
+    /// 64 HTTP/1.1 connections; pass-throughs by reason.
+    #[arg(long, value_name = "N")]
+    pub burst: Option<usize>,
+    /// Rounds of each burst run.
+    #[arg(long, default_value_t = 20)]
+    pub burst_rounds: usize,
+    /// Idle-connection run: N TLS connections that say nothing (and --one-byte-conns that send one byte);
+    /// reports when the frontend closed them, a probe every 0.5 s, and the frontend's RSS.
+    #[arg(long, value_name = "N")]
+    pub idle_conns: Option<usize>,
+    /// One-byte TCP connections of the idle-connection run (default: a tenth of --idle-conns).
+    #[arg(long, value_name = "N")]
+    pub one_byte_conns: Option<usize>,
+    /// How long the idle-connection run waits for the frontend to close them all.
+    #[arg(long, value_parser = parse_duration, default_value = "60s")]
+    pub idle_wait: Duration,
+    /// Only the fault, burst and idle-connection runs (no sweep, open or closed loop).
+    #[arg(long)]
+    pub scenarios_only: bool,
+    /// Extra argument for the spawned webhook frontend (repeatable), e.g.
+    /// `--frontend-arg=--header-read-timeout-ms=2000`.
+    #[arg(long = "frontend-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub frontend_args: Vec<String>,
     /// Leave out the performance targets (p99, ratio to baseline, RSS): for smoke runs, whose short debug
     /// runs say nothing about them. Wrong answers and failed runs still fail.
     #[arg(long)]

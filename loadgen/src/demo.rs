@@ -351,6 +351,7 @@ async fn admit_cases(bin_dir: &std::path::Path, work: &std::path::Path) -> Resul
         &tls,
         200,
         work.join("webhook-frontend.log"),
+        &[],
     )
     .await?;
     println!(

@@ -1,6 +1,7 @@
 //! loadgen: the benchmark of gpu-admission. Drives the webhook frontend and the scorer from outside
 //! (processes and sockets only). See README.md for the modes and the output.
 
+mod abuse;
 mod baseline;
 mod bench;
 mod cli;

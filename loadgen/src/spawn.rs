@@ -126,6 +126,7 @@ pub async fn start_frontend(
     tls_dir: &Path,
     deadline_ms: u64,
     log: PathBuf,
+    extra: &[String],
 ) -> Result<Service> {
     let mut args: Vec<String> = vec![
         "--listen".into(),
@@ -144,6 +145,7 @@ pub async fn start_frontend(
         args.push("--namespace-tier".into());
         args.push(format!("{ns}={tier}"));
     }
+    args.extend(extra.iter().cloned());
     Service::start(name, &bin_dir.join("webhook-frontend"), args, log).await
 }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::server::Config;
+use crate::server::{Config, Http2Limits};
 
 /// gpu-admission scorer: scores GPU jobs against the GPU catalog of a policy and learns from observed runtimes.
 #[derive(Debug, Clone, Parser)]
@@ -33,6 +33,17 @@ pub struct Cli {
     /// what is learned during an epoch reaches them at the next one); 0 = the live state.
     #[arg(long, env = "SCORER_DECISION_EPOCH_SECS", default_value_t = 600)]
     pub decision_epoch_secs: u64,
+    /// HTTP/2 streams a client may have open at once on one connection (it queues beyond them).
+    #[arg(long, env = "SCORER_MAX_CONCURRENT_STREAMS", default_value_t = Http2Limits::default().max_concurrent_streams)]
+    pub max_concurrent_streams: u32,
+    /// Streams a client may reset before the server accepted them, per connection, before the connection is
+    /// closed as an attack (GOAWAY ENHANCE_YOUR_CALM). Keep it at least --max-concurrent-streams: a client
+    /// that cancels every call in flight at its deadline is not an attacker.
+    #[arg(long, env = "SCORER_MAX_PENDING_ACCEPT_RESET_STREAMS", default_value_t = Http2Limits::default().max_pending_accept_reset_streams)]
+    pub max_pending_accept_reset_streams: usize,
+    /// Streams the server may reset for a client's protocol errors, per connection, before closing it.
+    #[arg(long, env = "SCORER_MAX_LOCAL_ERROR_RESET_STREAMS", default_value_t = Http2Limits::default().max_local_error_reset_streams)]
+    pub max_local_error_reset_streams: usize,
     /// Validate the policy (file, or the embedded default), print its version and exit (1 if invalid).
     #[arg(long)]
     pub check_policy: bool,
@@ -46,6 +57,11 @@ impl Cli {
             snapshot_interval: Duration::from_secs(self.snapshot_interval_secs.max(1)),
             policy_poll_interval: Duration::from_millis(self.policy_poll_ms.max(10)),
             decision_epoch: Duration::from_secs(self.decision_epoch_secs),
+            http2: Http2Limits {
+                max_concurrent_streams: self.max_concurrent_streams.max(1),
+                max_pending_accept_reset_streams: self.max_pending_accept_reset_streams,
+                max_local_error_reset_streams: self.max_local_error_reset_streams,
+            },
         }
     }
 }
@@ -80,6 +96,11 @@ mod tests {
             Some(std::path::Path::new("/p.yaml"))
         );
         assert_eq!(c.snapshot_interval, Duration::from_secs(5));
+        assert_eq!(c.http2, Http2Limits::default());
+        let c = Cli::try_parse_from(["scorer", "--max-pending-accept-reset-streams", "64"])
+            .unwrap()
+            .server_config();
+        assert_eq!(c.http2.max_pending_accept_reset_streams, 64);
         assert!(Cli::try_parse_from(["scorer", "--listen", "not-an-address"]).is_err());
     }
 }

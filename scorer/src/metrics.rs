@@ -28,6 +28,12 @@ pub struct WorkloadLabels {
     pub answer: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Http2LimitLabels {
+    /// max_concurrent_streams, max_pending_accept_reset_streams, max_local_error_reset_streams.
+    pub setting: &'static str,
+}
+
 #[derive(Debug, Clone)]
 pub struct Metrics {
     /// Server-side time to score one request (the model, under the learned-state lock).
@@ -39,6 +45,8 @@ pub struct Metrics {
     pub explored_decisions: Counter,
     /// Score requests carrying a workload key, by how they were answered.
     pub workload_answers: Family<WorkloadLabels, Counter>,
+    /// The HTTP/2 limits the gRPC server runs with.
+    pub http2_limits: Family<Http2LimitLabels, Gauge>,
 }
 
 impl Metrics {
@@ -54,6 +62,7 @@ impl Metrics {
             snapshot_age: Gauge::default(),
             explored_decisions: Counter::default(),
             workload_answers: Family::default(),
+            http2_limits: Family::default(),
         };
         registry.register(
             "scorer_score_duration_seconds",
@@ -86,6 +95,11 @@ impl Metrics {
             "Score requests of a workload (workload_key set) by answer: decided once per workload, then cached",
             m.workload_answers.clone(),
         );
+        registry.register(
+            "scorer_http2_limit",
+            "HTTP/2 limits of the gRPC server, per connection, by setting",
+            m.http2_limits.clone(),
+        );
         m
     }
 
@@ -93,6 +107,27 @@ impl Metrics {
         self.workload_answers
             .get_or_create(&WorkloadLabels { answer })
             .inc();
+    }
+
+    pub fn record_http2_limits(&self, limits: &crate::server::Http2Limits) {
+        for (setting, value) in [
+            (
+                "max_concurrent_streams",
+                i64::from(limits.max_concurrent_streams),
+            ),
+            (
+                "max_pending_accept_reset_streams",
+                limits.max_pending_accept_reset_streams as i64,
+            ),
+            (
+                "max_local_error_reset_streams",
+                limits.max_local_error_reset_streams as i64,
+            ),
+        ] {
+            self.http2_limits
+                .get_or_create(&Http2LimitLabels { setting })
+                .set(value);
+        }
     }
 
     /// Metrics registered nowhere (tests, benchmarks).
@@ -126,6 +161,7 @@ mod tests {
         m.explored_decisions.inc();
         m.workload_answer("cached");
         m.score_duration.observe(0.00002);
+        m.record_http2_limits(&crate::server::Http2Limits::default());
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for needle in [
@@ -135,6 +171,7 @@ mod tests {
             "scorer_workload_answers_total{answer=\"cached\"} 1",
             "scorer_score_duration_seconds_count 1",
             "# TYPE scorer_state_snapshot_age_seconds gauge",
+            "scorer_http2_limit{setting=\"max_pending_accept_reset_streams\"} 1024",
         ] {
             assert!(text.contains(needle), "{needle} missing from:\n{text}");
         }

@@ -36,6 +36,7 @@ pub struct Config {
     pub policy_poll_interval: Duration,
     /// Length of the learned-state epochs keyed decisions read (0 = the live state); see [`crate::decisions`].
     pub decision_epoch: Duration,
+    pub http2: Http2Limits,
 }
 
 impl Default for Config {
@@ -46,7 +47,48 @@ impl Default for Config {
             snapshot_interval: Duration::from_secs(60),
             policy_poll_interval: Duration::from_secs(1),
             decision_epoch: crate::decisions::DEFAULT_EPOCH,
+            http2: Http2Limits::default(),
         }
+    }
+}
+
+/// The HTTP/2 limits of the gRPC server, set deliberately rather than left to hyper's and h2's defaults.
+///
+/// A frontend that gives up on calls at its deadline cancels them with RST_STREAM, many at once under a
+/// burst. h2 counts the resets of streams not yet accepted by the server and, past its default of 20, answers
+/// `GOAWAY ENHANCE_YOUR_CALM "too_many_resets"` (its defence against the "rapid reset" attack), which fails
+/// every call on the connection. The pending-accept reset limit is therefore as high as the streams a
+/// connection may have open, so that cancelling every stream in flight never looks like an attack, while a
+/// client that opens and resets without end is still stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Http2Limits {
+    /// SETTINGS_MAX_CONCURRENT_STREAMS per connection (clients queue beyond it).
+    pub max_concurrent_streams: u32,
+    /// Streams reset by the client before the server accepted them, per connection, before GOAWAY.
+    pub max_pending_accept_reset_streams: usize,
+    /// Streams the server itself reset for protocol errors, per connection, before GOAWAY.
+    pub max_local_error_reset_streams: usize,
+}
+
+impl Default for Http2Limits {
+    fn default() -> Self {
+        Self {
+            max_concurrent_streams: 1024,
+            max_pending_accept_reset_streams: 1024,
+            max_local_error_reset_streams: 1024,
+        }
+    }
+}
+
+impl std::fmt::Display for Http2Limits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "max_concurrent_streams={} max_pending_accept_reset_streams={} max_local_error_reset_streams={}",
+            self.max_concurrent_streams,
+            self.max_pending_accept_reset_streams,
+            self.max_local_error_reset_streams
+        )
     }
 }
 
@@ -223,7 +265,13 @@ pub async fn start(
     });
     let mut stop = shutdown_rx.clone();
     let health_on_stop = health.clone();
+    let h2 = config.http2;
+    metrics.record_http2_limits(&h2);
+    tracing::info!("HTTP/2 limits: {h2}");
     let server = tonic::transport::Server::builder()
+        .max_concurrent_streams(h2.max_concurrent_streams)
+        .http2_max_pending_accept_reset_streams(Some(h2.max_pending_accept_reset_streams))
+        .http2_max_local_error_reset_streams(Some(h2.max_local_error_reset_streams))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

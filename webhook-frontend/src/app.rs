@@ -107,7 +107,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     };
     let tls_config = tls::server_config(resolver)?;
 
-    let scorer = Scorer::new(&config.scorer, config.deadline(), config.deadline_margin())?;
+    let scorer = Scorer::new(
+        &config.scorer,
+        config.deadline(),
+        config.deadline_margin(),
+        config.scorer_channel(),
+    )?;
     let policy = Arc::new(PolicyCache::default());
     tokio::spawn(policy.clone().keep_fresh(
         scorer.clone(),
@@ -148,11 +153,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     .await?;
     tracing::info!(%admin, "admin server started");
 
+    let metrics = state.metrics.clone();
     server::serve(
         listener,
         tls_config,
         server::router(state),
-        Duration::from_millis(config.header_read_timeout_ms),
+        config.connection_limits(),
+        metrics,
         Duration::from_secs(config.drain_timeout_secs),
         shutdown.wait(),
     )

@@ -104,6 +104,15 @@ pub struct Config {
     #[arg(long, env = "WEBHOOK_DEADLINE_MARGIN_MS", default_value_t = 50)]
     pub deadline_margin_ms: u64,
 
+    /// Score calls in flight at once; an admission beyond it is passed through at once ("scorer overloaded"),
+    /// never queued past its deadline.
+    #[arg(long, env = "WEBHOOK_SCORER_MAX_IN_FLIGHT", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    pub scorer_max_in_flight: u32,
+
+    /// HTTP/2 connections to the scorer, used in turn.
+    #[arg(long, env = "WEBHOOK_SCORER_CONNECTIONS", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub scorer_connections: u16,
+
     /// Run without the Kubernetes API: tiers from --namespace-tier, PriorityClasses from the policy's buckets.
     #[arg(long, env = "WEBHOOK_NO_KUBE")]
     pub no_kube: bool,
@@ -154,9 +163,20 @@ pub struct Config {
     #[arg(long, env = "WEBHOOK_POLICY_REFRESH_SECS", default_value_t = 30)]
     pub policy_refresh_secs: u64,
 
-    /// Time a client has to send the request headers (and to finish the TLS handshake), in milliseconds.
+    /// Time a new connection has for the TLS handshake, the HTTP/1-or-HTTP/2 detection and its first request's
+    /// headers, and an HTTP/1 request for its headers once its first bytes arrived, in milliseconds.
     #[arg(long, env = "WEBHOOK_HEADER_READ_TIMEOUT_MS", default_value_t = 10_000)]
     pub header_read_timeout_ms: u64,
+
+    /// A keep-alive connection without a request for this long is closed (HTTP/2: GOAWAY), in seconds. Keep
+    /// it above the apiserver's idle interval (90 s), so that the apiserver is the one that closes.
+    #[arg(long, env = "WEBHOOK_IDLE_TIMEOUT_SECS", default_value_t = 180, value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout_secs: u64,
+
+    /// Connections open at most on the webhook port; at the cap the oldest idle one is closed to make room.
+    /// Keep it below the file-descriptor limit (`ulimit -n`).
+    #[arg(long, env = "WEBHOOK_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
 
     /// On SIGTERM/SIGINT, how long in-flight requests may take to finish, in seconds.
     #[arg(long, env = "WEBHOOK_DRAIN_TIMEOUT_SECS", default_value_t = 20)]
@@ -202,6 +222,19 @@ impl Config {
     }
     pub fn deadline(&self) -> Duration {
         Duration::from_millis(self.deadline_ms)
+    }
+    pub fn connection_limits(&self) -> crate::connections::Limits {
+        crate::connections::Limits {
+            first_request: Duration::from_millis(self.header_read_timeout_ms.max(1)),
+            idle: Duration::from_secs(self.idle_timeout_secs),
+            max_connections: self.max_connections as usize,
+        }
+    }
+    pub fn scorer_channel(&self) -> crate::scorer_client::ChannelLimits {
+        crate::scorer_client::ChannelLimits {
+            max_in_flight: self.scorer_max_in_flight as usize,
+            connections: usize::from(self.scorer_connections),
+        }
     }
     pub fn deadline_margin(&self) -> Duration {
         Duration::from_millis(self.deadline_margin_ms)

@@ -3,7 +3,7 @@
 //! unchanged when anything goes wrong (fail open).
 //!
 //! Where things are: `config` (CLI/env), `app` (start-up wiring), `state` (what every handler shares),
-//! `server` (HTTPS, routes), `tls/` (certificates, reload, dev CA), `admission/` (the shared AdmissionReview
+//! `server` (HTTPS, routes), `connections` (timeouts and cap of the webhook port), `tls/` (certificates, reload, dev CA), `admission/` (the shared AdmissionReview
 //! envelope `review`, and one module per webhook: `mutate_pod`, `validate_pod`, `validate_policy`),
 //! `scorer_client` (gRPC), `policy` (the scorer's policy snapshot: catalog, tiers, buckets, enforcement),
 //! `priority_class` (PriorityClass facts), `cluster/` (namespace tiers, PriorityClasses), `metrics`.
@@ -12,6 +12,7 @@ pub mod admission;
 pub mod app;
 pub mod cluster;
 pub mod config;
+pub mod connections;
 pub mod metrics;
 pub mod policy;
 pub mod priority_class;

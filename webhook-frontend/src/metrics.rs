@@ -3,6 +3,7 @@
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -42,6 +43,29 @@ pub enum CallResult {
     timeout,
     unavailable,
     invalid,
+    /// Not sent: the frontend's bound on scorer calls in flight was reached.
+    overloaded,
+}
+
+/// Why the server closed (or refused) a connection on the webhook port.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum ConnectionClose {
+    /// TLS handshake, protocol detection and first request not done within the first-request timeout.
+    first_request_timeout,
+    /// Bytes of an HTTP/1 request that did not become a request's headers within the same timeout.
+    request_header_timeout,
+    /// No request for the idle timeout (closed gracefully).
+    idle_timeout,
+    /// Closed (gracefully, it was idle) to make room for a new connection at the cap.
+    shed,
+    /// Refused at the cap: every open connection was busy.
+    rejected,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConnectionCloseLabels {
+    pub reason: ConnectionClose,
 }
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
@@ -160,6 +184,12 @@ pub struct Metrics {
     pub validation_duration: Histogram,
     /// Tier violations seen by `validate-pod`, whatever the mode answered.
     pub violations: Family<ViolationLabels, Counter>,
+    /// Connections open on the webhook port (TLS handshakes included).
+    pub connections_open: Gauge,
+    /// Connections the server closed or refused, by reason.
+    pub connections_closed: Family<ConnectionCloseLabels, Counter>,
+    /// Failed accepts on the webhook port (e.g. out of file descriptors), each followed by a backoff.
+    pub accept_errors: Counter,
 }
 
 impl Metrics {
@@ -180,6 +210,9 @@ impl Metrics {
             validations: Family::default(),
             validation_duration: Histogram::new(exponential_buckets(0.00005, 2.0, 17)),
             violations: Family::default(),
+            connections_open: Gauge::default(),
+            connections_closed: Family::default(),
+            accept_errors: Counter::default(),
         };
         let r = registry.sub_registry_with_prefix("gpu_admission");
         r.register(
@@ -251,7 +284,28 @@ impl Metrics {
             "Tier violations by tier, reason and the enforcement mode that answered them",
             m.violations.clone(),
         );
+        r.register(
+            "connections_open",
+            "Connections open on the webhook port, TLS handshakes included",
+            m.connections_open.clone(),
+        );
+        r.register(
+            "connections_closed",
+            "Connections on the webhook port closed or refused by the server, by reason",
+            m.connections_closed.clone(),
+        );
+        r.register(
+            "accept_errors",
+            "Failed accepts on the webhook port (e.g. out of file descriptors)",
+            m.accept_errors.clone(),
+        );
         m
+    }
+
+    pub fn record_connection_closed(&self, reason: ConnectionClose) {
+        self.connections_closed
+            .get_or_create(&ConnectionCloseLabels { reason })
+            .inc();
     }
 
     pub fn record_checkpoint_request(&self, outcome: CheckpointOutcome) {
@@ -345,6 +399,14 @@ mod tests {
         m.record_checkpoint_images(2, [CheckpointMiss::unpushed_image_only]);
         m.record_violation("bronze", "class_outside_tier", "Warn");
         m.record_validation("validate-pod", "denied", std::time::Instant::now());
+        m.record_connection_closed(ConnectionClose::idle_timeout);
+        m.connections_open.set(3);
+        m.accept_errors.inc();
+        m.scorer_calls
+            .get_or_create(&CallLabels {
+                result: CallResult::overloaded,
+            })
+            .inc();
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for needle in [
@@ -361,6 +423,10 @@ mod tests {
             "gpu_admission_policy_violations_total{tier=\"bronze\",reason=\"class_outside_tier\",mode=\"Warn\"} 1",
             "gpu_admission_validations_total{webhook=\"validate-pod\",outcome=\"denied\"} 1",
             "gpu_admission_validation_duration_seconds_count 1",
+            "gpu_admission_connections_closed_total{reason=\"idle_timeout\"} 1",
+            "gpu_admission_connections_open 3",
+            "gpu_admission_accept_errors_total 1",
+            "gpu_admission_scorer_calls_total{result=\"overloaded\"} 1",
         ] {
             assert!(text.contains(needle), "{needle} missing in\n{text}");
         }

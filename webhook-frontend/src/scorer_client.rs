@@ -1,12 +1,22 @@
-//! The gRPC client of the scorer: one long-lived, lazily connecting channel shared by every request, with a
-//! per-call deadline sent as `grpc-timeout` and enforced locally too.
+//! The gRPC client of the scorer: a small pool of long-lived, lazily connecting channels shared by every
+//! request, with a per-call deadline sent as `grpc-timeout` and enforced locally too.
+//!
+//! Under a burst the channel must hold: calls in flight are bounded (beyond the bound an admission is passed
+//! through at once as `overloaded`, never queued past its deadline); the scorer is asked to give up a little
+//! before our own deadline, so that most late calls end with its DEADLINE_EXCEEDED answer rather than with a
+//! RST_STREAM from us (a flood of resets is what HTTP/2 servers treat as an attack); and after a connection
+//! failure new attempts wait an exponential backoff instead of dialling once per admission.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use gpu_admission_proto::scorer::v1::scorer_client::ScorerClient as GrpcClient;
 use gpu_admission_proto::scorer::v1::{
     GetPolicyRequest, GetPolicyResponse, ScoreRequest, ScoreResponse,
 };
+use tokio::sync::Semaphore;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::metrics::CallResult;
@@ -21,6 +31,8 @@ pub enum ScoreCall {
     Unavailable(String),
     /// The scorer answered something unusable (a protocol/decoding error, or another gRPC error).
     Invalid(String),
+    /// Not sent: this frontend already has its maximum of scorer calls in flight.
+    Overloaded(usize),
 }
 
 impl ScoreCall {
@@ -30,6 +42,7 @@ impl ScoreCall {
             ScoreCall::Timeout => CallResult::timeout,
             ScoreCall::Unavailable(_) => CallResult::unavailable,
             ScoreCall::Invalid(_) => CallResult::invalid,
+            ScoreCall::Overloaded(_) => CallResult::overloaded,
         }
     }
 }
@@ -45,6 +58,28 @@ fn classify(status: tonic::Status) -> ScoreCall {
         }
         code => ScoreCall::Invalid(format!("{code:?}: {}", status.message())),
     }
+}
+
+/// Whether a failed call means the connection to the scorer is gone (refused, reset, closed), as opposed to
+/// an answer of a live scorer. Only these start the reconnection backoff.
+fn is_connection_failure(status: &tonic::Status) -> bool {
+    use std::error::Error;
+    if status.code() != tonic::Code::Unavailable {
+        return false;
+    }
+    // tonic reports transport errors as UNAVAILABLE with the hyper/io error as the source; a live scorer's
+    // own UNAVAILABLE (no policy loaded) has none.
+    let mut source = status.source();
+    while let Some(err) = source {
+        if err.downcast_ref::<tonic::transport::Error>().is_some()
+            || err.downcast_ref::<std::io::Error>().is_some()
+            || err.downcast_ref::<hyper::Error>().is_some()
+        {
+            return true;
+        }
+        source = err.source();
+    }
+    false
 }
 
 /// The smaller of the configured budget and the apiserver's own timeout minus a safety margin; never below
@@ -92,17 +127,107 @@ pub fn parse_go_duration(s: &str) -> Option<Duration> {
     (total.is_finite() && total < 1e9).then(|| Duration::from_secs_f64(total))
 }
 
-/// A cheap-to-clone handle on the shared channel.
+/// How the channel to the scorer behaves under load (flags of the same names, see `config.rs`).
+#[derive(Debug, Clone, Copy)]
+pub struct ChannelLimits {
+    /// Score calls in flight at once, over all connections; an admission beyond it is passed through at once.
+    pub max_in_flight: usize,
+    /// HTTP/2 connections to the scorer, used in turn (each one is served by one task on either side).
+    pub connections: usize,
+}
+
+impl Default for ChannelLimits {
+    fn default() -> Self {
+        Self {
+            max_in_flight: 1024,
+            connections: 2,
+        }
+    }
+}
+
+/// The scorer is asked to stop this much before our own deadline (at least 2 ms, else 5 % of what is left):
+/// its DEADLINE_EXCEEDED answer then usually arrives before we would cancel the stream ourselves.
+fn server_deadline(remaining: Duration) -> Duration {
+    let early = (remaining / 20).max(Duration::from_millis(2));
+    remaining
+        .saturating_sub(early)
+        .max(Duration::from_millis(1))
+}
+
+/// Exponential backoff after connection failures: while it runs, calls fail at once as unavailable instead
+/// of dialling; the first call after it is the probe. Any answer from the scorer resets it.
+#[derive(Debug, Default)]
+struct Reconnect {
+    state: Mutex<ReconnectState>,
+}
+
+#[derive(Debug, Default)]
+struct ReconnectState {
+    failures: u32,
+    retry_at: Option<Instant>,
+}
+
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+impl Reconnect {
+    /// `Some(wait)` while the backoff runs.
+    fn blocked(&self, now: Instant) -> Option<Duration> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state
+            .retry_at
+            .filter(|at| *at > now)
+            .map(|at| at.duration_since(now))
+    }
+
+    fn failed(&self, now: Instant) -> Duration {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        // Calls that were already in flight when the connection broke fail together: count them once.
+        if state.retry_at.is_some_and(|at| at > now) {
+            return state.retry_at.map_or(Duration::ZERO, |at| at - now);
+        }
+        state.failures = state.failures.saturating_add(1);
+        let base = BACKOFF_MIN
+            .saturating_mul(1 << state.failures.saturating_sub(1).min(10))
+            .min(BACKOFF_MAX);
+        // ±25 % jitter so that frontend replicas do not dial in step.
+        let clock = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let jitter = (clock.subsec_nanos() ^ std::process::id()) % 500;
+        let wait = base.mul_f64(0.75 + f64::from(jitter) / 1000.0);
+        state.retry_at = Some(now + wait);
+        wait
+    }
+
+    fn succeeded(&self) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.failures != 0 || state.retry_at.is_some() {
+            *state = ReconnectState::default();
+        }
+    }
+}
+
+/// A cheap-to-clone handle on the shared channels.
 #[derive(Debug, Clone)]
 pub struct Scorer {
-    client: GrpcClient<Channel>,
+    clients: Arc<[GrpcClient<Channel>]>,
+    next: Arc<AtomicUsize>,
+    in_flight: Arc<Semaphore>,
+    max_in_flight: usize,
+    reconnect: Arc<Reconnect>,
     budget: Duration,
     margin: Duration,
 }
 
 impl Scorer {
     /// Creates the client; nothing is dialled until the first call (the scorer may start later).
-    pub fn new(uri: &str, budget: Duration, margin: Duration) -> anyhow::Result<Self> {
+    pub fn new(
+        uri: &str,
+        budget: Duration,
+        margin: Duration,
+        limits: ChannelLimits,
+    ) -> anyhow::Result<Self> {
         let endpoint = Endpoint::from_shared(uri.to_string())
             .map_err(|e| anyhow::anyhow!("invalid --scorer {uri:?}: {e}"))?
             .connect_timeout(Duration::from_secs(1))
@@ -111,11 +236,25 @@ impl Scorer {
             .keep_alive_timeout(Duration::from_secs(5))
             .keep_alive_while_idle(true)
             .http2_adaptive_window(true);
+        let clients: Vec<_> = (0..limits.connections.max(1))
+            .map(|_| GrpcClient::new(endpoint.clone().connect_lazy()))
+            .collect();
+        let max_in_flight = limits.max_in_flight.max(1);
         Ok(Self {
-            client: GrpcClient::new(endpoint.connect_lazy()),
+            clients: clients.into(),
+            next: Arc::new(AtomicUsize::new(0)),
+            in_flight: Arc::new(Semaphore::new(max_in_flight)),
+            max_in_flight,
+            reconnect: Arc::new(Reconnect::default()),
             budget,
             margin,
         })
+    }
+
+    /// The next channel of the pool, in turn.
+    fn client(&self) -> GrpcClient<Channel> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.clients.len();
+        self.clients[i].clone()
     }
 
     pub fn deadline(&self, apiserver_timeout: Option<Duration>) -> Duration {
@@ -127,29 +266,54 @@ impl Scorer {
     pub async fn score(
         &self,
         request: ScoreRequest,
-        deadline_at: std::time::Instant,
+        deadline_at: Instant,
         prepare: impl FnOnce(&mut tonic::metadata::MetadataMap),
     ) -> ScoreCall {
-        let remaining = deadline_at.saturating_duration_since(std::time::Instant::now());
+        let now = Instant::now();
+        let remaining = deadline_at.saturating_duration_since(now);
         if remaining.is_zero() {
             return ScoreCall::Timeout;
         }
+        let Ok(_permit) = self.in_flight.try_acquire() else {
+            return ScoreCall::Overloaded(self.max_in_flight);
+        };
+        if let Some(wait) = self.reconnect.blocked(now) {
+            return ScoreCall::Unavailable(format!(
+                "not connected; next attempt in {} ms",
+                wait.as_millis()
+            ));
+        }
         let mut req = tonic::Request::new(request);
-        req.set_timeout(remaining);
+        req.set_timeout(server_deadline(remaining));
         prepare(req.metadata_mut());
-        let mut client = self.client.clone();
-        match tokio::time::timeout_at(deadline_at.into(), client.score(req)).await {
+        let mut client = self.client();
+        let call = match tokio::time::timeout_at(deadline_at.into(), client.score(req)).await {
             Err(_elapsed) => ScoreCall::Timeout,
             Ok(Ok(resp)) => ScoreCall::Ok(Box::new(resp.into_inner())),
-            Ok(Err(status)) => classify(status),
+            Ok(Err(status)) => {
+                let connection_failed = is_connection_failure(&status);
+                let call = classify(status);
+                if connection_failed {
+                    let wait = self.reconnect.failed(Instant::now());
+                    tracing::debug!(
+                        retry_in_ms = wait.as_millis() as u64,
+                        "scorer connection failed; backing off"
+                    );
+                }
+                return call;
+            }
+        };
+        if matches!(call, ScoreCall::Ok(_)) {
+            self.reconnect.succeeded();
         }
+        call
     }
 
     /// Fetches the policy in force (catalog + priority buckets), with its own timeout.
     pub async fn get_policy(&self, timeout: Duration) -> anyhow::Result<GetPolicyResponse> {
         let mut req = tonic::Request::new(GetPolicyRequest {});
         req.set_timeout(timeout);
-        let mut client = self.client.clone();
+        let mut client = self.client();
         let resp = tokio::time::timeout(timeout, client.get_policy(req))
             .await
             .map_err(|_| anyhow::anyhow!("GetPolicy timed out after {timeout:?}"))??;
@@ -168,7 +332,7 @@ impl Scorer {
             text: text.to_string(),
         });
         req.set_timeout(timeout);
-        let mut client = self.client.clone();
+        let mut client = self.client();
         let resp = tokio::time::timeout(timeout, client.validate_policy(req))
             .await
             .map_err(|_| anyhow::anyhow!("ValidatePolicy timed out after {timeout:?}"))??;
@@ -216,6 +380,84 @@ mod tests {
         assert_eq!(
             classify(tonic::Status::internal("decode")).result(),
             CallResult::invalid
+        );
+        assert!(!is_connection_failure(&tonic::Status::unavailable(
+            "no policy loaded"
+        )));
+    }
+
+    #[test]
+    fn the_scorer_is_asked_to_stop_before_our_deadline() {
+        let ms = Duration::from_millis;
+        assert_eq!(server_deadline(ms(200)), ms(190));
+        assert_eq!(server_deadline(ms(20)), ms(18));
+        assert_eq!(server_deadline(ms(2)), ms(1));
+    }
+
+    #[test]
+    fn reconnection_backs_off_exponentially_and_resets_on_success() {
+        let r = Reconnect::default();
+        let t0 = Instant::now();
+        assert_eq!(r.blocked(t0), None);
+        let first = r.failed(t0);
+        assert!(first >= BACKOFF_MIN.mul_f64(0.75) && first <= BACKOFF_MIN.mul_f64(1.25));
+        assert!(r.blocked(t0).is_some());
+        // Failures of calls already in flight during the backoff do not lengthen it.
+        assert_eq!(r.failed(t0 + ms_(10)), first - ms_(10));
+        let after = t0 + first;
+        assert_eq!(r.blocked(after), None);
+        let second = r.failed(after);
+        assert!(second >= BACKOFF_MIN.mul_f64(1.5), "{second:?}");
+        let mut t = after + second;
+        let mut last = second;
+        for _ in 0..20 {
+            last = r.failed(t);
+            t += last;
+        }
+        assert!(
+            last >= BACKOFF_MAX.mul_f64(0.75) && last <= BACKOFF_MAX.mul_f64(1.25),
+            "{last:?}"
+        );
+        r.succeeded();
+        assert_eq!(r.blocked(t), None);
+    }
+
+    fn ms_(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[tokio::test]
+    async fn calls_beyond_the_in_flight_bound_are_not_sent() {
+        // Nothing listens on port 9 of loopback; the bound is checked before any connection attempt.
+        let scorer = Scorer::new(
+            "http://127.0.0.1:9",
+            Duration::from_millis(200),
+            Duration::from_millis(50),
+            ChannelLimits {
+                max_in_flight: 1,
+                connections: 1,
+            },
+        )
+        .unwrap();
+        let held = scorer.in_flight.clone().try_acquire_owned().unwrap();
+        let deadline = Instant::now() + Duration::from_millis(200);
+        let call = scorer
+            .score(ScoreRequest::default(), deadline, |_| {})
+            .await;
+        assert!(matches!(call, ScoreCall::Overloaded(1)), "{call:?}");
+        assert_eq!(call.result(), CallResult::overloaded);
+        drop(held);
+        let call = scorer
+            .score(ScoreRequest::default(), deadline, |_| {})
+            .await;
+        assert_eq!(call.result(), CallResult::unavailable, "{call:?}");
+        // The refused connection started the backoff: the next call fails at once, without dialling.
+        let call = scorer
+            .score(ScoreRequest::default(), deadline, |_| {})
+            .await;
+        assert!(
+            matches!(&call, ScoreCall::Unavailable(d) if d.contains("next attempt")),
+            "{call:?}"
         );
     }
 }

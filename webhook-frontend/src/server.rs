@@ -1,9 +1,11 @@
 //! The HTTPS server: axum routes served by hyper-util's auto (HTTP/2 + HTTP/1.1) connection builder over
-//! tokio-rustls, with a header read / handshake timeout, a 3 MiB body limit (413 beyond) and a graceful
-//! drain on shutdown.
+//! tokio-rustls, every connection watched for its first-request, header and idle timeouts and counted against
+//! a cap (see [`crate::connections`]), a 3 MiB body limit (413 beyond), backoff on failed accepts and a
+//! graceful drain on shutdown.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
@@ -11,12 +13,13 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 
 use crate::admission::{checkpoint_restore, mutate_pod, validate_pod, validate_policy};
+use crate::connections::{Limits, Registration, Registry, TrackedIo, TrackedService, Verdict};
+use crate::metrics::{ConnectionClose, Metrics};
 use crate::state::AppState;
 
 /// Largest AdmissionReview body accepted (the apiserver's own request limit is 3 MiB).
@@ -51,73 +54,201 @@ async fn readyz(State(state): State<Arc<AppState>>) -> (StatusCode, &'static str
     }
 }
 
+/// HTTP/2 keep-alive: a PING after this much silence from the client...
+const H2_PING_INTERVAL: Duration = Duration::from_secs(30);
+/// ...that must be acknowledged within this, or the connection is closed (a peer that vanished).
+const H2_PING_TIMEOUT: Duration = Duration::from_secs(10);
+/// A connection closing gracefully (idle, shed) that has not finished after this is dropped.
+const GRACEFUL_CLOSE_MAX: Duration = Duration::from_secs(10);
+/// Backoff after a failed accept (EMFILE and the like): never a busy loop, never an exit.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// `EMFILE` / `ENFILE` on Linux: out of file descriptors.
+const OUT_OF_FDS: [i32; 2] = [24, 23];
+
 /// Accepts connections until `shutdown` resolves, then stops accepting and waits up to `drain` for the open
-/// connections to finish their requests.
+/// connections to finish their requests. Every connection is held to `limits` (see [`crate::connections`]).
 pub async fn serve(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
     router: Router,
-    header_read_timeout: Duration,
+    limits: Limits,
+    metrics: Arc<Metrics>,
     drain: Duration,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     let acceptor = TlsAcceptor::from(tls);
     let mut builder = auto::Builder::new(TokioExecutor::new());
+    // hyper's own header read timeout would also run while a keep-alive connection waits for its next
+    // request, i.e. it would be the idle timeout; the watchdog of each connection does both instead.
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(header_read_timeout)
+        .header_read_timeout(Option::<Duration>::None)
         .keep_alive(true);
     builder
         .http2()
         .timer(TokioTimer::new())
-        .keep_alive_interval(Duration::from_secs(30))
-        .keep_alive_timeout(Duration::from_secs(10))
+        .keep_alive_interval(H2_PING_INTERVAL)
+        .keep_alive_timeout(H2_PING_TIMEOUT)
         .max_concurrent_streams(1000);
-    let graceful = GracefulShutdown::new();
+    let registry = Registry::new(limits, metrics.clone());
+    tracing::info!(
+        first_request_timeout_ms = limits.first_request.as_millis() as u64,
+        idle_timeout_ms = limits.idle.as_millis() as u64,
+        max_connections = limits.max_connections,
+        "connection limits of the webhook port"
+    );
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut shutdown = std::pin::pin!(shutdown);
+    let mut backoff = ACCEPT_BACKOFF_MIN;
+    let mut last_warning: Option<Instant> = None;
     loop {
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok(a) => a,
+                Ok(a) => {
+                    backoff = ACCEPT_BACKOFF_MIN;
+                    a
+                }
                 Err(err) => {
-                    // e.g. EMFILE: back off briefly instead of spinning.
-                    tracing::warn!(%err, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    metrics.accept_errors.inc();
+                    let out_of_fds = err.raw_os_error().is_some_and(|e| OUT_OF_FDS.contains(&e));
+                    // Free a descriptor for the connections waiting in the backlog.
+                    let shed = out_of_fds && registry.shed_one();
+                    if last_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                        tracing::warn!(%err, open = registry.open(), shed_idle = shed,
+                            retry_in_ms = backoff.as_millis() as u64, "accept failed; backing off");
+                        last_warning = Some(Instant::now());
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = &mut shutdown => break,
+                    }
+                    backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
                     continue;
                 }
             },
             _ = &mut shutdown => break,
         };
+        let Some(registration) = registry.admit() else {
+            tracing::debug!(%peer, open = registry.open(), "connection refused: at the cap and none idle");
+            continue;
+        };
         let _ = tcp.set_nodelay(true);
-        let acceptor = acceptor.clone();
-        let builder = builder.clone();
-        let service = TowerToHyperService::new(router.clone());
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
-            let tls = match tokio::time::timeout(header_read_timeout, acceptor.accept(tcp)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(err)) => {
-                    tracing::debug!(%peer, %err, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%peer, "TLS handshake timed out");
-                    return;
-                }
-            };
-            let conn = builder
-                .serve_connection(TokioIo::new(tls), service)
-                .into_owned();
-            if let Err(err) = watcher.watch(conn).await {
-                tracing::debug!(%peer, %err, "connection ended with an error");
-            }
-        });
+        tokio::spawn(serve_connection(
+            Accepted {
+                tcp,
+                peer,
+                registration,
+            },
+            acceptor.clone(),
+            builder.clone(),
+            router.clone(),
+            metrics.clone(),
+            stop_rx.clone(),
+        ));
     }
     drop(listener);
-    tracing::info!("stopped accepting; draining open connections");
+    tracing::info!(
+        open = registry.open(),
+        "stopped accepting; draining open connections"
+    );
+    let _ = stop_tx.send(true);
     tokio::select! {
-        _ = graceful.shutdown() => tracing::info!("drained"),
-        _ = tokio::time::sleep(drain) => tracing::warn!("drain timeout; closing the remaining connections"),
+        _ = registry.closed() => tracing::info!("drained"),
+        _ = tokio::time::sleep(drain) => tracing::warn!(open = registry.open(), "drain timeout; closing the remaining connections"),
+    }
+}
+
+struct Accepted {
+    tcp: TcpStream,
+    peer: SocketAddr,
+    registration: Registration,
+}
+
+/// One connection: the TLS handshake, then hyper's connection driven next to its watchdog, which applies the
+/// verdicts of its tracker (first request, request headers, idle, shed) and the server's shutdown.
+async fn serve_connection(
+    accepted: Accepted,
+    acceptor: TlsAcceptor,
+    builder: auto::Builder<TokioExecutor>,
+    router: Router,
+    metrics: Arc<Metrics>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let Accepted {
+        tcp,
+        peer,
+        registration,
+    } = accepted;
+    let tracker = registration.tracker.clone();
+    let limits = *registration.limits();
+    let first_deadline = tracker.first_request_deadline(&limits);
+    let tls = tokio::select! {
+        handshake = tokio::time::timeout_at(first_deadline.into(), acceptor.accept(tcp)) => match handshake {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(err)) => {
+                tracing::debug!(%peer, %err, "TLS handshake failed");
+                return;
+            }
+            Err(_) => {
+                metrics.record_connection_closed(ConnectionClose::first_request_timeout);
+                tracing::debug!(%peer, "TLS handshake not done within the first-request timeout");
+                return;
+            }
+        },
+        _ = tracker.notified() => {
+            metrics.record_connection_closed(ConnectionClose::shed);
+            tracing::debug!(%peer, "shed during its TLS handshake");
+            return;
+        }
+        _ = stop.wait_for(|stop| *stop) => return,
+    };
+    let service = TrackedService::new(TowerToHyperService::new(router), tracker.clone());
+    let conn = builder
+        .serve_connection(TokioIo::new(TrackedIo::new(tls, tracker.clone())), service)
+        .into_owned();
+    let mut conn = std::pin::pin!(conn);
+    // Set once a graceful close started: until when it may take.
+    let mut closing_until: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        let wake_at = match closing_until {
+            Some(until) => until,
+            None => match tracker.verdict(now, &limits) {
+                Verdict::Wait(at) => at,
+                Verdict::Close(reason) => {
+                    metrics.record_connection_closed(reason);
+                    tracing::debug!(%peer, ?reason, "connection closed");
+                    return;
+                }
+                Verdict::Drain(reason) => {
+                    metrics.record_connection_closed(reason);
+                    tracing::debug!(%peer, ?reason, "closing the connection gracefully");
+                    conn.as_mut().graceful_shutdown();
+                    *closing_until.insert(now + GRACEFUL_CLOSE_MAX)
+                }
+            },
+        };
+        tokio::select! {
+            served = conn.as_mut() => {
+                if let Err(err) = served {
+                    tracing::debug!(%peer, %err, "connection ended with an error");
+                }
+                return;
+            }
+            _ = tracker.notified() => {}
+            _ = tokio::time::sleep_until(wake_at.into()) => {
+                if closing_until.is_some() {
+                    tracing::debug!(%peer, "graceful close took too long; dropping the connection");
+                    return;
+                }
+            }
+            _ = stop.wait_for(|stop| *stop), if closing_until.is_none() => {
+                conn.as_mut().graceful_shutdown();
+                // The server's drain timeout bounds this one.
+                closing_until = Some(Instant::now() + Duration::from_secs(24 * 3600));
+            }
+        }
     }
 }

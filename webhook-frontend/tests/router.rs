@@ -23,7 +23,7 @@ use tower::ServiceExt;
 use webhook_frontend::cluster::ClusterFacts;
 use webhook_frontend::metrics::Metrics;
 use webhook_frontend::policy::{PolicyCache, PolicySnapshot};
-use webhook_frontend::scorer_client::Scorer;
+use webhook_frontend::scorer_client::{ChannelLimits, Scorer};
 use webhook_frontend::state::{AppState, PolicyConfigMap};
 
 /// The router over a fresh state: the double's scorer, `policy` already loaded (as if GetPolicy had
@@ -36,6 +36,7 @@ async fn router_with(mode: Mode, policy: GetPolicyResponse) -> (Router, ScorerDo
         &double.url(),
         std::time::Duration::from_millis(500),
         std::time::Duration::from_millis(50),
+        ChannelLimits::default(),
     )
     .expect("scorer client");
     let cache = Arc::new(PolicyCache::default());

@@ -92,6 +92,21 @@ impl WebhookTarget {
     }
 }
 
+impl WebhookTarget {
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A TLS connection (CA-verified) on which no HTTP is spoken: an idle client.
+    pub async fn connect_tls_only(&self) -> Result<tokio_rustls::client::TlsStream<TcpStream>> {
+        let tcp = TcpStream::connect(self.addr).await?;
+        Ok(self
+            .connector
+            .connect(self.server_name.clone(), tcp)
+            .await?)
+    }
+}
+
 enum Sender {
     H1(http1::SendRequest<Full<Bytes>>),
     H2(http2::SendRequest<Full<Bytes>>),
@@ -115,15 +130,39 @@ impl Conn {
     }
 
     pub async fn call(&mut self, seq: u64) -> Outcome {
+        self.call_with_reason(seq).await.0
+    }
+
+    /// Like [`Conn::call`], with the reason of a pass-through as the frontend's warning states it.
+    pub async fn call_with_reason(&mut self, seq: u64) -> (Outcome, Option<PassReason>) {
         let t = &self.target;
         write_uid(&mut self.uid, t.run_id, seq);
         let body = t.reviews[(seq % t.reviews.len() as u64) as usize].body(&self.uid);
         match self.send(body).await {
             Ok((status, _)) if status != http::StatusCode::OK => {
-                Outcome::Error(ErrorKind::HttpStatus)
+                (Outcome::Error(ErrorKind::HttpStatus), None)
             }
-            Ok((_, bytes)) => classify(&bytes, &self.uid),
-            Err(kind) => Outcome::Error(kind),
+            Ok((_, bytes)) => {
+                let outcome = classify(&bytes, &self.uid);
+                let reason = (outcome == Outcome::PassedThrough)
+                    .then(|| pass_through_reason(&bytes))
+                    .flatten();
+                (outcome, reason)
+            }
+            Err(kind) => (Outcome::Error(kind), None),
+        }
+    }
+
+    /// Another handle on the same HTTP/2 connection (streams multiplexed on it); `None` for HTTP/1.1 or
+    /// when the connection is gone.
+    pub fn share_h2(&self) -> Option<Conn> {
+        match &self.sender {
+            Some(Sender::H2(s)) => Some(Conn {
+                target: self.target.clone(),
+                sender: Some(Sender::H2(s.clone())),
+                uid: [0; UID_LEN],
+            }),
+            _ => None,
         }
     }
 
@@ -246,6 +285,53 @@ pub fn classify(body: &[u8], uid: &[u8]) -> Outcome {
     Outcome::Skipped
 }
 
+/// Why the frontend passed a Pod through, from its warning `gpu-admission: scorer <reason> (...)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PassReason {
+    /// "timed out": no answer within the deadline.
+    Timeout,
+    /// "unavailable": no connection, refused, reset, GOAWAY.
+    Unavailable,
+    /// "answered invalidly".
+    Invalid,
+    /// "overloaded": the frontend's bound on scorer calls in flight was reached.
+    Overloaded,
+    /// A pass-through warning in other words.
+    Other,
+}
+
+impl PassReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PassReason::Timeout => "timeout",
+            PassReason::Unavailable => "unavailable",
+            PassReason::Invalid => "invalid",
+            PassReason::Overloaded => "overloaded",
+            PassReason::Other => "other",
+        }
+    }
+}
+
+/// The reason of a pass-through answer (`None` when the answer has no pass-through warning).
+pub fn pass_through_reason(body: &[u8]) -> Option<PassReason> {
+    let review = serde_json::from_slice::<ReviewOut>(body).ok()?;
+    let warnings = review.response?.warnings?;
+    let w = warnings.iter().find(|w| is_pass_through_warning(w))?;
+    let w = w.to_ascii_lowercase();
+    Some(if w.contains("scorer timed out") {
+        PassReason::Timeout
+    } else if w.contains("scorer unavailable") {
+        PassReason::Unavailable
+    } else if w.contains("scorer answered invalidly") {
+        PassReason::Invalid
+    } else if w.contains("scorer overloaded") {
+        PassReason::Overloaded
+    } else {
+        PassReason::Other
+    })
+}
+
 /// Whether a warning reports that the scorer could not be used, so the Pod was admitted unchanged.
 /// The frontend writes `gpu-admission: scorer timed out|unavailable|answered invalidly (...); Pod admitted
 /// unchanged` (webhook-frontend/src/admission/handler.rs); "pass-through" wordings are accepted too.
@@ -281,7 +367,23 @@ mod tests {
             r#"{{"uid":"{uid}","allowed":true,"warnings":["gpu-admission: scorer timed out (no answer within 200 ms); Pod admitted unchanged"]}}"#
         ));
         assert_eq!(classify(&passed, UID), Outcome::PassedThrough);
+        assert_eq!(pass_through_reason(&passed), Some(PassReason::Timeout));
+        let overloaded = review(&format!(
+            r#"{{"uid":"{uid}","allowed":true,"warnings":["gpu-admission: scorer overloaded (1024 scorer calls already in flight); Pod admitted unchanged"]}}"#
+        ));
+        assert_eq!(
+            pass_through_reason(&overloaded),
+            Some(PassReason::Overloaded)
+        );
+        let unavailable = review(&format!(
+            r#"{{"uid":"{uid}","allowed":true,"warnings":["gpu-admission: scorer unavailable (Unknown: transport error); Pod admitted unchanged"]}}"#
+        ));
+        assert_eq!(
+            pass_through_reason(&unavailable),
+            Some(PassReason::Unavailable)
+        );
         let skipped = review(&format!(r#"{{"uid":"{uid}","allowed":true}}"#));
+        assert_eq!(pass_through_reason(&skipped), None);
         assert_eq!(classify(&skipped, UID), Outcome::Skipped);
         let skipped_with_warning = review(&format!(
             r#"{{"uid":"{uid}","allowed":true,"warnings":["gpu-admission: ignored annotation gpu.mem.gi=\"lots\""]}}"#

@@ -250,6 +250,10 @@ async fn admit_pod(
                 ),
                 ScoreCall::Unavailable(d) => ("unavailable", d.clone()),
                 ScoreCall::Invalid(d) => ("answered invalidly", d.clone()),
+                ScoreCall::Overloaded(max) => (
+                    "overloaded",
+                    format!("{max} scorer calls already in flight"),
+                ),
                 ScoreCall::Ok(_) => unreachable!("handled above"),
             };
             span.record("admission.reason", format!("scorer {kind}").as_str());
