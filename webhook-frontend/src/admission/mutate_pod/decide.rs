@@ -1,5 +1,6 @@
 //! Which requests are scored, what the scorer is asked, and whether its answer can be trusted. Pure functions.
 
+use gpu_admission_proto::limits;
 use gpu_admission_proto::scorer::v1::{ScoreRequest, ScoreResponse};
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::admission::{AdmissionRequest, Operation};
@@ -54,9 +55,15 @@ pub fn triage<'a>(
     })
 }
 
-/// The scorer request for a candidate. A Pod that already names classes of the catalog is scored for those
-/// classes only (every value of every term; those inside its tier when the tier is known).
-pub fn score_request(uid: &str, c: &Candidate<'_>, policy: &PolicySnapshot) -> ScoreRequest {
+/// The scorer request for a candidate, and the warnings of what had to change in it. A Pod that already names
+/// classes of the catalog is scored for those classes only (every value of every term; those inside its tier
+/// when the tier is known). The request is brought inside the limits the scorer enforces (a 300-byte tenant
+/// annotation is cut, with a warning), so that an odd value changes the request, never the decision.
+pub fn score_request(
+    uid: &str,
+    c: &Candidate<'_>,
+    policy: &PolicySnapshot,
+) -> (ScoreRequest, Vec<String>) {
     let keys: Vec<&str> = policy.class_label_keys.iter().map(String::as_str).collect();
     let rules = policy.tier_rules(&c.tier, c.namespace);
     let candidate_classes: Vec<String> = c
@@ -71,7 +78,7 @@ pub fn score_request(uid: &str, c: &Candidate<'_>, policy: &PolicySnapshot) -> S
         .map(|class| class.name.clone())
         .collect();
     let f = &c.features;
-    ScoreRequest {
+    let mut request = ScoreRequest {
         request_id: uid.to_string(),
         namespace: c.namespace.to_string(),
         tenant: f.tenant.clone().unwrap_or_else(|| c.namespace.to_string()),
@@ -85,7 +92,12 @@ pub fn score_request(uid: &str, c: &Candidate<'_>, policy: &PolicySnapshot) -> S
         model_size_billion_params: f.model_size_billion_params,
         candidate_classes,
         colocated_job_types: Vec::new(),
-    }
+    };
+    let warnings = limits::fit_score_request(&mut request)
+        .into_iter()
+        .map(|v| format!("gpu-admission: the scorer's {v}"))
+        .collect();
+    (request, warnings)
 }
 
 /// `true` for a valid qualified label key (`[prefix/]name`, DNS-subdomain prefix, name ≤ 63).
@@ -284,7 +296,8 @@ mod tests {
             ),
         );
         let c = triage(&req, tiers).unwrap();
-        let s = score_request("uid-1", &c, &policy());
+        let (s, fitted) = score_request("uid-1", &c, &policy());
+        assert!(fitted.is_empty(), "{fitted:?}");
         assert_eq!(
             (
                 s.request_id.as_str(),
@@ -302,8 +315,27 @@ mod tests {
             Some("ml"),
             gpu_pod(json!({}), json!({"gpu.nvidia.com/class": "A100-80GB"})),
         );
-        let s = score_request("u", &triage(&req, tiers).unwrap(), &policy());
+        let (s, _) = score_request("u", &triage(&req, tiers).unwrap(), &policy());
         assert_eq!(s.candidate_classes, ["A100-80GB"]);
+    }
+
+    #[test]
+    fn over_long_values_are_fitted_to_the_scorer_limits_with_a_warning() {
+        let tenant = "t".repeat(300);
+        let req = request(
+            "CREATE",
+            Some("ml"),
+            gpu_pod(json!({"scheduler.radix.ai/tenant": tenant}), json!(null)),
+        );
+        let (s, warnings) =
+            score_request(&"u".repeat(300), &triage(&req, tiers).unwrap(), &policy());
+        assert_eq!(limits::check_score_request(&s), Ok(()));
+        assert_eq!(s.tenant, tenant[..limits::MAX_NAME_BYTES]);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[1].contains("tenant is 300 bytes long; at most 253"),
+            "{warnings:?}"
+        );
     }
 
     fn answer() -> ScoreResponse {

@@ -187,7 +187,11 @@ async fn admit_pod(
         record_skip(span, "already decided", "");
         return (Outcome::skipped, Answer::default());
     }
-    let request = decide::score_request(uid, &candidate, &policy);
+    let (request, fitted) = decide::score_request(uid, &candidate, &policy);
+    if !fitted.is_empty() {
+        tracing::info!(uid, namespace = candidate.namespace, fitted = ?fitted, "scorer request fitted to its limits");
+        warnings.extend(fitted);
+    }
 
     let deadline = state.scorer.deadline(apiserver_timeout);
     let call_span = tracing::info_span!(
