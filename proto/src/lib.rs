@@ -55,6 +55,9 @@ pub mod gpu_resources {
     }
 }
 
+/// The limits the scorer enforces on requests, shared with its clients.
+pub mod limits;
+
 /// Encoded `FileDescriptorSet` of every proto file in this crate, for server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     tonic::include_file_descriptor_set!("gpuadmission_descriptor");

@@ -3,6 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use gpu_admission_proto::limits::{self, MAX_POLICY_BYTES};
 use gpu_admission_proto::scorer::v1 as pb;
 use tonic::{Request, Response, Status};
 
@@ -12,15 +13,6 @@ use crate::model::{self, JobRequest, Learned, Observation};
 use crate::policy::watch::PolicyStore;
 use crate::policy::{EnforcementMode, Fallback, Policy, Vendor, WorkloadClass};
 use crate::state;
-
-/// Longest accepted name (job type, tier, class…) and list, so a request cannot make the scorer
-/// allocate without bound.
-const MAX_NAME_LEN: usize = 253;
-const MAX_LIST_LEN: usize = 256;
-/// Longest workload key (`group/Kind/namespace/name[/group/…]`: a DNS subdomain name and a few more).
-const MAX_WORKLOAD_KEY_LEN: usize = 1024;
-/// Longest runtime `Observe` accepts (about three years).
-const MAX_RUNTIME_SECONDS: f64 = 1e8;
 
 /// State shared by every request.
 #[derive(Debug)]
@@ -266,9 +258,6 @@ impl Core {
     }
 }
 
-/// Largest policy text `ValidatePolicy` reads (a ConfigMap holds at most 1 MiB).
-const MAX_POLICY_BYTES: usize = 1024 * 1024;
-
 /// The policy validation's verdict as the proto carries it.
 pub fn validate_policy_text(text: &str, file: &str) -> pb::ValidatePolicyResponse {
     let file = if file.is_empty() { "<policy>" } else { file };
@@ -340,32 +329,9 @@ fn invalid(msg: String) -> Status {
     Status::invalid_argument(msg)
 }
 
-fn check_name(field: &str, value: &str) -> Result<(), Status> {
-    if value.len() > MAX_NAME_LEN {
-        return Err(invalid(format!(
-            "{field} is longer than {MAX_NAME_LEN} bytes"
-        )));
-    }
-    Ok(())
-}
-
-fn check_list(field: &str, values: &[String]) -> Result<(), Status> {
-    if values.len() > MAX_LIST_LEN {
-        return Err(invalid(format!(
-            "{field} has more than {MAX_LIST_LEN} entries"
-        )));
-    }
-    values.iter().try_for_each(|v| check_name(field, v))
-}
-
-/// A non-negative finite number, when present.
-fn check_amount(field: &str, v: Option<f64>) -> Result<Option<f64>, Status> {
-    match v {
-        Some(x) if !x.is_finite() || x < 0.0 => Err(invalid(format!(
-            "{field} must be a finite number >= 0, got {x}"
-        ))),
-        other => Ok(other),
-    }
+/// A request outside the limits shared with the clients (`gpu_admission_proto::limits`).
+fn out_of_limits(v: limits::Violation) -> Status {
+    invalid(v.to_string())
 }
 
 fn vendor(v: i32) -> Option<Vendor> {
@@ -398,43 +364,22 @@ fn workload(v: i32) -> Option<WorkloadClass> {
 
 /// Validates a `ScoreRequest` into the model's terms.
 pub fn job_request(req: &pb::ScoreRequest) -> Result<JobRequest, Status> {
-    for (field, v) in [
-        ("request_id", &req.request_id),
-        ("namespace", &req.namespace),
-        ("tenant", &req.tenant),
-        ("tier", &req.tier),
-        ("job_type", &req.job_type),
-    ] {
-        check_name(field, v)?;
-    }
-    check_list("candidate_classes", &req.candidate_classes)?;
-    check_list("colocated_job_types", &req.colocated_job_types)?;
-    if req.workload_key.len() > MAX_WORKLOAD_KEY_LEN {
-        return Err(invalid(format!(
-            "workload_key is longer than {MAX_WORKLOAD_KEY_LEN} bytes"
-        )));
-    }
+    limits::check_score_request(req).map_err(out_of_limits)?;
     Ok(JobRequest {
         tier: req.tier.clone(),
         job_type: req.job_type.clone(),
         workload_class: workload(req.workload_class),
         gpu_count: req.gpu_count,
         vendor: vendor(req.gpu_vendor),
-        memory_gib: check_amount("gpu_memory_gib", req.gpu_memory_gib)?,
-        model_size_billion_params: check_amount(
-            "model_size_billion_params",
-            req.model_size_billion_params,
-        )?,
+        memory_gib: req.gpu_memory_gib,
+        model_size_billion_params: req.model_size_billion_params,
         candidate_classes: req.candidate_classes.clone(),
         colocated_job_types: req.colocated_job_types.clone(),
     })
 }
 
 fn observation(policy: &Policy, req: &pb::ObserveRequest) -> Result<Observation, Status> {
-    check_name("job_type", &req.job_type)?;
-    check_name("gpu_class", &req.gpu_class)?;
-    check_name("observation_id", &req.observation_id)?;
-    check_list("colocated_job_types", &req.colocated_job_types)?;
+    limits::check_observe_request(req).map_err(out_of_limits)?;
     if policy.job_index(&req.job_type).is_none() {
         return Err(invalid(format!(
             "unknown job_type `{}`: not in policy version {} (only known job types are learned)",
@@ -447,18 +392,12 @@ fn observation(policy: &Policy, req: &pb::ObserveRequest) -> Result<Observation,
             req.gpu_class, policy.version
         )));
     }
-    let r = req.runtime_seconds;
-    if !r.is_finite() || r <= 0.0 || r > MAX_RUNTIME_SECONDS {
-        return Err(invalid(format!(
-            "runtime_seconds must be in (0, {MAX_RUNTIME_SECONDS}], got {r}"
-        )));
-    }
     Ok(Observation {
         id: (!req.observation_id.is_empty()).then(|| req.observation_id.clone()),
         gpu_count: req.gpu_count.max(1),
         job_type: req.job_type.clone(),
         gpu_class: req.gpu_class.clone(),
-        runtime_seconds: r,
+        runtime_seconds: req.runtime_seconds,
         colocated_job_types: req.colocated_job_types.clone(),
     })
 }

@@ -55,7 +55,7 @@ fn a_pod_claiming_gpus_from_a_template_is_a_gpu_pod() {
         (2, GpuVendor::Nvidia, "dra")
     );
     assert_eq!(c.features.dra_claims, ["gpus"]);
-    let s = decide::score_request(&incoming.uid, &c, &policy);
+    let (s, _) = decide::score_request(&incoming.uid, &c, &policy);
     assert_eq!((s.gpu_count, s.gpu_vendor), (2, GpuVendor::Nvidia as i32));
 
     // The template in another namespace is not this Pod's.

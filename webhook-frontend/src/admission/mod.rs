@@ -2,6 +2,8 @@
 //! once); each webhook is its own module with a pure decision function and a thin handler.
 
 pub mod checkpoint_restore;
+/// The properties the fuzz targets check, replayed by `cargo test` on a seed corpus.
+pub mod fuzzing;
 pub mod mutate_pod;
 pub mod placement;
 pub mod review;

@@ -3,6 +3,11 @@
 //! any kind (the validating webhooks); `encode` answers allowed with an optional patch, `encode_verdict`
 //! answers allowed or denied.
 //!
+//! Decoding is lenient where the webhooks do not look and strict where they do: `request.options` (which no
+//! webhook reads) is kept as raw text and dropped when it does not parse, so a deeply nested value there
+//! never costs the answer, while everything that is read goes through serde_json's recursion limit. The uid
+//! is echoed to the apiserver, so a review whose uid is not a sane identifier is a 400 (see [`check_uid`]).
+//!
 //! The response is serialised by hand because kube-core's `AdmissionResponse` writes `patch` as an array of
 //! numbers (kube-rs issue 1781); the apiserver wants a base64 string. A `admission.k8s.io/v1beta1` review is
 //! answered as v1beta1, anything else as v1.
@@ -11,26 +16,195 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use json_patch::PatchOperation;
 use k8s_openapi::api::core::v1::Pod;
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionReview};
-use serde::{Deserialize, Serialize};
+use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
+use kube::core::admission::{AdmissionRequest, Operation};
+use kube::core::{DynamicObject, GroupVersionKind, GroupVersionResource, TypeMeta};
+use serde::de::{DeserializeOwned, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
 
 pub const V1: &str = "admission.k8s.io/v1";
 pub const V1BETA1: &str = "admission.k8s.io/v1beta1";
 /// The apiserver truncates longer warnings; we keep ours short and printable.
 const MAX_WARNING_CHARS: usize = 240;
 const MAX_WARNINGS: usize = 16;
+/// Longest `request.uid` answered. The apiserver sends a UUID (36 characters); anything from 1 to 128
+/// printable ASCII characters (no space) is accepted, so that other well-behaved callers still work.
+pub const MAX_UID_BYTES: usize = 128;
 
-/// The AdmissionReview envelope around kube-core's `AdmissionRequest`. kube-core's own `AdmissionReview`
-/// flattens its `TypeMeta`, which makes serde buffer the whole document before parsing it again; this
-/// envelope reads the same fields in one pass (unknown fields such as `kind` are ignored).
+/// The AdmissionReview envelope. kube-core's own `AdmissionReview` flattens its `TypeMeta`, which makes serde
+/// buffer the whole document before parsing it again; this envelope reads the same fields in one pass
+/// (unknown fields such as `kind` are skipped without being parsed).
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Envelope<T: kube::Resource> {
+struct Envelope<R> {
     #[serde(default)]
     api_version: String,
+    request: Option<R>,
+}
+
+/// kube-core's `AdmissionRequest`, field for field, except `options`: kept as raw text (skipped without a
+/// recursion limit) and parsed on its own afterwards, so that an unreadable `options` is dropped instead of
+/// making the whole review unreadable.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RequestIn<T> {
+    uid: String,
+    kind: GroupVersionKind,
+    resource: GroupVersionResource,
     #[serde(default)]
-    request: Option<AdmissionRequest<T>>,
+    sub_resource: Option<String>,
+    #[serde(default)]
+    request_kind: Option<GroupVersionKind>,
+    #[serde(default)]
+    request_resource: Option<GroupVersionResource>,
+    #[serde(default)]
+    request_sub_resource: Option<String>,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    namespace: Option<String>,
+    operation: Operation,
+    user_info: k8s_openapi::api::authentication::v1::UserInfo,
+    object: Option<T>,
+    old_object: Option<T>,
+    #[serde(default)]
+    dry_run: bool,
+    #[serde(default)]
+    options: Option<Box<RawValue>>,
+}
+
+impl<T: kube::Resource> RequestIn<T> {
+    fn into_request(self) -> AdmissionRequest<T> {
+        AdmissionRequest {
+            types: TypeMeta::default(),
+            uid: self.uid,
+            kind: self.kind,
+            resource: self.resource,
+            sub_resource: self.sub_resource,
+            request_kind: self.request_kind,
+            request_resource: self.request_resource,
+            request_sub_resource: self.request_sub_resource,
+            name: self.name,
+            namespace: self.namespace,
+            operation: self.operation,
+            user_info: self.user_info,
+            object: self.object,
+            old_object: self.old_object,
+            dry_run: self.dry_run,
+            options: self
+                .options
+                .and_then(|raw| serde_json::from_str::<RawExtension>(raw.get()).ok()),
+        }
+    }
+}
+
+fn parse_review<T: kube::Resource + DeserializeOwned>(
+    body: &[u8],
+) -> Result<(&'static str, Option<AdmissionRequest<T>>), serde_json::Error> {
+    let review: Envelope<RequestIn<T>> = serde_json::from_slice(body)?;
+    Ok((
+        answer_version(&review.api_version),
+        review.request.map(RequestIn::into_request),
+    ))
+}
+
+/// A string, or `None` for any other JSON value (skipped without a recursion limit).
+struct Lenient(Option<String>);
+
+impl<'de> Deserialize<'de> for Lenient {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Lenient;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Lenient, E> {
+                Ok(Lenient(Some(v.to_string())))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Lenient, E> {
+                Ok(Lenient(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Lenient, E> {
+                Ok(Lenient(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Lenient, E> {
+                Ok(Lenient(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Lenient, E> {
+                Ok(Lenient(None))
+            }
+            fn visit_unit<E>(self) -> Result<Lenient, E> {
+                Ok(Lenient(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Lenient, A::Error> {
+                while a.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Lenient(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Lenient, A::Error> {
+                while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Lenient(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The last resort: only `apiVersion` and `request.uid`, everything else skipped unparsed.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct UidOnly {
+    #[serde(default)]
+    api_version: Option<Lenient>,
+    #[serde(default)]
+    request: Option<UidRequest>,
+}
+
+#[derive(Deserialize)]
+struct UidRequest {
+    #[serde(default)]
+    uid: Option<Lenient>,
+}
+
+/// The answer version and the (checked) uid of a review nothing else of which could be read.
+fn uid_only(body: &[u8], why: &serde_json::Error) -> Result<(&'static str, String), BadRequest> {
+    let review: UidOnly = serde_json::from_slice(body).map_err(|e| {
+        if e.is_syntax() || e.is_eof() {
+            BadRequest(format!("malformed JSON in AdmissionReview body: {e}"))
+        } else {
+            BadRequest(format!("not an AdmissionReview: {e}"))
+        }
+    })?;
+    let uid = review
+        .request
+        .and_then(|r| r.uid)
+        .and_then(|u| u.0)
+        .ok_or_else(|| BadRequest(format!("not an AdmissionReview with request.uid: {why}")))?;
+    check_uid(&uid)?;
+    let api_version = review.api_version.and_then(|v| v.0);
+    Ok((answer_version(api_version.as_deref().unwrap_or(V1)), uid))
+}
+
+/// A uid we can echo: 1 to [`MAX_UID_BYTES`] printable ASCII characters, no space. Anything else is not from
+/// an apiserver, and echoing it would only carry the caller's bytes into our answer and logs.
+pub fn check_uid(uid: &str) -> Result<(), BadRequest> {
+    if uid.is_empty() {
+        return Err(BadRequest("request.uid is empty".into()));
+    }
+    if uid.len() > MAX_UID_BYTES {
+        return Err(BadRequest(format!(
+            "request.uid is {} bytes long; at most {MAX_UID_BYTES} (the apiserver sends a UUID)",
+            uid.len()
+        )));
+    }
+    if !uid.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(BadRequest(
+            "request.uid holds characters other than printable ASCII (the apiserver sends a UUID)"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// A review we can answer (we know its uid).
@@ -69,14 +243,12 @@ fn is_pod_request<T: kube::Resource>(r: &AdmissionRequest<T>) -> bool {
 }
 
 /// Decodes a request body. The common case (a Pod review) costs one typed parse; other shapes fall back to a
-/// dynamic parse, then to plain JSON to find the uid.
+/// dynamic parse, then to reading the uid alone.
 pub fn decode(body: &[u8]) -> Result<Incoming, BadRequest> {
-    let pod_err = match serde_json::from_slice::<Envelope<Pod>>(body) {
-        Ok(review) => {
-            let api_version = answer_version(&review.api_version);
-            let request = review
-                .request
-                .ok_or_else(|| BadRequest("AdmissionReview has no request".into()))?;
+    let pod_err = match parse_review::<Pod>(body) {
+        Ok((api_version, request)) => {
+            let request = request.ok_or_else(no_request)?;
+            check_uid(&request.uid)?;
             let uid = request.uid.clone();
             let content = if is_pod_request(&request) {
                 Content::Pod(Box::new(request))
@@ -94,11 +266,9 @@ pub fn decode(body: &[u8]) -> Result<Incoming, BadRequest> {
         }
         Err(e) => e,
     };
-    if let Ok(review) = serde_json::from_slice::<AdmissionReview<DynamicObject>>(body) {
-        let api_version = answer_version(&review.types.api_version);
-        let request = review
-            .request
-            .ok_or_else(|| BadRequest("AdmissionReview has no request".into()))?;
+    if let Ok((api_version, request)) = parse_review::<DynamicObject>(body) {
+        let request = request.ok_or_else(no_request)?;
+        check_uid(&request.uid)?;
         let content = if is_pod_request(&request) {
             Content::Unreadable(format!("the Pod could not be read: {pod_err}"))
         } else {
@@ -113,26 +283,16 @@ pub fn decode(body: &[u8]) -> Result<Incoming, BadRequest> {
             content,
         });
     }
-    let value: serde_json::Value = serde_json::from_slice(body)
-        .map_err(|e| BadRequest(format!("malformed JSON in AdmissionReview body: {e}")))?;
-    let uid = value.pointer("/request/uid").and_then(|u| u.as_str());
-    match uid {
-        Some(uid) if !uid.is_empty() => Ok(Incoming {
-            api_version: answer_version(
-                value
-                    .get("apiVersion")
-                    .and_then(|v| v.as_str())
-                    .unwrap_or(V1),
-            ),
-            uid: uid.to_string(),
-            content: Content::Unreadable(format!(
-                "the AdmissionReview could not be read: {pod_err}"
-            )),
-        }),
-        _ => Err(BadRequest(format!(
-            "not an AdmissionReview with request.uid: {pod_err}"
-        ))),
-    }
+    let (api_version, uid) = uid_only(body, &pod_err)?;
+    Ok(Incoming {
+        api_version,
+        uid,
+        content: Content::Unreadable(format!("the AdmissionReview could not be read: {pod_err}")),
+    })
+}
+
+fn no_request() -> BadRequest {
+    BadRequest("AdmissionReview has no request".into())
 }
 
 /// A review of any kind, for the validating webhooks.
@@ -147,36 +307,24 @@ pub struct IncomingObject {
 
 /// Decodes a request body of any kind.
 pub fn decode_object(body: &[u8]) -> Result<IncomingObject, BadRequest> {
-    let err = match serde_json::from_slice::<AdmissionReview<DynamicObject>>(body) {
-        Ok(review) => {
-            let request = review
-                .request
-                .ok_or_else(|| BadRequest("AdmissionReview has no request".into()))?;
+    let err = match parse_review::<DynamicObject>(body) {
+        Ok((api_version, request)) => {
+            let request = request.ok_or_else(no_request)?;
+            check_uid(&request.uid)?;
             return Ok(IncomingObject {
-                api_version: answer_version(&review.types.api_version),
+                api_version,
                 uid: request.uid.clone(),
                 request: Ok(Box::new(request)),
             });
         }
         Err(e) => e,
     };
-    let value: serde_json::Value = serde_json::from_slice(body)
-        .map_err(|e| BadRequest(format!("malformed JSON in AdmissionReview body: {e}")))?;
-    match value.pointer("/request/uid").and_then(|u| u.as_str()) {
-        Some(uid) if !uid.is_empty() => Ok(IncomingObject {
-            api_version: answer_version(
-                value
-                    .get("apiVersion")
-                    .and_then(|v| v.as_str())
-                    .unwrap_or(V1),
-            ),
-            uid: uid.to_string(),
-            request: Err(format!("the AdmissionReview could not be read: {err}")),
-        }),
-        _ => Err(BadRequest(format!(
-            "not an AdmissionReview with request.uid: {err}"
-        ))),
-    }
+    let (api_version, uid) = uid_only(body, &err)?;
+    Ok(IncomingObject {
+        api_version,
+        uid,
+        request: Err(format!("the AdmissionReview could not be read: {err}")),
+    })
 }
 
 /// `group/version/Kind` (`version/Kind` for the core group), for logs and messages.
@@ -421,6 +569,109 @@ mod tests {
         assert_eq!(out["response"]["allowed"], true);
         assert!(out["response"].get("status").is_none());
         assert_eq!(out["response"]["warnings"][0], "w");
+    }
+
+    /// `body` with `"__HOLE__"` replaced by `depth` nested arrays (too deep for a `Value`).
+    fn with_deep_hole(body: &[u8], depth: usize) -> Vec<u8> {
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        let deep = format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+        text.replace("\"__HOLE__\"", &deep).into_bytes()
+    }
+
+    #[test]
+    fn malformed_uids_are_bad_requests_with_a_reason() {
+        let pod = json!({"metadata": {"name": "p"}, "spec": {"containers": []}});
+        for (uid, why) in [
+            (json!(""), "request.uid is empty"),
+            (json!("u".repeat(MAX_UID_BYTES + 1)), "at most 128"),
+            (json!("u".repeat(300)), "300 bytes long"),
+            (json!("a b"), "printable ASCII"),
+            (json!("line\nbreak"), "printable ASCII"),
+            (json!("ü"), "printable ASCII"),
+            (json!(7), "request.uid"),
+        ] {
+            let mut r: Value =
+                serde_json::from_slice(&review(V1, pod_kind(), pod.clone())).unwrap();
+            r["request"]["uid"] = uid.clone();
+            let body = serde_json::to_vec(&r).unwrap();
+            let e = decode(&body).unwrap_err().0;
+            assert!(e.contains(why), "{uid}: {e}");
+            let e = decode_object(&body).unwrap_err().0;
+            assert!(e.contains(why), "{uid}: {e}");
+            // Also when nothing else of the review can be read.
+            r["request"]["operation"] = json!(7);
+            let body = serde_json::to_vec(&r).unwrap();
+            assert!(decode(&body).unwrap_err().0.contains(why), "{uid}");
+            assert!(decode_object(&body).unwrap_err().0.contains(why), "{uid}");
+        }
+        // The longest accepted uid, and a real apiserver's.
+        for uid in [
+            "u".repeat(MAX_UID_BYTES),
+            "705ab4f5-6393-11e8-b7cc-42010a800002".into(),
+        ] {
+            let mut r: Value =
+                serde_json::from_slice(&review(V1, pod_kind(), pod.clone())).unwrap();
+            r["request"]["uid"] = json!(uid);
+            assert_eq!(decode(&serde_json::to_vec(&r).unwrap()).unwrap().uid, uid);
+        }
+    }
+
+    #[test]
+    fn deep_nesting_where_no_webhook_looks_is_not_a_bad_request() {
+        let pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}, "x-unknown": "__HOLE__"});
+        let mut r: Value = serde_json::from_slice(&review(V1, pod_kind(), pod)).unwrap();
+        r["request"]["options"] =
+            json!({"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions", "deep": "__HOLE__"});
+        r["unused"] = json!("__HOLE__");
+        let body = with_deep_hole(&serde_json::to_vec(&r).unwrap(), 10_000);
+        assert!(
+            serde_json::from_slice::<Value>(&body).is_err(),
+            "too deep for a Value"
+        );
+        let inc = decode(&body).unwrap();
+        assert_eq!(inc.uid, "705ab4f5-6393-11e8-b7cc-42010a800002");
+        let Content::Pod(req) = inc.content else {
+            panic!("{:?}", inc.content)
+        };
+        // The unreadable options are dropped; the Pod is read.
+        assert!(req.options.is_none());
+        assert_eq!(req.object.unwrap().metadata.name.as_deref(), Some("p"));
+        // Readable options are kept.
+        let options = review(V1, pod_kind(), json!({"metadata": {}}));
+        let mut options: Value = serde_json::from_slice(&options).unwrap();
+        options["request"]["options"] =
+            json!({"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"});
+        let Content::Pod(req) = decode(&serde_json::to_vec(&options).unwrap())
+            .unwrap()
+            .content
+        else {
+            panic!()
+        };
+        assert_eq!(req.options.unwrap().0["kind"], "CreateOptions");
+
+        // validate-*: a deep object of another kind is unreadable (answered with a warning), not a 400.
+        let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {"deep": "__HOLE__"}});
+        let body = with_deep_hole(
+            &review(
+                V1,
+                json!({"group": "batch", "version": "v1", "kind": "Job"}),
+                job,
+            ),
+            10_000,
+        );
+        let inc = decode_object(&body).unwrap();
+        assert_eq!(inc.uid, "705ab4f5-6393-11e8-b7cc-42010a800002");
+        assert!(inc.request.unwrap_err().contains("recursion limit"));
+        // Within the recursion limit, the object is read whole.
+        let body = with_deep_hole(
+            &review(
+                V1,
+                json!({"group": "batch", "version": "v1", "kind": "Job"}),
+                json!({"metadata": {"name": "j"}, "spec": {"deep": "__HOLE__"}}),
+            ),
+            100,
+        );
+        assert!(decode_object(&body).unwrap().request.is_ok());
     }
 
     #[test]

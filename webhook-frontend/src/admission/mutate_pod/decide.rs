@@ -1,5 +1,6 @@
 //! Which requests are scored, what the scorer is asked, and whether its answer can be trusted. Pure functions.
 
+use gpu_admission_proto::limits;
 use gpu_admission_proto::scorer::v1::{ScoreRequest, ScoreResponse};
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::admission::{AdmissionRequest, Operation};
@@ -74,10 +75,16 @@ pub fn triage_with<'a>(
     })
 }
 
-/// The scorer request for a candidate. A Pod whose own constraints narrow its class is scored among the
-/// classes they allow: those inside its tier, or when none is, all of them (the scorer then answers that the
-/// tier allows none). Classes in catalog order.
-pub fn score_request(uid: &str, c: &Candidate<'_>, policy: &PolicySnapshot) -> ScoreRequest {
+/// The scorer request for a candidate, and the warnings of what had to change in it. A Pod whose own
+/// constraints narrow its class is scored among the classes they allow: those inside its tier, or when none
+/// is, all of them (the scorer then answers that the tier allows none). Classes in catalog order. The request
+/// is brought inside the limits the scorer enforces (a 300-byte tenant annotation is cut, with a warning), so
+/// that an odd value changes the request, never the decision.
+pub fn score_request(
+    uid: &str,
+    c: &Candidate<'_>,
+    policy: &PolicySnapshot,
+) -> (ScoreRequest, Vec<String>) {
     let rules = policy.tier_rules(&c.tier, c.namespace);
     let allowed: Vec<&str> = match &c.own {
         Some(own) => policy
@@ -98,7 +105,7 @@ pub fn score_request(uid: &str, c: &Candidate<'_>, policy: &PolicySnapshot) -> S
         .map(str::to_string)
         .collect();
     let f = &c.features;
-    ScoreRequest {
+    let mut request = ScoreRequest {
         request_id: uid.to_string(),
         namespace: c.namespace.to_string(),
         tenant: f.tenant.clone().unwrap_or_else(|| c.namespace.to_string()),
@@ -114,7 +121,17 @@ pub fn score_request(uid: &str, c: &Candidate<'_>, policy: &PolicySnapshot) -> S
         colocated_job_types: Vec::new(),
         // The workload (key, group size) is set by the handler: resolving it may read the owner.
         ..Default::default()
-    }
+    };
+    let warnings = fit_to_limits(&mut request);
+    (request, warnings)
+}
+
+/// Brings `request` inside the limits the scorer enforces; the admission warnings of what changed.
+pub fn fit_to_limits(request: &mut ScoreRequest) -> Vec<String> {
+    limits::fit_score_request(request)
+        .into_iter()
+        .map(|v| format!("gpu-admission: the scorer's {v}"))
+        .collect()
 }
 
 /// `true` for a valid qualified label key (`[prefix/]name`, DNS-subdomain prefix, name ≤ 63).
@@ -346,7 +363,8 @@ mod tests {
             ),
         );
         let c = triage(&req, tiers).unwrap();
-        let s = score_request("uid-1", &c, &policy());
+        let (s, fitted) = score_request("uid-1", &c, &policy());
+        assert!(fitted.is_empty(), "{fitted:?}");
         assert_eq!(
             (
                 s.request_id.as_str(),
@@ -364,7 +382,7 @@ mod tests {
             Some("ml"),
             gpu_pod(json!({}), json!({"gpu.nvidia.com/class": "A100-80GB"})),
         );
-        let s = score_request(
+        let (s, _) = score_request(
             "u",
             &triage_with(&req, tiers, &policy(), &NoClaimTemplates).unwrap(),
             &policy(),
@@ -382,7 +400,7 @@ mod tests {
                 "resources": {"limits": {"nvidia.com/mig-1g.10gb": 2}}}]}}),
         );
         let c = triage_with(&req, tiers, &policy(), &NoClaimTemplates).unwrap();
-        let s = score_request("u", &c, &policy());
+        let (s, _) = score_request("u", &c, &policy());
         assert_eq!(
             (s.gpu_count, s.gpu_vendor, s.gpu_memory_gib),
             (2, GpuVendor::Nvidia as i32, Some(10.0))
@@ -429,7 +447,7 @@ mod tests {
             pod["spec"]["affinity"] = affinity;
             let req = request("CREATE", Some("ml"), pod);
             let c = triage_with(&req, tiers, &p, &NoClaimTemplates).unwrap();
-            (score_request("u", &c, &p).candidate_classes, c.own)
+            (score_request("u", &c, &p).0.candidate_classes, c.own)
         };
         // GPU Feature Discovery's product label: A100-80GB only.
         let (cands, own) = score(
@@ -475,6 +493,28 @@ mod tests {
                 .contains("allow no GPU class of the catalog"),
             "{}",
             a.infeasible_reason
+        );
+    }
+
+    #[test]
+    fn over_long_values_are_fitted_to_the_scorer_limits_with_a_warning() {
+        let tenant = "t".repeat(300);
+        let req = request(
+            "CREATE",
+            Some("ml"),
+            gpu_pod(json!({"scheduler.radix.ai/tenant": tenant}), json!(null)),
+        );
+        let (s, warnings) = score_request(
+            &"u".repeat(300),
+            &triage_with(&req, tiers, &policy(), &NoClaimTemplates).unwrap(),
+            &policy(),
+        );
+        assert_eq!(limits::check_score_request(&s), Ok(()));
+        assert_eq!(s.tenant, tenant[..limits::MAX_NAME_BYTES]);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[1].contains("tenant is 300 bytes long; at most 253"),
+            "{warnings:?}"
         );
     }
 

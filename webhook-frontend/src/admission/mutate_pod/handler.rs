@@ -194,7 +194,7 @@ async fn admit_pod(
         record_skip(span, "already decided", "");
         return (Outcome::skipped, Answer::default());
     }
-    let mut request = decide::score_request(uid, &candidate, &policy);
+    let (mut request, mut fitted) = decide::score_request(uid, &candidate, &policy);
 
     let deadline = state.scorer.deadline(apiserver_timeout);
     // One decision per workload: the scorer groups by this key. Reading the owner takes from the scorer's
@@ -209,6 +209,11 @@ async fn admit_pod(
     if let Some(w) = &workload {
         request.workload_key = w.key();
         request.group_size = w.group_size;
+        fitted.extend(decide::fit_to_limits(&mut request));
+    }
+    if !fitted.is_empty() {
+        tracing::info!(uid, namespace = candidate.namespace, fitted = ?fitted, "scorer request fitted to its limits");
+        warnings.extend(fitted);
     }
     let call_span = tracing::info_span!(
         "scorer.score",

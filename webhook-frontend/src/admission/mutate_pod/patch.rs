@@ -31,6 +31,7 @@ use gpu_admission_proto::scorer::v1::{GpuClass, ScoreResponse};
 use json_patch::{AddOperation, PatchOperation};
 use jsonptr::PointerBuf;
 use k8s_openapi::api::core::v1::{Affinity, Pod, PodSpec, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -467,6 +468,11 @@ pub fn decide_pod(input: &PatchInput<'_>, pcs: &dyn PriorityClassLookup) -> Muta
         return Mutation::default();
     }
     let mut ops = Vec::new();
+    // An empty typed `metadata` may be `null` or missing in the JSON: create it before adding under it (an
+    // `add` of an existing member replaces it, and there is nothing in it to keep).
+    if input.pod.metadata == ObjectMeta::default() {
+        ops.push(add(ptr(["metadata"]), json!({})));
+    }
     record_decision(&mut ops, input, &plan);
     label_job_type(&mut ops, input);
     if input.pod.spec.is_none() {

@@ -23,6 +23,7 @@ pub async fn validate_pod(State(state): State<Arc<AppState>>, body: Bytes) -> Re
     let incoming = match review::decode_object(&body) {
         Ok(i) => i,
         Err(bad) => {
+            tracing::info!(error = %bad, "validate-pod: rejecting a body that is not an AdmissionReview");
             state
                 .metrics
                 .record_validation("validate-pod", "bad_request", start);

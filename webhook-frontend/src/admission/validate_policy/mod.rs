@@ -97,6 +97,7 @@ pub async fn validate_policy(State(state): State<Arc<AppState>>, body: Bytes) ->
     let incoming = match review::decode_object(&body) {
         Ok(i) => i,
         Err(bad) => {
+            tracing::info!(error = %bad, "validate-policy: rejecting a body that is not an AdmissionReview");
             state
                 .metrics
                 .record_validation("validate-policy", "bad_request", start);
