@@ -10,7 +10,8 @@
 //!    state (Observe, ImportState) first pins the state it is about to change when the epoch has turned
 //!    ([`DecisionState::before_write`]); a keyed Score in a new epoch without a write since pins the live
 //!    state, which is then the same. What is learned during an epoch reaches keyed decisions at the next one.
-//! 3. **A bounded, time-limited cache** of answers per (key, policy version): [`DECISION_TTL`] (10 minutes)
+//! 3. **A bounded, time-limited cache** of answers per (key + what the Pod asks, policy version):
+//!    [`DECISION_TTL`] (10 minutes)
 //!    after the first Pod was decided, at most [`MAX_WORKLOADS`] keys (expired entries go first, then the
 //!    oldest). A workload whose Pods straddle an epoch boundary keeps its first answer on this replica.
 //!
@@ -21,8 +22,9 @@
 //! fan-out, once per epoch), or a workload's Pods straddle a boundary across replicas while the state changed.
 //! Keyed decisions are gated by their seeded draw alone (`draw < explorationCap`), not by this replica's
 //! exploration window, which differs between replicas; they are still recorded in the window (once per
-//! workload), so unkeyed decisions keep the window's cap. The first Pod's features decide: a workload whose
-//! Pods differ (a leader with fewer GPUs) gets the decision of whichever Pod a replica saw first.
+//! workload), so unkeyed decisions keep the window's cap. A member that asks something else than the others (a
+//! leader with fewer GPUs, another vendor) is decided for itself with the workload's seed and pinned state: it
+//! gets the same class whenever that class fits it, and never a class it cannot run on.
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
