@@ -329,12 +329,14 @@ fn decision_seed(policy: &Policy, learned: &Learned, req: &pb::ScoreRequest) -> 
     u64::from_le_bytes(h.finalize()[..8].try_into().expect("8 bytes"))
 }
 
-/// A digest of what a request asks, without its request id: equal for the Pods of one template.
+/// A digest of what a request asks, without its request id and group size (a frontend that could not read
+/// the owner in time leaves the size out): equal for the Pods of one template.
 fn asked_digest(req: &pb::ScoreRequest) -> String {
     use prost::Message;
     use sha2::{Digest, Sha256};
     let asked = pb::ScoreRequest {
         request_id: String::new(),
+        group_size: None,
         ..req.clone()
     };
     let d = Sha256::digest(asked.encode_to_vec());
