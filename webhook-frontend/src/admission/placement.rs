@@ -34,7 +34,8 @@ pub fn named_classes<'p>(spec: &'p PodSpec, keys: &[&str]) -> Vec<(&'p str, &'p 
     out
 }
 
-fn required_terms(spec: &PodSpec) -> impl Iterator<Item = &[NodeSelectorRequirement]> {
+/// The match expressions of each required node-affinity term.
+pub(crate) fn required_terms(spec: &PodSpec) -> impl Iterator<Item = &[NodeSelectorRequirement]> {
     spec.affinity
         .as_ref()
         .and_then(|a| a.node_affinity.as_ref())

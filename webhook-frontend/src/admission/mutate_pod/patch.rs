@@ -282,21 +282,11 @@ fn tier_anded(spec: &PodSpec, tier: &TierRules<'_>, class_labels: &ClassLabels) 
     {
         return true;
     }
-    let terms = spec
-        .affinity
-        .as_ref()
-        .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|n| {
-            n.required_during_scheduling_ignored_during_execution
-                .as_ref()
-        })
-        .map(|r| r.node_selector_terms.as_slice())
-        .unwrap_or(&[]);
-    !terms.is_empty()
-        && terms.iter().all(|t| {
-            t.match_expressions
+    let mut terms = crate::admission::placement::required_terms(spec).peekable();
+    terms.peek().is_some()
+        && terms.all(|exprs| {
+            exprs
                 .iter()
-                .flatten()
                 .any(|e| e.operator == "In" && in_tier(&e.key, e.values.as_deref().unwrap_or(&[])))
         })
 }
