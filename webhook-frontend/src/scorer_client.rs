@@ -4,8 +4,10 @@
 //! Under a burst the channel must hold: calls in flight are bounded (beyond the bound an admission is passed
 //! through at once as `overloaded`, never queued past its deadline); the scorer is asked to give up a little
 //! before our own deadline, so that most late calls end with its DEADLINE_EXCEEDED answer rather than with a
-//! RST_STREAM from us (a flood of resets is what HTTP/2 servers treat as an attack); and after a connection
-//! failure new attempts wait an exponential backoff instead of dialling once per admission.
+//! RST_STREAM from us (a flood of resets is what HTTP/2 servers treat as an attack); the streams we do cancel
+//! are remembered long enough that the scorer's late answers on them are ignored (see
+//! [`RESET_STREAM_MEMORY`]); and after a connection failure new attempts wait an exponential backoff instead
+//! of dialling once per admission.
 
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -145,6 +147,26 @@ impl Default for ChannelLimits {
     }
 }
 
+/// The receive window of each connection to the scorer. It is fixed, not adaptive, because HTTP/2 bounds
+/// the small DATA frames a connection may hold unread by half of it: each answer of the scorer is one small
+/// DATA frame, and when a burst's answers arrive faster than the admission tasks read them, an adaptive window
+/// (which starts at 64 KiB, a budget of about 300 answers) made the client close the connection with
+/// `GOAWAY(ENHANCE_YOUR_CALM, "too_many_data_frames")`, failing every call in flight on it. 4 MiB holds
+/// the small answers of many times the in-flight bound.
+const CONNECTION_WINDOW: u32 = 4 * 1024 * 1024;
+
+/// The receive window of each stream: far above the largest answer the scorer sends.
+const STREAM_WINDOW: u32 = 1024 * 1024;
+
+/// How long the client remembers a stream it cancelled. HTTP/2 ignores frames for a remembered cancelled
+/// stream; a frame for a forgotten one is a protocol error that counts toward the client's own limit of 1,024
+/// local error resets, after which it closes the connection with `GOAWAY(ENHANCE_YOUR_CALM)` and fails every
+/// call in flight on it ("h2 protocol error", seen as RESOURCE_EXHAUSTED). With the defaults (50 streams,
+/// 1 s) a burst of 1,000 admissions that time out together forgets most of its cancelled streams while the
+/// scorer is still answering them. So every call that can be in flight is remembered (the stream memory of
+/// each connection is the in-flight bound), for longer than the scorer can take to notice a cancel.
+const RESET_STREAM_MEMORY: Duration = Duration::from_secs(10);
+
 /// The scorer is asked to stop this much before our own deadline (at least 2 ms, else 5 % of what is left):
 /// its DEADLINE_EXCEEDED answer then usually arrives before we would cancel the stream ourselves.
 fn server_deadline(remaining: Duration) -> Duration {
@@ -235,7 +257,10 @@ impl Scorer {
             .http2_keep_alive_interval(Duration::from_secs(20))
             .keep_alive_timeout(Duration::from_secs(5))
             .keep_alive_while_idle(true)
-            .http2_adaptive_window(true);
+            .initial_connection_window_size(CONNECTION_WINDOW)
+            .initial_stream_window_size(STREAM_WINDOW)
+            .http2_max_concurrent_reset_streams(limits.max_in_flight.max(1))
+            .http2_reset_stream_duration(RESET_STREAM_MEMORY);
         let clients: Vec<_> = (0..limits.connections.max(1))
             .map(|_| GrpcClient::new(endpoint.clone().connect_lazy()))
             .collect();
