@@ -6,8 +6,9 @@
 //!   start; pass-throughs counted by the reason the frontend's warning gives.
 //! - **Idle connections**: N TLS connections that complete the handshake and say nothing, plus M TCP
 //!   connections that send one byte; how long until the frontend closed each of them, whether a probe
-//!   admission on a new connection every 0.5 s kept succeeding, and the frontend's RSS before, at the peak
-//!   and after.
+//!   admission on a new connection every 0.5 s kept succeeding (also for [`SETTLE`] after the last was
+//!   closed), and the frontend's RSS: idle (after one warm-up admission, so that what every frontend sets up
+//!   on its first request is not counted as the idle run's), at the peak, and at the end of the settle time.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -183,8 +184,12 @@ pub struct IdleResult {
     pub probes: u64,
     pub probes_ok: u64,
     pub probe_max_ms: f64,
+    /// Before the first admission.
+    pub rss_start_mib: Option<f64>,
+    /// After one warm-up admission: the idle frontend the run is compared with.
     pub rss_before_mib: Option<f64>,
     pub rss_peak_mib: Option<f64>,
+    /// At the end of [`SETTLE`].
     pub rss_after_mib: Option<f64>,
 }
 
@@ -202,6 +207,27 @@ pub async fn idle_connections(
             .and_then(procfs::rss_kib)
             .map(|k| k as f64 / 1024.0)
     };
+    let rss_start = rss();
+    let mut seq = 1u64 << 40;
+    let probe = |seq: u64| {
+        let target = target.clone();
+        async move {
+            let t0 = Instant::now();
+            let ok = match tokio::time::timeout(Duration::from_secs(2), async {
+                let mut conn = Conn::open(target).await?;
+                anyhow::Ok(conn.call(seq).await)
+            })
+            .await
+            {
+                Ok(Ok(outcome)) => !matches!(outcome, Outcome::Error(_)),
+                _ => false,
+            };
+            (ok, t0.elapsed())
+        }
+    };
+    // The warm-up admission (its result is not one of the probes).
+    let _ = probe(seq).await;
+    seq += 1;
     let rss_before = rss();
     let closed_idle: Closed = Arc::default();
     let closed_one: Closed = Arc::default();
@@ -265,25 +291,20 @@ pub async fn idle_connections(
     let opened_at = Instant::now();
     let mut rss_peak = rss();
     let (mut probes, mut probes_ok, mut probe_max) = (0u64, 0u64, Duration::ZERO);
-    let mut seq = 1u64 << 40;
+    let mut settle_until: Option<Instant> = None;
     loop {
+        let t0 = Instant::now();
         let all_closed = count(&closed_idle) + count(&closed_one) >= idle + one_byte - open_failed;
         if all_closed || opened_at.elapsed() >= wait {
-            break;
+            let until = *settle_until.get_or_insert(t0 + SETTLE);
+            if t0 >= until {
+                break;
+            }
         }
-        let t0 = Instant::now();
         probes += 1;
-        let ok = match tokio::time::timeout(Duration::from_secs(2), async {
-            let mut conn = Conn::open(target.clone()).await?;
-            anyhow::Ok(conn.call(seq).await)
-        })
-        .await
-        {
-            Ok(Ok(outcome)) => !matches!(outcome, Outcome::Error(_)),
-            _ => false,
-        };
+        let (ok, took) = probe(seq).await;
         seq += 1;
-        probe_max = probe_max.max(t0.elapsed());
+        probe_max = probe_max.max(took);
         if ok {
             probes_ok += 1;
         }
@@ -308,8 +329,6 @@ pub async fn idle_connections(
     for w in watchers {
         w.abort();
     }
-    // Let the frontend free what the closed connections held.
-    tokio::time::sleep(Duration::from_secs(2)).await;
     Ok(IdleResult {
         idle_tls: idle,
         one_byte,
@@ -321,11 +340,16 @@ pub async fn idle_connections(
         probes,
         probes_ok,
         probe_max_ms: probe_max.as_secs_f64() * 1000.0,
+        rss_start_mib: rss_start,
         rss_before_mib: rss_before,
         rss_peak_mib: rss_peak,
         rss_after_mib: rss(),
     })
 }
+
+/// How long the probes go on after the last idle connection was closed, before the last RSS reading: the
+/// frontend returns freed memory as it keeps serving, as it would in a cluster.
+pub const SETTLE: Duration = Duration::from_secs(5);
 
 /// When each connection of a kind was closed by the frontend.
 type Closed = Arc<std::sync::Mutex<Vec<Instant>>>;
@@ -406,7 +430,7 @@ pub fn render(bursts: &[BurstResult], idle: Option<&IdleResult>) -> String {
             out,
             "\nidle connections: {} idle TLS: {}; {} one-byte: {}; {} could not open\n\
              probe every 0.5 s on a new connection: {}/{} ok, slowest {:.1} ms\n\
-             frontend RSS MiB: before {}, peak {}, after {}",
+             frontend RSS MiB: idle {} (at start {}), peak {}, {} s after the last was closed {}",
             i.idle_tls,
             secs(i.idle_tls_all_closed_s, i.idle_tls_still_open),
             i.one_byte,
@@ -416,7 +440,9 @@ pub fn render(bursts: &[BurstResult], idle: Option<&IdleResult>) -> String {
             i.probes,
             i.probe_max_ms,
             mib(i.rss_before_mib),
+            mib(i.rss_start_mib),
             mib(i.rss_peak_mib),
+            SETTLE.as_secs(),
             mib(i.rss_after_mib),
         );
     }
