@@ -621,15 +621,20 @@ async fn corpus(
         .flat_map(extract_pods)
         .filter(|p| p.parses)
         .collect();
+    let plain_uid = create_job(client, PLAIN, "corpus", None).await;
+    let ml_uid = create_job(client, ML, "corpus", None).await;
+    let probe = job_pod("corpus-probe", "corpus", &ml_uid);
+    // The backup names every container of the set, and the probe's (whose names the set may not have: the
+    // project's fixtures do not, the external corpus does).
     let names: BTreeSet<String> = pods
         .iter()
-        .flat_map(|p| images(&p.pod))
+        .map(|p| &p.pod)
+        .chain([&probe])
+        .flat_map(images)
         .map(|(n, _)| n)
         .filter(|n| !n.is_empty())
         .collect();
     let ckpt = |name: &str| format!("ckpt.example/corpus/{name}:restored");
-    let plain_uid = create_job(client, PLAIN, "corpus", None).await;
-    let ml_uid = create_job(client, ML, "corpus", None).await;
     create_backup(
         client,
         ML,
@@ -645,13 +650,9 @@ async fn corpus(
     )
     .await;
     // Wait until the backup is cached.
-    let (_, _, ok) = create_until(
-        client,
-        ML,
-        &job_pod("corpus-probe", "corpus", &ml_uid),
-        Duration::from_secs(10),
-        |p| annotation(p, ANN_RESTORED_FROM).is_some(),
-    )
+    let (_, _, ok) = create_until(client, ML, &probe, Duration::from_secs(10), |p| {
+        annotation(p, ANN_RESTORED_FROM).is_some()
+    })
     .await;
     assert!(ok, "the corpus backup never reached the frontend");
 
