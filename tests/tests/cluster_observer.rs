@@ -740,12 +740,27 @@ async fn observer_reports_each_finished_pod_once_through_a_leader_change_and_sha
     assert!(since_start < Duration::from_secs(10), "{since_start:?}");
     assert!(c_picks <= n / 5);
 
-    // The leader keeps the most complete state in the ConfigMap.
+    // The leader keeps the most complete state in the ConfigMap (stored every second: the test does not
+    // assume the last store came before this point).
+    let want = expected.len().to_string();
+    let stored = wait_until(
+        "the ConfigMap holds every observation",
+        Duration::from_secs(10),
+        || {
+            let (configmaps, want) = (configmaps.clone(), want.clone());
+            async move {
+                let cm = configmaps.get(STATE_CM).await?;
+                let ann = cm.metadata.annotations.unwrap_or_default();
+                Ok(ann.get("gpu-admission.io/observations") == Some(&want))
+            }
+        },
+    )
+    .await;
     let cm = configmaps.get(STATE_CM).await.unwrap();
-    let ann = cm.metadata.annotations.unwrap_or_default();
-    assert_eq!(
-        ann.get("gpu-admission.io/observations").map(String::as_str),
-        Some(expected.len().to_string().as_str())
+    assert!(
+        stored.is_ok(),
+        "{stored:?}; the ConfigMap's annotations: {:?}",
+        cm.metadata.annotations
     );
     assert!(
         cm.binary_data
