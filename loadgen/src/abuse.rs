@@ -244,22 +244,7 @@ pub async fn idle_connections(
         .await;
         for c in opened {
             match c {
-                Ok(mut tls) => {
-                    let closed = closed_idle.clone();
-                    watchers.push(tokio::spawn(async move {
-                        let mut buf = [0u8; 256];
-                        loop {
-                            match tls.read(&mut buf).await {
-                                Ok(0) | Err(_) => break,
-                                Ok(_) => {}
-                            }
-                        }
-                        closed
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .push(Instant::now());
-                    }));
-                }
+                Ok(tls) => watchers.push(watch_until_closed(tls, closed_idle.clone())),
                 Err(_) => open_failed += 1,
             }
         }
@@ -270,20 +255,7 @@ pub async fn idle_connections(
             Ok(mut tcp) => {
                 // The first byte of a TLS record header, and nothing after it.
                 let _ = tcp.write_all(&[0x16]).await;
-                let closed = closed_one.clone();
-                watchers.push(tokio::spawn(async move {
-                    let mut buf = [0u8; 256];
-                    loop {
-                        match tcp.read(&mut buf).await {
-                            Ok(0) | Err(_) => break,
-                            Ok(_) => {}
-                        }
-                    }
-                    closed
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push(Instant::now());
-                }));
+                watchers.push(watch_until_closed(tcp, closed_one.clone()));
             }
             Err(_) => open_failed += 1,
         }
@@ -353,6 +325,25 @@ pub const SETTLE: Duration = Duration::from_secs(5);
 
 /// When each connection of a kind was closed by the frontend.
 type Closed = Arc<std::sync::Mutex<Vec<Instant>>>;
+
+/// Reads (and drops) whatever the frontend sends on `conn` until it closes the connection, then notes when.
+fn watch_until_closed<S>(mut conn: S, closed: Closed) -> tokio::task::JoinHandle<()>
+where
+    S: tokio::io::AsyncRead + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut buf = [0u8; 256];
+        while let Ok(n) = conn.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+        closed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Instant::now());
+    })
+}
 
 fn count(c: &Closed) -> usize {
     c.lock().unwrap_or_else(|e| e.into_inner()).len()
