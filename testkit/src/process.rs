@@ -219,9 +219,23 @@ impl ChildProcess {
         }
     }
 
-    /// SIGSTOP: the process keeps its sockets but answers nothing (a hung service).
+    /// SIGSTOP: the process keeps its sockets but answers nothing (a hung service). Returns once every
+    /// thread is stopped: `kill` returns when the signal is queued, and a thread busy on another (or a
+    /// descheduled virtual) CPU could still answer a request sent right after it.
     pub fn pause(&self) -> anyhow::Result<()> {
-        signal(self.pid(), "STOP")
+        signal(self.pid(), "STOP")?;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !all_threads_stopped(self.pid()) {
+            if Instant::now() > deadline {
+                bail!(
+                    "{} (pid {}) not stopped 5 s after SIGSTOP",
+                    self.name,
+                    self.pid()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
     }
 
     /// SIGCONT after [`ChildProcess::pause`].
@@ -285,6 +299,24 @@ pub fn is_admin_line(line: &str) -> bool {
 }
 
 /// Sends `sig` (`STOP`, `CONT`, `TERM`, `KILL`...) to `pid` with the system's `kill`.
+/// Whether every thread of `pid` is in the stopped state (`T` in `/proc/PID/task/TID/stat`). Off Linux
+/// (no /proc) it cannot tell and says yes.
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat"))
+            // `pid (comm) S ...`: the state follows the last `)` (comm may contain spaces and parentheses).
+            .map(|stat| {
+                stat.rsplit_once(')')
+                    .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+            })
+            // A thread that exited meanwhile is not running either.
+            .unwrap_or(true)
+    })
+}
+
 pub fn signal(pid: u32, sig: &str) -> anyhow::Result<()> {
     let status = Command::new("kill")
         .arg(format!("-{sig}"))

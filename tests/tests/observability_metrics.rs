@@ -421,6 +421,14 @@ fn default_policy_yaml() -> anyhow::Result<String> {
     std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
 }
 
+/// Replaces `path` in one step (a new file renamed over it), as a Secret or ConfigMap volume update does: a
+/// plain write truncates first, and a poll between the truncation and the write would count one more failure.
+fn replace_file(path: &std::path::Path, contents: impl AsRef<[u8]>) -> std::io::Result<()> {
+    let tmp = path.with_extension("next");
+    std::fs::write(&tmp, contents)?;
+    std::fs::rename(&tmp, path)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn policy_and_certificate_reloads_and_failures_are_counted() -> anyhow::Result<()> {
     const WAIT: Duration = Duration::from_secs(20);
@@ -449,7 +457,7 @@ async fn policy_and_certificate_reloads_and_failures_are_counted() -> anyhow::Re
     let ok_at_start = reloads(&start, "ok");
 
     // An invalid file is refused (and counted); the previous policy stays in force.
-    std::fs::write(&policy, "catalog: [this is not a policy\n")?;
+    replace_file(&policy, "catalog: [this is not a policy\n")?;
     scrape_until(admin, WAIT, "a rejected policy reload", |e| {
         reloads(e, "rejected") == 1.0
     })
@@ -460,7 +468,7 @@ async fn policy_and_certificate_reloads_and_failures_are_counted() -> anyhow::Re
         .context("the scorer must keep serving its previous policy")?;
 
     // A valid new version loads.
-    std::fs::write(&policy, format!("version: \"obs-reload-test\"\n{good}"))?;
+    replace_file(&policy, format!("version: \"obs-reload-test\"\n{good}"))?;
     let after = scrape_until(admin, WAIT, "a successful policy reload", |e| {
         reloads(e, "ok") == ok_at_start + 1.0
     })
@@ -485,7 +493,7 @@ async fn policy_and_certificate_reloads_and_failures_are_counted() -> anyhow::Re
     };
     let key = webhook.dir().join("tls").join("tls.key");
     let original_key = std::fs::read(&key)?;
-    std::fs::write(
+    replace_file(
         &key,
         "-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n",
     )?;
@@ -498,7 +506,7 @@ async fn policy_and_certificate_reloads_and_failures_are_counted() -> anyhow::Re
         .admit_pod(&gpu_pod("train-during-bad-cert"), "ml")
         .await?;
     assert!(outcome.allowed);
-    std::fs::write(&key, &original_key)?;
+    replace_file(&key, &original_key)?;
     let after = scrape_until(admin, WAIT, "a successful certificate reload", |e| {
         tls_reloads(e, "ok") == 1.0
     })

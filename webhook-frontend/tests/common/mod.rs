@@ -127,6 +127,14 @@ pub async fn start_webhook(args: &[&str], ca: &Path) -> Webhook {
     let mut all: Vec<String> = ["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]
         .map(String::from)
         .to_vec();
+    // The tests' scorer budget (the product's 200 ms assumes a release build on a quiet machine), unless the
+    // test sets its own.
+    if !args.contains(&"--deadline-ms") {
+        all.extend([
+            "--deadline-ms".to_string(),
+            gpu_admission_testkit::services::TEST_DEADLINE_MS.to_string(),
+        ]);
+    }
     all.extend(args.iter().map(|a| a.to_string()));
     let envs = [("RUST_LOG".to_string(), "info".to_string())];
     let mut process = ChildProcess::spawn(
