@@ -421,21 +421,28 @@ impl<'a> Plan<'a> {
 
     /// Nothing left to do: our record is there, the placement is kept and the priority is allowed.
     fn settled(&self, input: &PatchInput<'_>) -> bool {
-        let recorded = input
-            .pod
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(ANN_DECIDED_AT));
         // `priority` is only set for a Pod without a class of its own, or one above the cap.
-        recorded && !self.place && self.priority.is_none()
+        has_decision_record(input.pod) && !self.place && self.priority.is_none()
     }
+}
+
+/// Whether the Pod carries our decision record (necessary for [`is_settled`], never sufficient: anyone who
+/// can create a Pod can write the annotation).
+fn has_decision_record(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(ANN_DECIDED_AT))
 }
 
 /// `true` when the Pod carries our decision record, is placed inside its tier (or keeps an admin's pin) and
 /// has an allowed priority: a pass over it would change nothing, whatever the scorer says. With
 /// `input.fallback` set this needs no answer (the handler asks before calling the scorer).
 pub fn is_settled(input: &PatchInput<'_>, pcs: &dyn PriorityClassLookup) -> bool {
+    // Most Pods are new: no record, no plan to build.
+    if !has_decision_record(input.pod) {
+        return false;
+    }
     let default_spec = PodSpec::default();
     let spec = input.pod.spec.as_ref().unwrap_or(&default_spec);
     Plan::new(input, spec, pcs).settled(input)
