@@ -6,9 +6,10 @@
 //!   start; pass-throughs counted by the reason the frontend's warning gives.
 //! - **Idle connections**: N TLS connections that complete the handshake and say nothing, plus M TCP
 //!   connections that send one byte; how long until the frontend closed each of them, whether a probe
-//!   admission on a new connection every 0.5 s kept succeeding (also for [`SETTLE`] after the last was
+//!   admission on a new connection every 0.5 s kept succeeding (also for `--idle-settle` after the last was
 //!   closed), and the frontend's RSS: idle (after one warm-up admission, so that what every frontend sets up
-//!   on its first request is not counted as the idle run's), at the peak, and at the end of the settle time.
+//!   on its first request is not counted as the idle run's), at the peak, at each probe of the settle time,
+//!   and how long after the last close it was back within [`RSS_BACK_MARGIN_MIB`] of idle.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -189,8 +190,13 @@ pub struct IdleResult {
     /// After one warm-up admission: the idle frontend the run is compared with.
     pub rss_before_mib: Option<f64>,
     pub rss_peak_mib: Option<f64>,
-    /// At the end of [`SETTLE`].
+    /// At the end of the settle time (`--idle-settle`).
     pub rss_after_mib: Option<f64>,
+    /// Seconds from the moment the last connection was closed until the RSS was back within
+    /// [`RSS_BACK_MARGIN_MIB`] of `rss_before_mib` (None: not within the settle time).
+    pub rss_back_s: Option<f64>,
+    /// The RSS at each probe after the last connection was closed: (seconds since then, MiB).
+    pub rss_settle: Vec<(f64, f64)>,
 }
 
 /// Opens `idle` TLS connections that say nothing and `one_byte` TCP connections that send one byte, then
@@ -200,6 +206,7 @@ pub async fn idle_connections(
     idle: usize,
     one_byte: usize,
     wait: Duration,
+    settle: Duration,
     frontend_pid: Option<u32>,
 ) -> Result<IdleResult> {
     let rss = || {
@@ -263,13 +270,17 @@ pub async fn idle_connections(
     let opened_at = Instant::now();
     let mut rss_peak = rss();
     let (mut probes, mut probes_ok, mut probe_max) = (0u64, 0u64, Duration::ZERO);
-    let mut settle_until: Option<Instant> = None;
+    let mut settle_from: Option<Instant> = None;
+    let mut rss_settle = Vec::new();
     loop {
         let t0 = Instant::now();
         let all_closed = count(&closed_idle) + count(&closed_one) >= idle + one_byte - open_failed;
         if all_closed || opened_at.elapsed() >= wait {
-            let until = *settle_until.get_or_insert(t0 + SETTLE);
-            if t0 >= until {
+            let from = *settle_from.get_or_insert(t0);
+            if let Some(now) = rss() {
+                rss_settle.push((t0.duration_since(from).as_secs_f64(), now));
+            }
+            if t0 >= from + settle {
                 break;
             }
         }
@@ -294,6 +305,12 @@ pub async fn idle_connections(
             })
         })
     };
+    let rss_back_s = rss_before.and_then(|idle| {
+        rss_settle
+            .iter()
+            .find(|(_, now)| *now <= idle + RSS_BACK_MARGIN_MIB)
+            .map(|(t, _)| *t)
+    });
     let idle_closed = count(&closed_idle);
     let one_closed = count(&closed_one);
     let result_idle = last(&closed_idle, idle);
@@ -315,13 +332,14 @@ pub async fn idle_connections(
         rss_start_mib: rss_start,
         rss_before_mib: rss_before,
         rss_peak_mib: rss_peak,
-        rss_after_mib: rss(),
+        rss_after_mib: rss_settle.last().map(|(_, now)| *now),
+        rss_back_s,
+        rss_settle,
     })
 }
 
-/// How long the probes go on after the last idle connection was closed, before the last RSS reading: the
-/// frontend returns freed memory as it keeps serving, as it would in a cluster.
-pub const SETTLE: Duration = Duration::from_secs(5);
+/// "Back to idle": the RSS within this many MiB of the idle frontend's (the issue's ±10 MiB).
+pub const RSS_BACK_MARGIN_MIB: f64 = 10.0;
 
 /// When each connection of a kind was closed by the frontend.
 type Closed = Arc<std::sync::Mutex<Vec<Instant>>>;
@@ -421,7 +439,7 @@ pub fn render(bursts: &[BurstResult], idle: Option<&IdleResult>) -> String {
             out,
             "\nidle connections: {} idle TLS: {}; {} one-byte: {}; {} could not open\n\
              probe every 0.5 s on a new connection: {}/{} ok, slowest {:.1} ms\n\
-             frontend RSS MiB: idle {} (at start {}), peak {}, {} s after the last was closed {}",
+             frontend RSS MiB: idle {} (at start {}), peak {}, {:.0} s after the last was closed {}; {}",
             i.idle_tls,
             secs(i.idle_tls_all_closed_s, i.idle_tls_still_open),
             i.one_byte,
@@ -433,8 +451,12 @@ pub fn render(bursts: &[BurstResult], idle: Option<&IdleResult>) -> String {
             mib(i.rss_before_mib),
             mib(i.rss_start_mib),
             mib(i.rss_peak_mib),
-            SETTLE.as_secs(),
+            i.rss_settle.last().map_or(0.0, |(t, _)| *t),
             mib(i.rss_after_mib),
+            match i.rss_back_s {
+                Some(t) => format!("within {RSS_BACK_MARGIN_MIB} MiB of idle {t:.1} s after"),
+                None => format!("not back within {RSS_BACK_MARGIN_MIB} MiB of idle"),
+            },
         );
     }
     out

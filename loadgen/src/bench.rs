@@ -387,8 +387,15 @@ pub async fn run(args: BenchArgs) -> Result<i32> {
                             .find(|(name, _)| name.starts_with("webhook"))
                             .map(|(_, p)| *p)
                     });
-                    match abuse::idle_connections(webhook.clone(), n, one_byte, args.idle_wait, pid)
-                        .await
+                    match abuse::idle_connections(
+                        webhook.clone(),
+                        n,
+                        one_byte,
+                        args.idle_wait,
+                        args.idle_settle,
+                        pid,
+                    )
+                    .await
                     {
                         Ok(r) => Some(r),
                         Err(e) => {
