@@ -298,7 +298,6 @@ pub fn is_admin_line(line: &str) -> bool {
     l.contains("admin") || l.contains("metrics")
 }
 
-/// Sends `sig` (`STOP`, `CONT`, `TERM`, `KILL`...) to `pid` with the system's `kill`.
 /// Whether every thread of `pid` is in the stopped state (`T` in `/proc/PID/task/TID/stat`). Off Linux
 /// (no /proc) it cannot tell and says yes.
 fn all_threads_stopped(pid: u32) -> bool {
@@ -317,6 +316,7 @@ fn all_threads_stopped(pid: u32) -> bool {
     })
 }
 
+/// Sends `sig` (`STOP`, `CONT`, `TERM`, `KILL`...) to `pid` with the system's `kill`.
 pub fn signal(pid: u32, sig: &str) -> anyhow::Result<()> {
     let status = Command::new("kill")
         .arg(format!("-{sig}"))
