@@ -6,10 +6,11 @@ use clap::Parser;
 use scorer::cli::Cli;
 use scorer::{metrics::Metrics, policy, server};
 
-/// mimalloc's per-thread caches: requests are decoded on one tokio worker and often freed on another, where
-/// glibc malloc contends on its arena locks.
+/// jemalloc (configured in the workspace Cargo.toml): requests are decoded on one tokio worker and often freed
+/// on another, where glibc malloc contends on its arena locks; its background thread returns freed memory to
+/// the OS even when no worker runs again.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[tokio::main]
 async fn main() -> ExitCode {
