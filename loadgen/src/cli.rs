@@ -290,8 +290,8 @@ pub struct BenchArgs {
     #[arg(long, value_parser = parse_duration, default_value = "60s")]
     pub idle_wait: Duration,
     /// How long the idle-connection run goes on probing after the last connection was closed, before its
-    /// last RSS reading (the frontend returns freed memory as it keeps serving, as it would in a cluster).
-    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    /// last RSS reading (the services' allocator, jemalloc, returns freed pages over 10 s).
+    #[arg(long, value_parser = parse_duration, default_value = "20s")]
     pub idle_settle: Duration,
     /// Only the fault, burst and idle-connection runs (no sweep, open or closed loop).
     #[arg(long)]
