@@ -170,7 +170,7 @@ async fn futures_join_all<F: std::future::Future<Output = ()>>(futures: impl Ite
 }
 
 /// The idle-connection run.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct IdleResult {
     pub idle_tls: usize,
     pub one_byte: usize,
@@ -434,12 +434,11 @@ pub fn render(bursts: &[BurstResult], idle: Option<&IdleResult>) -> String {
             Some(s) => format!("all closed after {s:.1} s"),
             None => format!("{open} STILL OPEN"),
         };
-        let mib = |m: Option<f64>| m.map_or("-".to_string(), |m| format!("{m:.1}"));
         let _ = writeln!(
             out,
             "\nidle connections: {} idle TLS: {}; {} one-byte: {}; {} could not open\n\
              probe every 0.5 s on a new connection: {}/{} ok, slowest {:.1} ms\n\
-             frontend RSS MiB: idle {} (at start {}), peak {}, {:.0} s after the last was closed {}; {}",
+             {}",
             i.idle_tls,
             secs(i.idle_tls_all_closed_s, i.idle_tls_still_open),
             i.one_byte,
@@ -448,16 +447,58 @@ pub fn render(bursts: &[BurstResult], idle: Option<&IdleResult>) -> String {
             i.probes_ok,
             i.probes,
             i.probe_max_ms,
-            mib(i.rss_before_mib),
-            mib(i.rss_start_mib),
-            mib(i.rss_peak_mib),
-            i.rss_settle.last().map_or(0.0, |(t, _)| *t),
-            mib(i.rss_after_mib),
-            match i.rss_back_s {
-                Some(t) => format!("within {RSS_BACK_MARGIN_MIB} MiB of idle {t:.1} s after"),
-                None => format!("not back within {RSS_BACK_MARGIN_MIB} MiB of idle"),
-            },
+            rss_line(i),
         );
     }
     out
+}
+
+/// The idle run's RSS line: idle, peak, the last reading of the settle time and whether it was back to idle.
+fn rss_line(i: &IdleResult) -> String {
+    let (Some(idle), Some((settled_s, after))) = (i.rss_before_mib, i.rss_settle.last()) else {
+        return "frontend RSS not measured (no pid: --spawn or --watch-pid webhook-frontend=PID)"
+            .to_string();
+    };
+    let mib = |m: Option<f64>| m.map_or("-".to_string(), |m| format!("{m:.1}"));
+    let back = match i.rss_back_s {
+        Some(t) => format!("within {RSS_BACK_MARGIN_MIB} MiB of idle {t:.1} s after"),
+        None => format!("not back within {RSS_BACK_MARGIN_MIB} MiB of idle"),
+    };
+    format!(
+        "frontend RSS MiB: idle {idle:.1} (at start {}), peak {}, {settled_s:.0} s after the last was closed \
+         {after:.1}; {back}",
+        mib(i.rss_start_mib),
+        mib(i.rss_peak_mib),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rss_line_says_when_the_frontend_was_back_to_idle_or_that_it_was_not_measured() {
+        let measured = IdleResult {
+            rss_start_mib: Some(13.3),
+            rss_before_mib: Some(16.0),
+            rss_peak_mib: Some(40.5),
+            rss_settle: vec![(0.0, 40.0), (7.5, 25.9), (20.0, 18.4)],
+            rss_back_s: Some(7.5),
+            ..Default::default()
+        };
+        assert_eq!(
+            rss_line(&measured),
+            "frontend RSS MiB: idle 16.0 (at start 13.3), peak 40.5, 20 s after the last was closed 18.4; \
+             within 10 MiB of idle 7.5 s after"
+        );
+        let never_back = IdleResult {
+            rss_back_s: None,
+            ..measured
+        };
+        assert!(rss_line(&never_back).ends_with("; not back within 10 MiB of idle"));
+        assert_eq!(
+            rss_line(&IdleResult::default()),
+            "frontend RSS not measured (no pid: --spawn or --watch-pid webhook-frontend=PID)"
+        );
+    }
 }
