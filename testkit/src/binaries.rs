@@ -7,7 +7,7 @@
 //! `--release` are all honoured), under a file lock in that target directory; it then leaves a marker named
 //! after the run (see [`crate::skip::run_id`]) so the other test processes of the same run use the binaries
 //! without asking cargo again. `bash .ci/run` builds them up front, which makes that one nested build a
-//! no-op.
+//! no-op (it drops the variables cargo set for the test: [`is_set_by_cargo_for_the_test`]).
 //!
 //! Environment overrides (e.g. to test release or container-built binaries):
 //! `GPU_ADMISSION_SCORER_BIN`, `GPU_ADMISSION_WEBHOOK_BIN`, `GPU_ADMISSION_OBSERVER_BIN`: use these files,
@@ -115,6 +115,31 @@ fn build() -> Result<Binaries, String> {
 /// just the three binaries: cargo unifies dependency features over the packages of one command, so a narrower
 /// selection than `.ci/run`'s and `demo.sh`'s own `--workspace --bins` would rebuild shared dependencies.
 fn cargo_build(profile_dir: &Path) -> Result<(), String> {
+    let mut cmd = cargo_build_command(profile_dir)?;
+    let started = std::time::Instant::now();
+    let out = cmd
+        .output()
+        .map_err(|e| format!("running {:?}: {e}", cmd.get_program()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{cmd:?} exited with {}:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let profile = profile_dir
+        .file_name()
+        .unwrap_or_default()
+        .to_string_lossy();
+    eprintln!(
+        "testkit: scorer + webhook-frontend + observer ({profile}) up to date after {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The nested build's command, without the variables cargo set for the running test.
+fn cargo_build_command(profile_dir: &Path) -> Result<Command, String> {
     let target_dir = profile_dir.parent().ok_or("profile folder has no parent")?;
     let profile = profile_dir
         .file_name()
@@ -138,20 +163,33 @@ fn cargo_build(profile_dir: &Path) -> Result<(), String> {
             cmd.args(["--profile", other]);
         }
     }
-    let started = std::time::Instant::now();
-    let out = cmd.output().map_err(|e| format!("running {cargo}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "{cmd:?} exited with {}:\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ));
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(is_set_by_cargo_for_the_test) {
+            cmd.env_remove(name);
+        }
     }
-    eprintln!(
-        "testkit: scorer + webhook-frontend + observer ({profile}) up to date after {:.1}s",
-        started.elapsed().as_secs_f64()
-    );
-    Ok(())
+    Ok(cmd)
+}
+
+/// Variables cargo sets for the test it runs (its package's name, manifest dir, …), not the user's settings.
+/// Build scripts watch some of them (ring's says `rerun-if-env-changed=CARGO_PKG_NAME`): a nested build that
+/// inherited them rebuilt ring, rustls and every binary above them, and the next plain `cargo build` (the
+/// demo's) rebuilt them back, 45 s each on the CI machine.
+fn is_set_by_cargo_for_the_test(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || name.starts_with("CARGO_BIN_EXE_")
+        || matches!(
+            name,
+            "CARGO_MANIFEST_DIR"
+                | "CARGO_MANIFEST_PATH"
+                | "CARGO_MANIFEST_LINKS"
+                | "CARGO_CRATE_NAME"
+                | "CARGO_BIN_NAME"
+                | "CARGO_PRIMARY_PACKAGE"
+                | "CARGO_TARGET_TMPDIR"
+                | "CARGO_RUSTC_CURRENT_DIR"
+                | "OUT_DIR"
+        )
 }
 
 /// Removes the markers of earlier runs.
@@ -166,5 +204,42 @@ fn clear_markers(profile_dir: &Path) {
         {
             let _ = std::fs::remove_file(e.path());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_nested_build_does_not_inherit_what_cargo_set_for_the_test() {
+        // cargo sets these for every test it runs; the assertion below needs them present to mean anything.
+        assert!(std::env::var_os("CARGO_PKG_NAME").is_some());
+        assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+        let cmd = cargo_build_command(Path::new("/tmp/target/debug")).unwrap();
+        let removed: Vec<_> = cmd
+            .get_envs()
+            .filter(|(_, value)| value.is_none())
+            .map(|(name, _)| name.to_string_lossy().into_owned())
+            .collect();
+        for name in ["CARGO_PKG_NAME", "CARGO_PKG_VERSION", "CARGO_MANIFEST_DIR"] {
+            assert!(
+                removed.iter().any(|r| r == name),
+                "{name} not removed: {removed:?}"
+            );
+        }
+        for kept in [
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_INCREMENTAL",
+            "PATH",
+        ] {
+            assert!(!is_set_by_cargo_for_the_test(kept), "{kept}");
+        }
+        assert!(
+            cmd.get_args().any(|a| a == "/tmp/target"),
+            "{:?}",
+            cmd.get_args().collect::<Vec<_>>()
+        );
     }
 }
