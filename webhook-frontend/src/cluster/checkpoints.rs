@@ -1,5 +1,5 @@
-//! CheckpointBackups (`migration.dcnlab.com/v1`, the stateful-migration operator's custom resource) and the
-//! Jobs behind Pods, as watch caches for the checkpoint-restore webhook.
+//! CheckpointBackups (`migration.dcnlab.com/v1`, the stateful-migration operator's custom resource) as a
+//! watch cache for the checkpoint-restore webhook.
 //!
 //! - [`CheckpointBackup`] reads exactly the fields the restore uses; every other field of the operator's
 //!   objects (schedule, podRef, registry, stopPod, status.phase, conditions, checkpointFiles, ...) is accepted
@@ -9,9 +9,8 @@
 //!   `discovery_interval`; once the group is served it starts a watch. When the CRD is deleted later the watch
 //!   fails with 404 and the cache goes back to "not installed". A 403 (RBAC) is handled the same way, with its
 //!   own log line, so a missing grant never makes the frontend unready.
-//! - Jobs: a metadata-only watch (the controlling CronJob is in the Job's `ownerReferences`); a Job the watch
-//!   has not delivered yet (the job controller creates Pods right after their Job) is read with one GET under
-//!   the caller's deadline.
+//! - The Jobs behind Pods (is a CronJob their controller?) come from the frontend's one Job cache,
+//!   [`crate::cluster::workloads::WorkloadOwners::job_controller`].
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -19,11 +18,9 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
-use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde::{Deserialize, Serialize};
 
@@ -166,63 +163,32 @@ impl CrdState {
     }
 }
 
-/// What the restore needs from the cluster: the CheckpointBackups and the Jobs' controllers.
+/// What the restore needs from the cluster besides the Jobs' controllers (which
+/// [`crate::cluster::workloads::WorkloadOwners`] answers from its Job cache): the CheckpointBackups.
 pub struct CheckpointCaches {
-    client: kube::Client,
     backups: Arc<RwLock<Option<Store<CheckpointBackup>>>>,
     state: Arc<AtomicU8>,
-    jobs: Store<PartialObjectMeta<Job>>,
-}
-
-/// The Job's controller, as far as the cluster says.
-#[derive(Clone, Debug, PartialEq)]
-pub enum JobController {
-    /// The Job's controlling owner (ownerReferences with `controller: true`), if any.
-    Known(Option<OwnerReference>),
-    /// The Job could not be read (gone, a different uid, or the API did not answer in time).
-    Unknown(String),
 }
 
 impl CheckpointCaches {
-    /// Starts the Job watch and the CheckpointBackup discovery/watch loop in background tasks.
+    /// Starts the CheckpointBackup discovery/watch loop in a background task.
     pub fn start(client: kube::Client, discovery_interval: Duration) -> Self {
-        let (jobs, jobs_writer) = reflector::store();
-        let jobs_stream = watcher(
-            Api::<PartialObjectMeta<Job>>::all(client.clone()),
-            watcher::Config::default().any_semantic(),
-        )
-        .default_backoff()
-        .reflect(jobs_writer);
-        tokio::spawn(async move {
-            let mut stream = std::pin::pin!(jobs_stream);
-            while let Some(event) = stream.next().await {
-                if let Err(err) = event {
-                    tracing::warn!(%err, resource = "jobs", "watch error (retrying with backoff)");
-                }
-            }
-        });
         let backups = Arc::new(RwLock::new(None));
         let state = Arc::new(AtomicU8::new(CrdState::Unknown as u8));
         tokio::spawn(keep_backups(
-            client.clone(),
+            client,
             backups.clone(),
             state.clone(),
             discovery_interval,
         ));
-        Self {
-            client,
-            backups,
-            state,
-            jobs,
-        }
+        Self { backups, state }
     }
 
     pub fn crd_state(&self) -> CrdState {
         CrdState::from_u8(self.state.load(Ordering::Acquire))
     }
 
-    /// Ready when the CheckpointBackups are listed, or known to be absent (or forbidden). The Jobs' cache is
-    /// not waited for: a Job it does not hold yet is read with a GET.
+    /// Ready when the CheckpointBackups are listed, or known to be absent (or forbidden).
     pub fn is_ready(&self) -> bool {
         matches!(self.crd_state(), CrdState::NotInstalled | CrdState::Synced)
     }
@@ -235,46 +201,6 @@ impl CheckpointCaches {
         }
         let store = self.backups.read().ok()?.clone()?;
         Some(store.state_filter(|b| b.target_namespace() == Some(namespace)))
-    }
-
-    /// The controller of Job `namespace/name` with uid `uid`: from the cache, else one GET bounded by
-    /// `deadline`.
-    pub async fn job_controller(
-        &self,
-        namespace: &str,
-        name: &str,
-        uid: &str,
-        deadline: Duration,
-    ) -> JobController {
-        let controller_of = |meta: &ObjectMeta| {
-            meta.owner_references
-                .iter()
-                .flatten()
-                .find(|r| r.controller == Some(true))
-                .cloned()
-        };
-        if let Some(job) = self.jobs.get(&ObjectRef::new(name).within(namespace))
-            && job.metadata.uid.as_deref() == Some(uid)
-        {
-            return JobController::Known(controller_of(&job.metadata));
-        }
-        let api = Api::<Job>::namespaced(self.client.clone(), namespace);
-        match tokio::time::timeout(deadline, api.get_metadata_opt(name)).await {
-            Ok(Ok(Some(job))) if job.metadata.uid.as_deref() == Some(uid) => {
-                JobController::Known(controller_of(&job.metadata))
-            }
-            Ok(Ok(Some(_))) => JobController::Unknown(format!(
-                "Job {namespace}/{name} has another uid than the Pod's owner reference"
-            )),
-            Ok(Ok(None)) => JobController::Unknown(format!("Job {namespace}/{name} not found")),
-            Ok(Err(err)) => {
-                JobController::Unknown(format!("reading Job {namespace}/{name}: {err}"))
-            }
-            Err(_) => JobController::Unknown(format!(
-                "reading Job {namespace}/{name}: no answer within {} ms",
-                deadline.as_millis()
-            )),
-        }
     }
 }
 

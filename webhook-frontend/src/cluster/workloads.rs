@@ -1,4 +1,5 @@
-//! The owners of Pods (Jobs and ReplicaSets) as watch caches, for "one decision per workload".
+//! The owners of Pods (Jobs and ReplicaSets) as watch caches, for "one decision per workload" and for the
+//! checkpoint restore (a Job's controlling CronJob): the frontend's only watch of each kind.
 //!
 //! A Pod's first hop (its owner reference) is in the Pod; the next one (Job → JobSet/CronJob, ReplicaSet →
 //! Deployment) and the group size (Job parallelism, ReplicaSet replicas) are in the owner object. Both are
@@ -124,6 +125,27 @@ impl WorkloadOwners {
             client,
             jobs,
             replica_sets,
+        }
+    }
+
+    /// The controlling owner of Job `namespace/name` with uid `uid` (the checkpoint restore asks whether a
+    /// CronJob runs it), from the same cache as [`Self::facts`]; `Err` says why it is unknown.
+    pub async fn job_controller(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        deadline: Duration,
+    ) -> Result<Option<OwnerReference>, String> {
+        let q = OwnerQuery {
+            kind: OwnerKind::Job,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            uid: uid.to_string(),
+        };
+        match self.facts(&q, deadline).await {
+            OwnerFacts::Known { controller, .. } => Ok(controller),
+            OwnerFacts::Unknown(why) => Err(why),
         }
     }
 

@@ -16,7 +16,6 @@ use tracing::{Instrument, field::Empty};
 use super::decision::{self, JobFacts, RestoreInput};
 use crate::admission::review::{self, Answer, Content};
 use crate::app::AppState;
-use crate::cluster::checkpoints::JobController;
 use crate::metrics::CheckpointOutcome;
 
 /// Budget of the one GET of a Job the watch has not delivered yet: well inside the registration's
@@ -83,16 +82,18 @@ async fn restore(state: &AppState, req: &AdmissionRequest<Pod>) -> (CheckpointOu
     let Some(backups) = caches.backups_for(namespace) else {
         return (CheckpointOutcome::not_installed, Answer::default());
     };
-    let controller = if backups.iter().any(|b| decision::names_cron_job(b)) {
-        caches
+    let controller = if !backups.iter().any(|b| decision::names_cron_job(b)) {
+        Ok(None) // not needed: no CronJob backup could match
+    } else if let Some(owners) = &state.workloads {
+        owners
             .job_controller(namespace, &job.name, &job.uid, JOB_LOOKUP_DEADLINE)
             .await
     } else {
-        JobController::Known(None) // not needed: no CronJob backup could match
+        Err("the frontend runs without its Job cache".to_string())
     };
     let controller = match &controller {
-        JobController::Known(c) => Ok(c.as_ref()),
-        JobController::Unknown(why) => {
+        Ok(c) => Ok(c.as_ref()),
+        Err(why) => {
             tracing::warn!(namespace, job = %job.name, %why, "checkpoint restore: the Job's controller is unknown");
             Err(why.as_str())
         }
