@@ -1,5 +1,5 @@
 //! Compiles `gpuadmission/scorer/v1/scorer.proto` with protox (a pure-Rust compiler: no system protoc),
-//! generates the tonic client and server, and writes the encoded descriptor set for server reflection.
+//! generates the messages (and with the `grpc` feature the tonic client and server), and writes the encoded descriptor set for server reflection.
 use std::{env, fs, path::PathBuf};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -16,7 +16,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     )?;
     // Default stubs (UNIMPLEMENTED) for server methods, so that a test double implementing only the RPCs
     // it needs keeps compiling when the service gains one. The scorer implements every method.
+    let grpc = env::var_os("CARGO_FEATURE_GRPC").is_some();
     tonic_prost_build::configure()
+        .build_client(grpc)
+        .build_server(grpc)
         .generate_default_stubs(true)
         .compile_fds(compiler.file_descriptor_set())?;
     Ok(())

@@ -6,7 +6,7 @@ use scorer::metrics::Metrics;
 use scorer::model::Learned;
 use scorer::policy::{embedded_default, watch::PolicyStore};
 use scorer::service::Core;
-use webhook_frontend::policy::PolicySnapshot;
+use gpu_admission_core::policy::PolicySnapshot;
 
 pub fn scorer() -> &'static (Core, PolicySnapshot) {
     static SCORER: OnceLock<(Core, PolicySnapshot)> = OnceLock::new();

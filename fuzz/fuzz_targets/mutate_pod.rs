@@ -1,9 +1,10 @@
-//! `/mutate-pod` on any body: no panic; any patch applies to the review's object and gives a Pod.
+//! `/mutate-pod` on any body, through the handler's own decision functions: no panic; any patch applies to the
+//! review's object and gives a Pod.
 #![no_main]
 mod common;
 
 use libfuzzer_sys::fuzz_target;
-use webhook_frontend::admission::fuzzing::check_mutate;
+use gpu_admission_properties::check_mutate;
 
 fuzz_target!(|data: &[u8]| {
     let (core, policy) = common::scorer();

@@ -3,7 +3,7 @@
 mod common;
 
 use libfuzzer_sys::fuzz_target;
-use webhook_frontend::admission::fuzzing::check_validate;
+use gpu_admission_properties::check_validate;
 
 fuzz_target!(|data: &[u8]| {
     let (_, policy) = common::scorer();

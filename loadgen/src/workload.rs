@@ -9,13 +9,13 @@ use std::io::Write as _;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
+use gpu_admission_core::pod::features;
 use gpu_admission_proto::scorer::v1::{GpuVendor, ScoreRequest, WorkloadClass};
 use gpu_admission_testkit::review;
 use hyper::body::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
-use webhook_frontend::admission::features;
 
 const UID_PLACEHOLDER: &str = "@@LOADGEN-UID@@";
 /// Length of the uids written by [`write_uid`].

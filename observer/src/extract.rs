@@ -103,7 +103,7 @@ pub fn decided_job(pod: &Pod) -> Option<DecidedJob> {
     meta.annotations.as_ref()?.get(names::ANN_DECIDED_AT)?;
     let job_type = meta.labels.as_ref()?.get(names::LABEL_JOB_TYPE)?.clone();
     let uid = meta.uid.clone()?;
-    let gpu_count = webhook_frontend::admission::features::extract(pod).gpu_count;
+    let gpu_count = gpu_admission_core::pod::features::extract(pod).gpu_count;
     (gpu_count > 0 && !job_type.is_empty()).then_some(DecidedJob {
         uid,
         job_type,

@@ -1,9 +1,9 @@
 //! Kubernetes names the observer reads or owns.
 //!
-//! The decision's own names are the frontend's (re-exported, never spelled twice): the observer watches what
+//! The decision's own names are core's (re-exported, never spelled twice): the observer watches what
 //! the frontend's patch builder writes.
 
-pub use webhook_frontend::admission::patch::{ANN_DECIDED_AT, LABEL_JOB_TYPE};
+pub use gpu_admission_core::names::decision::{ANN_DECIDED_AT, LABEL_JOB_TYPE};
 
 /// Default name of the `coordination.k8s.io/v1` Lease the observer replicas elect their leader with.
 pub const DEFAULT_LEASE: &str = "gpu-admission-observer";

@@ -3,10 +3,10 @@
 //! Compiled at build time by `protox` (a pure-Rust protobuf compiler, so no system `protoc`) and
 //! `tonic-prost-build`. [`FILE_DESCRIPTOR_SET`] feeds gRPC server reflection.
 
-/// `gpuadmission.scorer.v1`: messages, the `Scorer` client and the `Scorer` server trait.
+/// `gpuadmission.scorer.v1`: messages, and with the `grpc` feature the `Scorer` client and server trait.
 pub mod scorer {
     pub mod v1 {
-        tonic::include_proto!("gpuadmission.scorer.v1");
+        include!(concat!(env!("OUT_DIR"), "/gpuadmission.scorer.v1.rs"));
     }
 }
 
@@ -60,7 +60,7 @@ pub mod limits;
 
 /// Encoded `FileDescriptorSet` of every proto file in this crate, for server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
-    tonic::include_file_descriptor_set!("gpuadmission_descriptor");
+    include_bytes!(concat!(env!("OUT_DIR"), "/gpuadmission_descriptor.bin"));
 
 #[cfg(test)]
 mod tests {

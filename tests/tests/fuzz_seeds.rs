@@ -1,4 +1,4 @@
-//! The fuzz targets' properties (`webhook_frontend::admission::fuzzing`, run by `fuzz/` under cargo-fuzz)
+//! The fuzz targets' properties (`gpu_admission_properties`, run by `fuzz/` under cargo-fuzz)
 //! replayed on stable over the seed corpus: the hostile inputs of `fuzz/seeds/` with the answer each must
 //! get, and every AdmissionReview and Pod of the project's fixtures. The scorer is the real one, in process
 //! (its `Explain`: the answer `Score` would give, with nothing learned), on its embedded default policy.
@@ -6,6 +6,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use gpu_admission_core::policy::PolicySnapshot;
+use gpu_admission_properties::{MutateOutcome, check_mutate, check_validate};
 use gpu_admission_proto::scorer::v1::{ScoreRequest, ScoreResponse};
 use gpu_admission_testkit::corpus;
 use gpu_admission_testkit::review::{Operation, pod_review};
@@ -13,8 +15,6 @@ use scorer::metrics::Metrics;
 use scorer::model::Learned;
 use scorer::policy::{embedded_default, watch::PolicyStore};
 use scorer::service::Core;
-use webhook_frontend::admission::fuzzing::{MutateOutcome, check_mutate, check_validate};
-use webhook_frontend::policy::PolicySnapshot;
 
 fn scorer() -> (Core, PolicySnapshot) {
     let store = Arc::new(PolicyStore::new(Some(embedded_default().unwrap())));

@@ -8,6 +8,9 @@ use std::time::Duration;
 use anyhow::Context;
 use prometheus_client::registry::Registry;
 
+use gpu_admission_core::admission::validate_policy::PolicyConfigMap;
+
+use crate::admission::Webhooks;
 use crate::cluster::{ClusterFacts, kube_cache, parse_namespace_tiers};
 use crate::config::Config;
 use crate::metrics::Metrics;
@@ -15,9 +18,6 @@ use crate::policy::PolicyCache;
 use crate::scorer_client::Scorer;
 use crate::tls::{self, auto_rotate, reload};
 use crate::{server, shutdown};
-
-/// Kept here for code written against the old path; the state lives in [`crate::state`].
-pub use crate::state::AppState;
 
 /// Runs the webhook until SIGTERM/SIGINT, then drains.
 pub async fn run(config: Config) -> anyhow::Result<()> {
@@ -119,20 +119,20 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         Duration::from_secs(config.policy_refresh_secs.max(1)),
     ));
 
-    let state = Arc::new(
-        AppState::new(
-            scorer,
-            cluster,
-            policy,
-            metrics,
-            crate::state::PolicyConfigMap::parse(
-                &config.policy_configmap,
-                &config.policy_configmap_key,
-            )?,
-        )
-        .with_checkpoints(checkpoints)
-        .with_workloads(workloads)
-        .with_certificate_served(certificate_served),
+    let webhooks = Webhooks::new(
+        scorer,
+        cluster,
+        policy,
+        metrics.clone(),
+        PolicyConfigMap::parse(&config.policy_configmap, &config.policy_configmap_key)
+            .map_err(anyhow::Error::msg)?,
+    )
+    .with_checkpoints(checkpoints)
+    .with_workloads(workloads);
+    let readiness = Arc::new(
+        webhooks
+            .readiness()
+            .with_certificate_served(certificate_served),
     );
     let shutdown = shutdown::Shutdown::install()?;
 
@@ -140,7 +140,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", config.listen))?;
     let addr = listener.local_addr()?;
-    state.listening.store(true, Ordering::Release);
+    readiness.set_listening();
     // The contract line (tests read the port from it); printed before the admin server logs its own address.
     eprintln!("webhook-frontend listening on {addr}");
     tracing::info!(%addr, scorer = %config.scorer, no_kube = config.no_kube, "admission server started");
@@ -153,11 +153,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     .await?;
     tracing::info!(%admin, "admin server started");
 
-    let metrics = state.metrics.clone();
     server::serve(
         listener,
         tls_config,
-        server::router(state),
+        server::router(webhooks, readiness),
         config.connection_limits(),
         metrics,
         Duration::from_secs(config.drain_timeout_secs),

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use clap::{ArgGroup, Parser};
 
-use crate::cluster::DEFAULT_TIER_LABEL;
 use crate::tls::auto_plan::Lifetimes;
 use crate::tls::auto_rotate::AutoTlsConfig;
+use gpu_admission_core::names::DEFAULT_TIER_LABEL;
 
 #[derive(Debug, Clone, Parser)]
 #[command(

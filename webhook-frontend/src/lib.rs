@@ -2,11 +2,12 @@
 //! GPU class and priority a GPU Pod gets, and answers the kube-apiserver with a JSON Patch, or admits the Pod
 //! unchanged when anything goes wrong (fail open).
 //!
-//! Where things are: `config` (CLI/env), `app` (start-up wiring), `state` (what every handler shares),
-//! `server` (HTTPS, routes), `connections` (timeouts and cap of the webhook port), `tls/` (certificates, reload, dev CA), `admission/` (the shared AdmissionReview
-//! envelope `review`, and one module per webhook: `mutate_pod`, `validate_pod`, `validate_policy`),
-//! `scorer_client` (gRPC), `policy` (the scorer's policy snapshot: catalog, tiers, buckets, enforcement),
-//! `priority_class` (PriorityClass facts), `cluster/` (namespace tiers, PriorityClasses), `metrics`.
+//! The decisions are `gpu_admission_core`'s; this crate is the I/O around them. Where things are: `config`
+//! (CLI/env), `app` (start-up wiring), `server` (HTTPS, routes), `connections` (timeouts and cap of the webhook
+//! port), `tls/` (certificates, reload, dev CA), `admission/` (the one request pipeline and one module per
+//! webhook), `readiness` (`/readyz`), `scorer_client` (gRPC), `policy` (the policy snapshot kept fresh from the
+//! scorer), `cluster/` (watch caches: namespace tiers, PriorityClasses, workloads, CheckpointBackups),
+//! `metrics`.
 
 pub mod admission;
 pub mod app;
@@ -15,9 +16,8 @@ pub mod config;
 pub mod connections;
 pub mod metrics;
 pub mod policy;
-pub mod priority_class;
+pub mod readiness;
 pub mod scorer_client;
 pub mod server;
 pub mod shutdown;
-pub mod state;
 pub mod tls;

@@ -7,46 +7,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-/// How an admission request ended.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-pub enum Outcome {
-    /// Answered with a patch.
-    mutated,
-    /// Should have been scored, but the scorer failed (timeout/unavailable/invalid): allowed unchanged.
-    passed_through,
-    /// The scorer failed and the tier's fallback is `TierDefault`: placed on the tier's classes.
-    tier_default,
-    /// Not ours to score (not a CREATE, no GPU, no tier, already decided, another kind): allowed unchanged.
-    skipped,
-    /// The body was not an AdmissionReview (HTTP 400).
-    bad_request,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::mutated => "mutated",
-            Outcome::passed_through => "passed_through",
-            Outcome::tier_default => "tier_default",
-            Outcome::skipped => "skipped",
-            Outcome::bad_request => "bad_request",
-        }
-    }
-}
-
-/// Result of one scorer call.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-pub enum CallResult {
-    ok,
-    timeout,
-    unavailable,
-    invalid,
-    /// Not sent: the frontend's bound on scorer calls in flight was reached.
-    overloaded,
-}
-
 /// Why the server closed (or refused) a connection on the webhook port.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
@@ -76,7 +36,7 @@ pub enum ReloadResult {
 }
 
 /// How a `/mutate-pod-checkpoint` request ended.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 #[allow(non_camel_case_types)]
 pub enum CheckpointOutcome {
     /// At least one container image was restored from a CheckpointBackup.
@@ -91,6 +51,18 @@ pub enum CheckpointOutcome {
     bad_request,
 }
 
+impl CheckpointOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckpointOutcome::restored => "restored",
+            CheckpointOutcome::unchanged => "unchanged",
+            CheckpointOutcome::skipped => "skipped",
+            CheckpointOutcome::not_installed => "not_installed",
+            CheckpointOutcome::bad_request => "bad_request",
+        }
+    }
+}
+
 /// Why a container of a Job's Pod kept its image.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
@@ -100,9 +72,9 @@ pub enum CheckpointMiss {
     unpushed_image_only,
 }
 
-impl From<crate::admission::checkpoint_restore::decision::Miss> for CheckpointMiss {
-    fn from(m: crate::admission::checkpoint_restore::decision::Miss) -> Self {
-        use crate::admission::checkpoint_restore::decision::Miss;
+impl From<gpu_admission_core::admission::checkpoint_restore::Miss> for CheckpointMiss {
+    fn from(m: gpu_admission_core::admission::checkpoint_restore::Miss) -> Self {
+        use gpu_admission_core::admission::checkpoint_restore::Miss;
         match m {
             Miss::NoBackup => CheckpointMiss::no_backup,
             Miss::NoContainerMatch => CheckpointMiss::no_container_match,
@@ -113,7 +85,8 @@ impl From<crate::admission::checkpoint_restore::decision::Miss> for CheckpointMi
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CheckpointRequestLabels {
-    pub outcome: CheckpointOutcome,
+    /// [`CheckpointOutcome::as_str`].
+    pub outcome: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -125,12 +98,14 @@ pub struct CheckpointMissLabels {
 pub struct RequestLabels {
     /// CREATE, UPDATE, DELETE, CONNECT, or "unknown" when the review could not be read.
     pub operation: &'static str,
-    pub outcome: Outcome,
+    /// [`gpu_admission_core::admission::mutate_pod::Outcome`], or `bad_request` (HTTP 400).
+    pub outcome: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CallLabels {
-    pub result: CallResult,
+    /// [`gpu_admission_core::admission::mutate_pod::ScorerOutcome::result`].
+    pub result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -308,7 +283,7 @@ impl Metrics {
             .inc();
     }
 
-    pub fn record_checkpoint_request(&self, outcome: CheckpointOutcome) {
+    pub fn record_checkpoint_request(&self, outcome: &'static str) {
         self.checkpoint_requests
             .get_or_create(&CheckpointRequestLabels { outcome })
             .inc();
@@ -331,13 +306,12 @@ impl Metrics {
         &self,
         webhook: &'static str,
         outcome: &'static str,
-        started: std::time::Instant,
+        elapsed: std::time::Duration,
     ) {
         self.validations
             .get_or_create(&ValidationLabels { webhook, outcome })
             .inc();
-        self.validation_duration
-            .observe(started.elapsed().as_secs_f64());
+        self.validation_duration.observe(elapsed.as_secs_f64());
     }
 
     pub fn record_violation(&self, tier: &str, reason: &'static str, mode: &'static str) {
@@ -350,14 +324,14 @@ impl Metrics {
             .inc();
     }
 
-    pub fn record_request(&self, operation: &'static str, outcome: Outcome, seconds: f64) {
+    pub fn record_request(&self, operation: &'static str, outcome: &'static str, seconds: f64) {
         self.requests
             .get_or_create(&RequestLabels { operation, outcome })
             .inc();
         self.duration.observe(seconds);
     }
 
-    pub fn record_scorer_call(&self, result: CallResult, seconds: f64) {
+    pub fn record_scorer_call(&self, result: &'static str, seconds: f64) {
         self.scorer_calls
             .get_or_create(&CallLabels { result })
             .inc();
@@ -390,21 +364,25 @@ mod tests {
     fn names_follow_the_contract() {
         let mut registry = Registry::default();
         let m = Metrics::register(&mut registry);
-        m.record_request("CREATE", Outcome::mutated, 0.001);
-        m.record_scorer_call(CallResult::timeout, 0.2);
+        m.record_request("CREATE", "mutated", 0.001);
+        m.record_scorer_call("timeout", 0.2);
         m.record_tls_reload(ReloadResult::ok);
         m.record_certificate_issued(true);
         m.record_ca_bundle_patch();
-        m.record_checkpoint_request(CheckpointOutcome::restored);
+        m.record_checkpoint_request(CheckpointOutcome::restored.as_str());
         m.record_checkpoint_images(2, [CheckpointMiss::unpushed_image_only]);
         m.record_violation("bronze", "class_outside_tier", "Warn");
-        m.record_validation("validate-pod", "denied", std::time::Instant::now());
+        m.record_validation(
+            "validate-pod",
+            "denied",
+            std::time::Duration::from_millis(1),
+        );
         m.record_connection_closed(ConnectionClose::idle_timeout);
         m.connections_open.set(3);
         m.accept_errors.inc();
         m.scorer_calls
             .get_or_create(&CallLabels {
-                result: CallResult::overloaded,
+                result: "overloaded",
             })
             .inc();
         let mut text = String::new();

@@ -15,50 +15,21 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use gpu_admission_proto::scorer::v1::scorer_client::ScorerClient as GrpcClient;
-use gpu_admission_proto::scorer::v1::{
-    GetPolicyRequest, GetPolicyResponse, ScoreRequest, ScoreResponse,
-};
+use gpu_admission_proto::scorer::v1::{GetPolicyRequest, GetPolicyResponse, ScoreRequest};
 use tokio::sync::Semaphore;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::metrics::CallResult;
+use gpu_admission_core::admission::mutate_pod::ScorerOutcome;
 
-/// The result of one Score call, classified for pass-through decisions and metrics.
-#[derive(Debug)]
-pub enum ScoreCall {
-    Ok(Box<ScoreResponse>),
-    /// The deadline passed (locally or as reported by the server).
-    Timeout,
-    /// No connection, connection refused/reset, or the server is shutting down.
-    Unavailable(String),
-    /// The scorer answered something unusable (a protocol/decoding error, or another gRPC error).
-    Invalid(String),
-    /// Not sent: this frontend already has its maximum of scorer calls in flight.
-    Overloaded(usize),
-}
-
-impl ScoreCall {
-    pub fn result(&self) -> CallResult {
-        match self {
-            ScoreCall::Ok(_) => CallResult::ok,
-            ScoreCall::Timeout => CallResult::timeout,
-            ScoreCall::Unavailable(_) => CallResult::unavailable,
-            ScoreCall::Invalid(_) => CallResult::invalid,
-            ScoreCall::Overloaded(_) => CallResult::overloaded,
-        }
-    }
-}
-
-/// Classifies a gRPC status. Decoding garbage surfaces as `Internal`; transport failures as `Unavailable`
-/// or `Unknown`.
-fn classify(status: tonic::Status) -> ScoreCall {
+/// A failed call classified: a timeout, a scorer that cannot answer now, or one that refused the request.
+fn classify(status: tonic::Status, budget_ms: u64) -> ScorerOutcome {
     use tonic::Code;
     match status.code() {
-        Code::DeadlineExceeded | Code::Cancelled => ScoreCall::Timeout,
+        Code::DeadlineExceeded | Code::Cancelled => ScorerOutcome::TimedOut { budget_ms },
         Code::Unavailable | Code::Unknown | Code::ResourceExhausted | Code::Aborted => {
-            ScoreCall::Unavailable(format!("{:?}: {}", status.code(), status.message()))
+            ScorerOutcome::Unavailable(format!("{:?}: {}", status.code(), status.message()))
         }
-        code => ScoreCall::Invalid(format!("{code:?}: {}", status.message())),
+        code => ScorerOutcome::Invalid(format!("{code:?}: {}", status.message())),
     }
 }
 
@@ -286,24 +257,29 @@ impl Scorer {
         effective_deadline(self.budget, apiserver_timeout, self.margin)
     }
 
-    /// One Score call that must be over by `deadline_at` (counted from the admission request's arrival, so
-    /// the time spent decoding is part of the budget); `prepare` may add metadata (trace context).
+    /// One Score call that must be over `budget` after `started` (the admission request's arrival, so the
+    /// time spent decoding is part of the budget); `prepare` may add metadata (trace context).
     pub async fn score(
         &self,
         request: ScoreRequest,
-        deadline_at: Instant,
+        started: Instant,
+        budget: Duration,
         prepare: impl FnOnce(&mut tonic::metadata::MetadataMap),
-    ) -> ScoreCall {
+    ) -> ScorerOutcome {
+        let deadline_at = started + budget;
+        let budget_ms = budget.as_millis() as u64;
         let now = Instant::now();
         let remaining = deadline_at.saturating_duration_since(now);
         if remaining.is_zero() {
-            return ScoreCall::Timeout;
+            return ScorerOutcome::TimedOut { budget_ms };
         }
         let Ok(_permit) = self.in_flight.try_acquire() else {
-            return ScoreCall::Overloaded(self.max_in_flight);
+            return ScorerOutcome::Overloaded {
+                in_flight: self.max_in_flight,
+            };
         };
         if let Some(wait) = self.reconnect.blocked(now) {
-            return ScoreCall::Unavailable(format!(
+            return ScorerOutcome::Unavailable(format!(
                 "not connected; next attempt in {} ms",
                 wait.as_millis()
             ));
@@ -313,11 +289,11 @@ impl Scorer {
         prepare(req.metadata_mut());
         let mut client = self.client();
         let call = match tokio::time::timeout_at(deadline_at.into(), client.score(req)).await {
-            Err(_elapsed) => ScoreCall::Timeout,
-            Ok(Ok(resp)) => ScoreCall::Ok(Box::new(resp.into_inner())),
+            Err(_elapsed) => ScorerOutcome::TimedOut { budget_ms },
+            Ok(Ok(resp)) => ScorerOutcome::Answered(Box::new(resp.into_inner())),
             Ok(Err(status)) => {
                 let connection_failed = is_connection_failure(&status);
-                let call = classify(status);
+                let call = classify(status, budget_ms);
                 if connection_failed {
                     let wait = self.reconnect.failed(Instant::now());
                     tracing::debug!(
@@ -328,7 +304,7 @@ impl Scorer {
                 return call;
             }
         };
-        if matches!(call, ScoreCall::Ok(_)) {
+        if matches!(call, ScorerOutcome::Answered(_)) {
             self.reconnect.succeeded();
         }
         call
@@ -395,16 +371,16 @@ mod tests {
     #[test]
     fn status_classification() {
         assert_eq!(
-            classify(tonic::Status::deadline_exceeded("x")).result(),
-            CallResult::timeout
+            classify(tonic::Status::deadline_exceeded("x"), 1).result(),
+            "timeout"
         );
         assert_eq!(
-            classify(tonic::Status::unavailable("x")).result(),
-            CallResult::unavailable
+            classify(tonic::Status::unavailable("x"), 1).result(),
+            "unavailable"
         );
         assert_eq!(
-            classify(tonic::Status::internal("decode")).result(),
-            CallResult::invalid
+            classify(tonic::Status::internal("decode"), 1).result(),
+            "invalid"
         );
         assert!(!is_connection_failure(&tonic::Status::unavailable(
             "no policy loaded"
@@ -465,23 +441,26 @@ mod tests {
         )
         .unwrap();
         let held = scorer.in_flight.clone().try_acquire_owned().unwrap();
-        let deadline = Instant::now() + Duration::from_millis(200);
+        let (started, budget) = (Instant::now(), Duration::from_millis(200));
         let call = scorer
-            .score(ScoreRequest::default(), deadline, |_| {})
-            .await;
-        assert!(matches!(call, ScoreCall::Overloaded(1)), "{call:?}");
-        assert_eq!(call.result(), CallResult::overloaded);
-        drop(held);
-        let call = scorer
-            .score(ScoreRequest::default(), deadline, |_| {})
-            .await;
-        assert_eq!(call.result(), CallResult::unavailable, "{call:?}");
-        // The refused connection started the backoff: the next call fails at once, without dialling.
-        let call = scorer
-            .score(ScoreRequest::default(), deadline, |_| {})
+            .score(ScoreRequest::default(), started, budget, |_| {})
             .await;
         assert!(
-            matches!(&call, ScoreCall::Unavailable(d) if d.contains("next attempt")),
+            matches!(call, ScorerOutcome::Overloaded { in_flight: 1 }),
+            "{call:?}"
+        );
+        assert_eq!(call.result(), "overloaded");
+        drop(held);
+        let call = scorer
+            .score(ScoreRequest::default(), started, budget, |_| {})
+            .await;
+        assert_eq!(call.result(), "unavailable", "{call:?}");
+        // The refused connection started the backoff: the next call fails at once, without dialling.
+        let call = scorer
+            .score(ScoreRequest::default(), started, budget, |_| {})
+            .await;
+        assert!(
+            matches!(&call, ScorerOutcome::Unavailable(d) if d.contains("next attempt")),
             "{call:?}"
         );
     }

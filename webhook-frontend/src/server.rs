@@ -10,44 +10,38 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
-use axum::routing::{get, post};
+use axum::routing::get;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 
-use crate::admission::{checkpoint_restore, mutate_pod, validate_pod, validate_policy};
+use crate::admission::Webhooks;
 use crate::connections::{Limits, Registration, Registry, TrackedIo, TrackedService, Verdict};
 use crate::metrics::{ConnectionClose, Metrics};
-use crate::state::AppState;
+use crate::readiness::Readiness;
 
 /// Largest AdmissionReview body accepted (the apiserver's own request limit is 3 MiB).
 pub const BODY_LIMIT_BYTES: usize = 3 * 1024 * 1024;
 /// Whole-request timeout (body included), beyond the header read timeout.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
-        .route("/mutate-pod", post(mutate_pod::handler::mutate_pod))
-        .route(
-            "/mutate-pod-checkpoint",
-            post(checkpoint_restore::handler::mutate_pod_checkpoint),
-        )
-        .route("/validate-pod", post(validate_pod::validate_pod))
-        .route("/validate-policy", post(validate_policy::validate_policy))
+/// The webhooks' routes, `/healthz` and `/readyz`, under the body limit and the request timeout.
+pub fn router(webhooks: Webhooks, readiness: Arc<Readiness>) -> Router {
+    webhooks
+        .routes()
         .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
+        .route("/readyz", get(readyz).with_state(readiness))
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
         .layer(tower_http::timeout::TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
             REQUEST_TIMEOUT,
         ))
-        .with_state(state)
 }
 
-async fn readyz(State(state): State<Arc<AppState>>) -> (StatusCode, &'static str) {
-    if state.is_ready() {
+async fn readyz(State(readiness): State<Arc<Readiness>>) -> (StatusCode, &'static str) {
+    if readiness.is_ready() {
         (StatusCode::OK, "ready\n")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")

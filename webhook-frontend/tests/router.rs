@@ -12,6 +12,8 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use common::*;
+use gpu_admission_core::admission::validate_policy::PolicyConfigMap;
+use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_proto::scorer::v1::{
     Enforcement, EnforcementMode, GetPolicyResponse, PriorityAssignment, PriorityBucket, Tier,
 };
@@ -20,11 +22,11 @@ use http_body_util::BodyExt;
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use tower::ServiceExt;
+use webhook_frontend::admission::Webhooks;
 use webhook_frontend::cluster::ClusterFacts;
 use webhook_frontend::metrics::Metrics;
-use webhook_frontend::policy::{PolicyCache, PolicySnapshot};
+use webhook_frontend::policy::PolicyCache;
 use webhook_frontend::scorer_client::{ChannelLimits, Scorer};
-use webhook_frontend::state::{AppState, PolicyConfigMap};
 
 /// The router over a fresh state: the double's scorer, `policy` already loaded (as if GetPolicy had
 /// answered), namespaces `ml` and `ml-research` in gold.
@@ -44,14 +46,18 @@ async fn router_with(mode: Mode, policy: GetPolicyResponse) -> (Router, ScorerDo
     let tiers = HashMap::from(
         [("ml", "gold"), ("ml-research", "gold")].map(|(ns, t)| (ns.to_string(), t.to_string())),
     );
-    let state = AppState::new(
+    let webhooks = Webhooks::new(
         scorer,
         ClusterFacts::Static { tiers },
         cache,
         Arc::new(Metrics::register(&mut Registry::default())),
         PolicyConfigMap::parse("gpu-admission/scorer-policy", "policy.yaml").unwrap(),
     );
-    (webhook_frontend::server::router(Arc::new(state)), double)
+    let readiness = Arc::new(webhooks.readiness());
+    (
+        webhook_frontend::server::router(webhooks, readiness),
+        double,
+    )
 }
 
 /// POSTs `body` to `path` and returns the status and the body (JSON when it parses, else a string).

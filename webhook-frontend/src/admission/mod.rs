@@ -1,14 +1,121 @@
-//! The admission webhooks. `review` is the AdmissionReview envelope every webhook shares (decode once, encode
-//! once); each webhook is its own module with a pure decision function and a thin handler.
+//! The admission webhooks: one [`pipeline`] (span, decode once, metrics, encode, the 400 answer) that each
+//! webhook plugs into through [`pipeline::Webhook`]. Each webhook module holds only the state it reads and
+//! does the I/O (caches, the scorer call, logs); what it decides is `gpu_admission_core::admission`'s.
 
-pub mod checkpoint_restore;
-/// The properties the fuzz targets check, replayed by `cargo test` on a seed corpus.
-pub mod fuzzing;
-pub mod mutate_pod;
-pub mod placement;
-pub mod review;
-pub mod validate_pod;
-pub mod validate_policy;
+mod checkpoint_restore;
+mod mutate_pod;
+mod pipeline;
+mod validate_pod;
+mod validate_policy;
 
-// The mutating webhook's parts under their former paths.
-pub use mutate_pod::{decide, features, handler, patch};
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::post;
+use gpu_admission_core::admission::validate_policy::PolicyConfigMap;
+
+use crate::cluster::ClusterFacts;
+use crate::cluster::checkpoints::CheckpointCaches;
+use crate::cluster::workloads::WorkloadOwners;
+use crate::metrics::Metrics;
+use crate::policy::PolicyCache;
+use crate::readiness::Readiness;
+use crate::scorer_client::Scorer;
+use checkpoint_restore::CheckpointRestore;
+use mutate_pod::MutatePod;
+use pipeline::handle;
+use validate_pod::ValidatePod;
+use validate_policy::ValidatePolicy;
+
+/// What the webhooks are built from; each takes only its part (see [`Webhooks::routes`]).
+pub struct Webhooks {
+    scorer: Scorer,
+    cluster: Arc<ClusterFacts>,
+    policy: Arc<PolicyCache>,
+    metrics: Arc<Metrics>,
+    policy_configmap: PolicyConfigMap,
+    checkpoints: Option<Arc<CheckpointCaches>>,
+    workloads: Option<Arc<WorkloadOwners>>,
+}
+
+impl Webhooks {
+    /// Without the checkpoint and workload caches (`--no-kube`; see the `with_` methods).
+    pub fn new(
+        scorer: Scorer,
+        cluster: ClusterFacts,
+        policy: Arc<PolicyCache>,
+        metrics: Arc<Metrics>,
+        policy_configmap: PolicyConfigMap,
+    ) -> Self {
+        Self {
+            scorer,
+            cluster: Arc::new(cluster),
+            policy,
+            metrics,
+            policy_configmap,
+            checkpoints: None,
+            workloads: None,
+        }
+    }
+
+    /// With the CheckpointBackup cache `/mutate-pod-checkpoint` reads.
+    pub fn with_checkpoints(mut self, checkpoints: Option<CheckpointCaches>) -> Self {
+        self.checkpoints = checkpoints.map(Arc::new);
+        self
+    }
+
+    /// With the Job/ReplicaSet caches that resolve a Pod's controlling workload.
+    pub fn with_workloads(mut self, workloads: Option<WorkloadOwners>) -> Self {
+        self.workloads = workloads.map(Arc::new);
+        self
+    }
+
+    /// The readiness of these webhooks' caches, with the listener and certificate flags unset.
+    pub fn readiness(&self) -> Readiness {
+        Readiness::new(self.cluster.clone(), self.checkpoints.clone())
+    }
+
+    /// One route per webhook, each with its own state.
+    pub(crate) fn routes(self) -> Router {
+        let mutate = MutatePod {
+            scorer: self.scorer.clone(),
+            cluster: self.cluster.clone(),
+            policy: self.policy.clone(),
+            workloads: self.workloads.clone(),
+            metrics: self.metrics.clone(),
+        };
+        let validate = ValidatePod {
+            cluster: self.cluster,
+            policy: self.policy.clone(),
+            metrics: self.metrics.clone(),
+        };
+        let policy = ValidatePolicy {
+            scorer: self.scorer,
+            policy: self.policy,
+            configmap: self.policy_configmap,
+            metrics: self.metrics.clone(),
+        };
+        let restore = CheckpointRestore {
+            checkpoints: self.checkpoints,
+            workloads: self.workloads,
+            metrics: self.metrics,
+        };
+        Router::new()
+            .route(
+                "/mutate-pod",
+                post(handle::<MutatePod>).with_state(Arc::new(mutate)),
+            )
+            .route(
+                "/mutate-pod-checkpoint",
+                post(handle::<CheckpointRestore>).with_state(Arc::new(restore)),
+            )
+            .route(
+                "/validate-pod",
+                post(handle::<ValidatePod>).with_state(Arc::new(validate)),
+            )
+            .route(
+                "/validate-policy",
+                post(handle::<ValidatePolicy>).with_state(Arc::new(policy)),
+            )
+    }
+}

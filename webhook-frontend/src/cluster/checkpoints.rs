@@ -12,132 +12,17 @@
 //! - The Jobs behind Pods (is a CronJob their controller?) come from the frontend's one Job cache,
 //!   [`crate::cluster::workloads::WorkloadOwners::job_controller`].
 
-use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use gpu_admission_core::admission::checkpoint_restore::backup::{
+    CheckpointBackup, GROUP, KIND, PLURAL, VERSION,
+};
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use serde::{Deserialize, Serialize};
-
-pub const GROUP: &str = "migration.dcnlab.com";
-pub const VERSION: &str = "v1";
-pub const KIND: &str = "CheckpointBackup";
-pub const PLURAL: &str = "checkpointbackups";
-
-/// A CheckpointBackup as the stateful-migration operator defines it (only the fields used here).
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-pub struct CheckpointBackup {
-    #[serde(default)]
-    pub metadata: ObjectMeta,
-    #[serde(default)]
-    pub spec: CheckpointBackupSpec,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<CheckpointBackupStatus>,
-}
-
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CheckpointBackupSpec {
-    #[serde(default)]
-    pub resource_ref: ResourceRef,
-    /// Checkpoint images named by the user, per container; `null` reads as empty.
-    #[serde(default, deserialize_with = "null_as_empty")]
-    pub containers: Vec<BackupContainer>,
-}
-
-/// The workload the backup belongs to (`kind` `Job` or `CronJob`).
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ResourceRef {
-    #[serde(default)]
-    pub api_version: String,
-    #[serde(default)]
-    pub kind: String,
-    /// When absent: the backup's own namespace.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-    #[serde(default)]
-    pub name: String,
-}
-
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-pub struct BackupContainer {
-    #[serde(default)]
-    pub name: String,
-    #[serde(default)]
-    pub image: String,
-}
-
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CheckpointBackupStatus {
-    #[serde(default, deserialize_with = "null_as_empty")]
-    pub built_images: Vec<BuiltImage>,
-}
-
-/// An image the operator built from a checkpoint; only a pushed one can be pulled on another node.
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BuiltImage {
-    #[serde(default)]
-    pub container_name: String,
-    #[serde(default)]
-    pub image_name: String,
-    /// RFC 3339 (the operator writes a `metav1.Time`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub build_time: Option<String>,
-    #[serde(default)]
-    pub pushed: bool,
-}
-
-fn null_as_empty<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    Ok(Option::<Vec<T>>::deserialize(d)?.unwrap_or_default())
-}
-
-impl CheckpointBackup {
-    /// The namespace `spec.resourceRef` points into: its own `namespace`, else the backup's.
-    pub fn target_namespace(&self) -> Option<&str> {
-        self.spec
-            .resource_ref
-            .namespace
-            .as_deref()
-            .filter(|ns| !ns.is_empty())
-            .or(self.metadata.namespace.as_deref())
-    }
-}
-
-impl kube::Resource for CheckpointBackup {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        KIND.into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        GROUP.into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        VERSION.into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        PLURAL.into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
 
 /// Where CheckpointBackups stand in the cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

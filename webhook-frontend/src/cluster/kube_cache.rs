@@ -11,7 +11,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
-use crate::priority_class::{PriorityClassFacts, PriorityClassLookup};
+use gpu_admission_core::priority_class::{PriorityClassFacts, PriorityClassLookup};
 
 pub struct KubeCaches {
     namespaces: Store<PartialObjectMeta<Namespace>>,

@@ -7,10 +7,7 @@ pub mod workloads;
 
 use std::collections::HashMap;
 
-use crate::priority_class::PriorityClassLookup;
-
-/// The namespace label that carries the tier.
-pub const DEFAULT_TIER_LABEL: &str = "tenant.kubenexus.io/tier";
+use gpu_admission_core::priority_class::PriorityClassLookup;
 
 /// Where namespace tiers and PriorityClasses come from.
 pub enum ClusterFacts {

@@ -21,9 +21,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use k8s_openapi::api::core::v1::Pod;
 
 use super::kube_cache::drive;
-use crate::admission::mutate_pod::workload::{
-    self, OwnerFacts, OwnerKind, OwnerQuery, WorkloadRef,
-};
+use gpu_admission_core::workload::{self, OwnerFacts, OwnerKind, OwnerQuery, WorkloadRef};
 
 /// The longest an admission waits for an owner the caches do not hold yet.
 pub const OWNER_READ_BUDGET: Duration = Duration::from_millis(50);

@@ -1,0 +1,309 @@
+//! `/mutate-pod` as two pure steps around the one scorer call:
+//!
+//! 1. [`plan`]: is the Pod ours (a CREATE of a GPU Pod in a tier namespace, not settled yet), and what is the
+//!    scorer asked ([`Scoring`]); the frontend adds the workload it resolved ([`Scoring::set_workload`]);
+//! 2. [`decide`]: the scorer's outcome as data ([`ScorerOutcome`]: answered, timed out, unavailable, invalid,
+//!    overloaded) → the patch and the warnings. An answer that fails [`triage::validate_answer`] counts as
+//!    invalid; a failed call gives the tier's default placement (fallback `TierDefault`) or passes the Pod
+//!    through unchanged. Mutation never rejects.
+//!
+//! The handler, the fuzz targets and the tests call exactly these.
+
+pub mod patch;
+pub mod triage;
+
+use gpu_admission_proto::scorer::v1::{ScoreRequest, ScoreResponse, TierFallback};
+use k8s_openapi::api::core::v1::Pod;
+use kube_core::admission::AdmissionRequest;
+use time::OffsetDateTime;
+
+use crate::pod::gpu_resources::ClaimTemplates;
+use crate::policy::{PolicySnapshot, TierRules};
+use crate::priority_class::{self, AnswerPriorityClass, NoPriorityClasses, PriorityClassLookup};
+use crate::review::Answer;
+use patch::PatchInput;
+use triage::{Candidate, Skip};
+
+/// What the cluster tells the decision (watch caches, or flags with `--no-kube`).
+pub struct Facts<'f> {
+    /// The tier of a namespace, from its tier label.
+    pub tier_of: &'f dyn Fn(&str) -> Option<String>,
+    /// The cluster's PriorityClasses; `None` with `--no-kube` (the policy's buckets answer then).
+    pub priority_classes: Option<&'f dyn PriorityClassLookup>,
+    /// The ResourceClaimTemplates DRA claims are counted with.
+    pub claim_templates: &'f dyn ClaimTemplates,
+}
+
+/// How the scorer call ended, as data.
+#[derive(Debug, Clone)]
+pub enum ScorerOutcome {
+    Answered(Box<ScoreResponse>),
+    /// No answer within the budget (locally, or as the server reported); the budget in milliseconds.
+    TimedOut {
+        budget_ms: u64,
+    },
+    Unavailable(String),
+    /// The scorer refused the request, or answered something we cannot use.
+    Invalid(String),
+    /// Not sent: this many calls were already in flight.
+    Overloaded {
+        in_flight: usize,
+    },
+}
+
+impl ScorerOutcome {
+    /// The metric label of the call's result.
+    pub fn result(&self) -> &'static str {
+        match self {
+            ScorerOutcome::Answered(_) => "ok",
+            ScorerOutcome::TimedOut { .. } => "timeout",
+            ScorerOutcome::Unavailable(_) => "unavailable",
+            ScorerOutcome::Invalid(_) => "invalid",
+            ScorerOutcome::Overloaded { .. } => "overloaded",
+        }
+    }
+
+    /// What went wrong, in words (`None` for an answer): the kind (`timed out`) and the detail.
+    fn failure(&self) -> Option<(&'static str, String)> {
+        Some(match self {
+            ScorerOutcome::Answered(_) => return None,
+            ScorerOutcome::TimedOut { budget_ms } => {
+                ("timed out", format!("no answer within {budget_ms} ms"))
+            }
+            ScorerOutcome::Unavailable(d) => ("unavailable", d.clone()),
+            ScorerOutcome::Invalid(d) => ("answered invalidly", d.clone()),
+            ScorerOutcome::Overloaded { in_flight } => (
+                "overloaded",
+                format!("{in_flight} scorer calls already in flight"),
+            ),
+        })
+    }
+}
+
+/// How a `/mutate-pod` request ended (the metric's `outcome`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Answered with a patch from the scorer's answer.
+    Mutated,
+    /// The scorer failed: allowed unchanged.
+    PassedThrough,
+    /// The scorer failed and the tier's fallback is `TierDefault`: placed on the tier's classes.
+    TierDefault,
+    /// Not ours to score: allowed unchanged.
+    Skipped,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Mutated => "mutated",
+            Outcome::PassedThrough => "passed_through",
+            Outcome::TierDefault => "tier_default",
+            Outcome::Skipped => "skipped",
+        }
+    }
+}
+
+/// A Pod the scorer is asked about.
+#[derive(Debug)]
+pub struct Scoring<'a> {
+    pub candidate: Candidate<'a>,
+    /// What the scorer is asked.
+    pub request: ScoreRequest,
+    /// The admission warnings so far (the Pod's features, the request fitted to the scorer's limits).
+    pub warnings: Vec<String>,
+    /// What had to change in the request to fit the scorer's limits (also among the warnings).
+    pub fitted: Vec<String>,
+    /// The requester is one of the policy's admins.
+    pub admin: bool,
+}
+
+impl Scoring<'_> {
+    /// The workload the frontend resolved: one decision per workload key.
+    pub fn set_workload(&mut self, key: String, group_size: Option<u32>) {
+        self.request.workload_key = key;
+        self.request.group_size = group_size;
+        let fitted = triage::fit_to_limits(&mut self.request);
+        self.warnings.extend(fitted.iter().cloned());
+        self.fitted.extend(fitted);
+    }
+}
+
+/// Step 1: the Pod to score and its request, or why it is allowed unchanged without asking. A Pod that
+/// already carries our decision inside its tier needs no score (a second pass, a re-sent request); our
+/// annotations alone are not enough (see [`patch::is_settled`]).
+pub fn plan<'a>(
+    uid: &str,
+    req: &'a AdmissionRequest<Pod>,
+    facts: &Facts<'_>,
+    policy: &PolicySnapshot,
+) -> Result<Scoring<'a>, Skip> {
+    let candidate = triage::triage_with(req, facts.tier_of, policy, facts.claim_templates)?;
+    let admin = policy.is_admin(
+        req.user_info.username.as_deref(),
+        req.user_info.groups.as_deref().unwrap_or(&[]),
+    );
+    let rules = policy.tier_rules(&candidate.tier, candidate.namespace);
+    if let Some(rules) = &rules {
+        let nothing = ScoreResponse::default();
+        let input = patch_input(
+            &candidate,
+            policy,
+            Some(rules),
+            admin,
+            &nothing,
+            true,
+            now_unused(),
+        );
+        let pcs =
+            priority_class::known(facts.priority_classes, policy).unwrap_or(&NoPriorityClasses);
+        if patch::is_settled(&input, pcs) {
+            return Err(Skip("already decided"));
+        }
+    }
+    let mut warnings: Vec<String> = candidate
+        .features
+        .warnings
+        .iter()
+        .map(|w| format!("gpu-admission: {w}"))
+        .collect();
+    let (request, fitted) = triage::score_request(uid, &candidate, policy);
+    warnings.extend(fitted.iter().cloned());
+    Ok(Scoring {
+        candidate,
+        request,
+        warnings,
+        fitted,
+        admin,
+    })
+}
+
+/// The decision for a scored Pod.
+#[derive(Debug)]
+pub struct Decision {
+    pub outcome: Outcome,
+    /// The patch and every warning.
+    pub answer: Answer,
+    /// The scorer call's result once the answer is checked (`invalid` for an answer that fails the checks).
+    pub scorer_result: &'static str,
+    /// Why the scorer's answer was not used (`scorer timed out`) and the detail, when it was not.
+    pub failure: Option<(String, String)>,
+    /// The answer the patch was built from (the scorer's, or the tier's default placement), for logs.
+    pub used: Option<ScoreResponse>,
+}
+
+/// Step 2: the scorer's outcome → the patch (see the module documentation). `now` stamps `decided-at`.
+pub fn decide(
+    scoring: &Scoring<'_>,
+    outcome: ScorerOutcome,
+    facts: &Facts<'_>,
+    policy: &PolicySnapshot,
+    now: OffsetDateTime,
+) -> Decision {
+    let outcome = match outcome {
+        ScorerOutcome::Answered(answer) => match triage::validate_answer(&answer, policy) {
+            Ok(()) => ScorerOutcome::Answered(answer),
+            Err(why) => ScorerOutcome::Invalid(why),
+        },
+        other => other,
+    };
+    let scorer_result = outcome.result();
+    let c = &scoring.candidate;
+    let rules = policy.tier_rules(&c.tier, c.namespace);
+    let mut warnings = scoring.warnings.clone();
+    let failure = outcome
+        .failure()
+        .map(|(kind, detail)| (format!("scorer {kind}"), detail));
+    let (mut answer, fallback) = match (outcome, &rules) {
+        (ScorerOutcome::Answered(answer), _) => (*answer, false),
+        (failed, Some(r)) if r.fallback == TierFallback::TierDefault => {
+            let (kind, detail) = failed.failure().unwrap_or_default();
+            warnings.push(format!(
+                "gpu-admission: scorer {kind} ({detail}); placed on the default classes of tier {}",
+                r.tier
+            ));
+            (
+                patch::tier_default_answer(r, &policy.catalog, &policy.version),
+                true,
+            )
+        }
+        (failed, _) => {
+            let (kind, detail) = failed.failure().unwrap_or_default();
+            warnings.push(format!(
+                "gpu-admission: scorer {kind} ({detail}); Pod admitted unchanged"
+            ));
+            return Decision {
+                outcome: Outcome::PassedThrough,
+                answer: Answer {
+                    patch: Vec::new(),
+                    warnings,
+                },
+                scorer_result,
+                failure,
+                used: None,
+            };
+        }
+    };
+    triage::restrict_answer(&mut answer, c.own.as_ref());
+    let input = patch_input(
+        c,
+        policy,
+        rules.as_ref(),
+        scoring.admin,
+        &answer,
+        fallback,
+        now,
+    );
+    let mutation = match priority_class::known(facts.priority_classes, policy) {
+        Some(lookup) => patch::decide_pod(&input, lookup),
+        // --no-kube before the first GetPolicy answer: the buckets are not known yet, but the answer's own
+        // assignment comes from those very buckets.
+        None => match answer.priority_class.as_ref() {
+            Some(pc) => patch::decide_pod(&input, &AnswerPriorityClass(pc)),
+            None => patch::decide_pod(&input, &NoPriorityClasses),
+        },
+    };
+    warnings.extend(mutation.warnings);
+    Decision {
+        outcome: if fallback {
+            Outcome::TierDefault
+        } else {
+            Outcome::Mutated
+        },
+        answer: Answer {
+            patch: mutation.ops,
+            warnings,
+        },
+        scorer_result,
+        failure,
+        used: Some(answer),
+    }
+}
+
+/// `decided-at` is not read when only asking whether a Pod is settled.
+fn now_unused() -> OffsetDateTime {
+    OffsetDateTime::UNIX_EPOCH
+}
+
+fn patch_input<'a>(
+    candidate: &'a Candidate<'a>,
+    policy: &'a PolicySnapshot,
+    rules: Option<&'a TierRules<'a>>,
+    admin: bool,
+    answer: &'a ScoreResponse,
+    fallback: bool,
+    now: OffsetDateTime,
+) -> PatchInput<'a> {
+    PatchInput {
+        pod: candidate.pod,
+        job_type: candidate.features.job_type.as_deref(),
+        answer,
+        class_label_keys: &policy.class_label_keys,
+        class_labels: &policy.class_labels,
+        now,
+        catalog: &policy.catalog,
+        tier: rules,
+        admin,
+        fallback,
+    }
+}

@@ -1,0 +1,228 @@
+//! What the decision is, before any operation is written: the target classes, whether the Pod's own
+//! placement is kept, the PriorityClass to set.
+
+use gpu_admission_proto::scorer::v1::GpuClass;
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
+
+use super::{PatchInput, tier_classes};
+use crate::names::decision::ANN_DECIDED_AT;
+use crate::placement::{self, ClassLabels, OwnConstraint, PlacedBy};
+use crate::policy::TierRules;
+use crate::priority_class::{PriorityClassFacts, PriorityClassLookup};
+
+/// What the decision is, before any operation is written.
+pub(super) struct Plan<'a> {
+    /// Classes the Pod is constrained to when [`Self::place`]; the best first, one label key.
+    pub(super) targets: Vec<GpuClass>,
+    /// `false` when the Pod's own placement is kept (inside the tier, an admin's pin, or placed by someone else).
+    pub(super) place: bool,
+    /// What the Pod's own constraints allow, when it states any.
+    pub(super) own: Option<OwnConstraint>,
+    /// `spec.nodeName` or Kueue places the Pod.
+    pub(super) placed_by: Option<PlacedBy>,
+    /// The Pod's own constraints allow classes outside the tier, or no class (not an admin's), for the warning.
+    pub(super) pins_outside: Vec<String>,
+    /// The PriorityClass to set (replacing the Pod's own when it is above the cap), if any.
+    pub(super) priority: Option<PriorityClassFacts>,
+    /// The Pod's own class was above the cap: (own, cap).
+    pub(super) capped_own: Option<(String, String)>,
+    pub(super) label_keys: Vec<&'a str>,
+}
+
+/// The class labels a decision reads: the policy's, or the catalog's and the answer's class labels.
+pub(super) fn effective_class_labels(
+    input: &PatchInput<'_>,
+) -> Vec<(String, Vec<(String, String)>)> {
+    if !input.class_labels.is_empty() {
+        return input.class_labels.to_vec();
+    }
+    let mut out: Vec<(String, Vec<(String, String)>)> = Vec::new();
+    for c in input.catalog.iter().chain(&input.answer.accepted_classes) {
+        if !out.iter().any(|(n, _)| n == &c.name) {
+            out.push((
+                c.name.clone(),
+                vec![(c.node_label_key.clone(), c.node_label_value.clone())],
+            ));
+        }
+    }
+    out
+}
+
+/// Does the Pod carry the tier's classes: a `nodeSelector` entry, or on every required node-affinity term an
+/// `In`, on a class label whose classes are all in the tier?
+pub(super) fn tier_anded(spec: &PodSpec, tier: &TierRules<'_>, class_labels: &ClassLabels) -> bool {
+    let in_tier = |key: &str, values: &[String]| {
+        let classes: Vec<&str> = class_labels
+            .iter()
+            .filter(|(_, l)| l.iter().any(|(k, v)| k == key && values.contains(v)))
+            .map(|(n, _)| n.as_str())
+            .collect();
+        !classes.is_empty() && classes.iter().all(|c| tier.allows(c))
+    };
+    if spec
+        .node_selector
+        .iter()
+        .flatten()
+        .any(|(k, v)| in_tier(k, std::slice::from_ref(v)))
+    {
+        return true;
+    }
+    let mut terms = crate::placement::required_terms(spec).peekable();
+    terms.peek().is_some()
+        && terms.all(|exprs| {
+            exprs
+                .iter()
+                .any(|e| e.operator == "In" && in_tier(&e.key, e.values.as_deref().unwrap_or(&[])))
+        })
+}
+
+/// The Pod's own PriorityClass when it is a real choice (not empty, not the cluster's global default).
+pub(super) fn own_priority_class<'p>(
+    spec: &'p PodSpec,
+    pcs: &dyn PriorityClassLookup,
+) -> Option<&'p str> {
+    let own = spec
+        .priority_class_name
+        .as_deref()
+        .filter(|c| !c.is_empty())?;
+    (!pcs.priority_class(own).is_some_and(|f| f.global_default)).then_some(own)
+}
+
+impl<'a> Plan<'a> {
+    pub(super) fn new(
+        input: &'a PatchInput<'a>,
+        spec: &PodSpec,
+        pcs: &dyn PriorityClassLookup,
+    ) -> Self {
+        let answer = input.answer;
+        let mut label_keys: Vec<&str> = input.class_label_keys.iter().map(String::as_str).collect();
+        for c in answer.accepted_classes.iter().chain(input.catalog) {
+            if !label_keys.contains(&c.node_label_key.as_str()) {
+                label_keys.push(c.node_label_key.as_str());
+            }
+        }
+
+        // Placement.
+        let class_labels = effective_class_labels(input);
+        let own = placement::own_constraint(input.pod, &class_labels);
+        let placed_by = PlacedBy::of(input.pod);
+        let admin_pin = input.admin && own.is_some();
+        // Inside: everything the Pod allows is in the tier, and it allows something or already carries the
+        // tier's classes on every term (an out-of-tier pin ANDed with the tier by an earlier pass). Rules
+        // unknown: a Pod that constrains its class itself keeps it.
+        let inside = own.as_ref().is_some_and(|o| match input.tier {
+            None => true,
+            Some(t) => {
+                o.allowed.iter().all(|c| t.allows(c))
+                    && (!o.allowed.is_empty() || tier_anded(spec, t, &class_labels))
+            }
+        });
+        let keep = placed_by.is_some() || admin_pin || inside;
+        let pins_outside: Vec<String> = match (input.tier, &own) {
+            (Some(tier), Some(o)) if !input.admin && !inside => {
+                let out: Vec<String> = o
+                    .allowed
+                    .iter()
+                    .filter(|c| !tier.allows(c))
+                    .cloned()
+                    .collect();
+                if out.is_empty() {
+                    vec![format!(
+                        "none of the catalog (from {})",
+                        o.sources.join(", ")
+                    )]
+                } else {
+                    out
+                }
+            }
+            _ => Vec::new(),
+        };
+        let mut candidates: Vec<GpuClass> = answer
+            .accepted_classes
+            .iter()
+            .filter(|c| input.tier.is_none_or(|t| t.allows(&c.name)))
+            .cloned()
+            .collect();
+        if candidates.is_empty()
+            && let Some(tier) = input.tier
+        {
+            candidates = tier_classes(tier, input.catalog);
+        }
+        // One label key can be expressed as one `In`: the classes sharing the best class's key.
+        let targets: Vec<GpuClass> = match candidates.first() {
+            Some(best) => {
+                let key = best.node_label_key.clone();
+                candidates
+                    .into_iter()
+                    .filter(|c| c.node_label_key == key)
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+
+        // Priority. The cap's value is the policy's; the class set is the cluster's of that name, and when
+        // the cluster lacks it nothing above the cap is assigned (rather than an uncapped class).
+        let cap_value = input
+            .tier
+            .and_then(|t| t.max_priority_class)
+            .map(|c| c.value);
+        let cap_in_cluster = input
+            .tier
+            .and_then(|t| t.max_priority_class)
+            .and_then(|c| pcs.priority_class(&c.name));
+        let above_cap = |v: i32| cap_value.is_some_and(|cap| v > cap);
+        let mut capped_own = None;
+        let priority = match own_priority_class(spec, pcs) {
+            Some(own) => {
+                let value = spec
+                    .priority
+                    .or_else(|| pcs.priority_class(own).map(|f| f.value));
+                match (&cap_in_cluster, value) {
+                    (Some(cap), Some(v)) if !input.admin && above_cap(v) => {
+                        capped_own = Some((own.to_string(), cap.name.clone()));
+                        Some(cap.clone())
+                    }
+                    _ => None,
+                }
+            }
+            None if input.fallback => None,
+            None => answer
+                .priority_class
+                .as_ref()
+                .filter(|p| !p.name.is_empty())
+                .and_then(|p| pcs.priority_class(&p.name))
+                .and_then(|facts| {
+                    if above_cap(facts.value) {
+                        cap_in_cluster.clone()
+                    } else {
+                        Some(facts)
+                    }
+                }),
+        };
+        Plan {
+            place: !keep && !targets.is_empty(),
+            targets,
+            own,
+            placed_by,
+            pins_outside,
+            priority,
+            capped_own,
+            label_keys,
+        }
+    }
+
+    /// Nothing left to do: our record is there, the placement is kept and the priority is allowed.
+    pub(super) fn settled(&self, input: &PatchInput<'_>) -> bool {
+        // `priority` is only set for a Pod without a class of its own, or one above the cap.
+        has_decision_record(input.pod) && !self.place && self.priority.is_none()
+    }
+}
+
+/// Whether the Pod carries our decision record (necessary for [`is_settled`], never sufficient: anyone who
+/// can create a Pod can write the annotation).
+pub(super) fn has_decision_record(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(ANN_DECIDED_AT))
+}

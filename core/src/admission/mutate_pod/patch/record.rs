@@ -1,0 +1,127 @@
+//! The decision record: `metadata.annotations` (score, class, alternatives, placement, time, policy version)
+//! and the job-type label other Pods' anti-affinity finds this one by.
+
+use gpu_admission_proto::scorer::v1::ScoreResponse;
+use json_patch::PatchOperation;
+use serde_json::{Value, json};
+use time::format_description::well_known::Rfc3339;
+
+use super::MAX_ALTERNATIVES;
+use super::PatchInput;
+use super::ops::add_to_map;
+use super::plan::Plan;
+use crate::names::decision::*;
+use crate::placement::PlacedBy;
+use crate::pod::features::is_label_value;
+
+pub(super) fn score_text(score: f64) -> String {
+    let s = format!("{score:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// The feasible candidates, best first, as `name=merit` (merit = lowest cost / its cost, 2 decimals).
+pub(super) fn alternatives_text(answer: &ScoreResponse) -> String {
+    let mut feasible: Vec<(&str, f64)> = answer
+        .candidates
+        .iter()
+        .filter(|c| c.feasible && c.cost.is_finite() && c.cost > 0.0)
+        .map(|c| (c.gpu_class.as_str(), c.cost))
+        .collect();
+    feasible.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let Some(lowest) = feasible.first().map(|(_, c)| *c) else {
+        return String::new();
+    };
+    feasible
+        .iter()
+        .take(MAX_ALTERNATIVES)
+        .map(|(name, cost)| format!("{name}={}", score_text(lowest / cost)))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// metadata.annotations: the decision record. The class named is one the Pod can run on: our placement's
+/// best class, or the answer's best among what the Pod's own constraints allow; none for a Pod placed by
+/// `spec.nodeName` (Kueue's Pods get it as a recommendation only).
+pub(super) fn record_decision(
+    ops: &mut Vec<PatchOperation>,
+    input: &PatchInput<'_>,
+    plan: &Plan<'_>,
+) {
+    let answer = input.answer;
+    let meta = &input.pod.metadata;
+    let now = input
+        .now
+        .replace_nanosecond(0)
+        .unwrap_or(input.now)
+        .format(&Rfc3339)
+        .unwrap_or_default();
+    let mut annotations: Vec<(String, Value)> = Vec::new();
+    if input.fallback {
+        annotations.push((ANN_FALLBACK.into(), json!("tier-default")));
+    } else {
+        annotations.push((
+            ANN_PRIORITY_SCORE.into(),
+            json!(score_text(answer.priority_score)),
+        ));
+        annotations.push((ANN_EXPLORED.into(), json!(answer.explored.to_string())));
+        let alternatives = alternatives_text(answer);
+        if !alternatives.is_empty() {
+            annotations.push((ANN_ALTERNATIVES.into(), json!(alternatives)));
+        }
+    }
+    annotations.push((ANN_DECIDED_AT.into(), json!(now)));
+    annotations.push((ANN_POLICY_VERSION.into(), json!(answer.policy_version)));
+    let placement = match (plan.placed_by, &plan.own) {
+        (Some(by), _) => by.as_str().to_string(),
+        (None, _) if plan.place => "gpu-admission".to_string(),
+        (None, Some(own)) => format!("pod: {}", own.sources.join(", ")),
+        (None, None) => "none".to_string(),
+    };
+    annotations.push((ANN_PLACEMENT.into(), json!(placement)));
+    let best = answer.accepted_classes.first().filter(|c| {
+        plan.own
+            .as_ref()
+            .is_none_or(|o| o.allowed.contains(&c.name))
+    });
+    match (best, plan.placed_by) {
+        (Some(_), Some(PlacedBy::NodeName)) => {}
+        (Some(best), Some(PlacedBy::Kueue)) => {
+            annotations.push((ANN_RECOMMENDED_CLASS.into(), json!(best.name)));
+        }
+        (Some(best), None) => annotations.push((ANN_GPU_CLASS.into(), json!(best.name))),
+        (None, _) => {
+            let reason = if answer.infeasible_reason.is_empty() {
+                "no feasible GPU class"
+            } else {
+                &answer.infeasible_reason
+            };
+            annotations.push((ANN_INFEASIBLE_REASON.into(), json!(reason)));
+        }
+    }
+    add_to_map(
+        ops,
+        &["metadata", "annotations"],
+        meta.annotations.is_some(),
+        annotations,
+    );
+}
+
+/// metadata.labels: the job type, so that other Pods' anti-affinity can find this one.
+pub(super) fn label_job_type(ops: &mut Vec<PatchOperation>, input: &PatchInput<'_>) {
+    let meta = &input.pod.metadata;
+    if let Some(jt) = input.job_type.filter(|jt| is_label_value(jt))
+        && meta
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(LABEL_JOB_TYPE))
+            .map(String::as_str)
+            != Some(jt)
+    {
+        add_to_map(
+            ops,
+            &["metadata", "labels"],
+            meta.labels.is_some(),
+            vec![(LABEL_JOB_TYPE.into(), json!(jt))],
+        );
+    }
+}

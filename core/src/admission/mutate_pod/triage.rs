@@ -1,0 +1,585 @@
+//! Which requests are scored, what the scorer is asked, and whether its answer can be trusted. Pure functions.
+
+use gpu_admission_proto::limits;
+use gpu_admission_proto::scorer::v1::{ScoreRequest, ScoreResponse};
+use k8s_openapi::api::core::v1::Pod;
+use kube_core::admission::{AdmissionRequest, Operation};
+
+use crate::placement::{self, OwnConstraint, PlacedBy};
+use crate::pod::features::{self, JobFeatures, is_label_value};
+use crate::pod::gpu_resources::{ClaimTemplates, NoClaimTemplates};
+use crate::policy::PolicySnapshot;
+
+/// A Pod worth asking the scorer about.
+#[derive(Debug)]
+pub struct Candidate<'a> {
+    pub pod: &'a Pod,
+    pub namespace: &'a str,
+    pub tier: String,
+    pub features: JobFeatures,
+    /// The classes the Pod's own constraints allow, when it states any.
+    pub own: Option<OwnConstraint>,
+    /// Someone else places the Pod (`spec.nodeName`, Kueue): no placement of ours.
+    pub placed_by: Option<PlacedBy>,
+}
+
+/// Why a request is allowed unchanged without asking the scorer (for logs, spans and metrics).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skip(pub &'static str);
+
+/// Decides whether a Pod request is scored: CREATE of a Pod requesting GPUs in a namespace that carries a tier.
+/// `tier_of` reads the namespace cache. Our own annotations are no reason to skip (anyone can write them):
+/// whether a decided Pod needs anything is the patch's question (`patch::is_settled`).
+pub fn triage<'a>(
+    req: &'a AdmissionRequest<Pod>,
+    tier_of: impl Fn(&str) -> Option<String>,
+) -> Result<Candidate<'a>, Skip> {
+    triage_with(req, tier_of, &PolicySnapshot::default(), &NoClaimTemplates)
+}
+
+/// [`triage`] with the policy's GPU resource list and identifying labels, and the ResourceClaimTemplates
+/// the frontend can read.
+pub fn triage_with<'a>(
+    req: &'a AdmissionRequest<Pod>,
+    tier_of: impl Fn(&str) -> Option<String>,
+    policy: &PolicySnapshot,
+    templates: &dyn ClaimTemplates,
+) -> Result<Candidate<'a>, Skip> {
+    if req.operation != Operation::Create {
+        return Err(Skip("not a CREATE"));
+    }
+    let pod = req
+        .object
+        .as_ref()
+        .ok_or(Skip("no object in the request"))?;
+    let namespace = req
+        .namespace
+        .as_deref()
+        .or(pod.metadata.namespace.as_deref())
+        .filter(|n| !n.is_empty());
+    let features = features::extract_with(pod, &policy.gpu_resources, &|_: &str, name: &str| {
+        templates.template(namespace.unwrap_or(""), name)
+    });
+    if features.gpu_count == 0 {
+        return Err(Skip("no GPU requested"));
+    }
+    let namespace = namespace.ok_or(Skip("no namespace"))?;
+    let tier = tier_of(namespace).ok_or(Skip("namespace has no tier label"))?;
+    Ok(Candidate {
+        pod,
+        namespace,
+        tier,
+        features,
+        own: placement::own_constraint(pod, &policy.class_labels),
+        placed_by: PlacedBy::of(pod),
+    })
+}
+
+/// The scorer request for a candidate, and the warnings of what had to change in it. A Pod whose own
+/// constraints narrow its class is scored among the classes they allow: those inside its tier, or when none
+/// is, all of them (the scorer then answers that the tier allows none). Classes in catalog order. The request
+/// is brought inside the limits the scorer enforces (a 300-byte tenant annotation is cut, with a warning), so
+/// that an odd value changes the request, never the decision.
+pub fn score_request(
+    uid: &str,
+    c: &Candidate<'_>,
+    policy: &PolicySnapshot,
+) -> (ScoreRequest, Vec<String>) {
+    let rules = policy.tier_rules(&c.tier, c.namespace);
+    let allowed: Vec<&str> = match &c.own {
+        Some(own) => policy
+            .catalog
+            .iter()
+            .map(|class| class.name.as_str())
+            .filter(|n| own.allowed.contains(*n))
+            .collect(),
+        None => Vec::new(),
+    };
+    let in_tier: Vec<&str> = allowed
+        .iter()
+        .copied()
+        .filter(|n| rules.as_ref().is_none_or(|r| r.allows(n)))
+        .collect();
+    let candidate_classes: Vec<String> = if in_tier.is_empty() { allowed } else { in_tier }
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    let f = &c.features;
+    let mut request = ScoreRequest {
+        request_id: uid.to_string(),
+        namespace: c.namespace.to_string(),
+        tenant: f.tenant.clone().unwrap_or_else(|| c.namespace.to_string()),
+        tier: c.tier.clone(),
+        job_type: f.job_type.clone().unwrap_or_default(),
+        workload_class: f.workload_class as i32,
+        gpu_count: f.gpu_count,
+        gpu_vendor: f.gpu_vendor as i32,
+        gpu_memory_gib: f.gpu_memory_gib,
+        batch_size: f.batch_size,
+        model_size_billion_params: f.model_size_billion_params,
+        candidate_classes,
+        colocated_job_types: Vec::new(),
+        // The workload (key, group size) is set by the handler: resolving it may read the owner.
+        ..Default::default()
+    };
+    let warnings = fit_to_limits(&mut request);
+    (request, warnings)
+}
+
+/// Brings `request` inside the limits the scorer enforces; the admission warnings of what changed.
+pub fn fit_to_limits(request: &mut ScoreRequest) -> Vec<String> {
+    limits::fit_score_request(request)
+        .into_iter()
+        .map(|v| format!("gpu-admission: the scorer's {v}"))
+        .collect()
+}
+
+/// `true` for a valid qualified label key (`[prefix/]name`, DNS-subdomain prefix, name ≤ 63).
+fn is_label_key(k: &str) -> bool {
+    let (prefix, name) = match k.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, k),
+    };
+    let prefix_ok = prefix.is_none_or(|p| {
+        !p.is_empty()
+            && p.len() <= 253
+            && p.split('.').all(|part| {
+                let b = part.as_bytes();
+                !b.is_empty()
+                    && b[0].is_ascii_alphanumeric()
+                    && b[b.len() - 1].is_ascii_alphanumeric()
+                    && b.iter()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+            })
+    });
+    prefix_ok && is_label_value(name)
+}
+
+/// Deterministic check of a scorer answer before anything of it reaches a Pod. An answer that fails is
+/// treated like an unavailable scorer (pass-through), because a bad label or class would make the apiserver
+/// reject the Pod or make it unschedulable.
+pub fn validate_answer(a: &ScoreResponse, policy: &PolicySnapshot) -> Result<(), String> {
+    if !a.priority_score.is_finite() || !(0.0..=100.0).contains(&a.priority_score) {
+        return Err(format!(
+            "priority score {} outside 0..=100",
+            a.priority_score
+        ));
+    }
+    // Every class must be one of the catalog we know, with the same node label: until the policy is known (or
+    // right after the scorer reloaded another one, while ours is refreshed) nothing can be checked, so the Pod
+    // passes through rather than be pinned to a class that may not exist.
+    if policy.catalog.is_empty() && !a.accepted_classes.is_empty() {
+        return Err("the scorer's policy is not known yet (GetPolicy pending)".into());
+    }
+    for c in &a.accepted_classes {
+        if c.name.is_empty() {
+            return Err("accepted class without a name".into());
+        }
+        if !is_label_key(&c.node_label_key) || !is_label_value(&c.node_label_value) {
+            return Err(format!(
+                "class {:?} has an invalid node label {:?}={:?}",
+                c.name, c.node_label_key, c.node_label_value
+            ));
+        }
+        if !c.taint_key.is_empty() && !is_label_key(&c.taint_key) {
+            return Err(format!(
+                "class {:?} has an invalid taint key {:?}",
+                c.name, c.taint_key
+            ));
+        }
+        match policy.class(&c.name) {
+            None => {
+                return Err(format!(
+                    "unknown GPU class {:?} (answer of policy {}, catalog of policy {})",
+                    c.name, a.policy_version, policy.version
+                ));
+            }
+            Some(known)
+                if known.node_label_key != c.node_label_key
+                    || known.node_label_value != c.node_label_value =>
+            {
+                return Err(format!(
+                    "class {:?} selects {}={}, the catalog says {}={}",
+                    c.name,
+                    c.node_label_key,
+                    c.node_label_value,
+                    known.node_label_key,
+                    known.node_label_value
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(pc) = &a.priority_class
+        && !matches!(
+            pc.preemption_policy.as_str(),
+            "" | "PreemptLowerPriority" | "Never"
+        )
+    {
+        return Err(format!(
+            "unknown preemption policy {:?}",
+            pc.preemption_policy
+        ));
+    }
+    Ok(())
+}
+
+/// Keeps the answer to what the Pod's own constraints allow, so that no annotation or placement names a class
+/// the Pod cannot run on (the scorer treats an empty candidate list as "any class": a Pod whose constraints
+/// allow no catalog class comes back here as infeasible).
+pub fn restrict_answer(answer: &mut ScoreResponse, own: Option<&OwnConstraint>) {
+    let Some(own) = own else { return };
+    let before = answer.accepted_classes.len();
+    answer
+        .accepted_classes
+        .retain(|c| own.allowed.contains(&c.name));
+    for c in answer.candidates.iter_mut() {
+        if c.feasible && !own.allowed.contains(&c.gpu_class) {
+            c.feasible = false;
+            c.infeasible_reason = "not allowed by the Pod's own node constraints".into();
+        }
+    }
+    if answer.accepted_classes.is_empty() && (before > 0 || answer.infeasible_reason.is_empty()) {
+        answer.explored = false;
+        answer.infeasible_reason = format!(
+            "the Pod's own constraints ({}) allow {}",
+            own.sources.join(", "),
+            if own.allowed.is_empty() {
+                "no GPU class of the catalog".to_string()
+            } else {
+                format!(
+                    "only {}, not allowed for its tier",
+                    own.allowed.iter().cloned().collect::<Vec<_>>().join(", ")
+                )
+            }
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpu_admission_proto::scorer::v1::{
+        ClassLabels, GetPolicyResponse, GpuClass, GpuVendor, NodeLabel, PriorityAssignment,
+        PriorityBucket, Tier,
+    };
+    use serde_json::json;
+
+    fn request(
+        op: &str,
+        namespace: Option<&str>,
+        object: serde_json::Value,
+    ) -> AdmissionRequest<Pod> {
+        serde_json::from_value(json!({
+            "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": namespace, "operation": op, "userInfo": {}, "object": object, "oldObject": null
+        }))
+        .unwrap()
+    }
+
+    fn gpu_pod(
+        annotations: serde_json::Value,
+        node_selector: serde_json::Value,
+    ) -> serde_json::Value {
+        json!({"metadata": {"name": "p", "annotations": annotations}, "spec": {"nodeSelector": node_selector,
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}})
+    }
+
+    fn tiers(ns: &str) -> Option<String> {
+        (ns == "ml").then(|| "gold".to_string())
+    }
+
+    fn policy() -> PolicySnapshot {
+        PolicySnapshot::from_response(GetPolicyResponse {
+            version: "v1".into(),
+            catalog: vec![GpuClass {
+                name: "A100-80GB".into(),
+                node_label_key: "gpu.nvidia.com/class".into(),
+                node_label_value: "A100-80GB".into(),
+                ..Default::default()
+            }],
+            priority_buckets: vec![PriorityBucket {
+                min_score: 90.0,
+                priority_class: Some(PriorityAssignment {
+                    name: "gpu-ultra".into(),
+                    value: 1000,
+                    preemption_policy: "".into(),
+                }),
+            }],
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn only_gpu_pod_creates_in_tiered_namespaces_are_scored() {
+        let ok = request("CREATE", Some("ml"), gpu_pod(json!({}), json!(null)));
+        let c = triage(&ok, tiers).unwrap();
+        assert_eq!(
+            (c.namespace, c.tier.as_str(), c.features.gpu_count),
+            ("ml", "gold", 2)
+        );
+
+        let cases = [
+            (
+                request("UPDATE", Some("ml"), gpu_pod(json!({}), json!(null))),
+                "not a CREATE",
+            ),
+            (
+                request("CREATE", Some("web"), gpu_pod(json!({}), json!(null))),
+                "namespace has no tier label",
+            ),
+            (
+                request("CREATE", None, gpu_pod(json!({}), json!(null))),
+                "no namespace",
+            ),
+            (
+                request(
+                    "CREATE",
+                    Some("ml"),
+                    json!({"metadata": {}, "spec": {"containers": [{"name": "c"}]}}),
+                ),
+                "no GPU requested",
+            ),
+            (request("DELETE", Some("ml"), json!(null)), "not a CREATE"),
+            (
+                request("CREATE", Some("ml"), json!(null)),
+                "no object in the request",
+            ),
+        ];
+        for (req, why) in cases {
+            assert_eq!(triage(&req, tiers).unwrap_err(), Skip(why));
+        }
+    }
+
+    #[test]
+    fn score_request_carries_features_and_pinned_class() {
+        let req = request(
+            "CREATE",
+            Some("ml"),
+            gpu_pod(
+                json!({"gpu.mem.gi": "40", "app.kubernetes.io/job-type": "train"}),
+                json!(null),
+            ),
+        );
+        let c = triage(&req, tiers).unwrap();
+        let (s, fitted) = score_request("uid-1", &c, &policy());
+        assert!(fitted.is_empty(), "{fitted:?}");
+        assert_eq!(
+            (
+                s.request_id.as_str(),
+                s.tenant.as_str(),
+                s.tier.as_str(),
+                s.job_type.as_str()
+            ),
+            ("uid-1", "ml", "gold", "train")
+        );
+        assert_eq!((s.gpu_count, s.gpu_memory_gib), (2, Some(40.0)));
+        assert!(s.candidate_classes.is_empty());
+
+        let req = request(
+            "CREATE",
+            Some("ml"),
+            gpu_pod(json!({}), json!({"gpu.nvidia.com/class": "A100-80GB"})),
+        );
+        let (s, _) = score_request(
+            "u",
+            &triage_with(&req, tiers, &policy(), &NoClaimTemplates).unwrap(),
+            &policy(),
+        );
+        assert_eq!(s.candidate_classes, ["A100-80GB"]);
+    }
+
+    #[test]
+    fn policy_gpu_resources_drive_triage() {
+        // Only a MIG slice: an NVIDIA job with 10 GiB per slice.
+        let req = request(
+            "CREATE",
+            Some("ml"),
+            json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c",
+                "resources": {"limits": {"nvidia.com/mig-1g.10gb": 2}}}]}}),
+        );
+        let c = triage_with(&req, tiers, &policy(), &NoClaimTemplates).unwrap();
+        let (s, _) = score_request("u", &c, &policy());
+        assert_eq!(
+            (s.gpu_count, s.gpu_vendor, s.gpu_memory_gib),
+            (2, GpuVendor::Nvidia as i32, Some(10.0))
+        );
+        assert_eq!(c.features.gpu_shape, "mig");
+    }
+
+    fn gfd_policy() -> PolicySnapshot {
+        let class = |name: &str| GpuClass {
+            name: name.into(),
+            node_label_key: "gpu.nvidia.com/class".into(),
+            node_label_value: name.into(),
+            ..Default::default()
+        };
+        let labels = |name: &str, product: &str| ClassLabels {
+            class: name.into(),
+            labels: vec![NodeLabel {
+                key: "nvidia.com/gpu.product".into(),
+                value: product.into(),
+            }],
+        };
+        PolicySnapshot::from_response(GetPolicyResponse {
+            version: "v1".into(),
+            catalog: vec![class("H100-80GB"), class("A100-80GB"), class("L4-24GB")],
+            class_labels: vec![
+                labels("H100-80GB", "NVIDIA-H100-80GB-HBM3"),
+                labels("A100-80GB", "NVIDIA-A100-SXM4-80GB"),
+                labels("L4-24GB", "NVIDIA-L4"),
+            ],
+            tiers: vec![Tier {
+                name: "gold".into(),
+                allowed_classes: vec!["H100-80GB".into(), "A100-80GB".into(), "L4-24GB".into()],
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn the_pods_own_constraints_are_the_candidates() {
+        let p = gfd_policy();
+        let score = |node_selector: serde_json::Value, affinity: serde_json::Value| {
+            let mut pod = gpu_pod(json!({}), node_selector);
+            pod["spec"]["affinity"] = affinity;
+            let req = request("CREATE", Some("ml"), pod);
+            let c = triage_with(&req, tiers, &p, &NoClaimTemplates).unwrap();
+            (score_request("u", &c, &p).0.candidate_classes, c.own)
+        };
+        // GPU Feature Discovery's product label: A100-80GB only.
+        let (cands, own) = score(
+            json!({"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}),
+            json!(null),
+        );
+        assert_eq!(cands, ["A100-80GB"]);
+        assert_eq!(
+            own.unwrap().sources,
+            ["nodeSelector nvidia.com/gpu.product"]
+        );
+        // A multi-value In: a choice between both (catalog order).
+        let (cands, _) = score(
+            json!(null),
+            json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "gpu.nvidia.com/class", "operator": "In",
+                    "values": ["A100-80GB", "H100-80GB"]}]}]}}}),
+        );
+        assert_eq!(cands, ["H100-80GB", "A100-80GB"]);
+    }
+
+    #[test]
+    fn the_answer_never_names_a_class_the_pod_cannot_run_on() {
+        let own = OwnConstraint {
+            allowed: ["A100-80GB".to_string()].into(),
+            sources: vec!["nodeSelector nvidia.com/gpu.product".into()],
+        };
+        let mut a = answer();
+        restrict_answer(&mut a, Some(&own));
+        assert_eq!(a.accepted_classes.len(), 1);
+        // An unknown or empty class selector allows nothing: the answer becomes infeasible.
+        let none = OwnConstraint {
+            allowed: Default::default(),
+            sources: vec!["nodeSelector gpu.nvidia.com/class".into()],
+        };
+        let mut a = answer();
+        a.explored = true;
+        restrict_answer(&mut a, Some(&none));
+        assert!(a.accepted_classes.is_empty());
+        assert!(!a.explored);
+        assert!(
+            a.infeasible_reason
+                .contains("allow no GPU class of the catalog"),
+            "{}",
+            a.infeasible_reason
+        );
+    }
+
+    #[test]
+    fn over_long_values_are_fitted_to_the_scorer_limits_with_a_warning() {
+        let tenant = "t".repeat(300);
+        let req = request(
+            "CREATE",
+            Some("ml"),
+            gpu_pod(json!({"scheduler.radix.ai/tenant": tenant}), json!(null)),
+        );
+        let (s, warnings) = score_request(
+            &"u".repeat(300),
+            &triage_with(&req, tiers, &policy(), &NoClaimTemplates).unwrap(),
+            &policy(),
+        );
+        assert_eq!(limits::check_score_request(&s), Ok(()));
+        assert_eq!(s.tenant, tenant[..limits::MAX_NAME_BYTES]);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[1].contains("tenant is 300 bytes long; at most 253"),
+            "{warnings:?}"
+        );
+    }
+
+    fn answer() -> ScoreResponse {
+        ScoreResponse {
+            accepted_classes: policy().catalog.clone(),
+            priority_score: 50.0,
+            policy_version: "v1".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn validation_rejects_bad_answers() {
+        assert_eq!(validate_answer(&answer(), &policy()), Ok(()));
+        assert!(
+            validate_answer(&answer(), &PolicySnapshot::default())
+                .unwrap_err()
+                .contains("not known yet")
+        );
+        for bad in [f64::NAN, f64::INFINITY, -0.5, 100.01] {
+            let mut a = answer();
+            a.priority_score = bad;
+            assert!(validate_answer(&a, &policy()).is_err(), "{bad}");
+        }
+        let mut a = answer();
+        a.accepted_classes[0].name = "B200".into();
+        assert!(
+            validate_answer(&a, &policy())
+                .unwrap_err()
+                .contains("unknown GPU class")
+        );
+        // Another policy version: still only classes of the catalog we know (ours is refreshed meanwhile).
+        a.policy_version = "v2".into();
+        assert!(validate_answer(&a, &policy()).is_err());
+        let mut a = answer();
+        a.policy_version = "v2".into();
+        assert_eq!(validate_answer(&a, &policy()), Ok(()));
+        a.accepted_classes[0].node_label_value = "other-value".into();
+        assert!(
+            validate_answer(&a, &policy())
+                .unwrap_err()
+                .contains("the catalog says")
+        );
+        a.accepted_classes[0].node_label_value = "bad value".into();
+        assert!(validate_answer(&a, &policy()).is_err());
+        let mut a = answer();
+        a.accepted_classes[0].node_label_key = "/x".into();
+        assert!(validate_answer(&a, &policy()).is_err());
+        let mut a = answer();
+        a.priority_class = Some(PriorityAssignment {
+            name: "p".into(),
+            value: 1,
+            preemption_policy: "Sometimes".into(),
+        });
+        assert!(validate_answer(&a, &policy()).is_err());
+    }
+
+    #[test]
+    fn label_keys() {
+        for ok in ["gpu.nvidia.com/class", "class", "a.b/c-d"] {
+            assert!(is_label_key(ok), "{ok}");
+        }
+        for bad in ["", "/x", "A.b/c", "a/", "a/b/c", "x y"] {
+            assert!(!is_label_key(bad), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,734 @@
+//! The validating decision as pure functions: an object (a Pod, or a workload holding pod templates) +
+//! requester + namespace tier + policy snapshot + PriorityClass facts → violations → verdict. No scorer: the
+//! check is local, so it holds when the scorer is down.
+
+pub mod templates;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube_core::DynamicObject;
+use kube_core::admission::{AdmissionRequest, Operation};
+
+use crate::placement;
+use crate::pod::features;
+use crate::pod::gpu_resources::NoClaimTemplates;
+use crate::policy::{PolicySnapshot, TierRules};
+use crate::priority_class::{self, NoPriorityClasses, PriorityClassLookup};
+use crate::review::Verdict;
+use gpu_admission_proto::scorer::v1::{EnforcementMode, GpuVendor};
+use templates::described_pods;
+
+/// What is wrong (the metric's `reason` label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// A class selector naming a class outside the tier (or no catalog class at all).
+    ClassOutsideTier,
+    /// A `priorityClassName` above the tier's `maxPriorityClass`.
+    PriorityAboveCap,
+    /// A GPU need (memory per GPU, vendor) that no class of the tier meets.
+    NoClassFits,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::ClassOutsideTier => "class_outside_tier",
+            Reason::PriorityAboveCap => "priority_above_cap",
+            Reason::NoClassFits => "no_class_fits",
+        }
+    }
+}
+
+/// One violation of one described Pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    pub reason: Reason,
+    /// Where the Pod is described (`Pod`, `spec.template`, …).
+    pub path: String,
+    /// What is wrong, as a clause: `pins GPU class H100-80GB`.
+    pub what: String,
+}
+
+/// The result of checking one request.
+#[derive(Debug, PartialEq)]
+pub enum Check {
+    /// Not held to a tier (another operation, no GPU, no tier…): allowed without a word.
+    NotOurs(&'static str),
+    /// An admin's own request, or nothing wrong: allowed.
+    Allowed(&'static str),
+    /// Violations to answer according to the enforcement mode.
+    Violations {
+        tier: String,
+        /// `Job batch/train`.
+        object: String,
+        violations: Vec<Violation>,
+        /// What the tier allows, for the message.
+        allowed: String,
+    },
+}
+
+fn is_pod(req: &AdmissionRequest<DynamicObject>) -> bool {
+    req.kind.group.is_empty()
+        && req.kind.kind == "Pod"
+        && req.sub_resource.as_deref().unwrap_or("").is_empty()
+}
+
+/// Checks a CREATE or UPDATE of a Pod or of any object holding pod templates. On UPDATE only violations the
+/// old object did not have count, so objects admitted earlier (in Warn, or before a policy change) can still
+/// be scaled, labelled or deleted.
+pub fn check(
+    req: &AdmissionRequest<DynamicObject>,
+    policy: &PolicySnapshot,
+    tier_of: impl Fn(&str) -> Option<String>,
+    pcs: &dyn PriorityClassLookup,
+) -> Check {
+    if !matches!(req.operation, Operation::Create | Operation::Update) {
+        return Check::NotOurs("not a CREATE or UPDATE");
+    }
+    if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
+        return Check::NotOurs("a sub-resource");
+    }
+    let Some(object) = &req.object else {
+        return Check::NotOurs("no object in the request");
+    };
+    let Some(namespace) = req
+        .namespace
+        .as_deref()
+        .or(object.metadata.namespace.as_deref())
+        .filter(|n| !n.is_empty())
+    else {
+        return Check::NotOurs("not namespaced");
+    };
+    let Some(tier) = tier_of(namespace) else {
+        return Check::NotOurs("namespace has no tier label");
+    };
+    let Some(rules) = policy.tier_rules(&tier, namespace) else {
+        return Check::NotOurs("tier unknown to the policy");
+    };
+    let pod = is_pod(req);
+    let mut violations = object_violations(object, pod, &rules, policy, pcs);
+    if violations.is_empty() {
+        return Check::Allowed("within the tier");
+    }
+    if policy.is_admin(
+        req.user_info.username.as_deref(),
+        req.user_info.groups.as_deref().unwrap_or(&[]),
+    ) {
+        return Check::Allowed("admin");
+    }
+    if req.operation == Operation::Update
+        && let Some(old) = &req.old_object
+    {
+        let before = object_violations(old, pod, &rules, policy, pcs);
+        violations.retain(|v| !before.contains(v));
+        if violations.is_empty() {
+            return Check::Allowed("violations predate the update");
+        }
+    }
+    let name = object
+        .metadata
+        .name
+        .as_deref()
+        .or(object.metadata.generate_name.as_deref())
+        .unwrap_or("");
+    Check::Violations {
+        tier: rules.tier.to_string(),
+        object: format!("{} {namespace}/{name}", req.kind.kind),
+        violations,
+        allowed: allowed_text(&rules, policy),
+    }
+}
+
+fn allowed_text(rules: &TierRules<'_>, policy: &PolicySnapshot) -> String {
+    let mut s = format!("GPU classes {}", rules.describe_allowed(policy));
+    if let Some(cap) = rules.max_priority_class {
+        s.push_str(&format!("; PriorityClass at most {}", cap.name));
+    }
+    if rules.granted {
+        s.push_str(" (with this namespace's grant)");
+    }
+    s
+}
+
+fn object_violations(
+    object: &DynamicObject,
+    is_pod: bool,
+    rules: &TierRules<'_>,
+    policy: &PolicySnapshot,
+    pcs: &dyn PriorityClassLookup,
+) -> Vec<Violation> {
+    described_pods(object, is_pod)
+        .iter()
+        .flat_map(|d| pod_violations(&d.pod, &d.path, rules, policy, pcs))
+        .collect()
+}
+
+/// The violations of one GPU Pod (none for a Pod without GPUs).
+pub fn pod_violations(
+    pod: &Pod,
+    path: &str,
+    rules: &TierRules<'_>,
+    policy: &PolicySnapshot,
+    pcs: &dyn PriorityClassLookup,
+) -> Vec<Violation> {
+    let f = features::extract_with(pod, &policy.gpu_resources, &NoClaimTemplates);
+    let Some(spec) = pod.spec.as_ref().filter(|_| f.gpu_count > 0) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut v = |reason, what: String| {
+        out.push(Violation {
+            reason,
+            path: path.to_string(),
+            what,
+        })
+    };
+
+    let keys: Vec<&str> = policy.class_label_keys.iter().map(String::as_str).collect();
+    let outside: Vec<String> = placement::named_classes(spec, &keys)
+        .into_iter()
+        .filter(|(k, val)| {
+            !policy
+                .class_by_label(k, val)
+                .is_some_and(|c| rules.allows(&c.name))
+        })
+        .map(|(k, val)| match policy.class_by_label(k, val) {
+            Some(c) => c.name.clone(),
+            None => format!("{k}={val} (not a catalog class)"),
+        })
+        .collect();
+    if !outside.is_empty() {
+        v(
+            Reason::ClassOutsideTier,
+            format!("selects GPU class {}", outside.join(", ")),
+        );
+    } else if let Some(own) = placement::own_constraint(pod, &policy.class_labels)
+        && !own.allowed.iter().any(|c| rules.allows(c))
+    {
+        // Constrained by other identifying labels (GPU Feature Discovery, cloud, HAMi) to no class of the tier.
+        let allows = if own.allowed.is_empty() {
+            "no GPU class of the catalog".to_string()
+        } else {
+            own.allowed.iter().cloned().collect::<Vec<_>>().join(", ")
+        };
+        v(
+            Reason::ClassOutsideTier,
+            format!("is constrained by {} to {allows}", own.sources.join(", ")),
+        );
+    }
+
+    if let Some(own) = spec
+        .priority_class_name
+        .as_deref()
+        .filter(|c| !c.is_empty())
+        && let Some(cap) = rules.max_priority_class
+        && let Some(facts) = pcs.priority_class(own)
+        && !facts.global_default
+        && facts.value > cap.value
+    {
+        v(
+            Reason::PriorityAboveCap,
+            format!("asks for PriorityClass {own} ({})", facts.value),
+        );
+    }
+
+    let memory = f.gpu_memory_gib.or_else(|| {
+        f.job_type
+            .as_deref()
+            .and_then(|jt| policy.job_type_default_memory_gib.get(jt).copied())
+    });
+    let vendor = f.gpu_vendor;
+    let fits = policy.catalog.iter().any(|c| {
+        rules.allows(&c.name)
+            && memory.is_none_or(|m| c.memory_gib >= m)
+            && (vendor == GpuVendor::Unknown || c.vendor == vendor as i32)
+    });
+    let tier_has_classes = policy.catalog.iter().any(|c| rules.allows(&c.name));
+    if !fits && tier_has_classes {
+        let mut need = Vec::new();
+        if let Some(m) = memory {
+            need.push(format!("{m} GiB per GPU"));
+        }
+        if vendor != GpuVendor::Unknown {
+            need.push(format!(
+                "{} GPUs",
+                vendor
+                    .as_str_name()
+                    .trim_start_matches("GPU_VENDOR_")
+                    .to_lowercase()
+            ));
+        }
+        v(
+            Reason::NoClassFits,
+            format!(
+                "needs {}, which no GPU class of the tier offers",
+                need.join(" and ")
+            ),
+        );
+    }
+    out
+}
+
+/// The `/validate-pod` decision: [`check`] with the PriorityClasses every webhook decides with (the cluster's,
+/// else the policy's buckets), and its [`verdict`] under the policy's mode.
+pub fn decide(
+    req: &AdmissionRequest<DynamicObject>,
+    policy: &PolicySnapshot,
+    tier_of: impl Fn(&str) -> Option<String>,
+    cluster_priority_classes: Option<&dyn PriorityClassLookup>,
+) -> (Check, Verdict) {
+    let pcs = priority_class::known(cluster_priority_classes, policy).unwrap_or(&NoPriorityClasses);
+    let check = check(req, policy, tier_of, pcs);
+    let verdict = verdict(&check, policy.mode);
+    (check, verdict)
+}
+
+impl Check {
+    /// The metric's `outcome` for this check answered with `verdict`.
+    pub fn outcome(&self, verdict: &Verdict) -> &'static str {
+        match self {
+            Check::NotOurs(_) => "skipped",
+            Check::Allowed(_) => "allowed",
+            Check::Violations { .. } if verdict.denied.is_some() => "denied",
+            Check::Violations { .. } => "violation_admitted",
+        }
+    }
+}
+
+/// The answer for a check under an enforcement mode: Enforce denies, Warn admits with a warning, Audit (and a
+/// scorer too old to say) admits silently.
+pub fn verdict(check: &Check, mode: EnforcementMode) -> Verdict {
+    let Check::Violations {
+        tier,
+        object,
+        violations,
+        allowed,
+    } = check
+    else {
+        return Verdict::default();
+    };
+    let what: Vec<String> = violations
+        .iter()
+        .map(|v| {
+            if v.path == "Pod" {
+                v.what.clone()
+            } else {
+                format!("{}: {}", v.path, v.what)
+            }
+        })
+        .collect();
+    let message = format!(
+        "gpu-admission: {object} is outside tier {tier}: {}. Tier {tier} allows {allowed}",
+        what.join("; ")
+    );
+    match mode {
+        EnforcementMode::Enforce => Verdict {
+            denied: Some(message),
+            warnings: Vec::new(),
+        },
+        EnforcementMode::Warn => Verdict {
+            denied: None,
+            warnings: vec![message],
+        },
+        EnforcementMode::Audit | EnforcementMode::Unspecified => Verdict::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpu_admission_proto::scorer::v1::{
+        Enforcement, GetPolicyResponse, GpuClass, NamespaceGrant, PriorityAssignment,
+        PriorityBucket, Tier,
+    };
+    use serde_json::{Value, json};
+    use std::collections::HashMap;
+
+    use crate::priority_class::PriorityClassFacts;
+
+    const KEY: &str = "gpu.nvidia.com/class";
+
+    fn class(name: &str, memory: f64) -> GpuClass {
+        GpuClass {
+            name: name.into(),
+            vendor: GpuVendor::Nvidia as i32,
+            memory_gib: memory,
+            node_label_key: KEY.into(),
+            node_label_value: name.into(),
+            ..Default::default()
+        }
+    }
+
+    fn bucket(name: &str, value: i32, min: f64) -> PriorityBucket {
+        PriorityBucket {
+            min_score: min,
+            priority_class: Some(PriorityAssignment {
+                name: name.into(),
+                value,
+                preemption_policy: String::new(),
+            }),
+        }
+    }
+
+    fn policy(mode: EnforcementMode) -> PolicySnapshot {
+        PolicySnapshot::from_response(GetPolicyResponse {
+            version: "v".into(),
+            catalog: vec![class("H100-80GB", 80.0), class("L4-24GB", 24.0)],
+            tiers: vec![Tier {
+                name: "bronze".into(),
+                allowed_classes: vec!["L4-24GB".into()],
+                preferred_class: "L4-24GB".into(),
+                max_priority_class: "gpu-default".into(),
+                ..Default::default()
+            }],
+            priority_buckets: vec![
+                bucket("gpu-ultra", 1_000_000, 90.0),
+                bucket("gpu-default", 1000, 0.0),
+            ],
+            enforcement: Some(Enforcement {
+                mode: mode as i32,
+                admin_groups: vec!["gpu-admission:admins".into()],
+                admin_users: vec![],
+            }),
+            namespace_grants: vec![NamespaceGrant {
+                namespace: "research".into(),
+                allowed_classes: vec!["H100-80GB".into()],
+                max_priority_class: String::new(),
+            }],
+            job_type_default_memory_gib: HashMap::from([("train-llama".to_string(), 40.0)]),
+            ..Default::default()
+        })
+    }
+
+    fn tiers(ns: &str) -> Option<String> {
+        matches!(ns, "batch" | "research").then(|| "bronze".to_string())
+    }
+
+    fn pod_spec(extra: Value) -> Value {
+        let mut spec = json!({"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]});
+        for (k, v) in extra.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        spec
+    }
+
+    fn request(
+        kind: (&str, &str),
+        ns: &str,
+        object: Value,
+        groups: &[&str],
+        op: &str,
+        old: Value,
+    ) -> AdmissionRequest<DynamicObject> {
+        serde_json::from_value(json!({
+            "uid": "u", "kind": {"group": kind.0, "version": "v1", "kind": kind.1},
+            "resource": {"group": kind.0, "version": "v1", "resource": "x"},
+            "namespace": ns, "operation": op, "userInfo": {"username": "alice", "groups": groups},
+            "object": object, "oldObject": old
+        }))
+        .unwrap()
+    }
+
+    fn pod(ns: &str, annotations: Value, spec: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": ns, "annotations": annotations}, "spec": spec})
+    }
+
+    fn run(req: &AdmissionRequest<DynamicObject>, mode: EnforcementMode) -> (Check, Verdict) {
+        let p = policy(mode);
+        let check = check(req, &p, tiers, &p);
+        let verdict = verdict(&check, p.mode);
+        (check, verdict)
+    }
+
+    fn reasons(c: &Check) -> Vec<Reason> {
+        match c {
+            Check::Violations { violations, .. } => violations.iter().map(|v| v.reason).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_pin_outside_the_tier_is_denied_warned_or_audited() {
+        let req = request(
+            ("", "Pod"),
+            "batch",
+            pod(
+                "batch",
+                json!({}),
+                pod_spec(json!({"nodeSelector": {KEY: "H100-80GB"}})),
+            ),
+            &[],
+            "CREATE",
+            Value::Null,
+        );
+        let (c, v) = run(&req, EnforcementMode::Enforce);
+        assert_eq!(reasons(&c), [Reason::ClassOutsideTier]);
+        let msg = v.denied.unwrap();
+        assert!(
+            msg.contains("Pod batch/p is outside tier bronze: selects GPU class H100-80GB"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(
+                "allows GPU classes L4-24GB (24 GiB, nvidia); PriorityClass at most gpu-default"
+            ),
+            "{msg}"
+        );
+        let (_, v) = run(&req, EnforcementMode::Warn);
+        assert!(v.denied.is_none() && v.warnings[0].contains("outside tier bronze"));
+        let (_, v) = run(&req, EnforcementMode::Audit);
+        assert_eq!(v, Verdict::default());
+        // Every value of a multi-value In.
+        let req = request(
+            ("", "Pod"),
+            "batch",
+            pod(
+                "batch",
+                json!({}),
+                pod_spec(
+                    json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": KEY, "operator": "In", "values": ["L4-24GB", "H100-80GB"]}]}]}}}}),
+                ),
+            ),
+            &[],
+            "CREATE",
+            Value::Null,
+        );
+        assert_eq!(
+            reasons(&run(&req, EnforcementMode::Enforce).0),
+            [Reason::ClassOutsideTier]
+        );
+    }
+
+    #[test]
+    fn admins_and_granted_namespaces_are_allowed() {
+        let spec = pod_spec(json!({"nodeSelector": {KEY: "H100-80GB"}}));
+        let req = request(
+            ("", "Pod"),
+            "batch",
+            pod("batch", json!({}), spec.clone()),
+            &["gpu-admission:admins"],
+            "CREATE",
+            Value::Null,
+        );
+        assert_eq!(
+            run(&req, EnforcementMode::Enforce).0,
+            Check::Allowed("admin")
+        );
+        let req = request(
+            ("", "Pod"),
+            "research",
+            pod("research", json!({}), spec),
+            &[],
+            "CREATE",
+            Value::Null,
+        );
+        assert_eq!(
+            run(&req, EnforcementMode::Enforce).0,
+            Check::Allowed("within the tier")
+        );
+    }
+
+    #[test]
+    fn priority_above_the_cap_and_needs_no_class_meets() {
+        let req = request(
+            ("", "Pod"),
+            "batch",
+            pod(
+                "batch",
+                json!({"gpu.mem.gi": "70"}),
+                pod_spec(json!({"priorityClassName": "gpu-ultra"})),
+            ),
+            &[],
+            "CREATE",
+            Value::Null,
+        );
+        let (c, v) = run(&req, EnforcementMode::Enforce);
+        assert_eq!(reasons(&c), [Reason::PriorityAboveCap, Reason::NoClassFits]);
+        let msg = v.denied.unwrap();
+        assert!(
+            msg.contains("asks for PriorityClass gpu-ultra (1000000)")
+                && msg.contains("needs 70 GiB per GPU and nvidia GPUs"),
+            "{msg}"
+        );
+        // A job type's default memory counts when the Pod does not say.
+        let req = request(
+            ("", "Pod"),
+            "batch",
+            pod(
+                "batch",
+                json!({"app.kubernetes.io/job-type": "train-llama"}),
+                pod_spec(json!({})),
+            ),
+            &[],
+            "CREATE",
+            Value::Null,
+        );
+        assert_eq!(
+            reasons(&run(&req, EnforcementMode::Enforce).0),
+            [Reason::NoClassFits]
+        );
+        // No GPU, no tier: nothing to say.
+        let req = request(
+            ("", "Pod"),
+            "batch",
+            pod(
+                "batch",
+                json!({}),
+                json!({"nodeSelector": {KEY: "H100-80GB"}, "containers": [{"name": "c"}]}),
+            ),
+            &[],
+            "CREATE",
+            Value::Null,
+        );
+        assert_eq!(
+            run(&req, EnforcementMode::Enforce).0,
+            Check::Allowed("within the tier")
+        );
+        let req = request(
+            ("", "Pod"),
+            "web",
+            pod(
+                "web",
+                json!({}),
+                pod_spec(json!({"nodeSelector": {KEY: "H100-80GB"}})),
+            ),
+            &[],
+            "CREATE",
+            Value::Null,
+        );
+        assert_eq!(
+            run(&req, EnforcementMode::Enforce).0,
+            Check::NotOurs("namespace has no tier label")
+        );
+    }
+
+    #[test]
+    fn workload_templates_are_checked_on_create_and_new_violations_on_update() {
+        let job = |class: &str| {
+            json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train", "namespace": "batch"},
+            "spec": {"template": {"spec": pod_spec(json!({"nodeSelector": {KEY: class}, "restartPolicy": "Never"}))}}})
+        };
+        let req = request(
+            ("batch", "Job"),
+            "batch",
+            job("H100-80GB"),
+            &[],
+            "CREATE",
+            Value::Null,
+        );
+        let (c, v) = run(&req, EnforcementMode::Enforce);
+        assert_eq!(reasons(&c), [Reason::ClassOutsideTier]);
+        assert!(v.denied.unwrap().contains(
+            "Job batch/train is outside tier bronze: spec.template: selects GPU class H100-80GB"
+        ));
+        // An update that keeps an old violation (admitted in Warn) is allowed; one that adds it is not.
+        let req = request(
+            ("batch", "Job"),
+            "batch",
+            job("H100-80GB"),
+            &[],
+            "UPDATE",
+            job("H100-80GB"),
+        );
+        assert_eq!(
+            run(&req, EnforcementMode::Enforce).0,
+            Check::Allowed("violations predate the update")
+        );
+        let req = request(
+            ("batch", "Job"),
+            "batch",
+            job("H100-80GB"),
+            &[],
+            "UPDATE",
+            job("L4-24GB"),
+        );
+        assert_eq!(
+            reasons(&run(&req, EnforcementMode::Enforce).0),
+            [Reason::ClassOutsideTier]
+        );
+        let req = request(
+            ("batch", "Job"),
+            "batch",
+            job("H100-80GB"),
+            &[],
+            "DELETE",
+            Value::Null,
+        );
+        assert_eq!(
+            run(&req, EnforcementMode::Enforce).0,
+            Check::NotOurs("not a CREATE or UPDATE")
+        );
+    }
+
+    #[test]
+    fn a_globally_defaulted_class_is_not_the_pods_choice() {
+        let p = policy(EnforcementMode::Enforce);
+        let rules = p.tier_rules("bronze", "batch").unwrap();
+        let pcs = HashMap::from([(
+            "standard".to_string(),
+            PriorityClassFacts {
+                name: "standard".into(),
+                value: 5000,
+                preemption_policy: None,
+                global_default: true,
+            },
+        )]);
+        let pod: Pod = serde_json::from_value(pod(
+            "batch",
+            json!({}),
+            pod_spec(json!({"priorityClassName": "standard"})),
+        ))
+        .unwrap();
+        assert!(pod_violations(&pod, "Pod", &rules, &p, &pcs).is_empty());
+    }
+
+    #[test]
+    fn constraints_on_other_identifying_labels_that_allow_no_tier_class_are_violations() {
+        let mut p = policy(EnforcementMode::Enforce);
+        p.class_labels = vec![
+            (
+                "H100-80GB".into(),
+                vec![
+                    (KEY.into(), "H100-80GB".into()),
+                    (
+                        "nvidia.com/gpu.product".into(),
+                        "NVIDIA-H100-80GB-HBM3".into(),
+                    ),
+                ],
+            ),
+            (
+                "L4-24GB".into(),
+                vec![
+                    (KEY.into(), "L4-24GB".into()),
+                    ("nvidia.com/gpu.product".into(), "NVIDIA-L4".into()),
+                ],
+            ),
+        ];
+        let check_of = |spec: Value, ann: Value| {
+            let req = request(
+                ("", "Pod"),
+                "batch",
+                pod("batch", ann, pod_spec(spec)),
+                &[],
+                "CREATE",
+                Value::Null,
+            );
+            check(&req, &p, tiers, &p)
+        };
+        let c = check_of(
+            json!({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}),
+            json!({}),
+        );
+        assert_eq!(reasons(&c), [Reason::ClassOutsideTier]);
+        let c = check_of(json!({}), json!({"nvidia.com/use-gputype": "H100"}));
+        assert_eq!(reasons(&c), [Reason::ClassOutsideTier]);
+        // Inside the tier, or a choice that includes a tier class: allowed (mutation ANDs the tier in).
+        let c = check_of(
+            json!({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"}}),
+            json!({}),
+        );
+        assert_eq!(c, Check::Allowed("within the tier"));
+        let c = check_of(json!({}), json!({"nvidia.com/nouse-gputype": "H100"}));
+        assert_eq!(c, Check::Allowed("within the tier"));
+    }
+}

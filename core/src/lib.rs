@@ -1,0 +1,21 @@
+//! gpu-admission's domain as pure functions: what every webhook decides, from the object, the cluster facts,
+//! the policy and the scorer's outcome, with no I/O. The webhook frontend gathers the facts and calls these;
+//! the fuzz targets, the tests, loadgen and the observer call the very same functions.
+//!
+//! - [`names`]: every annotation and label we read or write;
+//! - [`review`]: the AdmissionReview envelope (decode once, encode once);
+//! - [`pod`]: a Pod's job features and GPU resources;
+//! - [`placement`]: the GPU classes a Pod's own node constraints allow, and who else places it;
+//! - [`workload`]: the workload a Pod belongs to (one decision per workload);
+//! - [`policy`], [`priority_class`]: the scorer's policy as the frontend holds it, the tier rules, and the
+//!   PriorityClass facts decisions look up;
+//! - [`admission`]: one module per webhook, each with its decision function.
+
+pub mod admission;
+pub mod names;
+pub mod placement;
+pub mod pod;
+pub mod policy;
+pub mod priority_class;
+pub mod review;
+pub mod workload;

@@ -1,0 +1,227 @@
+//! The scorer's policy as last fetched with `GetPolicy`: the GPU catalog (to validate answers and to recognise
+//! a Pod that already names a class), the priority buckets (the PriorityClasses of `--no-kube` mode), and the
+//! tier rules the webhooks hold Pods to (allowed classes, priority caps, fallback, enforcement, admins,
+//! namespace grants). The scorer owns and validates all of it; this is a read-only copy.
+
+use std::collections::{BTreeSet, HashMap};
+
+use gpu_admission_proto::scorer::v1::{
+    EnforcementMode, GetPolicyResponse, GpuClass, NamespaceGrant, Tier, TierFallback,
+};
+
+use crate::pod::gpu_resources::GpuResources;
+use crate::priority_class::{PriorityClassFacts, PriorityClassLookup};
+
+/// An immutable view of one policy version; swapped whole when a newer one is fetched.
+#[derive(Debug, Default, Clone)]
+pub struct PolicySnapshot {
+    pub version: String,
+    pub catalog: Vec<GpuClass>,
+    /// Distinct node label keys of the catalog (e.g. `gpu.nvidia.com/class`).
+    pub class_label_keys: Vec<String>,
+    /// PriorityClasses named by the buckets, by name.
+    pub priority_classes: HashMap<String, PriorityClassFacts>,
+    pub tiers: Vec<Tier>,
+    /// `Audit` when the scorer predates enforcement.
+    pub mode: EnforcementMode,
+    pub admin_groups: Vec<String>,
+    pub admin_users: Vec<String>,
+    pub namespace_grants: Vec<NamespaceGrant>,
+    /// GPU memory per GPU (GiB) the policy assumes for a job type when a Pod does not say.
+    pub job_type_default_memory_gib: HashMap<String, f64>,
+    /// Which resource names ask for GPUs (the built-in default list until a policy says otherwise).
+    pub gpu_resources: GpuResources,
+    /// Every node label identifying each class: its class label, then the policy's other labels.
+    pub class_labels: Vec<(String, Vec<(String, String)>)>,
+}
+
+/// What a namespace's Pods may use: its tier's rules widened by an admin grant for the namespace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TierRules<'p> {
+    pub tier: &'p str,
+    /// Class names allowed (tier's, then the grant's), catalog names.
+    pub allowed: BTreeSet<&'p str>,
+    /// The tier's preferred class (when it names one).
+    pub preferred: Option<&'p str>,
+    /// The highest PriorityClass allowed (the higher of the tier's and the grant's); `None` = no cap.
+    pub max_priority_class: Option<&'p PriorityClassFacts>,
+    pub fallback: TierFallback,
+    /// `true` when a namespace grant widened the tier.
+    pub granted: bool,
+}
+
+impl TierRules<'_> {
+    pub fn allows(&self, class: &str) -> bool {
+        self.allowed.contains(class)
+    }
+
+    /// Does a Pod at `value` priority stay within the cap?
+    pub fn priority_allowed(&self, value: i32) -> bool {
+        self.max_priority_class.is_none_or(|cap| value <= cap.value)
+    }
+
+    /// The allowed classes in a sentence: `L4-24GB (24 GiB, nvidia)`.
+    pub fn describe_allowed(&self, policy: &PolicySnapshot) -> String {
+        let mut parts = Vec::new();
+        for name in &self.allowed {
+            match policy.class(name) {
+                Some(c) => parts.push(format!(
+                    "{name} ({} GiB, {})",
+                    c.memory_gib,
+                    vendor_name(c.vendor)
+                )),
+                None => parts.push(name.to_string()),
+            }
+        }
+        parts.join(", ")
+    }
+}
+
+fn vendor_name(v: i32) -> &'static str {
+    match gpu_admission_proto::scorer::v1::GpuVendor::try_from(v) {
+        Ok(gpu_admission_proto::scorer::v1::GpuVendor::Nvidia) => "nvidia",
+        Ok(gpu_admission_proto::scorer::v1::GpuVendor::Amd) => "amd",
+        Ok(gpu_admission_proto::scorer::v1::GpuVendor::Intel) => "intel",
+        _ => "unknown vendor",
+    }
+}
+
+impl PolicySnapshot {
+    pub fn from_response(p: GetPolicyResponse) -> Self {
+        let mut class_label_keys: Vec<String> = Vec::new();
+        for c in &p.catalog {
+            if !c.node_label_key.is_empty() && !class_label_keys.contains(&c.node_label_key) {
+                class_label_keys.push(c.node_label_key.clone());
+            }
+        }
+        let priority_classes = p
+            .priority_buckets
+            .iter()
+            .filter_map(|b| b.priority_class.as_ref())
+            .filter(|pc| !pc.name.is_empty())
+            .map(|pc| {
+                let policy =
+                    (!pc.preemption_policy.is_empty()).then(|| pc.preemption_policy.clone());
+                (
+                    pc.name.clone(),
+                    PriorityClassFacts {
+                        name: pc.name.clone(),
+                        value: pc.value,
+                        preemption_policy: policy,
+                        global_default: false,
+                    },
+                )
+            })
+            .collect();
+        let enforcement = p.enforcement.unwrap_or_default();
+        let mode = match enforcement.mode() {
+            EnforcementMode::Unspecified => EnforcementMode::Audit,
+            m => m,
+        };
+        let class_labels = p
+            .catalog
+            .iter()
+            .map(|c| {
+                let mut labels = vec![(c.node_label_key.clone(), c.node_label_value.clone())];
+                for cl in p.class_labels.iter().filter(|cl| cl.class == c.name) {
+                    for l in &cl.labels {
+                        let pair = (l.key.clone(), l.value.clone());
+                        if !labels.contains(&pair) {
+                            labels.push(pair);
+                        }
+                    }
+                }
+                (c.name.clone(), labels)
+            })
+            .collect();
+        Self {
+            gpu_resources: GpuResources::from_rules(&p.gpu_resources),
+            class_labels,
+            version: p.version,
+            catalog: p.catalog,
+            class_label_keys,
+            priority_classes,
+            tiers: p.tiers,
+            mode,
+            admin_groups: enforcement.admin_groups,
+            admin_users: enforcement.admin_users,
+            namespace_grants: p.namespace_grants,
+            job_type_default_memory_gib: p.job_type_default_memory_gib.into_iter().collect(),
+        }
+    }
+
+    /// The rules for Pods of `namespace` in `tier`; `None` when the policy does not know the tier (then
+    /// nothing is enforced: the scorer scores unknown tiers as its default tier, but a namespace label naming
+    /// a tier that does not exist is not a tier promise).
+    pub fn tier_rules<'p>(&'p self, tier: &str, namespace: &str) -> Option<TierRules<'p>> {
+        let t = self.tiers.iter().find(|t| t.name == tier)?;
+        let mut allowed: BTreeSet<&str> = t.allowed_classes.iter().map(String::as_str).collect();
+        let mut cap = self.priority_classes.get(&t.max_priority_class);
+        let grant = self
+            .namespace_grants
+            .iter()
+            .find(|g| g.namespace == namespace);
+        if let Some(g) = grant {
+            allowed.extend(g.allowed_classes.iter().map(String::as_str));
+            if let Some(gcap) = self.priority_classes.get(&g.max_priority_class)
+                && cap.is_some_and(|c| gcap.value > c.value)
+            {
+                cap = Some(gcap);
+            }
+        }
+        Some(TierRules {
+            tier: t.name.as_str(),
+            allowed,
+            preferred: (!t.preferred_class.is_empty()).then_some(t.preferred_class.as_str()),
+            max_priority_class: cap,
+            fallback: t.fallback(),
+            granted: grant.is_some(),
+        })
+    }
+
+    /// Is the requester one of the policy's admins (by user name or group)?
+    pub fn is_admin(&self, username: Option<&str>, groups: &[String]) -> bool {
+        username.is_some_and(|u| self.admin_users.iter().any(|a| a == u))
+            || groups.iter().any(|g| self.admin_groups.contains(g))
+    }
+
+    pub fn class(&self, name: &str) -> Option<&GpuClass> {
+        self.catalog.iter().find(|c| c.name == name)
+    }
+
+    /// Every node label key that identifies some class (class keys first).
+    pub fn identifying_keys(&self) -> Vec<&str> {
+        let mut keys: Vec<&str> = self.class_label_keys.iter().map(String::as_str).collect();
+        for (_, labels) in &self.class_labels {
+            for (k, _) in labels {
+                if !keys.contains(&k.as_str()) {
+                    keys.push(k);
+                }
+            }
+        }
+        keys
+    }
+
+    /// The catalog class selected by node label `key=value`.
+    pub fn class_by_label(&self, key: &str, value: &str) -> Option<&GpuClass> {
+        self.catalog
+            .iter()
+            .find(|c| c.node_label_key == key && c.node_label_value == value)
+    }
+}
+
+impl PriorityClassLookup for PolicySnapshot {
+    fn priority_class(&self, name: &str) -> Option<PriorityClassFacts> {
+        self.priority_classes.get(name).cloned()
+    }
+}
+
+/// The enforcement mode as the policy file spells it (`Enforce`, `Warn`, `Audit`): the metric label and log
+/// field operators match against their policy.
+pub fn mode_name(mode: EnforcementMode) -> &'static str {
+    match mode {
+        EnforcementMode::Enforce => "Enforce",
+        EnforcementMode::Warn => "Warn",
+        EnforcementMode::Audit | EnforcementMode::Unspecified => "Audit",
+    }
+}

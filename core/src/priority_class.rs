@@ -1,0 +1,94 @@
+//! PriorityClass facts: what a PriorityClass is worth and how decisions look one up. Shared by the admission
+//! webhooks, the cluster caches (which answer lookups from a watch) and the policy snapshot (whose priority
+//! buckets answer them with `--no-kube`).
+
+use gpu_admission_proto::scorer::v1::PriorityAssignment;
+
+/// A PriorityClass as the cluster (or, with `--no-kube`, the policy's buckets) defines it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PriorityClassFacts {
+    pub name: String,
+    pub value: i32,
+    /// `PreemptLowerPriority` or `Never`; `None` means the Kubernetes default (`PreemptLowerPriority`).
+    pub preemption_policy: Option<String>,
+    /// The cluster's `globalDefault` class: the apiserver's Priority plugin writes its name into every Pod
+    /// without a class before webhooks run, so a Pod naming it is treated as a Pod without a class.
+    pub global_default: bool,
+}
+
+/// Where PriorityClasses are looked up (a watch cache; a map in tests).
+pub trait PriorityClassLookup {
+    fn priority_class(&self, name: &str) -> Option<PriorityClassFacts>;
+}
+
+impl<S: std::hash::BuildHasher> PriorityClassLookup
+    for std::collections::HashMap<String, PriorityClassFacts, S>
+{
+    fn priority_class(&self, name: &str) -> Option<PriorityClassFacts> {
+        self.get(name).cloned()
+    }
+}
+
+/// A PriorityClass lookup that never finds anything (before the policy is known).
+pub struct NoPriorityClasses;
+
+impl PriorityClassLookup for NoPriorityClasses {
+    fn priority_class(&self, _name: &str) -> Option<PriorityClassFacts> {
+        None
+    }
+}
+
+/// `--no-kube` only: the PriorityClass named by the scorer's answer, as the answer describes it (used until the
+/// policy's buckets are fetched; both come from the same policy).
+pub struct AnswerPriorityClass<'a>(pub &'a PriorityAssignment);
+
+impl PriorityClassLookup for AnswerPriorityClass<'_> {
+    fn priority_class(&self, name: &str) -> Option<PriorityClassFacts> {
+        let pc = self.0;
+        (pc.name == name && !pc.name.is_empty()).then(|| PriorityClassFacts {
+            name: pc.name.clone(),
+            value: pc.value,
+            preemption_policy: (!pc.preemption_policy.is_empty())
+                .then(|| pc.preemption_policy.clone()),
+            global_default: false,
+        })
+    }
+}
+
+/// The PriorityClasses a decision may use, the one rule every webhook follows: the cluster's (a watch cache),
+/// else with `--no-kube` the policy's priority buckets once the policy is known, else `None`.
+pub fn known<'a>(
+    cluster: Option<&'a dyn PriorityClassLookup>,
+    policy: &'a crate::policy::PolicySnapshot,
+) -> Option<&'a dyn PriorityClassLookup> {
+    match cluster {
+        Some(lookup) => Some(lookup),
+        None if !policy.priority_classes.is_empty() => Some(policy),
+        None => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answer_priority_class_only_answers_its_own_name() {
+        let pc = PriorityAssignment {
+            name: "gpu-high".into(),
+            value: 7,
+            preemption_policy: "Never".into(),
+        };
+        let lookup = AnswerPriorityClass(&pc);
+        assert_eq!(
+            lookup.priority_class("gpu-high"),
+            Some(PriorityClassFacts {
+                name: "gpu-high".into(),
+                value: 7,
+                preemption_policy: Some("Never".into()),
+                global_default: false,
+            })
+        );
+        assert_eq!(lookup.priority_class("gpu-low"), None);
+    }
+}

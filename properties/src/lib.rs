@@ -1,0 +1,189 @@
+//! The properties the fuzz targets (`fuzz/`, cargo-fuzz) check on any request body, as plain functions so that
+//! a stable `cargo test` replays a seed corpus through exactly the same code. Each one panics when a property
+//! does not hold, which is what a fuzzer reports as a crash. Not linked into any service.
+//!
+//! [`check_mutate`]: the webhook's own decision functions (`review::decode`, `mutate_pod::plan`,
+//! `mutate_pod::decide`, `review::encode`) under every scorer outcome — the real answer, the same answer with
+//! no feasible class, a timeout (the tier's default placement or a pass-through) — and each patch applied to
+//! the review's own `request.object` must succeed and give a Pod that still parses. [`check_validate`]:
+//! `review::decode_object` → `validate_pod::decide` → `review::encode_verdict`, without panicking. The scorer
+//! is a parameter: the fuzz target and the replay test pass the real scorer's `Explain` (in process), so the
+//! answers are real ones.
+
+use gpu_admission_core::admission::mutate_pod::{self, Facts, ScorerOutcome};
+use gpu_admission_core::admission::validate_pod;
+use gpu_admission_core::pod::gpu_resources::NoClaimTemplates;
+use gpu_admission_core::policy::PolicySnapshot;
+use gpu_admission_core::review::{self, Answer, Content};
+use gpu_admission_proto::limits;
+use gpu_admission_proto::scorer::v1::{ScoreRequest, ScoreResponse};
+use k8s_openapi::api::core::v1::Pod;
+use serde::Deserialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+use time::OffsetDateTime;
+
+/// A scorer: the answer to a request, or why there is none (any error the scorer may answer).
+pub type Score<'a> = dyn FnMut(&ScoreRequest) -> Result<ScoreResponse, String> + 'a;
+
+/// What `/mutate-pod` would answer, as far as the properties go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MutateOutcome {
+    /// HTTP 400 with this message.
+    BadRequest(String),
+    /// Allowed without a patch (not ours, unreadable, or every answer tried left the Pod as it is).
+    Unchanged { warnings: Vec<String> },
+    /// At least one answer gave a patch; each one applied and the result parsed as a Pod. `ops` and
+    /// `warnings` are those of the scorer's own answer (the first one tried).
+    Patched {
+        ops: usize,
+        warnings: Vec<String>,
+        /// Patches that could not be checked: the object is too deeply nested for a `serde_json::Value`
+        /// (a typed Pod skips unknown fields at any depth; a `Value` does not).
+        unchecked: usize,
+    },
+}
+
+/// The tier of a namespace: the policy tier of the same name, else the first tier of the policy.
+fn tier_of(policy: &PolicySnapshot) -> impl Fn(&str) -> Option<String> + '_ {
+    |ns| {
+        policy
+            .tiers
+            .iter()
+            .find(|t| t.name == ns)
+            .or(policy.tiers.first())
+            .map(|t| t.name.clone())
+    }
+}
+
+/// `request.object` of the body as JSON text, read without a recursion limit.
+#[derive(Deserialize)]
+struct ObjectOnly<'a> {
+    #[serde(borrow)]
+    request: Option<ObjectRequest<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ObjectRequest<'a> {
+    #[serde(borrow)]
+    object: Option<&'a RawValue>,
+}
+
+fn raw_object(body: &[u8]) -> Option<Value> {
+    let outer: ObjectOnly<'_> = serde_json::from_slice(body).ok()?;
+    serde_json::from_str(outer.request?.object?.get()).ok()
+}
+
+/// The `/mutate-pod` property for one request body (see the module documentation). Panics when it fails.
+pub fn check_mutate(body: &[u8], policy: &PolicySnapshot, score: &mut Score<'_>) -> MutateOutcome {
+    let incoming = match review::decode(body) {
+        Ok(i) => i,
+        Err(bad) => return MutateOutcome::BadRequest(bad.0),
+    };
+    review::check_uid(&incoming.uid).expect("a decoded uid is a valid uid");
+    let echoed: Value = serde_json::from_slice(&review::encode(
+        incoming.api_version,
+        &incoming.uid,
+        &Answer::default(),
+    ))
+    .expect("the response is JSON");
+    assert_eq!(echoed["response"]["uid"], incoming.uid.as_str());
+    let req = match &incoming.content {
+        Content::Pod(req) => req,
+        Content::OtherKind { .. } => return MutateOutcome::Unchanged { warnings: vec![] },
+        Content::Unreadable(why) => {
+            return MutateOutcome::Unchanged {
+                warnings: vec![why.clone()],
+            };
+        }
+    };
+    let tier_of = tier_of(policy);
+    // `--no-kube` before a PriorityClass cache: the policy's buckets, else the answer's own class.
+    let facts = Facts {
+        tier_of: &tier_of,
+        priority_classes: None,
+        claim_templates: &NoClaimTemplates,
+    };
+    let Ok(scoring) = mutate_pod::plan(&incoming.uid, req, &facts, policy) else {
+        return MutateOutcome::Unchanged { warnings: vec![] };
+    };
+    if let Err(v) = limits::check_score_request(&scoring.request) {
+        panic!("the frontend would send a request outside the scorer's limits: {v}");
+    }
+    let answer = match score(&scoring.request) {
+        Ok(a) => a,
+        Err(e) => panic!(
+            "the scorer refused a request the frontend would send: {e}\n{:?}",
+            scoring.request
+        ),
+    };
+    // The scorer's answer, the same answer with no feasible class, and a failed call (the tier's default
+    // placement under `TierDefault`, else a pass-through).
+    let mut infeasible = answer.clone();
+    infeasible.accepted_classes.clear();
+    infeasible.infeasible_reason = "no class fits".into();
+    let outcomes = [
+        ScorerOutcome::Answered(Box::new(answer)),
+        ScorerOutcome::Answered(Box::new(infeasible)),
+        ScorerOutcome::TimedOut { budget_ms: 200 },
+    ];
+    let object = raw_object(body);
+    let (mut first, mut unchecked, mut any) = (None, 0, false);
+    for outcome in outcomes {
+        let decision = mutate_pod::decide(
+            &scoring,
+            outcome,
+            &facts,
+            policy,
+            OffsetDateTime::UNIX_EPOCH,
+        );
+        let ops = &decision.answer.patch;
+        first.get_or_insert((ops.len(), decision.answer.warnings.clone()));
+        if ops.is_empty() {
+            continue;
+        }
+        any = true;
+        let Some(mut pod) = object.clone() else {
+            unchecked += 1;
+            continue;
+        };
+        if let Err(e) = json_patch::patch(&mut pod, ops) {
+            panic!(
+                "the patch does not apply: {e}\npatch: {}\nobject: {}",
+                serde_json::to_string(ops).unwrap_or_default(),
+                object.as_ref().map(Value::to_string).unwrap_or_default()
+            );
+        }
+        if let Err(e) = serde_json::from_value::<Pod>(pod.clone()) {
+            panic!("the patched object is not a Pod: {e}\n{pod}");
+        }
+    }
+    let (ops, warnings) = first.unwrap_or_default();
+    if any {
+        MutateOutcome::Patched {
+            ops,
+            warnings,
+            unchecked,
+        }
+    } else {
+        MutateOutcome::Unchanged { warnings }
+    }
+}
+
+/// The `/validate-pod` property for one request body: any body is answered (a verdict or a 400) without a
+/// panic. Returns the encoded answer, or the 400's message.
+pub fn check_validate(body: &[u8], policy: &PolicySnapshot) -> Result<Vec<u8>, String> {
+    let incoming = review::decode_object(body).map_err(|e| e.0)?;
+    let verdict = match &incoming.request {
+        Err(why) => review::Verdict {
+            denied: None,
+            warnings: vec![why.clone()],
+        },
+        Ok(req) => validate_pod::decide(req, policy, tier_of(policy), None).1,
+    };
+    Ok(review::encode_verdict(
+        incoming.api_version,
+        &incoming.uid,
+        &verdict,
+    ))
+}

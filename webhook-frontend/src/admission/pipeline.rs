@@ -1,0 +1,170 @@
+//! The one admission pipeline every webhook runs through: a span (joined to the caller's trace), decode once,
+//! the 400 answer for a body that is no AdmissionReview, the webhook's own decision, the outcome recorded in
+//! the span and the metrics, encode once. A webhook plugs in through [`Webhook`]; its handler is
+//! [`handle::<W>`].
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use gpu_admission_core::review::{self, Answer, BadRequest, Incoming, IncomingObject, Verdict};
+use tracing::{Instrument, field::Empty};
+
+use crate::scorer_client::parse_go_duration;
+
+/// What every decoded review tells the pipeline: the version to answer with and the uid to echo.
+pub(crate) trait Envelope {
+    fn api_version(&self) -> &'static str;
+    fn uid(&self) -> &str;
+}
+
+impl Envelope for Incoming {
+    fn api_version(&self) -> &'static str {
+        self.api_version
+    }
+    fn uid(&self) -> &str {
+        &self.uid
+    }
+}
+
+impl Envelope for IncomingObject {
+    fn api_version(&self) -> &'static str {
+        self.api_version
+    }
+    fn uid(&self) -> &str {
+        &self.uid
+    }
+}
+
+/// The request beyond its body.
+pub(crate) struct Call {
+    /// When the request arrived: every budget counts from here.
+    pub started: Instant,
+    /// The apiserver's `?timeout=10s`.
+    pub apiserver_timeout: Option<Duration>,
+    /// The request's span, for the webhook to record what it found.
+    pub span: tracing::Span,
+}
+
+/// A webhook's answer.
+pub(crate) enum Body {
+    /// Allowed, with a patch or not (mutating webhooks).
+    Answer(Answer),
+    /// Allowed or denied (validating webhooks).
+    Verdict(Verdict),
+}
+
+/// What a webhook decided, and how to count it.
+pub(crate) struct Reply {
+    /// The metric's `outcome` label.
+    pub outcome: &'static str,
+    /// `CREATE`, `UPDATE`, … or `unknown` when the review could not be read.
+    pub operation: &'static str,
+    pub body: Body,
+}
+
+/// One admission webhook: how its body is decoded, what it decides, how it is counted.
+pub(crate) trait Webhook: Send + Sync + 'static {
+    /// Its path without the slash (`mutate-pod`): the span's `admission.webhook` and the log's name.
+    const NAME: &'static str;
+    type Review: Envelope + Send + Sync;
+
+    fn decode(body: &[u8]) -> Result<Self::Review, BadRequest>;
+
+    fn admit(&self, review: &Self::Review, call: &Call) -> impl Future<Output = Reply> + Send;
+
+    /// Counts one answered request (`bad_request` for a 400).
+    fn record(&self, operation: &'static str, outcome: &'static str, elapsed: Duration);
+}
+
+/// The axum handler of webhook `W`.
+pub(crate) async fn handle<W: Webhook>(
+    State(webhook): State<Arc<W>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let span = tracing::info_span!(
+        "admission",
+        otel.kind = "server",
+        admission.webhook = W::NAME,
+        admission.uid = Empty,
+        k8s.namespace.name = Empty,
+        k8s.pod.name = Empty,
+        admission.outcome = Empty,
+        admission.reason = Empty,
+        gpu.class = Empty,
+        priority.score = Empty,
+    );
+    gpu_admission_telemetry::propagation::set_parent_from_http(&span, &headers);
+    let call = Call {
+        started: Instant::now(),
+        apiserver_timeout: apiserver_timeout(&uri),
+        span: span.clone(),
+    };
+    run(&*webhook, &body, call).instrument(span).await
+}
+
+async fn run<W: Webhook>(webhook: &W, body: &[u8], call: Call) -> Response {
+    let decoded = tracing::info_span!("decode").in_scope(|| W::decode(body));
+    let review = match decoded {
+        Ok(review) => review,
+        Err(bad) => {
+            call.span.record("admission.outcome", "bad_request");
+            call.span.record("admission.reason", bad.0.as_str());
+            tracing::info!(webhook = W::NAME, error = %bad, "rejecting a body that is not an AdmissionReview");
+            webhook.record("unknown", "bad_request", call.started.elapsed());
+            return (StatusCode::BAD_REQUEST, format!("bad request: {bad}\n")).into_response();
+        }
+    };
+    call.span.record("admission.uid", review.uid());
+    let reply = webhook.admit(&review, &call).await;
+    call.span.record("admission.outcome", reply.outcome);
+    let encoded = match &reply.body {
+        Body::Answer(answer) => review::encode(review.api_version(), review.uid(), answer),
+        Body::Verdict(verdict) => {
+            review::encode_verdict(review.api_version(), review.uid(), verdict)
+        }
+    };
+    webhook.record(reply.operation, reply.outcome, call.started.elapsed());
+    ([(header::CONTENT_TYPE, "application/json")], encoded).into_response()
+}
+
+/// The apiserver's `?timeout=10s` query parameter.
+fn apiserver_timeout(uri: &Uri) -> Option<Duration> {
+    uri.query()?
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("timeout="))
+        .and_then(parse_go_duration)
+}
+
+/// The operation of a request as the metrics spell it.
+pub(crate) fn operation_label(op: &kube::core::admission::Operation) -> &'static str {
+    use kube::core::admission::Operation;
+    match op {
+        Operation::Create => "CREATE",
+        Operation::Update => "UPDATE",
+        Operation::Delete => "DELETE",
+        Operation::Connect => "CONNECT",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeout_query_parameter() {
+        let uri: Uri = "/mutate-pod?timeout=10s".parse().unwrap();
+        assert_eq!(apiserver_timeout(&uri), Some(Duration::from_secs(10)));
+        let uri: Uri = "/mutate-pod?x=1&timeout=250ms".parse().unwrap();
+        assert_eq!(apiserver_timeout(&uri), Some(Duration::from_millis(250)));
+        let uri: Uri = "/mutate-pod?timeout=soon".parse().unwrap();
+        assert_eq!(apiserver_timeout(&uri), None);
+        assert_eq!(apiserver_timeout(&"/mutate-pod".parse().unwrap()), None);
+    }
+}

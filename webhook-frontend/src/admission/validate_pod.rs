@@ -1,0 +1,82 @@
+//! `POST /validate-pod`: Pods and the pod templates of workloads (any kind) in tier namespaces, checked
+//! against their tier by [`gpu_admission_core::admission::validate_pod::decide`]; here the caches, the
+//! violation metrics and logs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpu_admission_core::admission::validate_pod::{self, Check};
+use gpu_admission_core::policy::mode_name;
+use gpu_admission_core::review::{self, BadRequest, IncomingObject, Verdict};
+
+use super::pipeline::{Body, Call, Reply, Webhook, operation_label};
+use crate::cluster::ClusterFacts;
+use crate::metrics::Metrics;
+use crate::policy::PolicyCache;
+
+/// What `/validate-pod` reads: no scorer (the check is local, so it holds when the scorer is down).
+pub(crate) struct ValidatePod {
+    pub cluster: Arc<ClusterFacts>,
+    pub policy: Arc<PolicyCache>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl Webhook for ValidatePod {
+    const NAME: &'static str = "validate-pod";
+    type Review = IncomingObject;
+
+    fn decode(body: &[u8]) -> Result<IncomingObject, BadRequest> {
+        review::decode_object(body)
+    }
+
+    async fn admit(&self, incoming: &IncomingObject, _call: &Call) -> Reply {
+        let req = match &incoming.request {
+            Err(why) => {
+                tracing::info!(uid = incoming.uid, %why, "validate-pod: unreadable review; allowed");
+                return Reply {
+                    outcome: "unreadable",
+                    operation: "unknown",
+                    body: Body::Verdict(Verdict {
+                        denied: None,
+                        warnings: vec![format!("gpu-admission: {why}; not validated")],
+                    }),
+                };
+            }
+            Ok(req) => req,
+        };
+        let policy = self.policy.snapshot();
+        let (check, verdict) = validate_pod::decide(
+            req,
+            &policy,
+            |ns| self.cluster.namespace_tier(ns),
+            self.cluster.priority_classes(),
+        );
+        match &check {
+            Check::Allowed("admin") => {
+                tracing::info!(uid = incoming.uid, user = ?req.user_info.username, kind = %review::gvk_text(&req.kind), "validate-pod: admin request outside its tier allowed");
+            }
+            Check::Violations {
+                tier,
+                object,
+                violations,
+                ..
+            } => {
+                let mode = mode_name(policy.mode);
+                for v in violations {
+                    self.metrics.record_violation(tier, v.reason.as_str(), mode);
+                    tracing::warn!(uid = incoming.uid, object, tier, reason = v.reason.as_str(), path = v.path, what = v.what, mode, user = ?req.user_info.username, "tier violation");
+                }
+            }
+            _ => {}
+        }
+        Reply {
+            outcome: check.outcome(&verdict),
+            operation: operation_label(&req.operation),
+            body: Body::Verdict(verdict),
+        }
+    }
+
+    fn record(&self, _operation: &'static str, outcome: &'static str, elapsed: Duration) {
+        self.metrics.record_validation(Self::NAME, outcome, elapsed);
+    }
+}

@@ -1,0 +1,89 @@
+//! `POST /validate-policy`: the policy ConfigMap's text is sent to the scorer's `ValidatePolicy` (the scorer
+//! owns the schema); [`gpu_admission_core::admission::validate_policy`] picks the text and answers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpu_admission_core::admission::validate_policy::{self, PolicyConfigMap, Triage};
+use gpu_admission_core::review::{self, BadRequest, IncomingObject, Verdict};
+
+use super::pipeline::{Body, Call, Reply, Webhook, operation_label};
+use crate::metrics::Metrics;
+use crate::policy::PolicyCache;
+use crate::scorer_client::Scorer;
+
+/// Time the scorer gets to check a policy (well inside the apiserver's webhook timeout).
+const VALIDATE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// What `/validate-policy` reads.
+pub(crate) struct ValidatePolicy {
+    pub scorer: Scorer,
+    pub policy: Arc<PolicyCache>,
+    /// The ConfigMap it guards.
+    pub configmap: PolicyConfigMap,
+    pub metrics: Arc<Metrics>,
+}
+
+impl Webhook for ValidatePolicy {
+    const NAME: &'static str = "validate-policy";
+    type Review = IncomingObject;
+
+    fn decode(body: &[u8]) -> Result<IncomingObject, BadRequest> {
+        review::decode_object(body)
+    }
+
+    async fn admit(&self, incoming: &IncomingObject, _call: &Call) -> Reply {
+        let req = match &incoming.request {
+            Err(why) => {
+                let warning = format!("gpu-admission: {why}; the policy was not validated");
+                return Reply {
+                    outcome: "unreadable",
+                    operation: "unknown",
+                    body: Body::Verdict(Verdict {
+                        denied: None,
+                        warnings: vec![warning],
+                    }),
+                };
+            }
+            Ok(req) => req,
+        };
+        let cm = &self.configmap;
+        let triage = validate_policy::triage(req, cm);
+        let checked = match &triage {
+            Triage::Check { file, text } => Some(
+                self.scorer
+                    .validate_policy(file, text, VALIDATE_TIMEOUT)
+                    .await
+                    .map_err(|err| format!("{err:#}")),
+            ),
+            _ => None,
+        };
+        match &checked {
+            Some(Ok(answer)) => {
+                tracing::info!(uid = incoming.uid, user = ?req.user_info.username, valid = answer.valid, problems = answer.problems.len(), "policy ConfigMap checked");
+                if answer.valid {
+                    // The scorer reloads the file once the kubelet updates it; fetch soon after.
+                    self.policy.request_refresh();
+                }
+            }
+            Some(Err(err)) => {
+                tracing::warn!(uid = incoming.uid, error = %err, "scorer unreachable; policy ConfigMap allowed unchecked");
+            }
+            None => {}
+        }
+        let (outcome, verdict) = validate_policy::decide(
+            &triage,
+            checked.as_ref().map(|c| c.as_ref().map_err(String::as_str)),
+            cm,
+        );
+        Reply {
+            outcome: outcome.as_str(),
+            operation: operation_label(&req.operation),
+            body: Body::Verdict(verdict),
+        }
+    }
+
+    fn record(&self, _operation: &'static str, outcome: &'static str, elapsed: Duration) {
+        self.metrics.record_validation(Self::NAME, outcome, elapsed);
+    }
+}
