@@ -30,16 +30,16 @@ use crate::metrics::{ConnectionClose, Metrics};
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     /// TLS handshake + protocol detection + the first request's headers; also an HTTP/1 request's headers.
-    pub first_request: Duration,
+    pub(crate) first_request: Duration,
     /// No request for this long: closed gracefully.
-    pub idle: Duration,
+    pub(crate) idle: Duration,
     /// Open connections at most (handshakes included).
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
 }
 
 /// What the watchdog of a connection must do now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Nothing before this instant.
     Wait(Instant),
     /// Drop the connection at once (it never became a request).
@@ -51,7 +51,7 @@ pub enum Verdict {
 /// The shared state of one connection: written by its I/O and its requests, read by its watchdog and by the
 /// registry when it looks for a connection to shed.
 #[derive(Debug)]
-pub struct Tracker {
+pub(crate) struct Tracker {
     epoch: Instant,
     accepted_ms: u64,
     in_flight: AtomicUsize,
@@ -87,7 +87,7 @@ impl Tracker {
     }
 
     /// A request's headers were read; the guard ends it when dropped.
-    pub fn start_request(self: &Arc<Self>, http2: bool) -> RequestGuard {
+    pub(crate) fn start_request(self: &Arc<Self>, http2: bool) -> RequestGuard {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         self.requests.fetch_add(1, Ordering::Relaxed);
         self.pending_read_ms.store(0, Ordering::Relaxed);
@@ -121,21 +121,21 @@ impl Tracker {
     }
 
     /// Wakes the watchdog on a change it must act on (shed, shutdown).
-    pub fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+    pub(crate) fn notified(&self) -> tokio::sync::futures::Notified<'_> {
         self.wake.notified()
     }
 
-    pub fn is_shed(&self) -> bool {
+    pub(crate) fn is_shed(&self) -> bool {
         self.shed.load(Ordering::Acquire)
     }
 
     /// Until when the connection may wait for its first request.
-    pub fn first_request_deadline(&self, limits: &Limits) -> Instant {
+    pub(crate) fn first_request_deadline(&self, limits: &Limits) -> Instant {
         self.at(self.accepted_ms) + limits.first_request
     }
 
     /// What the watchdog must do at `now`.
-    pub fn verdict(&self, now: Instant, limits: &Limits) -> Verdict {
+    pub(crate) fn verdict(&self, now: Instant, limits: &Limits) -> Verdict {
         if self.is_shed() {
             return Verdict::Drain(ConnectionClose::shed);
         }
@@ -172,7 +172,7 @@ fn ms_since(epoch: Instant, t: Instant) -> u64 {
 }
 
 /// Ends a request (also when its future is dropped because the client went away).
-pub struct RequestGuard(Arc<Tracker>);
+pub(crate) struct RequestGuard(Arc<Tracker>);
 
 impl Drop for RequestGuard {
     fn drop(&mut self) {
@@ -182,7 +182,7 @@ impl Drop for RequestGuard {
 }
 
 /// The open connections.
-pub struct Registry {
+pub(crate) struct Registry {
     epoch: Instant,
     limits: Limits,
     metrics: Arc<Metrics>,
@@ -192,14 +192,14 @@ pub struct Registry {
 }
 
 /// A registered connection; unregistered when dropped.
-pub struct Registration {
+pub(crate) struct Registration {
     registry: Arc<Registry>,
     id: u64,
-    pub tracker: Arc<Tracker>,
+    pub(crate) tracker: Arc<Tracker>,
 }
 
 impl Registration {
-    pub fn limits(&self) -> &Limits {
+    pub(crate) fn limits(&self) -> &Limits {
         &self.registry.limits
     }
 }
@@ -223,7 +223,7 @@ impl Drop for Registration {
 }
 
 impl Registry {
-    pub fn new(limits: Limits, metrics: Arc<Metrics>) -> Arc<Self> {
+    pub(crate) fn new(limits: Limits, metrics: Arc<Metrics>) -> Arc<Self> {
         Arc::new(Self {
             epoch: Instant::now(),
             limits,
@@ -234,17 +234,18 @@ impl Registry {
         })
     }
 
-    pub fn limits(&self) -> &Limits {
+    #[cfg(test)]
+    fn limits(&self) -> &Limits {
         &self.limits
     }
 
-    pub fn open(&self) -> usize {
+    pub(crate) fn open(&self) -> usize {
         self.conns.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     /// Registers a new connection. At the cap the oldest idle connection is shed to make room; `None` when
     /// every open connection is busy (the new one is refused).
-    pub fn admit(self: &Arc<Self>) -> Option<Registration> {
+    pub(crate) fn admit(self: &Arc<Self>) -> Option<Registration> {
         let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         // Connections already shed are on their way out and do not count.
         let live = conns.values().filter(|t| !t.is_shed()).count();
@@ -282,13 +283,13 @@ impl Registry {
     }
 
     /// Sheds one idle connection to free a file descriptor (accept failed with EMFILE).
-    pub fn shed_one(&self) -> bool {
+    pub(crate) fn shed_one(&self) -> bool {
         let conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         Self::shed_oldest_idle(&conns)
     }
 
     /// Resolves once no connection is open.
-    pub async fn closed(&self) {
+    pub(crate) async fn closed(&self) {
         loop {
             let emptied = self.emptied.notified();
             if self.open() == 0 {
@@ -300,13 +301,13 @@ impl Registry {
 }
 
 /// The connection's byte stream, reporting reads to its tracker.
-pub struct TrackedIo<T> {
+pub(crate) struct TrackedIo<T> {
     inner: T,
     tracker: Arc<Tracker>,
 }
 
 impl<T> TrackedIo<T> {
-    pub fn new(inner: T, tracker: Arc<Tracker>) -> Self {
+    pub(crate) fn new(inner: T, tracker: Arc<Tracker>) -> Self {
         Self { inner, tracker }
     }
 }
@@ -358,13 +359,13 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TrackedIo<T> {
 
 /// The connection's service, reporting each request's start and end to its tracker.
 #[derive(Clone)]
-pub struct TrackedService<S> {
+pub(crate) struct TrackedService<S> {
     inner: S,
     tracker: Arc<Tracker>,
 }
 
 impl<S> TrackedService<S> {
-    pub fn new(inner: S, tracker: Arc<Tracker>) -> Self {
+    pub(crate) fn new(inner: S, tracker: Arc<Tracker>) -> Self {
         Self { inner, tracker }
     }
 }

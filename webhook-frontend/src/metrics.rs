@@ -10,7 +10,7 @@ use prometheus_client::registry::Registry;
 /// Why the server closed (or refused) a connection on the webhook port.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
-pub enum ConnectionClose {
+pub(crate) enum ConnectionClose {
     /// TLS handshake, protocol detection and first request not done within the first-request timeout.
     first_request_timeout,
     /// Bytes of an HTTP/1 request that did not become a request's headers within the same timeout.
@@ -24,13 +24,13 @@ pub enum ConnectionClose {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ConnectionCloseLabels {
-    pub reason: ConnectionClose,
+pub(crate) struct ConnectionCloseLabels {
+    pub(crate) reason: ConnectionClose,
 }
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
-pub enum ReloadResult {
+pub(crate) enum ReloadResult {
     ok,
     error,
 }
@@ -38,7 +38,7 @@ pub enum ReloadResult {
 /// How a `/mutate-pod-checkpoint` request ended.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 #[allow(non_camel_case_types)]
-pub enum CheckpointOutcome {
+pub(crate) enum CheckpointOutcome {
     /// At least one container image was restored from a CheckpointBackup.
     restored,
     /// A Pod of a Job, no image restored (see the misses).
@@ -47,18 +47,15 @@ pub enum CheckpointOutcome {
     skipped,
     /// The CheckpointBackup CRD is not installed (or not listed yet).
     not_installed,
-    /// The body was not an AdmissionReview (HTTP 400).
-    bad_request,
 }
 
 impl CheckpointOutcome {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             CheckpointOutcome::restored => "restored",
             CheckpointOutcome::unchanged => "unchanged",
             CheckpointOutcome::skipped => "skipped",
             CheckpointOutcome::not_installed => "not_installed",
-            CheckpointOutcome::bad_request => "bad_request",
         }
     }
 }
@@ -66,7 +63,7 @@ impl CheckpointOutcome {
 /// Why a container of a Job's Pod kept its image.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
-pub enum CheckpointMiss {
+pub(crate) enum CheckpointMiss {
     no_backup,
     no_container_match,
     unpushed_image_only,
@@ -84,87 +81,87 @@ impl From<gpu_admission_core::admission::checkpoint_restore::Miss> for Checkpoin
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CheckpointRequestLabels {
-    /// [`CheckpointOutcome::as_str`].
-    pub outcome: &'static str,
+pub(crate) struct CheckpointRequestLabels {
+    /// [`CheckpointOutcome::as_str`], or `bad_request` (HTTP 400).
+    pub(crate) outcome: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CheckpointMissLabels {
-    pub reason: CheckpointMiss,
+pub(crate) struct CheckpointMissLabels {
+    pub(crate) reason: CheckpointMiss,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestLabels {
+pub(crate) struct RequestLabels {
     /// CREATE, UPDATE, DELETE, CONNECT, or "unknown" when the review could not be read.
-    pub operation: &'static str,
+    pub(crate) operation: &'static str,
     /// [`gpu_admission_core::admission::mutate_pod::Outcome`], or `bad_request` (HTTP 400).
-    pub outcome: &'static str,
+    pub(crate) outcome: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CallLabels {
+pub(crate) struct CallLabels {
     /// [`gpu_admission_core::admission::mutate_pod::ScorerOutcome::result`].
-    pub result: &'static str,
+    pub(crate) result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct IssuedLabels {
+pub(crate) struct IssuedLabels {
     /// "true" when a new CA was created with the serving certificate.
-    pub new_ca: &'static str,
+    pub(crate) new_ca: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReloadLabels {
-    pub result: ReloadResult,
+pub(crate) struct ReloadLabels {
+    pub(crate) result: ReloadResult,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ValidationLabels {
+pub(crate) struct ValidationLabels {
     /// `validate-pod` or `validate-policy`.
-    pub webhook: &'static str,
+    pub(crate) webhook: &'static str,
     /// skipped, allowed, denied, violation_admitted, unreadable, bad_request, scorer_unavailable.
-    pub outcome: &'static str,
+    pub(crate) outcome: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ViolationLabels {
-    pub tier: String,
+pub(crate) struct ViolationLabels {
+    pub(crate) tier: String,
     /// class_outside_tier, priority_above_cap, no_class_fits.
-    pub reason: &'static str,
+    pub(crate) reason: &'static str,
     /// The enforcement mode that answered it, as the policy file spells it: Enforce, Warn or Audit.
-    pub mode: &'static str,
+    pub(crate) mode: &'static str,
 }
 
 /// All metrics of the webhook frontend.
 #[derive(Debug)]
 pub struct Metrics {
-    pub requests: Family<RequestLabels, Counter>,
-    pub duration: Histogram,
-    pub scorer_call_duration: Histogram,
-    pub scorer_calls: Family<CallLabels, Counter>,
-    pub tls_reloads: Family<ReloadLabels, Counter>,
+    pub(crate) requests: Family<RequestLabels, Counter>,
+    pub(crate) duration: Histogram,
+    pub(crate) scorer_call_duration: Histogram,
+    pub(crate) scorer_calls: Family<CallLabels, Counter>,
+    pub(crate) tls_reloads: Family<ReloadLabels, Counter>,
     /// Automatic mode: certificates this replica wrote into the Secret, by whether a new CA came with it.
-    pub tls_certificates_issued: Family<IssuedLabels, Counter>,
+    pub(crate) tls_certificates_issued: Family<IssuedLabels, Counter>,
     /// Automatic mode: patches of the webhook configuration's caBundle by this replica.
-    pub tls_ca_bundle_patches: Counter,
+    pub(crate) tls_ca_bundle_patches: Counter,
     /// `/mutate-pod-checkpoint` requests by outcome.
-    pub checkpoint_requests: Family<CheckpointRequestLabels, Counter>,
+    pub(crate) checkpoint_requests: Family<CheckpointRequestLabels, Counter>,
     /// Container images replaced by a checkpoint image.
-    pub checkpoint_images_restored: Counter,
+    pub(crate) checkpoint_images_restored: Counter,
     /// Containers of Jobs' Pods that kept their image, by reason.
-    pub checkpoint_misses: Family<CheckpointMissLabels, Counter>,
+    pub(crate) checkpoint_misses: Family<CheckpointMissLabels, Counter>,
     /// Validating webhooks' requests by webhook and outcome.
-    pub validations: Family<ValidationLabels, Counter>,
-    pub validation_duration: Histogram,
+    pub(crate) validations: Family<ValidationLabels, Counter>,
+    pub(crate) validation_duration: Histogram,
     /// Tier violations seen by `validate-pod`, whatever the mode answered.
-    pub violations: Family<ViolationLabels, Counter>,
+    pub(crate) violations: Family<ViolationLabels, Counter>,
     /// Connections open on the webhook port (TLS handshakes included).
-    pub connections_open: Gauge,
+    pub(crate) connections_open: Gauge,
     /// Connections the server closed or refused, by reason.
-    pub connections_closed: Family<ConnectionCloseLabels, Counter>,
+    pub(crate) connections_closed: Family<ConnectionCloseLabels, Counter>,
     /// Failed accepts on the webhook port (e.g. out of file descriptors), each followed by a backoff.
-    pub accept_errors: Counter,
+    pub(crate) accept_errors: Counter,
 }
 
 impl Metrics {
@@ -277,19 +274,19 @@ impl Metrics {
         m
     }
 
-    pub fn record_connection_closed(&self, reason: ConnectionClose) {
+    pub(crate) fn record_connection_closed(&self, reason: ConnectionClose) {
         self.connections_closed
             .get_or_create(&ConnectionCloseLabels { reason })
             .inc();
     }
 
-    pub fn record_checkpoint_request(&self, outcome: &'static str) {
+    pub(crate) fn record_checkpoint_request(&self, outcome: &'static str) {
         self.checkpoint_requests
             .get_or_create(&CheckpointRequestLabels { outcome })
             .inc();
     }
 
-    pub fn record_checkpoint_images<M: Into<CheckpointMiss>>(
+    pub(crate) fn record_checkpoint_images<M: Into<CheckpointMiss>>(
         &self,
         restored: usize,
         misses: impl IntoIterator<Item = M>,
@@ -302,7 +299,7 @@ impl Metrics {
         }
     }
 
-    pub fn record_validation(
+    pub(crate) fn record_validation(
         &self,
         webhook: &'static str,
         outcome: &'static str,
@@ -314,7 +311,7 @@ impl Metrics {
         self.validation_duration.observe(elapsed.as_secs_f64());
     }
 
-    pub fn record_violation(&self, tier: &str, reason: &'static str, mode: &'static str) {
+    pub(crate) fn record_violation(&self, tier: &str, reason: &'static str, mode: &'static str) {
         self.violations
             .get_or_create(&ViolationLabels {
                 tier: tier.to_string(),
@@ -324,34 +321,39 @@ impl Metrics {
             .inc();
     }
 
-    pub fn record_request(&self, operation: &'static str, outcome: &'static str, seconds: f64) {
+    pub(crate) fn record_request(
+        &self,
+        operation: &'static str,
+        outcome: &'static str,
+        seconds: f64,
+    ) {
         self.requests
             .get_or_create(&RequestLabels { operation, outcome })
             .inc();
         self.duration.observe(seconds);
     }
 
-    pub fn record_scorer_call(&self, result: &'static str, seconds: f64) {
+    pub(crate) fn record_scorer_call(&self, result: &'static str, seconds: f64) {
         self.scorer_calls
             .get_or_create(&CallLabels { result })
             .inc();
         self.scorer_call_duration.observe(seconds);
     }
 
-    pub fn record_tls_reload(&self, result: ReloadResult) {
+    pub(crate) fn record_tls_reload(&self, result: ReloadResult) {
         self.tls_reloads
             .get_or_create(&ReloadLabels { result })
             .inc();
     }
 
-    pub fn record_certificate_issued(&self, new_ca: bool) {
+    pub(crate) fn record_certificate_issued(&self, new_ca: bool) {
         let new_ca = if new_ca { "true" } else { "false" };
         self.tls_certificates_issued
             .get_or_create(&IssuedLabels { new_ca })
             .inc();
     }
 
-    pub fn record_ca_bundle_patch(&self) {
+    pub(crate) fn record_ca_bundle_patch(&self) {
         self.tls_ca_bundle_patches.inc();
     }
 }

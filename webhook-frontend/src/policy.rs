@@ -10,7 +10,7 @@ pub struct PolicyCache {
 }
 
 impl PolicyCache {
-    pub fn snapshot(&self) -> std::sync::Arc<PolicySnapshot> {
+    pub(crate) fn snapshot(&self) -> std::sync::Arc<PolicySnapshot> {
         self.current
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -22,13 +22,13 @@ impl PolicyCache {
     }
 
     /// Asks the refresher to fetch now (e.g. an answer named another policy version).
-    pub fn request_refresh(&self) {
+    pub(crate) fn request_refresh(&self) {
         self.refresh.notify_one();
     }
 
     /// Fetches the policy at start (retrying with backoff until the scorer answers), then every `interval`
     /// or when [`Self::request_refresh`] is called. Never returns.
-    pub async fn keep_fresh(
+    pub(crate) async fn keep_fresh(
         self: std::sync::Arc<Self>,
         scorer: crate::scorer_client::Scorer,
         interval: std::time::Duration,

@@ -30,17 +30,17 @@ impl Readiness {
     }
 
     /// Shares the flag the TLS side sets once the real certificate is served.
-    pub fn with_certificate_served(mut self, served: Arc<AtomicBool>) -> Self {
+    pub(crate) fn with_certificate_served(mut self, served: Arc<AtomicBool>) -> Self {
         self.certificate_served = served;
         self
     }
 
     /// The TLS listener is bound.
-    pub fn set_listening(&self) {
+    pub(crate) fn set_listening(&self) {
         self.listening.store(true, Ordering::Release);
     }
 
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         self.listening.load(Ordering::Acquire)
             && self.certificate_served.load(Ordering::Acquire)
             && self.cluster.is_synced()

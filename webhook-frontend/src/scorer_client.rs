@@ -57,7 +57,7 @@ fn is_connection_failure(status: &tonic::Status) -> bool {
 
 /// The smaller of the configured budget and the apiserver's own timeout minus a safety margin; never below
 /// `floor` (a deadline of 0 would fail every call).
-pub fn effective_deadline(
+pub(crate) fn effective_deadline(
     budget: Duration,
     apiserver_timeout: Option<Duration>,
     margin: Duration,
@@ -70,7 +70,7 @@ pub fn effective_deadline(
 }
 
 /// Parses the apiserver's `?timeout=` value, a Go duration such as `10s`, `500ms`, `1m30s`, `1.5s`.
-pub fn parse_go_duration(s: &str) -> Option<Duration> {
+pub(crate) fn parse_go_duration(s: &str) -> Option<Duration> {
     let mut rest = s.trim();
     if rest.is_empty() {
         return None;
@@ -104,9 +104,9 @@ pub fn parse_go_duration(s: &str) -> Option<Duration> {
 #[derive(Debug, Clone, Copy)]
 pub struct ChannelLimits {
     /// Score calls in flight at once, over all connections; an admission beyond it is passed through at once.
-    pub max_in_flight: usize,
+    pub(crate) max_in_flight: usize,
     /// HTTP/2 connections to the scorer, used in turn (each one is served by one task on either side).
-    pub connections: usize,
+    pub(crate) connections: usize,
 }
 
 impl Default for ChannelLimits {
@@ -253,13 +253,13 @@ impl Scorer {
         self.clients[i].clone()
     }
 
-    pub fn deadline(&self, apiserver_timeout: Option<Duration>) -> Duration {
+    pub(crate) fn deadline(&self, apiserver_timeout: Option<Duration>) -> Duration {
         effective_deadline(self.budget, apiserver_timeout, self.margin)
     }
 
     /// One Score call that must be over `budget` after `started` (the admission request's arrival, so the
     /// time spent decoding is part of the budget); `prepare` may add metadata (trace context).
-    pub async fn score(
+    pub(crate) async fn score(
         &self,
         request: ScoreRequest,
         started: Instant,
@@ -311,7 +311,7 @@ impl Scorer {
     }
 
     /// Fetches the policy in force (catalog + priority buckets), with its own timeout.
-    pub async fn get_policy(&self, timeout: Duration) -> anyhow::Result<GetPolicyResponse> {
+    pub(crate) async fn get_policy(&self, timeout: Duration) -> anyhow::Result<GetPolicyResponse> {
         let mut req = tonic::Request::new(GetPolicyRequest {});
         req.set_timeout(timeout);
         let mut client = self.client();
@@ -322,7 +322,7 @@ impl Scorer {
     }
 
     /// Asks the scorer to check a policy text (`ValidatePolicy`); loads nothing.
-    pub async fn validate_policy(
+    pub(crate) async fn validate_policy(
         &self,
         file: &str,
         text: &str,

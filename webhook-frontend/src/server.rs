@@ -23,7 +23,7 @@ use crate::metrics::{ConnectionClose, Metrics};
 use crate::readiness::Readiness;
 
 /// Largest AdmissionReview body accepted (the apiserver's own request limit is 3 MiB).
-pub const BODY_LIMIT_BYTES: usize = 3 * 1024 * 1024;
+pub(crate) const BODY_LIMIT_BYTES: usize = 3 * 1024 * 1024;
 /// Whole-request timeout (body included), beyond the header read timeout.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -62,7 +62,7 @@ const OUT_OF_FDS: [i32; 2] = [24, 23];
 
 /// Accepts connections until `shutdown` resolves, then stops accepting and waits up to `drain` for the open
 /// connections to finish their requests. Every connection is held to `limits` (see [`crate::connections`]).
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
     router: Router,

@@ -24,9 +24,9 @@ const JOB_LOOKUP_DEADLINE: Duration = Duration::from_millis(500);
 
 /// What `/mutate-pod-checkpoint` reads; both `None` with `--no-kube`.
 pub(crate) struct CheckpointRestore {
-    pub checkpoints: Option<Arc<CheckpointCaches>>,
-    pub workloads: Option<Arc<WorkloadOwners>>,
-    pub metrics: Arc<Metrics>,
+    pub(crate) checkpoints: Option<Arc<CheckpointCaches>>,
+    pub(crate) workloads: Option<Arc<WorkloadOwners>>,
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 impl Webhook for CheckpointRestore {

@@ -59,13 +59,13 @@ impl Webhooks {
     }
 
     /// With the CheckpointBackup cache `/mutate-pod-checkpoint` reads.
-    pub fn with_checkpoints(mut self, checkpoints: Option<CheckpointCaches>) -> Self {
+    pub(crate) fn with_checkpoints(mut self, checkpoints: Option<CheckpointCaches>) -> Self {
         self.checkpoints = checkpoints.map(Arc::new);
         self
     }
 
     /// With the Job/ReplicaSet caches that resolve a Pod's controlling workload.
-    pub fn with_workloads(mut self, workloads: Option<WorkloadOwners>) -> Self {
+    pub(crate) fn with_workloads(mut self, workloads: Option<WorkloadOwners>) -> Self {
         self.workloads = workloads.map(Arc::new);
         self
     }

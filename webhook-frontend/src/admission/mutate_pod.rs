@@ -22,12 +22,12 @@ use crate::scorer_client::Scorer;
 
 /// What `/mutate-pod` reads.
 pub(crate) struct MutatePod {
-    pub scorer: Scorer,
-    pub cluster: Arc<ClusterFacts>,
-    pub policy: Arc<PolicyCache>,
+    pub(crate) scorer: Scorer,
+    pub(crate) cluster: Arc<ClusterFacts>,
+    pub(crate) policy: Arc<PolicyCache>,
     /// Jobs and ReplicaSets, to resolve a Pod's workload; `None` with `--no-kube` (first hop only).
-    pub workloads: Option<Arc<WorkloadOwners>>,
-    pub metrics: Arc<Metrics>,
+    pub(crate) workloads: Option<Arc<WorkloadOwners>>,
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 impl Webhook for MutatePod {

@@ -43,11 +43,11 @@ impl Envelope for IncomingObject {
 /// The request beyond its body.
 pub(crate) struct Call {
     /// When the request arrived: every budget counts from here.
-    pub started: Instant,
+    pub(crate) started: Instant,
     /// The apiserver's `?timeout=10s`.
-    pub apiserver_timeout: Option<Duration>,
+    pub(crate) apiserver_timeout: Option<Duration>,
     /// The request's span, for the webhook to record what it found.
-    pub span: tracing::Span,
+    pub(crate) span: tracing::Span,
 }
 
 /// A webhook's answer.
@@ -61,10 +61,10 @@ pub(crate) enum Body {
 /// What a webhook decided, and how to count it.
 pub(crate) struct Reply {
     /// The metric's `outcome` label.
-    pub outcome: &'static str,
+    pub(crate) outcome: &'static str,
     /// `CREATE`, `UPDATE`, … or `unknown` when the review could not be read.
-    pub operation: &'static str,
-    pub body: Body,
+    pub(crate) operation: &'static str,
+    pub(crate) body: Body,
 }
 
 /// One admission webhook: how its body is decoded, what it decides, how it is counted.

@@ -16,9 +16,9 @@ use crate::policy::PolicyCache;
 
 /// What `/validate-pod` reads: no scorer (the check is local, so it holds when the scorer is down).
 pub(crate) struct ValidatePod {
-    pub cluster: Arc<ClusterFacts>,
-    pub policy: Arc<PolicyCache>,
-    pub metrics: Arc<Metrics>,
+    pub(crate) cluster: Arc<ClusterFacts>,
+    pub(crate) policy: Arc<PolicyCache>,
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 impl Webhook for ValidatePod {

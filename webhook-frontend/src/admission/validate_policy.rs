@@ -17,11 +17,11 @@ const VALIDATE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// What `/validate-policy` reads.
 pub(crate) struct ValidatePolicy {
-    pub scorer: Scorer,
-    pub policy: Arc<PolicyCache>,
+    pub(crate) scorer: Scorer,
+    pub(crate) policy: Arc<PolicyCache>,
     /// The ConfigMap it guards.
-    pub configmap: PolicyConfigMap,
-    pub metrics: Arc<Metrics>,
+    pub(crate) configmap: PolicyConfigMap,
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 impl Webhook for ValidatePolicy {

@@ -26,7 +26,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 
 /// Where CheckpointBackups stand in the cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CrdState {
+pub(crate) enum CrdState {
     /// Discovery has not answered yet.
     Unknown = 0,
     /// The API group is not served: restores are off.
@@ -50,14 +50,14 @@ impl CrdState {
 
 /// What the restore needs from the cluster besides the Jobs' controllers (which
 /// [`crate::cluster::workloads::WorkloadOwners`] answers from its Job cache): the CheckpointBackups.
-pub struct CheckpointCaches {
+pub(crate) struct CheckpointCaches {
     backups: Arc<RwLock<Option<Store<CheckpointBackup>>>>,
     state: Arc<AtomicU8>,
 }
 
 impl CheckpointCaches {
     /// Starts the CheckpointBackup discovery/watch loop in a background task.
-    pub fn start(client: kube::Client, discovery_interval: Duration) -> Self {
+    pub(crate) fn start(client: kube::Client, discovery_interval: Duration) -> Self {
         let backups = Arc::new(RwLock::new(None));
         let state = Arc::new(AtomicU8::new(CrdState::Unknown as u8));
         tokio::spawn(keep_backups(
@@ -69,18 +69,18 @@ impl CheckpointCaches {
         Self { backups, state }
     }
 
-    pub fn crd_state(&self) -> CrdState {
+    pub(crate) fn crd_state(&self) -> CrdState {
         CrdState::from_u8(self.state.load(Ordering::Acquire))
     }
 
     /// Ready when the CheckpointBackups are listed, or known to be absent (or forbidden).
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         matches!(self.crd_state(), CrdState::NotInstalled | CrdState::Synced)
     }
 
     /// The cached CheckpointBackups whose `resourceRef` points into `namespace`, or `None` when the CRD is
     /// not installed (or its first listing is not complete).
-    pub fn backups_for(&self, namespace: &str) -> Option<Vec<Arc<CheckpointBackup>>> {
+    pub(crate) fn backups_for(&self, namespace: &str) -> Option<Vec<Arc<CheckpointBackup>>> {
         if self.crd_state() != CrdState::Synced {
             return None;
         }

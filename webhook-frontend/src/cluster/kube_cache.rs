@@ -22,7 +22,7 @@ pub struct KubeCaches {
 
 /// Builds a client from the usual configuration (KUBECONFIG, ~/.kube/config, in-cluster). A missing or
 /// broken configuration is an error: there is no silent fallback to `--no-kube`.
-pub async fn client() -> anyhow::Result<kube::Client> {
+pub(crate) async fn client() -> anyhow::Result<kube::Client> {
     let config = kube::Config::infer().await.map_err(|e| {
         anyhow::anyhow!(
             "no usable Kubernetes configuration ({e}); set KUBECONFIG or run in a cluster, or pass --no-kube \
@@ -35,7 +35,7 @@ pub async fn client() -> anyhow::Result<kube::Client> {
 
 impl KubeCaches {
     /// Starts both watches in background tasks; [`Self::is_synced`] turns true once both listed completely.
-    pub fn start(client: kube::Client, tier_label: String) -> Self {
+    pub(crate) fn start(client: kube::Client, tier_label: String) -> Self {
         let (namespaces, ns_writer) = reflector::store();
         let (priority_classes, pc_writer) = reflector::store();
         let ns_stream = watcher(
@@ -73,11 +73,11 @@ impl KubeCaches {
         }
     }
 
-    pub fn is_synced(&self) -> bool {
+    pub(crate) fn is_synced(&self) -> bool {
         self.synced.load(Ordering::Acquire)
     }
 
-    pub fn namespace_tier(&self, namespace: &str) -> Option<String> {
+    pub(crate) fn namespace_tier(&self, namespace: &str) -> Option<String> {
         let ns = self.namespaces.get(&ObjectRef::new(namespace))?;
         ns.metadata
             .labels

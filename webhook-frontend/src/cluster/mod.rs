@@ -1,9 +1,9 @@
 //! Cluster facts the decision needs: the namespace's tier and the PriorityClasses. Read from watch caches
 //! (kube::runtime reflectors, never a per-request GET), or, with `--no-kube`, from flags and the policy.
 
-pub mod checkpoints;
-pub mod kube_cache;
-pub mod workloads;
+pub(crate) mod checkpoints;
+pub(crate) mod kube_cache;
+pub(crate) mod workloads;
 
 use std::collections::HashMap;
 
@@ -19,7 +19,7 @@ pub enum ClusterFacts {
 }
 
 impl ClusterFacts {
-    pub fn namespace_tier(&self, namespace: &str) -> Option<String> {
+    pub(crate) fn namespace_tier(&self, namespace: &str) -> Option<String> {
         match self {
             ClusterFacts::Kube(k) => k.namespace_tier(namespace),
             ClusterFacts::Static { tiers } => tiers.get(namespace).cloned(),
@@ -27,7 +27,7 @@ impl ClusterFacts {
     }
 
     /// `true` once the caches hold a complete first listing (always true without Kubernetes).
-    pub fn is_synced(&self) -> bool {
+    pub(crate) fn is_synced(&self) -> bool {
         match self {
             ClusterFacts::Kube(k) => k.is_synced(),
             ClusterFacts::Static { .. } => true,
@@ -35,7 +35,7 @@ impl ClusterFacts {
     }
 
     /// The cluster's PriorityClasses, or `None` in `--no-kube` mode (then the policy's buckets are used).
-    pub fn priority_classes(&self) -> Option<&dyn PriorityClassLookup> {
+    pub(crate) fn priority_classes(&self) -> Option<&dyn PriorityClassLookup> {
         match self {
             ClusterFacts::Kube(k) => Some(k),
             ClusterFacts::Static { .. } => None,
@@ -44,7 +44,7 @@ impl ClusterFacts {
 }
 
 /// Parses `NS=TIER` pairs (from repeated `--namespace-tier` or comma-separated `WEBHOOK_NAMESPACE_TIER`).
-pub fn parse_namespace_tiers(pairs: &[String]) -> anyhow::Result<HashMap<String, String>> {
+pub(crate) fn parse_namespace_tiers(pairs: &[String]) -> anyhow::Result<HashMap<String, String>> {
     let mut out = HashMap::new();
     for p in pairs.iter().map(|p| p.trim()).filter(|p| !p.is_empty()) {
         match p.split_once('=') {

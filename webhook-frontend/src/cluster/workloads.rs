@@ -24,11 +24,11 @@ use super::kube_cache::drive;
 use gpu_admission_core::workload::{self, OwnerFacts, OwnerKind, OwnerQuery, WorkloadRef};
 
 /// The longest an admission waits for an owner the caches do not hold yet.
-pub const OWNER_READ_BUDGET: Duration = Duration::from_millis(50);
+pub(crate) const OWNER_READ_BUDGET: Duration = Duration::from_millis(50);
 
 /// The Pod's workload: labels and owner references, the owner object read through `owners` (cache, else one
 /// GET within `budget`); without `owners` (`--no-kube`) the first hop.
-pub async fn resolve_workload(
+pub(crate) async fn resolve_workload(
     owners: Option<&WorkloadOwners>,
     pod: &Pod,
     namespace: &str,
@@ -41,7 +41,7 @@ pub async fn resolve_workload(
     workload::resolve(pod, namespace, facts.as_ref())
 }
 
-pub struct WorkloadOwners {
+pub(crate) struct WorkloadOwners {
     client: kube::Client,
     jobs: Store<Job>,
     replica_sets: Store<ReplicaSet>,
@@ -105,7 +105,7 @@ fn replica_set_facts(rs: &ReplicaSet) -> OwnerFacts {
 
 impl WorkloadOwners {
     /// Starts both watches in background tasks (a 403 or an error is logged and retried with backoff).
-    pub fn start(client: kube::Client) -> Self {
+    pub(crate) fn start(client: kube::Client) -> Self {
         let (jobs, jobs_writer) = reflector::store();
         let (replica_sets, rs_writer) = reflector::store();
         let config = || watcher::Config::default().any_semantic();
@@ -128,7 +128,7 @@ impl WorkloadOwners {
 
     /// The controlling owner of Job `namespace/name` with uid `uid` (the checkpoint restore asks whether a
     /// CronJob runs it), from the same cache as [`Self::facts`]; `Err` says why it is unknown.
-    pub async fn job_controller(
+    pub(crate) async fn job_controller(
         &self,
         namespace: &str,
         name: &str,
@@ -148,7 +148,7 @@ impl WorkloadOwners {
     }
 
     /// What the cluster says about `q`'s object: from the cache, else one GET within `deadline`.
-    pub async fn facts(&self, q: &OwnerQuery, deadline: Duration) -> OwnerFacts {
+    pub(crate) async fn facts(&self, q: &OwnerQuery, deadline: Duration) -> OwnerFacts {
         let uid_matches = |meta: &ObjectMeta| meta.uid.as_deref() == Some(q.uid.as_str());
         match q.kind {
             OwnerKind::Job => {

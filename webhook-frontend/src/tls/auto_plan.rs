@@ -20,10 +20,10 @@ use time::{Duration, OffsetDateTime};
 use super::certs;
 use super::self_signed::{ca_params, serving_params, serving_sans};
 
-pub const CA_CRT: &str = "ca.crt";
-pub const CA_KEY: &str = "ca.key";
-pub const TLS_CRT: &str = "tls.crt";
-pub const TLS_KEY: &str = "tls.key";
+pub(crate) const CA_CRT: &str = "ca.crt";
+pub(crate) const CA_KEY: &str = "ca.key";
+pub(crate) const TLS_CRT: &str = "tls.crt";
+pub(crate) const TLS_KEY: &str = "tls.key";
 
 /// Common name of the CA the frontend creates for itself.
 const CA_COMMON_NAME: &str = "gpu-admission webhook CA";
@@ -32,16 +32,16 @@ const BACKDATE: Duration = Duration::minutes(5);
 
 /// The four PEM documents of the Secret (a missing key is empty).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Material {
-    pub ca_crt: Vec<u8>,
-    pub ca_key: Vec<u8>,
-    pub tls_crt: Vec<u8>,
-    pub tls_key: Vec<u8>,
+pub(crate) struct Material {
+    pub(crate) ca_crt: Vec<u8>,
+    pub(crate) ca_key: Vec<u8>,
+    pub(crate) tls_crt: Vec<u8>,
+    pub(crate) tls_key: Vec<u8>,
 }
 
 impl Material {
     /// From a Secret's `data` (missing keys become empty documents).
-    pub fn from_data<'a>(data: impl IntoIterator<Item = (&'a String, &'a [u8])>) -> Self {
+    pub(crate) fn from_data<'a>(data: impl IntoIterator<Item = (&'a String, &'a [u8])>) -> Self {
         let mut m = Material::default();
         for (k, v) in data {
             let slot = match k.as_str() {
@@ -57,7 +57,7 @@ impl Material {
     }
 
     /// As a Secret's `data`.
-    pub fn to_data(&self) -> BTreeMap<String, Vec<u8>> {
+    pub(crate) fn to_data(&self) -> BTreeMap<String, Vec<u8>> {
         [
             (CA_CRT, &self.ca_crt),
             (CA_KEY, &self.ca_key),
@@ -72,13 +72,13 @@ impl Material {
 
 /// How long certificates live and when they are renewed.
 #[derive(Clone, Debug)]
-pub struct Lifetimes {
+pub(crate) struct Lifetimes {
     /// Lifetime of a serving certificate.
-    pub serving: Duration,
+    pub(crate) serving: Duration,
     /// Lifetime of a new CA (much longer: a new CA changes the caBundle).
-    pub ca: Duration,
+    pub(crate) ca: Duration,
     /// Renew a serving certificate when less than this is left; `None` = a third of its lifetime.
-    pub renew_before: Option<Duration>,
+    pub(crate) renew_before: Option<Duration>,
 }
 
 impl Default for Lifetimes {
@@ -93,7 +93,7 @@ impl Default for Lifetimes {
 
 /// What to do with the Secret.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Plan {
+pub(crate) enum Plan {
     /// It holds a good serving certificate: serve it.
     Keep,
     /// Issue a new serving certificate, under a new CA when `new_ca`.
@@ -102,7 +102,7 @@ pub enum Plan {
 
 /// Decides what to do with `stored` (`None` = no Secret) at `now` for a certificate naming `sans` (the
 /// default SANs are added).
-pub fn plan(
+pub(crate) fn plan(
     stored: Option<&Material>,
     extra_sans: &[String],
     now: OffsetDateTime,
@@ -136,7 +136,7 @@ pub fn plan(
 
 /// Issues a serving certificate (and a CA when `new_ca`, or when `previous` has no usable CA). The CA bundle
 /// keeps the previous CA after a rotation while it is still valid.
-pub fn issue(
+pub(crate) fn issue(
     previous: Option<&Material>,
     new_ca: bool,
     extra_sans: &[String],
@@ -191,7 +191,7 @@ pub fn issue(
 }
 
 /// Not-before and not-after of the first certificate of a PEM document.
-pub fn first_cert_validity(pem: &[u8]) -> Option<(OffsetDateTime, OffsetDateTime)> {
+pub(crate) fn first_cert_validity(pem: &[u8]) -> Option<(OffsetDateTime, OffsetDateTime)> {
     let der = rustls_pemfile::certs(&mut &pem[..]).next()?.ok()?;
     validity(&der)
 }

@@ -42,19 +42,19 @@ const MANAGER: &str = "gpu-admission-webhook";
 /// What automatic mode manages.
 #[derive(Clone, Debug)]
 pub struct AutoTlsConfig {
-    pub namespace: String,
-    pub secret: String,
+    pub(crate) namespace: String,
+    pub(crate) secret: String,
     /// MutatingWebhookConfiguration whose caBundles are kept equal to `ca.crt`.
-    pub webhook_config: Option<String>,
+    pub(crate) webhook_config: Option<String>,
     /// Extra SANs (the defaults localhost, 127.0.0.1, ::1 are always present).
-    pub sans: Vec<String>,
-    pub lifetimes: Lifetimes,
+    pub(crate) sans: Vec<String>,
+    pub(crate) lifetimes: Lifetimes,
     /// How often the Secret (and the caBundle) is read again.
-    pub check_interval: Duration,
+    pub(crate) check_interval: Duration,
 }
 
 /// The automatic-certificate loop.
-pub struct AutoTls {
+pub(crate) struct AutoTls {
     secrets: Api<Secret>,
     webhook_configs: Api<MutatingWebhookConfiguration>,
     validating_configs: Api<ValidatingWebhookConfiguration>,
@@ -67,7 +67,7 @@ pub struct AutoTls {
 }
 
 impl AutoTls {
-    pub fn new(
+    pub(crate) fn new(
         client: kube::Client,
         config: AutoTlsConfig,
         resolver: Arc<ReloadingCertResolver>,
@@ -88,7 +88,7 @@ impl AutoTls {
 
     /// A placeholder certificate (a throwaway CA nobody trusts) served until the Secret's certificate is:
     /// `/healthz` answers meanwhile, `/readyz` does not.
-    pub fn placeholder(sans: &[String]) -> anyhow::Result<Arc<rustls::sign::CertifiedKey>> {
+    pub(crate) fn placeholder(sans: &[String]) -> anyhow::Result<Arc<rustls::sign::CertifiedKey>> {
         let m = auto_plan::issue(
             None,
             true,
@@ -106,7 +106,7 @@ impl AutoTls {
     }
 
     /// Runs passes forever (a failed pass is logged, counted and retried).
-    pub async fn run(mut self) {
+    pub(crate) async fn run(mut self) {
         loop {
             let wait = match self.pass().await {
                 Ok(()) => self.config.check_interval,
@@ -131,7 +131,7 @@ impl AutoTls {
     }
 
     /// One pass: make sure the Secret holds a good certificate, serve it, make sure the caBundles match.
-    pub async fn pass(&mut self) -> anyhow::Result<()> {
+    pub(crate) async fn pass(&mut self) -> anyhow::Result<()> {
         let material = self.ensure_secret().await?;
         self.serve(&material)?;
         if let Some(name) = self.config.webhook_config.clone() {
@@ -298,7 +298,7 @@ impl AutoTls {
 }
 
 /// A webhook configuration's entries: name and caBundle (both admission configuration kinds).
-pub trait WebhookEntries:
+pub(crate) trait WebhookEntries:
     kube::Resource<DynamicType = ()>
     + Clone
     + std::fmt::Debug
@@ -340,7 +340,10 @@ webhook_entries!(MutatingWebhookConfiguration, ValidatingWebhookConfiguration);
 /// The strategic merge patch setting `clientConfig.caBundle` = `ca` on every webhook entry (matched by its
 /// `name`, the list's merge key) whose caBundle differs; guarded by the resourceVersion that was read, so
 /// an entry renamed or removed meanwhile is never re-added. `None` when every entry already matches.
-pub fn ca_bundle_patch<K: WebhookEntries>(config: &K, ca: &[u8]) -> Option<serde_json::Value> {
+pub(crate) fn ca_bundle_patch<K: WebhookEntries>(
+    config: &K,
+    ca: &[u8],
+) -> Option<serde_json::Value> {
     let b64 = base64::engine::general_purpose::STANDARD.encode(ca);
     let entries: Vec<serde_json::Value> = config
         .entries()
@@ -359,7 +362,7 @@ pub fn ca_bundle_patch<K: WebhookEntries>(config: &K, ca: &[u8]) -> Option<serde
 
 /// The namespace of the Secret: the flag, else `POD_NAMESPACE`, else the client's default namespace (the
 /// in-cluster service account's namespace, or the kubeconfig context's).
-pub fn namespace(flag: Option<&str>, client: &kube::Client) -> String {
+pub(crate) fn namespace(flag: Option<&str>, client: &kube::Client) -> String {
     flag.map(str::to_string)
         .or_else(|| {
             std::env::var("POD_NAMESPACE")

@@ -8,7 +8,10 @@ use rustls::sign::CertifiedKey;
 
 /// Parses PEM `tls.crt` (leaf first, then intermediates) and `tls.key` (PKCS#8, PKCS#1 or SEC1), and checks
 /// that the key belongs to the leaf certificate.
-pub fn certified_key_from_pem(cert_pem: &[u8], key_pem: &[u8]) -> anyhow::Result<CertifiedKey> {
+pub(crate) fn certified_key_from_pem(
+    cert_pem: &[u8],
+    key_pem: &[u8],
+) -> anyhow::Result<CertifiedKey> {
     let chain = rustls_pemfile::certs(&mut &cert_pem[..])
         .collect::<Result<Vec<_>, _>>()
         .context("reading PEM certificates")?;
@@ -24,7 +27,7 @@ pub fn certified_key_from_pem(cert_pem: &[u8], key_pem: &[u8]) -> anyhow::Result
 }
 
 /// Reads both files and returns the key and the raw bytes (for change detection).
-pub fn load(cert: &Path, key: &Path) -> anyhow::Result<(Arc<CertifiedKey>, Vec<u8>)> {
+pub(crate) fn load(cert: &Path, key: &Path) -> anyhow::Result<(Arc<CertifiedKey>, Vec<u8>)> {
     let cert_pem = std::fs::read(cert).with_context(|| format!("reading {}", cert.display()))?;
     let key_pem = std::fs::read(key).with_context(|| format!("reading {}", key.display()))?;
     let ck = certified_key_from_pem(&cert_pem, &key_pem)

@@ -3,21 +3,21 @@
 //! certificates the frontend keeps in a Secret itself (`--auto-tls-secret`: `auto_plan` decides, `auto_rotate`
 //! talks to the API).
 
-pub mod auto_plan;
-pub mod auto_rotate;
-pub mod certs;
-pub mod reload;
-pub mod self_signed;
+pub(crate) mod auto_plan;
+pub(crate) mod auto_rotate;
+pub(crate) mod certs;
+pub(crate) mod reload;
+pub(crate) mod self_signed;
 
 use std::sync::Arc;
 
 use rustls::ServerConfig;
 
 /// ALPN protocols offered, best first.
-pub const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
+pub(crate) const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
 
 /// A rustls server config: TLS 1.3 and 1.2 only, ALPN h2 + http/1.1, certificate from `resolver`.
-pub fn server_config(
+pub(crate) fn server_config(
     resolver: Arc<reload::ReloadingCertResolver>,
 ) -> anyhow::Result<Arc<ServerConfig>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());

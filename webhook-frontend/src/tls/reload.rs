@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 use super::certs;
 use crate::metrics::{Metrics, ReloadResult};
 
-pub struct ReloadingCertResolver {
+pub(crate) struct ReloadingCertResolver {
     current: RwLock<Arc<CertifiedKey>>,
 }
 
@@ -35,13 +35,13 @@ impl ResolvesServerCert for ReloadingCertResolver {
 }
 
 impl ReloadingCertResolver {
-    pub fn new(initial: Arc<CertifiedKey>) -> Self {
+    pub(crate) fn new(initial: Arc<CertifiedKey>) -> Self {
         Self {
             current: RwLock::new(initial),
         }
     }
 
-    pub fn current(&self) -> Arc<CertifiedKey> {
+    pub(crate) fn current(&self) -> Arc<CertifiedKey> {
         self.current
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -49,20 +49,22 @@ impl ReloadingCertResolver {
     }
 
     /// Serves `key` to every new handshake (established connections keep theirs).
-    pub fn set(&self, key: Arc<CertifiedKey>) {
+    pub(crate) fn set(&self, key: Arc<CertifiedKey>) {
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = key;
     }
 }
 
 /// The certificate files being served.
 #[derive(Debug, Clone)]
-pub struct CertFiles {
-    pub cert: PathBuf,
-    pub key: PathBuf,
+pub(crate) struct CertFiles {
+    pub(crate) cert: PathBuf,
+    pub(crate) key: PathBuf,
 }
 
 /// Loads the files once (an error here is fatal at start-up) and returns the resolver plus the content hash.
-pub fn load_initial(files: &CertFiles) -> anyhow::Result<(Arc<ReloadingCertResolver>, [u8; 32])> {
+pub(crate) fn load_initial(
+    files: &CertFiles,
+) -> anyhow::Result<(Arc<ReloadingCertResolver>, [u8; 32])> {
     let (key, bytes) = certs::load(&files.cert, &files.key)?;
     Ok((
         Arc::new(ReloadingCertResolver::new(key)),
@@ -72,7 +74,7 @@ pub fn load_initial(files: &CertFiles) -> anyhow::Result<(Arc<ReloadingCertResol
 
 /// Polls the files every `interval` and swaps the resolver's key when their content changes. Runs until the
 /// task is dropped.
-pub async fn watch(
+pub(crate) async fn watch(
     resolver: Arc<ReloadingCertResolver>,
     files: CertFiles,
     mut last_hash: [u8; 32],

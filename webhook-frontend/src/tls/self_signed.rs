@@ -15,17 +15,17 @@ use time::{Duration, OffsetDateTime};
 
 /// Paths written by [`generate`].
 #[derive(Debug, Clone)]
-pub struct GeneratedFiles {
-    pub ca_cert: PathBuf,
-    pub cert: PathBuf,
-    pub key: PathBuf,
+pub(crate) struct GeneratedFiles {
+    pub(crate) ca_cert: PathBuf,
+    pub(crate) cert: PathBuf,
+    pub(crate) key: PathBuf,
 }
 
 /// Subject alternative names always present on the serving certificate.
-pub const DEFAULT_SANS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+pub(crate) const DEFAULT_SANS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 
 /// Generates a fresh CA and serving certificate (SANs: [`DEFAULT_SANS`] + `extra_sans`) into `dir`.
-pub fn generate(dir: &Path, extra_sans: &[String]) -> anyhow::Result<GeneratedFiles> {
+pub(crate) fn generate(dir: &Path, extra_sans: &[String]) -> anyhow::Result<GeneratedFiles> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let now = OffsetDateTime::now_utc();
     let ca = CertifiedIssuer::self_signed(
@@ -57,7 +57,7 @@ pub fn generate(dir: &Path, extra_sans: &[String]) -> anyhow::Result<GeneratedFi
 }
 
 /// [`DEFAULT_SANS`] followed by the non-empty, not yet listed `extra` names.
-pub fn serving_sans(extra: &[String]) -> Vec<String> {
+pub(crate) fn serving_sans(extra: &[String]) -> Vec<String> {
     let mut sans: Vec<String> = DEFAULT_SANS.iter().map(|s| s.to_string()).collect();
     for s in extra {
         let s = s.trim();
@@ -69,7 +69,7 @@ pub fn serving_sans(extra: &[String]) -> Vec<String> {
 }
 
 /// Parameters of a CA certificate (path length 0: it signs serving certificates only).
-pub fn ca_params(
+pub(crate) fn ca_params(
     common_name: &str,
     not_before: OffsetDateTime,
     not_after: OffsetDateTime,
@@ -91,7 +91,7 @@ pub fn ca_params(
 }
 
 /// Parameters of an end-entity serving certificate (serverAuth) for `sans` (DNS names or IPs).
-pub fn serving_params(
+pub(crate) fn serving_params(
     sans: Vec<String>,
     not_before: OffsetDateTime,
     not_after: OffsetDateTime,
