@@ -210,6 +210,21 @@ impl PolicySnapshot {
     }
 }
 
+impl PolicySnapshot {
+    /// The PriorityClasses a decision may use, the one rule every webhook follows: the cluster's (a watch
+    /// cache), else with `--no-kube` this policy's priority buckets once the policy is known, else `None`.
+    pub fn known_priority_classes<'a>(
+        &'a self,
+        cluster: Option<&'a dyn PriorityClassLookup>,
+    ) -> Option<&'a dyn PriorityClassLookup> {
+        match cluster {
+            Some(lookup) => Some(lookup),
+            None if !self.priority_classes.is_empty() => Some(self),
+            None => None,
+        }
+    }
+}
+
 impl PriorityClassLookup for PolicySnapshot {
     fn priority_class(&self, name: &str) -> Option<PriorityClassFacts> {
         self.priority_classes.get(name).cloned()

@@ -55,19 +55,6 @@ impl PriorityClassLookup for AnswerPriorityClass<'_> {
     }
 }
 
-/// The PriorityClasses a decision may use, the one rule every webhook follows: the cluster's (a watch cache),
-/// else with `--no-kube` the policy's priority buckets once the policy is known, else `None`.
-pub fn known<'a>(
-    cluster: Option<&'a dyn PriorityClassLookup>,
-    policy: &'a crate::policy::PolicySnapshot,
-) -> Option<&'a dyn PriorityClassLookup> {
-    match cluster {
-        Some(lookup) => Some(lookup),
-        None if !policy.priority_classes.is_empty() => Some(policy),
-        None => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,9 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use base64::Engine;
+use gpu_admission_core::names::decision::{
+    ANN_GPU_CLASS, ANN_INFEASIBLE_REASON, ANN_PRIORITY_SCORE,
+};
 use serde_json::{Value, json};
 
 use crate::cli::{DemoArgs, HttpVersion};
@@ -259,8 +262,8 @@ fn line(case: &Case, d: &Decision, ms: f64) -> String {
     let name = case.pod["metadata"]["name"].as_str().unwrap_or("");
     let outcome = if d.ops > 0 { "mutated" } else { "unchanged" };
     let class = match (
-        annotation(p, "gpu-admission.io/gpu-class"),
-        annotation(p, "gpu-admission.io/infeasible-reason"),
+        annotation(p, ANN_GPU_CLASS),
+        annotation(p, ANN_INFEASIBLE_REASON),
     ) {
         (Some(c), _) => c.to_string(),
         (None, Some(_)) => "none feasible".into(),
@@ -284,7 +287,7 @@ fn line(case: &Case, d: &Decision, ms: f64) -> String {
     };
     let priority = match (
         p["spec"]["priorityClassName"].as_str(),
-        annotation(p, "gpu-admission.io/priority-score"),
+        annotation(p, ANN_PRIORITY_SCORE),
     ) {
         (Some(pc), Some(score)) => format!("{pc} ({score})"),
         (Some(pc), None) => pc.to_string(),
@@ -497,10 +500,7 @@ mod tests {
         ]);
         let d = decide("u1", &pod, &answer("u1", Some(&patch.to_string()))).unwrap();
         assert_eq!(d.ops, 2);
-        assert_eq!(
-            annotation(&d.patched, "gpu-admission.io/gpu-class"),
-            Some("A100-80GB")
-        );
+        assert_eq!(annotation(&d.patched, ANN_GPU_CLASS), Some("A100-80GB"));
         // The Pod's own anti-affinity term is not reported as ours.
         assert_eq!(avoided(&pod, &d.patched), ["train-llama"]);
     }

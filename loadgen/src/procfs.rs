@@ -3,10 +3,25 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::report::ServiceUsage;
+use serde::Serialize;
 
 /// Linux reports utime/stime in clock ticks of USER_HZ, 100 on every mainstream architecture.
 const TICKS_PER_SEC: f64 = 100.0;
+
+/// Memory and CPU of one service during a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServiceUsage {
+    pub service: String,
+    pub pid: u32,
+    /// VmRSS just before the run's load.
+    pub rss_before_kib: u64,
+    /// Highest VmRSS sampled (every 100 ms) during the run.
+    pub rss_peak_kib: u64,
+    /// VmHWM at the end of the run: the process's peak RSS since it started (catches spikes between samples).
+    pub rss_hwm_kib: u64,
+    /// CPU time used during the run, as a share of one core (1.0 = one core busy).
+    pub cpu_cores: f64,
+}
 
 /// Resident set size in KiB (`VmRSS` of /proc/PID/status).
 pub fn rss_kib(pid: u32) -> Option<u64> {

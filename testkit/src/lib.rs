@@ -48,18 +48,20 @@ pub use process::ChildProcess;
 pub use review::{AdmissionOutcome, Operation};
 pub use services::{Scorer, ScorerBuilder, Webhook, WebhookBuilder};
 
-/// Names shared with the product, so tests never spell them twice.
+/// Names shared with the product, so tests never spell them twice: core's, under the names the tests use.
 pub mod names {
+    use gpu_admission_core::names::{decision, features};
+
     /// Namespace label carrying the tenant tier.
-    pub const TIER_LABEL: &str = "tenant.kubenexus.io/tier";
-    /// Default node label key selecting a GPU class.
+    pub const TIER_LABEL: &str = gpu_admission_core::names::DEFAULT_TIER_LABEL;
+    /// Default node label key selecting a GPU class (the shipped policy's catalog).
     pub const CLASS_LABEL: &str = "gpu.nvidia.com/class";
-    pub const ANN_PRIORITY_SCORE: &str = "gpu-admission.io/priority-score";
-    pub const ANN_GPU_CLASS: &str = "gpu-admission.io/gpu-class";
+    pub const ANN_PRIORITY_SCORE: &str = decision::ANN_PRIORITY_SCORE;
+    pub const ANN_GPU_CLASS: &str = decision::ANN_GPU_CLASS;
     /// The idempotency marker: a Pod carrying it is allowed unchanged.
-    pub const ANN_DECIDED_AT: &str = "gpu-admission.io/decided-at";
-    pub const ANN_POLICY_VERSION: &str = "gpu-admission.io/policy-version";
-    pub const ANN_INFEASIBLE: &str = "gpu-admission.io/infeasible-reason";
+    pub const ANN_DECIDED_AT: &str = decision::ANN_DECIDED_AT;
+    pub const ANN_POLICY_VERSION: &str = decision::ANN_POLICY_VERSION;
+    pub const ANN_INFEASIBLE: &str = decision::ANN_INFEASIBLE_REASON;
     /// The four annotations written together on every mutation.
     pub const DECISION_ANNOTATIONS: [&str; 4] = [
         ANN_PRIORITY_SCORE,
@@ -68,20 +70,20 @@ pub mod names {
         ANN_POLICY_VERSION,
     ];
     /// Who places the Pod: `gpu-admission`, `pod: <what constrains it>`, `node-name`, `kueue` or `none`.
-    pub const ANN_PLACEMENT: &str = "gpu-admission.io/placement";
+    pub const ANN_PLACEMENT: &str = decision::ANN_PLACEMENT;
     /// A Kueue-managed Pod's class as we would choose it (Kueue's flavor places the Pod).
-    pub const ANN_RECOMMENDED_CLASS: &str = "gpu-admission.io/recommended-class";
-    pub const ANN_ALTERNATIVES: &str = "gpu-admission.io/alternatives";
-    pub const ANN_EXPLORED: &str = "gpu-admission.io/explored";
+    pub const ANN_RECOMMENDED_CLASS: &str = decision::ANN_RECOMMENDED_CLASS;
+    pub const ANN_ALTERNATIVES: &str = decision::ANN_ALTERNATIVES;
+    pub const ANN_EXPLORED: &str = decision::ANN_EXPLORED;
     /// Label the webhook adds for pod anti-affinity.
-    pub const JOB_TYPE_LABEL: &str = "gpu-admission.io/job-type";
-    pub const ANN_JOB_TYPE_SEED: &str = "app.kubernetes.io/job-type";
-    pub const ANN_GPU_MEM_SEED: &str = "gpu.mem.gi";
-    pub const ANN_BATCH_SEED: &str = "ml.batch_size";
-    pub const ANN_TENANT_SEED: &str = "scheduler.radix.ai/tenant";
-    pub const ANN_JOB_TYPE: &str = "gpu-admission.io/job-type";
-    pub const ANN_GPU_MEM: &str = "gpu-admission.io/gpu-memory-gib";
-    pub const ANN_WORKLOAD_CLASS: &str = "gpu-admission.io/workload-class";
+    pub const JOB_TYPE_LABEL: &str = decision::LABEL_JOB_TYPE;
+    pub const ANN_JOB_TYPE_SEED: &str = features::JOB_TYPE[1];
+    pub const ANN_GPU_MEM_SEED: &str = features::GPU_MEMORY_GIB[1];
+    pub const ANN_BATCH_SEED: &str = features::BATCH_SIZE[1];
+    pub const ANN_TENANT_SEED: &str = features::TENANT[1];
+    pub const ANN_JOB_TYPE: &str = features::JOB_TYPE[0];
+    pub const ANN_GPU_MEM: &str = features::GPU_MEMORY_GIB[0];
+    pub const ANN_WORKLOAD_CLASS: &str = features::WORKLOAD_CLASS;
 }
 
 /// How long tests wait for a process to print its `listening on` line (covers a cold start).

@@ -13,7 +13,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use crate::drivers::{ErrorKind, Outcome};
-use crate::procfs::ProcUsage;
+use crate::procfs::{ProcUsage, ServiceUsage};
 
 /// loadgen drives all connections from one thread (plus the pacing thread): near one core, it is the limit.
 pub const CLIENT_BOUND_CORES: f64 = 0.85;
@@ -138,21 +138,6 @@ impl Percentiles {
             mean: h.mean() / 1000.0,
         }
     }
-}
-
-/// Memory and CPU of one service during a run.
-#[derive(Debug, Clone, Serialize)]
-pub struct ServiceUsage {
-    pub service: String,
-    pub pid: u32,
-    /// VmRSS just before the run's load.
-    pub rss_before_kib: u64,
-    /// Highest VmRSS sampled (every 100 ms) during the run.
-    pub rss_peak_kib: u64,
-    /// VmHWM at the end of the run: the process's peak RSS since it started (catches spikes between samples).
-    pub rss_hwm_kib: u64,
-    /// CPU time used during the run, as a share of one core (1.0 = one core busy).
-    pub cpu_cores: f64,
 }
 
 /// One run: a target, a pacing, a duration; what it achieved.

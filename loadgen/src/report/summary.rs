@@ -181,7 +181,8 @@ mod tests {
     use super::*;
     use crate::drivers::Outcome;
     use crate::procfs::ProcUsage;
-    use crate::report::{Recorder, ServiceUsage};
+    use crate::procfs::ServiceUsage;
+    use crate::report::Recorder;
 
     fn run(
         target: &str,

@@ -19,7 +19,7 @@ use time::OffsetDateTime;
 
 use crate::pod::gpu_resources::ClaimTemplates;
 use crate::policy::{PolicySnapshot, TierRules};
-use crate::priority_class::{self, AnswerPriorityClass, NoPriorityClasses, PriorityClassLookup};
+use crate::priority_class::{AnswerPriorityClass, NoPriorityClasses, PriorityClassLookup};
 use crate::review::Answer;
 use patch::PatchInput;
 use triage::{Candidate, Skip};
@@ -155,8 +155,9 @@ pub fn plan<'a>(
             true,
             now_unused(),
         );
-        let pcs =
-            priority_class::known(facts.priority_classes, policy).unwrap_or(&NoPriorityClasses);
+        let pcs = policy
+            .known_priority_classes(facts.priority_classes)
+            .unwrap_or(&NoPriorityClasses);
         if patch::is_settled(&input, pcs) {
             return Err(Skip("already decided"));
         }
@@ -254,7 +255,7 @@ pub fn decide(
         fallback,
         now,
     );
-    let mutation = match priority_class::known(facts.priority_classes, policy) {
+    let mutation = match policy.known_priority_classes(facts.priority_classes) {
         Some(lookup) => patch::decide_pod(&input, lookup),
         // --no-kube before the first GetPolicy answer: the buckets are not known yet, but the answer's own
         // assignment comes from those very buckets.

@@ -12,7 +12,7 @@ use crate::placement;
 use crate::pod::features;
 use crate::pod::gpu_resources::NoClaimTemplates;
 use crate::policy::{PolicySnapshot, TierRules};
-use crate::priority_class::{self, NoPriorityClasses, PriorityClassLookup};
+use crate::priority_class::{NoPriorityClasses, PriorityClassLookup};
 use crate::review::Verdict;
 use gpu_admission_proto::scorer::v1::{EnforcementMode, GpuVendor};
 use templates::described_pods;
@@ -276,7 +276,9 @@ pub fn decide(
     tier_of: impl Fn(&str) -> Option<String>,
     cluster_priority_classes: Option<&dyn PriorityClassLookup>,
 ) -> (Check, Verdict) {
-    let pcs = priority_class::known(cluster_priority_classes, policy).unwrap_or(&NoPriorityClasses);
+    let pcs = policy
+        .known_priority_classes(cluster_priority_classes)
+        .unwrap_or(&NoPriorityClasses);
     let check = check(req, policy, tier_of, pcs);
     let verdict = verdict(&check, policy.mode);
     (check, verdict)
