@@ -171,22 +171,10 @@ fn ptr<'t>(tokens: impl IntoIterator<Item = &'t str>) -> PointerBuf {
     PointerBuf::from_tokens(tokens)
 }
 
-/// Decides the restore of one Pod. `None` when the Pod is not a Job's or was already restored (nothing to
-/// count); otherwise the patch (possibly empty) with the per-container outcome.
-pub fn decide(input: &RestoreInput<'_>) -> Option<Restore> {
-    let pod = input.pod;
-    controlling_job(pod)?;
-    if pod
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(ANN_RESTORED_FROM))
-    {
-        return None;
-    }
+/// The Pod's containers and init containers, with the list each is in and its index there.
+fn pod_containers(pod: &Pod) -> Vec<(&'static str, usize, &Container)> {
     let spec = pod.spec.as_ref();
-    let containers: Vec<(&str, usize, &Container)> = spec
-        .into_iter()
+    spec.into_iter()
         .flat_map(|s| {
             s.containers
                 .iter()
@@ -200,9 +188,15 @@ pub fn decide(input: &RestoreInput<'_>) -> Option<Restore> {
                 .enumerate()
                 .map(|(i, c)| ("initContainers", i, c))
         }))
-        .collect();
-    let mut out = Restore::default();
+        .collect()
+}
 
+/// The backups that refer to the Pod's Job (or its CronJob), newest first; equal times by name, so every
+/// replica picks the same. Warns when CronJob backups could not be considered.
+fn matching_backups<'b>(
+    input: &RestoreInput<'b>,
+    warnings: &mut Vec<String>,
+) -> Vec<&'b CheckpointBackup> {
     let cron_job = input.job.controller.ok().and_then(cron_job_name);
     let mut matching: Vec<&CheckpointBackup> = input
         .backups
@@ -216,38 +210,29 @@ pub fn decide(input: &RestoreInput<'_>) -> Option<Restore> {
             .iter()
             .any(|b| names_cron_job(b) && b.target_namespace() == Some(input.namespace))
     {
-        out.warnings.push(format!(
+        warnings.push(format!(
             "gpu-admission: CronJob checkpoints not considered for Job {}: {why}",
             input.job.name
         ));
     }
-    // Newest first; equal times by name, so every replica picks the same.
     matching.sort_by(|a, b| {
         b.metadata
             .creation_timestamp
             .cmp(&a.metadata.creation_timestamp)
             .then_with(|| a.metadata.name.cmp(&b.metadata.name))
     });
-    let Some(chosen) = matching.first().copied() else {
-        out.misses = containers
-            .iter()
-            .map(|(_, _, c)| (c.name.clone(), Miss::NoBackup))
-            .collect();
-        return Some(out);
-    };
-    let chosen_id = backup_id(chosen);
-    if matching.len() > 1 {
-        let others: Vec<String> = matching[1..].iter().map(|b| backup_id(b)).collect();
-        out.warnings.push(format!(
-            "gpu-admission: {} CheckpointBackups refer to this Pod's Job; restored from the newest, {chosen_id}; \
-             ignored {}",
-            matching.len(),
-            others.join(", ")
-        ));
-    }
+    matching
+}
 
+/// `test` + `replace` of each container image the chosen backup has a pushed image for; the rest are misses.
+fn replace_images(
+    chosen: &CheckpointBackup,
+    chosen_id: &str,
+    containers: &[(&str, usize, &Container)],
+    out: &mut Restore,
+) -> Vec<PatchOperation> {
     let mut ops = Vec::new();
-    for (list, index, c) in &containers {
+    for (list, index, c) in containers {
         let Some(original) = c.image.as_deref().filter(|i| !i.is_empty()) else {
             out.misses.push((c.name.clone(), Miss::NoContainerMatch));
             continue;
@@ -282,30 +267,76 @@ pub fn decide(input: &RestoreInput<'_>) -> Option<Restore> {
             }
         }
     }
-    if !out.restored.is_empty() {
-        let originals = out
-            .restored
-            .iter()
-            .map(|r| format!("{}={}", r.container, r.original))
-            .collect::<Vec<_>>()
-            .join(",");
-        let members = [
-            (ANN_RESTORED_FROM, json!(chosen_id)),
-            (ANN_ORIGINAL_IMAGES, json!(originals)),
-        ];
-        if pod.metadata.annotations.is_some() {
-            for (k, v) in members {
-                ops.push(PatchOperation::Add(AddOperation {
-                    path: ptr(["metadata", "annotations", k]),
-                    value: v,
-                }));
-            }
-        } else {
+    ops
+}
+
+/// The restore record: which backup, and the images it replaced.
+fn record_restore(
+    pod: &Pod,
+    chosen_id: &str,
+    restored: &[Restored],
+    ops: &mut Vec<PatchOperation>,
+) {
+    let originals = restored
+        .iter()
+        .map(|r| format!("{}={}", r.container, r.original))
+        .collect::<Vec<_>>()
+        .join(",");
+    let members = [
+        (ANN_RESTORED_FROM, json!(chosen_id)),
+        (ANN_ORIGINAL_IMAGES, json!(originals)),
+    ];
+    if pod.metadata.annotations.is_some() {
+        for (k, v) in members {
             ops.push(PatchOperation::Add(AddOperation {
-                path: ptr(["metadata", "annotations"]),
-                value: Value::Object(members.into_iter().map(|(k, v)| (k.into(), v)).collect()),
+                path: ptr(["metadata", "annotations", k]),
+                value: v,
             }));
         }
+    } else {
+        ops.push(PatchOperation::Add(AddOperation {
+            path: ptr(["metadata", "annotations"]),
+            value: Value::Object(members.into_iter().map(|(k, v)| (k.into(), v)).collect()),
+        }));
+    }
+}
+
+/// Decides the restore of one Pod. `None` when the Pod is not a Job's or was already restored (nothing to
+/// count); otherwise the patch (possibly empty) with the per-container outcome.
+pub fn decide(input: &RestoreInput<'_>) -> Option<Restore> {
+    let pod = input.pod;
+    controlling_job(pod)?;
+    if pod
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(ANN_RESTORED_FROM))
+    {
+        return None;
+    }
+    let containers = pod_containers(pod);
+    let mut out = Restore::default();
+    let matching = matching_backups(input, &mut out.warnings);
+    let Some(chosen) = matching.first().copied() else {
+        out.misses = containers
+            .iter()
+            .map(|(_, _, c)| (c.name.clone(), Miss::NoBackup))
+            .collect();
+        return Some(out);
+    };
+    let chosen_id = backup_id(chosen);
+    if matching.len() > 1 {
+        let others: Vec<String> = matching[1..].iter().map(|b| backup_id(b)).collect();
+        out.warnings.push(format!(
+            "gpu-admission: {} CheckpointBackups refer to this Pod's Job; restored from the newest, {chosen_id}; \
+             ignored {}",
+            matching.len(),
+            others.join(", ")
+        ));
+    }
+    let mut ops = replace_images(chosen, &chosen_id, &containers, &mut out);
+    if !out.restored.is_empty() {
+        record_restore(pod, &chosen_id, &out.restored, &mut ops);
     } else if !containers.is_empty() {
         out.warnings.push(format!(
             "gpu-admission: CheckpointBackup {chosen_id} refers to this Pod's Job but names none of its containers' \

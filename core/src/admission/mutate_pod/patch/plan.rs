@@ -160,45 +160,7 @@ impl<'a> Plan<'a> {
             None => Vec::new(),
         };
 
-        // Priority. The cap's value is the policy's; the class set is the cluster's of that name, and when
-        // the cluster lacks it nothing above the cap is assigned (rather than an uncapped class).
-        let cap_value = input
-            .tier
-            .and_then(|t| t.max_priority_class)
-            .map(|c| c.value);
-        let cap_in_cluster = input
-            .tier
-            .and_then(|t| t.max_priority_class)
-            .and_then(|c| pcs.priority_class(&c.name));
-        let above_cap = |v: i32| cap_value.is_some_and(|cap| v > cap);
-        let mut capped_own = None;
-        let priority = match own_priority_class(spec, pcs) {
-            Some(own) => {
-                let value = spec
-                    .priority
-                    .or_else(|| pcs.priority_class(own).map(|f| f.value));
-                match (&cap_in_cluster, value) {
-                    (Some(cap), Some(v)) if !input.admin && above_cap(v) => {
-                        capped_own = Some((own.to_string(), cap.name.clone()));
-                        Some(cap.clone())
-                    }
-                    _ => None,
-                }
-            }
-            None if input.fallback => None,
-            None => answer
-                .priority_class
-                .as_ref()
-                .filter(|p| !p.name.is_empty())
-                .and_then(|p| pcs.priority_class(&p.name))
-                .and_then(|facts| {
-                    if above_cap(facts.value) {
-                        cap_in_cluster.clone()
-                    } else {
-                        Some(facts)
-                    }
-                }),
-        };
+        let (priority, capped_own) = priority(input, spec, pcs);
         Plan {
             place: !keep && !targets.is_empty(),
             targets,
@@ -225,4 +187,53 @@ pub(super) fn has_decision_record(pod: &Pod) -> bool {
         .annotations
         .as_ref()
         .is_some_and(|a| a.contains_key(ANN_DECIDED_AT))
+}
+
+/// The PriorityClass to set, and the Pod's own class when it was above the cap: (own, cap). The cap's value is
+/// the policy's; the class set is the cluster's of that name, and when the cluster lacks it nothing above the
+/// cap is assigned (rather than an uncapped class).
+fn priority(
+    input: &PatchInput<'_>,
+    spec: &PodSpec,
+    pcs: &dyn PriorityClassLookup,
+) -> (Option<PriorityClassFacts>, Option<(String, String)>) {
+    let answer = input.answer;
+    let cap_value = input
+        .tier
+        .and_then(|t| t.max_priority_class)
+        .map(|c| c.value);
+    let cap_in_cluster = input
+        .tier
+        .and_then(|t| t.max_priority_class)
+        .and_then(|c| pcs.priority_class(&c.name));
+    let above_cap = |v: i32| cap_value.is_some_and(|cap| v > cap);
+    let mut capped_own = None;
+    let priority = match own_priority_class(spec, pcs) {
+        Some(own) => {
+            let value = spec
+                .priority
+                .or_else(|| pcs.priority_class(own).map(|f| f.value));
+            match (&cap_in_cluster, value) {
+                (Some(cap), Some(v)) if !input.admin && above_cap(v) => {
+                    capped_own = Some((own.to_string(), cap.name.clone()));
+                    Some(cap.clone())
+                }
+                _ => None,
+            }
+        }
+        None if input.fallback => None,
+        None => answer
+            .priority_class
+            .as_ref()
+            .filter(|p| !p.name.is_empty())
+            .and_then(|p| pcs.priority_class(&p.name))
+            .and_then(|facts| {
+                if above_cap(facts.value) {
+                    cap_in_cluster.clone()
+                } else {
+                    Some(facts)
+                }
+            }),
+    };
+    (priority, capped_own)
 }
