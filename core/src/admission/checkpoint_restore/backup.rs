@@ -88,14 +88,20 @@ where
 }
 
 impl CheckpointBackup {
-    /// The namespace `spec.resourceRef` points into: its own `namespace`, else the backup's.
+    /// The namespace whose Pods this backup may restore: its own, and only its own. A `resourceRef.namespace`
+    /// naming another namespace makes the backup apply nowhere: whoever can write a backup in one namespace
+    /// must never choose the images of another namespace's Pods.
     pub fn target_namespace(&self) -> Option<&str> {
-        self.spec
-            .resource_ref
+        let own = self
+            .metadata
             .namespace
             .as_deref()
-            .filter(|ns| !ns.is_empty())
-            .or(self.metadata.namespace.as_deref())
+            .filter(|ns| !ns.is_empty())?;
+        match self.spec.resource_ref.namespace.as_deref() {
+            None | Some("") => Some(own),
+            Some(named) if named == own => Some(own),
+            Some(_) => None,
+        }
     }
 }
 

@@ -5,9 +5,10 @@
 //! - only a Pod whose controlling owner (`ownerReferences` with `controller: true`) is a batch Job
 //!   ([`controlling_job`]); a Pod already carrying [`ANN_RESTORED_FROM`] is left alone (a second pass changes
 //!   nothing);
-//! - a backup refers to the Pod when its `resourceRef` names, in the Pod's namespace (`resourceRef.namespace`,
-//!   else the backup's own namespace), that Job (`kind: Job`), or the CronJob that controls that Job
-//!   (`kind: CronJob`, taken from the Job's own `ownerReferences`, never from its name);
+//! - a backup refers to the Pod when it lives in the Pod's namespace and its `resourceRef` names there (a
+//!   `resourceRef.namespace` naming another namespace refers to nothing: a backup never restores across
+//!   namespaces) that Job (`kind: Job`), or the CronJob that controls that Job (`kind: CronJob`, taken from the
+//!   Job's own `ownerReferences`, never from its name);
 //! - several backups refer to it: the newest by `creationTimestamp` wins (then the name, for a stable
 //!   answer), and a warning names the others;
 //! - per container and init container, by name: `spec.containers[].image` first, else the
@@ -766,7 +767,8 @@ mod tests {
         let (r, p, _) = run_in(&pod, "other", Ok(None), std::slice::from_ref(&b));
         assert!(r.patch.is_empty());
         assert_eq!(images(&p)[0], "registry.example/train:1");
-        // Naming the namespace in resourceRef reaches a Job elsewhere.
+        // Naming another namespace in resourceRef reaches nothing: not the Job there (no cross-namespace image
+        // injection) ...
         let there = backup(
             "c2",
             "2026-11-20T10:00:00Z",
@@ -775,11 +777,22 @@ mod tests {
             json!([]),
         );
         let (r, p, _) = run_in(&pod, "other", Ok(None), &[b.clone(), there.clone()]);
-        assert_eq!(images(&p)[0], "ckpt:there");
-        assert_eq!(r.backup.as_deref(), Some("ml/c2"));
-        // ... and then no longer to the Job of its own namespace.
+        assert!(r.patch.is_empty(), "{:?}", r.patch);
+        assert_eq!(images(&p)[0], "registry.example/train:1");
+        assert_eq!(there.target_namespace(), None);
+        // ... nor the Job of its own namespace.
         let (r, _, _) = run_in(&pod, NS, Ok(None), &[there]);
         assert!(r.patch.is_empty());
+        // Naming its own namespace is the same as naming none.
+        let here = backup(
+            "c3",
+            "2026-11-20T10:00:00Z",
+            json!({"apiVersion": "batch/v1", "kind": "Job", "name": "train", "namespace": NS}),
+            json!([{"name": "main", "image": "ckpt:here"}]),
+            json!([]),
+        );
+        let (_, p, _) = run_in(&pod, NS, Ok(None), &[here]);
+        assert_eq!(images(&p)[0], "ckpt:here");
         // Other kinds and API groups are not Jobs.
         for reference in [
             json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "train"}),
