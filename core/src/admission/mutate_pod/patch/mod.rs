@@ -186,7 +186,7 @@ pub fn decide_pod(input: &PatchInput<'_>, pcs: &dyn PriorityClassLookup) -> Muta
     if input.pod.metadata == ObjectMeta::default() {
         ops.push(add(ptr(["metadata"]), json!({})));
     }
-    record_decision(&mut ops, input, &plan);
+    let annotations_left_out = record_decision(&mut ops, input, &plan);
     label_job_type(&mut ops, input);
     if input.pod.spec.is_none() {
         ops.push(add(ptr(["spec"]), json!({})));
@@ -206,7 +206,10 @@ pub fn decide_pod(input: &PatchInput<'_>, pcs: &dyn PriorityClassLookup) -> Muta
     add_new_affinity(&mut ops, spec, new_affinity);
     Mutation {
         ops,
-        warnings: warnings(input, &plan),
+        warnings: warnings(input, &plan)
+            .into_iter()
+            .chain(annotations_left_out)
+            .collect(),
     }
 }
 

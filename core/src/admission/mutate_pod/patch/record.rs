@@ -1,6 +1,8 @@
 //! The decision record: `metadata.annotations` (score, class, alternatives, placement, time, policy version)
 //! and the job-type label other Pods' anti-affinity finds this one by.
 
+use std::collections::BTreeMap;
+
 use gpu_admission_proto::scorer::v1::ScoreResponse;
 use json_patch::PatchOperation;
 use serde_json::{Value, json};
@@ -41,12 +43,13 @@ pub(super) fn alternatives_text(answer: &ScoreResponse) -> String {
 
 /// metadata.annotations: the decision record. The class named is one the Pod can run on: our placement's
 /// best class, or the answer's best among what the Pod's own constraints allow; none for a Pod placed by
-/// `spec.nodeName` (Kueue's Pods get it as a recommendation only).
+/// `spec.nodeName` (Kueue's Pods get it as a recommendation only). Returns a warning when some had to be left
+/// out to keep the Pod inside the apiserver's annotation limit.
 pub(super) fn record_decision(
     ops: &mut Vec<PatchOperation>,
     input: &PatchInput<'_>,
     plan: &Plan<'_>,
-) {
+) -> Option<String> {
     let answer = input.answer;
     let meta = &input.pod.metadata;
     let now = input
@@ -98,12 +101,69 @@ pub(super) fn record_decision(
             annotations.push((ANN_INFEASIBLE_REASON.into(), json!(reason)));
         }
     }
+    let warning = fit_annotation_limit(meta.annotations.as_ref(), &mut annotations);
     add_to_map(
         ops,
         &["metadata", "annotations"],
         meta.annotations.is_some(),
         annotations,
     );
+    warning
+}
+
+/// The apiserver's limit on all of an object's annotations together: the sum of every key's and value's bytes
+/// (`TotalAnnotationSizeLimitB`).
+pub(crate) const ANNOTATIONS_LIMIT_BYTES: usize = 256 * 1024;
+
+/// Our annotations in the order they give way when the Pod's own annotations leave too little room: the
+/// optional explanations first, the decision record (`decided-at`, which makes a second pass a no-op) last.
+const GIVE_WAY_ORDER: [&str; 10] = [
+    ANN_ALTERNATIVES,
+    ANN_EXPLORED,
+    ANN_RECOMMENDED_CLASS,
+    ANN_INFEASIBLE_REASON,
+    ANN_PLACEMENT,
+    ANN_PRIORITY_SCORE,
+    ANN_FALLBACK,
+    ANN_GPU_CLASS,
+    ANN_POLICY_VERSION,
+    ANN_DECIDED_AT,
+];
+
+/// Keeps the annotations inside [`ANNOTATIONS_LIMIT_BYTES`] once ours are added (mutation must never be the
+/// reason the apiserver rejects a Pod): drops ours in [`GIVE_WAY_ORDER`] until they fit, and says which.
+fn fit_annotation_limit(
+    existing: Option<&BTreeMap<String, String>>,
+    ours: &mut Vec<(String, Value)>,
+) -> Option<String> {
+    let size = |ours: &[(String, Value)]| -> usize {
+        let kept = existing
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| !ours.iter().any(|(o, _)| o == *k))
+            .map(|(k, v)| k.len() + v.len());
+        let added = ours
+            .iter()
+            .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len));
+        kept.chain(added).sum()
+    };
+    let mut dropped: Vec<&str> = Vec::new();
+    for name in GIVE_WAY_ORDER {
+        if size(ours) <= ANNOTATIONS_LIMIT_BYTES {
+            break;
+        }
+        if let Some(i) = ours.iter().position(|(k, _)| k == name) {
+            ours.remove(i);
+            dropped.push(name);
+        }
+    }
+    (!dropped.is_empty()).then(|| {
+        format!(
+            "gpu-admission: the Pod's annotations leave too little of the apiserver's {} KiB; not recorded: {}",
+            ANNOTATIONS_LIMIT_BYTES / 1024,
+            dropped.join(", ")
+        )
+    })
 }
 
 /// metadata.labels: the job type, so that other Pods' anti-affinity can find this one.

@@ -1119,3 +1119,62 @@ fn an_unknown_or_empty_class_selector_names_no_class() {
         assert!(!m.warnings.is_empty());
     }
 }
+
+/// Annotations of `bytes` in total (keys and values), in one big value.
+fn annotations_of(bytes: usize) -> Value {
+    let key = "example.com/notes";
+    json!({"name": "p", "annotations": {key: "x".repeat(bytes - key.len())}})
+}
+
+fn annotation_bytes(p: &Pod) -> usize {
+    annotations(p).iter().map(|(k, v)| k.len() + v.len()).sum()
+}
+
+#[test]
+fn decision_annotations_never_push_a_pod_over_the_annotation_limit() {
+    let limit = record::ANNOTATIONS_LIMIT_BYTES;
+    let a = answer(&["A100-80GB", "H100-80GB"]);
+    let pod =
+        |bytes| serde_json::from_value::<Pod>(gpu_pod(json!({}), annotations_of(bytes))).unwrap();
+    let decide = |p: &Pod| {
+        let input = PatchInput::new(p, None, &a, &[], now());
+        decide_pod(&input, &classes_in_cluster())
+    };
+    let patched = |bytes: usize| {
+        let mut doc = gpu_pod(json!({}), annotations_of(bytes));
+        let m = decide(&pod(bytes));
+        json_patch::patch(&mut doc, &m.ops).unwrap();
+        (serde_json::from_value::<Pod>(doc).unwrap(), m.warnings)
+    };
+    // Room to spare: the whole record, no warning.
+    let (p, warnings) = patched(limit / 2);
+    assert!(annotations(&p).contains_key(ANN_DECIDED_AT));
+    assert!(annotations(&p).contains_key(ANN_PLACEMENT));
+    assert!(
+        warnings.iter().all(|w| !w.contains("annotations")),
+        "{warnings:?}"
+    );
+    // Just under the limit: the optional ones give way first, the record stays inside the limit.
+    for room in [150, 60, 20, 0] {
+        let (p, warnings) = patched(limit - room);
+        assert!(
+            annotation_bytes(&p) <= limit,
+            "room {room}: {}",
+            annotation_bytes(&p)
+        );
+        assert!(
+            warnings.iter().any(|w| w.contains("not recorded")),
+            "room {room}: {warnings:?}"
+        );
+        // The placement is never given up: it is in the spec, not in the annotations.
+        assert!(!required_terms(&p).is_empty(), "room {room}");
+    }
+    // With a little room the record (when the Pod was decided) is what stays.
+    let (p, _) = patched(limit - 60);
+    assert!(!annotations(&p).contains_key(ANN_PLACEMENT));
+    assert!(
+        annotations(&p).contains_key(ANN_DECIDED_AT),
+        "{:?}",
+        annotations(&p).keys()
+    );
+}
