@@ -419,3 +419,43 @@ fn the_policy_snapshot_of_the_tests_is_consistent() {
     let rules = snapshot.tier_rules("gold", "ml").expect("gold is a tier");
     assert!(rules.allows("A100-80GB") && !rules.allows("H100-80GB"));
 }
+
+/// A body over the limit never reaches a webhook's decision: axum answers 413, and the pipeline logs and counts
+/// it like any other refusal (it used to pass unseen: the apiserver then fails open).
+#[tokio::test]
+async fn an_oversized_body_is_refused_and_counted() {
+    let mut registry = Registry::default();
+    let metrics = Arc::new(Metrics::register(&mut registry));
+    // Nothing listens there; no request of this test reaches the scorer.
+    let scorer = Scorer::new(
+        "http://127.0.0.1:9",
+        std::time::Duration::from_millis(200),
+        std::time::Duration::from_millis(50),
+        ChannelLimits::default(),
+    )
+    .unwrap();
+    let webhooks = Webhooks::new(
+        scorer,
+        ClusterFacts::Static {
+            tiers: HashMap::new(),
+        },
+        Arc::new(PolicyCache::default()),
+        metrics,
+        PolicyConfigMap::parse("gpu-admission/scorer-policy", "policy.yaml").unwrap(),
+    );
+    let readiness = Arc::new(webhooks.readiness());
+    let router = webhook_frontend::server::router(webhooks, readiness);
+    let huge = vec![b' '; 3 * 1024 * 1024 + 1];
+    for path in ["/mutate-pod", "/validate-pod"] {
+        let (status, _) = post(&router, path, huge.clone()).await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{path}");
+    }
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    for line in [
+        r#"gpu_admission_requests_total{operation="unknown",outcome="body_too_large"} 1"#,
+        r#"gpu_admission_validations_total{webhook="validate-pod",outcome="body_too_large"} 1"#,
+    ] {
+        assert!(text.contains(line), "{line} not in\n{text}");
+    }
+}

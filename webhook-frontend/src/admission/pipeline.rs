@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use gpu_admission_core::review::{self, Answer, BadRequest, Incoming, IncomingObject, Verdict};
@@ -86,7 +87,7 @@ pub(crate) async fn handle<W: Webhook>(
     State(webhook): State<Arc<W>>,
     uri: Uri,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let span = tracing::info_span!(
         "admission",
@@ -105,6 +106,24 @@ pub(crate) async fn handle<W: Webhook>(
         started: Instant::now(),
         apiserver_timeout: apiserver_timeout(&uri),
         span: span.clone(),
+    };
+    let body = match body {
+        Ok(body) => body,
+        // Over the body limit (413), or the body could not be read: answered by axum, logged and counted here.
+        Err(rejection) => {
+            let status = rejection.status();
+            let outcome = if status == StatusCode::PAYLOAD_TOO_LARGE {
+                "body_too_large"
+            } else {
+                "bad_request"
+            };
+            span.in_scope(|| {
+                call.span.record("admission.outcome", outcome);
+                tracing::warn!(webhook = W::NAME, status = status.as_u16(), error = %rejection.body_text(), "refusing a request body");
+            });
+            webhook.record("unknown", outcome, call.started.elapsed());
+            return rejection.into_response();
+        }
     };
     run(&*webhook, &body, call).instrument(span).await
 }
