@@ -138,6 +138,7 @@ impl MutatePod {
             )
             .instrument(call_span.clone())
             .await;
+        let call_elapsed = call_start.elapsed();
         if let mutate_pod::ScorerOutcome::Answered(answer) = &outcome
             && answer.policy_version != policy.version
         {
@@ -149,7 +150,7 @@ impl MutatePod {
             })
         });
         self.metrics
-            .record_scorer_call(decision.scorer_result, call_start.elapsed().as_secs_f64());
+            .record_scorer_call(decision.scorer_result, call_elapsed.as_secs_f64());
         log_decision(uid, &scoring, &decision, workload.as_ref(), &call.span);
         (decision.outcome, decision.answer)
     }
