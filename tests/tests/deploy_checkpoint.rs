@@ -17,7 +17,8 @@ use support::{NAMESPACE, arr_at, str_at, strings_at};
 
 const HOOK: &str = "checkpoint-restore.gpu-admission.io";
 const ROUTE: &str = "/mutate-pod-checkpoint";
-const CODE: &str = "webhook-frontend/src/cluster/checkpoints.rs";
+/// The CheckpointBackup type the frontend watches and the restore reads.
+const CODE: &str = "core/src/admission/checkpoint_restore/backup.rs";
 const COMPONENT: &str = "components/checkpoint-restore";
 
 fn checkpoint_hook(m: &support::Rendered) -> &Value {
