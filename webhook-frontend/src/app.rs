@@ -13,8 +13,9 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::policy::PolicyCache;
 use crate::scorer_client::Scorer;
+use crate::server;
 use crate::tls::{self, auto_rotate, reload};
-use crate::{server, shutdown};
+use gpu_admission_telemetry::shutdown::Shutdown;
 
 /// Kept here for code written against the old path; the state lives in [`crate::state`].
 pub use crate::state::AppState;
@@ -134,7 +135,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .with_workloads(workloads)
         .with_certificate_served(certificate_served),
     );
-    let shutdown = shutdown::Shutdown::install()?;
+    let shutdown = Shutdown::install()?;
 
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

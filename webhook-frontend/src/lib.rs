@@ -18,6 +18,5 @@ pub mod policy;
 pub mod priority_class;
 pub mod scorer_client;
 pub mod server;
-pub mod shutdown;
 pub mod state;
 pub mod tls;
