@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use gpu_admission_telemetry::runtime::Service;
-use webhook_frontend::config::Config;
+use webhook_frontend::config::{Args, Config};
 
 /// jemalloc (configured in the workspace Cargo.toml): an AdmissionReview is decoded on one worker and often
 /// dropped on another, which made glibc malloc's arena locks a tenth of the frontend's CPU under load; its
@@ -18,8 +18,8 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 const WORKER_THREADS_ENV: &str = "WEBHOOK_WORKER_THREADS";
 
 fn main() -> ExitCode {
-    let config = Config::parse();
+    let args = Args::parse();
     Service::new("webhook-frontend")
         .worker_threads_env(WORKER_THREADS_ENV)
-        .run(async move { webhook_frontend::app::run(config).await })
+        .run(async move { webhook_frontend::app::run(Config::try_from(args)?).await })
 }
