@@ -4,6 +4,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Parser;
+use gpu_admission_telemetry::runtime::Service;
+use gpu_admission_telemetry::shutdown::Shutdown;
 use observer::cli::Cli;
 use observer::controller::{self, ControllerConfig};
 use observer::convergence::{Convergence, RecentLog};
@@ -12,23 +14,9 @@ use observer::metrics::Metrics;
 use observer::replicas::Replicas;
 use observer::store::StateStore;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    let _telemetry = match gpu_admission_telemetry::init("observer") {
-        Ok(guard) => guard,
-        Err(e) => {
-            eprintln!("observer: telemetry set-up failed: {e:#}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match run(cli).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!(error = format!("{e:#}"), "observer failed");
-            ExitCode::FAILURE
-        }
-    }
+    Service::new("observer").run(run(cli))
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -81,6 +69,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         node_grace: Duration::from_secs(60),
         gone_retention: Duration::from_secs(15 * 60),
     };
+    let shutdown = Shutdown::install()?;
     let result = controller::run(
         client,
         replicas,
@@ -88,7 +77,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         metrics,
         leader_rx,
         config,
-        shutdown_signal(),
+        shutdown.wait(),
     )
     .await;
     sync.abort();
@@ -132,23 +121,4 @@ async fn converge_while_leading(
             }
         }
     }
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
-    }
-    tracing::info!("shutdown requested");
 }

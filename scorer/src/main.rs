@@ -3,6 +3,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
+use gpu_admission_telemetry::runtime::Service;
+use gpu_admission_telemetry::shutdown::Shutdown;
 use scorer::cli::Cli;
 use scorer::{metrics::Metrics, policy, server};
 
@@ -12,26 +14,12 @@ use scorer::{metrics::Metrics, policy, server};
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
     if cli.check_policy {
         return check_policy(&cli);
     }
-    let _telemetry = match gpu_admission_telemetry::init("scorer") {
-        Ok(guard) => guard,
-        Err(e) => {
-            eprintln!("scorer: telemetry set-up failed: {e:#}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match run(cli).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!(error = format!("{e:#}"), "scorer failed");
-            ExitCode::FAILURE
-        }
-    }
+    Service::new("scorer").run(run(cli))
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -45,7 +33,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         let _ = admin_stopped.await;
     })
     .await?;
-    let result = running.wait_for(server::shutdown_signal()).await;
+    let shutdown = Shutdown::install()?;
+    let result = running.wait_for(shutdown.wait()).await;
     let _ = admin_stop.send(());
     result
 }

@@ -1,5 +1,8 @@
-//! Logging, OpenTelemetry tracing and Prometheus metrics set-up shared by the scorer and the webhook frontend.
+//! Logging, OpenTelemetry tracing, Prometheus metrics and process start-up shared by the scorer, the webhook
+//! frontend and the observer.
 //!
+//! - [`runtime::Service`]: what every binary's `main` does: the Tokio runtime, [`init`], the exit code.
+//! - [`shutdown::Shutdown`]: SIGTERM/SIGINT as one future every server of the binary waits on.
 //! - [`init`]: installs the global `tracing` subscriber (logs to stderr; OTLP/gRPC trace export when an
 //!   `OTEL_EXPORTER_OTLP_*ENDPOINT` is set) and returns a [`TelemetryGuard`] that flushes spans on drop.
 //! - [`propagation`]: W3C `traceparent`/`tracestate` in and out of gRPC metadata and HTTP headers.
@@ -11,6 +14,8 @@ pub mod admin;
 mod logging;
 mod otel;
 pub mod propagation;
+pub mod runtime;
+pub mod shutdown;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 

@@ -8,16 +8,15 @@ use std::time::Duration;
 use anyhow::Context;
 use prometheus_client::registry::Registry;
 
-use gpu_admission_core::admission::validate_policy::PolicyConfigMap;
-
 use crate::admission::Webhooks;
-use crate::cluster::{ClusterFacts, kube_cache, parse_namespace_tiers};
-use crate::config::Config;
+use crate::cluster::{ClusterFacts, kube_cache};
+use crate::config::{ClusterSource, Config, TlsMode};
 use crate::metrics::Metrics;
 use crate::policy::PolicyCache;
 use crate::scorer_client::Scorer;
+use crate::server;
 use crate::tls::{self, auto_rotate, reload};
-use crate::{server, shutdown};
+use gpu_admission_telemetry::shutdown::Shutdown;
 
 /// Runs the webhook until SIGTERM/SIGINT, then drains.
 pub async fn run(config: Config) -> anyhow::Result<()> {
@@ -26,106 +25,111 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::register(&mut registry));
 
     // Cluster facts first: a broken Kubernetes configuration fails the start before anything runs.
-    let auto_tls = config.auto_tls()?;
-    let client = if config.no_kube && auto_tls.is_none() {
-        None
-    } else {
-        Some(kube_cache::client().await?)
-    };
-    let checkpoints = match (&client, config.no_kube) {
-        (Some(client), false) => Some(crate::cluster::checkpoints::CheckpointCaches::start(
-            client.clone(),
-            Duration::from_secs(config.checkpoint_discovery_secs.max(1)),
-        )),
-        _ => None,
-    };
-    let workloads = match (&client, config.no_kube) {
-        (Some(client), false) => Some(crate::cluster::workloads::WorkloadOwners::start(
-            client.clone(),
-        )),
-        _ => None,
-    };
-    let cluster = match (&client, config.no_kube) {
-        (Some(client), false) => ClusterFacts::Kube(kube_cache::KubeCaches::start(
-            client.clone(),
-            config.tier_label.clone(),
-        )),
-        _ => ClusterFacts::Static {
-            tiers: parse_namespace_tiers(&config.namespace_tiers)?,
-        },
+    let mut client = None;
+    let (checkpoints, workloads, cluster) = match &config.cluster {
+        ClusterSource::Kube {
+            tier_label,
+            checkpoint_discovery,
+        } => {
+            let kube = client.insert(kube_cache::client().await?);
+            (
+                Some(crate::cluster::checkpoints::CheckpointCaches::start(
+                    kube.clone(),
+                    *checkpoint_discovery,
+                )),
+                Some(crate::cluster::workloads::WorkloadOwners::start(
+                    kube.clone(),
+                )),
+                ClusterFacts::Kube(kube_cache::KubeCaches::start(
+                    kube.clone(),
+                    tier_label.clone(),
+                )),
+            )
+        }
+        ClusterSource::Static { tiers } => (
+            None,
+            None,
+            ClusterFacts::Static {
+                tiers: tiers.clone(),
+            },
+        ),
     };
 
     // TLS: files (Secret layout), a generated dev CA + serving certificate (both watched for changes), or
     // automatic mode (a Secret kept through the API; a throwaway certificate until it is served).
     let certificate_served = Arc::new(AtomicBool::new(false));
-    let resolver = if let (Some((mut auto, ns_flag)), Some(client)) = (auto_tls, client) {
-        auto.namespace = auto_rotate::namespace(ns_flag.as_deref(), &client);
-        tracing::info!(secret = %auto.secret, namespace = %auto.namespace,
-            webhook_config = ?auto.webhook_config, "automatic certificates");
-        let resolver = Arc::new(reload::ReloadingCertResolver::new(
-            auto_rotate::AutoTls::placeholder(&config.sans)?,
-        ));
-        tokio::spawn(
-            auto_rotate::AutoTls::new(
-                client,
-                auto,
-                resolver.clone(),
-                metrics.clone(),
-                certificate_served.clone(),
-            )
-            .run(),
-        );
-        resolver
-    } else {
-        let files = match (&config.self_signed, &config.tls_cert, &config.tls_key) {
-            (Some(dir), _, _) => {
-                let g = tls::self_signed::generate(dir, &config.sans)?;
-                tracing::info!(ca = %g.ca_cert.display(), "generated a dev CA and serving certificate");
-                reload::CertFiles {
-                    cert: g.cert,
-                    key: g.key,
-                }
-            }
-            (None, Some(cert), Some(key)) => reload::CertFiles {
-                cert: cert.clone(),
-                key: key.clone(),
-            },
-            _ => anyhow::bail!(
-                "TLS needs --tls-cert and --tls-key, --self-signed DIR, or --auto-tls-secret NAME"
-            ),
-        };
-        let (resolver, hash) = reload::load_initial(&files)?;
-        certificate_served.store(true, Ordering::Release);
-        tokio::spawn(reload::watch(
-            resolver.clone(),
+    let resolver = match &config.tls {
+        TlsMode::Auto {
+            settings,
+            namespace,
+        } => {
+            let client = match client {
+                Some(client) => client,
+                None => kube_cache::client().await?,
+            };
+            let mut auto = settings.clone();
+            auto.namespace = auto_rotate::namespace(namespace.as_deref(), &client);
+            tracing::info!(secret = %auto.secret, namespace = %auto.namespace,
+                webhook_config = ?auto.webhook_config, "automatic certificates");
+            let resolver = Arc::new(reload::ReloadingCertResolver::new(
+                auto_rotate::AutoTls::placeholder(&auto.sans)?,
+            ));
+            tokio::spawn(
+                auto_rotate::AutoTls::new(
+                    client,
+                    auto,
+                    resolver.clone(),
+                    metrics.clone(),
+                    certificate_served.clone(),
+                )
+                .run(),
+            );
+            resolver
+        }
+        TlsMode::SelfSigned {
+            dir,
+            sans,
+            reload_interval,
+        } => {
+            let g = tls::self_signed::generate(dir, sans)?;
+            tracing::info!(ca = %g.ca_cert.display(), "generated a dev CA and serving certificate");
+            let files = reload::CertFiles {
+                cert: g.cert,
+                key: g.key,
+            };
+            watched_files(files, *reload_interval, &metrics, &certificate_served)?
+        }
+        TlsMode::Files {
             files,
-            hash,
-            Duration::from_millis(config.tls_reload_interval_ms.max(100)),
-            metrics.clone(),
-        ));
-        resolver
+            reload_interval,
+        } => watched_files(
+            files.clone(),
+            *reload_interval,
+            &metrics,
+            &certificate_served,
+        )?,
     };
     let tls_config = tls::server_config(resolver)?;
 
     let scorer = Scorer::new(
-        &config.scorer,
-        config.deadline(),
-        config.deadline_margin(),
-        config.scorer_channel(),
+        &config.scorer.endpoint,
+        config.scorer.deadline,
+        config.scorer.deadline_margin,
+        config.scorer.channel,
     )?;
     let policy = Arc::new(PolicyCache::default());
-    tokio::spawn(policy.clone().keep_fresh(
-        scorer.clone(),
-        Duration::from_secs(config.policy_refresh_secs.max(1)),
-    ));
+    tokio::spawn(
+        policy
+            .clone()
+            .keep_fresh(scorer.clone(), config.scorer.policy_refresh),
+    );
 
     let webhooks = Webhooks::new(
         scorer,
         cluster,
         policy,
         metrics.clone(),
-        PolicyConfigMap::parse(&config.policy_configmap, &config.policy_configmap_key)
-            .map_err(anyhow::Error::msg)?,
+        config.policy_configmap.clone(),
     )
     .with_checkpoints(checkpoints)
     .with_workloads(workloads);
@@ -134,16 +138,17 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             .readiness()
             .with_certificate_served(certificate_served),
     );
-    let shutdown = shutdown::Shutdown::install()?;
+    let shutdown = Shutdown::install()?;
 
-    let listener = tokio::net::TcpListener::bind(config.listen)
+    let listener = tokio::net::TcpListener::bind(config.server.listen)
         .await
-        .with_context(|| format!("binding {}", config.listen))?;
+        .with_context(|| format!("binding {}", config.server.listen))?;
     let addr = listener.local_addr()?;
     readiness.set_listening();
     // The contract line (tests read the port from it); printed before the admin server logs its own address.
     eprintln!("webhook-frontend listening on {addr}");
-    tracing::info!(%addr, scorer = %config.scorer, no_kube = config.no_kube, "admission server started");
+    let no_kube = matches!(config.cluster, ClusterSource::Static { .. });
+    tracing::info!(%addr, scorer = %config.scorer.endpoint, no_kube, "admission server started");
 
     let admin = gpu_admission_telemetry::admin::serve(
         config.admin_listen,
@@ -157,11 +162,30 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         listener,
         tls_config,
         server::router(webhooks, readiness),
-        config.connection_limits(),
+        config.server.limits,
         metrics,
-        Duration::from_secs(config.drain_timeout_secs),
+        config.server.drain_timeout,
         shutdown.wait(),
     )
     .await;
     Ok(())
+}
+
+/// Serves certificate files, reloaded when they change: a Secret's, or the generated dev ones.
+fn watched_files(
+    files: reload::CertFiles,
+    reload_interval: Duration,
+    metrics: &Arc<Metrics>,
+    certificate_served: &AtomicBool,
+) -> anyhow::Result<Arc<reload::ReloadingCertResolver>> {
+    let (resolver, hash) = reload::load_initial(&files)?;
+    certificate_served.store(true, Ordering::Release);
+    tokio::spawn(reload::watch(
+        resolver.clone(),
+        files,
+        hash,
+        reload_interval,
+        metrics.clone(),
+    ));
+    Ok(resolver)
 }

@@ -1,15 +1,27 @@
 //! Command line and environment (every flag has a `WEBHOOK_*` variable; the flag wins).
+//!
+//! [`Args`] is what clap parses: one group of flags per part of the frontend, flattened. [`Config`] is what
+//! the frontend runs with: built from `Args` by one conversion ([`Config::try_from`]) that parses, clamps and
+//! checks everything, so that nothing after it reads a raw flag.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{ArgGroup, Parser};
+use clap::{ArgGroup, Args as ClapArgs, Parser};
 
-use crate::tls::auto_plan::Lifetimes;
-use crate::tls::auto_rotate::AutoTlsConfig;
+use gpu_admission_core::admission::validate_policy::PolicyConfigMap;
 use gpu_admission_core::names::DEFAULT_TIER_LABEL;
 
+use crate::cluster::parse_namespace_tiers;
+use crate::connections::Limits;
+use crate::scorer_client::ChannelLimits;
+use crate::tls::auto_plan::Lifetimes;
+use crate::tls::auto_rotate::AutoTlsConfig;
+use crate::tls::reload::CertFiles;
+
+/// The command line, as parsed: see [`Config`] for what the frontend runs with.
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "webhook-frontend",
@@ -17,15 +29,53 @@ use gpu_admission_core::names::DEFAULT_TIER_LABEL;
     about = "HTTPS mutating admission webhook: asks the gpu-admission scorer where and how urgently a GPU Pod runs",
     group(ArgGroup::new("tls").required(true).args(["tls_cert", "self_signed", "auto_tls_secret"]))
 )]
-pub struct Config {
+pub struct Args {
+    #[command(flatten)]
+    pub server: ServerArgs,
+    #[command(flatten)]
+    pub tls: TlsArgs,
+    #[command(flatten)]
+    pub scorer: ScorerArgs,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    #[command(flatten)]
+    pub admin: AdminArgs,
+}
+
+/// The HTTPS admission server: its address, connection limits and drain.
+#[derive(Debug, Clone, ClapArgs)]
+#[command(next_help_heading = "Admission server")]
+pub struct ServerArgs {
     /// Address of the HTTPS admission server (port 0 picks a free port; the bound address is printed).
     #[arg(long, env = "WEBHOOK_LISTEN", default_value = "0.0.0.0:8443")]
     pub listen: SocketAddr,
 
-    /// gRPC address of the scorer.
-    #[arg(long, env = "WEBHOOK_SCORER", default_value = "http://127.0.0.1:50051")]
-    pub scorer: String,
+    /// Time a new connection has for the TLS handshake, the HTTP/1-or-HTTP/2 detection and its first request's
+    /// headers, and an HTTP/1 request for its headers once its first bytes arrived, in milliseconds.
+    #[arg(long, env = "WEBHOOK_HEADER_READ_TIMEOUT_MS", default_value_t = 10_000)]
+    pub header_read_timeout_ms: u64,
 
+    /// A keep-alive connection without a request for this long is closed (HTTP/2: GOAWAY), in seconds. Keep
+    /// it above the apiserver's idle interval (90 s), so that the apiserver is the one that closes.
+    #[arg(long, env = "WEBHOOK_IDLE_TIMEOUT_SECS", default_value_t = 180, value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout_secs: u64,
+
+    /// Connections open at most on the webhook port; at the cap the oldest idle one is closed to make room.
+    /// Keep it below the file-descriptor limit (`ulimit -n`).
+    #[arg(long, env = "WEBHOOK_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+
+    /// On SIGTERM/SIGINT, how long in-flight requests may take to finish, in seconds.
+    #[arg(long, env = "WEBHOOK_DRAIN_TIMEOUT_SECS", default_value_t = 20)]
+    pub drain_timeout_secs: u64,
+}
+
+/// Where the serving certificate comes from: files, a generated dev CA, or a Secret kept through the API.
+#[derive(Debug, Clone, ClapArgs)]
+#[command(next_help_heading = "TLS")]
+pub struct TlsArgs {
     /// PEM certificate chain (the Secret's tls.crt); reloaded when it changes.
     #[arg(
         long,
@@ -38,6 +88,10 @@ pub struct Config {
     /// PEM private key (the Secret's tls.key).
     #[arg(long, env = "WEBHOOK_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+
+    /// How often the certificate files are checked for changes, in milliseconds.
+    #[arg(long, env = "WEBHOOK_TLS_RELOAD_INTERVAL_MS", default_value_t = 2000)]
+    pub tls_reload_interval_ms: u64,
 
     /// Dev mode: generate a CA and a serving certificate into DIR (DIR/ca.crt, DIR/tls.crt, DIR/tls.key).
     #[arg(
@@ -95,6 +149,15 @@ pub struct Config {
     /// Extra subject alternative names of the generated serving certificate (DNS names or IPs).
     #[arg(long = "san", env = "WEBHOOK_SAN", value_delimiter = ',')]
     pub sans: Vec<String>,
+}
+
+/// The scorer: its address, the budget of a call, the channel's limits, the policy fetch.
+#[derive(Debug, Clone, ClapArgs)]
+#[command(next_help_heading = "Scorer")]
+pub struct ScorerArgs {
+    /// gRPC address of the scorer.
+    #[arg(long, env = "WEBHOOK_SCORER", default_value = "http://127.0.0.1:50051")]
+    pub scorer: String,
 
     /// Budget of one scorer call, in milliseconds (lowered further by the apiserver's ?timeout= minus the margin).
     #[arg(long, env = "WEBHOOK_DEADLINE_MS", default_value_t = 200)]
@@ -113,6 +176,15 @@ pub struct Config {
     #[arg(long, env = "WEBHOOK_SCORER_CONNECTIONS", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub scorer_connections: u16,
 
+    /// How often the scorer's policy (catalog, priority buckets) is fetched again, in seconds.
+    #[arg(long, env = "WEBHOOK_POLICY_REFRESH_SECS", default_value_t = 30)]
+    pub policy_refresh_secs: u64,
+}
+
+/// Cluster facts: the Kubernetes API, or static namespace tiers.
+#[derive(Debug, Clone, ClapArgs)]
+#[command(next_help_heading = "Cluster")]
+pub struct ClusterArgs {
     /// Run without the Kubernetes API: tiers from --namespace-tier, PriorityClasses from the policy's buckets.
     #[arg(long, env = "WEBHOOK_NO_KUBE")]
     pub no_kube: bool,
@@ -134,15 +206,12 @@ pub struct Config {
     /// installed, in seconds.
     #[arg(long, env = "WEBHOOK_CHECKPOINT_DISCOVERY_SECS", default_value_t = 30)]
     pub checkpoint_discovery_secs: u64,
+}
 
-    /// Plain-HTTP admin server (GET /metrics, GET /healthz).
-    #[arg(long, env = "WEBHOOK_ADMIN_LISTEN", default_value = "0.0.0.0:9092")]
-    pub admin_listen: SocketAddr,
-
-    /// How often the certificate files are checked for changes, in milliseconds.
-    #[arg(long, env = "WEBHOOK_TLS_RELOAD_INTERVAL_MS", default_value_t = 2000)]
-    pub tls_reload_interval_ms: u64,
-
+/// The scorer's policy ConfigMap, which `/validate-policy` checks.
+#[derive(Debug, Clone, ClapArgs)]
+#[command(next_help_heading = "Policy ConfigMap")]
+pub struct PolicyArgs {
     /// The scorer's policy ConfigMap (`NAMESPACE/NAME`): its CREATE/UPDATE is checked by `/validate-policy`.
     #[arg(
         long,
@@ -158,198 +227,249 @@ pub struct Config {
         default_value = "default-policy.yaml"
     )]
     pub policy_configmap_key: String,
-
-    /// How often the scorer's policy (catalog, priority buckets) is fetched again, in seconds.
-    #[arg(long, env = "WEBHOOK_POLICY_REFRESH_SECS", default_value_t = 30)]
-    pub policy_refresh_secs: u64,
-
-    /// Time a new connection has for the TLS handshake, the HTTP/1-or-HTTP/2 detection and its first request's
-    /// headers, and an HTTP/1 request for its headers once its first bytes arrived, in milliseconds.
-    #[arg(long, env = "WEBHOOK_HEADER_READ_TIMEOUT_MS", default_value_t = 10_000)]
-    pub header_read_timeout_ms: u64,
-
-    /// A keep-alive connection without a request for this long is closed (HTTP/2: GOAWAY), in seconds. Keep
-    /// it above the apiserver's idle interval (90 s), so that the apiserver is the one that closes.
-    #[arg(long, env = "WEBHOOK_IDLE_TIMEOUT_SECS", default_value_t = 180, value_parser = clap::value_parser!(u64).range(1..))]
-    pub idle_timeout_secs: u64,
-
-    /// Connections open at most on the webhook port; at the cap the oldest idle one is closed to make room.
-    /// Keep it below the file-descriptor limit (`ulimit -n`).
-    #[arg(long, env = "WEBHOOK_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_connections: u32,
-
-    /// On SIGTERM/SIGINT, how long in-flight requests may take to finish, in seconds.
-    #[arg(long, env = "WEBHOOK_DRAIN_TIMEOUT_SECS", default_value_t = 20)]
-    pub drain_timeout_secs: u64,
 }
 
-impl Config {
-    /// The automatic-mode settings, when `--auto-tls-secret` is given (`namespace` is resolved later).
-    pub fn auto_tls(&self) -> anyhow::Result<Option<(AutoTlsConfig, Option<String>)>> {
-        let Some(secret) = self.auto_tls_secret.clone() else {
-            if self.auto_tls_webhook_config.is_some() || self.auto_tls_namespace.is_some() {
-                anyhow::bail!(
-                    "--auto-tls-webhook-config and --auto-tls-namespace need --auto-tls-secret"
-                );
-            }
-            return Ok(None);
-        };
-        if self.auto_tls_validity_days == 0
-            || self.auto_tls_ca_validity_days <= self.auto_tls_validity_days
+/// The admin server (metrics, health).
+#[derive(Debug, Clone, ClapArgs)]
+#[command(next_help_heading = "Admin")]
+pub struct AdminArgs {
+    /// Plain-HTTP admin server (GET /metrics, GET /healthz).
+    #[arg(long, env = "WEBHOOK_ADMIN_LISTEN", default_value = "0.0.0.0:9092")]
+    pub admin_listen: SocketAddr,
+}
+
+/// What the frontend runs with: every flag parsed, clamped and checked by [`Config::try_from`].
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub tls: TlsMode,
+    pub scorer: ScorerConfig,
+    pub cluster: ClusterSource,
+    pub policy_configmap: PolicyConfigMap,
+    /// Plain-HTTP admin server (GET /metrics, GET /healthz).
+    pub admin_listen: SocketAddr,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub limits: Limits,
+    /// On SIGTERM/SIGINT, how long in-flight requests may take to finish.
+    pub drain_timeout: Duration,
+}
+
+/// The three ways of getting a serving certificate.
+#[derive(Debug, Clone)]
+pub enum TlsMode {
+    /// `--tls-cert` and `--tls-key` (a Secret's files), reloaded when they change.
+    Files {
+        files: CertFiles,
+        reload_interval: Duration,
+    },
+    /// `--self-signed DIR`: a dev CA and serving certificate generated into `dir`, then served like files.
+    SelfSigned {
+        dir: PathBuf,
+        sans: Vec<String>,
+        reload_interval: Duration,
+    },
+    /// `--auto-tls-secret NAME`: a CA + serving certificate kept in a Secret through the API.
+    /// `settings.namespace` is empty here: it is resolved with the Kubernetes client, from `namespace` first.
+    Auto {
+        settings: AutoTlsConfig,
+        namespace: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct ScorerConfig {
+    /// gRPC address of the scorer.
+    pub endpoint: String,
+    /// Budget of one scorer call (lowered further by the apiserver's `?timeout=` minus the margin).
+    pub deadline: Duration,
+    /// Kept free from the apiserver's `?timeout=` for answering.
+    pub deadline_margin: Duration,
+    pub channel: ChannelLimits,
+    /// How often the scorer's policy is fetched again.
+    pub policy_refresh: Duration,
+}
+
+/// Where namespace tiers, PriorityClasses, CheckpointBackups and workload owners come from.
+#[derive(Debug, Clone)]
+pub enum ClusterSource {
+    /// The Kubernetes API (watch caches).
+    Kube {
+        /// Namespace label holding the tier.
+        tier_label: String,
+        /// How often the CheckpointBackup API is looked for again while it is not installed.
+        checkpoint_discovery: Duration,
+    },
+    /// `--no-kube`: tiers from `--namespace-tier`, PriorityClasses from the policy's buckets.
+    Static { tiers: HashMap<String, String> },
+}
+
+/// The floors below which an interval is raised rather than refused (as small values always were).
+const MIN_TLS_RELOAD_INTERVAL: Duration = Duration::from_millis(100);
+const MIN_FIRST_REQUEST: Duration = Duration::from_millis(1);
+const MIN_POLL_INTERVAL: Duration = Duration::from_secs(1);
+
+impl TryFrom<Args> for Config {
+    type Error = anyhow::Error;
+
+    /// The one place flags are checked and turned into types: a bad combination or value is refused here,
+    /// with the flags it concerns named, before anything starts.
+    fn try_from(args: Args) -> anyhow::Result<Self> {
+        let Args {
+            server,
+            tls,
+            scorer,
+            cluster,
+            policy,
+            admin,
+        } = args;
+        Ok(Self {
+            server: server.into(),
+            tls: tls.try_into()?,
+            scorer: scorer.into(),
+            cluster: cluster.try_into()?,
+            policy_configmap: PolicyConfigMap::parse(
+                &policy.policy_configmap,
+                &policy.policy_configmap_key,
+            )
+            .map_err(anyhow::Error::msg)?,
+            admin_listen: admin.admin_listen,
+        })
+    }
+}
+
+impl From<ServerArgs> for ServerConfig {
+    fn from(args: ServerArgs) -> Self {
+        Self {
+            listen: args.listen,
+            limits: Limits {
+                first_request: Duration::from_millis(args.header_read_timeout_ms)
+                    .max(MIN_FIRST_REQUEST),
+                idle: Duration::from_secs(args.idle_timeout_secs),
+                max_connections: args.max_connections as usize,
+            },
+            drain_timeout: Duration::from_secs(args.drain_timeout_secs),
+        }
+    }
+}
+
+impl TryFrom<TlsArgs> for TlsMode {
+    type Error = anyhow::Error;
+
+    fn try_from(args: TlsArgs) -> anyhow::Result<Self> {
+        let reload_interval =
+            Duration::from_millis(args.tls_reload_interval_ms).max(MIN_TLS_RELOAD_INTERVAL);
+        if args.auto_tls_secret.is_none()
+            && (args.auto_tls_webhook_config.is_some() || args.auto_tls_namespace.is_some())
         {
             anyhow::bail!(
-                "--auto-tls-validity-days must be at least 1 and below --auto-tls-ca-validity-days"
+                "--auto-tls-webhook-config and --auto-tls-namespace need --auto-tls-secret"
             );
         }
-        let lifetimes = Lifetimes {
-            serving: time::Duration::days(self.auto_tls_validity_days.into()),
-            ca: time::Duration::days(self.auto_tls_ca_validity_days.into()),
-            renew_before: self
-                .auto_tls_renew_before_secs
-                .map(|s| time::Duration::seconds(i64::try_from(s).unwrap_or(i64::MAX))),
-        };
-        Ok(Some((
-            AutoTlsConfig {
-                namespace: String::new(),
-                secret,
-                webhook_config: self.auto_tls_webhook_config.clone(),
-                sans: self.sans.clone(),
-                lifetimes,
-                check_interval: Duration::from_secs(self.auto_tls_check_secs.max(1)),
+        match (
+            args.auto_tls_secret,
+            args.self_signed,
+            args.tls_cert,
+            args.tls_key,
+        ) {
+            (None, None, Some(cert), Some(key)) => Ok(Self::Files {
+                files: CertFiles { cert, key },
+                reload_interval,
+            }),
+            (None, Some(dir), None, None) => Ok(Self::SelfSigned {
+                dir,
+                sans: args.sans,
+                reload_interval,
+            }),
+            (Some(secret), None, None, None) => Ok(Self::Auto {
+                settings: AutoTlsConfig {
+                    namespace: String::new(),
+                    secret,
+                    webhook_config: args.auto_tls_webhook_config,
+                    sans: args.sans,
+                    lifetimes: lifetimes(
+                        args.auto_tls_validity_days,
+                        args.auto_tls_ca_validity_days,
+                        args.auto_tls_renew_before_secs,
+                    )?,
+                    check_interval: Duration::from_secs(args.auto_tls_check_secs)
+                        .max(MIN_POLL_INTERVAL),
+                },
+                namespace: args.auto_tls_namespace,
+            }),
+            _ => anyhow::bail!(
+                "TLS needs --tls-cert and --tls-key, --self-signed DIR, or --auto-tls-secret NAME"
+            ),
+        }
+    }
+}
+
+/// The automatic mode's certificate lifetimes: a serving certificate of at least a day, outlived by its CA,
+/// renewed before it expires.
+fn lifetimes(
+    validity_days: u32,
+    ca_validity_days: u32,
+    renew_before_secs: Option<u64>,
+) -> anyhow::Result<Lifetimes> {
+    if validity_days == 0 || ca_validity_days <= validity_days {
+        anyhow::bail!(
+            "--auto-tls-validity-days must be at least 1 and below --auto-tls-ca-validity-days"
+        );
+    }
+    let serving = time::Duration::days(validity_days.into());
+    let renew_before = match renew_before_secs {
+        None => None,
+        Some(secs) => match i64::try_from(secs).map(time::Duration::seconds) {
+            Ok(window) if window < serving => Some(window),
+            // A window as long as the lifetime would issue a new certificate at every check.
+            _ => anyhow::bail!(
+                "--auto-tls-renew-before-secs {secs} must be below the serving lifetime \
+                 (--auto-tls-validity-days {validity_days} = {} s)",
+                serving.whole_seconds()
+            ),
+        },
+    };
+    Ok(Lifetimes {
+        serving,
+        ca: time::Duration::days(ca_validity_days.into()),
+        renew_before,
+    })
+}
+
+impl From<ScorerArgs> for ScorerConfig {
+    fn from(args: ScorerArgs) -> Self {
+        Self {
+            endpoint: args.scorer,
+            deadline: Duration::from_millis(args.deadline_ms),
+            deadline_margin: Duration::from_millis(args.deadline_margin_ms),
+            channel: ChannelLimits {
+                max_in_flight: args.scorer_max_in_flight as usize,
+                connections: usize::from(args.scorer_connections),
             },
-            self.auto_tls_namespace.clone(),
-        )))
-    }
-    pub fn deadline(&self) -> Duration {
-        Duration::from_millis(self.deadline_ms)
-    }
-    pub fn connection_limits(&self) -> crate::connections::Limits {
-        crate::connections::Limits {
-            first_request: Duration::from_millis(self.header_read_timeout_ms.max(1)),
-            idle: Duration::from_secs(self.idle_timeout_secs),
-            max_connections: self.max_connections as usize,
+            policy_refresh: Duration::from_secs(args.policy_refresh_secs).max(MIN_POLL_INTERVAL),
         }
     }
-    pub fn scorer_channel(&self) -> crate::scorer_client::ChannelLimits {
-        crate::scorer_client::ChannelLimits {
-            max_in_flight: self.scorer_max_in_flight as usize,
-            connections: usize::from(self.scorer_connections),
+}
+
+impl TryFrom<ClusterArgs> for ClusterSource {
+    type Error = anyhow::Error;
+
+    fn try_from(args: ClusterArgs) -> anyhow::Result<Self> {
+        if args.no_kube {
+            return Ok(Self::Static {
+                tiers: parse_namespace_tiers(&args.namespace_tiers)?,
+            });
         }
-    }
-    pub fn deadline_margin(&self) -> Duration {
-        Duration::from_millis(self.deadline_margin_ms)
+        Ok(Self::Kube {
+            tier_label: args.tier_label,
+            checkpoint_discovery: Duration::from_secs(args.checkpoint_discovery_secs)
+                .max(MIN_POLL_INTERVAL),
+        })
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn contract_flags_parse() {
-        let c = Config::try_parse_from([
-            "webhook-frontend",
-            "--listen",
-            "127.0.0.1:0",
-            "--scorer",
-            "http://127.0.0.1:50051",
-            "--self-signed",
-            "/tmp/x",
-            "--deadline-ms",
-            "150",
-            "--no-kube",
-            "--namespace-tier",
-            "ml=gold",
-            "--namespace-tier",
-            "batch=bronze",
-            "--admin-listen",
-            "127.0.0.1:0",
-        ])
-        .unwrap();
-        assert_eq!(c.namespace_tiers, ["ml=gold", "batch=bronze"]);
-        assert_eq!(c.deadline(), Duration::from_millis(150));
-        assert!(c.no_kube);
-
-        let c = Config::try_parse_from(["webhook-frontend", "--tls-cert", "a", "--tls-key", "b"])
-            .unwrap();
-        assert_eq!(c.listen.to_string(), "0.0.0.0:8443");
-        assert_eq!(c.admin_listen.to_string(), "0.0.0.0:9092");
-        assert_eq!(c.deadline_ms, 200);
-    }
-
-    #[test]
-    fn tls_source_is_required_and_exclusive() {
-        assert!(Config::try_parse_from(["webhook-frontend"]).is_err());
-        assert!(Config::try_parse_from(["webhook-frontend", "--tls-cert", "a"]).is_err());
-        assert!(
-            Config::try_parse_from([
-                "webhook-frontend",
-                "--tls-cert",
-                "a",
-                "--tls-key",
-                "b",
-                "--self-signed",
-                "d"
-            ])
-            .is_err()
-        );
-        assert!(
-            Config::try_parse_from([
-                "webhook-frontend",
-                "--self-signed",
-                "d",
-                "--namespace-tier",
-                "a=b"
-            ])
-            .is_err()
-        );
-        for other in [["--self-signed", "d"], ["--tls-cert", "a"]] {
-            let mut args = vec!["webhook-frontend", "--auto-tls-secret", "s"];
-            args.extend(other);
-            if other[0] == "--tls-cert" {
-                args.extend(["--tls-key", "b"]);
-            }
-            assert!(Config::try_parse_from(args).is_err());
-        }
-        let stray = Config::try_parse_from([
-            "webhook-frontend",
-            "--self-signed",
-            "d",
-            "--auto-tls-webhook-config",
-            "w",
-        ]);
-        assert!(stray.is_err() || stray.unwrap().auto_tls().is_err());
-    }
-
-    #[test]
-    fn auto_tls_flags() {
-        let c = Config::try_parse_from([
-            "webhook-frontend",
-            "--auto-tls-secret=gpu-admission-webhook-tls",
-            "--auto-tls-webhook-config=gpu-admission",
-            "--san=gpu-admission-webhook.gpu-admission.svc",
-            "--auto-tls-renew-before-secs=60",
-        ])
-        .unwrap();
-        let (auto, ns) = c.auto_tls().unwrap().unwrap();
-        assert_eq!(ns, None);
-        assert_eq!(auto.secret, "gpu-admission-webhook-tls");
-        assert_eq!(auto.webhook_config.as_deref(), Some("gpu-admission"));
-        assert_eq!(auto.sans, ["gpu-admission-webhook.gpu-admission.svc"]);
-        assert_eq!(auto.lifetimes.serving, time::Duration::days(90));
-        assert_eq!(
-            auto.lifetimes.renew_before,
-            Some(time::Duration::seconds(60))
-        );
-        assert_eq!(auto.check_interval, Duration::from_secs(30));
-        let bad = Config::try_parse_from([
-            "webhook-frontend",
-            "--auto-tls-secret=s",
-            "--auto-tls-validity-days=4000",
-        ])
-        .unwrap();
-        assert!(bad.auto_tls().is_err());
-        let files = Config::try_parse_from(["webhook-frontend", "--self-signed", "d"]).unwrap();
-        assert!(files.auto_tls().unwrap().is_none());
-    }
-}
+mod tests;

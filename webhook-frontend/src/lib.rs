@@ -19,5 +19,4 @@ pub mod policy;
 pub mod readiness;
 pub mod scorer_client;
 pub mod server;
-pub mod shutdown;
 pub mod tls;

@@ -3,7 +3,8 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use webhook_frontend::config::Config;
+use gpu_admission_telemetry::runtime::Service;
+use webhook_frontend::config::{Args, Config};
 
 /// jemalloc (configured in the workspace Cargo.toml): an AdmissionReview is decoded on one worker and often
 /// dropped on another, which made glibc malloc's arena locks a tenth of the frontend's CPU under load; its
@@ -16,60 +17,9 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// a small machine with the scorer.
 const WORKER_THREADS_ENV: &str = "WEBHOOK_WORKER_THREADS";
 
-fn worker_threads() -> Result<Option<usize>, String> {
-    match std::env::var(WORKER_THREADS_ENV) {
-        Err(std::env::VarError::NotPresent) => Ok(None),
-        Ok(v) if v.trim().is_empty() => Ok(None),
-        Ok(v) => match v.trim().parse::<usize>() {
-            Ok(n) if n > 0 => Ok(Some(n)),
-            _ => Err(format!(
-                "{WORKER_THREADS_ENV}={v:?}: expected a number of threads ≥ 1"
-            )),
-        },
-        Err(e) => Err(format!("{WORKER_THREADS_ENV}: {e}")),
-    }
-}
-
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
-    let mut builder = match worker_threads()? {
-        Some(1) => tokio::runtime::Builder::new_current_thread(),
-        Some(n) => {
-            let mut b = tokio::runtime::Builder::new_multi_thread();
-            b.worker_threads(n);
-            b
-        }
-        None => tokio::runtime::Builder::new_multi_thread(),
-    };
-    builder
-        .enable_all()
-        .build()
-        .map_err(|e| format!("tokio runtime: {e}"))
-}
-
 fn main() -> ExitCode {
-    let config = Config::parse();
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(err) => {
-            eprintln!("webhook-frontend: error: {err}");
-            return ExitCode::FAILURE;
-        }
-    };
-    rt.block_on(async move {
-        let _telemetry = match gpu_admission_telemetry::init("webhook-frontend") {
-            Ok(guard) => guard,
-            Err(err) => {
-                eprintln!("webhook-frontend: telemetry set-up failed: {err:#}");
-                return ExitCode::FAILURE;
-            }
-        };
-        match webhook_frontend::app::run(config).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(err) => {
-                tracing::error!(error = %format!("{err:#}"), "webhook-frontend failed");
-                eprintln!("webhook-frontend: error: {err:#}");
-                ExitCode::FAILURE
-            }
-        }
-    })
+    let args = Args::parse();
+    Service::new("webhook-frontend")
+        .worker_threads_env(WORKER_THREADS_ENV)
+        .run(async move { webhook_frontend::app::run(Config::try_from(args)?).await })
 }

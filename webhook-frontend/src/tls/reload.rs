@@ -56,7 +56,7 @@ impl ReloadingCertResolver {
 
 /// The certificate files being served.
 #[derive(Debug, Clone)]
-pub(crate) struct CertFiles {
+pub struct CertFiles {
     pub(crate) cert: PathBuf,
     pub(crate) key: PathBuf,
 }

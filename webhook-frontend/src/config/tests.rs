@@ -1,0 +1,273 @@
+use super::*;
+
+/// Parses and converts, as `main` does.
+fn config(args: &[&str]) -> anyhow::Result<Config> {
+    let mut argv = vec!["webhook-frontend"];
+    argv.extend(args);
+    Config::try_from(Args::try_parse_from(argv)?)
+}
+
+#[test]
+fn contract_flags_parse() {
+    let a = Args::try_parse_from([
+        "webhook-frontend",
+        "--listen",
+        "127.0.0.1:0",
+        "--scorer",
+        "http://127.0.0.1:50051",
+        "--self-signed",
+        "/tmp/x",
+        "--deadline-ms",
+        "150",
+        "--no-kube",
+        "--namespace-tier",
+        "ml=gold",
+        "--namespace-tier",
+        "batch=bronze",
+        "--admin-listen",
+        "127.0.0.1:0",
+    ])
+    .unwrap();
+    assert_eq!(a.cluster.namespace_tiers, ["ml=gold", "batch=bronze"]);
+    assert!(a.cluster.no_kube);
+    let c = Config::try_from(a).unwrap();
+    assert_eq!(c.scorer.deadline, Duration::from_millis(150));
+    assert!(matches!(c.cluster, ClusterSource::Static { .. }));
+
+    let a =
+        Args::try_parse_from(["webhook-frontend", "--tls-cert", "a", "--tls-key", "b"]).unwrap();
+    assert_eq!(a.server.listen.to_string(), "0.0.0.0:8443");
+    assert_eq!(a.admin.admin_listen.to_string(), "0.0.0.0:9092");
+    assert_eq!(a.scorer.deadline_ms, 200);
+}
+
+#[test]
+fn tls_source_is_required_and_exclusive() {
+    assert!(Args::try_parse_from(["webhook-frontend"]).is_err());
+    assert!(Args::try_parse_from(["webhook-frontend", "--tls-cert", "a"]).is_err());
+    assert!(
+        Args::try_parse_from([
+            "webhook-frontend",
+            "--tls-cert",
+            "a",
+            "--tls-key",
+            "b",
+            "--self-signed",
+            "d"
+        ])
+        .is_err()
+    );
+    assert!(
+        Args::try_parse_from([
+            "webhook-frontend",
+            "--self-signed",
+            "d",
+            "--namespace-tier",
+            "a=b"
+        ])
+        .is_err()
+    );
+    for other in [["--self-signed", "d"], ["--tls-cert", "a"]] {
+        let mut args = vec!["webhook-frontend", "--auto-tls-secret", "s"];
+        args.extend(other);
+        if other[0] == "--tls-cert" {
+            args.extend(["--tls-key", "b"]);
+        }
+        assert!(Args::try_parse_from(args).is_err());
+    }
+    let stray = Args::try_parse_from([
+        "webhook-frontend",
+        "--self-signed",
+        "d",
+        "--auto-tls-webhook-config",
+        "w",
+    ]);
+    assert!(stray.is_err() || Config::try_from(stray.unwrap()).is_err());
+}
+
+#[test]
+fn auto_tls_flags() {
+    let c = config(&[
+        "--auto-tls-secret=gpu-admission-webhook-tls",
+        "--auto-tls-webhook-config=gpu-admission",
+        "--san=gpu-admission-webhook.gpu-admission.svc",
+        "--auto-tls-renew-before-secs=60",
+    ])
+    .unwrap();
+    let TlsMode::Auto {
+        settings: auto,
+        namespace: ns,
+    } = c.tls
+    else {
+        panic!("not automatic: {:?}", c.tls)
+    };
+    assert_eq!(ns, None);
+    assert_eq!(auto.secret, "gpu-admission-webhook-tls");
+    assert_eq!(auto.webhook_config.as_deref(), Some("gpu-admission"));
+    assert_eq!(auto.sans, ["gpu-admission-webhook.gpu-admission.svc"]);
+    assert_eq!(auto.lifetimes.serving, time::Duration::days(90));
+    assert_eq!(
+        auto.lifetimes.renew_before,
+        Some(time::Duration::seconds(60))
+    );
+    assert_eq!(auto.check_interval, Duration::from_secs(30));
+    assert!(config(&["--auto-tls-secret=s", "--auto-tls-validity-days=4000"]).is_err());
+    let files = config(&["--self-signed", "d"]).unwrap();
+    assert!(!matches!(files.tls, TlsMode::Auto { .. }));
+}
+
+#[test]
+fn defaults_become_typed_values() {
+    let c = config(&["--tls-cert", "c.pem", "--tls-key", "k.pem"]).unwrap();
+    assert_eq!(c.server.listen.to_string(), "0.0.0.0:8443");
+    assert_eq!(c.server.limits.first_request, Duration::from_secs(10));
+    assert_eq!(c.server.limits.idle, Duration::from_secs(180));
+    assert_eq!(c.server.limits.max_connections, 4096);
+    assert_eq!(c.server.drain_timeout, Duration::from_secs(20));
+    assert_eq!(c.scorer.endpoint, "http://127.0.0.1:50051");
+    assert_eq!(c.scorer.deadline, Duration::from_millis(200));
+    assert_eq!(c.scorer.deadline_margin, Duration::from_millis(50));
+    assert_eq!(c.scorer.channel.max_in_flight, 1024);
+    assert_eq!(c.scorer.channel.connections, 2);
+    assert_eq!(c.scorer.policy_refresh, Duration::from_secs(30));
+    assert_eq!(
+        c.policy_configmap,
+        PolicyConfigMap {
+            namespace: "gpu-admission".into(),
+            name: "gpu-admission-policy".into(),
+            key: "default-policy.yaml".into(),
+        }
+    );
+    let TlsMode::Files {
+        files,
+        reload_interval,
+    } = &c.tls
+    else {
+        panic!("not files: {:?}", c.tls)
+    };
+    assert_eq!(files.cert, PathBuf::from("c.pem"));
+    assert_eq!(files.key, PathBuf::from("k.pem"));
+    assert_eq!(*reload_interval, Duration::from_secs(2));
+    let ClusterSource::Kube {
+        tier_label,
+        checkpoint_discovery,
+    } = &c.cluster
+    else {
+        panic!("not kube: {:?}", c.cluster)
+    };
+    assert_eq!(tier_label, DEFAULT_TIER_LABEL);
+    assert_eq!(*checkpoint_discovery, Duration::from_secs(30));
+}
+
+#[test]
+fn self_signed_mode_keeps_its_directory_and_names() {
+    let dev = config(&["--self-signed", "d", "--san", "a,b", "--no-kube"]).unwrap();
+    let TlsMode::SelfSigned { dir, sans, .. } = &dev.tls else {
+        panic!("not self-signed: {:?}", dev.tls)
+    };
+    assert_eq!(dir.to_str(), Some("d"));
+    assert_eq!(sans, &["a", "b"]);
+    let ClusterSource::Static { tiers } = &dev.cluster else {
+        panic!("not static: {:?}", dev.cluster)
+    };
+    assert!(tiers.is_empty());
+}
+
+#[test]
+fn too_small_intervals_are_raised_to_their_floor() {
+    let c = config(&[
+        "--self-signed=d",
+        "--tls-reload-interval-ms=0",
+        "--header-read-timeout-ms=0",
+        "--policy-refresh-secs=0",
+        "--checkpoint-discovery-secs=0",
+    ])
+    .unwrap();
+    let TlsMode::SelfSigned {
+        reload_interval, ..
+    } = c.tls
+    else {
+        panic!("not self-signed: {:?}", c.tls)
+    };
+    assert_eq!(reload_interval, Duration::from_millis(100));
+    assert_eq!(c.server.limits.first_request, Duration::from_millis(1));
+    assert_eq!(c.scorer.policy_refresh, Duration::from_secs(1));
+    let ClusterSource::Kube {
+        checkpoint_discovery,
+        ..
+    } = c.cluster
+    else {
+        panic!("not kube: {:?}", c.cluster)
+    };
+    assert_eq!(checkpoint_discovery, Duration::from_secs(1));
+    let c = config(&["--auto-tls-secret=s", "--auto-tls-check-secs=0"]).unwrap();
+    let TlsMode::Auto { settings, .. } = c.tls else {
+        panic!("not automatic: {:?}", c.tls)
+    };
+    assert_eq!(settings.check_interval, Duration::from_secs(1));
+}
+
+#[test]
+fn limits_outside_their_range_are_refused_at_parse_time() {
+    for flag in [
+        "--scorer-max-in-flight=0",
+        "--scorer-connections=0",
+        "--scorer-connections=65",
+        "--idle-timeout-secs=0",
+        "--max-connections=0",
+    ] {
+        let err = config(&["--self-signed=d", flag]).unwrap_err();
+        let name = flag.split('=').next().unwrap();
+        assert!(err.to_string().contains(name), "{flag}: {err}");
+    }
+}
+
+#[test]
+fn bad_values_are_refused_with_the_flag_named() {
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["--no-kube", "--namespace-tier=ml"],
+            "--namespace-tier \"ml\"",
+        ),
+        (
+            &["--no-kube", "--namespace-tier=ml=", "--namespace-tier=a=b"],
+            "--namespace-tier",
+        ),
+        (&["--policy-configmap=no-slash"], "--policy-configmap"),
+        (&["--policy-configmap-key="], "--policy-configmap"),
+        (
+            &["--auto-tls-secret=s", "--auto-tls-validity-days=0"],
+            "--auto-tls-validity-days",
+        ),
+        (
+            &[
+                "--auto-tls-secret=s",
+                "--auto-tls-validity-days=1",
+                "--auto-tls-renew-before-secs=86400",
+            ],
+            "--auto-tls-renew-before-secs 86400 must be below the serving lifetime",
+        ),
+    ];
+    for (args, expected) in cases {
+        let mut argv = args.to_vec();
+        if !argv[0].starts_with("--auto-tls") {
+            argv.push("--self-signed=d");
+        }
+        let err = config(&argv).unwrap_err().to_string();
+        assert!(err.contains(expected), "{args:?}: {err}");
+    }
+    // Just below the lifetime is a valid window.
+    let c = config(&[
+        "--auto-tls-secret=s",
+        "--auto-tls-validity-days=1",
+        "--auto-tls-renew-before-secs=86399",
+    ])
+    .unwrap();
+    let TlsMode::Auto { settings, .. } = c.tls else {
+        panic!("not automatic: {:?}", c.tls)
+    };
+    assert_eq!(
+        settings.lifetimes.renew_before,
+        Some(time::Duration::seconds(86_399))
+    );
+}
