@@ -36,7 +36,7 @@ impl Shutdown {
                 let _ = tokio::signal::ctrl_c().await;
                 "SIGINT"
             };
-            tracing::info!(signal, "{signal} received: shutting down, draining");
+            tracing::info!(signal, "{signal} received: shutting down");
             let _ = tx.send(true);
             // Keep the sender alive so that receivers never take a closed channel for a signal.
             std::future::pending::<()>().await;
