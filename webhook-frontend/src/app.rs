@@ -9,6 +9,8 @@ use anyhow::Context;
 use prometheus_client::registry::Registry;
 
 use crate::admission::Webhooks;
+use crate::cluster::checkpoints::CheckpointCaches;
+use crate::cluster::workloads::WorkloadOwners;
 use crate::cluster::{ClusterFacts, kube_cache};
 use crate::config::{ClusterSource, Config, TlsMode};
 use crate::metrics::Metrics;
@@ -25,40 +27,118 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::register(&mut registry));
 
     // Cluster facts first: a broken Kubernetes configuration fails the start before anything runs.
-    let mut client = None;
-    let (checkpoints, workloads, cluster) = match &config.cluster {
+    let (cluster, client) = start_cluster(&config.cluster).await?;
+    let certificate_served = Arc::new(AtomicBool::new(false));
+    let resolver = serve_certificates(&config.tls, client, &metrics, &certificate_served).await?;
+    let tls_config = tls::server_config(resolver)?;
+
+    let scorer = Scorer::new(
+        &config.scorer.endpoint,
+        config.scorer.deadline,
+        config.scorer.deadline_margin,
+        config.scorer.channel,
+    )?;
+    let policy = Arc::new(PolicyCache::default());
+    tokio::spawn(
+        policy
+            .clone()
+            .keep_fresh(scorer.clone(), config.scorer.policy_refresh),
+    );
+
+    let webhooks = Webhooks::new(
+        scorer,
+        cluster.facts,
+        policy,
+        metrics.clone(),
+        config.policy_configmap.clone(),
+    )
+    .with_checkpoints(cluster.checkpoints)
+    .with_workloads(cluster.workloads);
+    let readiness = Arc::new(
+        webhooks
+            .readiness()
+            .with_certificate_served(certificate_served),
+    );
+    let shutdown = Shutdown::install()?;
+
+    let listener = tokio::net::TcpListener::bind(config.server.listen)
+        .await
+        .with_context(|| format!("binding {}", config.server.listen))?;
+    let addr = listener.local_addr()?;
+    readiness.set_listening();
+    // The contract line (tests read the port from it); printed before the admin server logs its own address.
+    eprintln!("webhook-frontend listening on {addr}");
+    let no_kube = matches!(config.cluster, ClusterSource::Static { .. });
+    tracing::info!(%addr, scorer = %config.scorer.endpoint, no_kube, "admission server started");
+
+    let admin = gpu_admission_telemetry::admin::serve(
+        config.admin_listen,
+        Arc::new(registry),
+        shutdown.wait(),
+    )
+    .await?;
+    tracing::info!(%admin, "admin server started");
+
+    server::serve(
+        listener,
+        tls_config,
+        server::router(webhooks, readiness),
+        config.server.limits,
+        metrics,
+        config.server.drain_timeout,
+        shutdown.wait(),
+    )
+    .await;
+    Ok(())
+}
+
+/// The cluster's watch caches, or the flags' facts with `--no-kube`.
+struct Cluster {
+    facts: ClusterFacts,
+    checkpoints: Option<CheckpointCaches>,
+    workloads: Option<WorkloadOwners>,
+}
+
+/// Starts the watch caches (with a cluster), and returns the client it made for the TLS side to reuse.
+async fn start_cluster(source: &ClusterSource) -> anyhow::Result<(Cluster, Option<kube::Client>)> {
+    match source {
         ClusterSource::Kube {
             tier_label,
             checkpoint_discovery,
         } => {
-            let kube = client.insert(kube_cache::client().await?);
-            (
-                Some(crate::cluster::checkpoints::CheckpointCaches::start(
-                    kube.clone(),
-                    *checkpoint_discovery,
-                )),
-                Some(crate::cluster::workloads::WorkloadOwners::start(
-                    kube.clone(),
-                )),
-                ClusterFacts::Kube(kube_cache::KubeCaches::start(
+            let kube = kube_cache::client().await?;
+            let cluster = Cluster {
+                checkpoints: Some(CheckpointCaches::start(kube.clone(), *checkpoint_discovery)),
+                workloads: Some(WorkloadOwners::start(kube.clone())),
+                facts: ClusterFacts::Kube(kube_cache::KubeCaches::start(
                     kube.clone(),
                     tier_label.clone(),
                 )),
-            )
+            };
+            Ok((cluster, Some(kube)))
         }
-        ClusterSource::Static { tiers } => (
-            None,
-            None,
-            ClusterFacts::Static {
-                tiers: tiers.clone(),
-            },
-        ),
-    };
+        ClusterSource::Static { tiers } => {
+            let cluster = Cluster {
+                facts: ClusterFacts::Static {
+                    tiers: tiers.clone(),
+                },
+                checkpoints: None,
+                workloads: None,
+            };
+            Ok((cluster, None))
+        }
+    }
+}
 
-    // TLS: files (Secret layout), a generated dev CA + serving certificate (both watched for changes), or
-    // automatic mode (a Secret kept through the API; a throwaway certificate until it is served).
-    let certificate_served = Arc::new(AtomicBool::new(false));
-    let resolver = match &config.tls {
+/// TLS: files (Secret layout), a generated dev CA + serving certificate (both watched for changes), or
+/// automatic mode (a Secret kept through the API; a throwaway certificate until it is served).
+async fn serve_certificates(
+    mode: &TlsMode,
+    client: Option<kube::Client>,
+    metrics: &Arc<Metrics>,
+    certificate_served: &Arc<AtomicBool>,
+) -> anyhow::Result<Arc<reload::ReloadingCertResolver>> {
+    Ok(match mode {
         TlsMode::Auto {
             settings,
             namespace,
@@ -97,78 +177,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 cert: g.cert,
                 key: g.key,
             };
-            watched_files(files, *reload_interval, &metrics, &certificate_served)?
+            watched_files(files, *reload_interval, metrics, certificate_served)?
         }
         TlsMode::Files {
             files,
             reload_interval,
-        } => watched_files(
-            files.clone(),
-            *reload_interval,
-            &metrics,
-            &certificate_served,
-        )?,
-    };
-    let tls_config = tls::server_config(resolver)?;
-
-    let scorer = Scorer::new(
-        &config.scorer.endpoint,
-        config.scorer.deadline,
-        config.scorer.deadline_margin,
-        config.scorer.channel,
-    )?;
-    let policy = Arc::new(PolicyCache::default());
-    tokio::spawn(
-        policy
-            .clone()
-            .keep_fresh(scorer.clone(), config.scorer.policy_refresh),
-    );
-
-    let webhooks = Webhooks::new(
-        scorer,
-        cluster,
-        policy,
-        metrics.clone(),
-        config.policy_configmap.clone(),
-    )
-    .with_checkpoints(checkpoints)
-    .with_workloads(workloads);
-    let readiness = Arc::new(
-        webhooks
-            .readiness()
-            .with_certificate_served(certificate_served),
-    );
-    let shutdown = Shutdown::install()?;
-
-    let listener = tokio::net::TcpListener::bind(config.server.listen)
-        .await
-        .with_context(|| format!("binding {}", config.server.listen))?;
-    let addr = listener.local_addr()?;
-    readiness.set_listening();
-    // The contract line (tests read the port from it); printed before the admin server logs its own address.
-    eprintln!("webhook-frontend listening on {addr}");
-    let no_kube = matches!(config.cluster, ClusterSource::Static { .. });
-    tracing::info!(%addr, scorer = %config.scorer.endpoint, no_kube, "admission server started");
-
-    let admin = gpu_admission_telemetry::admin::serve(
-        config.admin_listen,
-        Arc::new(registry),
-        shutdown.wait(),
-    )
-    .await?;
-    tracing::info!(%admin, "admin server started");
-
-    server::serve(
-        listener,
-        tls_config,
-        server::router(webhooks, readiness),
-        config.server.limits,
-        metrics,
-        config.server.drain_timeout,
-        shutdown.wait(),
-    )
-    .await;
-    Ok(())
+        } => watched_files(files.clone(), *reload_interval, metrics, certificate_served)?,
+    })
 }
 
 /// Serves certificate files, reloaded when they change: a Secret's, or the generated dev ones.
