@@ -109,21 +109,9 @@ impl Metrics {
             .inc();
     }
 
-    pub fn record_http2_limits(&self, limits: &crate::server::Http2Limits) {
-        for (setting, value) in [
-            (
-                "max_concurrent_streams",
-                i64::from(limits.max_concurrent_streams),
-            ),
-            (
-                "max_pending_accept_reset_streams",
-                limits.max_pending_accept_reset_streams as i64,
-            ),
-            (
-                "max_local_error_reset_streams",
-                limits.max_local_error_reset_streams as i64,
-            ),
-        ] {
+    /// The HTTP/2 limits in force, as `(setting, value)` pairs (see `server::Http2Limits::settings`).
+    pub fn record_http2_limits(&self, settings: &[(&'static str, i64)]) {
+        for &(setting, value) in settings {
             self.http2_limits
                 .get_or_create(&Http2LimitLabels { setting })
                 .set(value);
@@ -161,7 +149,7 @@ mod tests {
         m.explored_decisions.inc();
         m.workload_answer("cached");
         m.score_duration.observe(0.00002);
-        m.record_http2_limits(&crate::server::Http2Limits::default());
+        m.record_http2_limits(&[("max_pending_accept_reset_streams", 1024)]);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for needle in [

@@ -20,7 +20,8 @@ use tonic_health::server::HealthReporter;
 use crate::metrics::Metrics;
 use crate::model::Learned;
 use crate::policy::watch::{self as policy_watch, FileWatcher, PolicyStore, ReloadOutcome};
-use crate::service::{Core, ScorerService};
+use crate::service::Core;
+use crate::service::grpc::ScorerService;
 use crate::{policy, state};
 
 /// The Scorer service's full name, as health checks and reflection know it.
@@ -77,6 +78,26 @@ impl Default for Http2Limits {
             max_pending_accept_reset_streams: 1024,
             max_local_error_reset_streams: 1024,
         }
+    }
+}
+
+impl Http2Limits {
+    /// Each setting with its value, as the metrics label them.
+    pub fn settings(&self) -> [(&'static str, i64); 3] {
+        [
+            (
+                "max_concurrent_streams",
+                i64::from(self.max_concurrent_streams),
+            ),
+            (
+                "max_pending_accept_reset_streams",
+                self.max_pending_accept_reset_streams as i64,
+            ),
+            (
+                "max_local_error_reset_streams",
+                self.max_local_error_reset_streams as i64,
+            ),
+        ]
     }
 }
 
@@ -266,7 +287,7 @@ pub async fn start(
     let mut stop = shutdown_rx.clone();
     let health_on_stop = health.clone();
     let h2 = config.http2;
-    metrics.record_http2_limits(&h2);
+    metrics.record_http2_limits(&h2.settings());
     tracing::info!("HTTP/2 limits: {h2}");
     let server = tonic::transport::Server::builder()
         .max_concurrent_streams(h2.max_concurrent_streams)

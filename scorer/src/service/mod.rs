@@ -1,0 +1,353 @@
+//! The scorer's application core: the shared state (policy in force, learned state, metrics) and what each
+//! RPC does with it. `convert` maps proto <-> model; `grpc` is the tonic adapter over [`Core`].
+
+mod convert;
+pub mod grpc;
+#[cfg(test)]
+mod tests;
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use gpu_admission_proto::limits::MAX_POLICY_BYTES;
+use gpu_admission_proto::scorer::v1 as pb;
+use tonic::Status;
+
+use crate::decisions::{self, DecisionState};
+use crate::metrics::Metrics;
+use crate::model::{self, JobRequest, Learned};
+use crate::policy::Policy;
+use crate::policy::watch::PolicyStore;
+use crate::state;
+use convert::{
+    explain_response, invalid, job_request, observation, policy_response, score_response,
+};
+
+/// State shared by every request.
+#[derive(Debug)]
+pub struct Core {
+    pub policy: Arc<PolicyStore>,
+    /// One lock for estimates and the exploration budget: a Score reads the estimates and records its
+    /// decision in the budget atomically, so the exploratory share never overshoots its cap.
+    pub learned: Mutex<Learned>,
+    /// The pinned learned state and the answers per workload (locked after `learned`, never before).
+    decisions: Mutex<DecisionState>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl Core {
+    pub fn new(policy: Arc<PolicyStore>, learned: Learned, metrics: Arc<Metrics>) -> Self {
+        Self {
+            policy,
+            learned: Mutex::new(learned),
+            decisions: Mutex::new(DecisionState::new(decisions::DEFAULT_EPOCH)),
+            metrics,
+        }
+    }
+
+    /// Sets the length of the learned-state epochs keyed decisions read (0 = the live state).
+    pub fn with_decision_epoch(self, epoch: std::time::Duration) -> Self {
+        Self {
+            decisions: Mutex::new(DecisionState::new(epoch)),
+            ..self
+        }
+    }
+
+    fn learned(&self) -> std::sync::MutexGuard<'_, Learned> {
+        self.learned.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn decisions(&self) -> std::sync::MutexGuard<'_, DecisionState> {
+        self.decisions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The live learned state, about to be changed: the decision epoch is pinned first.
+    fn learned_for_write(&self) -> std::sync::MutexGuard<'_, Learned> {
+        let learned = self.learned();
+        self.decisions().before_write(&learned, unix_seconds());
+        learned
+    }
+
+    /// A copy of the learned state, for snapshots.
+    pub fn snapshot(&self) -> Learned {
+        self.learned().clone()
+    }
+
+    fn policy(&self, rpc: &'static str) -> Result<Arc<Policy>, Status> {
+        self.policy.current().ok_or_else(|| {
+            self.metrics.request(rpc, "unavailable");
+            Status::unavailable("no valid policy loaded yet")
+        })
+    }
+
+    /// Scores one request (everything but the gRPC envelope).
+    pub fn score(&self, req: &pb::ScoreRequest) -> Result<pb::ScoreResponse, Status> {
+        let policy = self.policy("Score")?;
+        let job =
+            job_request(req).inspect_err(|_| self.metrics.request("Score", "invalid_argument"))?;
+        let started = Instant::now();
+        let (answer, newly_explored) = {
+            let mut learned = self.learned();
+            learned.refresh(&policy);
+            let window = policy.learning.exploration_window as usize;
+            let key = req.workload_key.as_str();
+            if key.is_empty() {
+                let allowed = learned
+                    .exploration
+                    .allows(policy.learning.exploration_cap, window);
+                let seed = decision_seed(&policy, &learned, req);
+                let d = model::score(&policy, &learned, &job, allowed, seed);
+                if !d.accepted().is_empty() {
+                    learned.exploration.record(d.explored, window);
+                }
+                let explored = d.explored;
+                (score_response(&policy, req, d), explored)
+            } else {
+                let mut decisions = self.decisions();
+                let now = Instant::now();
+                // Cached per workload AND what the Pod asks: Pods of one template share the answer; a member
+                // that asks something else (another vendor, more memory) is decided for itself, from the
+                // workload's seed and pinned state, so it lands on the same class whenever that class fits.
+                let cache_key = format!("{key}\n{}", asked_digest(req));
+                if let Some(cached) = decisions.cached(&cache_key, &policy.version, now) {
+                    let mut answer = cached.clone();
+                    answer.request_id = req.request_id.clone();
+                    one_class_for_a_group(req, &mut answer);
+                    self.metrics.workload_answer("cached");
+                    (answer, false)
+                } else {
+                    let d = workload_decision(&policy, &mut decisions, &learned, &job, key);
+                    if !d.accepted().is_empty() {
+                        learned.exploration.record(d.explored, window);
+                    }
+                    let explored = d.explored;
+                    let mut answer = score_response(&policy, req, d);
+                    decisions.remember(&cache_key, &policy.version, answer.clone(), now);
+                    one_class_for_a_group(req, &mut answer);
+                    self.metrics.workload_answer("decided");
+                    (answer, explored)
+                }
+            }
+        };
+        self.metrics
+            .score_duration
+            .observe(started.elapsed().as_secs_f64());
+        if newly_explored {
+            self.metrics.explored_decisions.inc();
+        }
+        let result = if answer.accepted_classes.is_empty() {
+            "infeasible"
+        } else {
+            "ok"
+        };
+        self.metrics.request("Score", result);
+        Ok(answer)
+    }
+
+    pub fn observe(&self, req: &pb::ObserveRequest) -> Result<pb::ObserveResponse, Status> {
+        let policy = self.policy("Observe")?;
+        let obs = observation(&policy, req)
+            .inspect_err(|_| self.metrics.request("Observe", "invalid_argument"))?;
+        let outcome = model::observe(&policy, &mut self.learned_for_write(), &obs);
+        self.metrics.request(
+            "Observe",
+            if outcome.duplicate { "duplicate" } else { "ok" },
+        );
+        Ok(pb::ObserveResponse {
+            runtime_mean_seconds: outcome.estimate.mean,
+            runtime_stddev_seconds: outcome.estimate.stddev,
+            observations: outcome.observations,
+            duplicate: outcome.duplicate,
+        })
+    }
+
+    /// What Score would answer, and why, without recording anything.
+    pub fn explain(&self, req: &pb::ScoreRequest) -> Result<pb::ExplainResponse, Status> {
+        let policy = self.policy("Explain")?;
+        let job = job_request(req)
+            .inspect_err(|_| self.metrics.request("Explain", "invalid_argument"))?;
+        let mut learned = self.learned();
+        // Only the caches: nothing learned, no budget spent.
+        learned.refresh(&policy);
+        let window = policy.learning.exploration_window as usize;
+        let decision = if req.workload_key.is_empty() {
+            let budget = learned
+                .exploration
+                .allows(policy.learning.exploration_cap, window);
+            let seed = decision_seed(&policy, &learned, req);
+            model::score(&policy, &learned, &job, budget, seed)
+        } else {
+            // What a first Pod of the workload would get now (a cached answer may be older).
+            workload_decision(
+                &policy,
+                &mut self.decisions(),
+                &learned,
+                &job,
+                &req.workload_key,
+            )
+        };
+        let share = learned.exploration.share(window);
+        let digest = state::digest(&learned);
+        let observations = learned.observations;
+        drop(learned);
+        self.metrics.request("Explain", "ok");
+        Ok(explain_response(
+            &policy,
+            req,
+            decision,
+            share,
+            digest,
+            observations,
+        ))
+    }
+
+    /// The learned state (without this replica's exploration budget), for another replica.
+    pub fn export_state(&self) -> Result<pb::LearnedState, Status> {
+        let learned = self.learned().clone();
+        let snapshot = state::encode_shared(&learned).map_err(|e| {
+            self.metrics.request("ExportState", "internal");
+            Status::internal(format!("cannot encode the learned state: {e}"))
+        })?;
+        self.metrics.request("ExportState", "ok");
+        Ok(pb::LearnedState {
+            snapshot,
+            observations: learned.observations,
+            digest: state::digest(&learned),
+        })
+    }
+
+    /// Adopts `incoming` when it holds every observation this replica holds.
+    pub fn import_state(
+        &self,
+        incoming: &pb::LearnedState,
+    ) -> Result<pb::ImportStateResponse, Status> {
+        let theirs = state::decode_shared(&incoming.snapshot).map_err(|e| {
+            self.metrics.request("ImportState", "invalid_argument");
+            invalid(format!("snapshot: {e}"))
+        })?;
+        let mut learned = self.learned();
+        let applied = state::is_superset(&theirs, &learned);
+        if applied {
+            self.decisions().before_write(&learned, unix_seconds());
+            let exploration = std::mem::take(&mut learned.exploration);
+            *learned = Learned {
+                exploration,
+                ..theirs
+            };
+            if let Some(policy) = self.policy.current() {
+                learned.refresh(&policy);
+            }
+        }
+        self.metrics
+            .request("ImportState", if applied { "applied" } else { "kept" });
+        Ok(pb::ImportStateResponse {
+            applied,
+            observations: learned.observations,
+            digest: state::digest(&learned),
+        })
+    }
+
+    pub fn get_policy(&self) -> Result<pb::GetPolicyResponse, Status> {
+        let policy = self.policy("GetPolicy")?;
+        self.metrics.request("GetPolicy", "ok");
+        Ok(policy_response(&policy))
+    }
+
+    /// Checks a policy text with exactly the validation a reload applies; loads nothing.
+    pub fn validate_policy(
+        &self,
+        req: &pb::ValidatePolicyRequest,
+    ) -> Result<pb::ValidatePolicyResponse, Status> {
+        if req.text.len() > MAX_POLICY_BYTES {
+            self.metrics.request("ValidatePolicy", "invalid_argument");
+            return Err(invalid(format!(
+                "policy text of {} bytes; at most {MAX_POLICY_BYTES}",
+                req.text.len()
+            )));
+        }
+        let response = validate_policy_text(&req.text, &req.file);
+        self.metrics.request("ValidatePolicy", "ok");
+        Ok(response)
+    }
+}
+
+/// The policy validation's verdict as the proto carries it.
+pub fn validate_policy_text(text: &str, file: &str) -> pb::ValidatePolicyResponse {
+    let file = if file.is_empty() { "<policy>" } else { file };
+    match crate::policy::parse(text, file) {
+        Ok(p) => pb::ValidatePolicyResponse {
+            valid: true,
+            version: p.version,
+            problems: Vec::new(),
+        },
+        Err(e) => pb::ValidatePolicyResponse {
+            valid: false,
+            version: String::new(),
+            problems: e
+                .problems
+                .into_iter()
+                .map(|p| pb::PolicyProblem {
+                    file: e.file.clone(),
+                    field: p.field,
+                    reason: p.reason,
+                })
+                .collect(),
+        },
+    }
+}
+
+/// A workload's decision: read from the epoch's pinned state, seeded by the workload key, gated by its
+/// seeded draw alone (not by this replica's exploration window; see [`crate::decisions`]).
+fn workload_decision(
+    policy: &Policy,
+    decisions: &mut DecisionState,
+    live: &Learned,
+    job: &JobRequest,
+    key: &str,
+) -> model::Decision {
+    let state = decisions.decision_state(live, policy, unix_seconds());
+    let seed = decisions::workload_seed(policy, &state.digest(), key);
+    model::score(policy, state, job, true, seed)
+}
+
+/// A group of several Pods runs at the speed of its slowest member: a workload is given its chosen class
+/// only, so that all its Pods land on that class (the others stay in `candidates`). Only a workload known
+/// to be one Pod (`group_size` 1) keeps every acceptable class: an unknown size counts as a group, so a Pod
+/// whose owner could not be read in time is placed like its siblings.
+fn one_class_for_a_group(req: &pb::ScoreRequest, answer: &mut pb::ScoreResponse) {
+    if !req.workload_key.is_empty() && req.group_size.is_none_or(|n| n > 1) {
+        answer.accepted_classes.truncate(1);
+    }
+}
+
+fn unix_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The seed of a decision's posterior sample: the request's content, the learned state and the
+/// policy's `learning.seed`, so that replicas with equal state answer a request identically.
+fn decision_seed(policy: &Policy, learned: &Learned, req: &pb::ScoreRequest) -> u64 {
+    use prost::Message;
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(policy.learning.seed.to_le_bytes());
+    h.update(state::digest(learned).as_bytes());
+    h.update(req.encode_to_vec());
+    u64::from_le_bytes(h.finalize()[..8].try_into().expect("8 bytes"))
+}
+
+/// A digest of what a request asks, without its request id and group size (a frontend that could not read
+/// the owner in time leaves the size out): equal for the Pods of one template.
+fn asked_digest(req: &pb::ScoreRequest) -> String {
+    use prost::Message;
+    use sha2::{Digest, Sha256};
+    let asked = pb::ScoreRequest {
+        request_id: String::new(),
+        group_size: None,
+        ..req.clone()
+    };
+    let d = Sha256::digest(asked.encode_to_vec());
+    d[..8].iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,339 @@
+use super::*;
+use crate::policy::embedded_default;
+
+fn core() -> Core {
+    let store = Arc::new(PolicyStore::new(Some(embedded_default().unwrap())));
+    Core::new(store, Learned::default(), Arc::new(Metrics::unregistered()))
+}
+
+fn request(memory: Option<f64>) -> pb::ScoreRequest {
+    pb::ScoreRequest {
+        request_id: "r1".into(),
+        tier: "gold".into(),
+        job_type: "train-llama".into(),
+        gpu_count: 1,
+        gpu_vendor: pb::GpuVendor::Nvidia as i32,
+        gpu_memory_gib: memory,
+        ..Default::default()
+    }
+}
+
+/// A replica exploring on every decision it may (cap 100 %), started with a state that holds one
+/// observation (nothing is explored before the first), with `epoch` as its decision epoch.
+fn exploring_replica(epoch: std::time::Duration) -> Core {
+    let mut policy = embedded_default().unwrap();
+    policy.learning.exploration_cap = 1.0;
+    let store = Arc::new(PolicyStore::new(Some(policy)));
+    let metrics = Arc::new(Metrics::unregistered());
+    let learner = Core::new(store.clone(), Learned::default(), metrics.clone());
+    learner
+        .observe(&pb::ObserveRequest {
+            job_type: "train-llama".into(),
+            gpu_class: "H100-80GB".into(),
+            runtime_seconds: 40_000.0,
+            observation_id: "pod-1".into(),
+            ..Default::default()
+        })
+        .unwrap();
+    Core::new(store, learner.snapshot(), metrics).with_decision_epoch(epoch)
+}
+
+fn pod_of(key: &str, pod: usize) -> pb::ScoreRequest {
+    pb::ScoreRequest {
+        request_id: format!("{key}-pod-{pod}"),
+        workload_key: key.into(),
+        group_size: Some(32),
+        ..request(Some(20.0))
+    }
+}
+
+fn first_class(r: &pb::ScoreResponse) -> String {
+    r.accepted_classes[0].name.clone()
+}
+
+#[test]
+fn one_workload_one_answer_across_exploration_and_replicas() {
+    // Epoch pinning off on one pair, on (default length) on the other: both must agree per workload.
+    for epoch in [std::time::Duration::ZERO, decisions::DEFAULT_EPOCH] {
+        let (a, b) = (exploring_replica(epoch), exploring_replica(epoch));
+        let mut classes = std::collections::BTreeSet::new();
+        let mut explored = 0;
+        for w in 0..24 {
+            let key = format!("batch/Job/ml/train-{w}");
+            let first = a.score(&pod_of(&key, 0)).unwrap();
+            // Replica b has not seen this workload: it must derive the same answer on its own.
+            let other = b.score(&pod_of(&key, 1)).unwrap();
+            assert_eq!(first_class(&first), first_class(&other), "{key}");
+            assert_eq!(first.priority_class, other.priority_class, "{key}");
+            for pod in 2..32 {
+                let replica = if pod % 2 == 0 { &a } else { &b };
+                let r = replica.score(&pod_of(&key, pod)).unwrap();
+                assert_eq!(first_class(&r), first_class(&first), "{key} pod {pod}");
+                assert_eq!(r.priority_class, first.priority_class);
+                assert_eq!(r.request_id, format!("{key}-pod-{pod}"));
+            }
+            assert_eq!(first.accepted_classes.len(), 1, "a group gets one class");
+            classes.insert(first_class(&first));
+            explored += usize::from(first.explored);
+        }
+        // Each replica decided each workload once and served it from its cache afterwards.
+        let answers = |c: &Core, answer| {
+            c.metrics
+                .workload_answers
+                .get_or_create(&crate::metrics::WorkloadLabels { answer })
+                .get()
+        };
+        for replica in [&a, &b] {
+            assert_eq!(answers(replica, "decided"), 24);
+            assert_eq!(answers(replica, "cached"), 24 * 15);
+        }
+        // Different workloads are sampled independently: exploration spreads them over several classes.
+        assert!(explored > 0, "nothing explored");
+        assert!(classes.len() >= 2, "{classes:?}");
+    }
+    // The per-request seed (no key) does not keep Pods together: the reason for the key.
+    let c = exploring_replica(decisions::DEFAULT_EPOCH);
+    let unkeyed: std::collections::BTreeSet<String> = (0..32)
+        .map(|i| {
+            first_class(
+                &c.score(&pb::ScoreRequest {
+                    request_id: format!("uid-{i}"),
+                    ..request(Some(20.0))
+                })
+                .unwrap(),
+            )
+        })
+        .collect();
+    assert!(unkeyed.len() >= 2, "{unkeyed:?}");
+    // A workload known to be one Pod keeps every acceptable class; an unknown size counts as a group,
+    // also when the answer comes from the cache.
+    let mut single = pod_of("batch/Job/ml/one", 0);
+    single.group_size = Some(1);
+    assert!(c.score(&single).unwrap().accepted_classes.len() > 1);
+    single.group_size = None;
+    assert_eq!(c.score(&single).unwrap().accepted_classes.len(), 1);
+}
+
+/// Twenty fast runs on L4: the live state moves away from the pinned one.
+fn learn_fast_l4_runs(c: &Core) {
+    for i in 0..20 {
+        c.observe(&pb::ObserveRequest {
+            job_type: "train-llama".into(),
+            gpu_class: "L4-24GB".into(),
+            runtime_seconds: 1_000.0 + f64::from(i),
+            observation_id: format!("obs-{i}"),
+            ..Default::default()
+        })
+        .unwrap();
+    }
+}
+
+#[test]
+fn learning_during_an_epoch_does_not_move_a_workload() {
+    let c = exploring_replica(decisions::DEFAULT_EPOCH);
+    let keys: Vec<String> = (0..16)
+        .map(|w| format!("kubeflow.org/MPIJob/ml/w{w}"))
+        .collect();
+    let answers: Vec<pb::ScoreResponse> = keys
+        .iter()
+        .map(|k| c.score(&pod_of(k, 0)).unwrap())
+        .collect();
+    assert!(answers.iter().any(|a| a.explored), "nothing explored");
+    let before: Vec<String> = answers.iter().map(first_class).collect();
+    let digest = c.snapshot().digest();
+    learn_fast_l4_runs(&c);
+    assert_ne!(c.snapshot().digest(), digest, "the live state learned");
+    let after: Vec<String> = keys
+        .iter()
+        .map(|k| first_class(&c.score(&pod_of(k, 5)).unwrap()))
+        .collect();
+    assert_eq!(before, after);
+    // Not the cache: a second replica that learns the same during the epoch and then sees these
+    // workloads for the first time decides as the first did before learning (the pinned state). Once in
+    // 600 s an epoch boundary may fall inside this block: then it is run again.
+    let second_replica = || {
+        let epoch = decisions::epoch_of(unix_seconds(), decisions::DEFAULT_EPOCH);
+        let b = exploring_replica(decisions::DEFAULT_EPOCH);
+        learn_fast_l4_runs(&b);
+        let classes: Vec<String> = keys
+            .iter()
+            .map(|k| first_class(&b.score(&pod_of(k, 7)).unwrap()))
+            .collect();
+        (epoch == decisions::epoch_of(unix_seconds(), decisions::DEFAULT_EPOCH)).then_some(classes)
+    };
+    let theirs = second_replica().or_else(second_replica).unwrap();
+    assert_eq!(theirs, before);
+    // Explain shows the pinned decision too (same seed, same pinned state).
+    let e = c.explain(&pod_of(&keys[0], 9)).unwrap();
+    assert_eq!(first_class(e.answer.as_ref().unwrap()), before[0]);
+    // A workload key that does not fit is refused.
+    let mut r = pod_of(&"x".repeat(2000), 0);
+    r.workload_key = "x".repeat(2000);
+    assert_eq!(
+        c.score(&r).unwrap_err().code(),
+        tonic::Code::InvalidArgument
+    );
+}
+
+#[test]
+fn bad_numbers_are_invalid_arguments() {
+    let c = core();
+    for bad in [f64::NAN, -1.0, f64::INFINITY] {
+        let e = c.score(&request(Some(bad))).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad}");
+        assert!(e.message().contains("gpu_memory_gib"), "{}", e.message());
+    }
+    let mut r = request(Some(10.0));
+    r.model_size_billion_params = Some(f64::NAN);
+    assert_eq!(
+        c.score(&r).unwrap_err().code(),
+        tonic::Code::InvalidArgument
+    );
+    let mut r = request(Some(10.0));
+    r.job_type = "x".repeat(1000);
+    assert_eq!(
+        c.score(&r).unwrap_err().code(),
+        tonic::Code::InvalidArgument
+    );
+    // Unknown enum numbers are treated as "not said", not as errors.
+    let mut r = request(Some(10.0));
+    r.workload_class = 99;
+    r.gpu_vendor = 42;
+    assert!(c.score(&r).is_ok());
+}
+
+#[test]
+fn observe_validates_and_learns() {
+    let c = core();
+    let ok = pb::ObserveRequest {
+        job_type: "train-llama".into(),
+        gpu_class: "H100-80GB".into(),
+        runtime_seconds: 40_000.0,
+        colocated_job_types: vec![],
+        ..Default::default()
+    };
+    let r = c.observe(&ok).unwrap();
+    assert_eq!(r.observations, 1);
+    assert!(r.runtime_mean_seconds < 43_200.0);
+    for bad in [
+        pb::ObserveRequest {
+            runtime_seconds: f64::NAN,
+            ..ok.clone()
+        },
+        pb::ObserveRequest {
+            runtime_seconds: 0.0,
+            ..ok.clone()
+        },
+        pb::ObserveRequest {
+            gpu_class: "T4".into(),
+            ..ok.clone()
+        },
+        pb::ObserveRequest {
+            job_type: "mystery".into(),
+            ..ok.clone()
+        },
+    ] {
+        assert_eq!(
+            c.observe(&bad).unwrap_err().code(),
+            tonic::Code::InvalidArgument,
+            "{bad:?}"
+        );
+    }
+    assert_eq!(
+        c.snapshot().runtimes.get("train-llama", "H100-80GB").count,
+        1
+    );
+}
+
+#[test]
+fn no_policy_means_unavailable() {
+    let c = Core::new(
+        Arc::new(PolicyStore::new(None)),
+        Learned::default(),
+        Arc::new(Metrics::unregistered()),
+    );
+    assert_eq!(
+        c.score(&request(Some(1.0))).unwrap_err().code(),
+        tonic::Code::Unavailable
+    );
+    assert_eq!(c.get_policy().unwrap_err().code(), tonic::Code::Unavailable);
+}
+
+#[test]
+fn get_policy_lists_catalog_tiers_and_buckets() {
+    let p = core().get_policy().unwrap();
+    assert!(
+        p.catalog
+            .iter()
+            .any(|c| c.name == "H100-80GB" && c.node_label_key == "gpu.nvidia.com/class")
+    );
+    let bronze = p.tiers.iter().find(|t| t.name == "bronze").unwrap();
+    assert_eq!(bronze.allowed_classes, ["L4-24GB"]);
+    assert_eq!(bronze.objective, "cheapest");
+    let names: Vec<_> = p
+        .priority_buckets
+        .iter()
+        .map(|b| b.priority_class.as_ref().unwrap().name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["gpu-ultra", "gpu-high", "gpu-medium", "gpu-default"]
+    );
+    assert!(p.job_types.contains(&"train-llama".to_string()));
+    let caps: Vec<_> = p
+        .tiers
+        .iter()
+        .map(|t| (t.name.as_str(), t.max_priority_class.as_str()))
+        .collect();
+    assert_eq!(
+        caps,
+        [
+            ("platinum", "gpu-ultra"),
+            ("gold", "gpu-high"),
+            ("silver", "gpu-medium"),
+            ("bronze", "gpu-default")
+        ]
+    );
+    let e = p.enforcement.unwrap();
+    assert_eq!(e.mode(), pb::EnforcementMode::Warn);
+    assert_eq!(e.admin_groups, ["gpu-admission:admins"]);
+    assert_eq!(p.job_type_default_memory_gib["train-llama"], 40.0);
+}
+
+#[test]
+fn validate_policy_reports_every_problem_and_loads_nothing() {
+    let c = core();
+    let before = c.get_policy().unwrap().version;
+    let ok = c
+        .validate_policy(&pb::ValidatePolicyRequest {
+            file: "cm".into(),
+            text: crate::policy::DEFAULT_POLICY_YAML.into(),
+        })
+        .unwrap();
+    assert!(ok.valid && ok.problems.is_empty() && !ok.version.is_empty());
+    let bad = crate::policy::DEFAULT_POLICY_YAML
+        .replace(
+            "maxPriorityClass: gpu-default",
+            "maxPriorityClass: gpu-gold",
+        )
+        .replace("  tau: 0.2 ", "  tau: 0 ");
+    let r = c
+        .validate_policy(&pb::ValidatePolicyRequest {
+            file: "cm".into(),
+            text: bad,
+        })
+        .unwrap();
+    assert!(!r.valid);
+    let fields: Vec<_> = r.problems.iter().map(|p| p.field.as_str()).collect();
+    assert_eq!(fields, ["tiers[bronze].maxPriorityClass", "learning.tau"]);
+    assert!(r.problems.iter().all(|p| p.file == "cm"));
+    assert_eq!(c.get_policy().unwrap().version, before);
+    let huge = "x".repeat(MAX_POLICY_BYTES + 1);
+    let err = c
+        .validate_policy(&pb::ValidatePolicyRequest {
+            file: "cm".into(),
+            text: huge,
+        })
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+}
