@@ -1,0 +1,445 @@
+//! Turns policy text into a validated [`Policy`], or into errors that name the file, the field and
+//! the reason (all problems at once, so an operator fixes a file in one go).
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+use gpu_admission_proto::gpu_resources::{MEMORY_PLACEHOLDER, MIB_IN_GIB, default_rules};
+use gpu_admission_proto::scorer::v1::{GpuResourceKind, GpuResourceRule, GpuVendor};
+
+mod sections;
+#[cfg(test)]
+mod tests;
+
+use super::schema::{GpuResourceKindSpec, PolicyFile, RuntimeProfile};
+use super::{Enforcement, NamespaceGrant, Policy, PriorityRules};
+
+/// One thing wrong with a policy file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Path of the field, e.g. `catalog[H100-80GB].memoryGiB`; `(file)` for the file as a whole.
+    pub field: String,
+    pub reason: String,
+}
+
+/// Why a policy file was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct PolicyError {
+    /// The file (or the embedded default).
+    pub file: String,
+    pub problems: Vec<Problem>,
+}
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid policy {}: ", self.file)?;
+        for (i, p) in self.problems.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{}: {}", p.field, p.reason)?;
+        }
+        Ok(())
+    }
+}
+
+impl PolicyError {
+    fn single(file: &str, field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self {
+            file: file.to_string(),
+            problems: vec![Problem {
+                field: field.into(),
+                reason: reason.into(),
+            }],
+        }
+    }
+}
+
+/// Reads and validates a policy file.
+pub fn load_file(path: &Path) -> Result<Policy, PolicyError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| PolicyError::single(&file, "(file)", format!("cannot read: {e}")))?;
+    parse(&text, &file)
+}
+
+/// Parses and validates policy text; `file` names it in errors.
+pub fn parse(text: &str, file: &str) -> Result<Policy, PolicyError> {
+    let raw: PolicyFile = serde_yaml::from_str(text).map_err(|e| {
+        let field = match e.location() {
+            Some(l) => format!("(line {}, column {})", l.line(), l.column()),
+            None => "(file)".to_string(),
+        };
+        PolicyError::single(file, field, e.to_string())
+    })?;
+    let version = match &raw.version {
+        Some(v) => v.clone(),
+        None => hex::encode(Sha256::digest(text.as_bytes()))[..12].to_string(),
+    };
+    let mut c = Checker {
+        problems: Vec::new(),
+    };
+    let policy = c.build(raw, version, file);
+    match policy {
+        Some(p) if c.problems.is_empty() => Ok(p),
+        _ => Err(PolicyError {
+            file: file.to_string(),
+            problems: c.problems,
+        }),
+    }
+}
+
+struct Checker {
+    problems: Vec<Problem>,
+}
+
+impl Checker {
+    fn fail(&mut self, field: impl Into<String>, reason: impl Into<String>) {
+        self.problems.push(Problem {
+            field: field.into(),
+            reason: reason.into(),
+        });
+    }
+
+    /// Checks `lo <= v <= hi` (finite).
+    fn range(&mut self, field: impl Into<String>, v: f64, lo: f64, hi: f64) {
+        if !v.is_finite() || v < lo || v > hi {
+            self.fail(field, format!("must be a number in [{lo}, {hi}], got {v}"));
+        }
+    }
+
+    /// Checks `v > 0` (finite).
+    fn positive(&mut self, field: impl Into<String>, v: f64) {
+        if !v.is_finite() || v <= 0.0 {
+            self.fail(field, format!("must be a finite number > 0, got {v}"));
+        }
+    }
+
+    fn label_value(&mut self, field: String, v: &str) {
+        let ok_chars = v
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || "-_.".contains(ch));
+        let ok_ends = v
+            .chars()
+            .next()
+            .is_some_and(|ch| ch.is_ascii_alphanumeric())
+            && v.chars()
+                .last()
+                .is_some_and(|ch| ch.is_ascii_alphanumeric());
+        if v.is_empty() || v.len() > 63 || !ok_chars || !ok_ends {
+            self.fail(
+                field,
+                format!(
+                    "`{v}` is not a valid Kubernetes label value (1-63 characters [A-Za-z0-9._-], \
+                     starting and ending alphanumeric)"
+                ),
+            );
+        }
+    }
+
+    fn label_key(&mut self, field: String, k: &str) {
+        let (prefix, name) = k.rsplit_once('/').unwrap_or(("", k));
+        let prefix_ok = prefix.len() <= 253
+            && prefix
+                .chars()
+                .all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || "-.".contains(ch));
+        if !prefix_ok || name.is_empty() {
+            self.fail(field, format!("`{k}` is not a valid Kubernetes label key"));
+        } else {
+            self.label_value(format!("{field} (name part)"), name);
+        }
+    }
+
+    fn profile(&mut self, field: &str, p: &RuntimeProfile) {
+        self.positive(
+            format!("{field}.baseRuntimeSeconds"),
+            p.base_runtime_seconds,
+        );
+        self.range(
+            format!("{field}.relativeStddev"),
+            p.relative_stddev,
+            1e-6,
+            10.0,
+        );
+        self.range(
+            format!("{field}.throughputExponent"),
+            p.throughput_exponent,
+            0.0,
+            2.0,
+        );
+    }
+
+    fn bucket_name(&mut self, field: String, name: &str, buckets: &BTreeSet<String>) {
+        if !buckets.contains(name) {
+            let known: Vec<&str> = buckets.iter().map(String::as_str).collect();
+            self.fail(
+                field,
+                format!(
+                    "unknown PriorityClass `{name}` (not a priority bucket; buckets: {})",
+                    known.join(", ")
+                ),
+            );
+        }
+    }
+
+    fn enforcement(&mut self, raw: &PolicyFile) -> Enforcement {
+        let e = &raw.enforcement;
+        for (list, field) in [
+            (&e.admin_groups, "enforcement.adminGroups"),
+            (&e.admin_users, "enforcement.adminUsers"),
+        ] {
+            for (i, name) in list.iter().enumerate() {
+                if name.trim().is_empty() {
+                    self.fail(format!("{field}[{i}]"), "must not be empty");
+                }
+            }
+        }
+        Enforcement {
+            mode: e.mode,
+            admin_groups: e.admin_groups.clone(),
+            admin_users: e.admin_users.clone(),
+        }
+    }
+
+    fn namespace_grants(
+        &mut self,
+        raw: &PolicyFile,
+        classes: &HashMap<String, usize>,
+        buckets: &BTreeSet<String>,
+    ) -> Vec<NamespaceGrant> {
+        let mut seen = BTreeSet::new();
+        let mut out = Vec::new();
+        for (i, g) in raw.namespace_grants.iter().enumerate() {
+            let f = if g.namespace.is_empty() {
+                format!("namespaceGrants[{i}]")
+            } else {
+                format!("namespaceGrants[{}]", g.namespace)
+            };
+            let dns_label = !g.namespace.is_empty()
+                && g.namespace.len() <= 63
+                && g.namespace
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !g.namespace.starts_with('-')
+                && !g.namespace.ends_with('-');
+            if !dns_label {
+                self.fail(
+                    format!("{f}.namespace"),
+                    format!("`{}` is not a valid namespace name", g.namespace),
+                );
+            }
+            if !seen.insert(g.namespace.clone()) {
+                self.fail(
+                    format!("{f}.namespace"),
+                    format!("namespace `{}` granted twice", g.namespace),
+                );
+            }
+            if g.allowed_classes.is_empty() && g.max_priority_class.is_none() {
+                self.fail(
+                    f.clone(),
+                    "grants nothing: set allowedClasses and/or maxPriorityClass",
+                );
+            }
+            for (j, name) in g.allowed_classes.iter().enumerate() {
+                if !classes.contains_key(name) {
+                    self.fail(
+                        format!("{f}.allowedClasses[{j}]"),
+                        format!("unknown GPU class `{name}` (not in catalog)"),
+                    );
+                }
+            }
+            if let Some(cap) = &g.max_priority_class {
+                self.bucket_name(format!("{f}.maxPriorityClass"), cap, buckets);
+            }
+            out.push(NamespaceGrant {
+                namespace: g.namespace.clone(),
+                allowed_classes: g.allowed_classes.clone(),
+                max_priority_class: g.max_priority_class.clone(),
+            });
+        }
+        out
+    }
+
+    /// `gpuResources`: known vendors, no name twice, resource names (MIG: a pattern with one `{memoryGiB}`).
+    fn gpu_resources(&mut self, raw: &PolicyFile) -> Vec<GpuResourceRule> {
+        let Some(specs) = &raw.gpu_resources else {
+            return default_rules();
+        };
+        if specs.is_empty() {
+            self.fail(
+                "gpuResources",
+                "must list at least one resource (omit the field for the built-in list)",
+            );
+        }
+        let mut seen = BTreeSet::new();
+        let mut out = Vec::new();
+        for (i, r) in specs.iter().enumerate() {
+            let f = if r.name.is_empty() {
+                format!("gpuResources[{i}]")
+            } else {
+                format!("gpuResources[{}]", r.name)
+            };
+            if !seen.insert(r.name.clone()) {
+                self.fail(
+                    format!("{f}.name"),
+                    format!("duplicate resource name `{}`", r.name),
+                );
+            }
+            let vendor = match r.vendor.as_str() {
+                "nvidia" => GpuVendor::Nvidia,
+                "amd" => GpuVendor::Amd,
+                "intel" => GpuVendor::Intel,
+                other => {
+                    self.fail(
+                        format!("{f}.vendor"),
+                        format!("unknown vendor `{other}` (nvidia, amd or intel)"),
+                    );
+                    GpuVendor::Unknown
+                }
+            };
+            let name_ok = |n: &str, extra: &str| {
+                let (prefix, rest) = n.split_once('/').unwrap_or(("", n));
+                !prefix.is_empty()
+                    && !rest.is_empty()
+                    && prefix.contains('.')
+                    && n.len() <= 253
+                    && prefix.bytes().all(|c| {
+                        c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'.' || c == b'-'
+                    })
+                    && rest.bytes().all(|c| {
+                        c.is_ascii_alphanumeric()
+                            || b"._-".contains(&c)
+                            || extra.as_bytes().contains(&c)
+                    })
+            };
+            let kind = match r.kind {
+                GpuResourceKindSpec::Devices => GpuResourceKind::Devices,
+                GpuResourceKindSpec::SharedDevices => GpuResourceKind::SharedDevices,
+                GpuResourceKindSpec::MigSlices => GpuResourceKind::MigSlices,
+                GpuResourceKindSpec::Memory => GpuResourceKind::Memory,
+                GpuResourceKindSpec::Cores => GpuResourceKind::Cores,
+                GpuResourceKindSpec::DraDeviceClass => GpuResourceKind::DraDeviceClass,
+            };
+            match kind {
+                GpuResourceKind::MigSlices => {
+                    let without = r.name.replacen(MEMORY_PLACEHOLDER, "", 1);
+                    if r.name.matches(MEMORY_PLACEHOLDER).count() != 1
+                        || !name_ok(&without, "*")
+                        || without.contains("**")
+                    {
+                        self.fail(
+                            format!("{f}.name"),
+                            format!(
+                                "a migSlices pattern is a resource name with one `{MEMORY_PLACEHOLDER}` (the slice \
+                                 memory) and `*` for any [a-z0-9]+, e.g. nvidia.com/mig-*g.{MEMORY_PLACEHOLDER}gb; got `{}`",
+                                r.name
+                            ),
+                        );
+                    }
+                }
+                GpuResourceKind::DraDeviceClass => {
+                    let ok = !r.name.is_empty()
+                        && r.name.len() <= 253
+                        && r.name.split('.').all(|p| {
+                            !p.is_empty()
+                                && p.bytes().all(|c| {
+                                    c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-'
+                                })
+                        });
+                    if !ok {
+                        self.fail(
+                            format!("{f}.name"),
+                            format!("`{}` is not a DeviceClass name (a DNS subdomain)", r.name),
+                        );
+                    }
+                }
+                _ if !name_ok(&r.name, "") => self.fail(
+                    format!("{f}.name"),
+                    format!(
+                        "`{}` is not an extended resource name (domain/name)",
+                        r.name
+                    ),
+                ),
+                _ => {}
+            }
+            let memory_gib_per_unit = match (kind, r.unit.as_deref()) {
+                (GpuResourceKind::Memory, None | Some("MiB")) => MIB_IN_GIB,
+                (GpuResourceKind::Memory, Some("GiB")) => 1.0,
+                (GpuResourceKind::Memory, Some("bytes")) => 1.0 / (1u64 << 30) as f64,
+                (GpuResourceKind::Memory, Some(u)) => {
+                    self.fail(
+                        format!("{f}.unit"),
+                        format!("unknown unit `{u}` (MiB, GiB or bytes)"),
+                    );
+                    0.0
+                }
+                (_, None) => 0.0,
+                (_, Some(_)) => {
+                    self.fail(format!("{f}.unit"), "only a memory resource has a unit");
+                    0.0
+                }
+            };
+            out.push(GpuResourceRule {
+                name: r.name.clone(),
+                vendor: vendor as i32,
+                kind: kind as i32,
+                memory_gib_per_unit,
+            });
+        }
+        out
+    }
+
+    fn build(&mut self, raw: PolicyFile, version: String, file: &str) -> Option<Policy> {
+        if version.trim().is_empty() {
+            self.fail("version", "must not be empty when given");
+        }
+        self.label_key("nodeLabelKey".into(), &raw.node_label_key);
+        let (classes, class_index) = self.catalog(&raw);
+        let (tiers, tier_index, default_tier) = self.tiers(&raw, &class_index, &classes);
+        let workload = self.workload_classes(&raw);
+        let (job_types, job_index) = self.job_types(&raw);
+        let prior = self.interference(&raw, &job_index, job_types.len());
+        let (buckets, names) = self.priority_buckets(&raw);
+        // Priority caps (tiers and grants) name buckets.
+        for t in &raw.tiers {
+            if let Some(cap) = &t.max_priority_class {
+                self.bucket_name(format!("tiers[{}].maxPriorityClass", t.name), cap, &names);
+            }
+        }
+        let enforcement = self.enforcement(&raw);
+        let namespace_grants = self.namespace_grants(&raw, &class_index, &names);
+        let gpu_resources = self.gpu_resources(&raw);
+        self.learning(&raw);
+        let inf = &raw.interference;
+        let pr = &raw.priority;
+        let workload: [(f64, RuntimeProfile); 5] = workload.try_into().ok()?;
+        Some(Policy {
+            version,
+            source: file.to_string(),
+            classes,
+            tiers,
+            default_tier: default_tier?,
+            workload,
+            job_types,
+            interference_prior: prior,
+            default_slowdown: inf.default_slowdown,
+            anti_affinity_threshold: inf.anti_affinity_threshold,
+            priority: PriorityRules {
+                tier_points: pr.tier_points,
+                workload_points: pr.workload_points,
+                size_points: pr.size_points,
+                size_reference: pr.size_reference,
+                buckets,
+            },
+            learning: raw.learning,
+            enforcement,
+            namespace_grants,
+            gpu_resources,
+            class_index,
+            tier_index,
+            job_index,
+        })
+    }
+}

@@ -1,0 +1,411 @@
+//! One check per section of the policy file, each returning what it built for [`Policy`].
+
+use std::collections::{BTreeSet, HashMap};
+
+use ndarray::Array2;
+
+use super::Checker;
+use crate::policy::schema::{PolicyFile, RuntimeProfile};
+use crate::policy::{Bucket, GpuClass, JobType, Tier, WorkloadClass};
+
+impl Checker {
+    /// `catalog`: every GPU class, with its node label, taint and identifying labels.
+    pub(super) fn catalog(&mut self, raw: &PolicyFile) -> (Vec<GpuClass>, HashMap<String, usize>) {
+        if raw.catalog.is_empty() {
+            self.fail("catalog", "must list at least one GPU class");
+        }
+        let mut class_index = HashMap::new();
+        let mut classes = Vec::new();
+        for (i, g) in raw.catalog.iter().enumerate() {
+            let f = if g.name.is_empty() {
+                format!("catalog[{i}]")
+            } else {
+                format!("catalog[{}]", g.name)
+            };
+            if g.name.is_empty() {
+                self.fail(format!("{f}.name"), "must not be empty");
+            }
+            if class_index.insert(g.name.clone(), i).is_some() {
+                self.fail(
+                    format!("{f}.name"),
+                    format!("duplicate GPU class `{}`", g.name),
+                );
+            }
+            self.positive(format!("{f}.memoryGiB"), g.memory_gib);
+            self.positive(format!("{f}.relativeThroughput"), g.relative_throughput);
+            self.range(format!("{f}.pricePerHour"), g.price_per_hour, 0.0, 1e6);
+            if g.gpus_per_node == 0 {
+                self.fail(format!("{f}.gpusPerNode"), "must be at least 1");
+            }
+            let key = g
+                .node_label_key
+                .clone()
+                .unwrap_or_else(|| raw.node_label_key.clone());
+            self.label_key(format!("{f}.nodeLabelKey"), &key);
+            let value = g.node_label_value.clone().unwrap_or_else(|| g.name.clone());
+            self.label_value(format!("{f}.nodeLabelValue"), &value);
+            if let Some(t) = &g.taint_key {
+                self.label_key(format!("{f}.taintKey"), t);
+            }
+            let mut identifying_labels = Vec::new();
+            for (k, values) in &g.node_labels {
+                self.label_key(format!("{f}.nodeLabels"), k);
+                if values.is_empty() {
+                    self.fail(
+                        format!("{f}.nodeLabels[{k}]"),
+                        "must list at least one value",
+                    );
+                }
+                for v in values {
+                    self.label_value(format!("{f}.nodeLabels[{k}]"), v);
+                    identifying_labels.push((k.clone(), v.clone()));
+                }
+            }
+            classes.push(GpuClass {
+                name: g.name.clone(),
+                vendor: g.vendor,
+                memory_gib: g.memory_gib,
+                relative_throughput: g.relative_throughput,
+                price_per_hour: g.price_per_hour,
+                gpus_per_node: g.gpus_per_node,
+                node_label_key: key,
+                node_label_value: value,
+                taint_key: g.taint_key.clone(),
+                identifying_labels,
+            });
+        }
+        (classes, class_index)
+    }
+
+    /// `tiers` and `defaultTier`: each tier's allowed and preferred classes (by catalog index).
+    pub(super) fn tiers(
+        &mut self,
+        raw: &PolicyFile,
+        class_index: &HashMap<String, usize>,
+        classes: &[GpuClass],
+    ) -> (Vec<Tier>, HashMap<String, usize>, Option<usize>) {
+        if raw.tiers.is_empty() {
+            self.fail("tiers", "must list at least one tier");
+        }
+        let mut tier_index = HashMap::new();
+        let mut tiers = Vec::new();
+        for (i, t) in raw.tiers.iter().enumerate() {
+            let f = if t.name.is_empty() {
+                format!("tiers[{i}]")
+            } else {
+                format!("tiers[{}]", t.name)
+            };
+            if t.name.is_empty() {
+                self.fail(format!("{f}.name"), "must not be empty");
+            }
+            if tier_index.insert(t.name.clone(), i).is_some() {
+                self.fail(format!("{f}.name"), format!("duplicate tier `{}`", t.name));
+            }
+            if t.allowed_classes.is_empty() {
+                self.fail(
+                    format!("{f}.allowedClasses"),
+                    "must list at least one GPU class",
+                );
+            }
+            let mut allowed = vec![false; classes.len()];
+            for (j, name) in t.allowed_classes.iter().enumerate() {
+                match class_index.get(name) {
+                    Some(&k) => allowed[k] = true,
+                    None => self.fail(
+                        format!("{f}.allowedClasses[{j}]"),
+                        format!("unknown GPU class `{name}` (not in catalog)"),
+                    ),
+                }
+            }
+            let preferred = match &t.preferred_class {
+                None => None,
+                Some(name) => match class_index.get(name) {
+                    Some(&k) if allowed[k] => Some(k),
+                    Some(_) => {
+                        self.fail(
+                            format!("{f}.preferredClass"),
+                            format!("`{name}` is not among the tier's allowedClasses"),
+                        );
+                        None
+                    }
+                    None => {
+                        self.fail(
+                            format!("{f}.preferredClass"),
+                            format!("unknown GPU class `{name}` (not in catalog)"),
+                        );
+                        None
+                    }
+                },
+            };
+            self.range(format!("{f}.priorityWeight"), t.priority_weight, 0.0, 1.0);
+            tiers.push(Tier {
+                name: t.name.clone(),
+                allowed,
+                preferred,
+                objective: t.objective,
+                priority_weight: t.priority_weight,
+                max_priority_class: t.max_priority_class.clone(),
+                fallback: t.fallback,
+            });
+        }
+        let default_tier = tier_index.get(&raw.default_tier).copied();
+        if default_tier.is_none() {
+            self.fail(
+                "defaultTier",
+                format!("unknown tier `{}`", raw.default_tier),
+            );
+        }
+        (tiers, tier_index, default_tier)
+    }
+
+    /// `workloadClasses`: all five, nothing else.
+    pub(super) fn workload_classes(&mut self, raw: &PolicyFile) -> Vec<(f64, RuntimeProfile)> {
+        let mut workload = Vec::new();
+        for name in raw.workload_classes.keys() {
+            if WorkloadClass::from_name(name).is_none() {
+                self.fail(
+                    format!("workloadClasses.{name}"),
+                    "unknown workload class (expected training, inference, batch, interactive, unknown)",
+                );
+            }
+        }
+        for w in WorkloadClass::ALL {
+            let f = format!("workloadClasses.{}", w.as_str());
+            match raw.workload_classes.get(w.as_str()) {
+                Some(spec) => {
+                    self.range(
+                        format!("{f}.priorityWeight"),
+                        spec.priority_weight,
+                        0.0,
+                        1.0,
+                    );
+                    self.profile(&format!("{f}.profile"), &spec.profile);
+                    workload.push((spec.priority_weight, spec.profile));
+                }
+                None => {
+                    self.fail(
+                        f,
+                        "missing (every workload class needs a priority weight and a profile)",
+                    );
+                    workload.push((
+                        0.0,
+                        RuntimeProfile {
+                            base_runtime_seconds: 1.0,
+                            relative_stddev: 1.0,
+                            throughput_exponent: 1.0,
+                        },
+                    ));
+                }
+            }
+        }
+        workload
+    }
+
+    /// `jobTypes`: each job type's workload class and runtime profile.
+    pub(super) fn job_types(&mut self, raw: &PolicyFile) -> (Vec<JobType>, HashMap<String, usize>) {
+        let mut job_index = HashMap::new();
+        let mut job_types = Vec::new();
+        for (i, j) in raw.job_types.iter().enumerate() {
+            let f = if j.name.is_empty() {
+                format!("jobTypes[{i}]")
+            } else {
+                format!("jobTypes[{}]", j.name)
+            };
+            if j.name.is_empty() {
+                self.fail(format!("{f}.name"), "must not be empty");
+            }
+            if job_index.insert(j.name.clone(), i).is_some() {
+                self.fail(
+                    format!("{f}.name"),
+                    format!("duplicate job type `{}`", j.name),
+                );
+            }
+            let workload_class = WorkloadClass::from_name(&j.workload_class).unwrap_or_else(|| {
+                self.fail(
+                    format!("{f}.workloadClass"),
+                    format!(
+                        "unknown workload class `{}` (expected training, inference, batch, interactive, unknown)",
+                        j.workload_class
+                    ),
+                );
+                WorkloadClass::Unknown
+            });
+            let profile = RuntimeProfile {
+                base_runtime_seconds: j.base_runtime_seconds,
+                relative_stddev: j.relative_stddev,
+                throughput_exponent: j.throughput_exponent,
+            };
+            self.profile(&f, &profile);
+            if let Some(m) = j.default_memory_gib {
+                self.positive(format!("{f}.defaultMemoryGiB"), m);
+            }
+            job_types.push(JobType {
+                name: j.name.clone(),
+                workload_class,
+                profile,
+                default_memory_gib: j.default_memory_gib,
+            });
+        }
+        (job_types, job_index)
+    }
+
+    /// `interference`: the slowdown prior of every pair of job types.
+    pub(super) fn interference(
+        &mut self,
+        raw: &PolicyFile,
+        job_index: &HashMap<String, usize>,
+        job_types: usize,
+    ) -> Array2<f64> {
+        let inf = &raw.interference;
+        self.range(
+            "interference.defaultSlowdown",
+            inf.default_slowdown,
+            0.0,
+            100.0,
+        );
+        self.range(
+            "interference.antiAffinityThreshold",
+            inf.anti_affinity_threshold,
+            0.0,
+            100.0,
+        );
+        let n = job_types;
+        let mut prior = Array2::from_elem((n, n), inf.default_slowdown);
+        let mut seen = BTreeSet::new();
+        for (i, p) in inf.pairs.iter().enumerate() {
+            let f = format!("interference.pairs[{i}]");
+            let a = job_index.get(&p.a).copied();
+            let b = job_index.get(&p.b).copied();
+            if a.is_none() {
+                self.fail(format!("{f}.a"), format!("unknown job type `{}`", p.a));
+            }
+            if b.is_none() {
+                self.fail(format!("{f}.b"), format!("unknown job type `{}`", p.b));
+            }
+            self.range(format!("{f}.slowdown"), p.slowdown, 0.0, 100.0);
+            if let (Some(a), Some(b)) = (a, b) {
+                if !seen.insert((a.min(b), a.max(b))) {
+                    self.fail(f, format!("pair ({}, {}) listed twice", p.a, p.b));
+                }
+                prior[[a, b]] = p.slowdown;
+                prior[[b, a]] = p.slowdown;
+            }
+        }
+        prior
+    }
+
+    /// `priority`: the points and the buckets (highest `minScore` first), and the buckets' names.
+    pub(super) fn priority_buckets(&mut self, raw: &PolicyFile) -> (Vec<Bucket>, BTreeSet<String>) {
+        let pr = &raw.priority;
+        self.range("priority.tierPoints", pr.tier_points, 0.0, 100.0);
+        self.range("priority.workloadPoints", pr.workload_points, 0.0, 100.0);
+        self.range("priority.sizePoints", pr.size_points, 0.0, 100.0);
+        let total = pr.tier_points + pr.workload_points + pr.size_points;
+        if (total - 100.0).abs() > 1e-9 {
+            self.fail(
+                "priority",
+                format!("tierPoints + workloadPoints + sizePoints must be 100, got {total}"),
+            );
+        }
+        self.positive(
+            "priority.sizeReference.gpuCount",
+            pr.size_reference.gpu_count,
+        );
+        self.positive(
+            "priority.sizeReference.memoryGiB",
+            pr.size_reference.memory_gib,
+        );
+        self.positive(
+            "priority.sizeReference.modelSizeBillionParams",
+            pr.size_reference.model_size_billion_params,
+        );
+        if pr.buckets.is_empty() {
+            self.fail("priority.buckets", "must list at least one bucket");
+        }
+        let mut names = BTreeSet::new();
+        let mut buckets = Vec::new();
+        for (i, b) in pr.buckets.iter().enumerate() {
+            let f = format!("priority.buckets[{i}]");
+            self.range(format!("{f}.minScore"), b.min_score, 0.0, 100.0);
+            self.label_value(format!("{f}.name"), &b.name);
+            if !names.insert(b.name.clone()) {
+                self.fail(
+                    format!("{f}.name"),
+                    format!("duplicate PriorityClass `{}`", b.name),
+                );
+            }
+            if !(-2_147_483_648..=1_000_000_000).contains(&b.value) {
+                self.fail(
+                    format!("{f}.value"),
+                    "user PriorityClass values must be <= 1000000000",
+                );
+            }
+            if !matches!(
+                b.preemption_policy.as_str(),
+                "PreemptLowerPriority" | "Never"
+            ) {
+                self.fail(
+                    format!("{f}.preemptionPolicy"),
+                    format!(
+                        "must be PreemptLowerPriority or Never, got `{}`",
+                        b.preemption_policy
+                    ),
+                );
+            }
+            buckets.push(Bucket {
+                min_score: b.min_score,
+                name: b.name.clone(),
+                value: b.value,
+                preemption_policy: b.preemption_policy.clone(),
+            });
+        }
+        buckets.sort_by(|a, b| b.min_score.total_cmp(&a.min_score));
+        for w in buckets.windows(2) {
+            if w[0].min_score == w[1].min_score {
+                self.fail(
+                    "priority.buckets",
+                    format!("two buckets share minScore {}", w[0].min_score),
+                );
+            }
+            if w[0].value <= w[1].value {
+                self.fail(
+                    "priority.buckets",
+                    format!(
+                        "bucket `{}` has a higher minScore than `{}` but not a higher value",
+                        w[0].name, w[1].name
+                    ),
+                );
+            }
+        }
+        if buckets.last().is_some_and(|b| b.min_score != 0.0) {
+            self.fail("priority.buckets", "the lowest bucket must have minScore 0, so that every score maps to a PriorityClass");
+        }
+        (buckets, names)
+    }
+
+    /// `learning`: the model's hyper-parameters.
+    pub(super) fn learning(&mut self, raw: &PolicyFile) {
+        let l = &raw.learning;
+        self.range("learning.lambda", l.lambda, 0.0, 100.0);
+        self.range("learning.beta", l.beta, 0.0, 100.0);
+        self.range("learning.gamma", l.gamma, 0.0, 100.0);
+        self.positive("learning.tau", l.tau);
+        self.positive("learning.priorStrength", l.prior_strength);
+        self.range("learning.explorationCap", l.exploration_cap, 0.0, 1.0);
+        self.range(
+            "learning.gpuScalingExponent",
+            l.gpu_scaling_exponent,
+            0.0,
+            1.0,
+        );
+        self.positive("learning.classOffsetStddev", l.class_offset_stddev);
+        self.positive("learning.exponentStddev", l.exponent_stddev);
+        self.positive("learning.cellStddev", l.cell_stddev);
+        if l.exploration_window == 0 || l.exploration_window > 100_000 {
+            self.fail(
+                "learning.explorationWindow",
+                format!("must be in [1, 100000], got {}", l.exploration_window),
+            );
+        }
+    }
+}
