@@ -210,68 +210,36 @@ pub async fn start(
     };
     set_health(&health, serving).await;
 
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(gpu_admission_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(gpu_admission_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1alpha()?;
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(gpu_admission_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection().build_v1()?;
+    let reflection_v1alpha = reflection().build_v1alpha()?;
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut background = Vec::new();
 
-    // Policy hot reload.
     if let Some(watcher) = watcher {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        background.push(tokio::spawn(policy_watch::run(
+        background.extend(watch_policy(
             watcher,
-            store.clone(),
+            &store,
             config.policy_poll_interval,
-            tx,
-            shutdown_rx.clone(),
-        )));
-        let (health, metrics, core) = (health.clone(), metrics.clone(), core.clone());
-        background.push(tokio::spawn(async move {
-            while let Some(outcome) = rx.recv().await {
-                report_reload(&outcome, &metrics);
-                if let ReloadOutcome::Loaded(p) = &outcome {
-                    core.learned
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .exploration
-                        .normalise(p.learning.exploration_window as usize);
-                    set_health(&health, ServingStatus::Serving).await;
-                }
-            }
-        }));
+            &shutdown_rx,
+            &health,
+            &metrics,
+            &core,
+        ));
     }
-
-    // Snapshots of the learned state, and their age.
-    let started = Instant::now();
     if let Some(path) = config.state_path.clone() {
-        let (core, metrics, mut stop) = (core.clone(), metrics.clone(), shutdown_rx.clone());
-        let interval = config.snapshot_interval.max(Duration::from_millis(10));
-        background.push(tokio::spawn(async move {
-            let mut last_saved: Option<Instant> = None;
-            let mut tick = tokio::time::interval(Duration::from_secs(1).min(interval));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    _ = stop.changed() => return,
-                }
-                if last_saved.is_none_or(|t| t.elapsed() >= interval)
-                    && save(&path, &core.snapshot()).await
-                {
-                    last_saved = Some(Instant::now());
-                }
-                metrics
-                    .snapshot_age
-                    .set(last_saved.unwrap_or(started).elapsed().as_secs_f64());
-            }
-        }));
+        background.push(keep_snapshots(
+            path,
+            config.snapshot_interval,
+            shutdown_rx.clone(),
+            core.clone(),
+            metrics.clone(),
+        ));
     }
 
     // Our own listener (for the real bound address) means tonic does not set TCP_NODELAY: without it,
@@ -322,6 +290,72 @@ pub async fn start(
         core,
         shutdown: shutdown_tx,
         task,
+    })
+}
+
+/// Policy hot reload: the file watcher, and what a reload changes (metrics, exploration window, health).
+fn watch_policy(
+    watcher: FileWatcher,
+    store: &Arc<PolicyStore>,
+    poll_interval: Duration,
+    shutdown: &watch::Receiver<bool>,
+    health: &HealthReporter,
+    metrics: &Arc<Metrics>,
+    core: &Arc<Core>,
+) -> [JoinHandle<()>; 2] {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let watching = tokio::spawn(policy_watch::run(
+        watcher,
+        store.clone(),
+        poll_interval,
+        tx,
+        shutdown.clone(),
+    ));
+    let (health, metrics, core) = (health.clone(), metrics.clone(), core.clone());
+    let reporting = tokio::spawn(async move {
+        while let Some(outcome) = rx.recv().await {
+            report_reload(&outcome, &metrics);
+            if let ReloadOutcome::Loaded(p) = &outcome {
+                core.learned
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .exploration
+                    .normalise(p.learning.exploration_window as usize);
+                set_health(&health, ServingStatus::Serving).await;
+            }
+        }
+    });
+    [watching, reporting]
+}
+
+/// Snapshots of the learned state every `interval`, and their age as a metric, until shutdown.
+fn keep_snapshots(
+    path: PathBuf,
+    interval: Duration,
+    mut stop: watch::Receiver<bool>,
+    core: Arc<Core>,
+    metrics: Arc<Metrics>,
+) -> JoinHandle<()> {
+    let started = Instant::now();
+    let interval = interval.max(Duration::from_millis(10));
+    tokio::spawn(async move {
+        let mut last_saved: Option<Instant> = None;
+        let mut tick = tokio::time::interval(Duration::from_secs(1).min(interval));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop.changed() => return,
+            }
+            if last_saved.is_none_or(|t| t.elapsed() >= interval)
+                && save(&path, &core.snapshot()).await
+            {
+                last_saved = Some(Instant::now());
+            }
+            metrics
+                .snapshot_age
+                .set(last_saved.unwrap_or(started).elapsed().as_secs_f64());
+        }
     })
 }
 
