@@ -3,7 +3,7 @@
 //! - [`policy`]: the policy file (schema, validation, hot reload);
 //! - [`model`]: the pure scoring model (feasibility, estimates, cost, exploration, priority, interference);
 //! - [`decisions`]: one decision per workload (seeded by the workload, pinned learned-state epochs, cache);
-//! - [`service`]: the gRPC `Scorer` service (request validation, proto <-> model);
+//! - [`service`]: the application core (`Core`), proto <-> model (`convert`), the tonic adapter (`grpc`);
 //! - [`server`]: tonic server with health, reflection, policy watcher, snapshots, graceful drain;
 //! - [`state`]: atomic snapshots of the learned state;
 //! - [`metrics`]: Prometheus metrics; [`cli`]: flags and env vars.
