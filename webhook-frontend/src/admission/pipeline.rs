@@ -153,6 +153,20 @@ async fn run<W: Webhook>(webhook: &W, body: &[u8], call: Call) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], encoded).into_response()
 }
 
+/// A validating webhook's answer to a review it could not read: allowed, with a warning that says what was
+/// not checked (`not validated`), logged.
+pub(crate) fn not_validated(webhook: &str, uid: &str, why: &str, what: &str) -> Reply {
+    tracing::info!(webhook, uid, %why, "unreadable review; allowed");
+    Reply {
+        outcome: "unreadable",
+        operation: "unknown",
+        body: Body::Verdict(Verdict {
+            denied: None,
+            warnings: vec![format!("gpu-admission: {why}; {what}")],
+        }),
+    }
+}
+
 /// The apiserver's `?timeout=10s` query parameter.
 fn apiserver_timeout(uri: &Uri) -> Option<Duration> {
     uri.query()?

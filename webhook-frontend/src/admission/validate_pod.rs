@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use gpu_admission_core::admission::validate_pod::{self, Check};
 use gpu_admission_core::policy::mode_name;
-use gpu_admission_core::review::{self, BadRequest, IncomingObject, Verdict};
+use gpu_admission_core::review::{self, BadRequest, IncomingObject};
 
-use super::pipeline::{Body, Call, Reply, Webhook, operation_label};
+use super::pipeline::{Body, Call, Reply, Webhook, not_validated, operation_label};
 use crate::cluster::ClusterFacts;
 use crate::metrics::Metrics;
 use crate::policy::PolicyCache;
@@ -31,17 +31,7 @@ impl Webhook for ValidatePod {
 
     async fn admit(&self, incoming: &IncomingObject, _call: &Call) -> Reply {
         let req = match &incoming.request {
-            Err(why) => {
-                tracing::info!(uid = incoming.uid, %why, "validate-pod: unreadable review; allowed");
-                return Reply {
-                    outcome: "unreadable",
-                    operation: "unknown",
-                    body: Body::Verdict(Verdict {
-                        denied: None,
-                        warnings: vec![format!("gpu-admission: {why}; not validated")],
-                    }),
-                };
-            }
+            Err(why) => return not_validated(Self::NAME, &incoming.uid, why, "not validated"),
             Ok(req) => req,
         };
         let policy = self.policy.snapshot();

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gpu_admission_core::admission::validate_policy::{self, PolicyConfigMap, Triage};
-use gpu_admission_core::review::{self, BadRequest, IncomingObject, Verdict};
+use gpu_admission_core::review::{self, BadRequest, IncomingObject};
 
-use super::pipeline::{Body, Call, Reply, Webhook, operation_label};
+use super::pipeline::{Body, Call, Reply, Webhook, not_validated, operation_label};
 use crate::metrics::Metrics;
 use crate::policy::PolicyCache;
 use crate::scorer_client::Scorer;
@@ -35,15 +35,8 @@ impl Webhook for ValidatePolicy {
     async fn admit(&self, incoming: &IncomingObject, _call: &Call) -> Reply {
         let req = match &incoming.request {
             Err(why) => {
-                let warning = format!("gpu-admission: {why}; the policy was not validated");
-                return Reply {
-                    outcome: "unreadable",
-                    operation: "unknown",
-                    body: Body::Verdict(Verdict {
-                        denied: None,
-                        warnings: vec![warning],
-                    }),
-                };
+                let what = "the policy was not validated";
+                return not_validated(Self::NAME, &incoming.uid, why, what);
             }
             Ok(req) => req,
         };
