@@ -22,6 +22,9 @@ pub struct PolicySnapshot {
     /// PriorityClasses named by the buckets, by name.
     pub priority_classes: HashMap<String, PriorityClassFacts>,
     pub tiers: Vec<Tier>,
+    /// The tier a namespace label naming no tier of the policy counts as (`defaultTier`; empty from a scorer
+    /// that predates it).
+    pub default_tier: String,
     /// `Audit` when the scorer predates enforcement.
     pub mode: EnforcementMode,
     pub admin_groups: Vec<String>,
@@ -142,6 +145,7 @@ impl PolicySnapshot {
             class_label_keys,
             priority_classes,
             tiers: p.tiers,
+            default_tier: p.default_tier,
             mode,
             admin_groups: enforcement.admin_groups,
             admin_users: enforcement.admin_users,
@@ -150,11 +154,15 @@ impl PolicySnapshot {
         }
     }
 
-    /// The rules for Pods of `namespace` in `tier`; `None` when the policy does not know the tier (then
-    /// nothing is enforced: the scorer scores unknown tiers as its default tier, but a namespace label naming
-    /// a tier that does not exist is not a tier promise).
+    /// The rules for Pods of `namespace` in `tier`. A tier the policy does not know (a label value such as
+    /// `Bronze`, or a typo) is the policy's `defaultTier`, as the scorer scores it: an unknown value never
+    /// means no rules. `None` only before the policy is known.
     pub fn tier_rules<'p>(&'p self, tier: &str, namespace: &str) -> Option<TierRules<'p>> {
-        let t = self.tiers.iter().find(|t| t.name == tier)?;
+        let t = self
+            .tiers
+            .iter()
+            .find(|t| t.name == tier)
+            .or_else(|| self.tiers.iter().find(|t| t.name == self.default_tier))?;
         let mut allowed: BTreeSet<&str> = t.allowed_classes.iter().map(String::as_str).collect();
         let mut cap = self.priority_classes.get(&t.max_priority_class);
         let grant = self

@@ -202,6 +202,7 @@ pub(crate) fn explain_response(
 pub(crate) fn policy_response(policy: &Policy) -> pb::GetPolicyResponse {
     pb::GetPolicyResponse {
         version: policy.version.clone(),
+        default_tier: policy.tiers[policy.default_tier].name.clone(),
         catalog: (0..policy.classes.len())
             .map(|i| gpu_class_pb(policy, i))
             .collect(),

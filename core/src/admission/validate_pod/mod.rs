@@ -102,7 +102,7 @@ pub fn check(
         return Check::NotOurs("namespace has no tier label");
     };
     let Some(rules) = policy.tier_rules(&tier, namespace) else {
-        return Check::NotOurs("tier unknown to the policy");
+        return Check::NotOurs("the policy is not known yet");
     };
     let pod = is_pod(req);
     let mut violations = object_violations(object, pod, &rules, policy, pcs);
@@ -660,6 +660,41 @@ mod tests {
             run(&req, EnforcementMode::Enforce).0,
             Check::NotOurs("not a CREATE or UPDATE")
         );
+    }
+
+    #[test]
+    fn an_unknown_tier_label_value_is_the_default_tier_never_no_rules() {
+        let mut p = policy(EnforcementMode::Enforce);
+        p.default_tier = "bronze".into();
+        let req = request(
+            ("", "Pod"),
+            "shady",
+            pod(
+                "shady",
+                json!({}),
+                pod_spec(json!({"nodeSelector": {KEY: "H100-80GB"}})),
+            ),
+            &[],
+            "CREATE",
+            Value::Null,
+        );
+        // `Bronze` (capitalised) is no tier of the policy: the default tier's rules hold.
+        let check = check(&req, &p, |_| Some("Bronze".to_string()), &p);
+        assert_eq!(reasons(&check), [Reason::ClassOutsideTier]);
+        assert!(
+            verdict(&check, p.mode)
+                .denied
+                .unwrap()
+                .contains("outside tier bronze")
+        );
+        // Before the policy is known there are no rules to hold a Pod to.
+        let unknown = PolicySnapshot::default();
+        let check = check_fn(&req, &unknown);
+        assert_eq!(check, Check::NotOurs("the policy is not known yet"));
+    }
+
+    fn check_fn(req: &AdmissionRequest<DynamicObject>, p: &PolicySnapshot) -> Check {
+        check(req, p, |_| Some("Bronze".to_string()), p)
     }
 
     #[test]
