@@ -18,4 +18,5 @@ pub mod pod;
 pub mod policy;
 pub mod priority_class;
 pub mod review;
+pub mod tier_bound;
 pub mod workload;

@@ -10,11 +10,13 @@
 //! is a parameter: the fuzz target and the replay test pass the real scorer's `Explain` (in process), so the
 //! answers are real ones.
 
-use gpu_admission_core::admission::mutate_pod::{self, Facts, ScorerOutcome};
+use gpu_admission_core::admission::Facts;
+use gpu_admission_core::admission::mutate_pod::{self, ScorerOutcome, Scoring};
 use gpu_admission_core::admission::validate_pod;
 use gpu_admission_core::pod::gpu_resources::NoClaimTemplates;
 use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::review::{self, Answer, Content};
+use gpu_admission_core::tier_bound::{self, NoNodes};
 use gpu_admission_proto::limits;
 use gpu_admission_proto::scorer::v1::{ScoreRequest, ScoreResponse};
 use k8s_openapi::api::core::v1::Pod;
@@ -103,6 +105,7 @@ pub fn check_mutate(body: &[u8], policy: &PolicySnapshot, score: &mut Score<'_>)
         tier_of: &tier_of,
         priority_classes: None,
         claim_templates: &NoClaimTemplates,
+        nodes: &NoNodes,
     };
     let Ok(scoring) = mutate_pod::plan(&incoming.uid, req, &facts, policy) else {
         return MutateOutcome::Unchanged { warnings: vec![] };
@@ -154,8 +157,9 @@ pub fn check_mutate(body: &[u8], policy: &PolicySnapshot, score: &mut Score<'_>)
                 object.as_ref().map(Value::to_string).unwrap_or_default()
             );
         }
-        if let Err(e) = serde_json::from_value::<Pod>(pod.clone()) {
-            panic!("the patched object is not a Pod: {e}\n{pod}");
+        match serde_json::from_value::<Pod>(pod.clone()) {
+            Ok(patched) => assert_bound_by_mutation(&patched, &scoring, policy),
+            Err(e) => panic!("the patched object is not a Pod: {e}\n{pod}"),
         }
     }
     let (ops, warnings) = first.unwrap_or_default();
@@ -170,6 +174,27 @@ pub fn check_mutate(body: &[u8], policy: &PolicySnapshot, score: &mut Score<'_>)
     }
 }
 
+/// Mutation establishes the class half of the tier invariant that validation demands: a non-admin's patched
+/// GPU Pod of a tier that restricts classes is held to the tier's classes on every way of scheduling it.
+fn assert_bound_by_mutation(patched: &Pod, scoring: &Scoring<'_>, policy: &PolicySnapshot) {
+    let c = &scoring.candidate;
+    let Some(rules) = policy.tier_rules(&c.tier, c.namespace) else {
+        return;
+    };
+    if scoring.admin || !tier_bound::restricts(&rules, &policy.catalog) {
+        return;
+    }
+    let spec = patched.spec.clone().unwrap_or_default();
+    if let Err(breach) = tier_bound::class_bound(&spec, &rules, &policy.catalog) {
+        panic!(
+            "a mutated Pod of tier {} is not bound to it: {}\n{}",
+            rules.tier,
+            breach.describe(),
+            serde_json::to_string(patched).unwrap_or_default()
+        );
+    }
+}
+
 /// The `/validate-pod` property for one request body: any body is answered (a verdict or a 400) without a
 /// panic. Returns the encoded answer, or the 400's message.
 pub fn check_validate(body: &[u8], policy: &PolicySnapshot) -> Result<Vec<u8>, String> {
@@ -179,7 +204,16 @@ pub fn check_validate(body: &[u8], policy: &PolicySnapshot) -> Result<Vec<u8>, S
             denied: None,
             warnings: vec![why.clone()],
         },
-        Ok(req) => validate_pod::decide(req, policy, tier_of(policy), None).1,
+        Ok(req) => {
+            let tier_of = tier_of(policy);
+            let facts = Facts {
+                tier_of: &tier_of,
+                priority_classes: None,
+                claim_templates: &NoClaimTemplates,
+                nodes: &NoNodes,
+            };
+            validate_pod::decide(req, policy, &facts).1
+        }
     };
     Ok(review::encode_verdict(
         incoming.api_version,

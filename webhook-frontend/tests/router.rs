@@ -381,9 +381,23 @@ async fn validate_pod_denies_out_of_tier_pins_except_for_admins() {
     let (answer, _) = review(&router, "/validate-pod", &forged).await;
     assert_eq!(answer["response"]["allowed"], false, "{answer}");
 
-    let in_tier = kit_review::review_of(&gpu_pod("ok"), "ml", Operation::Create);
+    // A Pod as /mutate-pod leaves it (bound to a class of the tier) is allowed; the same Pod without the
+    // bound (mutation skipped) is not.
+    let mut bound = gpu_pod("ok");
+    bound["spec"]["nodeSelector"] = json!({CLASS_KEY: "A100-80GB"});
+    let in_tier = kit_review::review_of(&bound, "ml", Operation::Create);
     let (answer, _) = review(&router, "/validate-pod", &in_tier).await;
     assert_eq!(answer["response"]["allowed"], true, "{answer}");
+    let unbound = kit_review::review_of(&gpu_pod("unbound"), "ml", Operation::Create);
+    let (answer, _) = review(&router, "/validate-pod", &unbound).await;
+    assert_eq!(answer["response"]["allowed"], false, "{answer}");
+    let message = answer["response"]["status"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        message.contains("not constrained to the tier's GPU classes"),
+        "{message}"
+    );
     assert!(
         double.requests().is_empty(),
         "validation is local, it never asks the scorer"

@@ -5,3 +5,19 @@ pub mod checkpoint_restore;
 pub mod mutate_pod;
 pub mod validate_pod;
 pub mod validate_policy;
+
+use crate::pod::gpu_resources::ClaimTemplates;
+use crate::priority_class::PriorityClassLookup;
+use crate::tier_bound::Nodes;
+
+/// What the cluster tells every decision (watch caches, or flags with `--no-kube`).
+pub struct Facts<'f> {
+    /// The tier of a namespace, from its tier label.
+    pub tier_of: &'f dyn Fn(&str) -> Option<String>,
+    /// The cluster's PriorityClasses; `None` with `--no-kube` (the policy's buckets answer then).
+    pub priority_classes: Option<&'f dyn PriorityClassLookup>,
+    /// The ResourceClaimTemplates (and ResourceClaims) DRA claims are counted with.
+    pub claim_templates: &'f dyn ClaimTemplates,
+    /// The Nodes a `spec.nodeName` is checked against.
+    pub nodes: &'f dyn Nodes,
+}

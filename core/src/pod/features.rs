@@ -27,6 +27,8 @@ pub struct JobFeatures {
     /// Names of DRA resource claims (`spec.resourceClaims`); those from a readable template of a GPU
     /// DeviceClass are counted in `gpu_count`.
     pub dra_claims: Vec<String>,
+    /// The DRA claims whose template or claim the caller could not read (they may ask for GPUs).
+    pub unresolved_claims: Vec<String>,
     /// Values that were present but unreadable, as short human-readable sentences.
     pub warnings: Vec<String>,
 }
@@ -76,17 +78,19 @@ pub fn is_label_value(s: &str) -> bool {
 
 /// Extracts the job features of a Pod with the built-in GPU resource list and no ResourceClaimTemplates.
 pub fn extract(pod: &Pod) -> JobFeatures {
-    extract_with(pod, &GpuResources::default(), &NoClaimTemplates)
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("");
+    extract_with(pod, namespace, &GpuResources::default(), &NoClaimTemplates)
 }
 
-/// Extracts the job features of a Pod: GPUs counted by the policy's `rules`, DRA claims resolved through
-/// `templates`. Never fails: unreadable values are skipped with a warning.
+/// Extracts the job features of a Pod of `namespace` (the request's: a new Pod's own may be empty): GPUs
+/// counted by the policy's `rules`, DRA claims resolved through `templates`. Never fails: unreadable values
+/// are skipped with a warning.
 pub fn extract_with(
     pod: &Pod,
+    namespace: &str,
     rules: &GpuResources,
     templates: &dyn ClaimTemplates,
 ) -> JobFeatures {
-    let namespace = pod.metadata.namespace.as_deref().unwrap_or("");
     let ask = match &pod.spec {
         Some(spec) => gpu_resources::gpu_ask(spec, namespace, rules, templates),
         None => gpu_resources::GpuAsk {
@@ -154,6 +158,7 @@ pub fn extract_with(
         model_size_billion_params,
         tenant,
         dra_claims: ask.dra_claims,
+        unresolved_claims: ask.unresolved_claims,
         warnings,
     }
 }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use gpu_admission_proto::gpu_resources::{MEMORY_PLACEHOLDER, default_rules};
 use gpu_admission_proto::scorer::v1::{GpuResourceKind, GpuResourceRule, GpuVendor};
 use k8s_openapi::api::core::v1::{Container, PodSpec};
-use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimSpec, ResourceClaimTemplate};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube_quantity::ParsedQuantity;
 
@@ -116,9 +116,13 @@ impl GpuResources {
     }
 }
 
-/// The ResourceClaimTemplates the frontend can read (by namespace and name).
+/// The ResourceClaimTemplates (and ResourceClaims) the frontend can read (by namespace and name).
 pub trait ClaimTemplates {
     fn template(&self, namespace: &str, name: &str) -> Option<ResourceClaimTemplate>;
+    /// A ResourceClaim a Pod names directly (`resourceClaimName`).
+    fn claim(&self, _namespace: &str, _name: &str) -> Option<ResourceClaim> {
+        None
+    }
 }
 
 /// No template is readable (an apiserver without DRA, or a caller without a template source).
@@ -148,6 +152,8 @@ pub struct GpuAsk {
     pub shape: String,
     /// DRA claims of the Pod (`spec.resourceClaims` names).
     pub dra_claims: Vec<String>,
+    /// The DRA claims whose template or claim could not be read: whether they ask for GPUs is unknown.
+    pub unresolved_claims: Vec<String>,
     pub warnings: Vec<String>,
 }
 
@@ -271,15 +277,13 @@ fn container_ask(c: &Container, rules: &GpuResources, warnings: &mut Vec<String>
     out
 }
 
-/// Devices a template's requests take from GPU DeviceClasses (allocation mode `All`: at least one).
-fn template_devices(t: &ResourceClaimTemplate, rules: &GpuResources) -> (u32, Option<GpuVendor>) {
+/// Devices a claim's requests take from GPU DeviceClasses (allocation mode `All`: at least one).
+fn claim_devices(spec: &ResourceClaimSpec, rules: &GpuResources) -> (u32, Option<GpuVendor>) {
     let mut count = 0u32;
     let mut vendor = None;
-    for r in t
-        .spec
+    for r in spec
+        .devices
         .iter()
-        .flat_map(|s| s.spec.iter())
-        .flat_map(|s| s.devices.iter())
         .flat_map(|d| d.requests.iter().flatten())
     {
         // `firstAvailable` lists alternatives: the first GPU alternative is what the Pod asks for.
@@ -365,16 +369,26 @@ pub fn gpu_ask(
     let mut count = sum.max(init_max);
 
     let mut dra_claims = Vec::new();
+    let mut unresolved_claims = Vec::new();
     for claim in spec.resource_claims.iter().flatten() {
         dra_claims.push(claim.name.clone());
-        let Some(template) = claim
-            .resource_claim_template_name
-            .as_deref()
-            .and_then(|t| templates.template(namespace, t))
-        else {
+        let claim_spec = match (
+            claim.resource_claim_template_name.as_deref(),
+            claim.resource_claim_name.as_deref(),
+        ) {
+            (Some(t), _) => templates
+                .template(namespace, t)
+                .map(|t| t.spec.and_then(|s| s.spec).unwrap_or_default()),
+            (None, Some(c)) => templates
+                .claim(namespace, c)
+                .map(|c| c.spec.unwrap_or_default()),
+            (None, None) => continue,
+        };
+        let Some(claim_spec) = claim_spec else {
+            unresolved_claims.push(claim.name.clone());
             continue;
         };
-        let (n, v) = template_devices(&template, rules);
+        let (n, v) = claim_devices(&claim_spec, rules);
         if n > 0 {
             count = count.saturating_add(n);
             if vendor.is_none() {
@@ -410,6 +424,7 @@ pub fn gpu_ask(
                 .join("+")
         },
         dra_claims,
+        unresolved_claims,
         warnings,
     }
 }

@@ -5,8 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use gpu_admission_core::admission::mutate_pod::{self, Decision, Facts, Outcome, Scoring};
-use gpu_admission_core::pod::gpu_resources::NoClaimTemplates;
+use gpu_admission_core::admission::mutate_pod::{self, Decision, Outcome, Scoring};
 use gpu_admission_core::review::{self, Answer, BadRequest, Content, Incoming};
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::admission::AdmissionRequest;
@@ -76,17 +75,6 @@ impl Webhook for MutatePod {
 }
 
 impl MutatePod {
-    /// The cluster facts a decision reads (built on each side of the scorer call: they borrow the caches).
-    fn with_facts<R>(&self, decide: impl FnOnce(&Facts<'_>) -> R) -> R {
-        let tier_of = |ns: &str| self.cluster.namespace_tier(ns);
-        // No ResourceClaimTemplate source yet: DRA claims count only where a caller can read their templates.
-        decide(&Facts {
-            tier_of: &tier_of,
-            priority_classes: self.cluster.priority_classes(),
-            claim_templates: &NoClaimTemplates,
-        })
-    }
-
     /// The decision for one Pod request: plan, the workload, the scorer call, decide.
     async fn admit_pod(
         &self,
@@ -96,7 +84,9 @@ impl MutatePod {
     ) -> (Outcome, Answer) {
         record_pod(&call.span, req);
         let policy = self.policy.snapshot();
-        let planned = self.with_facts(|facts| mutate_pod::plan(uid, req, facts, &policy));
+        let planned = self
+            .cluster
+            .with_facts(&policy, |facts| mutate_pod::plan(uid, req, facts, &policy));
         let mut scoring = match planned {
             Ok(s) => s,
             Err(skip) => {
@@ -145,7 +135,7 @@ impl MutatePod {
             self.policy.request_refresh();
         }
         let decision = tracing::info_span!("build_patch").in_scope(|| {
-            self.with_facts(|facts| {
+            self.cluster.with_facts(&policy, |facts| {
                 mutate_pod::decide(&scoring, outcome, facts, &policy, OffsetDateTime::now_utc())
             })
         });

@@ -35,12 +35,9 @@ impl Webhook for ValidatePod {
             Ok(req) => req,
         };
         let policy = self.policy.snapshot();
-        let (check, verdict) = validate_pod::decide(
-            req,
-            &policy,
-            |ns| self.cluster.namespace_tier(ns),
-            self.cluster.priority_classes(),
-        );
+        let (check, verdict) = self
+            .cluster
+            .with_facts(&policy, |facts| validate_pod::decide(req, &policy, facts));
         match &check {
             Check::Allowed("admin") => {
                 tracing::info!(uid = incoming.uid, user = ?req.user_info.username, kind = %review::gvk_text(&req.kind), "validate-pod: admin request outside its tier allowed");

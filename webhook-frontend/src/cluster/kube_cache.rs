@@ -1,10 +1,13 @@
-//! Watch caches of Namespaces (metadata only: the tier label) and PriorityClasses (scheduling.k8s.io/v1).
+//! Watch caches of Namespaces (metadata only: the tier label), Nodes (metadata only: the class label a
+//! `spec.nodeName` is checked against) and PriorityClasses (scheduling.k8s.io/v1).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Namespace;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Namespace, Node};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
@@ -15,6 +18,7 @@ use gpu_admission_core::priority_class::{PriorityClassFacts, PriorityClassLookup
 
 pub struct KubeCaches {
     namespaces: Store<PartialObjectMeta<Namespace>>,
+    nodes: Store<PartialObjectMeta<Node>>,
     priority_classes: Store<PriorityClass>,
     synced: Arc<AtomicBool>,
     tier_label: String,
@@ -34,9 +38,10 @@ pub(crate) async fn client() -> anyhow::Result<kube::Client> {
 }
 
 impl KubeCaches {
-    /// Starts both watches in background tasks; [`Self::is_synced`] turns true once both listed completely.
+    /// Starts the watches in background tasks; [`Self::is_synced`] turns true once all listed completely.
     pub(crate) fn start(client: kube::Client, tier_label: String) -> Self {
         let (namespaces, ns_writer) = reflector::store();
+        let (nodes, node_writer) = reflector::store();
         let (priority_classes, pc_writer) = reflector::store();
         let ns_stream = watcher(
             Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
@@ -44,6 +49,12 @@ impl KubeCaches {
         )
         .default_backoff()
         .reflect(ns_writer);
+        let node_stream = watcher(
+            Api::<PartialObjectMeta<Node>>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect(node_writer);
         let pc_stream = watcher(
             Api::<PriorityClass>::all(client),
             watcher::Config::default(),
@@ -51,15 +62,25 @@ impl KubeCaches {
         .default_backoff()
         .reflect(pc_writer);
         tokio::spawn(drive(ns_stream, "namespaces"));
+        tokio::spawn(drive(node_stream, "nodes"));
         tokio::spawn(drive(pc_stream, "priorityclasses"));
 
         let synced = Arc::new(AtomicBool::new(false));
-        let (ns, pc, flag) = (namespaces.clone(), priority_classes.clone(), synced.clone());
+        let (ns, no, pc, flag) = (
+            namespaces.clone(),
+            nodes.clone(),
+            priority_classes.clone(),
+            synced.clone(),
+        );
         tokio::spawn(async move {
-            if ns.wait_until_ready().await.is_ok() && pc.wait_until_ready().await.is_ok() {
+            if ns.wait_until_ready().await.is_ok()
+                && no.wait_until_ready().await.is_ok()
+                && pc.wait_until_ready().await.is_ok()
+            {
                 flag.store(true, Ordering::Release);
                 tracing::info!(
                     namespaces = ns.len(),
+                    nodes = no.len(),
                     priority_classes = pc.len(),
                     "kube caches synced"
                 );
@@ -67,6 +88,7 @@ impl KubeCaches {
         });
         Self {
             namespaces,
+            nodes,
             priority_classes,
             synced,
             tier_label,
@@ -85,6 +107,14 @@ impl KubeCaches {
             .get(&self.tier_label)
             .filter(|t| !t.is_empty())
             .cloned()
+    }
+}
+
+impl KubeCaches {
+    /// The labels of a Node, `None` for a Node the cache does not hold.
+    pub(crate) fn node_labels(&self, name: &str) -> Option<Option<BTreeMap<String, String>>> {
+        let node = self.nodes.get(&ObjectRef::new(name))?;
+        Some(node.metadata.labels.clone())
     }
 }
 

@@ -1,4 +1,4 @@
-//! Cluster facts the decision needs: the namespace's tier and the PriorityClasses. Read from watch caches
+//! Cluster facts the decision needs: the namespace's tier, the PriorityClasses and the Nodes. Read from watch caches
 //! (kube::runtime reflectors, never a per-request GET), or, with `--no-kube`, from flags and the policy.
 
 pub(crate) mod checkpoints;
@@ -7,7 +7,11 @@ pub(crate) mod workloads;
 
 use std::collections::HashMap;
 
+use gpu_admission_core::admission::Facts;
+use gpu_admission_core::pod::gpu_resources::NoClaimTemplates;
+use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::priority_class::PriorityClassLookup;
+use gpu_admission_core::tier_bound::{self, NodeClass};
 
 /// Where namespace tiers and PriorityClasses come from.
 pub enum ClusterFacts {
@@ -40,6 +44,34 @@ impl ClusterFacts {
             ClusterFacts::Kube(k) => Some(k),
             ClusterFacts::Static { .. } => None,
         }
+    }
+
+    /// The class of a Node by name, as the policy's catalog labels it (unknown without Kubernetes).
+    fn node_class(&self, name: &str, policy: &PolicySnapshot) -> NodeClass {
+        match self {
+            ClusterFacts::Kube(k) => match k.node_labels(name) {
+                Some(labels) => tier_bound::node_class(labels.as_ref(), &policy.catalog),
+                None => NodeClass::Unknown,
+            },
+            ClusterFacts::Static { .. } => NodeClass::Unknown,
+        }
+    }
+
+    /// The facts every decision reads, borrowed from the caches for the length of `decide`.
+    pub(crate) fn with_facts<R>(
+        &self,
+        policy: &PolicySnapshot,
+        decide: impl FnOnce(&Facts<'_>) -> R,
+    ) -> R {
+        let tier_of = |ns: &str| self.namespace_tier(ns);
+        let nodes = |name: &str| self.node_class(name, policy);
+        // No ResourceClaimTemplate source yet: DRA claims count only where a caller can read their templates.
+        decide(&Facts {
+            tier_of: &tier_of,
+            priority_classes: self.priority_classes(),
+            claim_templates: &NoClaimTemplates,
+            nodes: &nodes,
+        })
     }
 }
 

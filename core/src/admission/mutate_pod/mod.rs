@@ -4,8 +4,9 @@
 //!    scorer asked ([`Scoring`]); the frontend adds the workload it resolved ([`Scoring::set_workload`]);
 //! 2. [`decide`]: the scorer's outcome as data ([`ScorerOutcome`]: answered, timed out, unavailable, invalid,
 //!    overloaded) → the patch and the warnings. An answer that fails [`triage::validate_answer`] counts as
-//!    invalid; a failed call gives the tier's default placement (fallback `TierDefault`) or passes the Pod
-//!    through unchanged. Mutation never rejects.
+//!    invalid; a failed call gives the tier's default placement (fallback `TierDefault`, and always for a
+//!    non-admin's Pod of a tier that restricts classes: see [`crate::tier_bound`]) or passes the Pod through
+//!    unchanged. Mutation never rejects.
 //!
 //! The handler, the fuzz targets and the tests call exactly these.
 
@@ -17,22 +18,13 @@ use k8s_openapi::api::core::v1::Pod;
 use kube_core::admission::AdmissionRequest;
 use time::OffsetDateTime;
 
-use crate::pod::gpu_resources::ClaimTemplates;
+use crate::admission::Facts;
 use crate::policy::{PolicySnapshot, TierRules};
-use crate::priority_class::{AnswerPriorityClass, NoPriorityClasses, PriorityClassLookup};
+use crate::priority_class::{AnswerPriorityClass, NoPriorityClasses};
 use crate::review::Answer;
+use crate::tier_bound;
 use patch::PatchInput;
 use triage::{Candidate, Skip};
-
-/// What the cluster tells the decision (watch caches, or flags with `--no-kube`).
-pub struct Facts<'f> {
-    /// The tier of a namespace, from its tier label.
-    pub tier_of: &'f dyn Fn(&str) -> Option<String>,
-    /// The cluster's PriorityClasses; `None` with `--no-kube` (the policy's buckets answer then).
-    pub priority_classes: Option<&'f dyn PriorityClassLookup>,
-    /// The ResourceClaimTemplates DRA claims are counted with.
-    pub claim_templates: &'f dyn ClaimTemplates,
-}
 
 /// How the scorer call ended, as data.
 #[derive(Debug, Clone)]
@@ -215,9 +207,13 @@ pub fn decide(
     let failure = outcome
         .failure()
         .map(|(kind, detail)| (format!("scorer {kind}"), detail));
+    // A non-admin's Pod of a tier that restricts classes is never admitted without the tier bound, whatever
+    // the fallback says (validation would deny it: mutation must not be the reason).
+    let needs_bound =
+        |r: &TierRules<'_>| !scoring.admin && tier_bound::restricts(r, &policy.catalog);
     let (mut answer, fallback) = match (outcome, &rules) {
         (ScorerOutcome::Answered(answer), _) => (*answer, false),
-        (failed, Some(r)) if r.fallback == TierFallback::TierDefault => {
+        (failed, Some(r)) if r.fallback == TierFallback::TierDefault || needs_bound(r) => {
             let (kind, detail) = failed.failure().unwrap_or_default();
             warnings.push(format!(
                 "gpu-admission: scorer {kind} ({detail}); placed on the default classes of tier {}",

@@ -57,9 +57,12 @@ pub fn triage_with<'a>(
         .as_deref()
         .or(pod.metadata.namespace.as_deref())
         .filter(|n| !n.is_empty());
-    let features = features::extract_with(pod, &policy.gpu_resources, &|_: &str, name: &str| {
-        templates.template(namespace.unwrap_or(""), name)
-    });
+    let features = features::extract_with(
+        pod,
+        namespace.unwrap_or(""),
+        &policy.gpu_resources,
+        templates,
+    );
     if features.gpu_count == 0 {
         return Err(Skip("no GPU requested"));
     }

@@ -4,18 +4,19 @@
 
 pub mod templates;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use kube_core::DynamicObject;
 use kube_core::admission::{AdmissionRequest, Operation};
 
+use crate::admission::Facts;
 use crate::placement;
 use crate::pod::features;
-use crate::pod::gpu_resources::NoClaimTemplates;
 use crate::policy::{PolicySnapshot, TierRules};
 use crate::priority_class::{NoPriorityClasses, PriorityClassLookup};
 use crate::review::Verdict;
+use crate::tier_bound::{self, Breach};
 use gpu_admission_proto::scorer::v1::{EnforcementMode, GpuVendor};
-use templates::described_pods;
+use templates::{DescribedPod, described_pods};
 
 /// What is wrong (the metric's `reason` label).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -26,6 +27,13 @@ pub enum Reason {
     PriorityAboveCap,
     /// A GPU need (memory per GPU, vendor) that no class of the tier meets.
     NoClassFits,
+    /// A Pod without a positive constraint to the tier's classes on every way of scheduling it (see
+    /// [`crate::tier_bound`]).
+    NotBoundToTier,
+    /// `spec.nodeName` names a Node outside the tier, or one the frontend does not know.
+    NodeOutsideTier,
+    /// Whether the Pod asks for GPUs cannot be told (a DRA claim the frontend cannot read).
+    Undecidable,
 }
 
 impl Reason {
@@ -34,6 +42,9 @@ impl Reason {
             Reason::ClassOutsideTier => "class_outside_tier",
             Reason::PriorityAboveCap => "priority_above_cap",
             Reason::NoClassFits => "no_class_fits",
+            Reason::NotBoundToTier => "not_bound_to_tier",
+            Reason::NodeOutsideTier => "node_outside_tier",
+            Reason::Undecidable => "undecidable",
         }
     }
 }
@@ -78,7 +89,7 @@ fn is_pod(req: &AdmissionRequest<DynamicObject>) -> bool {
 pub fn check(
     req: &AdmissionRequest<DynamicObject>,
     policy: &PolicySnapshot,
-    tier_of: impl Fn(&str) -> Option<String>,
+    facts: &Facts<'_>,
     pcs: &dyn PriorityClassLookup,
 ) -> Check {
     if !matches!(req.operation, Operation::Create | Operation::Update) {
@@ -98,14 +109,21 @@ pub fn check(
     else {
         return Check::NotOurs("not namespaced");
     };
-    let Some(tier) = tier_of(namespace) else {
+    let Some(tier) = (facts.tier_of)(namespace) else {
         return Check::NotOurs("namespace has no tier label");
     };
     let Some(rules) = policy.tier_rules(&tier, namespace) else {
         return Check::NotOurs("the policy is not known yet");
     };
     let pod = is_pod(req);
-    let mut violations = object_violations(object, pod, &rules, policy, pcs);
+    let at = Where {
+        namespace,
+        rules: &rules,
+        policy,
+        facts,
+        pcs,
+    };
+    let mut violations = object_violations(object, pod, &at);
     if violations.is_empty() {
         return Check::Allowed("within the tier");
     }
@@ -118,7 +136,7 @@ pub fn check(
     if req.operation == Operation::Update
         && let Some(old) = &req.old_object
     {
-        let before = object_violations(old, pod, &rules, policy, pcs);
+        let before = object_violations(old, pod, &at);
         violations.retain(|v| !before.contains(v));
         if violations.is_empty() {
             return Check::Allowed("violations predate the update");
@@ -149,40 +167,70 @@ fn allowed_text(rules: &TierRules<'_>, policy: &PolicySnapshot) -> String {
     s
 }
 
-fn object_violations(
-    object: &DynamicObject,
-    is_pod: bool,
-    rules: &TierRules<'_>,
-    policy: &PolicySnapshot,
-    pcs: &dyn PriorityClassLookup,
-) -> Vec<Violation> {
-    described_pods(object, is_pod)
+/// What a described Pod is checked against.
+pub struct Where<'a> {
+    pub namespace: &'a str,
+    pub rules: &'a TierRules<'a>,
+    pub policy: &'a PolicySnapshot,
+    pub facts: &'a Facts<'a>,
+    pub pcs: &'a dyn PriorityClassLookup,
+}
+
+fn object_violations(object: &DynamicObject, is_pod: bool, at: &Where<'_>) -> Vec<Violation> {
+    let described = described_pods(object, is_pod);
+    if is_pod && described.is_empty() {
+        // A Pod that does not read as a Pod cannot be decided: never silently allowed.
+        return vec![Violation {
+            reason: Reason::Undecidable,
+            path: "Pod".into(),
+            what: "cannot be read as a Pod".into(),
+        }];
+    }
+    described
         .iter()
-        .flat_map(|d| pod_violations(&d.pod, &d.path, rules, policy, pcs))
+        .flat_map(|d| pod_violations(d, at))
         .collect()
 }
 
-/// The violations of one GPU Pod (none for a Pod without GPUs).
-pub fn pod_violations(
-    pod: &Pod,
-    path: &str,
-    rules: &TierRules<'_>,
-    policy: &PolicySnapshot,
-    pcs: &dyn PriorityClassLookup,
-) -> Vec<Violation> {
-    let f = features::extract_with(pod, &policy.gpu_resources, &NoClaimTemplates);
-    let Some(spec) = pod.spec.as_ref().filter(|_| f.gpu_count > 0) else {
+/// The violations of one GPU Pod (none for a Pod without GPUs). The Pod itself is held to the whole tier
+/// invariant (it has been through `/mutate-pod`); a pod template to what it names itself (its Pods are
+/// mutated and checked when they are created).
+pub fn pod_violations(described: &DescribedPod, at: &Where<'_>) -> Vec<Violation> {
+    let (pod, path, itself) = (&described.pod, described.path.as_str(), described.itself);
+    let f = features::extract_with(
+        pod,
+        at.namespace,
+        &at.policy.gpu_resources,
+        at.facts.claim_templates,
+    );
+    let Some(spec) = pod.spec.as_ref() else {
         return Vec::new();
     };
-    let mut out = Vec::new();
-    let mut v = |reason, what: String| {
-        out.push(Violation {
+    let mut found: Vec<(Reason, String)> = Vec::new();
+    if f.gpu_count == 0 {
+        found.extend(undecidable_claims(spec, &f.unresolved_claims, itself, at));
+    } else {
+        found.extend(class_violation(pod, spec, at));
+        if found.is_empty() {
+            found.extend(bound_violation(spec, itself, at));
+        }
+        found.extend(priority_violation(spec, at));
+        found.extend(fit_violation(&f, at));
+    }
+    found
+        .into_iter()
+        .map(|(reason, what)| Violation {
             reason,
             path: path.to_string(),
             what,
         })
-    };
+        .collect()
+}
 
+/// A class the Pod names itself outside the tier (or a constraint on other identifying labels that allows no
+/// class of the tier).
+fn class_violation(pod: &Pod, spec: &PodSpec, at: &Where<'_>) -> Option<(Reason, String)> {
+    let (rules, policy) = (at.rules, at.policy);
     let keys: Vec<&str> = policy.class_label_keys.iter().map(String::as_str).collect();
     let outside: Vec<String> = placement::named_classes(spec, &keys)
         .into_iter()
@@ -197,40 +245,89 @@ pub fn pod_violations(
         })
         .collect();
     if !outside.is_empty() {
-        v(
+        return Some((
             Reason::ClassOutsideTier,
             format!("selects GPU class {}", outside.join(", ")),
-        );
-    } else if let Some(own) = placement::own_constraint(pod, &policy.class_labels)
-        && !own.allowed.iter().any(|c| rules.allows(c))
-    {
-        // Constrained by other identifying labels (GPU Feature Discovery, cloud, HAMi) to no class of the tier.
-        let allows = if own.allowed.is_empty() {
-            "no GPU class of the catalog".to_string()
-        } else {
-            own.allowed.iter().cloned().collect::<Vec<_>>().join(", ")
-        };
-        v(
-            Reason::ClassOutsideTier,
-            format!("is constrained by {} to {allows}", own.sources.join(", ")),
-        );
+        ));
     }
+    let own = placement::own_constraint(pod, &policy.class_labels)?;
+    if own.allowed.iter().any(|c| rules.allows(c)) {
+        return None;
+    }
+    // Constrained by other identifying labels (GPU Feature Discovery, cloud, HAMi) to no class of the tier.
+    let allows = if own.allowed.is_empty() {
+        "no GPU class of the catalog".to_string()
+    } else {
+        own.allowed.iter().cloned().collect::<Vec<_>>().join(", ")
+    };
+    Some((
+        Reason::ClassOutsideTier,
+        format!("is constrained by {} to {allows}", own.sources.join(", ")),
+    ))
+}
 
-    if let Some(own) = spec
+/// The tier invariant ([`tier_bound`]) on a tier that restricts classes: the whole of it for the Pod itself,
+/// the node it names for a pod template.
+fn bound_violation(spec: &PodSpec, itself: bool, at: &Where<'_>) -> Option<(Reason, String)> {
+    if !tier_bound::restricts(at.rules, &at.policy.catalog) {
+        return None;
+    }
+    let held = if itself {
+        tier_bound::check(spec, at.rules, &at.policy.catalog, at.facts.nodes)
+    } else {
+        tier_bound::node_bound(spec, at.rules, at.facts.nodes)
+    };
+    let breach = held.err()?;
+    let reason = match breach {
+        Breach::Unbounded { .. } => Reason::NotBoundToTier,
+        Breach::UnknownNode(_) | Breach::NodeOutside { .. } => Reason::NodeOutsideTier,
+    };
+    Some((reason, breach.describe()))
+}
+
+/// A Pod of a restricting tier with no GPU counted but DRA claims that could not be read: whether it asks for
+/// GPUs cannot be told, so it must carry the tier bound itself (or wait until its claims can be read).
+fn undecidable_claims(
+    spec: &PodSpec,
+    unresolved: &[String],
+    itself: bool,
+    at: &Where<'_>,
+) -> Option<(Reason, String)> {
+    if unresolved.is_empty()
+        || !itself
+        || !tier_bound::restricts(at.rules, &at.policy.catalog)
+        || tier_bound::class_bound(spec, at.rules, &at.policy.catalog).is_ok()
+    {
+        return None;
+    }
+    Some((
+        Reason::Undecidable,
+        format!(
+            "has DRA resource claims gpu-admission cannot read ({}): create their ResourceClaimTemplate or ResourceClaim first, so that it can tell whether they ask for GPUs",
+            unresolved.join(", ")
+        ),
+    ))
+}
+
+/// A PriorityClass of the Pod's own above the tier's cap.
+fn priority_violation(spec: &PodSpec, at: &Where<'_>) -> Option<(Reason, String)> {
+    let own = spec
         .priority_class_name
         .as_deref()
-        .filter(|c| !c.is_empty())
-        && let Some(cap) = rules.max_priority_class
-        && let Some(facts) = pcs.priority_class(own)
-        && !facts.global_default
-        && facts.value > cap.value
-    {
-        v(
+        .filter(|c| !c.is_empty())?;
+    let cap = at.rules.max_priority_class?;
+    let facts = at.pcs.priority_class(own)?;
+    (!facts.global_default && facts.value > cap.value).then(|| {
+        (
             Reason::PriorityAboveCap,
             format!("asks for PriorityClass {own} ({})", facts.value),
-        );
-    }
+        )
+    })
+}
 
+/// A GPU need (memory per GPU, vendor) that no class of the tier meets.
+fn fit_violation(f: &features::JobFeatures, at: &Where<'_>) -> Option<(Reason, String)> {
+    let (rules, policy) = (at.rules, at.policy);
     let memory = f.gpu_memory_gib.or_else(|| {
         f.job_type
             .as_deref()
@@ -243,29 +340,29 @@ pub fn pod_violations(
             && (vendor == GpuVendor::Unknown || c.vendor == vendor as i32)
     });
     let tier_has_classes = policy.catalog.iter().any(|c| rules.allows(&c.name));
-    if !fits && tier_has_classes {
-        let mut need = Vec::new();
-        if let Some(m) = memory {
-            need.push(format!("{m} GiB per GPU"));
-        }
-        if vendor != GpuVendor::Unknown {
-            need.push(format!(
-                "{} GPUs",
-                vendor
-                    .as_str_name()
-                    .trim_start_matches("GPU_VENDOR_")
-                    .to_lowercase()
-            ));
-        }
-        v(
-            Reason::NoClassFits,
-            format!(
-                "needs {}, which no GPU class of the tier offers",
-                need.join(" and ")
-            ),
-        );
+    if fits || !tier_has_classes {
+        return None;
     }
-    out
+    let mut need = Vec::new();
+    if let Some(m) = memory {
+        need.push(format!("{m} GiB per GPU"));
+    }
+    if vendor != GpuVendor::Unknown {
+        need.push(format!(
+            "{} GPUs",
+            vendor
+                .as_str_name()
+                .trim_start_matches("GPU_VENDOR_")
+                .to_lowercase()
+        ));
+    }
+    Some((
+        Reason::NoClassFits,
+        format!(
+            "needs {}, which no GPU class of the tier offers",
+            need.join(" and ")
+        ),
+    ))
 }
 
 /// The `/validate-pod` decision: [`check`] with the PriorityClasses every webhook decides with (the cluster's,
@@ -273,13 +370,12 @@ pub fn pod_violations(
 pub fn decide(
     req: &AdmissionRequest<DynamicObject>,
     policy: &PolicySnapshot,
-    tier_of: impl Fn(&str) -> Option<String>,
-    cluster_priority_classes: Option<&dyn PriorityClassLookup>,
+    facts: &Facts<'_>,
 ) -> (Check, Verdict) {
     let pcs = policy
-        .known_priority_classes(cluster_priority_classes)
+        .known_priority_classes(facts.priority_classes)
         .unwrap_or(&NoPriorityClasses);
-    let check = check(req, policy, tier_of, pcs);
+    let check = check(req, policy, facts, pcs);
     let verdict = verdict(&check, policy.mode);
     (check, verdict)
 }
@@ -345,7 +441,9 @@ mod tests {
     use serde_json::{Value, json};
     use std::collections::HashMap;
 
+    use crate::pod::gpu_resources::NoClaimTemplates;
     use crate::priority_class::PriorityClassFacts;
+    use crate::tier_bound::NodeClass;
 
     const KEY: &str = "gpu.nvidia.com/class";
 
@@ -405,8 +503,12 @@ mod tests {
         matches!(ns, "batch" | "research").then(|| "bronze".to_string())
     }
 
+    /// A GPU Pod as `/mutate-pod` leaves it in a bronze namespace (on L4 nodes), unless `extra` places it.
     fn pod_spec(extra: Value) -> Value {
         let mut spec = json!({"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]});
+        if extra.get("nodeSelector").is_none() && extra.get("affinity").is_none() {
+            spec["nodeSelector"] = json!({KEY: "L4-24GB"});
+        }
         for (k, v) in extra.as_object().unwrap() {
             spec[k] = v.clone();
         }
@@ -434,9 +536,32 @@ mod tests {
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": ns, "annotations": annotations}, "spec": spec})
     }
 
+    fn nodes(name: &str) -> NodeClass {
+        match name {
+            "l4-1" => NodeClass::Class("L4-24GB".into()),
+            "h100-1" => NodeClass::Class("H100-80GB".into()),
+            _ => NodeClass::Unknown,
+        }
+    }
+
+    /// [`check`] with `tier_of`, the test Nodes, no PriorityClass cache and no claim templates.
+    fn check_with(
+        req: &AdmissionRequest<DynamicObject>,
+        p: &PolicySnapshot,
+        tier_of: &dyn Fn(&str) -> Option<String>,
+    ) -> Check {
+        let facts = Facts {
+            tier_of,
+            priority_classes: None,
+            claim_templates: &NoClaimTemplates,
+            nodes: &nodes,
+        };
+        check(req, p, &facts, p)
+    }
+
     fn run(req: &AdmissionRequest<DynamicObject>, mode: EnforcementMode) -> (Check, Verdict) {
         let p = policy(mode);
-        let check = check(req, &p, tiers, &p);
+        let check = check_with(req, &p, &tiers);
         let verdict = verdict(&check, p.mode);
         (check, verdict)
     }
@@ -679,7 +804,7 @@ mod tests {
             Value::Null,
         );
         // `Bronze` (capitalised) is no tier of the policy: the default tier's rules hold.
-        let check = check(&req, &p, |_| Some("Bronze".to_string()), &p);
+        let check = check_with(&req, &p, &|_| Some("Bronze".to_string()));
         assert_eq!(reasons(&check), [Reason::ClassOutsideTier]);
         assert!(
             verdict(&check, p.mode)
@@ -693,8 +818,155 @@ mod tests {
         assert_eq!(check, Check::NotOurs("the policy is not known yet"));
     }
 
+    #[test]
+    fn the_pod_itself_must_hold_the_tier_bound_and_name_a_tier_node() {
+        let req = |spec: Value, kind: (&str, &str), object: fn(Value) -> Value| {
+            request(kind, "batch", object(spec), &[], "CREATE", Value::Null)
+        };
+        let as_pod = |spec: Value| pod("batch", json!({}), spec);
+        let as_job = |spec: Value| {
+            json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "batch"},
+                   "spec": {"template": {"spec": spec}}})
+        };
+        let not_in = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": KEY, "operator": "NotIn", "values": ["H100-80GB"]}]}]}}});
+        let cases = [
+            (
+                json!({"nodeSelector": {}}),
+                ("", "Pod"),
+                as_pod as fn(Value) -> Value,
+                vec![Reason::NotBoundToTier],
+            ),
+            (
+                json!({"affinity": not_in.clone()}),
+                ("", "Pod"),
+                as_pod,
+                vec![Reason::NotBoundToTier],
+            ),
+            (
+                json!({"nodeName": "h100-1"}),
+                ("", "Pod"),
+                as_pod,
+                vec![Reason::NodeOutsideTier],
+            ),
+            (
+                json!({"nodeName": "unknown-1"}),
+                ("", "Pod"),
+                as_pod,
+                vec![Reason::NodeOutsideTier],
+            ),
+            (json!({"nodeName": "l4-1"}), ("", "Pod"), as_pod, vec![]),
+            // A template is not mutated: only what it names itself counts (its Pods are checked later).
+            (
+                json!({"nodeSelector": {}}),
+                ("batch", "Job"),
+                as_job,
+                vec![],
+            ),
+            (
+                json!({"nodeName": "h100-1"}),
+                ("batch", "Job"),
+                as_job,
+                vec![Reason::NodeOutsideTier],
+            ),
+        ];
+        let p = policy(EnforcementMode::Enforce);
+        for (spec, kind, object, want) in cases {
+            let c = check_with(&req(pod_spec(spec.clone()), kind, object), &p, &tiers);
+            assert_eq!(reasons(&c), want, "{kind:?} {spec}");
+        }
+        let denied = verdict(
+            &check_with(
+                &req(pod_spec(json!({"nodeName": "h100-1"})), ("", "Pod"), as_pod),
+                &p,
+                &tiers,
+            ),
+            p.mode,
+        );
+        assert!(
+            denied
+                .denied
+                .unwrap()
+                .contains("names node h100-1 of GPU class H100-80GB")
+        );
+        // A grant widens the bound: research may use H100 nodes.
+        let granted = request(
+            ("", "Pod"),
+            "research",
+            pod(
+                "research",
+                json!({}),
+                pod_spec(json!({"nodeName": "h100-1"})),
+            ),
+            &[],
+            "CREATE",
+            Value::Null,
+        );
+        assert_eq!(
+            check_with(&granted, &p, &tiers),
+            Check::Allowed("within the tier")
+        );
+        // An admin may.
+        let admin = request(
+            ("", "Pod"),
+            "batch",
+            as_pod(pod_spec(json!({"nodeName": "h100-1", "nodeSelector": {}}))),
+            &["gpu-admission:admins"],
+            "CREATE",
+            Value::Null,
+        );
+        assert_eq!(check_with(&admin, &p, &tiers), Check::Allowed("admin"));
+    }
+
+    #[test]
+    fn a_claim_that_cannot_be_read_is_undecidable_until_bound() {
+        let spec = |extra: Value| {
+            let mut s = json!({"containers": [{"name": "c", "resources": {"claims": [{"name": "g"}]}}],
+                               "resourceClaims": [{"name": "g", "resourceClaimTemplateName": "gpus"}]});
+            for (k, v) in extra.as_object().unwrap() {
+                s[k] = v.clone();
+            }
+            s
+        };
+        let p = policy(EnforcementMode::Enforce);
+        let req = |s: Value| {
+            request(
+                ("", "Pod"),
+                "batch",
+                pod("batch", json!({}), s),
+                &[],
+                "CREATE",
+                Value::Null,
+            )
+        };
+        assert_eq!(
+            reasons(&check_with(&req(spec(json!({}))), &p, &tiers)),
+            [Reason::Undecidable]
+        );
+        assert_eq!(
+            check_with(
+                &req(spec(json!({"nodeSelector": {KEY: "L4-24GB"}}))),
+                &p,
+                &tiers
+            ),
+            Check::Allowed("within the tier")
+        );
+    }
+
+    #[test]
+    fn a_pod_that_does_not_read_as_a_pod_is_undecidable() {
+        let p = policy(EnforcementMode::Enforce);
+        let bad = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "batch"},
+                         "spec": {"containers": "not a list"}});
+        let req = request(("", "Pod"), "batch", bad, &[], "CREATE", Value::Null);
+        assert_eq!(
+            reasons(&check_with(&req, &p, &tiers)),
+            [Reason::Undecidable]
+        );
+    }
+
     fn check_fn(req: &AdmissionRequest<DynamicObject>, p: &PolicySnapshot) -> Check {
-        check(req, p, |_| Some("Bronze".to_string()), p)
+        check_with(req, p, &|_| Some("Bronze".to_string()))
     }
 
     #[test]
@@ -716,7 +988,25 @@ mod tests {
             pod_spec(json!({"priorityClassName": "standard"})),
         ))
         .unwrap();
-        assert!(pod_violations(&pod, "Pod", &rules, &p, &pcs).is_empty());
+        let facts = Facts {
+            tier_of: &tiers,
+            priority_classes: None,
+            claim_templates: &NoClaimTemplates,
+            nodes: &nodes,
+        };
+        let at = Where {
+            namespace: "batch",
+            rules: &rules,
+            policy: &p,
+            facts: &facts,
+            pcs: &pcs,
+        };
+        let described = DescribedPod {
+            path: "Pod".into(),
+            pod,
+            itself: true,
+        };
+        assert!(pod_violations(&described, &at).is_empty());
     }
 
     #[test]
@@ -750,7 +1040,7 @@ mod tests {
                 "CREATE",
                 Value::Null,
             );
-            check(&req, &p, tiers, &p)
+            check_with(&req, &p, &tiers)
         };
         let c = check_of(
             json!({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}),
@@ -759,9 +1049,15 @@ mod tests {
         assert_eq!(reasons(&c), [Reason::ClassOutsideTier]);
         let c = check_of(json!({}), json!({"nvidia.com/use-gputype": "H100"}));
         assert_eq!(reasons(&c), [Reason::ClassOutsideTier]);
-        // Inside the tier, or a choice that includes a tier class: allowed (mutation ANDs the tier in).
+        // Inside the tier by another label is no bound by itself: once mutation ANDs the tier's class in,
+        // it is allowed.
         let c = check_of(
             json!({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"}}),
+            json!({}),
+        );
+        assert_eq!(reasons(&c), [Reason::NotBoundToTier]);
+        let c = check_of(
+            json!({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4", KEY: "L4-24GB"}}),
             json!({}),
         );
         assert_eq!(c, Check::Allowed("within the tier"));

@@ -16,6 +16,8 @@ const MAX_DEPTH: usize = 24;
 pub struct DescribedPod {
     pub path: String,
     pub pod: Pod,
+    /// The object is this Pod (not a workload describing it): it has been through `/mutate-pod`.
+    pub itself: bool,
 }
 
 fn looks_like_pod_template(v: &Value) -> bool {
@@ -86,13 +88,20 @@ pub fn described_pods(object: &DynamicObject, is_pod: bool) -> Vec<DescribedPod>
             .map(|pod| DescribedPod {
                 path: "Pod".into(),
                 pod,
+                itself: true,
             })
             .into_iter()
             .collect();
     }
     pod_templates(&object.data)
         .into_iter()
-        .filter_map(|(path, t)| template_pod(t).map(|pod| DescribedPod { path, pod }))
+        .filter_map(|(path, t)| {
+            template_pod(t).map(|pod| DescribedPod {
+                path,
+                pod,
+                itself: false,
+            })
+        })
         .collect()
 }
 

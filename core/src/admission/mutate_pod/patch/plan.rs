@@ -6,9 +6,9 @@ use k8s_openapi::api::core::v1::{Pod, PodSpec};
 
 use super::{PatchInput, tier_classes};
 use crate::names::decision::ANN_DECIDED_AT;
-use crate::placement::{self, ClassLabels, OwnConstraint, PlacedBy};
-use crate::policy::TierRules;
+use crate::placement::{self, OwnConstraint, PlacedBy};
 use crate::priority_class::{PriorityClassFacts, PriorityClassLookup};
+use crate::tier_bound;
 
 /// What the decision is, before any operation is written.
 pub(super) struct Plan<'a> {
@@ -48,34 +48,6 @@ pub(super) fn effective_class_labels(
     out
 }
 
-/// Does the Pod carry the tier's classes: a `nodeSelector` entry, or on every required node-affinity term an
-/// `In`, on a class label whose classes are all in the tier?
-pub(super) fn tier_anded(spec: &PodSpec, tier: &TierRules<'_>, class_labels: &ClassLabels) -> bool {
-    let in_tier = |key: &str, values: &[String]| {
-        let classes: Vec<&str> = class_labels
-            .iter()
-            .filter(|(_, l)| l.iter().any(|(k, v)| k == key && values.contains(v)))
-            .map(|(n, _)| n.as_str())
-            .collect();
-        !classes.is_empty() && classes.iter().all(|c| tier.allows(c))
-    };
-    if spec
-        .node_selector
-        .iter()
-        .flatten()
-        .any(|(k, v)| in_tier(k, std::slice::from_ref(v)))
-    {
-        return true;
-    }
-    let mut terms = crate::placement::required_terms(spec).peekable();
-    terms.peek().is_some()
-        && terms.all(|exprs| {
-            exprs
-                .iter()
-                .any(|e| e.operator == "In" && in_tier(&e.key, e.values.as_deref().unwrap_or(&[])))
-        })
-}
-
 /// The Pod's own PriorityClass when it is a real choice (not empty, not the cluster's global default).
 pub(super) fn own_priority_class<'p>(
     spec: &'p PodSpec,
@@ -107,17 +79,23 @@ impl<'a> Plan<'a> {
         let own = placement::own_constraint(input.pod, &class_labels);
         let placed_by = PlacedBy::of(input.pod);
         let admin_pin = input.admin && own.is_some();
-        // Inside: everything the Pod allows is in the tier, and it allows something or already carries the
-        // tier's classes on every term (an out-of-tier pin ANDed with the tier by an earlier pass). Rules
-        // unknown: a Pod that constrains its class itself keeps it.
+        // A non-admin's Pod of a tier that restricts classes keeps its own placement only when it already
+        // holds the tier invariant (a positive class constraint inside the tier on every way of scheduling):
+        // nothing else it says (nodeName, Kueue, HAMi, other labels, negative operators) replaces ours.
+        let bound = input
+            .tier
+            .filter(|t| !input.admin && tier_bound::restricts(t, input.catalog))
+            .map(|t| tier_bound::class_bound(spec, t, input.catalog).is_ok());
+        // Otherwise (an admin, a tier of every class, rules unknown): everything the Pod allows is in the
+        // tier, or someone else places it.
         let inside = own.as_ref().is_some_and(|o| match input.tier {
             None => true,
-            Some(t) => {
-                o.allowed.iter().all(|c| t.allows(c))
-                    && (!o.allowed.is_empty() || tier_anded(spec, t, &class_labels))
-            }
+            Some(t) => !o.allowed.is_empty() && o.allowed.iter().all(|c| t.allows(c)),
         });
-        let keep = placed_by.is_some() || admin_pin || inside;
+        let keep = match bound {
+            Some(bound) => bound,
+            None => placed_by.is_some() || admin_pin || inside,
+        };
         let pins_outside: Vec<String> = match (input.tier, &own) {
             (Some(tier), Some(o)) if !input.admin && !inside => {
                 let out: Vec<String> = o

@@ -75,6 +75,8 @@ pub(super) fn record_decision(
     annotations.push((ANN_DECIDED_AT.into(), json!(now)));
     annotations.push((ANN_POLICY_VERSION.into(), json!(answer.policy_version)));
     let placement = match (plan.placed_by, &plan.own) {
+        // Someone else places the Pod inside the tier bound we add.
+        (Some(by), _) if plan.place => format!("{}+gpu-admission", by.as_str()),
         (Some(by), _) => by.as_str().to_string(),
         (None, _) if plan.place => "gpu-admission".to_string(),
         (None, Some(own)) => format!("pod: {}", own.sources.join(", ")),

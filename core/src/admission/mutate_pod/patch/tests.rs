@@ -1178,3 +1178,49 @@ fn decision_annotations_never_push_a_pod_over_the_annotation_limit() {
         annotations(&p).keys()
     );
 }
+
+#[test]
+fn every_way_of_placing_a_pod_elsewhere_still_gets_the_tier_bound() {
+    let b = Bronze::new();
+    let not_l4 = json!([{"matchExpressions": [{"key": KEY, "operator": "NotIn", "values": ["H100-80GB", "A100-80GB"]}]}]);
+    for (what, spec, meta) in [
+        ("nodeName", json!({"nodeName": "h100-node-1"}), json!({})),
+        (
+            "Kueue label",
+            json!({}),
+            json!({"labels": {"kueue.x-k8s.io/queue-name": "q"}}),
+        ),
+        (
+            "Kueue gate",
+            json!({"schedulingGates": [{"name": "kueue.x-k8s.io/admission"}]}),
+            json!({}),
+        ),
+        (
+            "HAMi use-gputype",
+            json!({}),
+            json!({"annotations": {"nvidia.com/use-gputype": "L4"}}),
+        ),
+        (
+            "NotIn every other class",
+            json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": not_l4}}}}),
+            json!({}),
+        ),
+    ] {
+        let (_, p) = b.run(gpu_pod(spec, meta), &answer(&["H100-80GB"]), false, false);
+        let rules = b.rules();
+        assert_eq!(
+            crate::tier_bound::class_bound(p.spec.as_ref().unwrap(), &rules, &b.catalog),
+            Ok(()),
+            "{what}: {:?}",
+            p.spec
+        );
+    }
+    // An admin's nodeName Pod is left where the admin put it.
+    let (_, p) = b.run(
+        gpu_pod(json!({"nodeName": "h100-node-1"}), json!({})),
+        &answer(&["H100-80GB"]),
+        true,
+        false,
+    );
+    assert!(p.spec.as_ref().unwrap().node_selector.is_none());
+}
