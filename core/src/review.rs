@@ -23,6 +23,8 @@ use serde::de::{DeserializeOwned, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 
+mod deep;
+
 pub const V1: &str = "admission.k8s.io/v1";
 pub const V1BETA1: &str = "admission.k8s.io/v1beta1";
 /// The apiserver truncates longer warnings; we keep ours short and printable.
@@ -99,10 +101,45 @@ impl<T: kube_core::Resource> RequestIn<T> {
     }
 }
 
+impl RequestIn<Box<RawValue>> {
+    /// The objects read as `T` with `metadata.managedFields` skipped (see [`deep`]).
+    fn read_objects<T: DeserializeOwned>(self) -> serde_json::Result<RequestIn<T>> {
+        let read = |o: Option<Box<RawValue>>| o.as_deref().map(deep::object::<T>).transpose();
+        Ok(RequestIn {
+            object: read(self.object)?,
+            old_object: read(self.old_object)?,
+            uid: self.uid,
+            kind: self.kind,
+            resource: self.resource,
+            sub_resource: self.sub_resource,
+            request_kind: self.request_kind,
+            request_resource: self.request_resource,
+            request_sub_resource: self.request_sub_resource,
+            name: self.name,
+            namespace: self.namespace,
+            operation: self.operation,
+            user_info: self.user_info,
+            dry_run: self.dry_run,
+            options: self.options,
+        })
+    }
+}
+
+/// Reads a review in one typed pass; a review too deep for that is read again with `managedFields` skipped.
 fn parse_review<T: kube_core::Resource + DeserializeOwned>(
     body: &[u8],
 ) -> Result<(&'static str, Option<AdmissionRequest<T>>), serde_json::Error> {
-    let review: Envelope<RequestIn<T>> = serde_json::from_slice(body)?;
+    let review: Envelope<RequestIn<T>> = match serde_json::from_slice(body) {
+        Ok(review) => review,
+        Err(e) if deep::is_too_deep(&e) => {
+            let raw: Envelope<RequestIn<Box<RawValue>>> = serde_json::from_slice(body)?;
+            Envelope {
+                api_version: raw.api_version,
+                request: raw.request.map(RequestIn::read_objects).transpose()?,
+            }
+        }
+        Err(e) => return Err(e),
+    };
     Ok((
         answer_version(&review.api_version),
         review.request.map(RequestIn::into_request),

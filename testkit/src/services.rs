@@ -224,7 +224,8 @@ impl WebhookBuilder {
         self.wait_policy = on;
         self
     }
-    /// Whether `start` waits for `GET /readyz` = 200 (default true).
+    /// Whether `start` waits for `GET /readyz` = 200 (default true; never with `wait_policy(false)`: the
+    /// webhook is ready only once it holds a policy).
     pub fn wait_ready(mut self, on: bool) -> Self {
         self.wait_ready = on;
         self
@@ -294,7 +295,8 @@ impl WebhookBuilder {
             https,
         };
         let mut webhook = webhook;
-        if self.wait_ready {
+        // Ready means holding a policy: a webhook started without a scorer is not waited for.
+        if self.wait_ready && self.wait_policy {
             webhook.wait_ready(Duration::from_secs(30)).await?;
         }
         if self.wait_policy {

@@ -447,15 +447,15 @@ async fn transport_and_bad_input() {
             assert_eq!(r.json().unwrap().pointer("/response/allowed"), Some(&json!(true)), "{:?}", String::from_utf8_lossy(body));
         }
     }
-    // Beyond the 3 MiB body limit: 413.
+    // Beyond the 24 MiB body limit (above anything the apiserver sends): 413.
     let mut big = pod_review(&gpu, GOLD, Operation::Create);
-    big["request"]["object"]["metadata"]["annotations"] = json!({"filler": "x".repeat(4 << 20)});
+    big["request"]["object"]["metadata"]["annotations"] = json!({"filler": "x".repeat(25 << 20)});
     let r = webhook
         .https()
         .post_json("/mutate-pod", &big)
         .await
         .unwrap();
-    assert_eq!(r.status, 413, "a 4 MiB review");
+    assert_eq!(r.status, 413, "a 25 MiB review");
 
     // Still alive and serving.
     tokio::time::sleep(Duration::from_millis(50)).await;

@@ -17,6 +17,11 @@ impl PolicyCache {
             .clone()
     }
 
+    /// A policy has been fetched (it is kept until a newer one replaces it).
+    pub(crate) fn is_known(&self) -> bool {
+        !self.snapshot().version.is_empty()
+    }
+
     pub fn set(&self, snapshot: PolicySnapshot) {
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = std::sync::Arc::new(snapshot);
     }

@@ -1,11 +1,14 @@
-//! `/readyz`: ready once the TLS listener is bound, the real certificate served and the caches synced. Never
-//! tied to the scorer (mutation fails open).
+//! `/readyz`: ready once the TLS listener is bound, the real certificate served, the caches synced and a
+//! policy held (the first `GetPolicy` answered). Without a policy nothing can be held to a tier, so a replica
+//! that never had one takes no traffic; once it has one it keeps it (and stays ready) across scorer restarts
+//! and invalid reloads, and enforces it while the scorer is down.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::cluster::ClusterFacts;
 use crate::cluster::checkpoints::CheckpointCaches;
+use crate::policy::PolicyCache;
 
 pub struct Readiness {
     listening: AtomicBool,
@@ -14,18 +17,21 @@ pub struct Readiness {
     certificate_served: Arc<AtomicBool>,
     cluster: Arc<ClusterFacts>,
     checkpoints: Option<Arc<CheckpointCaches>>,
+    policy: Arc<PolicyCache>,
 }
 
 impl Readiness {
     pub(crate) fn new(
         cluster: Arc<ClusterFacts>,
         checkpoints: Option<Arc<CheckpointCaches>>,
+        policy: Arc<PolicyCache>,
     ) -> Self {
         Self {
             listening: AtomicBool::new(false),
             certificate_served: Arc::new(AtomicBool::new(false)),
             cluster,
             checkpoints,
+            policy,
         }
     }
 
@@ -45,5 +51,6 @@ impl Readiness {
             && self.certificate_served.load(Ordering::Acquire)
             && self.cluster.is_synced()
             && self.checkpoints.as_ref().is_none_or(|c| c.is_ready())
+            && self.policy.is_known()
     }
 }

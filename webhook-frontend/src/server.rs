@@ -1,6 +1,6 @@
 //! The HTTPS server: axum routes served by hyper-util's auto (HTTP/2 + HTTP/1.1) connection builder over
 //! tokio-rustls, every connection watched for its first-request, header and idle timeouts and counted against
-//! a cap (see [`crate::connections`]), a 3 MiB body limit (413 beyond), backoff on failed accepts and a
+//! a cap (see [`crate::connections`]), a 24 MiB body limit (413 beyond; above anything the apiserver sends), backoff on failed accepts and a
 //! graceful drain on shutdown.
 
 use std::net::SocketAddr;
@@ -22,8 +22,13 @@ use crate::connections::{Limits, Registration, Registry, TrackedIo, TrackedServi
 use crate::metrics::{ConnectionClose, Metrics};
 use crate::readiness::Readiness;
 
-/// Largest AdmissionReview body accepted (the apiserver's own request limit is 3 MiB).
-pub(crate) const BODY_LIMIT_BYTES: usize = 3 * 1024 * 1024;
+/// Largest AdmissionReview body accepted: every review the apiserver can send. etcd stores objects up to
+/// 1.5 MiB (`--max-request-bytes`); the apiserver's JSON escapes `<`, `>` and `&` as `\u003c` (six bytes for
+/// one), so one object can reach 9 MiB in a review, and an UPDATE carries `oldObject` too: 18 MiB, plus the
+/// envelope. A body refused here would make the apiserver fail open (`failurePolicy: Ignore`) or shut
+/// (`Fail`): either way our answer would not count, so the limit is above what can be sent, and the
+/// connection cap bounds the memory.
+pub(crate) const BODY_LIMIT_BYTES: usize = 24 * 1024 * 1024;
 /// Whole-request timeout (body included), beyond the header read timeout.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 

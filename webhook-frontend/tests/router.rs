@@ -459,7 +459,7 @@ async fn an_oversized_body_is_refused_and_counted() {
     );
     let readiness = Arc::new(webhooks.readiness());
     let router = webhook_frontend::server::router(webhooks, readiness);
-    let huge = vec![b' '; 3 * 1024 * 1024 + 1];
+    let huge = vec![b' '; 24 * 1024 * 1024 + 1];
     for path in ["/mutate-pod", "/validate-pod"] {
         let (status, _) = post(&router, path, huge.clone()).await;
         assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{path}");

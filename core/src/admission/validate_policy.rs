@@ -1,9 +1,15 @@
-//! `/validate-policy`: a CREATE/UPDATE of the scorer's policy ConfigMap is checked by the scorer itself
-//! (`ValidatePolicy`: the scorer owns the schema; nothing of it is re-implemented here). Denied with every
-//! problem (file, field, reason); allowed with a warning when the scorer cannot be asked (the scorer still
-//! refuses a bad file when it reloads, and keeps the policy it has).
+//! `/validate-policy`: a CREATE/UPDATE of the scorer's policy ConfigMap (matched by namespace and name, never
+//! by labels a user could remove) is checked by the scorer itself (`ValidatePolicy`: the scorer owns the
+//! schema; nothing of it is re-implemented here). Denied with every problem (file, field, reason); allowed
+//! with a warning when the scorer cannot be asked (the scorer still refuses a bad file when it reloads, and
+//! keeps the policy it has).
+//!
+//! The rules are the admins': only the policy's `adminGroups`/`adminUsers` may create or delete the
+//! ConfigMap, or change anything that decides what a tier gets (the scorer's `rules_digest` of the old and
+//! the new text differ). Others who may edit it (RBAC) may change how jobs are modelled and learned. A
+//! forbidden change is answered under the policy's mode, like a tier violation.
 
-use gpu_admission_proto::scorer::v1::ValidatePolicyResponse;
+use gpu_admission_proto::scorer::v1::{EnforcementMode, ValidatePolicyResponse};
 use kube_core::DynamicObject;
 use kube_core::admission::{AdmissionRequest, Operation};
 
@@ -40,8 +46,14 @@ pub enum Triage<'a> {
     NotOurs(&'static str),
     /// The policy ConfigMap without the key the scorer reads.
     MissingKey,
-    /// The policy text to check, and how to name it in problems.
-    Check { file: String, text: &'a str },
+    /// The policy text to check, how to name it in problems, and the text it replaces (UPDATE).
+    Check {
+        file: String,
+        text: &'a str,
+        old: Option<&'a str>,
+    },
+    /// The policy ConfigMap is deleted.
+    Delete,
 }
 
 /// Picks the policy text out of a request. Pure.
@@ -49,10 +61,13 @@ pub fn triage<'a>(req: &'a AdmissionRequest<DynamicObject>, cm: &PolicyConfigMap
     if !(req.kind.group.is_empty() && req.kind.kind == "ConfigMap") {
         return Triage::NotOurs("not a ConfigMap");
     }
-    if !matches!(req.operation, Operation::Create | Operation::Update) {
-        return Triage::NotOurs("not a CREATE or UPDATE");
+    if !matches!(
+        req.operation,
+        Operation::Create | Operation::Update | Operation::Delete
+    ) {
+        return Triage::NotOurs("not a CREATE, UPDATE or DELETE");
     }
-    let Some(object) = &req.object else {
+    let Some(object) = req.object.as_ref().or(req.old_object.as_ref()) else {
         return Triage::NotOurs("no object in the request");
     };
     let namespace = req
@@ -63,17 +78,63 @@ pub fn triage<'a>(req: &'a AdmissionRequest<DynamicObject>, cm: &PolicyConfigMap
     if namespace != Some(cm.namespace.as_str()) || name != Some(cm.name.as_str()) {
         return Triage::NotOurs("another ConfigMap");
     }
-    match object
-        .data
-        .get("data")
-        .and_then(|d| d.get(&cm.key))
-        .and_then(|t| t.as_str())
-    {
+    if req.operation == Operation::Delete {
+        return Triage::Delete;
+    }
+    let text_of = |o: &'a DynamicObject| {
+        o.data
+            .get("data")
+            .and_then(|d| d.get(&cm.key))
+            .and_then(|t| t.as_str())
+    };
+    match text_of(object) {
         Some(text) => Triage::Check {
             file: format!("ConfigMap {}/{} key {}", cm.namespace, cm.name, cm.key),
             text,
+            old: req.old_object.as_ref().and_then(text_of),
         },
         None => Triage::MissingKey,
+    }
+}
+
+/// Who asks, as far as the policy's rules go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Requester<'a> {
+    pub user: &'a str,
+    /// One of the policy's admins.
+    pub admin: bool,
+}
+
+/// A change only the policy's admins may make, by a requester who is not one: `Some(what)`. `old_checked`
+/// is the scorer's answer for the replaced text (asked only for a non-admin's UPDATE).
+fn forbidden_change(
+    triage: &Triage<'_>,
+    checked: Option<Result<&ValidatePolicyResponse, &str>>,
+    old_checked: Option<Result<&ValidatePolicyResponse, &str>>,
+    requester: Requester<'_>,
+) -> Option<String> {
+    if requester.admin {
+        return None;
+    }
+    match triage {
+        Triage::NotOurs(_) => None,
+        Triage::Delete => Some("deletes the policy".into()),
+        Triage::MissingKey | Triage::Check { old: None, .. } => {
+            Some("creates or replaces the policy".into())
+        }
+        Triage::Check { old: Some(_), .. } => match (checked, old_checked) {
+            (Some(Ok(new)), Some(Ok(old)))
+                if !new.rules_digest.is_empty() && new.rules_digest == old.rules_digest =>
+            {
+                None
+            }
+            (Some(Ok(new)), Some(Ok(old)))
+                if !new.rules_digest.is_empty() && !old.rules_digest.is_empty() =>
+            {
+                Some("changes the rules (catalog, tiers, priority buckets, GPU resources, default tier, enforcement, admins or grants)".into())
+            }
+            _ => Some("may change the rules, and the scorer could not tell (it did not compare the old and new policy)".into()),
+        },
     }
 }
 
@@ -113,6 +174,8 @@ pub enum Outcome {
     Denied,
     /// The scorer could not be asked: allowed, with a warning.
     ScorerUnavailable,
+    /// A change only admins may make, by someone else, admitted under `Warn` or `Audit`.
+    ViolationAdmitted,
 }
 
 impl Outcome {
@@ -122,6 +185,46 @@ impl Outcome {
             Outcome::Allowed => "allowed",
             Outcome::Denied => "denied",
             Outcome::ScorerUnavailable => "scorer_unavailable",
+            Outcome::ViolationAdmitted => "violation_admitted",
+        }
+    }
+}
+
+/// The `/validate-policy` decision: who may change the rules ([`forbidden_change`], answered under `mode`),
+/// then the scorer's validation ([`decide`]).
+pub fn decide_change(
+    triage: &Triage<'_>,
+    checked: Option<Result<&ValidatePolicyResponse, &str>>,
+    old_checked: Option<Result<&ValidatePolicyResponse, &str>>,
+    requester: Requester<'_>,
+    mode: EnforcementMode,
+    cm: &PolicyConfigMap,
+) -> (Outcome, Verdict) {
+    let Some(what) = forbidden_change(triage, checked, old_checked, requester) else {
+        return decide(triage, checked, cm);
+    };
+    let message = format!(
+        "gpu-admission: {} {what} in ConfigMap {}/{}: only the policy's admins (enforcement.adminGroups / adminUsers) may change what a tier gets; others may change jobTypes, workloadClasses, interference and learning",
+        requester.user, cm.namespace, cm.name
+    );
+    match mode {
+        EnforcementMode::Enforce => (
+            Outcome::Denied,
+            Verdict {
+                denied: Some(message),
+                warnings: Vec::new(),
+            },
+        ),
+        EnforcementMode::Warn => {
+            let (_, mut verdict) = decide(triage, checked, cm);
+            if verdict.denied.is_none() {
+                verdict.warnings.push(message);
+            }
+            (Outcome::ViolationAdmitted, verdict)
+        }
+        EnforcementMode::Audit | EnforcementMode::Unspecified => {
+            let (_, verdict) = decide(triage, checked, cm);
+            (Outcome::ViolationAdmitted, verdict)
         }
     }
 }
@@ -136,6 +239,7 @@ pub fn decide(
 ) -> (Outcome, Verdict) {
     match (triage, checked) {
         (Triage::NotOurs(_), _) => (Outcome::Skipped, Verdict::default()),
+        (Triage::Delete, _) => (Outcome::Allowed, Verdict::default()),
         (Triage::MissingKey, _) => (
             Outcome::Denied,
             Verdict {
@@ -217,7 +321,8 @@ mod tests {
             triage(&req, &cm()),
             Triage::Check {
                 file: "ConfigMap gpu-admission/gpu-admission-policy key default-policy.yaml".into(),
-                text: "catalog: []"
+                text: "catalog: []",
+                old: None,
             }
         );
         let other = request(
@@ -246,10 +351,7 @@ mod tests {
             "gpu-admission-policy",
             text,
         );
-        assert_eq!(
-            triage(&delete, &cm()),
-            Triage::NotOurs("not a CREATE or UPDATE")
-        );
+        assert_eq!(triage(&delete, &cm()), Triage::Delete);
         let no_key = request(
             "CREATE",
             "ConfigMap",
@@ -278,6 +380,7 @@ mod tests {
                     reason: "must be > 0".into(),
                 },
             ],
+            rules_digest: String::new(),
         };
         let v = verdict(&bad, &cm());
         let msg = v.denied.unwrap();
@@ -292,5 +395,74 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(verdict(&ok, &cm()), Verdict::default());
+    }
+
+    #[test]
+    fn only_admins_change_the_rules() {
+        let answer = |digest: &str| ValidatePolicyResponse {
+            valid: true,
+            rules_digest: digest.into(),
+            ..Default::default()
+        };
+        let update = Triage::Check {
+            file: "f".into(),
+            text: "new",
+            old: Some("old"),
+        };
+        let create = Triage::Check {
+            file: "f".into(),
+            text: "new",
+            old: None,
+        };
+        let alice = Requester {
+            user: "alice",
+            admin: false,
+        };
+        let admin = Requester {
+            user: "root",
+            admin: true,
+        };
+        let (a, b) = (answer("aaaa"), answer("bbbb"));
+        let run =
+            |t: &Triage<'_>,
+             new: &ValidatePolicyResponse,
+             old: Option<&ValidatePolicyResponse>,
+             who,
+             mode| { decide_change(t, Some(Ok(new)), old.map(Ok), who, mode, &cm()) };
+        let enforce = EnforcementMode::Enforce;
+        // The same rules (a learning parameter changed): anyone who may edit the ConfigMap.
+        assert_eq!(
+            run(&update, &a, Some(&a), alice, enforce).0,
+            Outcome::Allowed
+        );
+        // Other rules: admins only; Enforce denies, Warn warns.
+        let (o, v) = run(&update, &b, Some(&a), alice, enforce);
+        assert_eq!(o, Outcome::Denied);
+        assert!(v.denied.unwrap().contains("alice changes the rules"));
+        let (o, v) = run(&update, &b, Some(&a), alice, EnforcementMode::Warn);
+        assert_eq!(o, Outcome::ViolationAdmitted);
+        assert!(v.denied.is_none() && v.warnings[0].contains("only the policy's admins"));
+        assert_eq!(
+            run(&update, &b, Some(&a), admin, enforce).0,
+            Outcome::Allowed
+        );
+        // Creating, deleting, or a comparison the scorer could not make.
+        assert_eq!(run(&create, &a, None, alice, enforce).0, Outcome::Denied);
+        assert_eq!(run(&create, &a, None, admin, enforce).0, Outcome::Allowed);
+        let (o, _) = decide_change(&Triage::Delete, None, None, alice, enforce, &cm());
+        assert_eq!(o, Outcome::Denied);
+        let (o, _) = decide_change(&Triage::Delete, None, None, admin, enforce, &cm());
+        assert_eq!(o, Outcome::Allowed);
+        let (o, _) = decide_change(
+            &update,
+            Some(Ok(&b)),
+            Some(Err("down")),
+            alice,
+            enforce,
+            &cm(),
+        );
+        assert_eq!(o, Outcome::Denied);
+        let (o, _) = decide_change(&update, Some(Err("down")), None, admin, enforce, &cm());
+        assert_eq!(o, Outcome::ScorerUnavailable);
     }
 }

@@ -11,7 +11,7 @@ use ndarray::Array2;
 pub use schema::{
     EnforcementMode, Fallback, LearningSpec, Objective, RuntimeProfile, SizeReference, Vendor,
 };
-pub use validate::{PolicyError, load_file, parse};
+pub use validate::{PolicyError, load_file, parse, rules_digest};
 
 /// The embedded default policy: the same file the kustomize ConfigMap ships.
 pub const DEFAULT_POLICY_YAML: &str =

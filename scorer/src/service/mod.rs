@@ -274,15 +274,18 @@ impl Core {
 /// The policy validation's verdict as the proto carries it.
 pub fn validate_policy_text(text: &str, file: &str) -> pb::ValidatePolicyResponse {
     let file = if file.is_empty() { "<policy>" } else { file };
+    let rules_digest = crate::policy::rules_digest(text).unwrap_or_default();
     match crate::policy::parse(text, file) {
         Ok(p) => pb::ValidatePolicyResponse {
             valid: true,
             version: p.version,
             problems: Vec::new(),
+            rules_digest,
         },
         Err(e) => pb::ValidatePolicyResponse {
             valid: false,
             version: String::new(),
+            rules_digest,
             problems: e
                 .problems
                 .into_iter()

@@ -337,3 +337,39 @@ fn validate_policy_reports_every_problem_and_loads_nothing() {
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
 }
+
+#[test]
+fn the_rules_digest_changes_with_what_a_tier_gets_and_nothing_else() {
+    let base = crate::policy::DEFAULT_POLICY_YAML;
+    let digest = |text: &str| validate_policy_text(text, "p").rules_digest;
+    let d0 = digest(base);
+    assert_eq!(d0.len(), 16);
+    // Comments, formatting and the learning parameters are not rules.
+    let commented = format!("# a comment\n{base}");
+    assert_eq!(digest(&commented), d0);
+    let jobs = base.replace("baseRuntimeSeconds: 86400", "baseRuntimeSeconds: 90000");
+    assert_ne!(jobs, base);
+    assert_eq!(digest(&jobs), d0);
+    // Tiers, enforcement, admins, grants and class labels are.
+    for (from, to) in [
+        (
+            "allowedClasses: [L4-24GB]",
+            "allowedClasses: [L4-24GB, H100-80GB]",
+        ),
+        ("mode: Warn", "mode: Audit"),
+        ("adminUsers: []", "adminUsers: [mallory]"),
+        (
+            "namespaceGrants: []",
+            "namespaceGrants: [{namespace: team-a, allowedClasses: [H100-80GB]}]",
+        ),
+        (
+            "nodeLabelKey: gpu.nvidia.com/class\n",
+            "nodeLabelKey: example.com/class\n",
+        ),
+    ] {
+        let changed = base.replacen(from, to, 1);
+        assert_ne!(changed, base, "{from}");
+        assert_ne!(digest(&changed), d0, "{from} -> {to}");
+    }
+    assert_eq!(digest("not: [valid"), "");
+}

@@ -5,6 +5,7 @@
 mod checkpoint_restore;
 mod mutate_pod;
 mod pipeline;
+mod validate_namespace;
 mod validate_pod;
 mod validate_policy;
 
@@ -24,6 +25,7 @@ use crate::scorer_client::Scorer;
 use checkpoint_restore::CheckpointRestore;
 use mutate_pod::MutatePod;
 use pipeline::handle;
+use validate_namespace::ValidateNamespace;
 use validate_pod::ValidatePod;
 use validate_policy::ValidatePolicy;
 
@@ -72,7 +74,11 @@ impl Webhooks {
 
     /// The readiness of these webhooks' caches, with the listener and certificate flags unset.
     pub fn readiness(&self) -> Readiness {
-        Readiness::new(self.cluster.clone(), self.checkpoints.clone())
+        Readiness::new(
+            self.cluster.clone(),
+            self.checkpoints.clone(),
+            self.policy.clone(),
+        )
     }
 
     /// One route per webhook, each with its own state.
@@ -82,6 +88,11 @@ impl Webhooks {
             cluster: self.cluster.clone(),
             policy: self.policy.clone(),
             workloads: self.workloads.clone(),
+            metrics: self.metrics.clone(),
+        };
+        let namespace = ValidateNamespace {
+            cluster: self.cluster.clone(),
+            policy: self.policy.clone(),
             metrics: self.metrics.clone(),
         };
         let validate = ValidatePod {
@@ -112,6 +123,10 @@ impl Webhooks {
             .route(
                 "/validate-pod",
                 post(handle::<ValidatePod>).with_state(Arc::new(validate)),
+            )
+            .route(
+                "/validate-namespace",
+                post(handle::<ValidateNamespace>).with_state(Arc::new(namespace)),
             )
             .route(
                 "/validate-policy",

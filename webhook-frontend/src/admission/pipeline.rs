@@ -13,6 +13,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use gpu_admission_core::review::{self, Answer, BadRequest, Incoming, IncomingObject, Verdict};
+use gpu_admission_proto::scorer::v1::EnforcementMode;
 use tracing::{Instrument, field::Empty};
 
 use crate::scorer_client::parse_go_duration;
@@ -153,17 +154,35 @@ async fn run<W: Webhook>(webhook: &W, body: &[u8], call: Call) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], encoded).into_response()
 }
 
-/// A validating webhook's answer to a review it could not read: allowed, with a warning that says what was
-/// not checked (`not validated`), logged.
-pub(crate) fn not_validated(webhook: &str, uid: &str, why: &str, what: &str) -> Reply {
-    tracing::info!(webhook, uid, %why, "unreadable review; allowed");
+/// A validating webhook's answer to a review it could not read (a well-formed review always reads: this is
+/// a hostile or broken one). Undecidable input is denied under `Enforce`, with why; otherwise allowed with a
+/// warning that says what was not checked. Logged and counted (`unreadable`).
+pub(crate) fn not_validated(
+    webhook: &str,
+    uid: &str,
+    why: &str,
+    what: &str,
+    mode: EnforcementMode,
+) -> Reply {
+    let denied = mode == EnforcementMode::Enforce;
+    tracing::warn!(webhook, uid, %why, denied, "unreadable review");
+    let verdict = if denied {
+        Verdict {
+            denied: Some(format!(
+                "gpu-admission: {why}; it cannot be checked, so it is denied (policy mode Enforce)"
+            )),
+            warnings: Vec::new(),
+        }
+    } else {
+        Verdict {
+            denied: None,
+            warnings: vec![format!("gpu-admission: {why}; {what}")],
+        }
+    };
     Reply {
         outcome: "unreadable",
         operation: "unknown",
-        body: Body::Verdict(Verdict {
-            denied: None,
-            warnings: vec![format!("gpu-admission: {why}; {what}")],
-        }),
+        body: Body::Verdict(verdict),
     }
 }
 

@@ -30,11 +30,14 @@ impl Webhook for ValidatePod {
     }
 
     async fn admit(&self, incoming: &IncomingObject, _call: &Call) -> Reply {
+        let policy = self.policy.snapshot();
         let req = match &incoming.request {
-            Err(why) => return not_validated(Self::NAME, &incoming.uid, why, "not validated"),
+            Err(why) => {
+                let uid = &incoming.uid;
+                return not_validated(Self::NAME, uid, why, "not validated", policy.mode);
+            }
             Ok(req) => req,
         };
-        let policy = self.policy.snapshot();
         let (check, verdict) = self
             .cluster
             .with_facts(&policy, |facts| validate_pod::decide(req, &policy, facts));

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpu_admission_core::admission::validate_policy::{self, PolicyConfigMap, Triage};
+use gpu_admission_core::admission::validate_policy::{self, PolicyConfigMap, Requester, Triage};
 use gpu_admission_core::review::{self, BadRequest, IncomingObject};
 
 use super::pipeline::{Body, Call, Reply, Webhook, not_validated, operation_label};
@@ -36,20 +36,44 @@ impl Webhook for ValidatePolicy {
         let req = match &incoming.request {
             Err(why) => {
                 let what = "the policy was not validated";
-                return not_validated(Self::NAME, &incoming.uid, why, what);
+                let mode = self.policy.snapshot().mode;
+                return not_validated(Self::NAME, &incoming.uid, why, what, mode);
             }
             Ok(req) => req,
         };
         let cm = &self.configmap;
         let triage = validate_policy::triage(req, cm);
-        let checked = match &triage {
-            Triage::Check { file, text } => Some(
-                self.scorer
-                    .validate_policy(file, text, VALIDATE_TIMEOUT)
-                    .await
-                    .map_err(|err| format!("{err:#}")),
+        let policy = self.policy.snapshot();
+        let requester = Requester {
+            user: req
+                .user_info
+                .username
+                .as_deref()
+                .unwrap_or("an unnamed user"),
+            admin: policy.is_admin(
+                req.user_info.username.as_deref(),
+                req.user_info.groups.as_deref().unwrap_or(&[]),
             ),
-            _ => None,
+        };
+        let ask = |file: &str, text: &str| {
+            let (file, text) = (file.to_string(), text.to_string());
+            async move {
+                self.scorer
+                    .validate_policy(&file, &text, VALIDATE_TIMEOUT)
+                    .await
+                    .map_err(|err| format!("{err:#}"))
+            }
+        };
+        let (checked, old_checked) = match &triage {
+            Triage::Check { file, text, old } => {
+                // The replaced text is compared only when someone who is not an admin changes it.
+                let old_checked = match old {
+                    Some(old) if !requester.admin => Some(ask(file, old).await),
+                    _ => None,
+                };
+                (Some(ask(file, text).await), old_checked)
+            }
+            _ => (None, None),
         };
         match &checked {
             Some(Ok(answer)) => {
@@ -64,11 +88,19 @@ impl Webhook for ValidatePolicy {
             }
             None => {}
         }
-        let (outcome, verdict) = validate_policy::decide(
+        let (outcome, verdict) = validate_policy::decide_change(
             &triage,
             checked.as_ref().map(|c| c.as_ref().map_err(String::as_str)),
+            old_checked
+                .as_ref()
+                .map(|c| c.as_ref().map_err(String::as_str)),
+            requester,
+            policy.mode,
             cm,
         );
+        if let Some(message) = &verdict.denied {
+            tracing::warn!(uid = incoming.uid, user = requester.user, admin = requester.admin, %message, "policy ConfigMap change denied");
+        }
         Reply {
             outcome: outcome.as_str(),
             operation: operation_label(&req.operation),

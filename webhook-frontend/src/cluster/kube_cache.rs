@@ -95,6 +95,10 @@ impl KubeCaches {
         }
     }
 
+    pub(crate) fn tier_label(&self) -> &str {
+        &self.tier_label
+    }
+
     pub(crate) fn is_synced(&self) -> bool {
         self.synced.load(Ordering::Acquire)
     }

@@ -8,6 +8,7 @@ pub(crate) mod workloads;
 use std::collections::HashMap;
 
 use gpu_admission_core::admission::Facts;
+use gpu_admission_core::names::DEFAULT_TIER_LABEL;
 use gpu_admission_core::pod::gpu_resources::NoClaimTemplates;
 use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::priority_class::PriorityClassLookup;
@@ -43,6 +44,14 @@ impl ClusterFacts {
         match self {
             ClusterFacts::Kube(k) => Some(k),
             ClusterFacts::Static { .. } => None,
+        }
+    }
+
+    /// The namespace label that names a tier (`--no-kube`: the default one; there are no Namespaces).
+    pub(crate) fn tier_label(&self) -> &str {
+        match self {
+            ClusterFacts::Kube(k) => k.tier_label(),
+            ClusterFacts::Static { .. } => DEFAULT_TIER_LABEL,
         }
     }
 

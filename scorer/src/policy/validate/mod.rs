@@ -91,6 +91,31 @@ pub fn parse(text: &str, file: &str) -> Result<Policy, PolicyError> {
     }
 }
 
+/// The top-level policy fields anyone allowed to edit the policy may change: how jobs are modelled and
+/// learned. Every other field decides what a tier gets (catalog and its node labels, tiers, priority
+/// buckets, GPU resources, default tier, enforcement, admins, grants) and only the policy's admins may
+/// change it.
+pub const NON_RULE_FIELDS: [&str; 5] = [
+    "version",
+    "workloadClasses",
+    "jobTypes",
+    "interference",
+    "learning",
+];
+
+/// A digest of everything in a policy text that decides what a tier gets (all but [`NON_RULE_FIELDS`]), as
+/// parsed (formatting, comments and key order do not count); `None` when the text does not parse.
+pub fn rules_digest(text: &str) -> Option<String> {
+    let raw: PolicyFile = serde_yaml::from_str(text).ok()?;
+    let mut value = serde_json::to_value(&raw).ok()?;
+    let fields = value.as_object_mut()?;
+    for f in NON_RULE_FIELDS {
+        fields.remove(f);
+    }
+    let bytes = serde_json::to_vec(&value).ok()?;
+    Some(hex::encode(Sha256::digest(&bytes))[..16].to_string())
+}
+
 struct Checker {
     problems: Vec<Problem>,
 }

@@ -1,0 +1,73 @@
+//! `POST /validate-namespace`: only the policy's admins set, change or remove a Namespace's tier label;
+//! decided by [`gpu_admission_core::admission::validate_namespace::decide`]; here the logs and metrics.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpu_admission_core::admission::validate_namespace::{self, Check};
+use gpu_admission_core::review::{self, BadRequest, IncomingObject};
+
+use super::pipeline::{Body, Call, Reply, Webhook, not_validated, operation_label};
+use crate::cluster::ClusterFacts;
+use crate::metrics::Metrics;
+use crate::policy::PolicyCache;
+
+/// What `/validate-namespace` reads: the tier label's name and the policy's admins and mode.
+pub(crate) struct ValidateNamespace {
+    pub(crate) cluster: Arc<ClusterFacts>,
+    pub(crate) policy: Arc<PolicyCache>,
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+impl Webhook for ValidateNamespace {
+    const NAME: &'static str = "validate-namespace";
+    type Review = IncomingObject;
+
+    fn decode(body: &[u8]) -> Result<IncomingObject, BadRequest> {
+        review::decode_object(body)
+    }
+
+    async fn admit(&self, incoming: &IncomingObject, _call: &Call) -> Reply {
+        let policy = self.policy.snapshot();
+        let req = match &incoming.request {
+            Err(why) => {
+                let uid = &incoming.uid;
+                return not_validated(Self::NAME, uid, why, "not validated", policy.mode);
+            }
+            Ok(req) => req,
+        };
+        let tier_label = self.cluster.tier_label();
+        let (check, verdict) = validate_namespace::decide(req, &policy, tier_label);
+        match &check {
+            Check::Allowed { from, to } => {
+                tracing::info!(uid = incoming.uid, user = ?req.user_info.username, namespace = req.name, ?from, ?to, "tier label changed by an admin");
+            }
+            Check::Forbidden {
+                namespace,
+                user,
+                from,
+                to,
+            } => {
+                tracing::warn!(
+                    uid = incoming.uid,
+                    user,
+                    namespace,
+                    ?from,
+                    ?to,
+                    denied = verdict.denied.is_some(),
+                    "tier label change by a non-admin"
+                );
+            }
+            Check::NotOurs(_) => {}
+        }
+        Reply {
+            outcome: check.outcome(&verdict),
+            operation: operation_label(&req.operation),
+            body: Body::Verdict(verdict),
+        }
+    }
+
+    fn record(&self, _operation: &'static str, outcome: &'static str, elapsed: Duration) {
+        self.metrics.record_validation(Self::NAME, outcome, elapsed);
+    }
+}
