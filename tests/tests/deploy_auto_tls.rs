@@ -25,7 +25,7 @@ use anyhow::{Context, bail};
 use base64::Engine as _;
 use gpu_admission_tests::cluster::LocalCluster;
 use gpu_admission_tests::https::{HttpsClient, http_get_text};
-use gpu_admission_tests::{ChildProcess, binaries};
+use gpu_admission_tests::{ChildProcess, Scorer, binaries};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -37,6 +37,8 @@ use serde_json::json;
 const WEBHOOKS: [&str; 2] = ["pods.gpu-admission.io", "pods-second.gpu-admission.io"];
 /// How long a frontend may take to create, patch and serve (polling every second).
 const SETTLE: Duration = Duration::from_secs(45);
+/// The scorer every frontend of the test fetches its policy from.
+static SCORER_URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 #[tokio::test]
 async fn automatic_certificates_against_a_real_apiserver() {
@@ -47,6 +49,9 @@ async fn automatic_certificates_against_a_real_apiserver() {
         return;
     };
     let _ = binaries::webhook();
+    // A frontend is ready once it holds a policy: every frontend of this test asks this scorer.
+    let scorer = Scorer::builder().start().await.expect("scorer starts");
+    SCORER_URL.set(scorer.url()).expect("set once");
     first_start_creates_the_secret_and_patches_the_ca_bundle(&cluster)
         .await
         .expect("first start");
@@ -292,8 +297,7 @@ async fn a_certificate_near_expiry_is_renewed_without_restart(
 // ------------------------------------------------------------------------------------------------------
 // helpers
 
-/// A running `webhook-frontend` in automatic mode (scorer unreachable, which the frontend tolerates:
-/// readiness never depends on it).
+/// A running `webhook-frontend` in automatic mode, fetching its policy from [`SCORER_URL`].
 struct Frontend {
     process: ChildProcess,
     addr: SocketAddr,
@@ -313,11 +317,12 @@ impl Frontend {
         let mut args: Vec<String> = [
             "--listen=127.0.0.1:0",
             "--admin-listen=127.0.0.1:0",
-            "--scorer=http://127.0.0.1:9",
             "--auto-tls-check-secs=1",
         ]
         .map(String::from)
         .to_vec();
+        let scorer = SCORER_URL.get().map_or("http://127.0.0.1:9", String::as_str);
+        args.push(format!("--scorer={scorer}"));
         args.push(format!("--auto-tls-secret={secret}"));
         if let Some(ns) = ns {
             args.push(format!("--auto-tls-namespace={ns}"));

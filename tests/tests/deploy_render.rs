@@ -666,6 +666,7 @@ fn rbac_grants_exactly_what_the_frontend_watches() {
         .collect();
     let expected: BTreeSet<(String, String)> = [
         ("".to_string(), "namespaces".to_string()),
+        ("".to_string(), "nodes".to_string()),
         (
             "scheduling.k8s.io".to_string(),
             "priorityclasses".to_string(),
@@ -1484,8 +1485,9 @@ fn observer_args_are_flags_the_real_binary_accepts() {
 }
 
 /// The validating webhooks: registered in every mode with their CA, fail-open, only tier namespaces for
-/// Pods and workloads (the same GPU filter as the mutating webhook for Pods), only the policy ConfigMap
-/// (selected by the labels the ConfigMap generator gives it) for `/validate-policy`.
+/// Pods and workloads (the same GPU filter as the mutating webhook for Pods), every ConfigMap of our
+/// namespace for `/validate-policy` (no label selector a user could step out of: the frontend matches the
+/// policy by name), every Namespace for `/validate-namespace`.
 #[test]
 fn validating_webhooks_are_selective_and_trusted_in_every_mode() {
     let Some(modes) = support::rendered_modes() else {
@@ -1504,11 +1506,13 @@ fn validating_webhooks_are_selective_and_trusted_in_every_mode() {
         let pods = by_name("pods.validate.gpu-admission.io");
         let workloads = by_name("workloads.validate.gpu-admission.io");
         let policy = by_name("policy.validate.gpu-admission.io");
-        assert_eq!(hooks.len(), 3, "{}", m.mode);
+        let namespaces = by_name("namespaces.validate.gpu-admission.io");
+        assert_eq!(hooks.len(), 4, "{}", m.mode);
         for (hook, path) in [
             (pods, "/validate-pod"),
             (workloads, "/validate-pod"),
             (policy, "/validate-policy"),
+            (namespaces, "/validate-namespace"),
         ] {
             assert_eq!(hook["clientConfig"]["service"]["path"], path);
             assert_eq!(
@@ -1532,7 +1536,9 @@ fn validating_webhooks_are_selective_and_trusted_in_every_mode() {
                 m.mode
             );
             for op in strings_at(&hook["rules"][0], "/operations") {
-                assert!(op == "CREATE" || op == "UPDATE", "{op}");
+                // The policy ConfigMap's deletion is the admins' too.
+                let delete = path == "/validate-policy" && op == "DELETE";
+                assert!(op == "CREATE" || op == "UPDATE" || delete, "{op}");
             }
         }
         assert_eq!(
@@ -1576,9 +1582,13 @@ fn validating_webhooks_are_selective_and_trusted_in_every_mode() {
             policy["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
             NAMESPACE
         );
-        let cm = m.get("ConfigMap", "gpu-admission-policy");
-        for (k, v) in policy["objectSelector"]["matchLabels"].as_object().unwrap() {
-            assert_eq!(&cm["metadata"]["labels"][k], v, "{}: label {k}", m.mode);
-        }
+        m.get("ConfigMap", "gpu-admission-policy");
+        assert!(policy.get("objectSelector").is_none(), "{}", m.mode);
+        assert_eq!(
+            strings_at(&namespaces["rules"][0], "/resources"),
+            ["namespaces"]
+        );
+        assert!(namespaces.get("namespaceSelector").is_none(), "{}", m.mode);
+        assert!(namespaces.get("objectSelector").is_none(), "{}", m.mode);
     }
 }

@@ -308,16 +308,16 @@ async fn counters_move_with_admissions_and_scorer_faults_are_counted() -> anyhow
         scorer_after.text
     );
 
-    // Fault 1: the scorer hangs (SIGSTOP). The webhook passes the Pod through within its deadline and
-    // counts a timeout.
+    // Fault 1: the scorer hangs (SIGSTOP). Within its deadline the webhook falls back to the tier's default
+    // placement (a tier that restricts classes is never left unbound) and counts a timeout.
     let fault_before = scrape_body(webhook_admin).await?;
     scorer.process.pause()?;
     let hung = webhook.admit_pod(&gpu_pod("train-hung"), "ml").await;
     scorer.process.resume()?;
     let hung = hung?;
     assert!(
-        hung.allowed && hung.patch.is_none(),
-        "hung scorer must pass through: {:?}",
+        hung.allowed && hung.patch_string().contains("tier-default"),
+        "hung scorer: the tier's default placement: {:?}",
         hung.raw
     );
     let after_hang = scrape_body(webhook_admin).await?;
@@ -333,23 +333,23 @@ async fn counters_move_with_admissions_and_scorer_faults_are_counted() -> anyhow
     assert_eq!(
         after_hang.sum(
             "gpu_admission_requests_total",
-            &[("outcome", "passed_through")]
+            &[("outcome", "tier_default")]
         ) - fault_before.sum(
             "gpu_admission_requests_total",
-            &[("outcome", "passed_through")]
+            &[("outcome", "tier_default")]
         ),
         1.0,
         "{}",
         after_hang.text
     );
 
-    // Fault 2: the scorer is down (SIGKILL). Pass-through again, counted as unavailable (or a timeout,
+    // Fault 2: the scorer is down (SIGKILL). The fallback again, counted as unavailable (or a timeout,
     // should the connection attempt itself outlast the deadline).
     scorer.process.kill();
     let down = webhook.admit_pod(&gpu_pod("train-down"), "ml").await?;
     assert!(
-        down.allowed && down.patch.is_none(),
-        "dead scorer must pass through: {:?}",
+        down.allowed && down.patch_string().contains("tier-default"),
+        "dead scorer: the tier's default placement: {:?}",
         down.raw
     );
     let after_kill = scrape_body(webhook_admin).await?;
@@ -363,10 +363,10 @@ async fn counters_move_with_admissions_and_scorer_faults_are_counted() -> anyhow
     assert_eq!(
         after_kill.sum(
             "gpu_admission_requests_total",
-            &[("outcome", "passed_through")]
+            &[("outcome", "tier_default")]
         ) - after_hang.sum(
             "gpu_admission_requests_total",
-            &[("outcome", "passed_through")]
+            &[("outcome", "tier_default")]
         ),
         1.0,
         "{}",

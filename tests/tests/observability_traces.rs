@@ -340,8 +340,8 @@ async fn pass_through_is_visible_in_the_trace() -> anyhow::Result<()> {
         .admit_pod(&gpu_pod("train-llama-orphan"), "ml")
         .await?;
     assert!(
-        outcome.allowed && outcome.patch.is_none(),
-        "scorer down must pass through: {:?}",
+        outcome.allowed && outcome.patch_string().contains("tier-default"),
+        "scorer down: the tier's default placement: {:?}",
         outcome.raw
     );
 
@@ -353,17 +353,18 @@ async fn pass_through_is_visible_in_the_trace() -> anyhow::Result<()> {
         .await
         .with_context(|| webhook.process.log_tail(20))?;
     let admission = admission_span(&spans, &uid).expect("checked by wait_for");
-    assert_attr(admission, "admission.outcome", "passed_through", &spans);
+    assert_attr(admission, "admission.outcome", "tier_default", &spans);
     assert!(
         admission
             .attr_text("admission.reason")
             .is_some_and(|r| !r.is_empty()),
-        "a pass-through says why:\n{}",
+        "a fallback says why:\n{}",
         summary(&spans)
     );
-    assert!(
-        admission.attr("gpu.class").is_none(),
-        "no class on a pass-through:\n{}",
+    assert_eq!(
+        admission.attr_text("gpu.class").as_deref(),
+        Some("H100-80GB"),
+        "the fallback's class is the tier's preferred one:\n{}",
         summary(&spans)
     );
     Ok(())

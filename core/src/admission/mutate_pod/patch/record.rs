@@ -88,7 +88,8 @@ pub(super) fn record_decision(
             .as_ref()
             .is_none_or(|o| o.allowed.contains(&c.name))
     });
-    match (best, plan.placed_by) {
+    // Someone else's placement, unless ours bounds it: then the class is ours to name.
+    match (best, plan.placed_by.filter(|_| !plan.place)) {
         (Some(_), Some(PlacedBy::NodeName)) => {}
         (Some(best), Some(PlacedBy::Kueue)) => {
             annotations.push((ANN_RECOMMENDED_CLASS.into(), json!(best.name)));
