@@ -221,3 +221,46 @@ fn pick_pod<'e>(e: &Expected, ev: &'e Evaluation) -> Result<&'e PodDecision, Str
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn examples() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/policy-tests")
+    }
+
+    #[test]
+    fn the_examples_pass_and_a_wrong_expectation_fails() {
+        for file in find(&examples()).unwrap() {
+            let outcome = run_file(&file).unwrap();
+            assert!(
+                outcome.failed == 0 && outcome.passed > 0,
+                "{}",
+                outcome.report
+            );
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let src = examples().join("tiers-in-enforce");
+        std::fs::copy(
+            src.join("manifests.yaml"),
+            tmp.path().join("manifests.yaml"),
+        )
+        .unwrap();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let text = std::fs::read_to_string(src.join(TEST_FILE))
+            .unwrap()
+            .replace("policy: ../../..", &format!("policy: {}", root.display()))
+            .replacen("verdict: denied", "verdict: allowed", 1);
+        std::fs::write(tmp.path().join(TEST_FILE), text).unwrap();
+        let outcome = run_file(&tmp.path().join(TEST_FILE)).unwrap();
+        assert_eq!(outcome.failed, 1, "{}", outcome.report);
+        assert!(
+            outcome
+                .report
+                .contains("FAIL Pod students/llama-hobby: verdict denied, expected allowed"),
+            "{}",
+            outcome.report
+        );
+    }
+}
