@@ -140,3 +140,59 @@ pub fn text(d: &PolicyDiff) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::Tiers;
+    use crate::review::User;
+    use std::path::Path;
+
+    #[test]
+    fn a_tier_losing_its_preferred_class_moves_its_pods() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let old = root.join("deploy/kustomize/base/policy/default-policy.yaml");
+        let text = std::fs::read_to_string(&old).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let new = tmp.path().join("new.yaml");
+        std::fs::write(
+            &new,
+            text.replace(
+                "allowedClasses: [H100-80GB, MI300X-192GB, A100-80GB,",
+                "allowedClasses: [MI300X-192GB, A100-80GB,",
+            )
+            .replace("preferredClass: H100-80GB", "preferredClass: A100-80GB"),
+        )
+        .unwrap();
+        let settings = RunSettings {
+            policy: None,
+            policy_key: None,
+            mode: None,
+            state: None,
+            tiers: Tiers::default(),
+            requester: User::default_requester(),
+            no_kube: false,
+            default_namespace: "default".into(),
+        };
+        let manifests = [root.join("examples/policy-tests/tiers-in-enforce/manifests.yaml")];
+        let d = diff(&settings, old.clone(), new, &manifests).unwrap();
+        assert_eq!(d.sections.len(), 1, "{:?}", d.sections);
+        assert!(d.sections[0].starts_with("tier gold: classes H100-80GB"));
+        assert_eq!(d.checked, 6);
+        let serving = d
+            .objects
+            .iter()
+            .find(|o| o.object.starts_with("Deployment llm-prod/llama-serving"))
+            .expect("the gold Deployment changes");
+        assert!(
+            serving
+                .changes
+                .contains(&"spec.template gpu class: H100-80GB -> A100-80GB".to_string()),
+            "{serving:?}"
+        );
+        // Bronze objects are untouched.
+        assert_eq!(d.objects.len(), 1, "{:?}", d.objects);
+        let same = diff(&settings, old.clone(), old, &manifests).unwrap();
+        assert!(same.sections.is_empty() && same.objects.is_empty());
+    }
+}
