@@ -1,0 +1,246 @@
+//! The webhooks, offline: each review goes through exactly what the frontend runs for it — `review::decode`,
+//! `mutate_pod::plan`, the workload, the scorer's `Score` (its `Core`, in process, on a fresh learned state or
+//! a snapshot), `mutate_pod::decide`, `review::encode`; `review::decode_object`, `validate_pod::decide`,
+//! `review::encode_verdict` — as a frontend without a cluster decides (`--no-kube`: tiers given, PriorityClasses
+//! from the policy's buckets). Each call is kept as an [`Exchange`] (the review and the AdmissionReview answered),
+//! which the tests replay against the running webhooks.
+
+use std::sync::Arc;
+
+use gpu_admission_core::admission::mutate_pod::{self, Facts, Outcome, ScorerOutcome};
+use gpu_admission_core::admission::validate_pod::{self, Check};
+use gpu_admission_core::pod::gpu_resources::NoClaimTemplates;
+use gpu_admission_core::policy::PolicySnapshot;
+use gpu_admission_core::review::{self, Answer, Content, Verdict};
+use gpu_admission_core::workload::{self, OwnerFacts};
+use gpu_admission_proto::scorer::v1::ScoreResponse;
+use k8s_openapi::api::core::v1::Pod;
+use kube_core::admission::AdmissionRequest;
+use scorer::metrics::Metrics;
+use scorer::model::Learned;
+use scorer::policy::Policy;
+use scorer::policy::watch::PolicyStore;
+use scorer::service::Core;
+use serde_json::Value;
+use time::OffsetDateTime;
+
+use crate::load::Tiers;
+use crate::review::User;
+
+/// The policy's view as the frontend holds it (what `GetPolicy` gives it).
+pub fn snapshot_of(policy: Policy) -> PolicySnapshot {
+    let core = scorer_core(policy, Learned::default());
+    PolicySnapshot::from_response(core.get_policy().expect("the policy is loaded"))
+}
+
+fn scorer_core(policy: Policy, learned: Learned) -> Core {
+    let store = Arc::new(PolicyStore::new(Some(policy)));
+    Core::new(store, learned, Arc::new(Metrics::unregistered()))
+}
+
+/// Which webhook answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WebhookPath {
+    MutatePod,
+    ValidatePod,
+}
+
+impl WebhookPath {
+    /// The route, `/mutate-pod` or `/validate-pod`.
+    pub fn route(self) -> &'static str {
+        match self {
+            WebhookPath::MutatePod => "/mutate-pod",
+            WebhookPath::ValidatePod => "/validate-pod",
+        }
+    }
+}
+
+/// One review and the AdmissionReview a webhook answered.
+#[derive(Debug, Clone)]
+pub struct Exchange {
+    pub webhook: WebhookPath,
+    pub review: Value,
+    pub response: Value,
+}
+
+/// What `/mutate-pod` did with a Pod.
+#[derive(Debug)]
+pub struct Mutation {
+    /// The metric's outcome (`mutated`, `tier_default`, `passed_through`, `skipped`).
+    pub outcome: &'static str,
+    /// Why a skipped Pod was not ours (`no GPU request`, `already decided`, …).
+    pub skipped: Option<&'static str>,
+    pub answer: Answer,
+}
+
+/// What `/validate-pod` answered, and why it let an object through without a word.
+#[derive(Debug)]
+pub struct Validation {
+    pub verdict: Verdict,
+    /// `not ours: namespace has no tier label`, `admin`, …
+    pub note: Option<String>,
+}
+
+/// The run's settings besides the policy.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub tiers: Tiers,
+    pub requester: User,
+    /// Decide workloads as a frontend without a cluster does: the first owner only, the group size unknown.
+    pub no_kube: bool,
+    /// The namespace of objects that name none.
+    pub default_namespace: String,
+}
+
+/// The webhooks over one policy and one scorer state.
+pub struct Engine {
+    core: Core,
+    policy: PolicySnapshot,
+    pub options: Options,
+}
+
+/// The HTTP 400 a webhook answers for a body that is no AdmissionReview.
+#[derive(Debug, Clone)]
+pub struct BadRequest(pub String);
+
+impl Engine {
+    pub fn new(policy: Policy, learned: Learned, options: Options) -> Self {
+        let core = scorer_core(policy, learned);
+        let policy =
+            PolicySnapshot::from_response(core.get_policy().expect("the policy is loaded"));
+        Engine {
+            core,
+            policy,
+            options,
+        }
+    }
+
+    pub fn policy(&self) -> &PolicySnapshot {
+        &self.policy
+    }
+
+    fn tier_of(&self, namespace: &str) -> Option<String> {
+        self.options.tiers.tier_of(namespace)
+    }
+
+    /// `/mutate-pod` for one review; `owner` is what the cluster would say about the Pod's owner.
+    pub fn mutate(
+        &self,
+        review: &Value,
+        owner: Option<&OwnerFacts>,
+    ) -> Result<(Mutation, Exchange), BadRequest> {
+        let body = serde_json::to_vec(review).unwrap_or_default();
+        let incoming = review::decode(&body).map_err(|b| BadRequest(b.0))?;
+        let mutation = match &incoming.content {
+            Content::OtherKind { .. } => Mutation {
+                outcome: Outcome::Skipped.as_str(),
+                skipped: Some("not a Pod"),
+                answer: Answer::default(),
+            },
+            Content::Unreadable(why) => Mutation {
+                outcome: Outcome::Skipped.as_str(),
+                skipped: Some("unreadable review"),
+                answer: Answer {
+                    patch: Vec::new(),
+                    warnings: vec![format!("gpu-admission: {why}; admitted unchanged")],
+                },
+            },
+            Content::Pod(req) => self.decide_pod(&incoming.uid, req, owner),
+        };
+        let response = review::encode(incoming.api_version, &incoming.uid, &mutation.answer);
+        let exchange = Exchange {
+            webhook: WebhookPath::MutatePod,
+            review: review.clone(),
+            response: serde_json::from_slice(&response).unwrap_or_default(),
+        };
+        Ok((mutation, exchange))
+    }
+
+    /// `plan`, the workload, the scorer's `Score` in process, `decide`.
+    fn decide_pod(
+        &self,
+        uid: &str,
+        req: &AdmissionRequest<Pod>,
+        owner: Option<&OwnerFacts>,
+    ) -> Mutation {
+        let tier_of = |ns: &str| self.tier_of(ns);
+        let facts = Facts {
+            tier_of: &tier_of,
+            priority_classes: None,
+            claim_templates: &NoClaimTemplates,
+        };
+        let mut scoring = match mutate_pod::plan(uid, req, &facts, &self.policy) {
+            Ok(s) => s,
+            Err(skip) => {
+                return Mutation {
+                    outcome: Outcome::Skipped.as_str(),
+                    skipped: Some(skip.0),
+                    answer: Answer::default(),
+                };
+            }
+        };
+        let owner = if self.options.no_kube { None } else { owner };
+        let c = &scoring.candidate;
+        if let Some(w) = workload::resolve(c.pod, c.namespace, owner) {
+            scoring.set_workload(w.key(), w.group_size);
+        }
+        let outcome = scorer_outcome(self.core.score(&scoring.request));
+        let decision = mutate_pod::decide(
+            &scoring,
+            outcome,
+            &facts,
+            &self.policy,
+            OffsetDateTime::now_utc(),
+        );
+        Mutation {
+            outcome: decision.outcome.as_str(),
+            skipped: None,
+            answer: decision.answer,
+        }
+    }
+
+    /// `/validate-pod` for one review.
+    pub fn validate(&self, review: &Value) -> Result<(Validation, Exchange), BadRequest> {
+        let body = serde_json::to_vec(review).unwrap_or_default();
+        let incoming = review::decode_object(&body).map_err(|b| BadRequest(b.0))?;
+        let validation = match &incoming.request {
+            Err(why) => Validation {
+                verdict: Verdict {
+                    denied: None,
+                    warnings: vec![format!("gpu-admission: {why}; not validated")],
+                },
+                note: Some("unreadable review".into()),
+            },
+            Ok(req) => {
+                let (check, verdict) =
+                    validate_pod::decide(req, &self.policy, |ns| self.tier_of(ns), None);
+                let note = match check {
+                    Check::NotOurs(why) => Some(format!("not ours: {why}")),
+                    Check::Allowed(why) if why != "within the tier" => Some(why.to_string()),
+                    _ => None,
+                };
+                Validation { verdict, note }
+            }
+        };
+        let response =
+            review::encode_verdict(incoming.api_version, &incoming.uid, &validation.verdict);
+        let exchange = Exchange {
+            webhook: WebhookPath::ValidatePod,
+            review: review.clone(),
+            response: serde_json::from_slice(&response).unwrap_or_default(),
+        };
+        Ok((validation, exchange))
+    }
+}
+
+/// The in-process call's result as the frontend's client classifies a gRPC status: the scorer unable to
+/// answer now is `unavailable`, a refusal is `invalid`.
+fn scorer_outcome(result: Result<ScoreResponse, tonic::Status>) -> ScorerOutcome {
+    match result {
+        Ok(answer) => ScorerOutcome::Answered(Box::new(answer)),
+        Err(s) if s.code() == tonic::Code::Unavailable => {
+            ScorerOutcome::Unavailable(format!("{:?}: {}", s.code(), s.message()))
+        }
+        Err(s) => ScorerOutcome::Invalid(format!("{:?}: {}", s.code(), s.message())),
+    }
+}

@@ -1,0 +1,326 @@
+//! One object of the input through the webhooks, in the apiserver's order: the object's CREATE to
+//! `/validate-pod` (a workload: its pod templates are checked), then for each Pod it describes the Pod's CREATE
+//! to `/mutate-pod`, the patch applied, and the patched Pod to `/validate-pod`. The verdict is the worst
+//! answer: denied when any webhook denies, warned when any answer carries a warning.
+
+use std::collections::BTreeMap;
+
+use gpu_admission_core::admission::validate_pod::templates::pod_templates;
+use gpu_admission_core::names::decision;
+use gpu_admission_core::placement::reachable_classes;
+use gpu_admission_core::workload::OwnerFacts;
+use k8s_openapi::api::core::v1::Pod;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::engine::{BadRequest, Engine, Exchange, Mutation, Validation};
+use crate::load::{Input, Source};
+use crate::review::{controlled_pod, create_review, owner_facts, uid_for};
+
+/// The answer a user would see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Allowed,
+    Warned,
+    Denied,
+    /// The review itself is unreadable (HTTP 400).
+    Error,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Allowed => "allowed",
+            Verdict::Warned => "warned",
+            Verdict::Denied => "denied",
+            Verdict::Error => "error",
+        }
+    }
+}
+
+/// What `/mutate-pod` did to one Pod (a Pod, or a Pod of a template), read from the patched Pod.
+#[derive(Debug, Clone, Serialize)]
+pub struct PodDecision {
+    /// `Pod`, or where the template sits (`spec.template`).
+    pub path: String,
+    /// `mutated`, `tier_default`, `passed_through` or `skipped`.
+    pub outcome: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<&'static str>,
+    /// The `gpu-admission.io/gpu-class` annotation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_class: Option<String>,
+    /// The catalog classes the patched Pod can be scheduled onto (empty: any node).
+    pub classes: Vec<String>,
+    /// The `gpu-admission.io/placement` annotation (who places the Pod).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub priority_class: Option<String>,
+    /// Our annotations the patch added or changed.
+    pub annotations: BTreeMap<String, String>,
+    pub patch_ops: usize,
+}
+
+/// Everything the webhooks answered for one object of the input.
+#[derive(Debug, Clone, Serialize)]
+pub struct Evaluation {
+    /// `Job ml/train`.
+    pub object: String,
+    /// `file.yaml#2`.
+    pub source: String,
+    pub namespace: String,
+    /// The namespace's tier, as labelled (`None`: not held to a tier).
+    pub tier: Option<String>,
+    pub verdict: Verdict,
+    /// The denial message(s) the user would see.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    pub warnings: Vec<String>,
+    /// Why a webhook left the object alone (`not ours: namespace has no tier label`, `admin`).
+    pub notes: Vec<String>,
+    pub pods: Vec<PodDecision>,
+    /// Every review sent and every answer, in order.
+    #[serde(skip)]
+    pub exchanges: Vec<Exchange>,
+}
+
+impl Evaluation {
+    fn new(engine: &Engine, object: String, source: &str, namespace: &str) -> Self {
+        Evaluation {
+            object,
+            source: source.to_string(),
+            namespace: namespace.to_string(),
+            tier: engine.options.tiers.tier_of(namespace),
+            verdict: Verdict::Allowed,
+            message: None,
+            warnings: Vec::new(),
+            notes: Vec::new(),
+            pods: Vec::new(),
+            exchanges: Vec::new(),
+        }
+    }
+
+    fn note(&mut self, webhook: &str, note: Option<String>) {
+        if let Some(n) = note.map(|n| format!("{webhook}: {n}"))
+            && !self.notes.contains(&n)
+        {
+            self.notes.push(n);
+        }
+    }
+
+    fn warn(&mut self, warnings: &[String]) {
+        for w in warnings {
+            if !self.warnings.contains(w) {
+                self.warnings.push(w.clone());
+            }
+        }
+        if !warnings.is_empty() && self.verdict == Verdict::Allowed {
+            self.verdict = Verdict::Warned;
+        }
+    }
+
+    fn validated(&mut self, (v, exchange): (Validation, Exchange)) {
+        self.exchanges.push(exchange);
+        self.note("validate-pod", v.note);
+        self.warn(&v.verdict.warnings);
+        if let Some(msg) = v.verdict.denied {
+            self.verdict = Verdict::Denied;
+            match &mut self.message {
+                Some(m) if !m.contains(&msg) => m.push_str(&format!("\n{msg}")),
+                Some(_) => {}
+                None => self.message = Some(msg),
+            }
+        }
+    }
+
+    fn failed(&mut self, bad: BadRequest) {
+        self.verdict = Verdict::Error;
+        self.message = Some(format!("HTTP 400: {}", bad.0));
+    }
+}
+
+/// The webhooks' answers for one input; `None` for what no webhook looks at (Namespaces, ConfigMaps, …).
+pub fn evaluate(engine: &Engine, input: &Input) -> Option<Evaluation> {
+    match input {
+        Input::Object(src) => Some(evaluate_object(engine, src)),
+        Input::Review(src) => Some(evaluate_review(engine, src)),
+        Input::Namespace { .. } | Input::Ignored(_) => None,
+    }
+}
+
+fn name_of(v: &Value) -> &str {
+    let meta = &v["metadata"];
+    meta["name"]
+        .as_str()
+        .or(meta["generateName"].as_str())
+        .unwrap_or("")
+}
+
+fn evaluate_object(engine: &Engine, src: &Source) -> Evaluation {
+    let v = &src.value;
+    let namespace = v["metadata"]["namespace"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+        .unwrap_or(&engine.options.default_namespace)
+        .to_string();
+    let kind = v["kind"].as_str().unwrap_or("");
+    let mut ev = Evaluation::new(
+        engine,
+        format!("{kind} {namespace}/{}", name_of(v)),
+        &src.origin,
+        &namespace,
+    );
+    let requester = &engine.options.requester;
+    let review = create_review(v, &namespace, requester, &uid_for(&src.origin));
+    if kind == "Pod" && v["apiVersion"] == "v1" {
+        admit_pod(engine, &mut ev, review, "Pod", None);
+        return ev;
+    }
+    match engine.validate(&review) {
+        Ok(answered) => ev.validated(answered),
+        Err(bad) => {
+            ev.failed(bad);
+            return ev;
+        }
+    }
+    let owner = owner_facts(v);
+    for (path, template) in pod_templates(v) {
+        let pod = controlled_pod(v, template, &namespace);
+        let uid = uid_for(&format!("{}/{path}", src.origin));
+        let review = create_review(&pod.pod, &namespace, &pod.creator, &uid);
+        admit_pod(engine, &mut ev, review, &path, owner.as_ref());
+    }
+    ev
+}
+
+/// A review of the input, decided as given: a Pod's through both webhooks, anything else validated.
+fn evaluate_review(engine: &Engine, src: &Source) -> Evaluation {
+    let req = &src.value["request"];
+    let namespace = req["namespace"].as_str().unwrap_or("").to_string();
+    let kind = req["kind"]["kind"].as_str().unwrap_or("");
+    let object = if req["object"].is_object() {
+        &req["object"]
+    } else {
+        &req["oldObject"]
+    };
+    let name = req["name"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+        .unwrap_or(name_of(object));
+    let op = req["operation"].as_str().unwrap_or("");
+    let mut ev = Evaluation::new(
+        engine,
+        format!("{kind} {namespace}/{name} ({op})"),
+        &src.origin,
+        &namespace,
+    );
+    let is_pod = kind == "Pod"
+        && req["kind"]["group"].as_str().unwrap_or("").is_empty()
+        && req["subResource"].as_str().unwrap_or("").is_empty();
+    if is_pod {
+        admit_pod(engine, &mut ev, src.value.clone(), "Pod", None);
+    } else {
+        match engine.validate(&src.value) {
+            Ok(answered) => ev.validated(answered),
+            Err(bad) => ev.failed(bad),
+        }
+    }
+    ev
+}
+
+/// `/mutate-pod`, the patch applied to the review's object, then `/validate-pod` on the patched Pod (the
+/// apiserver sends the validating webhooks the mutated object, under the same uid).
+fn admit_pod(
+    engine: &Engine,
+    ev: &mut Evaluation,
+    mut review: Value,
+    path: &str,
+    owner: Option<&OwnerFacts>,
+) {
+    let (mutation, exchange) = match engine.mutate(&review, owner) {
+        Ok(m) => m,
+        Err(bad) => return ev.failed(bad),
+    };
+    ev.exchanges.push(exchange);
+    ev.note(
+        "mutate-pod",
+        mutation.skipped.map(|s| format!("skipped: {s}")),
+    );
+    ev.warn(&mutation.answer.warnings);
+    let before = review["request"]["object"].clone();
+    let mut after = before.clone();
+    if !mutation.answer.patch.is_empty() {
+        if let Err(e) = json_patch::patch(&mut after, &mutation.answer.patch) {
+            ev.failed(BadRequest(format!("the patch does not apply: {e}")));
+            return;
+        }
+        review["request"]["object"] = after.clone();
+    }
+    ev.pods
+        .push(pod_decision(engine, path, &mutation, &before, &after));
+    match engine.validate(&review) {
+        Ok(answered) => ev.validated(answered),
+        Err(bad) => ev.failed(bad),
+    }
+}
+
+fn our_annotations(pod: &Value) -> BTreeMap<String, String> {
+    pod["metadata"]["annotations"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| k.starts_with("gpu-admission.io/"))
+        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+        .collect()
+}
+
+/// The decision as the patched Pod shows it.
+fn pod_decision(
+    engine: &Engine,
+    path: &str,
+    mutation: &Mutation,
+    before: &Value,
+    after: &Value,
+) -> PodDecision {
+    let old = our_annotations(before);
+    let annotations: BTreeMap<String, String> = our_annotations(after)
+        .into_iter()
+        .filter(|(k, v)| old.get(k) != Some(v))
+        .collect();
+    let policy = engine.policy();
+    let keys: Vec<&str> = policy.class_label_keys.iter().map(String::as_str).collect();
+    let pod: Option<Pod> = serde_json::from_value(after.clone()).ok();
+    let classes = pod
+        .as_ref()
+        .and_then(|p| p.spec.as_ref())
+        .and_then(|spec| reachable_classes(spec, &keys))
+        .map(|set| {
+            set.into_iter()
+                .map(|(k, v)| match policy.class_by_label(k, v) {
+                    Some(c) => c.name.clone(),
+                    None => format!("{k}={v}"),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let ann = |key: &str| {
+        after["metadata"]["annotations"][key]
+            .as_str()
+            .map(str::to_string)
+    };
+    PodDecision {
+        path: path.to_string(),
+        outcome: mutation.outcome,
+        skipped: mutation.skipped,
+        gpu_class: ann(decision::ANN_GPU_CLASS),
+        classes,
+        placement: ann(decision::ANN_PLACEMENT),
+        priority_class: after["spec"]["priorityClassName"]
+            .as_str()
+            .map(str::to_string),
+        annotations,
+        patch_ops: mutation.answer.patch.len(),
+    }
+}

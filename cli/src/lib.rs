@@ -1,0 +1,114 @@
+//! `gpu-admission`, offline: what the webhooks would answer for manifests under a policy, with no cluster and
+//! no network. Core's decision functions and the scorer's model run in process (see [`engine`]):
+//!
+//! - [`load`]: manifests (multi-document YAML/JSON, Lists, AdmissionReviews, Namespaces' tier labels);
+//! - [`review`]: the AdmissionReviews the apiserver would send (the object, the Pods of its templates);
+//! - [`engine`]: `/mutate-pod` and `/validate-pod` on those reviews; [`evaluate`]: one object through both;
+//! - [`report`]: `check`'s table and JSON; [`testfile`]: `test DIR`; [`policy`], [`diff`]: `policy validate`
+//!   and `policy diff`.
+
+pub mod diff;
+pub mod engine;
+pub mod evaluate;
+pub mod load;
+pub mod policy;
+pub mod report;
+pub mod review;
+pub mod testfile;
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use scorer::model::Learned;
+
+use engine::{Engine, Options};
+use evaluate::Evaluation;
+use load::{Input, Tiers};
+use report::Counts;
+use review::User;
+
+/// What a run decides with, besides the manifests.
+#[derive(Debug, Clone)]
+pub struct RunSettings {
+    /// The policy file or ConfigMap; `None`: the embedded default policy.
+    pub policy: Option<PathBuf>,
+    pub policy_key: Option<String>,
+    /// `Enforce`, `Warn` or `Audit` instead of the policy's own mode.
+    pub mode: Option<String>,
+    /// A scorer learned-state snapshot (the scorer's `--state` file) to decide with.
+    pub state: Option<PathBuf>,
+    pub tiers: Tiers,
+    pub requester: User,
+    pub no_kube: bool,
+    pub default_namespace: String,
+}
+
+/// The webhooks over one policy, ready to check manifests.
+pub struct Run {
+    pub engine: Engine,
+}
+
+/// What `check` found.
+#[derive(Debug)]
+pub struct Checked {
+    pub evaluations: Vec<Evaluation>,
+    pub counts: Counts,
+}
+
+impl Run {
+    pub fn new(settings: &RunSettings) -> anyhow::Result<Self> {
+        Self::with_policy(settings, |_| {})
+    }
+
+    /// Like [`Run::new`], with the parsed policy adjusted by `adjust` first.
+    pub fn with_policy(
+        settings: &RunSettings,
+        adjust: impl FnOnce(&mut scorer::policy::Policy),
+    ) -> anyhow::Result<Self> {
+        let text = policy::read(settings.policy.as_deref(), settings.policy_key.as_deref())?;
+        let mut parsed = policy::parse(&text)?;
+        if let Some(mode) = &settings.mode {
+            parsed.enforcement.mode = policy::parse_mode(mode)?;
+        }
+        adjust(&mut parsed);
+        let learned = match &settings.state {
+            Some(path) => scorer::state::load(path)
+                .with_context(|| format!("reading the learned state {}", path.display()))?
+                .with_context(|| format!("{}: no such learned-state file", path.display()))?,
+            None => Learned::default(),
+        };
+        let options = Options {
+            tiers: settings.tiers.clone(),
+            requester: settings.requester.clone(),
+            no_kube: settings.no_kube,
+            default_namespace: settings.default_namespace.clone(),
+        };
+        Ok(Run {
+            engine: Engine::new(parsed, learned, options),
+        })
+    }
+
+    /// Every Pod and workload of `paths` through the webhooks, in input order.
+    pub fn check(self, paths: &[PathBuf]) -> anyhow::Result<Checked> {
+        let inputs = load::inputs(&load::files(paths)?)?;
+        Ok(self.check_inputs(&inputs))
+    }
+
+    /// [`Run::check`] on inputs already read (the Namespaces among them give their tiers first).
+    pub fn check_inputs(mut self, inputs: &[Input]) -> Checked {
+        self.engine.options.tiers.learn(inputs);
+        let evaluations: Vec<Evaluation> = inputs
+            .iter()
+            .filter_map(|i| evaluate::evaluate(&self.engine, i))
+            .collect();
+        let ignored = inputs
+            .iter()
+            .filter(|i| matches!(i, Input::Ignored(_)))
+            .count();
+        let counts = Counts::of(&evaluations, ignored);
+        Checked {
+            evaluations,
+            counts,
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! `gpu-admission`: the webhooks' answers for manifests, offline (see the crate documentation).
+//!
+//! Exit codes: 0 fine; 1 something would be denied (`check`), a test failed (`test`), the policy is invalid
+//! (`policy validate`); 2 the input cannot be read (a usage error, an unreadable file or policy).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use gpu_admission_cli::load::Tiers;
+use gpu_admission_cli::review::User;
+use gpu_admission_cli::{Run, RunSettings, diff, policy, report, testfile};
+use gpu_admission_core::policy::mode_name;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "gpu-admission",
+    version,
+    about = "What the gpu-admission webhooks would answer for manifests under a policy: offline, no cluster"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Check manifests: per object the verdict (allowed / warned / denied, with the message) and what
+    /// /mutate-pod does to its Pods. Exit 1 when anything would be denied.
+    Check {
+        /// Files or directories of manifests (YAML or JSON, several documents, Lists, AdmissionReviews).
+        #[arg(short = 'f', long = "filename", required = true, num_args = 1..)]
+        files: Vec<PathBuf>,
+        #[command(flatten)]
+        run: RunArgs,
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Run every gpu-admission-test.yaml under DIR (expected verdicts and classes). Exit 1 when one fails.
+    Test { dir: PathBuf },
+    /// Validate a policy file or ConfigMap, or show what a policy change would change.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum PolicyCommand {
+    /// Validate a policy (the scorer's own validation) and summarise it. Exit 1 when invalid.
+    Validate {
+        policy: PathBuf,
+        #[arg(long)]
+        policy_key: Option<String>,
+    },
+    /// What changes, section by section and per object of MANIFESTS, from policy OLD to policy NEW.
+    Diff {
+        old: PathBuf,
+        new: PathBuf,
+        #[arg(short = 'f', long = "filename", required = true, num_args = 1..)]
+        files: Vec<PathBuf>,
+        #[command(flatten)]
+        run: Box<RunArgs>,
+    },
+}
+
+/// How objects are decided.
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// The policy: a policy file, or the policy ConfigMap as deployed. Default: the embedded default policy.
+    #[arg(long)]
+    policy: Option<PathBuf>,
+    /// The ConfigMap key holding the policy (default: default-policy.yaml, or the only key).
+    #[arg(long)]
+    policy_key: Option<String>,
+    /// Decide in this enforcement mode instead of the policy's (Enforce, Warn, Audit).
+    #[arg(long)]
+    mode: Option<String>,
+    /// NAMESPACE=TIER (repeatable); `*=TIER` for every other namespace. Namespace objects in the input
+    /// with a tier label count too.
+    #[arg(long = "namespace", value_name = "NS=TIER")]
+    namespaces: Vec<String>,
+    /// The requester (default: an ordinary authenticated user); the Pods of workloads are created by their
+    /// controller.
+    #[arg(long)]
+    user: Option<String>,
+    /// A group of the requester (repeatable).
+    #[arg(long = "group")]
+    groups: Vec<String>,
+    /// A scorer learned-state snapshot (the scorer's --state file) to decide with; default: nothing learned.
+    #[arg(long)]
+    state: Option<PathBuf>,
+    /// Decide as a frontend started with --no-kube: a Pod's workload is its first owner, its size unknown.
+    #[arg(long)]
+    no_kube: bool,
+    /// The namespace of objects that name none.
+    #[arg(long, default_value = "default")]
+    default_namespace: String,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum Output {
+    Text,
+    Json,
+}
+
+impl RunArgs {
+    fn settings(&self) -> anyhow::Result<RunSettings> {
+        let mut requester = User::default_requester();
+        if let Some(u) = &self.user {
+            requester.username = u.clone();
+        }
+        requester.groups.extend(self.groups.iter().cloned());
+        Ok(RunSettings {
+            policy: self.policy.clone(),
+            policy_key: self.policy_key.clone(),
+            mode: self.mode.clone(),
+            state: self.state.clone(),
+            tiers: Tiers::parse(&self.namespaces)?,
+            requester,
+            no_kube: self.no_kube,
+            default_namespace: self.default_namespace.clone(),
+        })
+    }
+}
+
+fn check(files: &[PathBuf], run: &RunArgs, output: Output) -> anyhow::Result<ExitCode> {
+    let run = Run::new(&run.settings()?)?;
+    let (version, mode) = (
+        run.engine.policy().version.clone(),
+        mode_name(run.engine.policy().mode),
+    );
+    let checked = run.check(files)?;
+    match output {
+        Output::Text => {
+            println!("policy {version}, mode {mode}");
+            print!("{}", report::text(&checked.evaluations, checked.counts));
+        }
+        Output::Json => println!(
+            "{}",
+            report::json(&checked.evaluations, checked.counts, &version, mode)
+        ),
+    }
+    Ok(exit(checked.counts.denied == 0))
+}
+
+fn test(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let (mut passed, mut failed) = (0, 0);
+    for file in testfile::find(dir)? {
+        let outcome = testfile::run_file(&file)?;
+        print!("{}", outcome.report);
+        passed += outcome.passed;
+        failed += outcome.failed;
+    }
+    println!("{passed} passed, {failed} failed");
+    Ok(exit(failed == 0))
+}
+
+fn validate(path: &std::path::Path, key: Option<&str>) -> anyhow::Result<ExitCode> {
+    let text = policy::read(Some(path), key)?;
+    match policy::parse(&text) {
+        Ok(parsed) => {
+            println!("{}: valid", text.file);
+            print!(
+                "{}",
+                policy::summary(&gpu_admission_cli::engine::snapshot_of(parsed))
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            println!("{e}");
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+fn exit(ok: bool) -> ExitCode {
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Check { files, run, output } => check(files, run, *output),
+        Command::Test { dir } => test(dir),
+        Command::Policy { command } => match command {
+            PolicyCommand::Validate { policy, policy_key } => {
+                validate(policy, policy_key.as_deref())
+            }
+            PolicyCommand::Diff {
+                old,
+                new,
+                files,
+                run,
+            } => run.settings().and_then(|s| {
+                let d = diff::diff(&s, old.clone(), new.clone(), files)?;
+                print!("{}", diff::text(&d));
+                Ok(ExitCode::SUCCESS)
+            }),
+        },
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("gpu-admission: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! The policy a run decides with: a policy file as the scorer reads it, or the policy ConfigMap as deployed
+//! (`kubectl get configmap gpu-admission-policy -o yaml`), validated by the scorer's own validation; the
+//! embedded default when none is given. `policy validate` prints the verdict, `policy diff` compares two
+//! policies section by section (the per-object part is [`crate::diff`]).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use gpu_admission_core::policy::{PolicySnapshot, mode_name};
+use scorer::policy::{DEFAULT_POLICY_YAML, EMBEDDED_SOURCE, EnforcementMode, Policy};
+use serde_json::Value;
+
+/// The key of the policy ConfigMap the scorer reads (the frontend's `--policy-configmap-key` default).
+pub const CONFIGMAP_KEY: &str = "default-policy.yaml";
+
+/// A policy's text and the name problems are reported under.
+#[derive(Debug, Clone)]
+pub struct PolicyText {
+    pub text: String,
+    pub file: String,
+}
+
+/// Reads `path` (the embedded default when `None`): a policy file, or a ConfigMap holding one under `key`
+/// (default [`CONFIGMAP_KEY`], else its only key).
+pub fn read(path: Option<&Path>, key: Option<&str>) -> anyhow::Result<PolicyText> {
+    let Some(path) = path else {
+        return Ok(PolicyText {
+            text: DEFAULT_POLICY_YAML.to_string(),
+            file: EMBEDDED_SOURCE.to_string(),
+        });
+    };
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let doc: Value = serde_yaml::from_str(&text).unwrap_or(Value::Null);
+    if doc["kind"] != "ConfigMap" {
+        return Ok(PolicyText {
+            text,
+            file: path.display().to_string(),
+        });
+    }
+    let data = doc["data"].as_object().cloned().unwrap_or_default();
+    let chosen = match key {
+        Some(k) => k.to_string(),
+        None if data.contains_key(CONFIGMAP_KEY) => CONFIGMAP_KEY.to_string(),
+        None if data.len() == 1 => data.keys().next().cloned().unwrap_or_default(),
+        None => bail!(
+            "{}: a ConfigMap with keys {:?}; say which holds the policy with --policy-key",
+            path.display(),
+            data.keys().collect::<Vec<_>>()
+        ),
+    };
+    match data.get(&chosen).and_then(Value::as_str) {
+        Some(t) => Ok(PolicyText {
+            text: t.to_string(),
+            file: format!("{} key {chosen}", path.display()),
+        }),
+        None => bail!("{}: the ConfigMap has no key {chosen}", path.display()),
+    }
+}
+
+/// The policy the scorer would load from `text` (its own validation), or every problem in one error.
+pub fn parse(p: &PolicyText) -> anyhow::Result<Policy> {
+    scorer::policy::parse(&p.text, &p.file).map_err(|e| {
+        let mut msg = format!("invalid policy {} ({} problems)", e.file, e.problems.len());
+        for problem in &e.problems {
+            let _ = write!(msg, "\n  {}: {}", problem.field, problem.reason);
+        }
+        anyhow::anyhow!(msg)
+    })
+}
+
+/// `Enforce`, `Warn` or `Audit` (any case).
+pub fn parse_mode(s: &str) -> anyhow::Result<EnforcementMode> {
+    match s.to_ascii_lowercase().as_str() {
+        "enforce" => Ok(EnforcementMode::Enforce),
+        "warn" => Ok(EnforcementMode::Warn),
+        "audit" => Ok(EnforcementMode::Audit),
+        _ => bail!("--mode {s:?}: expected Enforce, Warn or Audit"),
+    }
+}
+
+/// One line per tier: allowed classes, preferred class, priority cap, fallback.
+fn tier_lines(p: &PolicySnapshot) -> Vec<(String, String)> {
+    p.tiers
+        .iter()
+        .map(|t| {
+            let line = format!(
+                "classes {}; preferred {}; PriorityClass at most {}; fallback {:?}",
+                t.allowed_classes.join(", "),
+                or_none(&t.preferred_class),
+                or_none(&t.max_priority_class),
+                t.fallback()
+            );
+            (t.name.clone(), line)
+        })
+        .collect()
+}
+
+fn or_none(s: &str) -> &str {
+    if s.is_empty() { "-" } else { s }
+}
+
+/// What a policy holds, in a few lines (`policy validate`).
+pub fn summary(p: &PolicySnapshot) -> String {
+    let mut out = format!(
+        "version {}; mode {}; default tier {}\n",
+        p.version,
+        mode_name(p.mode),
+        or_none(&p.default_tier)
+    );
+    let classes: Vec<&str> = p.catalog.iter().map(|c| c.name.as_str()).collect();
+    let _ = writeln!(out, "catalog: {}", classes.join(", "));
+    for (tier, line) in tier_lines(p) {
+        let _ = writeln!(out, "tier {tier}: {line}");
+    }
+    for g in &p.namespace_grants {
+        let _ = writeln!(
+            out,
+            "grant {}: classes {}; PriorityClass at most {}",
+            g.namespace,
+            g.allowed_classes.join(", "),
+            or_none(&g.max_priority_class)
+        );
+    }
+    out
+}
+
+/// The sections that differ between two policies, one line each (empty when none does).
+pub fn section_changes(old: &PolicySnapshot, new: &PolicySnapshot) -> Vec<String> {
+    let mut out = Vec::new();
+    if old.mode != new.mode {
+        out.push(format!(
+            "enforcement mode: {} -> {}",
+            mode_name(old.mode),
+            mode_name(new.mode)
+        ));
+    }
+    if old.default_tier != new.default_tier {
+        out.push(format!(
+            "default tier: {} -> {}",
+            old.default_tier, new.default_tier
+        ));
+    }
+    let names =
+        |p: &PolicySnapshot| -> Vec<String> { p.catalog.iter().map(|c| c.name.clone()).collect() };
+    let (old_classes, new_classes) = (names(old), names(new));
+    for c in new_classes.iter().filter(|c| !old_classes.contains(c)) {
+        out.push(format!("catalog: + {c}"));
+    }
+    for c in old_classes.iter().filter(|c| !new_classes.contains(c)) {
+        out.push(format!("catalog: - {c}"));
+    }
+    let (old_tiers, new_tiers) = (tier_lines(old), tier_lines(new));
+    for (tier, line) in &new_tiers {
+        match old_tiers.iter().find(|(t, _)| t == tier) {
+            None => out.push(format!("tier {tier}: added ({line})")),
+            Some((_, was)) if was != line => out.push(format!("tier {tier}: {was}\n    -> {line}")),
+            Some(_) => {}
+        }
+    }
+    for (tier, _) in old_tiers
+        .iter()
+        .filter(|(t, _)| !new_tiers.iter().any(|(n, _)| n == t))
+    {
+        out.push(format!("tier {tier}: removed"));
+    }
+    if old.namespace_grants != new.namespace_grants {
+        out.push("namespace grants changed".to_string());
+    }
+    if (&old.admin_groups, &old.admin_users) != (&new.admin_groups, &new.admin_users) {
+        out.push("admins changed".to_string());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot(text: &str) -> PolicySnapshot {
+        let policy = parse(&PolicyText {
+            text: text.into(),
+            file: "p".into(),
+        })
+        .unwrap();
+        crate::engine::snapshot_of(policy)
+    }
+
+    #[test]
+    fn reads_files_configmaps_and_the_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let cm = dir.path().join("cm.yaml");
+        let mut doc = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "gpu-admission-policy"}, "data": {}});
+        doc["data"][CONFIGMAP_KEY] = DEFAULT_POLICY_YAML.into();
+        std::fs::write(&cm, serde_yaml::to_string(&doc).unwrap()).unwrap();
+        let read_cm = read(Some(&cm), None).unwrap();
+        assert_eq!(read_cm.text, DEFAULT_POLICY_YAML);
+        assert!(read_cm.file.ends_with("key default-policy.yaml"));
+        assert!(read(Some(&cm), Some("other")).is_err());
+        assert_eq!(read(None, None).unwrap().file, EMBEDDED_SOURCE);
+
+        let bad = dir.path().join("bad.yaml");
+        std::fs::write(&bad, "catalog: []\ntiers: []\n").unwrap();
+        let err = parse(&read(Some(&bad), None).unwrap()).unwrap_err();
+        assert!(err.to_string().starts_with("invalid policy"), "{err}");
+    }
+
+    #[test]
+    fn section_changes_name_what_moved() {
+        let old = snapshot(DEFAULT_POLICY_YAML);
+        assert!(section_changes(&old, &old).is_empty());
+        let new = snapshot(&DEFAULT_POLICY_YAML.replace("  mode: Warn", "  mode: Enforce"));
+        assert_eq!(
+            section_changes(&old, &new),
+            ["enforcement mode: Warn -> Enforce"]
+        );
+        assert!(summary(&new).starts_with("version "));
+        assert!(summary(&new).contains("tier bronze: classes "));
+    }
+}
