@@ -7,11 +7,13 @@
 
 use std::sync::Arc;
 
-use gpu_admission_core::admission::mutate_pod::{self, Facts, Outcome, ScorerOutcome};
+use gpu_admission_core::admission::Facts;
+use gpu_admission_core::admission::mutate_pod::{self, Outcome, ScorerOutcome};
 use gpu_admission_core::admission::validate_pod::{self, Check};
 use gpu_admission_core::pod::gpu_resources::NoClaimTemplates;
 use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::review::{self, Answer, Content, Verdict};
+use gpu_admission_core::tier_bound::NoNodes;
 use gpu_admission_core::workload::{self, OwnerFacts};
 use gpu_admission_proto::scorer::v1::ScoreResponse;
 use k8s_openapi::api::core::v1::Pod;
@@ -168,6 +170,8 @@ impl Engine {
             tier_of: &tier_of,
             priority_classes: None,
             claim_templates: &NoClaimTemplates,
+            // Offline there are no Nodes: a `spec.nodeName` is an unknown node.
+            nodes: &NoNodes,
         };
         let mut scoring = match mutate_pod::plan(uid, req, &facts, &self.policy) {
             Ok(s) => s,
@@ -212,8 +216,14 @@ impl Engine {
                 note: Some("unreadable review".into()),
             },
             Ok(req) => {
-                let (check, verdict) =
-                    validate_pod::decide(req, &self.policy, |ns| self.tier_of(ns), None);
+                let tier_of = |ns: &str| self.tier_of(ns);
+                let facts = Facts {
+                    tier_of: &tier_of,
+                    priority_classes: None,
+                    claim_templates: &NoClaimTemplates,
+                    nodes: &NoNodes,
+                };
+                let (check, verdict) = validate_pod::decide(req, &self.policy, &facts);
                 let note = match check {
                     Check::NotOurs(why) => Some(format!("not ours: {why}")),
                     Check::Allowed(why) if why != "within the tier" => Some(why.to_string()),

@@ -321,7 +321,9 @@ impl Frontend {
         ]
         .map(String::from)
         .to_vec();
-        let scorer = SCORER_URL.get().map_or("http://127.0.0.1:9", String::as_str);
+        let scorer = SCORER_URL
+            .get()
+            .map_or("http://127.0.0.1:9", String::as_str);
         args.push(format!("--scorer={scorer}"));
         args.push(format!("--auto-tls-secret={secret}"));
         if let Some(ns) = ns {
