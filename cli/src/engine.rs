@@ -209,10 +209,7 @@ impl Engine {
         let incoming = review::decode_object(&body).map_err(|b| BadRequest(b.0))?;
         let validation = match &incoming.request {
             Err(why) => Validation {
-                verdict: Verdict {
-                    denied: None,
-                    warnings: vec![format!("gpu-admission: {why}; not validated")],
-                },
+                verdict: review::unreadable_verdict(why, "not validated", self.policy.mode),
                 note: Some("unreadable review".into()),
             },
             Ok(req) => {

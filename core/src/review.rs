@@ -23,6 +23,8 @@ use serde::de::{DeserializeOwned, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 
+use gpu_admission_proto::scorer::v1::EnforcementMode;
+
 mod deep;
 
 pub const V1: &str = "admission.k8s.io/v1";
@@ -362,6 +364,25 @@ pub fn decode_object(body: &[u8]) -> Result<IncomingObject, BadRequest> {
         uid,
         request: Err(format!("the AdmissionReview could not be read: {err}")),
     })
+}
+
+/// A validating webhook's answer to a review it could not read (a well-formed review always reads: this is
+/// a hostile or broken one): denied under `Enforce`, with why; otherwise allowed with a warning that says
+/// what was not checked (`what`).
+pub fn unreadable_verdict(why: &str, what: &str, mode: EnforcementMode) -> Verdict {
+    if mode == EnforcementMode::Enforce {
+        Verdict {
+            denied: Some(format!(
+                "gpu-admission: {why}; it cannot be checked, so it is denied (policy mode Enforce)"
+            )),
+            warnings: Vec::new(),
+        }
+    } else {
+        Verdict {
+            denied: None,
+            warnings: vec![format!("gpu-admission: {why}; {what}")],
+        }
+    }
 }
 
 /// `group/version/Kind` (`version/Kind` for the core group), for logs and messages.

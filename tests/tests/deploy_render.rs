@@ -514,8 +514,14 @@ fn priority_classes_equal_the_policy_buckets() {
 }
 
 /// RBAC resource of each Kubernetes type the frontend may use through `kube::Api<T>`.
-const KNOWN_TYPES: [(&str, &str, &str); 11] = [
+const KNOWN_TYPES: [(&str, &str, &str); 13] = [
     ("Namespace", "", "namespaces"),
+    (
+        "ResourceClaimTemplate",
+        "resource.k8s.io",
+        "resourceclaimtemplates",
+    ),
+    ("ResourceClaim", "resource.k8s.io", "resourceclaims"),
     ("Job", "batch", "jobs"),
     ("ReplicaSet", "apps", "replicasets"),
     (
@@ -544,7 +550,8 @@ const KNOWN_TYPES: [(&str, &str, &str); 11] = [
 /// `PartialObjectMeta<Namespace>` (a metadata-only watch needs the same list/watch).
 fn api_type_args(text: &str) -> Vec<&str> {
     let mut out = Vec::new();
-    for pat in ["Api<", "Api::<"] {
+    // `OptionalCache<T>` watches `Api::<T>` once its API is served.
+    for pat in ["Api<", "Api::<", "OptionalCache<"] {
         for (i, _) in text.match_indices(pat) {
             if text[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_') {
                 continue; // e.g. `DynamicApi<`
@@ -667,6 +674,11 @@ fn rbac_grants_exactly_what_the_frontend_watches() {
     let expected: BTreeSet<(String, String)> = [
         ("".to_string(), "namespaces".to_string()),
         ("".to_string(), "nodes".to_string()),
+        (
+            "resource.k8s.io".to_string(),
+            "resourceclaimtemplates".to_string(),
+        ),
+        ("resource.k8s.io".to_string(), "resourceclaims".to_string()),
         (
             "scheduling.k8s.io".to_string(),
             "priorityclasses".to_string(),

@@ -154,9 +154,8 @@ async fn run<W: Webhook>(webhook: &W, body: &[u8], call: Call) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], encoded).into_response()
 }
 
-/// A validating webhook's answer to a review it could not read (a well-formed review always reads: this is
-/// a hostile or broken one). Undecidable input is denied under `Enforce`, with why; otherwise allowed with a
-/// warning that says what was not checked. Logged and counted (`unreadable`).
+/// A validating webhook's answer to a review it could not read ([`review::unreadable_verdict`]), logged and
+/// counted (`unreadable`).
 pub(crate) fn not_validated(
     webhook: &str,
     uid: &str,
@@ -164,21 +163,9 @@ pub(crate) fn not_validated(
     what: &str,
     mode: EnforcementMode,
 ) -> Reply {
-    let denied = mode == EnforcementMode::Enforce;
+    let verdict = review::unreadable_verdict(why, what, mode);
+    let denied = verdict.denied.is_some();
     tracing::warn!(webhook, uid, %why, denied, "unreadable review");
-    let verdict = if denied {
-        Verdict {
-            denied: Some(format!(
-                "gpu-admission: {why}; it cannot be checked, so it is denied (policy mode Enforce)"
-            )),
-            warnings: Vec::new(),
-        }
-    } else {
-        Verdict {
-            denied: None,
-            warnings: vec![format!("gpu-admission: {why}; {what}")],
-        }
-    };
     Reply {
         outcome: "unreadable",
         operation: "unknown",

@@ -4,223 +4,50 @@
 //! - [`CheckpointBackup`] reads exactly the fields the restore uses; every other field of the operator's
 //!   objects (schedule, podRef, registry, stopPod, status.phase, conditions, checkpointFiles, ...) is accepted
 //!   and ignored, so real objects always deserialize.
-//! - The CRD may be missing (the operator is not installed, or not yet): [`CheckpointCaches`] then answers "not
-//!   installed", logs that once, and looks for the API group again in the background every
-//!   `discovery_interval`; once the group is served it starts a watch. When the CRD is deleted later the watch
-//!   fails with 404 and the cache goes back to "not installed". A 403 (RBAC) is handled the same way, with its
-//!   own log line, so a missing grant never makes the frontend unready.
+//! - The CRD may be missing (the operator is not installed, or not yet): the cache is an
+//!   [`OptionalCache`], which looks for it in the background and answers "not installed" meanwhile.
 //! - The Jobs behind Pods (is a CronJob their controller?) come from the frontend's one Job cache,
 //!   [`crate::cluster::workloads::WorkloadOwners::job_controller`].
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use gpu_admission_core::admission::checkpoint_restore::backup::{
-    CheckpointBackup, GROUP, KIND, PLURAL, VERSION,
+    CheckpointBackup, GROUP_VERSION, PLURAL,
 };
-use kube::api::Api;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
 
-/// Where CheckpointBackups stand in the cluster.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum CrdState {
-    /// Discovery has not answered yet.
-    Unknown = 0,
-    /// The API group is not served: restores are off.
-    NotInstalled = 1,
-    /// Served; the first listing is under way.
-    Syncing = 2,
-    /// Served and cached.
-    Synced = 3,
-}
-
-impl CrdState {
-    fn from_u8(v: u8) -> Self {
-        match v {
-            1 => CrdState::NotInstalled,
-            2 => CrdState::Syncing,
-            3 => CrdState::Synced,
-            _ => CrdState::Unknown,
-        }
-    }
-}
+use super::optional_api::{OptionalApi, OptionalCache};
 
 /// What the restore needs from the cluster besides the Jobs' controllers (which
 /// [`crate::cluster::workloads::WorkloadOwners`] answers from its Job cache): the CheckpointBackups.
 pub(crate) struct CheckpointCaches {
-    backups: Arc<RwLock<Option<Store<CheckpointBackup>>>>,
-    state: Arc<AtomicU8>,
+    backups: OptionalCache<CheckpointBackup>,
 }
 
 impl CheckpointCaches {
     /// Starts the CheckpointBackup discovery/watch loop in a background task.
     pub(crate) fn start(client: kube::Client, discovery_interval: Duration) -> Self {
-        let backups = Arc::new(RwLock::new(None));
-        let state = Arc::new(AtomicU8::new(CrdState::Unknown as u8));
-        tokio::spawn(keep_backups(
-            client,
-            backups.clone(),
-            state.clone(),
-            discovery_interval,
-        ));
-        Self { backups, state }
-    }
-
-    pub(crate) fn crd_state(&self) -> CrdState {
-        CrdState::from_u8(self.state.load(Ordering::Acquire))
+        let api = OptionalApi {
+            group_version: GROUP_VERSION,
+            plural: PLURAL,
+            meanwhile: "Pods are admitted without restore",
+        };
+        Self {
+            backups: OptionalCache::start(client, api, discovery_interval),
+        }
     }
 
     /// Ready when the CheckpointBackups are listed, or known to be absent (or forbidden).
     pub(crate) fn is_ready(&self) -> bool {
-        matches!(self.crd_state(), CrdState::NotInstalled | CrdState::Synced)
+        self.backups.is_ready()
     }
 
     /// The cached CheckpointBackups whose `resourceRef` points into `namespace`, or `None` when the CRD is
     /// not installed (or its first listing is not complete).
     pub(crate) fn backups_for(&self, namespace: &str) -> Option<Vec<Arc<CheckpointBackup>>> {
-        if self.crd_state() != CrdState::Synced {
-            return None;
-        }
-        let store = self.backups.read().ok()?.clone()?;
+        let store = self.backups.synced_store()?;
         Some(store.state_filter(|b| b.target_namespace() == Some(namespace)))
     }
-}
-
-fn is_not_found(err: &kube::Error) -> bool {
-    matches!(err, kube::Error::Api(status) if status.code == 404)
-}
-
-/// Is `migration.dcnlab.com/v1` served with `checkpointbackups`? `Ok(false)` when the group is not served.
-async fn crd_served(client: &kube::Client) -> Result<bool, kube::Error> {
-    match client
-        .list_api_group_resources(&format!("{GROUP}/{VERSION}"))
-        .await
-    {
-        Ok(list) => Ok(list.resources.iter().any(|r| r.name == PLURAL)),
-        Err(err) if is_not_found(&err) => Ok(false),
-        Err(err) => Err(err),
-    }
-}
-
-fn is_forbidden(err: &kube::Error) -> bool {
-    matches!(err, kube::Error::Api(status) if status.code == 403)
-}
-
-/// Why a watch of CheckpointBackups ended.
-enum WatchEnd {
-    /// 404: the CRD was deleted (or discovery was stale).
-    NotFound,
-    /// 403: RBAC does not let us list them.
-    Forbidden,
-}
-
-/// Discovery → watch → (404 / 403) → discovery ..., forever. Each condition ("not installed", "forbidden",
-/// a discovery error) is logged when it starts, not on every retry.
-async fn keep_backups(
-    client: kube::Client,
-    slot: Arc<RwLock<Option<Store<CheckpointBackup>>>>,
-    state: Arc<AtomicU8>,
-    discovery_interval: Duration,
-) {
-    let mut last: Option<String> = None;
-    loop {
-        let condition = match crd_served(&client).await {
-            Ok(true) => {
-                state.store(CrdState::Syncing as u8, Ordering::Release);
-                let (reader, writer) = reflector::store();
-                if let Ok(mut s) = slot.write() {
-                    *s = Some(reader.clone());
-                }
-                let synced = Arc::new(AtomicBool::new(false));
-                let (ready_state, ready_flag) = (state.clone(), synced.clone());
-                let ready = tokio::spawn(async move {
-                    if reader.wait_until_ready().await.is_ok() {
-                        ready_flag.store(true, Ordering::Release);
-                        let _ = ready_state.compare_exchange(
-                            CrdState::Syncing as u8,
-                            CrdState::Synced as u8,
-                            Ordering::AcqRel,
-                            Ordering::Acquire,
-                        );
-                        tracing::info!(
-                            backups = reader.len(),
-                            "{KIND} cache synced: checkpoint restore enabled"
-                        );
-                    }
-                });
-                let end = watch_backups(&client, writer).await;
-                ready.abort();
-                if let Ok(mut s) = slot.write() {
-                    *s = None;
-                }
-                if synced.load(Ordering::Acquire) {
-                    last = None; // it worked for a while: whatever comes next is news
-                }
-                match end {
-                    WatchEnd::NotFound => "not installed".to_string(),
-                    WatchEnd::Forbidden => "forbidden".to_string(),
-                }
-            }
-            Ok(false) => "not installed".to_string(),
-            Err(err) => format!("discovery of {GROUP}/{VERSION} failed: {err}"),
-        };
-        state.store(CrdState::NotInstalled as u8, Ordering::Release);
-        if last.as_deref() != Some(condition.as_str()) {
-            let retry_secs = discovery_interval.as_secs_f64();
-            match condition.as_str() {
-                "not installed" => tracing::info!(
-                    retry_secs,
-                    "{KIND} CRD ({PLURAL}.{GROUP}) not installed: Pods are admitted without restore; \
-                     looking for it again in the background"
-                ),
-                "forbidden" => tracing::warn!(
-                    retry_secs,
-                    "listing {PLURAL}.{GROUP} is forbidden (grant list and watch): Pods are admitted without \
-                     restore"
-                ),
-                other => tracing::warn!(retry_secs, "{other}; Pods are admitted without restore"),
-            }
-            last = Some(condition);
-        }
-        tokio::time::sleep(discovery_interval).await;
-    }
-}
-
-/// Keeps the store filled until the API answers 404 or 403.
-async fn watch_backups(
-    client: &kube::Client,
-    writer: reflector::store::Writer<CheckpointBackup>,
-) -> WatchEnd {
-    let stream = watcher(
-        Api::<CheckpointBackup>::all(client.clone()),
-        watcher::Config::default().any_semantic(),
-    )
-    .default_backoff()
-    .reflect(writer);
-    let mut stream = std::pin::pin!(stream);
-    while let Some(event) = stream.next().await {
-        let err = match event {
-            Ok(_) => continue,
-            Err(watcher::Error::InitialListFailed(err) | watcher::Error::WatchStartFailed(err)) => {
-                err
-            }
-            Err(other) => {
-                tracing::warn!(err = %other, resource = PLURAL, "watch error (retrying with backoff)");
-                continue;
-            }
-        };
-        if is_not_found(&err) {
-            return WatchEnd::NotFound;
-        }
-        if is_forbidden(&err) {
-            return WatchEnd::Forbidden;
-        }
-        tracing::warn!(%err, resource = PLURAL, "watch error (retrying with backoff)");
-    }
-    WatchEnd::NotFound // the stream never ends on its own
 }
 
 #[cfg(test)]

@@ -16,10 +16,13 @@ use kube::runtime::{WatchStreamExt, watcher};
 
 use gpu_admission_core::priority_class::{PriorityClassFacts, PriorityClassLookup};
 
+use super::dra::DraCaches;
+
 pub struct KubeCaches {
     namespaces: Store<PartialObjectMeta<Namespace>>,
     nodes: Store<PartialObjectMeta<Node>>,
     priority_classes: Store<PriorityClass>,
+    dra: DraCaches,
     synced: Arc<AtomicBool>,
     tier_label: String,
 }
@@ -56,7 +59,7 @@ impl KubeCaches {
         .default_backoff()
         .reflect(node_writer);
         let pc_stream = watcher(
-            Api::<PriorityClass>::all(client),
+            Api::<PriorityClass>::all(client.clone()),
             watcher::Config::default(),
         )
         .default_backoff()
@@ -87,6 +90,7 @@ impl KubeCaches {
             }
         });
         Self {
+            dra: DraCaches::start(client),
             namespaces,
             nodes,
             priority_classes,
@@ -100,7 +104,12 @@ impl KubeCaches {
     }
 
     pub(crate) fn is_synced(&self) -> bool {
-        self.synced.load(Ordering::Acquire)
+        self.synced.load(Ordering::Acquire) && self.dra.is_ready()
+    }
+
+    /// The DRA claims and claim templates (empty on a cluster without DRA).
+    pub(crate) fn dra(&self) -> &DraCaches {
+        &self.dra
     }
 
     pub(crate) fn namespace_tier(&self, namespace: &str) -> Option<String> {

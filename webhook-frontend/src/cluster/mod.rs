@@ -2,14 +2,16 @@
 //! (kube::runtime reflectors, never a per-request GET), or, with `--no-kube`, from flags and the policy.
 
 pub(crate) mod checkpoints;
+pub(crate) mod dra;
 pub(crate) mod kube_cache;
+pub(crate) mod optional_api;
 pub(crate) mod workloads;
 
 use std::collections::HashMap;
 
 use gpu_admission_core::admission::Facts;
 use gpu_admission_core::names::DEFAULT_TIER_LABEL;
-use gpu_admission_core::pod::gpu_resources::NoClaimTemplates;
+use gpu_admission_core::pod::gpu_resources::{ClaimTemplates, NoClaimTemplates};
 use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::priority_class::PriorityClassLookup;
 use gpu_admission_core::tier_bound::{self, NodeClass};
@@ -74,11 +76,14 @@ impl ClusterFacts {
     ) -> R {
         let tier_of = |ns: &str| self.namespace_tier(ns);
         let nodes = |name: &str| self.node_class(name, policy);
-        // No ResourceClaimTemplate source yet: DRA claims count only where a caller can read their templates.
+        let claim_templates: &dyn ClaimTemplates = match self {
+            ClusterFacts::Kube(k) => k.dra(),
+            ClusterFacts::Static { .. } => &NoClaimTemplates,
+        };
         decide(&Facts {
             tier_of: &tier_of,
             priority_classes: self.priority_classes(),
-            claim_templates: &NoClaimTemplates,
+            claim_templates,
             nodes: &nodes,
         })
     }

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 pub const GROUP: &str = "migration.dcnlab.com";
 pub const VERSION: &str = "v1";
+pub const GROUP_VERSION: &str = "migration.dcnlab.com/v1";
 pub const KIND: &str = "CheckpointBackup";
 pub const PLURAL: &str = "checkpointbackups";
 

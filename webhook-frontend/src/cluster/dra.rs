@@ -1,0 +1,61 @@
+//! DRA (`resource.k8s.io/v1`): the ResourceClaimTemplates and ResourceClaims a Pod's `spec.resourceClaims`
+//! name, so that GPUs asked for through a claim count like any other (a claim of a GPU DeviceClass makes a
+//! GPU Pod, held to its tier). On a Kubernetes without DRA both caches are simply "not served"; a claim the
+//! caches cannot read stays unresolved, and `/validate-pod` denies such a Pod under `Enforce` unless it is
+//! bound to its tier by itself.
+
+use std::time::Duration;
+
+use gpu_admission_core::pod::gpu_resources::ClaimTemplates;
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
+use kube::runtime::reflector::ObjectRef;
+
+use super::optional_api::{OptionalApi, OptionalCache};
+
+const GROUP_VERSION: &str = "resource.k8s.io/v1";
+/// How often a cluster without DRA is asked again.
+const DISCOVERY_INTERVAL: Duration = Duration::from_secs(60);
+
+pub(crate) struct DraCaches {
+    templates: OptionalCache<ResourceClaimTemplate>,
+    claims: OptionalCache<ResourceClaim>,
+}
+
+impl DraCaches {
+    pub(crate) fn start(client: kube::Client) -> Self {
+        let api = |plural| OptionalApi {
+            group_version: GROUP_VERSION,
+            plural,
+            meanwhile: "GPUs asked for through DRA claims are not counted",
+        };
+        Self {
+            templates: OptionalCache::start(
+                client.clone(),
+                api("resourceclaimtemplates"),
+                DISCOVERY_INTERVAL,
+            ),
+            claims: OptionalCache::start(client, api("resourceclaims"), DISCOVERY_INTERVAL),
+        }
+    }
+
+    /// Listed, or known not to be served.
+    pub(crate) fn is_ready(&self) -> bool {
+        self.templates.is_ready() && self.claims.is_ready()
+    }
+}
+
+impl ClaimTemplates for DraCaches {
+    fn template(&self, namespace: &str, name: &str) -> Option<ResourceClaimTemplate> {
+        let store = self.templates.synced_store()?;
+        store
+            .get(&ObjectRef::new(name).within(namespace))
+            .map(|t| (*t).clone())
+    }
+
+    fn claim(&self, namespace: &str, name: &str) -> Option<ResourceClaim> {
+        let store = self.claims.synced_store()?;
+        store
+            .get(&ObjectRef::new(name).within(namespace))
+            .map(|c| (*c).clone())
+    }
+}
