@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gpu_admission_core::admission::checkpoint_restore::backup::{
-    CheckpointBackup, GROUP_VERSION, PLURAL,
+    CheckpointBackup, GROUP_VERSION, KIND, PLURAL,
 };
 
 use super::optional_api::{OptionalApi, OptionalCache};
@@ -30,6 +30,8 @@ impl CheckpointCaches {
         let api = OptionalApi {
             group_version: GROUP_VERSION,
             plural: PLURAL,
+            kind: KIND,
+            provider: "CRD",
             meanwhile: "Pods are admitted without restore",
         };
         Self {

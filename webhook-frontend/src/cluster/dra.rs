@@ -23,18 +23,24 @@ pub(crate) struct DraCaches {
 
 impl DraCaches {
     pub(crate) fn start(client: kube::Client) -> Self {
-        let api = |plural| OptionalApi {
+        let api = |plural, kind| OptionalApi {
             group_version: GROUP_VERSION,
             plural,
+            kind,
+            provider: "DRA API",
             meanwhile: "GPUs asked for through DRA claims are not counted",
         };
         Self {
             templates: OptionalCache::start(
                 client.clone(),
-                api("resourceclaimtemplates"),
+                api("resourceclaimtemplates", "ResourceClaimTemplate"),
                 DISCOVERY_INTERVAL,
             ),
-            claims: OptionalCache::start(client, api("resourceclaims"), DISCOVERY_INTERVAL),
+            claims: OptionalCache::start(
+                client,
+                api("resourceclaims", "ResourceClaim"),
+                DISCOVERY_INTERVAL,
+            ),
         }
     }
 

@@ -46,12 +46,18 @@ pub(crate) struct OptionalApi {
     pub(crate) group_version: &'static str,
     /// The resource's plural name, e.g. `resourceclaimtemplates`.
     pub(crate) plural: &'static str,
+    /// The kind, e.g. `ResourceClaimTemplate`, and what provides it, e.g. `DRA API`, for the log lines.
+    pub(crate) kind: &'static str,
+    pub(crate) provider: &'static str,
     /// What happens while it is not cached, e.g. `Pods are admitted without restore`.
     pub(crate) meanwhile: &'static str,
 }
 
 /// The cached objects of an [`OptionalApi`].
-pub(crate) struct OptionalCache<K: kube::Resource<DynamicType = ()> + 'static> {
+pub(crate) struct OptionalCache<K>
+where
+    K: kube::Resource<DynamicType = ()> + 'static,
+{
     store: Arc<RwLock<Option<Store<K>>>>,
     state: Arc<AtomicU8>,
 }
@@ -157,20 +163,23 @@ async fn keep<K>(
 }
 
 fn log_condition(api: &OptionalApi, condition: &str, discovery_interval: Duration) {
-    let (retry_secs, gv, plural, meanwhile) = (
+    let (retry_secs, kind, provider, plural, meanwhile) = (
         discovery_interval.as_secs_f64(),
-        api.group_version,
+        api.kind,
+        api.provider,
         api.plural,
         api.meanwhile,
     );
+    let group = api.group_version.split('/').next().unwrap_or_default();
     match condition {
         "not served" => tracing::info!(
             retry_secs,
-            "{plural} ({gv}) not served: {meanwhile}; looking for it again in the background"
+            "{kind} {provider} ({plural}.{group}) not installed: {meanwhile}; looking for it again in the \
+             background"
         ),
         "forbidden" => tracing::warn!(
             retry_secs,
-            "listing {plural} ({gv}) is forbidden (grant list and watch): {meanwhile}"
+            "listing {plural}.{group} is forbidden (grant list and watch): {meanwhile}"
         ),
         other => tracing::warn!(retry_secs, "{other}; {meanwhile}"),
     }
@@ -202,11 +211,7 @@ where
                 Ordering::AcqRel,
                 Ordering::Acquire,
             );
-            tracing::info!(
-                objects = reader.len(),
-                resource = api.plural,
-                "cache synced"
-            );
+            tracing::info!(objects = reader.len(), "{} cache synced", api.kind);
         }
     });
     let end = watch::<K>(client, api.plural, writer).await;

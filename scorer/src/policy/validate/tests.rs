@@ -269,7 +269,8 @@ fn enforcement_caps_fallback_and_grants() {
     assert_eq!(p.enforcement.admin_groups, ["gpu-admission:admins"]);
     let bronze = &p.tiers[p.tier_index("bronze").unwrap()];
     assert_eq!(bronze.max_priority_class.as_deref(), Some("gpu-default"));
-    assert_eq!(bronze.fallback, crate::policy::Fallback::PassThrough);
+    // Every shipped tier restricts classes: its Pods fall back to the tier, never unbound.
+    assert_eq!(bronze.fallback, crate::policy::Fallback::TierDefault);
     assert!(p.namespace_grants.is_empty());
 
     let granted = DEFAULT_POLICY_YAML
