@@ -113,7 +113,7 @@ fn unchanged_errors(submitted: &Value, stored: &Value) -> Vec<String> {
 /// have decided (no PriorityClass, no score).
 fn fallback_errors(submitted: &Value, stored: &Value) -> Vec<String> {
     let mut errs = check_preserved(submitted, stored);
-    if annotation(stored, "gpu-admission.io/fallback").as_deref() != Some("tier-default") {
+    if annotation(stored, "gpu-admission.io/fallback") != Some("tier-default") {
         errs.push("no fallback annotation".into());
     }
     if annotation(stored, "gpu-admission.io/priority-score").is_some() {
