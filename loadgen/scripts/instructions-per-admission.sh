@@ -4,9 +4,11 @@
 # host. Usage: loadgen/scripts/instructions-per-admission.sh BIN_DIR [N]
 #   BIN_DIR holds release builds of `scorer` and `webhook-frontend`; N admissions are counted (default 2000)
 #   after 200 warm-up admissions. Needs valgrind and h2load (Debian: valgrind, nghttp2-client).
+#   WEBHOOK_PATH=/validate-pod counts that webhook instead of /mutate-pod (the same Pod review).
 set -euo pipefail
 bin=$(realpath "$1")
 n=${2:-2000}
+path=${WEBHOOK_PATH:-/mutate-pod}
 body=$(realpath "$(dirname "$0")/../../tests/fixtures/admissionreviews/v1-pod-create-nvidia.json")
 out=$(mktemp -d)
 scorer_port=50171 webhook_port=8471
@@ -27,7 +29,7 @@ for _ in $(seq 60); do grep -q "scorer policy loaded" "$out/frontend.log" && bre
 
 load() {
   h2load -n "$1" -c 1 -m 4 -d "$body" -H 'content-type: application/json' \
-    "https://localhost:$webhook_port/mutate-pod"
+    "https://localhost:$webhook_port$path"
 }
 load 200 >/dev/null
 for p in "${pids[@]}"; do callgrind_control -z "$p" >/dev/null; done
@@ -37,7 +39,7 @@ sleep 1
 for name in frontend scorer; do
   # The dump after zeroing (`NAME.cg.1`) holds the counted admissions only.
   total=$(sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$out/$name.cg.1" | head -1)
-  echo "$name: $((total / n)) instructions per admission ($total / $n)"
+  echo "$name: $((total / n)) instructions per admission ($total / $n) on $path"
 done
 echo "pass-throughs (must be 0): $(grep -c "pass-through" "$out/frontend.log" || true)"
 rm -rf "$out"
