@@ -219,8 +219,13 @@ fn warnings(input: &PatchInput<'_>, plan: &Plan<'_>) -> Vec<String> {
     let tier = input.tier.map_or("", |t| t.tier);
     let targets: Vec<&str> = plan.targets.iter().map(|c| c.name.as_str()).collect();
     if !plan.pins_outside.is_empty() && plan.place {
+        let outcome = if plan.own_meets_tier {
+            "it runs only there"
+        } else {
+            "it cannot schedule while it keeps that selector"
+        };
         out.push(format!(
-            "gpu-admission: GPU class {} is outside tier {tier}; the Pod is constrained to the tier's classes ({}) and cannot schedule while it keeps that selector",
+            "gpu-admission: GPU class {} is outside tier {tier}; the Pod is constrained to the tier's classes ({}): {outcome}",
             plan.pins_outside.join(", "),
             targets.join(", ")
         ));

@@ -22,6 +22,8 @@ pub(super) struct Plan<'a> {
     pub(super) placed_by: Option<PlacedBy>,
     /// The Pod's own constraints allow classes outside the tier, or no class (not an admin's), for the warning.
     pub(super) pins_outside: Vec<String>,
+    /// The Pod's own constraints leave it some class of the tier (it can schedule once bound).
+    pub(super) own_meets_tier: bool,
     /// The PriorityClass to set (replacing the Pod's own when it is above the cap), if any.
     pub(super) priority: Option<PriorityClassFacts>,
     /// The Pod's own class was above the cap: (own, cap).
@@ -96,6 +98,10 @@ impl<'a> Plan<'a> {
             Some(bound) => bound,
             None => placed_by.is_some() || admin_pin || inside,
         };
+        let own_meets_tier = match (input.tier, &own) {
+            (Some(tier), Some(o)) => o.allowed.iter().any(|c| tier.allows(c)),
+            _ => true,
+        };
         let pins_outside: Vec<String> = match (input.tier, &own) {
             (Some(tier), Some(o)) if !input.admin && !inside => {
                 let out: Vec<String> = o
@@ -145,6 +151,7 @@ impl<'a> Plan<'a> {
             own,
             placed_by,
             pins_outside,
+            own_meets_tier,
             priority,
             capped_own,
             label_keys,
