@@ -148,7 +148,22 @@ impl Core {
         let policy = self.policy("Observe")?;
         let obs = observation(&policy, req)
             .inspect_err(|_| self.metrics.request("Observe", "invalid_argument"))?;
-        let outcome = model::observe(&policy, &mut self.learned_for_write(), &obs);
+        let (outcome, summary) = {
+            let mut learned = self.learned_for_write();
+            let outcome = model::observe(&policy, &mut learned, &obs);
+            let summary =
+                (!outcome.duplicate).then(|| model::summary(&policy, &learned, &obs.job_type));
+            (outcome, summary)
+        };
+        if let Some(summary) = &summary {
+            self.metrics.job_type_learned(&obs.job_type, summary);
+        }
+        if let Some(evicted) = &outcome.evicted {
+            let classes: Vec<String> = policy.classes.iter().map(|c| c.name.clone()).collect();
+            self.metrics.job_type_evicted(evicted, &classes);
+            tracing::info!(evicted = %evicted, learned = %obs.job_type,
+                "unlisted job type forgotten: the budget of unlisted job types is full (least recently seen first)");
+        }
         self.metrics.request(
             "Observe",
             if outcome.duplicate { "duplicate" } else { "ok" },
