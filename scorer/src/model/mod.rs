@@ -246,14 +246,36 @@ pub fn runtime_estimate(
         .seconds()
 }
 
-/// Scores `req`. `budget_allows` says whether the exploration window has room for one more
-/// exploratory decision; `seed` drives this decision's draws (the caller derives it from the request
-/// and the learned state). The caller records whether the decision explored.
+/// What lets a decision explore, besides its posterior draw favouring another class than the lowest cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// This replica's exploration window (`true`: it has room for one more exploratory decision): the
+    /// decision explores whenever its Thompson draw says so, so a job type explores as often as another
+    /// class is plausibly its best, and the operator's cap bounds the share (unkeyed decisions).
+    Window(bool),
+    /// Also the decision's own seeded draw below `explorationCap` (the same on every replica: keyed
+    /// decisions, with `true`, see [`crate::decisions`]).
+    SeededDraw(bool),
+}
+
+/// Scores `req` with [`Gate::SeededDraw`]`(budget_allows)`; see [`score_gated`].
 pub fn score(
     policy: &Policy,
     learned: &Learned,
     req: &JobRequest,
     budget_allows: bool,
+    seed: u64,
+) -> Decision {
+    score_gated(policy, learned, req, Gate::SeededDraw(budget_allows), seed)
+}
+
+/// Scores `req`. `gate` says what allows exploring; `seed` drives this decision's draws (the caller derives
+/// it from the request and the learned state). The caller records whether the decision explored.
+pub fn score_gated(
+    policy: &Policy,
+    learned: &Learned,
+    req: &JobRequest,
+    gate: Gate,
     seed: u64,
 ) -> Decision {
     let tier_index = policy.tier_index(&req.tier).unwrap_or(policy.default_tier);
@@ -289,9 +311,12 @@ pub fn score(
     // A scorer that has never received an observation does not explore: with nobody reporting
     // runtimes, trying a class teaches nothing.
     let mut draws = sampling::Draws::new(seed);
-    let gate = draws.uniform();
-    let exploration_allowed =
-        budget_allows && learned.observations > 0 && gate < learning.exploration_cap;
+    let u = draws.uniform();
+    let exploration_allowed = learned.observations > 0
+        && match gate {
+            Gate::Window(room) => room && learning.exploration_cap > 0.0,
+            Gate::SeededDraw(room) => room && u < learning.exploration_cap,
+        };
 
     // Per-class inputs.
     let n = policy.classes.len();
@@ -346,7 +371,7 @@ pub fn score(
         feasible.retain(|&i| i != s);
         feasible.insert(0, s);
     }
-    let why = explain_rule(
+    let mut why = explain_rule(
         policy,
         &feasible,
         &terms,
@@ -356,6 +381,19 @@ pub fn score(
         explored,
         exploration_allowed,
     );
+    if let (true, Some(s)) = (explored, sampled_best) {
+        why.reason.push_str(&format!(
+            "; {} run(s) of this job type on {} so far, its runtime known to ±{:.0} %{}",
+            post.count(who, s),
+            policy.classes[s].name,
+            100.0 * inputs.log_var[s].sqrt(),
+            if post.contradicted(who) {
+                "; the job type's runs contradict its prior, so it is learned under a wider one"
+            } else {
+                ""
+            }
+        ));
+    }
 
     let candidate = |i: usize, feasible: bool| Candidate {
         class: i,

@@ -96,7 +96,8 @@ impl Core {
                     .exploration
                     .allows(policy.learning.exploration_cap, window);
                 let seed = decision_seed(&policy, &learned, req);
-                let d = model::score(&policy, &learned, &job, allowed, seed);
+                let d =
+                    model::score_gated(&policy, &learned, &job, model::Gate::Window(allowed), seed);
                 if !d.accepted().is_empty() {
                     learned.exploration.record(d.explored, window);
                 }
@@ -190,7 +191,7 @@ impl Core {
                 .exploration
                 .allows(policy.learning.exploration_cap, window);
             let seed = decision_seed(&policy, &learned, req);
-            model::score(&policy, &learned, &job, budget, seed)
+            model::score_gated(&policy, &learned, &job, model::Gate::Window(budget), seed)
         } else {
             // What a first Pod of the workload would get now (a cached answer may be older).
             workload_decision(
