@@ -47,6 +47,8 @@ fn regret_falls_as_the_scorer_learns() {
     let out: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let r = &out["runs"][0];
     assert_eq!(r["truth"], "cluster");
+    // Every job type is learned, the unlisted ones too.
+    assert_eq!(r["refused_observations"], 0, "{stdout}");
     let first = r["first_10pct"]["scorer"].as_f64().unwrap();
     let last = r["last_25pct"]["scorer"].as_f64().unwrap();
     assert!(

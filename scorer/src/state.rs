@@ -284,6 +284,47 @@ mod tests {
     }
 
     #[test]
+    fn the_largest_state_the_bounds_allow_is_far_inside_a_configmap() {
+        // Every bound full: 10 listed + 512 unlisted job types on every class, 2 048 pairs, 10 000 ids,
+        // counts and sums as after millions of observations. (The growth curve: `--example state_size`.)
+        use crate::model::{interference, observed, unlisted};
+        let p = embedded_default().unwrap();
+        let mut l = Learned::default();
+        let mut names: Vec<String> = p.job_types.iter().map(|j| j.name.clone()).collect();
+        for k in 0..unlisted::BUDGET {
+            let name = format!("team-{k:04}-some-job-type-name");
+            l.unlisted.touch(&name, None, k as u64 + 1);
+            names.push(name);
+        }
+        for (k, name) in names.iter().enumerate() {
+            for c in &p.classes {
+                let cell = l
+                    .runtimes
+                    .by_job
+                    .entry(name.clone())
+                    .or_default()
+                    .entry(c.name.clone())
+                    .or_default();
+                cell.count = 1_000_003 + k as u64;
+                cell.sum = 9_123_456_789_012_345 + k as i64;
+            }
+        }
+        for k in 0..interference::MAX_PAIRS {
+            let (a, b) = (&names[k % names.len()], &names[(k * 7 + 1) % names.len()]);
+            l.interference
+                .record(a, b, 0.1 + k as f64 / 1e4, 5_000_000 + k as u64);
+        }
+        for i in 0..2 * observed::CAPACITY {
+            l.observed
+                .insert(&format!("0b6c1c62-5d1a-4bd0-9d0e-{i:012}"));
+        }
+        l.observations = 1_000_000_000;
+        let bytes = encode_shared(&l).unwrap();
+        assert!(bytes.len() <= 256 * 1024, "{} bytes", bytes.len());
+        assert_eq!(decode_shared(&bytes).unwrap(), l);
+    }
+
+    #[test]
     fn unwritable_location_is_an_error_not_a_panic() {
         let e = save(
             Path::new("/nonexistent-dir/state.json"),
