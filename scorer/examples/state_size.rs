@@ -25,7 +25,7 @@ fn main() {
     let mut i = 0u64;
     for &at in &checkpoints {
         while i < at {
-            let colocated = if i % 50 == 0 {
+            let colocated = if i.is_multiple_of(50) {
                 vec![listed[(i / 50) as usize % listed.len()].clone()]
             } else {
                 vec![]
