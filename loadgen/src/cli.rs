@@ -41,8 +41,18 @@ pub struct LearnArgs {
     /// Seed of the synthetic truth and of the job stream.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Several seeds, one run each (fresh scorers), then their mean and spread, e.g. `1,2,3,4,5`; overrides --seed.
+    #[arg(long, value_delimiter = ',', value_name = "SEED,...")]
+    pub seeds: Vec<u64>,
+    /// The hidden truth: `cluster` (priors wrong for a third of the job types, close calls, unlisted and
+    /// late job types, heavy tails) or `classic` (the first, easier benchmark).
+    #[arg(long, value_enum, default_value_t = TruthKind::Cluster)]
+    pub truth: TruthKind,
+    /// Job types of the `cluster` truth (the policy's first, then listed and unlisted ones alternately).
+    #[arg(long, default_value_t = 26)]
+    pub job_types: usize,
     /// Number of jobs scored (and observed).
-    #[arg(long, default_value_t = 6000)]
+    #[arg(long, default_value_t = 2000)]
     pub decisions: usize,
     /// Observations arrive this many decisions after their Score (runs take time).
     #[arg(long, default_value_t = 8)]
@@ -62,6 +72,13 @@ pub struct LearnArgs {
     /// Writes the regret-over-decisions plot as SVG.
     #[arg(long, value_name = "PATH")]
     pub svg: Option<PathBuf>,
+}
+
+/// The truth `loadgen learn` hides from the scorer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TruthKind {
+    Cluster,
+    Classic,
 }
 
 #[derive(Debug, Args)]

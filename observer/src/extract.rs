@@ -291,6 +291,7 @@ pub fn observation<'r>(
         colocated_job_types: colocated,
         observation_id: job.uid.clone(),
         gpu_count: job.gpu_count,
+        ..Default::default()
     })
 }
 

@@ -34,6 +34,17 @@ pub struct Http2LimitLabels {
     pub setting: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JobTypeLabels {
+    pub job_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JobClassLabels {
+    pub job_type: String,
+    pub gpu_class: String,
+}
+
 #[derive(Debug, Clone)]
 pub struct Metrics {
     /// Server-side time to score one request (the model, under the learned-state lock).
@@ -47,6 +58,13 @@ pub struct Metrics {
     pub workload_answers: Family<WorkloadLabels, Counter>,
     /// The HTTP/2 limits the gRPC server runs with.
     pub http2_limits: Family<Http2LimitLabels, Gauge>,
+    /// Unlisted job types forgotten past the budget (least recently seen first).
+    pub unlisted_evicted: Counter,
+    /// Per job type learned: observations, whether its runs contradict its prior, and per class the
+    /// estimated speedup over the catalog's slowest class.
+    pub job_type_observations: Family<JobTypeLabels, Gauge>,
+    pub job_type_contradicted: Family<JobTypeLabels, Gauge>,
+    pub job_type_speedup: Family<JobClassLabels, Gauge<f64, AtomicU64>>,
 }
 
 impl Metrics {
@@ -63,6 +81,10 @@ impl Metrics {
             explored_decisions: Counter::default(),
             workload_answers: Family::default(),
             http2_limits: Family::default(),
+            unlisted_evicted: Counter::default(),
+            job_type_observations: Family::default(),
+            job_type_contradicted: Family::default(),
+            job_type_speedup: Family::default(),
         };
         registry.register(
             "scorer_score_duration_seconds",
@@ -100,7 +122,64 @@ impl Metrics {
             "HTTP/2 limits of the gRPC server, per connection, by setting",
             m.http2_limits.clone(),
         );
+        registry.register(
+            "scorer_unlisted_job_types_evicted",
+            "Job types the policy does not list forgotten past the learning budget (least recently seen first)",
+            m.unlisted_evicted.clone(),
+        );
+        registry.register(
+            "scorer_job_type_observations",
+            "Runs learned per job type (listed or not), over every class",
+            m.job_type_observations.clone(),
+        );
+        registry.register(
+            "scorer_job_type_prior_contradicted",
+            "1 when a job type's runs contradict its prior (it is then learned under a wider one)",
+            m.job_type_contradicted.clone(),
+        );
+        registry.register(
+            "scorer_job_type_speedup",
+            "Estimated speedup of a job type on a GPU class over the catalog's slowest class",
+            m.job_type_speedup.clone(),
+        );
         m
+    }
+
+    /// Updates the metrics of a job type after it was learned.
+    pub fn job_type_learned(&self, job_type: &str, s: &crate::model::JobTypeSummary) {
+        let label = JobTypeLabels {
+            job_type: job_type.to_string(),
+        };
+        self.job_type_observations
+            .get_or_create(&label)
+            .set(i64::try_from(s.observations).unwrap_or(i64::MAX));
+        self.job_type_contradicted
+            .get_or_create(&label)
+            .set(i64::from(s.contradicted));
+        for (class, speedup) in &s.speedups {
+            self.job_type_speedup
+                .get_or_create(&JobClassLabels {
+                    job_type: job_type.to_string(),
+                    gpu_class: class.clone(),
+                })
+                .set(*speedup);
+        }
+    }
+
+    /// Drops the metrics of an evicted job type and counts the eviction.
+    pub fn job_type_evicted(&self, job_type: &str, classes: &[String]) {
+        self.unlisted_evicted.inc();
+        let label = JobTypeLabels {
+            job_type: job_type.to_string(),
+        };
+        self.job_type_observations.remove(&label);
+        self.job_type_contradicted.remove(&label);
+        for class in classes {
+            self.job_type_speedup.remove(&JobClassLabels {
+                job_type: job_type.to_string(),
+                gpu_class: class.clone(),
+            });
+        }
     }
 
     pub fn workload_answer(&self, answer: &'static str) {
@@ -150,6 +229,15 @@ mod tests {
         m.workload_answer("cached");
         m.score_duration.observe(0.00002);
         m.record_http2_limits(&[("max_pending_accept_reset_streams", 1024)]);
+        m.job_type_learned(
+            "train-new",
+            &crate::model::JobTypeSummary {
+                observations: 3,
+                speedups: vec![("L4-24GB".into(), 1.0), ("H100-80GB".into(), 4.5)],
+                contradicted: true,
+            },
+        );
+        m.job_type_evicted("gone", &[]);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for needle in [
@@ -160,6 +248,10 @@ mod tests {
             "scorer_score_duration_seconds_count 1",
             "# TYPE scorer_state_snapshot_age_seconds gauge",
             "scorer_http2_limit{setting=\"max_pending_accept_reset_streams\"} 1024",
+            "scorer_unlisted_job_types_evicted_total 1",
+            "scorer_job_type_observations{job_type=\"train-new\"} 3",
+            "scorer_job_type_prior_contradicted{job_type=\"train-new\"} 1",
+            "scorer_job_type_speedup{job_type=\"train-new\",gpu_class=\"H100-80GB\"} 4.5",
         ] {
             assert!(text.contains(needle), "{needle} missing from:\n{text}");
         }

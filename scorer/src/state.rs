@@ -1,7 +1,12 @@
-//! Persistence of the learned state: a JSON snapshot written atomically (temp file in the same
-//! directory, fsync, rename, fsync of the directory), so a crash leaves either the old or the new
-//! snapshot, never half of one. A snapshot that cannot be read at start is reported, moved aside to
-//! `<path>.corrupt`, and ignored: the scorer starts from the policy's priors.
+//! Persistence of the learned state: a snapshot written atomically (temp file in the same directory,
+//! fsync, rename, fsync of the directory), so a crash leaves either the old or the new snapshot, never
+//! half of one. A snapshot that cannot be read at start is reported, moved aside to `<path>.corrupt`, and
+//! ignored: the scorer starts from the policy's priors.
+//!
+//! Format v3 (this one) is gzip-compressed JSON of sufficient statistics (per (job type, class) and per
+//! pair), the de-duplication window and the unlisted job types; its size is bounded whatever the number of
+//! observations (see the README's size curve). Format v2 (plain JSON, written by older scorers) still
+//! loads and imports: its statistics are the same, its 128-bit ids are cut to the last 10 000 of 64 bits.
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -11,7 +16,11 @@ use serde::{Deserialize, Serialize};
 use crate::model::Learned;
 
 /// Identifies the snapshot format; bumped on incompatible changes.
-pub const FORMAT: &str = "gpu-admission-scorer-state/v2";
+pub const FORMAT: &str = "gpu-admission-scorer-state/v3";
+/// The previous format, still read.
+pub const FORMAT_V2: &str = "gpu-admission-scorer-state/v2";
+/// Largest decompressed snapshot read (a guard against a decompression bomb; a bounded state is far less).
+const MAX_DECODED_BYTES: u64 = 64 * 1024 * 1024;
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -53,37 +62,62 @@ pub fn load(path: &Path) -> Result<Option<Learned>, StateError> {
         path: path.to_path_buf(),
         reason,
     };
-    let snapshot: Snapshot = serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
-    if snapshot.format != FORMAT {
-        return Err(corrupt(format!(
-            "format `{}`, expected `{FORMAT}`",
+    decode(&bytes).map(Some).map_err(corrupt)
+}
+
+/// Reads a snapshot of format v3 (gzip) or v2 (plain JSON).
+fn decode(bytes: &[u8]) -> Result<Learned, String> {
+    use std::io::Read;
+    let json = if bytes.starts_with(&[0x1f, 0x8b]) {
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(bytes)
+            .take(MAX_DECODED_BYTES + 1)
+            .read_to_end(&mut out)
+            .map_err(|e| format!("not gzip: {e}"))?;
+        if out.len() as u64 > MAX_DECODED_BYTES {
+            return Err(format!(
+                "decompresses to more than {MAX_DECODED_BYTES} bytes"
+            ));
+        }
+        out
+    } else {
+        bytes.to_vec()
+    };
+    let snapshot: Snapshot = serde_json::from_slice(&json).map_err(|e| e.to_string())?;
+    if snapshot.format != FORMAT && snapshot.format != FORMAT_V2 {
+        return Err(format!(
+            "format `{}`, expected `{FORMAT}` (or `{FORMAT_V2}`)",
             snapshot.format
-        )));
+        ));
     }
-    Ok(Some(snapshot.learned))
+    Ok(snapshot.learned)
+}
+
+/// The snapshot of `learned` in format v3.
+fn encode(learned: &Learned) -> Result<Vec<u8>, serde_json::Error> {
+    use std::io::Write;
+    let json = serde_json::to_vec(&Snapshot {
+        format: FORMAT.to_string(),
+        saved_at_unix_seconds: now(),
+        learned: learned.clone(),
+    })?;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&json).map_err(serde_json::Error::io)?;
+    gz.finish().map_err(serde_json::Error::io)
 }
 
 /// Encodes the learned state for another replica (`ExportState`): the snapshot format without this
 /// replica's exploration window.
 pub fn encode_shared(learned: &Learned) -> Result<Vec<u8>, serde_json::Error> {
-    let shared = Learned {
+    encode(&Learned {
         exploration: Default::default(),
         ..learned.clone()
-    };
-    serde_json::to_vec(&Snapshot {
-        format: FORMAT.to_string(),
-        saved_at_unix_seconds: now(),
-        learned: shared,
     })
 }
 
-/// Decodes what [`encode_shared`] wrote.
+/// Decodes what [`encode_shared`] wrote (or an older scorer's v2 export).
 pub fn decode_shared(bytes: &[u8]) -> Result<Learned, String> {
-    let snapshot: Snapshot = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
-    if snapshot.format != FORMAT {
-        return Err(format!("format `{}`, expected `{FORMAT}`", snapshot.format));
-    }
-    Ok(snapshot.learned)
+    decode(bytes)
 }
 
 /// Whether `theirs` holds every observation `ours` holds: at least as many, and every id ours still
@@ -139,12 +173,7 @@ pub fn save(path: &Path, learned: &Learned) -> Result<(), StateError> {
         path: path.to_path_buf(),
         source,
     };
-    let snapshot = Snapshot {
-        format: FORMAT.to_string(),
-        saved_at_unix_seconds: now(),
-        learned: learned.clone(),
-    };
-    let json = serde_json::to_vec(&snapshot).map_err(|e| err(std::io::Error::other(e)))?;
+    let json = encode(learned).map_err(|e| err(std::io::Error::other(e)))?;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
@@ -184,6 +213,7 @@ mod tests {
                 id: Some("pod-1".into()),
                 gpu_count: 2,
                 job_type: "train-bert".into(),
+                workload_class: None,
                 gpu_class: "A100-80GB".into(),
                 runtime_seconds: 12_345.5,
                 colocated_job_types: vec!["train-resnet".into()],
@@ -230,6 +260,68 @@ mod tests {
         }
         save(&path, &some_learning()).unwrap();
         assert!(load_or_report(&path).is_some());
+    }
+
+    #[test]
+    fn a_v2_snapshot_of_an_older_scorer_still_loads_and_imports() {
+        let v2 = include_bytes!("../tests/fixtures/state-v2.json");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        fs::write(&path, v2).unwrap();
+        let l = load(&path).unwrap().unwrap();
+        assert_eq!(l.observations, 5);
+        assert_eq!(l.runtimes.get("train-bert", "A100-80GB").count, 3);
+        assert!((l.runtimes.get("train-bert", "A100-80GB").mean() - 9.5).abs() < 1e-9);
+        assert_eq!(l.interference.get("notebook", "batch-etl").count, 4);
+        assert_eq!(l.observed.len(), 2);
+        assert_eq!(l.exploration.len(), 2);
+        // The same bytes through ImportState's decoder; written back, it is v3 (gzip) and equal.
+        let imported = decode_shared(v2).unwrap();
+        assert_eq!(imported, l);
+        save(&path, &l).unwrap();
+        assert_eq!(&fs::read(&path).unwrap()[..2], &[0x1f, 0x8b]);
+        assert_eq!(load(&path).unwrap().unwrap(), l);
+    }
+
+    #[test]
+    fn the_largest_state_the_bounds_allow_is_far_inside_a_configmap() {
+        // Every bound full: 10 listed + 512 unlisted job types on every class, 2 048 pairs, 10 000 ids,
+        // counts and sums as after millions of observations. (The growth curve: `--example state_size`.)
+        use crate::model::{interference, observed, unlisted};
+        let p = embedded_default().unwrap();
+        let mut l = Learned::default();
+        let mut names: Vec<String> = p.job_types.iter().map(|j| j.name.clone()).collect();
+        for k in 0..unlisted::BUDGET {
+            let name = format!("team-{k:04}-some-job-type-name");
+            l.unlisted.touch(&name, None, k as u64 + 1);
+            names.push(name);
+        }
+        for (k, name) in names.iter().enumerate() {
+            for c in &p.classes {
+                let cell = l
+                    .runtimes
+                    .by_job
+                    .entry(name.clone())
+                    .or_default()
+                    .entry(c.name.clone())
+                    .or_default();
+                cell.count = 1_000_003 + k as u64;
+                cell.sum = 9_123_456_789_012_345 + k as i64;
+            }
+        }
+        for k in 0..interference::MAX_PAIRS {
+            let (a, b) = (&names[k % names.len()], &names[(k * 7 + 1) % names.len()]);
+            l.interference
+                .record(a, b, 0.1 + k as f64 / 1e4, 5_000_000 + k as u64);
+        }
+        for i in 0..2 * observed::CAPACITY {
+            l.observed
+                .insert(&format!("0b6c1c62-5d1a-4bd0-9d0e-{i:012}"));
+        }
+        l.observations = 1_000_000_000;
+        let bytes = encode_shared(&l).unwrap();
+        assert!(bytes.len() <= 256 * 1024, "{} bytes", bytes.len());
+        assert_eq!(decode_shared(&bytes).unwrap(), l);
     }
 
     #[test]

@@ -1,15 +1,18 @@
 //! `loadgen learn`: the decision-quality benchmark of the scorer's learning.
 //!
-//! A synthetic cluster with a hidden ground truth ([`truth`]) drives the real scorer process over gRPC:
-//! for every job, `Score`, then (after `--feedback-delay` later decisions, as runs take time) `Observe`
-//! with a runtime drawn from the truth on the class the scorer chose. Each decision is compared with
-//! what an oracle that knows the truth would have chosen, with the best single static class of the tier
-//! (in hindsight), and with a second scorer that never learns (its priors only). See [`report`].
+//! A synthetic cluster with a hidden ground truth ([`cluster`] by default, [`truth`]'s classic one with
+//! `--truth classic`) drives the real scorer process over gRPC: for every job, `Score`, then (after
+//! `--feedback-delay` later decisions, as runs take time) `Observe` with a runtime drawn from the truth on
+//! the class the scorer chose. Each decision is compared with what an oracle that knows the truth would
+//! have chosen, with the best single static class of the tier (in hindsight), and with a second scorer
+//! that never learns (its priors only). With `--seeds`, one run per seed (fresh scorers each), then the
+//! mean and spread. See [`report`].
+pub mod cluster;
 pub mod report;
 pub mod truth;
 
 use std::collections::VecDeque;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use gpu_admission_proto::scorer::v1::{self as pb, scorer_client::ScorerClient};
@@ -18,9 +21,9 @@ use rand::{Rng, SeedableRng};
 use serde_yaml::Value;
 use tonic::transport::Channel;
 
-use crate::cli::LearnArgs;
+use crate::cli::{LearnArgs, TruthKind};
 use crate::spawn::Service;
-use report::{Decision, Report};
+use report::{Decision, Outcome, Report, Summary};
 use truth::{Catalog, Truth};
 
 /// The policy the scorer embeds (the benchmark's default).
@@ -33,10 +36,69 @@ pub const SPOT_TIER: &str = "bench-spot";
 
 /// GPU counts of the generated jobs (1-8, small ones more frequent).
 const GPU_COUNTS: [u32; 7] = [1, 1, 1, 2, 2, 4, 8];
-/// Share of jobs that run next to other job types.
-const COLOCATED_SHARE: f64 = 0.4;
+
+/// How the job stream of a truth is drawn.
+#[derive(Debug, Clone, Copy)]
+struct StreamShape {
+    /// Share of jobs that run next to 1-2 other job types.
+    colocated: f64,
+    /// Share of jobs in the `cheapest` tier (`None`: every tier that leaves a choice equally often).
+    cheapest: Option<f64>,
+}
+
+impl StreamShape {
+    fn of(kind: TruthKind) -> Self {
+        match kind {
+            TruthKind::Classic => Self {
+                colocated: 0.4,
+                cheapest: None,
+            },
+            TruthKind::Cluster => Self {
+                colocated: 0.5,
+                cheapest: Some(0.5),
+            },
+        }
+    }
+}
 
 pub async fn run(args: LearnArgs) -> Result<i32> {
+    let seeds = if args.seeds.is_empty() {
+        vec![args.seed]
+    } else {
+        args.seeds.clone()
+    };
+    let mut reports = Vec::with_capacity(seeds.len());
+    for &seed in &seeds {
+        let report = run_seed(&args, seed).await?;
+        report.print();
+        if let Some(path) = &args.svg {
+            report::plot(&svg_path(path, seed, seeds.len()), &report)?;
+        }
+        reports.push(report);
+    }
+    let summary = Summary::of(&reports);
+    if reports.len() > 1 {
+        summary.print();
+    }
+    if let Some(path) = &args.json {
+        let out = serde_json::json!({ "summary": summary, "runs": reports });
+        write_file(path, &serde_json::to_vec_pretty(&out)?)?;
+    }
+    Ok(0)
+}
+
+/// `learn.svg` for one seed, `learn-seed3.svg` for each of several.
+fn svg_path(path: &Path, seed: u64, seeds: usize) -> PathBuf {
+    if seeds <= 1 {
+        return path.to_path_buf();
+    }
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("learn");
+    path.with_file_name(format!("{stem}-seed{seed}.svg"))
+}
+
+/// The policy, catalog and truth of one seed: the policy the scorers run gets the spot tier (and, for the
+/// cluster truth, its listed job types).
+fn setup(args: &LearnArgs, seed: u64) -> Result<(Value, Catalog, Truth)> {
     let text = match &args.policy {
         Some(p) => {
             std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?
@@ -45,19 +107,26 @@ pub async fn run(args: LearnArgs) -> Result<i32> {
     };
     let mut policy: Value = serde_yaml::from_str(&text).context("parsing the policy")?;
     add_spot_tier(&mut policy);
+    let mut cat = Catalog::from_policy(&policy)?;
+    let truth = match args.truth {
+        TruthKind::Classic => Truth::classic(&cat, seed),
+        TruthKind::Cluster => cluster::generate(&mut policy, &mut cat, seed, args.job_types),
+    };
+    Ok((policy, cat, truth))
+}
+
+/// The two scorers of one run (learning, prior-only), started on the written policy.
+async fn start_scorers(args: &LearnArgs, policy: &Value, seed: u64) -> Result<[Service; 2]> {
     let work = match &args.work_dir {
-        Some(d) => {
-            std::fs::create_dir_all(d)?;
-            d.clone()
-        }
+        Some(d) => d.join(format!("seed-{seed}")),
         None => tempfile::Builder::new()
             .prefix("loadgen-learn-")
             .tempdir()?
             .keep(),
     };
+    std::fs::create_dir_all(&work)?;
     let policy_path = work.join("policy.yaml");
-    std::fs::write(&policy_path, serde_yaml::to_string(&policy)?)?;
-
+    std::fs::write(&policy_path, serde_yaml::to_string(policy)?)?;
     let bin = scorer_bin(args.bin_dir.clone())?;
     let start = |name: &'static str| {
         let args = vec![
@@ -70,45 +139,108 @@ pub async fn run(args: LearnArgs) -> Result<i32> {
         ];
         Service::start(name, &bin, args, work.join(format!("{name}.log")))
     };
-    let learner_svc = start("scorer-learning").await?;
-    let prior_svc = start("scorer-prior-only").await?;
-    let mut learner = client(&learner_svc).await?;
-    let mut prior = client(&prior_svc).await?;
+    Ok([
+        start("scorer-learning").await?,
+        start("scorer-prior-only").await?,
+    ])
+}
 
-    let cat = Catalog::from_policy(&policy)?;
-    let truth = Truth::generate(&cat, args.seed);
+/// One job of the stream.
+struct Job {
+    j: usize,
+    tier: String,
+    cheapest: bool,
+    gpus: u32,
+    colocated: Vec<usize>,
+}
+
+/// Draws job `i` of `n`: a job type among those that have appeared, a tier, a size, its neighbours.
+fn draw_job(
+    rng: &mut StdRng,
+    cat: &Catalog,
+    tiers: &[(String, bool)],
+    shape: StreamShape,
+    i: usize,
+    n: usize,
+) -> Job {
+    let progress = i as f64 / n.max(1) as f64;
+    let active: Vec<usize> = (0..cat.jobs.len())
+        .filter(|&j| cat.jobs[j].appears_at <= progress)
+        .collect();
+    let j = active[rng.random_range(0..active.len())];
+    let (tier, cheapest) = match shape.cheapest {
+        None => tiers[rng.random_range(0..tiers.len())].clone(),
+        Some(share) => {
+            let want = rng.random::<f64>() < share;
+            let of: Vec<&(String, bool)> = tiers.iter().filter(|t| t.1 == want).collect();
+            let pick = if of.is_empty() {
+                tiers.iter().collect()
+            } else {
+                of
+            };
+            pick[rng.random_range(0..pick.len())].clone()
+        }
+    };
+    let gpus = GPU_COUNTS[rng.random_range(0..GPU_COUNTS.len())];
+    let colocated: Vec<usize> = if rng.random::<f64>() < shape.colocated {
+        (0..rng.random_range(1..=2))
+            .map(|_| active[rng.random_range(0..active.len())])
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Job {
+        j,
+        tier,
+        cheapest,
+        gpus,
+        colocated,
+    }
+}
+
+fn workload_pb(name: &str) -> pb::WorkloadClass {
+    match name {
+        "training" => pb::WorkloadClass::Training,
+        "inference" => pb::WorkloadClass::Inference,
+        "batch" => pb::WorkloadClass::Batch,
+        "interactive" => pb::WorkloadClass::Interactive,
+        _ => pb::WorkloadClass::Unknown,
+    }
+}
+
+/// One seed: fresh scorers, `--decisions` jobs, the avoid-lists at the end.
+async fn run_seed(args: &LearnArgs, seed: u64) -> Result<Report> {
+    let (policy, cat, truth) = setup(args, seed)?;
+    let services = start_scorers(args, &policy, seed).await?;
+    let mut learner = client(&services[0]).await?;
+    let mut prior = client(&services[1]).await?;
     let threshold = learner
         .get_policy(pb::GetPolicyRequest {})
         .await?
         .into_inner()
         .anti_affinity_threshold;
     let tiers: Vec<(String, bool)> = choice_tiers(&policy, &cat);
-    let mut rng = StdRng::seed_from_u64(args.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x1ea2);
+    let shape = StreamShape::of(args.truth);
+    let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x1ea2);
     let mut pending: VecDeque<pb::ObserveRequest> = VecDeque::new();
     let mut decisions = Vec::with_capacity(args.decisions);
     let mut infeasible = 0usize;
+    let mut refused = 0usize;
     let mut cap = 0.0;
     for i in 0..args.decisions {
-        let j = rng.random_range(0..cat.jobs.len());
-        let (tier, cheapest) = tiers[rng.random_range(0..tiers.len())].clone();
-        let gpus = GPU_COUNTS[rng.random_range(0..GPU_COUNTS.len())];
-        let colocated: Vec<usize> = if rng.random::<f64>() < COLOCATED_SHARE {
-            (0..rng.random_range(1..=2))
-                .map(|_| rng.random_range(0..cat.jobs.len()))
-                .collect()
-        } else {
-            Vec::new()
+        let job = draw_job(&mut rng, &cat, &tiers, shape, i, args.decisions);
+        let names = |ks: &[usize]| -> Vec<String> {
+            ks.iter().map(|&k| cat.jobs[k].name.clone()).collect()
         };
+        let workload = workload_pb(&cat.jobs[job.j].workload) as i32;
         let req = pb::ScoreRequest {
-            request_id: format!("learn-{}-{i}", args.seed),
+            request_id: format!("learn-{seed}-{i}"),
             namespace: "bench".into(),
-            tier: tier.clone(),
-            job_type: cat.jobs[j].name.clone(),
-            gpu_count: gpus,
-            colocated_job_types: colocated
-                .iter()
-                .map(|&k| cat.jobs[k].name.clone())
-                .collect(),
+            tier: job.tier.clone(),
+            job_type: cat.jobs[job.j].name.clone(),
+            workload_class: workload,
+            gpu_count: job.gpus,
+            colocated_job_types: names(&job.colocated),
             ..Default::default()
         };
         let answer = learner.score(req.clone()).await?.into_inner();
@@ -116,101 +248,123 @@ pub async fn run(args: LearnArgs) -> Result<i32> {
         if i == 0 {
             cap = baseline.exploration_cap;
         }
-        let (Some(chosen), Some(prior_choice)) = (
-            answer.accepted_classes.first(),
-            baseline
-                .answer
-                .as_ref()
-                .and_then(|a| a.accepted_classes.first()),
-        ) else {
+        let Some(d) = decision(&cat, &truth, &job, &answer, &baseline)? else {
             infeasible += 1;
             continue;
         };
-        let index = |name: &str| cat.class_index(name).context("class not in the catalog");
-        let (c, p) = (index(&chosen.name)?, index(&prior_choice.name)?);
-        let true_cost = |k: usize| {
-            let runtime = truth.expected(j, k, gpus, &colocated);
-            if cheapest {
-                runtime * cat.classes[k].price * f64::from(gpus) / 3600.0
-            } else {
-                runtime
-            }
-        };
-        let mut costs = vec![None; cat.classes.len()];
-        for cand in answer.candidates.iter().filter(|c| c.feasible) {
-            let k = index(&cand.gpu_class)?;
-            costs[k] = Some(true_cost(k));
-        }
-        decisions.push(Decision {
-            tier,
-            cheapest,
-            chosen: c,
-            prior: p,
-            costs,
-            explored: answer.explored,
-        });
+        let runtime = truth.sample(&mut rng, job.j, d.chosen, job.gpus, &job.colocated);
         pending.push_back(pb::ObserveRequest {
-            job_type: cat.jobs[j].name.clone(),
-            gpu_class: chosen.name.clone(),
-            runtime_seconds: truth.sample(&mut rng, j, c, gpus, &colocated),
-            colocated_job_types: colocated
-                .iter()
-                .map(|&k| cat.jobs[k].name.clone())
-                .collect(),
-            observation_id: format!("pod-{}-{i}", args.seed),
-            gpu_count: gpus,
+            job_type: cat.jobs[job.j].name.clone(),
+            gpu_class: cat.classes[d.chosen].name.clone(),
+            runtime_seconds: runtime,
+            colocated_job_types: names(&job.colocated),
+            observation_id: format!("pod-{seed}-{i}"),
+            gpu_count: job.gpus,
+            workload_class: workload,
         });
+        decisions.push(d);
         while pending.len() > args.feedback_delay {
             let o = pending.pop_front().expect("non-empty");
-            learner.observe(o).await?;
+            refused += observe(&mut learner, o).await?;
         }
     }
     for o in pending.drain(..) {
-        learner.observe(o).await?;
+        refused += observe(&mut learner, o).await?;
     }
+    let avoid = avoid_lists(&cat, &tiers[0].0, &mut learner).await?;
+    let avoid_prior = avoid_lists(&cat, &tiers[0].0, &mut prior).await?;
+    let outcome = Outcome {
+        decisions,
+        infeasible,
+        refused,
+        cap,
+        threshold,
+        avoid,
+        avoid_prior,
+    };
+    Ok(Report::build(args, seed, &cat, &truth, &outcome))
+}
 
-    // Avoid-lists at the end, against the truth.
-    let mut avoid = Vec::new();
-    let mut avoid_prior = Vec::new();
+/// Reports one run; 1 when the scorer refused it (`INVALID_ARGUMENT`: a scorer that learns only the job
+/// types its policy lists), 0 when learned.
+async fn observe(scorer: &mut ScorerClient<Channel>, o: pb::ObserveRequest) -> Result<usize> {
+    match scorer.observe(o).await {
+        Ok(_) => Ok(0),
+        Err(s) if s.code() == tonic::Code::InvalidArgument => Ok(1),
+        Err(s) => Err(s.into()),
+    }
+}
+
+/// The decision as the report needs it: what the learner and the prior-only scorer chose, and the true
+/// expected cost of every feasible class; `None` when no class was feasible.
+fn decision(
+    cat: &Catalog,
+    truth: &Truth,
+    job: &Job,
+    answer: &pb::ScoreResponse,
+    baseline: &pb::ExplainResponse,
+) -> Result<Option<Decision>> {
+    let (Some(chosen), Some(prior_choice)) = (
+        answer.accepted_classes.first(),
+        baseline
+            .answer
+            .as_ref()
+            .and_then(|a| a.accepted_classes.first()),
+    ) else {
+        return Ok(None);
+    };
+    let index = |name: &str| cat.class_index(name).context("class not in the catalog");
+    let true_cost = |k: usize| {
+        let runtime = truth.expected(job.j, k, job.gpus, &job.colocated);
+        if job.cheapest {
+            runtime * cat.classes[k].price * f64::from(job.gpus) / 3600.0
+        } else {
+            runtime
+        }
+    };
+    let mut costs = vec![None; cat.classes.len()];
+    for cand in answer.candidates.iter().filter(|c| c.feasible) {
+        let k = index(&cand.gpu_class)?;
+        costs[k] = Some(true_cost(k));
+    }
+    Ok(Some(Decision {
+        tier: job.tier.clone(),
+        cheapest: job.cheapest,
+        job: job.j,
+        chosen: index(&chosen.name)?,
+        prior: index(&prior_choice.name)?,
+        costs,
+        explored: answer.explored,
+    }))
+}
+
+/// Every job type's avoid-list as `scorer` answers it now (indices into `cat.jobs`).
+async fn avoid_lists(
+    cat: &Catalog,
+    tier: &str,
+    scorer: &mut ScorerClient<Channel>,
+) -> Result<Vec<Vec<usize>>> {
+    let mut lists = Vec::with_capacity(cat.jobs.len());
     for job in &cat.jobs {
         let req = pb::ScoreRequest {
             request_id: "avoid".into(),
-            tier: tiers[0].0.clone(),
+            tier: tier.to_string(),
             job_type: job.name.clone(),
+            workload_class: workload_pb(&job.workload) as i32,
             gpu_count: 1,
             ..Default::default()
         };
-        let names = |r: pb::ExplainResponse| {
-            r.answer
+        let answer = scorer.explain(req).await?.into_inner().answer;
+        lists.push(
+            answer
                 .map(|a| a.avoid_job_types)
                 .unwrap_or_default()
                 .iter()
                 .filter_map(|n| cat.jobs.iter().position(|x| &x.name == n))
-                .collect::<Vec<_>>()
-        };
-        avoid.push(names(learner.explain(req.clone()).await?.into_inner()));
-        avoid_prior.push(names(prior.explain(req).await?.into_inner()));
+                .collect(),
+        );
     }
-
-    let report = Report::build(
-        &args,
-        &cat,
-        &truth,
-        &decisions,
-        infeasible,
-        cap,
-        threshold,
-        &avoid,
-        &avoid_prior,
-    );
-    report.print();
-    if let Some(path) = &args.json {
-        write_file(path, &serde_json::to_vec_pretty(&report)?)?;
-    }
-    if let Some(path) = &args.svg {
-        report::plot(path, &report)?;
-    }
-    Ok(0)
+    Ok(lists)
 }
 
 fn write_file(path: &PathBuf, bytes: &[u8]) -> Result<()> {

@@ -9,7 +9,11 @@
 //!   run (used whenever feasible; otherwise the prior-only choice).
 //!
 //! Avoid-list precision/recall: over ordered pairs (job type, other job type), the pairs on the scorer's
-//! avoid-list at the end against the pairs whose true slowdown is above the policy's threshold.
+//! avoid-list at the end against the pairs whose true slowdown (averaged over the classes) is above the
+//! policy's threshold.
+//!
+//! Jobs until within 5 %: per job type, how many of its jobs were decided before the mean regret of all its
+//! later jobs stays ≤ 5 % (0 = from its first job; "never" when even its last jobs are worse).
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -17,14 +21,34 @@ use anyhow::{Result, anyhow};
 use plotters::prelude::*;
 use serde::Serialize;
 
-use super::truth::{Catalog, NOISE, Truth};
+use super::truth::{Catalog, Truth};
 use crate::cli::LearnArgs;
+
+/// What one seed's run produced, for [`Report::build`].
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub decisions: Vec<Decision>,
+    pub infeasible: usize,
+    /// Observations the scorer refused (job types it does not learn).
+    pub refused: usize,
+    /// The policy's exploration cap and anti-affinity threshold.
+    pub cap: f64,
+    pub threshold: f64,
+    /// Per job type, the avoid-list at the end (indices into the catalog's jobs): learner, prior-only.
+    pub avoid: Vec<Vec<usize>>,
+    pub avoid_prior: Vec<Vec<usize>>,
+}
+
+/// Regret threshold of "jobs until within 5 % of the oracle".
+pub const WITHIN: f64 = 0.05;
 
 /// One scored job.
 #[derive(Debug, Clone)]
 pub struct Decision {
     pub tier: String,
     pub cheapest: bool,
+    /// Index of the job type (into the catalog's jobs).
+    pub job: usize,
     pub chosen: usize,
     pub prior: usize,
     /// True expected cost of every feasible class (catalog order).
@@ -46,7 +70,7 @@ impl Decision {
     }
 }
 
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Regret {
     pub scorer: f64,
     pub prior_only: f64,
@@ -71,14 +95,28 @@ pub struct PrecisionRecall {
     pub correct: usize,
 }
 
+/// Per job type: how many of its jobs came before its regret stayed within [`WITHIN`].
+#[derive(Debug, Clone, Serialize)]
+pub struct JobsToWithin {
+    /// Per job type (catalog order): `None` = never within (or never seen).
+    pub per_job_type: Vec<Option<usize>>,
+    /// Median over the job types that got there, and how many never did.
+    pub median: f64,
+    pub never: usize,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub seed: u64,
+    pub truth: String,
+    pub job_types: usize,
+    pub unlisted_job_types: usize,
     pub decisions: usize,
     pub infeasible: usize,
+    /// Observations the scorer refused (`INVALID_ARGUMENT`: job types it does not learn).
+    pub refused_observations: usize,
     pub feedback_delay: usize,
-    pub noise_log_stddev: f64,
-    /// Job types pinned to gain 1.4x and 9x between the slowest and the fastest class.
+    /// Job types pinned to gain 1.4x and 9x between the slowest and the fastest class (classic truth).
     pub pinned_speedups: Vec<(String, f64)>,
     pub all: Regret,
     pub first_10pct: Regret,
@@ -86,8 +124,12 @@ pub struct Report {
     /// Last 25 %, `fastest` tiers (runtime regret) and `cheapest` tiers (cost regret).
     pub last_25pct_fastest: Regret,
     pub last_25pct_cheapest: Regret,
+    /// Whole run, over the job types whose prior the truth contradicts, and over the unlisted ones.
+    pub all_contradicted: Regret,
+    pub all_unlisted: Regret,
     /// Per tier: the best static class in hindsight.
     pub best_static_class: BTreeMap<String, String>,
+    pub jobs_to_within_5pct: JobsToWithin,
     pub exploration: Exploration,
     pub avoid_list: PrecisionRecall,
     pub avoid_list_prior_only: PrecisionRecall,
@@ -106,7 +148,7 @@ fn precision_recall(truth: &Truth, threshold: f64, avoid: &[Vec<usize>]) -> Prec
     let n = truth.slowdown.len();
     let harmful: Vec<(usize, usize)> = (0..n)
         .flat_map(|a| (0..n).map(move |b| (a, b)))
-        .filter(|&(a, b)| truth.slowdown[a][b] > threshold)
+        .filter(|&(a, b)| truth.pair_slowdown(a, b) > threshold)
         .collect();
     let listed: Vec<(usize, usize)> = avoid
         .iter()
@@ -131,36 +173,15 @@ fn precision_recall(truth: &Truth, threshold: f64, avoid: &[Vec<usize>]) -> Prec
     }
 }
 
-impl Report {
-    #[allow(clippy::too_many_arguments)]
-    pub fn build(
-        args: &LearnArgs,
-        cat: &Catalog,
-        truth: &Truth,
-        decisions: &[Decision],
-        infeasible: usize,
-        cap: f64,
-        threshold: f64,
-        avoid: &[Vec<usize>],
-        avoid_prior: &[Vec<usize>],
-    ) -> Self {
-        // Best static class per tier, in hindsight.
-        let mut best_static: BTreeMap<String, usize> = BTreeMap::new();
-        let tiers: Vec<String> = {
-            let mut t: Vec<String> = decisions.iter().map(|d| d.tier.clone()).collect();
-            t.sort();
-            t.dedup();
-            t
-        };
-        let static_regret = |d: &Decision, c: usize| {
-            if d.costs[c].is_some() {
-                d.regret(c)
-            } else {
-                d.regret(d.prior)
-            }
-        };
-        for t in &tiers {
-            let of_tier: Vec<&Decision> = decisions.iter().filter(|d| &d.tier == t).collect();
+/// Per tier, the class of lowest mean regret over the whole run (in hindsight).
+fn best_static(cat: &Catalog, decisions: &[Decision]) -> BTreeMap<String, usize> {
+    let mut tiers: Vec<&str> = decisions.iter().map(|d| d.tier.as_str()).collect();
+    tiers.sort();
+    tiers.dedup();
+    tiers
+        .into_iter()
+        .map(|t| {
+            let of_tier: Vec<&Decision> = decisions.iter().filter(|d| d.tier == t).collect();
             let best = (0..cat.classes.len())
                 .filter(|&c| of_tier.iter().any(|d| d.costs[c].is_some()))
                 .min_by(|&a, &b| {
@@ -169,15 +190,85 @@ impl Report {
                     ra.total_cmp(&rb)
                 })
                 .unwrap_or(0);
-            best_static.insert(t.clone(), best);
+            (t.to_string(), best)
+        })
+        .collect()
+}
+
+/// The regret of always choosing `class` (the prior-only choice where it is not feasible).
+fn static_regret(d: &Decision, class: usize) -> f64 {
+    if d.costs[class].is_some() {
+        d.regret(class)
+    } else {
+        d.regret(d.prior)
+    }
+}
+
+/// Per job type, the jobs before the mean regret of all its later jobs is ≤ [`WITHIN`].
+fn jobs_to_within(jobs: usize, decisions: &[Decision], regret: &[f64]) -> JobsToWithin {
+    let per_job_type: Vec<Option<usize>> = (0..jobs)
+        .map(|j| {
+            let r: Vec<f64> = (0..decisions.len())
+                .filter(|&i| decisions[i].job == j)
+                .map(|i| regret[i])
+                .collect();
+            let mut tail = 0.0;
+            let mut first_ok = None;
+            for k in (0..r.len()).rev() {
+                tail += r[k];
+                if tail / (r.len() - k) as f64 <= WITHIN {
+                    first_ok = Some(k);
+                }
+            }
+            // Within only if the last jobs are (a lucky last job alone does not count).
+            first_ok.filter(|&k| r.len() - k >= (r.len() / 4).max(1))
+        })
+        .collect();
+    let mut reached: Vec<usize> = per_job_type.iter().flatten().copied().collect();
+    reached.sort_unstable();
+    let median = match reached.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => reached[n / 2] as f64,
+        n => (reached[n / 2 - 1] + reached[n / 2]) as f64 / 2.0,
+    };
+    JobsToWithin {
+        never: per_job_type.iter().filter(|x| x.is_none()).count(),
+        per_job_type,
+        median,
+    }
+}
+
+/// Rolling mean of the three regrets over `window` decisions.
+fn rolling(per: &[(f64, f64, f64)], window: usize) -> Vec<(f64, f64, f64)> {
+    let mut curve = Vec::with_capacity(per.len());
+    let mut sums = (0.0, 0.0, 0.0);
+    for i in 0..per.len() {
+        sums.0 += per[i].0;
+        sums.1 += per[i].1;
+        sums.2 += per[i].2;
+        if i >= window {
+            let o = per[i - window];
+            sums.0 -= o.0;
+            sums.1 -= o.1;
+            sums.2 -= o.2;
         }
+        let k = (i + 1).min(window) as f64;
+        curve.push((sums.0 / k, sums.1 / k, sums.2 / k));
+    }
+    curve
+}
+
+impl Report {
+    pub fn build(args: &LearnArgs, seed: u64, cat: &Catalog, truth: &Truth, o: &Outcome) -> Self {
+        let decisions = &o.decisions;
+        let statics = best_static(cat, decisions);
         let per: Vec<(f64, f64, f64)> = decisions
             .iter()
             .map(|d| {
                 (
                     d.regret(d.chosen),
                     d.regret(d.prior),
-                    static_regret(d, best_static[&d.tier]),
+                    static_regret(d, statics[&d.tier]),
                 )
             })
             .collect();
@@ -200,73 +291,74 @@ impl Report {
             )
         };
         let curve_window = (n / 20).max(50).min(n.max(1));
-        let mut curve = Vec::with_capacity(n);
-        let mut sums = (0.0, 0.0, 0.0);
-        for i in 0..n {
-            sums.0 += per[i].0;
-            sums.1 += per[i].1;
-            sums.2 += per[i].2;
-            if i >= curve_window {
-                let o = per[i - curve_window];
-                sums.0 -= o.0;
-                sums.1 -= o.1;
-                sums.2 -= o.2;
-            }
-            let k = (i + 1).min(curve_window) as f64;
-            curve.push((sums.0 / k, sums.1 / k, sums.2 / k));
-        }
+        let scorer_regret: Vec<f64> = per.iter().map(|p| p.0).collect();
         Self {
-            seed: args.seed,
+            seed,
+            truth: format!("{:?}", args.truth).to_lowercase(),
+            job_types: cat.jobs.len(),
+            unlisted_job_types: cat.jobs.iter().filter(|j| !j.listed).count(),
             decisions: n,
-            infeasible,
+            infeasible: o.infeasible,
+            refused_observations: o.refused,
             feedback_delay: args.feedback_delay,
-            noise_log_stddev: NOISE,
             pinned_speedups: truth.pinned.clone(),
             all: window(0, n, &all),
             first_10pct: window(0, first, &all),
             last_25pct: window(last, n, &all),
             last_25pct_fastest: window(last, n, &|d| !d.cheapest),
             last_25pct_cheapest: window(last, n, &|d| d.cheapest),
-            best_static_class: best_static
+            all_contradicted: window(0, n, &|d| truth.contradicted[d.job]),
+            all_unlisted: window(0, n, &|d| !cat.jobs[d.job].listed),
+            best_static_class: statics
                 .iter()
                 .map(|(t, &c)| (t.clone(), cat.classes[c].name.clone()))
                 .collect(),
+            jobs_to_within_5pct: jobs_to_within(cat.jobs.len(), decisions, &scorer_regret),
             exploration: Exploration {
                 share: share(0, n),
                 share_first_10pct: share(0, first),
                 share_last_25pct: share(last, n),
-                cap,
+                cap: o.cap,
             },
-            avoid_list: precision_recall(truth, threshold, avoid),
-            avoid_list_prior_only: precision_recall(truth, threshold, avoid_prior),
+            avoid_list: precision_recall(truth, o.threshold, &o.avoid),
+            avoid_list_prior_only: precision_recall(truth, o.threshold, &o.avoid_prior),
             curve_window,
-            curve,
+            curve: rolling(&per, curve_window),
         }
     }
 
     pub fn print(&self) {
         let pct = |x: f64| format!("{:+.1}%", 100.0 * x);
         println!(
-            "loadgen learn: seed {}, {} decisions ({} with no feasible class skipped), feedback delay {}, noise σ {}",
-            self.seed, self.decisions, self.infeasible, self.feedback_delay, self.noise_log_stddev
+            "loadgen learn: truth {}, seed {}, {} job types ({} unlisted), {} decisions ({} with no feasible class skipped), feedback delay {}, {} observations refused",
+            self.truth,
+            self.seed,
+            self.job_types,
+            self.unlisted_job_types,
+            self.decisions,
+            self.infeasible,
+            self.feedback_delay,
+            self.refused_observations
         );
         for (name, gain) in &self.pinned_speedups {
             println!("  truth: {name} gains {gain}x between the slowest and the fastest class");
         }
         println!("regret against the oracle (mean of cost/oracle − 1):");
         println!(
-            "  {:<22} {:>10} {:>12} {:>12}",
+            "  {:<28} {:>10} {:>12} {:>12}",
             "window", "scorer", "prior-only", "best static"
         );
         for (label, r) in [
-            ("all", self.all),
+            ("whole run", self.all),
             ("first 10%", self.first_10pct),
             ("last 25%", self.last_25pct),
             ("last 25%, fastest", self.last_25pct_fastest),
             ("last 25%, cheapest", self.last_25pct_cheapest),
+            ("whole run, prior contradicted", self.all_contradicted),
+            ("whole run, unlisted", self.all_unlisted),
         ] {
             println!(
-                "  {label:<22} {:>10} {:>12} {:>12}",
+                "  {label:<28} {:>10} {:>12} {:>12}",
                 pct(r.scorer),
                 pct(r.prior_only),
                 pct(r.best_static)
@@ -278,6 +370,13 @@ impl Report {
             .map(|(t, c)| format!("{t}={c}"))
             .collect();
         println!("  best static class per tier: {}", statics.join(", "));
+        let w = &self.jobs_to_within_5pct;
+        println!(
+            "jobs per job type until within 5% of the oracle: median {}, never {} of {}",
+            w.median,
+            w.never,
+            w.per_job_type.len()
+        );
         let e = self.exploration;
         println!(
             "exploration share: {:.1}% overall, {:.1}% first 10%, {:.1}% last 25% (cap {:.0}%)",
@@ -298,7 +397,91 @@ impl Report {
     }
 }
 
-/// Regret (rolling mean, %) over decisions: scorer, prior-only, best static.
+/// Mean, min and max of one number over the seeds.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Spread {
+    pub mean: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    fn of(xs: impl Iterator<Item = f64>) -> Self {
+        let v: Vec<f64> = xs.filter(|x| x.is_finite()).collect();
+        Self {
+            mean: mean(v.iter().copied()),
+            min: v.iter().copied().fold(f64::INFINITY, f64::min),
+            max: v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        }
+    }
+}
+
+/// The seeds' runs together.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub seeds: Vec<u64>,
+    /// (name, spread) in print order.
+    pub rows: Vec<(String, Spread)>,
+}
+
+impl Summary {
+    pub fn of(reports: &[Report]) -> Self {
+        type Get = fn(&Report) -> f64;
+        let rows: [(&str, Get); 14] = [
+            ("last 25%: scorer", |r| r.last_25pct.scorer),
+            ("last 25%: best static", |r| r.last_25pct.best_static),
+            ("last 25%: prior-only", |r| r.last_25pct.prior_only),
+            ("whole run: scorer", |r| r.all.scorer),
+            ("whole run: best static", |r| r.all.best_static),
+            ("whole run: prior-only", |r| r.all.prior_only),
+            ("whole run, prior contradicted: scorer", |r| {
+                r.all_contradicted.scorer
+            }),
+            ("whole run, unlisted: scorer", |r| r.all_unlisted.scorer),
+            ("jobs per job type until within 5% (median)", |r| {
+                r.jobs_to_within_5pct.median
+            }),
+            ("job types never within 5%", |r| {
+                r.jobs_to_within_5pct.never as f64
+            }),
+            ("avoid-list precision", |r| r.avoid_list.precision),
+            ("avoid-list recall", |r| r.avoid_list.recall),
+            ("avoid-list recall, prior-only", |r| {
+                r.avoid_list_prior_only.recall
+            }),
+            ("exploration share", |r| r.exploration.share),
+        ];
+        Self {
+            seeds: reports.iter().map(|r| r.seed).collect(),
+            rows: rows
+                .iter()
+                .map(|(name, get)| (name.to_string(), Spread::of(reports.iter().map(get))))
+                .collect(),
+        }
+    }
+
+    pub fn print(&self) {
+        let seeds: Vec<String> = self.seeds.iter().map(u64::to_string).collect();
+        println!("\nsummary over seeds {}:", seeds.join(", "));
+        println!("  {:<44} {:>9} {:>9} {:>9}", "", "mean", "min", "max");
+        for (name, s) in &self.rows {
+            let f = |x: f64| {
+                if name.contains("regret") || name.contains(':') || name.contains("share") {
+                    format!("{:+.1}%", 100.0 * x)
+                } else {
+                    format!("{x:.2}")
+                }
+            };
+            println!(
+                "  {name:<44} {:>9} {:>9} {:>9}",
+                f(s.mean),
+                f(s.min),
+                f(s.max)
+            );
+        }
+    }
+}
+
 pub fn plot(path: &Path, r: &Report) -> Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;

@@ -1,7 +1,9 @@
 //! The hidden ground truth of `loadgen learn`: a synthetic cluster whose job types run at speeds the
-//! scorer's catalog priors do not know.
+//! scorer's catalog priors do not know. Two generators fill the same [`Truth`]: the harder one that looks
+//! like a real cluster ([`super::cluster`], the default) and the first, easier one (`--truth classic`, here).
 //!
-//! Built from the policy (classes, throughputs, prices, job types and their priors) and a seed:
+//! The classic truth, built from the policy (classes, throughputs, prices, job types and their priors) and a
+//! seed:
 //! - per job type, a true size (base runtime × lognormal(0, 0.3)) and a true throughput exponent
 //!   (the policy's ± up to 0.6), so that between the slowest and the fastest NVIDIA class some job
 //!   types gain 1.4x and others 9x; two job types are pinned to exactly those two extremes between L4 and
@@ -35,14 +37,20 @@ pub struct Class {
     pub name: String,
     pub throughput: f64,
     pub price: f64,
+    pub memory_gib: f64,
 }
 
 #[derive(Debug, Clone)]
 pub struct JobType {
     pub name: String,
     pub workload: String,
+    /// The prior: runtime on a class of throughput 1.0, and the throughput exponent.
     pub base: f64,
     pub exponent: f64,
+    /// Whether the policy lists the job type (an unlisted one is scored by its workload class's profile).
+    pub listed: bool,
+    /// Share of the run before the first job of this type arrives (0 = from the start).
+    pub appears_at: f64,
 }
 
 #[derive(Debug, Clone)]
@@ -75,6 +83,7 @@ impl Catalog {
                 name: s(c, "name").unwrap_or_default(),
                 throughput: f(c, "relativeThroughput").unwrap_or(1.0),
                 price: f(c, "pricePerHour").unwrap_or(1.0),
+                memory_gib: f(c, "memoryGiB").unwrap_or(f64::INFINITY),
             })
             .collect();
         let workload_profile = |w: &str, key: &str, default: f64| {
@@ -96,6 +105,8 @@ impl Catalog {
                     }),
                     exponent: f(j, "throughputExponent").unwrap_or(1.0),
                     workload,
+                    listed: true,
+                    appears_at: 0.0,
                 }
             })
             .collect();
@@ -139,6 +150,18 @@ impl Catalog {
         })
     }
 
+    /// The prior profile of a workload class (what an unlisted job type of that class is scored by).
+    pub fn workload_profile(policy: &Value, workload: &str) -> (f64, f64) {
+        let p = policy
+            .get("workloadClasses")
+            .and_then(|m| m.get(workload))
+            .and_then(|m| m.get("profile"));
+        (
+            p.and_then(|p| f(p, "baseRuntimeSeconds")).unwrap_or(7200.0),
+            p.and_then(|p| f(p, "throughputExponent")).unwrap_or(0.8),
+        )
+    }
+
     pub fn class_index(&self, name: &str) -> Option<usize> {
         self.classes.iter().position(|c| c.name == name)
     }
@@ -158,24 +181,35 @@ pub fn normal(rng: &mut StdRng) -> f64 {
     (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
 }
 
-/// Run-to-run noise (σ of ln runtime).
+/// Run-to-run noise of the classic truth (σ of ln runtime).
 pub const NOISE: f64 = 0.2;
 
 /// The hidden truth.
 #[derive(Debug, Clone)]
 pub struct Truth {
-    /// 1-GPU, interference-free mean runtime (seconds), by [job][class].
+    /// 1-GPU, interference-free median runtime (seconds), by [job][class].
     pub runtime: Vec<Vec<f64>>,
-    /// True slowdown of each ordered pair (symmetric).
-    pub slowdown: Vec<Vec<f64>>,
-    /// Per job type: the GPU-scaling exponent of its workload class.
+    /// How much longer job j runs next to job k on class c: `slowdown[j][k][c]` (0.3 = 30 % longer).
+    pub slowdown: Vec<Vec<Vec<f64>>>,
+    /// Per job type: its GPU-scaling exponent (runtime ∝ 1/g^s).
     pub scaling: Vec<f64>,
-    /// The two job types pinned to gain 1.4x and 9x between the slowest and the fastest class.
+    /// Per job type: σ of ln runtime run to run.
+    pub noise: Vec<f64>,
+    /// Share of runs that straggle (a Pareto factor, [`STRAGGLER_ALPHA`], on top of the noise).
+    pub stragglers: f64,
+    /// The two job types pinned to gain 1.4x and 9x between the slowest and the fastest class (classic).
     pub pinned: Vec<(String, f64)>,
+    /// Per job type: whether the truth contradicts its prior (the prior's cheapest class is not the truly
+    /// cheapest one; cluster truth).
+    pub contradicted: Vec<bool>,
 }
 
+/// Tail index of a straggling run's factor (Pareto, ≥ 1; mean α/(α − 1)).
+pub const STRAGGLER_ALPHA: f64 = 2.5;
+
 impl Truth {
-    pub fn generate(cat: &Catalog, seed: u64) -> Self {
+    /// The classic truth (see the module's doc).
+    pub fn classic(cat: &Catalog, seed: u64) -> Self {
         let mut rng = StdRng::seed_from_u64(seed);
         let nj = cat.jobs.len();
         let nc = cat.classes.len();
@@ -229,10 +263,10 @@ impl Truth {
                     .collect()
             })
             .collect();
-        let mut slowdown = vec![vec![0.0; nj]; nj];
-        let set = |s: &mut Vec<Vec<f64>>, a: usize, b: usize, x: f64| {
-            s[a][b] = x;
-            s[b][a] = x;
+        let mut slowdown = vec![vec![vec![0.0; nc]; nj]; nj];
+        let set = |s: &mut Vec<Vec<Vec<f64>>>, a: usize, b: usize, x: f64| {
+            s[a][b] = vec![x; nc];
+            s[b][a] = vec![x; nc];
         };
         let pairs: Vec<(usize, usize)> =
             (0..nj).flat_map(|a| (a..nj).map(move |b| (a, b))).collect();
@@ -270,17 +304,28 @@ impl Truth {
             runtime,
             slowdown,
             scaling,
+            noise: vec![NOISE; nj],
+            stragglers: 0.0,
             pinned,
+            contradicted: vec![false; nj],
         }
+    }
+
+    /// The slowdown of job `j` next to job `k`, averaged over the classes (what the avoid-list is judged by).
+    pub fn pair_slowdown(&self, j: usize, k: usize) -> f64 {
+        let s = &self.slowdown[j][k];
+        s.iter().sum::<f64>() / s.len().max(1) as f64
     }
 
     /// Expected runtime of job type `j` on `gpus` GPUs of class `c` next to `colocated`.
     pub fn expected(&self, j: usize, c: usize, gpus: u32, colocated: &[usize]) -> f64 {
-        let slow: f64 = colocated.iter().map(|&k| self.slowdown[j][k]).sum();
-        self.runtime[j][c] / f64::from(gpus.max(1)).powf(self.scaling[j]) * (1.0 + slow)
+        let slow: f64 = colocated.iter().map(|&k| self.slowdown[j][k][c]).sum();
+        let a = STRAGGLER_ALPHA;
+        let tail = 1.0 + self.stragglers * (a / (a - 1.0) - 1.0);
+        self.runtime[j][c] / f64::from(gpus.max(1)).powf(self.scaling[j]) * (1.0 + slow) * tail
     }
 
-    /// One run: the expected runtime with lognormal noise (mean-preserving).
+    /// One run: lognormal noise around the median (mean-preserving), and now and then a straggler.
     pub fn sample(
         &self,
         rng: &mut StdRng,
@@ -289,7 +334,14 @@ impl Truth {
         gpus: u32,
         colocated: &[usize],
     ) -> f64 {
-        self.expected(j, c, gpus, colocated) * (NOISE * normal(rng) - NOISE * NOISE / 2.0).exp()
+        let slow: f64 = colocated.iter().map(|&k| self.slowdown[j][k][c]).sum();
+        let median = self.runtime[j][c] / f64::from(gpus.max(1)).powf(self.scaling[j]);
+        let sigma = self.noise[j];
+        let mut t = median * (1.0 + slow) * (sigma * normal(rng) - sigma * sigma / 2.0).exp();
+        if self.stragglers > 0.0 && rng.random::<f64>() < self.stragglers {
+            t *= (1.0 - rng.random::<f64>()).powf(-1.0 / STRAGGLER_ALPHA);
+        }
+        t
     }
 }
 
@@ -308,10 +360,10 @@ mod tests {
     #[test]
     fn seeded_and_deviating_from_the_priors() {
         let cat = catalog();
-        let a = Truth::generate(&cat, 1);
-        let b = Truth::generate(&cat, 1);
+        let a = Truth::classic(&cat, 1);
+        let b = Truth::classic(&cat, 1);
         assert_eq!(a.runtime, b.runtime);
-        assert_ne!(a.runtime, Truth::generate(&cat, 2).runtime);
+        assert_ne!(a.runtime, Truth::classic(&cat, 2).runtime);
         // The pinned job types gain about 1.4x and 9x between L4 and H100 (plus class deviations).
         let (l4, h100) = (
             cat.class_index("L4-24GB").unwrap(),

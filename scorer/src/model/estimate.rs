@@ -53,12 +53,23 @@ pub fn size_log_speedup(gpus: u32, exponent: f64) -> f64 {
     exponent * f64::from(gpus.max(1)).ln()
 }
 
-/// Count and fixed-point sum of observed values.
+/// Count and fixed-point sum of observed values (serialised as `n`, `s`; the `count`, `sum` of format v2
+/// still read).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stat {
+    #[serde(rename = "n", alias = "count")]
     pub count: u64,
     /// Σ values, in units of 2⁻³².
+    #[serde(rename = "s", alias = "sum")]
     pub sum: i64,
+    /// Sequence number (the learned state's observation count) of the last value added, where the table
+    /// evicts the least recently seen (pairs); 0 = not kept.
+    #[serde(rename = "l", default, skip_serializing_if = "is_zero")]
+    pub last: u64,
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
 }
 
 impl Stat {

@@ -2,16 +2,32 @@
 //!
 //! A pair's slowdown s (0.3 = 30 % longer) is learned in log space: each observation of the pair is
 //! ln(1 + s_observed), where s_observed is how much longer the run took than the (interference-free)
-//! runtime estimate, less what the other co-located job types account for. The mean is shrunk toward
-//! ln(1 + prior), the prior weighing as `priorStrength` observations; s = e^mean − 1. Observations are
-//! not clamped at 0, so run-to-run noise averages out instead of piling up as phantom interference.
-//! Pairs are unordered.
+//! runtime estimate, less what the other co-located job types account for. Observations are not clamped
+//! at 0, so run-to-run noise averages out instead of piling up as phantom interference. Pairs are
+//! unordered.
+//!
+//! The estimate is Bayesian with a check of the prior: either the prior ln(1 + prior) is right, weighing
+//! as `priorStrength` observations (variance τ²/k), or it is wrong and the pair can be anything (variance
+//! [`VAGUE`]², held a priori [`PRIOR_WRONG`] likely, as for runtimes). The two posteriors are averaged by
+//! how well each explains the pair's observations (their count and mean, noise τ), so a pair the prior
+//! calls harmless that hurts in two or three runs reaches the avoid-list, where the prior alone would
+//! hold it back for a dozen.
+//!
+//! Bounded: at most [`MAX_PAIRS`] pairs are kept; past that the pair seen least recently is forgotten (it
+//! falls back to its prior), and the pairs of an evicted unlisted job type go with it.
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use super::estimate::Stat;
 use crate::policy::Policy;
+
+/// Most pairs kept.
+pub const MAX_PAIRS: usize = 2048;
+/// σ (ln) of a pair's slowdown when its prior is wrong.
+pub const VAGUE: f64 = 0.5;
+/// A priori chance that a prior (runtime or interference) is wrong.
+pub const PRIOR_WRONG: f64 = 0.2;
 
 /// Observed slowdowns, keyed by the lexically smaller job type, then the larger.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -33,15 +49,56 @@ impl InterferenceTable {
             .unwrap_or_default()
     }
 
-    /// Records one observed slowdown of the pair (clamped to > −50 %, a guard against nonsense).
-    pub fn record(&mut self, a: &str, b: &str, slowdown: f64) {
+    /// Records one observed slowdown of the pair (clamped to > −50 %, a guard against nonsense) at
+    /// sequence number `seq`; past [`MAX_PAIRS`] the least recently seen pair is forgotten.
+    pub fn record(&mut self, a: &str, b: &str, slowdown: f64, seq: u64) {
         let (lo, hi) = ordered(a, b);
-        self.pairs
+        let stat = self
+            .pairs
             .entry(lo.to_string())
             .or_default()
             .entry(hi.to_string())
-            .or_default()
-            .add(slowdown.max(-0.5).ln_1p());
+            .or_default();
+        stat.add(slowdown.max(-0.5).ln_1p());
+        stat.last = seq;
+        if self.len() > MAX_PAIRS {
+            let oldest = self
+                .pairs
+                .iter()
+                .flat_map(|(lo, m)| m.iter().map(move |(hi, s)| (s.last, lo, hi)))
+                .min()
+                .map(|(_, lo, hi)| (lo.clone(), hi.clone()));
+            if let Some((lo, hi)) = oldest {
+                self.remove_pair(&lo, &hi);
+            }
+        }
+    }
+
+    fn remove_pair(&mut self, lo: &str, hi: &str) {
+        if let Some(m) = self.pairs.get_mut(lo) {
+            m.remove(hi);
+            if m.is_empty() {
+                self.pairs.remove(lo);
+            }
+        }
+    }
+
+    /// Forgets every pair of `job_type` (evicted).
+    pub fn remove_job(&mut self, job_type: &str) {
+        self.pairs.remove(job_type);
+        for m in self.pairs.values_mut() {
+            m.remove(job_type);
+        }
+        self.pairs.retain(|_, m| !m.is_empty());
+    }
+
+    /// Pairs kept.
+    pub fn len(&self) -> usize {
+        self.pairs.values().map(BTreeMap::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pairs.is_empty()
     }
 }
 
@@ -54,12 +111,28 @@ pub fn prior_slowdown(policy: &Policy, a: &str, b: &str) -> f64 {
     }
 }
 
-/// The current estimate of the slowdown between two job types.
+/// The current estimate of the slowdown between two job types (see the module's doc).
 pub fn slowdown(policy: &Policy, learned: &InterferenceTable, a: &str, b: &str) -> f64 {
     let prior = prior_slowdown(policy, a, b).max(0.0).ln_1p();
-    learned
-        .get(a, b)
-        .shrunk_mean(prior, policy.learning.prior_strength)
+    let stat = learned.get(a, b);
+    if stat.count == 0 {
+        return prior.exp_m1();
+    }
+    let noise = policy.learning.tau.powi(2);
+    let n = stat.count as f64;
+    let m = stat.mean();
+    let (v_right, v_wrong) = (noise / policy.learning.prior_strength, VAGUE * VAGUE);
+    let posterior = |v: f64| (prior / v + n * m / noise) / (1.0 / v + n / noise);
+    let evidence = |v: f64| {
+        let var = v + noise / n;
+        -0.5 * ((m - prior).powi(2) / var + var.ln())
+    };
+    let (right, wrong) = (
+        evidence(v_right) + (1.0 - PRIOR_WRONG).ln(),
+        evidence(v_wrong) + PRIOR_WRONG.ln(),
+    );
+    let w_wrong = 1.0 / (1.0 + (right - wrong).exp());
+    ((1.0 - w_wrong) * posterior(v_right) + w_wrong * posterior(v_wrong))
         .exp_m1()
         .max(0.0)
 }
@@ -82,18 +155,24 @@ pub fn total_slowdown(
     total
 }
 
-/// Known job types whose (prior or learned) slowdown with `job_type` is above the anti-affinity
-/// threshold, sorted by name.
-pub fn avoid_list(policy: &Policy, learned: &InterferenceTable, job_type: &str) -> Vec<String> {
+/// Job types (listed, or among `unlisted`: those learned) whose (prior or learned) slowdown with
+/// `job_type` is above the anti-affinity threshold, sorted by name.
+pub fn avoid_list<'a>(
+    policy: &'a Policy,
+    learned: &InterferenceTable,
+    unlisted: impl IntoIterator<Item = &'a String>,
+    job_type: &str,
+) -> Vec<String> {
     let mut avoid: Vec<String> = policy
         .job_types
         .iter()
-        .filter(|other| {
-            slowdown(policy, learned, job_type, &other.name) > policy.anti_affinity_threshold
-        })
-        .map(|other| other.name.clone())
+        .map(|j| &j.name)
+        .chain(unlisted)
+        .filter(|other| slowdown(policy, learned, job_type, other) > policy.anti_affinity_threshold)
+        .cloned()
         .collect();
     avoid.sort();
+    avoid.dedup();
     avoid
 }
 
@@ -109,35 +188,35 @@ mod tests {
         // Prior: train-llama/train-llama 0.45, /finetune-llm 0.40, /inference-llm 0.35, /batch-embedding 0.20,
         // threshold 0.3.
         assert_eq!(
-            avoid_list(&policy, &learned, "train-llama"),
+            avoid_list(&policy, &learned, [], "train-llama"),
             ["finetune-llm", "inference-llm", "train-llama"]
         );
         // finetune-llm/inference-llm is exactly 0.30: not above the threshold.
         assert_eq!(
-            avoid_list(&policy, &learned, "finetune-llm"),
+            avoid_list(&policy, &learned, [], "finetune-llm"),
             ["finetune-llm", "train-llama"]
         );
-        assert!(avoid_list(&policy, &learned, "notebook").is_empty());
+        assert!(avoid_list(&policy, &learned, [], "notebook").is_empty());
         // Unknown job types get the default slowdown, far below the threshold.
-        assert!(avoid_list(&policy, &learned, "mystery").is_empty());
+        assert!(avoid_list(&policy, &learned, [], "mystery").is_empty());
     }
 
     #[test]
     fn learned_slowdown_moves_a_pair_over_the_threshold_and_back() {
         let policy = embedded_default().unwrap();
         let mut learned = InterferenceTable::default();
-        assert!(!avoid_list(&policy, &learned, "notebook").contains(&"batch-etl".to_string()));
+        assert!(!avoid_list(&policy, &learned, [], "notebook").contains(&"batch-etl".to_string()));
         for _ in 0..20 {
-            learned.record("batch-etl", "notebook", 0.8);
+            learned.record("batch-etl", "notebook", 0.8, 1);
         }
         // Symmetric: recorded as (batch-etl, notebook), read from either side.
         assert!(slowdown(&policy, &learned, "notebook", "batch-etl") > 0.6);
-        assert!(avoid_list(&policy, &learned, "notebook").contains(&"batch-etl".to_string()));
-        assert!(avoid_list(&policy, &learned, "batch-etl").contains(&"notebook".to_string()));
+        assert!(avoid_list(&policy, &learned, [], "notebook").contains(&"batch-etl".to_string()));
+        assert!(avoid_list(&policy, &learned, [], "batch-etl").contains(&"notebook".to_string()));
         for _ in 0..200 {
-            learned.record("notebook", "batch-etl", 0.0);
+            learned.record("notebook", "batch-etl", 0.0, 2);
         }
-        assert!(!avoid_list(&policy, &learned, "notebook").contains(&"batch-etl".to_string()));
+        assert!(!avoid_list(&policy, &learned, [], "notebook").contains(&"batch-etl".to_string()));
     }
 
     #[test]

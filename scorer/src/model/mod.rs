@@ -18,11 +18,13 @@ pub mod estimate;
 pub mod exploration;
 pub mod feasibility;
 pub mod interference;
+pub mod learn;
 pub mod objective;
 pub mod observed;
 pub mod posterior;
 pub mod priority;
 pub mod sampling;
+pub mod unlisted;
 
 use std::sync::Arc;
 
@@ -34,7 +36,8 @@ use estimate::{Gaussian, RuntimeTable};
 use exploration::ExplorationWindow;
 use feasibility::{Infeasible, Needs};
 use interference::InterferenceTable;
-use posterior::{JobRef, Posterior};
+pub use learn::{JobTypeSummary, Observation, ObserveOutcome, learn, observe, summary};
+use posterior::Posterior;
 
 /// A job to score, in the model's terms (already validated: numbers are finite and non-negative).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -65,6 +68,9 @@ pub struct Learned {
     /// Distinct observations learned (also those whose ids were forgotten).
     #[serde(default)]
     pub observations: u64,
+    /// Job types the policy does not list that were learned (under a budget).
+    #[serde(default)]
+    pub unlisted: unlisted::UnlistedJobTypes,
     /// The posterior of the current policy, rebuilt after every change (never serialised).
     #[serde(skip)]
     pub posterior: PosteriorCache,
@@ -95,7 +101,7 @@ impl Learned {
     pub fn posterior(&self, policy: &Policy) -> Arc<Posterior> {
         match &self.posterior.0 {
             Some(p) if p.fingerprint == posterior::fingerprint(policy) => p.clone(),
-            _ => Arc::new(Posterior::compute(policy, &self.runtimes)),
+            _ => Arc::new(Posterior::compute(policy, &self.runtimes, &self.unlisted)),
         }
     }
 
@@ -119,7 +125,7 @@ impl Learned {
         }
         use sha2::{Digest, Sha256};
         let mut h = Sha256::new();
-        let tables = serde_json::to_vec(&(&self.runtimes, &self.interference))
+        let tables = serde_json::to_vec(&(&self.runtimes, &self.interference, &self.unlisted))
             .expect("plain maps of integers serialise");
         h.update(&tables);
         h.update(self.observed.fingerprint().to_le_bytes());
@@ -220,13 +226,6 @@ impl Decision {
     }
 }
 
-/// Who the job is for the runtime model.
-fn job_ref(policy: &Policy, job_type: &str, workload: WorkloadClass) -> JobRef {
-    policy
-        .job_index(job_type)
-        .map_or(JobRef::Unknown(workload), JobRef::Known)
-}
-
 /// The current runtime estimate of a known or unknown `job_type` on `gpus` GPUs of class `class`.
 pub fn runtime_estimate(
     policy: &Policy,
@@ -241,21 +240,42 @@ pub fn runtime_estimate(
             policy.job_types[j].workload_class
         });
     let size = estimate::size_log_speedup(gpus, policy.learning.gpu_scaling_exponent);
-    learned
-        .posterior(policy)
-        .estimate(policy, job_ref(policy, job_type, workload), class)
+    let post = learned.posterior(policy);
+    post.estimate(policy, post.job(policy, job_type, workload), class)
         .shifted(-size)
         .seconds()
 }
 
-/// Scores `req`. `budget_allows` says whether the exploration window has room for one more
-/// exploratory decision; `seed` drives this decision's draws (the caller derives it from the request
-/// and the learned state). The caller records whether the decision explored.
+/// What lets a decision explore, besides its posterior draw favouring another class than the lowest cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// This replica's exploration window (`true`: it has room for one more exploratory decision): the
+    /// decision explores whenever its Thompson draw says so, so a job type explores as often as another
+    /// class is plausibly its best, and the operator's cap bounds the share (unkeyed decisions).
+    Window(bool),
+    /// Also the decision's own seeded draw below `explorationCap` (the same on every replica: keyed
+    /// decisions, with `true`, see [`crate::decisions`]).
+    SeededDraw(bool),
+}
+
+/// Scores `req` with [`Gate::SeededDraw`]`(budget_allows)`; see [`score_gated`].
 pub fn score(
     policy: &Policy,
     learned: &Learned,
     req: &JobRequest,
     budget_allows: bool,
+    seed: u64,
+) -> Decision {
+    score_gated(policy, learned, req, Gate::SeededDraw(budget_allows), seed)
+}
+
+/// Scores `req`. `gate` says what allows exploring; `seed` drives this decision's draws (the caller derives
+/// it from the request and the learned state). The caller records whether the decision explored.
+pub fn score_gated(
+    policy: &Policy,
+    learned: &Learned,
+    req: &JobRequest,
+    gate: Gate,
     seed: u64,
 ) -> Decision {
     let tier_index = policy.tier_index(&req.tier).unwrap_or(policy.default_tier);
@@ -268,10 +288,8 @@ pub fn score(
         .or(job.map(|j| j.workload_class))
         .unwrap_or(WorkloadClass::Unknown);
     let profile = job.map_or_else(|| policy.workload_profile(workload), |j| j.profile);
-    let who = match policy.job_index(&req.job_type) {
-        Some(j) => JobRef::Known(j),
-        None => JobRef::Unknown(workload),
-    };
+    let post = learned.posterior(policy);
+    let who = post.job(policy, &req.job_type, workload);
     let (memory_gib, memory_defaulted) =
         match (req.memory_gib, job.and_then(|j| j.default_memory_gib)) {
             (Some(m), _) => (Some(m), false),
@@ -293,13 +311,15 @@ pub fn score(
     // A scorer that has never received an observation does not explore: with nobody reporting
     // runtimes, trying a class teaches nothing.
     let mut draws = sampling::Draws::new(seed);
-    let gate = draws.uniform();
-    let exploration_allowed =
-        budget_allows && learned.observations > 0 && gate < learning.exploration_cap;
+    let u = draws.uniform();
+    let exploration_allowed = learned.observations > 0
+        && match gate {
+            Gate::Window(room) => room && learning.exploration_cap > 0.0,
+            Gate::SeededDraw(room) => room && u < learning.exploration_cap,
+        };
 
     // Per-class inputs.
     let n = policy.classes.len();
-    let post = learned.posterior(policy);
     let slowdown = interference::total_slowdown(
         policy,
         &learned.interference,
@@ -351,7 +371,7 @@ pub fn score(
         feasible.retain(|&i| i != s);
         feasible.insert(0, s);
     }
-    let why = explain_rule(
+    let mut why = explain_rule(
         policy,
         &feasible,
         &terms,
@@ -361,6 +381,19 @@ pub fn score(
         explored,
         exploration_allowed,
     );
+    if let (true, Some(s)) = (explored, sampled_best) {
+        why.reason.push_str(&format!(
+            "; {} run(s) of this job type on {} so far, its runtime known to ±{:.0} %{}",
+            post.count(who, s),
+            policy.classes[s].name,
+            100.0 * inputs.log_var[s].sqrt(),
+            if post.contradicted(who) {
+                "; the job type's runs contradict its prior, so it is learned under a wider one"
+            } else {
+                ""
+            }
+        ));
+    }
 
     let candidate = |i: usize, feasible: bool| Candidate {
         class: i,
@@ -404,7 +437,12 @@ pub fn score(
         candidates,
         priority_score,
         priority_class: priority::bucket(&policy.priority.buckets, priority_score).clone(),
-        avoid_job_types: interference::avoid_list(policy, &learned.interference, &req.job_type),
+        avoid_job_types: interference::avoid_list(
+            policy,
+            &learned.interference,
+            learned.unlisted.seen.keys(),
+            &req.job_type,
+        ),
         explored,
         infeasible_reason,
         why,
@@ -539,104 +577,6 @@ fn no_class_reason(policy: &Policy, tier: usize, candidates: &[Candidate]) -> St
         tier.name,
         parts.join("; ")
     )
-}
-
-/// An observed runtime, validated by the caller (known job type and class, finite runtime > 0).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Observation {
-    /// Unique id (the Pod UID): an id already learned is not learned again.
-    pub id: Option<String>,
-    pub job_type: String,
-    pub gpu_class: String,
-    /// GPUs the job ran on (≥ 1).
-    pub gpu_count: u32,
-    pub runtime_seconds: f64,
-    pub colocated_job_types: Vec<String>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct ObserveOutcome {
-    /// The runtime estimate of the job type on the class, at the observed size.
-    pub estimate: Gaussian,
-    /// Observations of the job type on the class.
-    pub observations: u64,
-    /// The id had already been learned: nothing changed.
-    pub duplicate: bool,
-}
-
-/// Learns from `obs` (unless its id was already learned). The run's log runtime is brought to one
-/// GPU (see [`estimate`]); its excess over the current interference-free estimate is the observed
-/// slowdown, shared among the co-located job types (each gets the excess less what the others'
-/// current slowdowns explain); the runtime with the estimated slowdown taken out updates the runtime
-/// model.
-pub fn observe(policy: &Policy, learned: &mut Learned, obs: &Observation) -> ObserveOutcome {
-    let class = policy
-        .class_index(&obs.gpu_class)
-        .expect("validated by the caller");
-    let j = policy
-        .job_index(&obs.job_type)
-        .expect("validated by the caller");
-    let size = estimate::size_log_speedup(obs.gpu_count, policy.learning.gpu_scaling_exponent);
-    let duplicate = obs
-        .id
-        .as_deref()
-        .is_some_and(|id| learned.observed.contains(id));
-    if !duplicate {
-        let y = obs.runtime_seconds.ln() + size;
-        let mut colocated: Vec<&str> = Vec::new();
-        for other in &obs.colocated_job_types {
-            if !colocated.contains(&other.as_str()) {
-                colocated.push(other);
-            }
-        }
-        let mut clean = y;
-        if !colocated.is_empty() {
-            let expected = learned
-                .posterior(policy)
-                .estimate(policy, JobRef::Known(j), class)
-                .log_mean;
-            let excess = (y - expected).exp_m1();
-            let current: Vec<f64> = colocated
-                .iter()
-                .map(|o| interference::slowdown(policy, &learned.interference, &obs.job_type, o))
-                .collect();
-            let total: f64 = current.iter().sum();
-            for (k, other) in colocated.iter().enumerate() {
-                if policy.job_index(other).is_some() {
-                    let others = total - current[k];
-                    learned
-                        .interference
-                        .record(&obs.job_type, other, excess - others);
-                }
-            }
-            let total = interference::total_slowdown(
-                policy,
-                &learned.interference,
-                &obs.job_type,
-                &obs.colocated_job_types,
-            );
-            clean -= total.ln_1p();
-        }
-        learned
-            .runtimes
-            .record(&obs.job_type, &obs.gpu_class, clean);
-        if let Some(id) = &obs.id {
-            learned.observed.insert(id);
-        }
-        learned.observations += 1;
-        learned.invalidate();
-        learned.refresh(policy);
-    }
-    let estimate = learned
-        .posterior(policy)
-        .estimate(policy, JobRef::Known(j), class)
-        .shifted(-size)
-        .seconds();
-    ObserveOutcome {
-        estimate,
-        observations: learned.runtimes.get(&obs.job_type, &obs.gpu_class).count,
-        duplicate,
-    }
 }
 
 #[cfg(test)]

@@ -1,31 +1,36 @@
 //! The ids of the observations already learned, so that an observation reported twice (an observer
 //! restarting, a leader change, a retry) is learned once.
 //!
-//! Ids are kept as 128-bit digests (sha256, truncated) in arrival order, at most [`CAPACITY`] of them:
-//! past that the oldest are forgotten (an id re-sent after 100 000 newer observations would be learned
-//! again; the observer only re-sends ids of Pods that finished recently). The set is part of the learned
-//! state: snapshots and `ExportState` carry it.
+//! De-duplication needs a window that covers re-delivery, not every id ever seen: ids are kept as 64-bit
+//! digests (the first 8 bytes of their sha256) in arrival order, the last [`CAPACITY`] (10 000) of them.
+//! That covers every way the observer re-sends: a leader change re-sends the runs of Pods that finished
+//! in the last 15 minutes, and a replica that diverged gets the observer's replay log, 10 000
+//! observations by default (`--replay-log`). An id re-sent after 10 000 newer observations would be
+//! learned again. (A chance collision of two digests drops one run in ~2·10¹⁵.) The window is part of the
+//! learned state: snapshots and `ExportState` carry it (16 hex digits an id; 160 kB of JSON, ~85 kB
+//! compressed, whatever the number of observations). Format v2 kept 100 000 128-bit digests: read back,
+//! the last 10 000 are kept by their first 64 bits.
 use std::collections::{HashSet, VecDeque};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sha2::{Digest, Sha256};
 
 /// Most ids remembered.
-pub const CAPACITY: usize = 100_000;
+pub const CAPACITY: usize = 10_000;
 
 /// The digest an id is remembered by.
-pub fn id_digest(id: &str) -> u128 {
+pub fn id_digest(id: &str) -> u64 {
     let h = Sha256::digest(id.as_bytes());
-    u128::from_be_bytes(h[..16].try_into().expect("16 bytes"))
+    u64::from_be_bytes(h[..8].try_into().expect("8 bytes"))
 }
 
 #[derive(Debug, Clone, Default)]
 pub struct ObservedIds {
     /// Oldest first.
-    order: VecDeque<u128>,
-    set: HashSet<u128>,
+    order: VecDeque<u64>,
+    set: HashSet<u64>,
     /// Wrapping sum of the remembered digests: an order-independent fingerprint of the set.
-    sum: u128,
+    sum: u64,
 }
 
 impl PartialEq for ObservedIds {
@@ -44,7 +49,7 @@ impl ObservedIds {
         self.insert_digest(id_digest(id))
     }
 
-    fn insert_digest(&mut self, d: u128) -> bool {
+    fn insert_digest(&mut self, d: u64) -> bool {
         if !self.set.insert(d) {
             return false;
         }
@@ -73,14 +78,14 @@ impl ObservedIds {
     }
 
     /// Order-independent fingerprint of the remembered ids.
-    pub fn fingerprint(&self) -> u128 {
+    pub fn fingerprint(&self) -> u64 {
         self.sum
     }
 }
 
 impl Serialize for ObservedIds {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let hex: Vec<String> = self.order.iter().map(|d| format!("{d:032x}")).collect();
+        let hex: Vec<String> = self.order.iter().map(|d| format!("{d:016x}")).collect();
         hex.serialize(s)
     }
 }
@@ -90,7 +95,14 @@ impl<'de> Deserialize<'de> for ObservedIds {
         let hex = Vec::<String>::deserialize(d)?;
         let mut ids = ObservedIds::default();
         for h in hex {
-            let v = u128::from_str_radix(&h, 16).map_err(serde::de::Error::custom)?;
+            // 16 hex digits, or format v2's 32 (a 128-bit digest whose first 64 bits are today's).
+            let v = if h.len() == 32 {
+                u128::from_str_radix(&h, 16)
+                    .map(|v| (v >> 64) as u64)
+                    .map_err(serde::de::Error::custom)?
+            } else {
+                u64::from_str_radix(&h, 16).map_err(serde::de::Error::custom)?
+            };
             ids.insert_digest(v);
         }
         Ok(ids)

@@ -18,53 +18,93 @@
 //! - r_jc ~ N(0, cellStddev²): what is particular to this job type on this class;
 //! - noise ~ N(0, τ²), τ = `learning.tau` (the log runtime's noise: 0.2 ≈ 20 % run to run).
 //!
+//! Job types the policy does not list but that were learned ([`super::unlisted`]) take part like listed
+//! ones, with their workload class's profile as the prior.
+//!
 //! Observations enter as each cell's count n and mean ȳ (see [`super::estimate`]). r_jc is integrated
-//! out, so every cell's mean is one observation of the shared part with variance cellStddev² + τ²/n; the
-//! posterior of the shared parameters is exact (dense precision matrix, Cholesky). A cell's own estimate
-//! then combines the shared prediction with its own mean, weighted by k = cellStddev²/(cellStddev² + τ²/n).
-//! The whole posterior is rebuilt after every observation (O(p³), p = 2·jobTypes + 6·classes + 5) and
-//! cached; a Score only reads it.
+//! out, so every cell's mean is one observation of the shared part with variance cellStddev² + τ²/n. The
+//! posterior is exact: each job type's own parameters (a_j, b_j) are eliminated by their 2×2 block (Schur
+//! complement), which leaves a small system in the 6·classes + 5 shared parameters (47 with the default
+//! catalog), solved by Cholesky; then each job type's block is recovered. Cost O(job types + classes³),
+//! not O((job types + classes)³), so hundreds of job types cost microseconds to a millisecond. A cell's own
+//! estimate then combines the shared prediction with its own mean, weighted by
+//! k = cellStddev²/(cellStddev² + τ²/n).
+//!
+//! **A contradicted prior** is detected per job type by Bayesian model choice: the likelihood of its cells
+//! (given the shared parameters) under its prior against under a prior 3x as wide in every direction (size,
+//! exponent, what is particular to a class), the latter held a priori 20 % likely. When the wide one is
+//! more likely the job type is flagged (Explain says so) and recomputed with the wide prior, so its own
+//! data, not the catalog, decide, and its larger uncertainty draws exploration to it.
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
 use ndarray::{Array1, Array2};
 
 use super::estimate::{LogNormal, RuntimeTable};
+use super::interference::PRIOR_WRONG;
+use super::unlisted::UnlistedJobTypes;
 use crate::policy::{Policy, RuntimeProfile, WorkloadClass};
 
 const WORKLOADS: usize = 5;
+/// How much wider (standard deviations) the prior of a job type flagged as contradicted is.
+const WIDE: f64 = 3.0;
 
-/// Who a job is, for the model: a job type the policy knows, or only its workload class.
+/// Who a job is, for the model: a job type the posterior knows (a slot: the policy's job types first,
+/// then the unlisted ones learned), or only its workload class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobRef {
     Known(usize),
     Unknown(WorkloadClass),
 }
 
+/// Indices of the shared parameters: b_w, u_c, u_wc.
 #[derive(Debug, Clone, Copy)]
-struct Layout {
-    jobs: usize,
+struct Shared {
     classes: usize,
 }
 
-impl Layout {
-    fn a(self, j: usize) -> usize {
-        j
-    }
-    fn bj(self, j: usize) -> usize {
-        self.jobs + j
-    }
+impl Shared {
     fn bw(self, w: usize) -> usize {
-        2 * self.jobs + w
+        w
     }
     fn uc(self, c: usize) -> usize {
-        2 * self.jobs + WORKLOADS + c
+        WORKLOADS + c
     }
     fn uwc(self, w: usize, c: usize) -> usize {
-        2 * self.jobs + WORKLOADS + self.classes + w * self.classes + c
+        WORKLOADS + self.classes + w * self.classes + c
     }
     fn len(self) -> usize {
-        2 * self.jobs + WORKLOADS + self.classes + WORKLOADS * self.classes
+        WORKLOADS + self.classes + WORKLOADS * self.classes
     }
+    /// The shared features of cell (w, c): (index, coefficient).
+    fn features(self, w: usize, c: usize, x: f64) -> [(usize, f64); 3] {
+        [(self.bw(w), -x), (self.uc(c), 1.0), (self.uwc(w, c), 1.0)]
+    }
+}
+
+/// One job type of the posterior: its prior and its observed cells.
+#[derive(Debug, Clone)]
+struct Slot {
+    profile: RuntimeProfile,
+    workload: usize,
+    /// (class, count, mean of the 1-GPU log runtime).
+    cells: Vec<(usize, u64, f64)>,
+}
+
+/// A job type's parameters (a_j, b_j) after the solve: mean, covariance, covariance with the shared ones.
+#[derive(Debug, Clone)]
+struct Block {
+    mean: [f64; 2],
+    cov: [[f64; 2]; 2],
+    /// 2 × shared, row-major; empty when the job type has no observations (no correlation).
+    cross: Vec<f64>,
+}
+
+/// The solved model: shared parameters and one block per slot.
+struct Solved {
+    mean: Array1<f64>,
+    cov: Array2<f64>,
+    blocks: Vec<Block>,
 }
 
 /// The posterior, for one policy and one learned state.
@@ -72,14 +112,18 @@ impl Layout {
 pub struct Posterior {
     /// Of the policy it was computed for.
     pub fingerprint: u64,
-    layout: Layout,
+    shared: Shared,
     theta: Array1<f64>,
     cov: Array2<f64>,
-    /// Per (known job type, class): the 1-GPU log-runtime estimate.
+    /// Slots of the unlisted job types learned, by name.
+    unlisted: HashMap<String, usize>,
+    /// Per (slot, class): the 1-GPU log-runtime estimate.
     log_mean: Array2<f64>,
     log_var: Array2<f64>,
-    /// Observations per (known job type, class).
+    /// Observations per (slot, class).
     counts: Array2<u64>,
+    /// Per slot: whether its data contradict its prior.
+    contradicted: Vec<bool>,
 }
 
 /// What of the policy the posterior depends on (catalog, job types, workload profiles, learning).
@@ -129,112 +173,335 @@ pub fn prior_log_mean(profile: &RuntimeProfile, throughput: f64) -> f64 {
     profile.base_runtime_seconds.ln() - profile.throughput_exponent * throughput.ln()
 }
 
-impl Posterior {
-    pub fn compute(policy: &Policy, runtimes: &RuntimeTable) -> Self {
-        let l = &policy.learning;
-        let layout = Layout {
-            jobs: policy.job_types.len(),
-            classes: policy.classes.len(),
+/// The policy's job types, then the unlisted ones learned (name order), with their observed cells.
+fn slots(
+    policy: &Policy,
+    runtimes: &RuntimeTable,
+    unlisted: &UnlistedJobTypes,
+) -> (Vec<Slot>, HashMap<String, usize>) {
+    let cells = |name: &str| -> Vec<(usize, u64, f64)> {
+        let Some(by_class) = runtimes.by_job.get(name) else {
+            return Vec::new();
         };
-        let p = layout.len();
-        let (sb2, su2, sr2, noise2) = (
-            l.exponent_stddev.powi(2),
-            l.class_offset_stddev.powi(2),
-            l.cell_stddev.powi(2),
-            l.tau.powi(2),
-        );
-        let mut precision = Array2::<f64>::zeros((p, p));
-        let mut b = Array1::<f64>::zeros(p);
-        let mut prior = |i: usize, mean: f64, var: f64| {
-            precision[[i, i]] += 1.0 / var;
-            b[i] += mean / var;
-        };
-        for (j, job) in policy.job_types.iter().enumerate() {
-            prior(
-                layout.a(j),
-                job.profile.base_runtime_seconds.ln(),
-                log_var_of(job.profile.relative_stddev),
-            );
-            prior(layout.bj(j), 0.0, sb2);
-        }
-        for w in 0..WORKLOADS {
-            prior(layout.bw(w), 0.0, sb2);
-            for c in 0..layout.classes {
-                prior(layout.uwc(w, c), 0.0, su2);
-            }
-        }
-        for c in 0..layout.classes {
-            prior(layout.uc(c), 0.0, su2);
-        }
-
-        let xs: Vec<f64> = policy
-            .classes
+        let mut cells: Vec<(usize, u64, f64)> = by_class
             .iter()
-            .map(|c| c.relative_throughput.ln())
+            .filter(|(_, s)| s.count > 0)
+            .filter_map(|(c, s)| Some((policy.class_index(c)?, s.count, s.mean())))
             .collect();
-        let mut counts = Array2::<u64>::zeros((layout.jobs, layout.classes));
-        let mut means = Array2::<f64>::zeros((layout.jobs, layout.classes));
-        for (job_name, by_class) in &runtimes.by_job {
-            let Some(j) = policy.job_index(job_name) else {
-                continue;
-            };
-            let job = &policy.job_types[j];
-            let w = job.workload_class.index();
-            for (class_name, stat) in by_class {
-                let Some(c) = policy.class_index(class_name) else {
-                    continue;
-                };
-                if stat.count == 0 {
-                    continue;
-                }
-                counts[[j, c]] = stat.count;
-                means[[j, c]] = stat.mean();
-                let var = sr2 + noise2 / stat.count as f64;
-                let offset = -job.profile.throughput_exponent * xs[c];
-                let phi = features(layout, j, w, c, xs[c]);
-                let target = stat.mean() - offset;
-                for &(i, fi) in &phi {
-                    b[i] += fi * target / var;
-                    for &(k, fk) in &phi {
-                        precision[[i, k]] += fi * fk / var;
-                    }
-                }
-            }
+        cells.sort_by_key(|c| c.0);
+        cells
+    };
+    let mut slots: Vec<Slot> = policy
+        .job_types
+        .iter()
+        .map(|j| Slot {
+            profile: j.profile,
+            workload: j.workload_class.index(),
+            cells: cells(&j.name),
+        })
+        .collect();
+    let mut names = HashMap::new();
+    for (name, seen) in &unlisted.seen {
+        if policy.job_index(name).is_some() {
+            continue;
         }
-        let cov = invert_spd(&precision);
-        let theta = cov.dot(&b);
+        let w = seen.workload_class();
+        names.insert(name.clone(), slots.len());
+        slots.push(Slot {
+            profile: policy.workload_profile(w),
+            workload: w.index(),
+            cells: cells(name),
+        });
+    }
+    (slots, names)
+}
 
-        let mut log_mean = Array2::<f64>::zeros((layout.jobs, layout.classes));
-        let mut log_var = Array2::<f64>::zeros((layout.jobs, layout.classes));
-        for (j, job) in policy.job_types.iter().enumerate() {
-            let w = job.workload_class.index();
-            for c in 0..layout.classes {
-                let phi = features(layout, j, w, c, xs[c]);
-                let shared_mean = -job.profile.throughput_exponent * xs[c] + dot(&phi, &theta);
-                let shared_var = quad(&phi, &cov);
-                let n = counts[[j, c]];
-                let (m, v) = if n == 0 {
-                    (shared_mean, shared_var + sr2)
-                } else {
-                    let k = sr2 / (sr2 + noise2 / n as f64);
-                    (
-                        (1.0 - k) * shared_mean + k * means[[j, c]],
-                        (1.0 - k).powi(2) * shared_var + (1.0 - k) * sr2,
-                    )
-                };
-                log_mean[[j, c]] = m;
-                log_var[[j, c]] = v;
+/// The learning parameters in variance terms; `wide` widens a job type's own priors.
+#[derive(Debug, Clone, Copy)]
+struct Variances {
+    exponent: f64,
+    class: f64,
+    cell: f64,
+    noise: f64,
+}
+
+impl Variances {
+    fn of(policy: &Policy) -> Self {
+        let l = &policy.learning;
+        Self {
+            exponent: l.exponent_stddev.powi(2),
+            class: l.class_offset_stddev.powi(2),
+            cell: l.cell_stddev.powi(2),
+            noise: l.tau.powi(2),
+        }
+    }
+
+    /// Prior variances of (a_j, b_j) and of r_jc for a slot.
+    fn own(self, slot: &Slot, wide: bool) -> (f64, f64, f64) {
+        let f = if wide { WIDE * WIDE } else { 1.0 };
+        (
+            log_var_of(slot.profile.relative_stddev) * f,
+            self.exponent * f,
+            self.cell * f,
+        )
+    }
+}
+
+/// One job type's contribution before elimination: its 2×2 precision, vector, and coupling to the shared
+/// parameters (2 × shared, only `cols` non-zero).
+struct Local {
+    a: [[f64; 2]; 2],
+    bz: [f64; 2],
+    coupling: Vec<f64>,
+    cols: Vec<usize>,
+}
+
+fn local(shared: Shared, xs: &[f64], slot: &Slot, v: Variances, wide: bool) -> Local {
+    let (va, vb, vr) = v.own(slot, wide);
+    let s = shared.len();
+    let mut a = [[1.0 / va, 0.0], [0.0, 1.0 / vb]];
+    let mut bz = [slot.profile.base_runtime_seconds.ln() / va, 0.0];
+    let mut coupling = vec![0.0; 2 * s];
+    let mut cols = Vec::new();
+    for &(c, n, mean) in &slot.cells {
+        let var = vr + v.noise / n as f64;
+        let target = mean + slot.profile.throughput_exponent * xs[c];
+        let z = [1.0, -xs[c]];
+        for r in 0..2 {
+            bz[r] += z[r] * target / var;
+            for k in 0..2 {
+                a[r][k] += z[r] * z[k] / var;
+            }
+            for (i, fi) in shared.features(slot.workload, c, xs[c]) {
+                coupling[r * s + i] += z[r] * fi / var;
             }
         }
+        for (i, _) in shared.features(slot.workload, c, xs[c]) {
+            if !cols.contains(&i) {
+                cols.push(i);
+            }
+        }
+    }
+    Local {
+        a,
+        bz,
+        coupling,
+        cols,
+    }
+}
+
+fn inverse2(m: [[f64; 2]; 2]) -> [[f64; 2]; 2] {
+    let det = m[0][0] * m[1][1] - m[0][1] * m[1][0];
+    [
+        [m[1][1] / det, -m[0][1] / det],
+        [-m[1][0] / det, m[0][0] / det],
+    ]
+}
+
+/// The exact posterior of every parameter, each job type's block eliminated first.
+fn solve(policy: &Policy, slots: &[Slot], wide: &[bool]) -> Solved {
+    let v = Variances::of(policy);
+    let shared = Shared {
+        classes: policy.classes.len(),
+    };
+    let s = shared.len();
+    let xs: Vec<f64> = policy
+        .classes
+        .iter()
+        .map(|c| c.relative_throughput.ln())
+        .collect();
+    let mut precision = Array2::<f64>::zeros((s, s));
+    let mut h = Array1::<f64>::zeros(s);
+    for w in 0..WORKLOADS {
+        precision[[shared.bw(w), shared.bw(w)]] += 1.0 / v.exponent;
+        for c in 0..shared.classes {
+            precision[[shared.uwc(w, c), shared.uwc(w, c)]] += 1.0 / v.class;
+        }
+    }
+    for c in 0..shared.classes {
+        precision[[shared.uc(c), shared.uc(c)]] += 1.0 / v.class;
+    }
+    let locals: Vec<Local> = slots
+        .iter()
+        .zip(wide)
+        .map(|(slot, &w)| local(shared, &xs, slot, v, w))
+        .collect();
+    for (slot, (l, &w)) in slots.iter().zip(locals.iter().zip(wide)) {
+        let vr = v.own(slot, w).2;
+        for &(c, n, mean) in &slot.cells {
+            let var = vr + v.noise / n as f64;
+            let target = mean + slot.profile.throughput_exponent * xs[c];
+            let phi = shared.features(slot.workload, c, xs[c]);
+            for &(i, fi) in &phi {
+                h[i] += fi * target / var;
+                for &(k, fk) in &phi {
+                    precision[[i, k]] += fi * fk / var;
+                }
+            }
+        }
+        // Schur complement: − Bᵀ A⁻¹ B and − Bᵀ A⁻¹ bz.
+        let ai = inverse2(l.a);
+        let aib = [
+            ai[0][0] * l.bz[0] + ai[0][1] * l.bz[1],
+            ai[1][0] * l.bz[0] + ai[1][1] * l.bz[1],
+        ];
+        for &i in &l.cols {
+            let bi = [l.coupling[i], l.coupling[s + i]];
+            h[i] -= bi[0] * aib[0] + bi[1] * aib[1];
+            for &k in &l.cols {
+                let bk = [l.coupling[k], l.coupling[s + k]];
+                let q = bi[0] * (ai[0][0] * bk[0] + ai[0][1] * bk[1])
+                    + bi[1] * (ai[1][0] * bk[0] + ai[1][1] * bk[1]);
+                precision[[i, k]] -= q;
+            }
+        }
+    }
+    let cov = invert_spd(&precision);
+    let mean = cov.dot(&h);
+    let blocks = locals.iter().map(|l| recover(l, s, &mean, &cov)).collect();
+    Solved { mean, cov, blocks }
+}
+
+/// A job type's block from the shared solution: mean A⁻¹(bz − B·θ), covariance A⁻¹ + M·Σ·Mᵀ with M = A⁻¹B,
+/// cross-covariance −M·Σ.
+fn recover(l: &Local, s: usize, theta: &Array1<f64>, cov: &Array2<f64>) -> Block {
+    let ai = inverse2(l.a);
+    if l.cols.is_empty() {
+        return Block {
+            mean: [
+                ai[0][0] * l.bz[0] + ai[0][1] * l.bz[1],
+                ai[1][0] * l.bz[0] + ai[1][1] * l.bz[1],
+            ],
+            cov: ai,
+            cross: Vec::new(),
+        };
+    }
+    let bt = |r: usize| -> f64 {
+        l.cols
+            .iter()
+            .map(|&i| l.coupling[r * s + i] * theta[i])
+            .sum()
+    };
+    let rhs = [l.bz[0] - bt(0), l.bz[1] - bt(1)];
+    let mean = [
+        ai[0][0] * rhs[0] + ai[0][1] * rhs[1],
+        ai[1][0] * rhs[0] + ai[1][1] * rhs[1],
+    ];
+    // M = A⁻¹ B over the non-zero columns.
+    let m = |r: usize, i: usize| ai[r][0] * l.coupling[i] + ai[r][1] * l.coupling[s + i];
+    let mut cross = vec![0.0; 2 * s];
+    for r in 0..2 {
+        for &i in &l.cols {
+            let mri = m(r, i);
+            for k in 0..s {
+                cross[r * s + k] -= mri * cov[[i, k]];
+            }
+        }
+    }
+    let mut bcov = ai;
+    for (r, row) in bcov.iter_mut().enumerate() {
+        for (q, v) in row.iter_mut().enumerate() {
+            // M Σ Mᵀ = −cross · Mᵀ
+            *v -= l
+                .cols
+                .iter()
+                .map(|&i| cross[r * s + i] * m(q, i))
+                .sum::<f64>();
+        }
+    }
+    Block {
+        mean,
+        cov: bcov,
+        cross,
+    }
+}
+
+/// Whether a job type's cells are better explained by a prior [`WIDE`]x as wide: every parameter integrated
+/// out under its prior (the prior predictive; the shared ones are not taken from the posterior, which the
+/// job type's own data pull along).
+fn contradicts(policy: &Policy, slot: &Slot) -> bool {
+    if slot.cells.len() < 2 {
+        return false;
+    }
+    let v = Variances::of(policy);
+    let xs: Vec<f64> = policy
+        .classes
+        .iter()
+        .map(|c| c.relative_throughput.ln())
+        .collect();
+    let k = slot.cells.len();
+    let loglik = |wide: bool| {
+        let (va, vb, vr) = v.own(slot, wide);
+        let mut cov = Array2::<f64>::zeros((k, k));
+        let mut resid = Array1::<f64>::zeros(k);
+        for (p, &(c, n, mean)) in slot.cells.iter().enumerate() {
+            let prior = prior_log_mean(&slot.profile, policy.classes[c].relative_throughput);
+            resid[p] = mean - prior;
+            for (q, &(c2, _, _)) in slot.cells.iter().enumerate() {
+                cov[[p, q]] = va + (vb + v.exponent) * xs[c] * xs[c2];
+            }
+            cov[[p, p]] += 2.0 * v.class + vr + v.noise / n as f64;
+        }
+        gaussian_loglik(&resid, &cov)
+    };
+    let (narrow, wide) = (loglik(false), loglik(true));
+    (wide + PRIOR_WRONG.ln()) > (narrow + (1.0 - PRIOR_WRONG).ln())
+}
+
+/// ln N(r; 0, cov) by Cholesky.
+fn gaussian_loglik(r: &Array1<f64>, cov: &Array2<f64>) -> f64 {
+    let n = r.len();
+    let mut l = Array2::<f64>::zeros((n, n));
+    for i in 0..n {
+        for j in 0..=i {
+            let mut s = cov[[i, j]];
+            for k in 0..j {
+                s -= l[[i, k]] * l[[j, k]];
+            }
+            if i == j {
+                l[[i, i]] = s.max(1e-300).sqrt();
+            } else {
+                l[[i, j]] = s / l[[j, j]];
+            }
+        }
+    }
+    // Solve L z = r.
+    let mut z = vec![0.0; n];
+    for i in 0..n {
+        let s: f64 = (0..i).map(|k| l[[i, k]] * z[k]).sum();
+        z[i] = (r[i] - s) / l[[i, i]];
+    }
+    let logdet: f64 = (0..n).map(|i| l[[i, i]].ln()).sum::<f64>() * 2.0;
+    -0.5 * (z.iter().map(|x| x * x).sum::<f64>() + logdet + n as f64 * std::f64::consts::TAU.ln())
+}
+
+impl Posterior {
+    pub fn compute(policy: &Policy, runtimes: &RuntimeTable, unlisted: &UnlistedJobTypes) -> Self {
+        let (slots, names) = slots(policy, runtimes, unlisted);
+        let contradicted: Vec<bool> = slots.iter().map(|s| contradicts(policy, s)).collect();
+        let solved = solve(policy, &slots, &contradicted);
+        let (log_mean, log_var, counts) = predict(policy, &slots, &solved, &contradicted);
         Self {
             fingerprint: fingerprint(policy),
-            layout,
-            theta,
-            cov,
+            shared: Shared {
+                classes: policy.classes.len(),
+            },
+            theta: solved.mean,
+            cov: solved.cov,
+            unlisted: names,
             log_mean,
             log_var,
             counts,
+            contradicted,
         }
+    }
+
+    /// Who `job_type` is: a listed or learned job type, else its workload class.
+    pub fn job(&self, policy: &Policy, job_type: &str, workload: WorkloadClass) -> JobRef {
+        policy
+            .job_index(job_type)
+            .or_else(|| self.unlisted.get(job_type).copied())
+            .map_or(JobRef::Unknown(workload), JobRef::Known)
     }
 
     /// The 1-GPU log-runtime estimate of `job` on class `c`, interference excluded.
@@ -248,12 +515,7 @@ impl Posterior {
                 let l = &policy.learning;
                 let profile = policy.workload_profile(w);
                 let x = policy.classes[c].relative_throughput.ln();
-                let wi = w.index();
-                let phi = [
-                    (self.layout.bw(wi), -x),
-                    (self.layout.uc(c), 1.0),
-                    (self.layout.uwc(wi, c), 1.0),
-                ];
+                let phi = self.shared.features(w.index(), c, x);
                 LogNormal {
                     log_mean: prior_log_mean(&profile, policy.classes[c].relative_throughput)
                         + dot(&phi, &self.theta),
@@ -273,17 +535,67 @@ impl Posterior {
             JobRef::Unknown(_) => 0,
         }
     }
+
+    /// Whether the data of `job` contradict its prior (it is then learned under a wider one).
+    pub fn contradicted(&self, job: JobRef) -> bool {
+        match job {
+            JobRef::Known(j) => self.contradicted[j],
+            JobRef::Unknown(_) => false,
+        }
+    }
 }
 
-/// The non-zero features of cell (j, c): (parameter index, coefficient).
-fn features(layout: Layout, j: usize, w: usize, c: usize, x: f64) -> [(usize, f64); 5] {
-    [
-        (layout.a(j), 1.0),
-        (layout.bj(j), -x),
-        (layout.bw(w), -x),
-        (layout.uc(c), 1.0),
-        (layout.uwc(w, c), 1.0),
-    ]
+type Predictions = (Array2<f64>, Array2<f64>, Array2<u64>);
+
+/// Every (slot, class) cell's estimate: the shared prediction combined with the cell's own mean.
+fn predict(policy: &Policy, slots: &[Slot], solved: &Solved, wide: &[bool]) -> Predictions {
+    let v = Variances::of(policy);
+    let shared = Shared {
+        classes: policy.classes.len(),
+    };
+    let s = shared.len();
+    let nc = policy.classes.len();
+    let mut log_mean = Array2::<f64>::zeros((slots.len(), nc));
+    let mut log_var = Array2::<f64>::zeros((slots.len(), nc));
+    let mut counts = Array2::<u64>::zeros((slots.len(), nc));
+    for (j, (slot, block)) in slots.iter().zip(&solved.blocks).enumerate() {
+        let vr = v.own(slot, wide[j]).2;
+        for c in 0..nc {
+            let x = policy.classes[c].relative_throughput.ln();
+            let z = [1.0, -x];
+            let phi = shared.features(slot.workload, c, x);
+            let mut mean = -slot.profile.throughput_exponent * x
+                + z[0] * block.mean[0]
+                + z[1] * block.mean[1]
+                + dot(&phi, &solved.mean);
+            let mut var = quad(&phi, &solved.cov);
+            for r in 0..2 {
+                for q in 0..2 {
+                    var += z[r] * z[q] * block.cov[r][q];
+                }
+                if !block.cross.is_empty() {
+                    var += 2.0
+                        * z[r]
+                        * phi
+                            .iter()
+                            .map(|&(i, f)| f * block.cross[r * s + i])
+                            .sum::<f64>();
+                }
+            }
+            var = var.max(0.0);
+            if let Some(&(_, n, own)) = slot.cells.iter().find(|cell| cell.0 == c) {
+                counts[[j, c]] = n;
+                let k = vr / (vr + v.noise / n as f64);
+                mean = (1.0 - k) * mean + k * own;
+                var = (1.0 - k).powi(2) * var + (1.0 - k) * vr;
+            } else {
+                var += vr;
+            }
+            log_mean[[j, c]] = mean;
+            log_var[[j, c]] = var;
+        }
+    }
+    (log_mean, log_var, counts)
 }
 
 fn dot(phi: &[(usize, f64)], theta: &Array1<f64>) -> f64 {
@@ -341,6 +653,59 @@ mod tests {
     use crate::policy::embedded_default;
 
     #[test]
+    fn an_unlisted_job_type_is_learned_under_its_workload_profile() {
+        let policy = embedded_default().unwrap();
+        let h100 = policy.class_index("H100-80GB").unwrap();
+        let mut unlisted = UnlistedJobTypes::default();
+        unlisted.touch("train-new", Some(WorkloadClass::Training), 1);
+        let mut t = RuntimeTable::default();
+        for _ in 0..10 {
+            t.record("train-new", "H100-80GB", 1000f64.ln());
+        }
+        let post = Posterior::compute(&policy, &t, &unlisted);
+        let who = post.job(&policy, "train-new", WorkloadClass::Batch);
+        assert_eq!(who, JobRef::Known(policy.job_types.len()));
+        let e = post.estimate(&policy, who, h100);
+        assert!((e.log_mean - 1000f64.ln()).abs() < 0.1, "{}", e.log_mean);
+        assert_eq!(post.count(who, h100), 10);
+        // Never observed and not learned: its workload class only.
+        assert_eq!(
+            post.job(&policy, "other", WorkloadClass::Batch),
+            JobRef::Unknown(WorkloadClass::Batch)
+        );
+    }
+
+    #[test]
+    fn a_job_type_far_from_its_prior_is_flagged_and_follows_its_data() {
+        // notebook's prior: exponent 0.3 (2x faster on H100 than on L4); it turns out 16x faster.
+        let policy = embedded_default().unwrap();
+        let nb = JobRef::Known(policy.job_index("notebook").unwrap());
+        let mut t = RuntimeTable::default();
+        for _ in 0..3 {
+            t.record("notebook", "H100-80GB", 450f64.ln());
+            t.record("notebook", "L4-24GB", 7200f64.ln());
+            t.record("notebook", "L40S-48GB", 6000f64.ln());
+        }
+        let post = Posterior::compute(&policy, &t, &UnlistedJobTypes::default());
+        assert!(post.contradicted(nb));
+        let l40s = policy.class_index("L40S-48GB").unwrap();
+        let e = post.estimate(&policy, nb, l40s);
+        assert!(
+            (e.log_mean - 6000f64.ln()).abs() < 0.15,
+            "{}",
+            e.log_mean.exp()
+        );
+        // A job type whose runs agree with its prior is not flagged.
+        let mut t = RuntimeTable::default();
+        for _ in 0..3 {
+            t.record("train-bert", "H100-80GB", (14_400f64 / 2f64.powf(0.9)).ln());
+            t.record("train-bert", "A100-80GB", 14_400f64.ln());
+        }
+        let post = Posterior::compute(&policy, &t, &UnlistedJobTypes::default());
+        assert!(!post.contradicted(JobRef::Known(policy.job_index("train-bert").unwrap())));
+    }
+
+    #[test]
     fn inverse_of_a_small_spd_matrix() {
         let m = ndarray::array![[4.0, 2.0, 0.6], [2.0, 2.0, 0.5], [0.6, 0.5, 3.0]];
         let inv = invert_spd(&m);
@@ -356,7 +721,11 @@ mod tests {
     #[test]
     fn without_observations_the_estimate_is_the_catalog_prior() {
         let policy = embedded_default().unwrap();
-        let post = Posterior::compute(&policy, &RuntimeTable::default());
+        let post = Posterior::compute(
+            &policy,
+            &RuntimeTable::default(),
+            &UnlistedJobTypes::default(),
+        );
         let j = policy.job_index("train-bert").unwrap();
         let c = policy.class_index("H100-80GB").unwrap();
         let e = post.estimate(&policy, JobRef::Known(j), c);
@@ -379,7 +748,11 @@ mod tests {
             policy.class_index("L4-24GB").unwrap(),
         );
         let bert = JobRef::Known(policy.job_index("train-bert").unwrap());
-        let before = Posterior::compute(&policy, &RuntimeTable::default());
+        let before = Posterior::compute(
+            &policy,
+            &RuntimeTable::default(),
+            &UnlistedJobTypes::default(),
+        );
         let ratio = |p: &Posterior| {
             (p.estimate(&policy, bert, l4).log_mean - p.estimate(&policy, bert, h100).log_mean)
                 .exp()
@@ -396,7 +769,7 @@ mod tests {
             t.record("finetune-llm", "H100-80GB", (21_600f64 / 3.0).ln());
             t.record("finetune-llm", "L4-24GB", (21_600f64 / 3.0 * 12.0).ln());
         }
-        let after = Posterior::compute(&policy, &t);
+        let after = Posterior::compute(&policy, &t, &UnlistedJobTypes::default());
         assert!(
             ratio(&after) > ratio(&before) * 1.3,
             "before {} after {}",

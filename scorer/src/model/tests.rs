@@ -213,6 +213,7 @@ fn run(job_type: &str, class: &str, gpus: u32, runtime: f64, colocated: &[&str])
     Observation {
         id: None,
         job_type: job_type.into(),
+        workload_class: None,
         gpu_class: class.into(),
         gpu_count: gpus,
         runtime_seconds: runtime,

@@ -67,11 +67,8 @@ pub(crate) fn observation(
     req: &pb::ObserveRequest,
 ) -> Result<Observation, Status> {
     limits::check_observe_request(req).map_err(out_of_limits)?;
-    if policy.job_index(&req.job_type).is_none() {
-        return Err(invalid(format!(
-            "unknown job_type `{}`: not in policy version {} (only known job types are learned)",
-            req.job_type, policy.version
-        )));
+    if req.job_type.is_empty() {
+        return Err(invalid("job_type is empty".to_string()));
     }
     if policy.class_index(&req.gpu_class).is_none() {
         return Err(invalid(format!(
@@ -83,6 +80,7 @@ pub(crate) fn observation(
         id: (!req.observation_id.is_empty()).then(|| req.observation_id.clone()),
         gpu_count: req.gpu_count.max(1),
         job_type: req.job_type.clone(),
+        workload_class: workload(req.workload_class),
         gpu_class: req.gpu_class.clone(),
         runtime_seconds: req.runtime_seconds,
         colocated_job_types: req.colocated_job_types.clone(),

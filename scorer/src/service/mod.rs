@@ -96,7 +96,8 @@ impl Core {
                     .exploration
                     .allows(policy.learning.exploration_cap, window);
                 let seed = decision_seed(&policy, &learned, req);
-                let d = model::score(&policy, &learned, &job, allowed, seed);
+                let d =
+                    model::score_gated(&policy, &learned, &job, model::Gate::Window(allowed), seed);
                 if !d.accepted().is_empty() {
                     learned.exploration.record(d.explored, window);
                 }
@@ -148,7 +149,22 @@ impl Core {
         let policy = self.policy("Observe")?;
         let obs = observation(&policy, req)
             .inspect_err(|_| self.metrics.request("Observe", "invalid_argument"))?;
-        let outcome = model::observe(&policy, &mut self.learned_for_write(), &obs);
+        let (outcome, summary) = {
+            let mut learned = self.learned_for_write();
+            let outcome = model::observe(&policy, &mut learned, &obs);
+            let summary =
+                (!outcome.duplicate).then(|| model::summary(&policy, &learned, &obs.job_type));
+            (outcome, summary)
+        };
+        if let Some(summary) = &summary {
+            self.metrics.job_type_learned(&obs.job_type, summary);
+        }
+        if let Some(evicted) = &outcome.evicted {
+            let classes: Vec<String> = policy.classes.iter().map(|c| c.name.clone()).collect();
+            self.metrics.job_type_evicted(evicted, &classes);
+            tracing::info!(evicted = %evicted, learned = %obs.job_type,
+                "unlisted job type forgotten: the budget of unlisted job types is full (least recently seen first)");
+        }
         self.metrics.request(
             "Observe",
             if outcome.duplicate { "duplicate" } else { "ok" },
@@ -175,7 +191,7 @@ impl Core {
                 .exploration
                 .allows(policy.learning.exploration_cap, window);
             let seed = decision_seed(&policy, &learned, req);
-            model::score(&policy, &learned, &job, budget, seed)
+            model::score_gated(&policy, &learned, &job, model::Gate::Window(budget), seed)
         } else {
             // What a first Pod of the workload would get now (a cached answer may be older).
             workload_decision(

@@ -229,7 +229,7 @@ fn observe_validates_and_learns() {
             ..ok.clone()
         },
         pb::ObserveRequest {
-            job_type: "mystery".into(),
+            job_type: String::new(),
             ..ok.clone()
         },
     ] {
@@ -242,6 +242,22 @@ fn observe_validates_and_learns() {
     assert_eq!(
         c.snapshot().runtimes.get("train-llama", "H100-80GB").count,
         1
+    );
+    // A job type the policy does not list is learned too, under its workload class's prior.
+    let unlisted = pb::ObserveRequest {
+        job_type: "mystery".into(),
+        workload_class: pb::WorkloadClass::Batch as i32,
+        ..ok.clone()
+    };
+    assert_eq!(c.observe(&unlisted).unwrap().observations, 1);
+    assert_eq!(c.snapshot().runtimes.get("mystery", "H100-80GB").count, 1);
+    assert_eq!(
+        c.snapshot()
+            .unlisted
+            .get("mystery")
+            .unwrap()
+            .workload_class(),
+        crate::policy::WorkloadClass::Batch
     );
 }
 

@@ -1,0 +1,186 @@
+//! Learning from one observed run ([`observe`]), once per observation id ([`super::observed`]).
+//!
+//! The run's log runtime is brought to one GPU (see [`super::estimate`]); when it ran next to other job
+//! types, its excess over the current interference-free estimate is the observed slowdown, shared among the
+//! co-located job types (each pair gets the excess less what the others' current slowdowns explain); the
+//! runtime with the estimated slowdown taken out updates the runtime statistics. A job type the policy does
+//! not list is learned too, under the budget of [`super::unlisted`].
+use super::estimate::{self, Gaussian};
+use super::{Learned, interference};
+use crate::policy::{Policy, WorkloadClass};
+
+/// An observed runtime, validated by the caller (known class, finite runtime > 0).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observation {
+    /// Unique id (the Pod UID): an id already learned is not learned again.
+    pub id: Option<String>,
+    pub job_type: String,
+    /// The job's workload class when said (used for job types the policy does not list).
+    pub workload_class: Option<WorkloadClass>,
+    pub gpu_class: String,
+    /// GPUs the job ran on (≥ 1).
+    pub gpu_count: u32,
+    pub runtime_seconds: f64,
+    pub colocated_job_types: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObserveOutcome {
+    /// The runtime estimate of the job type on the class, at the observed size.
+    pub estimate: Gaussian,
+    /// Observations of the job type on the class.
+    pub observations: u64,
+    /// The id had already been learned: nothing changed.
+    pub duplicate: bool,
+    /// The unlisted job type forgotten to make room for this one (least recently seen).
+    pub evicted: Option<String>,
+}
+
+/// What [`learn`] did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Learnt {
+    pub duplicate: bool,
+    pub evicted: Option<String>,
+}
+
+/// Learns from `obs` (unless its id was already learned); the posterior is rebuilt only when the run was
+/// co-located (its slowdown is measured against the current estimate), else at the next read.
+pub fn learn(policy: &Policy, learned: &mut Learned, obs: &Observation) -> Learnt {
+    let class = policy
+        .class_index(&obs.gpu_class)
+        .expect("validated by the caller");
+    if obs
+        .id
+        .as_deref()
+        .is_some_and(|id| learned.observed.contains(id))
+    {
+        return Learnt {
+            duplicate: true,
+            evicted: None,
+        };
+    }
+    let seq = learned.observations + 1;
+    let mut evicted = None;
+    if policy.job_index(&obs.job_type).is_none() {
+        evicted = learned
+            .unlisted
+            .touch(&obs.job_type, obs.workload_class, seq);
+        if let Some(old) = &evicted {
+            learned.runtimes.by_job.remove(old);
+            learned.interference.remove_job(old);
+        }
+        learned.invalidate();
+    }
+    let size = estimate::size_log_speedup(obs.gpu_count, policy.learning.gpu_scaling_exponent);
+    let y = obs.runtime_seconds.ln() + size;
+    let mut colocated: Vec<&str> = Vec::new();
+    for other in &obs.colocated_job_types {
+        if !colocated.contains(&other.as_str()) {
+            colocated.push(other);
+        }
+    }
+    let mut clean = y;
+    if !colocated.is_empty() {
+        learned.refresh(policy);
+        let post = learned.posterior(policy);
+        let workload = obs.workload_class.unwrap_or(WorkloadClass::Unknown);
+        let who = post.job(policy, &obs.job_type, workload);
+        let expected = post.estimate(policy, who, class).log_mean;
+        let excess = (y - expected).exp_m1();
+        let current: Vec<f64> = colocated
+            .iter()
+            .map(|o| interference::slowdown(policy, &learned.interference, &obs.job_type, o))
+            .collect();
+        let total: f64 = current.iter().sum();
+        for (k, other) in colocated.iter().enumerate() {
+            let known = policy.job_index(other).is_some() || learned.unlisted.get(other).is_some();
+            if known {
+                let others = total - current[k];
+                learned
+                    .interference
+                    .record(&obs.job_type, other, excess - others, seq);
+            }
+        }
+        let total = interference::total_slowdown(
+            policy,
+            &learned.interference,
+            &obs.job_type,
+            &obs.colocated_job_types,
+        );
+        clean -= total.ln_1p();
+    }
+    learned
+        .runtimes
+        .record(&obs.job_type, &obs.gpu_class, clean);
+    if let Some(id) = &obs.id {
+        learned.observed.insert(id);
+    }
+    learned.observations = seq;
+    learned.invalidate();
+    Learnt {
+        duplicate: false,
+        evicted,
+    }
+}
+
+/// [`learn`], then the updated estimate of the job type on the class (the posterior rebuilt).
+pub fn observe(policy: &Policy, learned: &mut Learned, obs: &Observation) -> ObserveOutcome {
+    let class = policy
+        .class_index(&obs.gpu_class)
+        .expect("validated by the caller");
+    let learnt = learn(policy, learned, obs);
+    learned.refresh(policy);
+    let size = estimate::size_log_speedup(obs.gpu_count, policy.learning.gpu_scaling_exponent);
+    let post = learned.posterior(policy);
+    let workload = obs.workload_class.unwrap_or(WorkloadClass::Unknown);
+    let estimate = post
+        .estimate(policy, post.job(policy, &obs.job_type, workload), class)
+        .shifted(-size)
+        .seconds();
+    ObserveOutcome {
+        estimate,
+        observations: learned.runtimes.get(&obs.job_type, &obs.gpu_class).count,
+        duplicate: learnt.duplicate,
+        evicted: learnt.evicted,
+    }
+}
+
+/// What the scorer has learned of one job type, for its metrics.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobTypeSummary {
+    /// Observations over every class.
+    pub observations: u64,
+    /// Per class (catalog order): the estimated speedup over the catalog's slowest class (1-GPU runtimes).
+    pub speedups: Vec<(String, f64)>,
+    /// Whether its runs contradict its prior.
+    pub contradicted: bool,
+}
+
+/// The summary of `job_type` in the current (refreshed) state.
+pub fn summary(policy: &Policy, learned: &Learned, job_type: &str) -> JobTypeSummary {
+    let post = learned.posterior(policy);
+    let who = post.job(policy, job_type, WorkloadClass::Unknown);
+    let n = policy.classes.len();
+    let runtime: Vec<f64> = (0..n)
+        .map(|c| post.estimate(policy, who, c).log_mean)
+        .collect();
+    let slowest = (0..n)
+        .min_by(|&a, &b| {
+            policy.classes[a]
+                .relative_throughput
+                .total_cmp(&policy.classes[b].relative_throughput)
+        })
+        .unwrap_or(0);
+    JobTypeSummary {
+        observations: (0..n).map(|c| post.count(who, c)).sum(),
+        speedups: (0..n)
+            .map(|c| {
+                (
+                    policy.classes[c].name.clone(),
+                    (runtime[slowest] - runtime[c]).exp(),
+                )
+            })
+            .collect(),
+        contradicted: post.contradicted(who),
+    }
+}
