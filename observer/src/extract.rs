@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use gpu_admission_proto::scorer::v1::{GpuClass, ObserveRequest};
+use gpu_admission_proto::scorer::v1::{GpuClass, ObserveRequest, WorkloadClass};
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use k8s_openapi::jiff::Timestamp;
 
@@ -26,6 +26,8 @@ pub struct DecidedJob {
     pub uid: String,
     pub job_type: String,
     pub gpu_count: u32,
+    /// Read from the Pod like the webhook reads it: the prior of a job type the policy does not list.
+    pub workload_class: WorkloadClass,
 }
 
 /// What a decided Pod's main containers did on a node: `end` is `None` while any of them still runs.
@@ -62,8 +64,6 @@ pub enum SkipReason {
     NodeUnknown,
     /// The Node carries no label of any catalog class.
     NodeWithoutClass,
-    /// The job type is not one the scorer's policy knows (the scorer would refuse it).
-    UnknownJobType,
 }
 
 impl SkipReason {
@@ -78,7 +78,6 @@ impl SkipReason {
             Self::NoUsableTimes => "no_usable_times",
             Self::NodeUnknown => "node_unknown",
             Self::NodeWithoutClass => "node_without_class",
-            Self::UnknownJobType => "unknown_job_type",
         }
     }
 }
@@ -103,11 +102,12 @@ pub fn decided_job(pod: &Pod) -> Option<DecidedJob> {
     meta.annotations.as_ref()?.get(names::ANN_DECIDED_AT)?;
     let job_type = meta.labels.as_ref()?.get(names::LABEL_JOB_TYPE)?.clone();
     let uid = meta.uid.clone()?;
-    let gpu_count = gpu_admission_core::pod::features::extract(pod).gpu_count;
-    (gpu_count > 0 && !job_type.is_empty()).then_some(DecidedJob {
+    let features = gpu_admission_core::pod::features::extract(pod);
+    (features.gpu_count > 0 && !job_type.is_empty()).then_some(DecidedJob {
         uid,
         job_type,
-        gpu_count,
+        gpu_count: features.gpu_count,
+        workload_class: features.workload_class,
     })
 }
 
@@ -259,7 +259,6 @@ pub fn class_of_node<'c>(
 #[derive(Debug, Clone, Default)]
 pub struct PolicyFacts {
     pub catalog: Vec<GpuClass>,
-    pub job_types: Vec<String>,
 }
 
 /// The `Observe` request for a finished run; `node_labels` is `None` when the Node is unknown; `others` are
@@ -272,9 +271,6 @@ pub fn observation<'r>(
     others: impl IntoIterator<Item = &'r Run>,
 ) -> Result<ObserveRequest, SkipReason> {
     let end = run.end.ok_or(SkipReason::NoUsableTimes)?;
-    if !policy.job_types.contains(&job.job_type) {
-        return Err(SkipReason::UnknownJobType);
-    }
     let labels = node_labels.ok_or(SkipReason::NodeUnknown)?;
     let class = class_of_node(labels, &policy.catalog).ok_or(SkipReason::NodeWithoutClass)?;
     let mut colocated: Vec<String> = others
@@ -291,7 +287,8 @@ pub fn observation<'r>(
         colocated_job_types: colocated,
         observation_id: job.uid.clone(),
         gpu_count: job.gpu_count,
-        ..Default::default()
+        // Job types the policy does not list are learned too (under this class's prior, in a bounded budget).
+        workload_class: job.workload_class as i32,
     })
 }
 

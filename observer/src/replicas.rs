@@ -97,10 +97,7 @@ pub async fn policy_facts(replicas: &[Replica]) -> Option<PolicyFacts> {
         match r.client.clone().get_policy(GetPolicyRequest {}).await {
             Ok(p) => {
                 let p = p.into_inner();
-                return Some(PolicyFacts {
-                    catalog: p.catalog,
-                    job_types: p.job_types,
-                });
+                return Some(PolicyFacts { catalog: p.catalog });
             }
             Err(status) => tracing::warn!(replica = %r.addr, %status, "GetPolicy failed"),
         }

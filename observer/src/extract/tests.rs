@@ -83,11 +83,6 @@ fn catalog() -> PolicyFacts {
     };
     PolicyFacts {
         catalog: vec![class("H100-80GB"), class("A100-80GB"), class("L4-24GB")],
-        job_types: vec![
-            "finetune-llm".into(),
-            "train-llama".into(),
-            "inference-llm".into(),
-        ],
     }
 }
 
@@ -125,7 +120,8 @@ fn a_decided_gpu_pod_is_ours_with_its_gpu_count_and_job_type() {
         DecidedJob {
             uid: "u-1".into(),
             job_type: "finetune-llm".into(),
-            gpu_count: 2
+            gpu_count: 2,
+            workload_class: gpu_admission_proto::scorer::v1::WorkloadClass::Unknown,
         }
     );
     let mut undecided = pod("u-2", "n", "Running", json!([]));
@@ -395,7 +391,7 @@ fn a_succeeded_pod_without_usable_times_is_skipped() {
 }
 
 #[test]
-fn the_class_comes_from_the_node_and_unknown_nodes_or_job_types_are_skipped() {
+fn the_class_comes_from_the_node_and_unknown_nodes_are_skipped_not_unlisted_job_types() {
     let p = finished_pod("u-1");
     let job = decided_job(&p).unwrap();
     let Progress::Finished(run) = progress(&p, &job, false) else {
@@ -428,10 +424,10 @@ fn the_class_comes_from_the_node_and_unknown_nodes_or_job_types_are_skipped() {
         job_type: "my-own-thing".into(),
         ..job.clone()
     };
-    assert_eq!(
-        observation(&unknown, &run, Some(&node_labels("L4-24GB")), &facts, []),
-        Err(SkipReason::UnknownJobType)
-    );
+    // A job type the policy does not list is reported with its workload class (the scorer learns it).
+    let req = observation(&unknown, &run, Some(&node_labels("L4-24GB")), &facts, []).unwrap();
+    assert_eq!(req.job_type, "my-own-thing");
+    assert_eq!(req.workload_class, job.workload_class as i32);
 }
 
 #[test]
