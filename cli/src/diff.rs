@@ -178,7 +178,7 @@ mod tests {
         let d = diff(&settings, old.clone(), new, &manifests).unwrap();
         assert_eq!(d.sections.len(), 1, "{:?}", d.sections);
         assert!(d.sections[0].starts_with("tier gold: classes H100-80GB"));
-        assert_eq!(d.checked, 6);
+        assert_eq!(d.checked, 8);
         let serving = d
             .objects
             .iter()
