@@ -10,6 +10,8 @@
 //! is a parameter: the fuzz target and the replay test pass the real scorer's `Explain` (in process), so the
 //! answers are real ones.
 
+pub mod placement_oracle;
+
 use gpu_admission_core::admission::Facts;
 use gpu_admission_core::admission::mutate_pod::{self, ScorerOutcome, Scoring};
 use gpu_admission_core::admission::validate_pod;
