@@ -21,7 +21,7 @@ use gpu_admission_core::review::{self, Answer, Content};
 use gpu_admission_core::tier_bound::{self, NoNodes};
 use gpu_admission_proto::limits;
 use gpu_admission_proto::scorer::v1::{ScoreRequest, ScoreResponse};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -177,7 +177,8 @@ pub fn check_mutate(body: &[u8], policy: &PolicySnapshot, score: &mut Score<'_>)
 }
 
 /// Mutation establishes the class half of the tier invariant that validation demands: a non-admin's patched
-/// GPU Pod of a tier that restricts classes is held to the tier's classes on every way of scheduling it.
+/// GPU Pod of a tier that restricts classes is held to the tier's classes on every way of scheduling it, by
+/// core's reading ([`tier_bound::class_bound`]) and by the independent [`placement_oracle`].
 fn assert_bound_by_mutation(patched: &Pod, scoring: &Scoring<'_>, policy: &PolicySnapshot) {
     let c = &scoring.candidate;
     let Some(rules) = policy.tier_rules(&c.tier, c.namespace) else {
@@ -194,6 +195,23 @@ fn assert_bound_by_mutation(patched: &Pod, scoring: &Scoring<'_>, policy: &Polic
             breach.describe(),
             serde_json::to_string(patched).unwrap_or_default()
         );
+    }
+    // The same, asked of the independent placement oracle over a Node of every class of the shipped policy
+    // (and a CPU Node, and an H100 Node without the class label): no reachable Node outside the tier.
+    static NODES: std::sync::OnceLock<Vec<Node>> = std::sync::OnceLock::new();
+    let nodes = NODES.get_or_init(placement_oracle::default_policy_nodes);
+    for name in placement_oracle::reachable_nodes(patched, nodes) {
+        let class = nodes
+            .iter()
+            .find(|n| n.metadata.name.as_deref() == Some(name.as_str()))
+            .and_then(placement_oracle::class_label);
+        if !class.is_some_and(|c| rules.allows(c)) {
+            panic!(
+                "a mutated Pod of tier {} reaches node {name} (class {class:?}):\n{}",
+                rules.tier,
+                serde_json::to_string(patched).unwrap_or_default()
+            );
+        }
     }
 }
 
