@@ -2,7 +2,9 @@
 //! validating `/validate-pod` for Pods and workloads and `/validate-policy` for the policy ConfigMap), the
 //! real scorer with the default policy switched to Enforce (bronze falls back to TierDefault). Requests are
 //! made with `kubectl --as` (a plain user) and `--as-group gpu-admission:admins` (an admin), both bound to
-//! cluster-admin, so RBAC never decides; only our webhooks do. Prints the table of cases and answers.
+//! cluster-admin, so RBAC never decides; only our webhooks do. Nodes of every class; issue 22's attacks
+//! (`cluster_policy/attacks.rs`) checked on the stored Pods with the placement oracle. Prints the table of
+//! cases and answers.
 
 use std::io::Write as _;
 use std::path::Path;
@@ -15,6 +17,9 @@ use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
+
+#[path = "cluster_policy/attacks.rs"]
+mod attacks;
 
 const BRONZE: &str = "pol-bronze";
 const SILVER: &str = "pol-silver";
@@ -195,10 +200,13 @@ fn validating_configuration(webhook: &Webhook) -> ValidatingWebhookConfiguration
                 json!([{"apiGroups": ["batch"], "apiVersions": ["v1", "v1beta1"], "operations": ["CREATE", "UPDATE"], "resources": ["jobs", "cronjobs"]},
                        {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["deployments", "statefulsets", "daemonsets", "replicasets"]}]),
                 tier_ns, json!({})),
+            // As shipped: every ConfigMap (the frontend matches the policy by name), deletions too.
             hook("policy.validate.gpu-admission.io", "/validate-policy",
-                json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"]}]),
-                json!({}),
-                json!({"matchLabels": {"app.kubernetes.io/name": "gpu-admission-scorer", "app.kubernetes.io/component": "policy"}})),
+                json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE", "DELETE"], "resources": ["configmaps"]}]),
+                json!({}), json!({})),
+            hook("namespaces.validate.gpu-admission.io", "/validate-namespace",
+                json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["namespaces"]}]),
+                json!({}), json!({})),
         ]
     }))
     .unwrap()
@@ -248,6 +256,9 @@ async fn tier_policy_holds_against_a_real_apiserver() {
         (BRONZE, Some("bronze")),
         (SILVER, Some("silver")),
         (POLICY_NS, None),
+        // A tier label the policy does not know: the default tier (bronze) holds.
+        ("pol-bronze-capital", Some("Bronze")),
+        ("pol-scratch", None),
     ] {
         cluster.create_namespace(ns, tier).await.expect("namespace");
     }
@@ -267,6 +278,7 @@ async fn tier_policy_holds_against_a_real_apiserver() {
         .await
         .expect("binding");
 
+    let nodes = attacks::create_nodes(&client).await;
     let webhook = Webhook::builder(&scorer.url())
         .kubeconfig(cluster.kubeconfig())
         .env("WEBHOOK_POLICY_REFRESH_SECS", "1")
@@ -456,6 +468,10 @@ async fn tier_policy_holds_against_a_real_apiserver() {
         &configmap(&edit).to_string(),
     );
     check("policy ConfigMap, valid edit (apply)", a.summary(), a.ok);
+
+    // 7b. Issue 22's attacks, and who may change the rules.
+    attacks::run(&k, &nodes, &mut check);
+    attacks::rules(&k, &mut check);
 
     // 8. Warn: the 70 GiB Pod is created with a warning and placed on L4 only.
     std::fs::write(&policy_file, policy("Warn")).unwrap();
