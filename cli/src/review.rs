@@ -5,7 +5,7 @@
 //! patched, to `/validate-pod`. Request uids are derived from where the object came from, so that a run is
 //! reproducible (the scorer seeds its decisions with them).
 
-use gpu_admission_core::workload::OwnerFacts;
+use gpu_admission_core::workload::{self, OwnerFacts};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -189,14 +189,9 @@ fn reference(api_version: &str, kind: &str, name: &str, namespace: &str) -> Owne
     }
 }
 
-/// Pods a Job runs at once: its parallelism (default 1), at most its completions.
+/// Pods a Job runs at once ([`workload::job_group_size`], the frontend's rule).
 fn job_group_size(spec: &Value) -> Option<u32> {
-    let parallelism = spec["parallelism"].as_i64().unwrap_or(1);
-    let size = match spec["completions"].as_i64() {
-        Some(c) => parallelism.min(c),
-        None => parallelism,
-    };
-    u32::try_from(size).ok().filter(|n| *n > 0)
+    workload::job_group_size(spec["parallelism"].as_i64(), spec["completions"].as_i64())
 }
 
 /// What the frontend's owner caches would say about the first owner of a template's Pods (see [`first_owner`]):

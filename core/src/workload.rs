@@ -104,6 +104,17 @@ fn pod_controller(pod: &Pod) -> Option<&OwnerReference> {
     controller(pod.metadata.owner_references.as_deref().unwrap_or(&[]))
 }
 
+/// Pods a Job runs at once (its group): its `parallelism` (default 1), at most its `completions`; `None` for
+/// a Job that runs none.
+pub fn job_group_size(parallelism: Option<i64>, completions: Option<i64>) -> Option<u32> {
+    let parallelism = parallelism.unwrap_or(1);
+    let size = match completions {
+        Some(c) => parallelism.min(c),
+        None => parallelism,
+    };
+    u32::try_from(size).ok().filter(|n| *n > 0)
+}
+
 /// The owner object to read for the next hop, when labels do not already name the workload.
 pub fn owner_query(pod: &Pod, namespace: &str) -> Option<OwnerQuery> {
     if from_labels(pod, namespace).is_some() {
@@ -476,5 +487,14 @@ mod tests {
             json!(null),
         );
         assert_eq!(resolve(&p, "ml", None), None);
+    }
+
+    #[test]
+    fn a_jobs_group_is_its_parallelism_capped_by_its_completions() {
+        assert_eq!(job_group_size(None, None), Some(1));
+        assert_eq!(job_group_size(Some(4), Some(2)), Some(2));
+        assert_eq!(job_group_size(Some(4), None), Some(4));
+        assert_eq!(job_group_size(Some(0), None), None);
+        assert_eq!(job_group_size(Some(-3), Some(5)), None);
     }
 }

@@ -81,14 +81,12 @@ fn controller_of(meta: &ObjectMeta) -> Option<OwnerReference> {
 /// Pods a Job runs at once: its parallelism (default 1), at most its completions.
 fn job_facts(job: &Job) -> OwnerFacts {
     let spec = job.spec.as_ref();
-    let parallelism = spec.and_then(|s| s.parallelism).unwrap_or(1);
-    let size = match spec.and_then(|s| s.completions) {
-        Some(c) => parallelism.min(c),
-        None => parallelism,
-    };
     OwnerFacts::Known {
         controller: controller_of(&job.metadata),
-        group_size: u32::try_from(size).ok().filter(|n| *n > 0),
+        group_size: workload::job_group_size(
+            spec.and_then(|s| s.parallelism).map(i64::from),
+            spec.and_then(|s| s.completions).map(i64::from),
+        ),
     }
 }
 
