@@ -92,6 +92,9 @@ pub struct Options {
     pub no_kube: bool,
     /// The namespace of objects that name none.
     pub default_namespace: String,
+    /// The `decided-at` stamp of every decision instead of the clock's: answers that can be compared byte for
+    /// byte from run to run (the golden answers test).
+    pub decided_at: Option<OffsetDateTime>,
 }
 
 /// The webhooks over one policy and one scorer state.
@@ -194,7 +197,9 @@ impl Engine {
             outcome,
             &facts,
             &self.policy,
-            OffsetDateTime::now_utc(),
+            self.options
+                .decided_at
+                .unwrap_or_else(OffsetDateTime::now_utc),
         );
         Mutation {
             outcome: decision.outcome.as_str(),

@@ -82,6 +82,7 @@ impl Run {
             requester: settings.requester.clone(),
             no_kube: settings.no_kube,
             default_namespace: settings.default_namespace.clone(),
+            decided_at: None,
         };
         Ok(Run {
             engine: Engine::new(parsed, learned, options),

@@ -2,44 +2,75 @@
 # Instructions per admission of the frontend and the scorer, counted by callgrind: unlike a rate, the count is
 # the same from run to run (±0.1 %) whatever else the machine does, so two builds can be compared on a noisy
 # host. Usage: loadgen/scripts/instructions-per-admission.sh BIN_DIR [N]
-#   BIN_DIR holds release builds of `scorer` and `webhook-frontend`; N admissions are counted (default 2000)
-#   after 200 warm-up admissions. Needs valgrind and h2load (Debian: valgrind, nghttp2-client).
+#   BIN_DIR holds optimised builds of `scorer`, `webhook-frontend` and `loadgen` (the `measure` profile:
+#   `cargo build --profile measure -p scorer -p webhook-frontend -p loadgen`; counts compare only within one
+#   profile). N admissions are counted (default 2000) after 200 warm-up admissions, and the same body sent the
+#   same way to the do-nothing TLS endpoint (`loadgen baseline-server`) gives the baseline and the ratios.
+#   Needs valgrind and h2load (Debian: valgrind, nghttp2-client).
 #   WEBHOOK_PATH=/validate-pod counts that webhook instead of /mutate-pod (the same Pod review).
+#   BODY=FILE counts another review (default: tests/fixtures/admissionreviews/v1-pod-create-nvidia.json).
+#   KEEP=DIR keeps the callgrind outputs there (for callgrind_annotate).
+#   Prints `name: N instructions per admission` lines and a final `ratio` line; with SUMMARY=FILE also writes
+#   them as `key=value` lines (frontend, scorer, baseline) for scripts.
 set -euo pipefail
 bin=$(realpath "$1")
 n=${2:-2000}
 path=${WEBHOOK_PATH:-/mutate-pod}
-body=$(realpath "$(dirname "$0")/../../tests/fixtures/admissionreviews/v1-pod-create-nvidia.json")
-out=$(mktemp -d)
-scorer_port=50171 webhook_port=8471
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
+body=$(realpath "${BODY:-$(dirname "$0")/../../tests/fixtures/admissionreviews/v1-pod-create-nvidia.json}")
+out=${KEEP:-$(mktemp -d)}
+mkdir -p "$out"
+scorer_port=50171 webhook_port=8471 baseline_port=8472
+cleanup() {
+  kill "${pids[@]}" 2>/dev/null || true
+  wait 2>/dev/null || true
+  [ -n "${KEEP:-}" ] || rm -rf "$out"
+}
 pids=()
 trap cleanup EXIT
+
+wait_for() { for _ in $(seq 120); do grep -q "$2" "$1" && return 0; sleep 1; done; echo "timed out waiting for '$2' in $1" >&2; cat "$1" >&2; exit 1; }
 
 valgrind --tool=callgrind --callgrind-out-file="$out/scorer.cg" \
   "$bin/scorer" --listen "127.0.0.1:$scorer_port" --admin-listen 127.0.0.1:0 >"$out/scorer.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 60); do grep -q "listening on" "$out/scorer.log" && break; sleep 1; done
+wait_for "$out/scorer.log" "listening on"
 valgrind --tool=callgrind --callgrind-out-file="$out/frontend.cg" \
   "$bin/webhook-frontend" --listen "127.0.0.1:$webhook_port" --scorer "http://127.0.0.1:$scorer_port" \
   --self-signed "$out/tls" --admin-listen 127.0.0.1:0 --no-kube --namespace-tier ml-research=gold \
   --deadline-ms 5000 >"$out/frontend.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 60); do grep -q "scorer policy loaded" "$out/frontend.log" && break; sleep 1; done
+valgrind --tool=callgrind --callgrind-out-file="$out/baseline.cg" \
+  "$bin/loadgen" baseline-server --listen "127.0.0.1:$baseline_port" --self-signed "$out/tls-baseline" \
+  >"$out/baseline.log" 2>&1 &
+pids+=($!)
+wait_for "$out/frontend.log" "scorer policy loaded"
+wait_for "$out/baseline.log" "listening on"
 
 load() {
-  h2load -n "$1" -c 1 -m 4 -d "$body" -H 'content-type: application/json' \
-    "https://localhost:$webhook_port$path"
+  h2load -n "$1" -c 1 -m 4 -d "$body" -H 'content-type: application/json' "https://localhost:$2$3"
 }
-load 200 >/dev/null
-for p in "${pids[@]}"; do callgrind_control -z "$p" >/dev/null; done
-load "$n" | grep -E "^requests:|^status codes:"
-for p in "${pids[@]}"; do callgrind_control -d "$p" >/dev/null; done
+# Counts the processes' instructions over N admissions sent to PORT: zero, load, dump.
+count() {
+  local port=$1 p
+  shift
+  load 200 "$port" "$path" >/dev/null
+  for p in "$@"; do callgrind_control -z "$p" >/dev/null; done
+  load "$n" "$port" "$path" | grep -E "^requests:|^status codes:"
+  for p in "$@"; do callgrind_control -d "$p" >/dev/null; done
+}
+count "$webhook_port" "${pids[0]}" "${pids[1]}"
+count "$baseline_port" "${pids[2]}"
 sleep 1
-for name in frontend scorer; do
+declare -A per
+for name in frontend scorer baseline; do
   # The dump after zeroing (`NAME.cg.1`) holds the counted admissions only.
   total=$(sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$out/$name.cg.1" | head -1)
-  echo "$name: $((total / n)) instructions per admission ($total / $n) on $path"
+  per[$name]=$((total / n))
+  echo "$name: ${per[$name]} instructions per admission ($total / $n) on $path"
 done
 echo "pass-throughs (must be 0): $(grep -c "pass-through" "$out/frontend.log" || true)"
-rm -rf "$out"
+awk -v f="${per[frontend]}" -v s="${per[scorer]}" -v b="${per[baseline]}" 'BEGIN {
+  printf "ratio to the baseline: frontend %.2fx, frontend + scorer %.2fx\n", f / b, (f + s) / b }'
+if [ -n "${SUMMARY:-}" ]; then
+  printf 'frontend=%s\nscorer=%s\nbaseline=%s\n' "${per[frontend]}" "${per[scorer]}" "${per[baseline]}" >"$SUMMARY"
+fi
