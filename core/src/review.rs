@@ -20,7 +20,7 @@ use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube_core::admission::{AdmissionRequest, Operation};
 use kube_core::{DynamicObject, GroupVersionKind, GroupVersionResource, TypeMeta};
 use serde::de::{DeserializeOwned, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
 use gpu_admission_proto::scorer::v1::EnforcementMode;
@@ -401,42 +401,12 @@ pub struct Answer {
     pub warnings: Vec<String>,
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ReviewOut<'a> {
-    api_version: &'a str,
-    kind: &'static str,
-    response: ResponseOut<'a>,
-}
-
 /// A validating webhook's answer: denied with a message, or allowed (with warnings when any).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Verdict {
     /// `Some(message)` denies the request; the apiserver shows the message to the client.
     pub denied: Option<String>,
     pub warnings: Vec<String>,
-}
-
-#[derive(Serialize)]
-struct StatusOut<'a> {
-    code: u16,
-    reason: &'static str,
-    message: &'a str,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ResponseOut<'a> {
-    uid: &'a str,
-    allowed: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    status: Option<StatusOut<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch_type: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    warnings: Vec<String>,
 }
 
 /// A warning the apiserver will relay as is: one line, printable, bounded length.
@@ -455,18 +425,18 @@ fn clean_warning(w: &str) -> String {
 /// a patch, warnings when any.
 pub fn encode(api_version: &str, uid: &str, answer: &Answer) -> Vec<u8> {
     let patch = (!answer.patch.is_empty()).then(|| {
-        let json = serde_json::to_vec(&answer.patch).expect("a JSON patch always serialises");
-        BASE64.encode(json)
+        let mut json = Vec::with_capacity(256 * answer.patch.len());
+        serde_json::to_writer(&mut json, &answer.patch).expect("a JSON patch always serialises");
+        json
     });
     encode_response(
         api_version,
-        ResponseOut {
+        Response {
             uid,
             allowed: true,
-            status: None,
-            patch_type: patch.as_ref().map(|_| "JSONPatch"),
-            patch,
-            warnings: clean_warnings(&answer.warnings),
+            denied: None,
+            patch: patch.as_deref(),
+            warnings: &answer.warnings,
         },
     )
 }
@@ -476,36 +446,75 @@ pub fn encode(api_version: &str, uid: &str, answer: &Answer) -> Vec<u8> {
 pub fn encode_verdict(api_version: &str, uid: &str, verdict: &Verdict) -> Vec<u8> {
     encode_response(
         api_version,
-        ResponseOut {
+        Response {
             uid,
             allowed: verdict.denied.is_none(),
-            status: verdict.denied.as_deref().map(|message| StatusOut {
-                code: 403,
-                reason: "Forbidden",
-                message,
-            }),
-            patch_type: None,
+            denied: verdict.denied.as_deref(),
             patch: None,
-            warnings: clean_warnings(&verdict.warnings),
+            warnings: &verdict.warnings,
         },
     )
 }
 
-fn clean_warnings(warnings: &[String]) -> Vec<String> {
-    warnings
-        .iter()
-        .take(MAX_WARNINGS)
-        .map(|w| clean_warning(w))
-        .collect()
+/// What an AdmissionReview response says.
+struct Response<'a> {
+    uid: &'a str,
+    allowed: bool,
+    /// The denial's message (`status` 403 Forbidden).
+    denied: Option<&'a str>,
+    /// The JSON Patch, serialised (sent base64-encoded).
+    patch: Option<&'a [u8]>,
+    warnings: &'a [String],
 }
 
-fn encode_response(api_version: &str, response: ResponseOut<'_>) -> Vec<u8> {
-    let review = ReviewOut {
-        api_version,
-        kind: "AdmissionReview",
-        response,
+/// Writes the response straight into one buffer, in the field order serde gave it before (`apiVersion`,
+/// `kind`, `response`: `uid`, `allowed`, `status`, `patchType`, `patch`, `warnings`): the patch is
+/// base64-encoded in place (its alphabet needs no JSON escaping) instead of being built as a string and
+/// escaped again.
+fn encode_response(api_version: &str, r: Response<'_>) -> Vec<u8> {
+    let patch_len = r
+        .patch
+        .map_or(0, |p| base64::encoded_len(p.len(), true).unwrap_or(0));
+    let mut out = Vec::with_capacity(160 + r.uid.len() + patch_len);
+    let string = |out: &mut Vec<u8>, s: &str| {
+        serde_json::to_writer(out, s).expect("a string always serialises")
     };
-    serde_json::to_vec(&review).expect("an AdmissionReview response always serialises")
+    out.extend_from_slice(b"{\"apiVersion\":");
+    string(&mut out, api_version);
+    out.extend_from_slice(b",\"kind\":\"AdmissionReview\",\"response\":{\"uid\":");
+    string(&mut out, r.uid);
+    out.extend_from_slice(if r.allowed {
+        b",\"allowed\":true"
+    } else {
+        b",\"allowed\":false"
+    });
+    if let Some(message) = r.denied {
+        out.extend_from_slice(b",\"status\":{\"code\":403,\"reason\":\"Forbidden\",\"message\":");
+        string(&mut out, message);
+        out.push(b'}');
+    }
+    if let Some(patch) = r.patch {
+        out.extend_from_slice(b",\"patchType\":\"JSONPatch\",\"patch\":\"");
+        let at = out.len();
+        out.resize(at + patch_len, 0);
+        let written = BASE64
+            .encode_slice(patch, &mut out[at..])
+            .expect("the buffer holds the encoded length");
+        out.truncate(at + written);
+        out.push(b'"');
+    }
+    if !r.warnings.is_empty() {
+        out.extend_from_slice(b",\"warnings\":[");
+        for (i, w) in r.warnings.iter().take(MAX_WARNINGS).enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            string(&mut out, &clean_warning(w));
+        }
+        out.push(b']');
+    }
+    out.extend_from_slice(b"}}");
+    out
 }
 
 #[cfg(test)]

@@ -10,6 +10,26 @@ pub mod scorer {
     }
 }
 
+/// One decision per workload: what a Pod of a workload asks, keyed the same way by the scorer (its answer cache)
+/// and the frontend (its copy of the scorer's answers).
+pub mod workload {
+    use crate::scorer::v1::ScoreRequest;
+    use prost::Message;
+    use sha2::{Digest, Sha256};
+
+    /// A digest of what a request asks, without its request id and group size (a frontend that could not read
+    /// the owner in time leaves the size out): equal for the Pods of one template.
+    pub fn asked_digest(req: &ScoreRequest) -> String {
+        let asked = ScoreRequest {
+            request_id: String::new(),
+            group_size: None,
+            ..req.clone()
+        };
+        let d = Sha256::digest(asked.encode_to_vec());
+        d[..8].iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
 /// The GPU resource names counted when a policy does not list its own `gpuResources`: the one default list,
 /// used by the scorer (policy without the list) and the frontend (before the first `GetPolicy`). The shipped
 /// policy file spells the same list out (a scorer test keeps them equal).

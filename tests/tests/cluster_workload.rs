@@ -307,24 +307,37 @@ async fn pods_of_one_job_get_one_decision_through_two_replicas() {
             assert!(sized > 0, "{key}: no Pod read the Job's parallelism: {l:?}");
         }
     }
-    // Each scorer replica decided each Job once and answered its other Pods from its cache.
-    for s in &scorers {
+    // Each scorer replica decided each Job once; the other Pods of the Job got that answer from the frontend's
+    // copy of it (no Score call) or, for a Pod sent before the first answer came back, from the scorer's cache.
+    for (s, w) in scorers.iter().zip(&webhooks) {
         let addr = s.admin_addr().expect("scorer admin address");
         let text = gpu_admission_tests::https::http_get_text(addr, "/metrics")
             .await
             .unwrap();
-        for (answer, n) in [("decided", JOBS), ("cached", JOBS * (PODS / 2 - 1))] {
-            let line = format!("scorer_workload_answers_total{{answer=\"{answer}\"}} {n}");
-            assert!(
-                text.lines().any(|l| l == line),
-                "{}: {line} missing:\n{}",
-                s.process.name(),
-                text.lines()
-                    .filter(|l| l.contains("workload"))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            );
-        }
+        let counter = |text: &str, name: &str| -> u64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        let decided = counter(&text, "scorer_workload_answers_total{answer=\"decided\"}");
+        let cached = counter(&text, "scorer_workload_answers_total{answer=\"cached\"}");
+        let frontend = w.metrics().await.unwrap();
+        let reused = counter(&frontend, "gpu_admission_workload_answers_reused_total");
+        assert_eq!(
+            (decided, cached + reused),
+            (JOBS as u64, (JOBS * (PODS / 2 - 1)) as u64),
+            "{}: decided {decided}, cached by the scorer {cached}, reused by the frontend {reused}:\n{}",
+            s.process.name(),
+            text.lines()
+                .filter(|l| l.contains("workload"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        assert!(
+            reused > 0,
+            "{}: the frontend never reused an answer",
+            w.process.name()
+        );
     }
     let distinct: BTreeSet<&Option<String>> = classes_by_job.values().flatten().collect();
     assert!(

@@ -20,3 +20,4 @@ pub mod readiness;
 pub mod scorer_client;
 pub mod server;
 pub mod tls;
+pub(crate) mod workload_answers;

@@ -162,6 +162,8 @@ pub struct Metrics {
     pub(crate) connections_closed: Family<ConnectionCloseLabels, Counter>,
     /// Failed accepts on the webhook port (e.g. out of file descriptors), each followed by a backoff.
     pub(crate) accept_errors: Counter,
+    /// Pods of a workload answered with the scorer's answer for an earlier Pod of it (no Score call).
+    pub(crate) workload_answers_reused: Counter,
 }
 
 impl Metrics {
@@ -185,6 +187,7 @@ impl Metrics {
             connections_open: Gauge::default(),
             connections_closed: Family::default(),
             accept_errors: Counter::default(),
+            workload_answers_reused: Counter::default(),
         };
         let r = registry.sub_registry_with_prefix("gpu_admission");
         r.register(
@@ -270,6 +273,11 @@ impl Metrics {
             "accept_errors",
             "Failed accepts on the webhook port (e.g. out of file descriptors)",
             m.accept_errors.clone(),
+        );
+        r.register(
+            "workload_answers_reused",
+            "Pods of a workload answered with the scorer's answer for an earlier Pod of the same workload, without a Score call",
+            m.workload_answers_reused.clone(),
         );
         m
     }

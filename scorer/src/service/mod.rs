@@ -109,7 +109,10 @@ impl Core {
                 // Cached per workload AND what the Pod asks: Pods of one template share the answer; a member
                 // that asks something else (another vendor, more memory) is decided for itself, from the
                 // workload's seed and pinned state, so it lands on the same class whenever that class fits.
-                let cache_key = format!("{key}\n{}", asked_digest(req));
+                let cache_key = format!(
+                    "{key}\n{}",
+                    gpu_admission_proto::workload::asked_digest(req)
+                );
                 if let Some(cached) = decisions.cached(&cache_key, &policy.version, now) {
                     let mut answer = cached.clone();
                     answer.request_id = req.request_id.clone();
@@ -355,18 +358,4 @@ fn decision_seed(policy: &Policy, learned: &Learned, req: &pb::ScoreRequest) -> 
     h.update(state::digest(learned).as_bytes());
     h.update(req.encode_to_vec());
     u64::from_le_bytes(h.finalize()[..8].try_into().expect("8 bytes"))
-}
-
-/// A digest of what a request asks, without its request id and group size (a frontend that could not read
-/// the owner in time leaves the size out): equal for the Pods of one template.
-fn asked_digest(req: &pb::ScoreRequest) -> String {
-    use prost::Message;
-    use sha2::{Digest, Sha256};
-    let asked = pb::ScoreRequest {
-        request_id: String::new(),
-        group_size: None,
-        ..req.clone()
-    };
-    let d = Sha256::digest(asked.encode_to_vec());
-    d[..8].iter().map(|b| format!("{b:02x}")).collect()
 }

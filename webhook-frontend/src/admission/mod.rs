@@ -88,6 +88,7 @@ impl Webhooks {
             cluster: self.cluster.clone(),
             policy: self.policy.clone(),
             workloads: self.workloads.clone(),
+            answers: Default::default(),
             metrics: self.metrics.clone(),
         };
         let namespace = ValidateNamespace {

@@ -18,6 +18,7 @@ use crate::cluster::workloads::{self, WorkloadOwners};
 use crate::metrics::Metrics;
 use crate::policy::PolicyCache;
 use crate::scorer_client::Scorer;
+use crate::workload_answers::WorkloadAnswers;
 
 /// What `/mutate-pod` reads.
 pub(crate) struct MutatePod {
@@ -26,6 +27,8 @@ pub(crate) struct MutatePod {
     pub(crate) policy: Arc<PolicyCache>,
     /// Jobs and ReplicaSets, to resolve a Pod's workload; `None` with `--no-kube` (first hop only).
     pub(crate) workloads: Option<Arc<WorkloadOwners>>,
+    /// The scorer's answers for earlier Pods of a workload (see [`WorkloadAnswers`]).
+    pub(crate) answers: WorkloadAnswers,
     pub(crate) metrics: Arc<Metrics>,
 }
 
@@ -111,6 +114,62 @@ impl MutatePod {
         if !scoring.fitted.is_empty() {
             tracing::info!(uid, namespace = scoring.candidate.namespace, fitted = ?scoring.fitted, "scorer request fitted to its limits");
         }
+        let kept_as = WorkloadAnswers::key(&scoring.request, &policy.version);
+        let reused = kept_as.as_ref().and_then(|key| {
+            self.answers
+                .get(key, &scoring.request.request_id, Instant::now())
+        });
+        let (outcome, call_elapsed) = match reused {
+            // A later Pod of a workload the scorer has decided: its answer, without the call.
+            Some(answer) => {
+                self.metrics.workload_answers_reused.inc();
+                (mutate_pod::ScorerOutcome::Answered(Box::new(answer)), None)
+            }
+            None => {
+                let (outcome, elapsed) = self.call_scorer(&mut scoring, budget, call).await;
+                (outcome, Some(elapsed))
+            }
+        };
+        if let mutate_pod::ScorerOutcome::Answered(answer) = &outcome
+            && answer.policy_version != policy.version
+        {
+            self.policy.request_refresh();
+        }
+        let to_keep = match (&kept_as, call_elapsed, &outcome) {
+            (Some(_), Some(_), mutate_pod::ScorerOutcome::Answered(answer))
+                if answer.policy_version == policy.version =>
+            {
+                Some(answer.as_ref().clone())
+            }
+            _ => None,
+        };
+        let decision = tracing::info_span!("build_patch").in_scope(|| {
+            self.cluster.with_facts(&policy, |facts| {
+                mutate_pod::decide(&scoring, outcome, facts, &policy, OffsetDateTime::now_utc())
+            })
+        });
+        if let Some(elapsed) = call_elapsed {
+            self.metrics
+                .record_scorer_call(decision.scorer_result, elapsed.as_secs_f64());
+        }
+        // The scorer's answer as it came (before this Pod's own constraints narrowed it), once it passed the
+        // checks of `decide`.
+        if let (Some(key), Some(answer), "ok") = (kept_as, to_keep, decision.scorer_result) {
+            self.answers.keep(key, answer, Instant::now());
+        }
+        log_decision(uid, &scoring, &decision, workload.as_ref(), &call.span);
+        (decision.outcome, decision.answer)
+    }
+}
+
+impl MutatePod {
+    /// The one Score call, in its client span; the outcome and how long the call took.
+    async fn call_scorer(
+        &self,
+        scoring: &mut Scoring<'_>,
+        budget: std::time::Duration,
+        call: &Call,
+    ) -> (mutate_pod::ScorerOutcome, std::time::Duration) {
         let call_span = tracing::info_span!(
             "scorer.score",
             otel.kind = "client",
@@ -128,21 +187,7 @@ impl MutatePod {
             )
             .instrument(call_span.clone())
             .await;
-        let call_elapsed = call_start.elapsed();
-        if let mutate_pod::ScorerOutcome::Answered(answer) = &outcome
-            && answer.policy_version != policy.version
-        {
-            self.policy.request_refresh();
-        }
-        let decision = tracing::info_span!("build_patch").in_scope(|| {
-            self.cluster.with_facts(&policy, |facts| {
-                mutate_pod::decide(&scoring, outcome, facts, &policy, OffsetDateTime::now_utc())
-            })
-        });
-        self.metrics
-            .record_scorer_call(decision.scorer_result, call_elapsed.as_secs_f64());
-        log_decision(uid, &scoring, &decision, workload.as_ref(), &call.span);
-        (decision.outcome, decision.answer)
+        (outcome, call_start.elapsed())
     }
 }
 
