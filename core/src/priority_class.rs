@@ -16,6 +16,19 @@ pub struct PriorityClassFacts {
     pub global_default: bool,
 }
 
+impl PriorityClassFacts {
+    /// A cluster's `scheduling.k8s.io/v1` PriorityClass as decisions see it; `None` without a value (the
+    /// apiserver requires one, so only a malformed object lacks it).
+    pub fn of_cluster(pc: &k8s_openapi::api::scheduling::v1::PriorityClass) -> Option<Self> {
+        Some(Self {
+            name: pc.metadata.name.clone()?,
+            value: pc.value?,
+            preemption_policy: pc.preemption_policy.clone(),
+            global_default: pc.global_default.unwrap_or(false),
+        })
+    }
+}
+
 /// Where PriorityClasses are looked up (a watch cache; a map in tests).
 pub trait PriorityClassLookup {
     fn priority_class(&self, name: &str) -> Option<PriorityClassFacts>;
@@ -77,5 +90,25 @@ mod tests {
             })
         );
         assert_eq!(lookup.priority_class("gpu-low"), None);
+    }
+
+    #[test]
+    fn a_cluster_priority_class_reads_as_its_facts() {
+        let pc: k8s_openapi::api::scheduling::v1::PriorityClass = serde_json::from_value(
+            serde_json::json!({"metadata": {"name": "gpu-high"}, "value": 1000, "globalDefault": true}),
+        )
+        .unwrap();
+        assert_eq!(
+            PriorityClassFacts::of_cluster(&pc),
+            Some(PriorityClassFacts {
+                name: "gpu-high".into(),
+                value: 1000,
+                preemption_policy: None,
+                global_default: true,
+            })
+        );
+        let nameless: k8s_openapi::api::scheduling::v1::PriorityClass =
+            serde_json::from_value(serde_json::json!({"metadata": {}, "value": 1})).unwrap();
+        assert_eq!(PriorityClassFacts::of_cluster(&nameless), None);
     }
 }

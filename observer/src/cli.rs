@@ -52,6 +52,31 @@ pub struct Cli {
     pub replay_log: usize,
     #[arg(long, env = "OBSERVER_ADMIN_LISTEN", default_value = "0.0.0.0:9093")]
     pub admin_listen: SocketAddr,
+    /// Write wgpolicyk8s.io/v1alpha2 PolicyReports from a background audit of what runs (leader only; needs
+    /// the CRD and the RBAC of deploy/kustomize/components/policy-reports, which sets this flag).
+    #[arg(long, env = "OBSERVER_POLICY_REPORTS")]
+    pub policy_reports: bool,
+    /// Seconds between full audits (a policy version change audits at once).
+    #[arg(long, env = "OBSERVER_AUDIT_INTERVAL_SECS", default_value_t = 300)]
+    pub audit_interval_secs: u64,
+    /// Seconds between checks of the policy version and of the PolicyReport API (when its CRD is missing).
+    #[arg(long, env = "OBSERVER_AUDIT_POLL_SECS", default_value_t = 15)]
+    pub audit_poll_secs: u64,
+    /// Workload resources audited besides Pods, GROUP/RESOURCE (repeat or comma-separate); the default is
+    /// what the shipped ValidatingWebhookConfiguration sends to /validate-pod. Each needs list RBAC.
+    #[arg(
+        long = "audit-resource",
+        env = "OBSERVER_AUDIT_RESOURCES",
+        value_delimiter = ',',
+        default_value = "apps/deployments,apps/statefulsets,apps/daemonsets,apps/replicasets,batch/jobs,batch/cronjobs"
+    )]
+    pub audit_resources: Vec<crate::audit::cluster::GroupResource>,
+    /// Results kept per PolicyReport (failures first); the rest are counted in its summary and annotation.
+    #[arg(long, env = "OBSERVER_REPORT_MAX_RESULTS", default_value_t = 500)]
+    pub report_max_results: usize,
+    /// The namespace label that carries the tier (the frontend's --tier-label).
+    #[arg(long, env = "OBSERVER_TIER_LABEL", default_value = gpu_admission_core::names::DEFAULT_TIER_LABEL)]
+    pub tier_label: String,
 }
 
 impl Cli {
@@ -70,6 +95,21 @@ impl Cli {
                 .unwrap_or_else(|_| "observer".into());
             format!("{host}-{}", std::process::id())
         })
+    }
+
+    /// The background audit's settings.
+    pub fn audit(&self) -> crate::audit::AuditConfig {
+        crate::audit::AuditConfig {
+            tier_label: self.tier_label.clone(),
+            resources: self.audit_resources.clone(),
+            interval: Self::secs(self.audit_interval_secs),
+            poll: Self::secs(self.audit_poll_secs),
+            limits: crate::audit::report::Limits {
+                max_results: self.report_max_results.max(1),
+                // etcd refuses objects above 1.5 MiB; the rest of a report is small.
+                max_bytes: 1 << 20,
+            },
+        }
     }
 
     pub fn secs(s: u64) -> Duration {

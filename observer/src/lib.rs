@@ -7,8 +7,10 @@
 //! - [`history`]: runs per node, kept past their Pods for co-location;
 //! - [`sync`]: which learned state is the most complete and who must import it (pure);
 //! - [`controller`]: the watch loop; [`convergence`]: the export/import rounds; [`replicas`]: the scorer
-//!   replicas by DNS and the fan-out; [`store`]: the state ConfigMap; [`leader`]: the Lease.
+//!   replicas by DNS and the fan-out; [`store`]: the state ConfigMap; [`leader`]: the Lease;
+//! - [`audit`]: the background audit's PolicyReports (`--policy-reports`).
 
+pub mod audit;
 pub mod cli;
 pub mod controller;
 pub mod convergence;

@@ -63,6 +63,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Cli::secs(cli.sync_interval_secs),
     ));
 
+    let audit = cli.policy_reports.then(|| {
+        tokio::spawn(observer::audit::run(
+            client.clone(),
+            replicas.clone(),
+            metrics.clone(),
+            leader_rx.clone(),
+            cli.audit(),
+        ))
+    });
+
     let config = ControllerConfig {
         tick: Duration::from_secs(1),
         policy_refresh: Duration::from_secs(30),
@@ -81,6 +91,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     )
     .await;
     sync.abort();
+    if let Some(audit) = audit {
+        audit.abort();
+    }
     let _ = admin_stop.send(());
     // The last Lease receiver is gone: the lease task releases the Lease, so the other replica takes over at
     // once instead of after the Lease expires.

@@ -5,6 +5,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -15,6 +16,30 @@ pub struct ReasonLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
     pub result: &'static str,
+}
+
+/// A PolicyReport result's `result` and `rule` (the violation's reason, or `within_tier`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AuditResultLabels {
+    pub result: &'static str,
+    pub reason: &'static str,
+}
+
+/// The background audit's metrics (PolicyReports).
+#[derive(Debug, Clone)]
+pub struct AuditMetrics {
+    /// Writes of PolicyReports: `applied` (created or changed), `unchanged` (not written), `deleted` (a
+    /// namespace with nothing to report any more), `failed`.
+    pub reports: Family<ResultLabel, Counter>,
+    /// Results of the last audit (all of them, those left out of the reports too), by result and reason.
+    pub results: Family<AuditResultLabels, Gauge>,
+    /// Results the last audit left out of the reports for size.
+    pub results_omitted: Gauge,
+    /// Audits by result: `ok`, `failed`.
+    pub audits: Family<ResultLabel, Counter>,
+    pub duration_seconds: Histogram,
+    /// 1 while the PolicyReport API (wgpolicyk8s.io/v1alpha2) is served, on the leader with reports on.
+    pub api_served: Gauge,
 }
 
 #[derive(Debug, Clone)]
@@ -43,6 +68,7 @@ pub struct Metrics {
     pub pending: Gauge,
     /// Seconds of the last convergence round.
     pub last_round_seconds: Gauge<f64, AtomicU64>,
+    pub audit: AuditMetrics,
 }
 
 impl Metrics {
@@ -50,7 +76,9 @@ impl Metrics {
     /// `observer_delivery_failures_total`, `observer_rejected_total`, `observer_state_imports_total`,
     /// `observer_state_stores_total`, `observer_leader`, `observer_scorer_replicas`,
     /// `observer_scorer_replicas_answering`, `observer_best_state_observations`, `observer_pending`,
-    /// `observer_last_round_seconds`).
+    /// `observer_last_round_seconds`; the audit's `observer_policy_reports_total`,
+    /// `observer_policy_report_results`, `observer_policy_report_results_omitted`, `observer_audits_total`,
+    /// `observer_audit_duration_seconds`, `observer_policy_report_api_served`).
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self {
             reported: Family::default(),
@@ -65,6 +93,14 @@ impl Metrics {
             best_state_observations: Gauge::default(),
             pending: Gauge::default(),
             last_round_seconds: Gauge::default(),
+            audit: AuditMetrics {
+                reports: Family::default(),
+                results: Family::default(),
+                results_omitted: Gauge::default(),
+                audits: Family::default(),
+                duration_seconds: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
+                api_served: Gauge::default(),
+            },
         };
         registry.register(
             "observer_reported",
@@ -126,6 +162,7 @@ impl Metrics {
             "Duration of the last convergence round",
             m.last_round_seconds.clone(),
         );
+        m.audit.register(registry);
         m
     }
 
@@ -139,5 +176,40 @@ impl Metrics {
 
     pub fn result(family: &Family<ResultLabel, Counter>, result: &'static str) {
         family.get_or_create(&ResultLabel { result }).inc();
+    }
+}
+
+impl AuditMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "observer_policy_reports",
+            "PolicyReport writes by result (applied, unchanged, deleted, failed)",
+            self.reports.clone(),
+        );
+        registry.register(
+            "observer_policy_report_results",
+            "PolicyReport results of the last audit by result (pass, fail, warn) and reason, those left out for size included",
+            self.results.clone(),
+        );
+        registry.register(
+            "observer_policy_report_results_omitted",
+            "Results the last audit left out of the PolicyReports for size",
+            self.results_omitted.clone(),
+        );
+        registry.register(
+            "observer_audits",
+            "Background audits by result (ok, failed)",
+            self.audits.clone(),
+        );
+        registry.register(
+            "observer_audit_duration_seconds",
+            "Duration of a background audit (listing, deciding, writing the reports)",
+            self.duration_seconds.clone(),
+        );
+        registry.register(
+            "observer_policy_report_api_served",
+            "1 while the PolicyReport API (wgpolicyk8s.io/v1alpha2) is served (leader, --policy-reports)",
+            self.api_served.clone(),
+        );
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use gpu_admission_proto::scorer::v1::scorer_client::ScorerClient;
-use gpu_admission_proto::scorer::v1::{GetPolicyRequest, ObserveRequest};
+use gpu_admission_proto::scorer::v1::{GetPolicyRequest, GetPolicyResponse, ObserveRequest};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::extract::PolicyFacts;
@@ -91,18 +91,22 @@ impl Replicas {
     }
 }
 
-/// The policy facts (catalog, job types) from the first replica that answers `GetPolicy`.
-pub async fn policy_facts(replicas: &[Replica]) -> Option<PolicyFacts> {
+/// The policy from the first replica that answers `GetPolicy`.
+pub async fn get_policy(replicas: &[Replica]) -> Option<GetPolicyResponse> {
     for r in replicas {
         match r.client.clone().get_policy(GetPolicyRequest {}).await {
-            Ok(p) => {
-                let p = p.into_inner();
-                return Some(PolicyFacts { catalog: p.catalog });
-            }
+            Ok(p) => return Some(p.into_inner()),
             Err(status) => tracing::warn!(replica = %r.addr, %status, "GetPolicy failed"),
         }
     }
     None
+}
+
+/// The policy facts (catalog, job types) from the first replica that answers `GetPolicy`.
+pub async fn policy_facts(replicas: &[Replica]) -> Option<PolicyFacts> {
+    get_policy(replicas)
+        .await
+        .map(|p| PolicyFacts { catalog: p.catalog })
 }
 
 /// What the replicas made of one observation.

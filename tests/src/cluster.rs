@@ -229,6 +229,31 @@ impl Drop for LocalCluster {
     }
 }
 
+/// A copy of the admin `kubeconfig` in `dir` that acts as ServiceAccount `namespace/name` (impersonation,
+/// with the groups every ServiceAccount has), so that a process run with it has exactly that account's RBAC.
+pub fn service_account_kubeconfig(
+    kubeconfig: &Path,
+    dir: &Path,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<PathBuf> {
+    let mut kc: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(kubeconfig)?)?;
+    let user = kc["users"][0]["user"]
+        .as_mapping_mut()
+        .context("kubeconfig without a user")?;
+    user.insert(
+        "as".into(),
+        format!("system:serviceaccount:{namespace}:{name}").into(),
+    );
+    user.insert(
+        "as-groups".into(),
+        serde_yaml::to_value(["system:serviceaccounts", "system:authenticated"])?,
+    );
+    let path = dir.join(format!("kubeconfig-{name}"));
+    std::fs::write(&path, serde_yaml::to_string(&kc)?)?;
+    Ok(path)
+}
+
 /// A client from a kubeconfig file.
 pub async fn client_for(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
     let kc = kube::config::Kubeconfig::read_from(kubeconfig)?;

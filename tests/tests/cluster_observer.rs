@@ -23,7 +23,7 @@ use gpu_admission_proto::scorer::v1::scorer_client::ScorerClient;
 use gpu_admission_proto::scorer::v1::{
     ExportStateRequest, GpuVendor, LearnedState, ScoreRequest, ScoreResponse,
 };
-use gpu_admission_tests::cluster::LocalCluster;
+use gpu_admission_tests::cluster::{LocalCluster, service_account_kubeconfig};
 use gpu_admission_tests::names::{ANN_DECIDED_AT, JOB_TYPE_LABEL};
 use gpu_admission_tests::observer::{Observer, metric_value};
 use gpu_admission_tests::{ChildProcess, Scorer};
@@ -229,28 +229,6 @@ where
     }
 }
 
-/// The admin kubeconfig acting as the observer's ServiceAccount (impersonation), so the observers have
-/// exactly the shipped RBAC.
-fn service_account_kubeconfig(
-    admin: &std::path::Path,
-    dir: &std::path::Path,
-) -> std::path::PathBuf {
-    let mut kc: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(admin).unwrap()).unwrap();
-    let user = kc["users"][0]["user"].as_mapping_mut().unwrap();
-    user.insert(
-        "as".into(),
-        format!("system:serviceaccount:{SYSTEM_NS}:{SERVICE_ACCOUNT}").into(),
-    );
-    user.insert(
-        "as-groups".into(),
-        serde_yaml::to_value(["system:serviceaccounts", "system:authenticated"]).unwrap(),
-    );
-    let path = dir.join("kubeconfig-observer");
-    std::fs::write(&path, serde_yaml::to_string(&kc).unwrap()).unwrap();
-    path
-}
-
 /// A scorer process listening on `port` (the address a replaced replica takes over), ready once it listens.
 async fn scorer_at(name: &str, port: u16, logs: &std::path::Path) -> ChildProcess {
     let args = [
@@ -318,7 +296,13 @@ async fn observer_reports_each_finished_pod_once_through_a_leader_change_and_sha
         String::from_utf8_lossy(&out.stderr)
     );
     let sa_dir = tempfile::tempdir().unwrap();
-    let sa_kubeconfig = service_account_kubeconfig(cluster.kubeconfig(), sa_dir.path());
+    let sa_kubeconfig = service_account_kubeconfig(
+        cluster.kubeconfig(),
+        sa_dir.path(),
+        SYSTEM_NS,
+        SERVICE_ACCOUNT,
+    )
+    .unwrap();
     let configmaps = Api::<ConfigMap>::namespaced(client.clone(), SYSTEM_NS);
 
     // The job type and its prior-best class for the gold tier, and the runner-up.

@@ -1331,9 +1331,15 @@ fn observer_rbac_grants_exactly_what_it_uses() {
     let Some(modes) = support::rendered_modes() else {
         return;
     };
-    // What the code uses: Api<T> in observer/src (its Lease goes through kube-lease-manager: get + patch).
+    // What the code uses: Api<T> in observer/src (its Lease goes through kube-lease-manager: get + patch);
+    // the background audit (observer/src/audit) runs only with the policy-reports component, whose RBAC
+    // is checked by `policy_reports_component_grants_exactly_what_the_audit_uses`.
     let sources = support::rust_sources("observer/src");
-    let api_types: Vec<&str> = sources.iter().flat_map(|(_, t)| api_type_args(t)).collect();
+    let api_types: Vec<&str> = sources
+        .iter()
+        .filter(|(path, _)| !path.components().any(|c| c.as_os_str() == "audit"))
+        .flat_map(|(_, t)| api_type_args(t))
+        .collect();
     let used: BTreeSet<&str> = KNOWN_TYPES
         .iter()
         .filter(|(ty, _, _)| api_types.iter().any(|arg| contains_word(arg, ty)))
@@ -1411,6 +1417,163 @@ fn observer_rbac_grants_exactly_what_it_uses() {
         );
         assert!(d["spec"]["replicas"].as_i64().unwrap() >= 2, "{}", m.mode);
     }
+}
+
+/// The default install with the policy-reports component, rendered.
+fn render_with_policy_reports() -> anyhow::Result<Vec<Value>> {
+    let tmp = tempfile::tempdir()?;
+    support::copy_dir(&support::kustomize_dir(), &tmp.path().join("kustomize"))?;
+    let user = tmp.path().join("user");
+    std::fs::create_dir_all(&user)?;
+    std::fs::write(
+        user.join("kustomization.yaml"),
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../kustomize/base\n\
+         components:\n  - ../kustomize/components/cert-manager\n  - ../kustomize/components/policy-reports\n",
+    )?;
+    support::parse_yaml_stream(&support::kustomize(&user)?)
+}
+
+/// The policy-reports component: the wgpolicyk8s.io/v1alpha2 CRD, `--policy-reports` on the observer, and
+/// a ClusterRole granting exactly what the audit uses: list of what observer/src/audit reads (beyond the
+/// base role's Pods and Nodes), list of the workload kinds the shipped ValidatingWebhookConfiguration sends
+/// to /validate-pod (the observer's default --audit-resource), and list/create/patch/delete of
+/// PolicyReports; a read-only role aggregated to view for tenants.
+#[test]
+fn policy_reports_component_grants_exactly_what_the_audit_uses() {
+    if !support::require_tool("kubectl", "its kustomize renders the install") {
+        return;
+    }
+    let objects = render_with_policy_reports().expect("renders with the policy-reports component");
+    let find = |kind: &str, name: &str| {
+        objects
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name}"))
+    };
+    let crd = find("CustomResourceDefinition", "policyreports.wgpolicyk8s.io");
+    assert_eq!(str_at(crd, "/spec/group"), "wgpolicyk8s.io");
+    assert_eq!(str_at(crd, "/spec/scope"), "Namespaced");
+    let versions = arr_at(crd, "/spec/versions");
+    assert_eq!(versions.len(), 1);
+    assert_eq!(versions[0]["name"], "v1alpha2");
+    assert_eq!(
+        (&versions[0]["served"], &versions[0]["storage"]),
+        (&json!(true), &json!(true))
+    );
+    let result =
+        &versions[0]["schema"]["openAPIV3Schema"]["properties"]["results"]["items"]["properties"];
+    for field in [
+        "source",
+        "policy",
+        "rule",
+        "result",
+        "message",
+        "resources",
+        "properties",
+        "timestamp",
+        "scored",
+    ] {
+        assert!(
+            result.get(field).is_some(),
+            "results[].{field} in the schema"
+        );
+    }
+    assert_eq!(
+        result["result"]["enum"],
+        json!(["pass", "fail", "warn", "error", "skip"])
+    );
+
+    let observer = objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == OBSERVER_DEPLOYMENT)
+        .unwrap();
+    let observer_args = args(container(observer, "observer"));
+    assert!(observer_args.contains(&"--policy-reports".to_string()));
+    let flags = flags_of(gpu_admission_tests::observer::observer_binary());
+    for f in flag_names(&observer_args) {
+        assert!(flags.contains(&f), "observer has no {f}");
+    }
+
+    // What the audit reads through typed APIs, beyond the base role's Pods and Nodes.
+    let sources = support::rust_sources("observer/src/audit");
+    let api_types: Vec<&str> = sources.iter().flat_map(|(_, t)| api_type_args(t)).collect();
+    let mut expected: BTreeMap<(String, String), BTreeSet<String>> = KNOWN_TYPES
+        .iter()
+        .filter(|(ty, _, _)| api_types.iter().any(|arg| contains_word(arg, ty)))
+        .filter(|(_, _, r)| !matches!(*r, "pods" | "nodes"))
+        .map(|(_, g, r)| {
+            (
+                (g.to_string(), r.to_string()),
+                BTreeSet::from(["list".to_string()]),
+            )
+        })
+        .collect();
+    // The workload kinds /validate-pod is sent, which the audit lists dynamically.
+    let vwc = find("ValidatingWebhookConfiguration", WEBHOOK_CONFIG);
+    let workloads = arr_at(vwc, "/webhooks")
+        .iter()
+        .find(|w| w["name"] == "workloads.validate.gpu-admission.io")
+        .unwrap();
+    let mut sent = Vec::new();
+    for rule in arr_at(workloads, "/rules") {
+        for g in strings_at(rule, "/apiGroups") {
+            for r in strings_at(rule, "/resources") {
+                sent.push(format!("{g}/{r}"));
+                expected.insert((g.clone(), r), BTreeSet::from(["list".to_string()]));
+            }
+        }
+    }
+    let cli = std::fs::read_to_string(support::repo_root().join("observer/src/cli.rs")).unwrap();
+    let default = cli
+        .split("long = \"audit-resource\"")
+        .nth(1)
+        .and_then(|rest| rest.split("default_value = \"").nth(1))
+        .and_then(|rest| rest.split('"').next())
+        .expect("the observer's --audit-resource default");
+    let mut defaults: Vec<&str> = default.split(',').collect();
+    defaults.sort();
+    sent.sort();
+    assert_eq!(defaults, sent, "the audit lists what /validate-pod is sent");
+    expected.insert(
+        ("wgpolicyk8s.io".into(), "policyreports".into()),
+        ["list", "create", "patch", "delete"]
+            .map(String::from)
+            .into(),
+    );
+    let role = find("ClusterRole", "gpu-admission-observer-policy-reports");
+    let granted: BTreeMap<(String, String), BTreeSet<String>> = rule_set(arr_at(role, "/rules"))
+        .into_iter()
+        .map(|(k, (verbs, names))| {
+            assert!(names.is_empty(), "{k:?}: not limited by name");
+            (k, verbs)
+        })
+        .collect();
+    assert_eq!(granted, expected);
+    let binding = find(
+        "ClusterRoleBinding",
+        "gpu-admission-observer-policy-reports",
+    );
+    assert_eq!(
+        str_at(binding, "/roleRef/name"),
+        "gpu-admission-observer-policy-reports"
+    );
+    assert_eq!(str_at(binding, "/subjects/0/name"), OBSERVER_DEPLOYMENT);
+    assert_eq!(str_at(binding, "/subjects/0/namespace"), NAMESPACE);
+
+    let view = find("ClusterRole", "gpu-admission-policyreports-view");
+    assert_eq!(
+        view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"],
+        "true"
+    );
+    let read = rule_set(arr_at(view, "/rules"));
+    assert_eq!(
+        read.keys().cloned().collect::<Vec<_>>(),
+        [("wgpolicyk8s.io".to_string(), "policyreports".to_string())]
+    );
+    assert!(read.values().all(|(v, _)| {
+        v.iter()
+            .all(|v| matches!(v.as_str(), "get" | "list" | "watch"))
+    }));
 }
 
 #[test]

@@ -1,0 +1,251 @@
+//! One running object → its PolicyReport results, decided by core's `/validate-pod` decision
+//! (`validate_pod::decide`) on the review the object would make if it were created now. Nothing here is a
+//! rule of its own: which objects are ours, what violates the tier and the message all come from core.
+//!
+//! Who created a running object is not recorded anywhere the audit can read, so every object is reviewed as
+//! a non-admin's: an object an admin created outside the tier (admins are exempt at admission) is reported
+//! like anyone's, and its results say that the exemption is not visible to the audit.
+
+use std::collections::BTreeMap;
+
+use gpu_admission_core::admission::Facts;
+use gpu_admission_core::admission::validate_pod::templates::described_pods;
+use gpu_admission_core::admission::validate_pod::{self, Check, Violation};
+use gpu_admission_core::pod::features;
+use gpu_admission_core::policy::{PolicySnapshot, mode_name};
+use gpu_admission_proto::scorer::v1::EnforcementMode;
+use kube::core::admission::{AdmissionRequest, Operation};
+use kube::core::{DynamicObject, GroupVersionKind, GroupVersionResource, TypeMeta};
+
+/// The `rule` of a pass result (a failing result's rule is the violation's reason).
+pub const RULE_WITHIN_TIER: &str = "within_tier";
+/// The `requester` property of a failing result: why an admin's object is reported too.
+pub const REQUESTER_NOT_VISIBLE: &str = "not recorded: evaluated as a non-admin (an admin's exemption at admission is not visible to the audit)";
+
+/// A resource the audit lists: group, version, kind and plural (`apps`, `v1`, `Deployment`, `deployments`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kind {
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+    pub plural: String,
+}
+
+impl Kind {
+    pub fn pods() -> Self {
+        Self {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "Pod".into(),
+            plural: "pods".into(),
+        }
+    }
+
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    fn is_pod(&self) -> bool {
+        self.group.is_empty() && self.kind == "Pod"
+    }
+}
+
+/// The wgpolicyk8s result of a check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Outcome {
+    /// Violates the tier under `Enforce` (it would be denied if created now) or `Audit`.
+    Fail,
+    /// Violates the tier under `Warn` (admitted with this warning); `scored: false`.
+    Warn,
+    /// A GPU object within its tier.
+    Pass,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Fail => "fail",
+            Outcome::Warn => "warn",
+            Outcome::Pass => "pass",
+        }
+    }
+
+    /// The result a violation gets under the policy's mode.
+    pub fn of_violation(mode: EnforcementMode) -> Self {
+        match mode {
+            EnforcementMode::Warn => Outcome::Warn,
+            EnforcementMode::Enforce | EnforcementMode::Audit | EnforcementMode::Unspecified => {
+                Outcome::Fail
+            }
+        }
+    }
+}
+
+/// The object a result is about (an `ObjectReference`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Resource {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// One result of one object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finding {
+    pub outcome: Outcome,
+    /// The violation's reason (`class_outside_tier`, …), or [`RULE_WITHIN_TIER`].
+    pub rule: &'static str,
+    /// What `/validate-pod` tells the user (its warning or denial, whatever the mode).
+    pub message: String,
+    pub resource: Resource,
+    pub properties: BTreeMap<String, String>,
+}
+
+/// The review `object` would make if created now by a non-admin.
+fn review(object: &DynamicObject, kind: &Kind, namespace: &str) -> AdmissionRequest<DynamicObject> {
+    let gvk = GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind);
+    AdmissionRequest {
+        types: TypeMeta::default(),
+        uid: "gpu-admission-audit".into(),
+        kind: gvk,
+        resource: GroupVersionResource::gvr(&kind.group, &kind.version, &kind.plural),
+        sub_resource: None,
+        request_kind: None,
+        request_resource: None,
+        request_sub_resource: None,
+        name: object.metadata.name.clone().unwrap_or_default(),
+        namespace: Some(namespace.to_string()),
+        operation: Operation::Create,
+        user_info: Default::default(),
+        object: Some(object.clone()),
+        old_object: None,
+        dry_run: true,
+        options: None,
+    }
+}
+
+/// Whether any Pod the object describes asks for GPUs (core's feature extraction): only GPU objects get a
+/// pass result.
+fn asks_for_gpus(
+    object: &DynamicObject,
+    kind: &Kind,
+    namespace: &str,
+    policy: &PolicySnapshot,
+    facts: &Facts<'_>,
+) -> bool {
+    described_pods(object, kind.is_pod()).iter().any(|d| {
+        features::extract_with(
+            &d.pod,
+            namespace,
+            &policy.gpu_resources,
+            facts.claim_templates,
+        )
+        .gpu_count
+            > 0
+    })
+}
+
+/// The results of one object: none when the object is not held to a tier (no tier label, no GPU, the policy
+/// unknown), one pass for a GPU object within its tier, one fail/warn per violated rule otherwise, each with
+/// `/validate-pod`'s whole message.
+pub fn evaluate(
+    object: &DynamicObject,
+    kind: &Kind,
+    policy: &PolicySnapshot,
+    facts: &Facts<'_>,
+) -> Vec<Finding> {
+    let Some(namespace) = object
+        .metadata
+        .namespace
+        .as_deref()
+        .filter(|n| !n.is_empty())
+    else {
+        return Vec::new();
+    };
+    let req = review(object, kind, namespace);
+    let (check, _) = validate_pod::decide(&req, policy, facts);
+    let resource = Resource {
+        api_version: kind.api_version(),
+        kind: kind.kind.clone(),
+        namespace: namespace.to_string(),
+        name: object.metadata.name.clone().unwrap_or_default(),
+        uid: object.metadata.uid.clone().unwrap_or_default(),
+    };
+    let mut properties = BTreeMap::from([
+        ("mode".to_string(), mode_name(policy.mode).to_string()),
+        ("policyVersion".to_string(), policy.version.clone()),
+    ]);
+    match &check {
+        Check::NotOurs(_) => Vec::new(),
+        Check::Allowed(_) => {
+            if !asks_for_gpus(object, kind, namespace, policy, facts) {
+                return Vec::new();
+            }
+            if let Some(rules) =
+                (facts.tier_of)(namespace).and_then(|t| policy.tier_rules(&t, namespace))
+            {
+                properties.insert("tier".into(), rules.tier.to_string());
+            }
+            vec![Finding {
+                outcome: Outcome::Pass,
+                rule: RULE_WITHIN_TIER,
+                message: format!(
+                    "{} {namespace}/{} is within its tier",
+                    kind.kind, resource.name
+                ),
+                resource,
+                properties,
+            }]
+        }
+        Check::Violations {
+            tier, violations, ..
+        } => {
+            // The message the user gets: Warn's wording is the denial's too (the mode only decides how it
+            // is answered).
+            let message = validate_pod::verdict(&check, EnforcementMode::Warn)
+                .warnings
+                .into_iter()
+                .next()
+                .unwrap_or_default();
+            properties.insert("tier".into(), tier.clone());
+            properties.insert("requester".into(), REQUESTER_NOT_VISIBLE.into());
+            by_reason(violations)
+                .into_iter()
+                .map(|(reason, what)| {
+                    let mut properties = properties.clone();
+                    properties.insert("violation".into(), what);
+                    Finding {
+                        outcome: Outcome::of_violation(policy.mode),
+                        rule: reason,
+                        message: message.clone(),
+                        resource: resource.clone(),
+                        properties,
+                    }
+                })
+                .collect()
+        }
+    }
+}
+
+/// Violations grouped by reason, in order of first appearance: `(reason, "path: what; …")`.
+fn by_reason(violations: &[Violation]) -> Vec<(&'static str, String)> {
+    let mut out: Vec<(&'static str, Vec<String>)> = Vec::new();
+    for v in violations {
+        let clause = format!("{}: {}", v.path, v.what);
+        match out.iter_mut().find(|(r, _)| *r == v.reason.as_str()) {
+            Some((_, clauses)) => clauses.push(clause),
+            None => out.push((v.reason.as_str(), vec![clause])),
+        }
+    }
+    out.into_iter().map(|(r, c)| (r, c.join("; "))).collect()
+}
+
+#[cfg(test)]
+#[path = "evaluate_tests.rs"]
+mod tests;

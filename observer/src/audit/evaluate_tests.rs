@@ -1,0 +1,246 @@
+use super::*;
+use std::collections::HashMap;
+
+use gpu_admission_core::pod::gpu_resources::NoClaimTemplates;
+use gpu_admission_core::priority_class::PriorityClassFacts;
+use gpu_admission_core::tier_bound::NodeClass;
+use gpu_admission_proto::scorer::v1::{
+    Enforcement, GetPolicyResponse, GpuClass, GpuVendor, PriorityAssignment, PriorityBucket, Tier,
+};
+use serde_json::{Value, json};
+
+const KEY: &str = "gpu.nvidia.com/class";
+
+fn class(name: &str, memory: f64) -> GpuClass {
+    GpuClass {
+        name: name.into(),
+        vendor: GpuVendor::Nvidia as i32,
+        memory_gib: memory,
+        node_label_key: KEY.into(),
+        node_label_value: name.into(),
+        ..Default::default()
+    }
+}
+
+fn bucket(name: &str, value: i32) -> PriorityBucket {
+    PriorityBucket {
+        min_score: 0.0,
+        priority_class: Some(PriorityAssignment {
+            name: name.into(),
+            value,
+            preemption_policy: String::new(),
+        }),
+    }
+}
+
+pub(crate) fn policy(mode: EnforcementMode) -> PolicySnapshot {
+    PolicySnapshot::from_response(GetPolicyResponse {
+        version: "v7".into(),
+        catalog: vec![class("H100-80GB", 80.0), class("L4-24GB", 24.0)],
+        tiers: vec![Tier {
+            name: "bronze".into(),
+            allowed_classes: vec!["L4-24GB".into()],
+            preferred_class: "L4-24GB".into(),
+            max_priority_class: "gpu-default".into(),
+            ..Default::default()
+        }],
+        priority_buckets: vec![bucket("gpu-high", 100_000), bucket("gpu-default", 1000)],
+        enforcement: Some(Enforcement {
+            mode: mode as i32,
+            admin_groups: vec!["gpu-admission:admins".into()],
+            admin_users: vec![],
+        }),
+        ..Default::default()
+    })
+}
+
+fn tier_of(ns: &str) -> Option<String> {
+    (ns == "team").then(|| "bronze".to_string())
+}
+
+fn nodes(name: &str) -> NodeClass {
+    match name {
+        "l4-1" => NodeClass::Class("L4-24GB".into()),
+        _ => NodeClass::Unknown,
+    }
+}
+
+fn run(object: Value, kind: &Kind, policy: &PolicySnapshot) -> Vec<Finding> {
+    let pcs: HashMap<String, PriorityClassFacts> = HashMap::from([(
+        "gpu-high".to_string(),
+        PriorityClassFacts {
+            name: "gpu-high".into(),
+            value: 100_000,
+            preemption_policy: None,
+            global_default: false,
+        },
+    )]);
+    let facts = Facts {
+        tier_of: &tier_of,
+        priority_classes: Some(&pcs),
+        claim_templates: &NoClaimTemplates,
+        nodes: &nodes,
+    };
+    let object: DynamicObject = serde_json::from_value(object).unwrap();
+    evaluate(&object, kind, policy, &facts)
+}
+
+fn spec(extra: Value) -> Value {
+    let mut spec = json!({"containers": [{"name": "c", "image": "x",
+        "resources": {"limits": {"nvidia.com/gpu": "1"}}}]});
+    for (k, v) in extra.as_object().unwrap() {
+        spec[k] = v.clone();
+    }
+    spec
+}
+
+fn pod(ns: &str, name: &str, extra: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "uid": format!("uid-{name}")},
+        "spec": spec(extra)})
+}
+
+fn deployment() -> Kind {
+    Kind {
+        group: "apps".into(),
+        version: "v1".into(),
+        kind: "Deployment".into(),
+        plural: "deployments".into(),
+    }
+}
+
+#[test]
+fn a_violating_pod_gets_validate_pods_message_under_every_mode() {
+    let h100 = pod("team", "p", json!({"nodeSelector": {KEY: "H100-80GB"}}));
+    for (mode, outcome) in [
+        (EnforcementMode::Warn, Outcome::Warn),
+        (EnforcementMode::Enforce, Outcome::Fail),
+        (EnforcementMode::Audit, Outcome::Fail),
+    ] {
+        let p = policy(mode);
+        let found = run(h100.clone(), &Kind::pods(), &p);
+        assert_eq!(found.len(), 1, "{mode:?}: {found:?}");
+        let f = &found[0];
+        assert_eq!(f.outcome, outcome);
+        assert_eq!(f.rule, "class_outside_tier");
+        // Exactly what /validate-pod answers (its warning in Warn, its denial in Enforce).
+        let review: AdmissionRequest<DynamicObject> = serde_json::from_value(json!({
+            "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"}, "namespace": "team",
+            "operation": "CREATE", "userInfo": {"username": "alice"}, "object": h100}))
+        .unwrap();
+        let facts = Facts {
+            tier_of: &tier_of,
+            priority_classes: None,
+            claim_templates: &NoClaimTemplates,
+            nodes: &nodes,
+        };
+        let (_, verdict) = validate_pod::decide(&review, &policy(EnforcementMode::Enforce), &facts);
+        assert_eq!(Some(&f.message), verdict.denied.as_ref());
+        assert!(
+            f.message
+                .contains("Pod team/p is outside tier bronze: selects GPU class H100-80GB")
+        );
+        assert_eq!(f.resource.uid, "uid-p");
+        assert_eq!(f.properties["tier"], "bronze");
+        assert_eq!(f.properties["policyVersion"], "v7");
+        assert_eq!(f.properties["requester"], REQUESTER_NOT_VISIBLE);
+    }
+}
+
+#[test]
+fn one_result_per_violated_rule_each_with_the_whole_message() {
+    let p = policy(EnforcementMode::Enforce);
+    let found = run(
+        pod(
+            "team",
+            "p",
+            json!({"nodeSelector": {KEY: "H100-80GB"}, "priorityClassName": "gpu-high"}),
+        ),
+        &Kind::pods(),
+        &p,
+    );
+    let rules: Vec<&str> = found.iter().map(|f| f.rule).collect();
+    assert_eq!(rules, ["class_outside_tier", "priority_above_cap"]);
+    assert_eq!(found[0].message, found[1].message);
+    assert!(found[1].message.contains("asks for PriorityClass gpu-high"));
+    assert_eq!(
+        found[1].properties["violation"],
+        "Pod: asks for PriorityClass gpu-high (100000)"
+    );
+}
+
+#[test]
+fn a_workloads_template_is_checked_and_a_compliant_gpu_object_passes() {
+    let p = policy(EnforcementMode::Warn);
+    let deploy = |class: &str| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d", "namespace": "team", "uid": "uid-d"},
+            "spec": {"template": {"spec": spec(json!({"nodeSelector": {KEY: class}}))}}})
+    };
+    let found = run(deploy("H100-80GB"), &deployment(), &p);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].outcome, Outcome::Warn);
+    assert!(found[0].message.contains(
+        "Deployment team/d is outside tier bronze: spec.template: selects GPU class H100-80GB"
+    ));
+    assert_eq!(found[0].resource.api_version, "apps/v1");
+
+    let found = run(deploy("L4-24GB"), &deployment(), &p);
+    assert_eq!(found.len(), 1);
+    assert_eq!(
+        (found[0].outcome, found[0].rule),
+        (Outcome::Pass, RULE_WITHIN_TIER)
+    );
+    // A Pod bound to its tier (as /mutate-pod leaves it) passes too.
+    let bound = run(
+        pod("team", "ok", json!({"nodeSelector": {KEY: "L4-24GB"}})),
+        &Kind::pods(),
+        &p,
+    );
+    assert_eq!(bound[0].outcome, Outcome::Pass);
+}
+
+#[test]
+fn objects_not_held_to_a_tier_have_no_results() {
+    let p = policy(EnforcementMode::Enforce);
+    // No tier label on the namespace.
+    assert!(
+        run(
+            pod(
+                "elsewhere",
+                "p",
+                json!({"nodeSelector": {KEY: "H100-80GB"}})
+            ),
+            &Kind::pods(),
+            &p
+        )
+        .is_empty()
+    );
+    // No GPU.
+    let cpu = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "cpu", "namespace": "team"},
+        "spec": {"containers": [{"name": "c", "image": "x"}]}});
+    assert!(run(cpu, &Kind::pods(), &p).is_empty());
+    // The policy not known yet.
+    assert!(
+        run(
+            pod("team", "p", json!({})),
+            &Kind::pods(),
+            &PolicySnapshot::default()
+        )
+        .is_empty()
+    );
+}
+
+#[test]
+fn an_unbound_gpu_pod_and_a_node_outside_the_tier_are_violations() {
+    let p = policy(EnforcementMode::Enforce);
+    let unbound = run(pod("team", "free", json!({})), &Kind::pods(), &p);
+    assert_eq!(unbound[0].rule, "not_bound_to_tier");
+    let elsewhere = run(
+        pod("team", "n", json!({"nodeName": "somewhere"})),
+        &Kind::pods(),
+        &p,
+    );
+    assert_eq!(elsewhere[0].rule, "node_outside_tier");
+}

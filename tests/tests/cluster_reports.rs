@@ -1,0 +1,426 @@
+//! PolicyReports against a real kube-apiserver 1.20.2: the real scorer (the default policy, `Warn`) and the
+//! real observer with `--policy-reports`, run as its ServiceAccount with the base RBAC plus the
+//! policy-reports component's, started BEFORE the PolicyReport CRD exists. There is no webhook: the test
+//! plays a controller that creates objects directly, so violating objects are stored as they are.
+//!
+//! What must hold:
+//! - without the CRD the observer runs, says once that the API is not served, and starts reporting when
+//!   the component's CRD is installed;
+//! - a silver namespace's violating Pod and Deployment (an H100 pin) show in its PolicyReport `gpu-admission`
+//!   as `warn` results with `/validate-pod`'s message (core's decision of the same review), compliant GPU
+//!   objects as `pass`; the report is capped (`--report-max-results`) and says what it left out;
+//! - switching A100-80GB out of silver (a new policy version) turns the report of the A100 Pod already
+//!   running into a `warn` within one audit interval;
+//! - a namespace with nothing left to report loses its report.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use gpu_admission_core::admission::Facts;
+use gpu_admission_core::admission::validate_pod;
+use gpu_admission_core::pod::gpu_resources::NoClaimTemplates;
+use gpu_admission_core::policy::PolicySnapshot;
+use gpu_admission_core::tier_bound::NoNodes;
+use gpu_admission_tests::Scorer;
+use gpu_admission_tests::cluster::{LocalCluster, service_account_kubeconfig};
+use gpu_admission_tests::observer::{Observer, metric_value};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::core::{ApiResource, DynamicObject};
+use serde_json::{Value, json};
+
+const NS: &str = "team-silver";
+const SYSTEM_NS: &str = "gpu-admission";
+const SERVICE_ACCOUNT: &str = "gpu-admission-observer";
+const CLASS: &str = "gpu.nvidia.com/class";
+/// The observer's audit interval in this test.
+const INTERVAL_SECS: u64 = 3;
+
+fn repo() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+fn default_policy() -> String {
+    std::fs::read_to_string(repo().join("deploy/kustomize/base/policy/default-policy.yaml"))
+        .expect("the default policy")
+}
+
+fn kubectl_apply(kubeconfig: &Path, files: &[std::path::PathBuf]) {
+    let mut cmd = std::process::Command::new("kubectl");
+    cmd.arg("--kubeconfig").arg(kubeconfig).arg("apply");
+    for f in files {
+        cmd.arg("-f").arg(f);
+    }
+    let out = cmd
+        .output()
+        .expect("kubectl (it applies the shipped manifests)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn gpu_spec(class: &str) -> Value {
+    json!({"nodeSelector": {CLASS: class}, "containers": [{"name": "main", "image": "registry.example/train:1",
+        "resources": {"limits": {"nvidia.com/gpu": "1"}}}]})
+}
+
+fn pod(name: &str, class: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS}, "spec": gpu_spec(class)})
+}
+
+fn deployment(name: &str, class: &str) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": NS},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": gpu_spec(class)}}})
+}
+
+/// What `/validate-pod` answers a plain user's CREATE of `object` in Warn mode: core's decision, the one the
+/// frontend calls.
+fn validate_pod_warning(
+    object: &Value,
+    kind: (&str, &str, &str),
+    policy: &PolicySnapshot,
+) -> String {
+    let review = serde_json::from_value(json!({
+        "uid": "u", "kind": {"group": kind.0, "version": kind.1, "kind": kind.2},
+        "resource": {"group": kind.0, "version": kind.1, "resource": "x"}, "namespace": NS,
+        "operation": "CREATE", "userInfo": {"username": "alice"}, "object": object}))
+    .unwrap();
+    let tier_of = |ns: &str| (ns == NS).then(|| "silver".to_string());
+    let facts = Facts {
+        tier_of: &tier_of,
+        priority_classes: None,
+        claim_templates: &NoClaimTemplates,
+        nodes: &NoNodes,
+    };
+    let (_, verdict) = validate_pod::decide(&review, policy, &facts);
+    verdict
+        .warnings
+        .into_iter()
+        .next()
+        .expect("a warning in Warn mode")
+}
+
+fn reports_api() -> ApiResource {
+    ApiResource {
+        group: "wgpolicyk8s.io".into(),
+        version: "v1alpha2".into(),
+        api_version: "wgpolicyk8s.io/v1alpha2".into(),
+        kind: "PolicyReport".into(),
+        plural: "policyreports".into(),
+    }
+}
+
+async fn report(client: &kube::Client) -> Option<Value> {
+    let api = Api::<DynamicObject>::namespaced_with(client.clone(), NS, &reports_api());
+    let r = api.get_opt("gpu-admission").await.ok()??;
+    serde_json::to_value(r).ok()
+}
+
+/// `(result, rule, kind, name)` of every result of a report.
+fn results(report: &Value) -> Vec<(String, String, String, String)> {
+    report["results"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+            (
+                s(&r["result"]),
+                s(&r["rule"]),
+                s(&r["resources"][0]["kind"]),
+                s(&r["resources"][0]["name"]),
+            )
+        })
+        .collect()
+}
+
+fn result_of<'r>(report: &'r Value, name: &str) -> Option<&'r Value> {
+    report["results"]
+        .as_array()?
+        .iter()
+        .find(|r| r["resources"][0]["name"] == name)
+}
+
+async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> (T, Duration)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let started = Instant::now();
+    loop {
+        if let Some(v) = probe().await {
+            return (v, started.elapsed());
+        }
+        assert!(
+            started.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_reports_show_violations_and_follow_a_policy_change() {
+    let Some(cluster) = LocalCluster::start().await.expect("control plane") else {
+        return;
+    };
+    let client = cluster.client();
+    let dir = tempfile::tempdir().unwrap();
+    let policy_file = dir.path().join("policy.yaml");
+    let warn = default_policy();
+    assert!(
+        warn.contains("  mode: Warn\n"),
+        "the default policy is in Warn mode"
+    );
+    std::fs::write(&policy_file, &warn).unwrap();
+    let scorer = Scorer::builder()
+        .policy(&policy_file)
+        .env("SCORER_POLICY_POLL_MS", "200")
+        .start()
+        .await
+        .unwrap();
+    let snapshot = PolicySnapshot::from_response(scorer.policy().clone());
+
+    cluster.create_namespace(SYSTEM_NS, None).await.unwrap();
+    cluster.create_namespace(NS, Some("silver")).await.unwrap();
+    cluster
+        .create_priority_classes(scorer.policy())
+        .await
+        .unwrap();
+    let base = repo().join("deploy/kustomize/base/observer");
+    let component = repo().join("deploy/kustomize/components/policy-reports");
+    kubectl_apply(
+        cluster.kubeconfig(),
+        &[
+            base.join("serviceaccount.yaml"),
+            base.join("rbac.yaml"),
+            base.join("lease.yaml"),
+            component.join("rbac.yaml"),
+        ],
+    );
+    let sa =
+        service_account_kubeconfig(cluster.kubeconfig(), dir.path(), SYSTEM_NS, SERVICE_ACCOUNT)
+            .unwrap();
+
+    // The observer starts before the CRD exists.
+    let mut observer = Observer::builder(&sa, &[scorer.url()], "observer-reports")
+        .env("LOG_FORMAT", "json")
+        .arg("--policy-reports")
+        .arg(format!("--audit-interval-secs={INTERVAL_SECS}"))
+        .arg("--audit-poll-secs=1")
+        .arg("--report-max-results=3")
+        .start()
+        .await
+        .unwrap();
+    wait_for(
+        "the observer to say the API is not served",
+        Duration::from_secs(20),
+        || async { observer.process.log().contains("not served").then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let log = observer.process.log();
+    assert_eq!(log.matches("not served").count(), 1, "said once:\n{log}");
+    let metrics = observer.metrics().await.unwrap();
+    assert_eq!(
+        metric_value(&metrics, "observer_policy_report_api_served"),
+        0.0
+    );
+
+    // The component's CRD; then what a controller would create, stored as it is (no webhook).
+    kubectl_apply(
+        cluster.kubeconfig(),
+        &[component.join("policyreports.yaml")],
+    );
+    let pods = Api::<Pod>::namespaced(client.clone(), NS);
+    let deployments = Api::<Deployment>::namespaced(client.clone(), NS);
+    let pin = pod("pin-h100", "H100-80GB");
+    let d_pin = deployment("d-h100", "H100-80GB");
+    for p in [&pin, &pod("on-a100", "A100-80GB")] {
+        pods.create(
+            &PostParams::default(),
+            &serde_json::from_value(p.clone()).unwrap(),
+        )
+        .await
+        .unwrap();
+    }
+    for d in [&d_pin, &deployment("d-l4", "L4-24GB")] {
+        deployments
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(d.clone()).unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    let created = Instant::now();
+
+    let (first, _) = wait_for(
+        "the silver report with its four objects",
+        Duration::from_secs(30),
+        || async {
+            report(&client)
+                .await
+                .filter(|r| r["summary"]["warn"] == 2 && r["summary"]["pass"] == 2)
+        },
+    )
+    .await;
+    println!(
+        "first report {:.1}s after the objects were created (CRD installed just before)",
+        created.elapsed().as_secs_f64()
+    );
+    println!("{}", serde_json::to_string_pretty(&first).unwrap());
+    // Failures first, capped at 3: the A100 Pod's pass is left out and counted.
+    assert_eq!(
+        results(&first),
+        [
+            (
+                "warn".into(),
+                "class_outside_tier".into(),
+                "Deployment".into(),
+                "d-h100".into()
+            ),
+            (
+                "warn".into(),
+                "class_outside_tier".into(),
+                "Pod".into(),
+                "pin-h100".into()
+            ),
+            (
+                "pass".into(),
+                "within_tier".into(),
+                "Deployment".into(),
+                "d-l4".into()
+            ),
+        ]
+    );
+    assert_eq!(
+        first["metadata"]["annotations"]["gpu-admission.io/results-omitted"],
+        "1"
+    );
+    let warned = result_of(&first, "pin-h100").unwrap();
+    assert_eq!(warned["source"], "gpu-admission");
+    assert_eq!(warned["scored"], false);
+    assert_eq!(warned["resources"][0]["namespace"], NS);
+    assert!(
+        warned["resources"][0]["uid"]
+            .as_str()
+            .is_some_and(|u| !u.is_empty())
+    );
+    assert_eq!(
+        warned["message"],
+        validate_pod_warning(&pin, ("", "v1", "Pod"), &snapshot)
+    );
+    assert_eq!(
+        result_of(&first, "d-h100").unwrap()["message"],
+        validate_pod_warning(&d_pin, ("apps", "v1", "Deployment"), &snapshot)
+    );
+    assert!(
+        warned["message"].as_str().unwrap().contains(
+            "Pod team-silver/pin-h100 is outside tier silver: selects GPU class H100-80GB"
+        )
+    );
+    assert_eq!(warned["properties"]["mode"], "Warn");
+
+    // A100-80GB out of silver: a new policy version; the running A100 Pod's result turns to warn.
+    let tightened = warn.replace(
+        "    allowedClasses: [A100-80GB, A100-40GB, MI300X-192GB, L40S-48GB, L4-24GB]\n    preferredClass: A100-80GB",
+        "    allowedClasses: [A100-40GB, MI300X-192GB, L40S-48GB, L4-24GB]\n    preferredClass: A100-40GB",
+    );
+    assert_ne!(
+        tightened, warn,
+        "the silver tier line is in the default policy"
+    );
+    let old_version = first["metadata"]["annotations"]["gpu-admission.io/policy-version"].clone();
+    std::fs::write(&policy_file, &tightened).unwrap();
+    let changed = Instant::now();
+    let (second, _) = wait_for("the A100 Pod's warn", Duration::from_secs(30), || async {
+        report(&client)
+            .await
+            .filter(|r| result_of(r, "on-a100").is_some_and(|x| x["result"] == "warn"))
+    })
+    .await;
+    let took = changed.elapsed();
+    println!(
+        "policy change -> report updated in {:.1}s (audit interval {INTERVAL_SECS}s)",
+        took.as_secs_f64()
+    );
+    assert!(
+        took <= Duration::from_secs(INTERVAL_SECS),
+        "not within one audit interval: {took:?}"
+    );
+    assert_ne!(
+        second["metadata"]["annotations"]["gpu-admission.io/policy-version"],
+        old_version
+    );
+    let a100 = result_of(&second, "on-a100").unwrap();
+    assert_eq!(a100["rule"], "class_outside_tier");
+    assert!(
+        a100["message"]
+            .as_str()
+            .unwrap()
+            .contains("selects GPU class A100-80GB"),
+        "{a100}"
+    );
+    assert_eq!(
+        second["summary"],
+        json!({"pass": 1, "fail": 0, "warn": 3, "error": 0, "skip": 0})
+    );
+
+    let metrics = observer.metrics().await.unwrap();
+    for line in metrics
+        .lines()
+        .filter(|l| l.starts_with("observer_policy_report") || l.starts_with("observer_audit"))
+    {
+        println!("{line}");
+    }
+    assert_eq!(
+        metric_value(&metrics, "observer_policy_report_api_served"),
+        1.0
+    );
+    assert_eq!(
+        metric_value(
+            &metrics,
+            "observer_policy_report_results{result=\"warn\",reason=\"class_outside_tier\"}"
+        ),
+        3.0
+    );
+    assert_eq!(
+        metric_value(&metrics, "observer_policy_report_results_omitted"),
+        1.0
+    );
+    assert!(
+        metric_value(
+            &metrics,
+            "observer_policy_reports_total{result=\"applied\"}"
+        ) >= 2.0
+    );
+
+    // Nothing left to report: the report goes.
+    for name in ["pin-h100", "on-a100"] {
+        pods.delete(name, &DeleteParams::default().grace_period(0))
+            .await
+            .unwrap();
+    }
+    for name in ["d-h100", "d-l4"] {
+        deployments
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    wait_for(
+        "the empty namespace's report to go",
+        Duration::from_secs(20),
+        || async { report(&client).await.is_none().then_some(()) },
+    )
+    .await;
+    assert!(
+        observer.process.exited().is_none(),
+        "{}",
+        observer.process.log_tail(30)
+    );
+}
