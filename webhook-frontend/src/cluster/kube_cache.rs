@@ -133,13 +133,7 @@ impl KubeCaches {
 
 impl PriorityClassLookup for KubeCaches {
     fn priority_class(&self, name: &str) -> Option<PriorityClassFacts> {
-        let pc = self.priority_classes.get(&ObjectRef::new(name))?;
-        Some(PriorityClassFacts {
-            name: name.to_string(),
-            value: pc.value?,
-            preemption_policy: pc.preemption_policy.clone(),
-            global_default: pc.global_default.unwrap_or(false),
-        })
+        PriorityClassFacts::of_cluster(&*self.priority_classes.get(&ObjectRef::new(name))?)
     }
 }
 
