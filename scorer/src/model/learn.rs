@@ -1,13 +1,18 @@
 //! Learning from one observed run ([`observe`]), once per observation id ([`super::observed`]).
 //!
 //! The run's log runtime is brought to one GPU (see [`super::estimate`]); when it ran next to other job
-//! types, its excess over the current interference-free estimate is the observed slowdown, shared among the
-//! co-located job types (each pair gets the excess less what the others' current slowdowns explain); the
-//! runtime with the estimated slowdown taken out updates the runtime statistics. A job type the policy does
+//! types, its excess over the current interference-free estimate (winsorised: a straggling run is not a
+//! harmful neighbour) is the observed slowdown: it teaches the class's contention factor
+//! ([`super::contention`]) and is shared among the co-located job types (each pair gets the excess less
+//! what the others' current slowdowns explain); the runtime with the estimated
+//! slowdown taken out updates the runtime statistics. A job type the policy does
 //! not list is learned too, under the budget of [`super::unlisted`].
 use super::estimate::{self, Gaussian};
 use super::{Learned, interference};
 use crate::policy::{Policy, WorkloadClass};
+
+/// A co-located run's excess is winsorised at this many standard deviations (see [`learn_colocated`]).
+pub const CLIP: f64 = 2.5;
 
 /// An observed runtime, validated by the caller (known class, finite runtime > 0).
 #[derive(Debug, Clone, PartialEq)]
@@ -81,33 +86,7 @@ pub fn learn(policy: &Policy, learned: &mut Learned, obs: &Observation) -> Learn
     }
     let mut clean = y;
     if !colocated.is_empty() {
-        learned.refresh(policy);
-        let post = learned.posterior(policy);
-        let workload = obs.workload_class.unwrap_or(WorkloadClass::Unknown);
-        let who = post.job(policy, &obs.job_type, workload);
-        let expected = post.estimate(policy, who, class).log_mean;
-        let excess = (y - expected).exp_m1();
-        let current: Vec<f64> = colocated
-            .iter()
-            .map(|o| interference::slowdown(policy, &learned.interference, &obs.job_type, o))
-            .collect();
-        let total: f64 = current.iter().sum();
-        for (k, other) in colocated.iter().enumerate() {
-            let known = policy.job_index(other).is_some() || learned.unlisted.get(other).is_some();
-            if known {
-                let others = total - current[k];
-                learned
-                    .interference
-                    .record(&obs.job_type, other, excess - others, seq);
-            }
-        }
-        let total = interference::total_slowdown(
-            policy,
-            &learned.interference,
-            &obs.job_type,
-            &obs.colocated_job_types,
-        );
-        clean -= total.ln_1p();
+        clean = learn_colocated(policy, learned, obs, class, y, &colocated, seq);
     }
     learned
         .runtimes
@@ -121,6 +100,53 @@ pub fn learn(policy: &Policy, learned: &mut Learned, obs: &Observation) -> Learn
         duplicate: false,
         evicted,
     }
+}
+
+/// Learns the slowdown of a co-located run (log 1-GPU runtime `y` on class `class`) and returns its log
+/// runtime with the estimated slowdown taken out.
+///
+/// The run's excess over the interference-free estimate is winsorised at [`CLIP`] standard deviations of
+/// the estimate plus the run-to-run noise, so one straggling run (3 × its usual time) does not read as a
+/// harmful neighbour. The class's contention factor learns from the whole excess against the summed
+/// slowdowns; each pair gets the excess less what the others' current slowdowns explain.
+fn learn_colocated(
+    policy: &Policy,
+    learned: &mut Learned,
+    obs: &Observation,
+    class: usize,
+    y: f64,
+    colocated: &[&str],
+    seq: u64,
+) -> f64 {
+    learned.refresh(policy);
+    let post = learned.posterior(policy);
+    let workload = obs.workload_class.unwrap_or(WorkloadClass::Unknown);
+    let who = post.job(policy, &obs.job_type, workload);
+    let expected = post.estimate(policy, who, class);
+    let bound = CLIP * (expected.log_var + policy.learning.tau.powi(2)).sqrt();
+    let excess = (y - expected.log_mean).clamp(-bound, bound).exp_m1();
+    let current: Vec<f64> = colocated
+        .iter()
+        .map(|o| interference::slowdown(policy, &learned.interference, &obs.job_type, o))
+        .collect();
+    let total: f64 = current.iter().sum();
+    learned.contention.record(&obs.gpu_class, total, excess);
+    for (k, other) in colocated.iter().enumerate() {
+        let known = policy.job_index(other).is_some() || learned.unlisted.get(other).is_some();
+        if known {
+            let others = total - current[k];
+            learned
+                .interference
+                .record(&obs.job_type, other, excess - others, seq);
+        }
+    }
+    let total = interference::total_slowdown(
+        policy,
+        &learned.interference,
+        &obs.job_type,
+        &obs.colocated_job_types,
+    );
+    y - (learned.contention.factor(policy, class) * total).ln_1p()
 }
 
 /// [`learn`], then the updated estimate of the job type on the class (the posterior rebuilt).

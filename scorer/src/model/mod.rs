@@ -9,12 +9,18 @@
 //!
 //! Exploration: every decision draws, from a seed derived from the request and the learned state, one
 //! posterior sample of each class's runtime. The class whose *sampled* cost is lowest is the one
-//! Thompson sampling would try; it is chosen over the lowest expected cost only when the decision's
-//! seeded draw is below `explorationCap` *and* the window's budget allows it (and once at least one
-//! observation arrived: without an observer, exploring teaches nothing). So exploration goes where
-//! a class may plausibly be better (its chance of being tried is its posterior chance of being the best),
-//! its share stays ≤ the cap, and the same request on the same state gets the same answer.
+//! Thompson sampling would try; it is chosen over the lowest expected cost only when exploring it pays
+//! ([`value`]: the expected saving over the job type's future runs beats the expected extra cost of
+//! this run), the window's budget allows it (the operator's `explorationCap`, a hard limit) and, for keyed
+//! decisions, the decision's seeded draw is below the cap (and once at least one observation arrived:
+//! without an observer, exploring teaches nothing). So exploration goes where a class may plausibly be
+//! better and knowing it is worth a run, its share stays ≤ the cap, and the same request on the same
+//! state gets the same answer. The steps of one decision are in [`decide`], its explanation in
+//! [`explain`].
+pub mod contention;
+mod decide;
 pub mod estimate;
+mod explain;
 pub mod exploration;
 pub mod feasibility;
 pub mod interference;
@@ -25,16 +31,16 @@ pub mod posterior;
 pub mod priority;
 pub mod sampling;
 pub mod unlisted;
+pub mod value;
 
 use std::sync::Arc;
 
-use ndarray::Array1;
 use serde::{Deserialize, Serialize};
 
 use crate::policy::{Bucket, Policy, Vendor, WorkloadClass};
 use estimate::{Gaussian, RuntimeTable};
 use exploration::ExplorationWindow;
-use feasibility::{Infeasible, Needs};
+use feasibility::Infeasible;
 use interference::InterferenceTable;
 pub use learn::{JobTypeSummary, Observation, ObserveOutcome, learn, observe, summary};
 use posterior::Posterior;
@@ -60,6 +66,9 @@ pub struct JobRequest {
 pub struct Learned {
     pub runtimes: RuntimeTable,
     pub interference: InterferenceTable,
+    /// How much more co-location hurts per GPU class.
+    #[serde(default)]
+    pub contention: contention::ContentionTable,
     /// This replica's recent decisions (not shared between replicas: each spends its own budget).
     pub exploration: ExplorationWindow,
     /// Ids of the observations learned.
@@ -125,8 +134,13 @@ impl Learned {
         }
         use sha2::{Digest, Sha256};
         let mut h = Sha256::new();
-        let tables = serde_json::to_vec(&(&self.runtimes, &self.interference, &self.unlisted))
-            .expect("plain maps of integers serialise");
+        let tables = serde_json::to_vec(&(
+            &self.runtimes,
+            &self.interference,
+            &self.unlisted,
+            &self.contention,
+        ))
+        .expect("plain maps of integers serialise");
         h.update(&tables);
         h.update(self.observed.fingerprint().to_le_bytes());
         h.update(self.observations.to_le_bytes());
@@ -145,7 +159,8 @@ pub struct Candidate {
     pub prior_mean: f64,
     /// Observations of this job type on this class.
     pub observations: u64,
-    /// Expected relative slowdown from the co-located job types.
+    /// Expected relative slowdown from the co-located job types on this class (their class-neutral
+    /// slowdowns × the class's contention factor).
     pub slowdown: f64,
     pub information_gain: f64,
     pub interference_penalty: f64,
@@ -186,7 +201,7 @@ pub enum Rule {
     LowestCost,
     Exploration,
     /// The posterior draw favoured another class, but the decision's draw or the budget did not allow
-    /// exploring.
+    /// exploring, or exploring it does not pay ([`value`]).
     ExplorationDeclined,
     TiePreferredClass,
     TieCatalogOrder,
@@ -278,305 +293,7 @@ pub fn score_gated(
     gate: Gate,
     seed: u64,
 ) -> Decision {
-    let tier_index = policy.tier_index(&req.tier).unwrap_or(policy.default_tier);
-    let tier = &policy.tiers[tier_index];
-    let job = policy
-        .job_index(&req.job_type)
-        .map(|j| &policy.job_types[j]);
-    let workload = req
-        .workload_class
-        .or(job.map(|j| j.workload_class))
-        .unwrap_or(WorkloadClass::Unknown);
-    let profile = job.map_or_else(|| policy.workload_profile(workload), |j| j.profile);
-    let post = learned.posterior(policy);
-    let who = post.job(policy, &req.job_type, workload);
-    let (memory_gib, memory_defaulted) =
-        match (req.memory_gib, job.and_then(|j| j.default_memory_gib)) {
-            (Some(m), _) => (Some(m), false),
-            (None, Some(d)) => (Some(d), true),
-            (None, None) => (None, false),
-        };
-    let gpus = req.gpu_count.max(1);
-    let needs = Needs {
-        vendor: req.vendor,
-        memory_gib,
-        memory_defaulted,
-        gpu_count: gpus,
-        candidates: &req.candidate_classes,
-    };
-    let learning = &policy.learning;
-    let size = estimate::size_log_speedup(gpus, learning.gpu_scaling_exponent);
-
-    // This decision's draws: first the exploration gate, then one normal per class (catalog order).
-    // A scorer that has never received an observation does not explore: with nobody reporting
-    // runtimes, trying a class teaches nothing.
-    let mut draws = sampling::Draws::new(seed);
-    let u = draws.uniform();
-    let exploration_allowed = learned.observations > 0
-        && match gate {
-            Gate::Window(room) => room && learning.exploration_cap > 0.0,
-            Gate::SeededDraw(room) => room && u < learning.exploration_cap,
-        };
-
-    // Per-class inputs.
-    let n = policy.classes.len();
-    let slowdown = interference::total_slowdown(
-        policy,
-        &learned.interference,
-        &req.job_type,
-        &req.colocated_job_types,
-    );
-    let mut mean = Array1::zeros(n);
-    let mut stddev = Array1::zeros(n);
-    let mut log_var = Array1::zeros(n);
-    let mut sampled = Array1::zeros(n);
-    let mut multiplier = Array1::zeros(n);
-    let mut prior_mean = Vec::with_capacity(n);
-    let mut infeasible = Vec::with_capacity(n);
-    for (i, class) in policy.classes.iter().enumerate() {
-        let e = post.estimate(policy, who, i).shifted(-size);
-        let g = e.seconds();
-        mean[i] = g.mean;
-        stddev[i] = g.stddev;
-        log_var[i] = e.log_var;
-        sampled[i] = (e.log_mean + e.log_var.sqrt() * draws.normal()).exp();
-        multiplier[i] = objective::multiplier(tier.objective, class);
-        prior_mean
-            .push((posterior::prior_log_mean(&profile, class.relative_throughput) - size).exp());
-        infeasible.push(feasibility::check(i, class, tier, &needs));
-    }
-    let inputs = objective::cost::Inputs {
-        mean,
-        stddev,
-        multiplier,
-        interference: Array1::from_elem(n, slowdown),
-        log_var,
-        sampled,
-        reference_runtime: profile.base_runtime_seconds * (-size).exp(),
-    };
-    let terms = objective::cost::compute(&inputs, learning);
-
-    // Rank the feasible classes: by cost, then the tier's preferred class, then catalog order; an
-    // exploratory decision puts the class of lowest sampled cost first.
-    let pref = tier.preferred;
-    let mut feasible: Vec<usize> = (0..n).filter(|&i| infeasible[i].is_empty()).collect();
-    feasible.sort_by(|&a, &b| rank(&terms.cost, pref, a, b));
-    let exploit = feasible.first().copied();
-    let sampled_best = feasible
-        .iter()
-        .copied()
-        .min_by(|&a, &b| rank(&terms.sampled_cost, pref, a, b));
-    let explored = exploration_allowed && sampled_best != exploit;
-    if explored && let Some(s) = sampled_best {
-        feasible.retain(|&i| i != s);
-        feasible.insert(0, s);
-    }
-    let mut why = explain_rule(
-        policy,
-        &feasible,
-        &terms,
-        pref,
-        exploit,
-        sampled_best,
-        explored,
-        exploration_allowed,
-    );
-    if let (true, Some(s)) = (explored, sampled_best) {
-        why.reason.push_str(&format!(
-            "; {} run(s) of this job type on {} so far, its runtime known to ±{:.0} %{}",
-            post.count(who, s),
-            policy.classes[s].name,
-            100.0 * inputs.log_var[s].sqrt(),
-            if post.contradicted(who) {
-                "; the job type's runs contradict its prior, so it is learned under a wider one"
-            } else {
-                ""
-            }
-        ));
-    }
-
-    let candidate = |i: usize, feasible: bool| Candidate {
-        class: i,
-        infeasible: if feasible {
-            Vec::new()
-        } else {
-            infeasible[i].clone()
-        },
-        runtime: Gaussian {
-            mean: inputs.mean[i],
-            stddev: inputs.stddev[i],
-        },
-        prior_mean: prior_mean[i],
-        observations: post.count(who, i),
-        slowdown,
-        information_gain: terms.information_gain[i],
-        interference_penalty: terms.interference_penalty[i],
-        cost: if feasible { terms.cost[i] } else { 0.0 },
-        sampled_cost: if feasible { terms.sampled_cost[i] } else { 0.0 },
-    };
-    let mut candidates: Vec<Candidate> = feasible.iter().map(|&i| candidate(i, true)).collect();
-    candidates.extend(
-        (0..n)
-            .filter(|&i| !infeasible[i].is_empty())
-            .map(|i| candidate(i, false)),
-    );
-
-    let infeasible_reason = feasible
-        .is_empty()
-        .then(|| no_class_reason(policy, tier_index, &candidates));
-    let size = priority::Size {
-        gpu_count: gpus,
-        memory_gib,
-        model_size_billion_params: req.model_size_billion_params,
-    };
-    let priority_score = priority::score(policy, tier, workload, &size);
-    Decision {
-        tier: tier.name.clone(),
-        workload_class: workload,
-        feasible: feasible.len(),
-        candidates,
-        priority_score,
-        priority_class: priority::bucket(&policy.priority.buckets, priority_score).clone(),
-        avoid_job_types: interference::avoid_list(
-            policy,
-            &learned.interference,
-            learned.unlisted.seen.keys(),
-            &req.job_type,
-        ),
-        explored,
-        infeasible_reason,
-        why,
-    }
-}
-
-/// Names the rule that picked the first of `ranked` (already in answer order).
-#[allow(clippy::too_many_arguments)]
-fn explain_rule(
-    policy: &Policy,
-    ranked: &[usize],
-    terms: &objective::cost::Terms,
-    pref: Option<usize>,
-    exploit: Option<usize>,
-    sampled: Option<usize>,
-    explored: bool,
-    exploration_allowed: bool,
-) -> Why {
-    let name = |i: usize| policy.classes[i].name.as_str();
-    let (rule, reason) = match (exploit, sampled) {
-        (Some(e), Some(s)) if explored => (
-            Rule::Exploration,
-            format!(
-                "exploring {}: its posterior draw costs {:.4}, below {:.4} for {}; its expected cost is {:.4} against {:.4}",
-                name(s),
-                terms.sampled_cost[s],
-                terms.sampled_cost[e],
-                name(e),
-                terms.cost[s],
-                terms.cost[e]
-            ),
-        ),
-        (Some(e), _) if ranked.len() == 1 => (
-            Rule::SingleFeasibleClass,
-            format!("{} is the only feasible class", name(e)),
-        ),
-        (Some(e), Some(s)) if s != e => (
-            Rule::ExplorationDeclined,
-            format!(
-                "{} has the lowest cost {:.4}; the posterior draw favoured {} but {}",
-                name(e),
-                terms.cost[e],
-                name(s),
-                if exploration_allowed {
-                    "exploring was not needed"
-                } else {
-                    "this decision may not explore (seeded draw above the cap, the window's budget spent, or nothing observed yet)"
-                }
-            ),
-        ),
-        (Some(e), _) => {
-            let second = ranked[1];
-            if terms.cost[second] == terms.cost[e] {
-                if pref == Some(e) {
-                    (
-                        Rule::TiePreferredClass,
-                        format!(
-                            "{} ties with {} at cost {:.4} and is the tier's preferred class",
-                            name(e),
-                            name(second),
-                            terms.cost[e]
-                        ),
-                    )
-                } else {
-                    (
-                        Rule::TieCatalogOrder,
-                        format!(
-                            "{} ties with {} at cost {:.4} and comes first in the catalog",
-                            name(e),
-                            name(second),
-                            terms.cost[e]
-                        ),
-                    )
-                }
-            } else {
-                (
-                    Rule::LowestCost,
-                    format!(
-                        "{} has the lowest cost {:.4} (next: {} at {:.4})",
-                        name(e),
-                        terms.cost[e],
-                        name(second),
-                        terms.cost[second]
-                    ),
-                )
-            }
-        }
-        (None, _) => (Rule::NoFeasibleClass, "no class is feasible".to_string()),
-    };
-    Why {
-        rule,
-        reason,
-        exploit,
-        sampled,
-        exploration_allowed,
-    }
-}
-
-/// Orders classes by `key`, then the tier's preferred class first, then catalog order.
-fn rank(key: &Array1<f64>, preferred: Option<usize>, a: usize, b: usize) -> std::cmp::Ordering {
-    key[a]
-        .total_cmp(&key[b])
-        .then_with(|| (preferred != Some(a)).cmp(&(preferred != Some(b))))
-        .then(a.cmp(&b))
-}
-
-/// "no feasible GPU class for tier bronze: L4-24GB: needs 70 GiB …; 6 other classes not allowed for tier bronze".
-fn no_class_reason(policy: &Policy, tier: usize, candidates: &[Candidate]) -> String {
-    let tier = &policy.tiers[tier];
-    let mut parts = Vec::new();
-    let mut not_allowed = 0;
-    for c in candidates {
-        if tier.allowed[c.class] {
-            parts.push(format!(
-                "{}: {}",
-                policy.classes[c.class].name,
-                feasibility::describe(&c.infeasible)
-            ));
-        } else {
-            not_allowed += 1;
-        }
-    }
-    if not_allowed > 0 {
-        parts.push(format!(
-            "{not_allowed} other class{} not allowed for tier {}",
-            if not_allowed == 1 { " is" } else { "es are" },
-            tier.name
-        ));
-    }
-    format!(
-        "no feasible GPU class for tier {}: {}",
-        tier.name,
-        parts.join("; ")
-    )
+    decide::score_gated(policy, learned, req, gate, seed)
 }
 
 #[cfg(test)]

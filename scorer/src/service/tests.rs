@@ -18,23 +18,27 @@ fn request(memory: Option<f64>) -> pb::ScoreRequest {
     }
 }
 
-/// A replica exploring on every decision it may (cap 100 %), started with a state that holds one
-/// observation (nothing is explored before the first), with `epoch` as its decision epoch.
+/// A replica exploring on every decision it may (cap 100 %), started with a state where exploring pays,
+/// with `epoch` as its decision epoch.
 fn exploring_replica(epoch: std::time::Duration) -> Core {
     let mut policy = embedded_default().unwrap();
     policy.learning.exploration_cap = 1.0;
     let store = Arc::new(PolicyStore::new(Some(policy)));
     let metrics = Arc::new(Metrics::unregistered());
     let learner = Core::new(store.clone(), Learned::default(), metrics.clone());
-    learner
-        .observe(&pb::ObserveRequest {
-            job_type: "train-llama".into(),
-            gpu_class: "H100-80GB".into(),
-            runtime_seconds: 40_000.0,
-            observation_id: "pod-1".into(),
-            ..Default::default()
-        })
-        .unwrap();
+    // train-llama ran 20 times on H100 and twice on A100-80GB, about as fast: A100-80GB is a close, uncertain
+    // alternative worth exploring.
+    for i in 0..22 {
+        learner
+            .observe(&pb::ObserveRequest {
+                job_type: "train-llama".into(),
+                gpu_class: if i < 20 { "H100-80GB" } else { "A100-80GB" }.into(),
+                runtime_seconds: if i < 20 { 36_000.0 } else { 36_700.0 },
+                observation_id: format!("pod-{i}"),
+                ..Default::default()
+            })
+            .unwrap();
+    }
     Core::new(store, learner.snapshot(), metrics).with_decision_epoch(epoch)
 }
 

@@ -20,7 +20,7 @@ pub struct Inputs {
     pub mean: Array1<f64>,
     pub stddev: Array1<f64>,
     pub multiplier: Array1<f64>,
-    /// Summed slowdown I (the same for every class; kept per candidate for the arithmetic).
+    /// Summed slowdown I on each class (the co-located job types' slowdowns × the class's contention factor).
     pub interference: Array1<f64>,
     /// Variance of the log-runtime estimate.
     pub log_var: Array1<f64>,

@@ -1,0 +1,292 @@
+//! One decision, step by step: who the job is ([`Job`]), every class's estimate and cost ([`Classes`]),
+//! the ranking and whether to explore ([`Choice`]), then the answer ([`super::Decision`]).
+use ndarray::Array1;
+
+use super::estimate::{self, Gaussian};
+use super::feasibility::{self, Infeasible, Needs};
+use super::posterior::{self, JobRef, Posterior};
+use super::{
+    Candidate, Decision, Gate, JobRequest, Learned, explain, interference, objective, priority,
+    sampling, value,
+};
+use crate::policy::{Policy, RuntimeProfile, Tier, WorkloadClass};
+
+/// The job as the model sees it.
+struct Job<'a> {
+    tier_index: usize,
+    tier: &'a Tier,
+    workload: WorkloadClass,
+    profile: RuntimeProfile,
+    who: JobRef,
+    memory_gib: Option<f64>,
+    memory_defaulted: bool,
+    gpus: u32,
+    /// ln of how much faster the job's GPU count makes it than one GPU.
+    size: f64,
+}
+
+impl<'a> Job<'a> {
+    fn of(policy: &'a Policy, post: &Posterior, req: &JobRequest) -> Self {
+        let tier_index = policy.tier_index(&req.tier).unwrap_or(policy.default_tier);
+        let listed = policy
+            .job_index(&req.job_type)
+            .map(|j| &policy.job_types[j]);
+        let workload = req
+            .workload_class
+            .or(listed.map(|j| j.workload_class))
+            .unwrap_or(WorkloadClass::Unknown);
+        let (memory_gib, memory_defaulted) =
+            match (req.memory_gib, listed.and_then(|j| j.default_memory_gib)) {
+                (Some(m), _) => (Some(m), false),
+                (None, Some(d)) => (Some(d), true),
+                (None, None) => (None, false),
+            };
+        let gpus = req.gpu_count.max(1);
+        Self {
+            tier_index,
+            tier: &policy.tiers[tier_index],
+            workload,
+            profile: listed.map_or_else(|| policy.workload_profile(workload), |j| j.profile),
+            who: post.job(policy, &req.job_type, workload),
+            memory_gib,
+            memory_defaulted,
+            gpus,
+            size: estimate::size_log_speedup(gpus, policy.learning.gpu_scaling_exponent),
+        }
+    }
+}
+
+/// Every class's estimate, feasibility and cost for one job.
+struct Classes {
+    inputs: objective::cost::Inputs,
+    terms: objective::cost::Terms,
+    prior_mean: Vec<f64>,
+    infeasible: Vec<Vec<Infeasible>>,
+}
+
+impl Classes {
+    /// `draws` gives one normal per class (catalog order): this decision's posterior sample.
+    fn of(
+        policy: &Policy,
+        learned: &Learned,
+        post: &Posterior,
+        req: &JobRequest,
+        job: &Job,
+        draws: &mut sampling::Draws,
+    ) -> Self {
+        let needs = Needs {
+            vendor: req.vendor,
+            memory_gib: job.memory_gib,
+            memory_defaulted: job.memory_defaulted,
+            gpu_count: job.gpus,
+            candidates: &req.candidate_classes,
+        };
+        let n = policy.classes.len();
+        let neutral = interference::total_slowdown(
+            policy,
+            &learned.interference,
+            &req.job_type,
+            &req.colocated_job_types,
+        );
+        let contention = learned.contention.factors(policy);
+        let mut mean = Array1::zeros(n);
+        let mut stddev = Array1::zeros(n);
+        let mut log_var = Array1::zeros(n);
+        let mut sampled = Array1::zeros(n);
+        let mut multiplier = Array1::zeros(n);
+        let mut prior_mean = Vec::with_capacity(n);
+        let mut infeasible = Vec::with_capacity(n);
+        for (i, class) in policy.classes.iter().enumerate() {
+            let e = post.estimate(policy, job.who, i).shifted(-job.size);
+            let g = e.seconds();
+            mean[i] = g.mean;
+            stddev[i] = g.stddev;
+            log_var[i] = e.log_var;
+            sampled[i] = (e.log_mean + e.log_var.sqrt() * draws.normal()).exp();
+            multiplier[i] = objective::multiplier(job.tier.objective, class);
+            prior_mean.push(
+                (posterior::prior_log_mean(&job.profile, class.relative_throughput) - job.size)
+                    .exp(),
+            );
+            infeasible.push(feasibility::check(i, class, job.tier, &needs));
+        }
+        let inputs = objective::cost::Inputs {
+            mean,
+            stddev,
+            multiplier,
+            interference: Array1::from_iter(contention.iter().map(|f| f * neutral)),
+            log_var,
+            sampled,
+            reference_runtime: job.profile.base_runtime_seconds * (-job.size).exp(),
+        };
+        let terms = objective::cost::compute(&inputs, &policy.learning);
+        Self {
+            inputs,
+            terms,
+            prior_mean,
+            infeasible,
+        }
+    }
+
+    /// ln of how much more `a` is expected to cost than `b` (risk neutral: mean runtime × multiplier).
+    fn log_gap(&self, a: usize, b: usize) -> f64 {
+        let expected = |i: usize| self.inputs.multiplier[i] * self.inputs.mean[i];
+        (expected(a) / expected(b)).ln()
+    }
+
+    fn candidate(&self, post: &Posterior, who: JobRef, i: usize, feasible: bool) -> Candidate {
+        Candidate {
+            class: i,
+            infeasible: if feasible {
+                Vec::new()
+            } else {
+                self.infeasible[i].clone()
+            },
+            runtime: Gaussian {
+                mean: self.inputs.mean[i],
+                stddev: self.inputs.stddev[i],
+            },
+            prior_mean: self.prior_mean[i],
+            observations: post.count(who, i),
+            slowdown: self.inputs.interference[i],
+            information_gain: self.terms.information_gain[i],
+            interference_penalty: self.terms.interference_penalty[i],
+            cost: if feasible { self.terms.cost[i] } else { 0.0 },
+            sampled_cost: if feasible {
+                self.terms.sampled_cost[i]
+            } else {
+                0.0
+            },
+        }
+    }
+}
+
+/// The feasible classes in answer order, and how the first was picked.
+pub(super) struct Choice {
+    pub ranked: Vec<usize>,
+    /// The class of lowest cost, and the class of lowest sampled cost.
+    pub exploit: Option<usize>,
+    pub sampled: Option<usize>,
+    /// Whether this decision's draw and the budget allowed exploring.
+    pub allowed: bool,
+    /// The tier's preferred class (ties).
+    pub preferred: Option<usize>,
+    /// The value-of-information verdict on the sampled class (when it is not the lowest-cost one).
+    pub verdict: Option<value::Verdict>,
+    pub explored: bool,
+}
+
+/// Ranks the feasible classes by cost, then the tier's preferred class, then catalog order; an
+/// exploratory decision (allowed, the draw favours another class, and exploring it pays) puts the class
+/// of lowest sampled cost first.
+fn choose(
+    policy: &Policy,
+    post: &Posterior,
+    job: &Job,
+    classes: &Classes,
+    allowed: bool,
+) -> Choice {
+    let pref = job.tier.preferred;
+    let terms = &classes.terms;
+    let mut ranked: Vec<usize> = (0..policy.classes.len())
+        .filter(|&i| classes.infeasible[i].is_empty())
+        .collect();
+    ranked.sort_by(|&a, &b| explain::rank(&terms.cost, pref, a, b));
+    let exploit = ranked.first().copied();
+    let sampled = ranked
+        .iter()
+        .copied()
+        .min_by(|&a, &b| explain::rank(&terms.sampled_cost, pref, a, b));
+    let verdict = match (exploit, sampled) {
+        (Some(e), Some(s)) if s != e => {
+            let runs = (0..policy.classes.len())
+                .map(|c| post.count(job.who, c))
+                .sum();
+            Some(value::of_exploring(
+                classes.log_gap(s, e),
+                classes.inputs.log_var[s],
+                policy.learning.tau,
+                value::horizon(runs),
+            ))
+        }
+        _ => None,
+    };
+    let explored = allowed && verdict.is_some_and(|v| v.pays());
+    if explored && let Some(s) = sampled {
+        ranked.retain(|&i| i != s);
+        ranked.insert(0, s);
+    }
+    Choice {
+        ranked,
+        exploit,
+        sampled,
+        allowed,
+        preferred: pref,
+        verdict,
+        explored,
+    }
+}
+
+/// Scores `req` (see [`super::score_gated`]).
+pub(super) fn score_gated(
+    policy: &Policy,
+    learned: &Learned,
+    req: &JobRequest,
+    gate: Gate,
+    seed: u64,
+) -> Decision {
+    let post = learned.posterior(policy);
+    let job = Job::of(policy, &post, req);
+    let learning = &policy.learning;
+    // This decision's draws: first the exploration gate, then one normal per class (catalog order).
+    // A scorer that has never received an observation does not explore: with nobody reporting
+    // runtimes, trying a class teaches nothing.
+    let mut draws = sampling::Draws::new(seed);
+    let u = draws.uniform();
+    let allowed = learned.observations > 0
+        && match gate {
+            Gate::Window(room) => room && learning.exploration_cap > 0.0,
+            Gate::SeededDraw(room) => room && u < learning.exploration_cap,
+        };
+    let classes = Classes::of(policy, learned, &post, req, &job, &mut draws);
+    let choice = choose(policy, &post, &job, &classes, allowed);
+    let why = explain::why(policy, &post, job.who, &classes.terms, &choice);
+
+    let mut candidates: Vec<Candidate> = choice
+        .ranked
+        .iter()
+        .map(|&i| classes.candidate(&post, job.who, i, true))
+        .collect();
+    candidates.extend(
+        (0..policy.classes.len())
+            .filter(|&i| !classes.infeasible[i].is_empty())
+            .map(|i| classes.candidate(&post, job.who, i, false)),
+    );
+    let infeasible_reason = choice
+        .ranked
+        .is_empty()
+        .then(|| explain::no_class_reason(policy, job.tier_index, &candidates));
+    let size = priority::Size {
+        gpu_count: job.gpus,
+        memory_gib: job.memory_gib,
+        model_size_billion_params: req.model_size_billion_params,
+    };
+    let priority_score = priority::score(policy, job.tier, job.workload, &size);
+    Decision {
+        tier: job.tier.name.clone(),
+        workload_class: job.workload,
+        feasible: choice.ranked.len(),
+        candidates,
+        priority_score,
+        priority_class: priority::bucket(&policy.priority.buckets, priority_score).clone(),
+        avoid_job_types: interference::avoid_list(
+            policy,
+            &learned.interference,
+            learned.unlisted.seen.keys(),
+            &req.job_type,
+        ),
+        explored: choice.explored,
+        infeasible_reason,
+        why,
+    }
+}

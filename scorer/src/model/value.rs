@@ -1,0 +1,101 @@
+//! Whether exploring pays: the value of the information one run on another class brings, against what
+//! that run costs.
+//!
+//! Thompson sampling proposes the class to try (the one whose posterior draw is cheapest); this gate
+//! accepts it only when the expected saving over the job type's future runs beats the expected extra cost
+//! of this run:
+//!
+//! - **cost of exploring** = E[cost on the proposed class] / E[cost on the lowest-cost class] − 1 (risk
+//!   neutral: what this run is expected to cost more);
+//! - **value** = H · KG, with KG the knowledge gradient of one run on the proposed class s: its log-cost
+//!   estimate moves by N(0, σ̃²) once the run is observed, σ̃² = v²/(v + τ²) (v the variance of the
+//!   estimate of ln runtime on s, τ the run-to-run noise), and later runs switch to s if it then looks
+//!   cheaper than the current best, which saves E[(−d − X)⁺] = σ̃·f(−d/σ̃) in log cost per run, where d is
+//!   the expected log-cost gap and f(z) = z·Φ(z) + φ(z);
+//! - **H**, the job type's expected future runs: as many as it has had so far (observed runs + 1: with no
+//!   other knowledge of a job type's future, one seen n times is expected to run about n more times).
+//!
+//! So a job type whose classes are all well known, or whose alternatives are clearly dearer, stops paying
+//! for exploration, and a frequent job type with an uncertain close alternative keeps trying it. The
+//! operator's `explorationCap` stays the hard limit on the share of exploratory decisions.
+
+/// What exploring one class would cost and bring (relative to the cost of the lowest-cost class).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Verdict {
+    /// Expected extra cost of this run (0.08 = 8 % more than the lowest-cost class).
+    pub cost: f64,
+    /// Expected saving over the job type's future runs (in units of one run's cost).
+    pub value: f64,
+    /// Future runs the saving is counted over.
+    pub horizon: f64,
+}
+
+impl Verdict {
+    pub fn pays(&self) -> bool {
+        self.value > self.cost
+    }
+}
+
+/// The job type's expected future runs when it has been observed `runs` times.
+pub fn horizon(runs: u64) -> f64 {
+    runs as f64 + 1.0
+}
+
+/// The verdict on exploring a class whose expected cost is `exp(log_gap)` times the lowest one's and whose
+/// log-runtime estimate has variance `log_var`, with run-to-run noise `tau` (ln) and `horizon` future runs.
+pub fn of_exploring(log_gap: f64, log_var: f64, tau: f64, horizon: f64) -> Verdict {
+    let gap = log_gap.max(0.0);
+    let v = log_var.max(0.0);
+    let moves = v / (v + tau * tau).sqrt();
+    let per_run = if moves > 0.0 {
+        moves * improvement(-gap / moves)
+    } else {
+        0.0
+    };
+    Verdict {
+        cost: gap.exp_m1(),
+        value: horizon * per_run,
+        horizon,
+    }
+}
+
+/// f(z) = z·Φ(z) + φ(z): E[(Z + z)⁺] for a standard normal Z.
+fn improvement(z: f64) -> f64 {
+    let pdf = (-0.5 * z * z).exp() / (2.0 * std::f64::consts::PI).sqrt();
+    let cdf = 0.5 * libm::erfc(-z / std::f64::consts::SQRT_2);
+    (z * cdf + pdf).max(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn improvement_matches_the_normal_tables() {
+        // f(0) = φ(0); f(−1) = −Φ(−1) + φ(1) = −0.158655 + 0.241971.
+        assert!((improvement(0.0) - 0.398_942).abs() < 1e-6);
+        assert!((improvement(-1.0) - 0.083_316).abs() < 1e-6);
+        assert!((improvement(2.0) - 2.008_491).abs() < 1e-6);
+        assert!(improvement(-40.0) == 0.0);
+    }
+
+    #[test]
+    fn a_known_class_or_a_clearly_dearer_one_is_not_worth_a_run() {
+        // Known to ±1 %: nothing to learn.
+        assert!(!of_exploring(0.05, 1e-4, 0.2, 100.0).pays());
+        // Uncertain (±30 %) but 60 % dearer, with few runs to come.
+        assert!(!of_exploring(0.47, 0.09, 0.2, 3.0).pays());
+    }
+
+    #[test]
+    fn an_uncertain_close_class_of_a_frequent_job_type_is() {
+        let v = of_exploring(0.05, 0.09, 0.2, 20.0);
+        assert!(v.pays(), "{v:?}");
+        assert!((v.cost - 0.05f64.exp_m1()).abs() < 1e-12);
+        // More future runs, more value; a wider gap, less.
+        assert!(of_exploring(0.05, 0.09, 0.2, 40.0).value > v.value);
+        assert!(of_exploring(0.2, 0.09, 0.2, 20.0).value < v.value);
+        assert_eq!(horizon(0), 1.0);
+        assert_eq!(horizon(9), 10.0);
+    }
+}
