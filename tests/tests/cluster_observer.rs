@@ -13,8 +13,12 @@
 //!   learned twice (re-sent runs come back as duplicates);
 //! - the answers change as the truth says: a job type that runs 5x slower than its prior on its best class
 //!   stops being sent there;
+//! - a job type the policy does not list is reported with the Pod's workload class, learned, and shown by
+//!   Explain (its runs and estimate on the class it ran on);
 //! - a scorer replica killed and replaced answers with the learned estimates within seconds, and the
-//!   ConfigMap holds the learned state.
+//!   ConfigMap holds the learned state; losing every scorer replica and the leading observer at once, a
+//!   fresh replica gets the same learned state back (same digest, the unlisted job type included) through a
+//!   new observer that reads the ConfigMap.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -38,6 +42,11 @@ const LEASE: &str = "gpu-admission-observer";
 const SERVICE_ACCOUNT: &str = "gpu-admission-observer";
 const STATE_CM: &str = "gpu-admission-learned-state";
 const TIER: &str = "gold";
+const ANN_WORKLOAD_CLASS: &str = "gpu-admission.io/workload-class";
+/// A job type the policy does not list (the observer reports it with the Pod's workload class).
+const UNLISTED: &str = "team-embedder-v2";
+/// Its runtime on the runner-up's node.
+const UNLISTED_SECONDS: i64 = 2_400;
 /// Runs are placed in the past, one slot apart, so that only the Pods meant to overlap do.
 const SLOT_SECONDS: i64 = 400_000;
 
@@ -68,12 +77,27 @@ impl Kubelet {
 
     /// Creates a decided 1-GPU Pod of `job_type` and binds it to `node`; returns its UID.
     async fn create_bound(&self, name: &str, job_type: &str, node: &str) -> anyhow::Result<String> {
+        self.create_bound_as(name, job_type, None, node).await
+    }
+
+    /// [`Kubelet::create_bound`], with the Pod's `gpu-admission.io/workload-class` when given.
+    async fn create_bound_as(
+        &self,
+        name: &str,
+        job_type: &str,
+        workload_class: Option<&str>,
+        node: &str,
+    ) -> anyhow::Result<String> {
+        let mut annotations = json!({ANN_DECIDED_AT: "2026-11-22T10:00:00Z",
+            "gpu-admission.io/gpu-class": "decided-elsewhere"});
+        if let Some(w) = workload_class {
+            annotations[ANN_WORKLOAD_CLASS] = w.into();
+        }
         let pod: Pod = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": NS,
                 "labels": {JOB_TYPE_LABEL: job_type},
-                "annotations": {ANN_DECIDED_AT: "2026-11-22T10:00:00Z",
-                    "gpu-admission.io/gpu-class": "decided-elsewhere"}},
+                "annotations": annotations},
             "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "trainer:1",
                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
         }))?;
@@ -182,9 +206,8 @@ async fn export(addr: &str) -> anyhow::Result<LearnedState> {
     Ok(c.export_state(ExportStateRequest {}).await?.into_inner())
 }
 
-async fn score(addr: &str, job_type: &str) -> anyhow::Result<ScoreResponse> {
-    let mut c = ScorerClient::connect(addr.to_string()).await?;
-    Ok(c.score(ScoreRequest {
+fn request(job_type: &str) -> ScoreRequest {
+    ScoreRequest {
         request_id: "cluster-observer".into(),
         namespace: NS.into(),
         tier: TIER.into(),
@@ -192,9 +215,24 @@ async fn score(addr: &str, job_type: &str) -> anyhow::Result<ScoreResponse> {
         gpu_count: 1,
         gpu_vendor: GpuVendor::Nvidia as i32,
         ..Default::default()
-    })
-    .await?
-    .into_inner())
+    }
+}
+
+async fn score(addr: &str, job_type: &str) -> anyhow::Result<ScoreResponse> {
+    let mut c = ScorerClient::connect(addr.to_string()).await?;
+    Ok(c.score(request(job_type)).await?.into_inner())
+}
+
+/// What Explain says of `job_type` on `class`: (observations, estimated runtime in seconds).
+async fn explained(addr: &str, job_type: &str, class: &str) -> anyhow::Result<(u64, f64)> {
+    let mut c = ScorerClient::connect(addr.to_string()).await?;
+    let e = c.explain(request(job_type)).await?.into_inner();
+    let cand = e
+        .candidates
+        .iter()
+        .find(|c| c.gpu_class == class)
+        .ok_or_else(|| anyhow::anyhow!("{class} not among the candidates"))?;
+    Ok((cand.observations, cand.runtime_mean_seconds))
 }
 
 /// How many of `n` Score answers put `class` first.
@@ -405,6 +443,28 @@ async fn observer_reports_each_finished_pod_once_through_a_leader_change_and_sha
             .await
             .unwrap();
         expected.insert(uid, (runner_up.name.clone(), job.into(), vec![]));
+    }
+    // A job type the policy does not list, with its workload class.
+    for i in 0..2 {
+        let start = kubelet.slot();
+        let name = format!("unlisted-{i}");
+        let uid = kubelet
+            .create_bound_as(&name, UNLISTED, Some("Batch"), &node_of(&runner_up.name))
+            .await
+            .unwrap();
+        kubelet.running(&name, start).await.unwrap();
+        kubelet
+            .terminated(
+                &name,
+                "Succeeded",
+                "Completed",
+                0,
+                start,
+                start + UNLISTED_SECONDS,
+            )
+            .await
+            .unwrap();
+        expected.insert(uid, (runner_up.name.clone(), UNLISTED.into(), vec![]));
     }
     // Two jobs sharing the third node for half an hour (the second starts before the first finishes, as a
     // kubelet would report them), and one on another node at the same time.
@@ -690,6 +750,19 @@ async fn observer_reports_each_finished_pod_once_through_a_leader_change_and_sha
         best.name
     );
     assert!(after <= n / 5 && after_b <= n / 5, "{after}, {after_b}");
+    // The unlisted job type is learned, and Explain shows it.
+    for url in [&url_a, &url_b] {
+        let (runs, runtime) = explained(url, UNLISTED, &runner_up.name).await.unwrap();
+        println!(
+            "{UNLISTED} (not in the policy) on {}: {runs} runs, estimated {runtime:.0}s (ran {UNLISTED_SECONDS}s)",
+            runner_up.name
+        );
+        assert_eq!(runs, 2);
+        assert!(
+            (runtime / UNLISTED_SECONDS as f64 - 1.0).abs() < 0.3,
+            "{runtime}"
+        );
+    }
 
     // A replica dies and a new one takes its address (as a headless Service's name would): it answers with
     // what was learned within seconds.
@@ -781,4 +854,12 @@ async fn observer_reports_each_finished_pod_once_through_a_leader_change_and_sha
         best.name
     );
     assert!(d_picks <= n / 5);
+    // Restored whole: the same learned state as before the loss, the unlisted job type included.
+    assert_eq!(
+        export(&url_a).await.unwrap().digest,
+        learned_state.digest,
+        "the fresh replica's learned state differs from what was learned"
+    );
+    let (runs, _) = explained(&url_a, UNLISTED, &runner_up.name).await.unwrap();
+    assert_eq!(runs, 2, "{UNLISTED} forgotten");
 }
