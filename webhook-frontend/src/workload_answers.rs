@@ -115,18 +115,8 @@ mod tests {
             request_id: "first".into(),
             policy_version: "v1".into(),
             priority_score: 0.5,
+            avoid_job_types: vec![class.to_string()],
             ..Default::default()
-        }
-        .tap_class(class)
-    }
-
-    trait TapClass {
-        fn tap_class(self, class: &str) -> Self;
-    }
-    impl TapClass for ScoreResponse {
-        fn tap_class(mut self, class: &str) -> Self {
-            self.avoid_job_types = vec![class.to_string()];
-            self
         }
     }
 

@@ -143,6 +143,15 @@ mod tests {
     use super::*;
     use crate::audit::evaluate::Resource;
 
+    /// A pass, a warn and a fail, in that order.
+    fn three_findings() -> Vec<Finding> {
+        vec![
+            finding(Outcome::Pass, "a", "within_tier"),
+            finding(Outcome::Warn, "b", "class_outside_tier"),
+            finding(Outcome::Fail, "c", "priority_above_cap"),
+        ]
+    }
+
     fn finding(outcome: Outcome, name: &str, rule: &'static str) -> Finding {
         Finding {
             outcome,
@@ -170,17 +179,7 @@ mod tests {
     #[test]
     fn results_follow_the_schema_failures_first() {
         let now = Timestamp::from_second(1_800_000_000).unwrap();
-        let b = build(
-            "team",
-            vec![
-                finding(Outcome::Pass, "a", "within_tier"),
-                finding(Outcome::Warn, "b", "class_outside_tier"),
-                finding(Outcome::Fail, "c", "priority_above_cap"),
-            ],
-            "v7",
-            LIMITS,
-            now,
-        );
+        let b = build("team", three_findings(), "v7", LIMITS, now);
         let r = &b.report;
         assert_eq!(r["apiVersion"], "wgpolicyk8s.io/v1alpha2");
         assert_eq!(r["metadata"]["name"], REPORT_NAME);
@@ -216,11 +215,7 @@ mod tests {
         // The digest ignores the time: the same content later is no change.
         let later = build(
             "team",
-            vec![
-                finding(Outcome::Pass, "a", "within_tier"),
-                finding(Outcome::Warn, "b", "class_outside_tier"),
-                finding(Outcome::Fail, "c", "priority_above_cap"),
-            ],
+            three_findings(),
             "v7",
             LIMITS,
             Timestamp::from_second(1_900_000_000).unwrap(),

@@ -227,8 +227,9 @@ fn choose(
     }
 }
 
-/// Scores `req` (see [`super::score_gated`]).
-pub(super) fn score_gated(
+/// Scores `req`. `gate` says what allows exploring; `seed` drives this decision's draws (the caller derives
+/// it from the request and the learned state). The caller records whether the decision explored.
+pub fn score_gated(
     policy: &Policy,
     learned: &Learned,
     req: &JobRequest,

@@ -284,17 +284,7 @@ pub fn score(
     score_gated(policy, learned, req, Gate::SeededDraw(budget_allows), seed)
 }
 
-/// Scores `req`. `gate` says what allows exploring; `seed` drives this decision's draws (the caller derives
-/// it from the request and the learned state). The caller records whether the decision explored.
-pub fn score_gated(
-    policy: &Policy,
-    learned: &Learned,
-    req: &JobRequest,
-    gate: Gate,
-    seed: u64,
-) -> Decision {
-    decide::score_gated(policy, learned, req, gate, seed)
-}
+pub use decide::score_gated;
 
 #[cfg(test)]
 mod tests;

@@ -160,9 +160,7 @@ impl MutatePod {
         log_decision(uid, &scoring, &decision, workload.as_ref(), &call.span);
         (decision.outcome, decision.answer)
     }
-}
 
-impl MutatePod {
     /// The one Score call, in its client span; the outcome and how long the call took.
     async fn call_scorer(
         &self,
