@@ -122,14 +122,18 @@ pub fn check_mutate(body: &[u8], policy: &PolicySnapshot, score: &mut Score<'_>)
             scoring.request
         ),
     };
-    // The scorer's answer, the same answer with no feasible class, and a failed call (the tier's default
-    // placement under `TierDefault`, else a pass-through).
+    // The scorer's answer, the same answer with no feasible class, an answer meant for another Pod (every class
+    // of the catalog accepted, as an admin's Pod or a stale or reused workload answer could carry), and a failed
+    // call (the tier's default placement under `TierDefault`, else a pass-through).
+    let mut for_another_pod = answer.clone();
+    for_another_pod.accepted_classes = policy.catalog.clone();
     let mut infeasible = answer.clone();
     infeasible.accepted_classes.clear();
     infeasible.infeasible_reason = "no class fits".into();
     let outcomes = [
         ScorerOutcome::Answered(Box::new(answer)),
         ScorerOutcome::Answered(Box::new(infeasible)),
+        ScorerOutcome::Answered(Box::new(for_another_pod)),
         ScorerOutcome::TimedOut { budget_ms: 200 },
     ];
     let object = raw_object(body);
