@@ -4,7 +4,8 @@
 //! share a cache: agreement must come from the workload key, its seeding and the pinned learned state). One
 //! MutatingWebhookConfiguration holds two webhooks, each sending half of the Pods (by the label
 //! `gang-shard`) to one replica. The policy explores on every decision it may (`explorationCap: 1.0`), and
-//! both scorers learned the same observation, so exploration is on.
+//! both scorers learned the same observations, which leave a close, uncertain alternative class: exploring
+//! it pays, so exploration is on.
 //!
 //! Six Jobs (parallelism 32, completions 32) are created; for each, 32 Pods are created concurrently as the
 //! job controller of an Indexed Job would (controller owner reference to the Job, `controller-uid` and
@@ -155,24 +156,26 @@ async fn pods_of_one_job_get_one_decision_through_two_replicas() {
             .start()
             .await
             .expect("scorer starts");
-        // The same observation on both replicas (as the observer reports to every replica): exploration is
-        // on from the first observation.
-        let r = s
-            .client()
-            .await
-            .unwrap()
-            .observe(ObserveRequest {
-                job_type: "train-llama".into(),
-                gpu_class: "H100-80GB".into(),
-                runtime_seconds: 40_000.0,
-                observation_id: "earlier-pod".into(),
-                gpu_count: 1,
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        assert_eq!(r.observations, 1);
+        // The same observations on both replicas (as the observer reports to every replica): train-llama ran 20
+        // times on H100 and twice on A100-80GB, about as fast, so A100-80GB is a close, uncertain alternative
+        // that is worth exploring (the scorer explores only when the expected saving pays for the run).
+        let mut client = s.client().await.unwrap();
+        for i in 0..22 {
+            let r = client
+                .observe(ObserveRequest {
+                    job_type: "train-llama".into(),
+                    gpu_class: if i < 20 { "H100-80GB" } else { "A100-80GB" }.into(),
+                    runtime_seconds: if i < 20 { 36_000.0 } else { 36_700.0 },
+                    observation_id: format!("earlier-pod-{i}"),
+                    gpu_count: 1,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            // Counted per job type and class.
+            assert_eq!(r.observations, if i < 20 { i + 1 } else { i - 19 });
+        }
         scorers.push(s);
     }
     // Keyed decisions read the state pinned when an epoch begins: wait for the next one.
