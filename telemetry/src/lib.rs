@@ -22,6 +22,7 @@ pub mod testing;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
+pub use logging::REQUEST_SPANS;
 pub use otel::TraceExportConfig;
 
 /// Keeps the trace pipeline alive; dropping it flushes pending spans and shuts the tracer provider down.

@@ -118,9 +118,11 @@ pub fn check(
 
 /// Joins the reasons of one class into one line.
 pub fn describe(reasons: &[Infeasible]) -> String {
-    reasons
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
+    use std::fmt::Write;
+    let mut line = String::new();
+    for (i, reason) in reasons.iter().enumerate() {
+        let separator = if i == 0 { "" } else { "; " };
+        write!(line, "{separator}{reason}").expect("writing to a String cannot fail");
+    }
+    line
 }

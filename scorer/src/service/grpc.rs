@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use gpu_admission_proto::scorer::v1 as pb;
+use gpu_admission_telemetry::REQUEST_SPANS;
 use tonic::{Request, Response, Status};
 
 use super::Core;
@@ -27,6 +28,7 @@ impl pb::scorer_server::Scorer for ScorerService {
         request: Request<pb::ScoreRequest>,
     ) -> Result<Response<pb::ScoreResponse>, Status> {
         let span = tracing::info_span!(
+            target: REQUEST_SPANS,
             "Score",
             request_id = %request.get_ref().request_id,
             "gpu.class" = tracing::field::Empty,
@@ -43,6 +45,7 @@ impl pb::scorer_server::Scorer for ScorerService {
                 span.record("priority.score", r.priority_score);
                 span.record("explored", r.explored);
                 tracing::debug!(
+                    request_id = request.get_ref().request_id,
                     class,
                     score = r.priority_score,
                     explored = r.explored,
@@ -50,7 +53,7 @@ impl pb::scorer_server::Scorer for ScorerService {
                 );
             }
             Err(status) => {
-                tracing::info!(code = ?status.code(), message = status.message(), "Score refused")
+                tracing::info!(request_id = request.get_ref().request_id, code = ?status.code(), message = status.message(), "Score refused")
             }
         }
         result.map(Response::new)
@@ -60,7 +63,7 @@ impl pb::scorer_server::Scorer for ScorerService {
         &self,
         request: Request<pb::ObserveRequest>,
     ) -> Result<Response<pb::ObserveResponse>, Status> {
-        let span = tracing::info_span!("Observe", job_type = %request.get_ref().job_type);
+        let span = tracing::info_span!(target: REQUEST_SPANS, "Observe", job_type = %request.get_ref().job_type);
         gpu_admission_telemetry::propagation::set_parent_from_grpc(&span, request.metadata());
         let _enter = span.enter();
         self.core.observe(request.get_ref()).map(Response::new)
@@ -91,7 +94,7 @@ impl pb::scorer_server::Scorer for ScorerService {
         &self,
         request: Request<pb::LearnedState>,
     ) -> Result<Response<pb::ImportStateResponse>, Status> {
-        let span = tracing::info_span!("ImportState");
+        let span = tracing::info_span!(target: REQUEST_SPANS, "ImportState");
         let _enter = span.enter();
         let r = self.core.import_state(request.get_ref());
         if let Ok(r) = &r {

@@ -14,6 +14,7 @@ use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use gpu_admission_core::review::{self, Answer, BadRequest, Incoming, IncomingObject, Verdict};
 use gpu_admission_proto::scorer::v1::EnforcementMode;
+use gpu_admission_telemetry::REQUEST_SPANS;
 use tracing::{Instrument, field::Empty};
 
 use crate::scorer_client::parse_go_duration;
@@ -91,6 +92,7 @@ pub(crate) async fn handle<W: Webhook>(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let span = tracing::info_span!(
+        target: REQUEST_SPANS,
         "admission",
         otel.kind = "server",
         admission.webhook = W::NAME,
@@ -130,7 +132,7 @@ pub(crate) async fn handle<W: Webhook>(
 }
 
 async fn run<W: Webhook>(webhook: &W, body: &[u8], call: Call) -> Response {
-    let decoded = tracing::info_span!("decode").in_scope(|| W::decode(body));
+    let decoded = tracing::info_span!(target: REQUEST_SPANS, "decode").in_scope(|| W::decode(body));
     let review = match decoded {
         Ok(review) => review,
         Err(bad) => {
