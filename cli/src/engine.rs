@@ -146,7 +146,7 @@ impl Engine {
                 outcome: Outcome::Skipped.as_str(),
                 skipped: Some("unreadable review"),
                 answer: Answer {
-                    patch: Vec::new(),
+                    patch: Default::default(),
                     warnings: vec![format!("gpu-admission: {why}; admitted unchanged")],
                 },
             },

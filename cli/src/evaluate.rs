@@ -252,7 +252,7 @@ fn admit_pod(
     let before = review["request"]["object"].clone();
     let mut after = before.clone();
     if !mutation.answer.patch.is_empty() {
-        if let Err(e) = json_patch::patch(&mut after, &mutation.answer.patch) {
+        if let Err(e) = json_patch::patch(&mut after, &mutation.answer.patch.operations()) {
             ev.failed(BadRequest(format!("the patch does not apply: {e}")));
             return;
         }

@@ -114,7 +114,7 @@ fn check_reviews(
             incoming.api_version,
             &incoming.uid,
             &Answer {
-                patch: ops,
+                patch: review::Patch::from_operations(&ops),
                 warnings: vec![],
             },
         ))

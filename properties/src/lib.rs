@@ -156,10 +156,10 @@ pub fn check_mutate(body: &[u8], policy: &PolicySnapshot, score: &mut Score<'_>)
             unchecked += 1;
             continue;
         };
-        if let Err(e) = json_patch::patch(&mut pod, ops) {
+        if let Err(e) = json_patch::patch(&mut pod, &ops.operations()) {
             panic!(
                 "the patch does not apply: {e}\npatch: {}\nobject: {}",
-                serde_json::to_string(ops).unwrap_or_default(),
+                ops.as_json(),
                 object.as_ref().map(Value::to_string).unwrap_or_default()
             );
         }

@@ -89,7 +89,7 @@ impl CheckpointRestore {
         let controller = match &controller {
             Ok(c) => Ok(c.as_ref()),
             Err(why) => {
-                tracing::warn!(namespace, job = %job.name, %why, "checkpoint restore: the Job's controller is unknown");
+                tracing::warn!(uid = req.uid, namespace, job = %job.name, %why, "checkpoint restore: the Job's controller is unknown");
                 Err(why.as_str())
             }
         };
@@ -114,7 +114,7 @@ impl CheckpointRestore {
             .or(pod.metadata.generate_name.as_deref())
             .unwrap_or("");
         let outcome = if r.restored.is_empty() {
-            tracing::debug!(namespace, pod = pod_name, job = %job.name, backup = ?r.backup, misses = ?r.misses,
+            tracing::debug!(uid = req.uid, namespace, pod = pod_name, job = %job.name, backup = ?r.backup, misses = ?r.misses,
                 "checkpoint restore: no image restored");
             CheckpointOutcome::unchanged
         } else {
@@ -123,12 +123,12 @@ impl CheckpointRestore {
                 .iter()
                 .map(|i| format!("{}: {} -> {}", i.container, i.original, i.image))
                 .collect();
-            tracing::info!(namespace, pod = pod_name, job = %job.name, backup = ?r.backup, ?images,
+            tracing::info!(uid = req.uid, namespace, pod = pod_name, job = %job.name, backup = ?r.backup, ?images,
                 misses = ?r.misses, "checkpoint restore: Pod starts from its checkpoint images");
             CheckpointOutcome::restored
         };
         let answer = Answer {
-            patch: r.patch,
+            patch: review::Patch::from_operations(&r.patch),
             warnings: r.warnings,
         };
         (outcome, answer)

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use gpu_admission_core::admission::mutate_pod::{self, Decision, Outcome, Scoring};
 use gpu_admission_core::review::{self, Answer, BadRequest, Content, Incoming};
+use gpu_admission_telemetry::REQUEST_SPANS;
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::admission::AdmissionRequest;
 use time::OffsetDateTime;
@@ -54,7 +55,7 @@ impl Webhook for MutatePod {
                 skipped(&call.span, "unreadable review", why);
                 let warning = format!("gpu-admission: {why}; admitted unchanged");
                 let answer = Answer {
-                    patch: Vec::new(),
+                    patch: Default::default(),
                     warnings: vec![warning],
                 };
                 ("unknown", Outcome::Skipped, answer)
@@ -143,7 +144,7 @@ impl MutatePod {
             }
             _ => None,
         };
-        let decision = tracing::info_span!("build_patch").in_scope(|| {
+        let decision = tracing::info_span!(target: REQUEST_SPANS, "build_patch").in_scope(|| {
             self.cluster.with_facts(&policy, |facts| {
                 mutate_pod::decide(&scoring, outcome, facts, &policy, OffsetDateTime::now_utc())
             })
@@ -169,6 +170,7 @@ impl MutatePod {
         call: &Call,
     ) -> (mutate_pod::ScorerOutcome, std::time::Duration) {
         let call_span = tracing::info_span!(
+            target: REQUEST_SPANS,
             "scorer.score",
             otel.kind = "client",
             rpc.system = "grpc",

@@ -232,7 +232,7 @@ pub fn decide(
             return Decision {
                 outcome: Outcome::PassedThrough,
                 answer: Answer {
-                    patch: Vec::new(),
+                    patch: Default::default(),
                     warnings,
                 },
                 scorer_result,

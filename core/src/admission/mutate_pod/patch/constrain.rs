@@ -1,39 +1,39 @@
 //! What the patch constrains: the PriorityClass, the node placement on the target classes, the GPU toleration
 //! and the preferred anti-affinity against job types to avoid.
 
-use std::collections::BTreeMap;
-
 use gpu_admission_proto::scorer::v1::{GpuClass, ScoreResponse};
-use json_patch::PatchOperation;
 use k8s_openapi::api::core::v1::{Affinity, PodSpec, Toleration};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::ops::{add, add_to_map, append_to_array, ptr};
+use super::ops::{add_to_map, append_to_array};
 use super::plan::Plan;
-use super::{ANTI_AFFINITY_WEIGHT, BEST_CLASS_WEIGHT};
-use crate::names::decision::{HOSTNAME_TOPOLOGY, LABEL_JOB_TYPE};
+use super::shapes::{
+    AvoidTerm, In, NewAffinity, NodeAffinity, NodeSelector, PodAntiAffinity, PreferredClass,
+    SelectorTerm, Toleration as Tolerate,
+};
 use crate::pod::features::is_label_value;
+use crate::review::Patch;
 
 /// spec.priorityClassName + spec.priority + spec.preemptionPolicy, together or not at all.
-pub(super) fn set_priority(ops: &mut Vec<PatchOperation>, plan: &Plan<'_>) {
+pub(super) fn set_priority(patch: &mut Patch, plan: &Plan<'_>) {
     if let Some(facts) = &plan.priority {
-        ops.push(add(ptr(["spec", "priorityClassName"]), json!(facts.name)));
-        ops.push(add(ptr(["spec", "priority"]), json!(facts.value)));
+        patch.add_str(["spec", "priorityClassName"], &facts.name);
+        patch.add(["spec", "priority"], &facts.value);
         let policy = facts
             .preemption_policy
             .as_deref()
             .unwrap_or("PreemptLowerPriority");
-        ops.push(add(ptr(["spec", "preemptionPolicy"]), json!(policy)));
+        patch.add_str(["spec", "preemptionPolicy"], policy);
     }
 }
 
 /// Node placement: `nodeSelector` for one class on a Pod without a class selector, else required node
 /// affinity on every term (ANDed with whatever the term says) and a preferred term for the best class.
-pub(super) fn place(
-    ops: &mut Vec<PatchOperation>,
+pub(super) fn place<'p>(
+    patch: &mut Patch,
     spec: &PodSpec,
-    plan: &Plan<'_>,
-    new_affinity: &mut BTreeMap<&'static str, Value>,
+    plan: &'p Plan<'_>,
+    new_affinity: &mut NewAffinity<'p>,
 ) {
     let classes = &plan.targets;
     let selects_a_class = spec
@@ -44,10 +44,10 @@ pub(super) fn place(
     if classes.len() == 1 && !selects_a_class {
         let c = &classes[0];
         add_to_map(
-            ops,
+            patch,
             &["spec", "nodeSelector"],
             spec.node_selector.is_some(),
-            vec![(c.node_label_key.clone(), json!(c.node_label_value))],
+            &[(c.node_label_key.as_str(), c.node_label_value.as_str())],
         );
         return;
     }
@@ -57,13 +57,9 @@ pub(super) fn place(
             values.push(&c.node_label_value);
         }
     }
-    let expr = json!({"key": classes[0].node_label_key, "operator": "In", "values": values});
-    let preferred = json!({
-        "weight": BEST_CLASS_WEIGHT,
-        "preference": {"matchExpressions": [
-            {"key": classes[0].node_label_key, "operator": "In", "values": [classes[0].node_label_value]}
-        ]}
-    });
+    let best = &classes[0];
+    let expr = In::new(&best.node_label_key, values);
+    let preferred = PreferredClass::best(&best.node_label_key, &best.node_label_value);
     let node_aff = spec
         .affinity
         .as_ref()
@@ -88,36 +84,40 @@ pub(super) fn place(
                     .chain(["nodeSelectorTerms", idx.as_str(), "matchExpressions"])
                     .collect();
                 append_to_array(
-                    ops,
+                    patch,
                     &term_path,
                     term.match_expressions.is_some(),
-                    vec![expr.clone()],
+                    std::slice::from_ref(&expr),
                 );
             }
         }
         Some(_) => {
-            let path: Vec<&str> = base.iter().copied().chain(["nodeSelectorTerms"]).collect();
-            ops.push(add(ptr(path), json!([{"matchExpressions": [expr]}])));
+            let path = base.iter().copied().chain(["nodeSelectorTerms"]);
+            let terms = [SelectorTerm {
+                match_expressions: vec![expr],
+            }];
+            patch.add(path, &terms);
         }
         None => {
-            let req = json!({"nodeSelectorTerms": [{"matchExpressions": [expr]}]});
+            let required = NodeSelector {
+                node_selector_terms: vec![SelectorTerm {
+                    match_expressions: vec![expr],
+                }],
+            };
             if node_aff.is_some() {
-                ops.push(add(ptr(base), req));
+                patch.add(base, &required);
             } else {
-                new_affinity.insert(
-                    "nodeAffinity",
-                    json!({
-                        "requiredDuringSchedulingIgnoredDuringExecution": req,
-                        "preferredDuringSchedulingIgnoredDuringExecution": [preferred.clone()]
-                    }),
-                );
+                new_affinity.node_affinity = Some(NodeAffinity {
+                    preferred: vec![preferred.clone()],
+                    required,
+                });
             }
         }
     }
     // The best class first: a preferred term, so the scheduler picks it when it can.
     if let Some(n) = node_aff {
         append_to_array(
-            ops,
+            patch,
             &[
                 "spec",
                 "affinity",
@@ -126,7 +126,7 @@ pub(super) fn place(
             ],
             n.preferred_during_scheduling_ignored_during_execution
                 .is_some(),
-            vec![preferred],
+            &[preferred],
         );
     }
 }
@@ -146,9 +146,9 @@ pub(super) fn tolerates(existing: &Toleration, key: &str) -> bool {
 }
 
 /// spec.tolerations: one per distinct taint key of the classes, unless already tolerated.
-pub(super) fn tolerate(ops: &mut Vec<PatchOperation>, spec: &PodSpec, classes: &[GpuClass]) {
+pub(super) fn tolerate(patch: &mut Patch, spec: &PodSpec, classes: &[GpuClass]) {
     let existing = spec.tolerations.as_deref().unwrap_or(&[]);
-    let mut new_tolerations: Vec<Value> = Vec::new();
+    let mut new_tolerations: Vec<Tolerate<'_>> = Vec::new();
     let mut seen_keys: Vec<&str> = Vec::new();
     for c in classes {
         let key = c.taint_key.as_str();
@@ -157,24 +157,24 @@ pub(super) fn tolerate(ops: &mut Vec<PatchOperation>, spec: &PodSpec, classes: &
             continue;
         }
         seen_keys.push(key);
-        new_tolerations.push(json!({"key": key, "operator": "Exists", "effect": "NoSchedule"}));
+        new_tolerations.push(Tolerate::no_schedule(key));
     }
     append_to_array(
-        ops,
+        patch,
         &["spec", "tolerations"],
         spec.tolerations.is_some(),
-        new_tolerations,
+        &new_tolerations,
     );
 }
 
 /// spec.affinity.podAntiAffinity: preferred terms keeping job types that interfere off this node.
-pub(super) fn avoid_neighbours(
-    ops: &mut Vec<PatchOperation>,
+pub(super) fn avoid_neighbours<'a>(
+    patch: &mut Patch,
     spec: &PodSpec,
-    answer: &ScoreResponse,
-    new_affinity: &mut BTreeMap<&'static str, Value>,
+    answer: &'a ScoreResponse,
+    new_affinity: &mut NewAffinity<'a>,
 ) {
-    let terms: Vec<Value> = avoid_terms(answer, spec.affinity.as_ref());
+    let terms = avoid_terms(answer, spec.affinity.as_ref());
     if terms.is_empty() {
         return;
     }
@@ -184,7 +184,7 @@ pub(super) fn avoid_neighbours(
         .and_then(|a| a.pod_anti_affinity.as_ref());
     match anti {
         Some(a) => append_to_array(
-            ops,
+            patch,
             &[
                 "spec",
                 "affinity",
@@ -193,45 +193,41 @@ pub(super) fn avoid_neighbours(
             ],
             a.preferred_during_scheduling_ignored_during_execution
                 .is_some(),
-            terms,
+            &terms,
         ),
         None => {
-            let value = json!({"preferredDuringSchedulingIgnoredDuringExecution": terms});
+            let value = PodAntiAffinity { preferred: terms };
             if spec.affinity.is_some() {
-                ops.push(add(ptr(["spec", "affinity", "podAntiAffinity"]), value));
+                patch.add(["spec", "affinity", "podAntiAffinity"], &value);
             } else {
-                new_affinity.insert("podAntiAffinity", value);
+                new_affinity.pod_anti_affinity = Some(value);
             }
         }
     }
 }
 
 /// The affinity parts of a Pod that had no affinity at all, added as one object.
-pub(super) fn add_new_affinity(
-    ops: &mut Vec<PatchOperation>,
-    spec: &PodSpec,
-    new_affinity: BTreeMap<&str, Value>,
-) {
+pub(super) fn add_new_affinity(patch: &mut Patch, spec: &PodSpec, new_affinity: NewAffinity<'_>) {
     if new_affinity.is_empty() {
         return;
     }
     if spec.affinity.is_some() {
-        for (k, v) in new_affinity {
-            ops.push(add(ptr(["spec", "affinity", k]), v));
+        if let Some(node) = &new_affinity.node_affinity {
+            patch.add(["spec", "affinity", "nodeAffinity"], node);
+        }
+        if let Some(anti) = &new_affinity.pod_anti_affinity {
+            patch.add(["spec", "affinity", "podAntiAffinity"], anti);
         }
     } else {
-        let value = Value::Object(
-            new_affinity
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v))
-                .collect(),
-        );
-        ops.push(add(ptr(["spec", "affinity"]), value));
+        patch.add(["spec", "affinity"], &new_affinity);
     }
 }
 
 /// One preferred anti-affinity term per job type to avoid, skipping invalid names and terms already present.
-pub(super) fn avoid_terms(answer: &ScoreResponse, affinity: Option<&Affinity>) -> Vec<Value> {
+pub(super) fn avoid_terms<'a>(
+    answer: &'a ScoreResponse,
+    affinity: Option<&Affinity>,
+) -> Vec<AvoidTerm<'a>> {
     let existing: Vec<Value> = affinity
         .and_then(|a| a.pod_anti_affinity.as_ref())
         .and_then(|a| {
@@ -245,19 +241,15 @@ pub(super) fn avoid_terms(answer: &ScoreResponse, affinity: Option<&Affinity>) -
                 .collect()
         })
         .unwrap_or_default();
-    let mut out: Vec<Value> = Vec::new();
+    let mut out: Vec<AvoidTerm<'a>> = Vec::new();
     for jt in &answer.avoid_job_types {
-        if !is_label_value(jt) {
+        if !is_label_value(jt) || out.iter().any(|t| t.avoided() == jt) {
             continue;
         }
-        let term = json!({
-            "weight": ANTI_AFFINITY_WEIGHT,
-            "podAffinityTerm": {
-                "labelSelector": {"matchExpressions": [{"key": LABEL_JOB_TYPE, "operator": "In", "values": [jt]}]},
-                "topologyKey": HOSTNAME_TOPOLOGY
-            }
-        });
-        if !existing.contains(&term) && !out.contains(&term) {
+        let term = AvoidTerm::job_type(jt);
+        let present = !existing.is_empty()
+            && serde_json::to_value(&term).is_ok_and(|t| existing.contains(&t));
+        if !present {
             out.push(term);
         }
     }

@@ -23,33 +23,32 @@
 //!   answer).
 //!
 //! Parts: `plan` (what to do), `record` (annotations, label), `constrain` (priority, placement, toleration,
-//! anti-affinity), `ops` (JSON Patch operations). Paths are built from tokens by `jsonptr` (which escapes `~` →
-//! `~0`, `/` → `~1`); a missing parent is added
+//! anti-affinity), `ops` (JSON Patch operations), `shapes` (the objects added). Operations are written straight
+//! into the answer's [`Patch`] text, paths from tokens (`~` → `~0`, `/` → `~1`); a missing parent is added
 //! whole (with the new members inside) before anything is added under it; arrays are appended with `/-`.
 
 mod constrain;
 mod ops;
 mod plan;
 mod record;
+mod shapes;
 #[cfg(test)]
 mod tests;
-
-use std::collections::BTreeMap;
 
 use gpu_admission_proto::scorer::v1::{GpuClass, ScoreResponse};
 use json_patch::PatchOperation;
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde_json::{Value, json};
 use time::OffsetDateTime;
 
 use crate::placement::{self, ClassLabels};
 use crate::policy::TierRules;
 use crate::priority_class::PriorityClassLookup;
+use crate::review::Patch;
 use constrain::{add_new_affinity, avoid_neighbours, place, set_priority, tolerate};
-use ops::{add, ptr};
 use plan::{Plan, has_decision_record};
 use record::{label_job_type, record_decision};
+use shapes::{Empty, NewAffinity};
 
 /// At most this many alternatives are recorded.
 pub const MAX_ALTERNATIVES: usize = 5;
@@ -109,7 +108,7 @@ impl<'a> PatchInput<'a> {
 /// The patch and the warnings that explain it to the user.
 #[derive(Debug, Default)]
 pub struct Mutation {
-    pub ops: Vec<PatchOperation>,
+    pub ops: Patch,
     pub warnings: Vec<String>,
 }
 
@@ -164,12 +163,13 @@ pub fn is_settled(input: &PatchInput<'_>, pcs: &dyn PriorityClassLookup) -> bool
     Plan::new(input, spec, pcs).settled(input)
 }
 
-/// Builds the JSON Patch for one admitted Pod (see [`decide_pod`] for the warnings too).
+/// The JSON Patch for one admitted Pod, as operations (for tests and tools that apply it; see [`decide_pod`]
+/// for the warnings too).
 pub fn build_patch(
     input: &PatchInput<'_>,
     priority_classes: &dyn PriorityClassLookup,
 ) -> Vec<PatchOperation> {
-    decide_pod(input, priority_classes).ops
+    decide_pod(input, priority_classes).ops.operations()
 }
 
 /// The mutation of one admitted Pod: the patch in named steps, and the warnings for the user.
@@ -180,32 +180,32 @@ pub fn decide_pod(input: &PatchInput<'_>, pcs: &dyn PriorityClassLookup) -> Muta
     if plan.settled(input) {
         return Mutation::default();
     }
-    let mut ops = Vec::new();
+    let mut patch = Patch::default();
     // An empty typed `metadata` may be `null` or missing in the JSON: create it before adding under it (an
     // `add` of an existing member replaces it, and there is nothing in it to keep).
     if input.pod.metadata == ObjectMeta::default() {
-        ops.push(add(ptr(["metadata"]), json!({})));
+        patch.add(["metadata"], &Empty {});
     }
-    let annotations_left_out = record_decision(&mut ops, input, &plan);
-    label_job_type(&mut ops, input);
+    let annotations_left_out = record_decision(&mut patch, input, &plan);
+    label_job_type(&mut patch, input);
     if input.pod.spec.is_none() {
-        ops.push(add(ptr(["spec"]), json!({})));
+        patch.add(["spec"], &Empty {});
     }
-    set_priority(&mut ops, &plan);
-    let mut new_affinity: BTreeMap<&'static str, Value> = BTreeMap::new();
+    set_priority(&mut patch, &plan);
+    let mut new_affinity = NewAffinity::default();
     if plan.place {
-        place(&mut ops, spec, &plan, &mut new_affinity);
+        place(&mut patch, spec, &plan, &mut new_affinity);
     }
     let toleration_classes: &[GpuClass] = if plan.place {
         &plan.targets
     } else {
         &input.answer.accepted_classes
     };
-    tolerate(&mut ops, spec, toleration_classes);
-    avoid_neighbours(&mut ops, spec, input.answer, &mut new_affinity);
-    add_new_affinity(&mut ops, spec, new_affinity);
+    tolerate(&mut patch, spec, toleration_classes);
+    avoid_neighbours(&mut patch, spec, input.answer, &mut new_affinity);
+    add_new_affinity(&mut patch, spec, new_affinity);
     Mutation {
-        ops,
+        ops: patch,
         warnings: warnings(input, &plan)
             .into_iter()
             .chain(annotations_left_out)

@@ -1,12 +1,14 @@
 //! What the decision is, before any operation is written: the target classes, whether the Pod's own
 //! placement is kept, the PriorityClass to set.
 
+use std::borrow::Cow;
+
 use gpu_admission_proto::scorer::v1::GpuClass;
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 
 use super::{PatchInput, tier_classes};
 use crate::names::decision::ANN_DECIDED_AT;
-use crate::placement::{self, OwnConstraint, PlacedBy};
+use crate::placement::{self, ClassLabels, OwnConstraint, PlacedBy};
 use crate::priority_class::{PriorityClassFacts, PriorityClassLookup};
 use crate::tier_bound;
 
@@ -31,12 +33,10 @@ pub(super) struct Plan<'a> {
     pub(super) label_keys: Vec<&'a str>,
 }
 
-/// The class labels a decision reads: the policy's, or the catalog's and the answer's class labels.
-pub(super) fn effective_class_labels(
-    input: &PatchInput<'_>,
-) -> Vec<(String, Vec<(String, String)>)> {
+/// The class labels a decision reads: the policy's (borrowed), or the catalog's and the answer's class labels.
+pub(super) fn effective_class_labels<'i>(input: &PatchInput<'i>) -> Cow<'i, ClassLabels> {
     if !input.class_labels.is_empty() {
-        return input.class_labels.to_vec();
+        return Cow::Borrowed(input.class_labels);
     }
     let mut out: Vec<(String, Vec<(String, String)>)> = Vec::new();
     for c in input.catalog.iter().chain(&input.answer.accepted_classes) {
@@ -47,7 +47,7 @@ pub(super) fn effective_class_labels(
             ));
         }
     }
-    out
+    Cow::Owned(out)
 }
 
 /// The Pod's own PriorityClass when it is a real choice (not empty, not the cluster's global default).

@@ -4,8 +4,6 @@
 use std::collections::BTreeMap;
 
 use gpu_admission_proto::scorer::v1::ScoreResponse;
-use json_patch::PatchOperation;
-use serde_json::{Value, json};
 use time::format_description::well_known::Rfc3339;
 
 use super::MAX_ALTERNATIVES;
@@ -15,6 +13,7 @@ use super::plan::Plan;
 use crate::names::decision::*;
 use crate::placement::PlacedBy;
 use crate::pod::features::is_label_value;
+use crate::review::Patch;
 
 pub(super) fn score_text(score: f64) -> String {
     let s = format!("{score:.2}");
@@ -46,7 +45,7 @@ pub(super) fn alternatives_text(answer: &ScoreResponse) -> String {
 /// `spec.nodeName` (Kueue's Pods get it as a recommendation only). Returns a warning when some had to be left
 /// out to keep the Pod inside the apiserver's annotation limit.
 pub(super) fn record_decision(
-    ops: &mut Vec<PatchOperation>,
+    patch: &mut Patch,
     input: &PatchInput<'_>,
     plan: &Plan<'_>,
 ) -> Option<String> {
@@ -58,22 +57,19 @@ pub(super) fn record_decision(
         .unwrap_or(input.now)
         .format(&Rfc3339)
         .unwrap_or_default();
-    let mut annotations: Vec<(String, Value)> = Vec::new();
+    let mut annotations: Vec<(&str, String)> = Vec::new();
     if input.fallback {
-        annotations.push((ANN_FALLBACK.into(), json!("tier-default")));
+        annotations.push((ANN_FALLBACK, "tier-default".into()));
     } else {
-        annotations.push((
-            ANN_PRIORITY_SCORE.into(),
-            json!(score_text(answer.priority_score)),
-        ));
-        annotations.push((ANN_EXPLORED.into(), json!(answer.explored.to_string())));
+        annotations.push((ANN_PRIORITY_SCORE, score_text(answer.priority_score)));
+        annotations.push((ANN_EXPLORED, answer.explored.to_string()));
         let alternatives = alternatives_text(answer);
         if !alternatives.is_empty() {
-            annotations.push((ANN_ALTERNATIVES.into(), json!(alternatives)));
+            annotations.push((ANN_ALTERNATIVES, alternatives));
         }
     }
-    annotations.push((ANN_DECIDED_AT.into(), json!(now)));
-    annotations.push((ANN_POLICY_VERSION.into(), json!(answer.policy_version)));
+    annotations.push((ANN_DECIDED_AT, now));
+    annotations.push((ANN_POLICY_VERSION, answer.policy_version.clone()));
     let placement = match (plan.placed_by, &plan.own) {
         // Someone else places the Pod inside the tier bound we add.
         (Some(by), _) if plan.place => format!("{}+gpu-admission", by.as_str()),
@@ -82,7 +78,7 @@ pub(super) fn record_decision(
         (None, Some(own)) => format!("pod: {}", own.sources.join(", ")),
         (None, None) => "none".to_string(),
     };
-    annotations.push((ANN_PLACEMENT.into(), json!(placement)));
+    annotations.push((ANN_PLACEMENT, placement));
     let best = answer.accepted_classes.first().filter(|c| {
         plan.own
             .as_ref()
@@ -92,24 +88,25 @@ pub(super) fn record_decision(
     match (best, plan.placed_by.filter(|_| !plan.place)) {
         (Some(_), Some(PlacedBy::NodeName)) => {}
         (Some(best), Some(PlacedBy::Kueue)) => {
-            annotations.push((ANN_RECOMMENDED_CLASS.into(), json!(best.name)));
+            annotations.push((ANN_RECOMMENDED_CLASS, best.name.clone()));
         }
-        (Some(best), None) => annotations.push((ANN_GPU_CLASS.into(), json!(best.name))),
+        (Some(best), None) => annotations.push((ANN_GPU_CLASS, best.name.clone())),
         (None, _) => {
             let reason = if answer.infeasible_reason.is_empty() {
                 "no feasible GPU class"
             } else {
                 &answer.infeasible_reason
             };
-            annotations.push((ANN_INFEASIBLE_REASON.into(), json!(reason)));
+            annotations.push((ANN_INFEASIBLE_REASON, reason.to_string()));
         }
     }
     let warning = fit_annotation_limit(meta.annotations.as_ref(), &mut annotations);
+    let members: Vec<(&str, &str)> = annotations.iter().map(|(k, v)| (*k, v.as_str())).collect();
     add_to_map(
-        ops,
+        patch,
         &["metadata", "annotations"],
         meta.annotations.is_some(),
-        annotations,
+        &members,
     );
     warning
 }
@@ -137,17 +134,15 @@ const GIVE_WAY_ORDER: [&str; 10] = [
 /// reason the apiserver rejects a Pod): drops ours in [`GIVE_WAY_ORDER`] until they fit, and says which.
 fn fit_annotation_limit(
     existing: Option<&BTreeMap<String, String>>,
-    ours: &mut Vec<(String, Value)>,
+    ours: &mut Vec<(&str, String)>,
 ) -> Option<String> {
-    let size = |ours: &[(String, Value)]| -> usize {
+    let size = |ours: &[(&str, String)]| -> usize {
         let kept = existing
             .into_iter()
             .flatten()
-            .filter(|(k, _)| !ours.iter().any(|(o, _)| o == *k))
+            .filter(|(k, _)| !ours.iter().any(|(o, _)| *o == k.as_str()))
             .map(|(k, v)| k.len() + v.len());
-        let added = ours
-            .iter()
-            .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len));
+        let added = ours.iter().map(|(k, v)| k.len() + v.len());
         kept.chain(added).sum()
     };
     let mut dropped: Vec<&str> = Vec::new();
@@ -155,7 +150,7 @@ fn fit_annotation_limit(
         if size(ours) <= ANNOTATIONS_LIMIT_BYTES {
             break;
         }
-        if let Some(i) = ours.iter().position(|(k, _)| k == name) {
+        if let Some(i) = ours.iter().position(|(k, _)| *k == name) {
             ours.remove(i);
             dropped.push(name);
         }
@@ -170,7 +165,7 @@ fn fit_annotation_limit(
 }
 
 /// metadata.labels: the job type, so that other Pods' anti-affinity can find this one.
-pub(super) fn label_job_type(ops: &mut Vec<PatchOperation>, input: &PatchInput<'_>) {
+pub(super) fn label_job_type(patch: &mut Patch, input: &PatchInput<'_>) {
     let meta = &input.pod.metadata;
     if let Some(jt) = input.job_type.filter(|jt| is_label_value(jt))
         && meta
@@ -181,10 +176,10 @@ pub(super) fn label_job_type(ops: &mut Vec<PatchOperation>, input: &PatchInput<'
             != Some(jt)
     {
         add_to_map(
-            ops,
+            patch,
             &["metadata", "labels"],
             meta.labels.is_some(),
-            vec![(LABEL_JOB_TYPE.into(), json!(jt))],
+            &[(LABEL_JOB_TYPE, jt)],
         );
     }
 }

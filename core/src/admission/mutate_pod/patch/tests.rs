@@ -6,7 +6,8 @@ use crate::priority_class::PriorityClassFacts;
 use gpu_admission_proto::scorer::v1::{GpuVendor, PriorityAssignment};
 use jsonptr::PointerBuf;
 use record::score_text;
-use std::collections::HashMap;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap};
 
 const KEY: &str = "gpu.nvidia.com/class";
 
@@ -263,7 +264,8 @@ impl Bronze {
         };
         let m = decide_pod(&input, &self.classes);
         let mut doc = pod_json;
-        json_patch::patch(&mut doc, &m.ops).unwrap_or_else(|e| panic!("{:#?}: {e}", m.ops));
+        json_patch::patch(&mut doc, &m.ops.operations())
+            .unwrap_or_else(|e| panic!("{:#?}: {e}", m.ops));
         let patched: Pod = serde_json::from_value(doc).unwrap();
         let again = PatchInput {
             pod: &patched,
@@ -950,7 +952,8 @@ impl Gold {
         };
         let m = decide_pod(&input, &self.classes);
         let mut doc = pod_json;
-        json_patch::patch(&mut doc, &m.ops).unwrap_or_else(|e| panic!("{:#?}: {e}", m.ops));
+        json_patch::patch(&mut doc, &m.ops.operations())
+            .unwrap_or_else(|e| panic!("{:#?}: {e}", m.ops));
         let patched: Pod = serde_json::from_value(doc).unwrap();
         let again = PatchInput {
             pod: &patched,
@@ -1043,7 +1046,7 @@ fn node_name_pods_get_no_placement_and_name_no_class() {
     let pod = gpu_pod(json!({"nodeName": "gpu-node-7"}), json!({}));
     let (m, p) = g.run(pod, &answer(&["H100-80GB"]));
     assert!(
-        !m.ops.iter().any(|o| {
+        !m.ops.operations().iter().any(|o| {
             let path = o.path().as_str();
             path.starts_with("/spec/nodeSelector")
                 || path.starts_with("/spec/affinity/nodeAffinity")
@@ -1143,7 +1146,7 @@ fn decision_annotations_never_push_a_pod_over_the_annotation_limit() {
     let patched = |bytes: usize| {
         let mut doc = gpu_pod(json!({}), annotations_of(bytes));
         let m = decide(&pod(bytes));
-        json_patch::patch(&mut doc, &m.ops).unwrap();
+        json_patch::patch(&mut doc, &m.ops.operations()).unwrap();
         (serde_json::from_value::<Pod>(doc).unwrap(), m.warnings)
     };
     // Room to spare: the whole record, no warning.

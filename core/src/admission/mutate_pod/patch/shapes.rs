@@ -1,0 +1,224 @@
+//! The Kubernetes shapes the patch adds, as plain serialisable structs. Their members are declared in sorted
+//! order: the patch they write is byte for byte the one the `serde_json::Value` maps (which sort their keys)
+//! wrote before (the golden test keeps it so).
+
+use serde::Serialize;
+
+use super::{ANTI_AFFINITY_WEIGHT, BEST_CLASS_WEIGHT};
+use crate::names::decision::{HOSTNAME_TOPOLOGY, LABEL_JOB_TYPE};
+
+/// An empty object, `{}` (a missing `metadata` or `spec`).
+#[derive(Serialize)]
+pub(super) struct Empty {}
+
+/// A node or label selector requirement, `key In values`.
+#[derive(Clone, Serialize)]
+pub(super) struct In<'a> {
+    pub(super) key: &'a str,
+    pub(super) operator: &'static str,
+    pub(super) values: Vec<&'a str>,
+}
+
+impl<'a> In<'a> {
+    pub(super) fn new(key: &'a str, values: Vec<&'a str>) -> Self {
+        Self {
+            key,
+            operator: "In",
+            values,
+        }
+    }
+}
+
+/// A node selector term.
+#[derive(Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct SelectorTerm<'a> {
+    pub(super) match_expressions: Vec<In<'a>>,
+}
+
+/// A required node affinity.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct NodeSelector<'a> {
+    pub(super) node_selector_terms: Vec<SelectorTerm<'a>>,
+}
+
+/// A preferred node affinity term.
+#[derive(Clone, Serialize)]
+pub(super) struct PreferredClass<'a> {
+    pub(super) preference: SelectorTerm<'a>,
+    pub(super) weight: i32,
+}
+
+impl<'a> PreferredClass<'a> {
+    /// The best class first: `key In [value]`, weight [`BEST_CLASS_WEIGHT`].
+    pub(super) fn best(key: &'a str, value: &'a str) -> Self {
+        Self {
+            preference: SelectorTerm {
+                match_expressions: vec![In::new(key, vec![value])],
+            },
+            weight: BEST_CLASS_WEIGHT,
+        }
+    }
+}
+
+/// `spec.affinity.nodeAffinity` of a Pod that had none.
+#[derive(Serialize)]
+pub(super) struct NodeAffinity<'a> {
+    #[serde(rename = "preferredDuringSchedulingIgnoredDuringExecution")]
+    pub(super) preferred: Vec<PreferredClass<'a>>,
+    #[serde(rename = "requiredDuringSchedulingIgnoredDuringExecution")]
+    pub(super) required: NodeSelector<'a>,
+}
+
+/// A GPU class's taint, tolerated.
+#[derive(Serialize)]
+pub(super) struct Toleration<'a> {
+    pub(super) effect: &'static str,
+    pub(super) key: &'a str,
+    pub(super) operator: &'static str,
+}
+
+impl<'a> Toleration<'a> {
+    /// `key Exists`, effect `NoSchedule`.
+    pub(super) fn no_schedule(key: &'a str) -> Self {
+        Self {
+            effect: "NoSchedule",
+            key,
+            operator: "Exists",
+        }
+    }
+}
+
+/// A preferred pod anti-affinity term against one job type on the same node.
+#[derive(Serialize)]
+pub(super) struct AvoidTerm<'a> {
+    #[serde(rename = "podAffinityTerm")]
+    pub(super) term: PodAffinityTerm<'a>,
+    pub(super) weight: i32,
+}
+
+impl<'a> AvoidTerm<'a> {
+    /// Keeps Pods labelled with job type `job_type` off this Pod's node, weight [`ANTI_AFFINITY_WEIGHT`].
+    pub(super) fn job_type(job_type: &'a str) -> Self {
+        Self {
+            term: PodAffinityTerm {
+                label_selector: LabelSelector {
+                    match_expressions: [In::new(LABEL_JOB_TYPE, vec![job_type])],
+                },
+                topology_key: HOSTNAME_TOPOLOGY,
+            },
+            weight: ANTI_AFFINITY_WEIGHT,
+        }
+    }
+
+    /// The job type it avoids.
+    pub(super) fn avoided(&self) -> &'a str {
+        self.term.label_selector.match_expressions[0].values[0]
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct PodAffinityTerm<'a> {
+    label_selector: LabelSelector<'a>,
+    topology_key: &'static str,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct LabelSelector<'a> {
+    match_expressions: [In<'a>; 1],
+}
+
+/// `spec.affinity.podAntiAffinity` of a Pod that had none.
+#[derive(Serialize)]
+pub(super) struct PodAntiAffinity<'a> {
+    #[serde(rename = "preferredDuringSchedulingIgnoredDuringExecution")]
+    pub(super) preferred: Vec<AvoidTerm<'a>>,
+}
+
+/// The affinity parts of a Pod that had no affinity at all, added as one object.
+#[derive(Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct NewAffinity<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) node_affinity: Option<NodeAffinity<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) pod_anti_affinity: Option<PodAntiAffinity<'a>>,
+}
+
+impl NewAffinity<'_> {
+    pub(super) fn is_empty(&self) -> bool {
+        self.node_affinity.is_none() && self.pod_anti_affinity.is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Each shape writes the bytes its former `serde_json::Value` (keys sorted) wrote.
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn same_bytes(shape: &impl Serialize, value: serde_json::Value) {
+        assert_eq!(
+            serde_json::to_string(shape).unwrap(),
+            serde_json::to_string(&value).unwrap()
+        );
+    }
+
+    #[test]
+    fn shapes_serialise_as_the_sorted_maps_did() {
+        let key = "gpu.nvidia.com/class";
+        let expr = json!({"key": key, "operator": "In", "values": ["A100", "H100"]});
+        let preferred = json!({"weight": BEST_CLASS_WEIGHT, "preference": {"matchExpressions": [
+            {"key": key, "operator": "In", "values": ["A100"]}]}});
+        let required = json!({"nodeSelectorTerms": [{"matchExpressions": [expr]}]});
+        let avoid = json!({"weight": ANTI_AFFINITY_WEIGHT, "podAffinityTerm": {
+            "labelSelector": {"matchExpressions": [{"key": LABEL_JOB_TYPE, "operator": "In", "values": ["serve"]}]},
+            "topologyKey": HOSTNAME_TOPOLOGY}});
+        let node_affinity = || NodeAffinity {
+            preferred: vec![PreferredClass::best(key, "A100")],
+            required: NodeSelector {
+                node_selector_terms: vec![SelectorTerm {
+                    match_expressions: vec![In::new(key, vec!["A100", "H100"])],
+                }],
+            },
+        };
+        same_bytes(&In::new(key, vec!["A100", "H100"]), expr.clone());
+        same_bytes(&PreferredClass::best(key, "A100"), preferred.clone());
+        same_bytes(
+            &Toleration::no_schedule("nvidia.com/gpu"),
+            json!({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}),
+        );
+        same_bytes(&AvoidTerm::job_type("serve"), avoid.clone());
+        same_bytes(&Empty {}, json!({}));
+        same_bytes(
+            &NewAffinity {
+                node_affinity: Some(node_affinity()),
+                pod_anti_affinity: Some(PodAntiAffinity {
+                    preferred: vec![AvoidTerm::job_type("serve")],
+                }),
+            },
+            json!({
+                "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [avoid]},
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": required,
+                    "preferredDuringSchedulingIgnoredDuringExecution": [preferred]
+                }
+            }),
+        );
+        let only_node = NewAffinity {
+            node_affinity: Some(node_affinity()),
+            ..Default::default()
+        };
+        assert!(
+            serde_json::to_string(&only_node)
+                .unwrap()
+                .starts_with(r#"{"nodeAffinity":{"#)
+        );
+        assert!(NewAffinity::default().is_empty() && !only_node.is_empty());
+    }
+}
