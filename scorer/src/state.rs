@@ -311,8 +311,14 @@ mod tests {
         }
         for k in 0..interference::MAX_PAIRS {
             let (a, b) = (&names[k % names.len()], &names[(k * 7 + 1) % names.len()]);
-            l.interference
-                .record(a, b, 0.1 + k as f64 / 1e4, 5_000_000 + k as u64);
+            // Weighted, so every pair carries its sum of weights too.
+            l.interference.record_weighted(
+                a,
+                b,
+                0.1 + k as f64 / 1e4,
+                0.123_456_789 + k as f64 / 1e5,
+                5_000_000 + k as u64,
+            );
         }
         for i in 0..2 * observed::CAPACITY {
             l.observed

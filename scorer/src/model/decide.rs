@@ -202,8 +202,11 @@ fn choose(
             let runs = (0..policy.classes.len())
                 .map(|c| post.count(job.who, c))
                 .sum();
+            // A run on s teaches its gap to e only through the part of its variance not shared with e.
+            let unshared = classes.inputs.log_var[s] - post.covariance(policy, job.who, s, e);
             Some(value::of_exploring(
                 classes.log_gap(s, e),
+                unshared,
                 classes.inputs.log_var[s],
                 policy.learning.tau,
                 value::horizon(runs),

@@ -66,6 +66,10 @@ pub struct Stat {
     /// evicts the least recently seen (pairs); 0 = not kept.
     #[serde(rename = "l", default, skip_serializing_if = "is_zero")]
     pub last: u64,
+    /// Σ weights, in units of 2⁻³², when values were added with weights ([`Stat::add_weighted`]; then
+    /// `sum` is Σ weight·value); absent, every value weighs 1 (runtimes, and pairs of older snapshots).
+    #[serde(rename = "w", default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<i64>,
 }
 
 fn is_zero(x: &u64) -> bool {
@@ -74,20 +78,41 @@ fn is_zero(x: &u64) -> bool {
 
 impl Stat {
     pub fn add(&mut self, x: f64) {
+        self.add_weighted(x, 1.0);
+    }
+
+    /// Adds `x` weighing `w` (in (0, 1]: an observation worth a fraction of a noise-only one, as when
+    /// it is measured against an uncertain estimate). The first weight other than 1 turns the values
+    /// already added into weights of 1.
+    pub fn add_weighted(&mut self, x: f64, w: f64) {
+        if self.weight.is_none() && w != 1.0 {
+            self.weight = Some((self.count as f64 * UNIT) as i64);
+        }
         self.count += 1;
-        self.sum = self.sum.saturating_add((x * UNIT).round() as i64);
+        let w = if self.weight.is_some() { w } else { 1.0 };
+        self.sum = self.sum.saturating_add((w * x * UNIT).round() as i64);
+        if let Some(total) = &mut self.weight {
+            *total = total.saturating_add((w * UNIT).round() as i64);
+        }
     }
 
     pub fn sum(&self) -> f64 {
         self.sum as f64 / UNIT
     }
 
-    /// Mean of the values (0 when none).
+    /// Σ weights: the number of values when every value weighs 1.
+    pub fn weight(&self) -> f64 {
+        self.weight
+            .map_or(self.count as f64, |w| w.max(0) as f64 / UNIT)
+    }
+
+    /// (Weighted) mean of the values (0 when none).
     pub fn mean(&self) -> f64 {
-        if self.count == 0 {
+        let w = self.weight();
+        if self.count == 0 || w <= 0.0 {
             0.0
         } else {
-            self.sum() / self.count as f64
+            self.sum() / w
         }
     }
 
@@ -137,6 +162,31 @@ mod tests {
         assert_eq!(a, b);
         assert!((a.mean() - xs.iter().sum::<f64>() / 5.0).abs() < 1e-9);
         assert!((a.shrunk_mean(0.0, 5.0) - a.mean() / 2.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn weighted_values_and_the_unweighted_ones_before_them() {
+        let mut s = Stat::default();
+        s.add(1.0);
+        s.add(3.0);
+        // Unweighted: no weight field is stored (runtimes, and the snapshots of older scorers).
+        assert_eq!(s.weight, None);
+        assert_eq!(s.weight(), 2.0);
+        let old = serde_json::to_string(&s).unwrap();
+        assert!(!old.contains("\"w\""), "{old}");
+        // A weighted value turns the earlier ones into weights of 1.
+        s.add_weighted(6.0, 0.5);
+        assert_eq!(s.count, 3);
+        assert!((s.weight() - 2.5).abs() < 1e-9);
+        assert!((s.mean() - (1.0 + 3.0 + 3.0) / 2.5).abs() < 1e-9);
+        let back: Stat = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
+        // Order does not matter.
+        let mut t = Stat::default();
+        t.add_weighted(6.0, 0.5);
+        t.add(3.0);
+        t.add(1.0);
+        assert_eq!((t.count, t.sum, t.weight), (s.count, s.sum, s.weight));
     }
 
     #[test]

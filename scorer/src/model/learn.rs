@@ -4,7 +4,8 @@
 //! types, its excess over the current interference-free estimate (winsorised: a straggling run is not a
 //! harmful neighbour) is the observed slowdown: it teaches the class's contention factor
 //! ([`super::contention`]) and is shared among the co-located job types (each pair gets the excess less
-//! what the others' current slowdowns explain); the runtime with the estimated
+//! what the others' current slowdowns explain, weighing τ²/(τ² + v) of a run, v the variance of the
+//! estimate the excess was measured against: see [`super::interference`]); the runtime with the estimated
 //! slowdown taken out updates the runtime statistics. A job type the policy does
 //! not list is learned too, under the budget of [`super::unlisted`].
 use super::estimate::{self, Gaussian};
@@ -125,6 +126,10 @@ fn learn_colocated(
     let expected = post.estimate(policy, who, class);
     let bound = CLIP * (expected.log_var + policy.learning.tau.powi(2)).sqrt();
     let excess = (y - expected.log_mean).clamp(-bound, bound).exp_m1();
+    // The excess is measured against an estimate known to ±√v: it tells the pairs as much as a run
+    // with noise τ² + v, i.e. τ²/(τ² + v) of a run measured against a known runtime.
+    let noise = policy.learning.tau.powi(2);
+    let weight = noise / (noise + expected.log_var);
     let current: Vec<f64> = colocated
         .iter()
         .map(|o| interference::slowdown(policy, &learned.interference, &obs.job_type, o))
@@ -135,9 +140,13 @@ fn learn_colocated(
         let known = policy.job_index(other).is_some() || learned.unlisted.get(other).is_some();
         if known {
             let others = total - current[k];
-            learned
-                .interference
-                .record(&obs.job_type, other, excess - others, seq);
+            learned.interference.record_weighted(
+                &obs.job_type,
+                other,
+                excess - others,
+                weight,
+                seq,
+            );
         }
     }
     let total = interference::total_slowdown(

@@ -35,6 +35,8 @@
 //! exponent, what is particular to a class), the latter held a priori 20 % likely. When the wide one is
 //! more likely the job type is flagged (Explain says so) and recomputed with the wide prior, so its own
 //! data, not the catalog, decide, and its larger uncertainty draws exploration to it.
+mod covariance;
+
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
@@ -124,6 +126,12 @@ pub struct Posterior {
     counts: Array2<u64>,
     /// Per slot: whether its data contradict its prior.
     contradicted: Vec<bool>,
+    /// Per slot: the covariance of its (a_j, b_j) and their cross-covariance with the shared parameters.
+    blocks: Vec<Block>,
+    /// Per (slot, class): the weight 1 − k of the shared prediction in the cell's estimate.
+    shrink: Array2<f64>,
+    /// Per slot: its workload class (index).
+    workload_of: Vec<usize>,
 }
 
 /// What of the policy the posterior depends on (catalog, job types, workload profiles, learning). Compared
@@ -482,7 +490,7 @@ impl Posterior {
         let (slots, names) = slots(policy, runtimes, unlisted);
         let contradicted: Vec<bool> = slots.iter().map(|s| contradicts(policy, s)).collect();
         let solved = solve(policy, &slots, &contradicted);
-        let (log_mean, log_var, counts) = predict(policy, &slots, &solved, &contradicted);
+        let (log_mean, log_var, counts, shrink) = predict(policy, &slots, &solved, &contradicted);
         Self {
             fingerprint: fingerprint(policy),
             shared: Shared {
@@ -495,6 +503,9 @@ impl Posterior {
             log_var,
             counts,
             contradicted,
+            blocks: solved.blocks,
+            shrink,
+            workload_of: slots.iter().map(|s| s.workload).collect(),
         }
     }
 
@@ -547,7 +558,7 @@ impl Posterior {
     }
 }
 
-type Predictions = (Array2<f64>, Array2<f64>, Array2<u64>);
+type Predictions = (Array2<f64>, Array2<f64>, Array2<u64>, Array2<f64>);
 
 /// Every (slot, class) cell's estimate: the shared prediction combined with the cell's own mean.
 fn predict(policy: &Policy, slots: &[Slot], solved: &Solved, wide: &[bool]) -> Predictions {
@@ -560,6 +571,7 @@ fn predict(policy: &Policy, slots: &[Slot], solved: &Solved, wide: &[bool]) -> P
     let mut log_mean = Array2::<f64>::zeros((slots.len(), nc));
     let mut log_var = Array2::<f64>::zeros((slots.len(), nc));
     let mut counts = Array2::<u64>::zeros((slots.len(), nc));
+    let mut shrink = Array2::<f64>::ones((slots.len(), nc));
     for (j, (slot, block)) in slots.iter().zip(&solved.blocks).enumerate() {
         let vr = v.own(slot, wide[j]).2;
         for c in 0..nc {
@@ -588,6 +600,7 @@ fn predict(policy: &Policy, slots: &[Slot], solved: &Solved, wide: &[bool]) -> P
             if let Some(&(_, n, own)) = slot.cells.iter().find(|cell| cell.0 == c) {
                 counts[[j, c]] = n;
                 let k = vr / (vr + v.noise / n as f64);
+                shrink[[j, c]] = 1.0 - k;
                 mean = (1.0 - k) * mean + k * own;
                 var = (1.0 - k).powi(2) * var + (1.0 - k) * vr;
             } else {
@@ -597,7 +610,7 @@ fn predict(policy: &Policy, slots: &[Slot], solved: &Solved, wide: &[bool]) -> P
             log_var[[j, c]] = var;
         }
     }
-    (log_mean, log_var, counts)
+    (log_mean, log_var, counts, shrink)
 }
 
 fn dot(phi: &[(usize, f64)], theta: &Array1<f64>) -> f64 {

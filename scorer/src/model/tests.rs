@@ -453,7 +453,8 @@ fn observe_separates_interference_from_the_runtime() {
     // (Within 20 %: the first co-located runs arrive before the pair is known and push it up a bit.)
     assert!((now / expected - 1.0).abs() < 0.2, "{now} vs {expected}");
 
-    // Only co-located runs: the excess is split between the job and the pair, both move.
+    // Only co-located runs: the excess is split between the job and the pair, both move (the pair less
+    // than the job: each run is measured against a runtime that is itself uncertain, so it weighs less).
     let mut l = Learned::default();
     for _ in 0..30 {
         observe(
@@ -464,8 +465,11 @@ fn observe_separates_interference_from_the_runtime() {
     }
     let s = interference::slowdown(&p, &l.interference, "notebook", "batch-etl");
     let now = runtime_estimate(&p, &l, "notebook", 1, l4).mean;
-    assert!(s > 0.2, "{s}");
-    assert!(now < 1.7 * expected, "{now} vs {expected}");
+    assert!(s > 0.1, "{s}");
+    assert!(
+        now > 1.2 * expected && now < 1.9 * expected,
+        "{now} vs {expected}"
+    );
 }
 
 #[test]

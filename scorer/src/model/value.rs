@@ -7,11 +7,15 @@
 //!
 //! - **cost of exploring** = E[cost on the proposed class] / E[cost on the lowest-cost class] − 1 (risk
 //!   neutral: what this run is expected to cost more);
-//! - **value** = H · KG, with KG the knowledge gradient of one run on the proposed class s: its log-cost
-//!   estimate moves by N(0, σ̃²) once the run is observed, σ̃² = v²/(v + τ²) (v the variance of the
-//!   estimate of ln runtime on s, τ the run-to-run noise), and later runs switch to s if it then looks
-//!   cheaper than the current best, which saves E[(−d − X)⁺] = σ̃·f(−d/σ̃) in log cost per run, where d is
-//!   the expected log-cost gap and f(z) = z·Φ(z) + φ(z);
+//! - **value** = H · KG, with KG the knowledge gradient of one run on the proposed class s: the expected
+//!   log-cost gap d between s and the lowest-cost class e moves by N(0, σ̃²) once the run is observed,
+//!   σ̃ = (v_s − c_se)/√(v_s + τ²) (v_s the variance of the estimate of ln runtime on s, c_se its
+//!   covariance with the estimate on e, τ the run-to-run noise), and later runs switch to s if it then
+//!   looks cheaper, which saves E[(−d − X)⁺] = σ̃·f(−d/σ̃) in log cost per run, with
+//!   f(z) = z·Φ(z) + φ(z). What the two estimates share (above all the job type's size, unknown for a
+//!   new job type, which moves every class alike) is learned by a run on any class and does not change
+//!   which class is cheaper, so it does not count: a new job type whose classes differ as the catalog
+//!   says does not pay for a run on a dearer class just because its runtime is unknown;
 //! - **H**, the job type's expected future runs: as many as it has had so far (observed runs + 1: with no
 //!   other knowledge of a job type's future, one seen n times is expected to run about n more times).
 //!
@@ -42,11 +46,12 @@ pub fn horizon(runs: u64) -> f64 {
 }
 
 /// The verdict on exploring a class whose expected cost is `exp(log_gap)` times the lowest one's and whose
-/// log-runtime estimate has variance `log_var`, with run-to-run noise `tau` (ln) and `horizon` future runs.
-pub fn of_exploring(log_gap: f64, log_var: f64, tau: f64, horizon: f64) -> Verdict {
+/// log-runtime estimate has variance `log_var`, of which `unshared` (v_s − c_se) is not shared with the
+/// lowest-cost class's estimate, with run-to-run noise `tau` (ln) and `horizon` future runs.
+pub fn of_exploring(log_gap: f64, unshared: f64, log_var: f64, tau: f64, horizon: f64) -> Verdict {
     let gap = log_gap.max(0.0);
     let v = log_var.max(0.0);
-    let moves = v / (v + tau * tau).sqrt();
+    let moves = unshared.max(0.0) / (v + tau * tau).sqrt();
     let per_run = if moves > 0.0 {
         moves * improvement(-gap / moves)
     } else {
@@ -82,19 +87,23 @@ mod tests {
     #[test]
     fn a_known_class_or_a_clearly_dearer_one_is_not_worth_a_run() {
         // Known to ±1 %: nothing to learn.
-        assert!(!of_exploring(0.05, 1e-4, 0.2, 100.0).pays());
+        assert!(!of_exploring(0.05, 1e-4, 1e-4, 0.2, 100.0).pays());
         // Uncertain (±30 %) but 60 % dearer, with few runs to come.
-        assert!(!of_exploring(0.47, 0.09, 0.2, 3.0).pays());
+        assert!(!of_exploring(0.47, 0.09, 0.09, 0.2, 3.0).pays());
     }
 
     #[test]
     fn an_uncertain_close_class_of_a_frequent_job_type_is() {
-        let v = of_exploring(0.05, 0.09, 0.2, 20.0);
+        let v = of_exploring(0.05, 0.09, 0.09, 0.2, 20.0);
         assert!(v.pays(), "{v:?}");
         assert!((v.cost - 0.05f64.exp_m1()).abs() < 1e-12);
         // More future runs, more value; a wider gap, less.
-        assert!(of_exploring(0.05, 0.09, 0.2, 40.0).value > v.value);
-        assert!(of_exploring(0.2, 0.09, 0.2, 20.0).value < v.value);
+        assert!(of_exploring(0.05, 0.09, 0.09, 0.2, 40.0).value > v.value);
+        assert!(of_exploring(0.2, 0.09, 0.09, 0.2, 20.0).value < v.value);
+        // The same uncertainty, but all of it shared with the lowest-cost class (the job's size): a run
+        // there would not tell which class is cheaper.
+        assert!(!of_exploring(0.05, 0.0, 0.09, 0.2, 20.0).pays());
+        assert!(of_exploring(0.05, 0.03, 0.09, 0.2, 20.0).value < v.value);
         assert_eq!(horizon(0), 1.0);
         assert_eq!(horizon(9), 10.0);
     }
