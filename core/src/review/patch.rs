@@ -5,6 +5,7 @@
 use std::fmt;
 
 use json_patch::PatchOperation;
+use jsonptr::Token;
 use serde::Serialize;
 
 /// An RFC 6902 JSON Patch: `[op,…]`.
@@ -25,7 +26,7 @@ impl Patch {
         self.len
     }
 
-    /// Appends `{"op":"add","path":…,"value":…}`: the path of `tokens` (escaped: `~` → `~0`, `/` → `~1`), the
+    /// Appends `{"op":"add","path":…,"value":…}`: the path of `tokens` (escaped by `jsonptr`: `~` → `~0`, `/` → `~1`), the
     /// value serialised as it is (a map's keys in their serialisation order).
     pub fn add<'t>(&mut self, tokens: impl IntoIterator<Item = &'t str>, value: &impl Serialize) {
         self.open_add(tokens);
@@ -45,11 +46,7 @@ impl Patch {
         let mut path = String::with_capacity(64);
         for token in tokens {
             path.push('/');
-            if token.contains(['~', '/']) {
-                path.push_str(&token.replace('~', "~0").replace('/', "~1"));
-            } else {
-                path.push_str(token);
-            }
+            path.push_str(Token::new(token).encoded());
         }
         self.open_operation();
         self.json.extend_from_slice(br#"{"op":"add","path":"#);
