@@ -17,15 +17,21 @@ pub mod workload {
     use prost::Message;
     use sha2::{Digest, Sha256};
 
-    /// A digest of what a request asks, without its request id and group size (a frontend that could not read
-    /// the owner in time leaves the size out): equal for the Pods of one template.
+    /// What a request asks, as its encoding without its request id and group size (a frontend that could
+    /// not read the owner in time leaves the size out): equal for the Pods of one template. Both fields are
+    /// put back before this returns; every other field, including ones added later, is part of the answer.
+    pub fn asked_bytes(req: &mut ScoreRequest) -> Vec<u8> {
+        let request_id = std::mem::take(&mut req.request_id);
+        let group_size = req.group_size.take();
+        let asked = req.encode_to_vec();
+        req.request_id = request_id;
+        req.group_size = group_size;
+        asked
+    }
+
+    /// A short digest of [`asked_bytes`], for keys that are logged or kept many times.
     pub fn asked_digest(req: &ScoreRequest) -> String {
-        let asked = ScoreRequest {
-            request_id: String::new(),
-            group_size: None,
-            ..req.clone()
-        };
-        let d = Sha256::digest(asked.encode_to_vec());
+        let d = Sha256::digest(asked_bytes(&mut req.clone()));
         d[..8].iter().map(|b| format!("{b:02x}")).collect()
     }
 }
@@ -108,5 +114,38 @@ mod tests {
                 "ValidatePolicy"
             ]
         );
+    }
+
+    #[test]
+    fn asked_bytes_leave_out_the_request_id_and_group_size_only_and_put_them_back() {
+        use super::scorer::v1::ScoreRequest;
+        use super::workload::{asked_bytes, asked_digest};
+        let mut first = ScoreRequest {
+            request_id: "a".into(),
+            workload_key: "batch/Job/ml/train".into(),
+            gpu_count: 2,
+            group_size: Some(4),
+            ..Default::default()
+        };
+        let before = first.clone();
+        let asked = asked_bytes(&mut first);
+        assert_eq!(first, before, "the request is unchanged");
+        let mut sibling = ScoreRequest {
+            request_id: "b".into(),
+            group_size: None,
+            ..before.clone()
+        };
+        assert_eq!(asked_bytes(&mut sibling), asked);
+        assert_eq!(asked_digest(&sibling), asked_digest(&before));
+        let mut other = ScoreRequest {
+            gpu_count: 1,
+            ..before.clone()
+        };
+        assert_ne!(asked_bytes(&mut other), asked);
+        let mut other_workload = ScoreRequest {
+            workload_key: "batch/Job/ml/eval".into(),
+            ..before
+        };
+        assert_ne!(asked_bytes(&mut other_workload), asked);
     }
 }

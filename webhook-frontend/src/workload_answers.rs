@@ -20,12 +20,13 @@ pub(crate) const TTL: Duration = Duration::from_secs(60);
 /// At most this many answers (a few KiB each).
 pub(crate) const MAX_ENTRIES: usize = 4096;
 
-/// What an answer is kept under: the policy version, the workload, what its Pod asks and the group size.
+/// What an answer is kept under: the policy version, what its Pod asks (the request's encoding without its
+/// id and group size, so the workload key included: compared whole, never as a digest that could collide)
+/// and the group size.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Key {
     policy_version: String,
-    workload_key: String,
-    asked: String,
+    asked: Vec<u8>,
     group_size: Option<u32>,
 }
 
@@ -44,11 +45,10 @@ struct Entries {
 
 impl WorkloadAnswers {
     /// The key of `request` (none without a workload key: such a Pod is always sent to the scorer).
-    pub(crate) fn key(request: &ScoreRequest, policy_version: &str) -> Option<Key> {
+    pub(crate) fn key(request: &mut ScoreRequest, policy_version: &str) -> Option<Key> {
         (!request.workload_key.is_empty()).then(|| Key {
             policy_version: policy_version.to_string(),
-            workload_key: request.workload_key.clone(),
-            asked: gpu_admission_proto::workload::asked_digest(request),
+            asked: gpu_admission_proto::workload::asked_bytes(request),
             group_size: request.group_size,
         })
     }
@@ -91,12 +91,12 @@ mod tests {
 
     impl WorkloadAnswers {
         fn keep_for(&self, req: &ScoreRequest, version: &str, answer: &ScoreResponse, at: Instant) {
-            if let Some(key) = Self::key(req, version) {
+            if let Some(key) = Self::key(&mut req.clone(), version) {
                 self.keep(key, answer.clone(), at);
             }
         }
         fn get_for(&self, req: &ScoreRequest, version: &str, at: Instant) -> Option<ScoreResponse> {
-            self.get(&Self::key(req, version)?, &req.request_id, at)
+            self.get(&Self::key(&mut req.clone(), version)?, &req.request_id, at)
         }
     }
 

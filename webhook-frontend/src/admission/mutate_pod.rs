@@ -115,7 +115,7 @@ impl MutatePod {
         if !scoring.fitted.is_empty() {
             tracing::info!(uid, namespace = scoring.candidate.namespace, fitted = ?scoring.fitted, "scorer request fitted to its limits");
         }
-        let kept_as = WorkloadAnswers::key(&scoring.request, &policy.version);
+        let kept_as = WorkloadAnswers::key(&mut scoring.request, &policy.version);
         let reused = kept_as.as_ref().and_then(|key| {
             self.answers
                 .get(key, &scoring.request.request_id, Instant::now())
