@@ -12,8 +12,7 @@
 //! numbers (kube-rs issue 1781); the apiserver wants a base64 string. A `admission.k8s.io/v1beta1` review is
 //! answered as v1beta1, anything else as v1.
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD as BASE64;
+use base64_simd::STANDARD as BASE64;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube_core::admission::{AdmissionRequest, Operation};
@@ -26,6 +25,7 @@ use gpu_admission_proto::scorer::v1::EnforcementMode;
 
 mod deep;
 mod patch;
+mod prune;
 
 pub use patch::Patch;
 
@@ -53,7 +53,7 @@ struct Envelope<R> {
 /// recursion limit) and parsed on its own afterwards, so that an unreadable `options` is dropped instead of
 /// making the whole review unreadable.
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", bound(deserialize = "T: ReviewObject<'de>"))]
 struct RequestIn<T> {
     uid: String,
     kind: GroupVersionKind,
@@ -72,13 +72,31 @@ struct RequestIn<T> {
     namespace: Option<String>,
     operation: Operation,
     user_info: k8s_openapi::api::authentication::v1::UserInfo,
+    #[serde(default, deserialize_with = "T::read")]
     object: Option<T>,
+    #[serde(default, deserialize_with = "T::read")]
     old_object: Option<T>,
     #[serde(default)]
     dry_run: bool,
     #[serde(default)]
     options: Option<Box<RawValue>>,
 }
+
+/// How a review's object is read: a Pod without what no webhook reads (see [`prune`]), anything else whole.
+trait ReviewObject<'de>: Deserialize<'de> {
+    fn read<D: Deserializer<'de>>(de: D) -> Result<Option<Self>, D::Error> {
+        Option::deserialize(de)
+    }
+}
+
+impl<'de> ReviewObject<'de> for Pod {
+    fn read<D: Deserializer<'de>>(de: D) -> Result<Option<Self>, D::Error> {
+        prune::read(de, &prune::POD)
+    }
+}
+
+impl ReviewObject<'_> for DynamicObject {}
+impl ReviewObject<'_> for Box<RawValue> {}
 
 impl<T: kube_core::Resource> RequestIn<T> {
     fn into_request(self) -> AdmissionRequest<T> {
@@ -130,7 +148,7 @@ impl RequestIn<Box<RawValue>> {
 }
 
 /// Reads a review in one typed pass; a review too deep for that is read again with `managedFields` skipped.
-fn parse_review<T: kube_core::Resource + DeserializeOwned>(
+fn parse_review<T: kube_core::Resource + DeserializeOwned + for<'de> ReviewObject<'de>>(
     body: &[u8],
 ) -> Result<(&'static str, Option<AdmissionRequest<T>>), serde_json::Error> {
     let review: Envelope<RequestIn<T>> = match from_body(body) {
@@ -480,9 +498,7 @@ struct Response<'a> {
 /// base64-encoded in place (its alphabet needs no JSON escaping) instead of being built as a string and
 /// escaped again.
 fn encode_response(api_version: &str, r: Response<'_>) -> Vec<u8> {
-    let patch_len = r
-        .patch
-        .map_or(0, |p| base64::encoded_len(p.len(), true).unwrap_or(0));
+    let patch_len = r.patch.map_or(0, |p| BASE64.encoded_length(p.len()));
     let mut out = Vec::with_capacity(160 + r.uid.len() + patch_len);
     let string = |out: &mut Vec<u8>, s: &str| {
         serde_json::to_writer(out, s).expect("a string always serialises")
@@ -505,10 +521,11 @@ fn encode_response(api_version: &str, r: Response<'_>) -> Vec<u8> {
         out.extend_from_slice(b",\"patchType\":\"JSONPatch\",\"patch\":\"");
         let at = out.len();
         out.resize(at + patch_len, 0);
+        // Exactly `patch_len` bytes: the padded encoding's length.
         let written = BASE64
-            .encode_slice(patch, &mut out[at..])
-            .expect("the buffer holds the encoded length");
-        out.truncate(at + written);
+            .encode(patch, base64_simd::Out::from_slice(&mut out[at..]))
+            .len();
+        debug_assert_eq!(written, patch_len);
         out.push(b'"');
     }
     if !r.warnings.is_empty() {
@@ -783,7 +800,7 @@ mod tests {
             ),
             (Some("the-uid"), Some(true), Some("JSONPatch"))
         );
-        let decoded = BASE64.decode(r["patch"].as_str().unwrap()).unwrap();
+        let decoded = BASE64.decode_to_vec(r["patch"].as_str().unwrap()).unwrap();
         let ops: Value = serde_json::from_slice(&decoded).unwrap();
         assert_eq!(ops[0]["path"], "/metadata/labels");
         assert_eq!(r["warnings"][0], "line one line two");
