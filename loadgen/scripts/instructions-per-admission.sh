@@ -8,7 +8,11 @@
 #   same way to the do-nothing TLS endpoint (`loadgen baseline-server`) gives the baseline and the ratios.
 #   Needs valgrind and h2load (Debian: valgrind, nghttp2-client).
 #   WEBHOOK_PATH=/validate-pod counts that webhook instead of /mutate-pod (the same Pod review).
-#   BODY=FILE counts another review (default: tests/fixtures/admissionreviews/v1-pod-create-nvidia.json).
+#   BODY=FILE counts another review (default: tests/fixtures/admissionreviews/v1-pod-create-nvidia.json, a bare
+#   Pod: every admission asks the scorer).
+#   WORKLOAD_BODY=FILE is counted next, against the same processes (default: v1-pod-create-job-member.json, a
+#   Job's Pod: after the workload's first Pod the frontend reuses the scorer's answer, so it is the cost of the
+#   other Pods of a Job, JobSet, Deployment...); WORKLOAD_BODY= (empty) counts BODY only.
 #   KEEP=DIR keeps the callgrind outputs there (for callgrind_annotate).
 #   Prints `name: N instructions per admission` lines and a final `ratio` line; with SUMMARY=FILE also writes
 #   them as `key=value` lines (frontend, scorer, baseline) for scripts.
@@ -16,7 +20,10 @@ set -euo pipefail
 bin=$(realpath "$1")
 n=${2:-2000}
 path=${WEBHOOK_PATH:-/mutate-pod}
-body=$(realpath "${BODY:-$(dirname "$0")/../../tests/fixtures/admissionreviews/v1-pod-create-nvidia.json}")
+fixtures=$(dirname "$0")/../../tests/fixtures/admissionreviews
+body=$(realpath "${BODY:-$fixtures/v1-pod-create-nvidia.json}")
+workload_body=${WORKLOAD_BODY-$fixtures/v1-pod-create-job-member.json}
+[ -z "$workload_body" ] || workload_body=$(realpath "$workload_body")
 out=${KEEP:-$(mktemp -d)}
 mkdir -p "$out"
 scorer_port=50171 webhook_port=8471 baseline_port=8472
@@ -47,30 +54,45 @@ wait_for "$out/frontend.log" "scorer policy loaded"
 wait_for "$out/baseline.log" "listening on"
 
 load() {
-  h2load -n "$1" -c 1 -m 4 -d "$body" -H 'content-type: application/json' "https://localhost:$2$3"
+  h2load -n "$1" -c 1 -m 4 -d "$4" -H 'content-type: application/json' "https://localhost:$2$3"
 }
-# Counts the processes' instructions over N admissions sent to PORT: zero, load, dump.
+# Counts the processes' instructions over N admissions of BODY sent to PORT: zero, load, dump.
 count() {
-  local port=$1 p
-  shift
-  load 200 "$port" "$path" >/dev/null
+  local port=$1 file=$2 p
+  shift 2
+  load 200 "$port" "$path" "$file" >/dev/null
   for p in "$@"; do callgrind_control -z "$p" >/dev/null; done
-  load "$n" "$port" "$path" | grep -E "^requests:|^status codes:"
+  load "$n" "$port" "$path" "$file" | grep -E "^requests:|^status codes:"
   for p in "$@"; do callgrind_control -d "$p" >/dev/null; done
 }
-count "$webhook_port" "${pids[0]}" "${pids[1]}"
-count "$baseline_port" "${pids[2]}"
+count "$webhook_port" "$body" "${pids[0]}" "${pids[1]}"
+count "$baseline_port" "$body" "${pids[2]}"
+[ -z "$workload_body" ] || count "$webhook_port" "$workload_body" "${pids[0]}" "${pids[1]}"
 sleep 1
 declare -A per
-for name in frontend scorer baseline; do
-  # The dump after zeroing (`NAME.cg.1`) holds the counted admissions only.
-  total=$(sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$out/$name.cg.1" | head -1)
-  per[$name]=$((total / n))
-  echo "$name: ${per[$name]} instructions per admission ($total / $n) on $path"
-done
+# Dump K after zeroing (`NAME.cg.K`) holds the K-th counted run only.
+per_admission() {
+  local total
+  total=$(sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$out/$1.cg.$2" | head -1)
+  per[$3]=$((total / n))
+  echo "$3: ${per[$3]} instructions per admission ($total / $n) on $path"
+}
+per_admission frontend 1 frontend
+per_admission scorer 1 scorer
+per_admission baseline 1 baseline
 echo "pass-throughs (must be 0): $(grep -c "pass-through" "$out/frontend.log" || true)"
-awk -v f="${per[frontend]}" -v s="${per[scorer]}" -v b="${per[baseline]}" 'BEGIN {
-  printf "ratio to the baseline: frontend %.2fx, frontend + scorer %.2fx\n", f / b, (f + s) / b }'
+ratio() {
+  awk -v f="$2" -v s="$3" -v b="${per[baseline]}" -v what="$1" 'BEGIN {
+    printf "ratio to the baseline (%s): frontend %.2fx, frontend + scorer %.2fx\n", what, f / b, (f + s) / b }'
+}
+ratio "$(basename "$body")" "${per[frontend]}" "${per[scorer]}"
+if [ -n "$workload_body" ]; then
+  per_admission frontend 2 workload_frontend
+  per_admission scorer 2 workload_scorer
+  ratio "$(basename "$workload_body"), the workload's answer reused" "${per[workload_frontend]}" "${per[workload_scorer]}"
+fi
 if [ -n "${SUMMARY:-}" ]; then
   printf 'frontend=%s\nscorer=%s\nbaseline=%s\n' "${per[frontend]}" "${per[scorer]}" "${per[baseline]}" >"$SUMMARY"
+  [ -z "$workload_body" ] ||
+    printf 'workload_frontend=%s\nworkload_scorer=%s\n' "${per[workload_frontend]}" "${per[workload_scorer]}" >>"$SUMMARY"
 fi
