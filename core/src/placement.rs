@@ -192,8 +192,10 @@ pub fn own_constraint(pod: &Pod, classes: &ClassLabels) -> Option<OwnConstraint>
             }
         }
     }
-    let all: BTreeSet<String> = classes.iter().map(|(n, _)| n.clone()).collect();
-    let mut allowed = all.clone();
+    // Every class until something the Pod says narrows it; built at the first narrowing only (most Pods
+    // say nothing, and this runs for each of them).
+    let every_class = || -> BTreeSet<String> { classes.iter().map(|(n, _)| n.clone()).collect() };
+    let mut allowed: Option<BTreeSet<String>> = None;
     let mut sources: Vec<String> = Vec::new();
     let mut note = |s: String| {
         if !sources.contains(&s) {
@@ -203,7 +205,7 @@ pub fn own_constraint(pod: &Pod, classes: &ClassLabels) -> Option<OwnConstraint>
     if let Some(spec) = &pod.spec {
         for (k, v) in spec.node_selector.iter().flatten() {
             if keys.contains(&k.as_str()) {
-                allowed.retain(|c| {
+                allowed.get_or_insert_with(every_class).retain(|c| {
                     classes
                         .iter()
                         .any(|(n, l)| n == c && values_of(l, k).contains(&v.as_str()))
@@ -236,7 +238,9 @@ pub fn own_constraint(pod: &Pod, classes: &ClassLabels) -> Option<OwnConstraint>
                 );
             }
             if !open {
-                allowed.retain(|c| union.contains(c));
+                allowed
+                    .get_or_insert_with(every_class)
+                    .retain(|c| union.contains(c));
                 for s in term_sources {
                     note(s);
                 }
@@ -244,7 +248,7 @@ pub fn own_constraint(pod: &Pod, classes: &ClassLabels) -> Option<OwnConstraint>
         }
     }
     if let Some(types) = hami_types(pod, HAMI_USE_GPU_TYPE) {
-        allowed.retain(|c| {
+        allowed.get_or_insert_with(every_class).retain(|c| {
             classes
                 .iter()
                 .any(|(n, l)| n == c && hami_matches(n, l, &types))
@@ -252,14 +256,17 @@ pub fn own_constraint(pod: &Pod, classes: &ClassLabels) -> Option<OwnConstraint>
         note(format!("annotation {HAMI_USE_GPU_TYPE}"));
     }
     if let Some(types) = hami_types(pod, HAMI_NOUSE_GPU_TYPE) {
-        allowed.retain(|c| {
+        allowed.get_or_insert_with(every_class).retain(|c| {
             !classes
                 .iter()
                 .any(|(n, l)| n == c && hami_matches(n, l, &types))
         });
         note(format!("annotation {HAMI_NOUSE_GPU_TYPE}"));
     }
-    (!sources.is_empty()).then_some(OwnConstraint { allowed, sources })
+    (!sources.is_empty()).then(|| OwnConstraint {
+        allowed: allowed.unwrap_or_else(every_class),
+        sources,
+    })
 }
 
 /// Who else decides where the Pod runs, so that we add priority and annotations but no placement.
