@@ -43,12 +43,19 @@ impl WorkloadRef {
     /// `group/Kind/namespace/name[/part]`, e.g. `batch/Job/ml/train-7` or
     /// `leaderworkerset.x-k8s.io/LeaderWorkerSet/ml/llama/group/3`: what the scorer groups decisions by.
     pub fn key(&self) -> String {
-        let mut k = format!(
-            "{}/{}/{}/{}",
-            self.api_group, self.kind, self.namespace, self.name
-        );
-        if let Some(p) = &self.part {
-            k.push('/');
+        let part = self.part.as_deref();
+        let parts = [
+            Some(self.api_group.as_str()),
+            Some(self.kind.as_str()),
+            Some(self.namespace.as_str()),
+            Some(self.name.as_str()),
+            part,
+        ];
+        let mut k = String::with_capacity(parts.iter().flatten().map(|p| p.len() + 1).sum());
+        for (i, p) in parts.into_iter().flatten().enumerate() {
+            if i > 0 {
+                k.push('/');
+            }
             k.push_str(p);
         }
         k

@@ -33,7 +33,8 @@ fi
 
 summary=$(mktemp)
 trap 'rm -f "$summary"' EXIT
-SUMMARY=$summary "$here/instructions-per-admission.sh" "$bin" "$n" | grep -v '^sending command'
+# The bare Pod only (every admission asks the scorer): the dearer path, and the one the reference holds.
+WORKLOAD_BODY= SUMMARY=$summary "$here/instructions-per-admission.sh" "$bin" "$n" | grep -v '^sending command'
 # shellcheck disable=SC1090
 source "$summary"
 now=$((frontend + scorer))

@@ -170,38 +170,39 @@ fn kind_name(kind: GpuResourceKind) -> &'static str {
 }
 
 /// A device count from a quantity: rounded up when fractional and clamped when absurd, with a warning.
-fn device_count(what: &str, q: &Quantity, warnings: &mut Vec<String>) -> Option<u32> {
-    let value = parse_quantity(what, q, warnings)?;
+/// The whole devices a quantity of `value` (already read) asks for; `what` names it in warnings.
+fn device_count(
+    value: f64,
+    what: impl Fn() -> String,
+    q: &Quantity,
+    warnings: &mut Vec<String>,
+) -> u32 {
     let rounded = value.ceil();
     if rounded != value {
         warnings.push(format!(
-            "{what}={:?} is not a whole number of devices; counted as {rounded}",
+            "{}={:?} is not a whole number of devices; counted as {rounded}",
+            what(),
             q.0
         ));
     }
     if rounded > f64::from(MAX_GPUS_PER_POD) {
         warnings.push(format!(
-            "{what}={:?} is more GPUs than any node has; counted as {MAX_GPUS_PER_POD}",
+            "{}={:?} is more GPUs than any node has; counted as {MAX_GPUS_PER_POD}",
+            what(),
             q.0
         ));
-        return Some(MAX_GPUS_PER_POD);
+        return MAX_GPUS_PER_POD;
     }
-    Some(rounded as u32)
+    rounded as u32
 }
 
-/// A non-negative finite quantity as a number, or `None` with a warning.
-fn parse_quantity(what: &str, q: &Quantity, warnings: &mut Vec<String>) -> Option<f64> {
+/// A non-negative finite quantity as a number.
+fn quantity_value(q: &Quantity) -> Option<f64> {
     let parsed: Result<ParsedQuantity, _> = q.try_into();
-    match parsed.ok().and_then(|p| p.to_bytes_f64()) {
-        Some(v) if v.is_finite() && v >= 0.0 => Some(v),
-        _ => {
-            warnings.push(format!(
-                "{what}={:?} is not a Kubernetes quantity; ignored",
-                q.0
-            ));
-            None
-        }
-    }
+    parsed
+        .ok()
+        .and_then(|p| p.to_bytes_f64())
+        .filter(|v| v.is_finite() && *v >= 0.0)
 }
 
 /// One container: devices, vendor, memory per device, kinds seen.
@@ -211,6 +212,11 @@ struct ContainerAsk {
     vendor: Option<GpuVendor>,
     memory_gib: Option<f64>,
     kinds: Vec<GpuResourceKind>,
+}
+
+/// How warnings name a container's resource (built only when there is a warning).
+fn what(container: &str, resource: &str) -> String {
+    format!("container {container:?}: {resource}")
 }
 
 fn container_ask(c: &Container, rules: &GpuResources, warnings: &mut Vec<String>) -> ContainerAsk {
@@ -223,10 +229,10 @@ fn container_ask(c: &Container, rules: &GpuResources, warnings: &mut Vec<String>
             let Some(counting) = rules.counting(name) else {
                 continue;
             };
-            let what = format!("container {:?}: {name}", c.name);
-            let Some(v) = parse_quantity(&what, q, &mut Vec::new()) else {
+            let Some(v) = quantity_value(q) else {
                 warnings.push(format!(
-                    "{what}={:?} is not a Kubernetes quantity; ignored",
+                    "{}={:?} is not a Kubernetes quantity; ignored",
+                    what(&c.name, name),
                     q.0
                 ));
                 continue;
@@ -248,14 +254,14 @@ fn container_ask(c: &Container, rules: &GpuResources, warnings: &mut Vec<String>
             out.kinds.push(counting.kind);
         }
         out.vendor.get_or_insert(counting.vendor);
-        let what = format!("container {:?}: {name}", c.name);
+        let what = || what(&c.name, name);
         match counting.kind {
             GpuResourceKind::Devices | GpuResourceKind::SharedDevices => {
-                let n = device_count(&what, q, warnings).unwrap_or(0);
+                let n = device_count(value, what, q, warnings);
                 out.devices = out.devices.saturating_add(n);
             }
             GpuResourceKind::MigSlices => {
-                let n = device_count(&what, q, warnings).unwrap_or(0);
+                let n = device_count(value, what, q, warnings);
                 out.devices = out.devices.saturating_add(n);
                 if let Some(m) = counting.memory_gib {
                     out.memory_gib = Some(out.memory_gib.map_or(m, |o: f64| o.max(m)));
