@@ -15,9 +15,54 @@ use crate::placement::PlacedBy;
 use crate::pod::features::is_label_value;
 use crate::review::Patch;
 
+/// `score` to 2 decimals without trailing zeros, e.g. `73.5`, `0.25`, `100`: the text of `format!("{score:.2}")`
+/// trimmed. Rust rounds that to the nearest hundredth of the exact binary value, ties to even; this does the
+/// same in integers (core::fmt's exact float formatting was a fifth of writing the decision record).
 pub(super) fn score_text(score: f64) -> String {
-    let s = format!("{score:.2}");
-    s.trim_end_matches('0').trim_end_matches('.').to_string()
+    let Some(hundredths) = exact_hundredths(score) else {
+        let s = format!("{score:.2}");
+        return s.trim_end_matches('0').trim_end_matches('.').to_string();
+    };
+    let (whole, fraction) = (hundredths / 100, hundredths % 100);
+    let mut text = whole.to_string();
+    if fraction != 0 {
+        text.push('.');
+        text.push(char::from(b'0' + (fraction / 10) as u8));
+        if fraction % 10 != 0 {
+            text.push(char::from(b'0' + (fraction % 10) as u8));
+        }
+    }
+    text
+}
+
+/// `x × 100` rounded to the nearest integer, ties to even, computed on the exact binary value; `None` for
+/// what it does not cover (negative, not finite, 2^40 or more), which is then formatted by core::fmt.
+fn exact_hundredths(x: f64) -> Option<u64> {
+    if !(x.is_finite() && x.is_sign_positive() && x < (1u64 << 40) as f64) {
+        return None;
+    }
+    let bits = x.to_bits();
+    let biased = (bits >> 52) & 0x7ff;
+    let fraction = bits & ((1 << 52) - 1);
+    // x = mantissa × 2^exponent
+    let (mantissa, exponent) = if biased == 0 {
+        (fraction, -1074i64)
+    } else {
+        (fraction | (1 << 52), biased as i64 - 1075)
+    };
+    let scaled = u128::from(mantissa) * 100;
+    if exponent >= 0 {
+        return u64::try_from(scaled << exponent).ok();
+    }
+    let shift = exponent.unsigned_abs();
+    if shift >= 120 {
+        return Some(0); // below 2^-60: far under half a hundredth
+    }
+    let quotient = scaled >> shift;
+    let rest = scaled & ((1u128 << shift) - 1);
+    let half = 1u128 << (shift - 1);
+    let up = rest > half || (rest == half && quotient & 1 == 1);
+    u64::try_from(quotient + u128::from(up)).ok()
 }
 
 /// The feasible candidates, best first, as `name=merit` (merit = lowest cost / its cost, 2 decimals).

@@ -900,6 +900,55 @@ fn score_text_is_short() {
     assert_eq!(score_text(100.0), "100");
 }
 
+#[test]
+fn score_text_is_the_trimmed_two_decimal_formatting_for_every_value() {
+    let formatted = |x: f64| {
+        let s = format!("{x:.2}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    };
+    let mut values: Vec<f64> = Vec::new();
+    // Ties and near-ties in binary (k/8, k/1000 and their neighbours), and a pseudo-random spread.
+    for k in 0..20_000u32 {
+        for x in [
+            f64::from(k) / 8.0,
+            f64::from(k) / 1000.0,
+            f64::from(k) / 200.0,
+        ] {
+            values.extend([
+                x,
+                f64::from_bits(x.to_bits() + 1),
+                f64::from_bits(x.to_bits().saturating_sub(1)),
+            ]);
+        }
+    }
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..200_000 {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let unit = (state >> 11) as f64 / (1u64 << 53) as f64;
+        values.push(unit * [1.0, 100.0, 1e6, 1e12][(state & 3) as usize]);
+    }
+    values.extend([
+        0.0,
+        -0.0,
+        5e-324,
+        1e-300,
+        0.005,
+        0.015,
+        0.025,
+        2.675,
+        99.995,
+        1e15,
+        -1.5,
+        f64::NAN,
+        f64::INFINITY,
+    ]);
+    for x in values {
+        assert_eq!(score_text(x), formatted(x), "{x:e}");
+    }
+}
+
 /// A gold tier over H100-80GB, A100-80GB and L4-24GB, whose classes GPU Feature Discovery labels too.
 struct Gold {
     catalog: Vec<GpuClass>,
