@@ -124,6 +124,7 @@ pub(crate) fn score_response(
         candidates: d
             .candidates
             .iter()
+            .filter(|c| !req.feasible_candidates_only || c.feasible())
             .map(|c| pb::CandidateScore {
                 gpu_class: policy.classes[c.class].name.clone(),
                 feasible: c.feasible(),

@@ -122,6 +122,8 @@ pub fn score_request(
         model_size_billion_params: f.model_size_billion_params,
         candidate_classes,
         colocated_job_types: Vec::new(),
+        // Only the feasible candidates are read (the alternatives annotation): the others are not sent.
+        feasible_candidates_only: true,
         // The workload (key, group size) is set by the handler: resolving it may read the owner.
         ..Default::default()
     };
