@@ -226,13 +226,20 @@ impl Rule {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Why {
     pub rule: Rule,
-    /// The rule in one sentence, with the numbers.
-    pub reason: String,
+    /// The numbers of the rule's sentence ([`Why::reason`]).
+    reason: explain::Reason,
     /// The class of lowest cost, and the class of lowest sampled cost (indices into `policy.classes`).
     pub exploit: Option<usize>,
     pub sampled: Option<usize>,
     /// Whether this decision's draw and the budget allowed exploring.
     pub exploration_allowed: bool,
+}
+
+impl Why {
+    /// The rule in one sentence, with the numbers (written on demand: only Explain answers carry it).
+    pub fn reason(&self, policy: &Policy) -> String {
+        self.reason.sentence(policy)
+    }
 }
 
 impl Decision {

@@ -577,13 +577,13 @@ fn exploring_stops_once_it_no_longer_pays_and_says_why() {
     let mut declined = 0;
     for seed in 0..300 {
         let d = score(&p, &l, &req, true, seed);
-        assert!(!d.explored, "{}", d.why.reason);
+        let reason = d.why.reason(&p);
+        assert!(!d.explored, "{reason}");
         if d.why.rule == Rule::ExplorationDeclined && d.why.exploration_allowed {
             declined += 1;
             assert!(
-                d.why.reason.contains("does not pay") && d.why.reason.contains("future runs"),
-                "{}",
-                d.why.reason
+                reason.contains("does not pay") && reason.contains("future runs"),
+                "{reason}"
             );
         }
     }
