@@ -114,11 +114,13 @@ impl Learned {
         }
     }
 
-    /// Makes sure the cached posterior is the one of `policy` (after a change or a policy reload).
-    pub fn refresh(&mut self, policy: &Policy) {
+    /// Makes sure the cached posterior is the one of `policy` (after a change or a policy reload), and
+    /// returns it.
+    pub fn refresh(&mut self, policy: &Policy) -> Arc<Posterior> {
         let fresh = self.posterior(policy);
         let digest = Some(self.digest());
-        self.posterior = PosteriorCache(Some(fresh), digest);
+        self.posterior = PosteriorCache(Some(fresh.clone()), digest);
+        fresh
     }
 
     /// Drops the caches (after the learned statistics changed).
@@ -291,7 +293,7 @@ pub fn score(
     score_gated(policy, learned, req, Gate::SeededDraw(budget_allows), seed)
 }
 
-pub use decide::score_gated;
+pub use decide::{score_gated, score_with};
 
 #[cfg(test)]
 mod tests;
