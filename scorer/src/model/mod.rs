@@ -85,9 +85,15 @@ pub struct Learned {
     pub posterior: PosteriorCache,
 }
 
-/// A cached [`Posterior`] and state digest; they do not take part in comparisons of learned states.
+/// A cached [`Posterior`] and state digest, and the shared policy the posterior was last made sure of
+/// ([`Learned::refresh_shared`]; held, so that no other policy can take its address while cached). They do
+/// not take part in comparisons of learned states.
 #[derive(Clone, Default)]
-pub struct PosteriorCache(Option<Arc<Posterior>>, Option<Arc<str>>);
+pub struct PosteriorCache(
+    Option<Arc<Posterior>>,
+    Option<Arc<str>>,
+    Option<Arc<Policy>>,
+);
 
 impl PartialEq for PosteriorCache {
     fn eq(&self, _: &Self) -> bool {
@@ -119,13 +125,27 @@ impl Learned {
     pub fn refresh(&mut self, policy: &Policy) -> Arc<Posterior> {
         let fresh = self.posterior(policy);
         let digest = Some(self.digest());
-        self.posterior = PosteriorCache(Some(fresh.clone()), digest);
+        self.posterior = PosteriorCache(Some(fresh.clone()), digest, None);
+        fresh
+    }
+
+    /// [`Learned::refresh`] for the policy in force: when the cached posterior was last made sure of for
+    /// this very policy (the same `Arc`: a policy is not changed once shared), its fingerprint is not hashed
+    /// again. Any change of the learned statistics drops the cache ([`Learned::invalidate`]).
+    pub fn refresh_shared(&mut self, policy: &Arc<Policy>) -> Arc<Posterior> {
+        if let PosteriorCache(Some(post), Some(_), Some(checked)) = &self.posterior
+            && Arc::ptr_eq(checked, policy)
+        {
+            return post.clone();
+        }
+        let fresh = self.refresh(policy);
+        self.posterior.2 = Some(policy.clone());
         fresh
     }
 
     /// Drops the caches (after the learned statistics changed).
     pub fn invalidate(&mut self) {
-        self.posterior = PosteriorCache(None, None);
+        self.posterior = PosteriorCache(None, None, None);
     }
 
     /// Digest of what was learned (statistics, observation ids; not this replica's exploration

@@ -283,6 +283,29 @@ fn deterministic_for_same_inputs_and_independent_of_observation_order() {
 }
 
 #[test]
+fn the_shared_policys_posterior_is_reused_until_the_state_or_the_policy_changes() {
+    let p = Arc::new(embedded_default().unwrap());
+    let mut l = Learned::default();
+    let first = l.refresh_shared(&p);
+    assert!(Arc::ptr_eq(&first, &l.refresh_shared(&p)));
+    // What was learned changes the posterior: it is computed again, for the same policy object.
+    observe(&p, &mut l, &run("train-bert", "A100-80GB", 1, 9_000.0, &[]));
+    let learned = l.refresh_shared(&p);
+    assert!(!Arc::ptr_eq(&first, &learned));
+    let fresh =
+        |p: &Policy, l: &Learned| format!("{:?}", Posterior::compute(p, &l.runtimes, &l.unlisted));
+    assert_eq!(format!("{learned:?}"), fresh(&p, &l));
+    // Another policy (a reload): its own posterior, then the first policy's again.
+    let mut edited = embedded_default().unwrap();
+    edited.classes[0].relative_throughput *= 2.0;
+    let edited = Arc::new(edited);
+    let other = l.refresh_shared(&edited);
+    assert_eq!(format!("{other:?}"), fresh(&edited, &l));
+    assert_ne!(format!("{other:?}"), format!("{learned:?}"));
+    assert_eq!(format!("{:?}", l.refresh_shared(&p)), fresh(&p, &l));
+}
+
+#[test]
 fn an_observation_id_is_learned_once() {
     let p = embedded_default().unwrap();
     let mut l = Learned::default();

@@ -88,7 +88,7 @@ impl Core {
         let started = Instant::now();
         let (answer, newly_explored) = {
             let mut learned = self.learned();
-            let post = learned.refresh(&policy);
+            let post = learned.refresh_shared(&policy);
             let window = policy.learning.exploration_window as usize;
             let key = req.workload_key.as_str();
             if key.is_empty() {
