@@ -88,7 +88,7 @@ impl Classes {
             &req.job_type,
             &req.colocated_job_types,
         );
-        let contention = learned.contention.factors(policy);
+        let contention = learned.contention_factors(policy);
         let mut mean = Array1::zeros(n);
         let mut stddev = Array1::zeros(n);
         let mut log_var = Array1::zeros(n);
@@ -296,12 +296,7 @@ pub fn score_with(
         candidates,
         priority_score,
         priority_class: priority::bucket(&policy.priority.buckets, priority_score).clone(),
-        avoid_job_types: interference::avoid_list(
-            policy,
-            &learned.interference,
-            learned.unlisted.seen.keys(),
-            &req.job_type,
-        ),
+        avoid_job_types: learned.avoid_list(policy, &req.job_type),
         explored: choice.explored,
         infeasible_reason,
         why,

@@ -30,6 +30,7 @@ pub mod observed;
 pub mod posterior;
 pub mod priority;
 pub mod sampling;
+mod tables;
 pub mod unlisted;
 pub mod value;
 
@@ -44,6 +45,7 @@ use feasibility::Infeasible;
 use interference::InterferenceTable;
 pub use learn::{JobTypeSummary, Observation, ObserveOutcome, learn, observe, summary};
 use posterior::Posterior;
+use tables::StateTables;
 
 /// A job to score, in the model's terms (already validated: numbers are finite and non-negative).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -85,14 +87,13 @@ pub struct Learned {
     pub posterior: PosteriorCache,
 }
 
-/// A cached [`Posterior`] and state digest, and the shared policy the posterior was last made sure of
-/// ([`Learned::refresh_shared`]; held, so that no other policy can take its address while cached). They do
-/// not take part in comparisons of learned states.
+/// A cached [`Posterior`] and state digest, and the tables of the shared policy the posterior was last made
+/// sure of ([`Learned::refresh_shared`], [`tables`]). They do not take part in comparisons of learned states.
 #[derive(Clone, Default)]
 pub struct PosteriorCache(
     Option<Arc<Posterior>>,
     Option<Arc<str>>,
-    Option<Arc<Policy>>,
+    Option<Arc<StateTables>>,
 );
 
 impl PartialEq for PosteriorCache {
@@ -133,14 +134,40 @@ impl Learned {
     /// this very policy (the same `Arc`: a policy is not changed once shared), its fingerprint is not hashed
     /// again. Any change of the learned statistics drops the cache ([`Learned::invalidate`]).
     pub fn refresh_shared(&mut self, policy: &Arc<Policy>) -> Arc<Posterior> {
-        if let PosteriorCache(Some(post), Some(_), Some(checked)) = &self.posterior
-            && Arc::ptr_eq(checked, policy)
+        if let PosteriorCache(Some(post), Some(_), tables) = &self.posterior
+            && StateTables::for_policy(tables.as_ref(), policy).is_some()
         {
             return post.clone();
         }
         let fresh = self.refresh(policy);
-        self.posterior.2 = Some(policy.clone());
+        self.posterior.2 = Some(Arc::new(StateTables::new(policy.clone(), self)));
         fresh
+    }
+
+    /// The tables [`Learned::refresh_shared`] built for `policy` itself, if it did.
+    fn tables(&self, policy: &Policy) -> Option<&StateTables> {
+        StateTables::for_policy(self.posterior.2.as_ref(), policy)
+    }
+
+    /// Each class's contention factor (catalog order) under `policy`.
+    pub(crate) fn contention_factors(&self, policy: &Policy) -> std::borrow::Cow<'_, [f64]> {
+        match self.tables(policy) {
+            Some(t) => std::borrow::Cow::Borrowed(&t.contention),
+            None => std::borrow::Cow::Owned(self.contention.factors(policy)),
+        }
+    }
+
+    /// The avoid-list of `job_type` under `policy` ([`interference::avoid_list`]).
+    pub(crate) fn avoid_list(&self, policy: &Policy, job_type: &str) -> Vec<String> {
+        match self.tables(policy) {
+            Some(t) => t.avoid_list(self, job_type),
+            None => interference::avoid_list(
+                policy,
+                &self.interference,
+                self.unlisted.seen.keys(),
+                job_type,
+            ),
+        }
     }
 
     /// Drops the caches (after the learned statistics changed).
