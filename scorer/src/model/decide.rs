@@ -88,7 +88,7 @@ impl Classes {
             &req.job_type,
             &req.colocated_job_types,
         );
-        let contention = learned.contention.factors(policy);
+        let contention = learned.contention_factors(policy);
         let mut mean = Array1::zeros(n);
         let mut stddev = Array1::zeros(n);
         let mut log_var = Array1::zeros(n);
@@ -134,13 +134,14 @@ impl Classes {
         (expected(a) / expected(b)).ln()
     }
 
-    fn candidate(&self, post: &Posterior, who: JobRef, i: usize, feasible: bool) -> Candidate {
+    /// Class `i` as a candidate of the answer (an infeasible class's reasons are moved out of `self`).
+    fn candidate(&mut self, post: &Posterior, who: JobRef, i: usize, feasible: bool) -> Candidate {
         Candidate {
             class: i,
             infeasible: if feasible {
                 Vec::new()
             } else {
-                self.infeasible[i].clone()
+                std::mem::take(&mut self.infeasible[i])
             },
             runtime: Gaussian {
                 mean: self.inputs.mean[i],
@@ -239,8 +240,20 @@ pub fn score_gated(
     gate: Gate,
     seed: u64,
 ) -> Decision {
-    let post = learned.posterior(policy);
-    let job = Job::of(policy, &post, req);
+    score_with(policy, learned, &learned.posterior(policy), req, gate, seed)
+}
+
+/// [`score_gated`] with `post`, the posterior of `learned` under `policy`, already at hand (what
+/// [`Learned::refresh`] returns): its cache check is not repeated.
+pub fn score_with(
+    policy: &Policy,
+    learned: &Learned,
+    post: &Posterior,
+    req: &JobRequest,
+    gate: Gate,
+    seed: u64,
+) -> Decision {
+    let job = Job::of(policy, post, req);
     let learning = &policy.learning;
     // This decision's draws: first the exploration gate, then one normal per class (catalog order).
     // A scorer that has never received an observation does not explore: with nobody reporting
@@ -252,20 +265,20 @@ pub fn score_gated(
             Gate::Window(room) => room && learning.exploration_cap > 0.0,
             Gate::SeededDraw(room) => room && u < learning.exploration_cap,
         };
-    let classes = Classes::of(policy, learned, &post, req, &job, &mut draws);
-    let choice = choose(policy, &post, &job, &classes, allowed);
-    let why = explain::why(policy, &post, job.who, &classes.terms, &choice);
+    let mut classes = Classes::of(policy, learned, post, req, &job, &mut draws);
+    let choice = choose(policy, post, &job, &classes, allowed);
+    let why = explain::why(policy, post, job.who, &classes.terms, &choice);
 
-    let mut candidates: Vec<Candidate> = choice
-        .ranked
-        .iter()
-        .map(|&i| classes.candidate(&post, job.who, i, true))
-        .collect();
-    candidates.extend(
-        (0..policy.classes.len())
-            .filter(|&i| !classes.infeasible[i].is_empty())
-            .map(|i| classes.candidate(&post, job.who, i, false)),
-    );
+    // Feasible classes in answer order, then the infeasible ones in catalog order.
+    let mut candidates: Vec<Candidate> = Vec::with_capacity(policy.classes.len());
+    for &i in &choice.ranked {
+        candidates.push(classes.candidate(post, job.who, i, true));
+    }
+    for i in 0..policy.classes.len() {
+        if !classes.infeasible[i].is_empty() {
+            candidates.push(classes.candidate(post, job.who, i, false));
+        }
+    }
     let infeasible_reason = choice
         .ranked
         .is_empty()
@@ -283,12 +296,7 @@ pub fn score_gated(
         candidates,
         priority_score,
         priority_class: priority::bucket(&policy.priority.buckets, priority_score).clone(),
-        avoid_job_types: interference::avoid_list(
-            policy,
-            &learned.interference,
-            learned.unlisted.seen.keys(),
-            &req.job_type,
-        ),
+        avoid_job_types: learned.avoid_list(policy, &req.job_type),
         explored: choice.explored,
         infeasible_reason,
         why,

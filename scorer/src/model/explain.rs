@@ -7,7 +7,8 @@ use super::posterior::{JobRef, Posterior};
 use super::{Candidate, Rule, Why, feasibility, value};
 use crate::policy::Policy;
 
-/// Names the rule that picked the first of `choice.ranked`.
+/// Names the rule that picked the first of `choice.ranked`. The sentence is only written when asked for
+/// ([`Why::reason`]): Score answers do not carry it, Explain answers do.
 pub(super) fn why(
     policy: &Policy,
     post: &Posterior,
@@ -15,42 +16,33 @@ pub(super) fn why(
     terms: &Terms,
     choice: &Choice,
 ) -> Why {
-    let name = |i: usize| policy.classes[i].name.as_str();
     let (rule, reason) = match (choice.exploit, choice.sampled) {
         (Some(e), Some(s)) if choice.explored => (
             Rule::Exploration,
-            format!(
-                "exploring {}: its posterior draw costs {:.4}, below {:.4} for {}; its expected cost is {:.4} against {:.4}; {}; {}",
-                name(s),
-                terms.sampled_cost[s],
-                terms.sampled_cost[e],
-                name(e),
-                terms.cost[s],
-                terms.cost[e],
-                worth(choice.verdict),
-                what_is_known(policy, post, who, s),
-            ),
+            Reason::Exploring {
+                s,
+                e,
+                sampled_cost: [terms.sampled_cost[s], terms.sampled_cost[e]],
+                cost: [terms.cost[s], terms.cost[e]],
+                verdict: choice.verdict,
+                runs: post.count(who, s),
+                known: post.estimate(policy, who, s).log_var.sqrt(),
+                contradicted: post.contradicted(who),
+            },
         ),
-        (Some(e), _) if choice.ranked.len() == 1 => (
-            Rule::SingleFeasibleClass,
-            format!("{} is the only feasible class", name(e)),
-        ),
+        (Some(e), _) if choice.ranked.len() == 1 => (Rule::SingleFeasibleClass, Reason::Only { e }),
         (Some(e), Some(s)) if s != e => (
             Rule::ExplorationDeclined,
-            format!(
-                "{} has the lowest cost {:.4}; the posterior draw favoured {} but {}",
-                name(e),
-                terms.cost[e],
-                name(s),
-                if choice.allowed {
-                    format!("exploring it does not pay: {}", worth(choice.verdict))
-                } else {
-                    "this decision may not explore (seeded draw above the cap, the window's budget spent, or nothing observed yet)".to_string()
-                }
-            ),
+            Reason::Declined {
+                e,
+                cost: terms.cost[e],
+                s,
+                allowed: choice.allowed,
+                verdict: choice.verdict,
+            },
         ),
-        (Some(e), _) => lowest_cost(policy, terms, &choice.ranked, choice.preferred, e),
-        (None, _) => (Rule::NoFeasibleClass, "no class is feasible".to_string()),
+        (Some(e), _) => lowest_cost(terms, &choice.ranked, choice.preferred, e),
+        (None, _) => (Rule::NoFeasibleClass, Reason::NoClass),
     };
     Why {
         rule,
@@ -58,6 +50,124 @@ pub(super) fn why(
         exploit: choice.exploit,
         sampled: choice.sampled,
         exploration_allowed: choice.allowed,
+    }
+}
+
+/// The numbers behind a [`Why`]'s sentence (class indices into `policy.classes`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Reason {
+    /// Exploring `s` over the lowest-cost `e`: sampled costs and costs of (s, e), what `s` is known from.
+    Exploring {
+        s: usize,
+        e: usize,
+        sampled_cost: [f64; 2],
+        cost: [f64; 2],
+        verdict: Option<value::Verdict>,
+        runs: u64,
+        /// σ of the ln-runtime estimate on `s`.
+        known: f64,
+        contradicted: bool,
+    },
+    Only {
+        e: usize,
+    },
+    Declined {
+        e: usize,
+        cost: f64,
+        s: usize,
+        allowed: bool,
+        verdict: Option<value::Verdict>,
+    },
+    Lowest {
+        e: usize,
+        cost: f64,
+        second: usize,
+        second_cost: f64,
+    },
+    Tie {
+        e: usize,
+        second: usize,
+        cost: f64,
+        rule: Rule,
+    },
+    NoClass,
+}
+
+impl Reason {
+    /// The rule in one sentence, with the numbers.
+    pub(crate) fn sentence(&self, policy: &Policy) -> String {
+        let name = |i: usize| policy.classes[i].name.as_str();
+        match *self {
+            Reason::Exploring {
+                s,
+                e,
+                sampled_cost,
+                cost,
+                verdict,
+                runs,
+                known,
+                contradicted,
+            } => format!(
+                "exploring {}: its posterior draw costs {:.4}, below {:.4} for {}; its expected cost is {:.4} against {:.4}; {}; {}",
+                name(s),
+                sampled_cost[0],
+                sampled_cost[1],
+                name(e),
+                cost[0],
+                cost[1],
+                worth(verdict),
+                what_is_known(name(s), runs, known, contradicted),
+            ),
+            Reason::Only { e } => format!("{} is the only feasible class", name(e)),
+            Reason::Declined {
+                e,
+                cost,
+                s,
+                allowed,
+                verdict,
+            } => format!(
+                "{} has the lowest cost {:.4}; the posterior draw favoured {} but {}",
+                name(e),
+                cost,
+                name(s),
+                if allowed {
+                    format!("exploring it does not pay: {}", worth(verdict))
+                } else {
+                    "this decision may not explore (seeded draw above the cap, the window's budget spent, or nothing observed yet)".to_string()
+                }
+            ),
+            Reason::Lowest {
+                e,
+                cost,
+                second,
+                second_cost,
+            } => format!(
+                "{} has the lowest cost {:.4} (next: {} at {:.4})",
+                name(e),
+                cost,
+                name(second),
+                second_cost
+            ),
+            Reason::Tie {
+                e,
+                second,
+                cost,
+                rule,
+            } => {
+                let why = if rule == Rule::TiePreferredClass {
+                    "is the tier's preferred class"
+                } else {
+                    "comes first in the catalog"
+                };
+                format!(
+                    "{} ties with {} at cost {:.4} and {why}",
+                    name(e),
+                    name(second),
+                    cost
+                )
+            }
+            Reason::NoClass => "no class is feasible".to_string(),
+        }
     }
 }
 
@@ -74,13 +184,11 @@ fn worth(verdict: Option<value::Verdict>) -> String {
 }
 
 /// "3 run(s) of this job type on H100-80GB so far, its runtime known to ±12 %".
-fn what_is_known(policy: &Policy, post: &Posterior, who: JobRef, s: usize) -> String {
+fn what_is_known(class: &str, runs: u64, known: f64, contradicted: bool) -> String {
     format!(
-        "{} run(s) of this job type on {} so far, its runtime known to ±{:.0} %{}",
-        post.count(who, s),
-        policy.classes[s].name,
-        100.0 * post.estimate(policy, who, s).log_var.sqrt(),
-        if post.contradicted(who) {
+        "{runs} run(s) of this job type on {class} so far, its runtime known to ±{:.0} %{}",
+        100.0 * known,
+        if contradicted {
             "; the job type's runs contradict its prior, so it is learned under a wider one"
         } else {
             ""
@@ -90,40 +198,37 @@ fn what_is_known(policy: &Policy, post: &Posterior, who: JobRef, s: usize) -> St
 
 /// The lowest-cost class, or a tie broken by the tier's preferred class or the catalog order.
 fn lowest_cost(
-    policy: &Policy,
     terms: &Terms,
     ranked: &[usize],
     preferred: Option<usize>,
     e: usize,
-) -> (Rule, String) {
-    let name = |i: usize| policy.classes[i].name.as_str();
+) -> (Rule, Reason) {
     let second = ranked[1];
     let cost = &terms.cost;
     if cost[second] != cost[e] {
         return (
             Rule::LowestCost,
-            format!(
-                "{} has the lowest cost {:.4} (next: {} at {:.4})",
-                name(e),
-                cost[e],
-                name(second),
-                cost[second]
-            ),
+            Reason::Lowest {
+                e,
+                cost: cost[e],
+                second,
+                second_cost: cost[second],
+            },
         );
     }
-    let (rule, why) = if preferred == Some(e) {
-        (Rule::TiePreferredClass, "is the tier's preferred class")
+    let rule = if preferred == Some(e) {
+        Rule::TiePreferredClass
     } else {
-        (Rule::TieCatalogOrder, "comes first in the catalog")
+        Rule::TieCatalogOrder
     };
     (
         rule,
-        format!(
-            "{} ties with {} at cost {:.4} and {why}",
-            name(e),
-            name(second),
-            cost[e]
-        ),
+        Reason::Tie {
+            e,
+            second,
+            cost: cost[e],
+            rule,
+        },
     )
 }
 

@@ -9,11 +9,32 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
+/// Invariant: `explored` is the number of `true`s in `recent` (kept by every method; a snapshot's count is
+/// recomputed when it is read, see [`WindowFields`]).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(from = "WindowFields")]
 pub struct ExplorationWindow {
     /// Most recent last; `true` = explored.
     recent: VecDeque<bool>,
     explored: usize,
+}
+
+/// The snapshot's fields, as written; the count of explored decisions is not trusted but recounted.
+#[derive(Deserialize)]
+struct WindowFields {
+    recent: VecDeque<bool>,
+    #[serde(rename = "explored")]
+    _explored: usize,
+}
+
+impl From<WindowFields> for ExplorationWindow {
+    fn from(w: WindowFields) -> Self {
+        let explored = w.recent.iter().filter(|&&e| e).count();
+        Self {
+            recent: w.recent,
+            explored,
+        }
+    }
 }
 
 impl ExplorationWindow {
@@ -23,7 +44,10 @@ impl ExplorationWindow {
         let window = window.max(1);
         // The decision about to be made pushes the oldest one out once the window is full.
         let keep = window - 1;
-        let explored_kept = self.recent.iter().rev().take(keep).filter(|&&e| e).count();
+        // The explored decisions among the last `keep` ones: all of them but those among the older rest
+        // (none or one once the window is full; more only just after the window was shortened).
+        let older = self.recent.len().saturating_sub(keep);
+        let explored_kept = self.explored - self.recent.iter().take(older).filter(|&&e| e).count();
         (explored_kept + 1) as f64 <= cap * window as f64 + 1e-9
     }
 
@@ -110,6 +134,47 @@ mod tests {
     fn zero_cap_never_explores() {
         let w = ExplorationWindow::default();
         assert!(!w.allows(0.0, 100));
+    }
+
+    /// `allows` as first written: counting the last `window - 1` decisions.
+    fn allows_by_counting(w: &ExplorationWindow, cap: f64, window: usize) -> bool {
+        let window = window.max(1);
+        let kept = w
+            .recent
+            .iter()
+            .rev()
+            .take(window - 1)
+            .filter(|&&e| e)
+            .count();
+        (kept + 1) as f64 <= cap * window as f64 + 1e-9
+    }
+
+    #[test]
+    fn allows_agrees_with_counting_also_when_the_window_changes() {
+        let mut w = ExplorationWindow::default();
+        let mut x = 12345u64;
+        for i in 0..3000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            // Windows shrink and grow now and then (policy reloads); the cap varies.
+            let window = [1, 3, 10, 50, 0][(i / 97) % 5];
+            let cap = [0.1, 0.3, 1.0][(i / 31) % 3];
+            assert_eq!(
+                w.allows(cap, window),
+                allows_by_counting(&w, cap, window),
+                "{i}"
+            );
+            w.record(x >> 62 == 0, window);
+        }
+    }
+
+    #[test]
+    fn a_snapshot_counter_is_recounted_when_read() {
+        let w: ExplorationWindow =
+            serde_json::from_str(r#"{"recent":[true,false,true],"explored":0}"#).unwrap();
+        assert_eq!(w.share(3), 2.0 / 3.0);
+        assert_eq!(w.allows(0.5, 4), allows_by_counting(&w, 0.5, 4));
     }
 
     #[test]

@@ -127,7 +127,18 @@ pub fn prior_slowdown(policy: &Policy, a: &str, b: &str) -> f64 {
 
 /// The current estimate of the slowdown between two job types (see the module's doc).
 pub fn slowdown(policy: &Policy, learned: &InterferenceTable, a: &str, b: &str) -> f64 {
-    let prior = prior_slowdown(policy, a, b).max(0.0).ln_1p();
+    slowdown_from(policy, learned, prior_slowdown(policy, a, b), a, b)
+}
+
+/// [`slowdown`] with the pair's prior slowdown already looked up.
+fn slowdown_from(
+    policy: &Policy,
+    learned: &InterferenceTable,
+    prior_slowdown: f64,
+    a: &str,
+    b: &str,
+) -> f64 {
+    let prior = prior_slowdown.max(0.0).ln_1p();
     let stat = learned.get(a, b);
     if stat.count == 0 {
         return prior.exp_m1();
@@ -170,24 +181,35 @@ pub fn total_slowdown(
 }
 
 /// Job types (listed, or among `unlisted`: those learned) whose (prior or learned) slowdown with
-/// `job_type` is above the anti-affinity threshold, sorted by name.
+/// `job_type` is above the anti-affinity threshold, sorted by name. The listed job types' priors are read
+/// by index (one name lookup per call, not two per pair).
 pub fn avoid_list<'a>(
     policy: &'a Policy,
     learned: &InterferenceTable,
     unlisted: impl IntoIterator<Item = &'a String>,
     job_type: &str,
 ) -> Vec<String> {
-    let mut avoid: Vec<String> = policy
-        .job_types
-        .iter()
-        .map(|j| &j.name)
-        .chain(unlisted)
-        .filter(|other| slowdown(policy, learned, job_type, other) > policy.anti_affinity_threshold)
-        .cloned()
+    let me = policy.job_index(job_type);
+    let above = |prior: f64, other: &str| {
+        slowdown_from(policy, learned, prior, job_type, other) > policy.anti_affinity_threshold
+    };
+    let listed = policy.job_types.iter().enumerate().filter(|(j, other)| {
+        let prior = me.map_or(policy.default_slowdown, |i| {
+            policy.interference_prior[[i, *j]]
+        });
+        above(prior, &other.name)
+    });
+    let mut avoid: Vec<&String> = listed
+        .map(|(_, other)| &other.name)
+        .chain(
+            unlisted
+                .into_iter()
+                .filter(|other| above(prior_slowdown(policy, job_type, other), other)),
+        )
         .collect();
     avoid.sort();
     avoid.dedup();
-    avoid
+    avoid.into_iter().cloned().collect()
 }
 
 #[cfg(test)]
@@ -251,6 +273,42 @@ mod tests {
         assert!((unsure.get("notebook", "batch-etl").weight() - 0.3).abs() < 1e-9);
         // The weighted mean is still the mean of the values.
         assert!((unsure.get("batch-etl", "notebook").mean() - 0.8f64.ln_1p()).abs() < 1e-6);
+    }
+
+    #[test]
+    fn avoid_list_is_every_job_type_whose_slowdown_is_above_the_threshold() {
+        let policy = embedded_default().unwrap();
+        let mut learned = InterferenceTable::default();
+        learned.record("batch-etl", "notebook", 0.8, 1);
+        learned.record("mystery", "train-llama", 0.9, 2);
+        learned.record("mystery", "other", 0.6, 3);
+        learned.record("train-llama", "finetune-llm", -0.4, 4);
+        let unlisted = [
+            "mystery".to_string(),
+            "other".to_string(),
+            "notebook".to_string(),
+        ];
+        let names: Vec<String> = policy.job_types.iter().map(|j| j.name.clone()).collect();
+        let mut found = 0;
+        for job_type in names.iter().chain(&unlisted) {
+            let mut expected: Vec<String> = names
+                .iter()
+                .chain(&unlisted)
+                .filter(|o| {
+                    slowdown(&policy, &learned, job_type, o) > policy.anti_affinity_threshold
+                })
+                .cloned()
+                .collect();
+            expected.sort();
+            expected.dedup();
+            let got = avoid_list(&policy, &learned, &unlisted, job_type);
+            assert_eq!(got, expected, "{job_type}");
+            found += got.len();
+        }
+        assert!(
+            found > 5,
+            "too few pairs above the threshold to check anything"
+        );
     }
 
     #[test]

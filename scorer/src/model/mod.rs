@@ -30,6 +30,7 @@ pub mod observed;
 pub mod posterior;
 pub mod priority;
 pub mod sampling;
+mod tables;
 pub mod unlisted;
 pub mod value;
 
@@ -44,6 +45,7 @@ use feasibility::Infeasible;
 use interference::InterferenceTable;
 pub use learn::{JobTypeSummary, Observation, ObserveOutcome, learn, observe, summary};
 use posterior::Posterior;
+use tables::StateTables;
 
 /// A job to score, in the model's terms (already validated: numbers are finite and non-negative).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -85,9 +87,14 @@ pub struct Learned {
     pub posterior: PosteriorCache,
 }
 
-/// A cached [`Posterior`] and state digest; they do not take part in comparisons of learned states.
+/// A cached [`Posterior`] and state digest, and the tables of the shared policy the posterior was last made
+/// sure of ([`Learned::refresh_shared`], [`tables`]). They do not take part in comparisons of learned states.
 #[derive(Clone, Default)]
-pub struct PosteriorCache(Option<Arc<Posterior>>, Option<Arc<str>>);
+pub struct PosteriorCache(
+    Option<Arc<Posterior>>,
+    Option<Arc<str>>,
+    Option<Arc<StateTables>>,
+);
 
 impl PartialEq for PosteriorCache {
     fn eq(&self, _: &Self) -> bool {
@@ -114,16 +121,58 @@ impl Learned {
         }
     }
 
-    /// Makes sure the cached posterior is the one of `policy` (after a change or a policy reload).
-    pub fn refresh(&mut self, policy: &Policy) {
+    /// Makes sure the cached posterior is the one of `policy` (after a change or a policy reload), and
+    /// returns it.
+    pub fn refresh(&mut self, policy: &Policy) -> Arc<Posterior> {
         let fresh = self.posterior(policy);
         let digest = Some(self.digest());
-        self.posterior = PosteriorCache(Some(fresh), digest);
+        self.posterior = PosteriorCache(Some(fresh.clone()), digest, None);
+        fresh
+    }
+
+    /// [`Learned::refresh`] for the policy in force: when the cached posterior was last made sure of for
+    /// this very policy (the same `Arc`: a policy is not changed once shared), its fingerprint is not hashed
+    /// again. Any change of the learned statistics drops the cache ([`Learned::invalidate`]).
+    pub fn refresh_shared(&mut self, policy: &Arc<Policy>) -> Arc<Posterior> {
+        if let PosteriorCache(Some(post), Some(_), tables) = &self.posterior
+            && StateTables::for_policy(tables.as_ref(), policy).is_some()
+        {
+            return post.clone();
+        }
+        let fresh = self.refresh(policy);
+        self.posterior.2 = Some(Arc::new(StateTables::new(policy.clone(), self)));
+        fresh
+    }
+
+    /// The tables [`Learned::refresh_shared`] built for `policy` itself, if it did.
+    fn tables(&self, policy: &Policy) -> Option<&StateTables> {
+        StateTables::for_policy(self.posterior.2.as_ref(), policy)
+    }
+
+    /// Each class's contention factor (catalog order) under `policy`.
+    pub(crate) fn contention_factors(&self, policy: &Policy) -> std::borrow::Cow<'_, [f64]> {
+        match self.tables(policy) {
+            Some(t) => std::borrow::Cow::Borrowed(&t.contention),
+            None => std::borrow::Cow::Owned(self.contention.factors(policy)),
+        }
+    }
+
+    /// The avoid-list of `job_type` under `policy` ([`interference::avoid_list`]).
+    pub(crate) fn avoid_list(&self, policy: &Policy, job_type: &str) -> Vec<String> {
+        match self.tables(policy) {
+            Some(t) => t.avoid_list(self, job_type),
+            None => interference::avoid_list(
+                policy,
+                &self.interference,
+                self.unlisted.seen.keys(),
+                job_type,
+            ),
+        }
     }
 
     /// Drops the caches (after the learned statistics changed).
     pub fn invalidate(&mut self) {
-        self.posterior = PosteriorCache(None, None);
+        self.posterior = PosteriorCache(None, None, None);
     }
 
     /// Digest of what was learned (statistics, observation ids; not this replica's exploration
@@ -226,13 +275,20 @@ impl Rule {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Why {
     pub rule: Rule,
-    /// The rule in one sentence, with the numbers.
-    pub reason: String,
+    /// The numbers of the rule's sentence ([`Why::reason`]).
+    reason: explain::Reason,
     /// The class of lowest cost, and the class of lowest sampled cost (indices into `policy.classes`).
     pub exploit: Option<usize>,
     pub sampled: Option<usize>,
     /// Whether this decision's draw and the budget allowed exploring.
     pub exploration_allowed: bool,
+}
+
+impl Why {
+    /// The rule in one sentence, with the numbers (written on demand: only Explain answers carry it).
+    pub fn reason(&self, policy: &Policy) -> String {
+        self.reason.sentence(policy)
+    }
 }
 
 impl Decision {
@@ -284,7 +340,7 @@ pub fn score(
     score_gated(policy, learned, req, Gate::SeededDraw(budget_allows), seed)
 }
 
-pub use decide::score_gated;
+pub use decide::{score_gated, score_with};
 
 #[cfg(test)]
 mod tests;

@@ -26,16 +26,24 @@ fn log_ratio(x: f64, reference: f64) -> f64 {
 /// Size of a job in [0, 1].
 pub fn size_factor(policy: &Policy, size: &Size) -> f64 {
     let r = &policy.priority.size_reference;
-    let mut parts = vec![(
+    // (weight, value) of the features present, on the stack.
+    let mut all = [(0.0, 0.0); 3];
+    let mut present = 0;
+    let mut add = |part: (f64, f64)| {
+        all[present] = part;
+        present += 1;
+    };
+    add((
         0.5,
         log_ratio(f64::from(size.gpu_count.max(1)), r.gpu_count),
-    )];
+    ));
     if let Some(m) = size.memory_gib.filter(|m| m.is_finite()) {
-        parts.push((0.3, (m.max(0.0) / r.memory_gib).min(1.0)));
+        add((0.3, (m.max(0.0) / r.memory_gib).min(1.0)));
     }
     if let Some(b) = size.model_size_billion_params.filter(|b| b.is_finite()) {
-        parts.push((0.2, log_ratio(b, r.model_size_billion_params)));
+        add((0.2, log_ratio(b, r.model_size_billion_params)));
     }
+    let parts = &all[..present];
     let weight: f64 = parts.iter().map(|(w, _)| w).sum();
     parts.iter().map(|(w, v)| w * v).sum::<f64>() / weight
 }

@@ -283,6 +283,76 @@ fn deterministic_for_same_inputs_and_independent_of_observation_order() {
 }
 
 #[test]
+fn the_shared_policys_posterior_is_reused_until_the_state_or_the_policy_changes() {
+    let p = Arc::new(embedded_default().unwrap());
+    let mut l = Learned::default();
+    let first = l.refresh_shared(&p);
+    assert!(Arc::ptr_eq(&first, &l.refresh_shared(&p)));
+    // What was learned changes the posterior: it is computed again, for the same policy object.
+    observe(&p, &mut l, &run("train-bert", "A100-80GB", 1, 9_000.0, &[]));
+    let learned = l.refresh_shared(&p);
+    assert!(!Arc::ptr_eq(&first, &learned));
+    let fresh =
+        |p: &Policy, l: &Learned| format!("{:?}", Posterior::compute(p, &l.runtimes, &l.unlisted));
+    assert_eq!(format!("{learned:?}"), fresh(&p, &l));
+    // Another policy (a reload): its own posterior, then the first policy's again.
+    let mut edited = embedded_default().unwrap();
+    edited.classes[0].relative_throughput *= 2.0;
+    let edited = Arc::new(edited);
+    let other = l.refresh_shared(&edited);
+    assert_eq!(format!("{other:?}"), fresh(&edited, &l));
+    assert_ne!(format!("{other:?}"), format!("{learned:?}"));
+    assert_eq!(format!("{:?}", l.refresh_shared(&p)), fresh(&p, &l));
+}
+
+#[test]
+fn kept_tables_answer_as_computed_afresh_across_state_and_policy_changes() {
+    let p = Arc::new(embedded_default().unwrap());
+    // The same version, another threshold: a reload the version alone does not tell apart.
+    let mut strict = embedded_default().unwrap();
+    strict.anti_affinity_threshold = 0.1;
+    let strict = Arc::new(strict);
+    let req = JobRequest {
+        colocated_job_types: vec!["batch-etl".into()],
+        ..job("gold", "train-llama", 70.0)
+    };
+    let afresh = |p: &Policy, l: &Learned| {
+        let mut l = l.clone();
+        l.invalidate();
+        score(p, &l, &req, true, 3)
+    };
+    let mut l = Learned::default();
+    let mut lists = Vec::new();
+    for step in 0..2 {
+        if step == 1 {
+            // Learned: train-llama suffers next to batch-etl (the contract: a change drops the caches).
+            for i in 0..20 {
+                l.interference.record("batch-etl", "train-llama", 0.8, i);
+                l.contention.record("L4-24GB", 0.3, 0.6);
+            }
+            l.invalidate();
+        }
+        for policy in [&p, &strict, &p] {
+            l.refresh_shared(policy);
+            let d = score(policy, &l, &req, true, 3);
+            assert_eq!(d, afresh(policy, &l), "step {step}");
+            // Again, from the kept avoid-list.
+            assert_eq!(score(policy, &l, &req, true, 3), d);
+            lists.push(d.avoid_job_types);
+        }
+    }
+    assert_ne!(
+        lists[0], lists[1],
+        "the thresholds make no difference: the test checks nothing"
+    );
+    assert_ne!(
+        lists[0], lists[3],
+        "learning makes no difference: the test checks nothing"
+    );
+    assert!(lists[3].contains(&"batch-etl".to_string()));
+}
+
+#[test]
 fn an_observation_id_is_learned_once() {
     let p = embedded_default().unwrap();
     let mut l = Learned::default();
@@ -577,13 +647,13 @@ fn exploring_stops_once_it_no_longer_pays_and_says_why() {
     let mut declined = 0;
     for seed in 0..300 {
         let d = score(&p, &l, &req, true, seed);
-        assert!(!d.explored, "{}", d.why.reason);
+        let reason = d.why.reason(&p);
+        assert!(!d.explored, "{reason}");
         if d.why.rule == Rule::ExplorationDeclined && d.why.exploration_allowed {
             declined += 1;
             assert!(
-                d.why.reason.contains("does not pay") && d.why.reason.contains("future runs"),
-                "{}",
-                d.why.reason
+                reason.contains("does not pay") && reason.contains("future runs"),
+                "{reason}"
             );
         }
     }

@@ -4,8 +4,6 @@ pub mod schema;
 pub mod validate;
 pub mod watch;
 
-use std::collections::HashMap;
-
 use ndarray::Array2;
 
 pub use schema::{
@@ -135,6 +133,10 @@ pub struct PriorityRules {
     pub buckets: Vec<Bucket>,
 }
 
+/// Name -> index of the catalog, the tiers or the job types. foldhash rather than SipHash: every Score looks
+/// names up, the keys come from the policy file, and nothing iterates these maps (so their order is moot).
+pub(crate) type NameIndex = foldhash::HashMap<String, usize>;
+
 /// A policy that passed validation: every name it references exists, every number is in range.
 #[derive(Debug, Clone)]
 pub struct Policy {
@@ -156,9 +158,9 @@ pub struct Policy {
     pub namespace_grants: Vec<NamespaceGrant>,
     /// Which Pod resources ask for GPUs (the frontend counts them; carried by GetPolicy).
     pub gpu_resources: Vec<gpu_admission_proto::scorer::v1::GpuResourceRule>,
-    class_index: HashMap<String, usize>,
-    tier_index: HashMap<String, usize>,
-    job_index: HashMap<String, usize>,
+    class_index: NameIndex,
+    tier_index: NameIndex,
+    job_index: NameIndex,
 }
 
 impl Policy {

@@ -181,7 +181,7 @@ pub(crate) fn explain_response(
     let why = d.why.clone();
     pb::ExplainResponse {
         rule: why.rule.as_str().to_string(),
-        reason: why.reason,
+        reason: why.reason(policy),
         exploit_class: name(why.exploit),
         sampled_class: name(why.sampled),
         exploration_share,

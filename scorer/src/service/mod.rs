@@ -88,7 +88,7 @@ impl Core {
         let started = Instant::now();
         let (answer, newly_explored) = {
             let mut learned = self.learned();
-            learned.refresh(&policy);
+            let post = learned.refresh_shared(&policy);
             let window = policy.learning.exploration_window as usize;
             let key = req.workload_key.as_str();
             if key.is_empty() {
@@ -96,8 +96,8 @@ impl Core {
                     .exploration
                     .allows(policy.learning.exploration_cap, window);
                 let seed = decision_seed(&policy, &learned, req);
-                let d =
-                    model::score_gated(&policy, &learned, &job, model::Gate::Window(allowed), seed);
+                let gate = model::Gate::Window(allowed);
+                let d = model::score_with(&policy, &learned, &post, &job, gate, seed);
                 if !d.accepted().is_empty() {
                     learned.exploration.record(d.explored, window);
                 }
@@ -349,13 +349,25 @@ fn unix_seconds() -> u64 {
 }
 
 /// The seed of a decision's posterior sample: the request's content, the learned state and the
-/// policy's `learning.seed`, so that replicas with equal state answer a request identically.
+/// policy's `learning.seed`, so that replicas with equal state answer a request identically. The request
+/// is encoded into a buffer kept per thread (the same bytes as `encode_to_vec`, without an allocation a call).
 fn decision_seed(policy: &Policy, learned: &Learned, req: &pb::ScoreRequest) -> u64 {
     use prost::Message;
     use sha2::{Digest, Sha256};
+    thread_local! {
+        static ENCODED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
     let mut h = Sha256::new();
     h.update(policy.learning.seed.to_le_bytes());
-    h.update(state::digest(learned).as_bytes());
-    h.update(req.encode_to_vec());
+    h.update(learned.digest().as_bytes());
+    ENCODED.with_borrow_mut(|buf| {
+        buf.clear();
+        req.encode(buf).expect("a Vec grows as needed");
+        h.update(buf.as_slice());
+        // A rare huge request does not keep its buffer for good.
+        if buf.capacity() > 64 * 1024 {
+            *buf = Vec::new();
+        }
+    });
     u64::from_le_bytes(h.finalize()[..8].try_into().expect("8 bytes"))
 }

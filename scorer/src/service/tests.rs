@@ -393,3 +393,33 @@ fn the_rules_digest_changes_with_what_a_tier_gets_and_nothing_else() {
     }
     assert_eq!(digest("not: [valid"), "");
 }
+
+/// The seed as first written: SHA-256 of the policy seed, the state digest and `encode_to_vec`.
+fn seed_by_encode_to_vec(policy: &Policy, learned: &Learned, req: &pb::ScoreRequest) -> u64 {
+    use prost::Message;
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(policy.learning.seed.to_le_bytes());
+    h.update(state::digest(learned).as_bytes());
+    h.update(req.encode_to_vec());
+    u64::from_le_bytes(h.finalize()[..8].try_into().unwrap())
+}
+
+#[test]
+fn decision_seeds_are_those_of_the_encoded_request() {
+    let policy = embedded_default().unwrap();
+    let learned = exploring_replica(std::time::Duration::ZERO).snapshot();
+    let big = pb::ScoreRequest {
+        colocated_job_types: vec!["x".repeat(40_000); 3],
+        ..request(Some(40.0))
+    };
+    // Buffers of earlier (longer, shorter) requests must not leak into a later seed.
+    for req in [request(Some(80.0)), big, request(None), request(Some(80.0))] {
+        for l in [&Learned::default(), &learned] {
+            assert_eq!(
+                decision_seed(&policy, l, &req),
+                seed_by_encode_to_vec(&policy, l, &req)
+            );
+        }
+    }
+}

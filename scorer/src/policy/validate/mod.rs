@@ -1,6 +1,6 @@
 //! Turns policy text into a validated [`Policy`], or into errors that name the file, the field and
 //! the reason (all problems at once, so an operator fixes a file in one go).
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::path::Path;
 
@@ -14,7 +14,7 @@ mod sections;
 mod tests;
 
 use super::schema::{GpuResourceKindSpec, PolicyFile, RuntimeProfile};
-use super::{Enforcement, NamespaceGrant, Policy, PriorityRules};
+use super::{Enforcement, NameIndex, NamespaceGrant, Policy, PriorityRules};
 
 /// One thing wrong with a policy file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -231,7 +231,7 @@ impl Checker {
     fn namespace_grants(
         &mut self,
         raw: &PolicyFile,
-        classes: &HashMap<String, usize>,
+        classes: &NameIndex,
         buckets: &BTreeSet<String>,
     ) -> Vec<NamespaceGrant> {
         let mut seen = BTreeSet::new();

@@ -1,20 +1,20 @@
 //! One check per section of the policy file, each returning what it built for [`Policy`].
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 use ndarray::Array2;
 
 use super::Checker;
 use crate::policy::schema::{PolicyFile, RuntimeProfile};
-use crate::policy::{Bucket, GpuClass, JobType, Tier, WorkloadClass};
+use crate::policy::{Bucket, GpuClass, JobType, NameIndex, Tier, WorkloadClass};
 
 impl Checker {
     /// `catalog`: every GPU class, with its node label, taint and identifying labels.
-    pub(super) fn catalog(&mut self, raw: &PolicyFile) -> (Vec<GpuClass>, HashMap<String, usize>) {
+    pub(super) fn catalog(&mut self, raw: &PolicyFile) -> (Vec<GpuClass>, NameIndex) {
         if raw.catalog.is_empty() {
             self.fail("catalog", "must list at least one GPU class");
         }
-        let mut class_index = HashMap::new();
+        let mut class_index = NameIndex::default();
         let mut classes = Vec::new();
         for (i, g) in raw.catalog.iter().enumerate() {
             let f = if g.name.is_empty() {
@@ -81,13 +81,13 @@ impl Checker {
     pub(super) fn tiers(
         &mut self,
         raw: &PolicyFile,
-        class_index: &HashMap<String, usize>,
+        class_index: &NameIndex,
         classes: &[GpuClass],
-    ) -> (Vec<Tier>, HashMap<String, usize>, Option<usize>) {
+    ) -> (Vec<Tier>, NameIndex, Option<usize>) {
         if raw.tiers.is_empty() {
             self.fail("tiers", "must list at least one tier");
         }
-        let mut tier_index = HashMap::new();
+        let mut tier_index = NameIndex::default();
         let mut tiers = Vec::new();
         for (i, t) in raw.tiers.iter().enumerate() {
             let f = if t.name.is_empty() {
@@ -202,8 +202,8 @@ impl Checker {
     }
 
     /// `jobTypes`: each job type's workload class and runtime profile.
-    pub(super) fn job_types(&mut self, raw: &PolicyFile) -> (Vec<JobType>, HashMap<String, usize>) {
-        let mut job_index = HashMap::new();
+    pub(super) fn job_types(&mut self, raw: &PolicyFile) -> (Vec<JobType>, NameIndex) {
+        let mut job_index = NameIndex::default();
         let mut job_types = Vec::new();
         for (i, j) in raw.job_types.iter().enumerate() {
             let f = if j.name.is_empty() {
@@ -253,7 +253,7 @@ impl Checker {
     pub(super) fn interference(
         &mut self,
         raw: &PolicyFile,
-        job_index: &HashMap<String, usize>,
+        job_index: &NameIndex,
         job_types: usize,
     ) -> Array2<f64> {
         let inf = &raw.interference;
