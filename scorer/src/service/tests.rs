@@ -423,3 +423,53 @@ fn decision_seeds_are_those_of_the_encoded_request() {
         }
     }
 }
+
+#[test]
+fn feasible_candidates_only_leaves_out_the_infeasible_ones_and_nothing_else() {
+    let c = core();
+    // 70 GiB in gold: the 80 GiB classes fit; smaller ones, AMD and classes outside the tier do not.
+    let full = c.score(&request(Some(70.0))).unwrap();
+    let brief = c
+        .score(&pb::ScoreRequest {
+            feasible_candidates_only: true,
+            ..request(Some(70.0))
+        })
+        .unwrap();
+    assert!(full.candidates.iter().any(|k| !k.feasible));
+    let feasible: Vec<_> = full.candidates.iter().filter(|k| k.feasible).collect();
+    assert!(!feasible.is_empty());
+    let names =
+        |v: &[&pb::CandidateScore]| v.iter().map(|k| k.gpu_class.clone()).collect::<Vec<_>>();
+    let brief_refs: Vec<_> = brief.candidates.iter().collect();
+    assert_eq!(names(&brief_refs), names(&feasible));
+    assert!(
+        brief
+            .candidates
+            .iter()
+            .all(|k| k.feasible && k.infeasible_reason.is_empty())
+    );
+    assert_eq!(
+        brief
+            .accepted_classes
+            .iter()
+            .map(|k| &k.name)
+            .collect::<Vec<_>>(),
+        full.accepted_classes
+            .iter()
+            .map(|k| &k.name)
+            .collect::<Vec<_>>()
+    );
+    // Nothing fits: no candidate is sent, and the answer still says why.
+    let none = c
+        .score(&pb::ScoreRequest {
+            feasible_candidates_only: true,
+            ..request(Some(500.0))
+        })
+        .unwrap();
+    assert!(none.accepted_classes.is_empty() && none.candidates.is_empty());
+    assert_eq!(
+        none.infeasible_reason,
+        c.score(&request(Some(500.0))).unwrap().infeasible_reason
+    );
+    assert!(!none.infeasible_reason.is_empty());
+}
