@@ -27,6 +27,8 @@ mod deep;
 mod patch;
 mod prune;
 
+use prune::ReviewObject;
+
 pub use patch::Patch;
 
 pub const V1: &str = "admission.k8s.io/v1";
@@ -81,22 +83,6 @@ struct RequestIn<T> {
     #[serde(default)]
     options: Option<Box<RawValue>>,
 }
-
-/// How a review's object is read: a Pod without what no webhook reads (see [`prune`]), anything else whole.
-trait ReviewObject<'de>: Deserialize<'de> {
-    fn read<D: Deserializer<'de>>(de: D) -> Result<Option<Self>, D::Error> {
-        Option::deserialize(de)
-    }
-}
-
-impl<'de> ReviewObject<'de> for Pod {
-    fn read<D: Deserializer<'de>>(de: D) -> Result<Option<Self>, D::Error> {
-        prune::read(de, &prune::POD)
-    }
-}
-
-impl ReviewObject<'_> for DynamicObject {}
-impl ReviewObject<'_> for Box<RawValue> {}
 
 impl<T: kube_core::Resource> RequestIn<T> {
     fn into_request(self) -> AdmissionRequest<T> {

@@ -12,8 +12,12 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use k8s_openapi::api::core::v1::Pod;
+use kube_core::DynamicObject;
+use serde::Deserialize;
 use serde::de::value::{BorrowedStrDeserializer, StringDeserializer};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde_json::value::RawValue;
 
 /// Which members of an object are skipped, and which of its members are objects pruned in turn.
 #[derive(Debug)]
@@ -42,6 +46,22 @@ pub(crate) const POD: Prune = Prune {
         ),
     ],
 };
+
+/// How a review's object is read: a Pod without what no webhook reads, anything else whole.
+pub(super) trait ReviewObject<'de>: de::Deserialize<'de> {
+    fn read<D: Deserializer<'de>>(de: D) -> Result<Option<Self>, D::Error> {
+        Option::deserialize(de)
+    }
+}
+
+impl<'de> ReviewObject<'de> for Pod {
+    fn read<D: Deserializer<'de>>(de: D) -> Result<Option<Self>, D::Error> {
+        read(de, &POD)
+    }
+}
+
+impl ReviewObject<'_> for DynamicObject {}
+impl ReviewObject<'_> for Box<RawValue> {}
 
 /// Deserializes `T` from `de` with `prune`'s members left out.
 pub(crate) fn read<'de, T: de::Deserialize<'de>, D: Deserializer<'de>>(
@@ -279,7 +299,6 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Pruning<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::Pod;
 
     fn pod(text: &str) -> serde_json::Result<Pod> {
         let mut de = serde_json::Deserializer::from_str(text);
