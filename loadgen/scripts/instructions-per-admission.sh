@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Instructions per admission of the frontend and the scorer, counted by callgrind: unlike a rate, the count is
-# the same from run to run (±0.1 %) whatever else the machine does, so two builds can be compared on a noisy
-# host. Usage: loadgen/scripts/instructions-per-admission.sh BIN_DIR [N]
+# Instructions per admission of the frontend and the scorer, counted by callgrind: unlike a rate, the count
+# barely moves from run to run whatever else the machine does (the decisions' code not at all; the runtime's
+# and HTTP/2's part by ~1-2k instructions, under 1 %), so two builds can be compared on a noisy host.
+# Usage: loadgen/scripts/instructions-per-admission.sh BIN_DIR [N]
 #   BIN_DIR holds optimised builds of `scorer`, `webhook-frontend` and `loadgen` (the `measure` profile:
 #   `cargo build --profile measure -p scorer -p webhook-frontend -p loadgen`; counts compare only within one
 #   profile). N admissions are counted (default 2000) after 200 warm-up admissions, and the same body sent the
