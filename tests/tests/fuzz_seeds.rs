@@ -70,6 +70,12 @@ fn hostile_inputs_get_their_answers() {
     }
 
     // A tenant over the scorer's limit: decided (not passed through), with a warning.
+    // Members the decoder skips (managedFields, spec.volumes, status), and the same names where they are
+    // read (labels, annotations, nodeSelector): decided, and the patched object, read whole, is bound to its
+    // tier (the property asserts it).
+    let (ops, _) = patched(&mutate("pruned-members.json"));
+    assert!(ops > 0);
+
     let outcome = mutate("tenant-300-bytes.json");
     let (ops, warnings) = patched(&outcome);
     assert!(ops > 0);
