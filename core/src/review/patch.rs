@@ -60,14 +60,10 @@ impl Patch {
     /// A JSON string: copied as it is when nothing in it needs escaping (most of what we write: names,
     /// labels, numbers as text), else escaped by serde_json.
     fn write_str(&mut self, s: &str) {
-        if is_plain(s) {
-            self.json.reserve(s.len() + 2);
-            self.json.push(b'"');
-            self.json.extend_from_slice(s.as_bytes());
-            self.json.push(b'"');
-        } else {
-            self.write(s);
-        }
+        self.json.reserve(s.len() + 2);
+        self.json.push(b'"');
+        self.write_str_contents(s);
+        self.json.push(b'"');
     }
 
     /// What goes between a JSON string's quotes.
