@@ -184,14 +184,9 @@ fn hami_matches(name: &str, labels: &[(String, String)], types: &[String]) -> bo
 /// identifying label (terms ORed, expressions ANDed, every value of an `In`), and HAMi's GPU-type
 /// annotations. `None` when nothing the Pod says narrows its GPU class.
 pub fn own_constraint(pod: &Pod, classes: &ClassLabels) -> Option<OwnConstraint> {
-    let mut keys: Vec<&str> = Vec::new();
-    for (_, labels) in classes {
-        for (k, _) in labels {
-            if !keys.contains(&k.as_str()) {
-                keys.push(k);
-            }
-        }
-    }
+    // A key the Pod uses identifies a class when some class has a label with it (looked up per key: most
+    // Pods use none, and a list of every key would be built for each of them).
+    let identifies = |key: &str| classes.iter().any(|(_, l)| l.iter().any(|(k, _)| k == key));
     // Every class until something the Pod says narrows it; built at the first narrowing only (most Pods
     // say nothing, and this runs for each of them).
     let every_class = || -> BTreeSet<String> { classes.iter().map(|(n, _)| n.clone()).collect() };
@@ -204,7 +199,7 @@ pub fn own_constraint(pod: &Pod, classes: &ClassLabels) -> Option<OwnConstraint>
     };
     if let Some(spec) = &pod.spec {
         for (k, v) in spec.node_selector.iter().flatten() {
-            if keys.contains(&k.as_str()) {
+            if identifies(k) {
                 allowed.get_or_insert_with(every_class).retain(|c| {
                     classes
                         .iter()
@@ -219,10 +214,8 @@ pub fn own_constraint(pod: &Pod, classes: &ClassLabels) -> Option<OwnConstraint>
             let mut open = false;
             let mut term_sources = Vec::new();
             for term in terms {
-                let exprs: Vec<&NodeSelectorRequirement> = term
-                    .iter()
-                    .filter(|e| keys.contains(&e.key.as_str()))
-                    .collect();
+                let exprs: Vec<&NodeSelectorRequirement> =
+                    term.iter().filter(|e| identifies(&e.key)).collect();
                 if exprs.is_empty() {
                     open = true;
                     continue;
