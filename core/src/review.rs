@@ -29,7 +29,7 @@ mod prune;
 
 use prune::ReviewObject;
 
-pub use patch::Patch;
+pub use patch::{JsonOut, Patch, WriteJson, to_json};
 
 pub const V1: &str = "admission.k8s.io/v1";
 pub const V1BETA1: &str = "admission.k8s.io/v1beta1";

@@ -1,11 +1,11 @@
 //! The JSON Patch of an answer, kept as the text it is sent as: each operation is written once, when it is
 //! decided, instead of being built as `serde_json::Value`s, serialised and dropped (which cost a quarter of an
-//! admission). [`Patch::operations`] parses it back for whoever applies it (tests, the CLI).
+//! admission); the values are [`WriteJson`]. [`Patch::operations`] parses it back for whoever applies it (tests, the CLI).
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use json_patch::PatchOperation;
-use jsonptr::Token;
 use serde::Serialize;
 
 /// An RFC 6902 JSON Patch: `[op,…]`.
@@ -14,6 +14,100 @@ pub struct Patch {
     /// The operations as a JSON array (UTF-8); empty while there is none.
     json: Vec<u8>,
     len: usize,
+}
+
+/// A value the patch adds, written as JSON text straight into it. The shapes the patch adds have fixed keys:
+/// serde_json's serialiser escapes each key again at every write, a third of building a patch.
+pub trait WriteJson {
+    fn write_json(&self, out: &mut JsonOut<'_>);
+}
+
+/// The JSON text of one value.
+pub fn to_json(value: &(impl WriteJson + ?Sized)) -> String {
+    let mut json = Vec::new();
+    value.write_json(&mut JsonOut { json: &mut json });
+    String::from_utf8(json).expect("JSON is written as UTF-8")
+}
+
+/// Where a [`WriteJson`] value writes itself: fixed JSON text as it is, strings escaped when they need it.
+pub struct JsonOut<'p> {
+    json: &'p mut Vec<u8>,
+}
+
+impl JsonOut<'_> {
+    /// Fixed JSON text (keys, punctuation), written as it is.
+    pub fn raw(&mut self, text: &'static str) {
+        self.json.extend_from_slice(text.as_bytes());
+    }
+
+    /// A JSON string.
+    pub fn str(&mut self, s: &str) {
+        write_str(self.json, s);
+    }
+
+    /// `[item,…]`.
+    pub fn list<T: WriteJson>(&mut self, items: &[T]) {
+        self.json.push(b'[');
+        for (i, item) in items.iter().enumerate() {
+            if i > 0 {
+                self.json.push(b',');
+            }
+            item.write_json(self);
+        }
+        self.json.push(b']');
+    }
+
+    /// A value serialised by serde_json.
+    fn serialized(&mut self, value: &(impl Serialize + ?Sized)) {
+        serde_json::to_writer(&mut *self.json, value).expect("our patch values serialise");
+    }
+}
+
+impl WriteJson for str {
+    fn write_json(&self, out: &mut JsonOut<'_>) {
+        out.str(self);
+    }
+}
+
+impl WriteJson for &str {
+    fn write_json(&self, out: &mut JsonOut<'_>) {
+        out.str(self);
+    }
+}
+
+impl WriteJson for i32 {
+    fn write_json(&self, out: &mut JsonOut<'_>) {
+        out.serialized(self);
+    }
+}
+
+/// A string map, keys in order.
+impl WriteJson for BTreeMap<&str, &str> {
+    fn write_json(&self, out: &mut JsonOut<'_>) {
+        out.raw("{");
+        for (i, (k, v)) in self.iter().enumerate() {
+            if i > 0 {
+                out.raw(",");
+            }
+            out.str(k);
+            out.raw(":");
+            out.str(v);
+        }
+        out.raw("}");
+    }
+}
+
+/// Any JSON value (tests and tools).
+impl WriteJson for serde_json::Value {
+    fn write_json(&self, out: &mut JsonOut<'_>) {
+        out.serialized(self);
+    }
+}
+
+impl<T: WriteJson> WriteJson for [T] {
+    fn write_json(&self, out: &mut JsonOut<'_>) {
+        out.list(self);
+    }
 }
 
 impl Patch {
@@ -26,19 +120,23 @@ impl Patch {
         self.len
     }
 
-    /// Appends `{"op":"add","path":…,"value":…}`: the path of `tokens` (escaped by `jsonptr`: `~` → `~0`, `/` → `~1`), the
-    /// value serialised as it is (a map's keys in their serialisation order).
-    pub fn add<'t>(&mut self, tokens: impl IntoIterator<Item = &'t str>, value: &impl Serialize) {
+    /// Appends `{"op":"add","path":…,"value":…}`: the path of `tokens` (each escaped: `~` → `~0`, `/` → `~1`),
+    /// then the value.
+    pub fn add<'t>(
+        &mut self,
+        tokens: impl IntoIterator<Item = &'t str>,
+        value: &(impl WriteJson + ?Sized),
+    ) {
         self.open_add(tokens);
-        self.write(value);
+        value.write_json(&mut JsonOut {
+            json: &mut self.json,
+        });
         self.json.extend_from_slice(b"}]");
     }
 
     /// [`Patch::add`] of a string value.
     pub fn add_str<'t>(&mut self, tokens: impl IntoIterator<Item = &'t str>, value: &str) {
-        self.open_add(tokens);
-        self.write_str(value);
-        self.json.extend_from_slice(b"}]");
+        self.add(tokens, value);
     }
 
     /// `{"op":"add","path":"…","value":` of a new operation: the path written straight into the patch.
@@ -47,40 +145,15 @@ impl Patch {
         self.json.extend_from_slice(br#"{"op":"add","path":""#);
         for token in tokens {
             self.json.push(b'/');
-            // `Token::new` costs ~450 instructions even for a token with nothing to escape (most of ours).
-            if token.bytes().any(|b| b == b'~' || b == b'/') {
-                self.write_str_contents(Token::new(token).encoded());
-            } else {
-                self.write_str_contents(token);
-            }
+            write_token(&mut self.json, token);
         }
         self.json.extend_from_slice(br#"","value":"#);
-    }
-
-    /// A JSON string: copied as it is when nothing in it needs escaping (most of what we write: names,
-    /// labels, numbers as text), else escaped by serde_json.
-    fn write_str(&mut self, s: &str) {
-        self.json.reserve(s.len() + 2);
-        self.json.push(b'"');
-        self.write_str_contents(s);
-        self.json.push(b'"');
-    }
-
-    /// What goes between a JSON string's quotes.
-    fn write_str_contents(&mut self, s: &str) {
-        if is_plain(s) {
-            self.json.extend_from_slice(s.as_bytes());
-        } else {
-            let quoted = serde_json::to_string(s).expect("a string always serialises");
-            self.json
-                .extend_from_slice(&quoted.as_bytes()[1..quoted.len() - 1]);
-        }
     }
 
     /// Appends any operation (the checkpoint webhook's `test` and `replace`).
     pub fn push(&mut self, op: &PatchOperation) {
         self.open_operation();
-        self.write(op);
+        serde_json::to_writer(&mut self.json, op).expect("patch operations serialise");
         self.json.push(b']');
     }
 
@@ -104,7 +177,7 @@ impl Patch {
 
     /// The JSON text, `[…]`.
     pub fn as_json(&self) -> &str {
-        std::str::from_utf8(self.as_bytes()).expect("serde_json writes UTF-8")
+        std::str::from_utf8(self.as_bytes()).expect("the patch is written as UTF-8")
     }
 
     /// The operations, parsed back from the text.
@@ -123,9 +196,41 @@ impl Patch {
         }
         self.len += 1;
     }
+}
 
-    fn write(&mut self, value: &(impl Serialize + ?Sized)) {
-        serde_json::to_writer(&mut self.json, value).expect("our patch values serialise");
+/// One path token, RFC 6901-escaped (`~` → `~0`, `/` → `~1`, as `jsonptr::Token` encodes it, without its ~450
+/// instructions a token) inside the path's JSON string.
+fn write_token(json: &mut Vec<u8>, token: &str) {
+    let mut rest = token;
+    while let Some(i) = rest.find(['~', '/']) {
+        write_str_contents(json, &rest[..i]);
+        let escaped: &[u8] = if rest.as_bytes()[i] == b'~' {
+            b"~0"
+        } else {
+            b"~1"
+        };
+        json.extend_from_slice(escaped);
+        rest = &rest[i + 1..];
+    }
+    write_str_contents(json, rest);
+}
+
+/// A JSON string: copied as it is when nothing in it needs escaping (most of what we write: names, labels,
+/// numbers as text), else escaped by serde_json.
+fn write_str(json: &mut Vec<u8>, s: &str) {
+    json.reserve(s.len() + 2);
+    json.push(b'"');
+    write_str_contents(json, s);
+    json.push(b'"');
+}
+
+/// What goes between a JSON string's quotes.
+fn write_str_contents(json: &mut Vec<u8>, s: &str) {
+    if is_plain(s) {
+        json.extend_from_slice(s.as_bytes());
+    } else {
+        let quoted = serde_json::to_string(s).expect("a string always serialises");
+        json.extend_from_slice(&quoted.as_bytes()[1..quoted.len() - 1]);
     }
 }
 
@@ -196,10 +301,10 @@ mod tests {
             };
             assert_eq!(add.value, serde_json::Value::String(s.into()));
             let mut by_serde = Patch::default();
-            by_serde.add(["a"], &s);
+            by_serde.add(["a"], &serde_json::Value::String(s.into()));
             assert_eq!(patch, by_serde);
             // The same text as a path token (and with `~` and `/` to encode): what json_patch writes.
-            for token in [s.to_string(), format!("{s}~/x")] {
+            for token in [s.to_string(), format!("{s}~/x"), format!("/~{s}~1//~")] {
                 let mut patch = Patch::default();
                 patch.add_str(["a", token.as_str()], "v");
                 let op = PatchOperation::Add(AddOperation {

@@ -12,7 +12,7 @@ use super::shapes::{
     SelectorTerm, Toleration as Tolerate,
 };
 use crate::pod::features::is_label_value;
-use crate::review::Patch;
+use crate::review::{Patch, to_json};
 
 /// spec.priorityClassName + spec.priority + spec.preemptionPolicy, together or not at all.
 pub(super) fn set_priority(patch: &mut Patch, plan: &Plan<'_>) {
@@ -96,7 +96,7 @@ pub(super) fn place<'p>(
             let terms = [SelectorTerm {
                 match_expressions: vec![expr],
             }];
-            patch.add(path, &terms);
+            patch.add(path, terms.as_slice());
         }
         None => {
             let required = NodeSelector {
@@ -248,7 +248,7 @@ pub(super) fn avoid_terms<'a>(
         }
         let term = AvoidTerm::job_type(jt);
         let present = !existing.is_empty()
-            && serde_json::to_value(&term).is_ok_and(|t| existing.contains(&t));
+            && serde_json::from_str::<Value>(&to_json(&term)).is_ok_and(|t| existing.contains(&t));
         if !present {
             out.push(term);
         }

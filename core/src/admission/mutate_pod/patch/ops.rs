@@ -4,9 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
-
-use crate::review::Patch;
+use crate::review::{Patch, WriteJson};
 
 /// Adds `members` to the map at `parent`: one `add` of the whole map when it is missing (or null), else one
 /// `add` per member.
@@ -30,7 +28,7 @@ pub(super) fn add_to_map(
 }
 
 /// Appends `items` to the array at `parent` (`/-`), or adds the whole array when it is missing.
-pub(super) fn append_to_array<T: Serialize>(
+pub(super) fn append_to_array<T: WriteJson>(
     patch: &mut Patch,
     parent: &[&str],
     exists: bool,
@@ -44,6 +42,6 @@ pub(super) fn append_to_array<T: Serialize>(
             patch.add(parent.iter().copied().chain(["-"]), item);
         }
     } else {
-        patch.add(parent.iter().copied(), &items);
+        patch.add(parent.iter().copied(), items);
     }
 }

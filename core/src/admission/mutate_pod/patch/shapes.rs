@@ -1,18 +1,17 @@
-//! The Kubernetes shapes the patch adds, as plain serialisable structs. Their members are declared in sorted
-//! order: the patch they write is byte for byte the one the `serde_json::Value` maps (which sort their keys)
-//! wrote before (the golden test keeps it so).
-
-use serde::Serialize;
+//! The Kubernetes shapes the patch adds, as plain structs that write themselves as JSON ([`WriteJson`]: their
+//! keys are fixed text, only the values are escaped when they need it). Members are written in sorted order:
+//! the patch is byte for byte the one the `serde_json::Value` maps (which sort their keys) wrote before (the
+//! golden test keeps it so).
 
 use super::{ANTI_AFFINITY_WEIGHT, BEST_CLASS_WEIGHT};
 use crate::names::decision::{HOSTNAME_TOPOLOGY, LABEL_JOB_TYPE};
+use crate::review::{JsonOut, WriteJson};
 
 /// An empty object, `{}` (a missing `metadata` or `spec`).
-#[derive(Serialize)]
 pub(super) struct Empty {}
 
 /// A node or label selector requirement, `key In values`.
-#[derive(Clone, Serialize)]
+#[derive(Clone)]
 pub(super) struct In<'a> {
     pub(super) key: &'a str,
     pub(super) operator: &'static str,
@@ -30,21 +29,18 @@ impl<'a> In<'a> {
 }
 
 /// A node selector term.
-#[derive(Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone)]
 pub(super) struct SelectorTerm<'a> {
     pub(super) match_expressions: Vec<In<'a>>,
 }
 
 /// A required node affinity.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
 pub(super) struct NodeSelector<'a> {
     pub(super) node_selector_terms: Vec<SelectorTerm<'a>>,
 }
 
 /// A preferred node affinity term.
-#[derive(Clone, Serialize)]
+#[derive(Clone)]
 pub(super) struct PreferredClass<'a> {
     pub(super) preference: SelectorTerm<'a>,
     pub(super) weight: i32,
@@ -63,16 +59,12 @@ impl<'a> PreferredClass<'a> {
 }
 
 /// `spec.affinity.nodeAffinity` of a Pod that had none.
-#[derive(Serialize)]
 pub(super) struct NodeAffinity<'a> {
-    #[serde(rename = "preferredDuringSchedulingIgnoredDuringExecution")]
     pub(super) preferred: Vec<PreferredClass<'a>>,
-    #[serde(rename = "requiredDuringSchedulingIgnoredDuringExecution")]
     pub(super) required: NodeSelector<'a>,
 }
 
 /// A GPU class's taint, tolerated.
-#[derive(Serialize)]
 pub(super) struct Toleration<'a> {
     pub(super) effect: &'static str,
     pub(super) key: &'a str,
@@ -91,9 +83,7 @@ impl<'a> Toleration<'a> {
 }
 
 /// A preferred pod anti-affinity term against one job type on the same node.
-#[derive(Serialize)]
 pub(super) struct AvoidTerm<'a> {
-    #[serde(rename = "podAffinityTerm")]
     pub(super) term: PodAffinityTerm<'a>,
     pub(super) weight: i32,
 }
@@ -118,39 +108,134 @@ impl<'a> AvoidTerm<'a> {
     }
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
 pub(super) struct PodAffinityTerm<'a> {
     label_selector: LabelSelector<'a>,
     topology_key: &'static str,
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
 struct LabelSelector<'a> {
     match_expressions: [In<'a>; 1],
 }
 
 /// `spec.affinity.podAntiAffinity` of a Pod that had none.
-#[derive(Serialize)]
 pub(super) struct PodAntiAffinity<'a> {
-    #[serde(rename = "preferredDuringSchedulingIgnoredDuringExecution")]
     pub(super) preferred: Vec<AvoidTerm<'a>>,
 }
 
 /// The affinity parts of a Pod that had no affinity at all, added as one object.
-#[derive(Default, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Default)]
 pub(super) struct NewAffinity<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) node_affinity: Option<NodeAffinity<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) pod_anti_affinity: Option<PodAntiAffinity<'a>>,
 }
 
 impl NewAffinity<'_> {
     pub(super) fn is_empty(&self) -> bool {
         self.node_affinity.is_none() && self.pod_anti_affinity.is_none()
+    }
+}
+
+impl WriteJson for Empty {
+    fn write_json(&self, out: &mut JsonOut<'_>) {
+        out.raw("{}");
+    }
+}
+
+impl WriteJson for In<'_> {
+    fn write_json(&self, out: &mut JsonOut<'_>) {
+        out.raw(r#"{"key":"#);
+        out.str(self.key);
+        out.raw(r#","operator":"#);
+        out.str(self.operator);
+        out.raw(r#","values":"#);
+        out.list(&self.values);
+        out.raw("}");
+    }
+}
+
+impl WriteJson for SelectorTerm<'_> {
+    fn write_json(&self, out: &mut JsonOut<'_>) {
+        out.raw(r#"{"matchExpressions":"#);
+        out.list(&self.match_expressions);
+        out.raw("}");
+    }
+}
+
+impl WriteJson for NodeSelector<'_> {
+    fn write_json(&self, out: &mut JsonOut<'_>) {
+        out.raw(r#"{"nodeSelectorTerms":"#);
+        out.list(&self.node_selector_terms);
+        out.raw("}");
+    }
+}
+
+impl WriteJson for PreferredClass<'_> {
+    fn write_json(&self, out: &mut JsonOut<'_>) {
+        out.raw(r#"{"preference":"#);
+        self.preference.write_json(out);
+        out.raw(r#","weight":"#);
+        self.weight.write_json(out);
+        out.raw("}");
+    }
+}
+
+impl WriteJson for NodeAffinity<'_> {
+    fn write_json(&self, out: &mut JsonOut<'_>) {
+        out.raw(r#"{"preferredDuringSchedulingIgnoredDuringExecution":"#);
+        out.list(&self.preferred);
+        out.raw(r#","requiredDuringSchedulingIgnoredDuringExecution":"#);
+        self.required.write_json(out);
+        out.raw("}");
+    }
+}
+
+impl WriteJson for Toleration<'_> {
+    fn write_json(&self, out: &mut JsonOut<'_>) {
+        out.raw(r#"{"effect":"#);
+        out.str(self.effect);
+        out.raw(r#","key":"#);
+        out.str(self.key);
+        out.raw(r#","operator":"#);
+        out.str(self.operator);
+        out.raw("}");
+    }
+}
+
+impl WriteJson for AvoidTerm<'_> {
+    fn write_json(&self, out: &mut JsonOut<'_>) {
+        out.raw(r#"{"podAffinityTerm":{"labelSelector":{"matchExpressions":"#);
+        out.list(&self.term.label_selector.match_expressions);
+        out.raw(r#"},"topologyKey":"#);
+        out.str(self.term.topology_key);
+        out.raw(r#"},"weight":"#);
+        self.weight.write_json(out);
+        out.raw("}");
+    }
+}
+
+impl WriteJson for PodAntiAffinity<'_> {
+    fn write_json(&self, out: &mut JsonOut<'_>) {
+        out.raw(r#"{"preferredDuringSchedulingIgnoredDuringExecution":"#);
+        out.list(&self.preferred);
+        out.raw("}");
+    }
+}
+
+impl WriteJson for NewAffinity<'_> {
+    fn write_json(&self, out: &mut JsonOut<'_>) {
+        out.raw("{");
+        if let Some(node) = &self.node_affinity {
+            out.raw(r#""nodeAffinity":"#);
+            node.write_json(out);
+        }
+        if let Some(anti) = &self.pod_anti_affinity {
+            if self.node_affinity.is_some() {
+                out.raw(",");
+            }
+            out.raw(r#""podAntiAffinity":"#);
+            anti.write_json(out);
+        }
+        out.raw("}");
     }
 }
 
@@ -161,12 +246,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::review::to_json as text;
 
-    fn same_bytes(shape: &impl Serialize, value: serde_json::Value) {
-        assert_eq!(
-            serde_json::to_string(shape).unwrap(),
-            serde_json::to_string(&value).unwrap()
-        );
+    fn same_bytes(shape: &impl WriteJson, value: serde_json::Value) {
+        assert_eq!(text(shape), serde_json::to_string(&value).unwrap());
     }
 
     #[test]
@@ -214,11 +297,20 @@ mod tests {
             node_affinity: Some(node_affinity()),
             ..Default::default()
         };
-        assert!(
-            serde_json::to_string(&only_node)
-                .unwrap()
-                .starts_with(r#"{"nodeAffinity":{"#)
+        assert!(text(&only_node).starts_with(r#"{"nodeAffinity":{"#));
+        same_bytes(
+            &NewAffinity {
+                pod_anti_affinity: Some(PodAntiAffinity {
+                    preferred: vec![AvoidTerm::job_type("serve"), AvoidTerm::job_type("a\"b")],
+                }),
+                ..Default::default()
+            },
+            json!({"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                avoid, {"weight": ANTI_AFFINITY_WEIGHT, "podAffinityTerm": {
+                    "labelSelector": {"matchExpressions": [{"key": LABEL_JOB_TYPE, "operator": "In", "values": ["a\"b"]}]},
+                    "topologyKey": HOSTNAME_TOPOLOGY}}]}}),
         );
+        same_bytes(&NewAffinity::default(), json!({}));
         assert!(NewAffinity::default().is_empty() && !only_node.is_empty());
     }
 }
