@@ -196,7 +196,6 @@ impl Engine {
             &scoring,
             outcome,
             &facts,
-            &self.policy,
             self.options
                 .decided_at
                 .unwrap_or_else(OffsetDateTime::now_utc),

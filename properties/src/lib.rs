@@ -139,13 +139,7 @@ pub fn check_mutate(body: &[u8], policy: &PolicySnapshot, score: &mut Score<'_>)
     let object = raw_object(body);
     let (mut first, mut unchecked, mut any) = (None, 0, false);
     for outcome in outcomes {
-        let decision = mutate_pod::decide(
-            &scoring,
-            outcome,
-            &facts,
-            policy,
-            OffsetDateTime::UNIX_EPOCH,
-        );
+        let decision = mutate_pod::decide(&scoring, outcome, &facts, OffsetDateTime::UNIX_EPOCH);
         let ops = &decision.answer.patch;
         first.get_or_insert((ops.len(), decision.answer.warnings.clone()));
         if ops.is_empty() {

@@ -146,7 +146,7 @@ impl MutatePod {
         };
         let decision = tracing::info_span!(target: REQUEST_SPANS, "build_patch").in_scope(|| {
             self.cluster.with_facts(&policy, |facts| {
-                mutate_pod::decide(&scoring, outcome, facts, &policy, OffsetDateTime::now_utc())
+                mutate_pod::decide(&scoring, outcome, facts, OffsetDateTime::now_utc())
             })
         });
         if let Some(elapsed) = call_elapsed {

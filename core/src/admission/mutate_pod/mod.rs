@@ -108,6 +108,10 @@ pub struct Scoring<'a> {
     pub fitted: Vec<String>,
     /// The requester is one of the policy's admins.
     pub admin: bool,
+    /// The policy the Pod was planned with, and its namespace's tier rules (`None` before the policy is
+    /// known): [`decide`] decides with the same ones.
+    policy: &'a PolicySnapshot,
+    rules: Option<TierRules<'a>>,
 }
 
 impl Scoring<'_> {
@@ -128,7 +132,7 @@ pub fn plan<'a>(
     uid: &str,
     req: &'a AdmissionRequest<Pod>,
     facts: &Facts<'_>,
-    policy: &PolicySnapshot,
+    policy: &'a PolicySnapshot,
 ) -> Result<Scoring<'a>, Skip> {
     let candidate = triage::triage_with(req, facts.tier_of, policy, facts.claim_templates)?;
     let admin = policy.is_admin(
@@ -160,7 +164,7 @@ pub fn plan<'a>(
         .iter()
         .map(|w| format!("gpu-admission: {w}"))
         .collect();
-    let (request, fitted) = triage::score_request(uid, &candidate, policy);
+    let (request, fitted) = triage::request_for(uid, &candidate, policy, rules.as_ref());
     warnings.extend(fitted.iter().cloned());
     Ok(Scoring {
         candidate,
@@ -168,6 +172,8 @@ pub fn plan<'a>(
         warnings,
         fitted,
         admin,
+        policy,
+        rules,
     })
 }
 
@@ -185,14 +191,15 @@ pub struct Decision {
     pub used: Option<ScoreResponse>,
 }
 
-/// Step 2: the scorer's outcome → the patch (see the module documentation). `now` stamps `decided-at`.
+/// Step 2: the scorer's outcome → the patch (see the module documentation), with the policy the Pod was
+/// planned with. `now` stamps `decided-at`.
 pub fn decide(
     scoring: &Scoring<'_>,
     outcome: ScorerOutcome,
     facts: &Facts<'_>,
-    policy: &PolicySnapshot,
     now: OffsetDateTime,
 ) -> Decision {
+    let policy = scoring.policy;
     let outcome = match outcome {
         ScorerOutcome::Answered(answer) => match triage::validate_answer(&answer, policy) {
             Ok(()) => ScorerOutcome::Answered(answer),
@@ -202,7 +209,7 @@ pub fn decide(
     };
     let scorer_result = outcome.result();
     let c = &scoring.candidate;
-    let rules = policy.tier_rules(&c.tier, c.namespace);
+    let rules = &scoring.rules;
     let mut warnings = scoring.warnings.clone();
     let failure = outcome
         .failure()
@@ -211,7 +218,7 @@ pub fn decide(
     // the fallback says (validation would deny it: mutation must not be the reason).
     let needs_bound =
         |r: &TierRules<'_>| !scoring.admin && tier_bound::restricts(r, &policy.catalog);
-    let (mut answer, fallback) = match (outcome, &rules) {
+    let (mut answer, fallback) = match (outcome, rules) {
         (ScorerOutcome::Answered(answer), _) => (*answer, false),
         (failed, Some(r)) if r.fallback == TierFallback::TierDefault || needs_bound(r) => {
             let (kind, detail) = failed.failure().unwrap_or_default();

@@ -8,7 +8,7 @@ use kube_core::admission::{AdmissionRequest, Operation};
 use crate::placement::{self, OwnConstraint, PlacedBy};
 use crate::pod::features::{self, JobFeatures, is_label_value};
 use crate::pod::gpu_resources::{ClaimTemplates, NoClaimTemplates};
-use crate::policy::PolicySnapshot;
+use crate::policy::{PolicySnapshot, TierRules};
 
 /// A Pod worth asking the scorer about.
 #[derive(Debug)]
@@ -88,7 +88,21 @@ pub fn score_request(
     c: &Candidate<'_>,
     policy: &PolicySnapshot,
 ) -> (ScoreRequest, Vec<String>) {
-    let rules = policy.tier_rules(&c.tier, c.namespace);
+    request_for(
+        uid,
+        c,
+        policy,
+        policy.tier_rules(&c.tier, c.namespace).as_ref(),
+    )
+}
+
+/// [`score_request`] with the candidate's tier rules already looked up.
+pub(super) fn request_for(
+    uid: &str,
+    c: &Candidate<'_>,
+    policy: &PolicySnapshot,
+    rules: Option<&TierRules<'_>>,
+) -> (ScoreRequest, Vec<String>) {
     let allowed: Vec<&str> = match &c.own {
         Some(own) => policy
             .catalog
@@ -101,7 +115,7 @@ pub fn score_request(
     let in_tier: Vec<&str> = allowed
         .iter()
         .copied()
-        .filter(|n| rules.as_ref().is_none_or(|r| r.allows(n)))
+        .filter(|n| rules.is_none_or(|r| r.allows(n)))
         .collect();
     let candidate_classes: Vec<String> = if in_tier.is_empty() { allowed } else { in_tier }
         .into_iter()
