@@ -202,7 +202,8 @@ impl Patch {
 /// instructions a token) inside the path's JSON string.
 fn write_token(json: &mut Vec<u8>, token: &str) {
     let mut rest = token;
-    while let Some(i) = rest.find(['~', '/']) {
+    // Both are ASCII: the text either side of one is UTF-8.
+    while let Some(i) = memchr::memchr2(b'~', b'/', rest.as_bytes()) {
         write_str_contents(json, &rest[..i]);
         let escaped: &[u8] = if rest.as_bytes()[i] == b'~' {
             b"~0"
