@@ -77,12 +77,16 @@ pub(super) fn alternatives_text(answer: &ScoreResponse) -> String {
     let Some(lowest) = feasible.first().map(|(_, c)| *c) else {
         return String::new();
     };
-    feasible
-        .iter()
-        .take(MAX_ALTERNATIVES)
-        .map(|(name, cost)| format!("{name}={}", score_text(lowest / cost)))
-        .collect::<Vec<_>>()
-        .join(",")
+    let mut text = String::new();
+    for (i, (name, cost)) in feasible.iter().take(MAX_ALTERNATIVES).enumerate() {
+        if i > 0 {
+            text.push(',');
+        }
+        text.push_str(name);
+        text.push('=');
+        text.push_str(&score_text(lowest / cost));
+    }
+    text
 }
 
 /// metadata.annotations: the decision record. The class named is one the Pod can run on: our placement's
