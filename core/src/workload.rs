@@ -176,7 +176,7 @@ fn from_labels(pod: &Pod, namespace: &str) -> Option<WorkloadRef> {
         part: None,
         group_size: None,
         index: None,
-        via: vec![format!("label {via}")],
+        via: vec![["label ", via].concat()],
     };
     if let Some(name) = non_empty(labels, crate::names::workload::LWS_NAME) {
         let mut r = w(
@@ -247,7 +247,7 @@ pub fn resolve(pod: &Pod, namespace: &str, facts: Option<&OwnerFacts>) -> Option
             .as_ref()
             .and_then(|a| non_empty(a, crate::names::workload::JOB_COMPLETION_INDEX))
             .map(str::to_string),
-        via: vec![format!("{} {}", first.kind, first.name)],
+        via: vec![[first.kind.as_str(), " ", &first.name].concat()],
     };
     let next_hop = matches!(
         (group, first.kind.as_str()),
@@ -261,7 +261,7 @@ pub fn resolve(pod: &Pod, namespace: &str, facts: Option<&OwnerFacts>) -> Option
         }) => {
             w.group_size = *group_size;
             if let Some(next) = controller {
-                w.via.push(format!("{} {}", next.kind, next.name));
+                w.via.push([next.kind.as_str(), " ", &next.name].concat());
                 let next_group = api_group(&next.api_version);
                 let promote = matches!(
                     (next_group, next.kind.as_str()),
@@ -277,7 +277,7 @@ pub fn resolve(pod: &Pod, namespace: &str, facts: Option<&OwnerFacts>) -> Option
                 }
             }
         }
-        Some(OwnerFacts::Unknown(why)) => w.via.push(format!("owner unknown: {why}")),
+        Some(OwnerFacts::Unknown(why)) => w.via.push(["owner unknown: ", why].concat()),
         None => w.via.push("owner not read".into()),
     }
     Some(w)
