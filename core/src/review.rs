@@ -765,7 +765,10 @@ mod tests {
     #[test]
     fn response_carries_base64_patch_and_echoes_uid() {
         let mut patch = Patch::default();
-        patch.add(["metadata", "labels"], &json!({"a": "b"}));
+        patch.add(
+            jsonptr::Pointer::from_static("/metadata/labels"),
+            &json!({"a": "b"}),
+        );
         let answer = Answer {
             patch,
             warnings: vec!["line one\nline two".into(), "x".repeat(1000)],

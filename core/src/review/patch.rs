@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use json_patch::PatchOperation;
+use jsonptr::Pointer;
 use serde::Serialize;
 
 /// An RFC 6902 JSON Patch: `[op,…]`.
@@ -120,34 +121,31 @@ impl Patch {
         self.len
     }
 
-    /// Appends `{"op":"add","path":…,"value":…}`: the path of `tokens` (each escaped: `~` → `~0`, `/` → `~1`),
-    /// then the value.
-    pub fn add<'t>(
+    /// Appends `{"op":"add","path":…,"value":…}` at `path`.
+    pub fn add(&mut self, path: &Pointer, value: &(impl WriteJson + ?Sized)) {
+        self.add_under(path, [], value);
+    }
+
+    /// Appends `{"op":"add","path":…,"value":…}` at `parent` followed by `tokens` (each escaped: `~` → `~0`,
+    /// `/` → `~1`). Most of our paths are constants, whose pointers are written as they are.
+    pub fn add_under<'t>(
         &mut self,
+        parent: &Pointer,
         tokens: impl IntoIterator<Item = &'t str>,
         value: &(impl WriteJson + ?Sized),
     ) {
-        self.open_add(tokens);
-        value.write_json(&mut JsonOut {
-            json: &mut self.json,
-        });
-        self.json.extend_from_slice(b"}]");
-    }
-
-    /// [`Patch::add`] of a string value.
-    pub fn add_str<'t>(&mut self, tokens: impl IntoIterator<Item = &'t str>, value: &str) {
-        self.add(tokens, value);
-    }
-
-    /// `{"op":"add","path":"…","value":` of a new operation: the path written straight into the patch.
-    fn open_add<'t>(&mut self, tokens: impl IntoIterator<Item = &'t str>) {
         self.open_operation();
         self.json.extend_from_slice(br#"{"op":"add","path":""#);
+        write_str_contents(&mut self.json, parent.as_str());
         for token in tokens {
             self.json.push(b'/');
             write_token(&mut self.json, token);
         }
         self.json.extend_from_slice(br#"","value":"#);
+        value.write_json(&mut JsonOut {
+            json: &mut self.json,
+        });
+        self.json.extend_from_slice(b"}]");
     }
 
     /// Appends any operation (the checkpoint webhook's `test` and `replace`).
@@ -270,12 +268,13 @@ mod tests {
         ];
         let mut patch = Patch::default();
         assert!(patch.is_empty() && patch.as_json() == "[]");
-        patch.add_str(
-            ["metadata", "annotations", "gpu-admission.io/x~y"],
+        patch.add_under(
+            Pointer::from_static("/metadata/annotations"),
+            ["gpu-admission.io/x~y"],
             "a \"quoted\" value",
         );
         patch.add(
-            ["spec", "tolerations", "-"],
+            Pointer::from_static("/spec/tolerations/-"),
             &json!({"key": "k", "operator": "Exists", "effect": "NoSchedule"}),
         );
         assert_eq!(patch.len(), 2);
@@ -295,19 +294,22 @@ mod tests {
             "",
         ] {
             let mut patch = Patch::default();
-            patch.add_str(["a"], s);
+            patch.add(Pointer::from_static("/a"), s);
             let ops = patch.operations();
             let PatchOperation::Add(add) = &ops[0] else {
                 panic!("{ops:?}")
             };
             assert_eq!(add.value, serde_json::Value::String(s.into()));
             let mut by_serde = Patch::default();
-            by_serde.add(["a"], &serde_json::Value::String(s.into()));
+            by_serde.add(
+                Pointer::from_static("/a"),
+                &serde_json::Value::String(s.into()),
+            );
             assert_eq!(patch, by_serde);
             // The same text as a path token (and with `~` and `/` to encode): what json_patch writes.
             for token in [s.to_string(), format!("{s}~/x"), format!("/~{s}~1//~")] {
                 let mut patch = Patch::default();
-                patch.add_str(["a", token.as_str()], "v");
+                patch.add_under(Pointer::from_static("/a"), [token.as_str()], "v");
                 let op = PatchOperation::Add(AddOperation {
                     path: PointerBuf::from_tokens(["a", token.as_str()]),
                     value: json!("v"),

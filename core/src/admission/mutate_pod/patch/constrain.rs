@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::{Affinity, PodSpec, Toleration};
 use serde_json::Value;
 
 use super::ops::{add_to_map, append_to_array};
+use super::paths;
 use super::plan::Plan;
 use super::shapes::{
     AvoidTerm, In, NewAffinity, NodeAffinity, NodeSelector, PodAntiAffinity, PreferredClass,
@@ -17,13 +18,13 @@ use crate::review::{Patch, to_json};
 /// spec.priorityClassName + spec.priority + spec.preemptionPolicy, together or not at all.
 pub(super) fn set_priority(patch: &mut Patch, plan: &Plan<'_>) {
     if let Some(facts) = &plan.priority {
-        patch.add_str(["spec", "priorityClassName"], &facts.name);
-        patch.add(["spec", "priority"], &facts.value);
+        patch.add(paths::PRIORITY_CLASS_NAME, facts.name.as_str());
+        patch.add(paths::PRIORITY, &facts.value);
         let policy = facts
             .preemption_policy
             .as_deref()
             .unwrap_or("PreemptLowerPriority");
-        patch.add_str(["spec", "preemptionPolicy"], policy);
+        patch.add(paths::PREEMPTION_POLICY, policy);
     }
 }
 
@@ -45,7 +46,7 @@ pub(super) fn place<'p>(
         let c = &classes[0];
         add_to_map(
             patch,
-            &["spec", "nodeSelector"],
+            paths::NODE_SELECTOR,
             spec.node_selector.is_some(),
             &[(c.node_label_key.as_str(), c.node_label_value.as_str())],
         );
@@ -68,21 +69,12 @@ pub(super) fn place<'p>(
         n.required_during_scheduling_ignored_during_execution
             .as_ref()
     });
-    let base = [
-        "spec",
-        "affinity",
-        "nodeAffinity",
-        "requiredDuringSchedulingIgnoredDuringExecution",
-    ];
     match required {
         Some(req) if !req.node_selector_terms.is_empty() => {
             for (i, term) in req.node_selector_terms.iter().enumerate() {
-                let idx = i.to_string();
-                let term_path: Vec<&str> = base
-                    .iter()
-                    .copied()
-                    .chain(["nodeSelectorTerms", idx.as_str(), "matchExpressions"])
-                    .collect();
+                let mut term_path = paths::NODE_SELECTOR_TERMS.to_buf();
+                term_path.push_back(i);
+                term_path.push_back("matchExpressions");
                 append_to_array(
                     patch,
                     &term_path,
@@ -92,11 +84,10 @@ pub(super) fn place<'p>(
             }
         }
         Some(_) => {
-            let path = base.iter().copied().chain(["nodeSelectorTerms"]);
             let terms = [SelectorTerm {
                 match_expressions: vec![expr],
             }];
-            patch.add(path, terms.as_slice());
+            patch.add(paths::NODE_SELECTOR_TERMS, terms.as_slice());
         }
         None => {
             let required = NodeSelector {
@@ -105,7 +96,7 @@ pub(super) fn place<'p>(
                 }],
             };
             if node_aff.is_some() {
-                patch.add(base, &required);
+                patch.add(paths::REQUIRED_NODE_AFFINITY, &required);
             } else {
                 new_affinity.node_affinity = Some(NodeAffinity {
                     preferred: vec![preferred.clone()],
@@ -118,12 +109,7 @@ pub(super) fn place<'p>(
     if let Some(n) = node_aff {
         append_to_array(
             patch,
-            &[
-                "spec",
-                "affinity",
-                "nodeAffinity",
-                "preferredDuringSchedulingIgnoredDuringExecution",
-            ],
+            paths::PREFERRED_NODE_AFFINITY,
             n.preferred_during_scheduling_ignored_during_execution
                 .is_some(),
             &[preferred],
@@ -161,7 +147,7 @@ pub(super) fn tolerate(patch: &mut Patch, spec: &PodSpec, classes: &[GpuClass]) 
     }
     append_to_array(
         patch,
-        &["spec", "tolerations"],
+        paths::TOLERATIONS,
         spec.tolerations.is_some(),
         &new_tolerations,
     );
@@ -185,12 +171,7 @@ pub(super) fn avoid_neighbours<'a>(
     match anti {
         Some(a) => append_to_array(
             patch,
-            &[
-                "spec",
-                "affinity",
-                "podAntiAffinity",
-                "preferredDuringSchedulingIgnoredDuringExecution",
-            ],
+            paths::PREFERRED_POD_ANTI_AFFINITY,
             a.preferred_during_scheduling_ignored_during_execution
                 .is_some(),
             &terms,
@@ -198,7 +179,7 @@ pub(super) fn avoid_neighbours<'a>(
         None => {
             let value = PodAntiAffinity { preferred: terms };
             if spec.affinity.is_some() {
-                patch.add(["spec", "affinity", "podAntiAffinity"], &value);
+                patch.add(paths::POD_ANTI_AFFINITY, &value);
             } else {
                 new_affinity.pod_anti_affinity = Some(value);
             }
@@ -213,13 +194,13 @@ pub(super) fn add_new_affinity(patch: &mut Patch, spec: &PodSpec, new_affinity: 
     }
     if spec.affinity.is_some() {
         if let Some(node) = &new_affinity.node_affinity {
-            patch.add(["spec", "affinity", "nodeAffinity"], node);
+            patch.add(paths::NODE_AFFINITY, node);
         }
         if let Some(anti) = &new_affinity.pod_anti_affinity {
-            patch.add(["spec", "affinity", "podAntiAffinity"], anti);
+            patch.add(paths::POD_ANTI_AFFINITY, anti);
         }
     } else {
-        patch.add(["spec", "affinity"], &new_affinity);
+        patch.add(paths::AFFINITY, &new_affinity);
     }
 }
 

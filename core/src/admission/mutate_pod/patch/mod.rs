@@ -29,6 +29,7 @@
 
 mod constrain;
 mod ops;
+mod paths;
 mod plan;
 mod record;
 mod shapes;
@@ -184,12 +185,12 @@ pub fn decide_pod(input: &PatchInput<'_>, pcs: &dyn PriorityClassLookup) -> Muta
     // An empty typed `metadata` may be `null` or missing in the JSON: create it before adding under it (an
     // `add` of an existing member replaces it, and there is nothing in it to keep).
     if input.pod.metadata == ObjectMeta::default() {
-        patch.add(["metadata"], &Empty {});
+        patch.add(paths::METADATA, &Empty {});
     }
     let annotations_left_out = record_decision(&mut patch, input, &plan);
     label_job_type(&mut patch, input);
     if input.pod.spec.is_none() {
-        patch.add(["spec"], &Empty {});
+        patch.add(paths::SPEC, &Empty {});
     }
     set_priority(&mut patch, &plan);
     let mut new_affinity = NewAffinity::default();

@@ -4,13 +4,15 @@
 
 use std::collections::BTreeMap;
 
+use jsonptr::Pointer;
+
 use crate::review::{Patch, WriteJson};
 
 /// Adds `members` to the map at `parent`: one `add` of the whole map when it is missing (or null), else one
 /// `add` per member.
 pub(super) fn add_to_map(
     patch: &mut Patch,
-    parent: &[&str],
+    parent: &Pointer,
     exists: bool,
     members: &[(&str, &str)],
 ) {
@@ -19,18 +21,18 @@ pub(super) fn add_to_map(
     }
     if exists {
         for (k, v) in members {
-            patch.add_str(parent.iter().copied().chain([*k]), v);
+            patch.add_under(parent, [*k], *v);
         }
     } else {
         let map: BTreeMap<&str, &str> = members.iter().copied().collect();
-        patch.add(parent.iter().copied(), &map);
+        patch.add(parent, &map);
     }
 }
 
 /// Appends `items` to the array at `parent` (`/-`), or adds the whole array when it is missing.
 pub(super) fn append_to_array<T: WriteJson>(
     patch: &mut Patch,
-    parent: &[&str],
+    parent: &Pointer,
     exists: bool,
     items: &[T],
 ) {
@@ -39,9 +41,9 @@ pub(super) fn append_to_array<T: WriteJson>(
     }
     if exists {
         for item in items {
-            patch.add(parent.iter().copied().chain(["-"]), item);
+            patch.add_under(parent, ["-"], item);
         }
     } else {
-        patch.add(parent.iter().copied(), items);
+        patch.add(parent, items);
     }
 }

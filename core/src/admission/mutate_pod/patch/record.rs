@@ -9,6 +9,7 @@ use time::format_description::well_known::Rfc3339;
 use super::MAX_ALTERNATIVES;
 use super::PatchInput;
 use super::ops::add_to_map;
+use super::paths;
 use super::plan::Plan;
 use crate::names::decision::*;
 use crate::placement::PlacedBy;
@@ -153,7 +154,7 @@ pub(super) fn record_decision(
     let members: Vec<(&str, &str)> = annotations.iter().map(|(k, v)| (*k, v.as_str())).collect();
     add_to_map(
         patch,
-        &["metadata", "annotations"],
+        paths::ANNOTATIONS,
         meta.annotations.is_some(),
         &members,
     );
@@ -226,7 +227,7 @@ pub(super) fn label_job_type(patch: &mut Patch, input: &PatchInput<'_>) {
     {
         add_to_map(
             patch,
-            &["metadata", "labels"],
+            paths::LABELS,
             meta.labels.is_some(),
             &[(LABEL_JOB_TYPE, jt)],
         );
