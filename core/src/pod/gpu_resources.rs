@@ -198,6 +198,12 @@ fn device_count(
 
 /// A non-negative finite quantity as a number.
 fn quantity_value(q: &Quantity) -> Option<f64> {
+    // Most GPU counts are a few plain digits ("1", "8"): their value is the integer itself (kube_quantity's
+    // parse costs ~1,200 instructions each).
+    let digits = q.0.as_bytes();
+    if (1..=15).contains(&digits.len()) && digits.iter().all(u8::is_ascii_digit) {
+        return q.0.parse::<u64>().ok().map(|n| n as f64);
+    }
     let parsed: Result<ParsedQuantity, _> = q.try_into();
     parsed
         .ok()
@@ -439,6 +445,35 @@ pub fn gpu_ask(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn plain_integer_quantities_are_what_kube_quantity_reads() {
+        for text in [
+            "0",
+            "1",
+            "8",
+            "00",
+            "007",
+            "10",
+            "999999999999999",
+            "1000000000000000",
+            "1e3",
+            "1k",
+            "1.5",
+            "-1",
+            "+1",
+            " 1",
+            "",
+        ] {
+            let q = Quantity(text.to_string());
+            let parsed: Result<ParsedQuantity, _> = (&q).try_into();
+            let by_crate = parsed
+                .ok()
+                .and_then(|p| p.to_bytes_f64())
+                .filter(|v| v.is_finite() && *v >= 0.0);
+            assert_eq!(quantity_value(&q), by_crate, "{text:?}");
+        }
+    }
 
     fn ask(resources: serde_json::Value) -> GpuAsk {
         let spec: PodSpec =
