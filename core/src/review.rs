@@ -74,10 +74,10 @@ struct RequestIn<T> {
     namespace: Option<String>,
     operation: Operation,
     user_info: k8s_openapi::api::authentication::v1::UserInfo,
-    #[serde(default, deserialize_with = "T::read")]
-    object: Option<T>,
-    #[serde(default, deserialize_with = "T::read")]
-    old_object: Option<T>,
+    #[serde(default, deserialize_with = "prune::read_boxed")]
+    object: Option<Box<T>>,
+    #[serde(default, deserialize_with = "prune::read_boxed")]
+    old_object: Option<Box<T>>,
     #[serde(default)]
     dry_run: bool,
     #[serde(default)]
@@ -85,8 +85,9 @@ struct RequestIn<T> {
 }
 
 impl<T: kube_core::Resource> RequestIn<T> {
-    fn into_request(self) -> AdmissionRequest<T> {
-        AdmissionRequest {
+    /// Boxed at once: the request (two objects) is not copied again on its way to the webhook.
+    fn into_request(self) -> Box<AdmissionRequest<T>> {
+        Box::new(AdmissionRequest {
             types: TypeMeta::default(),
             uid: self.uid,
             kind: self.kind,
@@ -99,20 +100,24 @@ impl<T: kube_core::Resource> RequestIn<T> {
             namespace: self.namespace,
             operation: self.operation,
             user_info: self.user_info,
-            object: self.object,
-            old_object: self.old_object,
+            object: self.object.map(|o| *o),
+            old_object: self.old_object.map(|o| *o),
             dry_run: self.dry_run,
             options: self
                 .options
                 .and_then(|raw| serde_json::from_str::<RawExtension>(raw.get()).ok()),
-        }
+        })
     }
 }
 
 impl RequestIn<Box<RawValue>> {
     /// The objects read as `T` with `metadata.managedFields` skipped (see [`deep`]).
     fn read_objects<T: DeserializeOwned>(self) -> serde_json::Result<RequestIn<T>> {
-        let read = |o: Option<Box<RawValue>>| o.as_deref().map(deep::object::<T>).transpose();
+        let read = |o: Option<Box<Box<RawValue>>>| {
+            o.as_deref()
+                .map(|raw| deep::object::<T>(raw).map(Box::new))
+                .transpose()
+        };
         Ok(RequestIn {
             object: read(self.object)?,
             old_object: read(self.old_object)?,
@@ -133,10 +138,13 @@ impl RequestIn<Box<RawValue>> {
     }
 }
 
+/// A review as read: the apiVersion to answer with, and its request (if any).
+type Review<T> = (&'static str, Option<Box<AdmissionRequest<T>>>);
+
 /// Reads a review in one typed pass; a review too deep for that is read again with `managedFields` skipped.
 fn parse_review<T: kube_core::Resource + DeserializeOwned + for<'de> ReviewObject<'de>>(
     body: &[u8],
-) -> Result<(&'static str, Option<AdmissionRequest<T>>), serde_json::Error> {
+) -> Result<Review<T>, serde_json::Error> {
     let review: Envelope<RequestIn<T>> = match from_body(body) {
         Ok(review) => review,
         Err(e) if deep::is_too_deep(&e) => {
@@ -306,7 +314,7 @@ pub fn decode(body: &[u8]) -> Result<Incoming, BadRequest> {
             check_uid(&request.uid)?;
             let uid = request.uid.clone();
             let content = if is_pod_request(&request) {
-                Content::Pod(Box::new(request))
+                Content::Pod(request)
             } else {
                 Content::OtherKind {
                     kind: gvk_text(&request.kind),
@@ -369,7 +377,7 @@ pub fn decode_object(body: &[u8]) -> Result<IncomingObject, BadRequest> {
             return Ok(IncomingObject {
                 api_version,
                 uid: request.uid.clone(),
-                request: Ok(Box::new(request)),
+                request: Ok(request),
             });
         }
         Err(e) => e,

@@ -54,6 +54,13 @@ pub(super) trait ReviewObject<'de>: de::Deserialize<'de> {
     }
 }
 
+/// [`ReviewObject::read`], boxed where it is read (a request's two objects are not copied again with it).
+pub(super) fn read_boxed<'de, T: ReviewObject<'de>, D: Deserializer<'de>>(
+    de: D,
+) -> Result<Option<Box<T>>, D::Error> {
+    Ok(T::read(de)?.map(Box::new))
+}
+
 impl<'de> ReviewObject<'de> for Pod {
     fn read<D: Deserializer<'de>>(de: D) -> Result<Option<Self>, D::Error> {
         read(de, &POD)

@@ -34,9 +34,11 @@ pub(crate) async fn resolve_workload(
     namespace: &str,
     budget: Duration,
 ) -> Option<WorkloadRef> {
-    let facts = match (owners, workload::owner_query(pod, namespace)) {
-        (Some(owners), Some(q)) => Some(owners.facts(&q, budget).await),
-        _ => None,
+    // Which owner to read, only where owners can be read (not with --no-kube).
+    let query = owners.and_then(|o| Some((o, workload::owner_query(pod, namespace)?)));
+    let facts = match query {
+        Some((owners, q)) => Some(owners.facts(&q, budget).await),
+        None => None,
     };
     workload::resolve(pod, namespace, facts.as_ref())
 }

@@ -2,6 +2,7 @@
 //! and the job-type label other Pods' anti-affinity finds this one by.
 
 use std::collections::BTreeMap;
+use std::fmt::Write;
 
 use gpu_admission_proto::scorer::v1::ScoreResponse;
 use time::format_description::well_known::Rfc3339;
@@ -25,7 +26,8 @@ pub(super) fn score_text(score: f64) -> String {
         return s.trim_end_matches('0').trim_end_matches('.').to_string();
     };
     let (whole, fraction) = (hundredths / 100, hundredths % 100);
-    let mut text = whole.to_string();
+    let mut text = String::with_capacity(24);
+    write!(text, "{whole}").expect("writing to a String");
     if fraction != 0 {
         text.push('.');
         text.push(char::from(b'0' + (fraction / 10) as u8));
@@ -107,7 +109,7 @@ pub(super) fn record_decision(
         .unwrap_or(input.now)
         .format(&Rfc3339)
         .unwrap_or_default();
-    let mut annotations: Vec<(&str, String)> = Vec::new();
+    let mut annotations: Vec<(&str, String)> = Vec::with_capacity(GIVE_WAY_ORDER.len());
     if input.fallback {
         annotations.push((ANN_FALLBACK, "tier-default".into()));
     } else {
