@@ -29,7 +29,8 @@ mod prune;
 
 use prune::ReviewObject;
 
-pub use patch::{JsonOut, Patch, WriteJson, to_json};
+pub use patch::Patch;
+pub(crate) use patch::{JsonOut, WriteJson, to_json};
 
 pub const V1: &str = "admission.k8s.io/v1";
 pub const V1BETA1: &str = "admission.k8s.io/v1beta1";

@@ -1,6 +1,7 @@
 //! The JSON Patch of an answer, kept as the text it is sent as: each operation is written once, when it is
 //! decided, instead of being built as `serde_json::Value`s, serialised and dropped (which cost a quarter of an
-//! admission); the values are [`WriteJson`]. [`Patch::operations`] parses it back for whoever applies it (tests, the CLI).
+//! admission); the values write themselves ([`WriteJson`]). [`Patch::operations`] parses it back for whoever
+//! applies it (tests, the CLI).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -19,35 +20,35 @@ pub struct Patch {
 
 /// A value the patch adds, written as JSON text straight into it. The shapes the patch adds have fixed keys:
 /// serde_json's serialiser escapes each key again at every write, a third of building a patch.
-pub trait WriteJson {
+pub(crate) trait WriteJson {
     fn write_json(&self, out: &mut JsonOut<'_>);
 }
 
 /// The JSON text of one value.
-pub fn to_json(value: &(impl WriteJson + ?Sized)) -> String {
+pub(crate) fn to_json(value: &(impl WriteJson + ?Sized)) -> String {
     let mut json = Vec::new();
     value.write_json(&mut JsonOut { json: &mut json });
     String::from_utf8(json).expect("JSON is written as UTF-8")
 }
 
 /// Where a [`WriteJson`] value writes itself: fixed JSON text as it is, strings escaped when they need it.
-pub struct JsonOut<'p> {
+pub(crate) struct JsonOut<'p> {
     json: &'p mut Vec<u8>,
 }
 
 impl JsonOut<'_> {
     /// Fixed JSON text (keys, punctuation), written as it is.
-    pub fn raw(&mut self, text: &'static str) {
+    pub(crate) fn raw(&mut self, text: &'static str) {
         self.json.extend_from_slice(text.as_bytes());
     }
 
     /// A JSON string.
-    pub fn str(&mut self, s: &str) {
+    pub(crate) fn str(&mut self, s: &str) {
         write_str(self.json, s);
     }
 
     /// `[item,…]`.
-    pub fn list<T: WriteJson>(&mut self, items: &[T]) {
+    pub(crate) fn list<T: WriteJson>(&mut self, items: &[T]) {
         self.json.push(b'[');
         for (i, item) in items.iter().enumerate() {
             if i > 0 {
@@ -122,13 +123,13 @@ impl Patch {
     }
 
     /// Appends `{"op":"add","path":…,"value":…}` at `path`.
-    pub fn add(&mut self, path: &Pointer, value: &(impl WriteJson + ?Sized)) {
+    pub(crate) fn add(&mut self, path: &Pointer, value: &(impl WriteJson + ?Sized)) {
         self.add_under(path, [], value);
     }
 
     /// Appends `{"op":"add","path":…,"value":…}` at `parent` followed by `tokens` (each escaped: `~` → `~0`,
     /// `/` → `~1`). Most of our paths are constants, whose pointers are written as they are.
-    pub fn add_under<'t>(
+    pub(crate) fn add_under<'t>(
         &mut self,
         parent: &Pointer,
         tokens: impl IntoIterator<Item = &'t str>,
