@@ -97,7 +97,6 @@ impl Outcome {
 }
 
 /// A Pod the scorer is asked about.
-#[derive(Debug)]
 pub struct Scoring<'a> {
     pub candidate: Candidate<'a>,
     /// What the scorer is asked.
@@ -112,6 +111,21 @@ pub struct Scoring<'a> {
     /// known): [`decide`] decides with the same ones.
     policy: &'a PolicySnapshot,
     rules: Option<TierRules<'a>>,
+}
+
+/// The policy by its version only (the whole snapshot would fill a log line).
+impl std::fmt::Debug for Scoring<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scoring")
+            .field("candidate", &self.candidate)
+            .field("request", &self.request)
+            .field("warnings", &self.warnings)
+            .field("fitted", &self.fitted)
+            .field("admin", &self.admin)
+            .field("policy_version", &self.policy.version)
+            .field("rules", &self.rules)
+            .finish()
+    }
 }
 
 impl Scoring<'_> {
