@@ -75,6 +75,10 @@ fn hostile_inputs_get_their_answers() {
     // tier (the property asserts it).
     let (ops, _) = patched(&mutate("pruned-members.json"));
     assert!(ops > 0);
+    // The same for a container's skipped members (env, command, probes, mounts...), on a Pod whose only GPUs
+    // are asked by a sidecar init container (its resources and restart policy are read): decided and bound.
+    let (ops, _) = patched(&mutate("pruned-container-members.json"));
+    assert!(ops > 0);
 
     let outcome = mutate("tenant-300-bytes.json");
     let (ops, warnings) = patched(&outcome);

@@ -1,7 +1,8 @@
 //! Reading a review's object with the members no webhook reads skipped, not parsed: a Pod's
-//! `metadata.managedFields` (the apiserver's field-ownership bookkeeping), `spec.volumes` and `status`. They
-//! were a fifth of the cost of reading a Pod review, and none of them is ever read, patched or the parent of
-//! a patched path; a Pod read here has them `None`. Everything else is read by the type's own `Deserialize`,
+//! `metadata.managedFields` (the apiserver's field-ownership bookkeeping), `spec.volumes`, `status` and its
+//! containers' members other than name, image, resources and restart policy. They were a fifth of the cost of
+//! reading a Pod review (more for real Pods, whose containers carry env, probes and mounts), and none of them
+//! is ever read, patched or the parent of a patched path; a Pod read here has them `None`. Everything else is read by the type's own `Deserialize`,
 //! through serde_json's recursion limit as before; skipped values are not nested into (serde_json skips
 //! without a recursion limit), so a deep `managedFields` no longer needs the second reading of [`super::deep`].
 //!
@@ -26,6 +27,35 @@ pub(crate) struct Prune {
     inside: &'static [(&'static str, Prune)],
 }
 
+/// What each container (and init container) is read without: all but its name, image, resources and restart
+/// policy (what the GPU count, the sidecar rule and the checkpoint restore read), the members that make most
+/// of a real Pod's bytes (env, command, probes, mounts).
+const CONTAINER: Prune = Prune {
+    skip: &[
+        "args",
+        "command",
+        "env",
+        "envFrom",
+        "imagePullPolicy",
+        "lifecycle",
+        "livenessProbe",
+        "ports",
+        "readinessProbe",
+        "resizePolicy",
+        "securityContext",
+        "startupProbe",
+        "stdin",
+        "stdinOnce",
+        "terminationMessagePath",
+        "terminationMessagePolicy",
+        "tty",
+        "volumeDevices",
+        "volumeMounts",
+        "workingDir",
+    ],
+    inside: &[],
+};
+
 /// What a Pod review's Pod is read without.
 pub(crate) const POD: Prune = Prune {
     skip: &["status"],
@@ -41,7 +71,7 @@ pub(crate) const POD: Prune = Prune {
             "spec",
             Prune {
                 skip: &["volumes"],
-                inside: &[],
+                inside: &[("containers", CONTAINER), ("initContainers", CONTAINER)],
             },
         ),
     ],
@@ -96,6 +126,29 @@ struct PruningMap<M> {
     prune: &'static Prune,
     /// The [`Prune`] of the value of the key just handed on, if that value is pruned in turn.
     value: Option<&'static Prune>,
+}
+
+struct PruningSeq<A> {
+    seq: A,
+    prune: &'static Prune,
+}
+
+impl<'de, A: de::SeqAccess<'de>> de::SeqAccess<'de> for PruningSeq<A> {
+    type Error = A::Error;
+
+    fn next_element_seed<T: DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, A::Error> {
+        self.seq.next_element_seed(PruningSeed {
+            seed,
+            prune: self.prune,
+        })
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        self.seq.size_hint()
+    }
 }
 
 struct PruningSeed<S> {
@@ -235,8 +288,12 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for PruningVisitor<V> {
         })
     }
 
+    /// The elements of a pruned array (`containers`) are pruned alike.
     fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-        self.visitor.visit_seq(seq)
+        self.visitor.visit_seq(PruningSeq {
+            seq,
+            prune: self.prune,
+        })
     }
 
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
@@ -306,6 +363,7 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Pruning<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::Container;
 
     fn pod(text: &str) -> serde_json::Result<Pod> {
         let mut de = serde_json::Deserializer::from_str(text);
@@ -323,7 +381,11 @@ mod tests {
               "ownerReferences":[{"apiVersion":"batch/v1","kind":"Job","name":"j","uid":"u","controller":true}]},
             "spec":{"volumes":[{"name":"v","emptyDir":{}}],
               "containers":[{"name":"c","image":"i","resources":{"limits":{"nvidia.com/gpu":"2"}},
-                "volumeMounts":[{"name":"v","mountPath":"/v"}]}],
+                "volumeMounts":[{"name":"v","mountPath":"/v"}],"env":[{"name":"resources","value":"x"}],
+                "command":["run"],"livenessProbe":{"exec":{"command":["true"]}},"securityContext":{"privileged":false}},
+                {"name":"d","image":"j","env":[{"name":"A","value":"1"}]}],
+              "initContainers":[{"name":"init","image":"k","restartPolicy":"Always","args":["x"],
+                "resources":{"requests":{"nvidia.com/gpu":"1"}},"ports":[{"containerPort":80}]}],
               "nodeSelector":{"volumes":"z"},"tolerations":[{"key":"k","operator":"Exists"}],
               "affinity":{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[
                 {"matchExpressions":[{"key":"a","operator":"In","values":["b"]}]}]}}}},
@@ -332,10 +394,34 @@ mod tests {
         let mut full: Pod = serde_json::from_str(text).unwrap();
         assert!(full.metadata.managed_fields.is_some() && full.status.is_some());
         full.metadata.managed_fields = None;
-        full.spec.as_mut().unwrap().volumes = None;
+        let spec = full.spec.as_mut().unwrap();
+        spec.volumes = None;
+        for c in spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten())
+        {
+            // What the webhooks read of a container is kept.
+            *c = Container {
+                name: std::mem::take(&mut c.name),
+                image: c.image.take(),
+                resources: c.resources.take(),
+                restart_policy: c.restart_policy.take(),
+                ..Default::default()
+            };
+        }
         full.status = None;
         assert_eq!(pruned, full);
-        // Members of the same names elsewhere (labels, annotations, selectors, containers) are kept.
+        let init = &pruned
+            .spec
+            .as_ref()
+            .unwrap()
+            .init_containers
+            .as_ref()
+            .unwrap()[0];
+        assert_eq!(init.restart_policy.as_deref(), Some("Always"));
+        assert!(init.resources.is_some() && init.args.is_none());
+        // Members of the same names elsewhere (labels, annotations, selectors) are kept.
         assert_eq!(pruned.metadata.labels.as_ref().unwrap()["volumes"], "y");
         assert_eq!(
             pruned.metadata.annotations.as_ref().unwrap()["managedFields"],
@@ -343,7 +429,7 @@ mod tests {
         );
         let spec = pruned.spec.unwrap();
         assert_eq!(spec.node_selector.unwrap()["volumes"], "z");
-        assert_eq!(spec.containers[0].volume_mounts.as_ref().unwrap().len(), 1);
+        assert!(spec.containers[0].volume_mounts.is_none() && spec.containers[1].env.is_none());
     }
 
     #[test]
