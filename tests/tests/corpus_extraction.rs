@@ -101,7 +101,7 @@ fn fixture_reviews_are_wrapped() {
     let reviews = corpus::fixtures()
         .admission_reviews()
         .expect("reviews parse");
-    assert_eq!(reviews.len(), 13);
+    assert_eq!(reviews.len(), 14);
     for r in &reviews {
         assert_eq!(r.review["kind"], "AdmissionReview", "{}", r.file);
         assert!(r.review["request"]["uid"].is_string(), "{}", r.file);

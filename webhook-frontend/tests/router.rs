@@ -111,6 +111,7 @@ async fn every_fixture_review_gets_its_expected_answer() {
         ("v1-pod-create-no-labels.json", Expect::Unchanged),
         ("v1-pod-create-nvidia.json", Expect::Placed),
         ("v1-pod-create-job-member.json", Expect::Placed),
+        ("v1-pod-create-training.json", Expect::Placed),
         ("v1-pod-delete.json", Expect::Unchanged),
         ("v1-pod-update-labels.json", Expect::Unchanged),
         ("v1beta1-pod-create.json", Expect::Unchanged),
