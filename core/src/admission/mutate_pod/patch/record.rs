@@ -80,7 +80,7 @@ pub(super) fn alternatives_text(answer: &ScoreResponse) -> String {
     let Some(lowest) = feasible.first().map(|(_, c)| *c) else {
         return String::new();
     };
-    let mut text = String::new();
+    let mut text = String::with_capacity(32 * MAX_ALTERNATIVES);
     for (i, (name, cost)) in feasible.iter().take(MAX_ALTERNATIVES).enumerate() {
         if i > 0 {
             text.push(',');
