@@ -495,13 +495,11 @@ struct Response<'a> {
 fn encode_response(api_version: &str, r: Response<'_>) -> Vec<u8> {
     let patch_len = r.patch.map_or(0, |p| BASE64.encoded_length(p.len()));
     let mut out = Vec::with_capacity(160 + r.uid.len() + patch_len);
-    let string = |out: &mut Vec<u8>, s: &str| {
-        serde_json::to_writer(out, s).expect("a string always serialises")
-    };
+    // Strings are written as the patch writes them (one escaping rule).
     out.extend_from_slice(b"{\"apiVersion\":");
-    string(&mut out, api_version);
+    patch::write_str(&mut out, api_version);
     out.extend_from_slice(b",\"kind\":\"AdmissionReview\",\"response\":{\"uid\":");
-    string(&mut out, r.uid);
+    patch::write_str(&mut out, r.uid);
     out.extend_from_slice(if r.allowed {
         b",\"allowed\":true"
     } else {
@@ -509,7 +507,7 @@ fn encode_response(api_version: &str, r: Response<'_>) -> Vec<u8> {
     });
     if let Some(message) = r.denied {
         out.extend_from_slice(b",\"status\":{\"code\":403,\"reason\":\"Forbidden\",\"message\":");
-        string(&mut out, message);
+        patch::write_str(&mut out, message);
         out.push(b'}');
     }
     if let Some(patch) = r.patch {
@@ -524,7 +522,7 @@ fn encode_response(api_version: &str, r: Response<'_>) -> Vec<u8> {
             if i > 0 {
                 out.push(b',');
             }
-            string(&mut out, &clean_warning(w));
+            patch::write_str(&mut out, &clean_warning(w));
         }
         out.push(b']');
     }

@@ -218,7 +218,7 @@ fn write_token(json: &mut Vec<u8>, token: &str) {
 
 /// A JSON string: copied as it is when nothing in it needs escaping (most of what we write: names, labels,
 /// numbers as text), else escaped by serde_json.
-fn write_str(json: &mut Vec<u8>, s: &str) {
+pub(crate) fn write_str(json: &mut Vec<u8>, s: &str) {
     json.reserve(s.len() + 2);
     json.push(b'"');
     write_str_contents(json, s);
