@@ -79,6 +79,11 @@ fn hostile_inputs_get_their_answers() {
     // are asked by a sidecar init container (its resources and restart policy are read): decided and bound.
     let (ops, _) = patched(&mutate("pruned-container-members.json"));
     assert!(ops > 0);
+    // The same members holding what no valid Pod holds (a managedFields time that is not a time, an env that
+    // is not a list, a status that is not an object): the apiserver never sends it, but the webhook still
+    // decides it and the patched object, as the webhook reads it, is bound to its tier.
+    let (ops, _) = patched(&mutate("pruned-invalid-members.json"));
+    assert!(ops > 0);
 
     let outcome = mutate("tenant-300-bytes.json");
     let (ops, warnings) = patched(&outcome);
