@@ -264,7 +264,10 @@ pub async fn start(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(ScorerServer::new(ScorerService::new(core.clone())))
+        .add_service(ScorerServer::new(ScorerService::new(
+            core.clone(),
+            shutdown_rx.clone(),
+        )))
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = stop.changed().await;
             tracing::info!("shutting down: draining requests in flight");

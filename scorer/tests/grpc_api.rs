@@ -611,6 +611,7 @@ mod reflection {
             methods,
             [
                 "Score",
+                "ScoreCalls",
                 "Observe",
                 "GetPolicy",
                 "Explain",
@@ -726,4 +727,69 @@ mod reflection {
         }
         running.shutdown().await.unwrap();
     }
+}
+
+/// `ScoreCalls`: each call answered with its id, as `Score` answers it (an invalid request is that call's
+/// error, not the stream's end); a shutdown ends the open stream cleanly instead of waiting for the caller.
+#[tokio::test]
+async fn score_calls_answer_each_call_and_end_on_shutdown() {
+    let running = start(Config::default()).await;
+    let mut client = ScorerClient::new(channel(&running).await);
+    let unary = client
+        .score(job("gold", "train-llama", 70.0))
+        .await
+        .unwrap()
+        .into_inner();
+
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    let mut answers = client
+        .score_calls(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let call = |id, request| pb::ScoreCall {
+        id,
+        request: Some(request),
+        ..Default::default()
+    };
+    let invalid = pb::ScoreRequest {
+        gpu_memory_gib: Some(f64::NAN),
+        ..job("gold", "train-llama", 70.0)
+    };
+    tx.send(call(7, job("gold", "train-llama", 70.0)))
+        .await
+        .unwrap();
+    tx.send(call(8, invalid)).await.unwrap();
+    tx.send(call(9, job("bronze", "train-llama", 70.0)))
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        got.push(answers.message().await.unwrap().expect("an answer"));
+    }
+    assert_eq!(got.iter().map(|a| a.id).collect::<Vec<_>>(), [7, 8, 9]);
+    use pb::score_answer::Result as R;
+    match &got[0].result {
+        Some(R::Response(r)) => {
+            assert_eq!(r.request_id, unary.request_id);
+            assert_eq!(r.accepted_classes, unary.accepted_classes);
+            assert_eq!(r.priority_score, unary.priority_score);
+        }
+        other => panic!("{other:?}"),
+    }
+    match &got[1].result {
+        Some(R::Error(e)) => assert_eq!(e.code, tonic::Code::InvalidArgument as i32, "{e:?}"),
+        other => panic!("{other:?}"),
+    }
+    match &got[2].result {
+        Some(R::Response(r)) => assert!(r.accepted_classes.is_empty()),
+        other => panic!("{other:?}"),
+    }
+
+    // The caller keeps its side open; the shutdown ends the stream and the server still stops promptly.
+    let stopped = tokio::time::timeout(Duration::from_secs(5), running.shutdown()).await;
+    assert!(matches!(stopped, Ok(Ok(()))), "{stopped:?}");
+    let end = tokio::time::timeout(Duration::from_secs(5), answers.message()).await;
+    assert!(matches!(end, Ok(Ok(None)) | Ok(Err(_))), "{end:?}");
+    drop(tx);
 }

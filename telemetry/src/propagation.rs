@@ -22,6 +22,22 @@ pub fn set_parent_from_grpc(span: &tracing::Span, metadata: &MetadataMap) {
     set_parent(span, &MetadataExtractor(metadata));
 }
 
+/// Client side: writes `span`'s context into a message's map (a call on a long-lived stream has no metadata
+/// of its own).
+pub fn inject_into_map(span: &tracing::Span, map: &mut std::collections::HashMap<String, String>) {
+    let cx = span.context();
+    opentelemetry::global::get_text_map_propagator(|propagator| {
+        propagator.inject_context(&cx, map);
+    });
+}
+
+/// Server side: makes `span` a child of the context carried in a message's map, if any.
+pub fn set_parent_from_map(span: &tracing::Span, map: &std::collections::HashMap<String, String>) {
+    if !map.is_empty() {
+        set_parent(span, map);
+    }
+}
+
 /// Server side: makes `span` a child of the context carried in incoming HTTP headers, if any.
 pub fn set_parent_from_http(span: &tracing::Span, headers: &http::HeaderMap) {
     set_parent(span, &HeaderExtractor(headers));
@@ -161,6 +177,32 @@ mod tests {
             server.span_context.trace_id(),
             client.span_context.trace_id()
         );
+        assert_eq!(server.parent_span_id, client.span_context.span_id());
+        assert!(server.parent_span_is_remote);
+    }
+
+    #[test]
+    fn map_round_trip_links_parent() {
+        let (subscriber, exporter, provider) = otel_subscriber();
+        tracing::subscriber::with_default(subscriber, || {
+            let client = tracing::info_span!("client.call");
+            let mut map = std::collections::HashMap::new();
+            inject_into_map(&client, &mut map);
+            let (client_trace, client_span) = ids(&client);
+            assert_eq!(
+                map.get("traceparent").map(String::as_str),
+                Some(format!("00-{client_trace}-{client_span}-01").as_str())
+            );
+            let server = tracing::info_span!(parent: None, "Score");
+            set_parent_from_map(&server, &map);
+            assert_eq!(ids(&server).0, client_trace);
+            drop(server);
+            drop(client);
+        });
+        provider.force_flush().unwrap();
+        let spans = exporter.get_finished_spans().unwrap();
+        let client = spans.iter().find(|s| s.name == "client.call").unwrap();
+        let server = spans.iter().find(|s| s.name == "Score").unwrap();
         assert_eq!(server.parent_span_id, client.span_context.span_id());
         assert!(server.parent_span_is_remote);
     }

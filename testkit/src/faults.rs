@@ -5,7 +5,8 @@
 //!   garbage bytes, or reset at once;
 //! - [`ScorerDouble`]: a gRPC server speaking the scorer's protocol, serving a given policy and answering
 //!   `Score` with a given answer, never, or nonsense (an unknown GPU class, a score out of 0-100 and a
-//!   PriorityClass no policy has, NaN); it records what it was asked. [`NonsenseScorer`] starts one
+//!   PriorityClass no policy has, NaN), as unary calls and on `ScoreCalls` streams (or, like a scorer release
+//!   before them, unary only); it records what it was asked. [`NonsenseScorer`] starts one
 //!   answering nonsense with a real policy (taken from a real scorer), so only the `Score` answer is wrong.
 //!
 //! SIGSTOP/SIGCONT (hung) and kill (down) are on [`crate::ChildProcess`].
@@ -18,7 +19,7 @@ use std::time::{Duration, Instant};
 use gpu_admission_proto::scorer::v1::{
     ExplainResponse, ExportStateRequest, GetPolicyRequest, GetPolicyResponse, GpuClass, GpuVendor,
     ImportStateResponse, LearnedState, ObserveRequest, ObserveResponse, PriorityAssignment,
-    ScoreRequest, ScoreResponse,
+    ScoreAnswer, ScoreCall, ScoreRequest, ScoreResponse, score_answer,
     scorer_server::{Scorer as ScorerService, ScorerServer},
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -250,6 +251,27 @@ struct DoubleState {
     requests: Mutex<Vec<ScoreRequest>>,
     timeouts: Mutex<Vec<String>>,
     calls: AtomicU64,
+    /// Whether `ScoreCalls` is served (else UNIMPLEMENTED, as by a scorer release before it).
+    streams: bool,
+    streamed: AtomicU64,
+}
+
+impl DoubleState {
+    /// Records `req` and gives the answer the behaviour says; `None` for a call never answered.
+    fn answer(&self, req: &ScoreRequest) -> Option<ScoreResponse> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        lock(&self.requests).push(req.clone());
+        let behaviour = lock(&self.behaviour).clone();
+        let answer = match behaviour {
+            Behaviour::Answer(a) => *a,
+            Behaviour::Hang => return None,
+            Behaviour::Nonsense(kind) => nonsense(kind, &self.policy),
+        };
+        Some(ScoreResponse {
+            request_id: req.request_id.clone(),
+            ..answer
+        })
+    }
 }
 
 #[derive(Clone)]
@@ -262,22 +284,40 @@ impl ScorerService for DoubleService {
         request: tonic::Request<ScoreRequest>,
     ) -> Result<tonic::Response<ScoreResponse>, tonic::Status> {
         let state = &self.0;
-        state.calls.fetch_add(1, Ordering::Relaxed);
         if let Some(t) = request.metadata().get("grpc-timeout") {
             lock(&state.timeouts).push(t.to_str().unwrap_or("").to_string());
         }
-        let req = request.into_inner();
-        lock(&state.requests).push(req.clone());
-        let behaviour = lock(&state.behaviour).clone();
-        let answer = match behaviour {
-            Behaviour::Answer(a) => *a,
-            Behaviour::Hang => std::future::pending().await,
-            Behaviour::Nonsense(kind) => nonsense(kind, &state.policy),
-        };
-        Ok(tonic::Response::new(ScoreResponse {
-            request_id: req.request_id,
-            ..answer
-        }))
+        match state.answer(request.get_ref()) {
+            Some(answer) => Ok(tonic::Response::new(answer)),
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Each call answered as `score` would, in order; a hung call gets no answer (the next ones still do).
+    async fn score_calls(
+        &self,
+        request: tonic::Request<tonic::Streaming<ScoreCall>>,
+    ) -> Result<tonic::Response<tonic::codegen::BoxStream<ScoreAnswer>>, tonic::Status> {
+        use tokio_stream::StreamExt as _;
+        let state = self.0.clone();
+        if !state.streams {
+            return Err(tonic::Status::unimplemented(
+                "scorer double without ScoreCalls",
+            ));
+        }
+        let answers = request.into_inner().filter_map(move |call| {
+            let call = match call {
+                Ok(call) => call,
+                Err(status) => return Some(Err(status)),
+            };
+            state.streamed.fetch_add(1, Ordering::Relaxed);
+            let answer = state.answer(&call.request.unwrap_or_default())?;
+            Some(Ok(ScoreAnswer {
+                id: call.id,
+                result: Some(score_answer::Result::Response(answer)),
+            }))
+        });
+        Ok(tonic::Response::new(Box::pin(answers)))
     }
 
     async fn observe(
@@ -369,11 +409,28 @@ impl ScorerDouble {
         Self::start_with_policy_delay(policy, behaviour, std::time::Duration::ZERO).await
     }
 
+    /// Like [`ScorerDouble::start`], without `ScoreCalls` (UNIMPLEMENTED): a scorer release before it.
+    pub async fn start_unary_only(
+        policy: GetPolicyResponse,
+        behaviour: Behaviour,
+    ) -> anyhow::Result<Self> {
+        Self::serve(policy, behaviour, std::time::Duration::ZERO, false).await
+    }
+
     /// Like [`ScorerDouble::start`], with `GetPolicy` answering only after `delay` (a slow policy fetch).
     pub async fn start_with_policy_delay(
         policy: GetPolicyResponse,
         behaviour: Behaviour,
         delay: std::time::Duration,
+    ) -> anyhow::Result<Self> {
+        Self::serve(policy, behaviour, delay, true).await
+    }
+
+    async fn serve(
+        policy: GetPolicyResponse,
+        behaviour: Behaviour,
+        delay: std::time::Duration,
+        streams: bool,
     ) -> anyhow::Result<Self> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
@@ -384,6 +441,8 @@ impl ScorerDouble {
             requests: Mutex::default(),
             timeouts: Mutex::default(),
             calls: AtomicU64::new(0),
+            streams,
+            streamed: AtomicU64::new(0),
         });
         let svc = DoubleService(state.clone());
         let task = tokio::spawn(async move {
@@ -420,9 +479,14 @@ impl ScorerDouble {
         lock(&self.state.timeouts).clone()
     }
 
-    /// `Score` calls received so far.
+    /// `Score` calls received so far (unary or on a stream).
     pub fn score_calls(&self) -> u64 {
         self.state.calls.load(Ordering::Relaxed)
+    }
+
+    /// The calls of [`Self::score_calls`] that came on a `ScoreCalls` stream.
+    pub fn streamed_calls(&self) -> u64 {
+        self.state.streamed.load(Ordering::Relaxed)
     }
 }
 

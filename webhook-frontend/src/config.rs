@@ -16,7 +16,7 @@ use gpu_admission_core::names::DEFAULT_TIER_LABEL;
 
 use crate::cluster::parse_namespace_tiers;
 use crate::connections::Limits;
-use crate::scorer_client::ChannelLimits;
+use crate::scorer_client::{CallMode, ChannelLimits};
 use crate::tls::auto_plan::Lifetimes;
 use crate::tls::auto_rotate::AutoTlsConfig;
 use crate::tls::reload::CertFiles;
@@ -175,6 +175,10 @@ pub struct ScorerArgs {
     /// HTTP/2 connections to the scorer, used in turn.
     #[arg(long, env = "WEBHOOK_SCORER_CONNECTIONS", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub scorer_connections: u16,
+
+    /// How Score calls travel: as messages on one long-lived stream per connection, or one unary call each.
+    #[arg(long, env = "WEBHOOK_SCORER_CALLS", value_enum, default_value_t = CallMode::Stream)]
+    pub scorer_calls: CallMode,
 
     /// How often the scorer's policy (catalog, priority buckets) is fetched again, in seconds.
     #[arg(long, env = "WEBHOOK_POLICY_REFRESH_SECS", default_value_t = 30)]
@@ -448,6 +452,7 @@ impl From<ScorerArgs> for ScorerConfig {
             channel: ChannelLimits {
                 max_in_flight: args.scorer_max_in_flight as usize,
                 connections: usize::from(args.scorer_connections),
+                calls: args.scorer_calls,
             },
             policy_refresh: Duration::from_secs(args.policy_refresh_secs).max(MIN_POLL_INTERVAL),
         }

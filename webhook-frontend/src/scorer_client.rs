@@ -9,17 +9,22 @@
 //! [`RESET_STREAM_MEMORY`]); and after a connection failure new attempts wait an exponential backoff instead
 //! of dialling once per admission.
 
+mod streams;
+
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use gpu_admission_proto::scorer::v1::scorer_client::ScorerClient as GrpcClient;
-use gpu_admission_proto::scorer::v1::{GetPolicyRequest, GetPolicyResponse, ScoreRequest};
+use gpu_admission_proto::scorer::v1::{
+    GetPolicyRequest, GetPolicyResponse, ScoreCall, ScoreRequest, ScoreResponse,
+};
 use tokio::sync::Semaphore;
 use tonic::transport::{Channel, Endpoint};
 
 use gpu_admission_core::admission::mutate_pod::ScorerOutcome;
+use streams::{CallStreams, NotSent};
 
 /// A failed call classified: a timeout, a scorer that cannot answer now, or one that refused the request.
 fn classify(status: tonic::Status, budget_ms: u64) -> ScorerOutcome {
@@ -100,6 +105,17 @@ pub(crate) fn parse_go_duration(s: &str) -> Option<Duration> {
     (total.is_finite() && total < 1e9).then(|| Duration::from_secs_f64(total))
 }
 
+/// How Score calls travel (`--scorer-calls`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum CallMode {
+    /// As messages on one long-lived `ScoreCalls` stream per connection (see [`streams`]): no HTTP/2 stream,
+    /// headers or trailers per call. A scorer without `ScoreCalls` (an older release) is called unary.
+    #[default]
+    Stream,
+    /// One unary `Score` call per admission.
+    Unary,
+}
+
 /// How the channel to the scorer behaves under load (flags of the same names, see `config.rs`).
 #[derive(Debug, Clone, Copy)]
 pub struct ChannelLimits {
@@ -107,6 +123,7 @@ pub struct ChannelLimits {
     pub(crate) max_in_flight: usize,
     /// HTTP/2 connections to the scorer, used in turn (each one is served by one task on either side).
     pub(crate) connections: usize,
+    pub(crate) calls: CallMode,
 }
 
 impl Default for ChannelLimits {
@@ -114,8 +131,22 @@ impl Default for ChannelLimits {
         Self {
             max_in_flight: 1024,
             connections: 2,
+            calls: CallMode::Stream,
         }
     }
+}
+
+/// How long Score calls are made unary after the scorer answered that it has no `ScoreCalls` (an older
+/// scorer during a rollout): then streams are tried again.
+const UNARY_FALLBACK: Duration = Duration::from_secs(60);
+
+/// How one call ended, before it is classified.
+enum CallEnd {
+    Answered(ScoreResponse),
+    TimedOut,
+    Failed(tonic::Status),
+    /// Not sent: the stream's queue is full or its streams keep ending.
+    NotSent(&'static str),
 }
 
 /// The receive window of each connection to the scorer. It is fixed, not adaptive, because HTTP/2 bounds
@@ -209,6 +240,10 @@ pub struct Scorer {
     in_flight: Arc<Semaphore>,
     max_in_flight: usize,
     reconnect: Arc<Reconnect>,
+    /// `None` when calls are unary (`--scorer-calls unary`).
+    streams: Option<Arc<CallStreams>>,
+    /// Until when calls are unary because the scorer has no `ScoreCalls`.
+    unary_until: Arc<Mutex<Option<Instant>>>,
     budget: Duration,
     margin: Duration,
 }
@@ -236,21 +271,44 @@ impl Scorer {
             .map(|_| GrpcClient::new(endpoint.clone().connect_lazy()))
             .collect();
         let max_in_flight = limits.max_in_flight.max(1);
+        let streams = (limits.calls == CallMode::Stream)
+            .then(|| Arc::new(CallStreams::new(clients.len(), max_in_flight)));
         Ok(Self {
             clients: clients.into(),
             next: Arc::new(AtomicUsize::new(0)),
             in_flight: Arc::new(Semaphore::new(max_in_flight)),
             max_in_flight,
             reconnect: Arc::new(Reconnect::default()),
+            streams,
+            unary_until: Arc::default(),
             budget,
             margin,
         })
     }
 
+    /// The index of the next channel of the pool, in turn.
+    fn next_slot(&self) -> usize {
+        self.next.fetch_add(1, Ordering::Relaxed) % self.clients.len()
+    }
+
     /// The next channel of the pool, in turn.
     fn client(&self) -> GrpcClient<Channel> {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.clients.len();
-        self.clients[i].clone()
+        self.clients[self.next_slot()].clone()
+    }
+
+    /// The call streams, unless calls are unary (by configuration, or for a while after the scorer said it
+    /// has no `ScoreCalls`).
+    fn streams(&self, now: Instant) -> Option<&CallStreams> {
+        let streams = self.streams.as_deref()?;
+        let mut until = self.unary_until.lock().unwrap_or_else(|e| e.into_inner());
+        match *until {
+            Some(at) if at > now => None,
+            Some(_) => {
+                *until = None;
+                Some(streams)
+            }
+            None => Some(streams),
+        }
     }
 
     pub(crate) fn deadline(&self, apiserver_timeout: Option<Duration>) -> Duration {
@@ -258,13 +316,13 @@ impl Scorer {
     }
 
     /// One Score call that must be over `budget` after `started` (the admission request's arrival, so the
-    /// time spent decoding is part of the budget); `prepare` may add metadata (trace context).
+    /// time spent decoding is part of the budget), in `span`'s trace context.
     pub(crate) async fn score(
         &self,
         request: ScoreRequest,
         started: Instant,
         budget: Duration,
-        prepare: impl FnOnce(&mut tonic::metadata::MetadataMap),
+        span: &tracing::Span,
     ) -> ScorerOutcome {
         let deadline_at = started + budget;
         let budget_ms = budget.as_millis() as u64;
@@ -284,30 +342,116 @@ impl Scorer {
                 wait.as_millis()
             ));
         }
+        let slot = self.next_slot();
+        let end = match self.streams(now) {
+            Some(streams) => {
+                // Until a stream has answered once, the scorer may be a release without `ScoreCalls`: the
+                // request is kept, to be sent unary then.
+                let unary = (!streams.confirmed()).then(|| request.clone());
+                let mut call = ScoreCall {
+                    request: Some(request),
+                    ..ScoreCall::default()
+                };
+                gpu_admission_telemetry::propagation::inject_into_map(
+                    span,
+                    &mut call.trace_context,
+                );
+                match (
+                    self.on_stream(streams, slot, call, deadline_at).await,
+                    unary,
+                ) {
+                    (CallEnd::Failed(s), Some(request))
+                        if s.code() == tonic::Code::Unimplemented =>
+                    {
+                        Box::pin(self.unary(slot, request, deadline_at, span)).await
+                    }
+                    (end, _) => end,
+                }
+            }
+            None => Box::pin(self.unary(slot, request, deadline_at, span)).await,
+        };
+        self.outcome(end, budget_ms)
+    }
+
+    /// A unary call on connection `slot`, with the deadline sent as `grpc-timeout`. Its future (tonic's
+    /// channel and call) is large: callers box it, so that every admission's future, which axum moves, stays
+    /// small (unboxed, the copies cost ~8k instructions an admission).
+    async fn unary(
+        &self,
+        slot: usize,
+        request: ScoreRequest,
+        deadline_at: Instant,
+        span: &tracing::Span,
+    ) -> CallEnd {
+        let remaining = deadline_at.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return CallEnd::TimedOut;
+        }
         let mut req = tonic::Request::new(request);
         req.set_timeout(server_deadline(remaining));
-        prepare(req.metadata_mut());
-        let mut client = self.client();
-        let call = match tokio::time::timeout_at(deadline_at.into(), client.score(req)).await {
-            Err(_elapsed) => ScorerOutcome::TimedOut { budget_ms },
-            Ok(Ok(resp)) => ScorerOutcome::Answered(Box::new(resp.into_inner())),
-            Ok(Err(status)) => {
-                let connection_failed = is_connection_failure(&status);
-                let call = classify(status, budget_ms);
-                if connection_failed {
+        gpu_admission_telemetry::propagation::inject_into_grpc(span, req.metadata_mut());
+        let mut client = self.clients[slot].clone();
+        match tokio::time::timeout_at(deadline_at.into(), client.score(req)).await {
+            Err(_elapsed) => CallEnd::TimedOut,
+            Ok(Ok(resp)) => CallEnd::Answered(resp.into_inner()),
+            Ok(Err(status)) => CallEnd::Failed(status),
+        }
+    }
+
+    /// A call sent as a message of the stream of connection `slot`, and its answer.
+    async fn on_stream(
+        &self,
+        streams: &CallStreams,
+        slot: usize,
+        call: ScoreCall,
+        deadline_at: Instant,
+    ) -> CallEnd {
+        let sent = match streams.send(slot, &self.clients[slot], call) {
+            Ok(sent) => sent,
+            Err(NotSent::Full) => return CallEnd::NotSent("the scorer is not reading its calls"),
+            Err(NotSent::Ended) => {
+                return CallEnd::NotSent("the scorer's call streams keep ending");
+            }
+        };
+        match tokio::time::timeout_at(deadline_at.into(), &mut { sent }.reply).await {
+            Err(_elapsed) => CallEnd::TimedOut,
+            Ok(Ok(Ok(answer))) => CallEnd::Answered(answer),
+            Ok(Ok(Err(status))) => {
+                if status.code() == tonic::Code::Unimplemented {
+                    tracing::warn!(
+                        fallback_secs = UNARY_FALLBACK.as_secs(),
+                        "the scorer has no ScoreCalls (an older release?): Score calls are unary for a while"
+                    );
+                    *self.unary_until.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some(Instant::now() + UNARY_FALLBACK);
+                    streams.unconfirm();
+                }
+                CallEnd::Failed(status)
+            }
+            Ok(Err(_dropped)) => CallEnd::NotSent("the scorer's call stream ended"),
+        }
+    }
+
+    /// The outcome of a call; a failed connection starts the reconnection backoff, an answer ends it.
+    fn outcome(&self, end: CallEnd, budget_ms: u64) -> ScorerOutcome {
+        match end {
+            CallEnd::Answered(answer) => {
+                self.reconnect.succeeded();
+                ScorerOutcome::Answered(Box::new(answer))
+            }
+            CallEnd::TimedOut => ScorerOutcome::TimedOut { budget_ms },
+            CallEnd::NotSent(why) => ScorerOutcome::Unavailable(why.to_string()),
+            CallEnd::Failed(status) => {
+                if is_connection_failure(&status) {
                     let wait = self.reconnect.failed(Instant::now());
                     tracing::debug!(
                         retry_in_ms = wait.as_millis() as u64,
                         "scorer connection failed; backing off"
                     );
                 }
-                return call;
+                classify(status, budget_ms)
             }
-        };
-        if matches!(call, ScorerOutcome::Answered(_)) {
-            self.reconnect.succeeded();
         }
-        call
     }
 
     /// Fetches the policy in force (catalog + priority buckets), with its own timeout.
@@ -437,13 +581,19 @@ mod tests {
             ChannelLimits {
                 max_in_flight: 1,
                 connections: 1,
+                calls: CallMode::Unary,
             },
         )
         .unwrap();
         let held = scorer.in_flight.clone().try_acquire_owned().unwrap();
         let (started, budget) = (Instant::now(), Duration::from_millis(200));
         let call = scorer
-            .score(ScoreRequest::default(), started, budget, |_| {})
+            .score(
+                ScoreRequest::default(),
+                started,
+                budget,
+                &tracing::Span::none(),
+            )
             .await;
         assert!(
             matches!(call, ScorerOutcome::Overloaded { in_flight: 1 }),
@@ -452,12 +602,22 @@ mod tests {
         assert_eq!(call.result(), "overloaded");
         drop(held);
         let call = scorer
-            .score(ScoreRequest::default(), started, budget, |_| {})
+            .score(
+                ScoreRequest::default(),
+                started,
+                budget,
+                &tracing::Span::none(),
+            )
             .await;
         assert_eq!(call.result(), "unavailable", "{call:?}");
         // The refused connection started the backoff: the next call fails at once, without dialling.
         let call = scorer
-            .score(ScoreRequest::default(), started, budget, |_| {})
+            .score(
+                ScoreRequest::default(),
+                started,
+                budget,
+                &tracing::Span::none(),
+            )
             .await;
         assert!(
             matches!(&call, ScorerOutcome::Unavailable(d) if d.contains("next attempt")),

@@ -73,7 +73,48 @@ async fn the_policy_is_fetched_at_start_and_a_gpu_pod_is_mutated() {
         p.spec.unwrap().node_selector.unwrap()[CLASS_KEY],
         "A100-80GB"
     );
-    assert!(!double.timeouts().is_empty(), "grpc-timeout must be sent");
+    // The calls travel on a ScoreCalls stream: no unary call, so no grpc-timeout.
+    assert!(double.streamed_calls() > 0, "Score calls on a stream");
+    assert_eq!(double.streamed_calls(), double.score_calls());
+    assert!(double.timeouts().is_empty());
+}
+
+/// A GPU Pod posted once: whether its answer carries a patch.
+async fn mutated_once(wh: &Webhook, uid: &str) -> bool {
+    let resp = wh
+        .review(&review_for("admission.k8s.io/v1", uid, "ml", gpu_pod(uid)))
+        .await;
+    apply_patch(&resp, &gpu_pod(uid)).is_some()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unary_calls_carry_the_deadline_and_an_older_scorer_is_called_unary() {
+    // `--scorer-calls unary`: one unary Score a Pod, with the deadline as grpc-timeout.
+    let (wh, double, _dir) = webhook_with(Mode::Good, &["--scorer-calls", "unary"]).await;
+    assert!(mutated_once(&wh, "unary-1").await);
+    assert_eq!((double.score_calls(), double.streamed_calls()), (1, 0));
+    assert_eq!(double.timeouts().len(), 1, "grpc-timeout must be sent");
+    let t = double.timeouts()[0].clone();
+    assert!(
+        t.ends_with('m') || t.ends_with('u') || t.ends_with('n'),
+        "grpc-timeout {t}"
+    );
+
+    // A scorer release without ScoreCalls (UNIMPLEMENTED): the very first Pod is decided, by a unary call,
+    // and so are the next ones.
+    let double = ScorerDouble::start_unary_only(policy(), Mode::Good.behaviour())
+        .await
+        .expect("the scorer double starts");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap().to_string();
+    let url = double.url();
+    let mut wh = start_webhook(&self_signed_args(&d, &url, &[]), &dir.path().join("ca.crt")).await;
+    wh.wait_for_log("scorer policy loaded").await;
+    for i in 0..3 {
+        assert!(mutated_once(&wh, &format!("older-{i}")).await, "Pod {i}");
+    }
+    assert_eq!((double.score_calls(), double.streamed_calls()), (3, 0));
+    assert_eq!(double.timeouts().len(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -99,11 +140,6 @@ async fn hung_scorer_passes_through_inside_the_deadline() {
     // 150 ms budget; generous bound for a loaded CI machine, far below the apiserver's 10 s.
     assert!(took < Duration::from_secs(3), "took {took:?}");
     assert_eq!(double.requests().len(), 1);
-    let t = double.timeouts()[0].clone();
-    assert!(
-        t.ends_with('m') || t.ends_with('u') || t.ends_with('n'),
-        "grpc-timeout {t}"
-    );
 
     // The apiserver's own timeout wins when it is shorter than the budget.
     double.set_behaviour(Mode::Hang.behaviour());

@@ -3,9 +3,11 @@
 
 use std::sync::Arc;
 
+use futures::StreamExt;
 use gpu_admission_proto::scorer::v1 as pb;
 use gpu_admission_telemetry::REQUEST_SPANS;
-use tonic::{Request, Response, Status};
+use tokio::sync::watch;
+use tonic::{Request, Response, Status, Streaming};
 
 use super::Core;
 
@@ -13,11 +15,70 @@ use super::Core;
 #[derive(Debug, Clone)]
 pub struct ScorerService {
     core: Arc<Core>,
+    /// Turns true when the server shuts down: every `ScoreCalls` stream then ends, so that the server's
+    /// graceful shutdown is not held by its callers' long-lived streams.
+    stop: watch::Receiver<bool>,
 }
 
 impl ScorerService {
-    pub fn new(core: Arc<Core>) -> Self {
-        Self { core }
+    pub fn new(core: Arc<Core>, stop: watch::Receiver<bool>) -> Self {
+        Self { core, stop }
+    }
+
+    /// One Score call (unary or on a stream) as a span, child of the caller's context when `parent` gives it.
+    fn score_one(
+        &self,
+        req: &pb::ScoreRequest,
+        parent: impl FnOnce(&tracing::Span),
+    ) -> Result<pb::ScoreResponse, Status> {
+        let span = tracing::info_span!(
+            target: REQUEST_SPANS,
+            "Score",
+            request_id = %req.request_id,
+            "gpu.class" = tracing::field::Empty,
+            "priority.score" = tracing::field::Empty,
+            explored = tracing::field::Empty,
+        );
+        parent(&span);
+        let _enter = span.enter();
+        let result = self.core.score(req);
+        match &result {
+            Ok(r) => {
+                let class = r.accepted_classes.first().map_or("", |c| c.name.as_str());
+                span.record("gpu.class", class);
+                span.record("priority.score", r.priority_score);
+                span.record("explored", r.explored);
+                tracing::debug!(
+                    request_id = req.request_id,
+                    class,
+                    score = r.priority_score,
+                    explored = r.explored,
+                    "scored"
+                );
+            }
+            Err(status) => {
+                tracing::info!(request_id = req.request_id, code = ?status.code(), message = status.message(), "Score refused")
+            }
+        }
+        result
+    }
+
+    /// The answer to one call of a `ScoreCalls` stream.
+    fn answer(&self, call: pb::ScoreCall) -> pb::ScoreAnswer {
+        let req = call.request.unwrap_or_default();
+        let result = self.score_one(&req, |span| {
+            gpu_admission_telemetry::propagation::set_parent_from_map(span, &call.trace_context)
+        });
+        pb::ScoreAnswer {
+            id: call.id,
+            result: Some(match result {
+                Ok(response) => pb::score_answer::Result::Response(response),
+                Err(status) => pb::score_answer::Result::Error(pb::CallError {
+                    code: status.code() as i32,
+                    message: status.message().to_string(),
+                }),
+            }),
+        }
     }
 }
 
@@ -27,36 +88,28 @@ impl pb::scorer_server::Scorer for ScorerService {
         &self,
         request: Request<pb::ScoreRequest>,
     ) -> Result<Response<pb::ScoreResponse>, Status> {
-        let span = tracing::info_span!(
-            target: REQUEST_SPANS,
-            "Score",
-            request_id = %request.get_ref().request_id,
-            "gpu.class" = tracing::field::Empty,
-            "priority.score" = tracing::field::Empty,
-            explored = tracing::field::Empty,
-        );
-        gpu_admission_telemetry::propagation::set_parent_from_grpc(&span, request.metadata());
-        let _enter = span.enter();
-        let result = self.core.score(request.get_ref());
-        match &result {
-            Ok(r) => {
-                let class = r.accepted_classes.first().map_or("", |c| c.name.as_str());
-                span.record("gpu.class", class);
-                span.record("priority.score", r.priority_score);
-                span.record("explored", r.explored);
-                tracing::debug!(
-                    request_id = request.get_ref().request_id,
-                    class,
-                    score = r.priority_score,
-                    explored = r.explored,
-                    "scored"
-                );
-            }
-            Err(status) => {
-                tracing::info!(request_id = request.get_ref().request_id, code = ?status.code(), message = status.message(), "Score refused")
-            }
-        }
-        result.map(Response::new)
+        self.score_one(request.get_ref(), |span| {
+            gpu_admission_telemetry::propagation::set_parent_from_grpc(span, request.metadata())
+        })
+        .map(Response::new)
+    }
+
+    /// Each call is answered where it is read, in order: a Score is a few microseconds of CPU, less than
+    /// handing it to another task would cost. A call that cannot be decoded ends the stream with its status.
+    async fn score_calls(
+        &self,
+        request: Request<Streaming<pb::ScoreCall>>,
+    ) -> Result<Response<tonic::codegen::BoxStream<pb::ScoreAnswer>>, Status> {
+        let service = self.clone();
+        let mut stop = self.stop.clone();
+        let stopped = async move {
+            let _ = stop.wait_for(|stopped| *stopped).await;
+        };
+        let answers = request
+            .into_inner()
+            .map(move |call| call.map(|call| service.answer(call)))
+            .take_until(Box::pin(stopped));
+        Ok(Response::new(Box::pin(answers)))
     }
 
     async fn observe(

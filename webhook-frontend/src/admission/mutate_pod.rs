@@ -183,7 +183,7 @@ impl MutatePod {
                 std::mem::take(&mut scoring.request),
                 call.started,
                 budget,
-                |md| gpu_admission_telemetry::propagation::inject_into_grpc(&call_span, md),
+                &call_span,
             )
             .instrument(call_span.clone())
             .await;
