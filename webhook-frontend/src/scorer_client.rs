@@ -571,6 +571,77 @@ mod tests {
         Duration::from_millis(n)
     }
 
+    /// A client of `double` with `budget`, calls on streams.
+    fn stream_client(url: &str, budget: Duration) -> Scorer {
+        Scorer::new(
+            url,
+            budget,
+            Duration::from_millis(50),
+            ChannelLimits {
+                max_in_flight: 8,
+                connections: 1,
+                calls: CallMode::Stream,
+            },
+        )
+        .unwrap()
+    }
+
+    fn good_answer() -> gpu_admission_proto::scorer::v1::ScoreResponse {
+        gpu_admission_proto::scorer::v1::ScoreResponse {
+            priority_score: 42.0,
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stream_survives_unanswered_calls_and_fails_its_calls_when_it_breaks() {
+        use gpu_admission_testkit::faults::{Behaviour, FaultProxy, ScorerDouble};
+        let double = ScorerDouble::start(Default::default(), Behaviour::Hang)
+            .await
+            .unwrap();
+        let proxy = FaultProxy::start(double.addr()).await.unwrap();
+        let scorer = stream_client(&proxy.url(), Duration::from_secs(10));
+        let score = |budget_ms| {
+            let scorer = scorer.clone();
+            async move {
+                let budget = Duration::from_millis(budget_ms);
+                scorer
+                    .score(
+                        ScoreRequest::default(),
+                        Instant::now(),
+                        budget,
+                        &tracing::Span::none(),
+                    )
+                    .await
+            }
+        };
+        // An unanswered call times out; the stream stays, and the next call on it is answered.
+        assert_eq!(score(100).await.result(), "timeout");
+        double.set_behaviour(Behaviour::Answer(Box::new(good_answer())));
+        let answered = score(2000).await;
+        assert!(
+            matches!(&answered, ScorerOutcome::Answered(a) if a.priority_score == 42.0),
+            "{answered:?}"
+        );
+        assert_eq!(double.streamed_calls(), 2);
+
+        // A call waiting when the connection breaks (a crashed scorer) fails then, long before its budget.
+        double.set_behaviour(Behaviour::Hang);
+        let waiting = tokio::spawn(score(10_000));
+        while double.streamed_calls() < 3 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let started = Instant::now();
+        drop(proxy);
+        let failed = waiting.await.unwrap();
+        assert_eq!(failed.result(), "unavailable", "{failed:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
     #[tokio::test]
     async fn calls_beyond_the_in_flight_bound_are_not_sent() {
         // Nothing listens on port 9 of loopback; the bound is checked before any connection attempt.

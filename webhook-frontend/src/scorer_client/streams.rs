@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use gpu_admission_proto::scorer::v1::scorer_client::ScorerClient as GrpcClient;
 use gpu_admission_proto::scorer::v1::{ScoreAnswer, ScoreCall, ScoreResponse, score_answer};
 use tokio::sync::{mpsc, oneshot};
+use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 use tonic::transport::Channel;
@@ -71,6 +72,10 @@ impl CallStream {
         for caller in calls.into_values() {
             let _ = caller.send(Err(status.clone()));
         }
+    }
+
+    fn is_pending(&self, id: u64) -> bool {
+        self.pending().calls.contains_key(&id)
     }
 
     fn forget(&self, id: u64) {
@@ -200,7 +205,11 @@ async fn run(
     stream: Arc<CallStream>,
     confirmed: Arc<AtomicBool>,
 ) {
-    let status = match client.score_calls(ReceiverStream::new(calls)).await {
+    // A call whose caller gave up while it was queued (a scorer slow to read) is not sent at all: the scorer
+    // would spend a Score, and record an exploration, on an answer nobody reads.
+    let waiting = stream.clone();
+    let calls = ReceiverStream::new(calls).filter(move |call| waiting.is_pending(call.id));
+    let status = match client.score_calls(calls).await {
         Err(status) => status,
         Ok(response) => {
             let mut answers = response.into_inner();
