@@ -106,6 +106,7 @@ mod tests {
             methods,
             [
                 "Score",
+                "ScoreCalls",
                 "Observe",
                 "GetPolicy",
                 "Explain",
