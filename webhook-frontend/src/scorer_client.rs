@@ -170,7 +170,8 @@ const STREAM_WINDOW: u32 = 1024 * 1024;
 const RESET_STREAM_MEMORY: Duration = Duration::from_secs(10);
 
 /// The scorer is asked to stop this much before our own deadline (at least 2 ms, else 5 % of what is left):
-/// its DEADLINE_EXCEEDED answer then usually arrives before we would cancel the stream ourselves.
+/// its DEADLINE_EXCEEDED answer then usually arrives before we would cancel the stream ourselves. A call on a
+/// `ScoreCalls` stream is waited for as long, so that both end at the same time, leaving the rest to answer.
 fn server_deadline(remaining: Duration) -> Duration {
     let early = (remaining / 20).max(Duration::from_millis(2));
     remaining
@@ -356,10 +357,10 @@ impl Scorer {
                     span,
                     &mut call.trace_context,
                 );
-                match (
-                    self.on_stream(streams, slot, call, deadline_at).await,
-                    unary,
-                ) {
+                // The answer is waited for as long as a unary call lasts (the scorer's `grpc-timeout`): what
+                // is left of the budget decides and answers the admission, inside the budget.
+                let answer_by = now + server_deadline(remaining);
+                match (self.on_stream(streams, slot, call, answer_by).await, unary) {
                     (CallEnd::Failed(s), Some(request))
                         if s.code() == tonic::Code::Unimplemented =>
                     {
