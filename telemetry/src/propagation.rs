@@ -11,10 +11,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 /// Client side: writes `span`'s context into outgoing gRPC request metadata.
 pub fn inject_into_grpc(span: &tracing::Span, metadata: &mut MetadataMap) {
-    let cx = span.context();
-    opentelemetry::global::get_text_map_propagator(|propagator| {
-        propagator.inject_context(&cx, &mut MetadataInjector(metadata));
-    });
+    inject(span, &mut MetadataInjector(metadata));
 }
 
 /// Server side: makes `span` a child of the context carried in incoming gRPC metadata, if any.
@@ -25,9 +22,13 @@ pub fn set_parent_from_grpc(span: &tracing::Span, metadata: &MetadataMap) {
 /// Client side: writes `span`'s context into a message's map (a call on a long-lived stream has no metadata
 /// of its own).
 pub fn inject_into_map(span: &tracing::Span, map: &mut std::collections::HashMap<String, String>) {
+    inject(span, map);
+}
+
+fn inject(span: &tracing::Span, carrier: &mut dyn Injector) {
     let cx = span.context();
     opentelemetry::global::get_text_map_propagator(|propagator| {
-        propagator.inject_context(&cx, map);
+        propagator.inject_context(&cx, carrier);
     });
 }
 

@@ -1,11 +1,13 @@
 //! The gRPC client of the scorer: a small pool of long-lived, lazily connecting channels shared by every
-//! request, with a per-call deadline sent as `grpc-timeout` and enforced locally too.
+//! request, with a per-call deadline enforced locally. Score calls travel as messages of one `ScoreCalls`
+//! stream per connection ([`streams`]), or, with `--scorer-calls unary` or a scorer without it, as unary calls
+//! whose deadline is also sent as `grpc-timeout`.
 //!
 //! Under a burst the channel must hold: calls in flight are bounded (beyond the bound an admission is passed
-//! through at once as `overloaded`, never queued past its deadline); the scorer is asked to give up a little
-//! before our own deadline, so that most late calls end with its DEADLINE_EXCEEDED answer rather than with a
-//! RST_STREAM from us (a flood of resets is what HTTP/2 servers treat as an attack); the streams we do cancel
-//! are remembered long enough that the scorer's late answers on them are ignored (see
+//! through at once as `overloaded`, never queued past its deadline); a unary call asks the scorer to give up a
+//! little before our own deadline, so that most late calls end with its DEADLINE_EXCEEDED answer rather than
+//! with a RST_STREAM from us (a flood of resets is what HTTP/2 servers treat as an attack); the streams we do
+//! cancel are remembered long enough that the scorer's late answers on them are ignored (see
 //! [`RESET_STREAM_MEMORY`]); and after a connection failure new attempts wait an exponential backoff instead
 //! of dialling once per admission.
 
@@ -136,10 +138,6 @@ impl Default for ChannelLimits {
     }
 }
 
-/// How long Score calls are made unary after the scorer answered that it has no `ScoreCalls` (an older
-/// scorer during a rollout): then streams are tried again.
-const UNARY_FALLBACK: Duration = Duration::from_secs(60);
-
 /// How one call ended, before it is classified.
 enum CallEnd {
     Answered(ScoreResponse),
@@ -243,8 +241,6 @@ pub struct Scorer {
     reconnect: Arc<Reconnect>,
     /// `None` when calls are unary (`--scorer-calls unary`).
     streams: Option<Arc<CallStreams>>,
-    /// Until when calls are unary because the scorer has no `ScoreCalls`.
-    unary_until: Arc<Mutex<Option<Instant>>>,
     budget: Duration,
     margin: Duration,
 }
@@ -281,7 +277,6 @@ impl Scorer {
             max_in_flight,
             reconnect: Arc::new(Reconnect::default()),
             streams,
-            unary_until: Arc::default(),
             budget,
             margin,
         })
@@ -300,16 +295,7 @@ impl Scorer {
     /// The call streams, unless calls are unary (by configuration, or for a while after the scorer said it
     /// has no `ScoreCalls`).
     fn streams(&self, now: Instant) -> Option<&CallStreams> {
-        let streams = self.streams.as_deref()?;
-        let mut until = self.unary_until.lock().unwrap_or_else(|e| e.into_inner());
-        match *until {
-            Some(at) if at > now => None,
-            Some(_) => {
-                *until = None;
-                Some(streams)
-            }
-            None => Some(streams),
-        }
+        self.streams.as_deref().filter(|s| s.usable(now))
     }
 
     pub(crate) fn deadline(&self, apiserver_timeout: Option<Duration>) -> Duration {
@@ -419,13 +405,7 @@ impl Scorer {
             Ok(Ok(Ok(answer))) => CallEnd::Answered(answer),
             Ok(Ok(Err(status))) => {
                 if status.code() == tonic::Code::Unimplemented {
-                    tracing::warn!(
-                        fallback_secs = UNARY_FALLBACK.as_secs(),
-                        "the scorer has no ScoreCalls (an older release?): Score calls are unary for a while"
-                    );
-                    *self.unary_until.lock().unwrap_or_else(|e| e.into_inner()) =
-                        Some(Instant::now() + UNARY_FALLBACK);
-                    streams.unconfirm();
+                    streams.fall_back(Instant::now());
                 }
                 CallEnd::Failed(status)
             }

@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use gpu_admission_proto::scorer::v1::scorer_client::ScorerClient as GrpcClient;
 use gpu_admission_proto::scorer::v1::{ScoreAnswer, ScoreCall, ScoreResponse, score_answer};
@@ -115,7 +116,13 @@ pub(super) struct CallStreams {
     confirmed: Arc<AtomicBool>,
     /// Calls a stream may hold unsent (the in-flight bound: more cannot be waiting).
     queue: usize,
+    /// Until when calls are unary because the scorer answered UNIMPLEMENTED (see [`CallStreams::fall_back`]).
+    unary_until: Mutex<Option<Instant>>,
 }
+
+/// How long Score calls are made unary after the scorer answered that it has no `ScoreCalls` (an older
+/// scorer during a rollout): then streams are tried again.
+const UNARY_FALLBACK: Duration = Duration::from_secs(60);
 
 impl CallStreams {
     pub(super) fn new(connections: usize, queue: usize) -> Self {
@@ -124,6 +131,7 @@ impl CallStreams {
             next_id: AtomicU64::new(1),
             confirmed: Arc::default(),
             queue: queue.max(1),
+            unary_until: Mutex::new(None),
         }
     }
 
@@ -171,8 +179,27 @@ impl CallStreams {
         self.confirmed.load(Ordering::Relaxed)
     }
 
-    /// After UNIMPLEMENTED: the scorer (a release without `ScoreCalls`) must answer a stream again first.
-    pub(super) fn unconfirm(&self) {
+    /// Whether calls go on streams now (not during the unary fall-back after UNIMPLEMENTED).
+    pub(super) fn usable(&self, now: Instant) -> bool {
+        let mut until = self.unary_until.lock().unwrap_or_else(|e| e.into_inner());
+        match *until {
+            Some(at) if at > now => false,
+            Some(_) => {
+                *until = None;
+                true
+            }
+            None => true,
+        }
+    }
+
+    /// The scorer answered UNIMPLEMENTED (a release without `ScoreCalls`): calls are unary for
+    /// [`UNARY_FALLBACK`], and then a stream must answer once again before the request stops being kept.
+    pub(super) fn fall_back(&self, now: Instant) {
+        tracing::warn!(
+            fallback_secs = UNARY_FALLBACK.as_secs(),
+            "the scorer has no ScoreCalls (an older release?): Score calls are unary for a while"
+        );
+        *self.unary_until.lock().unwrap_or_else(|e| e.into_inner()) = Some(now + UNARY_FALLBACK);
         self.confirmed.store(false, Ordering::Relaxed);
     }
 
