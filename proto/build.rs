@@ -21,6 +21,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(grpc)
         .build_server(grpc)
         .generate_default_stubs(true)
+        // prost decoding from one slice instead of through tonic's buffer (see `src/codec.rs`).
+        .codec_path("crate::codec::SliceCodec")
         .compile_fds(compiler.file_descriptor_set())?;
     Ok(())
 }
