@@ -4,8 +4,8 @@
 //! answers allowed or denied.
 //!
 //! Decoding is lenient where the webhooks do not look and strict where they do: `request.options` (which no
-//! webhook reads) is kept as raw text and dropped when it does not parse, so a deeply nested value there
-//! never costs the answer, while everything that is read goes through serde_json's recursion limit. The uid
+//! webhook reads) is skipped unparsed, so a deeply nested value there never costs the answer, while
+//! everything that is read goes through serde_json's recursion limit. The uid
 //! is echoed to the apiserver, so a review whose uid is not a sane identifier is a 400 (see [`check_uid`]).
 //!
 //! The response is serialised by hand because kube-core's `AdmissionResponse` writes `patch` as an array of
@@ -14,7 +14,6 @@
 
 use base64_simd::STANDARD as BASE64;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube_core::admission::{AdmissionRequest, Operation};
 use kube_core::{DynamicObject, GroupVersionKind, GroupVersionResource, TypeMeta};
 use serde::de::{DeserializeOwned, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -52,9 +51,9 @@ struct Envelope<R> {
     request: Option<R>,
 }
 
-/// kube-core's `AdmissionRequest`, field for field, except `options`: kept as raw text (skipped without a
-/// recursion limit) and parsed on its own afterwards, so that an unreadable `options` is dropped instead of
-/// making the whole review unreadable.
+/// kube-core's `AdmissionRequest`, field for field, except `options`: the create/update/delete options, which
+/// no webhook reads, are skipped unparsed (without a recursion limit, and without building a JSON value per
+/// admission); the request's `options` is `None`.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", bound(deserialize = "T: ReviewObject<'de>"))]
 struct RequestIn<T> {
@@ -81,8 +80,6 @@ struct RequestIn<T> {
     old_object: Option<Box<T>>,
     #[serde(default)]
     dry_run: bool,
-    #[serde(default)]
-    options: Option<Box<RawValue>>,
 }
 
 impl<T: kube_core::Resource> RequestIn<T> {
@@ -104,9 +101,7 @@ impl<T: kube_core::Resource> RequestIn<T> {
             object: self.object.map(|o| *o),
             old_object: self.old_object.map(|o| *o),
             dry_run: self.dry_run,
-            options: self
-                .options
-                .and_then(|raw| serde_json::from_str::<RawExtension>(raw.get()).ok()),
+            options: None,
         })
     }
 }
@@ -134,7 +129,6 @@ impl RequestIn<Box<RawValue>> {
             operation: self.operation,
             user_info: self.user_info,
             dry_run: self.dry_run,
-            options: self.options,
         })
     }
 }
@@ -713,21 +707,9 @@ mod tests {
         let Content::Pod(req) = inc.content else {
             panic!("{:?}", inc.content)
         };
-        // The unreadable options are dropped; the Pod is read.
+        // The options (read by no webhook) are skipped; the Pod is read.
         assert!(req.options.is_none());
         assert_eq!(req.object.unwrap().metadata.name.as_deref(), Some("p"));
-        // Readable options are kept.
-        let options = review(V1, pod_kind(), json!({"metadata": {}}));
-        let mut options: Value = serde_json::from_slice(&options).unwrap();
-        options["request"]["options"] =
-            json!({"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"});
-        let Content::Pod(req) = decode(&serde_json::to_vec(&options).unwrap())
-            .unwrap()
-            .content
-        else {
-            panic!()
-        };
-        assert_eq!(req.options.unwrap().0["kind"], "CreateOptions");
 
         // validate-*: a deep object of another kind is unreadable (answered with a warning), not a 400.
         let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {"deep": "__HOLE__"}});
