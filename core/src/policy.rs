@@ -9,6 +9,7 @@ use gpu_admission_proto::scorer::v1::{
     EnforcementMode, GetPolicyResponse, GpuClass, NamespaceGrant, Tier, TierFallback,
 };
 
+use crate::pod::features::{is_label_key, is_label_value};
 use crate::pod::gpu_resources::GpuResources;
 use crate::priority_class::{PriorityClassFacts, PriorityClassLookup};
 
@@ -36,6 +37,10 @@ pub struct PolicySnapshot {
     pub gpu_resources: GpuResources,
     /// Every node label identifying each class: its class label, then the policy's other labels.
     pub class_labels: Vec<(String, Vec<(String, String)>)>,
+    /// Per catalog class: its node label and taint key are valid label syntax, checked once per policy
+    /// instead of in every answer naming the class (see [`Self::labels_checked`]). Empty in a snapshot built
+    /// field by field (tests), whose answers are then checked as they come.
+    pub catalog_labels_valid: Vec<bool>,
 }
 
 /// What a namespace's Pods may use: its tier's rules widened by an admin grant for the namespace.
@@ -137,8 +142,18 @@ impl PolicySnapshot {
                 (c.name.clone(), labels)
             })
             .collect();
+        let catalog_labels_valid = p
+            .catalog
+            .iter()
+            .map(|c| {
+                is_label_key(&c.node_label_key)
+                    && is_label_value(&c.node_label_value)
+                    && (c.taint_key.is_empty() || is_label_key(&c.taint_key))
+            })
+            .collect();
         Self {
             gpu_resources: GpuResources::from_rules(&p.gpu_resources),
+            catalog_labels_valid,
             class_labels,
             version: p.version,
             catalog: p.catalog,
@@ -195,6 +210,21 @@ impl PolicySnapshot {
 
     pub fn class(&self, name: &str) -> Option<&GpuClass> {
         self.catalog.iter().find(|c| c.name == name)
+    }
+
+    /// `class` names a catalog class, with its node label and taint key, and those are valid label syntax:
+    /// nothing of them is left to check.
+    pub fn labels_checked(&self, class: &GpuClass) -> bool {
+        self.catalog
+            .iter()
+            .zip(&self.catalog_labels_valid)
+            .find(|(c, _)| c.name == class.name)
+            .is_some_and(|(c, &valid)| {
+                valid
+                    && c.node_label_key == class.node_label_key
+                    && c.node_label_value == class.node_label_value
+                    && c.taint_key == class.taint_key
+            })
     }
 
     /// Every node label key that identifies some class (class keys first).

@@ -76,6 +76,27 @@ pub fn is_label_value(s: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
 }
 
+/// `true` for a valid qualified label key (`[prefix/]name`, DNS-subdomain prefix, name ≤ 63).
+pub fn is_label_key(k: &str) -> bool {
+    let (prefix, name) = match k.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, k),
+    };
+    let prefix_ok = prefix.is_none_or(|p| {
+        !p.is_empty()
+            && p.len() <= 253
+            && p.split('.').all(|part| {
+                let b = part.as_bytes();
+                !b.is_empty()
+                    && b[0].is_ascii_alphanumeric()
+                    && b[b.len() - 1].is_ascii_alphanumeric()
+                    && b.iter()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+            })
+    });
+    prefix_ok && is_label_value(name)
+}
+
 /// Extracts the job features of a Pod with the built-in GPU resource list and no ResourceClaimTemplates.
 pub fn extract(pod: &Pod) -> JobFeatures {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("");
@@ -284,6 +305,16 @@ mod tests {
         let f = extract(&p);
         assert_eq!(f.dra_claims, ["gpu"]);
         assert_eq!(f.gpu_count, 0);
+    }
+
+    #[test]
+    fn label_keys() {
+        for ok in ["gpu.nvidia.com/class", "class", "a.b/c-d"] {
+            assert!(is_label_key(ok), "{ok}");
+        }
+        for bad in ["", "/x", "A.b/c", "a/", "a/b/c", "x y"] {
+            assert!(!is_label_key(bad), "{bad}");
+        }
     }
 
     #[test]

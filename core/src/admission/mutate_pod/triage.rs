@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube_core::admission::{AdmissionRequest, Operation};
 
 use crate::placement::{self, OwnConstraint, PlacedBy};
-use crate::pod::features::{self, JobFeatures, is_label_value};
+use crate::pod::features::{self, JobFeatures, is_label_key, is_label_value};
 use crate::pod::gpu_resources::{ClaimTemplates, NoClaimTemplates};
 use crate::policy::{PolicySnapshot, TierRules};
 
@@ -153,27 +153,6 @@ pub fn fit_to_limits(request: &mut ScoreRequest) -> Vec<String> {
         .collect()
 }
 
-/// `true` for a valid qualified label key (`[prefix/]name`, DNS-subdomain prefix, name ≤ 63).
-fn is_label_key(k: &str) -> bool {
-    let (prefix, name) = match k.rsplit_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, k),
-    };
-    let prefix_ok = prefix.is_none_or(|p| {
-        !p.is_empty()
-            && p.len() <= 253
-            && p.split('.').all(|part| {
-                let b = part.as_bytes();
-                !b.is_empty()
-                    && b[0].is_ascii_alphanumeric()
-                    && b[b.len() - 1].is_ascii_alphanumeric()
-                    && b.iter()
-                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-            })
-    });
-    prefix_ok && is_label_value(name)
-}
-
 /// Deterministic check of a scorer answer before anything of it reaches a Pod. An answer that fails is
 /// treated like an unavailable scorer (pass-through), because a bad label or class would make the apiserver
 /// reject the Pod or make it unschedulable.
@@ -194,17 +173,20 @@ pub fn validate_answer(a: &ScoreResponse, policy: &PolicySnapshot) -> Result<(),
         if c.name.is_empty() {
             return Err("accepted class without a name".into());
         }
-        if !is_label_key(&c.node_label_key) || !is_label_value(&c.node_label_value) {
-            return Err(format!(
-                "class {:?} has an invalid node label {:?}={:?}",
-                c.name, c.node_label_key, c.node_label_value
-            ));
-        }
-        if !c.taint_key.is_empty() && !is_label_key(&c.taint_key) {
-            return Err(format!(
-                "class {:?} has an invalid taint key {:?}",
-                c.name, c.taint_key
-            ));
+        // An answer repeating its catalog class's labels was checked with the policy; others are checked here.
+        if !policy.labels_checked(c) {
+            if !is_label_key(&c.node_label_key) || !is_label_value(&c.node_label_value) {
+                return Err(format!(
+                    "class {:?} has an invalid node label {:?}={:?}",
+                    c.name, c.node_label_key, c.node_label_value
+                ));
+            }
+            if !c.taint_key.is_empty() && !is_label_key(&c.taint_key) {
+                return Err(format!(
+                    "class {:?} has an invalid taint key {:?}",
+                    c.name, c.taint_key
+                ));
+            }
         }
         match policy.class(&c.name) {
             None => {
@@ -593,12 +575,49 @@ mod tests {
     }
 
     #[test]
-    fn label_keys() {
-        for ok in ["gpu.nvidia.com/class", "class", "a.b/c-d"] {
-            assert!(is_label_key(ok), "{ok}");
+    fn catalog_labels_checked_with_the_policy_still_bind_answers() {
+        let policy_with = |key: &str, taint: &str| {
+            PolicySnapshot::from_response(GetPolicyResponse {
+                version: "v1".into(),
+                catalog: vec![GpuClass {
+                    name: "A100-80GB".into(),
+                    node_label_key: key.into(),
+                    node_label_value: "A100-80GB".into(),
+                    taint_key: taint.into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })
+        };
+        let answer_of = |p: &PolicySnapshot| ScoreResponse {
+            accepted_classes: p.catalog.clone(),
+            ..Default::default()
+        };
+        let good = policy_with("gpu.nvidia.com/class", "nvidia.com/gpu");
+        assert_eq!(good.catalog_labels_valid, [true]);
+        assert!(good.labels_checked(&good.catalog[0]));
+        assert_eq!(validate_answer(&answer_of(&good), &good), Ok(()));
+        // A catalog whose labels are not label syntax: an answer repeating them is refused as before.
+        for (key, taint, why) in [
+            ("/x", "", "invalid node label"),
+            ("gpu.nvidia.com/class", "bad taint", "invalid taint key"),
+        ] {
+            let bad = policy_with(key, taint);
+            assert_eq!(bad.catalog_labels_valid, [false]);
+            assert!(!bad.labels_checked(&bad.catalog[0]));
+            let err = validate_answer(&answer_of(&bad), &bad).unwrap_err();
+            assert!(err.contains(why), "{err}");
         }
-        for bad in ["", "/x", "A.b/c", "a/", "a/b/c", "x y"] {
-            assert!(!is_label_key(bad), "{bad}");
-        }
+        // An answer whose taint differs from the catalog's is checked itself.
+        let mut a = answer_of(&good);
+        a.accepted_classes[0].taint_key = "Bad Taint".into();
+        assert!(!good.labels_checked(&a.accepted_classes[0]));
+        assert!(
+            validate_answer(&a, &good)
+                .unwrap_err()
+                .contains("invalid taint key")
+        );
+        a.accepted_classes[0].taint_key = "other.io/gpu".into();
+        assert_eq!(validate_answer(&a, &good), Ok(()));
     }
 }
