@@ -132,7 +132,11 @@ pub(super) fn tolerates(existing: &Toleration, key: &str) -> bool {
 }
 
 /// spec.tolerations: one per distinct taint key of the classes, unless already tolerated.
-pub(super) fn tolerate(patch: &mut Patch, spec: &PodSpec, classes: &[GpuClass]) {
+pub(super) fn tolerate<'c>(
+    patch: &mut Patch,
+    spec: &PodSpec,
+    classes: impl IntoIterator<Item = &'c GpuClass>,
+) {
     let existing = spec.tolerations.as_deref().unwrap_or(&[]);
     let mut new_tolerations: Vec<Tolerate<'_>> = Vec::new();
     let mut seen_keys: Vec<&str> = Vec::new();

@@ -121,19 +121,15 @@ pub fn tier_default_answer(
     policy_version: &str,
 ) -> ScoreResponse {
     ScoreResponse {
-        accepted_classes: tier_classes(tier, catalog),
+        accepted_classes: tier_classes(tier, catalog).into_iter().cloned().collect(),
         policy_version: policy_version.to_string(),
         ..Default::default()
     }
 }
 
 /// The tier's classes from the catalog, the preferred class first, then catalog order.
-fn tier_classes(tier: &TierRules<'_>, catalog: &[GpuClass]) -> Vec<GpuClass> {
-    let mut out: Vec<GpuClass> = catalog
-        .iter()
-        .filter(|c| tier.allows(&c.name))
-        .cloned()
-        .collect();
+fn tier_classes<'c>(tier: &TierRules<'_>, catalog: &'c [GpuClass]) -> Vec<&'c GpuClass> {
+    let mut out: Vec<&GpuClass> = catalog.iter().filter(|c| tier.allows(&c.name)).collect();
     if let Some(p) = tier.preferred
         && let Some(i) = out.iter().position(|c| c.name == p)
     {
@@ -197,12 +193,11 @@ pub fn decide_pod(input: &PatchInput<'_>, pcs: &dyn PriorityClassLookup) -> Muta
     if plan.place {
         place(&mut patch, spec, &plan, &mut new_affinity);
     }
-    let toleration_classes: &[GpuClass] = if plan.place {
-        &plan.targets
+    if plan.place {
+        tolerate(&mut patch, spec, plan.targets.iter().copied());
     } else {
-        &input.answer.accepted_classes
-    };
-    tolerate(&mut patch, spec, toleration_classes);
+        tolerate(&mut patch, spec, &input.answer.accepted_classes);
+    }
     avoid_neighbours(&mut patch, spec, input.answer, &mut new_affinity);
     add_new_affinity(&mut patch, spec, new_affinity);
     Mutation {

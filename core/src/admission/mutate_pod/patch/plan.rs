@@ -15,7 +15,7 @@ use crate::tier_bound;
 /// What the decision is, before any operation is written.
 pub(super) struct Plan<'a> {
     /// Classes the Pod is constrained to when [`Self::place`]; the best first, one label key.
-    pub(super) targets: Vec<GpuClass>,
+    pub(super) targets: Vec<&'a GpuClass>,
     /// `false` when the Pod's own placement is kept (inside the tier, an admin's pin, or placed by someone else).
     pub(super) place: bool,
     /// What the Pod's own constraints allow, when it states any.
@@ -121,11 +121,10 @@ impl<'a> Plan<'a> {
             }
             _ => Vec::new(),
         };
-        let mut candidates: Vec<GpuClass> = answer
+        let mut candidates: Vec<&GpuClass> = answer
             .accepted_classes
             .iter()
             .filter(|c| input.tier.is_none_or(|t| t.allows(&c.name)))
-            .cloned()
             .collect();
         if candidates.is_empty()
             && let Some(tier) = input.tier
@@ -133,11 +132,12 @@ impl<'a> Plan<'a> {
             candidates = tier_classes(tier, input.catalog);
         }
         // One label key can be expressed as one `In`: the classes sharing the best class's key.
-        let targets: Vec<GpuClass> = match candidates.first() {
+        let targets: Vec<&GpuClass> = match candidates.first() {
             Some(best) => {
-                let key = best.node_label_key.clone();
+                let key = best.node_label_key.as_str();
                 candidates
-                    .into_iter()
+                    .iter()
+                    .copied()
                     .filter(|c| c.node_label_key == key)
                     .collect()
             }
