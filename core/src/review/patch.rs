@@ -225,14 +225,21 @@ pub(crate) fn write_str(json: &mut Vec<u8>, s: &str) {
     json.push(b'"');
 }
 
-/// What goes between a JSON string's quotes.
+/// What goes between a JSON string's quotes. Inlined where it is called (some sixty times a patch): the
+/// check and the copy are a few dozen instructions, the call's set-up was a third of that.
+#[inline]
 fn write_str_contents(json: &mut Vec<u8>, s: &str) {
     if is_plain(s.as_bytes()) {
         json.extend_from_slice(s.as_bytes());
     } else {
-        let quoted = serde_json::to_string(s).expect("a string always serialises");
-        json.extend_from_slice(&quoted.as_bytes()[1..quoted.len() - 1]);
+        write_escaped_contents(json, s);
     }
+}
+
+#[cold]
+fn write_escaped_contents(json: &mut Vec<u8>, s: &str) {
+    let quoted = serde_json::to_string(s).expect("a string always serialises");
+    json.extend_from_slice(&quoted.as_bytes()[1..quoted.len() - 1]);
 }
 
 /// Nothing in `s` needs escaping in a JSON string (no control character, quote or backslash). Our strings are
