@@ -38,7 +38,7 @@ pub struct PolicySnapshot {
     /// Every node label identifying each class: its class label, then the policy's other labels.
     pub class_labels: Vec<(String, Vec<(String, String)>)>,
     /// Per catalog class: its node label and taint key are valid label syntax, checked once per policy
-    /// instead of in every answer naming the class (see [`Self::labels_checked`]). Empty in a snapshot built
+    /// instead of in every answer naming the class (see [`Self::checked_class`]). Empty in a snapshot built
     /// field by field (tests), whose answers are then checked as they come.
     pub catalog_labels_valid: Vec<bool>,
 }
@@ -212,19 +212,12 @@ impl PolicySnapshot {
         self.catalog.iter().find(|c| c.name == name)
     }
 
-    /// `class` names a catalog class, with its node label and taint key, and those are valid label syntax:
-    /// nothing of them is left to check.
-    pub fn labels_checked(&self, class: &GpuClass) -> bool {
-        self.catalog
-            .iter()
-            .zip(&self.catalog_labels_valid)
-            .find(|(c, _)| c.name == class.name)
-            .is_some_and(|(c, &valid)| {
-                valid
-                    && c.node_label_key == class.node_label_key
-                    && c.node_label_value == class.node_label_value
-                    && c.taint_key == class.taint_key
-            })
+    /// The catalog class named `name`, and whether its node label and taint key were found valid with the
+    /// policy (`false` in a snapshot built field by field).
+    pub fn checked_class(&self, name: &str) -> Option<(&GpuClass, bool)> {
+        let i = self.catalog.iter().position(|c| c.name == name)?;
+        let valid = self.catalog_labels_valid.get(i).copied().unwrap_or(false);
+        Some((&self.catalog[i], valid))
     }
 
     /// Every node label key that identifies some class (class keys first).

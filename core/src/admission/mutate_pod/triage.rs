@@ -1,7 +1,7 @@
 //! Which requests are scored, what the scorer is asked, and whether its answer can be trusted. Pure functions.
 
 use gpu_admission_proto::limits;
-use gpu_admission_proto::scorer::v1::{ScoreRequest, ScoreResponse};
+use gpu_admission_proto::scorer::v1::{GpuClass, ScoreRequest, ScoreResponse};
 use k8s_openapi::api::core::v1::Pod;
 use kube_core::admission::{AdmissionRequest, Operation};
 
@@ -153,6 +153,13 @@ pub fn fit_to_limits(request: &mut ScoreRequest) -> Vec<String> {
         .collect()
 }
 
+/// `answered` selects and tolerates what its catalog class `known` does.
+fn same_labels(known: &GpuClass, answered: &GpuClass) -> bool {
+    known.node_label_key == answered.node_label_key
+        && known.node_label_value == answered.node_label_value
+        && known.taint_key == answered.taint_key
+}
+
 /// Deterministic check of a scorer answer before anything of it reaches a Pod. An answer that fails is
 /// treated like an unavailable scorer (pass-through), because a bad label or class would make the apiserver
 /// reject the Pod or make it unschedulable.
@@ -173,8 +180,9 @@ pub fn validate_answer(a: &ScoreResponse, policy: &PolicySnapshot) -> Result<(),
         if c.name.is_empty() {
             return Err("accepted class without a name".into());
         }
+        let known = policy.checked_class(&c.name);
         // An answer repeating its catalog class's labels was checked with the policy; others are checked here.
-        if !policy.labels_checked(c) {
+        if !known.is_some_and(|(k, valid)| valid && same_labels(k, c)) {
             if !is_label_key(&c.node_label_key) || !is_label_value(&c.node_label_value) {
                 return Err(format!(
                     "class {:?} has an invalid node label {:?}={:?}",
@@ -188,7 +196,7 @@ pub fn validate_answer(a: &ScoreResponse, policy: &PolicySnapshot) -> Result<(),
                 ));
             }
         }
-        match policy.class(&c.name) {
+        match known.map(|(k, _)| k) {
             None => {
                 return Err(format!(
                     "unknown GPU class {:?} (answer of policy {}, catalog of policy {})",
@@ -595,7 +603,10 @@ mod tests {
         };
         let good = policy_with("gpu.nvidia.com/class", "nvidia.com/gpu");
         assert_eq!(good.catalog_labels_valid, [true]);
-        assert!(good.labels_checked(&good.catalog[0]));
+        assert_eq!(
+            good.checked_class("A100-80GB"),
+            Some((&good.catalog[0], true))
+        );
         assert_eq!(validate_answer(&answer_of(&good), &good), Ok(()));
         // A catalog whose labels are not label syntax: an answer repeating them is refused as before.
         for (key, taint, why) in [
@@ -604,14 +615,17 @@ mod tests {
         ] {
             let bad = policy_with(key, taint);
             assert_eq!(bad.catalog_labels_valid, [false]);
-            assert!(!bad.labels_checked(&bad.catalog[0]));
+            assert_eq!(
+                bad.checked_class("A100-80GB"),
+                Some((&bad.catalog[0], false))
+            );
             let err = validate_answer(&answer_of(&bad), &bad).unwrap_err();
             assert!(err.contains(why), "{err}");
         }
         // An answer whose taint differs from the catalog's is checked itself.
         let mut a = answer_of(&good);
         a.accepted_classes[0].taint_key = "Bad Taint".into();
-        assert!(!good.labels_checked(&a.accepted_classes[0]));
+        assert!(!same_labels(&good.catalog[0], &a.accepted_classes[0]));
         assert!(
             validate_answer(&a, &good)
                 .unwrap_err()
