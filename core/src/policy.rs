@@ -3,7 +3,9 @@
 //! tier rules the webhooks hold Pods to (allowed classes, priority caps, fallback, enforcement, admins,
 //! namespace grants). The scorer owns and validates all of it; this is a read-only copy.
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
+use std::sync::OnceLock;
 
 use gpu_admission_proto::scorer::v1::{
     EnforcementMode, GetPolicyResponse, GpuClass, NamespaceGrant, Tier, TierFallback,
@@ -37,18 +39,49 @@ pub struct PolicySnapshot {
     pub gpu_resources: GpuResources,
     /// Every node label identifying each class: its class label, then the policy's other labels.
     pub class_labels: Vec<(String, Vec<(String, String)>)>,
-    /// Per catalog class: its node label and taint key are valid label syntax, checked once per policy
-    /// instead of in every answer naming the class (see [`Self::checked_class`]). Empty in a snapshot built
-    /// field by field (tests), whose answers are then checked as they come.
-    pub catalog_labels_valid: Vec<bool>,
+    /// Tables derived from the fields above for every admission to read, built once per snapshot when first
+    /// read (a snapshot is never changed once built).
+    derived: OnceLock<Derived>,
+}
+
+/// What a [`PolicySnapshot`] derives from its policy once, instead of in every admission.
+#[derive(Debug, Clone, Default)]
+struct Derived {
+    /// Per catalog class: its node label and taint key are valid label syntax (see
+    /// [`PolicySnapshot::checked_class`]).
+    catalog_labels_valid: Vec<bool>,
+    /// Per tier: the classes it allows (see [`PolicySnapshot::tier_rules`]).
+    tier_allowed: Vec<BTreeSet<String>>,
+}
+
+impl Derived {
+    fn of(p: &PolicySnapshot) -> Self {
+        Self {
+            catalog_labels_valid: p
+                .catalog
+                .iter()
+                .map(|c| {
+                    is_label_key(&c.node_label_key)
+                        && is_label_value(&c.node_label_value)
+                        && (c.taint_key.is_empty() || is_label_key(&c.taint_key))
+                })
+                .collect(),
+            tier_allowed: p
+                .tiers
+                .iter()
+                .map(|t| t.allowed_classes.iter().cloned().collect())
+                .collect(),
+        }
+    }
 }
 
 /// What a namespace's Pods may use: its tier's rules widened by an admin grant for the namespace.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TierRules<'p> {
     pub tier: &'p str,
-    /// Class names allowed (tier's, then the grant's), catalog names.
-    pub allowed: BTreeSet<&'p str>,
+    /// Class names allowed (tier's, then the grant's), catalog names: the tier's own set, built once per
+    /// snapshot, or its union with the namespace's grant.
+    pub allowed: Cow<'p, BTreeSet<String>>,
     /// The tier's preferred class (when it names one).
     pub preferred: Option<&'p str>,
     /// The highest PriorityClass allowed (the higher of the tier's and the grant's); `None` = no cap.
@@ -71,7 +104,7 @@ impl TierRules<'_> {
     /// The allowed classes in a sentence: `L4-24GB (24 GiB, nvidia)`.
     pub fn describe_allowed(&self, policy: &PolicySnapshot) -> String {
         let mut parts = Vec::new();
-        for name in &self.allowed {
+        for name in self.allowed.iter() {
             match policy.class(name) {
                 Some(c) => parts.push(format!(
                     "{name} ({} GiB, {})",
@@ -142,18 +175,9 @@ impl PolicySnapshot {
                 (c.name.clone(), labels)
             })
             .collect();
-        let catalog_labels_valid = p
-            .catalog
-            .iter()
-            .map(|c| {
-                is_label_key(&c.node_label_key)
-                    && is_label_value(&c.node_label_value)
-                    && (c.taint_key.is_empty() || is_label_key(&c.taint_key))
-            })
-            .collect();
         Self {
             gpu_resources: GpuResources::from_rules(&p.gpu_resources),
-            catalog_labels_valid,
+            derived: OnceLock::new(),
             class_labels,
             version: p.version,
             catalog: p.catalog,
@@ -173,19 +197,20 @@ impl PolicySnapshot {
     /// `Bronze`, or a typo) is the policy's `defaultTier`, as the scorer scores it: an unknown value never
     /// means no rules. `None` only before the policy is known.
     pub fn tier_rules<'p>(&'p self, tier: &str, namespace: &str) -> Option<TierRules<'p>> {
-        let t = self
+        let i = self
             .tiers
             .iter()
-            .find(|t| t.name == tier)
-            .or_else(|| self.tiers.iter().find(|t| t.name == self.default_tier))?;
-        let mut allowed: BTreeSet<&str> = t.allowed_classes.iter().map(String::as_str).collect();
+            .position(|t| t.name == tier)
+            .or_else(|| self.tiers.iter().position(|t| t.name == self.default_tier))?;
+        let t = &self.tiers[i];
+        let mut allowed = Cow::Borrowed(&self.derived().tier_allowed[i]);
         let mut cap = self.priority_classes.get(&t.max_priority_class);
         let grant = self
             .namespace_grants
             .iter()
             .find(|g| g.namespace == namespace);
         if let Some(g) = grant {
-            allowed.extend(g.allowed_classes.iter().map(String::as_str));
+            allowed.to_mut().extend(g.allowed_classes.iter().cloned());
             if let Some(gcap) = self.priority_classes.get(&g.max_priority_class)
                 && cap.is_some_and(|c| gcap.value > c.value)
             {
@@ -212,12 +237,15 @@ impl PolicySnapshot {
         self.catalog.iter().find(|c| c.name == name)
     }
 
-    /// The catalog class named `name`, and whether its node label and taint key were found valid with the
-    /// policy (`false` in a snapshot built field by field).
+    /// The catalog class named `name`, and whether its node label and taint key are valid label syntax
+    /// (checked once per snapshot, not in every answer naming the class).
     pub fn checked_class(&self, name: &str) -> Option<(&GpuClass, bool)> {
         let i = self.catalog.iter().position(|c| c.name == name)?;
-        let valid = self.catalog_labels_valid.get(i).copied().unwrap_or(false);
-        Some((&self.catalog[i], valid))
+        Some((&self.catalog[i], self.derived().catalog_labels_valid[i]))
+    }
+
+    fn derived(&self) -> &Derived {
+        self.derived.get_or_init(|| Derived::of(self))
     }
 
     /// Every node label key that identifies some class (class keys first).

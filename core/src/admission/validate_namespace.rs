@@ -145,11 +145,10 @@ mod tests {
     const TIER: &str = "tenant.kubenexus.io/tier";
 
     fn policy(mode: EnforcementMode) -> PolicySnapshot {
-        PolicySnapshot {
-            mode,
-            admin_groups: vec!["gpu-admission:admins".into()],
-            ..Default::default()
-        }
+        let mut policy = PolicySnapshot::default();
+        policy.mode = mode;
+        policy.admin_groups = vec!["gpu-admission:admins".into()];
+        policy
     }
 
     fn ns(tier: Option<&str>) -> Value {

@@ -1,3 +1,4 @@
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use gpu_admission_proto::scorer::v1::{GpuClass, TierFallback};
@@ -24,7 +25,7 @@ fn catalog() -> Vec<GpuClass> {
 fn bronze() -> TierRules<'static> {
     TierRules {
         tier: "bronze",
-        allowed: BTreeSet::from(["L4-24GB"]),
+        allowed: Cow::Owned(BTreeSet::from(["L4-24GB".to_string()])),
         preferred: None,
         max_priority_class: None,
         fallback: TierFallback::TierDefault,
@@ -165,7 +166,9 @@ fn node_name_needs_a_known_node_of_the_tier() {
 fn a_tier_of_every_class_restricts_nothing() {
     let mut all = bronze();
     assert!(restricts(&all, &catalog()));
-    all.allowed.extend(["H100-80GB", "A100-80GB"]);
+    all.allowed
+        .to_mut()
+        .extend(["H100-80GB".to_string(), "A100-80GB".to_string()]);
     assert!(!restricts(&all, &catalog()));
 }
 

@@ -7,6 +7,7 @@ use gpu_admission_proto::scorer::v1::{GpuVendor, PriorityAssignment};
 use jsonptr::PointerBuf;
 use record::score_text;
 use serde_json::{Value, json};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 const KEY: &str = "gpu.nvidia.com/class";
@@ -237,7 +238,7 @@ impl Bronze {
     fn rules(&self) -> TierRules<'_> {
         TierRules {
             tier: "bronze",
-            allowed: ["L4-24GB"].into(),
+            allowed: Cow::Owned(["L4-24GB".to_string()].into()),
             preferred: Some("L4-24GB"),
             max_priority_class: self.classes.get("gpu-default"),
             fallback: gpu_admission_proto::scorer::v1::TierFallback::PassThrough,
@@ -986,7 +987,11 @@ impl Gold {
     fn run(&self, pod_json: Value, a: &ScoreResponse) -> (Mutation, Pod) {
         let rules = TierRules {
             tier: "gold",
-            allowed: ["H100-80GB", "A100-80GB", "L4-24GB"].into(),
+            allowed: Cow::Owned(
+                ["H100-80GB", "A100-80GB", "L4-24GB"]
+                    .map(String::from)
+                    .into(),
+            ),
             preferred: Some("H100-80GB"),
             max_priority_class: None,
             fallback: gpu_admission_proto::scorer::v1::TierFallback::PassThrough,
