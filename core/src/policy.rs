@@ -239,7 +239,7 @@ impl PolicySnapshot {
 
     /// The catalog class named `name`, and whether its node label and taint key are valid label syntax
     /// (checked once per snapshot, not in every answer naming the class).
-    pub fn checked_class(&self, name: &str) -> Option<(&GpuClass, bool)> {
+    pub(crate) fn checked_class(&self, name: &str) -> Option<(&GpuClass, bool)> {
         let i = self.catalog.iter().position(|c| c.name == name)?;
         Some((&self.catalog[i], self.derived().catalog_labels_valid[i]))
     }

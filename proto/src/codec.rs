@@ -18,7 +18,7 @@ use tonic_prost::ProstEncoder;
 
 /// `tonic_prost::ProstCodec` with [`SliceDecoder`]; named by the generated client and server.
 #[derive(Debug, Clone)]
-pub struct SliceCodec<T, U>(PhantomData<(T, U)>);
+pub(crate) struct SliceCodec<T, U>(PhantomData<(T, U)>);
 
 impl<T, U> Default for SliceCodec<T, U> {
     fn default() -> Self {
@@ -47,7 +47,7 @@ where
 
 /// Decodes `U` from the message's bytes as one slice (see the module doc).
 #[derive(Debug, Clone)]
-pub struct SliceDecoder<U>(PhantomData<U>);
+pub(crate) struct SliceDecoder<U>(PhantomData<U>);
 
 impl<U: Message + Default> Decoder for SliceDecoder<U> {
     type Item = U;

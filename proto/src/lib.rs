@@ -83,7 +83,7 @@ pub mod gpu_resources {
 
 /// The codec of the generated client and server.
 #[cfg(feature = "grpc")]
-pub mod codec;
+mod codec;
 
 /// The limits the scorer enforces on requests, shared with its clients.
 pub mod limits;

@@ -77,7 +77,7 @@ pub fn is_label_value(s: &str) -> bool {
 }
 
 /// `true` for a valid qualified label key (`[prefix/]name`, DNS-subdomain prefix, name ≤ 63).
-pub fn is_label_key(k: &str) -> bool {
+pub(crate) fn is_label_key(k: &str) -> bool {
     let (prefix, name) = match k.rsplit_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, k),
