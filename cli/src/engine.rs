@@ -18,10 +18,8 @@ use gpu_admission_core::workload::{self, OwnerFacts};
 use gpu_admission_proto::scorer::v1::ScoreResponse;
 use k8s_openapi::api::core::v1::Pod;
 use kube_core::admission::AdmissionRequest;
-use scorer::metrics::Metrics;
 use scorer::model::Learned;
 use scorer::policy::Policy;
-use scorer::policy::watch::PolicyStore;
 use scorer::service::Core;
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -29,15 +27,9 @@ use time::OffsetDateTime;
 use crate::load::Tiers;
 use crate::review::User;
 
-/// The policy's view as the frontend holds it (what `GetPolicy` gives it).
+/// The policy's view as the frontend holds it (derived from the same validated policy).
 pub fn snapshot_of(policy: Policy) -> PolicySnapshot {
-    let core = scorer_core(policy, Learned::default());
-    PolicySnapshot::from_response(core.get_policy().expect("the policy is loaded"))
-}
-
-fn scorer_core(policy: Policy, learned: Learned) -> Core {
-    let store = Arc::new(PolicyStore::new(Some(policy)));
-    Core::new(store, learned, Arc::new(Metrics::unregistered()))
+    PolicySnapshot::from_policy(Arc::new(policy))
 }
 
 /// Which webhook answered.
@@ -110,9 +102,9 @@ pub struct BadRequest(pub String);
 
 impl Engine {
     pub fn new(policy: Policy, learned: Learned, options: Options) -> Self {
-        let core = scorer_core(policy, learned);
-        let policy =
-            PolicySnapshot::from_response(core.get_policy().expect("the policy is loaded"));
+        let view = snapshot_of(policy.clone());
+        let core = Core::in_process(policy, learned);
+        let policy = view;
         Engine {
             core,
             policy,

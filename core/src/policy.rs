@@ -1,7 +1,10 @@
-//! The scorer's policy as last fetched with `GetPolicy`: the GPU catalog (to validate answers and to recognise
-//! a Pod that already names a class), the priority buckets (the PriorityClasses of `--no-kube` mode), and the
-//! tier rules the webhooks hold Pods to (allowed classes, priority caps, fallback, enforcement, admins,
-//! namespace grants). The scorer owns and validates all of it; this is a read-only copy.
+//! The webhooks' view of a validated policy (`gpu_admission_policy::Policy`, read from the same file the
+//! scorer reads): the GPU catalog (to validate answers and to recognise a Pod that already names a class),
+//! the priority buckets (the PriorityClasses of `--no-kube` mode), and the tier rules the webhooks hold Pods
+//! to (allowed classes, priority caps, fallback, enforcement, admins, namespace grants).
+//!
+//! Its tables are still spelled as the wire spells them (the answers they are compared with are wire
+//! messages); they are derived through the policy crate's one wire conversion, never from a scorer's answer.
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
@@ -15,10 +18,12 @@ use crate::pod::features::{is_label_key, is_label_value};
 use crate::pod::gpu_resources::GpuResources;
 use crate::priority_class::{PriorityClassFacts, PriorityClassLookup};
 
-/// An immutable view of one policy version; swapped whole when a newer one is fetched.
+/// An immutable view of one policy version; swapped whole when a newer one is loaded.
 #[derive(Debug, Default, Clone)]
 pub struct PolicySnapshot {
     pub version: String,
+    /// The validated policy this view was derived from (`None` only in tests that build a view by hand).
+    pub policy: Option<std::sync::Arc<gpu_admission_policy::Policy>>,
     pub catalog: Vec<GpuClass>,
     /// Distinct node label keys of the catalog (e.g. `gpu.nvidia.com/class`).
     pub class_label_keys: Vec<String>,
@@ -128,6 +133,16 @@ fn vendor_name(v: i32) -> &'static str {
 }
 
 impl PolicySnapshot {
+    /// The webhooks' view of a validated policy.
+    pub fn from_policy(policy: std::sync::Arc<gpu_admission_policy::Policy>) -> Self {
+        let mut view =
+            Self::from_response(gpu_admission_policy::wire::get_policy_response(&policy));
+        view.policy = Some(policy);
+        view
+    }
+
+    /// A view from `GetPolicy`'s per-field copy: policies tests build by hand, and the answer of a scorer that
+    /// predates the document. The services derive their views with [`Self::from_policy`].
     pub fn from_response(p: GetPolicyResponse) -> Self {
         let mut class_label_keys: Vec<String> = Vec::new();
         for c in &p.catalog {
@@ -176,6 +191,7 @@ impl PolicySnapshot {
             })
             .collect();
         Self {
+            policy: None,
             gpu_resources: GpuResources::from_rules(&p.gpu_resources),
             derived: OnceLock::new(),
             class_labels,

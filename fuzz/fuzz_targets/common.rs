@@ -2,18 +2,17 @@
 use std::sync::{Arc, OnceLock};
 
 use gpu_admission_proto::scorer::v1::{ScoreRequest, ScoreResponse};
-use scorer::metrics::Metrics;
 use scorer::model::Learned;
-use scorer::policy::{embedded_default, watch::PolicyStore};
+use scorer::policy::embedded_default;
 use scorer::service::Core;
 use gpu_admission_core::policy::PolicySnapshot;
 
 pub fn scorer() -> &'static (Core, PolicySnapshot) {
     static SCORER: OnceLock<(Core, PolicySnapshot)> = OnceLock::new();
     SCORER.get_or_init(|| {
-        let store = Arc::new(PolicyStore::new(Some(embedded_default().unwrap())));
-        let core = Core::new(store, Learned::default(), Arc::new(Metrics::unregistered()));
-        let policy = PolicySnapshot::from_response(core.get_policy().unwrap());
+        let policy = embedded_default().unwrap();
+        let core = Core::in_process(policy.clone(), Learned::default());
+        let policy = PolicySnapshot::from_policy(Arc::new(policy));
         (core, policy)
     })
 }

@@ -36,51 +36,6 @@ pub mod workload {
     }
 }
 
-/// The GPU resource names counted when a policy does not list its own `gpuResources`: the one default list,
-/// used by the scorer (policy without the list) and the frontend (before the first `GetPolicy`). The shipped
-/// policy file spells the same list out (a scorer test keeps them equal).
-pub mod gpu_resources {
-    use crate::scorer::v1::{GpuResourceKind, GpuResourceRule, GpuVendor};
-
-    /// Memory quantities of HAMi's `nvidia.com/gpumem` are MiB.
-    pub const MIB_IN_GIB: f64 = 1.0 / 1024.0;
-
-    /// The placeholder of a MIG pattern that captures the slice memory in GiB.
-    pub const MEMORY_PLACEHOLDER: &str = "{memoryGiB}";
-
-    /// NVIDIA (whole, shared, MIG, HAMi memory and cores), AMD and Intel (only `i915` / `xe` are devices),
-    /// and the vendors' DRA DeviceClasses.
-    pub fn default_rules() -> Vec<GpuResourceRule> {
-        use GpuResourceKind as K;
-        use GpuVendor as V;
-        let rule = |name: &str, vendor: V, kind: K, memory_gib_per_unit: f64| GpuResourceRule {
-            name: name.to_string(),
-            vendor: vendor as i32,
-            kind: kind as i32,
-            memory_gib_per_unit,
-        };
-        vec![
-            rule("nvidia.com/gpu", V::Nvidia, K::Devices, 0.0),
-            rule("nvidia.com/gpu.shared", V::Nvidia, K::SharedDevices, 0.0),
-            rule(
-                "nvidia.com/mig-*g.{memoryGiB}gb",
-                V::Nvidia,
-                K::MigSlices,
-                0.0,
-            ),
-            rule("nvidia.com/gpumem", V::Nvidia, K::Memory, MIB_IN_GIB),
-            rule("nvidia.com/gpucores", V::Nvidia, K::Cores, 0.0),
-            rule("amd.com/gpu", V::Amd, K::Devices, 0.0),
-            rule("gpu.intel.com/i915", V::Intel, K::Devices, 0.0),
-            rule("gpu.intel.com/xe", V::Intel, K::Devices, 0.0),
-            rule("gpu.intel.com/millicores", V::Intel, K::Cores, 0.0),
-            rule("gpu.nvidia.com", V::Nvidia, K::DraDeviceClass, 0.0),
-            rule("gpu.amd.com", V::Amd, K::DraDeviceClass, 0.0),
-            rule("gpu.intel.com", V::Intel, K::DraDeviceClass, 0.0),
-        ]
-    }
-}
-
 /// The codec of the generated client and server.
 #[cfg(feature = "grpc")]
 mod codec;

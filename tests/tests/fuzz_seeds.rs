@@ -11,15 +11,14 @@ use gpu_admission_properties::{MutateOutcome, check_mutate, check_validate};
 use gpu_admission_proto::scorer::v1::{ScoreRequest, ScoreResponse};
 use gpu_admission_testkit::corpus;
 use gpu_admission_testkit::review::{Operation, pod_review};
-use scorer::metrics::Metrics;
 use scorer::model::Learned;
-use scorer::policy::{embedded_default, watch::PolicyStore};
+use scorer::policy::embedded_default;
 use scorer::service::Core;
 
 fn scorer() -> (Core, PolicySnapshot) {
-    let store = Arc::new(PolicyStore::new(Some(embedded_default().unwrap())));
-    let core = Core::new(store, Learned::default(), Arc::new(Metrics::unregistered()));
-    let policy = PolicySnapshot::from_response(core.get_policy().unwrap());
+    let policy = embedded_default().unwrap();
+    let core = Core::in_process(policy.clone(), Learned::default());
+    let policy = PolicySnapshot::from_policy(Arc::new(policy));
     (core, policy)
 }
 

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use gpu_admission_proto::gpu_resources::{MEMORY_PLACEHOLDER, default_rules};
+use gpu_admission_policy::gpu_resources::{MEMORY_PLACEHOLDER, default_rules};
 use gpu_admission_proto::scorer::v1::{GpuResourceKind, GpuResourceRule, GpuVendor};
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimSpec, ResourceClaimTemplate};
@@ -27,7 +27,7 @@ pub struct GpuResources {
 impl Default for GpuResources {
     fn default() -> Self {
         Self {
-            rules: default_rules(),
+            rules: default_rules().iter().map(Into::into).collect(),
         }
     }
 }

@@ -7,7 +7,8 @@ use tonic::Status;
 
 use super::one_class_for_a_group;
 use crate::model::{self, JobRequest, Observation};
-use crate::policy::{EnforcementMode, Fallback, Policy, Vendor, WorkloadClass};
+use crate::policy::Policy;
+use gpu_admission_policy::wire::{vendor, workload_class as workload};
 
 pub(crate) fn invalid(msg: String) -> Status {
     Status::invalid_argument(msg)
@@ -16,34 +17,6 @@ pub(crate) fn invalid(msg: String) -> Status {
 /// A request outside the limits shared with the clients (`gpu_admission_proto::limits`).
 pub(crate) fn out_of_limits(v: limits::Violation) -> Status {
     invalid(v.to_string())
-}
-
-pub(crate) fn vendor(v: i32) -> Option<Vendor> {
-    match pb::GpuVendor::try_from(v).unwrap_or(pb::GpuVendor::Unknown) {
-        pb::GpuVendor::Nvidia => Some(Vendor::Nvidia),
-        pb::GpuVendor::Amd => Some(Vendor::Amd),
-        pb::GpuVendor::Intel => Some(Vendor::Intel),
-        pb::GpuVendor::Unknown => None,
-    }
-}
-
-pub(crate) fn vendor_to_pb(v: Vendor) -> pb::GpuVendor {
-    match v {
-        Vendor::Nvidia => pb::GpuVendor::Nvidia,
-        Vendor::Amd => pb::GpuVendor::Amd,
-        Vendor::Intel => pb::GpuVendor::Intel,
-    }
-}
-
-/// The request's workload class; unknown (or unset) means "not said".
-pub(crate) fn workload(v: i32) -> Option<WorkloadClass> {
-    match pb::WorkloadClass::try_from(v).unwrap_or(pb::WorkloadClass::Unknown) {
-        pb::WorkloadClass::Training => Some(WorkloadClass::Training),
-        pb::WorkloadClass::Inference => Some(WorkloadClass::Inference),
-        pb::WorkloadClass::Batch => Some(WorkloadClass::Batch),
-        pb::WorkloadClass::Interactive => Some(WorkloadClass::Interactive),
-        pb::WorkloadClass::Unknown => None,
-    }
 }
 
 /// Validates a `ScoreRequest` into the model's terms.
@@ -88,25 +61,11 @@ pub(crate) fn observation(
 }
 
 pub(crate) fn gpu_class_pb(policy: &Policy, index: usize) -> pb::GpuClass {
-    let c = &policy.classes[index];
-    pb::GpuClass {
-        name: c.name.clone(),
-        vendor: vendor_to_pb(c.vendor) as i32,
-        memory_gib: c.memory_gib,
-        node_label_key: c.node_label_key.clone(),
-        node_label_value: c.node_label_value.clone(),
-        relative_throughput: c.relative_throughput,
-        price_per_hour: c.price_per_hour,
-        taint_key: c.taint_key.clone().unwrap_or_default(),
-    }
+    (&policy.classes[index]).into()
 }
 
 pub(crate) fn priority_pb(b: &crate::policy::Bucket) -> pb::PriorityAssignment {
-    pb::PriorityAssignment {
-        name: b.name.clone(),
-        value: b.value,
-        preemption_policy: b.preemption_policy.clone(),
-    }
+    b.into()
 }
 
 pub(crate) fn score_response(
@@ -199,84 +158,5 @@ pub(crate) fn explain_response(
 }
 
 pub(crate) fn policy_response(policy: &Policy) -> pb::GetPolicyResponse {
-    pb::GetPolicyResponse {
-        version: policy.version.clone(),
-        default_tier: policy.tiers[policy.default_tier].name.clone(),
-        catalog: (0..policy.classes.len())
-            .map(|i| gpu_class_pb(policy, i))
-            .collect(),
-        tiers: policy
-            .tiers
-            .iter()
-            .map(|t| pb::Tier {
-                name: t.name.clone(),
-                allowed_classes: (0..policy.classes.len())
-                    .filter(|&i| t.allowed[i])
-                    .map(|i| policy.classes[i].name.clone())
-                    .collect(),
-                preferred_class: t
-                    .preferred
-                    .map(|i| policy.classes[i].name.clone())
-                    .unwrap_or_default(),
-                objective: t.objective.as_str().to_string(),
-                priority_weight: t.priority_weight,
-                max_priority_class: t.max_priority_class.clone().unwrap_or_default(),
-                fallback: match t.fallback {
-                    Fallback::PassThrough => pb::TierFallback::PassThrough,
-                    Fallback::TierDefault => pb::TierFallback::TierDefault,
-                } as i32,
-            })
-            .collect(),
-        priority_buckets: policy
-            .priority
-            .buckets
-            .iter()
-            .map(|b| pb::PriorityBucket {
-                min_score: b.min_score,
-                priority_class: Some(priority_pb(b)),
-            })
-            .collect(),
-        job_types: policy.job_types.iter().map(|j| j.name.clone()).collect(),
-        anti_affinity_threshold: policy.anti_affinity_threshold,
-        enforcement: Some(pb::Enforcement {
-            mode: match policy.enforcement.mode {
-                EnforcementMode::Enforce => pb::EnforcementMode::Enforce,
-                EnforcementMode::Warn => pb::EnforcementMode::Warn,
-                EnforcementMode::Audit => pb::EnforcementMode::Audit,
-            } as i32,
-            admin_groups: policy.enforcement.admin_groups.clone(),
-            admin_users: policy.enforcement.admin_users.clone(),
-        }),
-        namespace_grants: policy
-            .namespace_grants
-            .iter()
-            .map(|g| pb::NamespaceGrant {
-                namespace: g.namespace.clone(),
-                allowed_classes: g.allowed_classes.clone(),
-                max_priority_class: g.max_priority_class.clone().unwrap_or_default(),
-            })
-            .collect(),
-        job_type_default_memory_gib: policy
-            .job_types
-            .iter()
-            .filter_map(|j| j.default_memory_gib.map(|m| (j.name.clone(), m)))
-            .collect(),
-        gpu_resources: policy.gpu_resources.clone(),
-        class_labels: policy
-            .classes
-            .iter()
-            .filter(|c| !c.identifying_labels.is_empty())
-            .map(|c| pb::ClassLabels {
-                class: c.name.clone(),
-                labels: c
-                    .identifying_labels
-                    .iter()
-                    .map(|(key, value)| pb::NodeLabel {
-                        key: key.clone(),
-                        value: value.clone(),
-                    })
-                    .collect(),
-            })
-            .collect(),
-    }
+    gpu_admission_policy::wire::get_policy_response(policy)
 }

@@ -45,6 +45,16 @@ impl Core {
         }
     }
 
+    /// The scorer in process, without a server: one policy, no metrics registry. What the CLI, the fuzz
+    /// targets, the property replays and the benchmarks score with (the same `Core` the gRPC service runs).
+    pub fn in_process(policy: crate::policy::Policy, learned: Learned) -> Self {
+        Self::new(
+            Arc::new(PolicyStore::new(Some(policy))),
+            learned,
+            Arc::new(Metrics::unregistered()),
+        )
+    }
+
     /// Sets the length of the learned-state epochs keyed decisions read (0 = the live state).
     pub fn with_decision_epoch(self, epoch: std::time::Duration) -> Self {
         Self {
@@ -290,33 +300,7 @@ impl Core {
     }
 }
 
-/// The policy validation's verdict as the proto carries it.
-pub fn validate_policy_text(text: &str, file: &str) -> pb::ValidatePolicyResponse {
-    let file = if file.is_empty() { "<policy>" } else { file };
-    let rules_digest = crate::policy::rules_digest(text).unwrap_or_default();
-    match crate::policy::parse(text, file) {
-        Ok(p) => pb::ValidatePolicyResponse {
-            valid: true,
-            version: p.version,
-            problems: Vec::new(),
-            rules_digest,
-        },
-        Err(e) => pb::ValidatePolicyResponse {
-            valid: false,
-            version: String::new(),
-            rules_digest,
-            problems: e
-                .problems
-                .into_iter()
-                .map(|p| pb::PolicyProblem {
-                    file: e.file.clone(),
-                    field: p.field,
-                    reason: p.reason,
-                })
-                .collect(),
-        },
-    }
-}
+pub use gpu_admission_policy::wire::validation as validate_policy_text;
 
 /// A workload's decision: read from the epoch's pinned state, seeded by the workload key, gated by its
 /// seeded draw alone (not by this replica's exploration window; see [`crate::decisions`]).

@@ -1,7 +1,7 @@
 //! The policy file's shape (YAML, camelCase keys), as written by operators.
 //!
-//! These types are only the parsed text; [`super::validate`] checks them and builds the indexed
-//! [`super::Policy`] the model reads.
+//! These types are only the parsed text; [`crate::validate`] checks them and builds the indexed
+//! [`crate::Policy`] everyone reads.
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -35,7 +35,7 @@ pub struct PolicyFile {
     #[serde(default)]
     pub namespace_grants: Vec<NamespaceGrantSpec>,
     /// Which Pod resource names (and DRA DeviceClasses) ask for GPUs and how they count; the built-in default
-    /// list (`gpu_admission_proto::gpu_resources::default_rules`) when absent.
+    /// list ([`crate::gpu_resources::default_rules`]) when absent.
     #[serde(default)]
     pub gpu_resources: Option<Vec<GpuResourceSpec>>,
 }
@@ -48,15 +48,16 @@ pub struct GpuResourceSpec {
     pub name: String,
     /// `nvidia`, `amd` or `intel` (a string, so that an unknown vendor is reported with its field).
     pub vendor: String,
-    pub kind: GpuResourceKindSpec,
+    pub kind: GpuResourceKind,
     /// `memory` only: the quantity's unit, `MiB` (default), `GiB` or `bytes`.
     #[serde(default)]
     pub unit: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+/// How one resource name counts as GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub enum GpuResourceKindSpec {
+pub enum GpuResourceKind {
     /// Whole devices.
     Devices,
     /// Shared / time-sliced replicas, one device each.

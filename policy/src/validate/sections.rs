@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 use ndarray::Array2;
 
 use super::Checker;
-use crate::policy::schema::{PolicyFile, RuntimeProfile};
-use crate::policy::{Bucket, GpuClass, JobType, NameIndex, Tier, WorkloadClass};
+use crate::model::{Bucket, GpuClass, JobType, NameIndex, Tier, WorkloadClass};
+use crate::schema::{PolicyFile, RuntimeProfile};
 
 impl Checker {
     /// `catalog`: every GPU class, with its node label, taint and identifying labels.

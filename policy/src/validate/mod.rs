@@ -6,15 +6,16 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
-use gpu_admission_proto::gpu_resources::{MEMORY_PLACEHOLDER, MIB_IN_GIB, default_rules};
-use gpu_admission_proto::scorer::v1::{GpuResourceKind, GpuResourceRule, GpuVendor};
+use crate::gpu_resources::{
+    GpuResourceKind, GpuResourceRule, MEMORY_PLACEHOLDER, MIB_IN_GIB, default_rules,
+};
 
 mod sections;
 #[cfg(test)]
 mod tests;
 
-use super::schema::{GpuResourceKindSpec, PolicyFile, RuntimeProfile};
-use super::{Enforcement, NameIndex, NamespaceGrant, Policy, PriorityRules};
+use crate::model::{Enforcement, NameIndex, NamespaceGrant, Policy, PriorityRules};
+use crate::schema::{PolicyFile, RuntimeProfile, Vendor};
 
 /// One thing wrong with a policy file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,7 +82,7 @@ pub fn parse(text: &str, file: &str) -> Result<Policy, PolicyError> {
     let mut c = Checker {
         problems: Vec::new(),
     };
-    let policy = c.build(raw, version, file);
+    let policy = c.build(raw, version, file, text);
     match policy {
         Some(p) if c.problems.is_empty() => Ok(p),
         _ => Err(PolicyError {
@@ -313,15 +314,15 @@ impl Checker {
                 );
             }
             let vendor = match r.vendor.as_str() {
-                "nvidia" => GpuVendor::Nvidia,
-                "amd" => GpuVendor::Amd,
-                "intel" => GpuVendor::Intel,
+                "nvidia" => Some(Vendor::Nvidia),
+                "amd" => Some(Vendor::Amd),
+                "intel" => Some(Vendor::Intel),
                 other => {
                     self.fail(
                         format!("{f}.vendor"),
                         format!("unknown vendor `{other}` (nvidia, amd or intel)"),
                     );
-                    GpuVendor::Unknown
+                    None
                 }
             };
             let name_ok = |n: &str, extra: &str| {
@@ -339,14 +340,7 @@ impl Checker {
                             || extra.as_bytes().contains(&c)
                     })
             };
-            let kind = match r.kind {
-                GpuResourceKindSpec::Devices => GpuResourceKind::Devices,
-                GpuResourceKindSpec::SharedDevices => GpuResourceKind::SharedDevices,
-                GpuResourceKindSpec::MigSlices => GpuResourceKind::MigSlices,
-                GpuResourceKindSpec::Memory => GpuResourceKind::Memory,
-                GpuResourceKindSpec::Cores => GpuResourceKind::Cores,
-                GpuResourceKindSpec::DraDeviceClass => GpuResourceKind::DraDeviceClass,
-            };
+            let kind = r.kind;
             match kind {
                 GpuResourceKind::MigSlices => {
                     let without = r.name.replacen(MEMORY_PLACEHOLDER, "", 1);
@@ -406,17 +400,25 @@ impl Checker {
                     0.0
                 }
             };
-            out.push(GpuResourceRule {
-                name: r.name.clone(),
-                vendor: vendor as i32,
-                kind: kind as i32,
-                memory_gib_per_unit,
-            });
+            if let Some(vendor) = vendor {
+                out.push(GpuResourceRule {
+                    name: r.name.clone(),
+                    vendor,
+                    kind,
+                    memory_gib_per_unit,
+                });
+            }
         }
         out
     }
 
-    fn build(&mut self, raw: PolicyFile, version: String, file: &str) -> Option<Policy> {
+    fn build(
+        &mut self,
+        raw: PolicyFile,
+        version: String,
+        file: &str,
+        text: &str,
+    ) -> Option<Policy> {
         if version.trim().is_empty() {
             self.fail("version", "must not be empty when given");
         }
@@ -443,6 +445,7 @@ impl Checker {
         Some(Policy {
             version,
             source: file.to_string(),
+            document: text.to_string(),
             classes,
             tiers,
             default_tier: default_tier?,

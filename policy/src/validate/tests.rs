@@ -1,5 +1,5 @@
 use super::*;
-use crate::policy::{DEFAULT_POLICY_YAML, EMBEDDED_SOURCE, embedded_default};
+use crate::{DEFAULT_POLICY_YAML, EMBEDDED_SOURCE, embedded_default};
 
 fn errors(yaml: &str) -> PolicyError {
     parse(yaml, "/etc/scorer/policy.yaml").expect_err("policy should be refused")
@@ -265,19 +265,19 @@ fn errors_name_file_field_and_reason() {
 #[test]
 fn enforcement_caps_fallback_and_grants() {
     let p = embedded_default().unwrap();
-    assert_eq!(p.enforcement.mode, crate::policy::EnforcementMode::Warn);
+    assert_eq!(p.enforcement.mode, crate::EnforcementMode::Warn);
     assert_eq!(p.enforcement.admin_groups, ["gpu-admission:admins"]);
     let bronze = &p.tiers[p.tier_index("bronze").unwrap()];
     assert_eq!(bronze.max_priority_class.as_deref(), Some("gpu-default"));
     // Every shipped tier restricts classes: its Pods fall back to the tier, never unbound.
-    assert_eq!(bronze.fallback, crate::policy::Fallback::TierDefault);
+    assert_eq!(bronze.fallback, crate::Fallback::TierDefault);
     assert!(p.namespace_grants.is_empty());
 
     let granted = DEFAULT_POLICY_YAML
         .replace("namespaceGrants: []", "namespaceGrants:\n  - { namespace: llm-research, allowedClasses: [H100-80GB], maxPriorityClass: gpu-high }")
         .replace("  mode: Warn", "  mode: Enforce");
     let p = parse(&granted, "x").unwrap();
-    assert_eq!(p.enforcement.mode, crate::policy::EnforcementMode::Enforce);
+    assert_eq!(p.enforcement.mode, crate::EnforcementMode::Enforce);
     assert_eq!(p.namespace_grants[0].allowed_classes, ["H100-80GB"]);
     let tier_default =
         DEFAULT_POLICY_YAML.replacen("fallback: PassThrough", "fallback: TierDefault", 4);
@@ -285,7 +285,7 @@ fn enforcement_caps_fallback_and_grants() {
     assert!(
         p.tiers
             .iter()
-            .all(|t| t.fallback == crate::policy::Fallback::TierDefault)
+            .all(|t| t.fallback == crate::Fallback::TierDefault)
     );
 
     // Without the new sections a file still loads: Audit, no admins, no caps, PassThrough.
@@ -296,7 +296,7 @@ fn enforcement_caps_fallback_and_grants() {
         )
         .replace("    maxPriorityClass: gpu-default\n", "");
     let p = parse(&bare, "x").unwrap();
-    assert_eq!(p.enforcement, crate::policy::Enforcement::default());
+    assert_eq!(p.enforcement, crate::Enforcement::default());
     let bronze = &p.tiers[p.tier_index("bronze").unwrap()];
     assert_eq!(bronze.max_priority_class, None);
 

@@ -1,29 +1,12 @@
-//! The scoring policy: its file format ([`schema`]), validation into the indexed [`Policy`] the model
-//! reads ([`validate`]), and hot reload from disk ([`watch`]).
-pub mod schema;
-pub mod validate;
-pub mod watch;
-
+//! The validated policy: every name it references exists, every number is in range, names are indexed.
 use ndarray::Array2;
 
-pub use schema::{
+use crate::gpu_resources::GpuResourceRule;
+use crate::schema::{
     EnforcementMode, Fallback, LearningSpec, Objective, RuntimeProfile, SizeReference, Vendor,
 };
-pub use validate::{PolicyError, load_file, parse, rules_digest};
 
-/// The embedded default policy: the same file the kustomize ConfigMap ships.
-pub const DEFAULT_POLICY_YAML: &str =
-    include_str!("../../../deploy/kustomize/base/policy/default-policy.yaml");
-
-/// Where the embedded default policy says it came from in errors and logs.
-pub const EMBEDDED_SOURCE: &str = "<embedded default-policy.yaml>";
-
-/// Loads the embedded default policy (checked by a unit test, so this cannot fail in a release).
-pub fn embedded_default() -> Result<Policy, PolicyError> {
-    parse(DEFAULT_POLICY_YAML, EMBEDDED_SOURCE)
-}
-
-/// Workload classes the model distinguishes (the proto's `WorkloadClass`).
+/// Workload classes the scorer's model distinguishes (the wire's `WorkloadClass`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum WorkloadClass {
     Training,
@@ -141,12 +124,14 @@ pub(crate) type NameIndex = foldhash::HashMap<String, usize>;
 #[derive(Debug, Clone)]
 pub struct Policy {
     pub version: String,
-    /// File path (or [`EMBEDDED_SOURCE`]).
+    /// File path (or [`crate::EMBEDDED_SOURCE`]).
     pub source: String,
+    /// The text this policy was validated from (what `GetPolicy` carries as its document).
+    pub document: String,
     pub classes: Vec<GpuClass>,
     pub tiers: Vec<Tier>,
     pub default_tier: usize,
-    workload: [(f64, RuntimeProfile); 5],
+    pub(crate) workload: [(f64, RuntimeProfile); 5],
     pub job_types: Vec<JobType>,
     /// Prior slowdown between job types (indexed like `job_types`; symmetric).
     pub interference_prior: Array2<f64>,
@@ -157,10 +142,10 @@ pub struct Policy {
     pub enforcement: Enforcement,
     pub namespace_grants: Vec<NamespaceGrant>,
     /// Which Pod resources ask for GPUs (the frontend counts them; carried by GetPolicy).
-    pub gpu_resources: Vec<gpu_admission_proto::scorer::v1::GpuResourceRule>,
-    class_index: NameIndex,
-    tier_index: NameIndex,
-    job_index: NameIndex,
+    pub gpu_resources: Vec<GpuResourceRule>,
+    pub(crate) class_index: NameIndex,
+    pub(crate) tier_index: NameIndex,
+    pub(crate) job_index: NameIndex,
 }
 
 impl Policy {

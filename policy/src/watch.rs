@@ -6,11 +6,12 @@
 //! and validated; requests in flight keep the `Arc<Policy>` they started with.
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
+#[cfg(feature = "tokio")]
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use super::{Policy, PolicyError, validate};
+use crate::{Policy, PolicyError, validate};
 
 /// The policy in force (none until a valid one was loaded). Cheap to read: an `Arc` clone under a
 /// read lock that is never held across anything slow.
@@ -122,6 +123,7 @@ impl FileWatcher {
 }
 
 /// Polls `watcher` every `interval` until `shutdown` fires, sending each change to `report`.
+#[cfg(feature = "tokio")]
 pub async fn run(
     mut watcher: FileWatcher,
     store: Arc<PolicyStore>,
@@ -147,7 +149,7 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::DEFAULT_POLICY_YAML;
+    use crate::DEFAULT_POLICY_YAML;
     use std::os::unix::fs::symlink;
 
     fn with_version(v: &str) -> String {
@@ -246,6 +248,7 @@ mod tests {
         assert!(matches!(w.check(&store), ReloadOutcome::Loaded(_)));
     }
 
+    #[cfg(feature = "tokio")]
     #[tokio::test]
     async fn the_poll_loop_picks_up_a_swap() {
         let mut dir = ConfigMapDir::new(&with_version("v1"));
