@@ -51,7 +51,7 @@ valgrind --tool=callgrind --callgrind-out-file="$out/baseline.cg" \
   "$bin/loadgen" baseline-server --listen "127.0.0.1:$baseline_port" --self-signed "$out/tls-baseline" \
   >"$out/baseline.log" 2>&1 &
 pids+=($!)
-wait_for "$out/frontend.log" "scorer policy loaded"
+wait_for "$out/frontend.log" "policy loaded"
 wait_for "$out/baseline.log" "listening on"
 
 load() {

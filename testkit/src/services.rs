@@ -40,6 +40,10 @@ fn admin_addr_of(p: &ChildProcess) -> Option<SocketAddr> {
 pub struct ScorerBuilder {
     policy: Option<PathBuf>,
     state: Option<PathBuf>,
+    /// `--listen` (default `127.0.0.1:0`): a fixed address restarts a scorer where its clients call it.
+    listen: Option<SocketAddr>,
+    /// Do not wait for a `GetPolicy` answer (a scorer started on a policy file it refuses has none).
+    no_policy_wait: bool,
     extras: crate::process::Extras,
     name: Option<String>,
 }
@@ -62,15 +66,32 @@ impl ScorerBuilder {
         self.name = Some(n.into());
         self
     }
+    /// `--listen ADDR` (default `127.0.0.1:0`).
+    pub fn listen(mut self, addr: SocketAddr) -> Self {
+        self.listen = Some(addr);
+        self
+    }
+    /// Returns once the scorer listens, without waiting for a policy (it may refuse its policy file).
+    pub fn no_policy_wait(mut self) -> Self {
+        self.no_policy_wait = true;
+        self
+    }
 
-    /// Starts the scorer, waits for its `listening on` line, then for a successful `GetPolicy`.
+    /// Starts the scorer, waits for its `listening on` line, then (unless told not to) for a successful
+    /// `GetPolicy`.
     pub async fn start(self) -> anyhow::Result<Scorer> {
         let dir = tempfile::Builder::new()
             .prefix("gpu-adm-scorer-")
             .tempdir()?;
-        let mut args: Vec<String> = ["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]
-            .map(String::from)
-            .to_vec();
+        let listen = self
+            .listen
+            .map_or("127.0.0.1:0".to_string(), |a| a.to_string());
+        let mut args: Vec<String> = vec![
+            "--listen".into(),
+            listen,
+            "--admin-listen".into(),
+            "127.0.0.1:0".into(),
+        ];
         if let Some(p) = &self.policy {
             args.extend(["--policy".into(), p.display().to_string()]);
         }
@@ -93,6 +114,9 @@ impl ScorerBuilder {
             dir,
             policy: None,
         };
+        if self.no_policy_wait {
+            return Ok(scorer);
+        }
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             match scorer.fetch_policy().await {
@@ -167,7 +191,7 @@ impl Scorer {
             .into_inner())
     }
 
-    /// The policy fetched at start.
+    /// The policy fetched at start (not with [`ScorerBuilder::no_policy_wait`]).
     pub fn policy(&self) -> &GetPolicyResponse {
         self.policy.as_ref().expect("fetched at start")
     }
@@ -188,6 +212,18 @@ pub struct WebhookBuilder {
     wait_ready: bool,
     wait_policy: bool,
     name: Option<String>,
+    policy: WebhookPolicy,
+}
+
+/// Where a test webhook reads its policy (`--policy-file`).
+#[derive(Debug, Clone)]
+enum WebhookPolicy {
+    /// The scorer's own policy file, as a Deployment mounts one ConfigMap into both: the document of the
+    /// scorer's `GetPolicy`, written to a file of the webhook's; the embedded default when the scorer does
+    /// not answer (or predates the document).
+    SameAsScorer,
+    /// This file.
+    File(PathBuf),
 }
 
 /// Scorer budget of the webhooks tests start, unless a test sets its own: wider than the product's 200 ms so
@@ -217,9 +253,8 @@ impl WebhookBuilder {
         self.kubeconfig = Some(path.as_ref().to_path_buf());
         self
     }
-    /// Whether `start` waits for the webhook to log `scorer policy loaded` (default true). Until it knows the
-    /// scorer's catalog the webhook passes every Pod through, so tests that expect decisions wait for it; tests
-    /// of a missing or slow scorer turn it off.
+    /// Whether `start` waits for the webhook to log `policy loaded` (default true): a webhook holds its policy
+    /// before it listens unless its policy file does not validate; tests of that case turn it off.
     pub fn wait_policy(mut self, on: bool) -> Self {
         self.wait_policy = on;
         self
@@ -234,6 +269,35 @@ impl WebhookBuilder {
     pub fn name(mut self, n: impl Into<String>) -> Self {
         self.name = Some(n.into());
         self
+    }
+    /// `--policy-file PATH` (default: the file the scorer reads, as its `GetPolicy` document says).
+    pub fn policy_file(mut self, path: impl AsRef<Path>) -> Self {
+        self.policy = WebhookPolicy::File(path.as_ref().to_path_buf());
+        self
+    }
+
+    /// The `--policy-file` argument: `None` for the embedded default.
+    async fn policy_file_arg(&self, dir: &Path) -> anyhow::Result<Option<PathBuf>> {
+        match &self.policy {
+            WebhookPolicy::File(path) => Ok(Some(path.clone())),
+            WebhookPolicy::SameAsScorer => {
+                let fetched = tokio::time::timeout(Duration::from_secs(3), async {
+                    let mut client = ScorerClient::connect(self.scorer.clone()).await.ok()?;
+                    client.get_policy(GetPolicyRequest {}).await.ok()
+                })
+                .await
+                .ok()
+                .flatten();
+                match fetched.map(|r| r.into_inner().document) {
+                    Some(document) if !document.is_empty() => {
+                        let path = dir.join("policy.yaml");
+                        std::fs::write(&path, document)?;
+                        Ok(Some(path))
+                    }
+                    _ => Ok(None),
+                }
+            }
+        }
     }
 
     /// Starts the webhook with `--self-signed <tempdir>/tls`, waits for `listening on`, the CA bundle and
@@ -255,6 +319,9 @@ impl WebhookBuilder {
         ];
         let deadline_ms = self.deadline_ms.unwrap_or(TEST_DEADLINE_MS);
         args.extend(["--deadline-ms".into(), deadline_ms.to_string()]);
+        if let Some(file) = self.policy_file_arg(dir.path()).await? {
+            args.extend(["--policy-file".into(), file.display().to_string()]);
+        }
         if self.no_kube {
             args.push("--no-kube".into());
         }
@@ -295,14 +362,14 @@ impl WebhookBuilder {
             https,
         };
         let mut webhook = webhook;
-        // Ready means holding a policy: a webhook started without a scorer is not waited for.
+        // Ready means holding a policy: a webhook whose policy file does not validate is not waited for.
         if self.wait_ready && self.wait_policy {
             webhook.wait_ready(Duration::from_secs(30)).await?;
         }
         if self.wait_policy {
             webhook
                 .process
-                .wait_for_log("scorer policy loaded", Duration::from_secs(30))
+                .wait_for_log("policy loaded", Duration::from_secs(30))
                 .await?;
         }
         Ok(webhook)
@@ -332,6 +399,7 @@ impl Webhook {
             wait_ready: true,
             wait_policy: true,
             name: None,
+            policy: WebhookPolicy::SameAsScorer,
         }
     }
 

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
 use base64::Engine as _;
-use gpu_admission_proto::scorer::v1::GpuResourceKind;
+use gpu_admission_policy::gpu_resources::GpuResourceKind;
 use serde_json::{Value, json};
 use support::{NAMESPACE, Rendered, arg_value, arr_at, mode, str_at, strings_at};
 
@@ -460,8 +460,8 @@ fn policy_configmap_is_the_scorers_embedded_default_byte_for_byte() {
         "ConfigMap {cm_name}/{key} differs from {POLICY_FILE}"
     );
 
-    // ...and that file is the one the scorer compiles in.
-    let embeds = support::rust_sources("scorer/src")
+    // ...and that file is the one the policy crate (the scorer's and the frontend's default) compiles in.
+    let embeds = support::rust_sources("policy/src")
         .into_iter()
         .any(|(path, text)| {
             text.match_indices("include_str!(").any(|(i, _)| {
@@ -475,8 +475,64 @@ fn policy_configmap_is_the_scorers_embedded_default_byte_for_byte() {
         });
     assert!(
         embeds,
-        "no include_str! in scorer/src points at {POLICY_FILE}"
+        "no include_str! in policy/src points at {POLICY_FILE}"
     );
+}
+
+/// The ConfigMap and key a container reads as its policy file (`flag`), through its mounts.
+fn policy_source(deployment: &Value, container_name: &str, flag: &str) -> (String, String) {
+    let c = container(deployment, container_name);
+    let arg = arg_value(&args(c), flag).unwrap_or_else(|| panic!("{container_name} has no {flag}"));
+    let (dir, key) = arg.rsplit_once('/').unwrap();
+    let mount = arr_at(c, "/volumeMounts")
+        .iter()
+        .find(|vm| vm["mountPath"] == dir)
+        .unwrap_or_else(|| panic!("{container_name}: nothing is mounted at {dir}"));
+    let volume = arr_at(deployment, "/spec/template/spec/volumes")
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .unwrap_or_else(|| panic!("{container_name}: no volume {}", mount["name"]));
+    (
+        str_at(volume, "/configMap/name").to_string(),
+        key.to_string(),
+    )
+}
+
+/// Issue 34: the frontend enforces the very policy the scorer scores with (one ConfigMap, one key, mounted
+/// as a directory into both), in every install mode, and keeps its last good copy on a writable volume.
+#[test]
+fn the_frontend_reads_the_scorers_policy_file_in_every_mode() {
+    let Some(modes) = support::rendered_modes() else {
+        return;
+    };
+    for m in modes {
+        let scorer = policy_source(m.get("Deployment", SCORER_DEPLOYMENT), "scorer", "--policy");
+        let webhook_deployment = m.get("Deployment", WEBHOOK_DEPLOYMENT);
+        let webhook = policy_source(webhook_deployment, "webhook", "--policy-file");
+        assert_eq!(
+            webhook, scorer,
+            "{}: the frontend reads another policy",
+            m.mode
+        );
+        let c = container(webhook_deployment, "webhook");
+        let last_good = arg_value(&args(c), "--policy-last-good")
+            .unwrap_or_else(|| panic!("{}: no --policy-last-good", m.mode));
+        let (dir, _) = last_good.rsplit_once('/').unwrap();
+        let mount = arr_at(c, "/volumeMounts")
+            .iter()
+            .find(|vm| vm["mountPath"] == dir)
+            .unwrap_or_else(|| panic!("{}: nothing is mounted at {dir}", m.mode));
+        assert_ne!(
+            mount["readOnly"], true,
+            "{}: the last good copy is written",
+            m.mode
+        );
+        let volume = arr_at(webhook_deployment, "/spec/template/spec/volumes")
+            .iter()
+            .find(|v| v["name"] == mount["name"])
+            .unwrap();
+        assert!(volume.get("emptyDir").is_some(), "{}: {volume}", m.mode);
+    }
 }
 
 #[test]
@@ -759,7 +815,14 @@ fn automatic_mode_grants_only_its_own_secret_and_webhook_configuration() {
         a.contains(&"--san=gpu-admission-webhook.gpu-admission.svc".to_string()),
         "{a:?}"
     );
-    assert!(arr_at(d, "/spec/template/spec/volumes").is_empty());
+    // No mounted certificate: the only volumes are the policy and its last good copy.
+    let volumes = arr_at(d, "/spec/template/spec/volumes");
+    assert!(
+        volumes.iter().all(|v| v.get("secret").is_none()),
+        "{volumes:?}"
+    );
+    let names: Vec<&str> = volumes.iter().map(|v| str_at(v, "/name")).collect();
+    assert_eq!(names, ["policy", "last-good-policy"]);
 
     let bound = roles_bound_to_webhook(m);
     let role = m.get("Role", "gpu-admission-webhook-certs");
@@ -1084,9 +1147,9 @@ print(json.dumps([bool(prog.evaluate({"object": celpy.json_to_cel(p)})) for p in
 /// Does the Pod name a GPU resource of the default `gpuResources` list (any quantity) in requests or limits
 /// of any (init) container, or carry DRA resource claims?
 fn names_a_gpu_resource(pod: &Value) -> bool {
-    let rules = gpu_admission_proto::gpu_resources::default_rules();
+    let rules = gpu_admission_policy::gpu_resources::default_rules();
     let counted = |r: &str| {
-        rules.iter().any(|rule| match rule.kind() {
+        rules.iter().any(|rule| match rule.kind {
             GpuResourceKind::MigSlices => mig_regex_matches(&rule.name, r),
             GpuResourceKind::DraDeviceClass => false,
             _ => rule.name == r,
@@ -1112,7 +1175,8 @@ fn mig_regex(pattern: &str) -> String {
     let mut out = String::from("^");
     let mut rest = pattern;
     while let Some(c) = rest.chars().next() {
-        if let Some(r) = rest.strip_prefix(gpu_admission_proto::gpu_resources::MEMORY_PLACEHOLDER) {
+        if let Some(r) = rest.strip_prefix(gpu_admission_policy::gpu_resources::MEMORY_PLACEHOLDER)
+        {
             out.push_str("[0-9]+");
             rest = r;
             continue;
@@ -1133,7 +1197,7 @@ fn mig_regex_matches(pattern: &str, name: &str) -> bool {
     let Some((head, tail)) = pattern.split_once('*') else {
         return false;
     };
-    let Some((mid, end)) = tail.split_once(gpu_admission_proto::gpu_resources::MEMORY_PLACEHOLDER)
+    let Some((mid, end)) = tail.split_once(gpu_admission_policy::gpu_resources::MEMORY_PLACEHOLDER)
     else {
         return false;
     };
@@ -1156,12 +1220,12 @@ fn mig_regex_matches(pattern: &str, name: &str) -> bool {
 #[test]
 fn match_conditions_name_exactly_the_default_gpu_resources() {
     let Some(m) = mode("default") else { return };
-    let rules = gpu_admission_proto::gpu_resources::default_rules();
+    let rules = gpu_admission_policy::gpu_resources::default_rules();
     let exact: BTreeSet<String> = rules
         .iter()
         .filter(|r| {
             !matches!(
-                r.kind(),
+                r.kind,
                 GpuResourceKind::MigSlices | GpuResourceKind::DraDeviceClass
             )
         })
@@ -1169,7 +1233,7 @@ fn match_conditions_name_exactly_the_default_gpu_resources() {
         .collect();
     let migs: Vec<String> = rules
         .iter()
-        .filter(|r| r.kind() == GpuResourceKind::MigSlices)
+        .filter(|r| r.kind == GpuResourceKind::MigSlices)
         .map(|r| mig_regex(&r.name))
         .collect();
     let mwc = m.get("MutatingWebhookConfiguration", WEBHOOK_CONFIG);

@@ -18,6 +18,7 @@ use crate::policy::PolicyCache;
 use crate::scorer_client::Scorer;
 use crate::server;
 use crate::tls::{self, auto_rotate, reload};
+use gpu_admission_policy::watch::FileWatcher;
 use gpu_admission_telemetry::shutdown::Shutdown;
 
 /// Runs the webhook until SIGTERM/SIGINT, then drains.
@@ -38,12 +39,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         config.scorer.deadline_margin,
         config.scorer.channel,
     )?;
-    let policy = Arc::new(PolicyCache::default());
-    tokio::spawn(
-        policy
-            .clone()
-            .keep_fresh(scorer.clone(), config.scorer.policy_refresh),
-    );
+    let policy = start_policy(&config, &scorer, &metrics);
 
     let webhooks = Webhooks::new(
         scorer,
@@ -90,6 +86,33 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     )
     .await;
     Ok(())
+}
+
+/// The policy the webhooks enforce: loaded before anything is served (from the file, else the last good
+/// copy), then kept fresh from the file and compared with the scorer's (adopted from it only when neither
+/// validates).
+fn start_policy(config: &Config, scorer: &Scorer, metrics: &Metrics) -> Arc<PolicyCache> {
+    let policy = Arc::new(PolicyCache::default());
+    let sources = config.policy.clone();
+    let mut watcher = sources.file.clone().map(FileWatcher::new);
+    if !policy.load_at_start(&sources, &mut watcher, &metrics.policy) {
+        tracing::error!(
+            "no valid policy yet: not ready until the policy file validates or the scorer has one"
+        );
+    }
+    if let Some(watcher) = watcher {
+        tokio::spawn(
+            policy
+                .clone()
+                .watch_file(watcher, sources, metrics.policy.clone()),
+        );
+    }
+    tokio::spawn(policy.clone().compare_with_scorer(
+        scorer.clone(),
+        config.scorer.policy_refresh,
+        metrics.policy.clone(),
+    ));
+    policy
 }
 
 /// The cluster's watch caches, or the flags' facts with `--no-kube`.

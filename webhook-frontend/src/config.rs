@@ -180,7 +180,7 @@ pub struct ScorerArgs {
     #[arg(long, env = "WEBHOOK_SCORER_CALLS", value_enum, default_value_t = CallMode::Stream)]
     pub scorer_calls: CallMode,
 
-    /// How often the scorer's policy (catalog, priority buckets) is fetched again, in seconds.
+    /// How often the scorer's policy version is compared with the frontend's, in seconds.
     #[arg(long, env = "WEBHOOK_POLICY_REFRESH_SECS", default_value_t = 30)]
     pub policy_refresh_secs: u64,
 }
@@ -212,10 +212,24 @@ pub struct ClusterArgs {
     pub checkpoint_discovery_secs: u64,
 }
 
-/// The scorer's policy ConfigMap, which `/validate-policy` checks.
+/// The policy the webhooks enforce, and its ConfigMap, which `/validate-policy` checks.
 #[derive(Debug, Clone, ClapArgs)]
-#[command(next_help_heading = "Policy ConfigMap")]
+#[command(next_help_heading = "Policy")]
 pub struct PolicyArgs {
+    /// The policy file (YAML) the webhooks enforce: the same file the scorer reads (the policy ConfigMap,
+    /// mounted), reloaded when it changes. Default: the embedded default policy.
+    #[arg(long, env = "WEBHOOK_POLICY_FILE")]
+    pub policy_file: Option<PathBuf>,
+
+    /// Where this replica keeps a copy of the last policy file that validated, enforced when the file does not
+    /// validate at start (an emptyDir keeps it across container restarts).
+    #[arg(long, env = "WEBHOOK_POLICY_LAST_GOOD")]
+    pub policy_last_good: Option<PathBuf>,
+
+    /// Milliseconds between reads of the policy file.
+    #[arg(long, env = "WEBHOOK_POLICY_POLL_MS", default_value_t = 1000)]
+    pub policy_poll_ms: u64,
+
     /// The scorer's policy ConfigMap (`NAMESPACE/NAME`): its CREATE/UPDATE is checked by `/validate-policy`.
     #[arg(
         long,
@@ -250,6 +264,8 @@ pub struct Config {
     pub scorer: ScorerConfig,
     pub cluster: ClusterSource,
     pub policy_configmap: PolicyConfigMap,
+    /// Where the policy the webhooks enforce is read.
+    pub policy: crate::policy::PolicySources,
     /// Plain-HTTP admin server (GET /metrics, GET /healthz).
     pub admin_listen: SocketAddr,
 }
@@ -293,7 +309,7 @@ pub struct ScorerConfig {
     /// Kept free from the apiserver's `?timeout=` for answering.
     pub deadline_margin: Duration,
     pub channel: ChannelLimits,
-    /// How often the scorer's policy is fetched again.
+    /// How often the scorer's policy version is compared with the frontend's.
     pub policy_refresh: Duration,
 }
 
@@ -340,6 +356,11 @@ impl TryFrom<Args> for Config {
                 &policy.policy_configmap_key,
             )
             .map_err(anyhow::Error::msg)?,
+            policy: crate::policy::PolicySources {
+                file: policy.policy_file,
+                last_good: policy.policy_last_good,
+                poll_interval: Duration::from_millis(policy.policy_poll_ms.max(10)),
+            },
             admin_listen: admin.admin_listen,
         })
     }

@@ -133,9 +133,96 @@ pub(crate) struct ViolationLabels {
     pub(crate) mode: &'static str,
 }
 
+/// Where the policy the frontend holds came from.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub(crate) enum PolicySource {
+    /// The policy file.
+    file,
+    /// The copy of the last good file this replica kept.
+    last_good,
+    /// The scorer's `GetPolicy` document.
+    scorer,
+    /// The embedded default policy (no `--policy-file`).
+    embedded,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct PolicyLoadLabels {
+    pub(crate) source: PolicySource,
+    pub(crate) result: ReloadResult,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct PolicyVersionLabels {
+    pub(crate) version: String,
+    pub(crate) source: PolicySource,
+}
+
+/// The policy the frontend holds: loads, the version in force, and how long the scorer has disagreed.
+#[derive(Debug, Default)]
+pub struct PolicyMetrics {
+    loads: Family<PolicyLoadLabels, Counter>,
+    held: Family<PolicyVersionLabels, Gauge>,
+    disagreement: Gauge<f64, std::sync::atomic::AtomicU64>,
+}
+
+impl PolicyMetrics {
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "policy_loads",
+            "Policies the frontend read, by source (file, last_good, scorer, embedded) and result",
+            self.loads.clone(),
+        );
+        r.register(
+            "policy_held",
+            "1 for the policy version the frontend enforces, labelled with where it came from",
+            self.held.clone(),
+        );
+        r.register_with_unit(
+            "policy_scorer_disagreement",
+            "How long the scorer has scored with another policy version than the frontend enforces (0 while \
+             they agree)",
+            prometheus_client::registry::Unit::Seconds,
+            self.disagreement.clone(),
+        );
+    }
+
+    pub(crate) fn loaded(&self, source: PolicySource, version: &str) {
+        self.loads
+            .get_or_create(&PolicyLoadLabels {
+                source,
+                result: ReloadResult::ok,
+            })
+            .inc();
+        self.held.clear();
+        self.held
+            .get_or_create(&PolicyVersionLabels {
+                version: version.to_string(),
+                source,
+            })
+            .set(1);
+    }
+
+    pub(crate) fn rejected(&self, source: PolicySource) {
+        self.loads
+            .get_or_create(&PolicyLoadLabels {
+                source,
+                result: ReloadResult::error,
+            })
+            .inc();
+    }
+
+    pub(crate) fn set_disagreement(&self, seconds: f64) {
+        self.disagreement.set(seconds);
+    }
+}
+
 /// All metrics of the webhook frontend.
 #[derive(Debug)]
 pub struct Metrics {
+    /// The policy the frontend holds.
+    pub(crate) policy: std::sync::Arc<PolicyMetrics>,
     pub(crate) requests: Family<RequestLabels, Counter>,
     pub(crate) duration: Histogram,
     pub(crate) scorer_call_duration: Histogram,
@@ -170,6 +257,7 @@ impl Metrics {
     /// Creates the metrics and registers them (names get the `gpu_admission_` prefix).
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self {
+            policy: Default::default(),
             requests: Family::default(),
             // 50 µs .. ~3.3 s
             duration: Histogram::new(exponential_buckets(0.00005, 2.0, 17)),
@@ -190,6 +278,7 @@ impl Metrics {
             workload_answers_reused: Counter::default(),
         };
         let r = registry.sub_registry_with_prefix("gpu_admission");
+        m.policy.register(r);
         r.register(
             "requests",
             "Admission requests by operation and outcome",

@@ -1,7 +1,8 @@
 //! `/readyz`: ready once the TLS listener is bound, the real certificate served, the caches synced and a
-//! policy held (the first `GetPolicy` answered). Without a policy nothing can be held to a tier, so a replica
-//! that never had one takes no traffic; once it has one it keeps it (and stays ready) across scorer restarts
-//! and invalid reloads, and enforces it while the scorer is down.
+//! policy held (the policy file, the last good copy or the scorer's document validated: see
+//! [`crate::policy`]). The scorer is not waited for: a replica holding a policy enforces it with or without a
+//! scorer. Without a policy nothing can be held to a tier, so a replica that never had one takes no traffic;
+//! once it has one it keeps it (and stays ready) across invalid edits of the file and scorer outages.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

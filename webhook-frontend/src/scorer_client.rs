@@ -445,25 +445,6 @@ impl Scorer {
             .map_err(|_| anyhow::anyhow!("GetPolicy timed out after {timeout:?}"))??;
         Ok(resp.into_inner())
     }
-
-    /// Asks the scorer to check a policy text (`ValidatePolicy`); loads nothing.
-    pub(crate) async fn validate_policy(
-        &self,
-        file: &str,
-        text: &str,
-        timeout: Duration,
-    ) -> anyhow::Result<gpu_admission_proto::scorer::v1::ValidatePolicyResponse> {
-        let mut req = tonic::Request::new(gpu_admission_proto::scorer::v1::ValidatePolicyRequest {
-            file: file.to_string(),
-            text: text.to_string(),
-        });
-        req.set_timeout(timeout);
-        let mut client = self.client();
-        let resp = tokio::time::timeout(timeout, client.validate_policy(req))
-            .await
-            .map_err(|_| anyhow::anyhow!("ValidatePolicy timed out after {timeout:?}"))??;
-        Ok(resp.into_inner())
-    }
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ async fn webhook_with(mode: Mode, extra: &[&str]) -> (Webhook, ScorerDouble, tem
     )
     .await;
     // Until it has the scorer's catalog the webhook passes every Pod through; the double answers GetPolicy at once.
-    wh.wait_for_log("scorer policy loaded").await;
+    wh.wait_for_log("policy loaded").await;
     (wh, double, dir)
 }
 
@@ -109,7 +109,7 @@ async fn unary_calls_carry_the_deadline_and_an_older_scorer_is_called_unary() {
     let d = dir.path().to_str().unwrap().to_string();
     let url = double.url();
     let mut wh = start_webhook(&self_signed_args(&d, &url, &[]), &dir.path().join("ca.crt")).await;
-    wh.wait_for_log("scorer policy loaded").await;
+    wh.wait_for_log("policy loaded").await;
     for i in 0..3 {
         assert!(mutated_once(&wh, &format!("older-{i}")).await, "Pod {i}");
     }

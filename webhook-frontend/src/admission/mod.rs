@@ -102,7 +102,6 @@ impl Webhooks {
             metrics: self.metrics.clone(),
         };
         let policy = ValidatePolicy {
-            scorer: self.scorer,
             policy: self.policy,
             configmap: self.policy_configmap,
             metrics: self.metrics.clone(),

@@ -1,5 +1,6 @@
-//! `POST /validate-policy`: the policy ConfigMap's text is sent to the scorer's `ValidatePolicy` (the scorer
-//! owns the schema); [`gpu_admission_core::admission::validate_policy`] picks the text and answers.
+//! `POST /validate-policy`: the policy ConfigMap's text is validated here, with the policy crate's validation
+//! (exactly what a reload of the scorer or of this frontend applies; no scorer needed);
+//! [`gpu_admission_core::admission::validate_policy`] picks the text and answers.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,14 +11,10 @@ use gpu_admission_core::review::{self, BadRequest, IncomingObject};
 use super::pipeline::{Body, Call, Reply, Webhook, not_validated, operation_label};
 use crate::metrics::Metrics;
 use crate::policy::PolicyCache;
-use crate::scorer_client::Scorer;
-
-/// Time the scorer gets to check a policy (well inside the apiserver's webhook timeout).
-const VALIDATE_TIMEOUT: Duration = Duration::from_secs(3);
+use gpu_admission_policy::wire::validation;
 
 /// What `/validate-policy` reads.
 pub(crate) struct ValidatePolicy {
-    pub(crate) scorer: Scorer,
     pub(crate) policy: Arc<PolicyCache>,
     /// The ConfigMap it guards.
     pub(crate) configmap: PolicyConfigMap,
@@ -55,45 +52,24 @@ impl Webhook for ValidatePolicy {
                 req.user_info.groups.as_deref().unwrap_or(&[]),
             ),
         };
-        let ask = |file: &str, text: &str| {
-            let (file, text) = (file.to_string(), text.to_string());
-            async move {
-                self.scorer
-                    .validate_policy(&file, &text, VALIDATE_TIMEOUT)
-                    .await
-                    .map_err(|err| format!("{err:#}"))
-            }
-        };
         let (checked, old_checked) = match &triage {
             Triage::Check { file, text, old } => {
                 // The replaced text is compared only when someone who is not an admin changes it.
                 let old_checked = match old {
-                    Some(old) if !requester.admin => Some(ask(file, old).await),
+                    Some(old) if !requester.admin => Some(validation(old, file)),
                     _ => None,
                 };
-                (Some(ask(file, text).await), old_checked)
+                (Some(validation(text, file)), old_checked)
             }
             _ => (None, None),
         };
-        match &checked {
-            Some(Ok(answer)) => {
-                tracing::info!(uid = incoming.uid, user = ?req.user_info.username, valid = answer.valid, problems = answer.problems.len(), "policy ConfigMap checked");
-                if answer.valid {
-                    // The scorer reloads the file once the kubelet updates it; fetch soon after.
-                    self.policy.request_refresh();
-                }
-            }
-            Some(Err(err)) => {
-                tracing::warn!(uid = incoming.uid, error = %err, "scorer unreachable; policy ConfigMap allowed unchecked");
-            }
-            None => {}
+        if let Some(answer) = &checked {
+            tracing::info!(uid = incoming.uid, user = ?req.user_info.username, valid = answer.valid, problems = answer.problems.len(), "policy ConfigMap checked");
         }
         let (outcome, verdict) = validate_policy::decide_change(
             &triage,
-            checked.as_ref().map(|c| c.as_ref().map_err(String::as_str)),
-            old_checked
-                .as_ref()
-                .map(|c| c.as_ref().map_err(String::as_str)),
+            checked.as_ref().map(Ok),
+            old_checked.as_ref().map(Ok),
             requester,
             policy.mode,
             cm,

@@ -74,24 +74,37 @@ fn good_answer() -> ScoreResponse {
     }
 }
 
-/// The double's policy: two classes; cluster-less PriorityClasses come from these buckets (gpu-high at
-/// 7500), not from the answer (7000).
+/// The tests' policy file: two classes; cluster-less PriorityClasses come from its buckets (gpu-high at 7500),
+/// not from the answer (7000). The frontend reads it as its `--policy-file`; the double serves it as `GetPolicy`.
+pub const POLICY_YAML: &str = r#"
+version: test-1
+defaultTier: gold
+catalog:
+  - { name: A100-80GB, vendor: nvidia, memoryGiB: 80, relativeThroughput: 1.0, pricePerHour: 3.0, taintKey: nvidia.com/gpu }
+  - { name: H100-80GB, vendor: nvidia, memoryGiB: 80, relativeThroughput: 1.0, pricePerHour: 3.0, taintKey: nvidia.com/gpu }
+tiers:
+  - { name: gold, allowedClasses: [A100-80GB, H100-80GB], objective: fastest, priorityWeight: 1.0 }
+workloadClasses:
+  training: { priorityWeight: 0.7, profile: { baseRuntimeSeconds: 3600, relativeStddev: 0.5 } }
+  inference: { priorityWeight: 1.0, profile: { baseRuntimeSeconds: 3600, relativeStddev: 0.5 } }
+  batch: { priorityWeight: 0.4, profile: { baseRuntimeSeconds: 3600, relativeStddev: 0.5 } }
+  interactive: { priorityWeight: 0.8, profile: { baseRuntimeSeconds: 3600, relativeStddev: 0.5 } }
+  unknown: { priorityWeight: 0.5, profile: { baseRuntimeSeconds: 3600, relativeStddev: 0.5 } }
+priority:
+  tierPoints: 50
+  workloadPoints: 30
+  sizePoints: 20
+  sizeReference: { gpuCount: 8, memoryGiB: 80, modelSizeBillionParams: 70 }
+  buckets:
+    - { minScore: 70, name: gpu-high, value: 7500, preemptionPolicy: PreemptLowerPriority }
+    - { minScore: 0, name: gpu-default, value: 1000, preemptionPolicy: PreemptLowerPriority }
+"#;
+
+/// [`POLICY_YAML`] as `GetPolicy` answers it.
 pub fn policy() -> GetPolicyResponse {
-    GetPolicyResponse {
-        version: "test-1".into(),
-        catalog: vec![gpu_class("A100-80GB"), gpu_class("H100-80GB")],
-        priority_buckets: vec![
-            PriorityBucket {
-                min_score: 70.0,
-                priority_class: Some(assignment("gpu-high", 7500)),
-            },
-            PriorityBucket {
-                min_score: 0.0,
-                priority_class: Some(assignment("gpu-default", 1000)),
-            },
-        ],
-        ..Default::default()
-    }
+    let p = gpu_admission_policy::parse(POLICY_YAML, "test-policy.yaml")
+        .expect("the test policy is valid");
+    gpu_admission_policy::wire::get_policy_response(&p)
 }
 
 /// Starts the double on an ephemeral port; returns it and its `http://` address.
@@ -136,6 +149,12 @@ pub async fn start_webhook(args: &[&str], ca: &Path) -> Webhook {
         ]);
     }
     all.extend(args.iter().map(|a| a.to_string()));
+    // The frontend reads the same policy the double serves, unless the test gives its own.
+    if !args.contains(&"--policy-file") {
+        let file = logs.path().join("policy.yaml");
+        std::fs::write(&file, POLICY_YAML).unwrap();
+        all.extend(["--policy-file".to_string(), file.display().to_string()]);
+    }
     let envs = [("RUST_LOG".to_string(), "info".to_string())];
     let mut process = ChildProcess::spawn(
         "webhook-frontend",
