@@ -7,14 +7,18 @@
 //! for the Job, its toleration for the class's taint), the scheduler binds them to a Node of that class, kwok
 //! runs them to Succeeded, the Job completes, and the observer reports each run once, with the class of the
 //! Node it ran on and a runtime of about 4 s, which the scorer then counts (Explain's observations).
+//!
+//! And a preemption: the scheduler evicts a running low-priority GPU Pod for a high-priority one on a full
+//! Node; kwok confirms the deletion as a kubelet would, the preemptor runs there, and the observer counts the
+//! victim's run as preempted, never learned.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use gpu_admission_proto::scorer::v1::{GpuVendor, ScoreRequest};
+use gpu_admission_proto::scorer::v1::{GpuClass, GpuVendor, ScoreRequest};
 use gpu_admission_tests::cluster::{Components, LocalCluster};
 use gpu_admission_tests::kwok::{self, POD_COMPLETE_DELAY, phase, wait_for};
-use gpu_admission_tests::names::{ANN_DECIDED_AT, ANN_GPU_CLASS, CLASS_LABEL};
+use gpu_admission_tests::names::{ANN_DECIDED_AT, ANN_GPU_CLASS, CLASS_LABEL, JOB_TYPE_LABEL};
 use gpu_admission_tests::observer::{Observer, metric_value};
 use gpu_admission_tests::{Scorer, Webhook};
 use k8s_openapi::api::batch::v1::Job;
@@ -298,4 +302,131 @@ async fn describe(pods: &Api<Pod>) -> String {
             .join(", "),
         Err(e) => format!("unavailable: {e}"),
     }
+}
+
+/// A Node with one GPU of `class`, no taint.
+fn one_gpu_node(name: &str, class: &GpuClass) -> Value {
+    let untainted = GpuClass {
+        taint_key: String::new(),
+        ..class.clone()
+    };
+    kwok::gpu_node(name, &untainted, "nvidia.com/gpu", 1)
+}
+
+/// The scheduler preempts a running low-priority GPU Pod for a high-priority one; kwok confirms the
+/// victim's deletion as a kubelet would (it is gone, not left terminating), the preemptor is bound to the
+/// freed GPU and runs, and the observer counts the victim's run as `preempted`, never learns from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preempted_run_is_removed_by_kwok_and_never_learned() {
+    let Some(cluster) = LocalCluster::start_with(Components::ALL)
+        .await
+        .expect("control plane with scheduler, controllers and kwok")
+    else {
+        return;
+    };
+    let client = cluster.client();
+    let scorer = Scorer::builder().start().await.expect("scorer");
+    let policy = scorer.policy().clone();
+    // No tier label: no webhook is involved; the Pods carry their priorities themselves.
+    cluster.create_namespace(NS, None).await.unwrap();
+    cluster.create_namespace(SYSTEM_NS, None).await.unwrap();
+    cluster.create_priority_classes(&policy).await.unwrap();
+    let class = policy
+        .catalog
+        .iter()
+        .find(|c| c.name == "L4-24GB")
+        .expect("L4 in the catalog");
+    kwok::create_ready_nodes(&client, &[one_gpu_node("kwok-l4-1", class)])
+        .await
+        .unwrap();
+    let observer = Observer::builder(cluster.kubeconfig(), &[scorer.url()], "observer-kwok")
+        .arg("--lease-duration-secs=3")
+        .arg("--lease-grace-secs=1")
+        .start()
+        .await
+        .expect("observer");
+
+    // The victim: a decided Job Pod (as /mutate-pod leaves it) of the lowest bucket, told to run 10 min.
+    let mut victim = gpu_job("victim", 1);
+    let template = &mut victim["spec"]["template"];
+    template["metadata"]["labels"] = json!({JOB_TYPE_LABEL: JOB_TYPE});
+    template["metadata"]["annotations"][ANN_DECIDED_AT] = json!("2026-11-26T10:00:00Z");
+    template["metadata"]["annotations"][POD_COMPLETE_DELAY] = json!("600s");
+    template["metadata"]["annotations"]["pod-complete.stage.kwok.x-k8s.io/jitter-delay"] =
+        json!("600s");
+    template["spec"]["priorityClassName"] = json!("gpu-default");
+    // kwok honours the grace period before it confirms a deletion, like a kubelet (default 30 s).
+    template["spec"]["terminationGracePeriodSeconds"] = json!(2);
+    let jobs = Api::<Job>::namespaced(client.clone(), NS);
+    jobs.create(
+        &PostParams::default(),
+        &serde_json::from_value(victim).unwrap(),
+    )
+    .await
+    .unwrap();
+    let pods = Api::<Pod>::namespaced(client.clone(), NS);
+    let victim_pod = || async {
+        let l = pods
+            .list(&ListParams::default().labels("job-name=victim"))
+            .await?;
+        Ok::<_, anyhow::Error>(l.items.into_iter().next())
+    };
+    wait_for("the victim runs", Duration::from_secs(60), || async {
+        Ok(victim_pod().await?.is_some_and(|p| phase(&p) == "Running"))
+    })
+    .await
+    .unwrap();
+    let victim_name = victim_pod().await.unwrap().unwrap().metadata.name.unwrap();
+
+    let preemptor = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "urgent"},
+        "spec": {"priorityClassName": "gpu-high", "containers": [{"name": "main", "image": "registry.example/llm:1",
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}});
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(preemptor).unwrap(),
+    )
+    .await
+    .unwrap();
+    let t = Instant::now();
+    wait_for(
+        "the preemptor runs on the freed GPU",
+        Duration::from_secs(60),
+        || async {
+            let p = pods.get("urgent").await?;
+            let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
+            Ok(phase(&p) == "Running" && node.as_deref() == Some("kwok-l4-1"))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nscheduler:\n{}", cluster.log_tail("scheduler", 20)));
+    println!(
+        "preemption: victim removed, preemptor running after {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+    assert!(
+        pods.get_opt(&victim_name).await.unwrap().is_none(),
+        "kwok removed the victim"
+    );
+
+    wait_for(
+        "the observer counts the preempted run",
+        Duration::from_secs(30),
+        || async {
+            let m = observer.metrics().await?;
+            Ok(metric_value(&m, "observer_skipped_total{reason=\"preempted\"}") >= 1.0)
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nobserver log:\n{}", observer.process.log_tail(30)));
+    let m = observer.metrics().await.unwrap();
+    assert_eq!(
+        metric_value(&m, "observer_skipped_total{reason=\"preempted\"}"),
+        1.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric_value(&m, "observer_reported_total{result=\"learned\"}"),
+        0.0,
+        "{m}"
+    );
 }
