@@ -8,7 +8,9 @@
 //!   scheduler allocates it a device of the slice of the Node it binds, a Node of the decided class;
 //! - a bronze Pod claiming one GPU the same way, while every device of every class is free (the claim alone
 //!   could be given an H100), is allocated an L4 device: the tier holds on the allocation the scheduler
-//!   makes, not only on the webhook's answer.
+//!   makes, not only on the webhook's answer;
+//! - a bronze Pod whose claim selects H100 devices by CEL is admitted (the frontend reads device classes,
+//!   not selectors), pinned to L4, and left unschedulable by the scheduler: never allocated an H100.
 
 use std::time::{Duration, Instant};
 
@@ -254,8 +256,50 @@ async fn claims_are_allocated_on_nodes_of_the_decided_class_of_their_tier() {
             "the device comes from that Node's slice"
         );
     }
+
+    // A bronze claim selecting H100 devices by CEL: admitted today (the frontend reads device classes, not
+    // selectors), decided and pinned to L4, so the scheduler finds no device that satisfies both and
+    // leaves it unscheduled: it is never allocated an H100.
+    create_dra(&client, Some(BRONZE), "ResourceClaimTemplate", "resourceclaimtemplates", json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "h100-by-cel"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER,
+            "selectors": [{"cel": {"expression":
+                format!("device.attributes['{DRIVER}'].productName == 'NVIDIA H100 80GB HBM3'")}}]}}]}}}})).await;
+    let mut pod = claim_pod("h100-bronze");
+    pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = json!("h100-by-cel");
+    let pods = Api::<Pod>::namespaced(client.clone(), BRONZE);
+    let created = pods
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(pod).unwrap(),
+        )
+        .await
+        .unwrap();
+    let ann = created.metadata.annotations.unwrap_or_default();
+    assert_eq!(
+        ann.get(ANN_GPU_CLASS).map(String::as_str),
+        Some("L4-24GB"),
+        "{ann:?}"
+    );
+    wait_for(
+        "the scheduler gives up on the H100 claim",
+        Duration::from_secs(60),
+        || async {
+            let p = pods.get("h100-bronze").await?;
+            let conds = p.status.and_then(|s| s.conditions).unwrap_or_default();
+            Ok(conds.iter().any(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("Unschedulable")
+            }))
+        },
+    )
+    .await
+    .unwrap();
+    let p = pods.get("h100-bronze").await.unwrap();
+    assert!(p.spec.and_then(|s| s.node_name).is_none(), "never bound");
     println!(
-        "DRA: 2 claims allocated on their tier's classes in {:.1}s",
+        "DRA: 2 claims allocated on their tier's classes, the bronze H100 claim left unschedulable, in {:.1}s",
         t0.elapsed().as_secs_f64()
     );
 }
