@@ -14,6 +14,7 @@
 
 use std::time::{Duration, Instant};
 
+use gpu_admission_proto::scorer::v1::GetPolicyResponse;
 use gpu_admission_tests::cluster::{Components, LocalCluster};
 use gpu_admission_tests::kwok::{self, phase, wait_for};
 use gpu_admission_tests::names::{ANN_DECIDED_AT, ANN_GPU_CLASS, CLASS_LABEL};
@@ -151,45 +152,7 @@ async fn claims_are_allocated_on_nodes_of_the_decided_class_of_their_tier() {
         .unwrap();
     cluster.create_priority_classes(&policy).await.unwrap();
 
-    let nodes: Vec<Value> = CLASSES
-        .iter()
-        .map(|(name, _, _)| {
-            let class = policy
-                .catalog
-                .iter()
-                .find(|c| c.name == *name)
-                .expect("catalog class");
-            // No extended resource: these Nodes' GPUs are DRA devices only.
-            kwok::gpu_node(&node_name(name), class, "example.com/none", 0)
-        })
-        .collect();
-    kwok::create_ready_nodes(&client, &nodes).await.unwrap();
-    create_dra(
-        &client,
-        None,
-        "DeviceClass",
-        "deviceclasses",
-        json!({"apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass", "metadata": {"name": DRIVER},
-        "spec": {"selectors": [{"cel": {"expression": format!("device.driver == '{DRIVER}'")}}]}}),
-    )
-    .await;
-    for (class, product, memory) in CLASSES {
-        create_dra(
-            &client,
-            None,
-            "ResourceSlice",
-            "resourceslices",
-            slice(class, product, memory),
-        )
-        .await;
-    }
-    for ns in [GOLD, BRONZE] {
-        create_dra(&client, Some(ns), "ResourceClaimTemplate", "resourceclaimtemplates", json!({
-            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "one-gpu"},
-            "spec": {"spec": {"devices": {"requests": [{"name": "gpu",
-                "exactly": {"deviceClassName": DRIVER, "allocationMode": "ExactCount", "count": 1}}]}}}})).await;
-    }
+    publish_gpus(&client, &policy).await;
 
     let webhook = Webhook::builder(&scorer.url())
         .kubeconfig(cluster.kubeconfig())
@@ -257,10 +220,65 @@ async fn claims_are_allocated_on_nodes_of_the_decided_class_of_their_tier() {
         );
     }
 
+    h100_by_cel_is_never_allocated(&client).await;
+    println!(
+        "DRA: 2 claims allocated on their tier's classes, the bronze H100 claim left unschedulable, in {:.1}s",
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+/// One kwok Node per class of [`CLASSES`] (no extended resource: their GPUs are DRA devices only), their
+/// ResourceSlices, the DeviceClass and a one-GPU ResourceClaimTemplate in each namespace.
+async fn publish_gpus(client: &kube::Client, policy: &GetPolicyResponse) {
+    let nodes: Vec<Value> = CLASSES
+        .iter()
+        .map(|(name, _, _)| {
+            let class = policy
+                .catalog
+                .iter()
+                .find(|c| c.name == *name)
+                .expect("catalog class");
+            // No extended resource: these Nodes' GPUs are DRA devices only.
+            kwok::gpu_node(&node_name(name), class, "example.com/none", 0)
+        })
+        .collect();
+    kwok::create_ready_nodes(client, &nodes).await.unwrap();
+    create_dra(
+        client,
+        None,
+        "DeviceClass",
+        "deviceclasses",
+        json!({"apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass", "metadata": {"name": DRIVER},
+        "spec": {"selectors": [{"cel": {"expression": format!("device.driver == '{DRIVER}'")}}]}}),
+    )
+    .await;
+    for (class, product, memory) in CLASSES {
+        create_dra(
+            client,
+            None,
+            "ResourceSlice",
+            "resourceslices",
+            slice(class, product, memory),
+        )
+        .await;
+    }
+    for ns in [GOLD, BRONZE] {
+        create_dra(client, Some(ns), "ResourceClaimTemplate", "resourceclaimtemplates", json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "one-gpu"},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu",
+                "exactly": {"deviceClassName": DRIVER, "allocationMode": "ExactCount", "count": 1}}]}}}})).await;
+    }
+}
+
+/// A bronze claim selecting H100 devices by CEL: admitted today (the frontend reads device classes, not
+/// selectors), decided and pinned to L4, so the scheduler finds no device that satisfies both and leaves it
+/// unscheduled: it is never allocated an H100.
+async fn h100_by_cel_is_never_allocated(client: &kube::Client) {
     // A bronze claim selecting H100 devices by CEL: admitted today (the frontend reads device classes, not
     // selectors), decided and pinned to L4, so the scheduler finds no device that satisfies both and
     // leaves it unscheduled: it is never allocated an H100.
-    create_dra(&client, Some(BRONZE), "ResourceClaimTemplate", "resourceclaimtemplates", json!({
+    create_dra(client, Some(BRONZE), "ResourceClaimTemplate", "resourceclaimtemplates", json!({
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "h100-by-cel"},
         "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER,
             "selectors": [{"cel": {"expression":
@@ -298,8 +316,4 @@ async fn claims_are_allocated_on_nodes_of_the_decided_class_of_their_tier() {
     .unwrap();
     let p = pods.get("h100-bronze").await.unwrap();
     assert!(p.spec.and_then(|s| s.node_name).is_none(), "never bound");
-    println!(
-        "DRA: 2 claims allocated on their tier's classes, the bronze H100 claim left unschedulable, in {:.1}s",
-        t0.elapsed().as_secs_f64()
-    );
 }

@@ -89,47 +89,7 @@ async fn a_decided_job_runs_on_kwok_nodes_and_the_observer_learns_each_run_once(
     cluster.create_namespace(SYSTEM_NS, None).await.unwrap();
     cluster.create_priority_classes(&policy).await.unwrap();
 
-    // One fake Node per catalog class: 8 devices of the vendor's resource, the class label and taint.
-    let nodes: Vec<Value> = policy
-        .catalog
-        .iter()
-        .map(|c| {
-            let resource = if c.vendor == GpuVendor::Amd as i32 {
-                "amd.com/gpu"
-            } else {
-                "nvidia.com/gpu"
-            };
-            kwok::gpu_node(
-                &format!("kwok-{}", c.name.to_ascii_lowercase()),
-                c,
-                resource,
-                8,
-            )
-        })
-        .collect();
-    let took = kwok::create_ready_nodes(&client, &nodes)
-        .await
-        .expect("kwok keeps the Nodes Ready");
-    println!(
-        "{} fake GPU Nodes Ready and untainted in {:.1}s",
-        nodes.len(),
-        took.as_secs_f64()
-    );
-    let node_class: BTreeMap<String, String> = Api::<Node>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|n| {
-            let class = n
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(CLASS_LABEL).cloned());
-            (n.metadata.name.unwrap(), class.unwrap_or_default())
-        })
-        .collect();
+    let node_class = nodes_per_class(&client, &policy).await;
 
     let webhook = Webhook::builder(&scorer.url())
         .kubeconfig(cluster.kubeconfig())
@@ -180,6 +140,68 @@ async fn a_decided_job_runs_on_kwok_nodes_and_the_observer_learns_each_run_once(
         "ran for less than its delay"
     );
 
+    let class = class_of_the_runs(&pods, &node_class).await;
+
+    assert_learned_once(&observer, &scorer, &class).await;
+    println!(
+        "observer: 2 runs of {JOB_TYPE} on {class} learned; total {:.1}s",
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+/// One fake Node per catalog class (8 devices of the vendor's resource, the class label and taint), kept
+/// Ready by kwok; returns Node name → class.
+async fn nodes_per_class(
+    client: &kube::Client,
+    policy: &gpu_admission_proto::scorer::v1::GetPolicyResponse,
+) -> BTreeMap<String, String> {
+    let nodes: Vec<Value> = policy
+        .catalog
+        .iter()
+        .map(|c| {
+            let resource = if c.vendor == GpuVendor::Amd as i32 {
+                "amd.com/gpu"
+            } else {
+                "nvidia.com/gpu"
+            };
+            kwok::gpu_node(
+                &format!("kwok-{}", c.name.to_ascii_lowercase()),
+                c,
+                resource,
+                8,
+            )
+        })
+        .collect();
+    let took = kwok::create_ready_nodes(client, &nodes)
+        .await
+        .expect("kwok keeps the Nodes Ready");
+    println!(
+        "{} fake GPU Nodes Ready and untainted in {:.1}s",
+        nodes.len(),
+        took.as_secs_f64()
+    );
+    let node_class: BTreeMap<String, String> = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|n| {
+            let class = n
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(CLASS_LABEL).cloned());
+            (n.metadata.name.unwrap(), class.unwrap_or_default())
+        })
+        .collect();
+
+    node_class
+}
+
+/// Both Pods of the Job were decided, succeeded, and ran on a Node of the class decided for them, one class
+/// for the Job; returns it.
+async fn class_of_the_runs(pods: &Api<Pod>, node_class: &BTreeMap<String, String>) -> String {
     let list = pods
         .list(&ListParams::default().labels("job-name=bert-1"))
         .await
@@ -214,8 +236,12 @@ async fn a_decided_job_runs_on_kwok_nodes_and_the_observer_learns_each_run_once(
     }
     classes.dedup();
     assert_eq!(classes.len(), 1, "one class for the Job: {classes:?}");
-    let class = classes.remove(0);
+    classes.remove(0)
+}
 
+/// The observer reported each of the two runs once, with the Node's class and the runtime kwok gave it, and the
+/// scorer counts both.
+async fn assert_learned_once(observer: &Observer, scorer: &Scorer, class: &str) {
     // The observer reports each run once, with the Node's class and the runtime kwok gave it.
     wait_for(
         "the observer reports both runs",
@@ -277,10 +303,6 @@ async fn a_decided_job_runs_on_kwok_nodes_and_the_observer_learns_each_run_once(
     assert_eq!(
         cand.observations, 2,
         "the scorer learned both runs on {class}"
-    );
-    println!(
-        "observer: 2 runs of {JOB_TYPE} on {class} learned; total {:.1}s",
-        t0.elapsed().as_secs_f64()
     );
 }
 

@@ -309,10 +309,10 @@ async fn what_reaches_each_webhook_as_shipped() {
 }
 
 /// Pods created directly: what the conditions send and skip.
-async fn rows_of_pods(t: &mut Table, webhook: &Webhook) {
-    let client = t.client.clone();
+/// The Pods created directly: (row, namespace, Pod, expected).
+fn pod_cases() -> Vec<(&'static str, &'static str, Value, Expect)> {
     let gpu = |name: &str, spec: Value| pod(name, spec);
-    let cases: Vec<(&str, &str, Value, Expect)> = vec![
+    vec![
         (
             "GPU Pod (limits nvidia.com/gpu)",
             GOLD,
@@ -402,12 +402,22 @@ async fn rows_of_pods(t: &mut Table, webhook: &Webhook) {
             ),
             (true, true, true),
         ),
-    ];
-    for (what, ns, obj, expect) in cases {
+    ]
+}
+
+async fn rows_of_pods(t: &mut Table, webhook: &Webhook) {
+    let client = t.client.clone();
+    for (what, ns, obj, expect) in pod_cases() {
         t.row(webhook, what, expect, create(&client, ns, &obj), done)
             .await;
     }
+    rows_of_updates(t, webhook).await;
+    rows_of_subresources(t, webhook).await;
+}
 
+/// UPDATEs of gated Pods, as Kueue makes them.
+async fn rows_of_updates(t: &mut Table, webhook: &Webhook) {
+    let client = t.client.clone();
     // The gated Pod: an UPDATE adding a node selector while gated, then the gate lifted. Updates reach
     // /validate-pod only; the decision of its CREATE is not taken again.
     let gold = Api::<Pod>::namespaced(client.clone(), GOLD);
@@ -483,8 +493,11 @@ async fn rows_of_pods(t: &mut Table, webhook: &Webhook) {
         done,
     )
     .await;
-    let pods = gold;
+}
 
+/// Subresources: what no rule names, and what the apiserver refuses itself.
+async fn rows_of_subresources(t: &mut Table, webhook: &Webhook) {
+    let pods = Api::<Pod>::namespaced(t.client.clone(), GOLD);
     // An ephemeral container (pods/ephemeralcontainers) is a subresource no rule names; the apiserver itself
     // refuses resources on one, so it cannot add a GPU.
     let ephemeral = json!({"spec": {"ephemeralContainers": [{"name": "debug", "image": "busybox",
