@@ -8,7 +8,9 @@
 #   etcd                                                      go.etcd.io/etcd/server/v3 (a main calling etcdmain)
 #   kwok (plays the kubelet for fake Nodes) + its stages      sigs.k8s.io/kwok (stage definitions from its module)
 #
-# Usage: build.sh [K8S_VERSION]       prints the bin directory on its last line
+# Usage: build.sh [--trim] [K8S_VERSION]   prints the bin directory on its last line
+#   --trim: once the binaries are there, delete the Go build and module caches (≈ 5.8 GB after a cold build;
+#           CI, whose machine is fresh: another version would then build cold again)
 # Env:   GPU_ADMISSION_K8S_VERSION    Kubernetes version when no argument is given (default 1.37.2; supported
 #                                     1.34.x, the first with DRA resource.k8s.io/v1, to 1.37.x)
 #        GPU_ADMISSION_CACHE          cache folder (default ~/.cache/gpu-admission); everything goes under k8s/:
@@ -19,6 +21,8 @@
 # Cold on 2 cores: ≈ 13 min for Kubernetes, ≈ 1.5 for etcd, ≈ 2.5 for kwok; cached: nothing to do. Another
 # Kubernetes version reuses the module and build caches of the first.
 set -euo pipefail
+trim=0
+if [[ ${1:-} == --trim ]]; then trim=1; shift; fi
 K=${1:-${GPU_ADMISSION_K8S_VERSION:-1.37.2}}
 K=${K#v}
 ETCD_VERSION=3.6.16
@@ -34,7 +38,16 @@ complete() {
   [[ -x $B/kube-apiserver && -x $B/kube-scheduler && -x $B/kube-controller-manager && -x $B/etcd &&
     -x $B/kwok ]] && grep -qF "$stages_mark" "$B/kwok-stages.yaml" 2>/dev/null
 }
-if complete; then echo "$B"; exit 0; fi
+# The Go caches, deleted on --trim (the module cache is read-only: go clean empties it).
+trim_caches() {
+  ((trim)) || return 0
+  if [[ -d $C/gopath/pkg/mod ]]; then
+    GOPATH=$C/gopath GOMODCACHE=$C/gopath/pkg/mod go clean -modcache 2>/dev/null || chmod -R u+w "$C/gopath"
+  fi
+  rm -rf "$C/gocache" "$C/gopath"
+  echo "build.sh: Go build and module caches deleted (--trim)" >&2
+}
+if complete; then trim_caches; echo "$B"; exit 0; fi
 
 [[ $K =~ ^1\.([0-9]+)\.[0-9]+$ ]] || { echo "build.sh: not a Kubernetes version: $K" >&2; exit 1; }
 minor=${BASH_REMATCH[1]}
@@ -46,7 +59,7 @@ mkdir -p "$B"
 # One build at a time per cache (test processes may ask together); the second finds the binaries.
 exec 9>"$C/build.lock"
 flock 9
-if complete; then echo "$B"; exit 0; fi
+if complete; then trim_caches; echo "$B"; exit 0; fi
 
 export GOPATH=$C/gopath GOMODCACHE=$C/gopath/pkg/mod GOCACHE=$C/gocache GOFLAGS=-mod=mod
 # A build module of our own in $C/src/NAME: go.mod, go.sum and one Go file.
@@ -58,7 +71,7 @@ module_dir() {
 install_bins() {
   local tmp
   tmp=$(mktemp -d "$B/.build.XXXXXX")
-  go build "$@" -o "$tmp/"
+  go build -o "$tmp/" "$@"
   mv "$tmp"/* "$B/"
   rmdir "$tmp"
 }
@@ -138,4 +151,5 @@ if ! grep -qF "$stages_mark" "$B/kwok-stages.yaml" 2>/dev/null; then
     { echo "build.sh: kwok's pod-complete stage changed shape; cannot keep startedAt" >&2; exit 1; }
   mv "$B/kwok-stages.yaml.tmp" "$B/kwok-stages.yaml"
 fi
+trim_caches
 echo "$B"
