@@ -1,13 +1,16 @@
-//! A real control plane on loopback (etcd + kube-apiserver v1.20.2) for the real-cluster tier, started by
-//! `tests/cluster/start-apiserver.sh` in a temp RUN_DIR on free ports and stopped on drop.
+//! A real control plane on loopback for the real-cluster tier: etcd + kube-apiserver (Kubernetes 1.37.2 by
+//! default, `GPU_ADMISSION_K8S_VERSION` for another, 1.34 the oldest supported), and on request kube-scheduler,
+//! kube-controller-manager and kwok playing the kubelet of fake Nodes. Started by `tests/cluster/start.sh`
+//! in a temp RUN_DIR on free ports and stopped on drop.
 //!
-//! - [`apiserver_binary`] runs `tests/cluster/build-apiserver.sh` (cached → instant; cold ≈ 6 min). When the
-//!   machine cannot build it: a failure when env `CI` is set, else a SKIP (`Ok(None)`);
-//! - [`LocalCluster::start`] → kubeconfig + a `kube::Client`;
+//! - [`control_plane_bin`] runs `tests/cluster/build.sh` (cached → instant; cold ≈ 17 min). When the machine
+//!   cannot build it: a failure when env `CI` is set, else a SKIP (`Ok(None)`);
+//! - [`LocalCluster::start`] (etcd + apiserver: Pods stay Pending) or [`LocalCluster::start_with`]
+//!   ([`Components`]) → kubeconfig + a `kube::Client`;
 //! - helpers to create tier-labelled namespaces, the PriorityClasses of the scorer's policy, and to register
 //!   a webhook by URL (`clientConfig.url`, never a Service) as a MutatingWebhookConfiguration
-//!   (admissionregistration.k8s.io/v1, failurePolicy Ignore, sideEffects None, timeoutSeconds 5, no
-//!   matchConditions since 1.20 has none, namespaceSelector on the tier label).
+//!   (admissionregistration.k8s.io/v1, failurePolicy Ignore, sideEffects None, timeoutSeconds 5,
+//!   namespaceSelector on the tier label).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -27,17 +30,18 @@ fn cluster_scripts() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("cluster")
 }
 
-/// The kube-apiserver binary, building it if needed. `Ok(None)` = skip (not in CI, cannot build here).
-pub fn apiserver_binary() -> anyhow::Result<Option<PathBuf>> {
-    if let Some(bin) = std::env::var_os("KUBE_APISERVER") {
+/// The folder holding the control plane's binaries, building them if needed (`GPU_ADMISSION_K8S_BIN` names
+/// a prebuilt one). `Ok(None)` = skip (not in CI, cannot build here).
+pub fn control_plane_bin() -> anyhow::Result<Option<PathBuf>> {
+    if let Some(bin) = std::env::var_os("GPU_ADMISSION_K8S_BIN") {
         return Ok(Some(bin.into()));
     }
-    let script = cluster_scripts().join("build-apiserver.sh");
+    let script = cluster_scripts().join("build.sh");
     let started = std::time::Instant::now();
     let out = Command::new("bash")
         .arg(&script)
         .output()
-        .context("running build-apiserver.sh")?;
+        .context("running build.sh")?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let path = stdout
         .lines()
@@ -45,10 +49,10 @@ pub fn apiserver_binary() -> anyhow::Result<Option<PathBuf>> {
         .map(str::trim)
         .unwrap_or("")
         .to_string();
-    if out.status.success() && Path::new(&path).is_file() {
+    if out.status.success() && Path::new(&path).join("kube-apiserver").is_file() {
         if started.elapsed().as_secs() > 5 {
             eprintln!(
-                "cluster: built kube-apiserver in {:.0}s",
+                "cluster: built the control plane in {:.0}s",
                 started.elapsed().as_secs_f64()
             );
         }
@@ -63,12 +67,50 @@ pub fn apiserver_binary() -> anyhow::Result<Option<PathBuf>> {
     );
     crate::skip::skip(
         "the real-cluster tier",
-        &format!("this machine cannot build kube-apiserver: {why}"),
+        &format!("this machine cannot build the control plane: {why}"),
     );
     Ok(None)
 }
 
-/// etcd + kube-apiserver in a temp RUN_DIR. Stopped (and the dir removed) on drop.
+/// What runs beside etcd and kube-apiserver.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Components {
+    /// kube-scheduler: binds Pods (DRA allocation included).
+    pub scheduler: bool,
+    /// kube-controller-manager: every controller (Jobs, CronJobs, garbage collection, node lifecycle, …).
+    pub controller_manager: bool,
+    /// kwok: keeps the Nodes annotated `kwok.x-k8s.io/node=fake` Ready and runs their Pods.
+    pub kwok: bool,
+}
+
+impl Components {
+    /// etcd + kube-apiserver only: Pods stay Pending.
+    pub const APISERVER: Self = Self {
+        scheduler: false,
+        controller_manager: false,
+        kwok: false,
+    };
+    /// Scheduler, controllers and kwok: a cluster whose Pods are scheduled, run and finish.
+    pub const ALL: Self = Self {
+        scheduler: true,
+        controller_manager: true,
+        kwok: true,
+    };
+
+    fn args(self) -> Vec<&'static str> {
+        [
+            (self.scheduler, "scheduler"),
+            (self.controller_manager, "controller-manager"),
+            (self.kwok, "kwok"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect()
+    }
+}
+
+/// etcd + kube-apiserver (and the [`Components`] asked for) in a temp RUN_DIR. Stopped (and the dir removed)
+/// on drop.
 pub struct LocalCluster {
     run_dir: tempfile::TempDir,
     kubeconfig: PathBuf,
@@ -76,26 +118,32 @@ pub struct LocalCluster {
 }
 
 impl LocalCluster {
-    /// Builds (or finds) the apiserver and starts the control plane. `Ok(None)` = skipped (see
-    /// [`apiserver_binary`]).
+    /// Builds (or finds) the control plane and starts etcd + kube-apiserver. `Ok(None)` = skipped (see
+    /// [`control_plane_bin`]).
     pub async fn start() -> anyhow::Result<Option<Self>> {
-        let Some(bin) = apiserver_binary()? else {
+        Self::start_with(Components::APISERVER).await
+    }
+
+    /// [`LocalCluster::start`], with `components` beside the apiserver.
+    pub async fn start_with(components: Components) -> anyhow::Result<Option<Self>> {
+        let Some(bin) = control_plane_bin()? else {
             return Ok(None);
         };
         let run_dir = tempfile::Builder::new()
             .prefix("gpu-adm-cluster-")
             .tempdir()?;
-        let script = cluster_scripts().join("start-apiserver.sh");
+        let script = cluster_scripts().join("start.sh");
         let out = tokio::process::Command::new("bash")
             .arg(&script)
             .arg(run_dir.path())
-            .env("KUBE_APISERVER", &bin)
+            .args(components.args())
+            .env("GPU_ADMISSION_K8S_BIN", &bin)
             .output()
             .await
-            .context("running start-apiserver.sh")?;
+            .context("running start.sh")?;
         if !out.status.success() {
             bail!(
-                "start-apiserver.sh failed ({}):\n{}\n{}",
+                "start.sh failed ({}):\n{}\n{}",
                 out.status,
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
@@ -115,7 +163,7 @@ impl LocalCluster {
         &self.kubeconfig
     }
 
-    /// The RUN_DIR (logs: apiserver.log, etcd.log).
+    /// The RUN_DIR (logs: apiserver.log, etcd.log, scheduler.log, controller-manager.log, kwok.log).
     pub fn run_dir(&self) -> &Path {
         self.run_dir.path()
     }
@@ -127,8 +175,14 @@ impl LocalCluster {
 
     /// The last `n` lines of the apiserver log.
     pub fn apiserver_log_tail(&self, n: usize) -> String {
-        let log =
-            std::fs::read_to_string(self.run_dir.path().join("apiserver.log")).unwrap_or_default();
+        self.log_tail("apiserver", n)
+    }
+
+    /// The last `n` lines of a component's log (`apiserver`, `etcd`, `scheduler`, `controller-manager`,
+    /// `kwok`).
+    pub fn log_tail(&self, component: &str, n: usize) -> String {
+        let log = std::fs::read_to_string(self.run_dir.path().join(format!("{component}.log")))
+            .unwrap_or_default();
         let lines: Vec<&str> = log.lines().collect();
         lines[lines.len().saturating_sub(n)..].join("\n")
     }
@@ -216,14 +270,23 @@ impl LocalCluster {
 impl Drop for LocalCluster {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!(
-                "----- tail of {}/apiserver.log -----\n{}",
-                self.run_dir.path().display(),
-                self.apiserver_log_tail(30)
-            );
+            for component in ["apiserver", "scheduler", "controller-manager", "kwok"] {
+                if self
+                    .run_dir
+                    .path()
+                    .join(format!("{component}.log"))
+                    .is_file()
+                {
+                    eprintln!(
+                        "----- tail of {}/{component}.log -----\n{}",
+                        self.run_dir.path().display(),
+                        self.log_tail(component, 30)
+                    );
+                }
+            }
         }
         let _ = Command::new("bash")
-            .arg(cluster_scripts().join("stop-apiserver.sh"))
+            .arg(cluster_scripts().join("stop.sh"))
             .arg(self.run_dir.path())
             .status();
     }

@@ -4,10 +4,12 @@
 //! Everything generic (processes, services, HTTPS, reviews, faults, fixtures and corpus, names) comes from
 //! the test kit, `gpu_admission_testkit`, re-exported here so every `gpu_admission_tests::…` path works.
 //! Two modules are particular to these tests:
-//! - [`cluster`]: a real etcd + kube-apiserver on loopback (start/stop scripts in `tests/cluster/`);
+//! - [`cluster`]: a real control plane on loopback (build/start/stop scripts in `tests/cluster/`);
+//! - [`kwok`]: fake GPU Nodes that kwok keeps Ready and whose Pods it runs;
 //! - [`decision`]: what must hold for a Pod before/after admission (preserved fields, coherent decision).
 
 pub use gpu_admission_testkit::*;
 
 pub mod cluster;
 pub mod decision;
+pub mod kwok;

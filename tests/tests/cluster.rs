@@ -1,9 +1,9 @@
-//! Real-cluster tier: a real kube-apiserver 1.20.2 + etcd on loopback calls the real webhook frontend
+//! Real-cluster tier: a real kube-apiserver + etcd on loopback calls the real webhook frontend
 //! (registered by URL with its CA bundle), which calls the real scorer. Pods are created through the API
 //! and the STORED Pods are read back. Then the scorer is hung (SIGSTOP), killed, and replaced by one
 //! answering nonsense or garbage bytes: every Pod is still created, unchanged.
 //!
-//! Builds kube-apiserver with `tests/cluster/build-apiserver.sh` (cached; cold ≈ 6 min). Without the
+//! Builds the control plane with `tests/cluster/build.sh` (cached; cold ≈ 17 min). Without the
 //! means to build it: a SKIP, or a failure when env `CI` is set. The Pods of the fixtures and of the external
 //! corpus (when present) are created too.
 
@@ -506,8 +506,8 @@ async fn real_apiserver_admission_and_faults() {
                 m.remove("uid");
             }
             // First in the unlabelled namespace (the webhook is not called there): what the apiserver itself
-            // accepts and stores (1.20 drops fields it does not know, e.g. DRA resource claims, and adds
-            // defaults). The gold copy must be accepted too and differ only by the webhook's decision.
+            // accepts and stores (it drops fields it does not know and adds defaults). The gold copy must be
+            // accepted too and differ only by the webhook's decision.
             let baseline = match create(&client, PLAIN, &pod).await {
                 Ok((stored, _)) => stored,
                 Err(e) => {

@@ -1,8 +1,8 @@
-//! Real-cluster tier for checkpoint restore: a real kube-apiserver 1.20.2 + etcd calls the real frontend's
+//! Real-cluster tier for checkpoint restore: a real kube-apiserver + etcd calls the real frontend's
 //! `/mutate-pod` and `/mutate-pod-checkpoint` (both entries of the shipped MutatingWebhookConfiguration,
 //! registered by URL with the frontend's CA bundle), and the STORED Pods are read back.
 //!
-//! The test plays the controllers that 1.20 test clusters do not run: it creates Jobs (and batch/v1beta1
+//! The control plane runs no controllers here: the test plays them, creating Jobs (and suspended batch/v1
 //! CronJobs owning Jobs), then the Jobs' Pods with an `ownerReferences` entry `controller: true` and the
 //! `job-name` label, exactly as the job controller does.
 //!
@@ -51,8 +51,8 @@ fn yaml_file(rel: &str) -> Value {
     serde_yaml::from_str(&text).unwrap()
 }
 
-/// The shipped registration (deploy/kustomize/base), pointed at the test's frontend by URL + caBundle.
-/// 1.20 has no matchConditions: dropped (the frontend applies the same GPU test itself).
+/// The shipped registration (deploy/kustomize/base), pointed at the test's frontend by URL + caBundle; its
+/// matchConditions kept, evaluated by the apiserver.
 fn registration(base_url: &str, ca_pem: &[u8]) -> MutatingWebhookConfiguration {
     let mut mwc = yaml_file("deploy/kustomize/base/webhook/mutatingwebhookconfiguration.yaml");
     mwc["metadata"] = json!({"name": MWC});
@@ -64,7 +64,6 @@ fn registration(base_url: &str, ca_pem: &[u8]) -> MutatingWebhookConfiguration {
             .to_string();
         hook["clientConfig"] = json!({"url": format!("{base_url}{path}"), "caBundle": ca});
         hook["timeoutSeconds"] = json!(5);
-        hook.as_object_mut().unwrap().remove("matchConditions");
     }
     serde_json::from_value(mwc).unwrap()
 }
@@ -139,10 +138,10 @@ async fn create_job(client: &kube::Client, ns: &str, name: &str, owner: Option<V
     job.metadata.uid.unwrap()
 }
 
-/// A batch/v1beta1 CronJob (1.20 has no batch/v1 CronJob); returns its owner reference for its Jobs.
+/// A batch/v1 CronJob; returns its owner reference for its Jobs.
 async fn create_cron_job(client: &kube::Client, ns: &str, name: &str) -> Value {
     let cj = json!({
-        "apiVersion": "batch/v1beta1", "kind": "CronJob", "metadata": {"name": name},
+        "apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": name},
         "spec": {"schedule": "0 2 * * *", "suspend": true, "jobTemplate": {"spec": {"template": {"spec": {
             "restartPolicy": "Never", "containers": [{"name": "main", "image": TRAIN_IMAGE}]}}}}}
     });
@@ -150,7 +149,7 @@ async fn create_cron_job(client: &kube::Client, ns: &str, name: &str) -> Value {
         client.clone(),
         ns,
         &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("batch", "v1beta1", "CronJob"),
+            &GroupVersionKind::gvk("batch", "v1", "CronJob"),
             "cronjobs",
         ),
     );
@@ -158,7 +157,7 @@ async fn create_cron_job(client: &kube::Client, ns: &str, name: &str) -> Value {
         .create(&PostParams::default(), &serde_json::from_value(cj).unwrap())
         .await
         .unwrap_or_else(|e| panic!("create CronJob {ns}/{name}: {e}"));
-    json!({"apiVersion": "batch/v1beta1", "kind": "CronJob", "name": name,
+    json!({"apiVersion": "batch/v1", "kind": "CronJob", "name": name,
            "uid": cj.metadata.uid.unwrap(), "controller": true})
 }
 
@@ -415,7 +414,7 @@ async fn checkpoint_restore_against_a_real_apiserver() {
         &client,
         ML,
         "nightly-ckpt",
-        json!({"apiVersion": "batch/v1beta1", "kind": "CronJob", "name": "nightly"}),
+        json!({"apiVersion": "batch/v1", "kind": "CronJob", "name": "nightly"}),
         json!([]),
         json!([
             {"containerName": "main", "imageName": "registry.example/ckpt/nightly:old", "buildTime": "2026-11-20T02:05:00Z", "pushed": true},
@@ -680,7 +679,7 @@ async fn corpus(
         let baseline = match create(client, PLAIN, &as_job_pod(&p.pod, i, &plain_uid)).await {
             Ok(stored) => stored,
             Err(_) => {
-                rejected += 1; // the apiserver itself refuses it (1.20 does not know every field)
+                rejected += 1; // the apiserver itself refuses it
                 continue;
             }
         };

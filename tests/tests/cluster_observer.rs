@@ -1,4 +1,4 @@
-//! The runtime observer against a real kube-apiserver 1.20.2, two real scorer processes and two real observer
+//! The runtime observer against a real kube-apiserver, two real scorer processes and two real observer
 //! processes. There is no kubelet and no scheduler: the test plays them, creating Nodes labelled with catalog
 //! classes, decided GPU Pods (the frontend's label and annotations), binding them (`pods/binding`) and writing
 //! their status through the status subresource (main containers terminated with `startedAt`/`finishedAt`).

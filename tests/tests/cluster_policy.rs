@@ -1,4 +1,4 @@
-//! Tier policy against a real kube-apiserver 1.20.2: both webhooks registered (mutating `/mutate-pod`,
+//! Tier policy against a real kube-apiserver: both webhooks registered (mutating `/mutate-pod`,
 //! validating `/validate-pod` for Pods and workloads and `/validate-policy` for the policy ConfigMap), the
 //! real scorer with the default policy switched to Enforce (bronze falls back to TierDefault). Requests are
 //! made with `kubectl --as` (a plain user) and `--as-group gpu-admission:admins` (an admin), both bound to

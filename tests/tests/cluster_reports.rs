@@ -1,4 +1,4 @@
-//! PolicyReports against a real kube-apiserver 1.20.2: the real scorer (the default policy, `Warn`) and the
+//! PolicyReports against a real kube-apiserver: the real scorer (the default policy, `Warn`) and the
 //! real observer with `--policy-reports`, run as its ServiceAccount with the base RBAC plus the
 //! policy-reports component's, started BEFORE the PolicyReport CRD exists. There is no webhook: the test
 //! plays a controller that creates objects directly, so violating objects are stored as they are.

@@ -1,4 +1,4 @@
-//! One decision per workload against a real kube-apiserver 1.20.2.
+//! One decision per workload against a real kube-apiserver.
 //!
 //! Two webhook-frontend replicas, each with its own scorer replica (so neither the frontends nor the scorers
 //! share a cache: agreement must come from the workload key, its seeding and the pinned learned state). One
@@ -9,8 +9,8 @@
 //!
 //! Six Jobs (parallelism 32, completions 32) are created; for each, 32 Pods are created concurrently as the
 //! job controller of an Indexed Job would (controller owner reference to the Job, `controller-uid` and
-//! `job-name` labels, the `batch.kubernetes.io/job-completion-index` annotation; 1.20 has no
-//! `completionMode`). Asserted:
+//! `job-name` labels, the `batch.kubernetes.io/job-completion-index` annotation; no controller-manager runs, so no
+//! job controller competes). Asserted:
 //! - every Pod of a Job is pinned to the same single GPU class (`nodeSelector`: a group of 32 gets its
 //!   chosen class only) and gets the same PriorityClass, and each replica decided half of them;
 //! - the decision keys the frontends logged are the Jobs (`batch/Job/<ns>/<name>`, group size 32), one

@@ -1,10 +1,9 @@
-//! The rendered install, applied for real to a local kube-apiserver 1.20.2 + etcd (no kubelet, no
-//! controllers: nothing is pulled or scheduled, objects are stored and admission runs for real).
+//! The rendered install, applied unchanged for real to a local kube-apiserver (1.37.2 by default, see
+//! tests/README.md) + etcd (no kubelet, no controllers: nothing is pulled or scheduled, objects are stored and
+//! admission runs for real, the webhooks' matchConditions compiled and evaluated by the apiserver).
 //!
-//! What 1.20 predates is adjusted here only, never in deploy/: matchConditions dropped,
-//! PodDisruptionBudget policy/v1 -> policy/v1beta1, gRPC probes -> TCP probes on the same port;
-//! cert-manager's CRDs are stood in by schema-less CRDs of the same names (cert-manager itself is
-//! not installed here).
+//! cert-manager's CRDs are stood in by schema-less CRDs of the same names (cert-manager itself is not
+//! installed here).
 //!
 //! Checks: every object of the default install, then of the automatic and external overlays, is
 //! accepted and stored; the stored objects keep the hardening fields; the webhook's ServiceAccount
@@ -13,8 +12,8 @@
 //! and the apiserver did try the webhook for it, but not for a Pod in an unlabelled namespace; the
 //! external CA bundle is stored byte for byte; `kubectl delete` removes the cluster-scoped objects.
 //!
-//! Needs kubectl and `tests/cluster/start-apiserver.sh RUN_DIR` (writes RUN_DIR/kubeconfig; builds or
-//! finds the apiserver via build-apiserver.sh). Missing: a failure under CI, SKIP otherwise.
+//! Needs kubectl and `tests/cluster/start.sh RUN_DIR` (writes RUN_DIR/kubeconfig; builds or finds the
+//! control plane via build.sh). Missing: a failure under CI, SKIP otherwise.
 //! `GPU_ADMISSION_START_APISERVER` may name another start script with the same interface.
 
 #[path = "deploy_support/mod.rs"]
@@ -40,7 +39,7 @@ impl Apiserver {
     fn start() -> Option<Self> {
         let script = std::env::var_os("GPU_ADMISSION_START_APISERVER")
             .map(PathBuf::from)
-            .unwrap_or_else(|| support::repo_root().join("tests/cluster/start-apiserver.sh"));
+            .unwrap_or_else(|| support::repo_root().join("tests/cluster/start.sh"));
         if !script.is_file() {
             gpu_admission_tests::skip::skip(
                 "the install on a real apiserver",
@@ -152,7 +151,7 @@ impl Apiserver {
 
 impl Drop for Apiserver {
     fn drop(&mut self) {
-        let stop = support::repo_root().join("tests/cluster/stop-apiserver.sh");
+        let stop = support::repo_root().join("tests/cluster/stop.sh");
         if stop.is_file() {
             let _ = Command::new("bash").arg(stop).arg(self.dir.path()).status();
         }
@@ -162,53 +161,6 @@ impl Drop for Apiserver {
             }
         }
     }
-}
-
-/// Rewrites what kube-apiserver 1.20 does not know; returns what was changed, for the log.
-fn adjust_for_1_20(objects: &[Value]) -> (Vec<Value>, Vec<String>) {
-    let mut notes = Vec::new();
-    let mut out = Vec::new();
-    for o in objects {
-        let mut o = o.clone();
-        let name = format!("{}/{}", str_at(&o, "/kind"), str_at(&o, "/metadata/name"));
-        match str_at(&o, "/kind") {
-            "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration" => {
-                for hook in o["webhooks"].as_array_mut().unwrap() {
-                    if hook
-                        .as_object_mut()
-                        .unwrap()
-                        .remove("matchConditions")
-                        .is_some()
-                    {
-                        notes.push(format!("{name}: matchConditions removed (1.27+)"));
-                    }
-                }
-            }
-            "PodDisruptionBudget" if o["apiVersion"] == "policy/v1" => {
-                o["apiVersion"] = json!("policy/v1beta1");
-                notes.push(format!("{name}: policy/v1 -> policy/v1beta1 (v1 is 1.21+)"));
-            }
-            "Deployment" => {
-                for c in o["spec"]["template"]["spec"]["containers"]
-                    .as_array_mut()
-                    .unwrap()
-                {
-                    for probe in ["readinessProbe", "livenessProbe", "startupProbe"] {
-                        if let Some(port) = c[probe].get("grpc").map(|g| g["port"].clone()) {
-                            let p = c[probe].as_object_mut().unwrap();
-                            p.remove("grpc");
-                            p.insert("tcpSocket".into(), json!({"port": port}));
-                            notes
-                                .push(format!("{name}: {probe} grpc -> tcpSocket (grpc is 1.24+)"));
-                        }
-                    }
-                }
-            }
-            _ => {}
-        }
-        out.push(o);
-    }
-    (out, notes)
 }
 
 /// Schema-less CRDs named like cert-manager's Issuer and Certificate, so their objects can be stored.
@@ -257,14 +209,17 @@ fn assert_all_stored(api: &Apiserver, m: &Rendered) {
     }
 }
 
+/// A GPU Pod that the `restricted` Pod Security Standard admits (the install's namespace enforces it).
 fn gpu_pod(name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-        "spec": {"containers": [{"name": "train", "image": "registry.invalid/train:1",
+        "spec": {"securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{"name": "train", "image": "registry.invalid/train:1",
+            "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
             "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
 }
 
 #[test]
-fn rendered_install_applies_to_a_real_kube_apiserver_1_20() {
+fn rendered_install_applies_unchanged_to_a_real_kube_apiserver() {
     let Some(modes) = support::rendered_modes() else {
         return;
     };
@@ -288,8 +243,8 @@ fn rendered_install_applies_to_a_real_kube_apiserver_1_20() {
         let crd = format!("crd/{crd}");
         api.kubectl_ok(&["wait", "--for=condition=Established", "--timeout=60s", &crd]);
     }
-    // The optional checkpoint-restore component's CRD (apiextensions v1), as shipped: 1.20 accepts it,
-    // and `kubectl auth can-i` below can only resolve checkpointbackups once it is served.
+    // The optional checkpoint-restore component's CRD (apiextensions v1), as shipped: `kubectl auth can-i`
+    // below can only resolve checkpointbackups once it is served.
     let checkpoint_crd =
         support::kustomize_dir().join("components/checkpoint-restore/checkpointbackups.yaml");
     let checkpoint_crd =
@@ -304,11 +259,7 @@ fn rendered_install_applies_to_a_real_kube_apiserver_1_20() {
 
     // 1. The default install (cert-manager mode).
     let default = mode("default");
-    let (objects, notes) = adjust_for_1_20(&default.objects);
-    for n in &notes {
-        println!("adjusted for 1.20: {n}");
-    }
-    api.apply(&objects, &work.path().join("default.json"));
+    api.apply(&default.objects, &work.path().join("default.json"));
     assert_all_stored(&api, default);
     println!(
         "default: {} objects applied and stored",
@@ -328,7 +279,7 @@ fn rendered_install_applies_to_a_real_kube_apiserver_1_20() {
         ),
         "gpu-admission/gpu-admission-webhook"
     );
-    // The hardening survives storage (1.20 knows every field of it).
+    // The hardening survives storage.
     for d in ["gpu-admission-webhook", "gpu-admission-scorer"] {
         let d = api.get_json(&["deployment", d, "-n", NAMESPACE]);
         let pod = &d["spec"]["template"]["spec"];
@@ -423,8 +374,7 @@ fn rendered_install_applies_to_a_real_kube_apiserver_1_20() {
 
     // 2. The automatic certificate overlay on top: its extra, narrow RBAC.
     let automatic = mode("automatic");
-    let (objects, _) = adjust_for_1_20(&automatic.objects);
-    api.apply(&objects, &work.path().join("automatic.json"));
+    api.apply(&automatic.objects, &work.path().join("automatic.json"));
     assert_all_stored(&api, automatic);
     println!(
         "automatic: {} objects applied and stored",
@@ -451,8 +401,7 @@ fn rendered_install_applies_to_a_real_kube_apiserver_1_20() {
 
     // 3. The external overlay: the user's CA lands in caBundle byte for byte.
     let external = mode("external");
-    let (objects, _) = adjust_for_1_20(&external.objects);
-    api.apply(&objects, &work.path().join("external.json"));
+    api.apply(&external.objects, &work.path().join("external.json"));
     assert_all_stored(&api, external);
     println!(
         "external: {} objects applied and stored",
@@ -474,8 +423,7 @@ fn rendered_install_applies_to_a_real_kube_apiserver_1_20() {
         .filter(|m| !["default", "automatic", "external"].contains(&m.mode.as_str()))
         .collect();
     for m in &others {
-        let (objects, _) = adjust_for_1_20(&m.objects);
-        api.apply(&objects, &work.path().join(format!("{}.json", m.mode)));
+        api.apply(&m.objects, &work.path().join(format!("{}.json", m.mode)));
         assert_all_stored(&api, m);
         println!("{}: {} objects applied and stored", m.mode, m.objects.len());
     }
@@ -485,7 +433,7 @@ fn rendered_install_applies_to_a_real_kube_apiserver_1_20() {
     let all: Vec<Value> = [default, automatic, external]
         .into_iter()
         .chain(others)
-        .flat_map(|m| adjust_for_1_20(&m.objects).0)
+        .flat_map(|m| m.objects.iter().cloned())
         .collect();
     let all_file = work.path().join("all.json");
     std::fs::write(

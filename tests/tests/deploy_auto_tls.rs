@@ -1,5 +1,5 @@
 //! Certificate mode "automatic" (`deploy/kustomize/components/automatic`) against a real kube-apiserver
-//! 1.20.2 on loopback: the real `webhook-frontend` binary with `--auto-tls-secret` and
+//! on loopback: the real `webhook-frontend` binary with `--auto-tls-secret` and
 //! `--auto-tls-webhook-config`, as the overlay runs it.
 //!
 //! - first start, acting as the webhook's ServiceAccount with exactly the RBAC of deploy/kustomize (base +
@@ -12,7 +12,7 @@
 //!   two frontends run is renewed once, under the same CA, and a new connection to either gets the new
 //!   certificate from the same process (no restart).
 //!
-//! The apiserver comes from `tests/cluster/build-apiserver.sh` (cached); without it: SKIP (a failure
+//! The apiserver comes from `tests/cluster/build.sh` (cached); without it: SKIP (a failure
 //! when `CI` is set), like the cluster tier.
 
 use std::collections::BTreeMap;

@@ -1135,7 +1135,8 @@ fn the_real_scorer_accepts_the_policy_configmap() {
 }
 
 /// Evaluates a CEL expression with `object` bound to each Pod, using PyPI's cel-python (celpy):
-/// Kubernetes 1.20 predates matchConditions, so this is the check of their logic here.
+/// the offline check of their logic over every fixture (the real apiserver evaluates them in
+/// `cluster_webhooks.rs` and `deploy_apiserver.rs`).
 const CEL_EVAL: &str = r#"
 import json, sys, celpy
 expr, pods = json.load(sys.stdin)

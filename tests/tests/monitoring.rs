@@ -7,8 +7,8 @@
 //! are the few that come from Prometheus, kube-state-metrics and cert-manager, listed in [`EXTERNAL`].
 //!
 //! promtool comes from Debian's `prometheus` package: on PATH, else unpacked once into
-//! `~/.cache/gpu-admission/prometheus` with the private apt configuration `tests/cluster/build-apiserver.sh`
-//! sets up (no root, nothing installed system-wide). Missing: SKIP, a failure under CI.
+//! `~/.cache/gpu-admission/prometheus` by `tests/tools/unpack-debian-package.sh` (a private apt
+//! configuration: no root, nothing installed system-wide). Missing: SKIP, a failure under CI.
 
 #[path = "deploy_support/mod.rs"]
 mod support;
@@ -198,59 +198,27 @@ fn family_of<'a>(
         .find_map(|s| name.strip_suffix(s).and_then(|base| exported.get(base)))
 }
 
-/// promtool: on PATH, else from the cache, else unpacked there from Debian's package (private apt lists).
+/// promtool: on PATH, else unpacked (once, into the cache) from Debian's `prometheus` package by
+/// `tests/tools/unpack-debian-package.sh`.
 fn promtool() -> Option<PathBuf> {
     if let Some(p) = support::which("promtool") {
         return Some(p);
     }
-    let cache = std::env::var_os("GPU_ADMISSION_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/gpu-admission"))
-        })?;
-    let bin = cache.join("prometheus/root/usr/bin/promtool");
-    if bin.is_file() {
-        return Some(bin);
-    }
-    let apt = cache.join("apt");
-    if !apt.join("updated").is_file() {
-        return None;
-    }
-    let dir = cache.join("prometheus");
-    std::fs::create_dir_all(&dir).ok()?;
-    let opt = |k: &str, v: &Path| format!("{k}={}", v.display());
-    let download = Command::new("apt-get")
-        .current_dir(&dir)
-        .args(["-o", "Dir::Etc::SourceList=/dev/null", "-o"])
-        .arg(opt("Dir::Etc::SourceParts", &apt.join("sources")))
-        .arg("-o")
-        .arg(opt("Dir::State::Lists", &apt.join("lists")))
-        .arg("-o")
-        .arg(opt("Dir::Cache", &apt.join("cache")))
-        .arg("-o")
-        .arg(opt("Dir::Cache::Archives", &apt.join("cache/archives")))
-        .args(["download", "prometheus"])
+    let out = Command::new("bash")
+        .arg(support::repo_root().join("tests/tools/unpack-debian-package.sh"))
+        .arg("prometheus")
         .output()
         .ok()?;
-    let deb = std::fs::read_dir(&dir)
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.extension().is_some_and(|e| e == "deb"));
-    let Some(deb) = deb else {
+    if !out.status.success() {
         eprintln!(
-            "apt-get download prometheus: {}",
-            String::from_utf8_lossy(&download.stderr)
+            "unpack-debian-package.sh prometheus: {}",
+            String::from_utf8_lossy(&out.stderr)
         );
         return None;
-    };
-    let unpacked = Command::new("dpkg-deb")
-        .arg("-x")
-        .arg(&deb)
-        .arg(dir.join("root"))
-        .status()
-        .ok()?;
-    let _ = std::fs::remove_file(&deb);
-    (unpacked.success() && bin.is_file()).then_some(bin)
+    }
+    let root = String::from_utf8_lossy(&out.stdout);
+    let bin = PathBuf::from(root.lines().last()?.trim()).join("usr/bin/promtool");
+    bin.is_file().then_some(bin)
 }
 
 fn run_promtool(promtool: &Path, dir: &Path, args: &[&str]) -> anyhow::Result<String> {
@@ -317,7 +285,7 @@ fn rules_and_dashboard_render_parse_and_fire() {
     let Some(promtool) = promtool() else {
         gpu_admission_tests::skip::skip(
             "promtool check rules / test rules",
-            "promtool is not on PATH and Debian's prometheus package could not be unpacked (run tests/cluster/build-apiserver.sh once)",
+            "promtool is not on PATH and Debian's prometheus package could not be unpacked",
         );
         return;
     };

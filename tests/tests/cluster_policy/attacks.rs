@@ -88,7 +88,7 @@ fn pinned(name: &str, spec: Value, annotations: Value) -> Value {
     gpu_pod(name, annotations, spec)
 }
 
-/// Every case of the list that the apiserver 1.20 can carry (CheckpointBackup and DRA are answered
+/// Every case of the list that a Pod can carry (CheckpointBackup and DRA are answered
 /// at the review tier: core's and the frontend's tests).
 pub(super) fn run(k: &Kubectl<'_>, nodes: &[Node], check: &mut dyn FnMut(&str, String, bool)) {
     let h100_node = "h100-80gb-1";
