@@ -126,7 +126,7 @@ pub fn diff(
 pub fn text(d: &PolicyDiff) -> String {
     let mut out = String::from("policy:\n");
     if d.sections.is_empty() {
-        out.push_str("  no section changed\n");
+        out.push_str("  no rule changed\n");
     }
     for s in &d.sections {
         let _ = writeln!(out, "  {s}");
@@ -176,8 +176,12 @@ mod tests {
         };
         let manifests = [root.join("examples/policy-tests/tiers-in-enforce/manifests.yaml")];
         let d = diff(&settings, old.clone(), new, &manifests).unwrap();
-        assert_eq!(d.sections.len(), 1, "{:?}", d.sections);
-        assert!(d.sections[0].starts_with("tier gold: classes H100-80GB"));
+        assert_eq!(d.sections.len(), 2, "{:?}", d.sections);
+        assert!(d.sections[0].starts_with("tiers[gold].allowedClasses: [\"H100-80GB\""));
+        assert_eq!(
+            d.sections[1],
+            "tiers[gold].preferredClass: H100-80GB -> A100-80GB"
+        );
         assert_eq!(d.checked, 8);
         let serving = d
             .objects

@@ -126,52 +126,16 @@ pub fn summary(p: &PolicySnapshot) -> String {
     out
 }
 
-/// The sections that differ between two policies, one line each (empty when none does).
+/// The rule fields that differ between two policies, one line each (empty when none does): every field that
+/// decides what a tier gets, compared as the policy crate's schema has it (`gpu_admission_policy::diff`).
 pub fn section_changes(old: &PolicySnapshot, new: &PolicySnapshot) -> Vec<String> {
-    let mut out = Vec::new();
-    if old.mode != new.mode {
-        out.push(format!(
-            "enforcement mode: {} -> {}",
-            mode_name(old.mode),
-            mode_name(new.mode)
-        ));
+    match (&old.policy, &new.policy) {
+        (Some(old), Some(new)) => gpu_admission_policy::diff::rule_changes(old, new)
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
+        _ => vec!["(a policy without its document: not compared)".to_string()],
     }
-    if old.default_tier != new.default_tier {
-        out.push(format!(
-            "default tier: {} -> {}",
-            old.default_tier, new.default_tier
-        ));
-    }
-    let names =
-        |p: &PolicySnapshot| -> Vec<String> { p.catalog.iter().map(|c| c.name.clone()).collect() };
-    let (old_classes, new_classes) = (names(old), names(new));
-    for c in new_classes.iter().filter(|c| !old_classes.contains(c)) {
-        out.push(format!("catalog: + {c}"));
-    }
-    for c in old_classes.iter().filter(|c| !new_classes.contains(c)) {
-        out.push(format!("catalog: - {c}"));
-    }
-    let (old_tiers, new_tiers) = (tier_lines(old), tier_lines(new));
-    for (tier, line) in &new_tiers {
-        match old_tiers.iter().find(|(t, _)| t == tier) {
-            None => out.push(format!("tier {tier}: added ({line})")),
-            Some((_, was)) if was != line => out.push(format!("tier {tier}: {was}\n    -> {line}")),
-            Some(_) => {}
-        }
-    }
-    for (tier, _) in old_tiers
-        .iter()
-        .filter(|(t, _)| !new_tiers.iter().any(|(n, _)| n == t))
-    {
-        out.push(format!("tier {tier}: removed"));
-    }
-    if old.namespace_grants != new.namespace_grants {
-        out.push("namespace grants changed".to_string());
-    }
-    if (&old.admin_groups, &old.admin_users) != (&new.admin_groups, &new.admin_users) {
-        out.push("admins changed".to_string());
-    }
-    out
 }
 
 #[cfg(test)]
@@ -214,7 +178,7 @@ mod tests {
         let new = snapshot(&DEFAULT_POLICY_YAML.replace("  mode: Warn", "  mode: Enforce"));
         assert_eq!(
             section_changes(&old, &new),
-            ["enforcement mode: Warn -> Enforce"]
+            ["enforcement.mode: Warn -> Enforce"]
         );
         assert!(summary(&new).starts_with("version "));
         assert!(summary(&new).contains("tier bronze: classes "));

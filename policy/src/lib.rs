@@ -4,6 +4,7 @@
 //!
 //! The scorer scores with it, the webhook frontend enforces it (it reads the same file, so it holds a policy
 //! without the scorer), the CLI and the observer evaluate with it. Pure: no gRPC, no Kubernetes client.
+pub mod diff;
 pub mod gpu_resources;
 mod model;
 pub mod schema;
@@ -18,7 +19,9 @@ pub use model::{
 pub use schema::{
     EnforcementMode, Fallback, LearningSpec, Objective, RuntimeProfile, SizeReference, Vendor,
 };
-pub use validate::{NON_RULE_FIELDS, PolicyError, Problem, load_file, parse, rules_digest};
+pub use validate::{
+    NON_RULE_FIELDS, PolicyError, Problem, load_file, parse, rule_fields, rules_digest,
+};
 
 /// The embedded default policy: the same file the kustomize ConfigMap ships.
 pub const DEFAULT_POLICY_YAML: &str =

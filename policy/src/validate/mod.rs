@@ -107,14 +107,21 @@ pub const NON_RULE_FIELDS: [&str; 5] = [
 /// A digest of everything in a policy text that decides what a tier gets (all but [`NON_RULE_FIELDS`]), as
 /// parsed (formatting, comments and key order do not count); `None` when the text does not parse.
 pub fn rules_digest(text: &str) -> Option<String> {
+    let bytes = serde_json::to_vec(&rule_fields(text)?).ok()?;
+    Some(hex::encode(Sha256::digest(&bytes))[..16].to_string())
+}
+
+/// Every field of a policy text that decides what a tier gets (all but [`NON_RULE_FIELDS`]), as the schema
+/// parses it (defaults filled in); `None` when the text does not parse. What [`rules_digest`] digests and
+/// [`crate::diff::rule_changes`] compares.
+pub fn rule_fields(text: &str) -> Option<serde_json::Value> {
     let raw: PolicyFile = serde_yaml::from_str(text).ok()?;
     let mut value = serde_json::to_value(&raw).ok()?;
     let fields = value.as_object_mut()?;
     for f in NON_RULE_FIELDS {
         fields.remove(f);
     }
-    let bytes = serde_json::to_vec(&value).ok()?;
-    Some(hex::encode(Sha256::digest(&bytes))[..16].to_string())
+    Some(value)
 }
 
 struct Checker {

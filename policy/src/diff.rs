@@ -1,0 +1,160 @@
+//! What changed between two policies in the fields that decide what a tier gets, field by field, derived
+//! from the schema itself (a field added to the schema is compared without a line here).
+use std::fmt;
+
+use serde_json::Value;
+
+use crate::Policy;
+
+/// One rule field that differs: its path (`tiers[bronze].allowedClasses`) and its values before and after
+/// (`None`: absent on that side).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleChange {
+    pub path: String,
+    pub old: Option<Value>,
+    pub new: Option<Value>,
+}
+
+impl fmt::Display for RuleChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.old, &self.new) {
+            (Some(old), Some(new)) => {
+                write!(f, "{}: {} -> {}", self.path, compact(old), compact(new))
+            }
+            (None, Some(new)) => write!(f, "{}: added {}", self.path, compact(new)),
+            (Some(old), None) => write!(f, "{}: removed (was {})", self.path, compact(old)),
+            (None, None) => write!(f, "{}: unchanged", self.path),
+        }
+    }
+}
+
+/// A value in one line: strings without quotes, everything else as JSON.
+fn compact(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The rule fields that differ between `old` and `new`, in the schema's order.
+pub fn rule_changes(old: &Policy, new: &Policy) -> Vec<RuleChange> {
+    let fields = |p: &Policy| crate::validate::rule_fields(&p.document).unwrap_or(Value::Null);
+    let mut out = Vec::new();
+    compare("", &fields(old), &fields(new), &mut out);
+    out
+}
+
+/// The key that names an element of a list of objects (`name`, or `namespace` for grants).
+fn element_key(v: &Value) -> Option<&str> {
+    v.get("name")
+        .or_else(|| v.get("namespace"))
+        .and_then(Value::as_str)
+}
+
+fn join(path: &str, field: &str) -> String {
+    if path.is_empty() {
+        field.to_string()
+    } else {
+        format!("{path}.{field}")
+    }
+}
+
+fn compare(path: &str, old: &Value, new: &Value, out: &mut Vec<RuleChange>) {
+    if old == new {
+        return;
+    }
+    match (old, new) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, va) in a {
+                match b.get(k) {
+                    Some(vb) => compare(&join(path, k), va, vb, out),
+                    None => out.push(change(join(path, k), Some(va), None)),
+                }
+            }
+            for (k, vb) in b.iter().filter(|(k, _)| !a.contains_key(*k)) {
+                out.push(change(join(path, k), None, Some(vb)));
+            }
+        }
+        (Value::Array(a), Value::Array(b))
+            if a.iter().chain(b).all(|v| element_key(v).is_some()) =>
+        {
+            let find = |list: &'_ [Value], key: &str| -> Option<Value> {
+                list.iter().find(|v| element_key(v) == Some(key)).cloned()
+            };
+            for va in a {
+                let key = element_key(va).unwrap_or_default();
+                let at = format!("{path}[{key}]");
+                match find(b, key) {
+                    Some(vb) => compare(&at, va, &vb, out),
+                    None => out.push(change(at, Some(va), None)),
+                }
+            }
+            for vb in b {
+                let key = element_key(vb).unwrap_or_default();
+                if find(a, key).is_none() {
+                    out.push(change(format!("{path}[{key}]"), None, Some(vb)));
+                }
+            }
+        }
+        _ => out.push(change(path.to_string(), Some(old), Some(new))),
+    }
+}
+
+fn change(path: String, old: Option<&Value>, new: Option<&Value>) -> RuleChange {
+    let present = |v: Option<&Value>| v.filter(|v| !v.is_null()).cloned();
+    RuleChange {
+        path,
+        old: present(old),
+        new: present(new),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DEFAULT_POLICY_YAML, parse};
+
+    fn changes(new_text: &str) -> Vec<String> {
+        let old = parse(DEFAULT_POLICY_YAML, "old").unwrap();
+        let new = parse(new_text, "new").unwrap();
+        rule_changes(&old, &new)
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn nothing_changed_and_model_fields_are_not_rules() {
+        assert!(changes(DEFAULT_POLICY_YAML).is_empty());
+        let learning = DEFAULT_POLICY_YAML.replace("  seed: 0 ", "  seed: 7 ");
+        assert_ne!(learning, DEFAULT_POLICY_YAML);
+        assert!(
+            changes(&learning).is_empty(),
+            "learning is not a rule field"
+        );
+    }
+
+    #[test]
+    fn each_rule_field_is_named_by_its_path() {
+        let mode = DEFAULT_POLICY_YAML.replace("  mode: Warn", "  mode: Enforce");
+        assert_eq!(changes(&mode), ["enforcement.mode: Warn -> Enforce"]);
+        let cap = DEFAULT_POLICY_YAML.replace(
+            "    maxPriorityClass: gpu-default\n    fallback: TierDefault",
+            "    maxPriorityClass: gpu-medium\n    fallback: TierDefault",
+        );
+        assert_eq!(
+            changes(&cap),
+            ["tiers[bronze].maxPriorityClass: gpu-default -> gpu-medium"]
+        );
+        let grant = DEFAULT_POLICY_YAML.replace(
+            "namespaceGrants: []",
+            "namespaceGrants:\n  - { namespace: lab, allowedClasses: [A100-80GB] }",
+        );
+        let got = changes(&grant);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(
+            got[0].starts_with("namespaceGrants[lab]: added "),
+            "{got:?}"
+        );
+    }
+}
