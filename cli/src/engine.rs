@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use gpu_admission_core::admission::Facts;
 use gpu_admission_core::admission::mutate_pod::{self, Outcome, ScorerOutcome};
-use gpu_admission_core::admission::validate_pod::{self, Check};
+use gpu_admission_core::admission::validate_pod::{self, Allowance, Check};
+use gpu_admission_core::authority::Grants;
 use gpu_admission_core::pod::gpu_resources::NoClaimTemplates;
 use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::review::{self, Answer, Content, Verdict};
@@ -161,12 +162,15 @@ impl Engine {
         owner: Option<&OwnerFacts>,
     ) -> Mutation {
         let tier_of = |ns: &str| self.tier_of(ns);
+        // Offline there is no RBAC to ask: only the policy's deprecated admin lists grant.
+        let grants = Grants::offline(&self.policy, &req.user_info);
         let facts = Facts {
             tier_of: &tier_of,
             priority_classes: None,
             claim_templates: &NoClaimTemplates,
             // Offline there are no Nodes: a `spec.nodeName` is an unknown node.
             nodes: &NoNodes,
+            grants: &grants,
         };
         let mut scoring = match mutate_pod::plan(uid, req, &facts, &self.policy) {
             Ok(s) => s,
@@ -210,16 +214,20 @@ impl Engine {
             },
             Ok(req) => {
                 let tier_of = |ns: &str| self.tier_of(ns);
+                let grants = Grants::offline(&self.policy, &req.user_info);
                 let facts = Facts {
                     tier_of: &tier_of,
                     priority_classes: None,
                     claim_templates: &NoClaimTemplates,
                     nodes: &NoNodes,
+                    grants: &grants,
                 };
                 let (check, verdict) = validate_pod::decide(req, &self.policy, &facts);
                 let note = match check {
                     Check::NotOurs(why) => Some(format!("not ours: {why}")),
-                    Check::Allowed(why) if why != "within the tier" => Some(why.to_string()),
+                    Check::Allowed(why) if why != Allowance::WithinTier => {
+                        Some(why.as_str().to_string())
+                    }
                     _ => None,
                 };
                 Validation { verdict, note }

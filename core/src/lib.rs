@@ -7,11 +7,13 @@
 //! - [`pod`]: a Pod's job features and GPU resources;
 //! - [`placement`]: the GPU classes a Pod's own node constraints allow, and who else places it;
 //! - [`workload`]: the workload a Pod belongs to (one decision per workload);
-//! - [`policy`], [`priority_class`]: the scorer's policy as the frontend holds it, the tier rules, and the
+//! - [`policy`], [`priority_class`]: the policy as the webhooks view it, the tier rules, and the
 //!   PriorityClass facts decisions look up;
+//! - [`authority`]: the powers over the tier rules, as Kubernetes RBAC grants them (SubjectAccessReview);
 //! - [`admission`]: one module per webhook, each with its decision function.
 
 pub mod admission;
+pub mod authority;
 pub mod names;
 pub mod placement;
 pub mod pod;

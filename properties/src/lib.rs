@@ -16,6 +16,7 @@ pub mod placement_oracle;
 use gpu_admission_core::admission::Facts;
 use gpu_admission_core::admission::mutate_pod::{self, ScorerOutcome, Scoring};
 use gpu_admission_core::admission::validate_pod;
+use gpu_admission_core::authority::Grants;
 use gpu_admission_core::pod::gpu_resources::NoClaimTemplates;
 use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::review::{self, Answer, Content};
@@ -118,12 +119,15 @@ pub fn check_mutate(body: &[u8], policy: &PolicySnapshot, score: &mut Score<'_>)
         }
     };
     let tier_of = tier_of(policy);
+    // No apiserver: only the policy's deprecated admin lists grant.
+    let grants = Grants::offline(policy, &req.user_info);
     // `--no-kube` before a PriorityClass cache: the policy's buckets, else the answer's own class.
     let facts = Facts {
         tier_of: &tier_of,
         priority_classes: None,
         claim_templates: &NoClaimTemplates,
         nodes: &NoNodes,
+        grants: &grants,
     };
     let Ok(scoring) = mutate_pod::plan(&incoming.uid, req, &facts, policy) else {
         return MutateOutcome::Unchanged { warnings: vec![] };
@@ -254,11 +258,13 @@ pub fn check_validate(body: &[u8], policy: &PolicySnapshot) -> Result<Vec<u8>, S
         },
         Ok(req) => {
             let tier_of = tier_of(policy);
+            let grants = Grants::offline(policy, &req.user_info);
             let facts = Facts {
                 tier_of: &tier_of,
                 priority_classes: None,
                 claim_templates: &NoClaimTemplates,
                 nodes: &NoNodes,
+                grants: &grants,
             };
             validate_pod::decide(req, policy, &facts).1
         }

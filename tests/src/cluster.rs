@@ -188,6 +188,35 @@ impl LocalCluster {
     }
 
     /// Creates a namespace, labelled `tenant.kubenexus.io/tier=TIER` when `tier` is given.
+    /// Lets `user` do anything with the built-in API groups Pods, workloads, ConfigMaps, Namespaces and
+    /// PriorityClasses live in, and nothing with gpu-admission.io: the apiserver's RBAC never stops the
+    /// user's requests, and none of the product's powers (set a tier, change the rules, run outside a tier)
+    /// is held, so only our webhooks decide.
+    pub async fn bind_tenant(&self, user: &str) -> anyhow::Result<()> {
+        use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+        let role: ClusterRole = serde_json::from_value(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "e2e-tenant-everything"},
+            "rules": [{"apiGroups": ["", "apps", "batch", "scheduling.k8s.io", "resource.k8s.io", "kueue.x-k8s.io"],
+                       "resources": ["*"], "verbs": ["*"]}]
+        }))?;
+        let roles = Api::<ClusterRole>::all(self.client());
+        if roles.get_opt("e2e-tenant-everything").await?.is_none() {
+            roles.create(&PostParams::default(), &role).await?;
+        }
+        let binding: ClusterRoleBinding = serde_json::from_value(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": format!("e2e-tenant-{user}")},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "e2e-tenant-everything"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
+        }))?;
+        Api::<ClusterRoleBinding>::all(self.client())
+            .create(&PostParams::default(), &binding)
+            .await
+            .context("binding the tenant")?;
+        Ok(())
+    }
+
     pub async fn create_namespace(&self, name: &str, tier: Option<&str>) -> anyhow::Result<()> {
         let mut ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
         if let Some(t) = tier {

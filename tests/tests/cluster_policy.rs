@@ -1,8 +1,10 @@
 //! Tier policy against a real kube-apiserver: both webhooks registered (mutating `/mutate-pod`,
 //! validating `/validate-pod` for Pods and workloads and `/validate-policy` for the policy ConfigMap), the
 //! real scorer with the default policy switched to Enforce (bronze falls back to TierDefault). Requests are
-//! made with `kubectl --as` (a plain user) and `--as-group gpu-admission:admins` (an admin), both bound to
-//! cluster-admin, so RBAC never decides; only our webhooks do. Nodes of every class; issue 22's attacks
+//! made with `kubectl --as` (a plain user) and `--as-group gpu-admission:admins` (an admin by the policy's
+//! deprecated lists), both bound to every verb of the built-in API groups and none of gpu-admission.io
+//! (`LocalCluster::bind_tenant`): RBAC never stops the requests and grants none of the product's powers, so
+//! only our webhooks decide. Nodes of every class; issue 22's attacks
 //! (`cluster_policy/attacks.rs`) checked on the stored Pods with the placement oracle. Prints the table of
 //! cases and answers.
 
@@ -14,7 +16,6 @@ use std::time::{Duration, Instant};
 use gpu_admission_tests::cluster::LocalCluster;
 use gpu_admission_tests::{Scorer, Webhook};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
@@ -96,10 +97,16 @@ impl Answer {
 
 impl Kubectl<'_> {
     fn run(&self, groups: &[&str], args: &[&str], stdin: &str) -> Answer {
+        self.run_as(Some(USER), groups, args, stdin)
+    }
+
+    /// As `user` (`None`: the admin kubeconfig's own user, a member of system:masters).
+    fn run_as(&self, user: Option<&str>, groups: &[&str], args: &[&str], stdin: &str) -> Answer {
         let mut cmd = Command::new("kubectl");
-        cmd.arg("--kubeconfig")
-            .arg(self.kubeconfig)
-            .arg(format!("--as={USER}"));
+        cmd.arg("--kubeconfig").arg(self.kubeconfig);
+        if let Some(user) = user {
+            cmd.arg(format!("--as={user}"));
+        }
         for g in groups {
             cmd.arg(format!("--as-group={g}"));
         }
@@ -266,20 +273,11 @@ async fn tier_policy_holds_against_a_real_apiserver() {
         .create_priority_classes(&pol)
         .await
         .expect("priority classes");
-    let binding: ClusterRoleBinding = serde_json::from_value(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": "alice-cluster-admin"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}]
-    }))
-    .unwrap();
-    Api::<ClusterRoleBinding>::all(client.clone())
-        .create(&PostParams::default(), &binding)
-        .await
-        .expect("binding");
+    cluster.bind_tenant(USER).await.expect("the tenant binding");
 
     let nodes = attacks::create_nodes(&client).await;
     let webhook = Webhook::builder(&scorer.url())
+        .policy_file(&policy_file)
         .kubeconfig(cluster.kubeconfig())
         .env("WEBHOOK_POLICY_REFRESH_SECS", "1")
         .arg("--policy-configmap")

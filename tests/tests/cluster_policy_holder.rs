@@ -2,7 +2,7 @@
 //! policy file, so it enforces the tier with the scorer down, refusing its file, or both restarted.
 //!
 //! One policy file in Enforce (bronze falls back to TierDefault); a plain user ("alice", bound to
-//! cluster-admin so RBAC never decides) creates in a bronze namespace:
+//! every verb of the built-in API groups, none of gpu-admission.io) creates in a bronze namespace:
 //! - an H100 pin at `gpu-ultra`: denied by `/validate-pod` in every phase below;
 //! - a plain GPU Pod: placed on bronze's classes (a scorer decision, or the tier default without a scorer).
 //!
@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 use gpu_admission_tests::cluster::LocalCluster;
 use gpu_admission_tests::{Scorer, Webhook};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 
@@ -230,17 +229,7 @@ async fn the_frontend_enforces_the_policy_without_the_scorer() {
         .create_priority_classes(scorer.policy())
         .await
         .expect("priority classes");
-    let binding: ClusterRoleBinding = serde_json::from_value(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": "alice-cluster-admin-holder"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}]
-    }))
-    .unwrap();
-    Api::<ClusterRoleBinding>::all(cluster.client())
-        .create(&PostParams::default(), &binding)
-        .await
-        .unwrap();
+    cluster.bind_tenant(USER).await.expect("the tenant binding");
 
     // (1) Scorer up.
     let webhook = start_webhook().await.expect("webhook starts");

@@ -95,6 +95,7 @@ fn validate_pod_warning(
         priority_classes: None,
         claim_templates: &NoClaimTemplates,
         nodes: &NoNodes,
+        grants: &gpu_admission_core::authority::Grants::none(),
     };
     let (_, verdict) = validate_pod::decide(&review, policy, &facts);
     verdict

@@ -570,8 +570,13 @@ fn priority_classes_equal_the_policy_buckets() {
 }
 
 /// RBAC resource of each Kubernetes type the frontend may use through `kube::Api<T>`.
-const KNOWN_TYPES: [(&str, &str, &str); 13] = [
+const KNOWN_TYPES: [(&str, &str, &str); 14] = [
     ("Namespace", "", "namespaces"),
+    (
+        "SubjectAccessReview",
+        "authorization.k8s.io",
+        "subjectaccessreviews",
+    ),
     (
         "ResourceClaimTemplate",
         "resource.k8s.io",
@@ -745,6 +750,10 @@ fn rbac_grants_exactly_what_the_frontend_watches() {
             "migration.dcnlab.com".to_string(),
             "checkpointbackups".to_string(),
         ),
+        (
+            "authorization.k8s.io".to_string(),
+            "subjectaccessreviews".to_string(),
+        ),
     ]
     .into();
     assert_eq!(
@@ -769,6 +778,10 @@ fn rbac_grants_exactly_what_the_frontend_watches() {
             let mut want = BTreeSet::from(["list".to_string(), "watch".to_string()]);
             if resource == "jobs" || resource == "replicasets" {
                 want.insert("get".to_string());
+            }
+            // Who may set a tier, change the rules or run outside a tier: asked, never read.
+            if resource == "subjectaccessreviews" {
+                want = BTreeSet::from(["create".to_string()]);
             }
             assert_eq!(verbs, &want, "{resource}");
             assert!(names.is_empty());

@@ -29,6 +29,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 
     // Cluster facts first: a broken Kubernetes configuration fails the start before anything runs.
     let (cluster, client) = start_cluster(&config.cluster).await?;
+    let access_client = client.clone();
     let certificate_served = Arc::new(AtomicBool::new(false));
     let resolver = serve_certificates(&config.tls, client, &metrics, &certificate_served).await?;
     let tls_config = tls::server_config(resolver)?;
@@ -49,7 +50,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         config.policy_configmap.clone(),
     )
     .with_checkpoints(cluster.checkpoints)
-    .with_workloads(cluster.workloads);
+    .with_workloads(cluster.workloads)
+    .with_access(access_client);
     let readiness = Arc::new(
         webhooks
             .readiness()

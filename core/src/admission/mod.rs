@@ -21,4 +21,7 @@ pub struct Facts<'f> {
     pub claim_templates: &'f dyn ClaimTemplates,
     /// The Nodes a `spec.nodeName` is checked against.
     pub nodes: &'f dyn Nodes,
+    /// The powers the review's requester holds (asked of the apiserver by the edge; none when it could not
+    /// be asked): `exempt tiers/<tier>` runs one's own workloads outside the tier.
+    pub grants: &'f crate::authority::Grants,
 }

@@ -1,14 +1,14 @@
-//! `/validate-namespace`: the tier label of a Namespace is a rule, and the rules are the admins'. Only the
-//! policy's `adminGroups`/`adminUsers` may set, change or remove it (a user who may label her namespace would
-//! otherwise raise it to any tier, or remove it and leave every tier check behind). A forbidden change is
-//! answered under the policy's mode, like a tier violation. Pure.
+//! `/validate-namespace`: the tier label of a Namespace is a rule. Setting it to a tier, or taking a namespace
+//! out of one, needs `update tiers/<tier>` in Kubernetes RBAC ([`crate::authority`]; a user who may label her
+//! namespace would otherwise raise it to any tier, or remove it and leave every tier check behind). A
+//! forbidden change is denied in every enforcement mode: `Warn` and `Audit` relax what Pods may do, never who
+//! may change a namespace's tier. Pure: the answers of the apiserver come in as [`Grants`].
 
 use kube_core::DynamicObject;
 use kube_core::admission::{AdmissionRequest, Operation};
 
-use crate::policy::PolicySnapshot;
+use crate::authority::{Grants, Permission};
 use crate::review::Verdict;
-use gpu_admission_proto::scorer::v1::EnforcementMode;
 
 /// The result of checking one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,12 +20,14 @@ pub enum Check {
         from: Option<String>,
         to: Option<String>,
     },
-    /// The tier label changed, by someone who is not an admin.
+    /// The tier label changed, by someone without the power it needs.
     Forbidden {
         namespace: String,
         user: String,
         from: Option<String>,
         to: Option<String>,
+        /// The first power the requester lacks.
+        missing: Permission,
     },
 }
 
@@ -38,31 +40,51 @@ fn tier_of<'a>(object: Option<&'a DynamicObject>, tier_label: &str) -> Option<&'
         .map(String::as_str)
 }
 
-/// Did the request set, change or remove the tier label, and may the requester?
-pub fn check(
-    req: &AdmissionRequest<DynamicObject>,
-    policy: &PolicySnapshot,
+/// The tier label's value before and after the request, when it changes (a Namespace CREATE/UPDATE).
+fn change<'r>(
+    req: &'r AdmissionRequest<DynamicObject>,
     tier_label: &str,
-) -> Check {
+) -> Result<(Option<&'r str>, Option<&'r str>), &'static str> {
     if !(req.kind.group.is_empty() && req.kind.kind == "Namespace") {
-        return Check::NotOurs("not a Namespace");
+        return Err("not a Namespace");
     }
     if !matches!(req.operation, Operation::Create | Operation::Update) {
-        return Check::NotOurs("not a CREATE or UPDATE");
+        return Err("not a CREATE or UPDATE");
     }
     let from = tier_of(req.old_object.as_ref(), tier_label);
     let to = tier_of(req.object.as_ref(), tier_label);
     if from == to {
-        return Check::NotOurs("the tier label is unchanged");
+        return Err("the tier label is unchanged");
     }
+    Ok((from, to))
+}
+
+/// The powers a request needs: `update tiers/<old>` to take a namespace out of its tier, `update
+/// tiers/<new>` to put it in one. What the edge asks the apiserver before [`check`].
+pub fn permissions(req: &AdmissionRequest<DynamicObject>, tier_label: &str) -> Vec<Permission> {
+    let Ok((from, to)) = change(req, tier_label) else {
+        return Vec::new();
+    };
+    [from, to]
+        .into_iter()
+        .flatten()
+        .map(|t| Permission::SetTier(t.to_string()))
+        .collect()
+}
+
+/// Did the request set, change or remove the tier label, and may the requester?
+pub fn check(req: &AdmissionRequest<DynamicObject>, grants: &Grants, tier_label: &str) -> Check {
+    let (from, to) = match change(req, tier_label) {
+        Ok(change) => change,
+        Err(why) => return Check::NotOurs(why),
+    };
+    let missing = permissions(req, tier_label)
+        .into_iter()
+        .find(|p| !grants.allows(p));
     let (from, to) = (from.map(str::to_string), to.map(str::to_string));
-    let admin = policy.is_admin(
-        req.user_info.username.as_deref(),
-        req.user_info.groups.as_deref().unwrap_or(&[]),
-    );
-    if admin {
+    let Some(missing) = missing else {
         return Check::Allowed { from, to };
-    }
+    };
     let namespace = req
         .object
         .as_ref()
@@ -78,16 +100,18 @@ pub fn check(
             .unwrap_or_else(|| "an unnamed user".into()),
         from,
         to,
+        missing,
     }
 }
 
-/// The answer for a check under the policy's mode: Enforce denies, Warn admits with a warning, Audit admits.
-pub fn verdict(check: &Check, tier_label: &str, mode: EnforcementMode) -> Verdict {
+/// The answer for a check: a forbidden change is denied, whatever the enforcement mode.
+pub fn verdict(check: &Check, tier_label: &str) -> Verdict {
     let Check::Forbidden {
         namespace,
         user,
         from,
         to,
+        missing,
     } = check
     else {
         return Verdict::default();
@@ -98,19 +122,12 @@ pub fn verdict(check: &Check, tier_label: &str, mode: EnforcementMode) -> Verdic
         (Some(f), None) => format!("removes it (was {f})"),
         (None, None) => "changes it".to_string(),
     };
-    let message = format!(
-        "gpu-admission: {user} {change} on namespace {namespace}: only the policy's admins (enforcement.adminGroups / adminUsers) may set, change or remove the tier label {tier_label}"
-    );
-    match mode {
-        EnforcementMode::Enforce => Verdict {
-            denied: Some(message),
-            warnings: Vec::new(),
-        },
-        EnforcementMode::Warn => Verdict {
-            denied: None,
-            warnings: vec![message],
-        },
-        EnforcementMode::Audit | EnforcementMode::Unspecified => Verdict::default(),
+    Verdict {
+        denied: Some(format!(
+            "gpu-admission: {user} {change} on namespace {namespace}: setting, changing or removing the tier label {tier_label} needs {} in Kubernetes RBAC (ask a cluster admin for a RoleBinding to the ClusterRole gpu-admission-tier-setter, or one limited to that tier)",
+            missing.describe()
+        )),
+        warnings: Vec::new(),
     }
 }
 
@@ -126,14 +143,14 @@ impl Check {
     }
 }
 
-/// The `/validate-namespace` decision: [`check`] and its [`verdict`] under the policy's mode.
+/// The `/validate-namespace` decision: [`check`] and its [`verdict`].
 pub fn decide(
     req: &AdmissionRequest<DynamicObject>,
-    policy: &PolicySnapshot,
+    grants: &Grants,
     tier_label: &str,
 ) -> (Check, Verdict) {
-    let check = check(req, policy, tier_label);
-    let verdict = verdict(&check, tier_label, policy.mode);
+    let check = check(req, grants, tier_label);
+    let verdict = verdict(&check, tier_label);
     (check, verdict)
 }
 
@@ -144,13 +161,6 @@ mod tests {
 
     const TIER: &str = "tenant.kubenexus.io/tier";
 
-    fn policy(mode: EnforcementMode) -> PolicySnapshot {
-        let mut policy = PolicySnapshot::default();
-        policy.mode = mode;
-        policy.admin_groups = vec!["gpu-admission:admins".into()];
-        policy
-    }
-
     fn ns(tier: Option<&str>) -> Value {
         let labels = match tier {
             Some(t) => json!({TIER: t, "team": "a"}),
@@ -159,77 +169,101 @@ mod tests {
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a", "labels": labels}})
     }
 
-    fn request(
-        op: &str,
-        new: Value,
-        old: Value,
-        groups: &[&str],
-    ) -> AdmissionRequest<DynamicObject> {
+    fn request(op: &str, new: Value, old: Value) -> AdmissionRequest<DynamicObject> {
         serde_json::from_value(json!({
             "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Namespace"},
             "resource": {"group": "", "version": "v1", "resource": "namespaces"},
             "name": "team-a", "operation": op,
-            "userInfo": {"username": "alice", "groups": groups},
+            "userInfo": {"username": "alice", "groups": []},
             "object": new, "oldObject": old
         }))
         .unwrap()
     }
 
+    fn set(tiers: &[&str]) -> Grants {
+        Grants::new(
+            tiers.iter().map(|t| Permission::SetTier(t.to_string())),
+            false,
+        )
+    }
+
     #[test]
-    fn only_admins_set_change_or_remove_the_tier_label() {
-        let p = policy(EnforcementMode::Enforce);
+    fn setting_changing_or_removing_a_tier_needs_update_on_each_tier_involved() {
         let cases = [
             (
                 "CREATE",
                 ns(Some("platinum")),
                 Value::Null,
                 "sets it to platinum",
+                vec!["platinum"],
             ),
             (
                 "UPDATE",
                 ns(Some("platinum")),
                 ns(Some("bronze")),
                 "changes it from bronze to platinum",
+                vec!["bronze", "platinum"],
             ),
             (
                 "UPDATE",
                 ns(None),
                 ns(Some("bronze")),
                 "removes it (was bronze)",
+                vec!["bronze"],
             ),
         ];
-        for (op, new, old, said) in cases {
-            let (c, v) = decide(&request(op, new.clone(), old.clone(), &[]), &p, TIER);
-            let denied = v.denied.unwrap_or_default();
+        for (op, new, old, said, needed) in cases {
+            let req = request(op, new, old);
+            let asked: Vec<Permission> = needed
+                .iter()
+                .map(|t| Permission::SetTier(t.to_string()))
+                .collect();
+            assert_eq!(permissions(&req, TIER), asked, "{op} {said}");
+            let (c, v) = decide(&req, &Grants::none(), TIER);
+            let denied = v.denied.clone().unwrap_or_default();
             assert!(denied.contains(said), "{op}: {denied}");
-            assert_eq!(
-                c.outcome(&Verdict {
-                    denied: Some(denied),
-                    warnings: vec![]
-                }),
-                "denied"
-            );
-            let (c, v) = decide(&request(op, new, old, &["gpu-admission:admins"]), &p, TIER);
+            assert!(denied.contains("needs update tiers/"), "{denied}");
+            assert_eq!(c.outcome(&v), "denied");
+            // One of two tiers is not enough.
+            if needed.len() == 2 {
+                let (c, _) = decide(&req, &set(&needed[..1]), TIER);
+                assert!(matches!(c, Check::Forbidden { .. }), "{c:?}");
+            }
+            let (c, v) = decide(&req, &set(&needed), TIER);
             assert!(matches!(c, Check::Allowed { .. }), "{c:?}");
             assert!(v.denied.is_none());
+            let (c, _) = decide(&req, &Grants::new([], true), TIER);
+            assert!(
+                matches!(c, Check::Allowed { .. }),
+                "the deprecated lists: {c:?}"
+            );
         }
+        // A tier lead for bronze may hand out bronze, not gold.
+        let lead = set(&["bronze"]);
+        let (c, _) = decide(
+            &request("CREATE", ns(Some("bronze")), Value::Null),
+            &lead,
+            TIER,
+        );
+        assert!(matches!(c, Check::Allowed { .. }));
+        let (c, _) = decide(
+            &request("CREATE", ns(Some("gold")), Value::Null),
+            &lead,
+            TIER,
+        );
+        assert!(matches!(c, Check::Forbidden { .. }));
         // Other labels, and a namespace without a tier, are anyone's.
         let mut relabelled = ns(Some("bronze"));
         relabelled["metadata"]["labels"]["team"] = json!("b");
+        let req = request("UPDATE", relabelled, ns(Some("bronze")));
+        assert!(permissions(&req, TIER).is_empty());
+        let (c, _) = decide(&req, &Grants::none(), TIER);
+        assert_eq!(c, Check::NotOurs("the tier label is unchanged"));
         let (c, _) = decide(
-            &request("UPDATE", relabelled, ns(Some("bronze")), &[]),
-            &p,
+            &request("CREATE", ns(None), Value::Null),
+            &Grants::none(),
             TIER,
         );
         assert_eq!(c, Check::NotOurs("the tier label is unchanged"));
-        let (c, _) = decide(&request("CREATE", ns(None), Value::Null, &[]), &p, TIER);
-        assert_eq!(c, Check::NotOurs("the tier label is unchanged"));
-        // Warn warns.
-        let (_, v) = decide(
-            &request("UPDATE", ns(Some("gold")), ns(Some("bronze")), &[]),
-            &policy(EnforcementMode::Warn),
-            TIER,
-        );
-        assert!(v.denied.is_none() && v.warnings[0].contains("only the policy's admins"));
     }
 }

@@ -9,7 +9,7 @@
 //! the new text differ). Others who may edit it (RBAC) may change how jobs are modelled and learned. A
 //! forbidden change is answered under the policy's mode, like a tier violation.
 
-use gpu_admission_proto::scorer::v1::{EnforcementMode, ValidatePolicyResponse};
+use gpu_admission_proto::scorer::v1::ValidatePolicyResponse;
 use kube_core::DynamicObject;
 use kube_core::admission::{AdmissionRequest, Operation};
 
@@ -174,8 +174,6 @@ pub enum Outcome {
     Denied,
     /// The scorer could not be asked: allowed, with a warning.
     ScorerUnavailable,
-    /// A change only admins may make, by someone else, admitted under `Warn` or `Audit`.
-    ViolationAdmitted,
 }
 
 impl Outcome {
@@ -185,48 +183,37 @@ impl Outcome {
             Outcome::Allowed => "allowed",
             Outcome::Denied => "denied",
             Outcome::ScorerUnavailable => "scorer_unavailable",
-            Outcome::ViolationAdmitted => "violation_admitted",
         }
     }
 }
 
-/// The `/validate-policy` decision: who may change the rules ([`forbidden_change`], answered under `mode`),
-/// then the scorer's validation ([`decide`]).
+/// The `/validate-policy` decision: who may change the rules ([`forbidden_change`]: denied in every
+/// enforcement mode, since `Warn` and `Audit` relax what Pods may do, never who may change the rules), then
+/// the policy's validation ([`decide`]).
 pub fn decide_change(
     triage: &Triage<'_>,
     checked: Option<Result<&ValidatePolicyResponse, &str>>,
     old_checked: Option<Result<&ValidatePolicyResponse, &str>>,
     requester: Requester<'_>,
-    mode: EnforcementMode,
     cm: &PolicyConfigMap,
 ) -> (Outcome, Verdict) {
     let Some(what) = forbidden_change(triage, checked, old_checked, requester) else {
         return decide(triage, checked, cm);
     };
     let message = format!(
-        "gpu-admission: {} {what} in ConfigMap {}/{}: only the policy's admins (enforcement.adminGroups / adminUsers) may change what a tier gets; others may change jobTypes, workloadClasses, interference and learning",
-        requester.user, cm.namespace, cm.name
+        "gpu-admission: {} {what} in ConfigMap {}/{}: changing what a tier gets needs {} in Kubernetes RBAC (the ClusterRole gpu-admission-policy-editor); without it one may change jobTypes, workloadClasses, interference and learning",
+        requester.user,
+        cm.namespace,
+        cm.name,
+        crate::authority::Permission::ChangeRules.describe()
     );
-    match mode {
-        EnforcementMode::Enforce => (
-            Outcome::Denied,
-            Verdict {
-                denied: Some(message),
-                warnings: Vec::new(),
-            },
-        ),
-        EnforcementMode::Warn => {
-            let (_, mut verdict) = decide(triage, checked, cm);
-            if verdict.denied.is_none() {
-                verdict.warnings.push(message);
-            }
-            (Outcome::ViolationAdmitted, verdict)
-        }
-        EnforcementMode::Audit | EnforcementMode::Unspecified => {
-            let (_, verdict) = decide(triage, checked, cm);
-            (Outcome::ViolationAdmitted, verdict)
-        }
-    }
+    (
+        Outcome::Denied,
+        Verdict {
+            denied: Some(message),
+            warnings: Vec::new(),
+        },
+    )
 }
 
 /// The decision for a request whose policy text, if any, the scorer was asked about: `checked` is the
@@ -427,42 +414,29 @@ mod tests {
             |t: &Triage<'_>,
              new: &ValidatePolicyResponse,
              old: Option<&ValidatePolicyResponse>,
-             who,
-             mode| { decide_change(t, Some(Ok(new)), old.map(Ok), who, mode, &cm()) };
-        let enforce = EnforcementMode::Enforce;
+             who| { decide_change(t, Some(Ok(new)), old.map(Ok), who, &cm()) };
         // The same rules (a learning parameter changed): anyone who may edit the ConfigMap.
-        assert_eq!(
-            run(&update, &a, Some(&a), alice, enforce).0,
-            Outcome::Allowed
-        );
-        // Other rules: admins only; Enforce denies, Warn warns.
-        let (o, v) = run(&update, &b, Some(&a), alice, enforce);
+        assert_eq!(run(&update, &a, Some(&a), alice).0, Outcome::Allowed);
+        // Other rules: only with `update policies`, denied in every mode.
+        let (o, v) = run(&update, &b, Some(&a), alice);
         assert_eq!(o, Outcome::Denied);
-        assert!(v.denied.unwrap().contains("alice changes the rules"));
-        let (o, v) = run(&update, &b, Some(&a), alice, EnforcementMode::Warn);
-        assert_eq!(o, Outcome::ViolationAdmitted);
-        assert!(v.denied.is_none() && v.warnings[0].contains("only the policy's admins"));
-        assert_eq!(
-            run(&update, &b, Some(&a), admin, enforce).0,
-            Outcome::Allowed
+        let denied = v.denied.unwrap();
+        assert!(denied.contains("alice changes the rules"), "{denied}");
+        assert!(
+            denied.contains("update policies (gpu-admission.io)"),
+            "{denied}"
         );
+        assert_eq!(run(&update, &b, Some(&a), admin).0, Outcome::Allowed);
         // Creating, deleting, or a comparison the scorer could not make.
-        assert_eq!(run(&create, &a, None, alice, enforce).0, Outcome::Denied);
-        assert_eq!(run(&create, &a, None, admin, enforce).0, Outcome::Allowed);
-        let (o, _) = decide_change(&Triage::Delete, None, None, alice, enforce, &cm());
+        assert_eq!(run(&create, &a, None, alice).0, Outcome::Denied);
+        assert_eq!(run(&create, &a, None, admin).0, Outcome::Allowed);
+        let (o, _) = decide_change(&Triage::Delete, None, None, alice, &cm());
         assert_eq!(o, Outcome::Denied);
-        let (o, _) = decide_change(&Triage::Delete, None, None, admin, enforce, &cm());
+        let (o, _) = decide_change(&Triage::Delete, None, None, admin, &cm());
         assert_eq!(o, Outcome::Allowed);
-        let (o, _) = decide_change(
-            &update,
-            Some(Ok(&b)),
-            Some(Err("down")),
-            alice,
-            enforce,
-            &cm(),
-        );
+        let (o, _) = decide_change(&update, Some(Ok(&b)), Some(Err("down")), alice, &cm());
         assert_eq!(o, Outcome::Denied);
-        let (o, _) = decide_change(&update, Some(Err("down")), None, admin, enforce, &cm());
+        let (o, _) = decide_change(&update, Some(Err("down")), None, admin, &cm());
         assert_eq!(o, Outcome::ScorerUnavailable);
     }
 }

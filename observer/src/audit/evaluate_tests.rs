@@ -80,6 +80,7 @@ fn run(object: Value, kind: &Kind, policy: &PolicySnapshot) -> Vec<Finding> {
         priority_classes: Some(&pcs),
         claim_templates: &NoClaimTemplates,
         nodes: &nodes,
+        grants: &gpu_admission_core::authority::Grants::none(),
     };
     let object: DynamicObject = serde_json::from_value(object).unwrap();
     evaluate(&object, kind, policy, &facts)
@@ -134,6 +135,7 @@ fn a_violating_pod_gets_validate_pods_message_under_every_mode() {
             priority_classes: None,
             claim_templates: &NoClaimTemplates,
             nodes: &nodes,
+            grants: &gpu_admission_core::authority::Grants::none(),
         };
         let (_, verdict) = validate_pod::decide(&review, &policy(EnforcementMode::Enforce), &facts);
         assert_eq!(Some(&f.message), verdict.denied.as_ref());

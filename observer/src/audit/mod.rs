@@ -307,11 +307,14 @@ fn evaluate_page(
 ) -> Vec<Finding> {
     let tier_of = |ns: &str| cf.tiers.get(ns).cloned();
     let nodes = |n: &str| cf.node_class(n, &policy.catalog);
+    // A stored object has no requester to ask about: nothing is exempt from the report.
+    let grants = gpu_admission_core::authority::Grants::none();
     let facts = Facts {
         tier_of: &tier_of,
         priority_classes: Some(&cf.priority_classes),
         claim_templates: cf,
         nodes: &nodes,
+        grants: &grants,
     };
     objects
         .iter()

@@ -239,7 +239,7 @@ pub(super) fn rules(k: &Kubectl<'_>, check: &mut dyn FnMut(&str, String, bool)) 
     check(
         "attack: relabel own namespace to platinum",
         a.summary(),
-        !a.ok && a.stderr.contains("only the policy's admins"),
+        !a.ok && a.stderr.contains("needs update tiers/"),
     );
     let a = k.run(
         &[],
@@ -253,6 +253,7 @@ pub(super) fn rules(k: &Kubectl<'_>, check: &mut dyn FnMut(&str, String, bool)) 
     );
     let a = label(&[ADMINS], "pol-scratch", "gold");
     check("admin: label a namespace gold", a.summary(), a.ok);
+    tier_powers_from_rbac(k, check);
     let apply = |groups: &[&str], cm: Value| k.run(groups, &["apply", "-f", "-"], &cm.to_string());
     let base = policy("Enforce");
     for (what, text) in [
@@ -276,7 +277,7 @@ pub(super) fn rules(k: &Kubectl<'_>, check: &mut dyn FnMut(&str, String, bool)) 
         check(
             what,
             a.summary(),
-            !a.ok && a.stderr.contains("only the policy's admins"),
+            !a.ok && a.stderr.contains("needs update policies"),
         );
     }
     let mut unlabelled = configmap(&base.replace("  mode: Enforce", "  mode: Audit"));
@@ -288,7 +289,7 @@ pub(super) fn rules(k: &Kubectl<'_>, check: &mut dyn FnMut(&str, String, bool)) 
     check(
         "attack: policy ConfigMap without its labels, mode Audit",
         a.summary(),
-        !a.ok && a.stderr.contains("only the policy's admins"),
+        !a.ok && a.stderr.contains("needs update policies"),
     );
     let a = k.run(
         &[],
@@ -321,5 +322,56 @@ pub(super) fn rules(k: &Kubectl<'_>, check: &mut dyn FnMut(&str, String, bool)) 
         "admin: policy ConfigMap, adminUsers += bob",
         a.summary(),
         a.ok,
+    );
+}
+
+/// Who may set a tier is RBAC's answer: the cluster's own admin (system:masters) may, with no list naming
+/// them; a lead bound to `update tiers/bronze` may hand out bronze and not gold.
+fn tier_powers_from_rbac(k: &Kubectl<'_>, check: &mut dyn FnMut(&str, String, bool)) {
+    let admin = |args: &[&str], stdin: &str| k.run_as(None, &[], args, stdin);
+    let label_as = |user: Option<&str>, ns: &str, tier: &str| {
+        let l = format!("tenant.kubenexus.io/tier={tier}");
+        k.run_as(
+            user,
+            &[],
+            &["label", "--overwrite", "namespace", ns, &l],
+            "",
+        )
+    };
+    for ns in ["pol-lead", "pol-installed"] {
+        assert!(admin(&["create", "namespace", ns], "").ok, "namespace {ns}");
+    }
+    let a = label_as(None, "pol-installed", "gold");
+    check(
+        "cluster admin (system:masters): label a namespace gold",
+        a.summary(),
+        a.ok,
+    );
+    let rbac = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": "e2e-bronze-setter"},
+         "rules": [{"apiGroups": ["gpu-admission.io"], "resources": ["tiers"], "resourceNames": ["bronze"], "verbs": ["update"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "e2e-lead-bronze"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "e2e-bronze-setter"},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "lead"}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "e2e-tenant-lead"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "e2e-tenant-everything"},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "lead"}]}
+    ]});
+    let a = admin(&["apply", "-f", "-"], &rbac.to_string());
+    assert!(a.ok, "RBAC for the lead: {}", a.stderr);
+    let a = label_as(Some("lead"), "pol-lead", "bronze");
+    check(
+        "lead with update tiers/bronze: label a namespace bronze",
+        a.summary(),
+        a.ok,
+    );
+    let a = label_as(Some("lead"), "pol-lead", "gold");
+    check(
+        "lead with update tiers/bronze: relabel it gold",
+        a.summary(),
+        !a.ok && a.stderr.contains("needs update tiers/gold"),
     );
 }

@@ -16,6 +16,7 @@ use axum::routing::post;
 use gpu_admission_core::admission::validate_policy::PolicyConfigMap;
 
 use crate::cluster::ClusterFacts;
+use crate::cluster::access::AccessReviews;
 use crate::cluster::checkpoints::CheckpointCaches;
 use crate::cluster::workloads::WorkloadOwners;
 use crate::metrics::Metrics;
@@ -38,6 +39,7 @@ pub struct Webhooks {
     policy_configmap: PolicyConfigMap,
     checkpoints: Option<Arc<CheckpointCaches>>,
     workloads: Option<Arc<WorkloadOwners>>,
+    access: Arc<AccessReviews>,
 }
 
 impl Webhooks {
@@ -57,7 +59,14 @@ impl Webhooks {
             policy_configmap,
             checkpoints: None,
             workloads: None,
+            access: Arc::new(AccessReviews::new(None)),
         }
+    }
+
+    /// With SubjectAccessReviews through `client` (without one only the policy's deprecated lists grant).
+    pub(crate) fn with_access(mut self, client: Option<kube::Client>) -> Self {
+        self.access = Arc::new(AccessReviews::new(client));
+        self
     }
 
     /// With the CheckpointBackup cache `/mutate-pod-checkpoint` reads.
@@ -90,18 +99,22 @@ impl Webhooks {
             workloads: self.workloads.clone(),
             answers: Default::default(),
             metrics: self.metrics.clone(),
+            access: self.access.clone(),
         };
         let namespace = ValidateNamespace {
             cluster: self.cluster.clone(),
             policy: self.policy.clone(),
             metrics: self.metrics.clone(),
+            access: self.access.clone(),
         };
         let validate = ValidatePod {
+            access: self.access.clone(),
             cluster: self.cluster,
             policy: self.policy.clone(),
             metrics: self.metrics.clone(),
         };
         let policy = ValidatePolicy {
+            access: self.access,
             policy: self.policy,
             configmap: self.policy_configmap,
             metrics: self.metrics.clone(),

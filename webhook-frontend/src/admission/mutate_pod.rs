@@ -15,17 +15,20 @@ use tracing::Instrument;
 
 use super::pipeline::{Body, Call, Reply, Webhook, operation_label};
 use crate::cluster::ClusterFacts;
+use crate::cluster::access::AccessReviews;
 use crate::cluster::workloads::{self, WorkloadOwners};
 use crate::metrics::Metrics;
 use crate::policy::PolicyCache;
 use crate::scorer_client::Scorer;
 use crate::workload_answers::WorkloadAnswers;
+use gpu_admission_core::authority::Grants;
 
 /// What `/mutate-pod` reads.
 pub(crate) struct MutatePod {
     pub(crate) scorer: Scorer,
     pub(crate) cluster: Arc<ClusterFacts>,
     pub(crate) policy: Arc<PolicyCache>,
+    pub(crate) access: Arc<AccessReviews>,
     /// Jobs and ReplicaSets, to resolve a Pod's workload; `None` with `--no-kube` (first hop only).
     pub(crate) workloads: Option<Arc<WorkloadOwners>>,
     /// The scorer's answers for earlier Pods of a workload (see [`WorkloadAnswers`]).
@@ -88,9 +91,19 @@ impl MutatePod {
     ) -> (Outcome, Answer) {
         record_pod(&call.span, req);
         let policy = self.policy.snapshot();
-        let planned = self
-            .cluster
-            .with_facts(&policy, |facts| mutate_pod::plan(uid, req, facts, &policy));
+        let grants = match req.namespace.as_deref() {
+            Some(ns) => match self.cluster.namespace_tier(ns) {
+                Some(tier) => {
+                    let user = &req.user_info;
+                    (self.access.exemption(user, Some(tier), ns, &policy)).await
+                }
+                None => Grants::none(),
+            },
+            None => Grants::none(),
+        };
+        let planned = self.cluster.with_facts(&policy, &grants, |facts| {
+            mutate_pod::plan(uid, req, facts, &policy)
+        });
         let mut scoring = match planned {
             Ok(s) => s,
             Err(skip) => {
@@ -145,7 +158,7 @@ impl MutatePod {
             _ => None,
         };
         let decision = tracing::info_span!(target: REQUEST_SPANS, "build_patch").in_scope(|| {
-            self.cluster.with_facts(&policy, |facts| {
+            self.cluster.with_facts(&policy, &grants, |facts| {
                 mutate_pod::decide(&scoring, outcome, facts, OffsetDateTime::now_utc())
             })
         });

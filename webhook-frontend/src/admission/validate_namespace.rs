@@ -1,5 +1,6 @@
-//! `POST /validate-namespace`: only the policy's admins set, change or remove a Namespace's tier label;
-//! decided by [`gpu_admission_core::admission::validate_namespace::decide`]; here the logs and metrics.
+//! `POST /validate-namespace`: setting, changing or removing a Namespace's tier label needs `update
+//! tiers/<tier>` in RBAC; decided by [`gpu_admission_core::admission::validate_namespace::decide`]; here the
+//! SubjectAccessReviews, the logs and metrics.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,6 +10,7 @@ use gpu_admission_core::review::{self, BadRequest, IncomingObject};
 
 use super::pipeline::{Body, Call, Reply, Webhook, not_validated, operation_label};
 use crate::cluster::ClusterFacts;
+use crate::cluster::access::AccessReviews;
 use crate::metrics::Metrics;
 use crate::policy::PolicyCache;
 
@@ -17,6 +19,7 @@ pub(crate) struct ValidateNamespace {
     pub(crate) cluster: Arc<ClusterFacts>,
     pub(crate) policy: Arc<PolicyCache>,
     pub(crate) metrics: Arc<Metrics>,
+    pub(crate) access: Arc<AccessReviews>,
 }
 
 impl Webhook for ValidateNamespace {
@@ -37,25 +40,29 @@ impl Webhook for ValidateNamespace {
             Ok(req) => req,
         };
         let tier_label = self.cluster.tier_label();
-        let (check, verdict) = validate_namespace::decide(req, &policy, tier_label);
+        let needed = validate_namespace::permissions(req, tier_label);
+        let grants = self.access.grants(&req.user_info, &needed, &policy).await;
+        let (check, verdict) = validate_namespace::decide(req, &grants, tier_label);
         match &check {
             Check::Allowed { from, to } => {
-                tracing::info!(uid = incoming.uid, user = ?req.user_info.username, namespace = req.name, ?from, ?to, "tier label changed by an admin");
+                tracing::info!(uid = incoming.uid, user = ?req.user_info.username, namespace = req.name, ?from, ?to, "tier label changed (RBAC allows it)");
             }
             Check::Forbidden {
                 namespace,
                 user,
                 from,
                 to,
+                missing,
             } => {
                 tracing::warn!(
+                    missing = %missing.describe(),
                     uid = incoming.uid,
                     user,
                     namespace,
                     ?from,
                     ?to,
                     denied = verdict.denied.is_some(),
-                    "tier label change by a non-admin"
+                    "tier label change without the RBAC it needs"
                 );
             }
             Check::NotOurs(_) => {}

@@ -5,7 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpu_admission_core::admission::validate_pod::{self, Check};
+use gpu_admission_core::admission::validate_pod::{self, Allowance, Check};
+use gpu_admission_core::authority::Grants;
+
+use crate::cluster::access::AccessReviews;
 use gpu_admission_core::policy::mode_name;
 use gpu_admission_core::review::{self, BadRequest, IncomingObject};
 
@@ -18,6 +21,7 @@ use crate::policy::PolicyCache;
 pub(crate) struct ValidatePod {
     pub(crate) cluster: Arc<ClusterFacts>,
     pub(crate) policy: Arc<PolicyCache>,
+    pub(crate) access: Arc<AccessReviews>,
     pub(crate) metrics: Arc<Metrics>,
 }
 
@@ -38,12 +42,25 @@ impl Webhook for ValidatePod {
             }
             Ok(req) => req,
         };
-        let (check, verdict) = self
-            .cluster
-            .with_facts(&policy, |facts| validate_pod::decide(req, &policy, facts));
+        let decide = |grants: &Grants| {
+            self.cluster.with_facts(&policy, grants, |facts| {
+                validate_pod::decide(req, &policy, facts)
+            })
+        };
+        let (mut check, mut verdict) = decide(&Grants::none());
+        // Only an object outside its tier asks whether its requester may run outside it.
+        if let Check::Violations { .. } = &check {
+            let namespace = req.namespace.as_deref().unwrap_or_default();
+            let tier = self.cluster.namespace_tier(namespace);
+            let grants = self
+                .access
+                .exemption(&req.user_info, tier, namespace, &policy)
+                .await;
+            (check, verdict) = decide(&grants);
+        }
         match &check {
-            Check::Allowed("admin") => {
-                tracing::info!(uid = incoming.uid, user = ?req.user_info.username, kind = %review::gvk_text(&req.kind), "validate-pod: admin request outside its tier allowed");
+            Check::Allowed(Allowance::Exempt) => {
+                tracing::info!(uid = incoming.uid, user = ?req.user_info.username, kind = %review::gvk_text(&req.kind), "validate-pod: a request outside its tier allowed (RBAC: exempt)");
             }
             Check::Violations {
                 tier,

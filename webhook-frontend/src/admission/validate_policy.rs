@@ -9,12 +9,15 @@ use gpu_admission_core::admission::validate_policy::{self, PolicyConfigMap, Requ
 use gpu_admission_core::review::{self, BadRequest, IncomingObject};
 
 use super::pipeline::{Body, Call, Reply, Webhook, not_validated, operation_label};
+use crate::cluster::access::AccessReviews;
 use crate::metrics::Metrics;
 use crate::policy::PolicyCache;
+use gpu_admission_core::authority::Permission;
 use gpu_admission_policy::wire::validation;
 
 /// What `/validate-policy` reads.
 pub(crate) struct ValidatePolicy {
+    pub(crate) access: Arc<AccessReviews>,
     pub(crate) policy: Arc<PolicyCache>,
     /// The ConfigMap it guards.
     pub(crate) configmap: PolicyConfigMap,
@@ -32,8 +35,9 @@ impl Webhook for ValidatePolicy {
     async fn admit(&self, incoming: &IncomingObject, _call: &Call) -> Reply {
         let req = match &incoming.request {
             Err(why) => {
+                // Who may change the rules is guarded in every mode: what cannot be read is refused.
                 let what = "the policy was not validated";
-                let mode = self.policy.snapshot().mode;
+                let mode = gpu_admission_proto::scorer::v1::EnforcementMode::Enforce;
                 return not_validated(Self::NAME, &incoming.uid, why, what, mode);
             }
             Ok(req) => req,
@@ -47,10 +51,15 @@ impl Webhook for ValidatePolicy {
                 .username
                 .as_deref()
                 .unwrap_or("an unnamed user"),
-            admin: policy.is_admin(
-                req.user_info.username.as_deref(),
-                req.user_info.groups.as_deref().unwrap_or(&[]),
-            ),
+            // `update policies` in RBAC, asked only of changes to the policy ConfigMap.
+            admin: match &triage {
+                Triage::NotOurs(_) => false,
+                _ => {
+                    let rules = [Permission::ChangeRules];
+                    let grants = self.access.grants(&req.user_info, &rules, &policy).await;
+                    grants.allows(&Permission::ChangeRules)
+                }
+            },
         };
         let (checked, old_checked) = match &triage {
             Triage::Check { file, text, old } => {
@@ -71,7 +80,6 @@ impl Webhook for ValidatePolicy {
             checked.as_ref().map(Ok),
             old_checked.as_ref().map(Ok),
             requester,
-            policy.mode,
             cm,
         );
         if let Some(message) = &verdict.denied {

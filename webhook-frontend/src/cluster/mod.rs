@@ -1,6 +1,7 @@
 //! Cluster facts the decision needs: the namespace's tier, the PriorityClasses and the Nodes. Read from watch caches
 //! (kube::runtime reflectors, never a per-request GET), or, with `--no-kube`, from flags and the policy.
 
+pub(crate) mod access;
 pub(crate) mod checkpoints;
 pub(crate) mod dra;
 pub(crate) mod kube_cache;
@@ -10,6 +11,7 @@ pub(crate) mod workloads;
 use std::collections::HashMap;
 
 use gpu_admission_core::admission::Facts;
+use gpu_admission_core::authority::Grants;
 use gpu_admission_core::names::DEFAULT_TIER_LABEL;
 use gpu_admission_core::pod::gpu_resources::{ClaimTemplates, NoClaimTemplates};
 use gpu_admission_core::policy::PolicySnapshot;
@@ -72,6 +74,7 @@ impl ClusterFacts {
     pub(crate) fn with_facts<R>(
         &self,
         policy: &PolicySnapshot,
+        grants: &Grants,
         decide: impl FnOnce(&Facts<'_>) -> R,
     ) -> R {
         let tier_of = |ns: &str| self.namespace_tier(ns);
@@ -85,6 +88,7 @@ impl ClusterFacts {
             priority_classes: self.priority_classes(),
             claim_templates,
             nodes: &nodes,
+            grants,
         })
     }
 }

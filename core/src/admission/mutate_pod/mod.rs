@@ -149,11 +149,12 @@ pub fn plan<'a>(
     policy: &'a PolicySnapshot,
 ) -> Result<Scoring<'a>, Skip> {
     let candidate = triage::triage_with(req, facts.tier_of, policy, facts.claim_templates)?;
-    let admin = policy.is_admin(
-        req.user_info.username.as_deref(),
-        req.user_info.groups.as_deref().unwrap_or(&[]),
-    );
     let rules = policy.tier_rules(&candidate.tier, candidate.namespace);
+    let admin = rules.as_ref().is_some_and(|r| {
+        facts
+            .grants
+            .allows(&crate::authority::Permission::Exempt(r.tier.to_string()))
+    });
     if let Some(rules) = &rules {
         let nothing = ScoreResponse::default();
         let input = patch_input(

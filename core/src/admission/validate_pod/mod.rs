@@ -64,8 +64,8 @@ pub struct Violation {
 pub enum Check {
     /// Not held to a tier (another operation, no GPU, no tier…): allowed without a word.
     NotOurs(&'static str),
-    /// An admin's own request, or nothing wrong: allowed.
-    Allowed(&'static str),
+    /// Nothing wrong, or the requester may run outside the tier: allowed.
+    Allowed(Allowance),
     /// Violations to answer according to the enforcement mode.
     Violations {
         tier: String,
@@ -75,6 +75,28 @@ pub enum Check {
         /// What the tier allows, for the message.
         allowed: String,
     },
+}
+
+/// Why an object held to a tier is allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Allowance {
+    /// Within the tier's classes and priority cap.
+    WithinTier,
+    /// Outside the tier, by a requester RBAC allows `exempt tiers/<tier>` (or on the policy's deprecated
+    /// admin lists).
+    Exempt,
+    /// An UPDATE that adds no violation to those the object already had.
+    PredatesUpdate,
+}
+
+impl Allowance {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Allowance::WithinTier => "within the tier",
+            Allowance::Exempt => "exempt from the tier (RBAC: exempt tiers/<tier>)",
+            Allowance::PredatesUpdate => "violations predate the update",
+        }
+    }
 }
 
 fn is_pod(req: &AdmissionRequest<DynamicObject>) -> bool {
@@ -125,13 +147,12 @@ pub fn check(
     };
     let mut violations = object_violations(object, pod, &at);
     if violations.is_empty() {
-        return Check::Allowed("within the tier");
+        return Check::Allowed(Allowance::WithinTier);
     }
-    if policy.is_admin(
-        req.user_info.username.as_deref(),
-        req.user_info.groups.as_deref().unwrap_or(&[]),
-    ) {
-        return Check::Allowed("admin");
+    if facts.grants.allows(&crate::authority::Permission::Exempt(
+        rules.tier.to_string(),
+    )) {
+        return Check::Allowed(Allowance::Exempt);
     }
     if req.operation == Operation::Update
         && let Some(old) = &req.old_object
@@ -139,7 +160,7 @@ pub fn check(
         let before = object_violations(old, pod, &at);
         violations.retain(|v| !before.contains(v));
         if violations.is_empty() {
-            return Check::Allowed("violations predate the update");
+            return Check::Allowed(Allowance::PredatesUpdate);
         }
     }
     let name = object
@@ -434,6 +455,7 @@ pub fn verdict(check: &Check, mode: EnforcementMode) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::authority::{Grants, Permission};
     use gpu_admission_proto::scorer::v1::{
         Enforcement, GetPolicyResponse, GpuClass, NamespaceGrant, PriorityAssignment,
         PriorityBucket, Tier,
@@ -544,17 +566,28 @@ mod tests {
         }
     }
 
-    /// [`check`] with `tier_of`, the test Nodes, no PriorityClass cache and no claim templates.
+    /// [`check`] with `tier_of`, the test Nodes, no PriorityClass cache, no claim templates and the powers
+    /// the policy's deprecated admin lists give the requester.
     fn check_with(
         req: &AdmissionRequest<DynamicObject>,
         p: &PolicySnapshot,
         tier_of: &dyn Fn(&str) -> Option<String>,
+    ) -> Check {
+        check_granted(req, p, tier_of, &Grants::offline(p, &req.user_info))
+    }
+
+    fn check_granted(
+        req: &AdmissionRequest<DynamicObject>,
+        p: &PolicySnapshot,
+        tier_of: &dyn Fn(&str) -> Option<String>,
+        grants: &Grants,
     ) -> Check {
         let facts = Facts {
             tier_of,
             priority_classes: None,
             claim_templates: &NoClaimTemplates,
             nodes: &nodes,
+            grants,
         };
         check(req, p, &facts, p)
     }
@@ -639,7 +672,40 @@ mod tests {
         );
         assert_eq!(
             run(&req, EnforcementMode::Enforce).0,
-            Check::Allowed("admin")
+            Check::Allowed(Allowance::Exempt)
+        );
+        // RBAC: `exempt tiers/bronze` exempts from bronze; the same power on another tier does not.
+        let plain = request(
+            ("", "Pod"),
+            "batch",
+            pod("batch", json!({}), spec.clone()),
+            &[],
+            "CREATE",
+            Value::Null,
+        );
+        let p = policy(EnforcementMode::Enforce);
+        let exempt = |tier: &str| Grants::new([Permission::Exempt(tier.into())], false);
+        assert_eq!(
+            check_granted(&plain, &p, &tiers, &exempt("bronze")),
+            Check::Allowed(Allowance::Exempt)
+        );
+        assert!(matches!(
+            check_granted(&plain, &p, &tiers, &exempt("gold")),
+            Check::Violations { .. }
+        ));
+        let rules = Grants::new(
+            [
+                Permission::ChangeRules,
+                Permission::SetTier("bronze".into()),
+            ],
+            false,
+        );
+        assert!(
+            matches!(
+                check_granted(&plain, &p, &tiers, &rules),
+                Check::Violations { .. }
+            ),
+            "changing the rules or setting tiers is no exemption"
         );
         let req = request(
             ("", "Pod"),
@@ -651,7 +717,7 @@ mod tests {
         );
         assert_eq!(
             run(&req, EnforcementMode::Enforce).0,
-            Check::Allowed("within the tier")
+            Check::Allowed(Allowance::WithinTier)
         );
     }
 
@@ -709,7 +775,7 @@ mod tests {
         );
         assert_eq!(
             run(&req, EnforcementMode::Enforce).0,
-            Check::Allowed("within the tier")
+            Check::Allowed(Allowance::WithinTier)
         );
         let req = request(
             ("", "Pod"),
@@ -759,7 +825,7 @@ mod tests {
         );
         assert_eq!(
             run(&req, EnforcementMode::Enforce).0,
-            Check::Allowed("violations predate the update")
+            Check::Allowed(Allowance::PredatesUpdate)
         );
         let req = request(
             ("batch", "Job"),
@@ -904,7 +970,7 @@ mod tests {
         );
         assert_eq!(
             check_with(&granted, &p, &tiers),
-            Check::Allowed("within the tier")
+            Check::Allowed(Allowance::WithinTier)
         );
         // An admin may.
         let admin = request(
@@ -915,7 +981,10 @@ mod tests {
             "CREATE",
             Value::Null,
         );
-        assert_eq!(check_with(&admin, &p, &tiers), Check::Allowed("admin"));
+        assert_eq!(
+            check_with(&admin, &p, &tiers),
+            Check::Allowed(Allowance::Exempt)
+        );
     }
 
     #[test]
@@ -949,7 +1018,7 @@ mod tests {
                 &p,
                 &tiers
             ),
-            Check::Allowed("within the tier")
+            Check::Allowed(Allowance::WithinTier)
         );
     }
 
@@ -993,6 +1062,7 @@ mod tests {
             priority_classes: None,
             claim_templates: &NoClaimTemplates,
             nodes: &nodes,
+            grants: &crate::authority::Grants::none(),
         };
         let at = Where {
             namespace: "batch",
@@ -1060,8 +1130,8 @@ mod tests {
             json!({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4", KEY: "L4-24GB"}}),
             json!({}),
         );
-        assert_eq!(c, Check::Allowed("within the tier"));
+        assert_eq!(c, Check::Allowed(Allowance::WithinTier));
         let c = check_of(json!({}), json!({"nvidia.com/nouse-gputype": "H100"}));
-        assert_eq!(c, Check::Allowed("within the tier"));
+        assert_eq!(c, Check::Allowed(Allowance::WithinTier));
     }
 }

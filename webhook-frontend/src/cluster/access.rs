@@ -1,0 +1,154 @@
+//! The requester's powers over the tier rules, asked of the apiserver with SubjectAccessReviews
+//! (`gpu_admission_core::authority`): only those a decision needs, each answer cached briefly per requester.
+//! A review that cannot be made (no Kubernetes API, the apiserver unreachable, an error) grants nothing: a
+//! rule change is then refused and a workload held to its tier. The policy's deprecated admin lists still
+//! grant every power.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use gpu_admission_core::authority::{API_GROUP, Grants, Permission};
+use gpu_admission_core::policy::PolicySnapshot;
+use k8s_openapi::api::authentication::v1::UserInfo;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use kube::api::{Api, PostParams};
+
+/// How long an answer is reused: a RoleBinding removed takes at most this long to count.
+const ANSWER_TTL: Duration = Duration::from_secs(10);
+/// How long a SubjectAccessReview may take before it counts as refused.
+const REVIEW_TIMEOUT: Duration = Duration::from_secs(2);
+/// Answers kept at most (the cache is emptied when full; it refills from the apiserver).
+const MAX_ANSWERS: usize = 10_000;
+
+/// Who asks, as the cache keys it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Key {
+    user: String,
+    uid: String,
+    groups: Vec<String>,
+    extra: BTreeMap<String, Vec<String>>,
+    permission: Permission,
+}
+
+/// SubjectAccessReviews with a short cache.
+pub(crate) struct AccessReviews {
+    client: Option<kube::Client>,
+    answers: Mutex<HashMap<Key, (bool, Instant)>>,
+}
+
+impl AccessReviews {
+    /// `None`: no Kubernetes API (`--no-kube`); only the deprecated lists grant.
+    pub(crate) fn new(client: Option<kube::Client>) -> Self {
+        Self {
+            client,
+            answers: Mutex::default(),
+        }
+    }
+
+    /// The powers among `wanted` that `user` holds.
+    pub(crate) async fn grants(
+        &self,
+        user: &UserInfo,
+        wanted: &[Permission],
+        policy: &PolicySnapshot,
+    ) -> Grants {
+        let groups = user.groups.clone().unwrap_or_default();
+        let legacy = policy.is_admin(user.username.as_deref(), &groups);
+        let mut held = Vec::new();
+        for p in wanted {
+            if self.allowed(user, p).await {
+                held.push(p.clone());
+            }
+        }
+        let grants = Grants::new(held, legacy);
+        for p in wanted.iter().filter(|p| grants.only_by_legacy_list(p)) {
+            tracing::warn!(user = ?user.username, permission = %p.describe(), "granted by the policy's deprecated enforcement.adminGroups/adminUsers only: bind the user in RBAC instead");
+        }
+        grants
+    }
+
+    /// `exempt tiers/<tier>` for the tier `namespace` is held to (none when it has no tier).
+    pub(crate) async fn exemption(
+        &self,
+        user: &UserInfo,
+        tier: Option<String>,
+        namespace: &str,
+        policy: &PolicySnapshot,
+    ) -> Grants {
+        let Some(rules) =
+            tier.and_then(|t| policy.tier_rules(&t, namespace).map(|r| r.tier.to_string()))
+        else {
+            return Grants::none();
+        };
+        self.grants(user, &[Permission::Exempt(rules)], policy)
+            .await
+    }
+
+    async fn allowed(&self, user: &UserInfo, p: &Permission) -> bool {
+        let Some(client) = &self.client else {
+            return false;
+        };
+        let key = Key {
+            user: user.username.clone().unwrap_or_default(),
+            uid: user.uid.clone().unwrap_or_default(),
+            groups: user.groups.clone().unwrap_or_default(),
+            extra: user.extra.clone().unwrap_or_default(),
+            permission: p.clone(),
+        };
+        if let Some((answer, at)) = self.cache().get(&key)
+            && at.elapsed() < ANSWER_TTL
+        {
+            return *answer;
+        }
+        let answer = match tokio::time::timeout(REVIEW_TIMEOUT, review(client, &key)).await {
+            Ok(Ok(allowed)) => allowed,
+            Ok(Err(err)) => {
+                tracing::warn!(error = %err, permission = %p.describe(), "SubjectAccessReview failed: not granted");
+                return false;
+            }
+            Err(_) => {
+                tracing::warn!(permission = %p.describe(), "SubjectAccessReview timed out: not granted");
+                return false;
+            }
+        };
+        let mut cache = self.cache();
+        if cache.len() >= MAX_ANSWERS {
+            cache.clear();
+        }
+        cache.insert(key, (answer, Instant::now()));
+        answer
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<Key, (bool, Instant)>> {
+        self.answers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// One SubjectAccessReview: may `key`'s user do `key.permission`?
+async fn review(client: &kube::Client, key: &Key) -> kube::Result<bool> {
+    let p = &key.permission;
+    let sar = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(key.user.clone()).filter(|u| !u.is_empty()),
+            uid: Some(key.uid.clone()).filter(|u| !u.is_empty()),
+            groups: Some(key.groups.clone()),
+            extra: Some(key.extra.clone()).filter(|e| !e.is_empty()),
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(API_GROUP.to_string()),
+                resource: Some(p.resource().to_string()),
+                verb: Some(p.verb().to_string()),
+                name: p.name().map(str::to_string),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer = Api::<SubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &sar)
+        .await?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
+}
