@@ -206,7 +206,7 @@ impl LocalCluster {
         }
         let binding: ClusterRoleBinding = serde_json::from_value(json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": format!("e2e-tenant-{user}")},
+            "metadata": {"name": format!("e2e-tenant-{}", user.replace(':', "-"))},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "e2e-tenant-everything"},
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
         }))?;

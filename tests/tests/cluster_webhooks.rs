@@ -275,8 +275,24 @@ async fn what_reaches_each_webhook_as_shipped() {
     .await
     .unwrap();
 
+    // The rows' objects are a tenant's: every verb of the built-in API groups, none of gpu-admission.io's
+    // powers (the admin kubeconfig is system:masters, which RBAC lets run outside any tier).
+    let tenant = "system:serviceaccount:default:tenant";
+    cluster
+        .bind_tenant(tenant)
+        .await
+        .expect("the tenant binding");
+    let kubeconfig = gpu_admission_tests::cluster::service_account_kubeconfig(
+        cluster.kubeconfig(),
+        policy_dir.path(),
+        "default",
+        "tenant",
+    )
+    .unwrap();
     let mut t = Table {
-        client: client.clone(),
+        client: gpu_admission_tests::cluster::client_for(&kubeconfig)
+            .await
+            .unwrap(),
         rows: Vec::new(),
     };
     rows_of_pods(&mut t, &webhook).await;
