@@ -51,7 +51,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     )
     .with_checkpoints(cluster.checkpoints)
     .with_workloads(cluster.workloads)
-    .with_access(access_client);
+    .with_access(access_client)
+    .with_body_budget(config.server.body_budget_bytes);
     let readiness = Arc::new(
         webhooks
             .readiness()

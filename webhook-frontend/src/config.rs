@@ -70,6 +70,11 @@ pub struct ServerArgs {
     /// On SIGTERM/SIGINT, how long in-flight requests may take to finish, in seconds.
     #[arg(long, env = "WEBHOOK_DRAIN_TIMEOUT_SECS", default_value_t = 20)]
     pub drain_timeout_secs: u64,
+
+    /// Request-body bytes in flight at most (MiB), over all connections; a request whose body would pass it
+    /// is answered 503 at once (raised to one maximum-size body when lower).
+    #[arg(long, env = "WEBHOOK_MAX_BODY_MIB_IN_FLIGHT", default_value_t = 48, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_body_mib_in_flight: u32,
 }
 
 /// Where the serving certificate comes from: files, a generated dev CA, or a Secret kept through the API.
@@ -274,6 +279,8 @@ pub struct Config {
 pub struct ServerConfig {
     pub listen: SocketAddr,
     pub limits: Limits,
+    /// Request-body bytes in flight at most.
+    pub body_budget_bytes: usize,
     /// On SIGTERM/SIGINT, how long in-flight requests may take to finish.
     pub drain_timeout: Duration,
 }
@@ -377,6 +384,7 @@ impl From<ServerArgs> for ServerConfig {
                 max_connections: args.max_connections as usize,
             },
             drain_timeout: Duration::from_secs(args.drain_timeout_secs),
+            body_budget_bytes: args.max_body_mib_in_flight as usize * 1024 * 1024,
         }
     }
 }

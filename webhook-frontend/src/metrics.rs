@@ -133,6 +133,19 @@ pub(crate) struct ViolationLabels {
     pub(crate) mode: &'static str,
 }
 
+/// Why a request was answered 503 before its body was read.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub(crate) enum ShedReason {
+    /// The in-flight body budget could not cover the request's body.
+    body_budget,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ShedLabels {
+    pub(crate) reason: ShedReason,
+}
+
 /// Where the policy the frontend holds came from.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
@@ -221,6 +234,8 @@ impl PolicyMetrics {
 /// All metrics of the webhook frontend.
 #[derive(Debug)]
 pub struct Metrics {
+    /// Requests answered 503 before their body was read, by reason.
+    pub(crate) shed: Family<ShedLabels, Counter>,
     /// The policy the frontend holds.
     pub(crate) policy: std::sync::Arc<PolicyMetrics>,
     pub(crate) requests: Family<RequestLabels, Counter>,
@@ -257,6 +272,7 @@ impl Metrics {
     /// Creates the metrics and registers them (names get the `gpu_admission_` prefix).
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self {
+            shed: Family::default(),
             policy: Default::default(),
             requests: Family::default(),
             // 50 µs .. ~3.3 s
@@ -279,6 +295,12 @@ impl Metrics {
         };
         let r = registry.sub_registry_with_prefix("gpu_admission");
         m.policy.register(r);
+        r.register(
+            "requests_shed",
+            "Requests answered 503 before their body was read, by reason (body_budget: the in-flight body \
+             budget was spent)",
+            m.shed.clone(),
+        );
         r.register(
             "requests",
             "Admission requests by operation and outcome",
@@ -394,6 +416,10 @@ impl Metrics {
                 .get_or_create(&CheckpointMissLabels { reason: m.into() })
                 .inc();
         }
+    }
+
+    pub(crate) fn record_shed(&self, reason: ShedReason) {
+        self.shed.get_or_create(&ShedLabels { reason }).inc();
     }
 
     pub(crate) fn record_validation(

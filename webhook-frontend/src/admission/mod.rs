@@ -40,7 +40,13 @@ pub struct Webhooks {
     checkpoints: Option<Arc<CheckpointCaches>>,
     workloads: Option<Arc<WorkloadOwners>>,
     access: Arc<AccessReviews>,
+    /// Request-body bytes in flight at most (see [`crate::body_budget`]).
+    body_budget_bytes: usize,
 }
+
+/// The default in-flight body budget: a few maximum-size reviews at once, far more than the KiB-sized reviews
+/// of normal traffic ever hold.
+pub const DEFAULT_BODY_BUDGET_BYTES: usize = 48 * 1024 * 1024;
 
 impl Webhooks {
     /// Without the checkpoint and workload caches (`--no-kube`; see the `with_` methods).
@@ -60,7 +66,14 @@ impl Webhooks {
             checkpoints: None,
             workloads: None,
             access: Arc::new(AccessReviews::new(None)),
+            body_budget_bytes: DEFAULT_BODY_BUDGET_BYTES,
         }
+    }
+
+    /// With another in-flight body budget.
+    pub fn with_body_budget(mut self, bytes: usize) -> Self {
+        self.body_budget_bytes = bytes;
+        self
     }
 
     /// With SubjectAccessReviews through `client` (without one only the policy's deprecated lists grant).
@@ -92,6 +105,10 @@ impl Webhooks {
 
     /// One route per webhook, each with its own state.
     pub(crate) fn routes(self) -> Router {
+        let budget = Arc::new(crate::body_budget::BodyBudget::new(
+            self.body_budget_bytes,
+            self.metrics.clone(),
+        ));
         let mutate = MutatePod {
             scorer: self.scorer.clone(),
             cluster: self.cluster.clone(),
@@ -145,5 +162,9 @@ impl Webhooks {
                 "/validate-policy",
                 post(handle::<ValidatePolicy>).with_state(Arc::new(policy)),
             )
+            .route_layer(axum::middleware::from_fn_with_state(
+                budget,
+                crate::body_budget::hold,
+            ))
     }
 }
