@@ -1,6 +1,7 @@
 //! The rendered install, applied unchanged for real to a local kube-apiserver (1.37.2 by default, see
-//! tests/README.md) + etcd (no kubelet, no controllers: nothing is pulled or scheduled, objects are stored and
-//! admission runs for real, the webhooks' matchConditions compiled and evaluated by the apiserver).
+//! tests/README.md) + etcd + kube-controller-manager (no scheduler, no kubelet: the Deployments' Pods are
+//! created, judged by Pod Security admission, and never run; admission runs for real, the webhooks'
+//! matchConditions compiled and evaluated by the apiserver).
 //!
 //! cert-manager's CRDs are stood in by schema-less CRDs of the same names (cert-manager itself is not
 //! installed here).
