@@ -1,6 +1,7 @@
 //! A Pod whose only GPUs come from a DRA ResourceClaimTemplate (`tests/fixtures/dra/`): recognised at the
-//! AdmissionReview tier when the template can be read (the test apiserver 1.20 predates DRA, so the review
-//! and the template are fixtures), and a Pod without GPUs when it cannot.
+//! AdmissionReview tier when the template can be read (the review and the template are fixtures; the live
+//! counterpart with the real scheduler allocating is `tests/tests/cluster_dra.rs`), and a Pod without GPUs
+//! when it cannot.
 
 use gpu_admission_core::admission::mutate_pod::triage::{self as decide, Skip};
 use gpu_admission_core::pod::gpu_resources::{ClaimTemplates, NoClaimTemplates};

@@ -1,6 +1,7 @@
 //! The rendered install, applied unchanged for real to a local kube-apiserver (1.37.2 by default, see
-//! tests/README.md) + etcd (no kubelet, no controllers: nothing is pulled or scheduled, objects are stored and
-//! admission runs for real, the webhooks' matchConditions compiled and evaluated by the apiserver).
+//! tests/README.md) + etcd + kube-controller-manager (no scheduler, no kubelet: the Deployments' Pods are
+//! created, judged by Pod Security admission, and never run; admission runs for real, the webhooks'
+//! matchConditions compiled and evaluated by the apiserver).
 //!
 //! cert-manager's CRDs are stood in by schema-less CRDs of the same names (cert-manager itself is not
 //! installed here).
@@ -53,9 +54,11 @@ impl Apiserver {
             .unwrap();
         let server = Apiserver { dir };
         let t = Instant::now();
+        // The controllers, so that the Deployments make their Pods (Pod Security admission judges them).
         let out = Command::new("bash")
             .arg(&script)
             .arg(server.dir.path())
+            .arg("controller-manager")
             .output()
             .unwrap();
         println!("apiserver started in {:?}", t.elapsed());
@@ -265,6 +268,12 @@ fn rendered_install_applies_unchanged_to_a_real_kube_apiserver() {
         "default: {} objects applied and stored",
         default.objects.len()
     );
+    let t = Instant::now();
+    assert_deployments_make_their_pods(&api);
+    println!(
+        "default: every Deployment's Pods admitted under the restricted Pod Security Standard in {:?}",
+        t.elapsed()
+    );
 
     let mwc = api.get_json(&["mutatingwebhookconfiguration", "gpu-admission"]);
     let hook = &mwc["webhooks"][0];
@@ -428,8 +437,8 @@ fn rendered_install_applies_unchanged_to_a_real_kube_apiserver() {
         println!("{}: {} objects applied and stored", m.mode, m.objects.len());
     }
 
-    // Uninstall: what `kubectl delete -k` does; cluster-scoped objects go at once (the namespace
-    // would wait for the namespace controller, which this control plane does not run).
+    // Uninstall: what `kubectl delete -k` does; cluster-scoped objects go at once, the namespace through
+    // the namespace controller.
     let all: Vec<Value> = [default, automatic, external]
         .into_iter()
         .chain(others)
@@ -459,14 +468,57 @@ fn rendered_install_applies_unchanged_to_a_real_kube_apiserver() {
         .filter(|l| l.contains("gpu-admission") || l.contains("/gpu-"))
         .collect();
     assert!(ours.is_empty(), "left behind after delete: {ours:?}");
-    let ns = api.get_json(&["namespace", NAMESPACE]);
-    assert!(
-        ns["metadata"]["deletionTimestamp"].is_string(),
-        "namespace is being deleted"
-    );
-    assert!(
-        arr_at(&ns, "/spec/finalizers")
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !api
+        .kubectl_ok(&["get", "namespaces", "-o", "name"])
+        .lines()
+        .all(|l| l != format!("namespace/{NAMESPACE}"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "namespace {NAMESPACE} not deleted"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// Every Deployment of the install's namespace has created all its Pods (the restricted Pod Security
+/// Standard the namespace enforces admits them; a refused Pod shows as a `ReplicaFailure` condition).
+fn assert_deployments_make_their_pods(api: &Apiserver) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let list = api.get_json(&["replicasets", "-n", NAMESPACE]);
+        let mut waiting = Vec::new();
+        for rs in arr_at(&list, "/items") {
+            let name = str_at(rs, "/metadata/name");
+            for c in arr_at(rs, "/status/conditions") {
+                assert!(
+                    !(c["type"] == "ReplicaFailure" && c["status"] == "True"),
+                    "ReplicaSet {name} cannot create its Pods: {}",
+                    c["message"]
+                );
+            }
+            if rs["status"]["replicas"] != rs["spec"]["replicas"] {
+                waiting.push(name.to_string());
+            }
+        }
+        let deployments = arr_at(&api.get_json(&["deployments", "-n", NAMESPACE]), "/items").len();
+        let wanted: u64 = arr_at(&list, "/items")
             .iter()
-            .any(|f| f == "kubernetes")
-    );
+            .filter_map(|rs| rs["spec"]["replicas"].as_u64())
+            .sum();
+        let pods = arr_at(&api.get_json(&["pods", "-n", NAMESPACE]), "/items").len() as u64;
+        if waiting.is_empty() && arr_at(&list, "/items").len() >= deployments && deployments > 0 {
+            assert_eq!(
+                pods,
+                wanted,
+                "the Pods of {} ReplicaSets",
+                arr_at(&list, "/items").len()
+            );
+            println!("{deployments} Deployments, {pods} Pods created");
+            return;
+        }
+        assert!(Instant::now() < deadline, "Pods not created by {waiting:?}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
 }
