@@ -64,38 +64,7 @@ fn parse_workload_class(value: &str) -> Option<WorkloadClass> {
     }
 }
 
-/// `true` when `s` is a valid Kubernetes label value (≤ 63 chars, alphanumerics, `-`, `_`, `.`, alphanumeric
-/// at both ends). Used for the job-type label and the anti-affinity selectors.
-pub fn is_label_value(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
-}
-
-/// `true` for a valid qualified label key (`[prefix/]name`, DNS-subdomain prefix, name ≤ 63).
-pub(crate) fn is_label_key(k: &str) -> bool {
-    let (prefix, name) = match k.rsplit_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, k),
-    };
-    let prefix_ok = prefix.is_none_or(|p| {
-        !p.is_empty()
-            && p.len() <= 253
-            && p.split('.').all(|part| {
-                let b = part.as_bytes();
-                !b.is_empty()
-                    && b[0].is_ascii_alphanumeric()
-                    && b[b.len() - 1].is_ascii_alphanumeric()
-                    && b.iter()
-                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-            })
-    });
-    prefix_ok && is_label_value(name)
-}
+pub use gpu_admission_policy::names::{is_label_key, is_label_value};
 
 /// Extracts the job features of a Pod with the built-in GPU resource list and no ResourceClaimTemplates.
 pub fn extract(pod: &Pod) -> JobFeatures {

@@ -151,17 +151,7 @@ impl Checker {
     }
 
     fn label_value(&mut self, field: String, v: &str) {
-        let ok_chars = v
-            .chars()
-            .all(|ch| ch.is_ascii_alphanumeric() || "-_.".contains(ch));
-        let ok_ends = v
-            .chars()
-            .next()
-            .is_some_and(|ch| ch.is_ascii_alphanumeric())
-            && v.chars()
-                .last()
-                .is_some_and(|ch| ch.is_ascii_alphanumeric());
-        if v.is_empty() || v.len() > 63 || !ok_chars || !ok_ends {
+        if !crate::names::is_label_value(v) {
             self.fail(
                 field,
                 format!(
@@ -173,15 +163,14 @@ impl Checker {
     }
 
     fn label_key(&mut self, field: String, k: &str) {
-        let (prefix, name) = k.rsplit_once('/').unwrap_or(("", k));
-        let prefix_ok = prefix.len() <= 253
-            && prefix
-                .chars()
-                .all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || "-.".contains(ch));
-        if !prefix_ok || name.is_empty() {
-            self.fail(field, format!("`{k}` is not a valid Kubernetes label key"));
-        } else {
-            self.label_value(format!("{field} (name part)"), name);
+        if !crate::names::is_label_key(k) {
+            self.fail(
+                field,
+                format!(
+                    "`{k}` is not a valid Kubernetes label key ([prefix/]name: a DNS subdomain prefix, a \
+                     label-value name)"
+                ),
+            );
         }
     }
 
