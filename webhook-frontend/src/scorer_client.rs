@@ -76,37 +76,6 @@ pub(crate) fn effective_deadline(
     }
 }
 
-/// Parses the apiserver's `?timeout=` value, a Go duration such as `10s`, `500ms`, `1m30s`, `1.5s`.
-pub(crate) fn parse_go_duration(s: &str) -> Option<Duration> {
-    let mut rest = s.trim();
-    if rest.is_empty() {
-        return None;
-    }
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let value: f64 = rest[..num_len].parse().ok()?;
-        rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return None,
-        };
-        rest = &rest[unit_len..];
-        total += value * scale;
-    }
-    (total.is_finite() && total < 1e9).then(|| Duration::from_secs_f64(total))
-}
-
 /// How Score calls travel (`--scorer-calls`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum CallMode {
@@ -450,17 +419,6 @@ impl Scorer {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn go_durations() {
-        assert_eq!(parse_go_duration("10s"), Some(Duration::from_secs(10)));
-        assert_eq!(parse_go_duration("500ms"), Some(Duration::from_millis(500)));
-        assert_eq!(parse_go_duration("1m30s"), Some(Duration::from_secs(90)));
-        assert_eq!(parse_go_duration("1.5s"), Some(Duration::from_millis(1500)));
-        for bad in ["", "10", "s", "10x", "-1s", "1e400s"] {
-            assert_eq!(parse_go_duration(bad), None, "{bad}");
-        }
-    }
 
     #[test]
     fn deadline_is_the_smaller_of_budget_and_apiserver_timeout() {

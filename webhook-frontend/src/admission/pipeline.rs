@@ -17,7 +17,7 @@ use gpu_admission_proto::scorer::v1::EnforcementMode;
 use gpu_admission_telemetry::REQUEST_SPANS;
 use tracing::{Instrument, field::Empty};
 
-use crate::scorer_client::parse_go_duration;
+use gpu_admission_core::review::parse_go_duration;
 
 /// What every decoded review tells the pipeline: the version to answer with and the uid to echo.
 pub(crate) trait Envelope {
