@@ -305,7 +305,7 @@ fn evaluate_page(
     policy: &PolicySnapshot,
     cf: &ClusterFacts,
 ) -> Vec<Finding> {
-    let tier_of = |ns: &str| cf.tiers.get(ns).cloned();
+    let tier_of = |ns: &str| cf.tiers.get(ns).cloned().flatten();
     let nodes = |n: &str| cf.node_class(n, &policy.catalog);
     let facts = Facts {
         tier_of: &tier_of,
