@@ -94,6 +94,21 @@ impl MutatePod {
         let mut scoring = match planned {
             Ok(s) => s,
             Err(skip) => {
+                // Not scored (no GPU, already decided…): still held to its tier's priority cap.
+                let capped = self.cluster.with_facts(&policy, |facts| {
+                    mutate_pod::cap_priority(req, facts, &policy)
+                });
+                if let Some(c) = capped {
+                    call.span.record("admission.reason", "priority capped");
+                    tracing::info!(
+                        uid,
+                        tier = c.tier,
+                        own = c.own,
+                        cap = c.cap,
+                        "PriorityClass lowered to the tier's cap"
+                    );
+                    return (Outcome::Mutated, c.answer);
+                }
                 skipped(&call.span, skip.0, "");
                 return (Outcome::Skipped, Answer::default());
             }
