@@ -175,6 +175,14 @@ impl Engine {
         let mut scoring = match mutate_pod::plan(uid, req, &facts, &self.policy) {
             Ok(s) => s,
             Err(skip) => {
+                // Not scored: still held to its tier's priority cap, as the frontend does.
+                if let Some(capped) = mutate_pod::cap_priority(req, &facts, &self.policy) {
+                    return Mutation {
+                        outcome: Outcome::Mutated.as_str(),
+                        skipped: None,
+                        answer: capped.answer,
+                    };
+                }
                 return Mutation {
                     outcome: Outcome::Skipped.as_str(),
                     skipped: Some(skip.0),

@@ -92,7 +92,12 @@ impl Evaluation {
             object,
             source: source.to_string(),
             namespace: namespace.to_string(),
-            tier: engine.options.tiers.tier_of(namespace),
+            // The tier the webhooks hold the namespace to (an untiered one: the default tier, or none).
+            tier: engine
+                .policy()
+                .tier_for(engine.options.tiers.tier_of(namespace).as_deref())
+                .tier()
+                .map(str::to_string),
             verdict: Verdict::Allowed,
             message: None,
             warnings: Vec::new(),

@@ -176,7 +176,7 @@ pub fn normalise_quantities(v: &mut Value) {
 }
 
 /// The tiers of namespaces: `--namespace NS=TIER` first, then the Namespace objects of the input, then the
-/// fallback of `--namespace '*=TIER'`. A namespace with none of these has no tier (not ours).
+/// fallback of `--namespace '*=TIER'`. A namespace with none of these has no tier label: the policy's `untieredNamespaces` decides (`defaultTier` by default), as in the webhooks.
 #[derive(Debug, Clone, Default)]
 pub struct Tiers {
     explicit: BTreeMap<String, String>,

@@ -36,6 +36,16 @@ pub mod features {
 }
 
 /// The namespace label that carries the tier (the default of `--tier-label`).
+/// The namespaces no webhook registration selects and no audit reports on (the shipped
+/// `namespaceSelector`: `kubernetes.io/metadata.name NotIn [...]`): the cluster's own and gpu-admission's own.
+/// Every other namespace is held to a tier ([`crate::policy::PolicySnapshot::tier_for`]).
+pub const EXEMPT_NAMESPACES: [&str; 4] = [
+    "kube-system",
+    "kube-public",
+    "kube-node-lease",
+    "gpu-admission",
+];
+
 pub const DEFAULT_TIER_LABEL: &str = "tenant.kubenexus.io/tier";
 
 /// Other placement systems' names: Kueue's queue label and admission gate, HAMi's GPU type annotations.

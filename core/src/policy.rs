@@ -10,9 +10,13 @@ use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::OnceLock;
 
+use k8s_openapi::api::core::v1::PodSpec;
+
 use gpu_admission_proto::scorer::v1::{
     EnforcementMode, GetPolicyResponse, GpuClass, NamespaceGrant, Tier, TierFallback,
 };
+
+pub use gpu_admission_policy::UntieredNamespaces;
 
 use crate::pod::features::{is_label_key, is_label_value};
 use crate::pod::gpu_resources::GpuResources;
@@ -33,6 +37,9 @@ pub struct PolicySnapshot {
     /// The tier a namespace label naming no tier of the policy counts as (`defaultTier`; empty from a scorer
     /// that predates it).
     pub default_tier: String,
+    /// What a namespace without a tier of the policy is held to (`DefaultTier` for a view built without the
+    /// policy document).
+    pub untiered: UntieredNamespaces,
     /// `Audit` when the scorer predates enforcement.
     pub mode: EnforcementMode,
     pub admin_groups: Vec<String>,
@@ -80,6 +87,88 @@ impl Derived {
     }
 }
 
+/// Why a namespace has no tier of the policy (the metric and log label: [`Untiered::as_str`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Untiered {
+    /// No tier label, or a namespace not (yet) in the caller's cache.
+    NoLabel,
+    /// The tier label's value is `""`.
+    EmptyLabel,
+    /// The tier label names no tier of the policy.
+    UnknownTier,
+}
+
+impl Untiered {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Untiered::NoLabel => "no_tier_label",
+            Untiered::EmptyLabel => "empty_tier_label",
+            Untiered::UnknownTier => "unknown_tier",
+        }
+    }
+
+    /// In words, for messages: `has no tier label`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Untiered::NoLabel => "has no tier label",
+            Untiered::EmptyLabel => "has an empty tier label",
+            Untiered::UnknownTier => "names no tier of the policy",
+        }
+    }
+}
+
+/// Which tier a namespace is held to ([`PolicySnapshot::tier_for`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TierScope {
+    /// Its own tier label names this tier.
+    Tier(String),
+    /// Untiered, held to the policy's `defaultTier` (`untieredNamespaces: DefaultTier`).
+    Defaulted { tier: String, why: Untiered },
+    /// Untiered, and the policy says such namespaces may run no Pod it would hold to a tier
+    /// (`untieredNamespaces: Deny`).
+    Denied(Untiered),
+    /// Untiered and outside every rule (`untieredNamespaces: Ignore`, or a policy without tiers).
+    Ignored(Untiered),
+}
+
+impl TierScope {
+    /// The tier the namespace's Pods are held to, if any.
+    pub fn tier(&self) -> Option<&str> {
+        match self {
+            TierScope::Tier(t) | TierScope::Defaulted { tier: t, .. } => Some(t),
+            TierScope::Denied(_) | TierScope::Ignored(_) => None,
+        }
+    }
+}
+
+const NEVER: &str = "Never";
+const PREEMPT_LOWER_PRIORITY: &str = "PreemptLowerPriority";
+
+/// A Pod's own PriorityClass beyond its tier's cap ([`TierRules::priority_beyond_cap`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BeyondCap {
+    /// The class the Pod names.
+    pub class: String,
+    /// Its value.
+    pub value: i32,
+    /// Its value is above the cap's.
+    pub above: bool,
+    /// It may preempt where the cap's class may not (`PreemptLowerPriority` under a `Never` cap).
+    pub preempts: bool,
+}
+
+impl BeyondCap {
+    /// As a clause: `asks for PriorityClass gpu-ultra (1000000)`, `asks for PriorityClass low-preempting (100)
+    /// with preemptionPolicy PreemptLowerPriority`.
+    pub fn describe(&self) -> String {
+        let mut s = format!("asks for PriorityClass {} ({})", self.class, self.value);
+        if self.preempts && !self.above {
+            s.push_str(" with preemptionPolicy PreemptLowerPriority");
+        }
+        s
+    }
+}
+
 /// What a namespace's Pods may use: its tier's rules widened by an admin grant for the namespace.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TierRules<'p> {
@@ -104,6 +193,39 @@ impl TierRules<'_> {
     /// Does a Pod at `value` priority stay within the cap?
     pub fn priority_allowed(&self, value: i32) -> bool {
         self.max_priority_class.is_none_or(|cap| value <= cap.value)
+    }
+
+    /// How a Pod's own PriorityClass goes beyond the tier's cap, the one rule mutation and validation
+    /// follow for every Pod, GPU or not: its class's value above the cap's, or `PreemptLowerPriority` (its
+    /// own, else its class's, else the Kubernetes default) where the cap's class says `Never`. The cluster's
+    /// `globalDefault` class is no exemption. `None` within the cap, without a cap, for a Pod naming no
+    /// class (priority 0), or one naming a class `pcs` does not know (the apiserver refuses those).
+    pub fn priority_beyond_cap(
+        &self,
+        spec: &PodSpec,
+        pcs: &dyn PriorityClassLookup,
+    ) -> Option<BeyondCap> {
+        let own = spec
+            .priority_class_name
+            .as_deref()
+            .filter(|c| !c.is_empty())?;
+        let cap = self.max_priority_class?;
+        let facts = pcs.priority_class(own)?;
+        let preempts = spec
+            .preemption_policy
+            .as_deref()
+            .or(facts.preemption_policy.as_deref())
+            .unwrap_or(PREEMPT_LOWER_PRIORITY)
+            != NEVER;
+        let cap_never = cap.preemption_policy.as_deref() == Some(NEVER);
+        let above = facts.value > cap.value;
+        let preempts = preempts && cap_never;
+        (above || preempts).then(|| BeyondCap {
+            class: own.to_string(),
+            value: facts.value,
+            above,
+            preempts,
+        })
     }
 
     /// The allowed classes in a sentence: `L4-24GB (24 GiB, nvidia)`.
@@ -137,6 +259,7 @@ impl PolicySnapshot {
     pub fn from_policy(policy: std::sync::Arc<gpu_admission_policy::Policy>) -> Self {
         let mut view =
             Self::from_response(gpu_admission_policy::wire::get_policy_response(&policy));
+        view.untiered = policy.untiered_namespaces;
         view.policy = Some(policy);
         view
     }
@@ -201,11 +324,49 @@ impl PolicySnapshot {
             priority_classes,
             tiers: p.tiers,
             default_tier: p.default_tier,
+            untiered: UntieredNamespaces::default(),
             mode,
             admin_groups: enforcement.admin_groups,
             admin_users: enforcement.admin_users,
             namespace_grants: p.namespace_grants,
             job_type_default_memory_gib: p.job_type_default_memory_gib.into_iter().collect(),
+        }
+    }
+
+    /// The one rule for which tier a namespace is held to, from its tier label's value (`None`: no label, or a
+    /// namespace the caller does not know yet). A value naming a tier of the policy is that tier; anything
+    /// else (no label, `""`, an unknown value) is untiered and answered as the policy's `untieredNamespaces`
+    /// says. Every webhook, the observer's audit and the CLI ask this.
+    pub fn tier_for(&self, label: Option<&str>) -> TierScope {
+        if self.tiers.is_empty() {
+            // The policy is not known yet: the label as it is (its rules are looked up once it is).
+            return match label {
+                Some(t) if !t.is_empty() => TierScope::Tier(t.to_string()),
+                Some(_) => TierScope::Ignored(Untiered::EmptyLabel),
+                None => TierScope::Ignored(Untiered::NoLabel),
+            };
+        }
+        let why = match label {
+            Some(t) if self.tiers.iter().any(|tier| tier.name == t) => {
+                return TierScope::Tier(t.to_string());
+            }
+            None => Untiered::NoLabel,
+            Some("") => Untiered::EmptyLabel,
+            Some(_) => Untiered::UnknownTier,
+        };
+        match self.untiered {
+            // A scorer that predates `defaultTier` names none: nothing to hold the namespace to.
+            UntieredNamespaces::DefaultTier
+                if !self.tiers.iter().any(|t| t.name == self.default_tier) =>
+            {
+                TierScope::Ignored(why)
+            }
+            UntieredNamespaces::DefaultTier => TierScope::Defaulted {
+                tier: self.default_tier.clone(),
+                why,
+            },
+            UntieredNamespaces::Deny => TierScope::Denied(why),
+            UntieredNamespaces::Ignore => TierScope::Ignored(why),
         }
     }
 

@@ -18,7 +18,8 @@ pub use model::{
     WorkloadClass,
 };
 pub use schema::{
-    EnforcementMode, Fallback, LearningSpec, Objective, RuntimeProfile, SizeReference, Vendor,
+    EnforcementMode, Fallback, LearningSpec, Objective, RuntimeProfile, SizeReference,
+    UntieredNamespaces, Vendor,
 };
 pub use validate::{
     NON_RULE_FIELDS, PolicyError, Problem, load_file, parse, rule_fields, rules_digest,

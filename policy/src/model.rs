@@ -3,7 +3,8 @@ use ndarray::Array2;
 
 use crate::gpu_resources::GpuResourceRule;
 use crate::schema::{
-    EnforcementMode, Fallback, LearningSpec, Objective, RuntimeProfile, SizeReference, Vendor,
+    EnforcementMode, Fallback, LearningSpec, Objective, RuntimeProfile, SizeReference,
+    UntieredNamespaces, Vendor,
 };
 
 /// Workload classes the scorer's model distinguishes (the wire's `WorkloadClass`).
@@ -131,6 +132,8 @@ pub struct Policy {
     pub classes: Vec<GpuClass>,
     pub tiers: Vec<Tier>,
     pub default_tier: usize,
+    /// What a namespace without a tier of this policy is held to.
+    pub untiered_namespaces: UntieredNamespaces,
     pub(crate) workload: [(f64, RuntimeProfile); 5],
     pub job_types: Vec<JobType>,
     /// Prior slowdown between job types (indexed like `job_types`; symmetric).

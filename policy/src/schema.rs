@@ -18,6 +18,10 @@ pub struct PolicyFile {
     pub node_label_key: String,
     /// Tier used when a request names none, or one the policy does not know.
     pub default_tier: String,
+    /// What a namespace without a tier is held to: one with no tier label, an empty value, a value naming
+    /// no tier, or one the webhooks do not know yet (`DefaultTier` when absent).
+    #[serde(default)]
+    pub untiered_namespaces: UntieredNamespaces,
     pub catalog: Vec<GpuClassSpec>,
     pub tiers: Vec<TierSpec>,
     pub workload_classes: BTreeMap<String, WorkloadClassSpec>,
@@ -70,6 +74,18 @@ pub enum GpuResourceKind {
     Cores,
     /// A DRA DeviceClass whose devices are GPUs.
     DraDeviceClass,
+}
+
+/// What the webhooks do with a namespace that has no tier of the policy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]
+pub enum UntieredNamespaces {
+    /// Held to `defaultTier`, as if labelled with it.
+    #[default]
+    DefaultTier,
+    /// Its GPU Pods and Pods naming a PriorityClass are violations (denied in `Enforce`).
+    Deny,
+    /// Outside every rule (the behaviour before this setting).
+    Ignore,
 }
 
 /// How tier violations are answered.

@@ -62,6 +62,47 @@ fn tier_of(policy: &PolicySnapshot) -> impl Fn(&str) -> Option<String> + '_ {
     }
 }
 
+/// A Pod `/mutate-pod` does not score: at most its priority is lowered to its tier's cap, and that patch
+/// applies, touches only the priority fields and leaves a Pod within the cap.
+fn check_capped(
+    body: &[u8],
+    req: &kube_core::admission::AdmissionRequest<Pod>,
+    facts: &Facts<'_>,
+    policy: &PolicySnapshot,
+) -> MutateOutcome {
+    let Some(capped) = mutate_pod::cap_priority(req, facts, policy) else {
+        return MutateOutcome::Unchanged { warnings: vec![] };
+    };
+    let ops = capped.answer.patch.operations();
+    for op in &ops {
+        let path = op.path().to_string();
+        assert!(
+            [
+                "/spec/priorityClassName",
+                "/spec/priority",
+                "/spec/preemptionPolicy"
+            ]
+            .contains(&path.as_str()),
+            "the priority cap touches {path}"
+        );
+    }
+    let mut unchecked = 0;
+    match raw_object(body) {
+        Some(mut pod) => {
+            if let Err(e) = json_patch::patch(&mut pod, &ops) {
+                panic!("the cap's patch does not apply: {e}");
+            }
+            assert_eq!(pod["spec"]["priorityClassName"], capped.cap.as_str());
+        }
+        None => unchecked += 1,
+    }
+    MutateOutcome::Patched {
+        ops: ops.len(),
+        warnings: capped.answer.warnings,
+        unchecked,
+    }
+}
+
 /// `request.object` of the body as JSON text, read without a recursion limit.
 #[derive(Deserialize)]
 struct ObjectOnly<'a> {
@@ -130,7 +171,7 @@ pub fn check_mutate(body: &[u8], policy: &PolicySnapshot, score: &mut Score<'_>)
         grants: &grants,
     };
     let Ok(scoring) = mutate_pod::plan(&incoming.uid, req, &facts, policy) else {
-        return MutateOutcome::Unchanged { warnings: vec![] };
+        return check_capped(body, req, &facts, policy);
     };
     if let Err(v) = limits::check_score_request(&scoring.request) {
         panic!("the frontend would send a request outside the scorer's limits: {v}");

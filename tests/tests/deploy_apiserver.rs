@@ -10,7 +10,8 @@
 //! accepted and stored; the stored objects keep the hardening fields; the webhook's ServiceAccount
 //! can do exactly what RBAC should allow (`kubectl auth can-i` as that account); with the webhook not
 //! running, a GPU Pod in a tier-labelled namespace is still created unchanged (failurePolicy Ignore)
-//! and the apiserver did try the webhook for it, but not for a Pod in an unlabelled namespace; the
+//! and the apiserver did try the webhook for it and for a Pod in an unlabelled namespace, but not for one in
+//! kube-system or our own; the
 //! external CA bundle is stored byte for byte; `kubectl delete` removes the cluster-scoped objects.
 //!
 //! Needs kubectl and `tests/cluster/start.sh RUN_DIR` (writes RUN_DIR/kubeconfig; builds or finds the
@@ -372,13 +373,32 @@ fn rendered_install_applies_unchanged_to_a_real_kube_apiserver() {
         before + 1,
         "the tier namespace's Pod went to our webhook once"
     );
+    // A namespace without a tier label is held to the default tier: sent too.
     api.kubectl_ok(&["create", "-n", "no-tier", "-f", pod_file.to_str().unwrap()]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while api.failed_webhook_calls() == after_tier && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let after_untiered = api.failed_webhook_calls();
+    assert_eq!(
+        after_untiered,
+        after_tier + 1,
+        "the unlabelled namespace's Pod went to our webhook once"
+    );
+    // The system namespaces and our own: never sent (by name, not by a label).
     api.kubectl_ok(&["create", "-n", NAMESPACE, "-f", pod_file.to_str().unwrap()]);
+    api.kubectl_ok(&[
+        "create",
+        "-n",
+        "kube-system",
+        "-f",
+        pod_file.to_str().unwrap(),
+    ]);
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(
         api.failed_webhook_calls(),
-        after_tier,
-        "unlabelled / own namespace: not sent"
+        after_untiered,
+        "kube-system / own namespace: not sent"
     );
 
     // 2. The automatic certificate overlay on top: its extra, narrow RBAC.

@@ -320,27 +320,38 @@ fn webhook_registration_is_safe_and_selective() {
     assert_eq!(strings_at(&rules[0], "/resources"), ["pods"]);
     assert_eq!(strings_at(&rules[0], "/apiGroups"), [""]);
 
-    let exprs = arr_at(hook, "/namespaceSelector/matchExpressions");
-    assert!(
-        exprs
-            .iter()
-            .any(|e| e["key"] == "tenant.kubenexus.io/tier" && e["operator"] == "Exists"),
-        "namespaceSelector must require the tier label: {exprs:?}"
-    );
-    let excluded = exprs
-        .iter()
-        .find(|e| e["key"] == "kubernetes.io/metadata.name" && e["operator"] == "NotIn")
-        .expect("namespaceSelector excludes namespaces by name");
-    let excluded = strings_at(excluded, "/values");
-    assert!(
-        excluded.contains(&"kube-system".to_string()) && excluded.contains(&NAMESPACE.to_string())
-    );
+    // Every namespace but the system list, by the name only the apiserver sets: never by the tier label
+    // (a namespace without one is held to the default tier), never by a label a user can set.
+    let vwc = m.get("ValidatingWebhookConfiguration", WEBHOOK_CONFIG);
+    let system: BTreeSet<String> = ["kube-system", "kube-public", "kube-node-lease", NAMESPACE]
+        .map(String::from)
+        .into();
+    for h in [
+        hook,
+        &mwc["webhooks"][1],
+        &vwc["webhooks"][0],
+        &vwc["webhooks"][1],
+    ] {
+        let exprs = arr_at(h, "/namespaceSelector/matchExpressions");
+        assert_eq!(exprs.len(), 1, "{}: {exprs:?}", h["name"]);
+        assert_eq!(exprs[0]["key"], "kubernetes.io/metadata.name");
+        assert_eq!(exprs[0]["operator"], "NotIn");
+        let excluded: BTreeSet<String> = strings_at(&exprs[0], "/values").into_iter().collect();
+        assert_eq!(excluded, system, "{}", h["name"]);
+        assert!(h["namespaceSelector"].get("matchLabels").is_none());
+    }
+    // The observer's audit covers the same namespaces.
+    let exempt: BTreeSet<String> = gpu_admission_core::names::EXEMPT_NAMESPACES
+        .map(String::from)
+        .into();
+    assert_eq!(exempt, system);
 
     // The CEL filter names every GPU resource the frontend handles, in containers and init containers.
     let conds = arr_at(hook, "/matchConditions");
     assert_eq!(conds.len(), 1);
     let expr = str_at(&conds[0], "/expression");
     for needle in [
+        "object.spec.priorityClassName",
         "object.spec.containers",
         "object.spec.initContainers",
         "requests",
@@ -544,7 +555,11 @@ fn priority_classes_equal_the_policy_buckets() {
     .unwrap();
     let buckets = arr_at(&policy, "/priority/buckets");
     assert!(!buckets.is_empty(), "policy has no priority buckets");
-    let classes = m.all("PriorityClass");
+    let classes: Vec<&Value> = m
+        .all("PriorityClass")
+        .into_iter()
+        .filter(|c| c["metadata"]["name"] != OWN_PRIORITY_CLASS)
+        .collect();
     assert_eq!(classes.len(), buckets.len(), "one PriorityClass per bucket");
     for b in buckets {
         let pc = m.get("PriorityClass", str_at(b, "/name"));
@@ -567,7 +582,27 @@ fn priority_classes_equal_the_policy_buckets() {
         names,
         ["gpu-default", "gpu-high", "gpu-medium", "gpu-ultra"].into()
     );
+    // Our own Pods' class: above every bucket, so no tenant Pod (capped at its tier's bucket) preempts
+    // them; named by every Deployment of ours.
+    let own = m.get("PriorityClass", OWN_PRIORITY_CLASS);
+    let top = buckets
+        .iter()
+        .filter_map(|b| b["value"].as_i64())
+        .max()
+        .unwrap();
+    assert!(own["value"].as_i64().unwrap() > top);
+    assert_ne!(own["globalDefault"], true);
+    for d in m.all("Deployment") {
+        assert_eq!(
+            d["spec"]["template"]["spec"]["priorityClassName"], OWN_PRIORITY_CLASS,
+            "{}",
+            d["metadata"]["name"]
+        );
+    }
 }
+
+/// The PriorityClass of gpu-admission's own Pods.
+const OWN_PRIORITY_CLASS: &str = "gpu-admission-critical";
 
 /// RBAC resource of each Kubernetes type the frontend may use through `kube::Api<T>`.
 const KNOWN_TYPES: [(&str, &str, &str); 14] = [
@@ -1374,7 +1409,7 @@ fn match_conditions_send_exactly_the_gpu_pods_of_the_corpus() {
     for ((source, pod), sent) in pods.iter().zip(sent) {
         assert_eq!(
             sent,
-            names_a_gpu_resource(pod),
+            names_a_gpu_resource(pod) || names_a_priority_class(pod),
             "matchConditions on {source}"
         );
         if gpu_admission_tests::gpu::gpu_ask(pod).is_some() {
@@ -1387,6 +1422,13 @@ fn match_conditions_send_exactly_the_gpu_pods_of_the_corpus() {
         pods.len()
     );
     assert!(gpu >= 5, "the corpus should hold GPU Pods");
+}
+
+/// Every Pod naming a PriorityClass is sent: its priority is capped at its tier's, GPU or not.
+fn names_a_priority_class(pod: &Value) -> bool {
+    pod["spec"]["priorityClassName"]
+        .as_str()
+        .is_some_and(|c| !c.is_empty())
 }
 
 fn json_pod(containers: Value, init: Option<Value>) -> Value {

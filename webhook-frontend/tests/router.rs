@@ -14,6 +14,7 @@ use axum::http::{Request, StatusCode};
 use common::*;
 use gpu_admission_core::admission::validate_policy::PolicyConfigMap;
 use gpu_admission_core::policy::PolicySnapshot;
+use gpu_admission_policy::schema::UntieredNamespaces;
 use gpu_admission_proto::scorer::v1::{
     Enforcement, EnforcementMode, GetPolicyResponse, PriorityAssignment, PriorityBucket, Tier,
 };
@@ -31,6 +32,16 @@ use webhook_frontend::scorer_client::{ChannelLimits, Scorer};
 /// The router over a fresh state: the double's scorer, `policy` already loaded (as if GetPolicy had
 /// answered), namespaces `ml` and `ml-research` in gold.
 async fn router_with(mode: Mode, policy: GetPolicyResponse) -> (Router, ScorerDouble) {
+    router_untiered(mode, policy, UntieredNamespaces::Ignore).await
+}
+
+/// The router over `policy`, namespaces outside `ml` / `ml-research` answered as `untiered` says (these
+/// tests are about the envelope: `Ignore` keeps their untiered namespaces out of the rules).
+async fn router_untiered(
+    mode: Mode,
+    policy: GetPolicyResponse,
+    untiered: UntieredNamespaces,
+) -> (Router, ScorerDouble) {
     let double = ScorerDouble::start(policy.clone(), mode.behaviour())
         .await
         .expect("the scorer double starts");
@@ -42,7 +53,9 @@ async fn router_with(mode: Mode, policy: GetPolicyResponse) -> (Router, ScorerDo
     )
     .expect("scorer client");
     let cache = Arc::new(PolicyCache::default());
-    cache.set(PolicySnapshot::from_response(policy));
+    let mut snapshot = PolicySnapshot::from_response(policy);
+    snapshot.untiered = untiered;
+    cache.set(snapshot);
     let tiers = HashMap::from(
         [("ml", "gold"), ("ml-research", "gold")].map(|(ns, t)| (ns.to_string(), t.to_string())),
     );
@@ -253,6 +266,18 @@ async fn skipped_requests_are_allowed_unchanged() {
             "{object}: {answer}"
         );
     }
+    // As shipped (untieredNamespaces: DefaultTier), the GPU Pod of the untiered namespace is decided under
+    // the default tier.
+    let (router, _double) =
+        router_untiered(Mode::Good, policy(), UntieredNamespaces::DefaultTier).await;
+    let sent = review_for(
+        "admission.k8s.io/v1",
+        "uid-default",
+        "no-tier",
+        gpu_pod("p"),
+    );
+    let (_, outcome) = review(&router, "/mutate-pod", &sent).await;
+    assert!(outcome.patch.is_some(), "held to the default tier");
     let mut update = review_for("admission.k8s.io/v1", "uid-up", "ml", gpu_pod("p"));
     update["request"]["operation"] = json!("UPDATE");
     let (_, outcome) = review(&router, "/mutate-pod", &update).await;

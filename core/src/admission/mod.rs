@@ -13,7 +13,10 @@ use crate::tier_bound::Nodes;
 
 /// What the cluster tells every decision (watch caches, or flags with `--no-kube`).
 pub struct Facts<'f> {
-    /// The tier of a namespace, from its tier label.
+    /// The value of a namespace's tier label, as it is (`""` included); `None` for no label, or a namespace
+    /// not (yet) known. Which tier that holds the namespace to is [`PolicySnapshot::tier_for`]'s answer.
+    ///
+    /// [`PolicySnapshot::tier_for`]: crate::policy::PolicySnapshot::tier_for
     pub tier_of: &'f dyn Fn(&str) -> Option<String>,
     /// The cluster's PriorityClasses; `None` with `--no-kube` (the policy's buckets answer then).
     pub priority_classes: Option<&'f dyn PriorityClassLookup>,

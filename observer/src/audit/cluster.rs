@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use gpu_admission_core::names::EXEMPT_NAMESPACES;
 use gpu_admission_core::pod::gpu_resources::ClaimTemplates;
 use gpu_admission_core::priority_class::PriorityClassFacts;
 use gpu_admission_core::tier_bound::{NodeClass, node_class};
@@ -145,8 +146,9 @@ where
 /// What decisions read from the cluster, read once per audit.
 #[derive(Default)]
 pub struct ClusterFacts {
-    /// Namespace → its tier label's value (only namespaces with a non-empty one).
-    pub tiers: HashMap<String, String>,
+    /// Every namespace the webhooks select (all but [`EXEMPT_NAMESPACES`]) → its tier label's value as it
+    /// is (`None`: no label); which tier that is is `PolicySnapshot::tier_for`'s answer.
+    pub tiers: HashMap<String, Option<String>>,
     nodes: HashMap<String, Option<BTreeMap<String, String>>>,
     pub priority_classes: HashMap<String, PriorityClassFacts>,
     templates: HashMap<(String, String), ResourceClaimTemplate>,
@@ -157,18 +159,25 @@ impl ClusterFacts {
     pub async fn read(client: &kube::Client, tier_label: &str, dra: bool) -> kube::Result<Self> {
         let mut facts = Self::default();
         let namespaces = Api::<Namespace>::all(client.clone());
-        let page = namespaces
-            .list_metadata(&ListParams::default().labels(tier_label))
-            .await?;
-        for ns in page.items {
-            let tier = ns
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(tier_label))
-                .filter(|t| !t.is_empty());
-            if let (Some(name), Some(tier)) = (ns.metadata.name.clone(), tier) {
-                facts.tiers.insert(name, tier.clone());
+        let mut params = ListParams::default().limit(PAGE);
+        loop {
+            let page = namespaces.list_metadata(&params).await?;
+            for ns in page.items {
+                let tier = ns
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(tier_label))
+                    .cloned();
+                if let Some(name) = ns.metadata.name
+                    && !EXEMPT_NAMESPACES.contains(&name.as_str())
+                {
+                    facts.tiers.insert(name, tier);
+                }
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
             }
         }
         let nodes = Api::<Node>::all(client.clone());
@@ -244,7 +253,7 @@ impl ClaimTemplates for ClusterFacts {
 pub async fn list_objects(
     client: &kube::Client,
     kind: &Kind,
-    namespaces: &HashMap<String, String>,
+    namespaces: &HashMap<String, Option<String>>,
     visit: impl FnMut(Vec<DynamicObject>),
 ) -> kube::Result<()> {
     let api = Api::<DynamicObject>::all_with(client.clone(), &api_resource(kind));

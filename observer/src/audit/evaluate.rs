@@ -187,9 +187,8 @@ pub fn evaluate(
             if !asks_for_gpus(object, kind, namespace, policy, facts) {
                 return Vec::new();
             }
-            if let Some(rules) =
-                (facts.tier_of)(namespace).and_then(|t| policy.tier_rules(&t, namespace))
-            {
+            let scope = policy.tier_for((facts.tier_of)(namespace).as_deref());
+            if let Some(rules) = scope.tier().and_then(|t| policy.tier_rules(t, namespace)) {
                 properties.insert("tier".into(), rules.tier.to_string());
             }
             vec![Finding {

@@ -305,7 +305,7 @@ fn evaluate_page(
     policy: &PolicySnapshot,
     cf: &ClusterFacts,
 ) -> Vec<Finding> {
-    let tier_of = |ns: &str| cf.tiers.get(ns).cloned();
+    let tier_of = |ns: &str| cf.tiers.get(ns).cloned().flatten();
     let nodes = |n: &str| cf.node_class(n, &policy.catalog);
     // A stored object has no requester to ask about: nothing is exempt from the report.
     let grants = gpu_admission_core::authority::Grants::none();

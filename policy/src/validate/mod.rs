@@ -445,6 +445,7 @@ impl Checker {
             classes,
             tiers,
             default_tier: default_tier?,
+            untiered_namespaces: raw.untiered_namespaces,
             workload,
             job_types,
             interference_prior: prior,

@@ -92,13 +92,10 @@ impl MutatePod {
         record_pod(&call.span, req);
         let policy = self.policy.snapshot();
         let grants = match req.namespace.as_deref() {
-            Some(ns) => match self.cluster.namespace_tier(ns) {
-                Some(tier) => {
-                    let user = &req.user_info;
-                    (self.access.exemption(user, Some(tier), ns, &policy)).await
-                }
-                None => Grants::none(),
-            },
+            Some(ns) => {
+                let label = self.cluster.namespace_tier(ns);
+                (self.access.exemption(&req.user_info, label, ns, &policy)).await
+            }
             None => Grants::none(),
         };
         let planned = self.cluster.with_facts(&policy, &grants, |facts| {
@@ -107,6 +104,21 @@ impl MutatePod {
         let mut scoring = match planned {
             Ok(s) => s,
             Err(skip) => {
+                // Not scored (no GPU, already decided…): still held to its tier's priority cap.
+                let capped = self.cluster.with_facts(&policy, &grants, |facts| {
+                    mutate_pod::cap_priority(req, facts, &policy)
+                });
+                if let Some(c) = capped {
+                    call.span.record("admission.reason", "priority capped");
+                    tracing::info!(
+                        uid,
+                        tier = c.tier,
+                        own = c.own,
+                        cap = c.cap,
+                        "PriorityClass lowered to the tier's cap"
+                    );
+                    return (Outcome::Mutated, c.answer);
+                }
                 skipped(&call.span, skip.0, "");
                 return (Outcome::Skipped, Answer::default());
             }

@@ -114,12 +114,7 @@ impl KubeCaches {
 
     pub(crate) fn namespace_tier(&self, namespace: &str) -> Option<String> {
         let ns = self.namespaces.get(&ObjectRef::new(namespace))?;
-        ns.metadata
-            .labels
-            .as_ref()?
-            .get(&self.tier_label)
-            .filter(|t| !t.is_empty())
-            .cloned()
+        ns.metadata.labels.as_ref()?.get(&self.tier_label).cloned()
     }
 }
 

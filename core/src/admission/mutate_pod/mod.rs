@@ -10,8 +10,11 @@
 //!
 //! The handler, the fuzz targets and the tests call exactly these.
 
+mod cap;
 pub mod patch;
 pub mod triage;
+
+pub use cap::{Capped, cap_priority};
 
 use gpu_admission_proto::scorer::v1::{ScoreRequest, ScoreResponse, TierFallback};
 use k8s_openapi::api::core::v1::Pod;

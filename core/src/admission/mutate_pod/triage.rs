@@ -8,7 +8,7 @@ use kube_core::admission::{AdmissionRequest, Operation};
 use crate::placement::{self, OwnConstraint, PlacedBy};
 use crate::pod::features::{self, JobFeatures, is_label_key, is_label_value};
 use crate::pod::gpu_resources::{ClaimTemplates, NoClaimTemplates};
-use crate::policy::{PolicySnapshot, TierRules};
+use crate::policy::{PolicySnapshot, TierRules, TierScope};
 
 /// A Pod worth asking the scorer about.
 #[derive(Debug)]
@@ -28,7 +28,7 @@ pub struct Candidate<'a> {
 pub struct Skip(pub &'static str);
 
 /// Decides whether a Pod request is scored: CREATE of a Pod requesting GPUs in a namespace that carries a tier.
-/// `tier_of` reads the namespace cache. Our own annotations are no reason to skip (anyone can write them):
+/// `tier_of` reads the namespace cache; the tier is [`PolicySnapshot::tier_for`]'s. Our own annotations are no reason to skip (anyone can write them):
 /// whether a decided Pod needs anything is the patch's question (`patch::is_settled`).
 pub fn triage<'a>(
     req: &'a AdmissionRequest<Pod>,
@@ -67,7 +67,12 @@ pub fn triage_with<'a>(
         return Err(Skip("no GPU requested"));
     }
     let namespace = namespace.ok_or(Skip("no namespace"))?;
-    let tier = tier_of(namespace).ok_or(Skip("namespace has no tier label"))?;
+    let tier = match policy.tier_for(tier_of(namespace).as_deref()) {
+        TierScope::Tier(t) | TierScope::Defaulted { tier: t, .. } => t,
+        // `/validate-pod` answers the Pod; mutation never rejects.
+        TierScope::Denied(_) => return Err(Skip("untiered namespace (denied by /validate-pod)")),
+        TierScope::Ignored(_) => return Err(Skip("namespace has no tier label")),
+    };
     Ok(Candidate {
         pod,
         namespace,

@@ -13,19 +13,26 @@ use super::shapes::{
     SelectorTerm, Toleration as Tolerate,
 };
 use crate::pod::features::is_label_value;
+use crate::priority_class::PriorityClassFacts;
 use crate::review::{Patch, to_json};
 
 /// spec.priorityClassName + spec.priority + spec.preemptionPolicy, together or not at all.
 pub(super) fn set_priority(patch: &mut Patch, plan: &Plan<'_>) {
     if let Some(facts) = &plan.priority {
-        patch.add(paths::PRIORITY_CLASS_NAME, facts.name.as_str());
-        patch.add(paths::PRIORITY, &facts.value);
-        let policy = facts
-            .preemption_policy
-            .as_deref()
-            .unwrap_or("PreemptLowerPriority");
-        patch.add(paths::PREEMPTION_POLICY, policy);
+        set_priority_class(patch, facts);
     }
+}
+
+/// `spec.priorityClassName` and the class's own `priority` and `preemptionPolicy` (the apiserver rejects a
+/// class name whose values differ); each `add` replaces what the Pod has.
+pub(crate) fn set_priority_class(patch: &mut Patch, facts: &PriorityClassFacts) {
+    patch.add(paths::PRIORITY_CLASS_NAME, facts.name.as_str());
+    patch.add(paths::PRIORITY, &facts.value);
+    let policy = facts
+        .preemption_policy
+        .as_deref()
+        .unwrap_or("PreemptLowerPriority");
+    patch.add(paths::PREEMPTION_POLICY, policy);
 }
 
 /// Node placement: `nodeSelector` for one class on a Pod without a class selector, else required node

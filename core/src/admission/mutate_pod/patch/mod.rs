@@ -46,6 +46,7 @@ use crate::placement::{self, ClassLabels};
 use crate::policy::TierRules;
 use crate::priority_class::PriorityClassLookup;
 use crate::review::Patch;
+pub(crate) use constrain::set_priority_class;
 use constrain::{add_new_affinity, avoid_neighbours, place, set_priority, tolerate};
 use plan::{Plan, has_decision_record};
 use record::{label_job_type, record_decision};

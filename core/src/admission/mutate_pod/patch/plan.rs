@@ -174,9 +174,10 @@ pub(super) fn has_decision_record(pod: &Pod) -> bool {
         .is_some_and(|a| a.contains_key(ANN_DECIDED_AT))
 }
 
-/// The PriorityClass to set, and the Pod's own class when it was above the cap: (own, cap). The cap's value is
-/// the policy's; the class set is the cluster's of that name, and when the cluster lacks it nothing above the
-/// cap is assigned (rather than an uncapped class).
+/// The PriorityClass to set, and the Pod's own class when it was beyond the cap: (own, cap). The cap's value
+/// is the policy's; the class set is the cluster's of that name, and when the cluster lacks it nothing above
+/// the cap is assigned (rather than an uncapped class). Whether the Pod's own class is beyond the cap is
+/// [`crate::policy::TierRules::priority_beyond_cap`], the rule every Pod is held to.
 fn priority(
     input: &PatchInput<'_>,
     spec: &PodSpec,
@@ -192,33 +193,32 @@ fn priority(
         .and_then(|t| t.max_priority_class)
         .and_then(|c| pcs.priority_class(&c.name));
     let above_cap = |v: i32| cap_value.is_some_and(|cap| v > cap);
-    let mut capped_own = None;
-    let priority = match own_priority_class(spec, pcs) {
-        Some(own) => {
-            let value = spec
-                .priority
-                .or_else(|| pcs.priority_class(own).map(|f| f.value));
-            match (&cap_in_cluster, value) {
-                (Some(cap), Some(v)) if !input.admin && above_cap(v) => {
-                    capped_own = Some((own.to_string(), cap.name.clone()));
-                    Some(cap.clone())
-                }
-                _ => None,
-            }
-        }
-        None if input.fallback => None,
-        None => answer
-            .priority_class
-            .as_ref()
-            .filter(|p| !p.name.is_empty())
-            .and_then(|p| pcs.priority_class(&p.name))
-            .and_then(|facts| {
-                if above_cap(facts.value) {
-                    cap_in_cluster.clone()
-                } else {
-                    Some(facts)
-                }
-            }),
+    let beyond = input
+        .tier
+        .filter(|_| !input.admin)
+        .and_then(|t| t.priority_beyond_cap(spec, pcs));
+    let capped = || match (&cap_in_cluster, &beyond) {
+        (Some(cap), Some(b)) => (Some(cap.clone()), Some((b.class.clone(), cap.name.clone()))),
+        _ => (None, None),
     };
-    (priority, capped_own)
+    match own_priority_class(spec, pcs) {
+        Some(_) => capped(),
+        // The cluster's global default, kept when the scorer did not answer: still no exemption.
+        None if input.fallback => capped(),
+        None => {
+            let priority = answer
+                .priority_class
+                .as_ref()
+                .filter(|p| !p.name.is_empty())
+                .and_then(|p| pcs.priority_class(&p.name))
+                .and_then(|facts| {
+                    if above_cap(facts.value) {
+                        cap_in_cluster.clone()
+                    } else {
+                        Some(facts)
+                    }
+                });
+            (priority, None)
+        }
+    }
 }

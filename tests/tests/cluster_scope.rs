@@ -1,0 +1,412 @@
+//! Nothing outside the rules (issue 35, parts 1 and 2) against a real kube-apiserver, with the SHIPPED
+//! webhook registrations (`deploy/kustomize/base/webhook/*webhookconfiguration.yaml`: only the Service
+//! reference is replaced by the test frontend's URL and CA, and the timeout widened for debug builds), the
+//! real scorer and frontend reading the default policy switched to Enforce, then to Warn. Requests are made as
+//! the tenant "alice" (`kubectl --as alice`), allowed to create and read Pods in each namespace she uses (a
+//! Role of her own: the bootstrap `edit` role is aggregated by a controller this control plane does not run).
+//!
+//! Shows: a namespace without a tier label, with `tier: ""` and with a tier the policy does not know is held
+//! to the default tier (bronze: an H100 pin denied in Enforce); a CPU-only Pod at `gpu-ultra` in bronze is
+//! denied in Enforce and lowered to the tier's cap (`gpu-default`, its value and `Never`) by mutation in Warn,
+//! with no other field touched, and so is one at `system-node-critical`; kube-system is never sent to the
+//! webhooks (its Pods are stored as created). Prints the table of cases and answers.
+
+use std::io::Write as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gpu_admission_tests::cluster::LocalCluster;
+use gpu_admission_tests::{Scorer, Webhook};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+
+const USER: &str = "alice";
+const CLASS: &str = "gpu.nvidia.com/class";
+const BRONZE: &str = "scope-bronze";
+/// Namespaces without a tier of the policy: no label, an empty value, a value naming no tier.
+const UNTIERED: [(&str, Option<&str>); 3] = [
+    ("scope-unlabelled", None),
+    ("scope-empty", Some("")),
+    ("scope-unknown", Some("diamond")),
+];
+
+fn repo_file(rel: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel))
+        .unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+fn policy(mode: &str) -> String {
+    let text = repo_file("deploy/kustomize/base/policy/default-policy.yaml");
+    assert!(text.contains("  mode: Warn"));
+    text.replace("  mode: Warn", &format!("  mode: {mode}"))
+}
+
+/// A shipped registration, pointed at the test frontend: `clientConfig.service` → `url` + `caBundle`.
+fn shipped(file: &str, webhook: &Webhook, keep: &[&str]) -> Value {
+    let mut config: Value =
+        serde_yaml::from_str(&repo_file(&format!("deploy/kustomize/base/webhook/{file}"))).unwrap();
+    let base = webhook.mutate_url().replace("/mutate-pod", "");
+    let ca = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        webhook.ca_pem().unwrap(),
+    );
+    config["metadata"]["name"] = json!("gpu-admission-scope-e2e");
+    let hooks = config["webhooks"].as_array_mut().unwrap();
+    hooks.retain(|h| keep.contains(&h["name"].as_str().unwrap_or("")));
+    assert_eq!(hooks.len(), keep.len(), "{file}: {keep:?}");
+    for h in hooks {
+        let path = h["clientConfig"]["service"]["path"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        h["clientConfig"] = json!({"url": format!("{base}{path}"), "caBundle": ca});
+        h["timeoutSeconds"] = json!(10);
+    }
+    config
+}
+
+struct Answer {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+impl Answer {
+    fn summary(&self) -> String {
+        if !self.ok {
+            let why = self
+                .stderr
+                .lines()
+                .find_map(|l| l.split_once("denied the request: ").map(|(_, m)| m))
+                .unwrap_or(self.stderr.trim());
+            return format!("DENIED: {why}");
+        }
+        let warnings: Vec<&str> = self
+            .stderr
+            .lines()
+            .filter_map(|l| l.strip_prefix("Warning: "))
+            .collect();
+        format!(
+            "ALLOWED: {}{}",
+            self.stdout.trim(),
+            if warnings.is_empty() {
+                String::new()
+            } else {
+                format!("; {}", warnings.join(" | "))
+            }
+        )
+    }
+}
+
+fn kubectl(kubeconfig: &Path, as_user: bool, args: &[&str], stdin: &str) -> Answer {
+    let mut cmd = Command::new("kubectl");
+    cmd.arg("--kubeconfig").arg(kubeconfig);
+    if as_user {
+        cmd.arg(format!("--as={USER}"));
+    }
+    cmd.args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("kubectl runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    Answer {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into(),
+        stderr: String::from_utf8_lossy(&out.stderr).into(),
+    }
+}
+
+fn h100_pod(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"nodeSelector": {CLASS: "H100-80GB"}, "containers": [{"name": "main",
+            "image": "registry.example/train:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
+}
+
+fn cpu_pod(name: &str, class: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"priorityClassName": class, "nodeSelector": {"disk": "ssd"},
+            "containers": [{"name": "main", "image": "registry.example/web:1",
+                "resources": {"requests": {"cpu": "100m"}}}]}})
+}
+
+fn eventually(timeout: Duration, mut attempt: impl FnMut(u32) -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    let mut i = 0;
+    while Instant::now() < deadline {
+        i += 1;
+        if attempt(i) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_namespace_has_a_tier_and_every_pods_priority_is_capped() {
+    let Some(cluster) = LocalCluster::start()
+        .await
+        .expect("the local control plane starts")
+    else {
+        return;
+    };
+    let client = cluster.client();
+    let dir = tempfile::tempdir().unwrap();
+    let policy_file = dir.path().join("policy.yaml");
+    std::fs::write(&policy_file, policy("Enforce")).unwrap();
+    let scorer = Scorer::builder()
+        .policy(&policy_file)
+        .start()
+        .await
+        .expect("scorer starts");
+    cluster
+        .create_priority_classes(scorer.policy())
+        .await
+        .expect("priority classes");
+    cluster
+        .create_namespace(BRONZE, Some("bronze"))
+        .await
+        .unwrap();
+    for (ns, label) in UNTIERED {
+        cluster.create_namespace(ns, label).await.unwrap();
+    }
+    // alice may create Pods in her namespaces (and, for the kube-system case, there): RBAC never decides.
+    let role: ClusterRole = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "scope-tenant"},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list"]}]
+    }))
+    .unwrap();
+    Api::<ClusterRole>::all(client.clone())
+        .create(&PostParams::default(), &role)
+        .await
+        .expect("role");
+    let namespaces: Vec<&str> = [BRONZE, "kube-system"]
+        .into_iter()
+        .chain(UNTIERED.iter().map(|(ns, _)| *ns))
+        .collect();
+    for ns in &namespaces {
+        let binding: RoleBinding = serde_json::from_value(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "alice-tenant", "namespace": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "scope-tenant"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}]
+        }))
+        .unwrap();
+        Api::<RoleBinding>::namespaced(client.clone(), ns)
+            .create(&PostParams::default(), &binding)
+            .await
+            .expect("binding");
+    }
+    let webhook = Webhook::builder(&scorer.url())
+        .kubeconfig(cluster.kubeconfig())
+        .policy_file(&policy_file)
+        .start()
+        .await
+        .expect("webhook starts");
+    let mutating: MutatingWebhookConfiguration = serde_json::from_value(shipped(
+        "mutatingwebhookconfiguration.yaml",
+        &webhook,
+        &["pods.gpu-admission.io"],
+    ))
+    .unwrap();
+    let validating: ValidatingWebhookConfiguration = serde_json::from_value(shipped(
+        "validatingwebhookconfiguration.yaml",
+        &webhook,
+        &[
+            "pods.validate.gpu-admission.io",
+            "workloads.validate.gpu-admission.io",
+        ],
+    ))
+    .unwrap();
+    Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &mutating)
+        .await
+        .expect("mutating registration");
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &validating)
+        .await
+        .expect("validating registration");
+
+    let kc = cluster.kubeconfig();
+    let create = |ns: &str, object: &Value| {
+        kubectl(
+            kc,
+            true,
+            &["-n", ns, "create", "-f", "-", "-o", "name"],
+            &object.to_string(),
+        )
+    };
+    let get = |ns: &str, name: &str| -> Value {
+        let a = kubectl(kc, false, &["-n", ns, "get", "pod", name, "-o", "json"], "");
+        assert!(a.ok, "get {ns}/{name}: {}", a.stderr);
+        serde_json::from_str(&a.stdout).unwrap()
+    };
+    let mut failures: Vec<String> = Vec::new();
+    let mut check = |case: &str, answer: String, ok: bool| {
+        println!(
+            "| {case} | {answer} | {} |",
+            if ok { "ok" } else { "WRONG" }
+        );
+        if !ok {
+            failures.push(format!("{case}: {answer}"));
+        }
+    };
+    println!("| case | answer | |\n|---|---|---|");
+
+    // 1. Untiered namespaces are held to the default tier (bronze) in Enforce: an H100 pin is denied. The
+    // first attempt waits for the apiserver to call the new registrations.
+    for (ns, label) in UNTIERED {
+        let mut last = None;
+        eventually(Duration::from_secs(30), |i| {
+            let a = create(ns, &h100_pod(&format!("pin-h100-{i}")));
+            let denied = !a.ok && a.stderr.contains("outside tier bronze");
+            last = Some(a);
+            denied
+        });
+        let a = last.unwrap();
+        let denied = !a.ok && a.stderr.contains("outside tier bronze");
+        check(
+            &format!("Enforce: H100-pinned GPU Pod in {ns} (tier label {label:?})"),
+            a.summary(),
+            denied && a.stderr.contains("L4-24GB"),
+        );
+    }
+
+    // 2. A CPU-only Pod at gpu-ultra (and at system-node-critical) in bronze: denied in Enforce.
+    for class in ["gpu-ultra", "system-node-critical"] {
+        let a = create(BRONZE, &cpu_pod(&format!("cpu-{class}-enforce"), class));
+        check(
+            &format!("Enforce: CPU-only Pod at {class} in bronze"),
+            a.summary(),
+            !a.ok
+                && a.stderr
+                    .contains(&format!("asks for PriorityClass {class}")),
+        );
+    }
+    // Within the cap: admitted, unchanged.
+    let a = create(BRONZE, &cpu_pod("cpu-gpu-default", "gpu-default"));
+    check(
+        "Enforce: CPU-only Pod at gpu-default in bronze",
+        a.summary(),
+        a.ok && get(BRONZE, "cpu-gpu-default")["spec"]["priorityClassName"] == "gpu-default",
+    );
+
+    // 3. kube-system is never sent: an H100 pin and a CPU Pod at gpu-ultra are stored as created.
+    let a = create("kube-system", &h100_pod("scope-pin-h100"));
+    let stored = if a.ok {
+        get("kube-system", "scope-pin-h100")
+    } else {
+        Value::Null
+    };
+    check(
+        "Enforce: H100-pinned GPU Pod in kube-system",
+        a.summary(),
+        a.ok && stored["metadata"]["annotations"].is_null()
+            && stored["spec"]["nodeSelector"] == json!({CLASS: "H100-80GB"}),
+    );
+    let a = create("kube-system", &cpu_pod("scope-cpu-ultra", "gpu-ultra"));
+    let stored = if a.ok {
+        get("kube-system", "scope-cpu-ultra")
+    } else {
+        Value::Null
+    };
+    check(
+        "Enforce: CPU-only Pod at gpu-ultra in kube-system",
+        a.summary(),
+        a.ok && stored["spec"]["priorityClassName"] == "gpu-ultra"
+            && stored["spec"]["priority"] == 1_000_000,
+    );
+
+    // 4. Warn: the CPU-only Pod is admitted with its priority lowered to bronze's cap, nothing else
+    // touched; the same in an untiered namespace (held to bronze).
+    std::fs::write(&policy_file, policy("Warn")).unwrap();
+    let mut first = None;
+    let switched = eventually(Duration::from_secs(30), |i| {
+        let name = format!("cpu-gpu-ultra-warn-{i}");
+        let a = create(BRONZE, &cpu_pod(&name, "gpu-ultra"));
+        let ok = a.ok;
+        if ok {
+            first = Some((name, a));
+        }
+        ok
+    });
+    assert!(
+        switched,
+        "the policy never switched to Warn\n{}",
+        webhook.process.log_tail(30)
+    );
+    let (name, a) = first.unwrap();
+    let capped = |ns: &str, name: &str, a: &Answer| -> (bool, String) {
+        let stored = get(ns, name);
+        let spec = &stored["spec"];
+        let ok = spec["priorityClassName"] == "gpu-default"
+            && spec["priority"] == 1000
+            && spec["preemptionPolicy"] == "Never"
+            && spec["nodeSelector"] == json!({"disk": "ssd"})
+            && spec.get("affinity").is_none()
+            && spec.get("tolerations").is_none_or(|t| {
+                t.as_array()
+                    .is_none_or(|t| t.iter().all(|t| t["key"] != "nvidia.com/gpu"))
+            })
+            && stored["metadata"]["annotations"].is_null()
+            && a.stderr.contains("lowered to gpu-default");
+        (
+            ok,
+            format!(
+                "{} -> stored priorityClassName {}, priority {}, preemptionPolicy {}",
+                a.summary(),
+                spec["priorityClassName"],
+                spec["priority"],
+                spec["preemptionPolicy"]
+            ),
+        )
+    };
+    let (ok, answer) = capped(BRONZE, &name, &a);
+    check("Warn: CPU-only Pod at gpu-ultra in bronze", answer, ok);
+    let a = create(
+        BRONZE,
+        &cpu_pod("cpu-node-critical-warn", "system-node-critical"),
+    );
+    let (ok, answer) = if a.ok {
+        capped(BRONZE, "cpu-node-critical-warn", &a)
+    } else {
+        (false, a.summary())
+    };
+    check(
+        "Warn: CPU-only Pod at system-node-critical in bronze",
+        answer,
+        ok,
+    );
+    let (ns, _) = UNTIERED[0];
+    let a = create(ns, &cpu_pod("cpu-gpu-ultra-warn", "gpu-ultra"));
+    let (ok, answer) = if a.ok {
+        capped(ns, "cpu-gpu-ultra-warn", &a)
+    } else {
+        (false, a.summary())
+    };
+    check(
+        &format!("Warn: CPU-only Pod at gpu-ultra in {ns}"),
+        answer,
+        ok,
+    );
+
+    assert!(
+        failures.is_empty(),
+        "cases answered wrongly:\n{}\nfrontend log:\n{}",
+        failures.join("\n"),
+        webhook.process.log_tail(40)
+    );
+}
