@@ -204,6 +204,7 @@ pub fn avoid_list<'a>(
         .chain(
             unlisted
                 .into_iter()
+                .filter(|other| !super::tenants::is_tenant_name(other))
                 .filter(|other| above(prior_slowdown(policy, job_type, other), other)),
         )
         .collect();
