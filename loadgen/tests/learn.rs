@@ -1,7 +1,8 @@
-//! A CI-sized `loadgen learn` on the cluster truth (26 job types, a third of their priors wrong, close calls,
-//! unlisted and late job types, heavy tails): the real loadgen binary drives a real scorer process; the
+//! A CI-sized `loadgen learn` on both truths: the cluster truth (26 job types, a third of their priors wrong,
+//! close calls, unlisted and late job types, heavy tails) and the Sia truth (measured throughputs of 23 job
+//! types on 5 GPU classes, spec-sheet priors): the real loadgen binary drives a real scorer process; the
 //! learning scorer's regret must fall from the first 10 % of decisions to the last 25 % and end below the
-//! priors alone, and its exploration share stay under the policy's cap. (Decision quality, not timing; the
+//! priors alone, and its exploration share stay under the policy's cap, on each truth. (Decision quality, not timing; the
 //! full benchmark is 5 seeds × 2 000 jobs, see loadgen/README.md.)
 use std::path::PathBuf;
 use std::process::Command;
@@ -28,7 +29,16 @@ fn regret_falls_as_the_scorer_learns() {
     let json = work.path().join("learn.json");
     let svg = work.path().join("learn.svg");
     let out = Command::new(env!("CARGO_BIN_EXE_loadgen"))
-        .args(["learn", "--seed", "3", "--decisions", "1500", "--bin-dir"])
+        .args([
+            "learn",
+            "--truth",
+            "cluster,sia",
+            "--seed",
+            "3",
+            "--decisions",
+            "1500",
+        ])
+        .arg("--bin-dir")
         .arg(bin_dir())
         .arg("--work-dir")
         .arg(work.path().join("run"))
@@ -45,8 +55,20 @@ fn regret_falls_as_the_scorer_learns() {
         String::from_utf8_lossy(&out.stderr)
     );
     let out: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    let r = &out["runs"][0];
-    assert_eq!(r["truth"], "cluster");
+    for (k, truth) in ["cluster", "sia"].iter().enumerate() {
+        check(&out["runs"][k], truth, &stdout);
+    }
+    assert!(out["summary_by_truth"]["sia"].is_object(), "{stdout}");
+    assert!(
+        std::fs::read_to_string(work.path().join("learn-sia-seed3.svg"))
+            .unwrap()
+            .contains("<svg")
+    );
+}
+
+/// The trend on one truth's run.
+fn check(r: &serde_json::Value, truth: &str, stdout: &str) {
+    assert_eq!(r["truth"], truth);
     // Every job type is learned, the unlisted ones too.
     assert_eq!(r["refused_observations"], 0, "{stdout}");
     let first = r["first_10pct"]["scorer"].as_f64().unwrap();
@@ -74,5 +96,4 @@ fn regret_falls_as_the_scorer_learns() {
         r["decisions"].as_u64().unwrap() + r["infeasible"].as_u64().unwrap(),
         1500
     );
-    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
 }

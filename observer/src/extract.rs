@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use gpu_admission_proto::scorer::v1::{GpuClass, ObserveRequest, WorkloadClass};
+use gpu_admission_proto::scorer::v1::{GpuClass, GpuShape, ObserveRequest, WorkloadClass};
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use k8s_openapi::jiff::Timestamp;
 
@@ -28,6 +28,23 @@ pub struct DecidedJob {
     pub gpu_count: u32,
     /// Read from the Pod like the webhook reads it: the prior of a job type the policy does not list.
     pub workload_class: WorkloadClass,
+    /// The Pod's namespace: the tenant whose run it is (the scorer learns per tenant, with bounded influence).
+    pub namespace: String,
+    /// What of a GPU it asked for: whole devices, MIG slices or a share (only whole devices teach a class).
+    pub gpu_shape: GpuShape,
+}
+
+/// The shape of the GPUs a Pod asks for, from the kinds of request its features name (`devices`, `mig`,
+/// `shared`, `memory`, `cores`, `dra`, joined by `+`): any MIG slice makes it a slice, any share a share.
+pub fn gpu_shape(kinds: &str) -> GpuShape {
+    let has = |k: &str| kinds.split('+').any(|x| x == k);
+    if has("mig") {
+        GpuShape::MigSlice
+    } else if has("shared") || has("memory") || has("cores") {
+        GpuShape::Shared
+    } else {
+        GpuShape::Whole
+    }
 }
 
 /// What a decided Pod's main containers did on a node: `end` is `None` while any of them still runs.
@@ -108,6 +125,8 @@ pub fn decided_job(pod: &Pod) -> Option<DecidedJob> {
         job_type,
         gpu_count: features.gpu_count,
         workload_class: features.workload_class,
+        namespace: meta.namespace.clone().unwrap_or_default(),
+        gpu_shape: gpu_shape(&features.gpu_shape),
     })
 }
 
@@ -289,6 +308,9 @@ pub fn observation<'r>(
         gpu_count: job.gpu_count,
         // Job types the policy does not list are learned too (under this class's prior, in a bounded budget).
         workload_class: job.workload_class as i32,
+        namespace: job.namespace.clone(),
+        tier: String::new(),
+        gpu_shape: job.gpu_shape as i32,
     })
 }
 

@@ -38,6 +38,8 @@ fn main() {
                 gpu_count: 1 + (i % 4) as u32,
                 runtime_seconds: 3_600.0 * (1.0 + (i % 7) as f64 / 10.0),
                 colocated_job_types: colocated,
+                tenant: Some(format!("tenant-{}", (i.wrapping_mul(40_503) >> 5) % 500)),
+                ..Observation::default()
             };
             learn(&policy, &mut learned, &obs);
             i += 1;

@@ -217,6 +217,7 @@ mod tests {
                 gpu_class: "A100-80GB".into(),
                 runtime_seconds: 12_345.5,
                 colocated_job_types: vec!["train-resnet".into()],
+                ..Observation::default()
             },
         );
         l.exploration.record(true, 200);
@@ -286,15 +287,27 @@ mod tests {
     #[test]
     fn the_largest_state_the_bounds_allow_is_far_inside_a_configmap() {
         // Every bound full: 10 listed + 512 unlisted job types on every class, 2 048 pairs, 10 000 ids,
-        // counts and sums as after millions of observations. (The growth curve: `--example state_size`.)
+        // an owner per job type, counts and sums as after millions of observations. (The growth curve: `--example state_size`.)
         use crate::model::{interference, observed, unlisted};
         let p = embedded_default().unwrap();
         let mut l = Learned::default();
         let mut names: Vec<String> = p.job_types.iter().map(|j| j.name.clone()).collect();
+        // Per-tenant learning: every other unlisted name is a tenant's own name for another tenant's job
+        // type, and every job type has an owner (namespaces of 40 bytes, 500 tenants).
+        let namespace = |k: usize| format!("tenant-{:03}-{}", k % 500, "n".repeat(29));
         for k in 0..unlisted::BUDGET {
-            let name = format!("team-{k:04}-some-job-type-name");
+            let base = format!("team-{k:04}-some-job-type-name");
+            l.owners.0.insert(base.clone(), namespace(k));
+            let name = if k % 2 == 0 {
+                base
+            } else {
+                format!("{base}@{}", namespace(k + 1))
+            };
             l.unlisted.touch(&name, None, k as u64 + 1);
             names.push(name);
+        }
+        for (k, j) in p.job_types.iter().enumerate() {
+            l.owners.0.insert(j.name.clone(), namespace(k + 7));
         }
         for (k, name) in names.iter().enumerate() {
             for c in &p.classes {
@@ -326,6 +339,7 @@ mod tests {
         }
         l.observations = 1_000_000_000;
         let bytes = encode_shared(&l).unwrap();
+        eprintln!("largest state: {} bytes", bytes.len());
         assert!(bytes.len() <= 256 * 1024, "{} bytes", bytes.len());
         assert_eq!(decode_shared(&bytes).unwrap(), l);
     }

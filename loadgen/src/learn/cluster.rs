@@ -226,7 +226,7 @@ fn speeds(
 }
 
 /// `slowdown[j][k][c]`: how much longer j runs next to k on class c (see the module's doc).
-fn interference(cat: &Catalog, rng: &mut StdRng) -> Vec<Vec<Vec<f64>>> {
+pub fn interference(cat: &Catalog, rng: &mut StdRng) -> Vec<Vec<Vec<f64>>> {
     let nj = cat.jobs.len();
     let nc = cat.classes.len();
     let prior = |a: usize, b: usize| {

@@ -9,6 +9,7 @@
 //! mean and spread. See [`report`].
 pub mod cluster;
 pub mod report;
+pub mod sia;
 pub mod truth;
 
 use std::collections::VecDeque;
@@ -53,7 +54,7 @@ impl StreamShape {
                 colocated: 0.4,
                 cheapest: None,
             },
-            TruthKind::Cluster => Self {
+            TruthKind::Cluster | TruthKind::Sia => Self {
                 colocated: 0.5,
                 cheapest: Some(0.5),
             },
@@ -67,38 +68,64 @@ pub async fn run(args: LearnArgs) -> Result<i32> {
     } else {
         args.seeds.clone()
     };
-    let mut reports = Vec::with_capacity(seeds.len());
-    for &seed in &seeds {
-        let report = run_seed(&args, seed).await?;
-        report.print();
-        if let Some(path) = &args.svg {
-            report::plot(&svg_path(path, seed, seeds.len()), &report)?;
+    let mut truths = args.truth.clone();
+    truths.dedup();
+    let mut all = Vec::new();
+    let mut summaries = Vec::new();
+    for &kind in &truths {
+        let mut reports = Vec::with_capacity(seeds.len());
+        for &seed in &seeds {
+            let report = run_seed(&args, kind, seed).await?;
+            report.print();
+            if let Some(path) = &args.svg {
+                let name = svg_path(path, kind, seed, seeds.len(), truths.len());
+                report::plot(&name, &report)?;
+            }
+            reports.push(report);
         }
-        reports.push(report);
+        let summary = Summary::of(&reports);
+        if reports.len() > 1 {
+            summary.print(&format!("{kind:?}").to_lowercase());
+        }
+        summaries.push((format!("{kind:?}").to_lowercase(), summary));
+        all.extend(reports);
     }
-    let summary = Summary::of(&reports);
-    if reports.len() > 1 {
-        summary.print();
+    if summaries.len() > 1 {
+        report::print_side_by_side(&summaries);
     }
     if let Some(path) = &args.json {
-        let out = serde_json::json!({ "summary": summary, "runs": reports });
+        let by_truth: serde_json::Map<String, serde_json::Value> = summaries
+            .iter()
+            .map(|(t, s)| Ok((t.clone(), serde_json::to_value(s)?)))
+            .collect::<Result<_>>()?;
+        let out = serde_json::json!({
+            "summary": summaries.first().map(|s| &s.1),
+            "summary_by_truth": by_truth,
+            "runs": all,
+        });
         write_file(path, &serde_json::to_vec_pretty(&out)?)?;
     }
     Ok(0)
 }
 
-/// `learn.svg` for one seed, `learn-seed3.svg` for each of several.
-fn svg_path(path: &Path, seed: u64, seeds: usize) -> PathBuf {
-    if seeds <= 1 {
+/// `learn.svg` for one seed of one truth, `learn-seed3.svg` for each of several seeds, `learn-sia-seed3.svg`
+/// when several truths run.
+fn svg_path(path: &Path, kind: TruthKind, seed: u64, seeds: usize, truths: usize) -> PathBuf {
+    if seeds <= 1 && truths <= 1 {
         return path.to_path_buf();
     }
     let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("learn");
-    path.with_file_name(format!("{stem}-seed{seed}.svg"))
+    let truth = if truths > 1 {
+        format!("-{}", format!("{kind:?}").to_lowercase())
+    } else {
+        String::new()
+    };
+    path.with_file_name(format!("{stem}{truth}-seed{seed}.svg"))
 }
 
 /// The policy, catalog and truth of one seed: the policy the scorers run gets the spot tier (and, for the
-/// cluster truth, its listed job types).
-fn setup(args: &LearnArgs, seed: u64) -> Result<(Value, Catalog, Truth)> {
+/// cluster truth, its listed job types; for the Sia truth, its measured classes and job types).
+fn setup(args: &LearnArgs, kind: TruthKind, seed: u64) -> Result<(Value, Catalog, Truth)> {
     let text = match &args.policy {
         Some(p) => {
             std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?
@@ -106,19 +133,29 @@ fn setup(args: &LearnArgs, seed: u64) -> Result<(Value, Catalog, Truth)> {
         None => DEFAULT_POLICY.to_string(),
     };
     let mut policy: Value = serde_yaml::from_str(&text).context("parsing the policy")?;
+    let sizes = (kind == TruthKind::Sia).then(|| sia::rewrite_policy(&mut policy, seed));
     add_spot_tier(&mut policy);
     let mut cat = Catalog::from_policy(&policy)?;
-    let truth = match args.truth {
+    let truth = match kind {
         TruthKind::Classic => Truth::classic(&cat, seed),
         TruthKind::Cluster => cluster::generate(&mut policy, &mut cat, seed, args.job_types),
+        TruthKind::Sia => sia::generate(&mut cat, &policy, &sizes.unwrap_or_default(), seed),
     };
     Ok((policy, cat, truth))
 }
 
 /// The two scorers of one run (learning, prior-only), started on the written policy.
-async fn start_scorers(args: &LearnArgs, policy: &Value, seed: u64) -> Result<[Service; 2]> {
+async fn start_scorers(
+    args: &LearnArgs,
+    policy: &Value,
+    kind: TruthKind,
+    seed: u64,
+) -> Result<[Service; 2]> {
     let work = match &args.work_dir {
-        Some(d) => d.join(format!("seed-{seed}")),
+        Some(d) => d.join(format!(
+            "{}-seed-{seed}",
+            format!("{kind:?}").to_lowercase()
+        )),
         None => tempfile::Builder::new()
             .prefix("loadgen-learn-")
             .tempdir()?
@@ -209,9 +246,9 @@ fn workload_pb(name: &str) -> pb::WorkloadClass {
 }
 
 /// One seed: fresh scorers, `--decisions` jobs, the avoid-lists at the end.
-async fn run_seed(args: &LearnArgs, seed: u64) -> Result<Report> {
-    let (policy, cat, truth) = setup(args, seed)?;
-    let services = start_scorers(args, &policy, seed).await?;
+async fn run_seed(args: &LearnArgs, kind: TruthKind, seed: u64) -> Result<Report> {
+    let (policy, cat, truth) = setup(args, kind, seed)?;
+    let services = start_scorers(args, &policy, kind, seed).await?;
     let mut learner = client(&services[0]).await?;
     let mut prior = client(&services[1]).await?;
     let threshold = learner
@@ -220,7 +257,7 @@ async fn run_seed(args: &LearnArgs, seed: u64) -> Result<Report> {
         .into_inner()
         .anti_affinity_threshold;
     let tiers: Vec<(String, bool)> = choice_tiers(&policy, &cat);
-    let shape = StreamShape::of(args.truth);
+    let shape = StreamShape::of(kind);
     let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x1ea2);
     let mut pending: VecDeque<pb::ObserveRequest> = VecDeque::new();
     let mut decisions = Vec::with_capacity(args.decisions);
@@ -261,6 +298,9 @@ async fn run_seed(args: &LearnArgs, seed: u64) -> Result<Report> {
             observation_id: format!("pod-{seed}-{i}"),
             gpu_count: job.gpus,
             workload_class: workload,
+            namespace: "bench".into(),
+            tier: job.tier.clone(),
+            gpu_shape: pb::GpuShape::Whole as i32,
         });
         decisions.push(d);
         while pending.len() > args.feedback_delay {
@@ -282,7 +322,7 @@ async fn run_seed(args: &LearnArgs, seed: u64) -> Result<Report> {
         avoid,
         avoid_prior,
     };
-    Ok(Report::build(args, seed, &cat, &truth, &outcome))
+    Ok(Report::build(args, kind, seed, &cat, &truth, &outcome))
 }
 
 /// Reports one run; 1 when the scorer refused it (`INVALID_ARGUMENT`: a scorer that learns only the job

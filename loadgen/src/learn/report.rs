@@ -22,7 +22,7 @@ use plotters::prelude::*;
 use serde::Serialize;
 
 use super::truth::{Catalog, Truth};
-use crate::cli::LearnArgs;
+use crate::cli::{LearnArgs, TruthKind};
 
 /// What one seed's run produced, for [`Report::build`].
 #[derive(Debug, Clone)]
@@ -259,7 +259,14 @@ fn rolling(per: &[(f64, f64, f64)], window: usize) -> Vec<(f64, f64, f64)> {
 }
 
 impl Report {
-    pub fn build(args: &LearnArgs, seed: u64, cat: &Catalog, truth: &Truth, o: &Outcome) -> Self {
+    pub fn build(
+        args: &LearnArgs,
+        kind: TruthKind,
+        seed: u64,
+        cat: &Catalog,
+        truth: &Truth,
+        o: &Outcome,
+    ) -> Self {
         let decisions = &o.decisions;
         let statics = best_static(cat, decisions);
         let per: Vec<(f64, f64, f64)> = decisions
@@ -294,7 +301,7 @@ impl Report {
         let scorer_regret: Vec<f64> = per.iter().map(|p| p.0).collect();
         Self {
             seed,
-            truth: format!("{:?}", args.truth).to_lowercase(),
+            truth: format!("{kind:?}").to_lowercase(),
             job_types: cat.jobs.len(),
             unlisted_job_types: cat.jobs.iter().filter(|j| !j.listed).count(),
             decisions: n,
@@ -427,13 +434,16 @@ pub struct Summary {
 impl Summary {
     pub fn of(reports: &[Report]) -> Self {
         type Get = fn(&Report) -> f64;
-        let rows: [(&str, Get); 14] = [
+        let rows: [(&str, Get); 16] = [
             ("last 25%: scorer", |r| r.last_25pct.scorer),
             ("last 25%: best static", |r| r.last_25pct.best_static),
             ("last 25%: prior-only", |r| r.last_25pct.prior_only),
             ("whole run: scorer", |r| r.all.scorer),
             ("whole run: best static", |r| r.all.best_static),
             ("whole run: prior-only", |r| r.all.prior_only),
+            ("seeds below best static, whole run (fraction)", |r| {
+                f64::from(u8::from(r.all.scorer < r.all.best_static))
+            }),
             ("whole run, prior contradicted: scorer", |r| {
                 r.all_contradicted.scorer
             }),
@@ -450,6 +460,9 @@ impl Summary {
                 r.avoid_list_prior_only.recall
             }),
             ("exploration share", |r| r.exploration.share),
+            ("exploration share, last 25%", |r| {
+                r.exploration.share_last_25pct
+            }),
         ];
         Self {
             seeds: reports.iter().map(|r| r.seed).collect(),
@@ -460,18 +473,12 @@ impl Summary {
         }
     }
 
-    pub fn print(&self) {
+    pub fn print(&self, truth: &str) {
         let seeds: Vec<String> = self.seeds.iter().map(u64::to_string).collect();
-        println!("\nsummary over seeds {}:", seeds.join(", "));
+        println!("\nsummary, truth {truth}, over seeds {}:", seeds.join(", "));
         println!("  {:<44} {:>9} {:>9} {:>9}", "", "mean", "min", "max");
         for (name, s) in &self.rows {
-            let f = |x: f64| {
-                if name.contains("regret") || name.contains(':') || name.contains("share") {
-                    format!("{:+.1}%", 100.0 * x)
-                } else {
-                    format!("{x:.2}")
-                }
-            };
+            let f = |x: f64| format_row(name, x);
             println!(
                 "  {name:<44} {:>9} {:>9} {:>9}",
                 f(s.mean),
@@ -479,6 +486,46 @@ impl Summary {
                 f(s.max)
             );
         }
+    }
+}
+
+/// A row's number: a percentage for regrets and shares, else two decimals.
+fn format_row(name: &str, x: f64) -> String {
+    if name.contains("(fraction)") {
+        format!("{x:.2}")
+    } else if name.contains("regret") || name.contains(':') || name.contains("share") {
+        format!("{:+.1}%", 100.0 * x)
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+/// Every row of several truths' summaries side by side: mean (min…max) per truth.
+pub fn print_side_by_side(summaries: &[(String, Summary)]) {
+    println!("\nsummary side by side (mean (min…max) over the seeds):");
+    let mut head = format!("  {:<44}", "");
+    for (truth, _) in summaries {
+        head.push_str(&format!(" {truth:>26}"));
+    }
+    println!("{head}");
+    let Some((_, first)) = summaries.first() else {
+        return;
+    };
+    for (i, (name, _)) in first.rows.iter().enumerate() {
+        let mut line = format!("  {name:<44}");
+        for (_, s) in summaries {
+            let Some((_, sp)) = s.rows.get(i) else {
+                continue;
+            };
+            let cell = format!(
+                "{} ({}…{})",
+                format_row(name, sp.mean),
+                format_row(name, sp.min),
+                format_row(name, sp.max)
+            );
+            line.push_str(&format!(" {cell:>26}"));
+        }
+        println!("{line}");
     }
 }
 

@@ -122,6 +122,8 @@ fn a_decided_gpu_pod_is_ours_with_its_gpu_count_and_job_type() {
             job_type: "finetune-llm".into(),
             gpu_count: 2,
             workload_class: gpu_admission_proto::scorer::v1::WorkloadClass::Unknown,
+            namespace: "team-a".into(),
+            gpu_shape: GpuShape::Whole,
         }
     );
     let mut undecided = pod("u-2", "n", "Running", json!([]));
@@ -428,6 +430,39 @@ fn the_class_comes_from_the_node_and_unknown_nodes_are_skipped_not_unlisted_job_
     let req = observation(&unknown, &run, Some(&node_labels("L4-24GB")), &facts, []).unwrap();
     assert_eq!(req.job_type, "my-own-thing");
     assert_eq!(req.workload_class, job.workload_class as i32);
+    // The tenant and the GPU shape go with the run.
+    assert_eq!(req.namespace, "team-a");
+    assert_eq!(req.gpu_shape, GpuShape::Whole as i32);
+}
+
+#[test]
+fn mig_slices_and_shares_are_reported_as_such() {
+    assert_eq!(gpu_shape("devices"), GpuShape::Whole);
+    assert_eq!(gpu_shape("dra"), GpuShape::Whole);
+    assert_eq!(gpu_shape("mig"), GpuShape::MigSlice);
+    assert_eq!(gpu_shape("devices+mig"), GpuShape::MigSlice);
+    assert_eq!(gpu_shape("shared"), GpuShape::Shared);
+    assert_eq!(gpu_shape("devices+memory"), GpuShape::Shared);
+    assert_eq!(gpu_shape("cores"), GpuShape::Shared);
+    let mut p = pod(
+        "u-mig",
+        "gpu-node-3",
+        "Succeeded",
+        json!([terminated(
+            "trainer",
+            "Completed",
+            0,
+            "2026-05-04T10:05:02Z",
+            "2026-05-04T11:05:02Z"
+        )]),
+    );
+    let limits = &mut p["spec"]["containers"][0]["resources"]["limits"];
+    limits.as_object_mut().unwrap().remove("nvidia.com/gpu");
+    limits["nvidia.com/mig-1g.10gb"] = json!("1");
+    assert_eq!(
+        decided_job(&typed(p)).unwrap().gpu_shape,
+        GpuShape::MigSlice
+    );
 }
 
 #[test]

@@ -7,7 +7,7 @@ use super::feasibility::{self, Infeasible, Needs};
 use super::posterior::{self, JobRef, Posterior};
 use super::{
     Candidate, Decision, Gate, JobRequest, Learned, explain, interference, objective, priority,
-    sampling, value,
+    sampling, tenants, value,
 };
 use crate::policy::{Policy, RuntimeProfile, Tier, WorkloadClass};
 
@@ -47,7 +47,12 @@ impl<'a> Job<'a> {
             tier: &policy.tiers[tier_index],
             workload,
             profile: listed.map_or_else(|| policy.workload_profile(workload), |j| j.profile),
-            who: post.job(policy, &req.job_type, workload),
+            who: tenants::Owners::who(
+                post,
+                &req.job_type,
+                req.tenant.as_deref(),
+                post.job(policy, &req.job_type, workload),
+            ),
             memory_gib,
             memory_defaulted,
             gpus,

@@ -180,9 +180,14 @@ pub fn total_slowdown(
     total
 }
 
-/// Job types (listed, or among `unlisted`: those learned) whose (prior or learned) slowdown with
-/// `job_type` is above the anti-affinity threshold, sorted by name. The listed job types' priors are read
-/// by index (one name lookup per call, not two per pair).
+/// Most job types on one avoid-list (each becomes an anti-affinity term of the Pod): the most harmful
+/// are kept, so no amount of (true or claimed) co-location grows a Pod's terms past this.
+pub const MAX_AVOID: usize = 8;
+
+/// Job types (listed, or among `unlisted`: those learned; never a tenant's own name for another's job
+/// type) whose (prior or learned) slowdown with `job_type` is above the anti-affinity threshold, the
+/// [`MAX_AVOID`] most harmful of them, sorted by name. The listed job types' priors are read by index (one
+/// name lookup per call, not two per pair).
 pub fn avoid_list<'a>(
     policy: &'a Policy,
     learned: &InterferenceTable,
@@ -190,32 +195,60 @@ pub fn avoid_list<'a>(
     job_type: &str,
 ) -> Vec<String> {
     let me = policy.job_index(job_type);
-    let above = |prior: f64, other: &str| {
-        slowdown_from(policy, learned, prior, job_type, other) > policy.anti_affinity_threshold
+    let above = |prior: f64, other: &'a String| {
+        let s = slowdown_from(policy, learned, prior, job_type, other);
+        (s > policy.anti_affinity_threshold).then_some((other, s))
     };
-    let listed = policy.job_types.iter().enumerate().filter(|(j, other)| {
-        let prior = me.map_or(policy.default_slowdown, |i| {
-            policy.interference_prior[[i, *j]]
+    let listed = policy
+        .job_types
+        .iter()
+        .enumerate()
+        .filter_map(|(j, other)| {
+            let prior = me.map_or(policy.default_slowdown, |i| {
+                policy.interference_prior[[i, j]]
+            });
+            above(prior, &other.name)
         });
-        above(prior, &other.name)
-    });
-    let mut avoid: Vec<&String> = listed
-        .map(|(_, other)| &other.name)
+    let mut avoid: Vec<(&String, f64)> = listed
         .chain(
             unlisted
                 .into_iter()
-                .filter(|other| above(prior_slowdown(policy, job_type, other), other)),
+                .filter(|other| !super::tenants::is_tenant_name(other))
+                .filter_map(|other| above(prior_slowdown(policy, job_type, other), other)),
         )
         .collect();
-    avoid.sort();
-    avoid.dedup();
-    avoid.into_iter().cloned().collect()
+    avoid.sort_by(|a, b| a.0.cmp(b.0));
+    avoid.dedup_by(|a, b| a.0 == b.0);
+    if avoid.len() > MAX_AVOID {
+        avoid.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
+        avoid.truncate(MAX_AVOID);
+        avoid.sort_by(|a, b| a.0.cmp(b.0));
+    }
+    avoid.into_iter().map(|(n, _)| n.clone()).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::policy::embedded_default;
+
+    #[test]
+    fn an_avoid_list_keeps_the_most_harmful_job_types_only() {
+        let policy = embedded_default().unwrap();
+        let mut learned = InterferenceTable::default();
+        let names: Vec<String> = (0..20).map(|k| format!("noisy-{k:02}")).collect();
+        for (k, name) in names.iter().enumerate() {
+            for i in 0..30 {
+                let slowdown = 0.5 + k as f64 / 10.0;
+                learned.record(name, "notebook", slowdown, (k * 30 + i) as u64 + 1);
+            }
+        }
+        let list = avoid_list(&policy, &learned, &names, "notebook");
+        assert_eq!(list.len(), MAX_AVOID);
+        // The eight most harmful (noisy-12 … noisy-19), by name.
+        let expected: Vec<String> = (12..20).map(|k| format!("noisy-{k:02}")).collect();
+        assert_eq!(list, expected);
+    }
 
     #[test]
     fn avoid_list_uses_the_threshold_strictly() {

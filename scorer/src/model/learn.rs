@@ -9,14 +9,26 @@
 //! slowdown taken out updates the runtime statistics. A job type the policy does
 //! not list is learned too, under the budget of [`super::unlisted`].
 use super::estimate::{self, Gaussian};
-use super::{Learned, interference};
+use super::{Learned, interference, tenants};
 use crate::policy::{Policy, WorkloadClass};
 
 /// A co-located run's excess is winsorised at this many standard deviations (see [`learn_colocated`]).
 pub const CLIP: f64 = 2.5;
 
+/// What of a GPU a run had.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum GpuShape {
+    /// Whole devices of the class (also: not said).
+    #[default]
+    Whole,
+    /// MIG slices of a device.
+    MigSlice,
+    /// A time-sliced or memory/core share of a device.
+    Shared,
+}
+
 /// An observed runtime, validated by the caller (known class, finite runtime > 0).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Observation {
     /// Unique id (the Pod UID): an id already learned is not learned again.
     pub id: Option<String>,
@@ -28,6 +40,10 @@ pub struct Observation {
     pub gpu_count: u32,
     pub runtime_seconds: f64,
     pub colocated_job_types: Vec<String>,
+    /// The namespace that ran it (the tenant, [`super::tenants`]); `None` = not said.
+    pub tenant: Option<String>,
+    /// Runs on a part of a device teach nothing of the class's runtime (their id is still recorded).
+    pub gpu_shape: GpuShape,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -40,6 +56,8 @@ pub struct ObserveOutcome {
     pub duplicate: bool,
     /// The unlisted job type forgotten to make room for this one (least recently seen).
     pub evicted: Option<String>,
+    /// The run had a MIG slice or a share of a device: recorded, not learned.
+    pub partial: bool,
 }
 
 /// What [`learn`] did.
@@ -47,6 +65,9 @@ pub struct ObserveOutcome {
 pub struct Learnt {
     pub duplicate: bool,
     pub evicted: Option<String>,
+    pub partial: bool,
+    /// The name the run was learned under (the tenant's own one when another tenant owns the job type).
+    pub name: String,
 }
 
 /// Learns from `obs` (unless its id was already learned); the posterior is rebuilt only when the run was
@@ -62,18 +83,38 @@ pub fn learn(policy: &Policy, learned: &mut Learned, obs: &Observation) -> Learn
     {
         return Learnt {
             duplicate: true,
-            evicted: None,
+            ..Learnt::default()
         };
     }
     let seq = learned.observations + 1;
+    if obs.gpu_shape != GpuShape::Whole {
+        if let Some(id) = &obs.id {
+            learned.observed.insert(id);
+        }
+        learned.observations = seq;
+        learned.invalidate();
+        return Learnt {
+            partial: true,
+            name: obs.job_type.clone(),
+            ..Learnt::default()
+        };
+    }
+    let name = learned
+        .owners
+        .learned_name(&obs.job_type, obs.tenant.as_deref())
+        .into_owned();
     let mut evicted = None;
-    if policy.job_index(&obs.job_type).is_none() {
-        evicted = learned
-            .unlisted
-            .touch(&obs.job_type, obs.workload_class, seq);
+    if policy.job_index(&name).is_none() {
+        let workload = obs.workload_class.or_else(|| {
+            policy
+                .job_index(tenants::base(&name))
+                .map(|j| policy.job_types[j].workload_class)
+        });
+        evicted = learned.unlisted.touch(&name, workload, seq);
         if let Some(old) = &evicted {
             learned.runtimes.by_job.remove(old);
             learned.interference.remove_job(old);
+            learned.owners.forget(old);
         }
         learned.invalidate();
     }
@@ -87,11 +128,9 @@ pub fn learn(policy: &Policy, learned: &mut Learned, obs: &Observation) -> Learn
     }
     let mut clean = y;
     if !colocated.is_empty() {
-        clean = learn_colocated(policy, learned, obs, class, y, &colocated, seq);
+        clean = learn_colocated(policy, learned, obs, &name, class, y, &colocated, seq);
     }
-    learned
-        .runtimes
-        .record(&obs.job_type, &obs.gpu_class, clean);
+    learned.runtimes.record(&name, &obs.gpu_class, clean);
     if let Some(id) = &obs.id {
         learned.observed.insert(id);
     }
@@ -100,6 +139,8 @@ pub fn learn(policy: &Policy, learned: &mut Learned, obs: &Observation) -> Learn
     Learnt {
         duplicate: false,
         evicted,
+        partial: false,
+        name,
     }
 }
 
@@ -110,10 +151,12 @@ pub fn learn(policy: &Policy, learned: &mut Learned, obs: &Observation) -> Learn
 /// the estimate plus the run-to-run noise, so one straggling run (3 × its usual time) does not read as a
 /// harmful neighbour. The class's contention factor learns from the whole excess against the summed
 /// slowdowns; each pair gets the excess less what the others' current slowdowns explain.
+#[allow(clippy::too_many_arguments)]
 fn learn_colocated(
     policy: &Policy,
     learned: &mut Learned,
     obs: &Observation,
+    name: &str,
     class: usize,
     y: f64,
     colocated: &[&str],
@@ -122,7 +165,7 @@ fn learn_colocated(
     learned.refresh(policy);
     let post = learned.posterior(policy);
     let workload = obs.workload_class.unwrap_or(WorkloadClass::Unknown);
-    let who = post.job(policy, &obs.job_type, workload);
+    let who = post.job(policy, name, workload);
     let expected = post.estimate(policy, who, class);
     let bound = CLIP * (expected.log_var + policy.learning.tau.powi(2)).sqrt();
     let excess = (y - expected.log_mean).clamp(-bound, bound).exp_m1();
@@ -132,27 +175,26 @@ fn learn_colocated(
     let weight = noise / (noise + expected.log_var);
     let current: Vec<f64> = colocated
         .iter()
-        .map(|o| interference::slowdown(policy, &learned.interference, &obs.job_type, o))
+        .map(|o| interference::slowdown(policy, &learned.interference, name, o))
         .collect();
     let total: f64 = current.iter().sum();
-    learned.contention.record(&obs.gpu_class, total, excess);
+    // A tenant's runs of another tenant's job type teach nobody else's contention.
+    if !tenants::is_tenant_name(name) {
+        learned.contention.record(&obs.gpu_class, total, excess);
+    }
     for (k, other) in colocated.iter().enumerate() {
         let known = policy.job_index(other).is_some() || learned.unlisted.get(other).is_some();
         if known {
             let others = total - current[k];
-            learned.interference.record_weighted(
-                &obs.job_type,
-                other,
-                excess - others,
-                weight,
-                seq,
-            );
+            learned
+                .interference
+                .record_weighted(name, other, excess - others, weight, seq);
         }
     }
     let total = interference::total_slowdown(
         policy,
         &learned.interference,
-        &obs.job_type,
+        name,
         &obs.colocated_job_types,
     );
     y - (learned.contention.factor(policy, class) * total).ln_1p()
@@ -168,15 +210,21 @@ pub fn observe(policy: &Policy, learned: &mut Learned, obs: &Observation) -> Obs
     let size = estimate::size_log_speedup(obs.gpu_count, policy.learning.gpu_scaling_exponent);
     let post = learned.posterior(policy);
     let workload = obs.workload_class.unwrap_or(WorkloadClass::Unknown);
+    let name = if learnt.name.is_empty() {
+        &obs.job_type
+    } else {
+        &learnt.name
+    };
     let estimate = post
-        .estimate(policy, post.job(policy, &obs.job_type, workload), class)
+        .estimate(policy, post.job(policy, name, workload), class)
         .shifted(-size)
         .seconds();
     ObserveOutcome {
         estimate,
-        observations: learned.runtimes.get(&obs.job_type, &obs.gpu_class).count,
+        observations: learned.runtimes.get(name, &obs.gpu_class).count,
         duplicate: learnt.duplicate,
         evicted: learnt.evicted,
+        partial: learnt.partial,
     }
 }
 

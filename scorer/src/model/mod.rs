@@ -31,6 +31,7 @@ pub mod posterior;
 pub mod priority;
 pub mod sampling;
 mod tables;
+pub mod tenants;
 pub mod unlisted;
 pub mod value;
 
@@ -61,6 +62,9 @@ pub struct JobRequest {
     pub model_size_billion_params: Option<f64>,
     pub candidate_classes: Vec<String>,
     pub colocated_job_types: Vec<String>,
+    /// The namespace asking (the tenant): where it learned a job type under its own name ([`tenants`]),
+    /// its own estimates are read.
+    pub tenant: Option<String>,
 }
 
 /// Everything the scorer has learned; snapshotted by [`crate::state`].
@@ -82,6 +86,10 @@ pub struct Learned {
     /// Job types the policy does not list that were learned (under a budget).
     #[serde(default)]
     pub unlisted: unlisted::UnlistedJobTypes,
+    /// Which tenant (namespace) a job type's runs are learned from; other tenants' runs are learned under
+    /// their own name ([`tenants`]).
+    #[serde(default, skip_serializing_if = "tenants::Owners::is_empty")]
+    pub owners: tenants::Owners,
     /// The posterior of the current policy, rebuilt after every change (never serialised).
     #[serde(skip)]
     pub posterior: PosteriorCache,
@@ -191,6 +199,9 @@ impl Learned {
         ))
         .expect("plain maps of integers serialise");
         h.update(&tables);
+        if !self.owners.is_empty() {
+            h.update(serde_json::to_vec(&self.owners).expect("a map of names serialises"));
+        }
         h.update(self.observed.fingerprint().to_le_bytes());
         h.update(self.observations.to_le_bytes());
         hex::encode(&h.finalize()[..16]).into()

@@ -35,6 +35,7 @@
 //! exponent, what is particular to a class), the latter held a priori 20 % likely. When the wide one is
 //! more likely the job type is flagged (Explain says so) and recomputed with the wide prior, so its own
 //! data, not the catalog, decide, and its larger uncertainty draws exploration to it.
+mod contradicted;
 mod covariance;
 
 use std::collections::HashMap;
@@ -43,7 +44,7 @@ use std::hash::{Hash, Hasher};
 use ndarray::{Array1, Array2};
 
 use super::estimate::{LogNormal, RuntimeTable};
-use super::interference::PRIOR_WRONG;
+use super::tenants;
 use super::unlisted::UnlistedJobTypes;
 use crate::policy::{Policy, RuntimeProfile, WorkloadClass};
 
@@ -91,6 +92,9 @@ struct Slot {
     workload: usize,
     /// (class, count, mean of the 1-GPU log runtime).
     cells: Vec<(usize, u64, f64)>,
+    /// A tenant's own name for another tenant's job type ([`tenants`]): its runs teach its own parameters
+    /// only, never the shared ones (so they cannot move any other job type's estimates).
+    foreign: bool,
 }
 
 /// A job type's parameters (a_j, b_j) after the solve: mean, covariance, covariance with the shared ones.
@@ -119,6 +123,8 @@ pub struct Posterior {
     cov: Array2<f64>,
     /// Slots of the unlisted job types learned, by name.
     unlisted: HashMap<String, usize>,
+    /// Whether some of them are tenants' own names for other tenants' job types ([`tenants`]).
+    tenant_job_types: bool,
     /// Per (slot, class): the 1-GPU log-runtime estimate.
     log_mean: Array2<f64>,
     log_var: Array2<f64>,
@@ -208,6 +214,7 @@ fn slots(
             profile: j.profile,
             workload: j.workload_class.index(),
             cells: cells(&j.name),
+            foreign: false,
         })
         .collect();
     let mut names = HashMap::new();
@@ -215,12 +222,17 @@ fn slots(
         if policy.job_index(name).is_some() {
             continue;
         }
-        let w = seen.workload_class();
+        // A tenant's own name for a listed job type has that job type's prior.
+        let listed = policy
+            .job_index(tenants::base(name))
+            .map(|j| &policy.job_types[j]);
+        let w = listed.map_or_else(|| seen.workload_class(), |j| j.workload_class);
         names.insert(name.clone(), slots.len());
         slots.push(Slot {
-            profile: policy.workload_profile(w),
+            profile: listed.map_or_else(|| policy.workload_profile(w), |j| j.profile),
             workload: w.index(),
             cells: cells(name),
+            foreign: tenants::is_tenant_name(name),
         });
     }
     (slots, names)
@@ -337,6 +349,9 @@ fn solve(policy: &Policy, slots: &[Slot], wide: &[bool]) -> Solved {
         .map(|(slot, &w)| local(shared, &xs, slot, v, w))
         .collect();
     for (slot, (l, &w)) in slots.iter().zip(locals.iter().zip(wide)) {
+        if slot.foreign {
+            continue;
+        }
         let vr = v.own(slot, w).2;
         for &(c, n, mean) in &slot.cells {
             let var = vr + v.noise / n as f64;
@@ -426,69 +441,13 @@ fn recover(l: &Local, s: usize, theta: &Array1<f64>, cov: &Array2<f64>) -> Block
     }
 }
 
-/// Whether a job type's cells are better explained by a prior [`WIDE`]x as wide: every parameter integrated
-/// out under its prior (the prior predictive; the shared ones are not taken from the posterior, which the
-/// job type's own data pull along).
-fn contradicts(policy: &Policy, slot: &Slot) -> bool {
-    if slot.cells.len() < 2 {
-        return false;
-    }
-    let v = Variances::of(policy);
-    let xs: Vec<f64> = policy
-        .classes
-        .iter()
-        .map(|c| c.relative_throughput.ln())
-        .collect();
-    let k = slot.cells.len();
-    let loglik = |wide: bool| {
-        let (va, vb, vr) = v.own(slot, wide);
-        let mut cov = Array2::<f64>::zeros((k, k));
-        let mut resid = Array1::<f64>::zeros(k);
-        for (p, &(c, n, mean)) in slot.cells.iter().enumerate() {
-            let prior = prior_log_mean(&slot.profile, policy.classes[c].relative_throughput);
-            resid[p] = mean - prior;
-            for (q, &(c2, _, _)) in slot.cells.iter().enumerate() {
-                cov[[p, q]] = va + (vb + v.exponent) * xs[c] * xs[c2];
-            }
-            cov[[p, p]] += 2.0 * v.class + vr + v.noise / n as f64;
-        }
-        gaussian_loglik(&resid, &cov)
-    };
-    let (narrow, wide) = (loglik(false), loglik(true));
-    (wide + PRIOR_WRONG.ln()) > (narrow + (1.0 - PRIOR_WRONG).ln())
-}
-
-/// ln N(r; 0, cov) by Cholesky.
-fn gaussian_loglik(r: &Array1<f64>, cov: &Array2<f64>) -> f64 {
-    let n = r.len();
-    let mut l = Array2::<f64>::zeros((n, n));
-    for i in 0..n {
-        for j in 0..=i {
-            let mut s = cov[[i, j]];
-            for k in 0..j {
-                s -= l[[i, k]] * l[[j, k]];
-            }
-            if i == j {
-                l[[i, i]] = s.max(1e-300).sqrt();
-            } else {
-                l[[i, j]] = s / l[[j, j]];
-            }
-        }
-    }
-    // Solve L z = r.
-    let mut z = vec![0.0; n];
-    for i in 0..n {
-        let s: f64 = (0..i).map(|k| l[[i, k]] * z[k]).sum();
-        z[i] = (r[i] - s) / l[[i, i]];
-    }
-    let logdet: f64 = (0..n).map(|i| l[[i, i]].ln()).sum::<f64>() * 2.0;
-    -0.5 * (z.iter().map(|x| x * x).sum::<f64>() + logdet + n as f64 * std::f64::consts::TAU.ln())
-}
-
 impl Posterior {
     pub fn compute(policy: &Policy, runtimes: &RuntimeTable, unlisted: &UnlistedJobTypes) -> Self {
         let (slots, names) = slots(policy, runtimes, unlisted);
-        let contradicted: Vec<bool> = slots.iter().map(|s| contradicts(policy, s)).collect();
+        let contradicted: Vec<bool> = slots
+            .iter()
+            .map(|s| contradicted::contradicts(policy, s))
+            .collect();
         let solved = solve(policy, &slots, &contradicted);
         let (log_mean, log_var, counts, shrink) = predict(policy, &slots, &solved, &contradicted);
         Self {
@@ -498,6 +457,7 @@ impl Posterior {
             },
             theta: solved.mean,
             cov: solved.cov,
+            tenant_job_types: names.keys().any(|n| tenants::is_tenant_name(n)),
             unlisted: names,
             log_mean,
             log_var,
@@ -507,6 +467,16 @@ impl Posterior {
             shrink,
             workload_of: slots.iter().map(|s| s.workload).collect(),
         }
+    }
+
+    /// Whether a tenant learned a job type under its own name ([`tenants`]).
+    pub fn has_tenant_job_types(&self) -> bool {
+        self.tenant_job_types
+    }
+
+    /// The slot of a learned unlisted job type.
+    pub fn unlisted_slot(&self, name: &str) -> Option<usize> {
+        self.unlisted.get(name).copied()
     }
 
     /// Who `job_type` is: a listed or learned job type, else its workload class.

@@ -218,6 +218,7 @@ fn run(job_type: &str, class: &str, gpus: u32, runtime: f64, colocated: &[&str])
         gpu_count: gpus,
         runtime_seconds: runtime,
         colocated_job_types: colocated.iter().map(|s| s.to_string()).collect(),
+        ..Observation::default()
     }
 }
 
@@ -372,6 +373,27 @@ fn an_observation_id_is_learned_once() {
     observe(&p, &mut l, &run("train-bert", "A100-80GB", 1, 9_000.0, &[]));
     observe(&p, &mut l, &run("train-bert", "A100-80GB", 1, 9_000.0, &[]));
     assert_eq!(l.observations, 3);
+}
+
+#[test]
+fn runs_on_a_part_of_a_device_are_recorded_not_learned_as_runs_of_the_class() {
+    let p = embedded_default().unwrap();
+    let mut l = Learned::default();
+    for (i, shape) in [learn::GpuShape::MigSlice, learn::GpuShape::Shared]
+        .into_iter()
+        .enumerate()
+    {
+        let o = Observation {
+            id: Some(format!("mig-{i}")),
+            gpu_shape: shape,
+            ..run("train-bert", "A100-80GB", 1, 90_000.0, &[])
+        };
+        let out = observe(&p, &mut l, &o);
+        assert!(out.partial && !out.duplicate);
+        assert!(observe(&p, &mut l, &o).duplicate);
+    }
+    assert_eq!(l.observations, 2);
+    assert_eq!(l.runtimes.get("train-bert", "A100-80GB").count, 0);
 }
 
 #[test]

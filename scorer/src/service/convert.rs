@@ -32,6 +32,7 @@ pub fn job_request(req: &pb::ScoreRequest) -> Result<JobRequest, Status> {
         model_size_billion_params: req.model_size_billion_params,
         candidate_classes: req.candidate_classes.clone(),
         colocated_job_types: req.colocated_job_types.clone(),
+        ..JobRequest::default()
     })
 }
 
@@ -57,6 +58,7 @@ pub(crate) fn observation(
         gpu_class: req.gpu_class.clone(),
         runtime_seconds: req.runtime_seconds,
         colocated_job_types: req.colocated_job_types.clone(),
+        ..Observation::default()
     })
 }
 

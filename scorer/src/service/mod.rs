@@ -9,7 +9,7 @@ mod tests;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use gpu_admission_proto::limits::MAX_POLICY_BYTES;
+use gpu_admission_proto::limits::{self, MAX_POLICY_BYTES};
 use gpu_admission_proto::scorer::v1 as pb;
 use tonic::Status;
 
@@ -19,9 +19,15 @@ use crate::model::{self, JobRequest, Learned};
 use crate::policy::Policy;
 use crate::policy::watch::PolicyStore;
 use crate::state;
-use convert::{
-    explain_response, invalid, job_request, observation, policy_response, score_response,
-};
+use convert::{explain_response, invalid, observation, policy_response, score_response};
+
+/// The request in the model's terms ([`convert::job_request`]), with the namespace as the tenant whose own
+/// estimates are read ([`model::tenants`]).
+fn job_request(req: &pb::ScoreRequest) -> Result<JobRequest, Status> {
+    let mut job = convert::job_request(req)?;
+    job.tenant = (!req.namespace.is_empty()).then(|| req.namespace.clone());
+    Ok(job)
+}
 
 /// State shared by every request.
 #[derive(Debug)]
@@ -160,8 +166,23 @@ impl Core {
 
     pub fn observe(&self, req: &pb::ObserveRequest) -> Result<pb::ObserveResponse, Status> {
         let policy = self.policy("Observe")?;
-        let obs = observation(&policy, req)
+        let mut obs = observation(&policy, req)
             .inspect_err(|_| self.metrics.request("Observe", "invalid_argument"))?;
+        for (field, value) in [("namespace", &req.namespace), ("tier", &req.tier)] {
+            if value.len() > limits::MAX_NAME_BYTES {
+                self.metrics.request("Observe", "invalid_argument");
+                return Err(Status::invalid_argument(format!(
+                    "{field} is longer than {} bytes",
+                    limits::MAX_NAME_BYTES
+                )));
+            }
+        }
+        obs.tenant = (!req.namespace.is_empty()).then(|| req.namespace.clone());
+        obs.gpu_shape = match pb::GpuShape::try_from(req.gpu_shape) {
+            Ok(pb::GpuShape::MigSlice) => model::learn::GpuShape::MigSlice,
+            Ok(pb::GpuShape::Shared) => model::learn::GpuShape::Shared,
+            _ => model::learn::GpuShape::Whole,
+        };
         let (outcome, summary) = {
             let mut learned = self.learned_for_write();
             let outcome = model::observe(&policy, &mut learned, &obs);
@@ -180,7 +201,13 @@ impl Core {
         }
         self.metrics.request(
             "Observe",
-            if outcome.duplicate { "duplicate" } else { "ok" },
+            if outcome.duplicate {
+                "duplicate"
+            } else if outcome.partial {
+                "partial_gpu"
+            } else {
+                "ok"
+            },
         );
         Ok(pb::ObserveResponse {
             runtime_mean_seconds: outcome.estimate.mean,

@@ -1,0 +1,66 @@
+//! A contradicted prior ([`contradicts`]): whether a job type's runs are better explained by a prior
+//! [`super::WIDE`]x as wide, by Bayesian model choice.
+use ndarray::{Array1, Array2};
+
+use super::{Slot, Variances, prior_log_mean};
+use crate::model::interference::PRIOR_WRONG;
+use crate::policy::Policy;
+
+/// Whether a job type's cells are better explained by a prior [`WIDE`]x as wide: every parameter integrated
+/// out under its prior (the prior predictive; the shared ones are not taken from the posterior, which the
+/// job type's own data pull along).
+pub(super) fn contradicts(policy: &Policy, slot: &Slot) -> bool {
+    if slot.cells.len() < 2 {
+        return false;
+    }
+    let v = Variances::of(policy);
+    let xs: Vec<f64> = policy
+        .classes
+        .iter()
+        .map(|c| c.relative_throughput.ln())
+        .collect();
+    let k = slot.cells.len();
+    let loglik = |wide: bool| {
+        let (va, vb, vr) = v.own(slot, wide);
+        let mut cov = Array2::<f64>::zeros((k, k));
+        let mut resid = Array1::<f64>::zeros(k);
+        for (p, &(c, n, mean)) in slot.cells.iter().enumerate() {
+            let prior = prior_log_mean(&slot.profile, policy.classes[c].relative_throughput);
+            resid[p] = mean - prior;
+            for (q, &(c2, _, _)) in slot.cells.iter().enumerate() {
+                cov[[p, q]] = va + (vb + v.exponent) * xs[c] * xs[c2];
+            }
+            cov[[p, p]] += 2.0 * v.class + vr + v.noise / n as f64;
+        }
+        gaussian_loglik(&resid, &cov)
+    };
+    let (narrow, wide) = (loglik(false), loglik(true));
+    (wide + PRIOR_WRONG.ln()) > (narrow + (1.0 - PRIOR_WRONG).ln())
+}
+
+/// ln N(r; 0, cov) by Cholesky.
+fn gaussian_loglik(r: &Array1<f64>, cov: &Array2<f64>) -> f64 {
+    let n = r.len();
+    let mut l = Array2::<f64>::zeros((n, n));
+    for i in 0..n {
+        for j in 0..=i {
+            let mut s = cov[[i, j]];
+            for k in 0..j {
+                s -= l[[i, k]] * l[[j, k]];
+            }
+            if i == j {
+                l[[i, i]] = s.max(1e-300).sqrt();
+            } else {
+                l[[i, j]] = s / l[[j, j]];
+            }
+        }
+    }
+    // Solve L z = r.
+    let mut z = vec![0.0; n];
+    for i in 0..n {
+        let s: f64 = (0..i).map(|k| l[[i, k]] * z[k]).sum();
+        z[i] = (r[i] - s) / l[[i, i]];
+    }
+    let logdet: f64 = (0..n).map(|i| l[[i, i]].ln()).sum::<f64>() * 2.0;
+    -0.5 * (z.iter().map(|x| x * x).sum::<f64>() + logdet + n as f64 * std::f64::consts::TAU.ln())
+}

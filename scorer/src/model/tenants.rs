@@ -1,0 +1,235 @@
+//! Learning per tenant, with bounded influence.
+//!
+//! A job type's runs are learned from the tenant (namespace) that reported it first: its **owner**. A run
+//! of another tenant is learned under that tenant's own name for the job type, `<job type>@<namespace>` (no
+//! label value can contain `@`, so no Pod can ask for it): a job type of its own, unlisted (under the budget
+//! of [`super::unlisted`]), with the listed job type's prior and workload class when there is one. So:
+//! - a tenant's runs never enter another tenant's cells, nor the parameters the model shares across job
+//!   types (per workload class and GPU class, see [`super::posterior`]): a job type learned under a
+//!   tenant's own name is fitted given the shared parameters and teaches its own size, exponent and cells
+//!   only, and its co-located runs teach no class's contention factor. So runs under another tenant's job
+//!   type leave every other job type's estimates exactly as they were (tested below: 120 runs of 2 s or of
+//!   10⁷ s, a third claiming a neighbour; the bound the issue asks for is 2x, the model gives 1x);
+//! - a tenant with runs of its own reads its own estimates ([`Owners::who`]), shrunk towards the shared
+//!   parameters like any job type's; before that it reads the owner's (reading is not steering).
+//!
+//! The owner is whoever reported the job type first: a tenant that runs a job type before its real owner
+//! does owns it (the policy does not say who owns a job type yet); the others then learn under their own
+//! names and read their own estimates as soon as they have runs.
+//!
+//! Runs reported without a namespace are learned under the plain name, as before, and a cluster of one
+//! tenant learns exactly as before. At most one owner per job type the state holds is kept: a job type's
+//! entry goes when the job type is forgotten.
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::posterior::{JobRef, Posterior};
+
+/// Between a job type and the namespace of a tenant that does not own it.
+pub const SEPARATOR: char = '@';
+
+/// The owner (namespace) of each job type learned from runs that carried one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Owners(pub BTreeMap<String, String>);
+
+impl Owners {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The name a run of `job_type` by `tenant` is learned under: the job type itself when `tenant` owns it
+    /// (the first to report it), says none, or the name already is a tenant's; else `job_type@tenant`.
+    pub fn learned_name<'a>(&mut self, job_type: &'a str, tenant: Option<&str>) -> Cow<'a, str> {
+        let Some(tenant) = tenant.filter(|t| !t.is_empty()) else {
+            return Cow::Borrowed(job_type);
+        };
+        if job_type.contains(SEPARATOR) {
+            return Cow::Borrowed(job_type);
+        }
+        let owner = self
+            .0
+            .entry(job_type.to_string())
+            .or_insert_with(|| tenant.to_string());
+        if owner == tenant {
+            Cow::Borrowed(job_type)
+        } else {
+            Cow::Owned(format!("{job_type}{SEPARATOR}{tenant}"))
+        }
+    }
+
+    /// Forgets a job type (evicted) and its owner.
+    pub fn forget(&mut self, job_type: &str) {
+        self.0.remove(job_type);
+    }
+
+    /// Who `job_type` asked by `tenant` is for the model: its own job type when it learned runs under its
+    /// own name, else the job type itself ([`Posterior::job`]).
+    pub fn who(post: &Posterior, job_type: &str, tenant: Option<&str>, fallback: JobRef) -> JobRef {
+        match tenant.filter(|t| !t.is_empty() && post.has_tenant_job_types()) {
+            Some(t) => post
+                .unlisted_slot(&format!("{job_type}{SEPARATOR}{t}"))
+                .map_or(fallback, JobRef::Known),
+            None => fallback,
+        }
+    }
+}
+
+/// The job type a learned name stands for: `train@team-b` → `train`.
+pub fn base(name: &str) -> &str {
+    name.split_once(SEPARATOR).map_or(name, |(b, _)| b)
+}
+
+/// Whether a learned name is a tenant's own name for another tenant's job type (never on an avoid-list:
+/// no Pod carries it).
+pub fn is_tenant_name(name: &str) -> bool {
+    name.contains(SEPARATOR)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{JobRequest, Learned, Observation, learn, score};
+    use super::*;
+    use crate::policy::{Policy, Vendor, embedded_default};
+
+    fn run(tenant: &str, job_type: &str, class: &str, runtime: f64, id: String) -> Observation {
+        Observation {
+            id: Some(id),
+            job_type: job_type.into(),
+            gpu_class: class.into(),
+            gpu_count: 1,
+            runtime_seconds: runtime,
+            tenant: Some(tenant.into()),
+            ..Observation::default()
+        }
+    }
+
+    /// Gold's 15 real runs of `train-llama` (the issue's numbers).
+    fn gold(p: &Policy) -> Learned {
+        let mut l = Learned::default();
+        for i in 0..15 {
+            let (class, t) = [
+                ("H100-80GB", 30_000.0),
+                ("A100-80GB", 60_000.0),
+                ("L4-24GB", 400_000.0),
+            ][i % 3];
+            let t = t * (1.0 + 0.05 * ((i * 7) % 5) as f64 - 0.1);
+            learn(
+                p,
+                &mut l,
+                &run("llm-prod", "train-llama", class, t, format!("g{i}")),
+            );
+        }
+        l
+    }
+
+    /// Gold's decision and every class's estimate (seconds) for its next `train-llama`.
+    fn decide(p: &Policy, l: &Learned) -> (Option<usize>, Vec<f64>) {
+        let mut l = l.clone();
+        l.refresh(p);
+        let req = JobRequest {
+            tier: "gold".into(),
+            job_type: "train-llama".into(),
+            gpu_count: 1,
+            vendor: Some(Vendor::Nvidia),
+            memory_gib: Some(20.0),
+            tenant: Some("llm-prod".into()),
+            ..JobRequest::default()
+        };
+        let d = score(p, &l, &req, false, 7);
+        let mut means = vec![0.0; p.classes.len()];
+        for c in &d.candidates {
+            means[c.class] = c.runtime.mean;
+        }
+        (d.accepted().first().map(|c| c.class), means)
+    }
+
+    #[test]
+    fn another_tenants_runs_under_a_job_type_leave_its_owners_decision_and_estimates_within_2x() {
+        let p = embedded_default().unwrap();
+        let before = gold(&p);
+        let (choice, estimates) = decide(&p, &before);
+        assert_eq!(choice, p.class_index("H100-80GB"));
+        // The issue's attack, and others like it: 120 runs of 2 s (or of 10⁷ s) on one class, some of
+        // them claiming neighbours.
+        for (class, runtime) in [
+            ("L4-24GB", 2.0),
+            ("L40S-48GB", 2.0),
+            ("H100-80GB", 1e7),
+            ("A100-40GB", 2.0),
+        ] {
+            let mut l = before.clone();
+            for i in 0..120 {
+                let mut o = run("students", "train-llama", class, runtime, format!("b{i}"));
+                if i % 3 == 0 {
+                    o.colocated_job_types = vec!["inference-llm".into()];
+                }
+                learn(&p, &mut l, &o);
+            }
+            // Bronze's runs are learned, under its own name.
+            assert_eq!(l.runtimes.get("train-llama@students", class).count, 120);
+            assert_eq!(
+                l.runtimes.get("train-llama", class).count,
+                before.runtimes.get("train-llama", class).count
+            );
+            let (after, moved) = decide(&p, &l);
+            assert_eq!(
+                after, choice,
+                "{class} at {runtime} s moved gold's decision"
+            );
+            for (c, (a, b)) in moved.iter().zip(&estimates).enumerate() {
+                let ratio = a / b;
+                assert!(
+                    (0.5..=2.0).contains(&ratio),
+                    "{class} at {runtime} s: gold's {} estimate moved {ratio:.3}x",
+                    p.classes[c].name
+                );
+            }
+            // Fake co-location puts nothing on gold's avoid-lists beyond what gold's own runs say.
+            assert_eq!(
+                l.avoid_list(&p, "train-llama"),
+                before.avoid_list(&p, "train-llama")
+            );
+            assert_eq!(
+                l.avoid_list(&p, "inference-llm"),
+                before.avoid_list(&p, "inference-llm")
+            );
+            // The students read their own estimate.
+            let mut mine = l.clone();
+            let post = mine.refresh(&p);
+            let who = Owners::who(
+                &post,
+                "train-llama",
+                Some("students"),
+                post.job(&p, "train-llama", crate::policy::WorkloadClass::Training),
+            );
+            let own = post
+                .estimate(&p, who, p.class_index(class).unwrap())
+                .seconds()
+                .mean;
+            assert!(
+                (own / runtime).ln().abs() < 1.0,
+                "{class}: students read {own} s for {runtime} s"
+            );
+        }
+    }
+
+    #[test]
+    fn the_first_tenant_owns_a_job_type_the_others_learn_under_their_own_name() {
+        let mut o = Owners::default();
+        assert_eq!(o.learned_name("train", None), "train");
+        assert!(o.is_empty());
+        assert_eq!(o.learned_name("train", Some("gold")), "train");
+        assert_eq!(o.learned_name("train", Some("gold")), "train");
+        assert_eq!(o.learned_name("train", Some("bronze")), "train@bronze");
+        assert_eq!(o.learned_name("train", Some("")), "train");
+        assert_eq!(o.learned_name("train@bronze", Some("x")), "train@bronze");
+        assert_eq!(base("train@bronze"), "train");
+        assert_eq!(base("train"), "train");
+        assert!(is_tenant_name("train@bronze") && !is_tenant_name("train"));
+        o.forget("train");
+        assert_eq!(o.learned_name("train", Some("bronze")), "train");
+    }
+}
