@@ -65,7 +65,9 @@ async fn corpus_manifests_and_admission_reviews() {
                 targets.extend([
                     (SILVER, Some("silver")),
                     (BRONZE, Some("bronze")),
-                    (NO_TIER, None),
+                    // A namespace without a tier label is held to the default tier (untieredNamespaces:
+                    // DefaultTier, as shipped).
+                    (NO_TIER, Some(policy.default_tier.as_str())),
                 ]);
             }
             for (ns, tier) in targets {
@@ -103,15 +105,31 @@ async fn corpus_manifests_and_admission_reviews() {
                 if !o.allowed {
                     fail(&r.file, "as is", vec![format!("denied: {}", o.raw)]);
                 }
+                // The reviews' namespaces have no tier label: a GPU Pod there is held to the default tier
+                // (untieredNamespaces: DefaultTier), so a patch may only name classes of that tier.
                 if o.patch.is_some() {
-                    fail(
-                        &r.file,
-                        "as is",
-                        vec![format!(
-                            "no GPU Pod here, but patched: {}",
-                            o.patch_string()
-                        )],
-                    );
+                    let patch = o.patch_string();
+                    let default = policy
+                        .tiers
+                        .iter()
+                        .find(|t| t.name == policy.default_tier)
+                        .expect("the default tier");
+                    let outside: Vec<&str> = policy
+                        .catalog
+                        .iter()
+                        .map(|c| c.name.as_str())
+                        .filter(|c| !default.allowed_classes.iter().any(|a| a == c))
+                        .filter(|c| patch.contains(&format!("\"{c}\"")))
+                        .collect();
+                    if !outside.is_empty() {
+                        fail(
+                            &r.file,
+                            "as is",
+                            vec![format!(
+                                "patched outside the default tier ({outside:?}): {patch}"
+                            )],
+                        );
+                    }
                 }
             }
             Err(e) => fail(&r.file, "as is", vec![format!("{e:#}")]),
