@@ -32,7 +32,9 @@ use serde_json::{Value, json};
 
 const ML: &str = "ckpt-ml";
 const OTHER: &str = "ckpt-other";
-const PLAIN: &str = "ckpt-plain";
+/// The baseline namespace: one the shipped registrations never send (every namespace with a tier label or
+/// without one is held to a tier now), so neither webhook changes what is created there.
+const PLAIN: &str = "kube-public";
 const MWC: &str = "gpu-admission-checkpoint-e2e";
 const CKPT_HOOK: &str = "checkpoint-restore.gpu-admission.io";
 const ANN_RESTORED_FROM: &str = "gpu-admission.io/restored-from";
@@ -253,7 +255,6 @@ async fn checkpoint_restore_against_a_real_apiserver() {
     let policy = scorer.policy().clone();
     cluster.create_namespace(ML, Some("gold")).await.unwrap();
     cluster.create_namespace(OTHER, Some("gold")).await.unwrap();
-    cluster.create_namespace(PLAIN, None).await.unwrap();
     cluster.create_priority_classes(&policy).await.unwrap();
 
     let mut webhook = Webhook::builder(&scorer.url())
@@ -605,8 +606,8 @@ fn without_restore(stored: &Value) -> Value {
     p
 }
 
-/// Each corpus Pod the apiserver accepts becomes a Pod of Job `corpus`: first in a namespace without a tier
-/// and without a backup (neither webhook changes it: the baseline), then in the tier namespace where a
+/// Each corpus Pod the apiserver accepts becomes a Pod of Job `corpus`: first in a namespace the webhooks skip
+/// (kube-public) and without a backup (neither webhook changes it: the baseline), then in the tier namespace where a
 /// backup names every corpus container: stored restored, with /mutate-pod's decision for GPU Pods, and
 /// otherwise equal to the baseline.
 async fn corpus(

@@ -65,9 +65,8 @@ async fn corpus_manifests_and_admission_reviews() {
                 targets.extend([
                     (SILVER, Some("silver")),
                     (BRONZE, Some("bronze")),
-                    // A namespace without a tier label is held to the default tier (untieredNamespaces:
-                    // DefaultTier, as shipped).
-                    (NO_TIER, Some(policy.default_tier.as_str())),
+                    // No tier label: held to the policy's default tier (bronze).
+                    (NO_TIER, Some("bronze")),
                 ]);
             }
             for (ns, tier) in targets {
@@ -105,31 +104,23 @@ async fn corpus_manifests_and_admission_reviews() {
                 if !o.allowed {
                     fail(&r.file, "as is", vec![format!("denied: {}", o.raw)]);
                 }
-                // The reviews' namespaces have no tier label: a GPU Pod there is held to the default tier
-                // (untieredNamespaces: DefaultTier), so a patch may only name classes of that tier.
-                if o.patch.is_some() {
-                    let patch = o.patch_string();
-                    let default = policy
-                        .tiers
-                        .iter()
-                        .find(|t| t.name == policy.default_tier)
-                        .expect("the default tier");
-                    let outside: Vec<&str> = policy
-                        .catalog
-                        .iter()
-                        .map(|c| c.name.as_str())
-                        .filter(|c| !default.allowed_classes.iter().any(|a| a == c))
-                        .filter(|c| patch.contains(&format!("\"{c}\"")))
-                        .collect();
-                    if !outside.is_empty() {
-                        fail(
-                            &r.file,
-                            "as is",
-                            vec![format!(
-                                "patched outside the default tier ({outside:?}): {patch}"
-                            )],
-                        );
-                    }
+                // The reviews' namespaces have no tier label: held to the default tier, so only a Pod
+                // CREATE (one asking for GPUs, or naming a PriorityClass beyond the cap) may be patched.
+                let req = &r.review["request"];
+                let pod_create = req["operation"] == "CREATE"
+                    && req
+                        .pointer("/kind/kind")
+                        .and_then(Value::as_str)
+                        .is_some_and(|k| k.eq_ignore_ascii_case("pod"));
+                if o.patch.is_some() && !pod_create {
+                    fail(
+                        &r.file,
+                        "as is",
+                        vec![format!(
+                            "not a Pod CREATE, but patched: {}",
+                            o.patch_string()
+                        )],
+                    );
                 }
             }
             Err(e) => fail(&r.file, "as is", vec![format!("{e:#}")]),

@@ -346,12 +346,6 @@ async fn requests_left_alone() {
             GOLD,
             Operation::Create,
         ),
-        (
-            "GPU Pod in an unlabelled namespace",
-            &gpu,
-            "default",
-            Operation::Create,
-        ),
         ("UPDATE of a GPU Pod", &gpu, GOLD, Operation::Update),
         ("DELETE of a GPU Pod", &gpu, GOLD, Operation::Delete),
     ] {
@@ -361,6 +355,16 @@ async fn requests_left_alone() {
             .unwrap_or_else(|e| panic!("{what}: {e:#}"));
         assert!(o.allowed && o.patch.is_none(), "{what}: {}", o.raw);
     }
+    // A namespace without a tier label is no reason to skip: held to the default tier, decided.
+    let o = webhook
+        .admit(&gpu, "default", Operation::Create)
+        .await
+        .unwrap();
+    assert!(
+        o.allowed && o.patch.is_some(),
+        "GPU Pod in an unlabelled namespace: {}",
+        o.raw
+    );
     // A forged decided-at without a placement is no reason to skip: the Pod is decided like any other.
     let o = webhook
         .admit(&decided, GOLD, Operation::Create)

@@ -14,7 +14,6 @@ use axum::http::{Request, StatusCode};
 use common::*;
 use gpu_admission_core::admission::validate_policy::PolicyConfigMap;
 use gpu_admission_core::policy::PolicySnapshot;
-use gpu_admission_policy::schema::UntieredNamespaces;
 use gpu_admission_proto::scorer::v1::{
     Enforcement, EnforcementMode, GetPolicyResponse, PriorityAssignment, PriorityBucket, Tier,
 };
@@ -32,16 +31,6 @@ use webhook_frontend::scorer_client::{ChannelLimits, Scorer};
 /// The router over a fresh state: the double's scorer, `policy` already loaded (as if GetPolicy had
 /// answered), namespaces `ml` and `ml-research` in gold.
 async fn router_with(mode: Mode, policy: GetPolicyResponse) -> (Router, ScorerDouble) {
-    router_untiered(mode, policy, UntieredNamespaces::Ignore).await
-}
-
-/// The router over `policy`, namespaces outside `ml` / `ml-research` answered as `untiered` says (these
-/// tests are about the envelope: `Ignore` keeps their untiered namespaces out of the rules).
-async fn router_untiered(
-    mode: Mode,
-    policy: GetPolicyResponse,
-    untiered: UntieredNamespaces,
-) -> (Router, ScorerDouble) {
     let double = ScorerDouble::start(policy.clone(), mode.behaviour())
         .await
         .expect("the scorer double starts");
@@ -53,9 +42,7 @@ async fn router_untiered(
     )
     .expect("scorer client");
     let cache = Arc::new(PolicyCache::default());
-    let mut snapshot = PolicySnapshot::from_response(policy);
-    snapshot.untiered = untiered;
-    cache.set(snapshot);
+    cache.set(PolicySnapshot::from_response(policy));
     let tiers = HashMap::from(
         [("ml", "gold"), ("ml-research", "gold")].map(|(ns, t)| (ns.to_string(), t.to_string())),
     );
@@ -102,7 +89,8 @@ async fn review(
 /// What a fixture review must get from `/mutate-pod` with the double answering A100-80GB / gpu-high.
 #[derive(Debug, PartialEq)]
 enum Expect {
-    /// Not ours (another kind, another operation, a namespace without a tier, no GPU): allowed, no patch.
+    /// Not ours (another kind, another operation, no GPU): allowed, no patch. A namespace without a tier
+    /// label is held to the policy's default tier: placed like any other.
     Unchanged,
     /// Allowed with a patch that places the Pod on A100-80GB at gpu-high.
     Placed,
@@ -112,7 +100,8 @@ enum Expect {
 async fn every_fixture_review_gets_its_expected_answer() {
     let table: HashMap<&str, Expect> = HashMap::from([
         ("bare-request-ephemeral-container.json", Expect::Unchanged),
-        ("bare-request-init-container-gpu.json", Expect::Unchanged),
+        // Namespace `media` has no tier label: held to the default tier.
+        ("bare-request-init-container-gpu.json", Expect::Placed),
         (
             "bare-request-replicaset-pod-generate-name.json",
             Expect::Unchanged,
@@ -120,14 +109,16 @@ async fn every_fixture_review_gets_its_expected_answer() {
         ("bare-request-statefulset-create.json", Expect::Unchanged),
         ("v1-deployment-create.json", Expect::Unchanged),
         ("v1-job-create.json", Expect::Unchanged),
-        ("v1-pod-create-amd-dry-run.json", Expect::Unchanged),
+        // Namespace `serving` has no tier label: held to the default tier.
+        ("v1-pod-create-amd-dry-run.json", Expect::Placed),
         ("v1-pod-create-no-labels.json", Expect::Unchanged),
         ("v1-pod-create-nvidia.json", Expect::Placed),
         ("v1-pod-create-job-member.json", Expect::Placed),
         ("v1-pod-create-training.json", Expect::Placed),
         ("v1-pod-delete.json", Expect::Unchanged),
         ("v1-pod-update-labels.json", Expect::Unchanged),
-        ("v1beta1-pod-create.json", Expect::Unchanged),
+        // Namespace `vision` has no tier label: held to the default tier.
+        ("v1beta1-pod-create.json", Expect::Placed),
     ]);
     let (router, double) = router_with(Mode::Good, policy()).await;
     let reviews = gpu_admission_testkit::corpus::fixtures()
@@ -254,11 +245,7 @@ async fn skipped_requests_are_allowed_unchanged() {
         "spec": {"selector": {}, "template": {"spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}});
     let no_gpu = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
         "spec": {"containers": [{"name": "c", "resources": {"limits": {"example.com/gpu": 1}}}]}});
-    for (ns, object) in [
-        ("ml", deployment),
-        ("ml", no_gpu),
-        ("no-tier", gpu_pod("p")),
-    ] {
+    for (ns, object) in [("ml", deployment), ("ml", no_gpu)] {
         let sent = review_for("admission.k8s.io/v1", "uid-skip", ns, object.clone());
         let (answer, outcome) = review(&router, "/mutate-pod", &sent).await;
         assert!(
@@ -266,18 +253,6 @@ async fn skipped_requests_are_allowed_unchanged() {
             "{object}: {answer}"
         );
     }
-    // As shipped (untieredNamespaces: DefaultTier), the GPU Pod of the untiered namespace is decided under
-    // the default tier.
-    let (router, _double) =
-        router_untiered(Mode::Good, policy(), UntieredNamespaces::DefaultTier).await;
-    let sent = review_for(
-        "admission.k8s.io/v1",
-        "uid-default",
-        "no-tier",
-        gpu_pod("p"),
-    );
-    let (_, outcome) = review(&router, "/mutate-pod", &sent).await;
-    assert!(outcome.patch.is_some(), "held to the default tier");
     let mut update = review_for("admission.k8s.io/v1", "uid-up", "ml", gpu_pod("p"));
     update["request"]["operation"] = json!("UPDATE");
     let (_, outcome) = review(&router, "/mutate-pod", &update).await;
@@ -286,6 +261,16 @@ async fn skipped_requests_are_allowed_unchanged() {
         double.requests().is_empty(),
         "skipped requests never reach the scorer"
     );
+    // A namespace without a tier label is no reason to skip: held to the default tier, scored.
+    let untiered = review_for(
+        "admission.k8s.io/v1",
+        "uid-untiered",
+        "no-tier",
+        gpu_pod("p"),
+    );
+    let (_, outcome) = review(&router, "/mutate-pod", &untiered).await;
+    assert!(outcome.patch.is_some());
+    assert_eq!(double.requests().len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
