@@ -344,20 +344,24 @@ fn pod_cases() -> Vec<(&'static str, &'static str, Value, Expect)> {
             ),
             (false, false, true),
         ),
+        // Every Pod's priority is capped (issue 35): a CPU-only Pod naming a PriorityClass reaches both
+        // webhooks, and above gold's cap (gpu-high) it is denied in Enforce.
         (
-            "CPU-only Pod naming PriorityClass gpu-ultra",
+            "CPU-only Pod naming PriorityClass gpu-ultra (Enforce)",
             GOLD,
             gpu(
                 "cpu-ultra",
                 json!({"priorityClassName": "gpu-ultra", "containers": [container("main", json!({"cpu": "1"}))]}),
             ),
-            (false, false, true),
+            (true, true, false),
         ),
+        // Every namespace has a tier: an unlabelled one is held to the default tier (bronze) and its GPU
+        // Pod decided there.
         (
             "GPU Pod in an unlabelled namespace",
             PLAIN,
             gpu("gpu-plain", gpu_spec()),
-            (false, false, true),
+            (true, true, true),
         ),
         (
             "GPU only in an init container",
