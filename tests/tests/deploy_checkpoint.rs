@@ -62,7 +62,10 @@ fn every_mode_registers_the_checkpoint_webhook_fail_open_for_job_pods() {
         let ns = arr_at(hook, "/namespaceSelector/matchExpressions");
         assert_eq!(ns.len(), 1, "{ns:?}");
         assert_eq!(ns[0]["operator"], "NotIn");
-        assert_eq!(strings_at(&ns[0], "/values"), ["kube-system", NAMESPACE]);
+        assert_eq!(
+            strings_at(&ns[0], "/values"),
+            ["kube-system", "kube-public", "kube-node-lease", NAMESPACE]
+        );
 
         // The caBundle, per certificate mode.
         let mwc = m.get("MutatingWebhookConfiguration", "gpu-admission");
