@@ -597,11 +597,10 @@ fn quad(phi: &[(usize, f64)], cov: &Array2<f64>) -> f64 {
     s.max(0.0)
 }
 
-/// Inverse of a symmetric positive-definite matrix (Cholesky). The precision matrices built here are
-/// always positive definite: every parameter has a proper prior.
-fn invert_spd(m: &Array2<f64>) -> Array2<f64> {
+/// The lower Cholesky factor `L` of a symmetric positive-definite matrix (`m = L·Lᵀ`), a diagonal floored at
+/// 1e-150 so that a near-singular matrix never divides by zero.
+pub(super) fn cholesky_lower(m: &Array2<f64>) -> Array2<f64> {
     let n = m.nrows();
-    // m = L·Lᵀ
     let mut l = Array2::<f64>::zeros((n, n));
     for i in 0..n {
         for j in 0..=i {
@@ -616,6 +615,14 @@ fn invert_spd(m: &Array2<f64>) -> Array2<f64> {
             }
         }
     }
+    l
+}
+
+/// Inverse of a symmetric positive-definite matrix (Cholesky). The precision matrices built here are
+/// always positive definite: every parameter has a proper prior.
+fn invert_spd(m: &Array2<f64>) -> Array2<f64> {
+    let n = m.nrows();
+    let l = cholesky_lower(m);
     // L⁻¹ (lower triangular), then m⁻¹ = L⁻ᵀ·L⁻¹.
     let mut li = Array2::<f64>::zeros((n, n));
     for col in 0..n {

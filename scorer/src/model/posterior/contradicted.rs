@@ -41,20 +41,7 @@ pub(super) fn contradicts(policy: &Policy, slot: &Slot) -> bool {
 /// ln N(r; 0, cov) by Cholesky.
 fn gaussian_loglik(r: &Array1<f64>, cov: &Array2<f64>) -> f64 {
     let n = r.len();
-    let mut l = Array2::<f64>::zeros((n, n));
-    for i in 0..n {
-        for j in 0..=i {
-            let mut s = cov[[i, j]];
-            for k in 0..j {
-                s -= l[[i, k]] * l[[j, k]];
-            }
-            if i == j {
-                l[[i, i]] = s.max(1e-300).sqrt();
-            } else {
-                l[[i, j]] = s / l[[j, j]];
-            }
-        }
-    }
+    let l = super::cholesky_lower(cov);
     // Solve L z = r.
     let mut z = vec![0.0; n];
     for i in 0..n {
