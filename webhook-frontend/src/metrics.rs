@@ -120,7 +120,7 @@ pub(crate) struct ReloadLabels {
 pub(crate) struct ValidationLabels {
     /// `validate-pod` or `validate-policy`.
     pub(crate) webhook: &'static str,
-    /// skipped, allowed, denied, violation_admitted, unreadable, bad_request, scorer_unavailable.
+    /// skipped, allowed, denied, violation_admitted, unreadable, bad_request.
     pub(crate) outcome: &'static str,
 }
 

@@ -9,6 +9,7 @@
 //! the new text differ). Others who may edit it (RBAC) may change how jobs are modelled and learned. A
 //! forbidden change is answered under the policy's mode, like a tier violation.
 
+use gpu_admission_policy::wire::validation;
 use gpu_admission_proto::scorer::v1::ValidatePolicyResponse;
 use kube_core::DynamicObject;
 use kube_core::admission::{AdmissionRequest, Operation};
@@ -105,12 +106,12 @@ pub struct Requester<'a> {
     pub admin: bool,
 }
 
-/// A change only the policy's admins may make, by a requester who is not one: `Some(what)`. `old_checked`
-/// is the scorer's answer for the replaced text (asked only for a non-admin's UPDATE).
+/// A change only those RBAC allows `update policies` may make, by a requester who may not: `Some(what)`.
+/// `old_checked` is the validation of the replaced text (made only for such a requester's UPDATE).
 fn forbidden_change(
     triage: &Triage<'_>,
-    checked: Option<Result<&ValidatePolicyResponse, &str>>,
-    old_checked: Option<Result<&ValidatePolicyResponse, &str>>,
+    checked: Option<&ValidatePolicyResponse>,
+    old_checked: Option<&ValidatePolicyResponse>,
     requester: Requester<'_>,
 ) -> Option<String> {
     if requester.admin {
@@ -123,17 +124,17 @@ fn forbidden_change(
             Some("creates or replaces the policy".into())
         }
         Triage::Check { old: Some(_), .. } => match (checked, old_checked) {
-            (Some(Ok(new)), Some(Ok(old)))
+            (Some(new), Some(old))
                 if !new.rules_digest.is_empty() && new.rules_digest == old.rules_digest =>
             {
                 None
             }
-            (Some(Ok(new)), Some(Ok(old)))
+            (Some(new), Some(old))
                 if !new.rules_digest.is_empty() && !old.rules_digest.is_empty() =>
             {
                 Some("changes the rules (catalog, tiers, priority buckets, GPU resources, default tier, enforcement, admins or grants)".into())
             }
-            _ => Some("may change the rules, and the scorer could not tell (it did not compare the old and new policy)".into()),
+            _ => Some("may change the rules, and they could not be compared (a text that does not parse)".into()),
         },
     }
 }
@@ -172,8 +173,6 @@ pub enum Outcome {
     Skipped,
     Allowed,
     Denied,
-    /// The scorer could not be asked: allowed, with a warning.
-    ScorerUnavailable,
 }
 
 impl Outcome {
@@ -182,23 +181,31 @@ impl Outcome {
             Outcome::Skipped => "skipped",
             Outcome::Allowed => "allowed",
             Outcome::Denied => "denied",
-            Outcome::ScorerUnavailable => "scorer_unavailable",
         }
     }
 }
 
 /// The `/validate-policy` decision: who may change the rules ([`forbidden_change`]: denied in every
 /// enforcement mode, since `Warn` and `Audit` relax what Pods may do, never who may change the rules), then
-/// the policy's validation ([`decide`]).
+/// the policy's validation ([`decide`]): the policy crate's, exactly what a reload of the scorer or the
+/// frontend applies, made here (no scorer is asked).
 pub fn decide_change(
     triage: &Triage<'_>,
-    checked: Option<Result<&ValidatePolicyResponse, &str>>,
-    old_checked: Option<Result<&ValidatePolicyResponse, &str>>,
     requester: Requester<'_>,
     cm: &PolicyConfigMap,
 ) -> (Outcome, Verdict) {
-    let Some(what) = forbidden_change(triage, checked, old_checked, requester) else {
-        return decide(triage, checked, cm);
+    let (checked, old_checked) = match triage {
+        Triage::Check { file, text, old } => (
+            Some(validation(text, file)),
+            // The replaced text is compared only when someone who may not change the rules changes it.
+            old.filter(|_| !requester.admin)
+                .map(|o| validation(o, file)),
+        ),
+        _ => (None, None),
+    };
+    let Some(what) = forbidden_change(triage, checked.as_ref(), old_checked.as_ref(), requester)
+    else {
+        return decide(triage, checked.as_ref(), cm);
     };
     let message = format!(
         "gpu-admission: {} {what} in ConfigMap {}/{}: changing what a tier gets needs {} in Kubernetes RBAC (the ClusterRole gpu-admission-policy-editor); without it one may change jobTypes, workloadClasses, interference and learning",
@@ -216,28 +223,30 @@ pub fn decide_change(
     )
 }
 
-/// The decision for a request whose policy text, if any, the scorer was asked about: `checked` is the
-/// scorer's answer, or why it could not be asked (then the ConfigMap is allowed with a warning: the scorer
-/// still refuses a bad file when it reloads, and keeps the policy it has). Pure.
-pub fn decide(
+/// The decision for a request whose policy text, if any, was validated: `checked` is that validation (a
+/// text that was not validated is refused). Pure.
+fn decide(
     triage: &Triage<'_>,
-    checked: Option<Result<&ValidatePolicyResponse, &str>>,
+    checked: Option<&ValidatePolicyResponse>,
     cm: &PolicyConfigMap,
 ) -> (Outcome, Verdict) {
+    let denied = |message: String| {
+        (
+            Outcome::Denied,
+            Verdict {
+                denied: Some(message),
+                warnings: Vec::new(),
+            },
+        )
+    };
     match (triage, checked) {
         (Triage::NotOurs(_), _) => (Outcome::Skipped, Verdict::default()),
         (Triage::Delete, _) => (Outcome::Allowed, Verdict::default()),
-        (Triage::MissingKey, _) => (
-            Outcome::Denied,
-            Verdict {
-                denied: Some(format!(
-                    "gpu-admission: ConfigMap {}/{} must hold the policy under key {} (the scorer reads that file)",
-                    cm.namespace, cm.name, cm.key
-                )),
-                warnings: Vec::new(),
-            },
-        ),
-        (Triage::Check { .. }, Some(Ok(answer))) => (
+        (Triage::MissingKey, _) => denied(format!(
+            "gpu-admission: ConfigMap {}/{} must hold the policy under key {} (the scorer reads that file)",
+            cm.namespace, cm.name, cm.key
+        )),
+        (Triage::Check { .. }, Some(answer)) => (
             if answer.valid {
                 Outcome::Allowed
             } else {
@@ -245,25 +254,9 @@ pub fn decide(
             },
             verdict(answer, cm),
         ),
-        (Triage::Check { .. }, Some(Err(why))) => (
-            Outcome::ScorerUnavailable,
-            Verdict {
-                denied: None,
-                warnings: vec![format!(
-                    "gpu-admission: the scorer could not check this policy ({why}); it will refuse it on reload if it is invalid"
-                )],
-            },
-        ),
-        (Triage::Check { .. }, None) => (
-            Outcome::ScorerUnavailable,
-            Verdict {
-                denied: None,
-                warnings: vec![
-                    "gpu-admission: the policy was not checked; the scorer will refuse it on reload if it is invalid"
-                        .into(),
-                ],
-            },
-        ),
+        (Triage::Check { .. }, None) => {
+            denied("gpu-admission: the policy was not validated".to_string())
+        }
     }
 }
 
@@ -385,20 +378,22 @@ mod tests {
     }
 
     #[test]
-    fn only_admins_change_the_rules() {
-        let answer = |digest: &str| ValidatePolicyResponse {
-            valid: true,
-            rules_digest: digest.into(),
-            ..Default::default()
-        };
-        let update = Triage::Check {
-            file: "f".into(),
-            text: "new",
-            old: Some("old"),
-        };
+    fn only_those_rbac_allows_change_the_rules() {
+        let base = gpu_admission_policy::DEFAULT_POLICY_YAML;
+        let learning = base.replace("  seed: 0 ", "  seed: 7 ");
+        let rules = base.replace("  mode: Warn", "  mode: Enforce");
+        assert!(learning != base && rules != base);
+        fn update<'a>(new: &'a str, old: &'a str) -> Triage<'a> {
+            Triage::Check {
+                file: "f".into(),
+                text: new,
+                old: Some(old),
+            }
+        }
+        let (learning, rules) = (learning.as_str(), rules.as_str());
         let create = Triage::Check {
             file: "f".into(),
-            text: "new",
+            text: base,
             old: None,
         };
         let alice = Requester {
@@ -409,16 +404,11 @@ mod tests {
             user: "root",
             admin: true,
         };
-        let (a, b) = (answer("aaaa"), answer("bbbb"));
-        let run =
-            |t: &Triage<'_>,
-             new: &ValidatePolicyResponse,
-             old: Option<&ValidatePolicyResponse>,
-             who| { decide_change(t, Some(Ok(new)), old.map(Ok), who, &cm()) };
+        let run = |t: &Triage<'_>, who| decide_change(t, who, &cm());
         // The same rules (a learning parameter changed): anyone who may edit the ConfigMap.
-        assert_eq!(run(&update, &a, Some(&a), alice).0, Outcome::Allowed);
+        assert_eq!(run(&update(learning, base), alice).0, Outcome::Allowed);
         // Other rules: only with `update policies`, denied in every mode.
-        let (o, v) = run(&update, &b, Some(&a), alice);
+        let (o, v) = run(&update(rules, base), alice);
         assert_eq!(o, Outcome::Denied);
         let denied = v.denied.unwrap();
         assert!(denied.contains("alice changes the rules"), "{denied}");
@@ -426,17 +416,16 @@ mod tests {
             denied.contains("update policies (gpu-admission.io)"),
             "{denied}"
         );
-        assert_eq!(run(&update, &b, Some(&a), admin).0, Outcome::Allowed);
-        // Creating, deleting, or a comparison the scorer could not make.
-        assert_eq!(run(&create, &a, None, alice).0, Outcome::Denied);
-        assert_eq!(run(&create, &a, None, admin).0, Outcome::Allowed);
-        let (o, _) = decide_change(&Triage::Delete, None, None, alice, &cm());
+        assert_eq!(run(&update(rules, base), admin).0, Outcome::Allowed);
+        // Creating, deleting, or rules that cannot be compared (the replaced text does not parse).
+        assert_eq!(run(&create, alice).0, Outcome::Denied);
+        assert_eq!(run(&create, admin).0, Outcome::Allowed);
+        assert_eq!(run(&Triage::Delete, alice).0, Outcome::Denied);
+        assert_eq!(run(&Triage::Delete, admin).0, Outcome::Allowed);
+        assert_eq!(run(&update(base, "tiers: ["), alice).0, Outcome::Denied);
+        // An invalid text is refused whoever sends it: no path admits a text that was not validated.
+        let (o, v) = run(&update("tiers: [", base), admin);
         assert_eq!(o, Outcome::Denied);
-        let (o, _) = decide_change(&Triage::Delete, None, None, admin, &cm());
-        assert_eq!(o, Outcome::Allowed);
-        let (o, _) = decide_change(&update, Some(Ok(&b)), Some(Err("down")), alice, &cm());
-        assert_eq!(o, Outcome::Denied);
-        let (o, _) = decide_change(&update, Some(Err("down")), None, admin, &cm());
-        assert_eq!(o, Outcome::ScorerUnavailable);
+        assert!(v.denied.unwrap().contains("invalid policy"));
     }
 }

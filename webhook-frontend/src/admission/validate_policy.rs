@@ -13,7 +13,6 @@ use crate::cluster::access::AccessReviews;
 use crate::metrics::Metrics;
 use crate::policy::PolicyCache;
 use gpu_admission_core::authority::Permission;
-use gpu_admission_policy::wire::validation;
 
 /// What `/validate-policy` reads.
 pub(crate) struct ValidatePolicy {
@@ -61,27 +60,10 @@ impl Webhook for ValidatePolicy {
                 }
             },
         };
-        let (checked, old_checked) = match &triage {
-            Triage::Check { file, text, old } => {
-                // The replaced text is compared only when someone who is not an admin changes it.
-                let old_checked = match old {
-                    Some(old) if !requester.admin => Some(validation(old, file)),
-                    _ => None,
-                };
-                (Some(validation(text, file)), old_checked)
-            }
-            _ => (None, None),
-        };
-        if let Some(answer) = &checked {
-            tracing::info!(uid = incoming.uid, user = ?req.user_info.username, valid = answer.valid, problems = answer.problems.len(), "policy ConfigMap checked");
+        let (outcome, verdict) = validate_policy::decide_change(&triage, requester, cm);
+        if !matches!(triage, Triage::NotOurs(_)) {
+            tracing::info!(uid = incoming.uid, user = ?req.user_info.username, outcome = outcome.as_str(), "policy ConfigMap checked");
         }
-        let (outcome, verdict) = validate_policy::decide_change(
-            &triage,
-            checked.as_ref().map(Ok),
-            old_checked.as_ref().map(Ok),
-            requester,
-            cm,
-        );
         if let Some(message) = &verdict.denied {
             tracing::warn!(uid = incoming.uid, user = requester.user, admin = requester.admin, %message, "policy ConfigMap change denied");
         }
