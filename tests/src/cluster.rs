@@ -346,6 +346,21 @@ pub fn service_account_kubeconfig(
     Ok(path)
 }
 
+/// Retries `attempt` (given its attempt number, from 1) every 500 ms until it returns true or `timeout` passes:
+/// the apiserver picks webhook configurations, and the frontend policy changes, up asynchronously.
+pub fn eventually(timeout: std::time::Duration, mut attempt: impl FnMut(u32) -> bool) -> bool {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut i = 0;
+    while std::time::Instant::now() < deadline {
+        i += 1;
+        if attempt(i) {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    false
+}
+
 /// A client from a kubeconfig file.
 pub async fn client_for(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
     let kc = kube::config::Kubeconfig::read_from(kubeconfig)?;

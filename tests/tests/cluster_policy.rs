@@ -11,9 +11,9 @@
 use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use gpu_admission_tests::cluster::LocalCluster;
+use gpu_admission_tests::cluster::{LocalCluster, eventually};
 use gpu_admission_tests::{Scorer, Webhook};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use kube::api::{Api, PostParams};
@@ -224,21 +224,6 @@ fn configmap(text: &str) -> Value {
         "metadata": {"name": POLICY_CM, "namespace": POLICY_NS,
             "labels": {"app.kubernetes.io/name": "gpu-admission-scorer", "app.kubernetes.io/component": "policy"}},
         "data": {"default-policy.yaml": text}})
-}
-
-/// Retries `attempt` until it returns true or `timeout` passes (the apiserver picks webhook configurations
-/// and the frontend picks policy changes up asynchronously).
-fn eventually(timeout: Duration, mut attempt: impl FnMut(u32) -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    let mut i = 0;
-    while Instant::now() < deadline {
-        i += 1;
-        if attempt(i) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    false
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

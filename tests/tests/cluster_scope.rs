@@ -14,9 +14,9 @@
 use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use gpu_admission_tests::cluster::LocalCluster;
+use gpu_admission_tests::cluster::{LocalCluster, eventually};
 use gpu_admission_tests::{Scorer, Webhook};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -139,19 +139,6 @@ fn cpu_pod(name: &str, class: &str) -> Value {
         "spec": {"priorityClassName": class, "nodeSelector": {"disk": "ssd"},
             "containers": [{"name": "main", "image": "registry.example/web:1",
                 "resources": {"requests": {"cpu": "100m"}}}]}})
-}
-
-fn eventually(timeout: Duration, mut attempt: impl FnMut(u32) -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    let mut i = 0;
-    while Instant::now() < deadline {
-        i += 1;
-        if attempt(i) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    false
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
