@@ -1,5 +1,6 @@
 //! The webhook's Prometheus metrics (served by `gpu_admission_telemetry::admin` on the admin port).
 
+use gpu_admission_core::admission::mutate_pod::ScorerResult;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -456,9 +457,11 @@ impl Metrics {
         self.duration.observe(seconds);
     }
 
-    pub(crate) fn record_scorer_call(&self, result: &'static str, seconds: f64) {
+    pub(crate) fn record_scorer_call(&self, result: ScorerResult, seconds: f64) {
         self.scorer_calls
-            .get_or_create(&CallLabels { result })
+            .get_or_create(&CallLabels {
+                result: result.as_str(),
+            })
             .inc();
         self.scorer_call_duration.observe(seconds);
     }
@@ -490,7 +493,7 @@ mod tests {
         let mut registry = Registry::default();
         let m = Metrics::register(&mut registry);
         m.record_request("CREATE", "mutated", 0.001);
-        m.record_scorer_call("timeout", 0.2);
+        m.record_scorer_call(ScorerResult::Timeout, 0.2);
         m.record_tls_reload(ReloadResult::ok);
         m.record_certificate_issued(true);
         m.record_ca_bundle_patch();
