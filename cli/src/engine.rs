@@ -254,7 +254,8 @@ impl MutatePorts for Offline<'_> {
     async fn score(&self, request: ScoreRequest) -> ScorerOutcome {
         match self.core.score(&request) {
             Ok(answer) => ScorerOutcome::Answered(Box::new(answer)),
-            Err(s) => {
+            Err(refusal) => {
+                let s = tonic::Status::from(refusal);
                 let detail = format!("{:?}: {}", s.code(), s.message());
                 ScorerOutcome::of_failed_call(s.code() as i32, detail, 0)
             }

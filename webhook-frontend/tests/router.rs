@@ -480,7 +480,11 @@ async fn an_oversized_body_is_refused_and_counted() {
         assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{path}");
     }
     // Every webhook in the one family, and a body that is no review counted there too.
-    for path in ["/validate-namespace", "/validate-policy", "/mutate-pod-checkpoint"] {
+    for path in [
+        "/validate-namespace",
+        "/validate-policy",
+        "/mutate-pod-checkpoint",
+    ] {
         let (status, _) = post(&router, path, b"{".to_vec()).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{path}");
     }

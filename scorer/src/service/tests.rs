@@ -174,7 +174,7 @@ fn learning_during_an_epoch_does_not_move_a_workload() {
     let mut r = pod_of(&"x".repeat(2000), 0);
     r.workload_key = "x".repeat(2000);
     assert_eq!(
-        c.score(&r).unwrap_err().code(),
+        c.score(&r).map_err(tonic::Status::from).unwrap_err().code(),
         tonic::Code::InvalidArgument
     );
 }
@@ -184,19 +184,21 @@ fn bad_numbers_are_invalid_arguments() {
     let c = core();
     for bad in [f64::NAN, -1.0, f64::INFINITY] {
         let e = c.score(&request(Some(bad))).unwrap_err();
-        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad}");
-        assert!(e.message().contains("gpu_memory_gib"), "{}", e.message());
+        assert!(
+            matches!(&e, CoreError::InvalidArgument(m) if m.contains("gpu_memory_gib")),
+            "{bad}: {e:?}"
+        );
     }
     let mut r = request(Some(10.0));
     r.model_size_billion_params = Some(f64::NAN);
     assert_eq!(
-        c.score(&r).unwrap_err().code(),
+        c.score(&r).map_err(tonic::Status::from).unwrap_err().code(),
         tonic::Code::InvalidArgument
     );
     let mut r = request(Some(10.0));
     r.job_type = "x".repeat(1000);
     assert_eq!(
-        c.score(&r).unwrap_err().code(),
+        c.score(&r).map_err(tonic::Status::from).unwrap_err().code(),
         tonic::Code::InvalidArgument
     );
     // Unknown enum numbers are treated as "not said", not as errors.
@@ -238,7 +240,10 @@ fn observe_validates_and_learns() {
         },
     ] {
         assert_eq!(
-            c.observe(&bad).unwrap_err().code(),
+            c.observe(&bad)
+                .map_err(tonic::Status::from)
+                .unwrap_err()
+                .code(),
             tonic::Code::InvalidArgument,
             "{bad:?}"
         );
@@ -273,10 +278,19 @@ fn no_policy_means_unavailable() {
         Arc::new(Metrics::unregistered()),
     );
     assert_eq!(
-        c.score(&request(Some(1.0))).unwrap_err().code(),
+        c.score(&request(Some(1.0)))
+            .map_err(tonic::Status::from)
+            .unwrap_err()
+            .code(),
         tonic::Code::Unavailable
     );
-    assert_eq!(c.get_policy().unwrap_err().code(), tonic::Code::Unavailable);
+    assert_eq!(
+        c.get_policy()
+            .map_err(tonic::Status::from)
+            .unwrap_err()
+            .code(),
+        tonic::Code::Unavailable
+    );
 }
 
 #[test]
@@ -355,7 +369,11 @@ fn validate_policy_reports_every_problem_and_loads_nothing() {
             text: huge,
         })
         .unwrap_err();
-    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(matches!(err, CoreError::InvalidArgument(_)), "{err:?}");
+    assert_eq!(
+        tonic::Status::from(err).code(),
+        tonic::Code::InvalidArgument
+    );
 }
 
 #[test]
