@@ -121,7 +121,16 @@ impl Core {
             let post = learned.refresh_shared(&policy);
             let window = policy.learning.exploration_window as usize;
             let key = req.workload_key.as_str();
-            if key.is_empty() {
+            // A dry run changes nothing: no exploration (it would spend the budget), no kept decision.
+            let unrecorded = |learned: &Learned| {
+                let seed = decision_seed(&policy, learned, req);
+                let gate = model::Gate::Window(false);
+                let d = model::score_with(&policy, learned, &post, &job, gate, seed);
+                (score_response(&policy, req, d), false)
+            };
+            if key.is_empty() && req.dry_run {
+                unrecorded(&learned)
+            } else if key.is_empty() {
                 let allowed = learned
                     .exploration
                     .allows(policy.learning.exploration_cap, window);
@@ -149,6 +158,10 @@ impl Core {
                     one_class_for_a_group(req, &mut answer);
                     self.metrics.workload_answer("cached");
                     (answer, false)
+                } else if req.dry_run {
+                    let (mut answer, explored) = unrecorded(&learned);
+                    one_class_for_a_group(req, &mut answer);
+                    (answer, explored)
                 } else {
                     let d = workload_decision(&policy, &mut decisions, &learned, &job, key);
                     if !d.accepted().is_empty() {

@@ -118,6 +118,62 @@ fn one_workload_one_answer_across_exploration_and_replicas() {
     assert_eq!(c.score(&single).unwrap().accepted_classes.len(), 1);
 }
 
+#[test]
+fn dry_runs_explore_never_spend_no_budget_and_seed_no_workload_decision() {
+    let c = exploring_replica(decisions::DEFAULT_EPOCH);
+    let dry = |mut r: pb::ScoreRequest| {
+        r.dry_run = true;
+        r
+    };
+    for i in 0..64 {
+        let bare = c
+            .score(&dry(pb::ScoreRequest {
+                request_id: format!("uid-{i}"),
+                ..request(Some(20.0))
+            }))
+            .unwrap();
+        let keyed = c
+            .score(&dry(pod_of(&format!("batch/Job/ml/dry-{i}"), 0)))
+            .unwrap();
+        assert!(
+            !bare.explored && !keyed.explored,
+            "a dry run explored ({i})"
+        );
+        assert!(!bare.accepted_classes.is_empty() && keyed.accepted_classes.len() == 1);
+    }
+    assert!(
+        c.learned().exploration.is_empty(),
+        "dry runs spent the exploration budget"
+    );
+    let answers = |answer| {
+        c.metrics
+            .workload_answers
+            .get_or_create(&crate::metrics::WorkloadLabels { answer })
+            .get()
+    };
+    assert_eq!(
+        answers("decided"),
+        0,
+        "a dry run seeded a workload decision"
+    );
+    // The same requests for real do explore on this replica, and are kept per workload: what the dry runs
+    // left alone.
+    let explored = (0..64)
+        .filter(|i| {
+            c.score(&pod_of(&format!("batch/Job/ml/dry-{i}"), 0))
+                .unwrap()
+                .explored
+        })
+        .count();
+    assert!(explored > 0);
+    assert_eq!(answers("decided"), 64);
+    assert!(!c.learned().exploration.is_empty());
+    // A dry run of a decided workload is answered with its kept decision.
+    let kept = c.score(&pod_of("batch/Job/ml/dry-3", 1)).unwrap();
+    let dry_kept = c.score(&dry(pod_of("batch/Job/ml/dry-3", 2))).unwrap();
+    assert_eq!(first_class(&kept), first_class(&dry_kept));
+}
+
 /// Twenty fast runs on L4: the live state moves away from the pinned one.
 fn learn_fast_l4_runs(c: &Core) {
     for i in 0..20 {

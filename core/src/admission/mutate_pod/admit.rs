@@ -143,7 +143,7 @@ pub async fn admit<'a, P: MutatePorts>(
         matches!(&outcome, ScorerOutcome::Answered(a) if a.policy_version != policy.version);
     // The answer as it came (before this Pod's own constraints narrowed it), kept once it passes the checks.
     let to_keep = match (&key, &outcome) {
-        (Some(_), ScorerOutcome::Answered(a)) if !reused && !stale_policy => {
+        (Some(_), ScorerOutcome::Answered(a)) if !reused && !stale_policy && !req.dry_run => {
             Some(a.as_ref().clone())
         }
         _ => None,

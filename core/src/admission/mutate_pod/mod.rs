@@ -231,7 +231,9 @@ pub fn plan<'a>(
         .iter()
         .map(|w| format!("gpu-admission: {w}"))
         .collect();
-    let (request, fitted) = triage::request_for(uid, &candidate, policy, rules.as_ref());
+    let (mut request, fitted) = triage::request_for(uid, &candidate, policy, rules.as_ref());
+    // `sideEffects: None`: a dry run must change no learned or exploration state of the scorer.
+    request.dry_run = req.dry_run;
     warnings.extend(fitted.iter().cloned());
     Ok(Scoring {
         candidate,
