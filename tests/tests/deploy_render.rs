@@ -15,9 +15,9 @@ use gpu_admission_policy::gpu_resources::GpuResourceKind;
 use serde_json::{Value, json};
 use support::{NAMESPACE, Rendered, arg_value, arr_at, mode, str_at, strings_at};
 
-/// Kubernetes versions the install is validated against: the oldest it supports (matchConditions
-/// are beta, on by default, from 1.28) and recent ones.
-const VALIDATE_VERSIONS: [&str; 3] = ["1.28.0", "1.33.0", "1.37.0"];
+/// Kubernetes versions the install is validated against: the oldest it supports (the floor's
+/// ValidatingAdmissionPolicies are admissionregistration.k8s.io/v1 from 1.30) and recent ones.
+const VALIDATE_VERSIONS: [&str; 3] = ["1.30.0", "1.34.0", "1.37.0"];
 
 /// API groups of custom resources the schema validator cannot know (cert-manager, Prometheus
 /// operator); their objects are checked by the cross-reference tests below instead.
