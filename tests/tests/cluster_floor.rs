@@ -530,3 +530,124 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
         webhook2.process.log_tail(30)
     );
 }
+
+/// The percentile `p` (0..100) of sorted durations.
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p / 100.0).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// The apiserver's admission cost of the floor (issue 41's closing figure), by hand:
+/// `cargo test -p gpu-admission-tests --test cluster_floor -- --ignored --nocapture`.
+/// One control plane (etcd + apiserver), the floor as shipped with its parameters in Enforce, no webhook;
+/// 2 × N Pod CREATEs (a GPU Pod stating L4 at `gpu-default`: every validation of the Pod policy evaluated in
+/// full) by one client, alternating a bronze namespace the floor binds and `kube-public`, which its bindings
+/// leave out; per-request latency p50/p99 of each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, run by hand"]
+async fn admission_cost_of_the_floor() {
+    const N: usize = 1000;
+    let Some(cluster) = LocalCluster::start()
+        .await
+        .expect("the control plane starts")
+    else {
+        return;
+    };
+    let client = cluster.client();
+    let kc = cluster.kubeconfig();
+    cluster
+        .create_namespace("gpu-admission", None)
+        .await
+        .unwrap();
+    let a = kubectl(
+        kc,
+        false,
+        &[
+            "apply",
+            "-f",
+            &repo_path("deploy/kustomize/base/floor.yaml"),
+        ],
+        "",
+    );
+    assert!(a.ok, "{}", a.stderr);
+    let a = kubectl(
+        kc,
+        false,
+        &[
+            "apply",
+            "-f",
+            &repo_path("deploy/kustomize/base/priorityclasses.yaml"),
+        ],
+        "",
+    );
+    assert!(a.ok, "{}", a.stderr);
+    let a = kubectl(
+        kc,
+        false,
+        &[
+            "-n",
+            "gpu-admission",
+            "patch",
+            "configmap",
+            "gpu-admission-floor",
+            "--type=merge",
+            "-p",
+            r#"{"data":{"mode":"Enforce"}}"#,
+        ],
+        "",
+    );
+    assert!(a.ok, "{}", a.stderr);
+    cluster
+        .create_namespace(BRONZE, Some("bronze"))
+        .await
+        .unwrap();
+    let mut template = gpu_pod(
+        "x",
+        json!({"nodeSelector": {CLASS: "L4-24GB"}, "priorityClassName": "gpu-default"}),
+    );
+    template["metadata"] = json!({"generateName": "cost-"});
+    let pod: Pod = serde_json::from_value(template).unwrap();
+    let floor = Api::<Pod>::namespaced(client.clone(), BRONZE);
+    let outside = Api::<Pod>::namespaced(client.clone(), "kube-public");
+    // The floor denies in the bronze namespace what it should (its parameters are read), then warm up.
+    let denied = gpu_pod("denied", json!({"nodeSelector": {CLASS: "H100-80GB"}}));
+    let as_alice = kubectl(
+        kc,
+        true,
+        &["-n", BRONZE, "create", "-f", "-"],
+        &denied.to_string(),
+    );
+    assert!(
+        !as_alice.ok || as_alice.stderr.contains("forbidden"),
+        "{}",
+        as_alice.stdout
+    );
+    for _ in 0..50 {
+        floor.create(&PostParams::default(), &pod).await.unwrap();
+        outside.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    let (mut with, mut without) = (Vec::with_capacity(N), Vec::with_capacity(N));
+    for i in 0..2 * N {
+        let (api, into) = if i % 2 == 0 {
+            (&floor, &mut with)
+        } else {
+            (&outside, &mut without)
+        };
+        let t = Instant::now();
+        api.create(&PostParams::default(), &pod).await.unwrap();
+        into.push(t.elapsed());
+    }
+    with.sort();
+    without.sort();
+    for (name, d) in [
+        ("with the floor", &with),
+        ("without (kube-public)", &without),
+    ] {
+        println!(
+            "{name}: {N} Pod CREATEs, p50 {:?}, p99 {:?}, mean {:?}",
+            percentile(d, 50.0),
+            percentile(d, 99.0),
+            d.iter().sum::<Duration>() / N as u32
+        );
+    }
+}
