@@ -393,6 +393,18 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
     webhook.process.kill();
     drop(scorer);
     observer.process.kill();
+    // What `gpu-admission check` says the floor alone answers (the same rendered CEL, evaluated offline):
+    // it must agree with the apiserver on every Pod below.
+    let parsed = gpu_admission_policy::parse(&enforce, "policy.yaml").unwrap();
+    let offline = gpu_admission_cli::floor::Floor::new(
+        &parsed,
+        gpu_admission_core::names::DEFAULT_TIER_LABEL,
+    )
+    .unwrap();
+    let view = gpu_admission_cli::engine::snapshot_of(parsed);
+    let request = json!({"operation": "CREATE", "userInfo": {"username": USER, "groups": ["system:authenticated"]}});
+    let check_says =
+        |object: &Value| offline.pod(&request, object, (BRONZE, Some("bronze")), false, &view);
     let h100 = json!({"nodeSelector": {CLASS: "H100-80GB"}});
     let attempts: Vec<(&str, Value)> = vec![
         (
@@ -444,8 +456,17 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
     for (case, object) in &attempts {
         let a = create(BRONZE, object);
         let named = !case.starts_with("CPU") && a.stderr.contains("L4-24GB");
-        let ok = a.floor_denied() && (named || case.starts_with("CPU"));
-        check(&format!("all down: bronze {case}"), a.summary(), ok);
+        let offline = check_says(object);
+        let ok = a.floor_denied() && (named || case.starts_with("CPU")) && offline.denies();
+        check(
+            &format!("all down: bronze {case}"),
+            format!(
+                "{} (gpu-admission check: floor {})",
+                a.summary(),
+                offline.describe()
+            ),
+            ok,
+        );
     }
     let a = kubectl(
         kc,
@@ -477,16 +498,17 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
         a.summary(),
         a.floor_denied(),
     );
-    let a = create(
-        BRONZE,
-        &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "down-cpu"},
-            "spec": {"containers": [{"name": "main", "image": "registry.example/web:1"}]}}),
+    let cpu = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "down-cpu"},
+        "spec": {"containers": [{"name": "main", "image": "registry.example/web:1"}]}});
+    let a = create(BRONZE, &cpu);
+    check(
+        "all down: CPU-only Pod",
+        a.summary(),
+        a.ok && !check_says(&cpu).denies(),
     );
-    check("all down: CPU-only Pod", a.summary(), a.ok);
-    let a = create(
-        BRONZE,
-        &gpu_pod("down-l4", json!({"nodeSelector": {CLASS: "L4-24GB"}})),
-    );
+    let l4 = gpu_pod("down-l4", json!({"nodeSelector": {CLASS: "L4-24GB"}}));
+    let offline_l4 = check_says(&l4);
+    let a = create(BRONZE, &l4);
     let runs = a.ok
         && wait_for("the L4 Pod running", Duration::from_secs(60), || async {
             let p = Api::<Pod>::namespaced(client.clone(), BRONZE)
@@ -499,8 +521,12 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
         .is_ok();
     check(
         "all down: bronze GPU Pod stating L4 runs on the L4 Node",
-        a.summary(),
-        runs,
+        format!(
+            "{} (gpu-admission check: floor {})",
+            a.summary(),
+            offline_l4.describe()
+        ),
+        runs && offline_l4 == gpu_admission_cli::floor::FloorAnswer::Allowed,
     );
 
     // 3. A frontend again: normal decisions within 10 s of its start.
