@@ -98,6 +98,8 @@ pub struct Engine {
     core: Core,
     policy: PolicySnapshot,
     pub options: Options,
+    /// The floor rendered from the policy (`None`: the policy has a tier the floor cannot carry).
+    pub floor: Option<crate::floor::Floor>,
 }
 
 /// The HTTP 400 a webhook answers for a body that is no AdmissionReview.
@@ -107,12 +109,15 @@ pub struct BadRequest(pub String);
 impl Engine {
     pub fn new(policy: Policy, learned: Learned, options: Options) -> Self {
         let view = snapshot_of(policy.clone());
+        let floor =
+            crate::floor::Floor::new(&policy, gpu_admission_core::names::DEFAULT_TIER_LABEL).ok();
         let core = Core::in_process(policy, learned);
         let policy = view;
         Engine {
             core,
             policy,
             options,
+            floor,
         }
     }
 

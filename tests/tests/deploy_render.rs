@@ -15,9 +15,9 @@ use gpu_admission_policy::gpu_resources::GpuResourceKind;
 use serde_json::{Value, json};
 use support::{NAMESPACE, Rendered, arg_value, arr_at, mode, str_at, strings_at};
 
-/// Kubernetes versions the install is validated against: the oldest it supports (matchConditions
-/// are beta, on by default, from 1.28) and recent ones.
-const VALIDATE_VERSIONS: [&str; 3] = ["1.28.0", "1.33.0", "1.37.0"];
+/// Kubernetes versions the install is validated against: the oldest it supports (the floor's
+/// ValidatingAdmissionPolicies are admissionregistration.k8s.io/v1 from 1.30) and recent ones.
+const VALIDATE_VERSIONS: [&str; 3] = ["1.30.0", "1.34.0", "1.37.0"];
 
 /// API groups of custom resources the schema validator cannot know (cert-manager, Prometheus
 /// operator); their objects are checked by the cross-reference tests below instead.
@@ -1444,6 +1444,8 @@ fn json_pod(containers: Value, init: Option<Value>) -> Value {
 // The runtime observer and the scorer replicas it keeps converged.
 
 const OBSERVER_LEASE: &str = "gpu-admission-observer";
+/// The floor's parameter ConfigMap (core's `floor::PARAMS_NAME`), which the observer keeps in step.
+const FLOOR_PARAMS_CONFIGMAP: &str = "gpu-admission-floor";
 const LEARNED_STATE_CONFIGMAP: &str = "gpu-admission-learned-state";
 
 #[test]
@@ -1519,13 +1521,39 @@ fn observer_rbac_grants_exactly_what_it_uses() {
             BTreeSet::from(["get".to_string(), "patch".to_string()])
         );
         assert_eq!(lease.1, BTreeSet::from([OBSERVER_LEASE.to_string()]));
-        let cm = &rules[&("".to_string(), "configmaps".to_string())];
+        // ConfigMaps, rule by rule: get + update the learned state and the floor's parameters by name, get
+        // the policy by name, create (a deleted parameter object is recreated; RBAC cannot name it).
+        let cm_rules: BTreeSet<(Vec<String>, Vec<String>)> = arr_at(role, "/rules")
+            .iter()
+            .filter(|r| strings_at(r, "/resources") == ["configmaps"])
+            .map(|r| {
+                let mut verbs = strings_at(r, "/verbs");
+                verbs.sort();
+                let mut names = if r.get("resourceNames").is_some() {
+                    strings_at(r, "/resourceNames")
+                } else {
+                    Vec::new()
+                };
+                names.sort();
+                (verbs, names)
+            })
+            .collect();
+        let owned = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(
-            cm.0,
-            BTreeSet::from(["get".to_string(), "update".to_string()])
+            cm_rules,
+            BTreeSet::from([
+                (
+                    owned(&["get", "update"]),
+                    owned(&[FLOOR_PARAMS_CONFIGMAP, LEARNED_STATE_CONFIGMAP])
+                ),
+                (owned(&["get"]), owned(&["gpu-admission-policy"])),
+                (owned(&["create"]), Vec::new()),
+            ]),
+            "{}",
+            m.mode
         );
-        assert_eq!(cm.1, BTreeSet::from([LEARNED_STATE_CONFIGMAP.to_string()]));
         assert_eq!(rules.len(), 2, "{}: nothing else", m.mode);
+        m.get("ConfigMap", FLOOR_PARAMS_CONFIGMAP);
         // Both named objects are shipped (no create needed), and the flags point at them.
         m.get("Lease", OBSERVER_LEASE);
         m.get("ConfigMap", LEARNED_STATE_CONFIGMAP);
@@ -1534,6 +1562,10 @@ fn observer_rbac_grants_exactly_what_it_uses() {
         assert_eq!(
             arg_value(&a, "--state-configmap").as_deref(),
             Some(LEARNED_STATE_CONFIGMAP)
+        );
+        assert_eq!(
+            arg_value(&a, "--floor-params").as_deref(),
+            Some(FLOOR_PARAMS_CONFIGMAP)
         );
         assert!(d["spec"]["replicas"].as_i64().unwrap() >= 2, "{}", m.mode);
     }
