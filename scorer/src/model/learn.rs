@@ -14,6 +14,10 @@ use crate::policy::{Policy, WorkloadClass};
 
 /// A co-located run's excess is winsorised at this many standard deviations (see [`learn_colocated`]).
 pub const CLIP: f64 = 2.5;
+/// A run is implausibly fast when it is more than this many times faster than its estimate ...
+pub const IMPLAUSIBLE_FACTOR: f64 = 10.0;
+/// ... and beyond this many standard deviations of it (the estimate's and the run-to-run noise).
+pub const IMPLAUSIBLE_SDS: f64 = 3.0;
 
 /// What of a GPU a run had.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -58,6 +62,8 @@ pub struct ObserveOutcome {
     pub evicted: Option<String>,
     /// The run had a MIG slice or a share of a device: recorded, not learned.
     pub partial: bool,
+    /// The run was implausibly fast: learned at the plausibility bound ([`plausible`]).
+    pub implausible: bool,
 }
 
 /// What [`learn`] did.
@@ -66,6 +72,7 @@ pub struct Learnt {
     pub duplicate: bool,
     pub evicted: Option<String>,
     pub partial: bool,
+    pub implausible: bool,
     /// The name the run was learned under (the tenant's own one when another tenant owns the job type).
     pub name: String,
 }
@@ -119,7 +126,14 @@ pub fn learn(policy: &Policy, learned: &mut Learned, obs: &Observation) -> Learn
         learned.invalidate();
     }
     let size = estimate::size_log_speedup(obs.gpu_count, policy.learning.gpu_scaling_exponent);
-    let y = obs.runtime_seconds.ln() + size;
+    let (y, implausible) = plausible(
+        policy,
+        learned,
+        obs,
+        &name,
+        class,
+        obs.runtime_seconds.ln() + size,
+    );
     let mut colocated: Vec<&str> = Vec::new();
     for other in &obs.colocated_job_types {
         if !colocated.contains(&other.as_str()) {
@@ -140,8 +154,33 @@ pub fn learn(policy: &Policy, learned: &mut Learned, obs: &Observation) -> Learn
         duplicate: false,
         evicted,
         partial: false,
+        implausible,
         name,
     }
+}
+
+/// The log 1-GPU runtime `y` to learn for a run of `name` on `class`, and whether the run was implausibly
+/// fast: more than [`IMPLAUSIBLE_FACTOR`] times faster than the current estimate and beyond
+/// [`IMPLAUSIBLE_SDS`] standard deviations of it. Such a run (a container that exits at once, a Pod that
+/// claims a job type it is not) is weighed down, not trusted: it is learned as a run at that bound, so one
+/// run moves the estimate by a bounded step however short it was. A prior wrong by a factor of a few is
+/// far inside the bound and learned as it is.
+fn plausible(
+    policy: &Policy,
+    learned: &mut Learned,
+    obs: &Observation,
+    name: &str,
+    class: usize,
+    y: f64,
+) -> (f64, bool) {
+    learned.refresh(policy);
+    let post = learned.posterior(policy);
+    let workload = obs.workload_class.unwrap_or(WorkloadClass::Unknown);
+    let e = post.estimate(policy, post.job(policy, name, workload), class);
+    let floor = e.log_mean
+        - IMPLAUSIBLE_FACTOR.ln()
+        - IMPLAUSIBLE_SDS * (e.log_var + policy.learning.tau.powi(2)).sqrt();
+    if y < floor { (floor, true) } else { (y, false) }
 }
 
 /// Learns the slowdown of a co-located run (log 1-GPU runtime `y` on class `class`) and returns its log
@@ -186,9 +225,17 @@ fn learn_colocated(
         let known = policy.job_index(other).is_some() || learned.unlisted.get(other).is_some();
         if known {
             let others = total - current[k];
-            learned
-                .interference
-                .record_weighted(name, other, excess - others, weight, seq);
+            let slowdown = excess - others;
+            if learned.owners.differ(name, other) {
+                // Another tenant's job type: this run teaches `name`'s avoid-list, not the neighbour's.
+                learned
+                    .interference
+                    .record_directed(name, other, slowdown, weight, seq);
+            } else {
+                learned
+                    .interference
+                    .record_weighted(name, other, slowdown, weight, seq);
+            }
         }
     }
     let total = interference::total_slowdown(
@@ -225,6 +272,7 @@ pub fn observe(policy: &Policy, learned: &mut Learned, obs: &Observation) -> Obs
         duplicate: learnt.duplicate,
         evicted: learnt.evicted,
         partial: learnt.partial,
+        implausible: learnt.implausible,
     }
 }
 
