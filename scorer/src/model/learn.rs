@@ -62,7 +62,7 @@ pub struct ObserveOutcome {
     pub evicted: Option<String>,
     /// The run had a MIG slice or a share of a device: recorded, not learned.
     pub partial: bool,
-    /// The run was implausibly fast: learned at the plausibility bound ([`plausible`]).
+    /// The run was implausibly fast: learned at the plausibility bound ([`weigh_down`]).
     pub implausible: bool,
 }
 
@@ -72,7 +72,6 @@ pub struct Learnt {
     pub duplicate: bool,
     pub evicted: Option<String>,
     pub partial: bool,
-    pub implausible: bool,
     /// The name the run was learned under (the tenant's own one when another tenant owns the job type).
     pub name: String,
 }
@@ -126,14 +125,7 @@ pub fn learn(policy: &Policy, learned: &mut Learned, obs: &Observation) -> Learn
         learned.invalidate();
     }
     let size = estimate::size_log_speedup(obs.gpu_count, policy.learning.gpu_scaling_exponent);
-    let (y, implausible) = plausible(
-        policy,
-        learned,
-        obs,
-        &name,
-        class,
-        obs.runtime_seconds.ln() + size,
-    );
+    let y = obs.runtime_seconds.ln() + size;
     let mut colocated: Vec<&str> = Vec::new();
     for other in &obs.colocated_job_types {
         if !colocated.contains(&other.as_str()) {
@@ -154,33 +146,47 @@ pub fn learn(policy: &Policy, learned: &mut Learned, obs: &Observation) -> Learn
         duplicate: false,
         evicted,
         partial: false,
-        implausible,
         name,
     }
 }
 
-/// The log 1-GPU runtime `y` to learn for a run of `name` on `class`, and whether the run was implausibly
-/// fast: more than [`IMPLAUSIBLE_FACTOR`] times faster than the current estimate and beyond
+/// `obs` as it is learned, and whether it was implausibly fast: more than [`IMPLAUSIBLE_FACTOR`] times faster
+/// than the current estimate of its job type (under the name it is learned under) on its class and beyond
 /// [`IMPLAUSIBLE_SDS`] standard deviations of it. Such a run (a container that exits at once, a Pod that
 /// claims a job type it is not) is weighed down, not trusted: it is learned as a run at that bound, so one
-/// run moves the estimate by a bounded step however short it was. A prior wrong by a factor of a few is
-/// far inside the bound and learned as it is.
-fn plausible(
+/// run moves the estimate by a bounded step however short it was. A prior wrong by a factor of a few is far
+/// inside the bound and learned as it is. Reads the posterior of the state before the run (already built
+/// by the previous Observe's answer: no extra rebuild).
+fn weigh_down<'o>(
     policy: &Policy,
     learned: &mut Learned,
-    obs: &Observation,
-    name: &str,
-    class: usize,
-    y: f64,
-) -> (f64, bool) {
+    obs: &'o Observation,
+) -> (std::borrow::Cow<'o, Observation>, bool) {
+    let whole = obs.gpu_shape == GpuShape::Whole;
+    let new = obs
+        .id
+        .as_deref()
+        .is_none_or(|id| !learned.observed.contains(id));
+    let Some(class) = policy.class_index(&obs.gpu_class).filter(|_| whole && new) else {
+        return (std::borrow::Cow::Borrowed(obs), false);
+    };
     learned.refresh(policy);
     let post = learned.posterior(policy);
+    let name = learned
+        .owners
+        .name_for(&obs.job_type, obs.tenant.as_deref());
     let workload = obs.workload_class.unwrap_or(WorkloadClass::Unknown);
-    let e = post.estimate(policy, post.job(policy, name, workload), class);
+    let e = post.estimate(policy, post.job(policy, &name, workload), class);
+    let size = estimate::size_log_speedup(obs.gpu_count, policy.learning.gpu_scaling_exponent);
     let floor = e.log_mean
         - IMPLAUSIBLE_FACTOR.ln()
         - IMPLAUSIBLE_SDS * (e.log_var + policy.learning.tau.powi(2)).sqrt();
-    if y < floor { (floor, true) } else { (y, false) }
+    if obs.runtime_seconds.ln() + size >= floor {
+        return (std::borrow::Cow::Borrowed(obs), false);
+    }
+    let mut at_bound = obs.clone();
+    at_bound.runtime_seconds = (floor - size).exp();
+    (std::borrow::Cow::Owned(at_bound), true)
 }
 
 /// Learns the slowdown of a co-located run (log 1-GPU runtime `y` on class `class`) and returns its log
@@ -247,12 +253,13 @@ fn learn_colocated(
     y - (learned.contention.factor(policy, class) * total).ln_1p()
 }
 
-/// [`learn`], then the updated estimate of the job type on the class (the posterior rebuilt).
+/// [`learn`] (an implausibly fast run weighed down first, [`weigh_down`]), then the updated estimate of the job type on the class (the posterior rebuilt).
 pub fn observe(policy: &Policy, learned: &mut Learned, obs: &Observation) -> ObserveOutcome {
     let class = policy
         .class_index(&obs.gpu_class)
         .expect("validated by the caller");
-    let learnt = learn(policy, learned, obs);
+    let (obs, implausible) = weigh_down(policy, learned, obs);
+    let learnt = learn(policy, learned, &obs);
     learned.refresh(policy);
     let size = estimate::size_log_speedup(obs.gpu_count, policy.learning.gpu_scaling_exponent);
     let post = learned.posterior(policy);
@@ -272,7 +279,7 @@ pub fn observe(policy: &Policy, learned: &mut Learned, obs: &Observation) -> Obs
         duplicate: learnt.duplicate,
         evicted: learnt.evicted,
         partial: learnt.partial,
-        implausible: learnt.implausible,
+        implausible,
     }
 }
 

@@ -60,6 +60,17 @@ impl Owners {
         }
     }
 
+    /// The name a run of `job_type` by `tenant` would be learned under now ([`Owners::learned_name`] without
+    /// taking ownership: a job type nobody owns yet is its own name).
+    pub fn name_for<'a>(&self, job_type: &'a str, tenant: Option<&str>) -> Cow<'a, str> {
+        match (tenant.filter(|t| !t.is_empty()), self.0.get(job_type)) {
+            (Some(t), Some(owner)) if owner != t && !job_type.contains(SEPARATOR) => {
+                Cow::Owned(format!("{job_type}{SEPARATOR}{t}"))
+            }
+            _ => Cow::Borrowed(job_type),
+        }
+    }
+
     /// Whether `a` and `b` (learned names) have different owners, both known: their pair is then learned per
     /// direction ([`super::interference`]). A tenant's own name for another's job type is that tenant's.
     pub fn differ(&self, a: &str, b: &str) -> bool {
@@ -102,7 +113,7 @@ pub fn is_tenant_name(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{JobRequest, Learned, Observation, learn, score};
+    use super::super::{JobRequest, Learned, Observation, learn, observe, score};
     use super::*;
     use crate::policy::{Policy, Vendor, embedded_default};
 
@@ -297,7 +308,7 @@ mod tests {
         let estimate = |l: &Learned| decide(&p, l).1[l4];
         // Gold's own Pod of train-llama that exits after 2 s on L4 (estimated ~400,000 s).
         let mut l = before.clone();
-        let learnt = learn(
+        let learnt = observe(
             &p,
             &mut l,
             &run("llm-prod", "train-llama", "L4-24GB", 2.0, "x".into()),
@@ -310,7 +321,7 @@ mod tests {
         // A run 3x faster than the estimate (a prior wrong by a few times) is learned as it is.
         let mut m = before.clone();
         let t = was / 3.0;
-        let learnt = learn(
+        let learnt = observe(
             &p,
             &mut m,
             &run("llm-prod", "train-llama", "L4-24GB", t, "y".into()),
