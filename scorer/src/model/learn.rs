@@ -176,7 +176,12 @@ fn weigh_down<'o>(
         .owners
         .name_for(&obs.job_type, obs.tenant.as_deref());
     let workload = obs.workload_class.unwrap_or(WorkloadClass::Unknown);
-    let e = post.estimate(policy, post.job(policy, &name, workload), class);
+    // A tenant's first run of another tenant's job type is judged by that job type's estimate.
+    let who = match post.job(policy, &name, workload) {
+        super::posterior::JobRef::Unknown(_) => post.job(policy, tenants::base(&name), workload),
+        known => known,
+    };
+    let e = post.estimate(policy, who, class);
     let size = estimate::size_log_speedup(obs.gpu_count, policy.learning.gpu_scaling_exponent);
     let floor = e.log_mean
         - IMPLAUSIBLE_FACTOR.ln()
