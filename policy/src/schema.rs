@@ -183,6 +183,25 @@ pub struct GpuClassSpec {
     /// Karpenter labels): key → the values nodes of this class carry.
     #[serde(default)]
     pub node_labels: BTreeMap<String, Vec<String>>,
+    /// How the vendor's DRA driver describes this class's devices: what its DeviceClass
+    /// (`<name lowercased>.gpu-admission.io`) selects and what a claim's selectors are judged against.
+    #[serde(default)]
+    pub dra: Option<DraDevicesSpec>,
+}
+
+/// A catalog class's devices as a DRA driver publishes them in ResourceSlices.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DraDevicesSpec {
+    /// The driver publishing the devices; default the vendor's (`gpu.nvidia.com`, `gpu.amd.com`,
+    /// `gpu.intel.com`).
+    #[serde(default)]
+    pub driver: Option<String>,
+    /// The string attribute naming the product; default `productName`.
+    #[serde(default)]
+    pub attribute: Option<String>,
+    /// The attribute's values on devices of this class (whole GPUs and their partitions alike).
+    pub product_names: Vec<String>,
 }
 
 fn default_gpus_per_node() -> u32 {
