@@ -260,6 +260,7 @@ impl PolicySnapshot {
         let mut view =
             Self::from_response(gpu_admission_policy::wire::get_policy_response(&policy));
         view.untiered = policy.untiered_namespaces;
+        view.gpu_resources = std::mem::take(&mut view.gpu_resources).with_catalog(&policy);
         view.policy = Some(policy);
         view
     }

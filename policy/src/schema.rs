@@ -48,7 +48,9 @@ pub struct PolicyFile {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GpuResourceSpec {
-    /// The resource name; for `migSlices` a pattern (`*` = `[a-z0-9]+`, `{memoryGiB}` = the slice memory).
+    /// The resource name (or DeviceClass name), or a pattern: `*` = `[a-z0-9]+`, `**` = `[A-Za-z0-9._-]+`, and
+    /// for `migSlices` `{memoryGiB}` = the slice memory. An exact name wins over every pattern; patterns are
+    /// tried in list order.
     pub name: String,
     /// `nvidia`, `amd` or `intel` (a string, so that an unknown vendor is reported with its field).
     pub vendor: String,
@@ -74,6 +76,9 @@ pub enum GpuResourceKind {
     Cores,
     /// A DRA DeviceClass whose devices are GPUs.
     DraDeviceClass,
+    /// Not a GPU, though under a GPU vendor's domain (a monitoring-free helper, a NIC, an IMEX channel): an
+    /// exception to the vendor's catch-all pattern. A resource name or a DeviceClass name.
+    NotGpu,
 }
 
 /// What the webhooks do with a namespace that has no tier of the policy.
