@@ -331,6 +331,7 @@ fn webhook_registration_is_safe_and_selective() {
         &mwc["webhooks"][1],
         &vwc["webhooks"][0],
         &vwc["webhooks"][1],
+        &vwc["webhooks"][2],
     ] {
         let exprs = arr_at(h, "/namespaceSelector/matchExpressions");
         assert_eq!(exprs.len(), 1, "{}: {exprs:?}", h["name"]);
@@ -1768,10 +1769,16 @@ fn validating_webhooks_are_selective_and_trusted_in_every_mode() {
         let workloads = by_name("workloads.validate.gpu-admission.io");
         let policy = by_name("policy.validate.gpu-admission.io");
         let namespaces = by_name("namespaces.validate.gpu-admission.io");
-        assert_eq!(hooks.len(), 4, "{}", m.mode);
+        let claims = by_name("claims.validate.gpu-admission.io");
+        assert_eq!(hooks.len(), 5, "{}", m.mode);
+        assert_eq!(
+            strings_at(&claims["rules"][0], "/resources"),
+            ["resourceclaims", "resourceclaimtemplates"]
+        );
         for (hook, path) in [
             (pods, "/validate-pod"),
             (workloads, "/validate-pod"),
+            (claims, "/validate-pod"),
             (policy, "/validate-policy"),
             (namespaces, "/validate-namespace"),
         ] {

@@ -1,0 +1,238 @@
+//! Claims and templates against their tier, through `/validate-pod`'s decision, on the shipped policy.
+use std::sync::Arc;
+
+use gpu_admission_proto::scorer::v1::EnforcementMode;
+use kube_core::DynamicObject;
+use kube_core::admission::AdmissionRequest;
+use serde_json::{Value, json};
+
+use crate::admission::Facts;
+use crate::admission::validate_pod::{self, Check, Reason};
+use crate::authority::Grants;
+use crate::pod::gpu_resources::NoClaimTemplates;
+use crate::policy::PolicySnapshot;
+use crate::tier_bound::NoNodes;
+
+fn snapshot() -> PolicySnapshot {
+    let mut p =
+        PolicySnapshot::from_policy(Arc::new(gpu_admission_policy::embedded_default().unwrap()));
+    p.mode = EnforcementMode::Enforce;
+    p
+}
+
+/// A request on `class` with these CEL selectors, as a claim (`template: false`) or a template.
+fn review(ns: &str, template: bool, requests: Value, op: &str) -> AdmissionRequest<DynamicObject> {
+    let spec = json!({"devices": {"requests": requests}});
+    let (kind, object) = if template {
+        (
+            "ResourceClaimTemplate",
+            json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "t", "namespace": ns}, "spec": {"spec": spec}}),
+        )
+    } else {
+        (
+            "ResourceClaim",
+            json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                "metadata": {"name": "c", "namespace": ns}, "spec": spec}),
+        )
+    };
+    serde_json::from_value(json!({
+        "uid": "u", "kind": {"group": "resource.k8s.io", "version": "v1", "kind": kind},
+        "resource": {"group": "resource.k8s.io", "version": "v1", "resource": "x"},
+        "namespace": ns, "operation": op, "userInfo": {"username": "alice"},
+        "object": object, "oldObject": null
+    }))
+    .unwrap()
+}
+
+fn exactly(class: &str, cels: &[&str]) -> Value {
+    let selectors: Vec<Value> = cels
+        .iter()
+        .map(|c| json!({"cel": {"expression": c}}))
+        .collect();
+    json!([{"name": "gpu", "exactly": {"deviceClassName": class, "selectors": selectors}}])
+}
+
+fn decide(req: &AdmissionRequest<DynamicObject>) -> (Check, Option<String>) {
+    let p = snapshot();
+    let tier_of = |ns: &str| Some(ns.to_string());
+    let grants = Grants::none();
+    let facts = Facts {
+        tier_of: &tier_of,
+        priority_classes: None,
+        claim_templates: &NoClaimTemplates,
+        nodes: &NoNodes,
+        grants: &grants,
+    };
+    let (check, verdict) = validate_pod::decide(req, &p, &facts);
+    (check, verdict.denied)
+}
+
+fn reasons(c: &Check) -> Vec<Reason> {
+    match c {
+        Check::Violations { violations, .. } => violations.iter().map(|v| v.reason).collect(),
+        _ => Vec::new(),
+    }
+}
+
+const PRODUCT: &str = "device.attributes['gpu.nvidia.com'].productName";
+
+#[test]
+fn a_bronze_claim_that_could_get_h100_is_denied_naming_the_allowed_classes() {
+    for template in [false, true] {
+        for requests in [
+            exactly("gpu.nvidia.com", &[]),
+            exactly("h100-80gb.gpu-admission.io", &[]),
+            exactly(
+                "gpu.nvidia.com",
+                &[&format!("{PRODUCT} == 'NVIDIA H100 80GB HBM3'")],
+            ),
+            exactly(
+                "mig.nvidia.com",
+                &[&format!(
+                    "{PRODUCT} in ['NVIDIA L4', 'NVIDIA H100 80GB HBM3']"
+                )],
+            ),
+            // Memory at most 24 GiB: a MIG slice of an H100 is that small too.
+            exactly(
+                "mig.nvidia.com",
+                &["device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('24Gi')) <= 0"],
+            ),
+            // A product the catalog does not know is a GPU of no class.
+            exactly(
+                "gpu.nvidia.com",
+                &[&format!("{PRODUCT} == 'NVIDIA H100 NVL'")],
+            ),
+            // Any other name under NVIDIA's domain is a GPU DeviceClass.
+            exactly("vgpu.nvidia.com", &[]),
+            // A firstAvailable alternative counts like any request.
+            json!([{"name": "gpu", "firstAvailable": [
+                {"name": "l4", "deviceClassName": "l4-24gb.gpu-admission.io"},
+                {"name": "any", "deviceClassName": "gpu.nvidia.com"}]}]),
+        ] {
+            let req = review("bronze", template, requests.clone(), "CREATE");
+            let (check, denied) = decide(&req);
+            assert_eq!(reasons(&check), [Reason::ClassOutsideTier], "{requests}");
+            let denied = denied.expect("denied in Enforce");
+            assert!(
+                denied.contains("L4-24GB")
+                    && denied.contains("DeviceClasses l4-24gb.gpu-admission.io"),
+                "{denied}"
+            );
+        }
+    }
+}
+
+#[test]
+fn claims_within_the_tier_are_allowed() {
+    for (tier, requests) in [
+        ("bronze", exactly("l4-24gb.gpu-admission.io", &[])),
+        // A catalog class's own selectors only narrow it.
+        (
+            "bronze",
+            exactly(
+                "l4-24gb.gpu-admission.io",
+                &["device.attributes['x'].y.startsWith('z')"],
+            ),
+        ),
+        (
+            "bronze",
+            exactly("gpu.nvidia.com", &[&format!("{PRODUCT} == 'NVIDIA L4'")]),
+        ),
+        (
+            "bronze",
+            exactly(
+                "gpu.nvidia.com",
+                &[
+                    "device.driver == 'gpu.nvidia.com'",
+                    &format!("({PRODUCT} == 'NVIDIA L4' || {PRODUCT} in ['NVIDIA L4'])"),
+                ],
+            ),
+        ),
+        // At least 60 GiB on NVIDIA: the H200, H100 and A100-80GB, all gold; and the product pins it.
+        (
+            "gold",
+            exactly(
+                "gpu.nvidia.com",
+                &[&format!(
+                    "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('60Gi')) >= 0 && {PRODUCT} in ['NVIDIA H100 80GB HBM3', 'NVIDIA A100-SXM4-80GB']"
+                )],
+            ),
+        ),
+        ("gold", exactly("h100-80gb.gpu-admission.io", &[])),
+        // Not GPUs: a NIC, NVIDIA's IMEX channels.
+        ("bronze", exactly("sriov.example.com", &["anything at all"])),
+        (
+            "bronze",
+            exactly("compute-domain-default-channel.nvidia.com", &[]),
+        ),
+        // Platinum allows every NVIDIA class? No: but a tier allowing every class has nothing to breach.
+    ] {
+        let req = review(tier, false, requests.clone(), "CREATE");
+        let (check, denied) = decide(&req);
+        assert_eq!(denied, None, "{tier}: {requests}");
+        assert!(
+            matches!(check, Check::Allowed(_)),
+            "{tier}: {requests}: {check:?}"
+        );
+    }
+}
+
+#[test]
+fn selectors_outside_the_grammar_are_undecidable_and_denied() {
+    for cel in [
+        format!("{PRODUCT}.startsWith('NVIDIA L')"),
+        format!("{PRODUCT} != 'NVIDIA H100 80GB HBM3'"),
+        "device.attributes['gpu.nvidia.com'].architecture == 'Hopper'".to_string(),
+        "true".to_string(),
+    ] {
+        let req = review("bronze", true, exactly("gpu.nvidia.com", &[&cel]), "CREATE");
+        let (check, denied) = decide(&req);
+        assert_eq!(reasons(&check), [Reason::Undecidable], "{cel}");
+        assert!(denied.unwrap().contains("cannot decide"), "{cel}");
+    }
+    // Not a claim at all.
+    let mut req = review("bronze", false, json!([]), "CREATE");
+    req.object.as_mut().unwrap().data["spec"] = json!({"devices": "nope"});
+    assert_eq!(reasons(&decide(&req).0), [Reason::Undecidable]);
+}
+
+#[test]
+fn memory_lower_bounds_rule_out_smaller_classes_and_nothing_else() {
+    // At least 40 GiB with a product pin to L4 or L40S: only the L40S (48 GiB) is left, outside bronze.
+    let cel = format!(
+        "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0 && {PRODUCT} in ['NVIDIA L4', 'NVIDIA L40S']"
+    );
+    let (check, denied) = decide(&review(
+        "bronze",
+        false,
+        exactly("gpu.nvidia.com", &[&cel]),
+        "CREATE",
+    ));
+    assert_eq!(reasons(&check), [Reason::ClassOutsideTier]);
+    let denied = denied.unwrap();
+    assert!(
+        denied.contains("devices of L40S-48GB") && !denied.contains("devices of L4-24GB,"),
+        "{denied}"
+    );
+    // The same in silver (L40S allowed): allowed.
+    let (_, denied) = decide(&review(
+        "silver",
+        false,
+        exactly("gpu.nvidia.com", &[&cel]),
+        "CREATE",
+    ));
+    assert_eq!(denied, None);
+}
+
+#[test]
+fn each_rendered_device_class_selector_reaches_exactly_its_class() {
+    let p = gpu_admission_policy::embedded_default().unwrap();
+    let all: std::collections::BTreeSet<usize> = (0..p.classes.len()).collect();
+    for (i, c) in p.classes.iter().enumerate() {
+        let text = gpu_admission_policy::device_classes::selector(c.dra.as_ref().unwrap());
+        let parsed = super::cel::parse(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        let r = super::reach(&parsed, &all, &p).unwrap();
+        assert_eq!((r.classes, r.other), ([i].into(), false), "{text}");
+    }
+}
