@@ -148,8 +148,7 @@ pub fn render(policy: &Policy) -> Vec<DeviceClass> {
     policy.classes.iter().filter_map(render_class).collect()
 }
 
-/// The DeviceClasses as one multi-document YAML stream (what `gpu-admission dra device-classes` prints and
-/// `deploy/kustomize/base/dra/device-classes.yaml` holds).
+/// The DeviceClasses as one multi-document YAML stream (what `gpu-admission dra device-classes` prints).
 pub fn render_yaml(policy: &Policy) -> String {
     let mut out = String::from(
         "# Generated from the policy's catalog by `gpu-admission dra device-classes`: do not edit.\n",

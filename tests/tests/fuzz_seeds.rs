@@ -108,8 +108,8 @@ fn hostile_inputs_get_their_answers() {
     }
 
     // Resources the policy's list does not name, under GPU vendors' domains (a time-sliced MIG slice renamed,
-    // Intel's monitoring resource, an AMD partition), pinned to H100 in bronze: a GPU Pod, decided, and the
-    // patched Pod is bound to bronze (the property asserts it).
+    // Intel's monitoring resource, an AMD partition), pinned to H200 in gold: a GPU Pod, decided, and the
+    // patched Pod is bound to gold (the property asserts it).
     let (ops, _) = patched(&mutate("vendor-domain-resources.json"));
     assert!(ops > 0);
 
