@@ -189,7 +189,8 @@ impl Parser {
         if self.eat("==") {
             return Ok(Selector::Product(driver, attribute, vec![self.string()?]));
         }
-        self.ident("in")?;
+        self.ident("in")
+            .map_err(|_| format!("{attribute} is compared with == or in [...] only"))?;
         self.expect("[")?;
         let mut names = vec![self.string()?];
         while self.eat(",") {
