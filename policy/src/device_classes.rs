@@ -193,4 +193,14 @@ mod tests {
         let yaml = render_yaml(&p);
         assert_eq!(yaml.matches("kind: DeviceClass").count(), p.classes.len());
     }
+
+    /// The shipped component is the default policy's rendering (regenerate it with
+    /// `gpu-admission dra device-classes > deploy/kustomize/components/dra-device-classes/device-classes.yaml`).
+    #[test]
+    fn the_shipped_device_classes_are_the_default_catalogs() {
+        let shipped = include_str!(
+            "../../deploy/kustomize/components/dra-device-classes/device-classes.yaml"
+        );
+        assert_eq!(shipped, render_yaml(&crate::embedded_default().unwrap()));
+    }
 }
