@@ -236,3 +236,69 @@ fn each_rendered_device_class_selector_reaches_exactly_its_class() {
         assert_eq!((r.classes, r.other), ([i].into(), false), "{text}");
     }
 }
+
+#[test]
+fn untiered_namespaces_under_deny_refuse_gpu_claims_only() {
+    let mut p = snapshot();
+    p.untiered = crate::policy::UntieredNamespaces::Deny;
+    let no_tier = |_: &str| None;
+    let grants = Grants::none();
+    let facts = Facts {
+        tier_of: &no_tier,
+        priority_classes: None,
+        claim_templates: &NoClaimTemplates,
+        nodes: &NoNodes,
+        grants: &grants,
+    };
+    let gpu = review(
+        "scratch",
+        true,
+        exactly("l4-24gb.gpu-admission.io", &[]),
+        "CREATE",
+    );
+    let (check, verdict) = validate_pod::decide(&gpu, &p, &facts);
+    assert_eq!(reasons(&check), [Reason::UntieredNamespace]);
+    assert!(verdict.denied.is_some());
+    let nic = review(
+        "scratch",
+        false,
+        exactly("sriov.example.com", &[]),
+        "CREATE",
+    );
+    let (check, verdict) = validate_pod::decide(&nic, &p, &facts);
+    assert!(matches!(check, Check::NotOurs(_)), "{check:?}");
+    assert!(verdict.denied.is_none());
+}
+
+#[test]
+fn a_requester_rbac_lets_run_outside_the_tier_is_allowed_only_there() {
+    let p = snapshot();
+    let tier_of = |ns: &str| Some(ns.to_string());
+    let req = review(
+        "bronze",
+        false,
+        exactly("h100-80gb.gpu-admission.io", &[]),
+        "CREATE",
+    );
+    let decide_with = |grants: &Grants| {
+        let facts = Facts {
+            tier_of: &tier_of,
+            priority_classes: None,
+            claim_templates: &NoClaimTemplates,
+            nodes: &NoNodes,
+            grants,
+        };
+        validate_pod::decide(&req, &p, &facts).0
+    };
+    use crate::authority::Permission;
+    let exempt_bronze = Grants::new([Permission::Exempt("bronze".into())], false);
+    assert_eq!(
+        decide_with(&exempt_bronze),
+        Check::Allowed(validate_pod::Allowance::Exempt)
+    );
+    let exempt_gold = Grants::new([Permission::Exempt("gold".into())], false);
+    assert_eq!(
+        reasons(&decide_with(&exempt_gold)),
+        [Reason::ClassOutsideTier]
+    );
+}
