@@ -204,7 +204,20 @@ pub fn violations(object: &DynamicObject, kind: ClaimKind, at: &Where<'_>) -> Ve
         return Vec::new();
     }
     let Some(policy) = snapshot.policy.as_deref() else {
-        return Vec::new();
+        // A view without the policy's catalog (built by hand): no GPU claim can be placed in a class.
+        return asks(&spec)
+            .iter()
+            .filter(|a| snapshot.gpu_resources.dra_class_vendor(a.device_class).is_some())
+            .map(|a| {
+                violation(
+                    Reason::Undecidable,
+                    format!(
+                        "request {} ({}): the policy's catalog is not known, so no class can be told",
+                        a.name, a.device_class
+                    ),
+                )
+            })
+            .collect();
     };
     let mut out = Vec::new();
     for ask in asks(&spec) {

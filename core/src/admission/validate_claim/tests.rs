@@ -302,3 +302,35 @@ fn a_requester_rbac_lets_run_outside_the_tier_is_allowed_only_there() {
         [Reason::ClassOutsideTier]
     );
 }
+
+#[test]
+fn without_the_policys_catalog_gpu_claims_are_undecidable() {
+    let mut p = PolicySnapshot::from_response(gpu_admission_policy::wire::get_policy_response(
+        &gpu_admission_policy::embedded_default().unwrap(),
+    ));
+    p.mode = EnforcementMode::Enforce;
+    assert!(p.policy.is_none());
+    let tier_of = |ns: &str| Some(ns.to_string());
+    let grants = Grants::none();
+    let facts = Facts {
+        tier_of: &tier_of,
+        priority_classes: None,
+        claim_templates: &NoClaimTemplates,
+        nodes: &NoNodes,
+        grants: &grants,
+    };
+    let gpu = review(
+        "bronze",
+        false,
+        exactly("l4-24gb.gpu-admission.io", &[]),
+        "CREATE",
+    );
+    let (check, verdict) = validate_pod::decide(&gpu, &p, &facts);
+    assert_eq!(reasons(&check), [Reason::Undecidable]);
+    assert!(verdict.denied.is_some());
+    let nic = review("bronze", false, exactly("sriov.example.com", &[]), "CREATE");
+    assert!(matches!(
+        validate_pod::decide(&nic, &p, &facts).0,
+        Check::Allowed(_)
+    ));
+}
