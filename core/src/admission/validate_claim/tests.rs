@@ -54,7 +54,10 @@ fn exactly(class: &str, cels: &[&str]) -> Value {
 }
 
 fn decide(req: &AdmissionRequest<DynamicObject>) -> (Check, Option<String>) {
-    let p = snapshot();
+    decide_in(&snapshot(), req)
+}
+
+fn decide_in(p: &PolicySnapshot, req: &AdmissionRequest<DynamicObject>) -> (Check, Option<String>) {
     let tier_of = |ns: &str| Some(ns.to_string());
     let grants = Grants::none();
     let facts = Facts {
@@ -64,7 +67,7 @@ fn decide(req: &AdmissionRequest<DynamicObject>) -> (Check, Option<String>) {
         nodes: &NoNodes,
         grants: &grants,
     };
-    let (check, verdict) = validate_pod::decide(req, &p, &facts);
+    let (check, verdict) = validate_pod::decide(req, p, &facts);
     (check, verdict.denied)
 }
 
@@ -333,4 +336,163 @@ fn without_the_policys_catalog_gpu_claims_are_undecidable() {
         validate_pod::decide(&nic, &p, &facts).0,
         Check::Allowed(_)
     ));
+}
+
+/// A device as a driver publishes it: its driver, product name, memory (GiB) and, when the catalog knows its
+/// product, its class.
+struct Device {
+    driver: &'static str,
+    product: String,
+    memory: f64,
+    class: Option<String>,
+}
+
+/// What a selector matches on one device, evaluated concretely (a missing attribute is no match).
+fn matches(s: &super::cel::Selector, d: &Device) -> bool {
+    use super::cel::{Compare, Selector};
+    match s {
+        Selector::Driver(x) => d.driver == x,
+        Selector::Product(x, attribute, names) => {
+            d.driver == x && attribute == "productName" && names.contains(&d.product)
+        }
+        Selector::Memory(x, cmp, q) => {
+            d.driver == x
+                && match cmp {
+                    Compare::AtLeast => d.memory >= *q,
+                    Compare::Above => d.memory > *q,
+                    Compare::AtMost => d.memory <= *q,
+                    Compare::Below => d.memory < *q,
+                    Compare::Equal => d.memory == *q,
+                }
+        }
+        Selector::And(a, b) => matches(a, d) && matches(b, d),
+        Selector::Or(a, b) => matches(a, d) || matches(b, d),
+    }
+}
+
+/// Soundness of the claim check against concrete devices: whatever selector of the grammar a claim on
+/// `gpu.nvidia.com` carries, when the check finds no violation in a tier, every NVIDIA device the selector
+/// matches (whole GPUs of every catalog class, their partitions, GPUs the catalog does not know) is of a
+/// class of the tier. Random selectors from a fixed seed (a property, not a timing).
+#[test]
+fn an_admitted_claim_matches_only_devices_of_its_tier() {
+    let policy = gpu_admission_policy::embedded_default().unwrap();
+    let mut devices = Vec::new();
+    for c in &policy.classes {
+        let Some(dra) = &c.dra else { continue };
+        for product in &dra.product_names {
+            let mut memories = vec![c.memory_gib, c.memory_gib * 0.94];
+            memories.extend(
+                [5.0, 10.0, 20.0, 40.0]
+                    .iter()
+                    .filter(|m| **m <= c.memory_gib),
+            );
+            for memory in memories {
+                devices.push(Device {
+                    driver: if c.vendor == gpu_admission_policy::Vendor::Amd {
+                        "gpu.amd.com"
+                    } else {
+                        "gpu.nvidia.com"
+                    },
+                    product: product.clone(),
+                    memory,
+                    class: Some(c.name.clone()),
+                });
+            }
+        }
+    }
+    for (product, memory) in [
+        ("NVIDIA H100 NVL", 94.0),
+        ("Tesla T4", 16.0),
+        ("NVIDIA B200", 180.0),
+    ] {
+        devices.push(Device {
+            driver: "gpu.nvidia.com",
+            product: product.into(),
+            memory,
+            class: None,
+        });
+    }
+    let products: Vec<String> = devices
+        .iter()
+        .map(|d| d.product.clone())
+        .chain(["NVIDIA L4 (unknown)".to_string()])
+        .collect();
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    fn atom(next: &mut dyn FnMut(usize) -> usize, products: &[String]) -> String {
+        let driver = ["gpu.nvidia.com", "gpu.amd.com"][next(2)];
+        match next(4) {
+            0 => format!("device.driver == '{driver}'"),
+            1 => format!(
+                "device.attributes['{driver}'].productName == '{}'",
+                products[next(products.len())]
+            ),
+            2 => {
+                let names: Vec<String> = (0..1 + next(3))
+                    .map(|_| format!("'{}'", products[next(products.len())]))
+                    .collect();
+                format!(
+                    "device.attributes['{driver}'].productName in [{}]",
+                    names.join(", ")
+                )
+            }
+            _ => format!(
+                "device.capacity['{driver}'].memory.compareTo(quantity('{}Gi')) {} 0",
+                [8, 20, 24, 40, 48, 80, 100, 150][next(8)],
+                [">=", ">", "<=", "<", "=="][next(5)]
+            ),
+        }
+    }
+    fn expr(next: &mut dyn FnMut(usize) -> usize, products: &[String], depth: u32) -> String {
+        if depth == 0 || next(3) == 0 {
+            return atom(next, products);
+        }
+        let op = ["&&", "||"][next(2)];
+        format!(
+            "({} {op} {})",
+            expr(next, products, depth - 1),
+            expr(next, products, depth - 1)
+        )
+    }
+    let (mut admitted, mut checked) = (0, 0);
+    let snapshot = snapshot();
+    for _ in 0..3000 {
+        let cel = expr(&mut next, &products, 3);
+        let parsed = super::cel::parse(&cel).unwrap_or_else(|e| panic!("{cel}: {e}"));
+        for tier in ["bronze", "silver", "gold"] {
+            let req = review(tier, false, exactly("gpu.nvidia.com", &[&cel]), "CREATE");
+            if decide_in(&snapshot, &req).1.is_some() {
+                continue;
+            }
+            admitted += 1;
+            let allowed = policy.tiers[policy.tier_index(tier).unwrap()]
+                .allowed
+                .clone();
+            for d in devices.iter().filter(|d| d.driver == "gpu.nvidia.com") {
+                if matches(&parsed, d) {
+                    checked += 1;
+                    let class = d.class.as_deref().and_then(|c| policy.class_index(c));
+                    assert!(
+                        class.is_some_and(|i| allowed[i]),
+                        "{tier} admitted {cel:?}, which matches {} ({:?}, {} GiB)",
+                        d.product,
+                        d.class,
+                        d.memory
+                    );
+                }
+            }
+        }
+    }
+    // The property is not vacuous: some claims were admitted and matched devices.
+    println!("{admitted} claims admitted, {checked} device matches checked");
+    assert!(
+        admitted > 50 && checked > 50,
+        "{admitted} admitted, {checked} device matches"
+    );
 }
