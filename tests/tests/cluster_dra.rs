@@ -284,10 +284,10 @@ fn validating_configuration(webhook: &Webhook) -> ValidatingWebhookConfiguration
         "metadata": {"name": "gpu-admission-dra"},
         "webhooks": [{"name": "claims.validate.gpu-admission.io", "admissionReviewVersions": ["v1"],
             "clientConfig": {"url": format!("{base}/validate-pod"), "caBundle": ca},
-            "rules": [{"apiGroups": ["resource.k8s.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
+            "rules": [{"apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
                 "resources": ["resourceclaims", "resourceclaimtemplates"], "scope": "Namespaced"}],
             "namespaceSelector": {"matchExpressions": [{"key": "tenant.kubenexus.io/tier", "operator": "Exists"}]},
-            "failurePolicy": "Ignore", "sideEffects": "None", "timeoutSeconds": 5}]
+            "matchPolicy": "Equivalent", "failurePolicy": "Ignore", "sideEffects": "None", "timeoutSeconds": 5}]
     }))
     .unwrap()
 }

@@ -52,13 +52,23 @@ pub fn claim_kind(req: &AdmissionRequest<DynamicObject>) -> Option<ClaimKind> {
     }
 }
 
-/// The claim spec of the object, `None` when it does not read as one.
+/// The claim spec of the object, `None` when it does not read as a `resource.k8s.io/v1` one: every request
+/// says what it asks for in `exactly` or `firstAvailable` (an older version's request, `deviceClassName` at
+/// its top, is not read as asking for nothing; the registration has the apiserver convert to v1).
 fn claim_spec(object: &DynamicObject, kind: ClaimKind) -> Option<ResourceClaimSpec> {
     let spec = match kind {
         ClaimKind::Claim => object.data.get("spec")?,
         ClaimKind::Template => object.data.get("spec")?.get("spec")?,
     };
-    serde_json::from_value(spec.clone()).ok()
+    let spec: ResourceClaimSpec = serde_json::from_value(spec.clone()).ok()?;
+    let requests = spec
+        .devices
+        .iter()
+        .flat_map(|d| d.requests.iter().flatten());
+    requests
+        .clone()
+        .all(|r| r.exactly.is_some() || r.first_available.as_ref().is_some_and(|f| !f.is_empty()))
+        .then_some(spec)
 }
 
 /// What a request's devices can be: catalog classes (indices), and whether a GPU the catalog does not know.
@@ -196,7 +206,7 @@ pub fn violations(object: &DynamicObject, kind: ClaimKind, at: &Where<'_>) -> Ve
     let Some(spec) = claim_spec(object, kind) else {
         return vec![violation(
             Reason::Undecidable,
-            "cannot be read as a resource claim".into(),
+            "cannot be read as a resource.k8s.io/v1 claim (every request says `exactly` or `firstAvailable`)".into(),
         )];
     };
     let (rules, snapshot) = (at.rules, at.policy);

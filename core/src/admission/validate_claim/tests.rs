@@ -194,6 +194,14 @@ fn selectors_outside_the_grammar_are_undecidable_and_denied() {
         assert_eq!(reasons(&check), [Reason::Undecidable], "{cel}");
         assert!(denied.unwrap().contains("cannot decide"), "{cel}");
     }
+    // A v1beta1-shaped request (deviceClassName at its top) asks for nothing a v1 reader sees: undecidable.
+    let beta = review(
+        "bronze",
+        false,
+        json!([{"name": "gpu", "deviceClassName": "gpu.nvidia.com"}]),
+        "CREATE",
+    );
+    assert_eq!(reasons(&decide(&beta).0), [Reason::Undecidable]);
     // Not a claim at all.
     let mut req = review("bronze", false, json!([]), "CREATE");
     req.object.as_mut().unwrap().data["spec"] = json!({"devices": "nope"});
