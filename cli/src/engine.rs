@@ -1,22 +1,25 @@
 //! The webhooks, offline: each review goes through exactly what the frontend runs for it — `review::decode`,
-//! `mutate_pod::plan`, the workload, the scorer's `Score` (its `Core`, in process, on a fresh learned state or
-//! a snapshot), `mutate_pod::decide`, `review::encode`; `review::decode_object`, `validate_pod::decide`,
+//! `mutate_pod::admit` over offline ports (the workload from the owner given, the scorer's `Score` — its
+//! `Core`, in process, on a fresh learned state or a snapshot), `review::encode`; `review::decode_object`, `validate_pod::decide`,
 //! `review::encode_verdict` — as a frontend without a cluster decides (`--no-kube`: tiers given, PriorityClasses
 //! from the policy's buckets). Each call is kept as an [`Exchange`] (the review and the AdmissionReview answered),
 //! which the tests replay against the running webhooks.
 
 use std::sync::Arc;
 
+use futures_executor::block_on;
 use gpu_admission_core::admission::Facts;
-use gpu_admission_core::admission::mutate_pod::{self, Outcome, ScorerOutcome};
+use gpu_admission_core::admission::mutate_pod::{
+    self, Admitted, MutatePorts, Outcome, ScorerOutcome,
+};
 use gpu_admission_core::admission::validate_pod::{self, Allowance, Check};
 use gpu_admission_core::authority::Grants;
 use gpu_admission_core::pod::gpu_resources::ClaimTemplates;
 use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::review::{self, Answer, Content, Verdict};
 use gpu_admission_core::tier_bound::NoNodes;
-use gpu_admission_core::workload::{self, OwnerFacts};
-use gpu_admission_proto::scorer::v1::ScoreResponse;
+use gpu_admission_core::workload::{self, OwnerFacts, WorkloadRef};
+use gpu_admission_proto::scorer::v1::ScoreRequest;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
 use kube_core::admission::AdmissionRequest;
@@ -158,6 +161,8 @@ pub struct Engine {
     core: Core,
     policy: PolicySnapshot,
     pub options: Options,
+    /// The floor rendered from the policy (`None`: the policy has a tier the floor cannot carry).
+    pub floor: Option<crate::floor::Floor>,
 }
 
 /// The HTTP 400 a webhook answers for a body that is no AdmissionReview.
@@ -167,12 +172,15 @@ pub struct BadRequest(pub String);
 impl Engine {
     pub fn new(policy: Policy, learned: Learned, options: Options) -> Self {
         let view = snapshot_of(policy.clone());
+        let floor =
+            crate::floor::Floor::new(&policy, gpu_admission_core::names::DEFAULT_TIER_LABEL).ok();
         let core = Core::in_process(policy, learned);
         let policy = view;
         Engine {
             core,
             policy,
             options,
+            floor,
         }
     }
 
@@ -217,7 +225,8 @@ impl Engine {
         Ok((mutation, exchange))
     }
 
-    /// `plan`, the workload, the scorer's `Score` in process, `decide`.
+    /// Core's `admit` over the offline ports: the given tiers, the owner the caller knows, the scorer in
+    /// process.
     fn decide_pod(
         &self,
         uid: &str,
@@ -227,50 +236,27 @@ impl Engine {
         let tier_of = |ns: &str| self.tier_of(ns);
         // Offline there is no RBAC to ask: only the policy's deprecated admin lists grant.
         let grants = Grants::offline(&self.policy, &req.user_info);
-        let facts = Facts {
-            tier_of: &tier_of,
-            priority_classes: None,
-            claim_templates: &self.options.claims,
-            // Offline there are no Nodes: a `spec.nodeName` is an unknown node.
-            nodes: &NoNodes,
-            grants: &grants,
+        let ports = Offline {
+            facts: Facts {
+                tier_of: &tier_of,
+                priority_classes: None,
+                claim_templates: &self.options.claims,
+                // Offline there are no Nodes: a `spec.nodeName` is an unknown node.
+                nodes: &NoNodes,
+                grants: &grants,
+            },
+            owner: if self.options.no_kube { None } else { owner },
+            core: &self.core,
+            decided_at: self.options.decided_at,
         };
-        let mut scoring = match mutate_pod::plan(uid, req, &facts, &self.policy) {
-            Ok(s) => s,
-            Err(skip) => {
-                // Not scored: still held to its tier's priority cap, as the frontend does.
-                if let Some(capped) = mutate_pod::cap_priority(req, &facts, &self.policy) {
-                    return Mutation {
-                        outcome: Outcome::Mutated.as_str(),
-                        skipped: None,
-                        answer: capped.answer,
-                    };
-                }
-                return Mutation {
-                    outcome: Outcome::Skipped.as_str(),
-                    skipped: Some(skip.0),
-                    answer: Answer::default(),
-                };
-            }
-        };
-        let owner = if self.options.no_kube { None } else { owner };
-        let c = &scoring.candidate;
-        if let Some(w) = workload::resolve(c.pod, c.namespace, owner) {
-            scoring.set_workload(w.key(), w.group_size);
-        }
-        let outcome = scorer_outcome(self.core.score(&scoring.request));
-        let decision = mutate_pod::decide(
-            &scoring,
-            outcome,
-            &facts,
-            self.options
-                .decided_at
-                .unwrap_or_else(OffsetDateTime::now_utc),
-        );
+        let admitted = block_on(mutate_pod::admit(uid, req, &self.policy, &ports));
         Mutation {
-            outcome: decision.outcome.as_str(),
-            skipped: None,
-            answer: decision.answer,
+            outcome: admitted.outcome().as_str(),
+            skipped: match &admitted {
+                Admitted::Skipped(skip) => Some(skip.0),
+                _ => None,
+            },
+            answer: admitted.into_answer(),
         }
     }
 
@@ -315,14 +301,36 @@ impl Engine {
     }
 }
 
-/// The in-process call's result as the frontend's client classifies a gRPC status: the scorer unable to
-/// answer now is `unavailable`, a refusal is `invalid`.
-fn scorer_outcome(result: Result<ScoreResponse, tonic::Status>) -> ScorerOutcome {
-    match result {
-        Ok(answer) => ScorerOutcome::Answered(Box::new(answer)),
-        Err(s) if s.code() == tonic::Code::Unavailable => {
-            ScorerOutcome::Unavailable(format!("{:?}: {}", s.code(), s.message()))
+/// The ports of `/mutate-pod` offline.
+struct Offline<'r> {
+    facts: Facts<'r>,
+    owner: Option<&'r OwnerFacts>,
+    core: &'r Core,
+    decided_at: Option<OffsetDateTime>,
+}
+
+impl MutatePorts for Offline<'_> {
+    fn with_facts<R>(&self, f: impl FnOnce(&Facts<'_>) -> R) -> R {
+        f(&self.facts)
+    }
+
+    async fn workload(&self, pod: &Pod, namespace: &str) -> Option<WorkloadRef> {
+        workload::resolve(pod, namespace, self.owner)
+    }
+
+    /// The scorer in process, its refusal read as the frontend's client reads a gRPC status.
+    async fn score(&self, request: ScoreRequest) -> ScorerOutcome {
+        match self.core.score(&request) {
+            Ok(answer) => ScorerOutcome::Answered(Box::new(answer)),
+            Err(refusal) => {
+                let s = tonic::Status::from(refusal);
+                let detail = format!("{:?}: {}", s.code(), s.message());
+                ScorerOutcome::of_failed_call(s.code() as i32, detail, 0)
+            }
         }
-        Err(s) => ScorerOutcome::Invalid(format!("{:?}: {}", s.code(), s.message())),
+    }
+
+    fn now(&self) -> OffsetDateTime {
+        self.decided_at.unwrap_or_else(OffsetDateTime::now_utc)
     }
 }

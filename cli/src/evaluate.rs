@@ -14,6 +14,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::engine::{BadRequest, Engine, Exchange, Mutation, Validation};
+use crate::floor::FloorAnswer;
 use crate::load::{Input, Source};
 use crate::review::{controlled_pod, create_review, owner_facts, uid_for};
 
@@ -61,6 +62,13 @@ pub struct PodDecision {
     /// Our annotations the patch added or changed.
     pub annotations: BTreeMap<String, String>,
     pub patch_ops: usize,
+    /// What the floor in the apiserver alone answers for the Pod as submitted (every gpu-admission process
+    /// down); `None` when the policy cannot be rendered as a floor.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub floor: Option<FloorAnswer>,
+    /// What the floor answers for the mutated Pod (gpu-admission up: the mutation runs first).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub floor_after_mutation: Option<FloorAnswer>,
 }
 
 /// Everything the webhooks answered for one object of the input.
@@ -263,12 +271,48 @@ fn admit_pod(
         }
         review["request"]["object"] = after.clone();
     }
-    ev.pods
-        .push(pod_decision(engine, path, &mutation, &before, &after));
+    let mut decision = pod_decision(engine, path, &mutation, &before, &after);
+    (decision.floor, decision.floor_after_mutation) =
+        floor_answers(engine, ev, &review["request"], &before, &after);
+    ev.pods.push(decision);
     match engine.validate(&review) {
         Ok(answered) => ev.validated(answered),
         Err(bad) => ev.failed(bad),
     }
+}
+
+/// The floor's answers for a Pod as submitted and as mutated, for the review's operation and requester
+/// (exempt offline only by the policy's deprecated admin lists).
+fn floor_answers(
+    engine: &Engine,
+    ev: &Evaluation,
+    request: &Value,
+    before: &Value,
+    after: &Value,
+) -> (Option<FloorAnswer>, Option<FloorAnswer>) {
+    let Some(floor) = &engine.floor else {
+        return (None, None);
+    };
+    let user = &request["userInfo"];
+    let policy = engine.policy();
+    let groups: Vec<String> = user["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|g| g.as_str().map(str::to_string))
+        .collect();
+    let exempt = policy.is_admin(user["username"].as_str(), &groups);
+    let tier = engine.options.tiers.tier_of(&ev.namespace);
+    let answer = |pod: &Value| {
+        floor.pod(
+            request,
+            pod,
+            (&ev.namespace, tier.as_deref()),
+            exempt,
+            policy,
+        )
+    };
+    (Some(answer(before)), Some(answer(after)))
 }
 
 fn our_annotations(pod: &Value) -> BTreeMap<String, String> {
@@ -327,5 +371,7 @@ fn pod_decision(
             .map(str::to_string),
         annotations,
         patch_ops: mutation.answer.patch.len(),
+        floor: None,
+        floor_after_mutation: None,
     }
 }

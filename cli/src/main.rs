@@ -48,6 +48,12 @@ enum Command {
         #[command(subcommand)]
         command: DraCommand,
     },
+    /// The floor: ValidatingAdmissionPolicies the kube-apiserver enforces with no gpu-admission process
+    /// running.
+    Floor {
+        #[command(subcommand)]
+        command: FloorCommand,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -60,6 +66,22 @@ enum DraCommand {
         policy: Option<PathBuf>,
         #[arg(long)]
         policy_key: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum FloorCommand {
+    /// Print the floor's policies, bindings and parameter ConfigMap for a policy, as YAML.
+    Render {
+        /// Policy file or ConfigMap (default: the embedded default policy).
+        #[arg(long)]
+        policy: Option<PathBuf>,
+        /// Key of the policy in a ConfigMap holding several.
+        #[arg(long)]
+        policy_key: Option<String>,
+        /// The namespace label that carries the tier (the frontend's --tier-label).
+        #[arg(long, default_value = gpu_admission_core::names::DEFAULT_TIER_LABEL)]
+        tier_label: String,
     },
 }
 
@@ -218,6 +240,20 @@ fn main() -> ExitCode {
         Command::Dra {
             command: DraCommand::DeviceClasses { policy, policy_key },
         } => device_classes(policy.as_deref(), policy_key.as_deref()),
+        Command::Floor {
+            command:
+                FloorCommand::Render {
+                    policy: path,
+                    policy_key,
+                    tier_label,
+                },
+        } => policy::read(path.as_deref(), policy_key.as_deref())
+            .and_then(|text| policy::parse(&text))
+            .and_then(|p| gpu_admission_cli::floor::render_yaml(&p, tier_label))
+            .map(|yaml| {
+                print!("{yaml}");
+                ExitCode::SUCCESS
+            }),
         Command::Policy { command } => match command {
             PolicyCommand::Validate { policy, policy_key } => {
                 validate(policy, policy_key.as_deref())

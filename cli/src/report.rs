@@ -135,6 +135,20 @@ pub fn text(evaluations: &[Evaluation], counts: Counts) -> String {
         for n in &e.notes {
             let _ = writeln!(out, "    note: {n}");
         }
+        for p in &e.pods {
+            if let Some(f) = p
+                .floor
+                .as_ref()
+                .filter(|f| **f != crate::floor::FloorAnswer::NotMatched)
+            {
+                let _ = writeln!(
+                    out,
+                    "    floor alone ({}, gpu-admission down): {}",
+                    p.path,
+                    f.describe()
+                );
+            }
+        }
         let _ = writeln!(out, "    from {}", e.source);
     }
     out.push_str(&counts.line());

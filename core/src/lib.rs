@@ -14,6 +14,7 @@
 
 pub mod admission;
 pub mod authority;
+pub mod floor;
 pub mod names;
 pub mod placement;
 pub mod pod;

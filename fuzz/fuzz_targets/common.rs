@@ -22,5 +22,5 @@ pub fn scorer() -> &'static (Core, PolicySnapshot) {
 pub fn explain(core: &Core, req: &ScoreRequest) -> Result<ScoreResponse, String> {
     core.explain(req)
         .map(|e| e.answer.unwrap_or_default())
-        .map_err(|s| format!("{:?}: {}", s.code(), s.message()))
+        .map_err(|refusal| refusal.to_string())
 }

@@ -74,6 +74,27 @@ pub struct Cli {
     /// Results kept per PolicyReport (failures first); the rest are counted in its summary and annotation.
     #[arg(long, env = "OBSERVER_REPORT_MAX_RESULTS", default_value_t = 500)]
     pub report_max_results: usize,
+    /// The floor's parameter ConfigMap (in --namespace) the leader keeps in step with the policy ConfigMap,
+    /// creating it when missing; none = not kept.
+    #[arg(long, env = "OBSERVER_FLOOR_PARAMS")]
+    pub floor_params: Option<String>,
+    /// The policy ConfigMap (in --namespace) the floor's parameters are derived from.
+    #[arg(
+        long,
+        env = "OBSERVER_POLICY_CONFIGMAP",
+        default_value = "gpu-admission-policy"
+    )]
+    pub policy_configmap: String,
+    /// Its key holding the policy (else its only key).
+    #[arg(
+        long,
+        env = "OBSERVER_POLICY_KEY",
+        default_value = "default-policy.yaml"
+    )]
+    pub policy_key: String,
+    /// Seconds between reads of the policy ConfigMap for the floor's parameters.
+    #[arg(long, env = "OBSERVER_FLOOR_INTERVAL_SECS", default_value_t = 2)]
+    pub floor_interval_secs: u64,
     /// The namespace label that carries the tier (the frontend's --tier-label).
     #[arg(long, env = "OBSERVER_TIER_LABEL", default_value = gpu_admission_core::names::DEFAULT_TIER_LABEL)]
     pub tier_label: String,

@@ -8,13 +8,15 @@
 //! - [`sync`]: which learned state is the most complete and who must import it (pure);
 //! - [`controller`]: the watch loop; [`convergence`]: the export/import rounds; [`replicas`]: the scorer
 //!   replicas by DNS and the fan-out; [`store`]: the state ConfigMap; [`leader`]: the Lease;
-//! - [`audit`]: the background audit's PolicyReports (`--policy-reports`).
+//! - [`audit`]: the background audit's PolicyReports (`--policy-reports`);
+//! - [`floor`]: the floor's parameter ConfigMap kept in step with the policy (`--floor-params`).
 
 pub mod audit;
 pub mod cli;
 pub mod controller;
 pub mod convergence;
 pub mod extract;
+pub mod floor;
 pub mod history;
 pub mod leader;
 pub mod metrics;

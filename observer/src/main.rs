@@ -44,6 +44,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     };
     tracing::info!(identity = %lease.identity, lease = %lease.name, %namespace, scorers = ?cli.scorers,
         "observer starting");
+    for host in cli
+        .scorers
+        .iter()
+        .filter_map(|s| gpu_admission_core::names::relative_dns_host(s))
+    {
+        tracing::warn!(%host, "a scorer host is not an absolute DNS name (no trailing dot): it is looked up through the search path first, where another namespace's name can answer; use e.g. gpu-admission-scorer-replicas.gpu-admission.svc.cluster.local.");
+    }
     let (leader_rx, lease_task) = leader::elect(client.clone(), &lease).await?;
 
     let store = cli
@@ -73,6 +80,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         ))
     });
 
+    let floor = cli.floor_params.clone().map(|params| {
+        tokio::spawn(observer::floor::run(
+            client.clone(),
+            observer::floor::FloorConfig {
+                namespace: namespace.clone(),
+                policy_configmap: cli.policy_configmap.clone(),
+                policy_key: cli.policy_key.clone(),
+                params_configmap: params,
+                interval: Cli::secs(cli.floor_interval_secs),
+            },
+            metrics.floor_syncs.clone(),
+            leader_rx.clone(),
+        ))
+    });
+
     let config = ControllerConfig {
         tick: Duration::from_secs(1),
         policy_refresh: Duration::from_secs(30),
@@ -93,6 +115,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     sync.abort();
     if let Some(audit) = audit {
         audit.abort();
+    }
+    if let Some(floor) = floor {
+        floor.abort();
     }
     let _ = admin_stop.send(());
     // The last Lease receiver is gone: the lease task releases the Lease, so the other replica takes over at

@@ -68,6 +68,8 @@ pub struct Metrics {
     pub pending: Gauge,
     /// Seconds of the last convergence round.
     pub last_round_seconds: Gauge<f64, AtomicU64>,
+    /// Rounds keeping the floor's parameters in step, by result.
+    pub floor_syncs: Family<ResultLabel, Counter>,
     pub audit: AuditMetrics,
 }
 
@@ -93,6 +95,7 @@ impl Metrics {
             best_state_observations: Gauge::default(),
             pending: Gauge::default(),
             last_round_seconds: Gauge::default(),
+            floor_syncs: Family::default(),
             audit: AuditMetrics {
                 reports: Family::default(),
                 results: Family::default(),
@@ -161,6 +164,11 @@ impl Metrics {
             "observer_last_round_seconds",
             "Duration of the last convergence round",
             m.last_round_seconds.clone(),
+        );
+        registry.register(
+            "observer_floor_syncs",
+            "Rounds keeping the floor's parameter ConfigMap in step with the policy, by result (in_step, written, policy_refused, failed)",
+            m.floor_syncs.clone(),
         );
         m.audit.register(registry);
         m

@@ -2,8 +2,8 @@
 //! a stable `cargo test` replays a seed corpus through exactly the same code. Each one panics when a property
 //! does not hold, which is what a fuzzer reports as a crash. Not linked into any service.
 //!
-//! [`check_mutate`]: the webhook's own decision functions (`review::decode`, `mutate_pod::plan`,
-//! `mutate_pod::decide`, `review::encode`) under every scorer outcome — the real answer, the same answer with
+//! [`check_mutate`]: the webhook's own decision functions (`review::decode`, `mutate_pod::admit` — plan,
+//! decide — `review::encode`) under every scorer outcome — the real answer, the same answer with
 //! no feasible class, a timeout (the tier's default placement or a pass-through) — and each patch applied to
 //! the review's own `request.object` must succeed and give a Pod that still parses (read whole when the
 //! object was a valid Pod; as the webhook reads it when a member it skips was not), bound to its tier. [`check_validate`]:
@@ -14,7 +14,9 @@
 pub mod placement_oracle;
 
 use gpu_admission_core::admission::Facts;
-use gpu_admission_core::admission::mutate_pod::{self, ScorerOutcome, Scoring};
+use gpu_admission_core::admission::mutate_pod::{
+    self, Admitted, Capped, MutatePorts, ScorerOutcome, Scoring,
+};
 use gpu_admission_core::admission::validate_pod;
 use gpu_admission_core::authority::Grants;
 use gpu_admission_core::pod::gpu_resources::NoClaimTemplates;
@@ -28,6 +30,10 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 use time::OffsetDateTime;
+
+use futures_executor::block_on;
+use gpu_admission_core::workload::WorkloadRef;
+use std::cell::RefCell;
 
 /// A scorer: the answer to a request, or why there is none (any error the scorer may answer).
 pub type Score<'a> = dyn FnMut(&ScoreRequest) -> Result<ScoreResponse, String> + 'a;
@@ -106,17 +112,9 @@ fn vendor_gpu_resource(pod: &Pod) -> Option<String> {
     None
 }
 
-/// A Pod `/mutate-pod` does not score: at most its priority is lowered to its tier's cap, and that patch
+/// A Pod `/mutate-pod` does not score but caps: its priority is lowered to its tier's cap, and that patch
 /// applies, touches only the priority fields and leaves a Pod within the cap.
-fn check_capped(
-    body: &[u8],
-    req: &kube_core::admission::AdmissionRequest<Pod>,
-    facts: &Facts<'_>,
-    policy: &PolicySnapshot,
-) -> MutateOutcome {
-    let Some(capped) = mutate_pod::cap_priority(req, facts, policy) else {
-        return MutateOutcome::Unchanged { warnings: vec![] };
-    };
+fn check_capped(body: &[u8], capped: Capped) -> MutateOutcome {
     let ops = capped.answer.patch.operations();
     for op in &ops {
         let path = op.path().to_string();
@@ -180,6 +178,55 @@ fn read_as_core(body: &[u8], patched: &Value) -> Option<Pod> {
     }
 }
 
+/// What the scorer port of one `admit` answers: the real scorer (its answer kept for the variants), or an
+/// outcome given.
+enum Script<'s, 'a> {
+    Scorer(&'s mut Score<'a>),
+    Answered(ScoreResponse),
+    Given(ScorerOutcome),
+    Used,
+}
+
+/// The ports of an offline `admit`: the facts, no owners, a scripted scorer, the epoch as the clock.
+struct Scripted<'f, 's, 'a> {
+    facts: &'f Facts<'f>,
+    outcome: RefCell<Script<'s, 'a>>,
+}
+
+impl MutatePorts for Scripted<'_, '_, '_> {
+    fn with_facts<R>(&self, f: impl FnOnce(&Facts<'_>) -> R) -> R {
+        f(self.facts)
+    }
+
+    async fn workload(&self, _: &Pod, _: &str) -> Option<WorkloadRef> {
+        None
+    }
+
+    async fn score(&self, request: ScoreRequest) -> ScorerOutcome {
+        if let Err(v) = limits::check_score_request(&request) {
+            panic!("the frontend would send a request outside the scorer's limits: {v}");
+        }
+        let mut script = self.outcome.borrow_mut();
+        match std::mem::replace(&mut *script, Script::Used) {
+            Script::Scorer(score) => match score(&request) {
+                Ok(answer) => {
+                    *script = Script::Answered(answer.clone());
+                    ScorerOutcome::Answered(Box::new(answer))
+                }
+                Err(e) => {
+                    panic!("the scorer refused a request the frontend would send: {e}\n{request:?}")
+                }
+            },
+            Script::Given(outcome) => outcome,
+            Script::Answered(_) | Script::Used => panic!("one admission called the scorer twice"),
+        }
+    }
+
+    fn now(&self) -> OffsetDateTime {
+        OffsetDateTime::UNIX_EPOCH
+    }
+}
+
 /// The `/mutate-pod` property for one request body (see the module documentation). Panics when it fails.
 pub fn check_mutate(body: &[u8], policy: &PolicySnapshot, score: &mut Score<'_>) -> MutateOutcome {
     let incoming = match review::decode(body) {
@@ -214,9 +261,18 @@ pub fn check_mutate(body: &[u8], policy: &PolicySnapshot, score: &mut Score<'_>)
         nodes: &NoNodes,
         grants: &grants,
     };
-    let scoring = match mutate_pod::plan(&incoming.uid, req, &facts, policy) {
-        Ok(s) => s,
-        Err(skip) => {
+    // The scorer's answer first (sent through `admit`, so the request is exactly the one the frontend sends),
+    // then the same answer with no feasible class, an answer meant for another Pod (every class of the catalog
+    // accepted, as an admin's Pod or a stale or reused workload answer could carry), and a failed call (the
+    // tier's default placement under `TierDefault`, else a pass-through).
+    let first_call = Scripted {
+        facts: &facts,
+        outcome: RefCell::new(Script::Scorer(score)),
+    };
+    let real = match block_on(mutate_pod::admit(&incoming.uid, req, policy, &first_call)) {
+        Admitted::Decided(d) => d,
+        Admitted::Capped(capped) => return check_capped(body, capped),
+        Admitted::Skipped(skip) => {
             if skip.0 == "no GPU requested"
                 && let Some(name) = req.object.as_ref().and_then(vendor_gpu_resource)
             {
@@ -224,37 +280,36 @@ pub fn check_mutate(body: &[u8], policy: &PolicySnapshot, score: &mut Score<'_>)
                     "a Pod asking for {name}, a resource under a GPU vendor's domain, is not held to its tier"
                 );
             }
-            return check_capped(body, req, &facts, policy);
+            return MutateOutcome::Unchanged { warnings: vec![] };
         }
     };
-    if let Err(v) = limits::check_score_request(&scoring.request) {
-        panic!("the frontend would send a request outside the scorer's limits: {v}");
-    }
-    let answer = match score(&scoring.request) {
-        Ok(a) => a,
-        Err(e) => panic!(
-            "the scorer refused a request the frontend would send: {e}\n{:?}",
-            scoring.request
-        ),
+    let Script::Answered(answer) = first_call.outcome.into_inner() else {
+        unreachable!("a decided Pod asked the scorer once");
     };
-    // The scorer's answer, the same answer with no feasible class, an answer meant for another Pod (every class
-    // of the catalog accepted, as an admin's Pod or a stale or reused workload answer could carry), and a failed
-    // call (the tier's default placement under `TierDefault`, else a pass-through).
     let mut for_another_pod = answer.clone();
     for_another_pod.accepted_classes = policy.catalog.clone();
-    let mut infeasible = answer.clone();
+    let mut infeasible = answer;
     infeasible.accepted_classes.clear();
     infeasible.infeasible_reason = "no class fits".into();
-    let outcomes = [
-        ScorerOutcome::Answered(Box::new(answer)),
+    let mut decided = vec![real];
+    for outcome in [
         ScorerOutcome::Answered(Box::new(infeasible)),
         ScorerOutcome::Answered(Box::new(for_another_pod)),
         ScorerOutcome::TimedOut { budget_ms: 200 },
-    ];
+    ] {
+        let given = Scripted {
+            facts: &facts,
+            outcome: RefCell::new(Script::Given(outcome)),
+        };
+        match block_on(mutate_pod::admit(&incoming.uid, req, policy, &given)) {
+            Admitted::Decided(d) => decided.push(d),
+            other => panic!("the same Pod was decided, then not: {other:?}"),
+        }
+    }
     let object = raw_object(body);
     let (mut first, mut unchecked, mut any) = (None, 0, false);
-    for outcome in outcomes {
-        let decision = mutate_pod::decide(&scoring, outcome, &facts, OffsetDateTime::UNIX_EPOCH);
+    for d in &decided {
+        let (decision, scoring) = (&d.decision, &d.scoring);
         let ops = &decision.answer.patch;
         first.get_or_insert((ops.len(), decision.answer.warnings.clone()));
         if ops.is_empty() {
@@ -273,7 +328,7 @@ pub fn check_mutate(body: &[u8], policy: &PolicySnapshot, score: &mut Score<'_>)
             );
         }
         match serde_json::from_value::<Pod>(pod.clone()) {
-            Ok(patched) => assert_bound_by_mutation(&patched, &scoring, policy),
+            Ok(patched) => assert_bound_by_mutation(&patched, scoring, policy),
             Err(e) => {
                 // A member core does not read (managedFields, a container's env...) that is not a valid Pod
                 // member: the apiserver never sends such an object, as it decodes it first. The patch must then
@@ -285,7 +340,7 @@ pub fn check_mutate(body: &[u8], policy: &PolicySnapshot, score: &mut Score<'_>)
                     panic!("the patched object is not a Pod: {e}\n{pod}");
                 }
                 match read_as_core(body, &pod) {
-                    Some(patched) => assert_bound_by_mutation(&patched, &scoring, policy),
+                    Some(patched) => assert_bound_by_mutation(&patched, scoring, policy),
                     None => unchecked += 1,
                 }
             }

@@ -17,15 +17,18 @@ pub mod workload {
     use prost::Message;
     use sha2::{Digest, Sha256};
 
-    /// What a request asks, as its encoding without its request id and group size (a frontend that could
-    /// not read the owner in time leaves the size out): equal for the Pods of one template. Both fields are
-    /// put back before this returns; every other field, including ones added later, is part of the answer.
+    /// What a request asks, as its encoding without its request id, group size (a frontend that could not
+    /// read the owner in time leaves the size out) and dry-run flag (a dry run is answered with the
+    /// workload's decision too): equal for the Pods of one template. The three fields are put back before
+    /// this returns; every other field, including ones added later, is part of the answer.
     pub fn asked_bytes(req: &mut ScoreRequest) -> Vec<u8> {
         let request_id = std::mem::take(&mut req.request_id);
         let group_size = req.group_size.take();
+        let dry_run = std::mem::take(&mut req.dry_run);
         let asked = req.encode_to_vec();
         req.request_id = request_id;
         req.group_size = group_size;
+        req.dry_run = dry_run;
         asked
     }
 
@@ -77,7 +80,7 @@ mod tests {
     }
 
     #[test]
-    fn asked_bytes_leave_out_the_request_id_and_group_size_only_and_put_them_back() {
+    fn asked_bytes_leave_out_the_request_id_group_size_and_dry_run_only_and_put_them_back() {
         use super::scorer::v1::ScoreRequest;
         use super::workload::{asked_bytes, asked_digest};
         let mut first = ScoreRequest {
@@ -93,6 +96,7 @@ mod tests {
         let mut sibling = ScoreRequest {
             request_id: "b".into(),
             group_size: None,
+            dry_run: true,
             ..before.clone()
         };
         assert_eq!(asked_bytes(&mut sibling), asked);

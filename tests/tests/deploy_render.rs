@@ -15,9 +15,9 @@ use gpu_admission_policy::gpu_resources::GpuResourceKind;
 use serde_json::{Value, json};
 use support::{NAMESPACE, Rendered, arg_value, arr_at, mode, str_at, strings_at};
 
-/// Kubernetes versions the install is validated against: the oldest it supports (matchConditions
-/// are beta, on by default, from 1.28) and recent ones.
-const VALIDATE_VERSIONS: [&str; 3] = ["1.28.0", "1.33.0", "1.37.0"];
+/// Kubernetes versions the install is validated against: the oldest it supports (the floor's
+/// ValidatingAdmissionPolicies are admissionregistration.k8s.io/v1 from 1.30) and recent ones.
+const VALIDATE_VERSIONS: [&str; 3] = ["1.30.0", "1.34.0", "1.37.0"];
 
 /// API groups of custom resources the schema validator cannot know (cert-manager, Prometheus
 /// operator); their objects are checked by the cross-reference tests below instead.
@@ -278,7 +278,21 @@ fn webhook_registration_points_at_the_service_port_and_route_of_the_frontend() {
             .strip_prefix("http://")
             .expect("plain-text gRPC inside the cluster");
         let (host, port) = host_port.split_once(':').unwrap();
+        // By absolute name, in the scorer's namespace: never through the DNS search path.
+        assert_eq!(
+            gpu_admission_core::names::relative_dns_host(&scorer_url),
+            None,
+            "{scorer_url}"
+        );
         let scorer_svc = m.get("Service", host.split('.').next().unwrap());
+        assert_eq!(
+            host,
+            format!(
+                "{}.{}.svc.cluster.local.",
+                scorer_svc["metadata"]["name"].as_str().unwrap(),
+                scorer_svc["metadata"]["namespace"].as_str().unwrap()
+            )
+        );
         let scorer_port = arr_at(scorer_svc, "/spec/ports")
             .iter()
             .find(|p| p["port"].as_i64() == Some(port.parse().unwrap()))
@@ -1411,6 +1425,8 @@ fn json_pod(containers: Value, init: Option<Value>) -> Value {
 // The runtime observer and the scorer replicas it keeps converged.
 
 const OBSERVER_LEASE: &str = "gpu-admission-observer";
+/// The floor's parameter ConfigMap (core's `floor::PARAMS_NAME`), which the observer keeps in step.
+const FLOOR_PARAMS_CONFIGMAP: &str = "gpu-admission-floor";
 const LEARNED_STATE_CONFIGMAP: &str = "gpu-admission-learned-state";
 
 #[test]
@@ -1446,6 +1462,18 @@ fn observer_rbac_grants_exactly_what_it_uses() {
     };
     for m in modes {
         let d = m.get("Deployment", OBSERVER_DEPLOYMENT);
+        // Every scorer replica by the headless Service's absolute name: never through the search path.
+        for scorer in args(container(d, "observer"))
+            .iter()
+            .filter_map(|a| a.strip_prefix("--scorer="))
+        {
+            let svc = m.get("Service", "gpu-admission-scorer-replicas");
+            let expected = format!(
+                "http://gpu-admission-scorer-replicas.{}.svc.cluster.local.:50051",
+                svc["metadata"]["namespace"].as_str().unwrap()
+            );
+            assert_eq!(scorer, expected, "{}", m.mode);
+        }
         let bound: BTreeSet<(String, String)> =
             roles_bound_to(m, OBSERVER_DEPLOYMENT).into_iter().collect();
         assert_eq!(
@@ -1486,13 +1514,39 @@ fn observer_rbac_grants_exactly_what_it_uses() {
             BTreeSet::from(["get".to_string(), "patch".to_string()])
         );
         assert_eq!(lease.1, BTreeSet::from([OBSERVER_LEASE.to_string()]));
-        let cm = &rules[&("".to_string(), "configmaps".to_string())];
+        // ConfigMaps, rule by rule: get + update the learned state and the floor's parameters by name, get
+        // the policy by name, create (a deleted parameter object is recreated; RBAC cannot name it).
+        let cm_rules: BTreeSet<(Vec<String>, Vec<String>)> = arr_at(role, "/rules")
+            .iter()
+            .filter(|r| strings_at(r, "/resources") == ["configmaps"])
+            .map(|r| {
+                let mut verbs = strings_at(r, "/verbs");
+                verbs.sort();
+                let mut names = if r.get("resourceNames").is_some() {
+                    strings_at(r, "/resourceNames")
+                } else {
+                    Vec::new()
+                };
+                names.sort();
+                (verbs, names)
+            })
+            .collect();
+        let owned = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(
-            cm.0,
-            BTreeSet::from(["get".to_string(), "update".to_string()])
+            cm_rules,
+            BTreeSet::from([
+                (
+                    owned(&["get", "update"]),
+                    owned(&[FLOOR_PARAMS_CONFIGMAP, LEARNED_STATE_CONFIGMAP])
+                ),
+                (owned(&["get"]), owned(&["gpu-admission-policy"])),
+                (owned(&["create"]), Vec::new()),
+            ]),
+            "{}",
+            m.mode
         );
-        assert_eq!(cm.1, BTreeSet::from([LEARNED_STATE_CONFIGMAP.to_string()]));
         assert_eq!(rules.len(), 2, "{}: nothing else", m.mode);
+        m.get("ConfigMap", FLOOR_PARAMS_CONFIGMAP);
         // Both named objects are shipped (no create needed), and the flags point at them.
         m.get("Lease", OBSERVER_LEASE);
         m.get("ConfigMap", LEARNED_STATE_CONFIGMAP);
@@ -1501,6 +1555,10 @@ fn observer_rbac_grants_exactly_what_it_uses() {
         assert_eq!(
             arg_value(&a, "--state-configmap").as_deref(),
             Some(LEARNED_STATE_CONFIGMAP)
+        );
+        assert_eq!(
+            arg_value(&a, "--floor-params").as_deref(),
+            Some(FLOOR_PARAMS_CONFIGMAP)
         );
         assert!(d["spec"]["replicas"].as_i64().unwrap() >= 2, "{}", m.mode);
     }

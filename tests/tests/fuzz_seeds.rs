@@ -26,7 +26,7 @@ fn explain(core: &Core) -> impl FnMut(&ScoreRequest) -> Result<ScoreResponse, St
     |req| {
         core.explain(req)
             .map(|e| e.answer.unwrap_or_default())
-            .map_err(|s| format!("{:?}: {}", s.code(), s.message()))
+            .map_err(|refusal| refusal.to_string())
     }
 }
 

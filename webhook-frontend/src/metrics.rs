@@ -1,5 +1,6 @@
 //! The webhook's Prometheus metrics (served by `gpu_admission_telemetry::admin` on the admin port).
 
+use gpu_admission_core::admission::mutate_pod::ScorerResult;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -91,6 +92,24 @@ pub(crate) struct CheckpointMissLabels {
     pub(crate) reason: CheckpointMiss,
 }
 
+/// The one admission family: every webhook, recorded by the pipeline.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct AdmissionLabels {
+    /// The webhook's path without the slash (`mutate-pod`, `validate-pod`, …).
+    pub(crate) webhook: &'static str,
+    /// CREATE, UPDATE, DELETE, CONNECT, or "unknown" when the review could not be read.
+    pub(crate) operation: &'static str,
+    /// The webhook's outcome (`mutated`, `allowed`, `denied`, `skipped`, …), or `bad_request` (HTTP 400),
+    /// `body_too_large` (HTTP 413).
+    pub(crate) outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct WebhookLabels {
+    pub(crate) webhook: &'static str,
+}
+
+/// Deprecated: `/mutate-pod` only; kept one release beside [`AdmissionLabels`].
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct RequestLabels {
     /// CREATE, UPDATE, DELETE, CONNECT, or "unknown" when the review could not be read.
@@ -231,6 +250,11 @@ impl PolicyMetrics {
     }
 }
 
+/// 50 µs .. ~3.3 s.
+fn duration_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.00005, 2.0, 17))
+}
+
 /// All metrics of the webhook frontend.
 #[derive(Debug)]
 pub struct Metrics {
@@ -238,6 +262,11 @@ pub struct Metrics {
     pub(crate) shed: Family<ShedLabels, Counter>,
     /// The policy the frontend holds.
     pub(crate) policy: std::sync::Arc<PolicyMetrics>,
+    /// Every webhook's answered requests, by webhook, operation and outcome.
+    pub(crate) admissions: Family<AdmissionLabels, Counter>,
+    /// Time to answer, by webhook.
+    pub(crate) admission_duration: Family<WebhookLabels, Histogram, fn() -> Histogram>,
+    /// Deprecated (one release): `/mutate-pod`'s requests and time, now in `admissions`.
     pub(crate) requests: Family<RequestLabels, Counter>,
     pub(crate) duration: Histogram,
     pub(crate) scorer_call_duration: Histogram,
@@ -247,13 +276,13 @@ pub struct Metrics {
     pub(crate) tls_certificates_issued: Family<IssuedLabels, Counter>,
     /// Automatic mode: patches of the webhook configuration's caBundle by this replica.
     pub(crate) tls_ca_bundle_patches: Counter,
-    /// `/mutate-pod-checkpoint` requests by outcome.
+    /// Deprecated (one release): `/mutate-pod-checkpoint` requests by outcome, now in `admissions`.
     pub(crate) checkpoint_requests: Family<CheckpointRequestLabels, Counter>,
     /// Container images replaced by a checkpoint image.
     pub(crate) checkpoint_images_restored: Counter,
     /// Containers of Jobs' Pods that kept their image, by reason.
     pub(crate) checkpoint_misses: Family<CheckpointMissLabels, Counter>,
-    /// Validating webhooks' requests by webhook and outcome.
+    /// Deprecated (one release): validating webhooks' requests by webhook and outcome, now in `admissions`.
     pub(crate) validations: Family<ValidationLabels, Counter>,
     pub(crate) validation_duration: Histogram,
     /// Tier violations seen by `validate-pod`, whatever the mode answered.
@@ -274,6 +303,8 @@ impl Metrics {
         let m = Self {
             shed: Family::default(),
             policy: Default::default(),
+            admissions: Family::default(),
+            admission_duration: Family::new_with_constructor(duration_histogram),
             requests: Family::default(),
             // 50 µs .. ~3.3 s
             duration: Histogram::new(exponential_buckets(0.00005, 2.0, 17)),
@@ -302,13 +333,26 @@ impl Metrics {
             m.shed.clone(),
         );
         r.register(
+            "admissions",
+            "Admission requests answered, by webhook, operation and outcome (every webhook, bad requests included)",
+            m.admissions.clone(),
+        );
+        r.register_with_unit(
+            "admission_duration",
+            "Time to answer an admission request, by webhook",
+            prometheus_client::registry::Unit::Seconds,
+            m.admission_duration.clone(),
+        );
+        r.register(
             "requests",
-            "Admission requests by operation and outcome",
+            "Deprecated, use gpu_admission_admissions_total{webhook=\"mutate-pod\"}: /mutate-pod requests by \
+             operation and outcome",
             m.requests.clone(),
         );
         r.register_with_unit(
             "duration",
-            "Time to answer an admission request",
+            "Deprecated, use gpu_admission_admission_duration_seconds{webhook=\"mutate-pod\"}: time to answer a \
+             /mutate-pod request",
             prometheus_client::registry::Unit::Seconds,
             m.duration.clone(),
         );
@@ -340,7 +384,8 @@ impl Metrics {
         );
         r.register(
             "checkpoint_requests",
-            "Checkpoint-restore admission requests by outcome",
+            "Deprecated, use gpu_admission_admissions_total{webhook=\"mutate-pod-checkpoint\"}: checkpoint-restore \
+             admission requests by outcome",
             m.checkpoint_requests.clone(),
         );
         r.register(
@@ -356,12 +401,12 @@ impl Metrics {
         );
         r.register(
             "validations",
-            "Validating webhook requests by webhook and outcome",
+            "Deprecated, use gpu_admission_admissions_total: validating webhook requests by webhook and outcome",
             m.validations.clone(),
         );
         r.register_with_unit(
             "validation_duration",
-            "Time to answer a validating webhook request",
+            "Deprecated, use gpu_admission_admission_duration_seconds: time to answer a validating webhook request",
             prometheus_client::registry::Unit::Seconds,
             m.validation_duration.clone(),
         );
@@ -444,6 +489,26 @@ impl Metrics {
             .inc();
     }
 
+    /// One answered admission request of any webhook (the pipeline records it).
+    pub(crate) fn record_admission(
+        &self,
+        webhook: &'static str,
+        operation: &'static str,
+        outcome: &'static str,
+        elapsed: std::time::Duration,
+    ) {
+        self.admissions
+            .get_or_create(&AdmissionLabels {
+                webhook,
+                operation,
+                outcome,
+            })
+            .inc();
+        self.admission_duration
+            .get_or_create(&WebhookLabels { webhook })
+            .observe(elapsed.as_secs_f64());
+    }
+
     pub(crate) fn record_request(
         &self,
         operation: &'static str,
@@ -456,9 +521,11 @@ impl Metrics {
         self.duration.observe(seconds);
     }
 
-    pub(crate) fn record_scorer_call(&self, result: &'static str, seconds: f64) {
+    pub(crate) fn record_scorer_call(&self, result: ScorerResult, seconds: f64) {
         self.scorer_calls
-            .get_or_create(&CallLabels { result })
+            .get_or_create(&CallLabels {
+                result: result.as_str(),
+            })
             .inc();
         self.scorer_call_duration.observe(seconds);
     }
@@ -490,7 +557,7 @@ mod tests {
         let mut registry = Registry::default();
         let m = Metrics::register(&mut registry);
         m.record_request("CREATE", "mutated", 0.001);
-        m.record_scorer_call("timeout", 0.2);
+        m.record_scorer_call(ScorerResult::Timeout, 0.2);
         m.record_tls_reload(ReloadResult::ok);
         m.record_certificate_issued(true);
         m.record_ca_bundle_patch();

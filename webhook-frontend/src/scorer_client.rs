@@ -28,16 +28,10 @@ use tonic::transport::{Channel, Endpoint};
 use gpu_admission_core::admission::mutate_pod::ScorerOutcome;
 use streams::{CallStreams, NotSent};
 
-/// A failed call classified: a timeout, a scorer that cannot answer now, or one that refused the request.
+/// A failed call classified by core's one reading of a gRPC status ([`ScorerOutcome::of_failed_call`]).
 fn classify(status: tonic::Status, budget_ms: u64) -> ScorerOutcome {
-    use tonic::Code;
-    match status.code() {
-        Code::DeadlineExceeded | Code::Cancelled => ScorerOutcome::TimedOut { budget_ms },
-        Code::Unavailable | Code::Unknown | Code::ResourceExhausted | Code::Aborted => {
-            ScorerOutcome::Unavailable(format!("{:?}: {}", status.code(), status.message()))
-        }
-        code => ScorerOutcome::Invalid(format!("{code:?}: {}", status.message())),
-    }
+    let detail = format!("{:?}: {}", status.code(), status.message());
+    ScorerOutcome::of_failed_call(status.code() as i32, detail, budget_ms)
 }
 
 /// Whether a failed call means the connection to the scorer is gone (refused, reset, closed), as opposed to
@@ -419,6 +413,7 @@ impl Scorer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpu_admission_core::admission::mutate_pod::ScorerResult;
 
     #[test]
     fn deadline_is_the_smaller_of_budget_and_apiserver_timeout() {
@@ -435,16 +430,24 @@ mod tests {
     #[test]
     fn status_classification() {
         assert_eq!(
+            classify(tonic::Status::cancelled("x"), 1).result(),
+            ScorerResult::Timeout
+        );
+        assert_eq!(
+            classify(tonic::Status::resource_exhausted("x"), 1).result(),
+            ScorerResult::Unavailable
+        );
+        assert_eq!(
             classify(tonic::Status::deadline_exceeded("x"), 1).result(),
-            "timeout"
+            ScorerResult::Timeout
         );
         assert_eq!(
             classify(tonic::Status::unavailable("x"), 1).result(),
-            "unavailable"
+            ScorerResult::Unavailable
         );
         assert_eq!(
             classify(tonic::Status::internal("decode"), 1).result(),
-            "invalid"
+            ScorerResult::Invalid
         );
         assert!(!is_connection_failure(&tonic::Status::unavailable(
             "no policy loaded"
@@ -536,7 +539,7 @@ mod tests {
             }
         };
         // An unanswered call times out; the stream stays, and the next call on it is answered.
-        assert_eq!(score(100).await.result(), "timeout");
+        assert_eq!(score(100).await.result(), ScorerResult::Timeout);
         double.set_behaviour(Behaviour::Answer(Box::new(good_answer())));
         let answered = score(2000).await;
         assert!(
@@ -554,7 +557,7 @@ mod tests {
         let started = Instant::now();
         drop(proxy);
         let failed = waiting.await.unwrap();
-        assert_eq!(failed.result(), "unavailable", "{failed:?}");
+        assert_eq!(failed.result(), ScorerResult::Unavailable, "{failed:?}");
         assert!(
             started.elapsed() < Duration::from_secs(5),
             "{:?}",
@@ -590,7 +593,7 @@ mod tests {
             matches!(call, ScorerOutcome::Overloaded { in_flight: 1 }),
             "{call:?}"
         );
-        assert_eq!(call.result(), "overloaded");
+        assert_eq!(call.result(), ScorerResult::Overloaded);
         drop(held);
         let call = scorer
             .score(
@@ -600,7 +603,7 @@ mod tests {
                 &tracing::Span::none(),
             )
             .await;
-        assert_eq!(call.result(), "unavailable", "{call:?}");
+        assert_eq!(call.result(), ScorerResult::Unavailable, "{call:?}");
         // The refused connection started the backoff: the next call fails at once, without dialling.
         let call = scorer
             .score(

@@ -5,30 +5,22 @@
 //! own cache (`scorer::decisions`: keyed by the workload key, what the Pod asks and the policy version, kept
 //! 10 minutes); this is a copy of those answers, keyed the same way (plus the group size, which decides how
 //! many classes the answer keeps), kept for a shorter time ([`TTL`]), at most [`MAX_ENTRIES`] of them (expired
-//! entries first, then the oldest). Only answers that passed the frontend's checks are kept; a Pod without a
+//! entries first, then the oldest), under core's `AnswerKey` (what the Pod asks, compared whole, never as a
+//! digest that could collide). Only answers that passed the frontend's checks are kept; a Pod without a
 //! workload key (a bare Pod, or one whose owner is unknown) is always sent to the scorer.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use gpu_admission_proto::scorer::v1::{ScoreRequest, ScoreResponse};
+use gpu_admission_core::admission::mutate_pod::AnswerKey as Key;
+use gpu_admission_proto::scorer::v1::ScoreResponse;
 
 /// How long an answer is reused: well inside the scorer's own 10 minutes, so that a frontend never answers
 /// with a decision the scorer has already forgotten for long.
 pub(crate) const TTL: Duration = Duration::from_secs(60);
 /// At most this many answers (a few KiB each).
 pub(crate) const MAX_ENTRIES: usize = 4096;
-
-/// What an answer is kept under: the policy version, what its Pod asks (the request's encoding without its
-/// id and group size, so the workload key included: compared whole, never as a digest that could collide)
-/// and the group size.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub(crate) struct Key {
-    policy_version: String,
-    asked: Vec<u8>,
-    group_size: Option<u32>,
-}
 
 /// The answers, by workload.
 #[derive(Default)]
@@ -44,15 +36,6 @@ struct Entries {
 }
 
 impl WorkloadAnswers {
-    /// The key of `request` (none without a workload key: such a Pod is always sent to the scorer).
-    pub(crate) fn key(request: &mut ScoreRequest, policy_version: &str) -> Option<Key> {
-        (!request.workload_key.is_empty()).then(|| Key {
-            policy_version: policy_version.to_string(),
-            asked: gpu_admission_proto::workload::asked_bytes(request),
-            group_size: request.group_size,
-        })
-    }
-
     /// The answer an earlier Pod of this workload got, for the request `request_id` of key `key`.
     pub(crate) fn get(&self, key: &Key, request_id: &str, now: Instant) -> Option<ScoreResponse> {
         let entries = self.inner.lock().unwrap_or_else(|p| p.into_inner());
@@ -88,15 +71,16 @@ impl WorkloadAnswers {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpu_admission_proto::scorer::v1::ScoreRequest;
 
     impl WorkloadAnswers {
         fn keep_for(&self, req: &ScoreRequest, version: &str, answer: &ScoreResponse, at: Instant) {
-            if let Some(key) = Self::key(&mut req.clone(), version) {
+            if let Some(key) = Key::of(&mut req.clone(), version) {
                 self.keep(key, answer.clone(), at);
             }
         }
         fn get_for(&self, req: &ScoreRequest, version: &str, at: Instant) -> Option<ScoreResponse> {
-            self.get(&Self::key(&mut req.clone(), version)?, &req.request_id, at)
+            self.get(&Key::of(&mut req.clone(), version)?, &req.request_id, at)
         }
     }
 

@@ -479,9 +479,25 @@ async fn an_oversized_body_is_refused_and_counted() {
         let (status, _) = post(&router, path, huge.clone()).await;
         assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{path}");
     }
+    // Every webhook in the one family, and a body that is no review counted there too.
+    for path in [
+        "/validate-namespace",
+        "/validate-policy",
+        "/mutate-pod-checkpoint",
+    ] {
+        let (status, _) = post(&router, path, b"{".to_vec()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}");
+    }
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
     for line in [
+        r#"gpu_admission_admissions_total{webhook="mutate-pod",operation="unknown",outcome="body_too_large"} 1"#,
+        r#"gpu_admission_admissions_total{webhook="validate-pod",operation="unknown",outcome="body_too_large"} 1"#,
+        r#"gpu_admission_admissions_total{webhook="validate-namespace",operation="unknown",outcome="bad_request"} 1"#,
+        r#"gpu_admission_admissions_total{webhook="validate-policy",operation="unknown",outcome="bad_request"} 1"#,
+        r#"gpu_admission_admissions_total{webhook="mutate-pod-checkpoint",operation="unknown",outcome="bad_request"} 1"#,
+        r#"gpu_admission_admission_duration_seconds_count{webhook="validate-pod"} 1"#,
+        // The deprecated series, kept one release.
         r#"gpu_admission_requests_total{operation="unknown",outcome="body_too_large"} 1"#,
         r#"gpu_admission_validations_total{webhook="validate-pod",outcome="body_too_large"} 1"#,
     ] {

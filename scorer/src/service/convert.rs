@@ -3,24 +3,23 @@
 
 use gpu_admission_proto::limits;
 use gpu_admission_proto::scorer::v1 as pb;
-use tonic::Status;
 
-use super::one_class_for_a_group;
+use super::{CoreError, one_class_for_a_group};
 use crate::model::{self, JobRequest, Observation};
 use crate::policy::Policy;
 use gpu_admission_policy::wire::{vendor, workload_class as workload};
 
-pub(crate) fn invalid(msg: String) -> Status {
-    Status::invalid_argument(msg)
+pub(crate) fn invalid(msg: String) -> CoreError {
+    CoreError::InvalidArgument(msg)
 }
 
 /// A request outside the limits shared with the clients (`gpu_admission_proto::limits`).
-pub(crate) fn out_of_limits(v: limits::Violation) -> Status {
+pub(crate) fn out_of_limits(v: limits::Violation) -> CoreError {
     invalid(v.to_string())
 }
 
 /// Validates a `ScoreRequest` into the model's terms.
-pub fn job_request(req: &pb::ScoreRequest) -> Result<JobRequest, Status> {
+pub fn job_request(req: &pb::ScoreRequest) -> Result<JobRequest, CoreError> {
     limits::check_score_request(req).map_err(out_of_limits)?;
     Ok(JobRequest {
         tier: req.tier.clone(),
@@ -39,7 +38,7 @@ pub fn job_request(req: &pb::ScoreRequest) -> Result<JobRequest, Status> {
 pub(crate) fn observation(
     policy: &Policy,
     req: &pb::ObserveRequest,
-) -> Result<Observation, Status> {
+) -> Result<Observation, CoreError> {
     limits::check_observe_request(req).map_err(out_of_limits)?;
     if req.job_type.is_empty() {
         return Err(invalid("job_type is empty".to_string()));

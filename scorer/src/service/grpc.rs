@@ -9,7 +9,7 @@ use gpu_admission_telemetry::REQUEST_SPANS;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::Core;
+use super::{Core, CoreError};
 
 /// The tonic service.
 #[derive(Debug, Clone)]
@@ -56,11 +56,11 @@ impl ScorerService {
                     "scored"
                 );
             }
-            Err(status) => {
-                tracing::info!(request_id = req.request_id, code = ?status.code(), message = status.message(), "Score refused")
+            Err(refusal) => {
+                tracing::info!(request_id = req.request_id, %refusal, "Score refused")
             }
         }
-        result
+        result.map_err(Status::from)
     }
 
     /// The answer to one call of a `ScoreCalls` stream.
@@ -119,28 +119,40 @@ impl pb::scorer_server::Scorer for ScorerService {
         let span = tracing::info_span!(target: REQUEST_SPANS, "Observe", job_type = %request.get_ref().job_type);
         gpu_admission_telemetry::propagation::set_parent_from_grpc(&span, request.metadata());
         let _enter = span.enter();
-        self.core.observe(request.get_ref()).map(Response::new)
+        self.core
+            .observe(request.get_ref())
+            .map(Response::new)
+            .map_err(Status::from)
     }
 
     async fn get_policy(
         &self,
         _request: Request<pb::GetPolicyRequest>,
     ) -> Result<Response<pb::GetPolicyResponse>, Status> {
-        self.core.get_policy().map(Response::new)
+        self.core
+            .get_policy()
+            .map(Response::new)
+            .map_err(Status::from)
     }
 
     async fn explain(
         &self,
         request: Request<pb::ScoreRequest>,
     ) -> Result<Response<pb::ExplainResponse>, Status> {
-        self.core.explain(request.get_ref()).map(Response::new)
+        self.core
+            .explain(request.get_ref())
+            .map(Response::new)
+            .map_err(Status::from)
     }
 
     async fn export_state(
         &self,
         _request: Request<pb::ExportStateRequest>,
     ) -> Result<Response<pb::LearnedState>, Status> {
-        self.core.export_state().map(Response::new)
+        self.core
+            .export_state()
+            .map(Response::new)
+            .map_err(Status::from)
     }
 
     async fn import_state(
@@ -157,7 +169,7 @@ impl pb::scorer_server::Scorer for ScorerService {
                 "state import"
             );
         }
-        r.map(Response::new)
+        r.map(Response::new).map_err(Status::from)
     }
 
     async fn validate_policy(
@@ -168,6 +180,17 @@ impl pb::scorer_server::Scorer for ScorerService {
         if let Ok(r) = &result {
             tracing::info!(file = %request.get_ref().file, valid = r.valid, problems = r.problems.len(), "ValidatePolicy");
         }
-        result.map(Response::new)
+        result.map(Response::new).map_err(Status::from)
+    }
+}
+
+/// The one place a refusal of the core becomes a gRPC status.
+impl From<CoreError> for Status {
+    fn from(e: CoreError) -> Self {
+        match e {
+            CoreError::NoPolicy => Status::unavailable(e.to_string()),
+            CoreError::InvalidArgument(m) => Status::invalid_argument(m),
+            CoreError::Internal(m) => Status::internal(m),
+        }
     }
 }

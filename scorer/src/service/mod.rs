@@ -1,5 +1,6 @@
 //! The scorer's application core: the shared state (policy in force, learned state, metrics) and what each
-//! RPC does with it. `convert` maps proto <-> model; `grpc` is the tonic adapter over [`Core`].
+//! RPC does with it, refusing with a [`CoreError`]. `convert` maps proto <-> model; `grpc` is the tonic
+//! adapter over [`Core`], and the only place a [`CoreError`] becomes a gRPC status.
 
 mod convert;
 pub mod grpc;
@@ -11,7 +12,6 @@ use std::time::Instant;
 
 use gpu_admission_proto::limits::{self, MAX_POLICY_BYTES};
 use gpu_admission_proto::scorer::v1 as pb;
-use tonic::Status;
 
 use crate::decisions::{self, DecisionState};
 use crate::metrics::Metrics;
@@ -21,9 +21,23 @@ use crate::policy::watch::PolicyStore;
 use crate::state;
 use convert::{explain_response, invalid, observation, policy_response, score_response};
 
+/// Why the core refused a call.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CoreError {
+    /// No valid policy is loaded yet: nothing can be answered now (gRPC `UNAVAILABLE`).
+    #[error("no valid policy loaded yet")]
+    NoPolicy,
+    /// The request is malformed or outside the limits (gRPC `INVALID_ARGUMENT`).
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// The scorer failed on its own side (gRPC `INTERNAL`).
+    #[error("{0}")]
+    Internal(String),
+}
+
 /// The request in the model's terms ([`convert::job_request`]), with the namespace as the tenant whose own
 /// estimates are read ([`model::tenants`]).
-fn job_request(req: &pb::ScoreRequest) -> Result<JobRequest, Status> {
+fn job_request(req: &pb::ScoreRequest) -> Result<JobRequest, CoreError> {
     let mut job = convert::job_request(req)?;
     job.tenant = (!req.namespace.is_empty()).then(|| req.namespace.clone());
     Ok(job)
@@ -89,15 +103,15 @@ impl Core {
         self.learned().clone()
     }
 
-    fn policy(&self, rpc: &'static str) -> Result<Arc<Policy>, Status> {
+    fn policy(&self, rpc: &'static str) -> Result<Arc<Policy>, CoreError> {
         self.policy.current().ok_or_else(|| {
             self.metrics.request(rpc, "unavailable");
-            Status::unavailable("no valid policy loaded yet")
+            CoreError::NoPolicy
         })
     }
 
     /// Scores one request (everything but the gRPC envelope).
-    pub fn score(&self, req: &pb::ScoreRequest) -> Result<pb::ScoreResponse, Status> {
+    pub fn score(&self, req: &pb::ScoreRequest) -> Result<pb::ScoreResponse, CoreError> {
         let policy = self.policy("Score")?;
         let job =
             job_request(req).inspect_err(|_| self.metrics.request("Score", "invalid_argument"))?;
@@ -107,7 +121,16 @@ impl Core {
             let post = learned.refresh_shared(&policy);
             let window = policy.learning.exploration_window as usize;
             let key = req.workload_key.as_str();
-            if key.is_empty() {
+            // A dry run changes nothing: no exploration (it would spend the budget), no kept decision.
+            let unrecorded = |learned: &Learned| {
+                let seed = decision_seed(&policy, learned, req);
+                let gate = model::Gate::Window(false);
+                let d = model::score_with(&policy, learned, &post, &job, gate, seed);
+                (score_response(&policy, req, d), false)
+            };
+            if key.is_empty() && req.dry_run {
+                unrecorded(&learned)
+            } else if key.is_empty() {
                 let allowed = learned
                     .exploration
                     .allows(policy.learning.exploration_cap, window);
@@ -135,6 +158,10 @@ impl Core {
                     one_class_for_a_group(req, &mut answer);
                     self.metrics.workload_answer("cached");
                     (answer, false)
+                } else if req.dry_run {
+                    let (mut answer, explored) = unrecorded(&learned);
+                    one_class_for_a_group(req, &mut answer);
+                    (answer, explored)
                 } else {
                     let d = workload_decision(&policy, &mut decisions, &learned, &job, key);
                     if !d.accepted().is_empty() {
@@ -164,14 +191,14 @@ impl Core {
         Ok(answer)
     }
 
-    pub fn observe(&self, req: &pb::ObserveRequest) -> Result<pb::ObserveResponse, Status> {
+    pub fn observe(&self, req: &pb::ObserveRequest) -> Result<pb::ObserveResponse, CoreError> {
         let policy = self.policy("Observe")?;
         let mut obs = observation(&policy, req)
             .inspect_err(|_| self.metrics.request("Observe", "invalid_argument"))?;
         for (field, value) in [("namespace", &req.namespace), ("tier", &req.tier)] {
             if value.len() > limits::MAX_NAME_BYTES {
                 self.metrics.request("Observe", "invalid_argument");
-                return Err(Status::invalid_argument(format!(
+                return Err(CoreError::InvalidArgument(format!(
                     "{field} is longer than {} bytes",
                     limits::MAX_NAME_BYTES
                 )));
@@ -218,7 +245,7 @@ impl Core {
     }
 
     /// What Score would answer, and why, without recording anything.
-    pub fn explain(&self, req: &pb::ScoreRequest) -> Result<pb::ExplainResponse, Status> {
+    pub fn explain(&self, req: &pb::ScoreRequest) -> Result<pb::ExplainResponse, CoreError> {
         let policy = self.policy("Explain")?;
         let job = job_request(req)
             .inspect_err(|_| self.metrics.request("Explain", "invalid_argument"))?;
@@ -258,11 +285,11 @@ impl Core {
     }
 
     /// The learned state (without this replica's exploration budget), for another replica.
-    pub fn export_state(&self) -> Result<pb::LearnedState, Status> {
+    pub fn export_state(&self) -> Result<pb::LearnedState, CoreError> {
         let learned = self.learned().clone();
         let snapshot = state::encode_shared(&learned).map_err(|e| {
             self.metrics.request("ExportState", "internal");
-            Status::internal(format!("cannot encode the learned state: {e}"))
+            CoreError::Internal(format!("cannot encode the learned state: {e}"))
         })?;
         self.metrics.request("ExportState", "ok");
         Ok(pb::LearnedState {
@@ -276,7 +303,7 @@ impl Core {
     pub fn import_state(
         &self,
         incoming: &pb::LearnedState,
-    ) -> Result<pb::ImportStateResponse, Status> {
+    ) -> Result<pb::ImportStateResponse, CoreError> {
         let theirs = state::decode_shared(&incoming.snapshot).map_err(|e| {
             self.metrics.request("ImportState", "invalid_argument");
             invalid(format!("snapshot: {e}"))
@@ -303,7 +330,7 @@ impl Core {
         })
     }
 
-    pub fn get_policy(&self) -> Result<pb::GetPolicyResponse, Status> {
+    pub fn get_policy(&self) -> Result<pb::GetPolicyResponse, CoreError> {
         let policy = self.policy("GetPolicy")?;
         self.metrics.request("GetPolicy", "ok");
         Ok(policy_response(&policy))
@@ -313,7 +340,7 @@ impl Core {
     pub fn validate_policy(
         &self,
         req: &pb::ValidatePolicyRequest,
-    ) -> Result<pb::ValidatePolicyResponse, Status> {
+    ) -> Result<pb::ValidatePolicyResponse, CoreError> {
         if req.text.len() > MAX_POLICY_BYTES {
             self.metrics.request("ValidatePolicy", "invalid_argument");
             return Err(invalid(format!(

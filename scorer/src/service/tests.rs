@@ -118,6 +118,62 @@ fn one_workload_one_answer_across_exploration_and_replicas() {
     assert_eq!(c.score(&single).unwrap().accepted_classes.len(), 1);
 }
 
+#[test]
+fn dry_runs_explore_never_spend_no_budget_and_seed_no_workload_decision() {
+    let c = exploring_replica(decisions::DEFAULT_EPOCH);
+    let dry = |mut r: pb::ScoreRequest| {
+        r.dry_run = true;
+        r
+    };
+    for i in 0..64 {
+        let bare = c
+            .score(&dry(pb::ScoreRequest {
+                request_id: format!("uid-{i}"),
+                ..request(Some(20.0))
+            }))
+            .unwrap();
+        let keyed = c
+            .score(&dry(pod_of(&format!("batch/Job/ml/dry-{i}"), 0)))
+            .unwrap();
+        assert!(
+            !bare.explored && !keyed.explored,
+            "a dry run explored ({i})"
+        );
+        assert!(!bare.accepted_classes.is_empty() && keyed.accepted_classes.len() == 1);
+    }
+    assert!(
+        c.learned().exploration.is_empty(),
+        "dry runs spent the exploration budget"
+    );
+    let answers = |answer| {
+        c.metrics
+            .workload_answers
+            .get_or_create(&crate::metrics::WorkloadLabels { answer })
+            .get()
+    };
+    assert_eq!(
+        answers("decided"),
+        0,
+        "a dry run seeded a workload decision"
+    );
+    // The same requests for real do explore on this replica, and are kept per workload: what the dry runs
+    // left alone.
+    let explored = (0..64)
+        .filter(|i| {
+            c.score(&pod_of(&format!("batch/Job/ml/dry-{i}"), 0))
+                .unwrap()
+                .explored
+        })
+        .count();
+    assert!(explored > 0);
+    assert_eq!(answers("decided"), 64);
+    assert!(!c.learned().exploration.is_empty());
+    // A dry run of a decided workload is answered with its kept decision.
+    let kept = c.score(&pod_of("batch/Job/ml/dry-3", 1)).unwrap();
+    let dry_kept = c.score(&dry(pod_of("batch/Job/ml/dry-3", 2))).unwrap();
+    assert_eq!(first_class(&kept), first_class(&dry_kept));
+}
+
 /// Twenty fast runs on L4: the live state moves away from the pinned one.
 fn learn_fast_l4_runs(c: &Core) {
     for i in 0..20 {
@@ -174,7 +230,7 @@ fn learning_during_an_epoch_does_not_move_a_workload() {
     let mut r = pod_of(&"x".repeat(2000), 0);
     r.workload_key = "x".repeat(2000);
     assert_eq!(
-        c.score(&r).unwrap_err().code(),
+        c.score(&r).map_err(tonic::Status::from).unwrap_err().code(),
         tonic::Code::InvalidArgument
     );
 }
@@ -184,19 +240,21 @@ fn bad_numbers_are_invalid_arguments() {
     let c = core();
     for bad in [f64::NAN, -1.0, f64::INFINITY] {
         let e = c.score(&request(Some(bad))).unwrap_err();
-        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad}");
-        assert!(e.message().contains("gpu_memory_gib"), "{}", e.message());
+        assert!(
+            matches!(&e, CoreError::InvalidArgument(m) if m.contains("gpu_memory_gib")),
+            "{bad}: {e:?}"
+        );
     }
     let mut r = request(Some(10.0));
     r.model_size_billion_params = Some(f64::NAN);
     assert_eq!(
-        c.score(&r).unwrap_err().code(),
+        c.score(&r).map_err(tonic::Status::from).unwrap_err().code(),
         tonic::Code::InvalidArgument
     );
     let mut r = request(Some(10.0));
     r.job_type = "x".repeat(1000);
     assert_eq!(
-        c.score(&r).unwrap_err().code(),
+        c.score(&r).map_err(tonic::Status::from).unwrap_err().code(),
         tonic::Code::InvalidArgument
     );
     // Unknown enum numbers are treated as "not said", not as errors.
@@ -238,7 +296,10 @@ fn observe_validates_and_learns() {
         },
     ] {
         assert_eq!(
-            c.observe(&bad).unwrap_err().code(),
+            c.observe(&bad)
+                .map_err(tonic::Status::from)
+                .unwrap_err()
+                .code(),
             tonic::Code::InvalidArgument,
             "{bad:?}"
         );
@@ -273,10 +334,19 @@ fn no_policy_means_unavailable() {
         Arc::new(Metrics::unregistered()),
     );
     assert_eq!(
-        c.score(&request(Some(1.0))).unwrap_err().code(),
+        c.score(&request(Some(1.0)))
+            .map_err(tonic::Status::from)
+            .unwrap_err()
+            .code(),
         tonic::Code::Unavailable
     );
-    assert_eq!(c.get_policy().unwrap_err().code(), tonic::Code::Unavailable);
+    assert_eq!(
+        c.get_policy()
+            .map_err(tonic::Status::from)
+            .unwrap_err()
+            .code(),
+        tonic::Code::Unavailable
+    );
 }
 
 #[test]
@@ -355,7 +425,11 @@ fn validate_policy_reports_every_problem_and_loads_nothing() {
             text: huge,
         })
         .unwrap_err();
-    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(matches!(err, CoreError::InvalidArgument(_)), "{err:?}");
+    assert_eq!(
+        tonic::Status::from(err).code(),
+        tonic::Code::InvalidArgument
+    );
 }
 
 #[test]

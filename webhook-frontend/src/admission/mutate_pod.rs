@@ -1,12 +1,18 @@
 //! `POST /mutate-pod`: the I/O around the core decision — the namespace and PriorityClass caches, the policy
-//! snapshot, the Pod's workload (cache, else one bounded GET), the one scorer call, logs and metrics. What is
-//! decided is [`gpu_admission_core::admission::mutate_pod`]'s `plan` and `decide`.
+//! snapshot, the Pod's workload (cache, else one bounded GET), the one scorer call, logs and metrics, as the
+//! ports of [`gpu_admission_core::admission::mutate_pod::admit`], which decides.
 
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use gpu_admission_core::admission::mutate_pod::{self, Decision, Outcome, Scoring};
+use gpu_admission_core::admission::Facts;
+use gpu_admission_core::admission::mutate_pod::{
+    self, Admitted, AnswerKey, Decided, Outcome, ScorerOutcome,
+};
+use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::review::{self, Answer, BadRequest, Content, Incoming};
+use gpu_admission_core::workload::WorkloadRef;
+use gpu_admission_proto::scorer::v1::{ScoreRequest, ScoreResponse};
 use gpu_admission_telemetry::REQUEST_SPANS;
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::admission::AdmissionRequest;
@@ -75,6 +81,10 @@ impl Webhook for MutatePod {
         }
     }
 
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
     fn record(&self, operation: &'static str, outcome: &'static str, elapsed: std::time::Duration) {
         self.metrics
             .record_request(operation, outcome, elapsed.as_secs_f64());
@@ -82,7 +92,8 @@ impl Webhook for MutatePod {
 }
 
 impl MutatePod {
-    /// The decision for one Pod request: plan, the workload, the scorer call, decide.
+    /// The decision for one Pod request: core's [`mutate_pod::admit`] over this request's ports, then the
+    /// logs and metrics of how it went.
     async fn admit_pod(
         &self,
         uid: &str,
@@ -98,141 +109,122 @@ impl MutatePod {
             }
             None => Grants::none(),
         };
-        let planned = self.cluster.with_facts(&policy, &grants, |facts| {
-            mutate_pod::plan(uid, req, facts, &policy)
-        });
-        let mut scoring = match planned {
-            Ok(s) => s,
-            Err(skip) => {
-                // Not scored (no GPU, already decided…): still held to its tier's priority cap.
-                let capped = self.cluster.with_facts(&policy, &grants, |facts| {
-                    mutate_pod::cap_priority(req, facts, &policy)
-                });
-                if let Some(c) = capped {
-                    call.span.record("admission.reason", "priority capped");
-                    tracing::info!(
-                        uid,
-                        tier = c.tier,
-                        own = c.own,
-                        cap = c.cap,
-                        "PriorityClass lowered to the tier's cap"
-                    );
-                    return (Outcome::Mutated, c.answer);
+        let ports = Ports {
+            hook: self,
+            policy: &policy,
+            grants: &grants,
+            call,
+            budget: self.scorer.deadline(call.apiserver_timeout),
+            scorer_call: Mutex::new(None),
+        };
+        let admitted = mutate_pod::admit(uid, req, &policy, &ports).await;
+        match &admitted {
+            Admitted::Skipped(skip) => skipped(&call.span, skip.0, ""),
+            Admitted::Capped(c) => {
+                call.span.record("admission.reason", "priority capped");
+                tracing::info!(
+                    uid,
+                    tier = c.tier,
+                    own = c.own,
+                    cap = c.cap,
+                    "PriorityClass lowered to the tier's cap"
+                );
+            }
+            Admitted::Decided(d) => {
+                if d.stale_policy {
+                    self.policy.request_refresh();
                 }
-                skipped(&call.span, skip.0, "");
-                return (Outcome::Skipped, Answer::default());
+                if d.reused {
+                    self.metrics.workload_answers_reused.inc();
+                }
+                let elapsed = *ports.scorer_call.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(elapsed) = elapsed {
+                    self.metrics
+                        .record_scorer_call(d.decision.scorer_result, elapsed.as_secs_f64());
+                }
+                if !d.scoring.fitted.is_empty() {
+                    tracing::info!(uid, namespace = d.scoring.candidate.namespace, fitted = ?d.scoring.fitted, "scorer request fitted to its limits");
+                }
+                log_decision(uid, d, &call.span);
             }
-        };
-        let budget = self.scorer.deadline(call.apiserver_timeout);
-        // One decision per workload: the scorer groups by its key. Reading the owner takes from the scorer's
-        // budget, at most a quarter of it.
-        let candidate = &scoring.candidate;
-        let workload = workloads::resolve_workload(
-            self.workloads.as_deref(),
-            candidate.pod,
-            candidate.namespace,
-            (budget / 4).min(workloads::OWNER_READ_BUDGET),
-        )
-        .await;
-        if let Some(w) = &workload {
-            scoring.set_workload(w.key(), w.group_size);
         }
-        if !scoring.fitted.is_empty() {
-            tracing::info!(uid, namespace = scoring.candidate.namespace, fitted = ?scoring.fitted, "scorer request fitted to its limits");
-        }
-        let kept_as = WorkloadAnswers::key(&mut scoring.request, &policy.version);
-        let reused = kept_as.as_ref().and_then(|key| {
-            self.answers
-                .get(key, &scoring.request.request_id, Instant::now())
-        });
-        let (outcome, call_elapsed) = match reused {
-            // A later Pod of a workload the scorer has decided: its answer, without the call.
-            Some(answer) => {
-                self.metrics.workload_answers_reused.inc();
-                (mutate_pod::ScorerOutcome::Answered(Box::new(answer)), None)
-            }
-            None => {
-                let (outcome, elapsed) = self.call_scorer(&mut scoring, budget, call).await;
-                (outcome, Some(elapsed))
-            }
-        };
-        if let mutate_pod::ScorerOutcome::Answered(answer) = &outcome
-            && answer.policy_version != policy.version
-        {
-            self.policy.request_refresh();
-        }
-        let to_keep = match (&kept_as, call_elapsed, &outcome) {
-            (Some(_), Some(_), mutate_pod::ScorerOutcome::Answered(answer))
-                if answer.policy_version == policy.version =>
-            {
-                Some(answer.as_ref().clone())
-            }
-            _ => None,
-        };
-        let decision = tracing::info_span!(target: REQUEST_SPANS, "build_patch").in_scope(|| {
-            self.cluster.with_facts(&policy, &grants, |facts| {
-                mutate_pod::decide(&scoring, outcome, facts, OffsetDateTime::now_utc())
-            })
-        });
-        if let Some(elapsed) = call_elapsed {
-            self.metrics
-                .record_scorer_call(decision.scorer_result, elapsed.as_secs_f64());
-        }
-        // The scorer's answer as it came (before this Pod's own constraints narrowed it), once it passed the
-        // checks of `decide`.
-        if let (Some(key), Some(answer), "ok") = (kept_as, to_keep, decision.scorer_result) {
-            self.answers.keep(key, answer, Instant::now());
-        }
-        log_decision(uid, &scoring, &decision, workload.as_ref(), &call.span);
-        (decision.outcome, decision.answer)
+        (admitted.outcome(), admitted.into_answer())
+    }
+}
+
+/// What `/mutate-pod` reads for one request: the watch caches under this request's policy and grants, the
+/// owner lookup (at most a quarter of the scorer's budget), the scorer and the kept answers.
+struct Ports<'r> {
+    hook: &'r MutatePod,
+    policy: &'r PolicySnapshot,
+    grants: &'r Grants,
+    call: &'r Call,
+    /// The scorer's budget for this request.
+    budget: Duration,
+    /// How long the Score call took, when one was made.
+    scorer_call: Mutex<Option<Duration>>,
+}
+
+impl mutate_pod::MutatePorts for Ports<'_> {
+    fn with_facts<R>(&self, f: impl FnOnce(&Facts<'_>) -> R) -> R {
+        self.hook.cluster.with_facts(self.policy, self.grants, f)
     }
 
-    /// The one Score call, in its client span; the outcome and how long the call took.
-    async fn call_scorer(
-        &self,
-        scoring: &mut Scoring<'_>,
-        budget: std::time::Duration,
-        call: &Call,
-    ) -> (mutate_pod::ScorerOutcome, std::time::Duration) {
+    async fn workload(&self, pod: &Pod, namespace: &str) -> Option<WorkloadRef> {
+        let budget = (self.budget / 4).min(workloads::OWNER_READ_BUDGET);
+        workloads::resolve_workload(self.hook.workloads.as_deref(), pod, namespace, budget).await
+    }
+
+    /// The one Score call, in its client span.
+    async fn score(&self, request: ScoreRequest) -> ScorerOutcome {
         let call_span = tracing::info_span!(
             target: REQUEST_SPANS,
             "scorer.score",
             otel.kind = "client",
             rpc.system = "grpc",
-            deadline_ms = budget.as_millis() as u64
+            deadline_ms = self.budget.as_millis() as u64
         );
-        let call_start = Instant::now();
+        let start = Instant::now();
         let outcome = self
+            .hook
             .scorer
-            .score(
-                std::mem::take(&mut scoring.request),
-                call.started,
-                budget,
-                &call_span,
-            )
+            .score(request, self.call.started, self.budget, &call_span)
             .instrument(call_span.clone())
             .await;
-        (outcome, call_start.elapsed())
+        *self.scorer_call.lock().unwrap_or_else(|e| e.into_inner()) = Some(start.elapsed());
+        outcome
+    }
+
+    fn kept_answer(&self, key: &AnswerKey, request_id: &str) -> Option<ScoreResponse> {
+        self.hook.answers.get(key, request_id, Instant::now())
+    }
+
+    fn keep_answer(&self, key: AnswerKey, answer: ScoreResponse) {
+        self.hook.answers.keep(key, answer, Instant::now());
+    }
+
+    fn now(&self) -> OffsetDateTime {
+        OffsetDateTime::now_utc()
     }
 }
 
 /// The decision in the span and the log.
-fn log_decision(
-    uid: &str,
-    scoring: &Scoring<'_>,
-    decision: &Decision,
-    workload: Option<&gpu_admission_core::workload::WorkloadRef>,
-    span: &tracing::Span,
-) {
+fn log_decision(uid: &str, decided: &Decided<'_>, span: &tracing::Span) {
+    let Decided {
+        scoring,
+        decision,
+        workload,
+        ..
+    } = decided;
     let c = &scoring.candidate;
     if let Some((kind, detail)) = &decision.failure {
         span.record("admission.reason", kind.as_str());
         match decision.outcome {
             Outcome::TierDefault => {
-                tracing::warn!(uid, namespace = c.namespace, tier = c.tier, result = decision.scorer_result, %detail, "{kind}; tier default placement")
+                tracing::warn!(uid, namespace = c.namespace, tier = c.tier, result = decision.scorer_result.as_str(), %detail, "{kind}; tier default placement")
             }
             _ => {
-                tracing::warn!(uid, namespace = c.namespace, result = decision.scorer_result, %detail, "{kind}; Pod admitted unchanged (pass-through)")
+                tracing::warn!(uid, namespace = c.namespace, result = decision.scorer_result.as_str(), %detail, "{kind}; Pod admitted unchanged (pass-through)")
             }
         }
     }
@@ -251,9 +243,9 @@ fn log_decision(
         gpu_class = class,
         priority = answer.priority_score,
         avoid = ?answer.avoid_job_types,
-        workload = workload.map(|w| w.key()).unwrap_or_default(),
-        group_size = workload.and_then(|w| w.group_size),
-        workload_via = ?workload.map(|w| &w.via),
+        workload = workload.as_ref().map(|w| w.key()).unwrap_or_default(),
+        group_size = workload.as_ref().and_then(|w| w.group_size),
+        workload_via = ?workload.as_ref().map(|w| &w.via),
         dra_claims = ?c.features.dra_claims,
         ops = decision.answer.patch.len(),
         admin = scoring.admin,

@@ -19,6 +19,8 @@ use tracing::{Instrument, field::Empty};
 
 use gpu_admission_core::review::parse_go_duration;
 
+use crate::metrics::Metrics;
+
 /// What every decoded review tells the pipeline: the version to answer with and the uid to echo.
 pub(crate) trait Envelope {
     fn api_version(&self) -> &'static str;
@@ -80,8 +82,25 @@ pub(crate) trait Webhook: Send + Sync + 'static {
 
     fn admit(&self, review: &Self::Review, call: &Call) -> impl Future<Output = Reply> + Send;
 
-    /// Counts one answered request (`bad_request` for a 400).
+    /// Where the pipeline records every answered request (`gpu_admission_admissions_total`).
+    fn metrics(&self) -> &Metrics;
+
+    /// Counts one answered request (`bad_request` for a 400) in the webhook's deprecated series, kept one
+    /// release beside the pipeline's family.
     fn record(&self, operation: &'static str, outcome: &'static str, elapsed: Duration);
+}
+
+/// Counts one answered request in the one family and in the webhook's deprecated series.
+fn record<W: Webhook>(
+    webhook: &W,
+    operation: &'static str,
+    outcome: &'static str,
+    elapsed: Duration,
+) {
+    webhook
+        .metrics()
+        .record_admission(W::NAME, operation, outcome, elapsed);
+    webhook.record(operation, outcome, elapsed);
 }
 
 /// The axum handler of webhook `W`.
@@ -124,7 +143,7 @@ pub(crate) async fn handle<W: Webhook>(
                 call.span.record("admission.outcome", outcome);
                 tracing::warn!(webhook = W::NAME, status = status.as_u16(), error = %rejection.body_text(), "refusing a request body");
             });
-            webhook.record("unknown", outcome, call.started.elapsed());
+            record(&*webhook, "unknown", outcome, call.started.elapsed());
             return rejection.into_response();
         }
     };
@@ -139,7 +158,7 @@ async fn run<W: Webhook>(webhook: &W, body: &[u8], call: Call) -> Response {
             call.span.record("admission.outcome", "bad_request");
             call.span.record("admission.reason", bad.0.as_str());
             tracing::info!(webhook = W::NAME, error = %bad, "rejecting a body that is not an AdmissionReview");
-            webhook.record("unknown", "bad_request", call.started.elapsed());
+            record(webhook, "unknown", "bad_request", call.started.elapsed());
             return (StatusCode::BAD_REQUEST, format!("bad request: {bad}\n")).into_response();
         }
     };
@@ -152,7 +171,12 @@ async fn run<W: Webhook>(webhook: &W, body: &[u8], call: Call) -> Response {
             review::encode_verdict(review.api_version(), review.uid(), verdict)
         }
     };
-    webhook.record(reply.operation, reply.outcome, call.started.elapsed());
+    record(
+        webhook,
+        reply.operation,
+        reply.outcome,
+        call.started.elapsed(),
+    );
     ([(header::CONTENT_TYPE, "application/json")], encoded).into_response()
 }
 

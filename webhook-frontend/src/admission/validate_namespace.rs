@@ -74,6 +74,10 @@ impl Webhook for ValidateNamespace {
         }
     }
 
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
     fn record(&self, _operation: &'static str, outcome: &'static str, elapsed: Duration) {
         self.metrics.record_validation(Self::NAME, outcome, elapsed);
     }

@@ -83,6 +83,10 @@ impl Webhook for ValidatePod {
         }
     }
 
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
     fn record(&self, _operation: &'static str, outcome: &'static str, elapsed: Duration) {
         self.metrics.record_validation(Self::NAME, outcome, elapsed);
     }

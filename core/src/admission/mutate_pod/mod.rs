@@ -8,12 +8,15 @@
 //!    non-admin's Pod of a tier that restricts classes: see [`crate::tier_bound`]) or passes the Pod through
 //!    unchanged. Mutation never rejects.
 //!
-//! The handler, the fuzz targets and the tests call exactly these.
+//! [`admit`] runs both around the ports of the world (facts, owner lookup, scorer, answer cache); the
+//! handler, the CLI, the fuzz targets and the tests call exactly these.
 
+mod admit;
 mod cap;
 pub mod patch;
 pub mod triage;
 
+pub use admit::{Admitted, AnswerKey, Decided, MutatePorts, admit};
 pub use cap::{Capped, cap_priority};
 
 use gpu_admission_proto::scorer::v1::{ScoreRequest, ScoreResponse, TierFallback};
@@ -46,15 +49,61 @@ pub enum ScorerOutcome {
     },
 }
 
-impl ScorerOutcome {
-    /// The metric label of the call's result.
-    pub fn result(&self) -> &'static str {
+/// How a scorer call ended, once its answer was checked (the metric's `result`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ScorerResult {
+    Ok,
+    Timeout,
+    Unavailable,
+    Invalid,
+    Overloaded,
+}
+
+impl ScorerResult {
+    pub fn as_str(self) -> &'static str {
         match self {
-            ScorerOutcome::Answered(_) => "ok",
-            ScorerOutcome::TimedOut { .. } => "timeout",
-            ScorerOutcome::Unavailable(_) => "unavailable",
-            ScorerOutcome::Invalid(_) => "invalid",
-            ScorerOutcome::Overloaded { .. } => "overloaded",
+            ScorerResult::Ok => "ok",
+            ScorerResult::Timeout => "timeout",
+            ScorerResult::Unavailable => "unavailable",
+            ScorerResult::Invalid => "invalid",
+            ScorerResult::Overloaded => "overloaded",
+        }
+    }
+}
+
+/// gRPC status codes (the wire's numbers, as every gRPC library spells them).
+mod grpc_code {
+    pub(super) const CANCELLED: i32 = 1;
+    pub(super) const UNKNOWN: i32 = 2;
+    pub(super) const DEADLINE_EXCEEDED: i32 = 4;
+    pub(super) const RESOURCE_EXHAUSTED: i32 = 8;
+    pub(super) const ABORTED: i32 = 10;
+    pub(super) const UNAVAILABLE: i32 = 14;
+}
+
+impl ScorerOutcome {
+    /// The one reading of a failed Score call's gRPC status (code number and `detail`, the code's name and
+    /// message): a deadline or cancellation is a timeout of `budget_ms`, a scorer that cannot answer now is
+    /// unavailable, anything else a refusal.
+    pub fn of_failed_call(code: i32, detail: String, budget_ms: u64) -> Self {
+        use grpc_code::*;
+        match code {
+            DEADLINE_EXCEEDED | CANCELLED => ScorerOutcome::TimedOut { budget_ms },
+            UNAVAILABLE | UNKNOWN | RESOURCE_EXHAUSTED | ABORTED => {
+                ScorerOutcome::Unavailable(detail)
+            }
+            _ => ScorerOutcome::Invalid(detail),
+        }
+    }
+
+    /// The metric label of the call's result.
+    pub fn result(&self) -> ScorerResult {
+        match self {
+            ScorerOutcome::Answered(_) => ScorerResult::Ok,
+            ScorerOutcome::TimedOut { .. } => ScorerResult::Timeout,
+            ScorerOutcome::Unavailable(_) => ScorerResult::Unavailable,
+            ScorerOutcome::Invalid(_) => ScorerResult::Invalid,
+            ScorerOutcome::Overloaded { .. } => ScorerResult::Overloaded,
         }
     }
 
@@ -182,7 +231,9 @@ pub fn plan<'a>(
         .iter()
         .map(|w| format!("gpu-admission: {w}"))
         .collect();
-    let (request, fitted) = triage::request_for(uid, &candidate, policy, rules.as_ref());
+    let (mut request, fitted) = triage::request_for(uid, &candidate, policy, rules.as_ref());
+    // `sideEffects: None`: a dry run must change no learned or exploration state of the scorer.
+    request.dry_run = req.dry_run;
     warnings.extend(fitted.iter().cloned());
     Ok(Scoring {
         candidate,
@@ -201,8 +252,8 @@ pub struct Decision {
     pub outcome: Outcome,
     /// The patch and every warning.
     pub answer: Answer,
-    /// The scorer call's result once the answer is checked (`invalid` for an answer that fails the checks).
-    pub scorer_result: &'static str,
+    /// The scorer call's result once the answer is checked (`Invalid` for an answer that fails the checks).
+    pub scorer_result: ScorerResult,
     /// Why the scorer's answer was not used (`scorer timed out`) and the detail, when it was not.
     pub failure: Option<(String, String)>,
     /// The answer the patch was built from (the scorer's, or the tier's default placement), for logs.

@@ -1,0 +1,191 @@
+//! The CEL the floor's ValidatingAdmissionPolicies run inside the kube-apiserver. What a policy change can
+//! move (tiers, their classes and caps, grants, the mode, the deprecated admin lists) is read from the
+//! parameter ConfigMap ([`super::params`]); what the expressions are shaped by (the GPU resource names, the
+//! catalog's class label keys, the tier label key) is written in here from the policy.
+//!
+//! Lists in the parameters are strings of `\n`-delimited entries (`"\nbronze\ngold\n"`): ConfigMap data are
+//! strings, and a membership test is then a plain `contains('\n' + x + '\n')`, exact because no label key,
+//! label value or tier name of the floor holds a newline.
+
+use gpu_admission_policy::Policy;
+use gpu_admission_policy::gpu_resources::{GpuResourceKind, MEMORY_PLACEHOLDER};
+
+/// A CEL string literal (single-quoted; `\` and `'` escaped).
+pub(crate) fn lit(s: &str) -> String {
+    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+/// The regular expression of a `gpuResources` pattern (`nvidia.com/mig-*g.{memoryGiB}gb`, `nvidia.com/**`):
+/// `**` is `[A-Za-z0-9._-]+`, `*` is `[a-z0-9]+`, the memory placeholder digits, everything else literal
+/// (the rule the policy crate's `match_pattern` follows).
+fn pattern_regex(pattern: &str) -> String {
+    let mut out = String::from("^");
+    let mut rest = pattern;
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix(MEMORY_PLACEHOLDER) {
+            out.push_str("[0-9]+");
+            rest = r;
+        } else if let Some(r) = rest.strip_prefix("**") {
+            out.push_str("[A-Za-z0-9._-]+");
+            rest = r;
+        } else if let Some(r) = rest.strip_prefix('*') {
+            out.push_str("[a-z0-9]+");
+            rest = r;
+        } else {
+            let c = rest.chars().next().unwrap_or_default();
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '/' {
+                out.push(c);
+            } else {
+                out.push('[');
+                out.push(c);
+                out.push(']');
+            }
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    out.push('$');
+    out
+}
+
+/// `r` (a resource name) is one the policy counts as GPUs, by the policy crate's `lookup`: an exact name
+/// first (a GPU kind, or a `notGpu` exception), else the first pattern that matches, in list order.
+fn is_gpu_resource(policy: &Policy, r: &str) -> String {
+    use gpu_admission_policy::gpu_resources::is_pattern;
+    let rules = if policy.gpu_resources.is_empty() {
+        gpu_admission_policy::gpu_resources::default_rules()
+    } else {
+        policy.gpu_resources.clone()
+    };
+    // DeviceClass rules name no container resource.
+    let rules: Vec<_> = rules
+        .into_iter()
+        .filter(|g| g.kind != GpuResourceKind::DraDeviceClass)
+        .collect();
+    let exact = |gpu: bool| -> Vec<String> {
+        rules
+            .iter()
+            .filter(|g| !is_pattern(&g.name) && (g.kind != GpuResourceKind::NotGpu) == gpu)
+            .map(|g| lit(&g.name))
+            .collect()
+    };
+    // The patterns as nested conditionals, the first match deciding; no match is no GPU.
+    let mut patterns = String::from("false");
+    for g in rules.iter().filter(|g| is_pattern(&g.name)).rev() {
+        patterns = format!(
+            "({r}.matches({}) ? {} : {patterns})",
+            lit(&pattern_regex(&g.name)),
+            g.kind != GpuResourceKind::NotGpu
+        );
+    }
+    format!(
+        "({r} in [{}] || (!({r} in [{}]) && {patterns}))",
+        exact(true).join(", "),
+        exact(false).join(", ")
+    )
+}
+
+/// The Pod asks for GPUs: a resource the policy counts, non-zero, in the requests or limits of a container
+/// or an init container (native sidecars included), or DRA claims (which the floor cannot read: held to the
+/// tier like GPUs, as `/validate-pod` holds claims it cannot read).
+pub(crate) fn asks_for_gpus(policy: &Policy) -> String {
+    let gpu = |map: &str| {
+        format!(
+            "(has(c.resources.{map}) && c.resources.{map}.exists(r, {} && string(c.resources.{map}[r]) != '0'))",
+            is_gpu_resource(policy, "r")
+        )
+    };
+    format!(
+        "(has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0) || \
+         [object.spec.containers, has(object.spec.initContainers) ? object.spec.initContainers : []]\
+         .exists(cs, cs.exists(c, has(c.resources) && ({} || {})))",
+        gpu("requests"),
+        gpu("limits")
+    )
+}
+
+/// The catalog's class label keys, as a CEL list.
+fn class_keys(policy: &Policy) -> String {
+    let mut keys: Vec<&str> = Vec::new();
+    for c in &policy.classes {
+        if !keys.contains(&c.node_label_key.as_str()) {
+            keys.push(&c.node_label_key);
+        }
+    }
+    let keys: Vec<String> = keys.into_iter().map(lit).collect();
+    format!("[{}]", keys.join(", "))
+}
+
+/// One way of scheduling (the `nodeSelector` ANDed with the expressions `exprs`) is held to the allowed
+/// classes: on some class label key, the values a node may carry (the selector's value and every `In` list
+/// on that key, intersected) are all allowed `key=value` pairs — core's `tier_bound::branch_bound`, where
+/// an empty intersection (a branch no node matches) holds too.
+fn branch_bound(policy: &Policy, exprs: &str) -> String {
+    let allowed =
+        |k: &str, v: &str| format!("variables.allowed.contains('\\n' + {k} + '=' + {v} + '\\n')");
+    let in_all = |v: &str| {
+        format!(
+            "{exprs}.all(f, f.key != k || f.operator != 'In' || (has(f.values) && {v} in f.values))"
+        )
+    };
+    format!(
+        "{keys}.exists(k, (k in variables.selector) ? (!{in_sel} || {allowed_sel}) : \
+         ({exprs}.exists(e, e.key == k && e.operator == 'In') && {exprs}.all(e, e.key != k || e.operator != 'In' || \
+         !has(e.values) || e.values.all(v, !{in_v} || {allowed_v}))))",
+        keys = class_keys(policy),
+        in_sel = in_all("variables.selector[k]"),
+        allowed_sel = allowed("k", "variables.selector[k]"),
+        in_v = in_all("v"),
+        allowed_v = allowed("k", "v"),
+    )
+}
+
+/// Every way of scheduling the Pod is held to the allowed classes (core's `tier_bound::class_bound`): the
+/// `nodeSelector` alone when there are no required node-affinity terms, else with each term (an empty term
+/// matches no node).
+pub(crate) fn class_bound(policy: &Policy) -> String {
+    format!(
+        "size(variables.terms) == 0 ? {alone} : variables.terms.all(t, \
+         ((!has(t.matchExpressions) || size(t.matchExpressions) == 0) && (!has(t.matchFields) || size(t.matchFields) == 0)) || \
+         {with_term})",
+        alone = branch_bound(policy, "[]"),
+        with_term = branch_bound(
+            policy,
+            "(has(t.matchExpressions) ? t.matchExpressions : [])"
+        ),
+    )
+}
+
+/// The namespace's tier label value (`''` when it has none).
+pub(crate) fn tier_label_value(tier_label: &str, object: &str) -> String {
+    let key = lit(tier_label);
+    format!(
+        "has({object}.metadata.labels) && {key} in {object}.metadata.labels ? {object}.metadata.labels[{key}] : ''"
+    )
+}
+
+/// The requester is on the policy's deprecated admin lists (`admins`: `user:NAME` and `group:NAME` entries).
+pub(crate) const LEGACY_ADMIN: &str = "params.data['admins'].contains('\\nuser:' + request.userInfo.username + '\\n') || \
+     (has(request.userInfo.groups) && request.userInfo.groups.exists(g, params.data['admins'].contains('\\ngroup:' + g + '\\n')))";
+
+/// RBAC grants `verb` on `tiers/<name>` of gpu-admission's API group (`name`: a CEL string expression).
+pub(crate) fn rbac_tier(verb: &str, name: &str) -> String {
+    format!(
+        "authorizer.group({}).resource('tiers').name({name}).check({}).allowed()",
+        lit(crate::authority::API_GROUP),
+        lit(verb)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mig_patterns_become_anchored_regular_expressions() {
+        assert_eq!(
+            pattern_regex("nvidia.com/mig-*g.{memoryGiB}gb"),
+            "^nvidia[.]com/mig-[a-z0-9]+g[.][0-9]+gb$"
+        );
+        assert_eq!(lit("it's \\"), "'it\\'s \\\\'");
+    }
+}

@@ -1,0 +1,360 @@
+//! The floor: what of the tier invariant the kube-apiserver enforces by itself, with no process of ours
+//! running, as ValidatingAdmissionPolicies (CEL in the apiserver) rendered from the policy. One pure
+//! rendering: [`render`] gives the objects (shipped in deploy/, printed by `gpu-admission floor render`),
+//! [`params`] the parameter ConfigMap's data (tiers, their class labels and priority caps, grants, the mode,
+//! the deprecated admin lists), which the observer's leader keeps in step with the policy.
+//!
+//! In `Enforce` the floor denies, in every namespace but the system ones:
+//! - a Pod asking for GPUs (a resource the policy counts, in any container, init container or sidecar; or DRA
+//!   claims, which it cannot read) that is not held to its tier's classes by a `nodeSelector` or an `In` in
+//!   every required node-affinity term on a class label (core's [`crate::tier_bound::class_bound`]);
+//! - a Pod naming a PriorityClass whose resolved `spec.priority` is above its tier's cap, or which may
+//!   preempt under a cap that says `Never` ([`crate::policy::TierRules::priority_beyond_cap`]);
+//! - in a namespace without a tier under `untieredNamespaces: Deny`, GPU Pods and Pods naming a PriorityClass;
+//!
+//! requesters RBAC grants `exempt tiers/<tier>` (or on the deprecated admin lists) excepted; and in every mode
+//! it denies setting, changing or removing a Namespace's tier label without `update tiers/<tier>`
+//! ([`crate::admission::validate_namespace`]).
+//!
+//! A missing parameter object denies, never admits: the apiserver looks the parameters up before it evaluates
+//! a policy's `matchConditions`, so it then denies every Pod CREATE outside the system namespaces and every
+//! change of a Namespace carrying a tier label (the bindings' object selector), until the observer (or an
+//! apply) puts it back.
+
+mod cel;
+
+use std::collections::BTreeMap;
+
+use gpu_admission_policy::names::is_label_value;
+use gpu_admission_policy::{EnforcementMode, Policy, UntieredNamespaces};
+use serde_json::{Value, json};
+
+use crate::names::EXEMPT_NAMESPACES;
+
+/// The parameter ConfigMap's name (in the product's namespace).
+pub const PARAMS_NAME: &str = "gpu-admission-floor";
+/// The product's namespace, where the parameter ConfigMap lives.
+pub const PARAMS_NAMESPACE: &str = "gpu-admission";
+/// The ValidatingAdmissionPolicy for Pods (and its binding's name).
+pub const POD_POLICY: &str = "gpu-admission-floor-pods";
+/// The ValidatingAdmissionPolicy for Namespaces' tier label (and its binding's name).
+pub const NAMESPACE_POLICY: &str = "gpu-admission-floor-namespaces";
+
+/// Why a policy cannot be carried by the floor.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("tier `{0}` cannot be a namespace label value, so the floor cannot carry it")]
+pub struct TierNameError(pub String);
+
+fn list<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
+    let mut s = String::from("\n");
+    for i in items {
+        s.push_str(i);
+        s.push('\n');
+    }
+    s
+}
+
+/// What one scope (a tier, or a tier widened by a namespace grant) allows, as parameter entries.
+fn scope_entries(
+    policy: &Policy,
+    tier: usize,
+    grant: Option<usize>,
+    key: &str,
+) -> Vec<(String, String)> {
+    let t = &policy.tiers[tier];
+    let g = grant.map(|g| &policy.namespace_grants[g]);
+    let allowed: Vec<&gpu_admission_policy::GpuClass> = policy
+        .classes
+        .iter()
+        .enumerate()
+        .filter(|(i, c)| t.allowed[*i] || g.is_some_and(|g| g.allowed_classes.contains(&c.name)))
+        .map(|(_, c)| c)
+        .collect();
+    let pairs: Vec<String> = allowed
+        .iter()
+        .map(|c| format!("{}={}", c.node_label_key, c.node_label_value))
+        .collect();
+    let bucket = |name: Option<&String>| {
+        name.and_then(|n| policy.priority.buckets.iter().find(|b| &b.name == n))
+    };
+    let mut cap = bucket(t.max_priority_class.as_ref());
+    if let (Some(c), Some(gc)) = (cap, g.and_then(|g| bucket(g.max_priority_class.as_ref())))
+        && gc.value > c.value
+    {
+        cap = Some(gc);
+    }
+    let mut out = vec![
+        (
+            format!("{key}.classes"),
+            list(pairs.iter().map(String::as_str)),
+        ),
+        (
+            format!("{key}.names"),
+            allowed
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+        (
+            format!("{key}.restricts"),
+            (allowed.len() < policy.classes.len()).to_string(),
+        ),
+    ];
+    if let Some(cap) = cap {
+        out.push((format!("{key}.cap"), cap.value.to_string()));
+        out.push((format!("{key}.capClass"), cap.name.clone()));
+        out.push((
+            format!("{key}.capNever"),
+            (cap.preemption_policy == "Never").to_string(),
+        ));
+    }
+    out
+}
+
+/// The parameter ConfigMap's data for a policy: what the floor's CEL reads at every admission.
+pub fn params(policy: &Policy) -> Result<BTreeMap<String, String>, TierNameError> {
+    if let Some(t) = policy.tiers.iter().find(|t| !is_label_value(&t.name)) {
+        return Err(TierNameError(t.name.clone()));
+    }
+    let mut data = BTreeMap::new();
+    let mode = match policy.enforcement.mode {
+        EnforcementMode::Enforce => "Enforce",
+        EnforcementMode::Warn => "Warn",
+        EnforcementMode::Audit => "Audit",
+    };
+    data.insert("mode".into(), mode.into());
+    data.insert(
+        "tiers".into(),
+        list(policy.tiers.iter().map(|t| t.name.as_str())),
+    );
+    data.insert(
+        "defaultTier".into(),
+        policy.tiers[policy.default_tier].name.clone(),
+    );
+    let untiered = match policy.untiered_namespaces {
+        UntieredNamespaces::DefaultTier => "DefaultTier",
+        UntieredNamespaces::Deny => "Deny",
+        UntieredNamespaces::Ignore => "Ignore",
+    };
+    data.insert("untieredNamespaces".into(), untiered.into());
+    let admins: Vec<String> = (policy.enforcement.admin_users.iter())
+        .map(|u| format!("user:{u}"))
+        .chain(
+            policy
+                .enforcement
+                .admin_groups
+                .iter()
+                .map(|g| format!("group:{g}")),
+        )
+        .collect();
+    data.insert("admins".into(), list(admins.iter().map(String::as_str)));
+    data.insert(
+        "grants".into(),
+        list(policy.namespace_grants.iter().map(|g| g.namespace.as_str())),
+    );
+    for (i, t) in policy.tiers.iter().enumerate() {
+        data.extend(scope_entries(policy, i, None, &format!("tier.{}", t.name)));
+        for (j, g) in policy.namespace_grants.iter().enumerate() {
+            let key = format!("grant.{}.{}", g.namespace, t.name);
+            data.extend(scope_entries(policy, i, Some(j), &key));
+        }
+    }
+    Ok(data)
+}
+
+/// A binding with the parameter object; `excluded`: namespaces whose objects it leaves alone.
+fn binding(name: &str, excluded: Option<&[&str]>) -> Value {
+    let mut spec = json!({
+        "policyName": name,
+        "validationActions": ["Deny"],
+        "paramRef": {"name": PARAMS_NAME, "namespace": PARAMS_NAMESPACE, "parameterNotFoundAction": "Deny"},
+    });
+    if let Some(excluded) = excluded {
+        spec["matchResources"] = json!({"namespaceSelector": {"matchExpressions": [{
+            "key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": excluded}]}});
+    }
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name, "labels": labels()},
+        "spec": spec,
+    })
+}
+
+/// Every Namespace, as `/validate-namespace`, but only those with a tier label before or after the request
+/// (an object selector matches either): a missing parameter object then stops tier label changes, not every
+/// Namespace update.
+fn namespace_binding(tier_label: &str) -> Value {
+    let mut b = binding(NAMESPACE_POLICY, None);
+    b["spec"]["matchResources"] = json!({"objectSelector": {"matchExpressions": [{
+        "key": tier_label, "operator": "Exists"}]}});
+    b
+}
+
+fn labels() -> Value {
+    json!({"app.kubernetes.io/name": "gpu-admission-floor", "app.kubernetes.io/component": "floor"})
+}
+
+fn var(name: &str, expression: String) -> Value {
+    json!({"name": name, "expression": expression})
+}
+
+/// The Pod policy: GPU class bound, priority cap, untiered namespaces under `Deny`.
+fn pod_policy(policy: &Policy, tier_label: &str) -> Value {
+    let off = "!variables.enforce || variables.tier == ''";
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": POD_POLICY, "labels": labels()},
+        "spec": {
+            "failurePolicy": "Fail",
+            "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+            // Only Pods the floor has a rule for: a missing parameter object then stops these, not every Pod.
+            "matchConditions": [{
+                "name": "asks-for-gpus-or-names-a-priority-class",
+                "expression": format!(
+                    "(has(object.spec.priorityClassName) && object.spec.priorityClassName != '') || {}",
+                    cel::asks_for_gpus(policy)),
+            }],
+            "variables": [
+                var("enforce", "params.data['mode'] == 'Enforce'".into()),
+                var("label", cel::tier_label_value(tier_label, "namespaceObject")),
+                var("tiered", "params.data['tiers'].contains('\\n' + variables.label + '\\n')".into()),
+                var("untieredDeny", "!variables.tiered && params.data['untieredNamespaces'] == 'Deny'".into()),
+                var("tier", "variables.tiered ? variables.label : \
+                    (params.data['untieredNamespaces'] == 'DefaultTier' ? params.data['defaultTier'] : '')".into()),
+                var("scope", "variables.tier == '' ? '' : \
+                    (params.data['grants'].contains('\\n' + namespaceObject.metadata.name + '\\n') ? \
+                    'grant.' + namespaceObject.metadata.name + '.' + variables.tier : 'tier.' + variables.tier)".into()),
+                var("exempt", format!("({}) || {}", cel::LEGACY_ADMIN, cel::rbac_tier("exempt",
+                    "variables.tier != '' ? variables.tier : params.data['defaultTier']"))),
+                var("gpu", cel::asks_for_gpus(policy)),
+                var("named", "has(object.spec.priorityClassName) && object.spec.priorityClassName != ''".into()),
+                var("allowed", "variables.scope == '' ? '' : params.data[variables.scope + '.classes']".into()),
+                var("selector", "has(object.spec.nodeSelector) ? object.spec.nodeSelector : {}".into()),
+                var("terms", "has(object.spec.affinity) && has(object.spec.affinity.nodeAffinity) && \
+                    has(object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution) ? \
+                    object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms : []".into()),
+                var("bound", cel::class_bound(policy)),
+                var("priority", "has(object.spec.priority) ? object.spec.priority : 0".into()),
+                var("capped", "variables.scope != '' && (variables.scope + '.cap') in params.data".into()),
+            ],
+            "validations": [
+                {
+                    "expression": format!("{off} || !variables.gpu || \
+                        params.data[variables.scope + '.restricts'] != 'true' || variables.bound || variables.exempt"),
+                    "messageExpression": format!("'gpu-admission (floor in the apiserver): this Pod asks for GPUs but is not \
+                        constrained to the GPU classes of tier ' + variables.tier + ' (' + params.data[variables.scope + '.names'] + \
+                        ') by a nodeSelector or an In in every required node-affinity term on ' + {keys} + '. gpu-admission, which \
+                        adds that constraint, is unavailable or did not run: state one of these classes yourself, or retry'",
+                        keys = cel::lit(&class_key_text(policy))),
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": format!("{off} || !variables.named || !variables.capped || \
+                        (variables.priority <= int(params.data[variables.scope + '.cap']) && \
+                        (params.data[variables.scope + '.capNever'] != 'true' || \
+                        (has(object.spec.preemptionPolicy) && object.spec.preemptionPolicy == 'Never'))) || variables.exempt"),
+                    "messageExpression": "'gpu-admission (floor in the apiserver): PriorityClass ' + object.spec.priorityClassName + \
+                        ' (' + string(variables.priority) + (has(object.spec.preemptionPolicy) ? ', ' + object.spec.preemptionPolicy : '') + \
+                        ') is beyond the cap of tier ' + variables.tier + ': ' + params.data[variables.scope + '.capClass'] + ' (' + \
+                        params.data[variables.scope + '.cap'] + (params.data[variables.scope + '.capNever'] == 'true' ? ', Never' : '') + ')'",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": "!variables.enforce || !variables.untieredDeny || \
+                        (!variables.gpu && !variables.named) || variables.exempt",
+                    "messageExpression": format!("'gpu-admission (floor in the apiserver): namespace ' + namespaceObject.metadata.name + \
+                        ' has no tier of the policy (label ' + {} + ') and untieredNamespaces is Deny: no GPU Pod and no Pod naming a \
+                        PriorityClass runs here'", cel::lit(tier_label)),
+                    "reason": "Forbidden",
+                },
+            ],
+        },
+    })
+}
+
+fn class_key_text(policy: &Policy) -> String {
+    let mut keys: Vec<&str> = Vec::new();
+    for c in &policy.classes {
+        if !keys.contains(&c.node_label_key.as_str()) {
+            keys.push(&c.node_label_key);
+        }
+    }
+    keys.join(", ")
+}
+
+/// The Namespace policy: the tier label is RBAC's (`update tiers/<tier>` for the tier left and the tier set).
+fn namespace_policy(tier_label: &str) -> Value {
+    let present = |o: &str| {
+        format!(
+            "{o} != null && has({o}.metadata.labels) && {key} in {o}.metadata.labels",
+            key = cel::lit(tier_label)
+        )
+    };
+    let value = |o: &str| format!("{o}.metadata.labels[{}]", cel::lit(tier_label));
+    let changed = format!(
+        "({po}) != ({pn}) || (({po}) && {vo} != {vn})",
+        po = present("oldObject"),
+        pn = present("object"),
+        vo = value("oldObject"),
+        vn = value("object")
+    );
+    let may = |o: &str| {
+        format!(
+            "!({p}) || ({admin}) || {rbac}",
+            p = present(o),
+            admin = cel::LEGACY_ADMIN,
+            rbac = cel::rbac_tier("update", &value(o))
+        )
+    };
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": NAMESPACE_POLICY, "labels": labels()},
+        "spec": {
+            "failurePolicy": "Fail",
+            "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["namespaces"]}]},
+            "matchConditions": [{"name": "tier-label-changes", "expression": changed}],
+            "validations": [
+                {
+                    "expression": format!("({}) && ({})", may("oldObject"), may("object")),
+                    "messageExpression": format!("'gpu-admission (floor in the apiserver): ' + request.userInfo.username + \
+                        ' may not set, change or remove the tier label ' + {label} + ' of namespace ' + object.metadata.name + \
+                        ': it needs update tiers/<tier> (gpu-admission.io) in Kubernetes RBAC for ' + \
+                        (({po}) ? 'the tier ' + {vo} + ' it leaves' : '') + (({po}) && ({pn}) ? ' and ' : '') + \
+                        (({pn}) ? 'the tier ' + {vn} + ' it sets' : '')",
+                        label = cel::lit(tier_label), po = present("oldObject"), pn = present("object"),
+                        vo = value("oldObject"), vn = value("object")),
+                    "reason": "Forbidden",
+                },
+            ],
+        },
+    })
+}
+
+/// Every object of the floor for `policy`: the two ValidatingAdmissionPolicies, their bindings (every
+/// namespace but the system ones), and the parameter ConfigMap with [`params`]' data.
+pub fn render(policy: &Policy, tier_label: &str) -> Result<Vec<Value>, TierNameError> {
+    let data = params(policy)?;
+    Ok(vec![
+        pod_policy(policy, tier_label),
+        binding(POD_POLICY, Some(&EXEMPT_NAMESPACES)),
+        namespace_policy(tier_label),
+        namespace_binding(tier_label),
+        json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": PARAMS_NAME, "namespace": PARAMS_NAMESPACE, "labels": labels()},
+            "data": data,
+        }),
+    ])
+}
+
+#[cfg(test)]
+mod tests;

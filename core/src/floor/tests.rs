@@ -1,0 +1,90 @@
+use super::*;
+
+fn policy(edit: impl FnOnce(&str) -> String) -> Policy {
+    let text = edit(gpu_admission_policy::DEFAULT_POLICY_YAML);
+    gpu_admission_policy::parse(&text, "test").expect("valid policy")
+}
+
+#[test]
+fn parameters_carry_each_tiers_class_labels_and_cap() {
+    let p = policy(|t| t.to_string());
+    let d = params(&p).unwrap();
+    assert_eq!(d["mode"], "Warn");
+    assert_eq!(d["tiers"], "\nplatinum\ngold\nsilver\nbronze\n");
+    assert_eq!(d["defaultTier"], "bronze");
+    assert_eq!(d["untieredNamespaces"], "DefaultTier");
+    assert_eq!(d["tier.bronze.classes"], "\ngpu.nvidia.com/class=L4-24GB\n");
+    assert_eq!(d["tier.bronze.names"], "L4-24GB");
+    assert_eq!(d["tier.bronze.restricts"], "true");
+    assert_eq!(d["tier.bronze.cap"], "1000");
+    assert_eq!(d["tier.bronze.capClass"], "gpu-default");
+    assert_eq!(d["tier.bronze.capNever"], "true");
+    assert_eq!(d["tier.gold.cap"], "100000");
+    assert_eq!(d["tier.gold.capNever"], "false");
+    assert!(d["tier.gold.classes"].contains("\ngpu.nvidia.com/class=H100-80GB\n"));
+    assert!(!d["tier.gold.classes"].contains("H200"));
+    assert_eq!(d["admins"], "\ngroup:gpu-admission:admins\n");
+    assert_eq!(d["grants"], "\n");
+}
+
+#[test]
+fn a_grant_widens_every_tier_of_its_namespace_and_may_lift_the_restriction() {
+    let p = policy(|t| {
+        t.replace(
+            "namespaceGrants: []",
+            "namespaceGrants:\n  - namespace: research\n    allowedClasses: [H200-141GB]\n    maxPriorityClass: gpu-ultra",
+        )
+    });
+    let d = params(&p).unwrap();
+    assert_eq!(d["grants"], "\nresearch\n");
+    assert_eq!(
+        d["grant.research.bronze.classes"],
+        "\ngpu.nvidia.com/class=H200-141GB\ngpu.nvidia.com/class=L4-24GB\n"
+    );
+    assert_eq!(d["grant.research.bronze.cap"], "1000000");
+    assert_eq!(d["grant.research.bronze.capNever"], "false");
+    // gold + H200 is the whole catalog: nothing left to hold a Pod to.
+    assert_eq!(d["grant.research.gold.restricts"], "false");
+    assert_eq!(d["tier.gold.restricts"], "true");
+}
+
+#[test]
+fn render_gives_two_policies_their_bindings_and_the_parameters() {
+    let p = policy(|t| t.to_string());
+    let objects = render(&p, crate::names::DEFAULT_TIER_LABEL).unwrap();
+    let kinds: Vec<&str> = objects
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+            "ConfigMap"
+        ]
+    );
+    for b in [&objects[1], &objects[3]] {
+        assert_eq!(b["spec"]["paramRef"]["parameterNotFoundAction"], "Deny");
+        assert_eq!(b["spec"]["validationActions"], json!(["Deny"]));
+    }
+    assert_eq!(
+        objects[1]["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"],
+        json!(EXEMPT_NAMESPACES)
+    );
+    assert_eq!(objects[4]["data"], json!(params(&p).unwrap()));
+    let text = objects[0].to_string();
+    assert!(text.contains("^nvidia[.]com/mig-[a-z0-9]+g[.][0-9]+gb$"));
+    assert!(text.contains("authorizer.group('gpu-admission.io').resource('tiers')"));
+}
+
+#[test]
+fn a_tier_no_namespace_label_can_name_is_refused() {
+    let p = policy(|t| {
+        t.replace("  - name: bronze\n", "  - name: bronze tier\n")
+            .replace("defaultTier: bronze", "defaultTier: bronze tier")
+    });
+    assert_eq!(params(&p), Err(TierNameError("bronze tier".into())));
+}

@@ -1,0 +1,208 @@
+//! The floor's parameter object kept in step with the policy (`--floor-params`): the leader reads the policy
+//! ConfigMap from the apiserver (not a mounted volume, whose updates lag by up to a minute) every
+//! `--floor-interval-secs`, validates it with the policy crate as the scorer and the frontend do, and writes
+//! core's [`gpu_admission_core::floor::params`] into the parameter ConfigMap when they differ, creating it
+//! when it is missing (a missing parameter object denies GPU Pods in the apiserver). A policy that does not
+//! validate changes nothing: the floor keeps the last good parameters, as the services keep their last good
+//! policy. Only the leader writes; writes carry the resourceVersion read.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ObjectMeta, PostParams};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use tokio::sync::watch;
+
+use crate::metrics::{Metrics, ResultLabel};
+
+/// Where the policy is read and the parameters written (both in the observer's namespace).
+#[derive(Debug, Clone)]
+pub struct FloorConfig {
+    pub namespace: String,
+    /// The policy ConfigMap and its key.
+    pub policy_configmap: String,
+    pub policy_key: String,
+    /// The parameter ConfigMap the floor's bindings name.
+    pub params_configmap: String,
+    pub interval: Duration,
+}
+
+/// What one round does with the parameter object (pure: [`plan`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// The parameters already say what the policy says.
+    InStep,
+    /// Write these data (create the object when it is missing).
+    Write(BTreeMap<String, String>),
+    /// The policy cannot be read or does not validate, or the floor cannot carry it: the parameters stay.
+    Keep(String),
+}
+
+impl Plan {
+    /// The metric's `result` for this plan.
+    pub fn result(&self) -> &'static str {
+        match self {
+            Plan::InStep => "in_step",
+            Plan::Write(_) => "written",
+            Plan::Keep(_) => "policy_refused",
+        }
+    }
+}
+
+/// The policy text of the policy ConfigMap (`key`, else its only key).
+pub fn policy_text<'c>(cm: &'c ConfigMap, key: &str) -> Option<&'c str> {
+    let data = cm.data.as_ref()?;
+    data.get(key)
+        .or_else(|| (data.len() == 1).then(|| data.values().next()).flatten())
+        .map(String::as_str)
+}
+
+/// What the parameters must become for a policy text, given the parameter object's current data.
+pub fn plan(
+    policy: Option<&str>,
+    source: &str,
+    current: Option<&BTreeMap<String, String>>,
+) -> Plan {
+    let Some(text) = policy else {
+        return Plan::Keep(format!("{source}: no policy"));
+    };
+    let policy = match gpu_admission_policy::parse(text, source) {
+        Ok(p) => p,
+        Err(e) => return Plan::Keep(format!("{source}: {} problems", e.problems.len())),
+    };
+    match gpu_admission_core::floor::params(&policy) {
+        Ok(data) if current == Some(&data) => Plan::InStep,
+        Ok(data) => Plan::Write(data),
+        Err(e) => Plan::Keep(e.to_string()),
+    }
+}
+
+/// One round: read both objects, write the parameters when they differ. The result label.
+async fn round(api: &Api<ConfigMap>, config: &FloorConfig) -> Result<&'static str, kube::Error> {
+    let policy = api.get_opt(&config.policy_configmap).await?;
+    let current = api.get_opt(&config.params_configmap).await?;
+    let source = format!(
+        "ConfigMap {}/{} key {}",
+        config.namespace, config.policy_configmap, config.policy_key
+    );
+    let plan = plan(
+        policy
+            .as_ref()
+            .and_then(|p| policy_text(p, &config.policy_key)),
+        &source,
+        current.as_ref().and_then(|c| c.data.as_ref()),
+    );
+    let result = plan.result();
+    match (plan, current) {
+        (Plan::InStep, _) => {}
+        (Plan::Keep(why), _) => {
+            tracing::warn!(%why, "the floor keeps its parameters: the policy is not usable")
+        }
+        (Plan::Write(data), Some(mut cm)) => {
+            cm.data = Some(data);
+            api.replace(&config.params_configmap, &PostParams::default(), &cm)
+                .await?;
+            tracing::info!(configmap = %config.params_configmap, "floor parameters updated");
+        }
+        (Plan::Write(data), None) => {
+            let labels = [
+                ("app.kubernetes.io/name", "gpu-admission-floor"),
+                ("app.kubernetes.io/component", "floor"),
+                ("app.kubernetes.io/part-of", "gpu-admission"),
+            ];
+            let cm = ConfigMap {
+                metadata: ObjectMeta {
+                    name: Some(config.params_configmap.clone()),
+                    namespace: Some(config.namespace.clone()),
+                    labels: Some(labels.map(|(k, v)| (k.into(), v.into())).into()),
+                    ..ObjectMeta::default()
+                },
+                data: Some(data),
+                ..ConfigMap::default()
+            };
+            api.create(&PostParams::default(), &cm).await?;
+            tracing::warn!(configmap = %config.params_configmap, "floor parameters were missing: created");
+        }
+    }
+    Ok(result)
+}
+
+/// Keeps the parameters in step while this replica leads.
+pub async fn run(
+    client: kube::Client,
+    config: FloorConfig,
+    syncs: Family<ResultLabel, Counter>,
+    mut leader: watch::Receiver<bool>,
+) {
+    let api: Api<ConfigMap> = Api::namespaced(client, &config.namespace);
+    let mut tick = tokio::time::interval(config.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        if !*leader.borrow_and_update() {
+            if leader.changed().await.is_err() {
+                return;
+            }
+            continue;
+        }
+        tokio::select! {
+            _ = tick.tick() => {
+                let result = round(&api, &config).await.unwrap_or_else(|err| {
+                    tracing::warn!(%err, "keeping the floor's parameters in step failed");
+                    "failed"
+                });
+                Metrics::result(&syncs, result);
+            }
+            changed = leader.changed() => if changed.is_err() { return },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_the_policys_parameters_and_nothing_when_in_step() {
+        let text = gpu_admission_policy::DEFAULT_POLICY_YAML;
+        let Plan::Write(data) = plan(Some(text), "test", None) else {
+            panic!("a missing parameter object is written")
+        };
+        assert_eq!(data["tier.bronze.cap"], "1000");
+        assert_eq!(plan(Some(text), "test", Some(&data)), Plan::InStep);
+        let mut stale = data.clone();
+        stale.insert("tier.bronze.cap".into(), "1000000".into());
+        assert_eq!(plan(Some(text), "test", Some(&stale)), Plan::Write(data));
+    }
+
+    #[test]
+    fn a_policy_that_does_not_validate_or_is_missing_changes_nothing() {
+        let broken = gpu_admission_policy::DEFAULT_POLICY_YAML
+            .replace("defaultTier: bronze", "defaultTier: tin");
+        let kept = plan(Some(&broken), "cm", None);
+        assert_eq!(kept.result(), "policy_refused");
+        assert_eq!(plan(None, "cm", None).result(), "policy_refused");
+    }
+
+    #[test]
+    fn the_policy_is_the_named_key_or_the_only_one() {
+        let cm = |keys: &[&str]| ConfigMap {
+            data: Some(
+                keys.iter()
+                    .map(|k| (k.to_string(), format!("text of {k}")))
+                    .collect(),
+            ),
+            ..ConfigMap::default()
+        };
+        assert_eq!(
+            policy_text(&cm(&["p.yaml"]), "default-policy.yaml"),
+            Some("text of p.yaml")
+        );
+        assert_eq!(
+            policy_text(&cm(&["a", "default-policy.yaml"]), "default-policy.yaml"),
+            Some("text of default-policy.yaml")
+        );
+        assert_eq!(policy_text(&cm(&["a", "b"]), "default-policy.yaml"), None);
+    }
+}
