@@ -68,15 +68,28 @@ fn is_gpu_resource(policy: &Policy, r: &str) -> String {
             .map(|g| lit(&g.name))
             .collect()
     };
-    // The patterns as nested conditionals, the first match deciding; no match is no GPU.
-    let mut patterns = String::from("false");
-    for g in rules.iter().filter(|g| is_pattern(&g.name)).rev() {
-        patterns = format!(
-            "({r}.matches({}) ? {} : {patterns})",
-            lit(&pattern_regex(&g.name)),
-            g.kind != GpuResourceKind::NotGpu
-        );
+    // The first pattern that matches decides: a GPU pattern counts unless a `notGpu` pattern before it
+    // matches too (flat, so that no evaluator nests deeper than the list is long).
+    let mut gpu_patterns = Vec::new();
+    let mut exceptions_before: Vec<String> = Vec::new();
+    for g in rules.iter().filter(|g| is_pattern(&g.name)) {
+        let m = format!("{r}.matches({})", lit(&pattern_regex(&g.name)));
+        if g.kind == GpuResourceKind::NotGpu {
+            exceptions_before.push(format!("!{m}"));
+        } else {
+            gpu_patterns.push(
+                std::iter::once(m)
+                    .chain(exceptions_before.iter().cloned())
+                    .collect::<Vec<_>>()
+                    .join(" && "),
+            );
+        }
     }
+    let patterns = if gpu_patterns.is_empty() {
+        "false".to_string()
+    } else {
+        format!("(({}))", gpu_patterns.join(") || ("))
+    };
     format!(
         "({r} in [{}] || (!({r} in [{}]) && {patterns}))",
         exact(true).join(", "),
