@@ -214,20 +214,11 @@ pub fn violations(object: &DynamicObject, kind: ClaimKind, at: &Where<'_>) -> Ve
         return Vec::new();
     }
     let Some(policy) = snapshot.policy.as_deref() else {
-        // A view without the policy's catalog (built by hand): no GPU claim can be placed in a class.
-        return asks(&spec)
-            .iter()
-            .filter(|a| snapshot.gpu_resources.dra_class_vendor(a.device_class).is_some())
-            .map(|a| {
-                violation(
-                    Reason::Undecidable,
-                    format!(
-                        "request {} ({}): the policy's catalog is not known, so no class can be told",
-                        a.name, a.device_class
-                    ),
-                )
-            })
-            .collect();
+        // No policy, no tier rules: `validate_pod::check` never gets here; never an allowance all the same.
+        return vec![violation(
+            Reason::Undecidable,
+            "the policy is not known".into(),
+        )];
     };
     let mut out = Vec::new();
     for ask in asks(&spec) {

@@ -250,8 +250,10 @@ fn each_rendered_device_class_selector_reaches_exactly_its_class() {
 
 #[test]
 fn untiered_namespaces_under_deny_refuse_gpu_claims_only() {
-    let mut p = snapshot();
-    p.untiered = crate::policy::UntieredNamespaces::Deny;
+    let mut policy = gpu_admission_policy::embedded_default().unwrap();
+    policy.untiered_namespaces = crate::policy::UntieredNamespaces::Deny;
+    let mut p = PolicySnapshot::from_policy(Arc::new(policy));
+    p.mode = EnforcementMode::Enforce;
     let no_tier = |_: &str| None;
     let grants = Grants::none();
     let facts = Facts {
@@ -314,36 +316,36 @@ fn a_requester_rbac_lets_run_outside_the_tier_is_allowed_only_there() {
     );
 }
 
+/// A policy read from a GetPolicy answer without its document (a scorer of the previous release) knows no
+/// class's DRA devices: a claim on a catalog DeviceClass is then a GPU of any class, outside a restricting
+/// tier, never admitted unbounded.
 #[test]
-fn without_the_policys_catalog_gpu_claims_are_undecidable() {
-    let mut p = PolicySnapshot::from_response(gpu_admission_policy::wire::get_policy_response(
+fn without_the_catalogs_dra_devices_a_class_claim_is_any_gpu() {
+    let mut answer = gpu_admission_policy::wire::get_policy_response(
         &gpu_admission_policy::embedded_default().unwrap(),
-    ));
+    );
+    answer.document.clear();
+    let mut p = PolicySnapshot::from_response(answer);
     p.mode = EnforcementMode::Enforce;
-    assert!(p.policy.is_none());
-    let tier_of = |ns: &str| Some(ns.to_string());
-    let grants = Grants::none();
-    let facts = Facts {
-        tier_of: &tier_of,
-        priority_classes: None,
-        claim_templates: &NoClaimTemplates,
-        nodes: &NoNodes,
-        grants: &grants,
-    };
+    assert!(
+        p.policy
+            .as_ref()
+            .unwrap()
+            .classes
+            .iter()
+            .all(|c| c.dra.is_none())
+    );
     let gpu = review(
         "bronze",
         false,
         exactly("l4-24gb.gpu-admission.io", &[]),
         "CREATE",
     );
-    let (check, verdict) = validate_pod::decide(&gpu, &p, &facts);
-    assert_eq!(reasons(&check), [Reason::Undecidable]);
-    assert!(verdict.denied.is_some());
+    let (check, denied) = decide_in(&p, &gpu);
+    assert_eq!(reasons(&check), [Reason::ClassOutsideTier]);
+    assert!(denied.is_some());
     let nic = review("bronze", false, exactly("sriov.example.com", &[]), "CREATE");
-    assert!(matches!(
-        validate_pod::decide(&nic, &p, &facts).0,
-        Check::Allowed(_)
-    ));
+    assert!(matches!(decide_in(&p, &nic).0, Check::Allowed(_)));
 }
 
 /// A device as a driver publishes it: its driver, product name, memory (GiB) and, when the catalog knows its
