@@ -98,16 +98,50 @@ pub fn lookup<'r, R>(
     rule_name: impl Fn(&R) -> &str,
     eligible: impl Fn(&R) -> bool,
 ) -> Option<(&'r R, Option<f64>)> {
-    if let Some(r) = rules
-        .iter()
-        .find(|r| eligible(r) && rule_name(r) == name && !is_pattern(rule_name(r)))
-    {
-        return Some((r, None));
+    let (i, memory) = Matcher::new(rules, &rule_name, &eligible).find(name)?;
+    Some((&rules[i], memory))
+}
+
+/// [`lookup`]'s rule compiled once for many names (every resource of every Pod): the eligible exact names
+/// in a map (the first of a name wins), the eligible patterns in list order with the literal text before
+/// their first wildcard, which a name must start with before the pattern is tried.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Matcher {
+    exact: std::collections::HashMap<String, usize>,
+    patterns: Vec<(usize, String, usize)>,
+}
+
+impl Matcher {
+    pub fn new<R>(
+        rules: &[R],
+        rule_name: impl Fn(&R) -> &str,
+        eligible: impl Fn(&R) -> bool,
+    ) -> Self {
+        let mut m = Matcher::default();
+        for (i, r) in rules.iter().enumerate().filter(|(_, r)| eligible(r)) {
+            let name = rule_name(r);
+            if is_pattern(name) {
+                let literal = name.find(['*', '{']).unwrap_or(name.len());
+                m.patterns.push((i, name.to_string(), literal));
+            } else {
+                m.exact.entry(name.to_string()).or_insert(i);
+            }
+        }
+        m
     }
-    rules
-        .iter()
-        .filter(|r| eligible(r) && is_pattern(rule_name(r)))
-        .find_map(|r| match_pattern(rule_name(r), name).map(|m| (r, m)))
+
+    /// The index of the matching rule, and the memory a MIG pattern captured.
+    pub fn find(&self, name: &str) -> Option<(usize, Option<f64>)> {
+        if let Some(&i) = self.exact.get(name) {
+            return Some((i, None));
+        }
+        self.patterns.iter().find_map(|(i, pattern, literal)| {
+            if !name.starts_with(&pattern[..*literal]) {
+                return None;
+            }
+            match_pattern(pattern, name).map(|m| (*i, m))
+        })
+    }
 }
 
 /// NVIDIA (whole, shared, MIG, HAMi memory and cores, anything else of `nvidia.com`), AMD (anything of

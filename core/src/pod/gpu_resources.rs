@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use gpu_admission_policy::gpu_resources::{DEVICE_CLASS_RESOURCE_PREFIX, default_rules, lookup};
+use gpu_admission_policy::gpu_resources::{DEVICE_CLASS_RESOURCE_PREFIX, Matcher, default_rules};
 use gpu_admission_proto::scorer::v1::{GpuResourceKind, GpuResourceRule, GpuVendor};
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimSpec, ResourceClaimTemplate};
@@ -25,14 +25,14 @@ pub struct GpuResources {
     rules: Vec<GpuResourceRule>,
     /// The catalog's DeviceClasses and their vendors.
     catalog_classes: Vec<(String, GpuVendor)>,
+    /// The rules compiled once: container resources, DRA DeviceClasses.
+    resources: Matcher,
+    device_classes: Matcher,
 }
 
 impl Default for GpuResources {
     fn default() -> Self {
-        Self {
-            rules: default_rules().iter().map(Into::into).collect(),
-            catalog_classes: Vec::new(),
-        }
+        Self::compiled(default_rules().iter().map(Into::into).collect())
     }
 }
 
@@ -53,10 +53,31 @@ impl GpuResources {
         if rules.is_empty() {
             Self::default()
         } else {
-            Self {
-                rules: rules.to_vec(),
-                catalog_classes: Vec::new(),
-            }
+            Self::compiled(rules.to_vec())
+        }
+    }
+
+    fn compiled(rules: Vec<GpuResourceRule>) -> Self {
+        fn name(r: &GpuResourceRule) -> &str {
+            r.name.as_str()
+        }
+        let resources = Matcher::new(&rules, name, |r| {
+            !matches!(
+                r.kind(),
+                GpuResourceKind::DraDeviceClass | GpuResourceKind::Unspecified
+            )
+        });
+        let device_classes = Matcher::new(&rules, name, |r| {
+            matches!(
+                r.kind(),
+                GpuResourceKind::DraDeviceClass | GpuResourceKind::NotGpu
+            )
+        });
+        Self {
+            rules,
+            catalog_classes: Vec::new(),
+            resources,
+            device_classes,
         }
     }
 
@@ -95,13 +116,8 @@ impl GpuResources {
                 memory_gib: None,
             });
         }
-        let eligible = |r: &GpuResourceRule| {
-            !matches!(
-                r.kind(),
-                GpuResourceKind::DraDeviceClass | GpuResourceKind::Unspecified
-            )
-        };
-        let (r, mig_memory) = lookup(&self.rules, resource, |r| r.name.as_str(), eligible)?;
+        let (i, mig_memory) = self.resources.find(resource)?;
+        let r = &self.rules[i];
         let kind = r.kind();
         let memory_gib = match kind {
             GpuResourceKind::NotGpu => return None,
@@ -125,13 +141,8 @@ impl GpuResources {
         if device_class.ends_with(gpu_admission_policy::device_classes::SUFFIX) {
             return Some(GpuVendor::Unknown);
         }
-        let eligible = |r: &GpuResourceRule| {
-            matches!(
-                r.kind(),
-                GpuResourceKind::DraDeviceClass | GpuResourceKind::NotGpu
-            )
-        };
-        let (r, _) = lookup(&self.rules, device_class, |r| r.name.as_str(), eligible)?;
+        let (i, _) = self.device_classes.find(device_class)?;
+        let r = &self.rules[i];
         (r.kind() == GpuResourceKind::DraDeviceClass).then(|| r.vendor())
     }
 }
