@@ -8,6 +8,7 @@ pub mod diff;
 pub mod gpu_resources;
 mod model;
 pub mod names;
+pub mod quotas;
 pub mod schema;
 pub mod validate;
 pub mod watch;
