@@ -366,3 +366,44 @@ pub fn never_fits(
 pub fn tier_quota<'p>(policy: &'p Policy, tier: &str) -> Option<&'p TierQuota> {
     policy.quotas.tier(policy.tier_index(tier)?)
 }
+
+/// What a CREATE of a Pod counts against its tier's quota: (tier, namespace, count). `None` for anything
+/// else (another kind or operation, no GPU, no tier, a tier without a quota). The frontend's
+/// `/validate-pod` and the CLI ask this, then [`decide`].
+pub fn of_request(
+    req: &kube_core::admission::AdmissionRequest<kube_core::DynamicObject>,
+    snapshot: &crate::policy::PolicySnapshot,
+    facts: &crate::admission::Facts<'_>,
+) -> Option<(String, String, demand::Counted)> {
+    use crate::policy::TierScope;
+    if req.operation != kube_core::admission::Operation::Create
+        || !req.kind.group.is_empty()
+        || req.kind.kind != "Pod"
+        || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty())
+    {
+        return None;
+    }
+    let object = req.object.as_ref()?;
+    let namespace = req
+        .namespace
+        .as_deref()
+        .or(object.metadata.namespace.as_deref())?;
+    let tier = match snapshot.tier_for((facts.tier_of)(namespace).as_deref()) {
+        TierScope::Tier(t) | TierScope::Defaulted { tier: t, .. } => t,
+        TierScope::Ignored(_) | TierScope::Denied(_) => return None,
+    };
+    tier_quota(snapshot.policy.as_deref()?, &tier)?;
+    let pod = crate::admission::validate_pod::templates::described_pods(object, true)
+        .into_iter()
+        .next()?
+        .pod;
+    let counted = demand::of_pod(
+        &pod,
+        namespace,
+        &tier,
+        snapshot,
+        facts.nodes,
+        facts.claim_templates,
+    )?;
+    Some((tier, namespace.to_string(), counted))
+}

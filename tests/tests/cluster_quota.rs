@@ -1,0 +1,328 @@
+//! Elastic GPU quotas (issue 37) against a real kube-apiserver with the real kube-controller-manager (its
+//! job controller creates the Job's Pods): the default policy in Enforce with a `quotas` section, a scorer,
+//! and two webhook-frontend replicas behind the shipped registrations, each registration sending half of the
+//! Pods (label `quota-shard`) to one replica, as a Service would spread them. No scheduler: Pods stay
+//! Pending, and a Pending Pod holds its quota.
+//!
+//! - a bronze Job of parallelism 6 in a namespace whose L4-24GB `max` is 4: 4 Pods are created, the others
+//!   are denied with the quota's message (the job controller's `FailedCreate`), and no 5th Pod appears;
+//! - 4 concurrent clients create 100 one-GPU Pods against a namespace `max` of 40, half through each
+//!   replica: admitted <= 40 + the stated cross-replica bound (printed: the measured overshoot);
+//! - deleting Pods frees quota: a new Pod is admitted within one watch round trip of the delete (printed).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use gpu_admission_tests::cluster::{Components, LocalCluster};
+use gpu_admission_tests::{Scorer, Webhook};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde_json::{Value, json};
+
+const JOB_NS: &str = "quota-job";
+const LOAD_NS: &str = "quota-load";
+const SHARD: &str = "quota-shard";
+/// The stated bound on what two replicas admit beyond a `max` (see webhook-frontend/README.md#quotas).
+const CROSS_REPLICA_BOUND: usize = 4;
+
+fn repo_file(rel: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel))
+        .unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+fn policy() -> String {
+    let text = repo_file("deploy/kustomize/base/policy/default-policy.yaml");
+    assert!(text.contains("  mode: Warn"));
+    text.replace("  mode: Warn", "  mode: Enforce")
+        + &format!(
+            "
+quotas:
+  tiers:
+    - tier: bronze
+      classes: {{ L4-24GB: {{ min: 8, max: 44 }} }}
+      namespaces:
+        - {{ namespace: {JOB_NS}, classes: {{ L4-24GB: {{ max: 4 }} }} }}
+        - {{ namespace: {LOAD_NS}, classes: {{ L4-24GB: {{ max: 40 }} }} }}
+"
+        )
+}
+
+/// The shipped registrations' Pod hooks, one copy per replica, each for one shard.
+fn registrations(webhooks: &[Webhook]) -> (Value, Value) {
+    let mut mutating: Value = serde_yaml::from_str(&repo_file(
+        "deploy/kustomize/base/webhook/mutatingwebhookconfiguration.yaml",
+    ))
+    .unwrap();
+    let mut validating: Value = serde_yaml::from_str(&repo_file(
+        "deploy/kustomize/base/webhook/validatingwebhookconfiguration.yaml",
+    ))
+    .unwrap();
+    for (config, keep) in [
+        (&mut mutating, "pods.gpu-admission.io"),
+        (&mut validating, "pods.validate.gpu-admission.io"),
+    ] {
+        config["metadata"]["name"] = json!("gpu-admission-quota-e2e");
+        let hook = config["webhooks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|h| h["name"] == keep)
+            .unwrap()
+            .clone();
+        let hooks: Vec<Value> = webhooks
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let mut h = hook.clone();
+                let base = w.mutate_url().replace("/mutate-pod", "");
+                let path = h["clientConfig"]["service"]["path"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+                let ca = base64::Engine::encode(
+                    &base64::engine::general_purpose::STANDARD,
+                    w.ca_pem().unwrap(),
+                );
+                h["name"] = json!(format!("s{i}.{keep}"));
+                h["clientConfig"] = json!({"url": format!("{base}{path}"), "caBundle": ca});
+                h["timeoutSeconds"] = json!(10);
+                h["objectSelector"] = json!({"matchLabels": {SHARD: i.to_string()}});
+                h
+            })
+            .collect();
+        config["webhooks"] = json!(hooks);
+    }
+    (mutating, validating)
+}
+
+fn gpu_pod(name: &str, shard: usize) -> Pod {
+    serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {SHARD: shard.to_string()},
+            "annotations": {"app.kubernetes.io/job-type": "inference-llm"}},
+        "spec": {"containers": [{"name": "main", "image": "registry.example/infer:1",
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}))
+    .unwrap()
+}
+
+async fn pods_in(client: &kube::Client, ns: &str) -> Vec<Pod> {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn quotas_hold_on_a_real_control_plane_through_two_replicas() {
+    let Some(cluster) = LocalCluster::start_with(Components {
+        controller_manager: true,
+        ..Components::APISERVER
+    })
+    .await
+    .expect("the local control plane starts") else {
+        return;
+    };
+    let client = cluster.client();
+    let dir = tempfile::tempdir().unwrap();
+    let policy_file = dir.path().join("policy.yaml");
+    std::fs::write(&policy_file, policy()).unwrap();
+    let scorer = Scorer::builder()
+        .policy(&policy_file)
+        .start()
+        .await
+        .expect("scorer starts");
+    cluster
+        .create_priority_classes(scorer.policy())
+        .await
+        .unwrap();
+    for ns in [JOB_NS, LOAD_NS] {
+        cluster.create_namespace(ns, Some("bronze")).await.unwrap();
+    }
+    let mut webhooks = Vec::new();
+    for name in ["webhook-a", "webhook-b"] {
+        webhooks.push(
+            Webhook::builder(&scorer.url())
+                .name(name)
+                .kubeconfig(cluster.kubeconfig())
+                .policy_file(&policy_file)
+                .deadline_ms(3000)
+                .start()
+                .await
+                .expect("webhook starts"),
+        );
+    }
+    let (mutating, validating) = registrations(&webhooks);
+    Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(mutating).unwrap(),
+        )
+        .await
+        .unwrap();
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(validating).unwrap(),
+        )
+        .await
+        .unwrap();
+    // The apiserver calls new registrations within a moment: wait until a probe Pod is decided.
+    let probes = Api::<Pod>::namespaced(client.clone(), JOB_NS);
+    let started = Instant::now();
+    loop {
+        let p = probes
+            .create(&PostParams::default(), &gpu_pod("probe", 0))
+            .await
+            .unwrap();
+        let decided = p
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("gpu-admission.io/decided-at");
+        probes
+            .delete(
+                "probe",
+                &DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        if decided {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the webhooks are never called"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    while !pods_in(&client, JOB_NS).await.is_empty() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // 1. A Job of 6 one-GPU Pods against a max of 4: 4 Pods, the rest denied.
+    let job: Job = serde_json::from_value(json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "wide"},
+        "spec": {"parallelism": 6, "completions": 6, "backoffLimit": 0,
+            "template": {"metadata": {"labels": {SHARD: "1"}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "main",
+                    "image": "registry.example/train:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}))
+    .unwrap();
+    Api::<Job>::namespaced(client.clone(), JOB_NS)
+        .create(&PostParams::default(), &job)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let denied_logged = |w: &Webhook| {
+        w.process
+            .log()
+            .contains("namespace quota-job holds 4 of its 4 L4-24GB GPUs")
+    };
+    while !(webhooks.iter().any(denied_logged) && pods_in(&client, JOB_NS).await.len() >= 4) {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the Job's extra Pods were never denied: {} Pods",
+            pods_in(&client, JOB_NS).await.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The job controller keeps retrying; no retry gets a 5th Pod in.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let job_pods = pods_in(&client, JOB_NS).await;
+    assert_eq!(job_pods.len(), 4, "the Job holds more than its max");
+    let record = job_pods[0].metadata.annotations.clone().unwrap_or_default();
+    println!(
+        "Job: 4 of 6 Pods admitted; a Pod's decision: {:?}",
+        record.get("gpu-admission.io/gpu-class")
+    );
+
+    // 2. 4 clients x 25 one-GPU Pods against max 40, half through each replica.
+    let admitted = Arc::new(AtomicUsize::new(0));
+    let denied = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..4 {
+        let (client, admitted, denied) = (client.clone(), admitted.clone(), denied.clone());
+        tasks.push(tokio::spawn(async move {
+            let pods = Api::<Pod>::namespaced(client, LOAD_NS);
+            for i in 0..25 {
+                let name = format!("load-{c}-{i}");
+                match pods
+                    .create(&PostParams::default(), &gpu_pod(&name, (c + i) % 2))
+                    .await
+                {
+                    Ok(_) => admitted.fetch_add(1, Ordering::Relaxed),
+                    Err(kube::Error::Api(e)) if e.message.contains("L4-24GB GPUs") => {
+                        denied.fetch_add(1, Ordering::Relaxed)
+                    }
+                    Err(e) => panic!("{name}: {e}"),
+                };
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let admitted = admitted.load(Ordering::Relaxed);
+    let stored = pods_in(&client, LOAD_NS).await.len();
+    println!(
+        "100 Pods, 4 clients, 2 replicas, max 40: admitted {admitted}, denied {}, overshoot {}, in {:?}",
+        denied.load(Ordering::Relaxed),
+        admitted.saturating_sub(40),
+        started.elapsed()
+    );
+    assert_eq!(stored, admitted);
+    assert!(admitted >= 40, "fewer than max admitted: {admitted}");
+    assert!(
+        admitted <= 40 + CROSS_REPLICA_BOUND,
+        "admitted {admitted} > 40 + {CROSS_REPLICA_BOUND}"
+    );
+
+    // 3. Deleting Pods frees quota within one watch round trip: the last delete frees the one GPU the next
+    // Pod asks for, and the time is taken from its answer.
+    let pods = Api::<Pod>::namespaced(client.clone(), LOAD_NS);
+    let over = admitted.saturating_sub(40);
+    for p in pods_in(&client, LOAD_NS).await.iter().take(1 + over) {
+        pods.delete(
+            p.metadata.name.as_deref().unwrap(),
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    }
+    let deleted_at = Instant::now();
+    let mut attempt = 0;
+    let freed_after = loop {
+        attempt += 1;
+        match pods
+            .create(
+                &PostParams::default(),
+                &gpu_pod(&format!("after-{attempt}"), attempt % 2),
+            )
+            .await
+        {
+            Ok(_) => break deleted_at.elapsed(),
+            Err(e) => assert!(
+                deleted_at.elapsed() < Duration::from_secs(5),
+                "quota not freed: {e}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    println!(
+        "deleted {} Pods: a new Pod admitted {freed_after:?} after the last delete (attempt {attempt})",
+        1 + over
+    );
+    assert!(freed_after < Duration::from_secs(2), "{freed_after:?}");
+}
