@@ -118,6 +118,10 @@ struct RunArgs {
     /// The namespace of objects that name none.
     #[arg(long, default_value = "default")]
     default_namespace: String,
+    /// A GPU quota usage snapshot (YAML or JSON: `namespaces: {NS: {tier, classes: {CLASS: milli-GPUs},
+    /// total}}`): each GPU Pod of a tier with a quota is decided against it, and the admitted ones are added.
+    #[arg(long)]
+    usage: Option<PathBuf>,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -142,6 +146,7 @@ impl RunArgs {
             requester,
             no_kube: self.no_kube,
             default_namespace: self.default_namespace.clone(),
+            usage: self.usage.clone(),
         })
     }
 }

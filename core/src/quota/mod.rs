@@ -407,3 +407,29 @@ pub fn of_request(
     )?;
     Some((tier, namespace.to_string(), counted))
 }
+
+/// The answer to a Pod whose usage is not known yet (the frontend's Pod watch has not listed): undecidable,
+/// denied in Enforce.
+pub const NOT_COUNTED_YET: &str =
+    "gpu-admission: GPU quota usage is not counted yet (the Pod watch has not listed); retry";
+
+/// Answers a decision under `mode`, the one rule for the frontend and the CLI: over a `max` is denied in
+/// Enforce, a warning in Warn, nothing in Audit. `Some(message)` when the Pod is over a `max`.
+pub fn answer(
+    decision: &Decision,
+    mode: gpu_admission_proto::scorer::v1::EnforcementMode,
+    verdict: &mut crate::review::Verdict,
+) -> Option<String> {
+    use gpu_admission_proto::scorer::v1::EnforcementMode;
+    let denial = decision.denial()?;
+    let message = format!(
+        "gpu-admission: {denial} ({QUOTA_ANNOTATION}: {})",
+        decision.record()
+    );
+    match mode {
+        EnforcementMode::Enforce => verdict.denied = Some(message.clone()),
+        EnforcementMode::Warn => verdict.warnings.push(message.clone()),
+        _ => {}
+    }
+    Some(message)
+}

@@ -125,10 +125,8 @@ impl ValidatePod {
         };
         let enforce = policy.mode == EnforcementMode::Enforce;
         if !quota.is_synced() {
-            // Usage not known yet: undecidable, denied in Enforce.
-            let why = "gpu-admission: GPU quota usage is not counted yet (the Pod watch has not listed); retry";
             if enforce {
-                verdict.denied = Some(why.to_string());
+                verdict.denied = Some(quota::NOT_COUNTED_YET.to_string());
                 *outcome = "denied";
             }
             return;
@@ -146,26 +144,15 @@ impl ValidatePod {
         };
         let (tier, namespace, _) = &ask;
         tracing::info!(uid = %req.uid, tier, namespace, quota = %decision.record(), "quota");
-        if let Some(denial) = decision.denial() {
-            self.metrics
-                .record_violation(tier, "over_quota", mode_name(policy.mode));
-            let message = format!(
-                "gpu-admission: {denial} ({}: {})",
-                quota::QUOTA_ANNOTATION,
-                decision.record()
-            );
-            tracing::warn!(uid = %req.uid, tier, namespace, mode = mode_name(policy.mode), "over quota: {message}");
-            match policy.mode {
-                EnforcementMode::Enforce => {
-                    verdict.denied = Some(message);
-                    *outcome = "denied";
-                }
-                EnforcementMode::Warn => {
-                    verdict.warnings.push(message);
-                    *outcome = "violation_admitted";
-                }
-                _ => *outcome = "violation_admitted",
-            }
+        if let Some(message) = quota::answer(&decision, policy.mode, verdict) {
+            let mode = mode_name(policy.mode);
+            self.metrics.record_violation(tier, "over_quota", mode);
+            tracing::warn!(uid = %req.uid, tier, namespace, mode, "over quota: {message}");
+            *outcome = if verdict.denied.is_some() {
+                "denied"
+            } else {
+                "violation_admitted"
+            };
         }
     }
 }
