@@ -265,6 +265,9 @@ impl Engine {
     ) -> Option<String> {
         let mut usage = self.usage.lock().unwrap_or_else(|e| e.into_inner());
         let usage = usage.as_mut()?;
+        if let Some(message) = quota::workload_answer(req, &self.policy, facts, verdict) {
+            return Some(message);
+        }
         let (tier, namespace, counted) = quota::of_request(req, &self.policy, facts)?;
         let policy = self.policy.policy.as_deref()?;
         let decision = quota::decide(policy, &tier, &namespace, &counted, usage)?;

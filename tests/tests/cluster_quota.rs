@@ -4,8 +4,9 @@
 //! Pods (label `quota-shard`) to one replica, as a Service would spread them. No scheduler: Pods stay
 //! Pending, and a Pending Pod holds its quota.
 //!
-//! - a bronze Job of parallelism 6 in a namespace whose L4-24GB `max` is 4: 4 Pods are created, the others
-//!   are denied with the quota's message (the job controller's `FailedCreate`), and no 5th Pod appears;
+//! - a bronze Job of parallelism 6 in a namespace whose L4-24GB `max` is 4 is denied when it is created (it
+//!   can never run whole); two Jobs of 3 there get 4 Pods, their other Pods are denied with the quota's
+//!   message (the job controller's `FailedCreate`), and no 5th Pod appears;
 //! - 4 concurrent clients create 100 one-GPU Pods against a namespace `max` of 40, half through each
 //!   replica: admitted <= 40 + the stated cross-replica bound (printed: the measured overshoot);
 //! - deleting Pods frees quota: a new Pod is admitted within one watch round trip of the delete (printed).
@@ -64,21 +65,28 @@ fn registrations(webhooks: &[Webhook]) -> (Value, Value) {
     ))
     .unwrap();
     for (config, keep) in [
-        (&mut mutating, "pods.gpu-admission.io"),
-        (&mut validating, "pods.validate.gpu-admission.io"),
+        (&mut mutating, &["pods.gpu-admission.io"][..]),
+        (
+            &mut validating,
+            &[
+                "pods.validate.gpu-admission.io",
+                "workloads.validate.gpu-admission.io",
+            ][..],
+        ),
     ] {
         config["metadata"]["name"] = json!("gpu-admission-quota-e2e");
-        let hook = config["webhooks"]
+        let shipped: Vec<Value> = config["webhooks"]
             .as_array()
             .unwrap()
             .iter()
-            .find(|h| h["name"] == keep)
-            .unwrap()
-            .clone();
-        let hooks: Vec<Value> = webhooks
+            .filter(|h| keep.contains(&h["name"].as_str().unwrap()))
+            .cloned()
+            .collect();
+        assert_eq!(shipped.len(), keep.len());
+        let hooks: Vec<Value> = shipped
             .iter()
-            .enumerate()
-            .map(|(i, w)| {
+            .flat_map(|hook| webhooks.iter().enumerate().map(move |(i, w)| (hook, i, w)))
+            .map(|(hook, i, w)| {
                 let mut h = hook.clone();
                 let base = w.mutate_url().replace("/mutate-pod", "");
                 let path = h["clientConfig"]["service"]["path"]
@@ -89,7 +97,7 @@ fn registrations(webhooks: &[Webhook]) -> (Value, Value) {
                     &base64::engine::general_purpose::STANDARD,
                     w.ca_pem().unwrap(),
                 );
-                h["name"] = json!(format!("s{i}.{keep}"));
+                h["name"] = json!(format!("s{i}.{}", hook["name"].as_str().unwrap()));
                 h["clientConfig"] = json!({"url": format!("{base}{path}"), "caBundle": ca});
                 h["timeoutSeconds"] = json!(10);
                 h["objectSelector"] = json!({"matchLabels": {SHARD: i.to_string()}});
@@ -99,6 +107,16 @@ fn registrations(webhooks: &[Webhook]) -> (Value, Value) {
         config["webhooks"] = json!(hooks);
     }
     (mutating, validating)
+}
+
+fn job(name: &str, parallelism: u32) -> Job {
+    serde_json::from_value(json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "labels": {SHARD: "1"}},
+        "spec": {"parallelism": parallelism, "completions": parallelism, "backoffLimit": 0,
+            "template": {"metadata": {"labels": {SHARD: "1"}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "main",
+                    "image": "registry.example/train:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}))
+    .unwrap()
 }
 
 fn gpu_pod(name: &str, shard: usize) -> Pod {
@@ -208,18 +226,24 @@ async fn quotas_hold_on_a_real_control_plane_through_two_replicas() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    // 1. A Job of 6 one-GPU Pods against a max of 4: 4 Pods, the rest denied.
-    let job: Job = serde_json::from_value(json!({"apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": "wide"},
-        "spec": {"parallelism": 6, "completions": 6, "backoffLimit": 0,
-            "template": {"metadata": {"labels": {SHARD: "1"}},
-                "spec": {"restartPolicy": "Never", "containers": [{"name": "main",
-                    "image": "registry.example/train:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}))
-    .unwrap();
-    Api::<Job>::namespaced(client.clone(), JOB_NS)
-        .create(&PostParams::default(), &job)
+    // 1. A Job of 6 one-GPU Pods against a max of 4 can never run whole: denied when it is created. Two Jobs
+    // of 3 each fit alone: together they get 4 Pods, the others are denied (the job controller retries them).
+    let jobs = Api::<Job>::namespaced(client.clone(), JOB_NS);
+    let err = jobs
+        .create(&PostParams::default(), &job("wide", 6))
         .await
-        .unwrap();
+        .expect_err("a Job that can never fit is denied");
+    println!("Job of 6 against max 4: {err}");
+    assert!(
+        err.to_string()
+            .contains("6 Pods of 1 GPUs each need 6 L4-24GB, above the namespace's max 4"),
+        "{err}"
+    );
+    for name in ["fits-a", "fits-b"] {
+        jobs.create(&PostParams::default(), &job(name, 3))
+            .await
+            .unwrap();
+    }
     let started = Instant::now();
     let denied_logged = |w: &Webhook| {
         w.process
@@ -229,7 +253,7 @@ async fn quotas_hold_on_a_real_control_plane_through_two_replicas() {
     while !(webhooks.iter().any(denied_logged) && pods_in(&client, JOB_NS).await.len() >= 4) {
         assert!(
             started.elapsed() < Duration::from_secs(30),
-            "the Job's extra Pods were never denied: {} Pods",
+            "the Jobs' extra Pods were never denied: {} Pods",
             pods_in(&client, JOB_NS).await.len()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -237,12 +261,8 @@ async fn quotas_hold_on_a_real_control_plane_through_two_replicas() {
     // The job controller keeps retrying; no retry gets a 5th Pod in.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let job_pods = pods_in(&client, JOB_NS).await;
-    assert_eq!(job_pods.len(), 4, "the Job holds more than its max");
-    let record = job_pods[0].metadata.annotations.clone().unwrap_or_default();
-    println!(
-        "Job: 4 of 6 Pods admitted; a Pod's decision: {:?}",
-        record.get("gpu-admission.io/gpu-class")
-    );
+    assert_eq!(job_pods.len(), 4, "the Jobs hold more than their max");
+    println!("two Jobs of 3 against max 4: 4 Pods admitted, the others denied");
 
     // 2. 4 clients x 25 one-GPU Pods against max 40, half through each replica.
     let admitted = Arc::new(AtomicUsize::new(0));

@@ -420,16 +420,88 @@ pub fn answer(
     mode: gpu_admission_proto::scorer::v1::EnforcementMode,
     verdict: &mut crate::review::Verdict,
 ) -> Option<String> {
-    use gpu_admission_proto::scorer::v1::EnforcementMode;
     let denial = decision.denial()?;
     let message = format!(
         "gpu-admission: {denial} ({QUOTA_ANNOTATION}: {})",
         decision.record()
     );
+    respond(&message, mode, verdict);
+    Some(message)
+}
+
+fn respond(
+    message: &str,
+    mode: gpu_admission_proto::scorer::v1::EnforcementMode,
+    verdict: &mut crate::review::Verdict,
+) {
+    use gpu_admission_proto::scorer::v1::EnforcementMode;
     match mode {
-        EnforcementMode::Enforce => verdict.denied = Some(message.clone()),
-        EnforcementMode::Warn => verdict.warnings.push(message.clone()),
+        EnforcementMode::Enforce => verdict.denied = Some(message.to_string()),
+        EnforcementMode::Warn => verdict.warnings.push(message.to_string()),
         _ => {}
     }
+}
+
+/// A CREATE of a workload (any object holding pod templates but a Pod) whose top-level template times its
+/// `spec.parallelism` (else `spec.replicas`, else 1) can never fit a `max` of its tier or namespace: answered
+/// under the policy's mode as an over-max Pod is. Nested templates (JobSet, LeaderWorkerSet, …) count once
+/// each: their replica counts are not read, so such a workload is never denied for a count it does not have.
+/// `Some(message)` when it can never fit.
+pub fn workload_answer(
+    req: &kube_core::admission::AdmissionRequest<kube_core::DynamicObject>,
+    snapshot: &crate::policy::PolicySnapshot,
+    facts: &crate::admission::Facts<'_>,
+    verdict: &mut crate::review::Verdict,
+) -> Option<String> {
+    use crate::policy::TierScope;
+    if req.operation != kube_core::admission::Operation::Create
+        || (req.kind.group.is_empty() && req.kind.kind == "Pod")
+        || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty())
+    {
+        return None;
+    }
+    let object = req.object.as_ref()?;
+    let namespace = req
+        .namespace
+        .as_deref()
+        .or(object.metadata.namespace.as_deref())?;
+    let tier = match snapshot.tier_for((facts.tier_of)(namespace).as_deref()) {
+        TierScope::Tier(t) | TierScope::Defaulted { tier: t, .. } => t,
+        TierScope::Ignored(_) | TierScope::Denied(_) => return None,
+    };
+    let policy = snapshot.policy.as_deref()?;
+    tier_quota(policy, &tier)?;
+    let spec = object.data.get("spec");
+    let replicas = ["parallelism", "replicas"]
+        .iter()
+        .find_map(|k| spec?.get(*k)?.as_u64())
+        .unwrap_or(1)
+        .min(u64::from(u32::MAX)) as u32;
+    let message = crate::admission::validate_pod::templates::described_pods(object, false)
+        .iter()
+        .find_map(|d| {
+            let counted = demand::of_pod(
+                &d.pod,
+                namespace,
+                &tier,
+                snapshot,
+                facts.nodes,
+                facts.claim_templates,
+            )?;
+            let n = if d.path == "spec.template" {
+                replicas
+            } else {
+                1
+            };
+            never_fits(policy, &tier, namespace, &counted, n).map(|m| {
+                format!(
+                    "gpu-admission: {} {namespace}/{} ({}): {m}",
+                    req.kind.kind,
+                    object.metadata.name.as_deref().unwrap_or(""),
+                    d.path
+                )
+            })
+        })?;
+    respond(&message, snapshot.mode, verdict);
     Some(message)
 }

@@ -222,3 +222,55 @@ fn a_pod_counts_in_whole_gpu_equivalents_against_its_classes() {
     let cpu = pod(json!({"spec": {"containers": [{"name": "c"}]}}));
     assert_eq!(count(&cpu, "bronze", &NoNodes), None);
 }
+
+#[test]
+fn a_workload_whose_replicas_never_fit_is_answered_at_creation() {
+    use crate::admission::Facts;
+    use crate::authority::Grants;
+    use crate::review::Verdict;
+    use gpu_admission_proto::scorer::v1::EnforcementMode;
+    use kube_core::admission::AdmissionRequest;
+
+    let mut snap = PolicySnapshot::from_policy(policy());
+    snap.mode = EnforcementMode::Enforce;
+    let job = |parallelism: u32| -> AdmissionRequest<kube_core::DynamicObject> {
+        serde_json::from_value(json!({"uid": "u", "operation": "CREATE", "namespace": "batch", "name": "wide",
+            "kind": {"group": "batch", "version": "v1", "kind": "Job"},
+            "resource": {"group": "batch", "version": "v1", "resource": "jobs"},
+            "requestKind": {"group": "batch", "version": "v1", "kind": "Job"},
+            "requestResource": {"group": "batch", "version": "v1", "resource": "jobs"},
+            "userInfo": {"username": "alice"}, "dryRun": false,
+            "object": {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "wide", "namespace": "batch"},
+                "spec": {"parallelism": parallelism, "template": {"spec": {"restartPolicy": "Never",
+                    "nodeSelector": {"gpu.nvidia.com/class": "L4-24GB"},
+                    "containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}}}}))
+        .unwrap()
+    };
+    let tier_of = |_: &str| Some("bronze".to_string());
+    let grants = Grants::none();
+    let facts = Facts {
+        tier_of: &tier_of,
+        priority_classes: None,
+        claim_templates: &NoClaimTemplates,
+        nodes: &NoNodes,
+        grants: &grants,
+    };
+    let mut v = Verdict::default();
+    assert_eq!(workload_answer(&job(16), &snap, &facts, &mut v), None);
+    assert_eq!(v, Verdict::default());
+    let m = workload_answer(&job(17), &snap, &facts, &mut v).unwrap();
+    assert_eq!(
+        m,
+        "gpu-admission: Job batch/wide (spec.template): 17 Pods of 2 GPUs each need 34 L4-24GB, above the \
+         tier's max 32 of tier bronze: the workload can never run whole"
+    );
+    assert_eq!(v.denied.as_deref(), Some(m.as_str()));
+    // A Pod is not a workload: its quota is decided against usage instead.
+    let mut pod_req = job(17);
+    pod_req.kind.group = String::new();
+    pod_req.kind.kind = "Pod".into();
+    assert_eq!(
+        workload_answer(&pod_req, &snap, &facts, &mut Verdict::default()),
+        None
+    );
+}

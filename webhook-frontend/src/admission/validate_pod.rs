@@ -118,6 +118,24 @@ impl ValidatePod {
         let Some(p) = policy.policy.as_deref() else {
             return;
         };
+        let never = self.cluster.with_facts(policy, &Grants::none(), |facts| {
+            quota::workload_answer(req, policy, facts, verdict)
+        });
+        if let Some(message) = never {
+            let mode = mode_name(policy.mode);
+            let tier = self
+                .cluster
+                .namespace_tier(req.namespace.as_deref().unwrap_or_default());
+            self.metrics
+                .record_violation(tier.as_deref().unwrap_or(""), "over_quota", mode);
+            tracing::warn!(uid = %req.uid, mode, "workload over quota: {message}");
+            *outcome = if verdict.denied.is_some() {
+                "denied"
+            } else {
+                "violation_admitted"
+            };
+            return;
+        }
         let Some(ask) = self.cluster.with_facts(policy, &Grants::none(), |facts| {
             quota::of_request(req, policy, facts)
         }) else {
