@@ -9,6 +9,9 @@
 //!   message (the job controller's `FailedCreate`), and no 5th Pod appears;
 //! - 4 concurrent clients create 100 one-GPU Pods against a namespace `max` of 40, half through each
 //!   replica: admitted <= 40 + the stated cross-replica bound (printed: the measured overshoot);
+//! - Pods within the tier's `min` keep the tier's PriorityClass (`gpu-default`) and the record
+//!   `gpu-admission.io/quota: … within-min`; Pods beyond it get the shipped borrowers' class `gpu-borrowed`
+//!   (value 100) and `… borrowed`;
 //! - deleting Pods frees quota: a new Pod is admitted within one watch round trip of the delete (printed).
 
 use std::path::Path;
@@ -159,6 +162,23 @@ async fn quotas_hold_on_a_real_control_plane_through_two_replicas() {
         .create_priority_classes(scorer.policy())
         .await
         .unwrap();
+    // The borrowers' class, as deploy/kustomize/base/priorityclasses.yaml ships it.
+    let shipped: Vec<Value> = serde_yaml::Deserializer::from_str(&repo_file(
+        "deploy/kustomize/base/priorityclasses.yaml",
+    ))
+    .map(|d| serde::Deserialize::deserialize(d).unwrap())
+    .collect();
+    let borrowed = shipped
+        .into_iter()
+        .find(|c: &Value| c["metadata"]["name"] == "gpu-borrowed")
+        .expect("the shipped borrowers' class");
+    Api::<k8s_openapi::api::scheduling::v1::PriorityClass>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(borrowed).unwrap(),
+        )
+        .await
+        .unwrap();
     for ns in [JOB_NS, LOAD_NS] {
         cluster.create_namespace(ns, Some("bronze")).await.unwrap();
     }
@@ -263,6 +283,21 @@ async fn quotas_hold_on_a_real_control_plane_through_two_replicas() {
     let job_pods = pods_in(&client, JOB_NS).await;
     assert_eq!(job_pods.len(), 4, "the Jobs hold more than their max");
     println!("two Jobs of 3 against max 4: 4 Pods admitted, the others denied");
+    // Within the tier's min of 8: the tier's priority, and the record says so.
+    for p in &job_pods {
+        let ann = p.metadata.annotations.clone().unwrap_or_default();
+        let record = ann
+            .get("gpu-admission.io/quota")
+            .cloned()
+            .unwrap_or_default();
+        assert!(record.ends_with(": within-min"), "{record}");
+        let spec = p.spec.as_ref().unwrap();
+        assert_eq!(
+            spec.priority_class_name.as_deref(),
+            Some("gpu-default"),
+            "{record}"
+        );
+    }
 
     // 2. 4 clients x 25 one-GPU Pods against max 40, half through each replica.
     let admitted = Arc::new(AtomicUsize::new(0));
@@ -300,6 +335,30 @@ async fn quotas_hold_on_a_real_control_plane_through_two_replicas() {
         started.elapsed()
     );
     assert_eq!(stored, admitted);
+    // Beyond the tier's min (4 Job Pods + 4 here): borrowers, at the borrowers' class.
+    let load_pods = pods_in(&client, LOAD_NS).await;
+    let borrowers = load_pods
+        .iter()
+        .filter(|p| {
+            let spec = p.spec.as_ref().unwrap();
+            let record = p
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("gpu-admission.io/quota"));
+            spec.priority_class_name.as_deref() == Some("gpu-borrowed")
+                && spec.priority == Some(100)
+                && record.is_some_and(|r| r.ends_with(": borrowed"))
+        })
+        .count();
+    println!("borrowers at gpu-borrowed: {borrowers} of {stored}");
+    // Mutation decides without reserving: besides the 4 GPUs of the tier's min left, the Pods between their
+    // mutation and their reservation (one per client) and what the other replica has not seen yet may keep
+    // the tier's priority.
+    assert!(
+        borrowers + 4 + 4 + CROSS_REPLICA_BOUND >= stored,
+        "{borrowers} borrowers of {stored}"
+    );
     assert!(admitted >= 40, "fewer than max admitted: {admitted}");
     assert!(
         admitted <= 40 + CROSS_REPLICA_BOUND,

@@ -268,7 +268,8 @@ pub fn decide(
 }
 
 /// The limits of one scope the Pod falls under. Whether it borrows is decided by each class's own limit
-/// where the scope states one, else by the scope's total; a `max` by every limit.
+/// where the scope states one, else by the scope's total (for a namespace, only a limit with a `min`); a
+/// `max` by every limit.
 fn apply(
     policy: &Policy,
     scope: Scope,
@@ -315,9 +316,12 @@ fn applied(
     decides_min: bool,
 ) -> Applied {
     let after = held.saturating_add(asks);
+    // A namespace's share decides borrowing only where it guarantees something: the tier's `min` covers
+    // namespaces that state none.
+    let guarantees = matches!(scope, Scope::Tier(_)) || limit.min > 0;
     let standing = if limit.max.is_some_and(|m| after > m) {
         Standing::OverMax
-    } else if decides_min && after > limit.min {
+    } else if decides_min && guarantees && after > limit.min {
         Standing::Borrowing
     } else {
         Standing::WithinMin
@@ -375,7 +379,6 @@ pub fn of_request(
     snapshot: &crate::policy::PolicySnapshot,
     facts: &crate::admission::Facts<'_>,
 ) -> Option<(String, String, demand::Counted)> {
-    use crate::policy::TierScope;
     if req.operation != kube_core::admission::Operation::Create
         || !req.kind.group.is_empty()
         || req.kind.kind != "Pod"
@@ -388,17 +391,29 @@ pub fn of_request(
         .namespace
         .as_deref()
         .or(object.metadata.namespace.as_deref())?;
+    let pod = crate::admission::validate_pod::templates::described_pods(object, true)
+        .into_iter()
+        .next()?
+        .pod;
+    of_pod_in(&pod, namespace, snapshot, facts)
+}
+
+/// What a Pod of `namespace` counts against its tier's quota: (tier, namespace, count); `None` without a
+/// tier with a quota or without GPUs.
+pub fn of_pod_in(
+    pod: &k8s_openapi::api::core::v1::Pod,
+    namespace: &str,
+    snapshot: &crate::policy::PolicySnapshot,
+    facts: &crate::admission::Facts<'_>,
+) -> Option<(String, String, demand::Counted)> {
+    use crate::policy::TierScope;
     let tier = match snapshot.tier_for((facts.tier_of)(namespace).as_deref()) {
         TierScope::Tier(t) | TierScope::Defaulted { tier: t, .. } => t,
         TierScope::Ignored(_) | TierScope::Denied(_) => return None,
     };
     tier_quota(snapshot.policy.as_deref()?, &tier)?;
-    let pod = crate::admission::validate_pod::templates::described_pods(object, true)
-        .into_iter()
-        .next()?
-        .pod;
     let counted = demand::of_pod(
-        &pod,
+        pod,
         namespace,
         &tier,
         snapshot,
@@ -504,4 +519,57 @@ pub fn workload_answer(
         })?;
     respond(&message, snapshot.mode, verdict);
     Some(message)
+}
+
+/// What `/mutate-pod` adds to a GPU Pod of a quota'd tier, given the Pod as the rest of the patch leaves it
+/// (`patched`) and its decision against the usage: the record annotation ([`QUOTA_ANNOTATION`]) and, for a
+/// borrower, the borrowers' PriorityClass with its value and preemption policy, when the cluster has it
+/// (`borrowing_class`) and it is lower than the Pod's priority (a quota never raises a priority).
+pub fn mutation_ops(
+    patched: &serde_json::Value,
+    decision: &Decision,
+    borrowing_class: Option<&crate::priority_class::PriorityClassFacts>,
+) -> Vec<json_patch::PatchOperation> {
+    use serde_json::json;
+    let mut ops = Vec::new();
+    let record = decision.record();
+    let op = |path: &str, value: serde_json::Value| -> Option<json_patch::PatchOperation> {
+        serde_json::from_value(json!({"op": "add", "path": path, "value": value})).ok()
+    };
+    if patched
+        .pointer("/metadata/annotations")
+        .is_some_and(|a| a.is_object())
+    {
+        ops.extend(op(
+            "/metadata/annotations/gpu-admission.io~1quota",
+            json!(record),
+        ));
+    } else {
+        ops.extend(op(
+            "/metadata/annotations",
+            json!({ QUOTA_ANNOTATION: record }),
+        ));
+    }
+    let Some(class) = borrowing_class.filter(|_| decision.standing == Standing::Borrowing) else {
+        return ops;
+    };
+    let current = patched
+        .pointer("/spec/priority")
+        .and_then(serde_json::Value::as_i64)
+        .unwrap_or(0);
+    if i64::from(class.value) >= current {
+        return ops;
+    }
+    ops.extend(op("/spec/priorityClassName", json!(class.name)));
+    ops.extend(op("/spec/priority", json!(class.value)));
+    ops.extend(op(
+        "/spec/preemptionPolicy",
+        json!(
+            class
+                .preemption_policy
+                .as_deref()
+                .unwrap_or("PreemptLowerPriority")
+        ),
+    ));
+    ops
 }

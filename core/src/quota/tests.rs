@@ -94,6 +94,25 @@ fn a_namespace_share_decides_before_its_tier_and_counts_in_it() {
     assert!(d.denial().unwrap().starts_with(
         "namespace students holds 12 of its 12 L4-24GB GPUs; this Pod asks for 1: none is free"
     ));
+    // A namespace share without a min borrows by its tier's min alone.
+    let text = format!(
+        "{}{}",
+        gpu_admission_policy::DEFAULT_POLICY_YAML,
+        QUOTAS.replace(
+            "{ namespace: students, classes: { L4-24GB: { min: 8, max: 12 } } }",
+            "{ namespace: students, classes: { L4-24GB: { max: 12 } } }"
+        )
+    );
+    let shared = gpu_admission_policy::parse(&text, "p.yaml").unwrap();
+    let d = decide(
+        &shared,
+        "bronze",
+        "students",
+        &gpus("L4-24GB", 1),
+        &Usage::default(),
+    )
+    .unwrap();
+    assert_eq!(d.standing, Standing::WithinMin, "{d:?}");
     // The other namespace is held to the tier alone: 16 + 1 of 32, beyond the tier's min 16.
     let d = decide(&p, "bronze", "batch", &gpus("L4-24GB", 1), &u).unwrap();
     assert_eq!(d.standing, Standing::Borrowing);
@@ -273,4 +292,61 @@ fn a_workload_whose_replicas_never_fit_is_answered_at_creation() {
         workload_answer(&pod_req, &snap, &facts, &mut Verdict::default()),
         None
     );
+}
+
+#[test]
+fn a_borrower_gets_the_borrowers_class_and_every_quota_pod_the_record() {
+    use crate::priority_class::PriorityClassFacts;
+    let p = policy();
+    let borrowed = PriorityClassFacts {
+        name: "gpu-borrowed".into(),
+        value: 100,
+        preemption_policy: Some("Never".into()),
+        global_default: false,
+    };
+    let apply = |pod: serde_json::Value, ops: Vec<json_patch::PatchOperation>| {
+        let mut pod = pod;
+        json_patch::patch(&mut pod, &ops).unwrap();
+        pod
+    };
+    let decided = json!({"metadata": {"annotations": {"gpu-admission.io/gpu-class": "L4-24GB"}},
+        "spec": {"priorityClassName": "gpu-default", "priority": 1000, "preemptionPolicy": "Never"}});
+    let u = usage(&[("bronze", "batch", "L4-24GB", 20_000)]);
+    let d = decide(&p, "bronze", "batch", &gpus("L4-24GB", 1), &u).unwrap();
+    let pod = apply(decided.clone(), mutation_ops(&decided, &d, Some(&borrowed)));
+    assert_eq!(pod["spec"]["priorityClassName"], "gpu-borrowed");
+    assert_eq!(pod["spec"]["priority"], 100);
+    assert_eq!(pod["spec"]["preemptionPolicy"], "Never");
+    assert_eq!(
+        pod["metadata"]["annotations"]["gpu-admission.io/quota"],
+        "bronze L4-24GB 20/32 (min 16): borrowed"
+    );
+    assert_eq!(
+        pod["metadata"]["annotations"]["gpu-admission.io/gpu-class"],
+        "L4-24GB"
+    );
+    // Without the class in the cluster, only the record (the apiserver would refuse an unknown class).
+    let pod = apply(decided.clone(), mutation_ops(&decided, &d, None));
+    assert_eq!(pod["spec"]["priorityClassName"], "gpu-default");
+    // Within min: the tier's priority is kept; a Pod without annotations gets the map.
+    let bare = json!({"metadata": {}, "spec": {}});
+    let d = decide(
+        &p,
+        "bronze",
+        "batch",
+        &gpus("L4-24GB", 1),
+        &Usage::default(),
+    )
+    .unwrap();
+    let pod = apply(bare.clone(), mutation_ops(&bare, &d, Some(&borrowed)));
+    assert!(pod["spec"].get("priorityClassName").is_none());
+    assert_eq!(
+        pod["metadata"]["annotations"]["gpu-admission.io/quota"],
+        "bronze L4-24GB 0/32 (min 16): within-min"
+    );
+    // A borrower already below the borrowers' class is not raised.
+    let low = json!({"metadata": {}, "spec": {"priority": 10}});
+    let d = decide(&p, "bronze", "batch", &gpus("L4-24GB", 1), &u).unwrap();
+    let pod = apply(low.clone(), mutation_ops(&low, &d, Some(&borrowed)));
+    assert_eq!(pod["spec"]["priority"], 10);
 }

@@ -128,6 +128,7 @@ impl Webhooks {
             answers: Default::default(),
             metrics: self.metrics.clone(),
             access: self.access.clone(),
+            quota: self.quota.clone(),
         };
         let namespace = ValidateNamespace {
             cluster: self.cluster.clone(),

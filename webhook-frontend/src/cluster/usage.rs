@@ -186,6 +186,21 @@ impl QuotaUsage {
         self.synced.load(Ordering::Acquire)
     }
 
+    /// Decides a Pod against the usage and the reservations in flight, reserving nothing (`/mutate-pod`: the
+    /// borrowers' PriorityClass and the record; `/validate-pod` decides again and reserves).
+    pub(crate) fn decide(
+        &self,
+        policy: &Policy,
+        (tier, namespace, counted): &(String, String, Counted),
+    ) -> Option<Decision> {
+        if !self.is_synced() {
+            return None;
+        }
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let usage = s.with_reservations(Instant::now());
+        quota::decide(policy, tier, namespace, counted, &usage)
+    }
+
     /// Decides a Pod against the usage and the reservations in flight; reserves its count unless it is over
     /// a `max` that `enforce` denies, or `reserve` is false (a dry run).
     pub(crate) fn admit(
