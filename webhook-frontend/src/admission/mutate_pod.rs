@@ -177,7 +177,8 @@ impl MutatePod {
         ) else {
             return;
         };
-        if req.operation != kube::core::admission::Operation::Create {
+        // A policy without quotas pays nothing here.
+        if req.operation != kube::core::admission::Operation::Create || !p.quotas.any() {
             return;
         }
         let Ok(mut patched) = serde_json::to_value(pod) else {
