@@ -365,6 +365,27 @@ async fn quotas_hold_on_a_real_control_plane_through_two_replicas() {
         "admitted {admitted} > 40 + {CROSS_REPLICA_BOUND}"
     );
 
+    // The usage metric agrees with the stored Pods within a refresh (every 5 s).
+    let want = format!(
+        "gpu_admission_quota_gpus{{tier=\"bronze\",tenant_namespace=\"{LOAD_NS}\",class=\"\",kind=\"used\"}} {stored}"
+    );
+    let started = Instant::now();
+    loop {
+        let text = webhooks[0].metrics().await.unwrap();
+        if text.lines().any(|l| l.starts_with(&want)) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "no `{want}` in\n{}",
+            text.lines()
+                .filter(|l| l.contains("quota_gpus"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
     // 3. Deleting Pods frees quota within one watch round trip: the last delete frees the one GPU the next
     // Pod asks for, and the time is taken from its answer.
     let pods = Api::<Pod>::namespaced(client.clone(), LOAD_NS);

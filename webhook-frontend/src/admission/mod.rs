@@ -88,8 +88,14 @@ impl Webhooks {
 
     /// With the Pod watch counting GPU quota usage (started only with a cluster).
     pub(crate) fn with_quota_usage(mut self, client: Option<kube::Client>) -> Self {
-        self.quota =
-            client.map(|c| QuotaUsage::start(c, self.cluster.clone(), self.policy.clone()));
+        self.quota = client.map(|c| {
+            QuotaUsage::start(
+                c,
+                self.cluster.clone(),
+                self.policy.clone(),
+                self.metrics.clone(),
+            )
+        });
         self
     }
 

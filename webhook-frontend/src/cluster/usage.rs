@@ -25,7 +25,12 @@ use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 
 use super::ClusterFacts;
+use crate::metrics::{Metrics, QuotaLabels};
 use crate::policy::PolicyCache;
+use gpu_admission_policy::quotas as quota_model;
+
+/// How often the quota metrics are rewritten from the watch.
+const METRICS_REFRESH: Duration = Duration::from_secs(5);
 
 /// How long a reservation holds when the watch never brings its Pod.
 pub(crate) const RESERVATION_TTL: Duration = Duration::from_secs(30);
@@ -122,17 +127,28 @@ pub(crate) struct QuotaUsage {
 }
 
 impl QuotaUsage {
-    /// Starts the Pod watch.
+    /// Starts the Pod watch, and the refresh of the quota metrics every [`METRICS_REFRESH`].
     pub(crate) fn start(
         client: kube::Client,
         cluster: Arc<ClusterFacts>,
         policy: Arc<PolicyCache>,
+        metrics: Arc<Metrics>,
     ) -> Arc<Self> {
         let me = Arc::new(Self::default());
         let pods = Api::<Pod>::all(client);
         let config =
             watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed");
         let stream = watcher(pods, config).default_backoff();
+        let (usage, p) = (me.clone(), policy.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(METRICS_REFRESH);
+            loop {
+                tick.tick().await;
+                if let Some(policy) = p.snapshot().policy.as_deref() {
+                    usage.publish(policy, &metrics);
+                }
+            }
+        });
         let usage = me.clone();
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
@@ -228,6 +244,67 @@ impl QuotaUsage {
             });
         }
         Some(decision)
+    }
+}
+
+impl QuotaUsage {
+    /// Rewrites `gpu_admission_quota_gpus`: what each quota'd tier and namespace holds and its limits.
+    fn publish(&self, policy: &Policy, metrics: &Metrics) {
+        let usage = self
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .usage
+            .clone();
+        let family = &metrics.quota_gpus;
+        family.clear();
+        let set = |tier: &str, ns: &str, class: &str, kind: &'static str, milli: u64| {
+            family
+                .get_or_create(&QuotaLabels {
+                    tier: tier.to_string(),
+                    tenant_namespace: ns.to_string(),
+                    class: class.to_string(),
+                    kind,
+                })
+                .set(milli as f64 / 1000.0);
+        };
+        let limits = |tier: &str, ns: &str, l: &quota_model::Limits| {
+            let classes = l
+                .classes
+                .iter()
+                .enumerate()
+                .filter_map(|(k, c)| Some((policy.classes.get(k)?.name.as_str(), (*c)?)));
+            for (class, limit) in classes.chain(l.total.map(|t| ("", t))) {
+                set(tier, ns, class, "min", limit.min);
+                if let Some(max) = limit.max {
+                    set(tier, ns, class, "max", max);
+                }
+            }
+        };
+        for (t, tq) in policy.quotas.tiers.iter().enumerate() {
+            let (Some(tq), Some(tier)) = (tq, policy.tiers.get(t)) else {
+                continue;
+            };
+            let tier = tier.name.as_str();
+            limits(tier, "", &tq.limits);
+            for n in &tq.namespaces {
+                limits(tier, &n.namespace, &n.limits);
+            }
+            let mut tier_total = 0;
+            let mut tier_classes: std::collections::BTreeMap<&str, u64> = Default::default();
+            for (ns, u) in usage.namespaces.iter().filter(|(_, u)| u.tier == tier) {
+                set(tier, ns, "", "used", u.total);
+                tier_total += u.total;
+                for (class, milli) in &u.classes {
+                    set(tier, ns, class, "used", *milli);
+                    *tier_classes.entry(class.as_str()).or_default() += milli;
+                }
+            }
+            set(tier, "", "", "used", tier_total);
+            for (class, milli) in tier_classes {
+                set(tier, "", class, "used", milli);
+            }
+        }
     }
 }
 
