@@ -4,6 +4,10 @@
 //! borrowing limit = `max - min`, none when the class states no `max`), and a LocalQueue `gpu-admission` in each
 //! namespace the tier's quota names. Tiers' `total` limits have no per-flavor Kueue equivalent and are not
 //! exported (gpu-admission's webhooks keep holding them).
+//!
+//! `kueue.x-k8s.io/v1beta2` (`cohortName`). Checked by hand against Kueue's CRDs (kubernetes-sigs/kueue
+//! `config/components/crd/bases`, at ff69552e79) on the project's kube-apiserver 1.37.2:
+//! `kubectl apply --dry-run=server --validate=strict` and `--dry-run=client` accept every object.
 use gpu_admission_policy::gpu_resources::GpuResourceKind;
 use gpu_admission_policy::quotas::{Limit, MilliGpus};
 use gpu_admission_policy::{Policy, Vendor};
@@ -11,7 +15,7 @@ use serde_json::{Value, json};
 
 /// The cohort every exported ClusterQueue belongs to.
 pub const COHORT: &str = "gpu-admission";
-const API: &str = "kueue.x-k8s.io/v1beta1";
+const API: &str = "kueue.x-k8s.io/v1beta2";
 
 /// A Kubernetes quantity of milli-GPUs: `16`, `500m`.
 fn quantity(milli: MilliGpus) -> String {
@@ -87,7 +91,7 @@ pub fn export(policy: &Policy, tier_label: &str) -> Vec<Value> {
             .collect();
         out.push(
             json!({"apiVersion": API, "kind": "ClusterQueue", "metadata": {"name": name},
-            "spec": {"cohort": COHORT,
+            "spec": {"cohortName": COHORT,
                 "namespaceSelector": {"matchLabels": {tier_label: tier.name.as_str()}},
                 "resourceGroups": resource_groups}}),
         );
@@ -148,7 +152,7 @@ mod tests {
         assert_eq!(mi["spec"]["tolerations"][0]["key"], "amd.com/gpu");
 
         let bronze = find(&objects, "ClusterQueue", "gpu-admission-bronze");
-        assert_eq!(bronze["spec"]["cohort"], COHORT);
+        assert_eq!(bronze["spec"]["cohortName"], COHORT);
         assert_eq!(
             bronze["spec"]["namespaceSelector"]["matchLabels"]["tenant.kubenexus.io/tier"],
             "bronze"
