@@ -1,9 +1,12 @@
-//! Elastic GPU quotas (issue 37) against a real kube-apiserver with the real kube-controller-manager (its
-//! job controller creates the Job's Pods): the default policy in Enforce with a `quotas` section, a scorer,
-//! and two webhook-frontend replicas behind the shipped registrations, each registration sending half of the
-//! Pods (label `quota-shard`) to one replica, as a Service would spread them. No scheduler: Pods stay
-//! Pending, and a Pending Pod holds its quota.
+//! Elastic GPU quotas (issue 37) against a real kube-apiserver with the real kube-scheduler,
+//! kube-controller-manager (its job controller creates the Jobs' Pods) and kwok as the kubelet of one
+//! A100-80GB Node: the default policy in Enforce with a `quotas` section, a scorer, and two webhook-frontend
+//! replicas behind the shipped registrations, each registration sending half of the Pods (label
+//! `quota-shard`) to one replica, as a Service would spread them. The bronze Pods have no Node of their
+//! class: they stay Pending, and a Pending Pod holds its quota.
 //!
+//! - two silver Pods (silver's A100 `min` 0) borrow both GPUs of the Node at `gpu-borrowed`; a gold Pod
+//!   within gold's A100 `min` of 2 (at its own `gpu-high`) gets one back: kube-scheduler preempts a borrower;
 //! - a bronze Job of parallelism 6 in a namespace whose L4-24GB `max` is 4 is denied when it is created (it
 //!   can never run whole); two Jobs of 3 there get 4 Pods, their other Pods are denied with the quota's
 //!   message (the job controller's `FailedCreate`), and no 5th Pod appears;
@@ -20,6 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use gpu_admission_tests::cluster::{Components, LocalCluster};
+use gpu_admission_tests::kwok;
 use gpu_admission_tests::{Scorer, Webhook};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -30,6 +34,9 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
 
 const JOB_NS: &str = "quota-job";
+/// The preemption case: a silver borrower and a gold Pod within its tier's min, on one A100-80GB Node.
+const SILVER_NS: &str = "quota-silver";
+const GOLD_NS: &str = "quota-gold";
 const LOAD_NS: &str = "quota-load";
 const SHARD: &str = "quota-shard";
 /// The stated bound on what two replicas admit beyond a `max` (see webhook-frontend/README.md#quotas).
@@ -53,6 +60,10 @@ quotas:
       namespaces:
         - {{ namespace: {JOB_NS}, classes: {{ L4-24GB: {{ max: 4 }} }} }}
         - {{ namespace: {LOAD_NS}, classes: {{ L4-24GB: {{ max: 40 }} }} }}
+    - tier: silver
+      classes: {{ A100-80GB: {{ max: 2 }} }}
+    - tier: gold
+      classes: {{ A100-80GB: {{ min: 2 }} }}
 "
         )
 }
@@ -122,6 +133,20 @@ fn job(name: &str, parallelism: u32) -> Job {
     .unwrap()
 }
 
+/// A one-GPU Pod pinned to A100-80GB by its own selector (kept inside silver's and gold's classes), at its
+/// own PriorityClass when given.
+fn a100_pod(name: &str, priority_class: Option<&str>) -> Pod {
+    let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {SHARD: "0"}},
+        "spec": {"nodeSelector": {"gpu.nvidia.com/class": "A100-80GB"},
+            "containers": [{"name": "main", "image": "registry.example/train:1",
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}});
+    if let Some(pc) = priority_class {
+        pod["spec"]["priorityClassName"] = json!(pc);
+    }
+    serde_json::from_value(pod).unwrap()
+}
+
 fn gpu_pod(name: &str, shard: usize) -> Pod {
     serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "labels": {SHARD: shard.to_string()},
@@ -141,12 +166,10 @@ async fn pods_in(client: &kube::Client, ns: &str) -> Vec<Pod> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn quotas_hold_on_a_real_control_plane_through_two_replicas() {
-    let Some(cluster) = LocalCluster::start_with(Components {
-        controller_manager: true,
-        ..Components::APISERVER
-    })
-    .await
-    .expect("the local control plane starts") else {
+    let Some(cluster) = LocalCluster::start_with(Components::ALL)
+        .await
+        .expect("the local control plane starts")
+    else {
         return;
     };
     let client = cluster.client();
@@ -179,9 +202,28 @@ async fn quotas_hold_on_a_real_control_plane_through_two_replicas() {
         )
         .await
         .unwrap();
-    for ns in [JOB_NS, LOAD_NS] {
-        cluster.create_namespace(ns, Some("bronze")).await.unwrap();
+    for (ns, tier) in [
+        (JOB_NS, "bronze"),
+        (LOAD_NS, "bronze"),
+        (SILVER_NS, "silver"),
+        (GOLD_NS, "gold"),
+    ] {
+        cluster.create_namespace(ns, Some(tier)).await.unwrap();
     }
+    // One A100-80GB Node of 2 GPUs (kwok runs its Pods); no Node of any other class.
+    let a100 = scorer
+        .policy()
+        .catalog
+        .iter()
+        .find(|c| c.name == "A100-80GB")
+        .unwrap()
+        .clone();
+    kwok::create_ready_nodes(
+        &client,
+        &[kwok::gpu_node("a100-0", &a100, "nvidia.com/gpu", 2)],
+    )
+    .await
+    .unwrap();
     let mut webhooks = Vec::new();
     for name in ["webhook-a", "webhook-b"] {
         webhooks.push(
@@ -245,6 +287,57 @@ async fn quotas_hold_on_a_real_control_plane_through_two_replicas() {
     while !pods_in(&client, JOB_NS).await.is_empty() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+
+    // 0. Reclaim by preemption: two silver Pods borrow both GPUs of the A100 Node (silver's min is 0); a gold
+    // Pod within gold's min there gets the GPUs back through kube-scheduler's preemption of a borrower.
+    let silver = Api::<Pod>::namespaced(client.clone(), SILVER_NS);
+    for i in 0..2 {
+        silver
+            .create(
+                &PostParams::default(),
+                &a100_pod(&format!("borrower-{i}"), None),
+            )
+            .await
+            .unwrap();
+    }
+    kwok::wait_for(
+        "both borrowers running",
+        Duration::from_secs(60),
+        || async {
+            let pods = pods_in(&client, SILVER_NS).await;
+            Ok(pods.len() == 2 && pods.iter().all(|p| kwok::phase(p) == "Running"))
+        },
+    )
+    .await
+    .unwrap();
+    for p in pods_in(&client, SILVER_NS).await {
+        let spec = p.spec.unwrap();
+        assert_eq!(spec.priority_class_name.as_deref(), Some("gpu-borrowed"));
+    }
+    let gold = Api::<Pod>::namespaced(client.clone(), GOLD_NS);
+    gold.create(&PostParams::default(), &a100_pod("owner", Some("gpu-high")))
+        .await
+        .unwrap();
+    let reclaimed = kwok::wait_for("the gold Pod running", Duration::from_secs(60), || async {
+        Ok(kwok::phase(&gold.get("owner").await?) == "Running")
+    })
+    .await
+    .unwrap();
+    let owner = gold.get("owner").await.unwrap();
+    let record = owner.metadata.annotations.unwrap_or_default();
+    assert!(
+        record["gpu-admission.io/quota"].ends_with(": within-min"),
+        "{record:?}"
+    );
+    let left: Vec<Pod> = pods_in(&client, SILVER_NS)
+        .await
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
+    assert_eq!(left.len(), 1, "one borrower preempted");
+    println!(
+        "gold Pod within min reclaimed an A100 from a silver borrower by preemption in {reclaimed:?}"
+    );
 
     // 1. A Job of 6 one-GPU Pods against a max of 4 can never run whole: denied when it is created. Two Jobs
     // of 3 each fit alone: together they get 4 Pods, the others are denied (the job controller retries them).
