@@ -81,36 +81,40 @@ pub fn parse_mode(s: &str) -> anyhow::Result<EnforcementMode> {
 }
 
 /// One line per tier: allowed classes, preferred class, priority cap, fallback.
-fn tier_lines(p: &PolicySnapshot) -> Vec<(String, String)> {
+fn tier_lines(p: &Policy) -> Vec<(String, String)> {
+    let class = |i: usize| p.classes[i].name.as_str();
     p.tiers
         .iter()
         .map(|t| {
+            let allowed: Vec<&str> = (0..p.classes.len())
+                .filter(|&i| t.allowed[i])
+                .map(class)
+                .collect();
             let line = format!(
                 "classes {}; preferred {}; PriorityClass at most {}; fallback {:?}",
-                t.allowed_classes.join(", "),
-                or_none(&t.preferred_class),
-                or_none(&t.max_priority_class),
-                t.fallback()
+                allowed.join(", "),
+                t.preferred.map_or("-", class),
+                t.max_priority_class.as_deref().unwrap_or("-"),
+                t.fallback
             );
             (t.name.clone(), line)
         })
         .collect()
 }
 
-fn or_none(s: &str) -> &str {
-    if s.is_empty() { "-" } else { s }
-}
-
 /// What a policy holds, in a few lines (`policy validate`).
-pub fn summary(p: &PolicySnapshot) -> String {
+pub fn summary(view: &PolicySnapshot) -> String {
     let mut out = format!(
         "version {}; mode {}; default tier {}\n",
-        p.version,
-        mode_name(p.mode),
-        or_none(&p.default_tier)
+        view.version,
+        mode_name(view.mode),
+        view.default_tier().unwrap_or("-")
     );
-    let classes: Vec<&str> = p.catalog.iter().map(|c| c.name.as_str()).collect();
+    let classes: Vec<&str> = view.catalog.iter().map(|c| c.name.as_str()).collect();
     let _ = writeln!(out, "catalog: {}", classes.join(", "));
+    let Some(p) = &view.policy else {
+        return out;
+    };
     for (tier, line) in tier_lines(p) {
         let _ = writeln!(out, "tier {tier}: {line}");
     }
@@ -120,7 +124,7 @@ pub fn summary(p: &PolicySnapshot) -> String {
             "grant {}: classes {}; PriorityClass at most {}",
             g.namespace,
             g.allowed_classes.join(", "),
-            or_none(&g.max_priority_class)
+            g.max_priority_class.as_deref().unwrap_or("-")
         );
     }
     out

@@ -36,6 +36,25 @@ pub mod features {
 }
 
 /// The namespace label that carries the tier (the default of `--tier-label`).
+/// The host of `address` (`http://host:port` or `host:port`) when the resolver would look it up through the
+/// DNS search path: a name that is not absolute (no trailing dot), not an IP address and not `localhost`.
+/// Inside a Pod (`ndots: 5`) such a name is tried under every search domain first, and
+/// `scorer.gpu-admission.svc` tried as `scorer.gpu-admission.svc.svc.cluster.local` is a name a tenant's
+/// namespace called `svc` can answer (a headless Service `gpu-admission` with a Pod hostname `scorer`).
+/// The shipped manifests address the scorer by absolute name; the services warn about any other.
+pub fn relative_dns_host(address: &str) -> Option<&str> {
+    let rest = address.split_once("://").map_or(address, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let host = match authority.strip_prefix('[') {
+        // An IPv6 literal.
+        Some(_) => return None,
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    let absolute = host.ends_with('.');
+    let literal = host.parse::<std::net::IpAddr>().is_ok();
+    (!host.is_empty() && !absolute && !literal && host != "localhost").then_some(host)
+}
+
 /// The namespaces no webhook registration selects and no audit reports on (the shipped
 /// `namespaceSelector`: `kubernetes.io/metadata.name NotIn [...]`): the cluster's own and gpu-admission's own.
 /// Every other namespace is held to a tier ([`crate::policy::PolicySnapshot::tier_for`]).
@@ -80,4 +99,29 @@ pub mod checkpoint {
     /// The images the restore replaced: `container=image` pairs joined by `,` (container names and image
     /// references contain neither character).
     pub const ANN_ORIGINAL_IMAGES: &str = "gpu-admission.io/original-images";
+}
+
+#[cfg(test)]
+mod dns_tests {
+    use super::relative_dns_host;
+
+    #[test]
+    fn only_names_the_search_path_would_expand_are_relative() {
+        for relative in [
+            "http://gpu-admission-scorer:50051",
+            "http://gpu-admission-scorer-replicas.gpu-admission.svc:50051",
+            "scorer.gpu-admission.svc.cluster.local:50051",
+        ] {
+            assert!(relative_dns_host(relative).is_some(), "{relative}");
+        }
+        for absolute in [
+            "http://gpu-admission-scorer.gpu-admission.svc.cluster.local.:50051",
+            "http://127.0.0.1:50051",
+            "http://[::1]:50051",
+            "localhost:50051",
+            "10.0.0.7:50051",
+        ] {
+            assert_eq!(relative_dns_host(absolute), None, "{absolute}");
+        }
+    }
 }

@@ -3,20 +3,23 @@
 //! the priority buckets (the PriorityClasses of `--no-kube` mode), and the tier rules the webhooks hold Pods
 //! to (allowed classes, priority caps, fallback, enforcement, admins, namespace grants).
 //!
-//! Its tables are still spelled as the wire spells them (the answers they are compared with are wire
-//! messages); they are derived through the policy crate's one wire conversion, never from a scorer's answer.
+//! Everything here is derived from the policy model alone. The tier rules are read from the model's tiers
+//! when asked ([`PolicySnapshot::tier_rules`]); the catalog is kept as the wire spells it because the
+//! scorer's answers it is compared with are wire messages. A `GetPolicy` answer without the document (a
+//! scorer of the previous release, policies tests spell as a message) is read into the model first
+//! (`gpu_admission_policy::legacy`).
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
+
+use gpu_admission_policy::{Policy, Tier};
 
 use k8s_openapi::api::core::v1::PodSpec;
 
-use gpu_admission_proto::scorer::v1::{
-    EnforcementMode, GetPolicyResponse, GpuClass, NamespaceGrant, Tier, TierFallback,
-};
+use gpu_admission_proto::scorer::v1::{EnforcementMode, GetPolicyResponse, GpuClass};
 
-pub use gpu_admission_policy::UntieredNamespaces;
+pub use gpu_admission_policy::{Fallback, UntieredNamespaces};
 
 use crate::pod::features::{is_label_key, is_label_value};
 use crate::pod::gpu_resources::GpuResources;
@@ -26,25 +29,18 @@ use crate::priority_class::{PriorityClassFacts, PriorityClassLookup};
 #[derive(Debug, Default, Clone)]
 pub struct PolicySnapshot {
     pub version: String,
-    /// The validated policy this view was derived from (`None` only in tests that build a view by hand).
-    pub policy: Option<std::sync::Arc<gpu_admission_policy::Policy>>,
+    /// The validated policy this view was derived from (`None` before a policy is known): its tiers, default
+    /// tier, untiered namespaces and grants are read from it.
+    pub policy: Option<Arc<Policy>>,
     pub catalog: Vec<GpuClass>,
     /// Distinct node label keys of the catalog (e.g. `gpu.nvidia.com/class`).
     pub class_label_keys: Vec<String>,
     /// PriorityClasses named by the buckets, by name.
     pub priority_classes: HashMap<String, PriorityClassFacts>,
-    pub tiers: Vec<Tier>,
-    /// The tier a namespace label naming no tier of the policy counts as (`defaultTier`; empty from a scorer
-    /// that predates it).
-    pub default_tier: String,
-    /// What a namespace without a tier of the policy is held to (`DefaultTier` for a view built without the
-    /// policy document).
-    pub untiered: UntieredNamespaces,
     /// `Audit` when the scorer predates enforcement.
     pub mode: EnforcementMode,
     pub admin_groups: Vec<String>,
     pub admin_users: Vec<String>,
-    pub namespace_grants: Vec<NamespaceGrant>,
     /// GPU memory per GPU (GiB) the policy assumes for a job type when a Pod does not say.
     pub job_type_default_memory_gib: HashMap<String, f64>,
     /// Which resource names ask for GPUs (the built-in default list until a policy says otherwise).
@@ -79,9 +75,16 @@ impl Derived {
                 })
                 .collect(),
             tier_allowed: p
-                .tiers
+                .tiers()
                 .iter()
-                .map(|t| t.allowed_classes.iter().cloned().collect())
+                .map(|t| {
+                    p.catalog
+                        .iter()
+                        .zip(&t.allowed)
+                        .filter(|(_, allowed)| **allowed)
+                        .map(|(c, _)| c.name.clone())
+                        .collect()
+                })
                 .collect(),
         }
     }
@@ -180,7 +183,7 @@ pub struct TierRules<'p> {
     pub preferred: Option<&'p str>,
     /// The highest PriorityClass allowed (the higher of the tier's and the grant's); `None` = no cap.
     pub max_priority_class: Option<&'p PriorityClassFacts>,
-    pub fallback: TierFallback,
+    pub fallback: Fallback,
     /// `true` when a namespace grant widened the tier.
     pub granted: bool,
 }
@@ -256,81 +259,93 @@ fn vendor_name(v: i32) -> &'static str {
 
 impl PolicySnapshot {
     /// The webhooks' view of a validated policy.
-    pub fn from_policy(policy: std::sync::Arc<gpu_admission_policy::Policy>) -> Self {
-        let mut view =
-            Self::from_response(gpu_admission_policy::wire::get_policy_response(&policy));
-        view.untiered = policy.untiered_namespaces;
-        view.policy = Some(policy);
-        view
-    }
-
-    /// A view from `GetPolicy`'s per-field copy: policies tests build by hand, and the answer of a scorer that
-    /// predates the document. The services derive their views with [`Self::from_policy`].
-    pub fn from_response(p: GetPolicyResponse) -> Self {
+    pub fn from_policy(policy: Arc<Policy>) -> Self {
+        let catalog: Vec<GpuClass> = policy.classes.iter().map(GpuClass::from).collect();
         let mut class_label_keys: Vec<String> = Vec::new();
-        for c in &p.catalog {
+        for c in &catalog {
             if !c.node_label_key.is_empty() && !class_label_keys.contains(&c.node_label_key) {
                 class_label_keys.push(c.node_label_key.clone());
             }
         }
-        let priority_classes = p
-            .priority_buckets
+        let priority_classes = policy
+            .priority
+            .buckets
             .iter()
-            .filter_map(|b| b.priority_class.as_ref())
-            .filter(|pc| !pc.name.is_empty())
-            .map(|pc| {
-                let policy =
-                    (!pc.preemption_policy.is_empty()).then(|| pc.preemption_policy.clone());
-                (
-                    pc.name.clone(),
-                    PriorityClassFacts {
-                        name: pc.name.clone(),
-                        value: pc.value,
-                        preemption_policy: policy,
-                        global_default: false,
-                    },
-                )
+            .filter(|b| !b.name.is_empty())
+            .map(|b| {
+                let preemption =
+                    (!b.preemption_policy.is_empty()).then(|| b.preemption_policy.clone());
+                let facts = PriorityClassFacts {
+                    name: b.name.clone(),
+                    value: b.value,
+                    preemption_policy: preemption,
+                    global_default: false,
+                };
+                (b.name.clone(), facts)
             })
             .collect();
-        let enforcement = p.enforcement.unwrap_or_default();
-        let mode = match enforcement.mode() {
-            EnforcementMode::Unspecified => EnforcementMode::Audit,
-            m => m,
-        };
-        let class_labels = p
-            .catalog
+        let class_labels = policy
+            .classes
             .iter()
             .map(|c| {
                 let mut labels = vec![(c.node_label_key.clone(), c.node_label_value.clone())];
-                for cl in p.class_labels.iter().filter(|cl| cl.class == c.name) {
-                    for l in &cl.labels {
-                        let pair = (l.key.clone(), l.value.clone());
-                        if !labels.contains(&pair) {
-                            labels.push(pair);
-                        }
+                for pair in &c.identifying_labels {
+                    if !labels.contains(pair) {
+                        labels.push(pair.clone());
                     }
                 }
                 (c.name.clone(), labels)
             })
             .collect();
+        let rules: Vec<_> = policy.gpu_resources.iter().map(Into::into).collect();
+        let e = &policy.enforcement;
         Self {
-            policy: None,
-            gpu_resources: GpuResources::from_rules(&p.gpu_resources),
+            version: policy.version.clone(),
+            gpu_resources: GpuResources::from_rules(&rules),
             derived: OnceLock::new(),
             class_labels,
-            version: p.version,
-            catalog: p.catalog,
+            catalog,
             class_label_keys,
             priority_classes,
-            tiers: p.tiers,
-            default_tier: p.default_tier,
-            untiered: UntieredNamespaces::default(),
-            mode,
-            admin_groups: enforcement.admin_groups,
-            admin_users: enforcement.admin_users,
-            namespace_grants: p.namespace_grants,
-            job_type_default_memory_gib: p.job_type_default_memory_gib.into_iter().collect(),
+            mode: e.mode.into(),
+            admin_groups: e.admin_groups.clone(),
+            admin_users: e.admin_users.clone(),
+            job_type_default_memory_gib: policy
+                .job_types
+                .iter()
+                .filter_map(|j| Some((j.name.clone(), j.default_memory_gib?)))
+                .collect(),
+            policy: Some(policy),
         }
+    }
+
+    /// A view of a `GetPolicy` answer: its document when it carries one, else its per-field copy read into
+    /// the model ([`gpu_admission_policy::legacy`]: a scorer of the previous release, policies tests spell
+    /// as a message). The services derive their views with [`Self::from_policy`].
+    pub fn from_response(p: GetPolicyResponse) -> Self {
+        let policy = match gpu_admission_policy::wire::policy_of(&p) {
+            Some(Ok(policy)) => policy,
+            _ => gpu_admission_policy::legacy::policy_from_fields(&p),
+        };
+        Self::from_policy(Arc::new(policy))
+    }
+
+    /// The policy's tiers (none before a policy is known).
+    pub fn tiers(&self) -> &[Tier] {
+        self.policy.as_ref().map_or(&[], |p| &p.tiers)
+    }
+
+    /// The policy's `defaultTier` (none before a policy is known).
+    pub fn default_tier(&self) -> Option<&str> {
+        let p = self.policy.as_ref()?;
+        Some(p.tiers.get(p.default_tier)?.name.as_str())
+    }
+
+    /// The policy's `untieredNamespaces`.
+    pub fn untiered(&self) -> UntieredNamespaces {
+        self.policy
+            .as_ref()
+            .map_or(UntieredNamespaces::default(), |p| p.untiered_namespaces)
     }
 
     /// The one rule for which tier a namespace is held to, from its tier label's value (`None`: no label, or a
@@ -338,7 +353,8 @@ impl PolicySnapshot {
     /// else (no label, `""`, an unknown value) is untiered and answered as the policy's `untieredNamespaces`
     /// says. Every webhook, the observer's audit and the CLI ask this.
     pub fn tier_for(&self, label: Option<&str>) -> TierScope {
-        if self.tiers.is_empty() {
+        let tiers = self.tiers();
+        if tiers.is_empty() {
             // The policy is not known yet: the label as it is (its rules are looked up once it is).
             return match label {
                 Some(t) if !t.is_empty() => TierScope::Tier(t.to_string()),
@@ -347,22 +363,16 @@ impl PolicySnapshot {
             };
         }
         let why = match label {
-            Some(t) if self.tiers.iter().any(|tier| tier.name == t) => {
+            Some(t) if tiers.iter().any(|tier| tier.name == t) => {
                 return TierScope::Tier(t.to_string());
             }
             None => Untiered::NoLabel,
             Some("") => Untiered::EmptyLabel,
             Some(_) => Untiered::UnknownTier,
         };
-        match self.untiered {
-            // A scorer that predates `defaultTier` names none: nothing to hold the namespace to.
-            UntieredNamespaces::DefaultTier
-                if !self.tiers.iter().any(|t| t.name == self.default_tier) =>
-            {
-                TierScope::Ignored(why)
-            }
+        match self.untiered() {
             UntieredNamespaces::DefaultTier => TierScope::Defaulted {
-                tier: self.default_tier.clone(),
+                tier: self.default_tier().unwrap_or_default().to_string(),
                 why,
             },
             UntieredNamespaces::Deny => TierScope::Denied(why),
@@ -374,21 +384,22 @@ impl PolicySnapshot {
     /// `Bronze`, or a typo) is the policy's `defaultTier`, as the scorer scores it: an unknown value never
     /// means no rules. `None` only before the policy is known.
     pub fn tier_rules<'p>(&'p self, tier: &str, namespace: &str) -> Option<TierRules<'p>> {
-        let i = self
-            .tiers
-            .iter()
-            .position(|t| t.name == tier)
-            .or_else(|| self.tiers.iter().position(|t| t.name == self.default_tier))?;
-        let t = &self.tiers[i];
+        let policy = self.policy.as_ref()?;
+        let i = policy.tier_index(tier).unwrap_or(policy.default_tier);
+        let t = policy.tiers.get(i)?;
         let mut allowed = Cow::Borrowed(&self.derived().tier_allowed[i]);
-        let mut cap = self.priority_classes.get(&t.max_priority_class);
-        let grant = self
+        let bucket = |name: &Option<String>| {
+            name.as_ref()
+                .and_then(|n| self.priority_classes.get(n.as_str()))
+        };
+        let mut cap = bucket(&t.max_priority_class);
+        let grant = policy
             .namespace_grants
             .iter()
             .find(|g| g.namespace == namespace);
         if let Some(g) = grant {
             allowed.to_mut().extend(g.allowed_classes.iter().cloned());
-            if let Some(gcap) = self.priority_classes.get(&g.max_priority_class)
+            if let Some(gcap) = bucket(&g.max_priority_class)
                 && cap.is_some_and(|c| gcap.value > c.value)
             {
                 cap = Some(gcap);
@@ -397,9 +408,9 @@ impl PolicySnapshot {
         Some(TierRules {
             tier: t.name.as_str(),
             allowed,
-            preferred: (!t.preferred_class.is_empty()).then_some(t.preferred_class.as_str()),
+            preferred: t.preferred.map(|c| policy.classes[c].name.as_str()),
             max_priority_class: cap,
-            fallback: t.fallback(),
+            fallback: t.fallback,
             granted: grant.is_some(),
         })
     }

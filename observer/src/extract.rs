@@ -10,7 +10,11 @@
 //!   container's current or last termination), deleted before finishing, failed otherwise, no usable times;
 //! - the GPU class comes from the Node the Pod ran on, through the catalog's label keys (never from our own
 //!   annotation: that is what we asked for, not where it ran);
-//! - co-located job types: the other decided GPU Pods on the same node whose runs overlap this one.
+//! - co-located job types: the other decided GPU Pods on the same node whose runs overlap this one;
+//! - provenance: a run is reported only where its decision record says it may run ([`Record`]): on the class
+//!   our placement named (`placement: gpu-admission`), else (the Pod's own constraint, Kueue, another
+//!   placement inside our tier bound) on one of the in-tier classes the scorer weighed; a Pod whose record
+//!   names neither is skipped (`not_where_decided`).
 
 use std::collections::BTreeMap;
 
@@ -32,6 +36,55 @@ pub struct DecidedJob {
     pub namespace: String,
     /// What of a GPU it asked for: whole devices, MIG slices or a share (only whole devices teach a class).
     pub gpu_shape: GpuShape,
+    /// Where its decision record says it may run.
+    pub record: Record,
+}
+
+/// Where a decision record says its Pod may run (the frontend's `placement`, `gpu-class`, `alternatives`,
+/// `recommended-class` annotations).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Record {
+    /// Our placement pinned the Pod to `class`.
+    pub pinned: bool,
+    /// The class the record names (`gpu-class`, else `recommended-class`).
+    pub class: Option<String>,
+    /// The in-tier classes the scorer weighed (`alternatives`).
+    pub in_tier: Vec<String>,
+}
+
+impl Record {
+    fn of(annotations: &BTreeMap<String, String>) -> Self {
+        let get = |k: &str| annotations.get(k).filter(|v| !v.is_empty());
+        let class = get(names::ANN_GPU_CLASS)
+            .or_else(|| get(names::ANN_RECOMMENDED_CLASS))
+            .cloned();
+        let placement = get(names::ANN_PLACEMENT).map(String::as_str);
+        let pinned = match placement {
+            Some(p) => p == names::PLACEMENT_OURS,
+            // An older record (or one that gave way to the annotation limit): its class, if any.
+            None => get(names::ANN_GPU_CLASS).is_some(),
+        };
+        let in_tier = get(names::ANN_ALTERNATIVES)
+            .map(|a| {
+                a.split(',')
+                    .filter_map(|c| c.split_once('=').map_or(Some(c), |(n, _)| Some(n)))
+                    .map(|c| c.trim().to_string())
+                    .filter(|c| !c.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default();
+        Self {
+            pinned,
+            class,
+            in_tier,
+        }
+    }
+
+    /// Whether a run on `class` is where this record says the Pod may run.
+    pub fn allows(&self, class: &str) -> bool {
+        let named = self.class.as_deref() == Some(class);
+        named || (!self.pinned && self.in_tier.iter().any(|c| c == class))
+    }
 }
 
 /// The shape of the GPUs a Pod asks for, from the kinds of request its features name (`devices`, `mig`,
@@ -81,6 +134,8 @@ pub enum SkipReason {
     NodeUnknown,
     /// The Node carries no label of any catalog class.
     NodeWithoutClass,
+    /// The Node's class is not where the decision record says the Pod may run.
+    NotWhereDecided,
 }
 
 impl SkipReason {
@@ -95,6 +150,7 @@ impl SkipReason {
             Self::NoUsableTimes => "no_usable_times",
             Self::NodeUnknown => "node_unknown",
             Self::NodeWithoutClass => "node_without_class",
+            Self::NotWhereDecided => "not_where_decided",
         }
     }
 }
@@ -116,7 +172,8 @@ pub enum Progress {
 /// label, no UID, or no GPU).
 pub fn decided_job(pod: &Pod) -> Option<DecidedJob> {
     let meta = &pod.metadata;
-    meta.annotations.as_ref()?.get(names::ANN_DECIDED_AT)?;
+    let annotations = meta.annotations.as_ref()?;
+    annotations.get(names::ANN_DECIDED_AT)?;
     let job_type = meta.labels.as_ref()?.get(names::LABEL_JOB_TYPE)?.clone();
     let uid = meta.uid.clone()?;
     let features = gpu_admission_core::pod::features::extract(pod);
@@ -127,6 +184,7 @@ pub fn decided_job(pod: &Pod) -> Option<DecidedJob> {
         workload_class: features.workload_class,
         namespace: meta.namespace.clone().unwrap_or_default(),
         gpu_shape: gpu_shape(&features.gpu_shape),
+        record: Record::of(annotations),
     })
 }
 
@@ -292,6 +350,9 @@ pub fn observation<'r>(
     let end = run.end.ok_or(SkipReason::NoUsableTimes)?;
     let labels = node_labels.ok_or(SkipReason::NodeUnknown)?;
     let class = class_of_node(labels, &policy.catalog).ok_or(SkipReason::NodeWithoutClass)?;
+    if !job.record.allows(class) {
+        return Err(SkipReason::NotWhereDecided);
+    }
     let mut colocated: Vec<String> = others
         .into_iter()
         .filter(|o| o.uid != run.uid && o.node == run.node && o.overlaps(run))

@@ -44,6 +44,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     };
     tracing::info!(identity = %lease.identity, lease = %lease.name, %namespace, scorers = ?cli.scorers,
         "observer starting");
+    for host in cli
+        .scorers
+        .iter()
+        .filter_map(|s| gpu_admission_core::names::relative_dns_host(s))
+    {
+        tracing::warn!(%host, "a scorer host is not an absolute DNS name (no trailing dot): it is looked up through the search path first, where another namespace's name can answer; use e.g. gpu-admission-scorer-replicas.gpu-admission.svc.cluster.local.");
+    }
     let (leader_rx, lease_task) = leader::elect(client.clone(), &lease).await?;
 
     let store = cli

@@ -53,6 +53,8 @@ pub struct Metrics {
     pub delivery_failures: Counter,
     /// `Observe` refused by the scorer (invalid argument): never retried.
     pub rejected: Counter,
+    /// Runs a scorer found implausibly fast for their job type (learned weighed down, at the bound).
+    pub implausible: Counter,
     /// Learned-state convergence: `imported`, `kept` (the replica held something the state lacks), `failed`.
     pub state_imports: Family<ResultLabel, Counter>,
     /// Writes of the stored learned state: `ok`, `conflict`, `too_large`, `failed`.
@@ -75,7 +77,8 @@ pub struct Metrics {
 
 impl Metrics {
     /// Creates and registers the metrics (exposed names: `observer_reported_total`, `observer_skipped_total`,
-    /// `observer_delivery_failures_total`, `observer_rejected_total`, `observer_state_imports_total`,
+    /// `observer_delivery_failures_total`, `observer_rejected_total`, `observer_implausible_runs_total`,
+    /// `observer_state_imports_total`,
     /// `observer_state_stores_total`, `observer_leader`, `observer_scorer_replicas`,
     /// `observer_scorer_replicas_answering`, `observer_best_state_observations`, `observer_pending`,
     /// `observer_last_round_seconds`; the audit's `observer_policy_reports_total`,
@@ -87,6 +90,7 @@ impl Metrics {
             skipped: Family::default(),
             delivery_failures: Counter::default(),
             rejected: Counter::default(),
+            implausible: Counter::default(),
             state_imports: Family::default(),
             state_stores: Family::default(),
             leader: Gauge::default(),
@@ -124,6 +128,11 @@ impl Metrics {
             "observer_rejected",
             "Observations the scorer refused as invalid (not retried)",
             m.rejected.clone(),
+        );
+        registry.register(
+            "observer_implausible_runs",
+            "Finished runs the scorer found implausibly fast for their job type (weighed down, not trusted)",
+            m.implausible.clone(),
         );
         registry.register(
             "observer_state_imports",

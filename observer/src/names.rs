@@ -3,7 +3,13 @@
 //! The decision's own names are core's (re-exported, never spelled twice): the observer watches what
 //! the frontend's patch builder writes.
 
-pub use gpu_admission_core::names::decision::{ANN_DECIDED_AT, LABEL_JOB_TYPE};
+pub use gpu_admission_core::names::decision::{
+    ANN_ALTERNATIVES, ANN_DECIDED_AT, ANN_GPU_CLASS, ANN_PLACEMENT, ANN_RECOMMENDED_CLASS,
+    LABEL_JOB_TYPE,
+};
+
+/// The decision record's `placement` when our placement pinned the Pod to its `gpu-class`.
+pub const PLACEMENT_OURS: &str = "gpu-admission";
 
 /// Default name of the `coordination.k8s.io/v1` Lease the observer replicas elect their leader with.
 pub const DEFAULT_LEASE: &str = "gpu-admission-observer";

@@ -134,10 +134,14 @@ pub async fn observe_everywhere(
         async move { (r.addr, client.observe(req).await) }
     });
     let (mut learned, mut duplicate, mut rejected) = (false, false, None);
+    let mut implausible = false;
     for (addr, result) in futures::future::join_all(calls).await {
         match result {
             Ok(resp) if resp.get_ref().duplicate => duplicate = true,
-            Ok(_) => learned = true,
+            Ok(resp) => {
+                learned = true;
+                implausible |= resp.get_ref().implausible;
+            }
             Err(status) if status.code() == tonic::Code::InvalidArgument => {
                 rejected = Some(status.message().to_string());
             }
@@ -146,6 +150,11 @@ pub async fn observe_everywhere(
                 tracing::warn!(replica = %addr, %status, id = %req.observation_id, "Observe failed");
             }
         }
+    }
+    if implausible {
+        metrics.implausible.inc();
+        tracing::info!(id = %req.observation_id, job_type = %req.job_type, gpu_class = %req.gpu_class,
+            runtime_seconds = req.runtime_seconds, "implausibly fast run: learned weighed down");
     }
     match (learned, duplicate, rejected) {
         (true, _, _) => Delivery::Learned,

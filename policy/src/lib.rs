@@ -6,6 +6,7 @@
 //! without the scorer), the CLI and the observer evaluate with it. Pure: no gRPC, no Kubernetes client.
 pub mod diff;
 pub mod gpu_resources;
+pub mod legacy;
 mod model;
 pub mod names;
 pub mod quotas;

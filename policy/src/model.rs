@@ -75,6 +75,22 @@ pub struct Tier {
     pub fallback: Fallback,
 }
 
+/// An empty tier (no class allowed), what the readers of an older copy start from: a field added later
+/// takes its value here.
+impl Default for Tier {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            allowed: Vec::new(),
+            preferred: None,
+            objective: Objective::Cheapest,
+            priority_weight: 0.0,
+            max_priority_class: None,
+            fallback: Fallback::default(),
+        }
+    }
+}
+
 /// Who is exempt from tier rules and how violations are answered (used by the admission webhooks only).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Enforcement {

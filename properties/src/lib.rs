@@ -60,10 +60,10 @@ pub enum MutateOutcome {
 fn tier_of(policy: &PolicySnapshot) -> impl Fn(&str) -> Option<String> + '_ {
     |ns| {
         policy
-            .tiers
+            .tiers()
             .iter()
             .find(|t| t.name == ns)
-            .or(policy.tiers.first())
+            .or(policy.tiers().first())
             .map(|t| t.name.clone())
     }
 }

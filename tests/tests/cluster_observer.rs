@@ -18,7 +18,11 @@
 //! - a scorer replica killed and replaced answers with the learned estimates within seconds, and the
 //!   ConfigMap holds the learned state; losing every scorer replica and the leading observer at once, a
 //!   fresh replica gets the same learned state back (same digest, the unlisted job type included) through a
-//!   new observer that reads the ConfigMap.
+//!   new observer that reads the ConfigMap;
+//! - poisoning (issue 36): gold's 15 real `train-llama` runs, then another tenant's 120 runs of 2 s under that
+//!   job type (a third next to a job type of its own) leave gold's decision unchanged, its estimates within
+//!   2x and its avoid-list as it was; the implausibly fast runs are counted; a run on a class its decision
+//!   record does not allow is skipped (`not_where_decided`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -28,7 +32,7 @@ use gpu_admission_proto::scorer::v1::{
     ExportStateRequest, GpuVendor, LearnedState, ScoreRequest, ScoreResponse,
 };
 use gpu_admission_tests::cluster::{LocalCluster, service_account_kubeconfig};
-use gpu_admission_tests::names::{ANN_DECIDED_AT, JOB_TYPE_LABEL};
+use gpu_admission_tests::names::{ANN_DECIDED_AT, ANN_GPU_CLASS, ANN_PLACEMENT, JOB_TYPE_LABEL};
 use gpu_admission_tests::observer::{Observer, metric_value};
 use gpu_admission_tests::{ChildProcess, Scorer};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -55,6 +59,8 @@ struct Kubelet {
     pods: Api<Pod>,
     base: i64,
     next_slot: i64,
+    /// Each node's class: the decision record of a Pod bound there names it (our placement pinned it).
+    classes: BTreeMap<String, String>,
 }
 
 fn rfc3339(unix: i64) -> String {
@@ -88,14 +94,28 @@ impl Kubelet {
         workload_class: Option<&str>,
         node: &str,
     ) -> anyhow::Result<String> {
+        let class = self.classes.get(node).cloned().unwrap_or_default();
+        self.create_recorded(name, job_type, workload_class, node, &class)
+            .await
+    }
+
+    /// [`Kubelet::create_bound_as`] with a decision record that pinned the Pod to `class`.
+    async fn create_recorded(
+        &self,
+        name: &str,
+        job_type: &str,
+        workload_class: Option<&str>,
+        node: &str,
+        class: &str,
+    ) -> anyhow::Result<String> {
         let mut annotations = json!({ANN_DECIDED_AT: "2026-11-22T10:00:00Z",
-            "gpu-admission.io/gpu-class": "decided-elsewhere"});
+            ANN_GPU_CLASS: class, ANN_PLACEMENT: "gpu-admission"});
         if let Some(w) = workload_class {
             annotations[ANN_WORKLOAD_CLASS] = w.into();
         }
         let pod: Pod = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": NS,
+            "metadata": {"name": name, "namespace": self.pods.namespace().unwrap_or(NS),
                 "labels": {JOB_TYPE_LABEL: job_type},
                 "annotations": annotations},
             "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "trainer:1",
@@ -415,6 +435,7 @@ async fn observer_reports_each_finished_pod_once_through_a_leader_change_and_sha
         pods: Api::<Pod>::namespaced(client.clone(), NS),
         base: k8s_openapi::jiff::Timestamp::now().as_second() - 400 * SLOT_SECONDS,
         next_slot: 0,
+        classes: nodes_classes.clone(),
     };
     let slow = (prior_best * 5.0).round() as i64;
     let runner_up_truth = prior_runner_up.round() as i64;
@@ -833,7 +854,7 @@ async fn observer_reports_each_finished_pod_once_through_a_leader_change_and_sha
     obs2.process.kill();
     let lost = Instant::now();
     let _fresh = scorer_at("scorer-d", port_a, logs.path()).await;
-    let _obs3 = observer("observer-3").await.unwrap();
+    let obs3 = observer("observer-3").await.unwrap();
     wait_until(
         "a fresh replica holds everything learned",
         Duration::from_secs(30),
@@ -862,4 +883,190 @@ async fn observer_reports_each_finished_pod_once_through_a_leader_change_and_sha
     );
     let (runs, _) = explained(&url_a, UNLISTED, &runner_up.name).await.unwrap();
     assert_eq!(runs, 2, "{UNLISTED} forgotten");
+
+    // Poisoning (issue 36): gold's 15 real runs of train-llama, then another tenant's 120 runs of 2 s under
+    // that job type on L4, a third of them next to a job type of its own, and one Pod that ran where its
+    // record does not say.
+    let learned_before = expected.len();
+    poisoning(
+        &client,
+        &policy,
+        &nodes,
+        &mut kubelet,
+        &url_a,
+        &obs3,
+        learned_before,
+    )
+    .await;
+}
+
+/// Lowest-cost class, each class's runtime estimate and the avoid-list of `job_type` for the gold tenant.
+async fn gold_view(
+    addr: &str,
+    job_type: &str,
+) -> anyhow::Result<(String, BTreeMap<String, f64>, Vec<String>)> {
+    let mut c = ScorerClient::connect(addr.to_string()).await?;
+    let e = c.explain(request(job_type)).await?.into_inner();
+    let feasible: Vec<_> = e.candidates.iter().filter(|c| c.feasible).collect();
+    let best = feasible
+        .iter()
+        .min_by(|a, b| a.cost.total_cmp(&b.cost))
+        .ok_or_else(|| anyhow::anyhow!("no feasible class"))?
+        .gpu_class
+        .clone();
+    // Every class's estimate, the tier's or not (the L4, where the fake runs land, is not gold's).
+    let runtimes = e
+        .candidates
+        .iter()
+        .map(|c| (c.gpu_class.clone(), c.runtime_mean_seconds))
+        .collect();
+    let avoid = e.answer.map(|a| a.avoid_job_types).unwrap_or_default();
+    Ok((best, runtimes, avoid))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn poisoning(
+    client: &kube::Client,
+    policy: &gpu_admission_proto::scorer::v1::GetPolicyResponse,
+    nodes: &Api<Node>,
+    gold: &mut Kubelet,
+    url: &str,
+    observer: &Observer,
+    learned_before: usize,
+) {
+    const BRONZE_NS: &str = "team-bronze";
+    const LLAMA: &str = "train-llama";
+    const NOISE: &str = "bronze-noise";
+    let node_of = |class: &str| format!("node-{}", class.to_ascii_lowercase());
+    for class in ["H100-80GB", "A100-80GB", "L4-24GB"] {
+        let name = node_of(class);
+        if gold.classes.contains_key(&name) {
+            continue;
+        }
+        let c = policy.catalog.iter().find(|c| c.name == class).unwrap();
+        let node: Node = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {c.node_label_key.clone(): c.node_label_value.clone(),
+                "kubernetes.io/hostname": name}}}))
+        .unwrap();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+        gold.classes.insert(name, class.to_string());
+    }
+    let l4 = node_of("L4-24GB");
+    // Gold's real runs (each inside its slot: nothing overlaps them).
+    for i in 0..15 {
+        let (class, t) = [
+            ("H100-80GB", 30_000),
+            ("A100-80GB", 60_000),
+            ("L4-24GB", 380_000),
+        ][i % 3];
+        let t = t * (100 + (i as i64 * 7) % 5) / 100;
+        let start = gold.slot();
+        gold.finished(&format!("gold-llama-{i}"), LLAMA, &node_of(class), start, t)
+            .await
+            .unwrap();
+    }
+    let learned = |n: usize| {
+        let url = url.to_string();
+        move || {
+            let url = url.clone();
+            async move { Ok(export(&url).await?.observations == n as u64) }
+        }
+    };
+    let mut total = learned_before + 15;
+    wait_until(
+        "gold's runs learned",
+        Duration::from_secs(60),
+        learned(total),
+    )
+    .await
+    .unwrap();
+    let (best, estimates, avoid) = gold_view(url, LLAMA).await.unwrap();
+    println!("gold's {LLAMA}: {best}, estimates {estimates:.0?}, avoid-list {avoid:?}");
+
+    // The bronze tenant: per slot two runs of 2 s alone and one next to a job type of its own.
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": BRONZE_NS}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut bronze = Kubelet {
+        pods: Api::<Pod>::namespaced(client.clone(), BRONZE_NS),
+        base: gold.base + (gold.next_slot + 5) * SLOT_SECONDS,
+        next_slot: 0,
+        classes: gold.classes.clone(),
+    };
+    let started = Instant::now();
+    for k in 0..40 {
+        let s = bronze.slot();
+        for (i, at) in [(0, 0), (1, 10), (2, 100)] {
+            bronze
+                .finished(&format!("fake-{k}-{i}"), LLAMA, &l4, s + at, 2)
+                .await
+                .unwrap();
+        }
+        bronze
+            .finished(&format!("noise-{k}"), NOISE, &l4, s + 50, 350)
+            .await
+            .unwrap();
+    }
+    // One that ran where its record does not say (pinned to the H100, bound to the L4).
+    bronze
+        .create_recorded("elsewhere", LLAMA, None, &l4, "H100-80GB")
+        .await
+        .unwrap();
+    let s = bronze.slot();
+    bronze.running("elsewhere", s).await.unwrap();
+    bronze
+        .terminated("elsewhere", "Succeeded", "Completed", 0, s, s + 2)
+        .await
+        .unwrap();
+    total += 160;
+    wait_until(
+        "bronze's runs learned",
+        Duration::from_secs(120),
+        learned(total),
+    )
+    .await
+    .unwrap();
+    wait_until(
+        "the misplaced run skipped",
+        Duration::from_secs(30),
+        || async {
+            let m = observer.metrics().await?;
+            Ok(metric_value(&m, "observer_skipped_total{reason=\"not_where_decided\"}") == 1.0)
+        },
+    )
+    .await
+    .unwrap();
+    println!(
+        "bronze: 120 runs of 2 s under {LLAMA} + 40 of its own {NOISE} next to them learned {:.1?} after the first was created",
+        started.elapsed()
+    );
+    let m = observer.metrics().await.unwrap();
+    let implausible = metric_value(&m, "observer_implausible_runs_total");
+    println!("implausibly fast runs weighed down: {implausible}");
+    assert!(implausible >= 1.0, "{implausible}");
+
+    let (after, moved, avoid_after) = gold_view(url, LLAMA).await.unwrap();
+    println!("gold's {LLAMA} after: {after}, estimates {moved:.0?}, avoid-list {avoid_after:?}");
+    assert_eq!(after, best, "bronze moved gold's decision");
+    for (class, was) in &estimates {
+        let ratio = moved[class] / was;
+        assert!(
+            (0.5..=2.0).contains(&ratio),
+            "gold's {class} estimate moved {ratio:.3}x"
+        );
+    }
+    assert_eq!(
+        avoid_after, avoid,
+        "bronze's co-location reached gold's avoid-list"
+    );
+    // Bronze's own job type learned its neighbour from its own runs (its own avoid-list, its business).
+    let mut c = ScorerClient::connect(url.to_string()).await.unwrap();
+    let mut req = request(NOISE);
+    req.namespace = BRONZE_NS.into();
+    let noise_avoid = c.score(req).await.unwrap().into_inner().avoid_job_types;
+    println!("{NOISE}'s avoid-list (bronze's own): {noise_avoid:?}");
 }

@@ -278,7 +278,21 @@ fn webhook_registration_points_at_the_service_port_and_route_of_the_frontend() {
             .strip_prefix("http://")
             .expect("plain-text gRPC inside the cluster");
         let (host, port) = host_port.split_once(':').unwrap();
+        // By absolute name, in the scorer's namespace: never through the DNS search path.
+        assert_eq!(
+            gpu_admission_core::names::relative_dns_host(&scorer_url),
+            None,
+            "{scorer_url}"
+        );
         let scorer_svc = m.get("Service", host.split('.').next().unwrap());
+        assert_eq!(
+            host,
+            format!(
+                "{}.{}.svc.cluster.local.",
+                scorer_svc["metadata"]["name"].as_str().unwrap(),
+                scorer_svc["metadata"]["namespace"].as_str().unwrap()
+            )
+        );
         let scorer_port = arr_at(scorer_svc, "/spec/ports")
             .iter()
             .find(|p| p["port"].as_i64() == Some(port.parse().unwrap()))
@@ -1495,6 +1509,18 @@ fn observer_rbac_grants_exactly_what_it_uses() {
     };
     for m in modes {
         let d = m.get("Deployment", OBSERVER_DEPLOYMENT);
+        // Every scorer replica by the headless Service's absolute name: never through the search path.
+        for scorer in args(container(d, "observer"))
+            .iter()
+            .filter_map(|a| a.strip_prefix("--scorer="))
+        {
+            let svc = m.get("Service", "gpu-admission-scorer-replicas");
+            let expected = format!(
+                "http://gpu-admission-scorer-replicas.{}.svc.cluster.local.:50051",
+                svc["metadata"]["namespace"].as_str().unwrap()
+            );
+            assert_eq!(scorer, expected, "{}", m.mode);
+        }
         let bound: BTreeSet<(String, String)> =
             roles_bound_to(m, OBSERVER_DEPLOYMENT).into_iter().collect();
         assert_eq!(

@@ -70,6 +70,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     eprintln!("webhook-frontend listening on {addr}");
     let no_kube = matches!(config.cluster, ClusterSource::Static { .. });
     tracing::info!(%addr, scorer = %config.scorer.endpoint, no_kube, "admission server started");
+    if let Some(host) = gpu_admission_core::names::relative_dns_host(&config.scorer.endpoint) {
+        tracing::warn!(%host, "the scorer's host is not an absolute DNS name (no trailing dot): it is looked up through the search path first, where another namespace's name can answer; use e.g. gpu-admission-scorer.gpu-admission.svc.cluster.local.");
+    }
 
     let admin = gpu_admission_telemetry::admin::serve(
         config.admin_listen,

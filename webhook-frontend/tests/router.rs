@@ -321,6 +321,8 @@ async fn malformed_bodies_are_bad_requests_on_every_webhook() {
 /// gold may use A100-80GB only, capped at gpu-default; Enforce; `gpu-admission:admins` exempt.
 fn enforcing_policy() -> GetPolicyResponse {
     let mut p = policy();
+    // The per-field copy is changed below: without the document, it is what a reader reads.
+    p.document.clear();
     p.tiers = vec![Tier {
         name: "gold".into(),
         allowed_classes: vec!["A100-80GB".into()],

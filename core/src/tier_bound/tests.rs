@@ -1,7 +1,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 
-use gpu_admission_proto::scorer::v1::{GpuClass, TierFallback};
+use gpu_admission_proto::scorer::v1::GpuClass;
 use k8s_openapi::api::core::v1::PodSpec;
 use serde_json::json;
 
@@ -28,7 +28,7 @@ fn bronze() -> TierRules<'static> {
         allowed: Cow::Owned(BTreeSet::from(["L4-24GB".to_string()])),
         preferred: None,
         max_priority_class: None,
-        fallback: TierFallback::TierDefault,
+        fallback: crate::policy::Fallback::TierDefault,
         granted: false,
     }
 }

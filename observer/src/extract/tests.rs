@@ -28,6 +28,8 @@ fn pod(uid: &str, node: &str, phase: &str, containers: Value) -> Value {
             "annotations": {
                 "gpu-admission.io/decided-at": "2026-05-04T09:59:58Z",
                 "gpu-admission.io/gpu-class": "A100-80GB",
+                "gpu-admission.io/placement": "pod: nodeAffinity",
+                "gpu-admission.io/alternatives": "A100-80GB=1,H100-80GB=0.91,L4-24GB=0.5",
                 "gpu-admission.io/priority-score": "72.40",
                 "gpu-admission.io/policy-version": "1"
             },
@@ -124,6 +126,11 @@ fn a_decided_gpu_pod_is_ours_with_its_gpu_count_and_job_type() {
             workload_class: gpu_admission_proto::scorer::v1::WorkloadClass::Unknown,
             namespace: "team-a".into(),
             gpu_shape: GpuShape::Whole,
+            record: Record {
+                pinned: false,
+                class: Some("A100-80GB".into()),
+                in_tier: vec!["A100-80GB".into(), "H100-80GB".into(), "L4-24GB".into()],
+            },
         }
     );
     let mut undecided = pod("u-2", "n", "Running", json!([]));
@@ -433,6 +440,55 @@ fn the_class_comes_from_the_node_and_unknown_nodes_are_skipped_not_unlisted_job_
     // The tenant and the GPU shape go with the run.
     assert_eq!(req.namespace, "team-a");
     assert_eq!(req.gpu_shape, GpuShape::Whole as i32);
+}
+
+#[test]
+fn a_run_is_reported_only_where_its_decision_record_says_it_may_run() {
+    let p = finished_pod("u-1");
+    let job = decided_job(&p).unwrap();
+    let Progress::Finished(run) = progress(&p, &job, false) else {
+        panic!()
+    };
+    let facts = catalog();
+    let on = |job: &DecidedJob, class: &str| {
+        observation(job, &run, Some(&node_labels(class)), &facts, []).map(|r| r.gpu_class)
+    };
+    let with = |edit: &dyn Fn(&mut BTreeMap<String, String>)| {
+        let mut p = finished_pod("u-1");
+        edit(p.metadata.annotations.as_mut().unwrap());
+        decided_job(&p).unwrap()
+    };
+    // The Pod's own constraint: any in-tier class the scorer weighed, nothing else.
+    assert_eq!(on(&job, "H100-80GB"), Ok("H100-80GB".into()));
+    let two = with(&|a| {
+        a.insert(
+            "gpu-admission.io/alternatives".into(),
+            "A100-80GB=1,H100-80GB=0.91".into(),
+        );
+    });
+    assert_eq!(on(&two, "H100-80GB"), Ok("H100-80GB".into()));
+    assert_eq!(on(&two, "L4-24GB"), Err(SkipReason::NotWhereDecided));
+    // Our placement pinned it: only that class.
+    let pinned = with(&|a| {
+        a.insert("gpu-admission.io/placement".into(), "gpu-admission".into());
+    });
+    assert_eq!(on(&pinned, "A100-80GB"), Ok("A100-80GB".into()));
+    assert_eq!(on(&pinned, "H100-80GB"), Err(SkipReason::NotWhereDecided));
+    // An older record without a placement, with its class: that class.
+    let older = with(&|a| {
+        a.remove("gpu-admission.io/placement");
+        a.remove("gpu-admission.io/alternatives");
+    });
+    assert_eq!(on(&older, "A100-80GB"), Ok("A100-80GB".into()));
+    assert_eq!(on(&older, "L4-24GB"), Err(SkipReason::NotWhereDecided));
+    // A record that names no class at all (a hand-written `decided-at`): nowhere.
+    let bare = with(&|a| {
+        a.retain(|k, _| k == "gpu-admission.io/decided-at");
+    });
+    for class in ["A100-80GB", "H100-80GB", "L4-24GB"] {
+        assert_eq!(on(&bare, class), Err(SkipReason::NotWhereDecided));
+    }
+    assert_eq!(SkipReason::NotWhereDecided.as_str(), "not_where_decided");
 }
 
 #[test]

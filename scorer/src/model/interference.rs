@@ -19,7 +19,15 @@
 //! calls harmless that hurts in two or three runs reaches the avoid-list, where the prior alone would
 //! hold it back for a dozen.
 //!
-//! Bounded: at most [`MAX_PAIRS`] pairs are kept; past that the pair seen least recently is forgotten (it
+//! **Per tenant pair** ([`InterferenceTable::directed`]): when the two job types of a pair have different
+//! owners ([`super::tenants`]), a run's slowdown is kept per direction, under (the job type that ran, its
+//! neighbour), and read only for the avoid-list and cost of the job type whose runs it came from. So a
+//! tenant's runs, true or fake, next to another tenant's job type put nothing on that job type's
+//! avoid-list and change none of its costs (the bound is zero entries); they teach the reporting
+//! tenant's own job type to avoid its neighbour. A pair with a job type no tenant owns yet (or runs
+//! without a namespace) is learned unordered, as before.
+//!
+//! Bounded: at most [`MAX_PAIRS`] pairs (unordered and directed together) are kept; past that the pair seen least recently is forgotten (it
 //! falls back to its prior), and the pairs of an evicted unlisted job type go with it.
 use std::collections::BTreeMap;
 
@@ -39,6 +47,10 @@ pub const PRIOR_WRONG: f64 = 0.2;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct InterferenceTable {
     pub pairs: BTreeMap<String, BTreeMap<String, Stat>>,
+    /// Slowdowns of pairs whose job types have different owners, keyed by the job type that ran, then its
+    /// neighbour (see the module's doc; absent in older snapshots and while there are none).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub directed: BTreeMap<String, BTreeMap<String, Stat>>,
 }
 
 fn ordered<'a>(a: &'a str, b: &'a str) -> (&'a str, &'a str) {
@@ -55,6 +67,16 @@ impl InterferenceTable {
             .unwrap_or_default()
     }
 
+    /// What `a`'s avoid-list and costs read of the pair: its own runs next to `b` when the two have different
+    /// owners (kept per direction), else the unordered pair.
+    pub fn view(&self, a: &str, b: &str) -> Stat {
+        self.directed
+            .get(a)
+            .and_then(|m| m.get(b))
+            .copied()
+            .unwrap_or_else(|| self.get(a, b))
+    }
+
     /// Records one observed slowdown of the pair (clamped to > −50 %, a guard against nonsense) at
     /// sequence number `seq`; past [`MAX_PAIRS`] the least recently seen pair is forgotten.
     #[cfg(test)]
@@ -67,52 +89,93 @@ impl InterferenceTable {
     /// least recently seen pair is forgotten.
     pub fn record_weighted(&mut self, a: &str, b: &str, slowdown: f64, weight: f64, seq: u64) {
         let (lo, hi) = ordered(a, b);
-        let stat = self
-            .pairs
-            .entry(lo.to_string())
+        self.add(false, lo, hi, slowdown, weight, seq);
+    }
+
+    /// [`InterferenceTable::record_weighted`] for a run of `ran` next to `neighbour` when the two have
+    /// different owners: kept for `ran`'s reading only ([`InterferenceTable::view`]).
+    pub fn record_directed(
+        &mut self,
+        ran: &str,
+        neighbour: &str,
+        slowdown: f64,
+        weight: f64,
+        seq: u64,
+    ) {
+        self.add(true, ran, neighbour, slowdown, weight, seq);
+    }
+
+    fn add(&mut self, directed: bool, a: &str, b: &str, slowdown: f64, weight: f64, seq: u64) {
+        let table = if directed {
+            &mut self.directed
+        } else {
+            &mut self.pairs
+        };
+        let stat = table
+            .entry(a.to_string())
             .or_default()
-            .entry(hi.to_string())
+            .entry(b.to_string())
             .or_default();
         stat.add_weighted(slowdown.max(-0.5).ln_1p(), weight);
         stat.last = seq;
         if self.len() > MAX_PAIRS {
-            let oldest = self
-                .pairs
-                .iter()
-                .flat_map(|(lo, m)| m.iter().map(move |(hi, s)| (s.last, lo, hi)))
-                .min()
-                .map(|(_, lo, hi)| (lo.clone(), hi.clone()));
-            if let Some((lo, hi)) = oldest {
-                self.remove_pair(&lo, &hi);
+            let oldest = |t: &BTreeMap<String, BTreeMap<String, Stat>>, d: bool| {
+                t.iter()
+                    .flat_map(|(a, m)| {
+                        m.iter()
+                            .map(move |(b, s)| (s.last, d, a.clone(), b.clone()))
+                    })
+                    .min()
+            };
+            let oldest = [oldest(&self.pairs, false), oldest(&self.directed, true)]
+                .into_iter()
+                .flatten()
+                .min();
+            if let Some((_, d, a, b)) = oldest {
+                Self::remove_pair(
+                    if d {
+                        &mut self.directed
+                    } else {
+                        &mut self.pairs
+                    },
+                    &a,
+                    &b,
+                );
             }
         }
     }
 
-    fn remove_pair(&mut self, lo: &str, hi: &str) {
-        if let Some(m) = self.pairs.get_mut(lo) {
-            m.remove(hi);
+    fn remove_pair(table: &mut BTreeMap<String, BTreeMap<String, Stat>>, a: &str, b: &str) {
+        if let Some(m) = table.get_mut(a) {
+            m.remove(b);
             if m.is_empty() {
-                self.pairs.remove(lo);
+                table.remove(a);
             }
         }
     }
 
     /// Forgets every pair of `job_type` (evicted).
     pub fn remove_job(&mut self, job_type: &str) {
-        self.pairs.remove(job_type);
-        for m in self.pairs.values_mut() {
-            m.remove(job_type);
+        for table in [&mut self.pairs, &mut self.directed] {
+            table.remove(job_type);
+            for m in table.values_mut() {
+                m.remove(job_type);
+            }
+            table.retain(|_, m| !m.is_empty());
         }
-        self.pairs.retain(|_, m| !m.is_empty());
     }
 
-    /// Pairs kept.
+    /// Pairs kept (unordered and directed).
     pub fn len(&self) -> usize {
-        self.pairs.values().map(BTreeMap::len).sum()
+        [&self.pairs, &self.directed]
+            .iter()
+            .flat_map(|t| t.values())
+            .map(BTreeMap::len)
+            .sum()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.pairs.is_empty()
+        self.pairs.is_empty() && self.directed.is_empty()
     }
 }
 
@@ -139,7 +202,7 @@ fn slowdown_from(
     b: &str,
 ) -> f64 {
     let prior = prior_slowdown.max(0.0).ln_1p();
-    let stat = learned.get(a, b);
+    let stat = learned.view(a, b);
     if stat.count == 0 {
         return prior.exp_m1();
     }

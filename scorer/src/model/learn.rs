@@ -14,6 +14,10 @@ use crate::policy::{Policy, WorkloadClass};
 
 /// A co-located run's excess is winsorised at this many standard deviations (see [`learn_colocated`]).
 pub const CLIP: f64 = 2.5;
+/// A run is implausibly fast when it is more than this many times faster than its estimate ...
+pub const IMPLAUSIBLE_FACTOR: f64 = 10.0;
+/// ... and beyond this many standard deviations of it (the estimate's and the run-to-run noise).
+pub const IMPLAUSIBLE_SDS: f64 = 3.0;
 
 /// What of a GPU a run had.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -58,6 +62,8 @@ pub struct ObserveOutcome {
     pub evicted: Option<String>,
     /// The run had a MIG slice or a share of a device: recorded, not learned.
     pub partial: bool,
+    /// The run was implausibly fast: learned at the plausibility bound ([`weigh_down`]).
+    pub implausible: bool,
 }
 
 /// What [`learn`] did.
@@ -144,6 +150,50 @@ pub fn learn(policy: &Policy, learned: &mut Learned, obs: &Observation) -> Learn
     }
 }
 
+/// `obs` as it is learned, and whether it was implausibly fast: more than [`IMPLAUSIBLE_FACTOR`] times faster
+/// than the current estimate of its job type (under the name it is learned under) on its class and beyond
+/// [`IMPLAUSIBLE_SDS`] standard deviations of it. Such a run (a container that exits at once, a Pod that
+/// claims a job type it is not) is weighed down, not trusted: it is learned as a run at that bound, so one
+/// run moves the estimate by a bounded step however short it was. A prior wrong by a factor of a few is far
+/// inside the bound and learned as it is. Reads the posterior of the state before the run (already built
+/// by the previous Observe's answer: no extra rebuild).
+fn weigh_down<'o>(
+    policy: &Policy,
+    learned: &mut Learned,
+    obs: &'o Observation,
+) -> (std::borrow::Cow<'o, Observation>, bool) {
+    let whole = obs.gpu_shape == GpuShape::Whole;
+    let new = obs
+        .id
+        .as_deref()
+        .is_none_or(|id| !learned.observed.contains(id));
+    let Some(class) = policy.class_index(&obs.gpu_class).filter(|_| whole && new) else {
+        return (std::borrow::Cow::Borrowed(obs), false);
+    };
+    learned.refresh(policy);
+    let post = learned.posterior(policy);
+    let name = learned
+        .owners
+        .name_for(&obs.job_type, obs.tenant.as_deref());
+    let workload = obs.workload_class.unwrap_or(WorkloadClass::Unknown);
+    // A tenant's first run of another tenant's job type is judged by that job type's estimate.
+    let who = match post.job(policy, &name, workload) {
+        super::posterior::JobRef::Unknown(_) => post.job(policy, tenants::base(&name), workload),
+        known => known,
+    };
+    let e = post.estimate(policy, who, class);
+    let size = estimate::size_log_speedup(obs.gpu_count, policy.learning.gpu_scaling_exponent);
+    let floor = e.log_mean
+        - IMPLAUSIBLE_FACTOR.ln()
+        - IMPLAUSIBLE_SDS * (e.log_var + policy.learning.tau.powi(2)).sqrt();
+    if obs.runtime_seconds.ln() + size >= floor {
+        return (std::borrow::Cow::Borrowed(obs), false);
+    }
+    let mut at_bound = obs.clone();
+    at_bound.runtime_seconds = (floor - size).exp();
+    (std::borrow::Cow::Owned(at_bound), true)
+}
+
 /// Learns the slowdown of a co-located run (log 1-GPU runtime `y` on class `class`) and returns its log
 /// runtime with the estimated slowdown taken out.
 ///
@@ -186,9 +236,17 @@ fn learn_colocated(
         let known = policy.job_index(other).is_some() || learned.unlisted.get(other).is_some();
         if known {
             let others = total - current[k];
-            learned
-                .interference
-                .record_weighted(name, other, excess - others, weight, seq);
+            let slowdown = excess - others;
+            if learned.owners.differ(name, other) {
+                // Another tenant's job type: this run teaches `name`'s avoid-list, not the neighbour's.
+                learned
+                    .interference
+                    .record_directed(name, other, slowdown, weight, seq);
+            } else {
+                learned
+                    .interference
+                    .record_weighted(name, other, slowdown, weight, seq);
+            }
         }
     }
     let total = interference::total_slowdown(
@@ -200,12 +258,13 @@ fn learn_colocated(
     y - (learned.contention.factor(policy, class) * total).ln_1p()
 }
 
-/// [`learn`], then the updated estimate of the job type on the class (the posterior rebuilt).
+/// [`learn`] (an implausibly fast run weighed down first, [`weigh_down`]), then the updated estimate of the job type on the class (the posterior rebuilt).
 pub fn observe(policy: &Policy, learned: &mut Learned, obs: &Observation) -> ObserveOutcome {
     let class = policy
         .class_index(&obs.gpu_class)
         .expect("validated by the caller");
-    let learnt = learn(policy, learned, obs);
+    let (obs, implausible) = weigh_down(policy, learned, obs);
+    let learnt = learn(policy, learned, &obs);
     learned.refresh(policy);
     let size = estimate::size_log_speedup(obs.gpu_count, policy.learning.gpu_scaling_exponent);
     let post = learned.posterior(policy);
@@ -225,6 +284,7 @@ pub fn observe(policy: &Policy, learned: &mut Learned, obs: &Observation) -> Obs
         duplicate: learnt.duplicate,
         evicted: learnt.evicted,
         partial: learnt.partial,
+        implausible,
     }
 }
 

@@ -60,6 +60,29 @@ impl Owners {
         }
     }
 
+    /// The name a run of `job_type` by `tenant` would be learned under now ([`Owners::learned_name`] without
+    /// taking ownership: a job type nobody owns yet is its own name).
+    pub fn name_for<'a>(&self, job_type: &'a str, tenant: Option<&str>) -> Cow<'a, str> {
+        match (tenant.filter(|t| !t.is_empty()), self.0.get(job_type)) {
+            (Some(t), Some(owner)) if owner != t && !job_type.contains(SEPARATOR) => {
+                Cow::Owned(format!("{job_type}{SEPARATOR}{t}"))
+            }
+            _ => Cow::Borrowed(job_type),
+        }
+    }
+
+    /// Whether `a` and `b` (learned names) have different owners, both known: their pair is then learned per
+    /// direction ([`super::interference`]). A tenant's own name for another's job type is that tenant's.
+    pub fn differ(&self, a: &str, b: &str) -> bool {
+        fn owner<'a>(owners: &'a Owners, n: &'a str) -> Option<&'a str> {
+            match n.split_once(SEPARATOR) {
+                Some((_, tenant)) => Some(tenant),
+                None => owners.0.get(n).map(String::as_str),
+            }
+        }
+        matches!((owner(self, a), owner(self, b)), (Some(x), Some(y)) if x != y)
+    }
+
     /// Forgets a job type (evicted) and its owner.
     pub fn forget(&mut self, job_type: &str) {
         self.0.remove(job_type);
@@ -90,7 +113,7 @@ pub fn is_tenant_name(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{JobRequest, Learned, Observation, learn, score};
+    use super::super::{JobRequest, Learned, Observation, learn, observe, score};
     use super::*;
     use crate::policy::{Policy, Vendor, embedded_default};
 
@@ -214,6 +237,97 @@ mod tests {
                 "{class}: students read {own} s for {runtime} s"
             );
         }
+    }
+
+    #[test]
+    fn another_tenants_fake_colocation_puts_nothing_on_the_owners_avoid_list() {
+        let p = embedded_default().unwrap();
+        let before = gold(&p);
+        let mut l = before.clone();
+        // The students' own job types: 12 of them (more than an avoid-list holds), each run alone, then
+        // three times as long "next to" gold's train-llama.
+        let noisy: Vec<String> = (0..12).map(|k| format!("noisy-{k:02}")).collect();
+        let mut id = 0;
+        for name in &noisy {
+            for i in 0..40 {
+                id += 1;
+                let mut o = run("students", name, "L4-24GB", 1_000.0, format!("s{id}"));
+                if i >= 10 {
+                    o.runtime_seconds = 3_000.0;
+                    o.colocated_job_types = vec!["train-llama".into()];
+                }
+                learn(&p, &mut l, &o);
+            }
+        }
+        // Their own avoid-lists learn it (the evidence is theirs) ...
+        assert!(
+            l.avoid_list(&p, "noisy-00")
+                .contains(&"train-llama".to_string()),
+            "{:?}",
+            l.avoid_list(&p, "noisy-00")
+        );
+        // ... gold's does not. Gold's decision stays; its estimates move only as far as the students' own
+        // job types teach the shared parameters (the L4's offset), well within 2x.
+        assert_eq!(
+            l.avoid_list(&p, "train-llama"),
+            before.avoid_list(&p, "train-llama")
+        );
+        let ((choice, moved), (was, estimates)) = (decide(&p, &l), decide(&p, &before));
+        assert_eq!(choice, was);
+        for (a, b) in moved.iter().zip(&estimates) {
+            assert!((0.5..=2.0).contains(&(a / b)), "{a} against {b}");
+        }
+        assert_eq!(l.interference.pairs.len(), 0, "nothing learned unordered");
+        // Within one tenant, a pair is learned from either side, as before.
+        let mut one = Learned::default();
+        for i in 0..40 {
+            let mut o = run("team", "batch-etl", "L4-24GB", 1_000.0, format!("t{i}"));
+            if i >= 10 {
+                o.runtime_seconds = 3_000.0;
+                o.colocated_job_types = vec!["notebook".into()];
+            }
+            learn(&p, &mut one, &o);
+        }
+        learn(
+            &p,
+            &mut one,
+            &run("team", "notebook", "L4-24GB", 100.0, "n".into()),
+        );
+        assert!(one.interference.directed.is_empty());
+        assert!(
+            one.avoid_list(&p, "notebook")
+                .contains(&"batch-etl".to_string())
+        );
+    }
+
+    #[test]
+    fn an_implausibly_fast_run_is_weighed_down_a_plausible_one_is_not() {
+        let p = embedded_default().unwrap();
+        let before = gold(&p);
+        let l4 = p.class_index("L4-24GB").unwrap();
+        let estimate = |l: &Learned| decide(&p, l).1[l4];
+        // Gold's own Pod of train-llama that exits after 2 s on L4 (estimated ~400,000 s).
+        let mut l = before.clone();
+        let learnt = observe(
+            &p,
+            &mut l,
+            &run("llm-prod", "train-llama", "L4-24GB", 2.0, "x".into()),
+        );
+        assert!(learnt.implausible);
+        let (was, now) = (estimate(&before), estimate(&l));
+        // Learned at the bound (> 10x faster than the estimate), not at 2 s: one run of six moves the
+        // estimate by a bounded step.
+        assert!(now < was && now > was / 3.0, "{was} -> {now}");
+        // A run 3x faster than the estimate (a prior wrong by a few times) is learned as it is.
+        let mut m = before.clone();
+        let t = was / 3.0;
+        let learnt = observe(
+            &p,
+            &mut m,
+            &run("llm-prod", "train-llama", "L4-24GB", t, "y".into()),
+        );
+        assert!(!learnt.implausible);
+        assert_eq!(m.runtimes.get("train-llama", "L4-24GB").count, 6);
     }
 
     #[test]

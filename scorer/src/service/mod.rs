@@ -232,6 +232,8 @@ impl Core {
                 "duplicate"
             } else if outcome.partial {
                 "partial_gpu"
+            } else if outcome.implausible {
+                "implausible"
             } else {
                 "ok"
             },
@@ -241,6 +243,7 @@ impl Core {
             runtime_stddev_seconds: outcome.estimate.stddev,
             observations: outcome.observations,
             duplicate: outcome.duplicate,
+            implausible: outcome.implausible,
         })
     }
 

@@ -264,6 +264,10 @@ impl mutate_pod::MutatePorts for Ports<'_> {
     fn now(&self) -> OffsetDateTime {
         OffsetDateTime::now_utc()
     }
+
+    fn building_patch<R>(&self, step: impl FnOnce() -> R) -> R {
+        tracing::info_span!(target: REQUEST_SPANS, "build_patch").in_scope(step)
+    }
 }
 
 /// The decision in the span and the log.

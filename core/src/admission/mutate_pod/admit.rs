@@ -62,6 +62,11 @@ pub trait MutatePorts {
 
     /// `decided-at` of the decision record.
     fn now(&self) -> OffsetDateTime;
+
+    /// Runs the last step, the patch built from the outcome (the frontend times it as a span of its own).
+    fn building_patch<R>(&self, step: impl FnOnce() -> R) -> R {
+        step()
+    }
 }
 
 /// How `/mutate-pod` answered one Pod request.
@@ -149,7 +154,8 @@ pub async fn admit<'a, P: MutatePorts>(
         _ => None,
     };
     let now = ports.now();
-    let decision = ports.with_facts(|facts| decide(&scoring, outcome, facts, now));
+    let decision =
+        ports.building_patch(|| ports.with_facts(|facts| decide(&scoring, outcome, facts, now)));
     if let (Some(key), Some(answer), ScorerResult::Ok) = (key, to_keep, decision.scorer_result) {
         ports.keep_answer(key, answer);
     }

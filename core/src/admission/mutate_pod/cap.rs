@@ -180,8 +180,9 @@ mod tests {
         p.mode = EnforcementMode::Enforce;
         assert!(capped_in(&p, "batch", "gpu-ultra", Some("bronze")).is_none());
         // Ignore: an untiered namespace is outside every rule; a tier namespace still is not.
-        let mut p = policy();
-        p.untiered = crate::policy::UntieredNamespaces::Ignore;
+        let mut model = (**policy().policy.as_ref().unwrap()).clone();
+        model.untiered_namespaces = crate::policy::UntieredNamespaces::Ignore;
+        let p = PolicySnapshot::from_policy(std::sync::Arc::new(model));
         assert!(capped_in(&p, "batch", "gpu-ultra", None).is_none());
         assert!(capped_in(&p, "batch", "gpu-ultra", Some("bronze")).is_some());
     }

@@ -19,7 +19,7 @@ pub mod triage;
 pub use admit::{Admitted, AnswerKey, Decided, MutatePorts, admit};
 pub use cap::{Capped, cap_priority};
 
-use gpu_admission_proto::scorer::v1::{ScoreRequest, ScoreResponse, TierFallback};
+use gpu_admission_proto::scorer::v1::{ScoreRequest, ScoreResponse};
 use k8s_openapi::api::core::v1::Pod;
 use kube_core::admission::AdmissionRequest;
 use time::OffsetDateTime;
@@ -289,7 +289,9 @@ pub fn decide(
         |r: &TierRules<'_>| !scoring.admin && tier_bound::restricts(r, &policy.catalog);
     let (mut answer, fallback) = match (outcome, rules) {
         (ScorerOutcome::Answered(answer), _) => (*answer, false),
-        (failed, Some(r)) if r.fallback == TierFallback::TierDefault || needs_bound(r) => {
+        (failed, Some(r))
+            if r.fallback == crate::policy::Fallback::TierDefault || needs_bound(r) =>
+        {
             let (kind, detail) = failed.failure().unwrap_or_default();
             warnings.push(format!(
                 "gpu-admission: scorer {kind} ({detail}); placed on the default classes of tier {}",

@@ -221,7 +221,8 @@ fn untiered(
         return Check::NotOurs("untiered namespace: no GPU and no PriorityClass");
     }
     // Outside every tier: exempt as from the default tier (the deprecated admin lists grant it too).
-    let exempt = crate::authority::Permission::Exempt(policy.default_tier.clone());
+    let exempt =
+        crate::authority::Permission::Exempt(policy.default_tier().unwrap_or_default().to_string());
     if facts.grants.allows(&exempt) {
         return Check::Allowed(Allowance::Exempt);
     }

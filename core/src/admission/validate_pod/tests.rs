@@ -38,7 +38,20 @@ fn bucket(name: &str, value: i32, min: f64) -> PriorityBucket {
 }
 
 fn policy(mode: EnforcementMode) -> PolicySnapshot {
-    PolicySnapshot::from_response(GetPolicyResponse {
+    PolicySnapshot::from_response(response(mode))
+}
+
+/// [`policy`] with `defaultTier: bronze` and untiered namespaces answered as `untiered` says.
+fn defaulted(mode: EnforcementMode, untiered: crate::policy::UntieredNamespaces) -> PolicySnapshot {
+    let mut r = response(mode);
+    r.default_tier = "bronze".into();
+    let mut model = gpu_admission_policy::legacy::policy_from_fields(&r);
+    model.untiered_namespaces = untiered;
+    PolicySnapshot::from_policy(std::sync::Arc::new(model))
+}
+
+fn response(mode: EnforcementMode) -> GetPolicyResponse {
+    GetPolicyResponse {
         version: "v".into(),
         catalog: vec![class("H100-80GB", 80.0), class("L4-24GB", 24.0)],
         tiers: vec![Tier {
@@ -64,7 +77,7 @@ fn policy(mode: EnforcementMode) -> PolicySnapshot {
         }],
         job_type_default_memory_gib: HashMap::from([("train-llama".to_string(), 40.0)]),
         ..Default::default()
-    })
+    }
 }
 
 fn tiers(ns: &str) -> Option<String> {
@@ -402,8 +415,10 @@ fn workload_templates_are_checked_on_create_and_new_violations_on_update() {
 
 #[test]
 fn an_unknown_tier_label_value_is_the_default_tier_never_no_rules() {
-    let mut p = policy(EnforcementMode::Enforce);
-    p.default_tier = "bronze".into();
+    let p = defaulted(
+        EnforcementMode::Enforce,
+        crate::policy::UntieredNamespaces::DefaultTier,
+    );
     let req = request(
         ("", "Pod"),
         "shady",
@@ -688,10 +703,7 @@ fn constraints_on_other_identifying_labels_that_allow_no_tier_class_are_violatio
 
 /// A bronze policy (`defaultTier: bronze`) answering untiered namespaces as `untiered` says.
 fn untiered_policy(untiered: crate::policy::UntieredNamespaces) -> PolicySnapshot {
-    let mut p = policy(EnforcementMode::Enforce);
-    p.default_tier = "bronze".into();
-    p.untiered = untiered;
-    p
+    defaulted(EnforcementMode::Enforce, untiered)
 }
 
 #[test]

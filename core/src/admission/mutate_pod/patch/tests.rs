@@ -241,7 +241,7 @@ impl Bronze {
             allowed: Cow::Owned(["L4-24GB".to_string()].into()),
             preferred: Some("L4-24GB"),
             max_priority_class: self.classes.get("gpu-default"),
-            fallback: gpu_admission_proto::scorer::v1::TierFallback::PassThrough,
+            fallback: crate::policy::Fallback::PassThrough,
             granted: false,
         }
     }
@@ -994,7 +994,7 @@ impl Gold {
             ),
             preferred: Some("H100-80GB"),
             max_priority_class: None,
-            fallback: gpu_admission_proto::scorer::v1::TierFallback::PassThrough,
+            fallback: crate::policy::Fallback::PassThrough,
             granted: false,
         };
         let pod: Pod = serde_json::from_value(pod_json.clone()).unwrap();
