@@ -173,6 +173,7 @@ mod tests {
             requester: User::default_requester(),
             no_kube: false,
             default_namespace: "default".into(),
+            usage: None,
         };
         let manifests = [root.join("examples/policy-tests/tiers-in-enforce/manifests.yaml")];
         let d = diff(&settings, old.clone(), new, &manifests).unwrap();

@@ -5,7 +5,7 @@
 //! from the policy's buckets). Each call is kept as an [`Exchange`] (the review and the AdmissionReview answered),
 //! which the tests replay against the running webhooks.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use futures_executor::block_on;
 use gpu_admission_core::admission::Facts;
@@ -16,6 +16,7 @@ use gpu_admission_core::admission::validate_pod::{self, Allowance, Check};
 use gpu_admission_core::authority::Grants;
 use gpu_admission_core::pod::gpu_resources::ClaimTemplates;
 use gpu_admission_core::policy::PolicySnapshot;
+use gpu_admission_core::quota::{self, Usage};
 use gpu_admission_core::review::{self, Answer, Content, Verdict};
 use gpu_admission_core::tier_bound::NoNodes;
 use gpu_admission_core::workload::{self, OwnerFacts, WorkloadRef};
@@ -95,6 +96,9 @@ pub struct Options {
     pub decided_at: Option<OffsetDateTime>,
     /// The DRA claims and claim templates among the inputs, which Pods' claims are counted with.
     pub claims: ClaimObjects,
+    /// A GPU quota usage snapshot: Pods are decided against it, and those admitted are added (`None`: quotas
+    /// are not checked).
+    pub usage: Option<Usage>,
 }
 
 /// The ResourceClaimTemplates and ResourceClaims among the inputs, by (namespace, name): what a Pod's DRA
@@ -163,6 +167,8 @@ pub struct Engine {
     pub options: Options,
     /// The floor rendered from the policy (`None`: the policy has a tier the floor cannot carry).
     pub floor: Option<crate::floor::Floor>,
+    /// The usage the Pods checked so far hold (from [`Options::usage`]).
+    usage: Mutex<Option<Usage>>,
 }
 
 /// The HTTP 400 a webhook answers for a body that is no AdmissionReview.
@@ -179,6 +185,7 @@ impl Engine {
         Engine {
             core,
             policy,
+            usage: Mutex::new(options.usage.clone()),
             options,
             floor,
         }
@@ -279,13 +286,22 @@ impl Engine {
                     nodes: &NoNodes,
                     grants: &grants,
                 };
-                let (check, verdict) = validate_pod::decide(req, &self.policy, &facts);
+                let (check, mut verdict) = validate_pod::decide(req, &self.policy, &facts);
+                let quota_note = if verdict.denied.is_none() {
+                    self.quota(req, &facts, &mut verdict)
+                } else {
+                    None
+                };
                 let note = match check {
                     Check::NotOurs(why) => Some(format!("not ours: {why}")),
                     Check::Allowed(why) if why != Allowance::WithinTier => {
                         Some(why.as_str().to_string())
                     }
                     _ => None,
+                };
+                let note = match (note, quota_note) {
+                    (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+                    (a, b) => a.or(b),
                 };
                 Validation { verdict, note }
             }
@@ -298,6 +314,35 @@ impl Engine {
             response: serde_json::from_slice(&response).unwrap_or_default(),
         };
         Ok((validation, exchange))
+    }
+}
+
+impl Engine {
+    /// The quota of a Pod CREATE against the usage snapshot (with `--usage`): the record as a note, the
+    /// verdict as the frontend answers it; an admitted Pod is added to the usage.
+    fn quota(
+        &self,
+        req: &AdmissionRequest<kube_core::DynamicObject>,
+        facts: &Facts<'_>,
+        verdict: &mut Verdict,
+    ) -> Option<String> {
+        let mut usage = self.usage.lock().unwrap_or_else(|e| e.into_inner());
+        let usage = usage.as_mut()?;
+        if let Some(message) = quota::workload_answer(req, &self.policy, facts, verdict) {
+            return Some(message);
+        }
+        let (tier, namespace, counted) = quota::of_request(req, &self.policy, facts)?;
+        let policy = self.policy.policy.as_deref()?;
+        let decision = quota::decide(policy, &tier, &namespace, &counted, usage)?;
+        quota::answer(&decision, self.policy.mode, verdict);
+        if verdict.denied.is_none() {
+            usage.add(&tier, &namespace, &counted, 1);
+        }
+        Some(format!(
+            "{}: {}",
+            quota::QUOTA_ANNOTATION,
+            decision.record()
+        ))
     }
 }
 

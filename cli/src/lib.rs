@@ -11,6 +11,7 @@ pub mod diff;
 pub mod engine;
 pub mod evaluate;
 pub mod floor;
+pub mod kueue;
 pub mod load;
 pub mod policy;
 pub mod report;
@@ -42,6 +43,8 @@ pub struct RunSettings {
     pub requester: User,
     pub no_kube: bool,
     pub default_namespace: String,
+    /// A GPU quota usage snapshot (`gpu_admission_core::quota::Usage`, YAML or JSON) the Pods are counted on.
+    pub usage: Option<PathBuf>,
 }
 
 /// The webhooks over one policy, ready to check manifests.
@@ -85,6 +88,16 @@ impl Run {
             default_namespace: settings.default_namespace.clone(),
             decided_at: None,
             claims: Default::default(),
+            usage: match &settings.usage {
+                Some(path) => Some(
+                    serde_yaml::from_str(
+                        &std::fs::read_to_string(path)
+                            .with_context(|| format!("reading {}", path.display()))?,
+                    )
+                    .with_context(|| format!("{}: not a quota usage snapshot", path.display()))?,
+                ),
+                None => None,
+            },
         };
         Ok(Run {
             engine: Engine::new(parsed, learned, options),

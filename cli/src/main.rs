@@ -54,6 +54,28 @@ enum Command {
         #[command(subcommand)]
         command: FloorCommand,
     },
+    /// Kueue objects for the policy's GPU quotas, for teams that prefer queueing to denial.
+    Kueue {
+        #[command(subcommand)]
+        command: KueueCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum KueueCommand {
+    /// Print ResourceFlavors (one per class), a ClusterQueue per tier with a quota (one cohort; nominal quota
+    /// = min, borrowing limit = max - min) and LocalQueues for the quotas' namespaces, as YAML.
+    Export {
+        /// Policy file or ConfigMap (default: the embedded default policy).
+        #[arg(long)]
+        policy: Option<PathBuf>,
+        /// Key of the policy in a ConfigMap holding several.
+        #[arg(long)]
+        policy_key: Option<String>,
+        /// The namespace label that carries the tier (the frontend's --tier-label).
+        #[arg(long, default_value = gpu_admission_core::names::DEFAULT_TIER_LABEL)]
+        tier_label: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -136,6 +158,10 @@ struct RunArgs {
     /// The namespace of objects that name none.
     #[arg(long, default_value = "default")]
     default_namespace: String,
+    /// A GPU quota usage snapshot (YAML or JSON: `namespaces: {NS: {tier, classes: {CLASS: milli-GPUs},
+    /// total}}`): each GPU Pod of a tier with a quota is decided against it, and the admitted ones are added.
+    #[arg(long)]
+    usage: Option<PathBuf>,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -160,6 +186,7 @@ impl RunArgs {
             requester,
             no_kube: self.no_kube,
             default_namespace: self.default_namespace.clone(),
+            usage: self.usage.clone(),
         })
     }
 }
@@ -250,6 +277,20 @@ fn main() -> ExitCode {
         } => policy::read(path.as_deref(), policy_key.as_deref())
             .and_then(|text| policy::parse(&text))
             .and_then(|p| gpu_admission_cli::floor::render_yaml(&p, tier_label))
+            .map(|yaml| {
+                print!("{yaml}");
+                ExitCode::SUCCESS
+            }),
+        Command::Kueue {
+            command:
+                KueueCommand::Export {
+                    policy: path,
+                    policy_key,
+                    tier_label,
+                },
+        } => policy::read(path.as_deref(), policy_key.as_deref())
+            .and_then(|text| policy::parse(&text))
+            .and_then(|p| gpu_admission_cli::kueue::export_yaml(&p, tier_label))
             .map(|yaml| {
                 print!("{yaml}");
                 ExitCode::SUCCESS

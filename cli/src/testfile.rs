@@ -123,6 +123,7 @@ pub fn run_file(path: &Path) -> anyhow::Result<Outcome> {
         requester,
         no_kube: false,
         default_namespace: "default".into(),
+        usage: None,
     };
     let resources: Vec<PathBuf> = test.resources.iter().map(|r| base.join(r)).collect();
     let run = Run::new(&settings)?.check(&resources)?;

@@ -81,6 +81,7 @@ fn the_floor_never_denies_what_the_webhooks_admit() {
             requester: User::default_requester(),
             no_kube: true,
             default_namespace: "default".into(),
+            usage: None,
         };
         let checked = Run::new(&settings).unwrap().check_inputs(&inputs);
         for ev in &checked.evaluations {

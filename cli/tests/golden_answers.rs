@@ -74,6 +74,7 @@ fn answers() -> Vec<Value> {
         requester: User::default_requester(),
         no_kube: true,
         default_namespace: "default".into(),
+        usage: None,
     };
     let mut run = Run::new(&settings).unwrap();
     run.engine.options.decided_at =

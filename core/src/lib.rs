@@ -20,6 +20,7 @@ pub mod placement;
 pub mod pod;
 pub mod policy;
 pub mod priority_class;
+pub mod quota;
 pub mod review;
 pub mod tier_bound;
 pub mod workload;

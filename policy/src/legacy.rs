@@ -206,6 +206,8 @@ pub fn policy_from_fields(r: &pb::GetPolicyResponse) -> Policy {
         } else {
             gpu_resources
         },
+        // The wire's per-field copy never carried quotas: none (they need the document).
+        quotas: Default::default(),
         class_index,
         tier_index,
         job_index,

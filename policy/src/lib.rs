@@ -10,6 +10,7 @@ pub mod gpu_resources;
 pub mod legacy;
 mod model;
 pub mod names;
+pub mod quotas;
 pub mod schema;
 pub mod validate;
 pub mod watch;

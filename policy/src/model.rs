@@ -173,6 +173,8 @@ pub struct Policy {
     pub namespace_grants: Vec<NamespaceGrant>,
     /// Which Pod resources ask for GPUs (the frontend counts them; carried by GetPolicy).
     pub gpu_resources: Vec<GpuResourceRule>,
+    /// Elastic GPU quotas per tier and namespace (empty when the policy has none).
+    pub quotas: crate::quotas::Quotas,
     pub(crate) class_index: NameIndex,
     pub(crate) tier_index: NameIndex,
     pub(crate) job_index: NameIndex,

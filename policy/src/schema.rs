@@ -42,6 +42,10 @@ pub struct PolicyFile {
     /// list ([`crate::gpu_resources::default_rules`]) when absent.
     #[serde(default)]
     pub gpu_resources: Option<Vec<GpuResourceSpec>>,
+    /// Elastic GPU quotas per tier and namespace (none when absent; left out of the rules digest then, so a
+    /// policy without quotas keeps its digest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quotas: Option<crate::quotas::QuotasSpec>,
 }
 
 /// One resource name that asks for GPUs.

@@ -117,6 +117,7 @@ async fn check_answers_as_the_running_webhooks() -> anyhow::Result<()> {
         requester: User::default_requester(),
         no_kube: true,
         default_namespace: "default".into(),
+        usage: None,
     };
     let checked = Run::new(&settings)?.check_inputs(&inputs);
     println!("{}", report::text(&checked.evaluations, checked.counts));

@@ -324,7 +324,13 @@ fn rendered_install_applies_unchanged_to_a_real_kube_apiserver() {
         Some("default")
     ));
     assert!(!api.can_i("create", "jobs.batch", Some("default")));
-    assert!(!api.can_i("list", "pods", Some("default")));
+    // GPU quota usage (issue 37): Pods are listed and watched, never read one by one or changed.
+    for verb in ["list", "watch"] {
+        assert!(api.can_i(verb, "pods", Some("default")));
+    }
+    for verb in ["get", "create", "delete", "patch"] {
+        assert!(!api.can_i(verb, "pods", Some("default")), "{verb} pods");
+    }
     assert!(!api.can_i("get", "secrets", Some(NAMESPACE)));
     assert!(!api.can_i("create", "secrets", Some(NAMESPACE)));
     assert!(!api.can_i("patch", "mutatingwebhookconfigurations/gpu-admission", None));

@@ -575,8 +575,21 @@ fn priority_classes_equal_the_policy_buckets() {
         .all("PriorityClass")
         .into_iter()
         .filter(|c| c["metadata"]["name"] != OWN_PRIORITY_CLASS)
+        .filter(|c| c["metadata"]["name"] != "gpu-borrowed")
         .collect();
     assert_eq!(classes.len(), buckets.len(), "one PriorityClass per bucket");
+    // The quota borrowers' class (issue 37): the policy's default `quotas.borrowingPriorityClass`, below every
+    // bucket, preempting nobody.
+    let borrowed = m.get("PriorityClass", "gpu-borrowed");
+    let default = gpu_admission_policy::quotas::BorrowingClassSpec::default();
+    assert_eq!(str_at(borrowed, "/metadata/name"), default.name);
+    assert_eq!(borrowed["value"], default.value);
+    assert_eq!(str_at(borrowed, "/preemptionPolicy"), "Never");
+    assert!(
+        buckets
+            .iter()
+            .all(|b| b["value"].as_i64().unwrap() > i64::from(default.value))
+    );
     for b in buckets {
         let pc = m.get("PriorityClass", str_at(b, "/name"));
         assert_eq!(pc["value"], b["value"], "{}", b["name"]);
@@ -786,6 +799,7 @@ fn rbac_grants_exactly_what_the_frontend_watches() {
     let expected: BTreeSet<(String, String)> = [
         ("".to_string(), "namespaces".to_string()),
         ("".to_string(), "nodes".to_string()),
+        ("".to_string(), "pods".to_string()),
         (
             "resource.k8s.io".to_string(),
             "resourceclaimtemplates".to_string(),

@@ -51,6 +51,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     )
     .with_checkpoints(cluster.checkpoints)
     .with_workloads(cluster.workloads)
+    .with_quota_usage(access_client.clone())
     .with_access(access_client)
     .with_body_budget(config.server.body_budget_bytes);
     let readiness = Arc::new(

@@ -152,6 +152,16 @@ pub(crate) struct ViolationLabels {
     pub(crate) mode: &'static str,
 }
 
+/// One GPU quota figure (issue 37): `kind` is `used` (counted from the Pod watch), `min` or `max`;
+/// `tenant_namespace` is empty for the tier's own figures; `class` is empty for the total across classes.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct QuotaLabels {
+    pub(crate) tier: String,
+    pub(crate) tenant_namespace: String,
+    pub(crate) class: String,
+    pub(crate) kind: &'static str,
+}
+
 /// Why a request was answered 503 before its body was read.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
@@ -287,6 +297,8 @@ pub struct Metrics {
     pub(crate) validation_duration: Histogram,
     /// Tier violations seen by `validate-pod`, whatever the mode answered.
     pub(crate) violations: Family<ViolationLabels, Counter>,
+    /// GPU quota usage and limits, in GPUs (see [`QuotaLabels`]); refreshed from the Pod watch.
+    pub(crate) quota_gpus: Family<QuotaLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     /// Connections open on the webhook port (TLS handshakes included).
     pub(crate) connections_open: Gauge,
     /// Connections the server closed or refused, by reason.
@@ -319,6 +331,7 @@ impl Metrics {
             validations: Family::default(),
             validation_duration: Histogram::new(exponential_buckets(0.00005, 2.0, 17)),
             violations: Family::default(),
+            quota_gpus: Family::default(),
             connections_open: Gauge::default(),
             connections_closed: Family::default(),
             accept_errors: Counter::default(),
@@ -414,6 +427,12 @@ impl Metrics {
             "policy_violations",
             "Tier violations by tier, reason and the enforcement mode that answered them",
             m.violations.clone(),
+        );
+        r.register(
+            "quota_gpus",
+            "GPU quotas in GPUs by tier, tenant_namespace (empty: the tier's), class (empty: the total) and kind \
+             (used, min, max)",
+            m.quota_gpus.clone(),
         );
         r.register(
             "connections_open",

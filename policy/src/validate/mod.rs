@@ -10,6 +10,7 @@ use crate::gpu_resources::{
     BYTES_IN_GIB, GpuResourceKind, GpuResourceRule, MEMORY_PLACEHOLDER, MIB_IN_GIB, default_rules,
 };
 
+mod quotas;
 mod sections;
 #[cfg(test)]
 mod tests;
@@ -380,6 +381,16 @@ impl Checker {
         let enforcement = self.enforcement(&raw);
         let namespace_grants = self.namespace_grants(&raw, &class_index, &names);
         let gpu_resources = self.gpu_resources(&raw);
+        let quotas = self.quotas(
+            raw.quotas.as_ref(),
+            &quotas::Context {
+                classes: &classes,
+                class_index: &class_index,
+                tiers: &tiers,
+                tier_index: &tier_index,
+                buckets: &buckets,
+            },
+        );
         self.learning(&raw);
         let inf = &raw.interference;
         let pr = &raw.priority;
@@ -408,6 +419,7 @@ impl Checker {
             enforcement,
             namespace_grants,
             gpu_resources,
+            quotas,
             class_index,
             tier_index,
             job_index,

@@ -18,6 +18,7 @@ use gpu_admission_core::admission::validate_policy::PolicyConfigMap;
 use crate::cluster::ClusterFacts;
 use crate::cluster::access::AccessReviews;
 use crate::cluster::checkpoints::CheckpointCaches;
+use crate::cluster::usage::QuotaUsage;
 use crate::cluster::workloads::WorkloadOwners;
 use crate::metrics::Metrics;
 use crate::policy::PolicyCache;
@@ -40,6 +41,8 @@ pub struct Webhooks {
     checkpoints: Option<Arc<CheckpointCaches>>,
     workloads: Option<Arc<WorkloadOwners>>,
     access: Arc<AccessReviews>,
+    /// GPU quota usage (issue 37); `None` with `--no-kube`.
+    quota: Option<Arc<QuotaUsage>>,
     /// Request-body bytes in flight at most (see [`crate::body_budget`]).
     body_budget_bytes: usize,
 }
@@ -66,6 +69,7 @@ impl Webhooks {
             checkpoints: None,
             workloads: None,
             access: Arc::new(AccessReviews::new(None)),
+            quota: None,
             body_budget_bytes: DEFAULT_BODY_BUDGET_BYTES,
         }
     }
@@ -79,6 +83,19 @@ impl Webhooks {
     /// With SubjectAccessReviews through `client` (without one only the policy's deprecated lists grant).
     pub(crate) fn with_access(mut self, client: Option<kube::Client>) -> Self {
         self.access = Arc::new(AccessReviews::new(client));
+        self
+    }
+
+    /// With the Pod watch counting GPU quota usage (started only with a cluster).
+    pub(crate) fn with_quota_usage(mut self, client: Option<kube::Client>) -> Self {
+        self.quota = client.map(|c| {
+            QuotaUsage::start(
+                c,
+                self.cluster.clone(),
+                self.policy.clone(),
+                self.metrics.clone(),
+            )
+        });
         self
     }
 
@@ -117,6 +134,7 @@ impl Webhooks {
             answers: Default::default(),
             metrics: self.metrics.clone(),
             access: self.access.clone(),
+            quota: self.quota.clone(),
         };
         let namespace = ValidateNamespace {
             cluster: self.cluster.clone(),
@@ -125,6 +143,7 @@ impl Webhooks {
             access: self.access.clone(),
         };
         let validate = ValidatePod {
+            quota: self.quota,
             access: self.access.clone(),
             cluster: self.cluster,
             policy: self.policy.clone(),

@@ -22,6 +22,7 @@ use tracing::Instrument;
 use super::pipeline::{Body, Call, Reply, Webhook, operation_label};
 use crate::cluster::ClusterFacts;
 use crate::cluster::access::AccessReviews;
+use crate::cluster::usage::QuotaUsage;
 use crate::cluster::workloads::{self, WorkloadOwners};
 use crate::metrics::Metrics;
 use crate::policy::PolicyCache;
@@ -40,6 +41,8 @@ pub(crate) struct MutatePod {
     /// The scorer's answers for earlier Pods of a workload (see [`WorkloadAnswers`]).
     pub(crate) answers: WorkloadAnswers,
     pub(crate) metrics: Arc<Metrics>,
+    /// GPU quota usage: the record annotation and the borrowers' PriorityClass; `None` with `--no-kube`.
+    pub(crate) quota: Option<Arc<QuotaUsage>>,
 }
 
 impl Webhook for MutatePod {
@@ -148,7 +151,62 @@ impl MutatePod {
                 log_decision(uid, d, &call.span);
             }
         }
-        (admitted.outcome(), admitted.into_answer())
+        let outcome = admitted.outcome();
+        let mut answer = admitted.into_answer();
+        if let Some(quota) = &self.quota {
+            self.quota_ops(quota, req, &policy, &mut answer);
+        }
+        (outcome, answer)
+    }
+
+    /// A GPU Pod of a quota'd tier: the record of its quota decision and, when it borrows, the borrowers'
+    /// PriorityClass (`gpu_admission_core::quota::mutation_ops`), decided on the Pod as the rest of the
+    /// patch leaves it. Never a denial: `/validate-pod` holds the `max`.
+    fn quota_ops(
+        &self,
+        quota: &QuotaUsage,
+        req: &AdmissionRequest<Pod>,
+        policy: &PolicySnapshot,
+        answer: &mut Answer,
+    ) {
+        use gpu_admission_core::quota;
+        let (Some(p), Some(pod), Some(namespace)) = (
+            policy.policy.as_deref(),
+            req.object.as_ref(),
+            req.namespace.as_deref(),
+        ) else {
+            return;
+        };
+        // A policy without quotas pays nothing here.
+        if req.operation != kube::core::admission::Operation::Create || !p.quotas.any() {
+            return;
+        }
+        let Ok(mut patched) = serde_json::to_value(pod) else {
+            return;
+        };
+        if json_patch::patch(&mut patched, &answer.patch.operations()).is_err() {
+            return;
+        }
+        let Ok(patched_pod) = serde_json::from_value::<Pod>(patched.clone()) else {
+            return;
+        };
+        let Some(decision) = self
+            .cluster
+            .with_facts(policy, &Grants::none(), |facts| {
+                quota::of_pod_in(&patched_pod, namespace, policy, facts)
+            })
+            .and_then(|ask| quota.decide(p, &ask))
+        else {
+            return;
+        };
+        let class = p
+            .quotas
+            .borrowing
+            .as_ref()
+            .and_then(|b| self.cluster.priority_classes()?.priority_class(&b.name));
+        for op in quota::mutation_ops(&patched, &decision, class.as_ref()) {
+            answer.patch.push(&op);
+        }
     }
 }
 

@@ -9,11 +9,15 @@ use gpu_admission_core::admission::validate_pod::{self, Allowance, Check};
 use gpu_admission_core::authority::Grants;
 
 use crate::cluster::access::AccessReviews;
+use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::policy::mode_name;
-use gpu_admission_core::review::{self, BadRequest, IncomingObject};
+use gpu_admission_core::quota;
+use gpu_admission_core::review::{self, BadRequest, IncomingObject, Verdict};
+use gpu_admission_proto::scorer::v1::EnforcementMode;
 
 use super::pipeline::{Body, Call, Reply, Webhook, not_validated, operation_label};
 use crate::cluster::ClusterFacts;
+use crate::cluster::usage::{PodName, QuotaUsage};
 use crate::metrics::Metrics;
 use crate::policy::PolicyCache;
 
@@ -23,6 +27,8 @@ pub(crate) struct ValidatePod {
     pub(crate) policy: Arc<PolicyCache>,
     pub(crate) access: Arc<AccessReviews>,
     pub(crate) metrics: Arc<Metrics>,
+    /// GPU quota usage; `None` with `--no-kube` (no quota is held then).
+    pub(crate) quota: Option<Arc<QuotaUsage>>,
 }
 
 impl Webhook for ValidatePod {
@@ -76,8 +82,14 @@ impl Webhook for ValidatePod {
             }
             _ => {}
         }
+        let mut outcome = check.outcome(&verdict);
+        if verdict.denied.is_none()
+            && let Some(quota) = &self.quota
+        {
+            self.quota(quota, req, &policy, &mut verdict, &mut outcome);
+        }
         Reply {
-            outcome: check.outcome(&verdict),
+            outcome,
             operation: operation_label(&req.operation),
             body: Body::Verdict(verdict),
         }
@@ -89,5 +101,77 @@ impl Webhook for ValidatePod {
 
     fn record(&self, _operation: &'static str, outcome: &'static str, elapsed: Duration) {
         self.metrics.record_validation(Self::NAME, outcome, elapsed);
+    }
+}
+
+impl ValidatePod {
+    /// The quota of a Pod CREATE the tier check admits: over a `max` is denied in Enforce, warned in Warn;
+    /// what is admitted is reserved until the watch sees it (see [`QuotaUsage`]).
+    fn quota(
+        &self,
+        quota: &QuotaUsage,
+        req: &kube::core::admission::AdmissionRequest<kube::core::DynamicObject>,
+        policy: &PolicySnapshot,
+        verdict: &mut Verdict,
+        outcome: &mut &'static str,
+    ) {
+        // A policy without quotas pays nothing here.
+        let Some(p) = policy.policy.as_deref().filter(|p| p.quotas.any()) else {
+            return;
+        };
+        let never = self.cluster.with_facts(policy, &Grants::none(), |facts| {
+            quota::workload_answer(req, policy, facts, verdict)
+        });
+        if let Some(message) = never {
+            let mode = mode_name(policy.mode);
+            let tier = self
+                .cluster
+                .namespace_tier(req.namespace.as_deref().unwrap_or_default());
+            self.metrics
+                .record_violation(tier.as_deref().unwrap_or(""), "over_quota", mode);
+            tracing::warn!(uid = %req.uid, mode, "workload over quota: {message}");
+            *outcome = if verdict.denied.is_some() {
+                "denied"
+            } else {
+                "violation_admitted"
+            };
+            return;
+        }
+        let Some(ask) = self.cluster.with_facts(policy, &Grants::none(), |facts| {
+            quota::of_request(req, policy, facts)
+        }) else {
+            return;
+        };
+        let enforce = policy.mode == EnforcementMode::Enforce;
+        if !quota.is_synced() {
+            if enforce {
+                verdict.denied = Some(quota::NOT_COUNTED_YET.to_string());
+                *outcome = "denied";
+            }
+            return;
+        }
+        let meta = req.object.as_ref().map(|o| &o.metadata);
+        let name = match (
+            meta.and_then(|m| m.name.clone()).filter(|n| !n.is_empty()),
+            meta.and_then(|m| m.generate_name.clone()),
+        ) {
+            (Some(n), _) => PodName::Name(n),
+            (None, g) => PodName::GenerateName(g.unwrap_or_default()),
+        };
+        let Some(decision) = quota.admit(p, &ask, name, enforce, !req.dry_run) else {
+            return;
+        };
+        let (tier, namespace, _) = &ask;
+        tracing::info!(uid = %req.uid, tier, namespace, quota = %decision.record(), "quota");
+        if let Some(message) = quota::answer(&decision, policy.mode, verdict) {
+            let mode = mode_name(policy.mode);
+            self.metrics.record_violation(tier, "over_quota", mode);
+            tracing::warn!(uid = %req.uid, tier, namespace, mode, "over quota: {message}");
+            *outcome = if verdict.denied.is_some() {
+                "denied"
+            } else {
+                "violation_admitted"
+            };
+        }
     }
 }

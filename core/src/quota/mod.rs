@@ -1,0 +1,575 @@
+//! Elastic GPU quotas (issue 37): THE quota decision, a pure function of (a Pod's GPU demand, its tier and
+//! namespace, the classes it may be counted against, a usage snapshot, the policy's quotas).
+//!
+//! - [`demand`]: what a Pod counts as, in milli-GPUs per class, and the classes it is counted against;
+//! - [`Usage`]: a usage snapshot (plain data: what the frontend's Pod watch counts, what `gpu-admission
+//!   check --usage FILE` reads);
+//! - [`decide`]: within `min` (keeps its tier's priority), borrowing (beyond a `min`: the borrowers'
+//!   preemptible PriorityClass) or over a `max` (denied in Enforce), with the decision record
+//!   (`gpu-admission.io/quota: bronze L4-24GB 30/32 (min 16): borrowed`) and a message a user can act on.
+//!
+//! A Pod whose class is still open (several classes allowed, not yet bound) is counted against each of them,
+//! once in the totals: the count errs high for class limits until the Pod is bound, never low.
+
+pub mod demand;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+
+use gpu_admission_policy::Policy;
+use gpu_admission_policy::quotas::{Limit, Limits, MilliGpus, TierQuota, format_gpus};
+use serde::{Deserialize, Serialize};
+
+/// The annotation carrying the quota decision record.
+pub const QUOTA_ANNOTATION: &str = "gpu-admission.io/quota";
+
+/// GPUs one namespace holds: per class (a Pod with an open class counts in each) and in total (once).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NamespaceUsage {
+    /// The tier the namespace is held to.
+    pub tier: String,
+    /// Milli-GPUs per class name.
+    #[serde(default)]
+    pub classes: BTreeMap<String, MilliGpus>,
+    /// Milli-GPUs across classes.
+    #[serde(default)]
+    pub total: MilliGpus,
+}
+
+/// A usage snapshot: what the Pods of each namespace hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Usage {
+    #[serde(default)]
+    pub namespaces: BTreeMap<String, NamespaceUsage>,
+}
+
+impl Usage {
+    /// Adds a Pod's count (or takes it back with `sign = -1`): `classes` it is counted against, `milli`
+    /// per class, `total` across them.
+    pub fn add(&mut self, tier: &str, namespace: &str, d: &demand::Counted, sign: i8) {
+        let ns = self.namespaces.entry(namespace.to_string()).or_default();
+        if ns.tier != tier {
+            ns.tier = tier.to_string();
+        }
+        let apply = |v: &mut MilliGpus, by: MilliGpus| {
+            *v = if sign >= 0 {
+                v.saturating_add(by)
+            } else {
+                v.saturating_sub(by)
+            }
+        };
+        for (class, milli) in &d.classes {
+            apply(ns.classes.entry(class.clone()).or_default(), *milli);
+        }
+        apply(&mut ns.total, d.total);
+        if ns.total == 0 && ns.classes.values().all(|v| *v == 0) {
+            self.namespaces.remove(namespace);
+        }
+    }
+
+    fn namespace(&self, namespace: &str, class: Option<&str>) -> MilliGpus {
+        self.namespaces.get(namespace).map_or(0, |n| match class {
+            Some(c) => n.classes.get(c).copied().unwrap_or(0),
+            None => n.total,
+        })
+    }
+
+    fn tier(&self, tier: &str, class: Option<&str>) -> MilliGpus {
+        self.namespaces
+            .values()
+            .filter(|n| n.tier == tier)
+            .map(|n| match class {
+                Some(c) => n.classes.get(c).copied().unwrap_or(0),
+                None => n.total,
+            })
+            .sum()
+    }
+}
+
+/// Where a Pod stands against its quotas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Standing {
+    /// Within every `min` that applies: keeps its tier's priority.
+    WithinMin,
+    /// Beyond a `min`, within every `max`: gets the borrowers' PriorityClass, preempted first.
+    Borrowing,
+    /// Beyond a `max`: denied in Enforce, a warning in Warn.
+    OverMax,
+}
+
+impl Standing {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Standing::WithinMin => "within-min",
+            Standing::Borrowing => "borrowed",
+            Standing::OverMax => "over-max",
+        }
+    }
+}
+
+/// Whose limit decides: the tier's or the namespace's share of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    Tier(String),
+    Namespace { tier: String, namespace: String },
+}
+
+impl std::fmt::Display for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Scope::Tier(t) => write!(f, "tier {t}"),
+            Scope::Namespace { namespace, .. } => write!(f, "namespace {namespace}"),
+        }
+    }
+}
+
+/// One limit applied to the Pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    pub scope: Scope,
+    /// A class name, or `None` for the total across classes.
+    pub class: Option<String>,
+    /// What the scope holds before this Pod.
+    pub held: MilliGpus,
+    /// What this Pod adds.
+    pub asks: MilliGpus,
+    pub limit: Limit,
+    pub standing: Standing,
+}
+
+impl Applied {
+    fn what(&self) -> &str {
+        self.class.as_deref().unwrap_or("total")
+    }
+
+    /// The record: `bronze L4-24GB 30/32 (min 16): borrowed` (`bronze/students …` for a namespace).
+    pub fn record(&self) -> String {
+        let who = match &self.scope {
+            Scope::Tier(t) => t.clone(),
+            Scope::Namespace { tier, namespace } => format!("{tier}/{namespace}"),
+        };
+        let max = self.limit.max.map_or("-".to_string(), format_gpus);
+        format!(
+            "{who} {} {}/{max} (min {}): {}",
+            self.what(),
+            format_gpus(self.held),
+            format_gpus(self.limit.min),
+            self.standing.as_str()
+        )
+    }
+
+    /// For an over-max limit: what a user can do about it.
+    pub fn message(&self) -> String {
+        let max = self.limit.max.unwrap_or(0);
+        let gpus = match &self.class {
+            Some(c) => format!("{c} GPUs"),
+            None => "GPUs across classes".to_string(),
+        };
+        let free = max.saturating_sub(self.held);
+        format!(
+            "{} holds {} of its {} {gpus}; this Pod asks for {}: {}",
+            self.scope,
+            format_gpus(self.held),
+            format_gpus(max),
+            format_gpus(self.asks),
+            if free == 0 {
+                "none is free; wait for or delete Pods of the quota, or ask the policy's admins for a larger max"
+                    .to_string()
+            } else {
+                format!(
+                    "{} is free; ask for at most that, delete Pods of the quota, or ask the policy's admins for a \
+                     larger max",
+                    format_gpus(free)
+                )
+            }
+        )
+    }
+}
+
+/// The quota decision of one Pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub standing: Standing,
+    /// Every limit that applies, the deciding one first.
+    pub applied: Vec<Applied>,
+    /// The borrowers' PriorityClass (name, value) when `standing` is `Borrowing`.
+    pub borrowing_class: Option<(String, i32)>,
+}
+
+impl Decision {
+    /// The `gpu-admission.io/quota` value: the deciding limit.
+    pub fn record(&self) -> String {
+        self.applied
+            .first()
+            .map(Applied::record)
+            .unwrap_or_default()
+    }
+
+    /// The message of an over-max Pod (`None` otherwise).
+    pub fn denial(&self) -> Option<String> {
+        (self.standing == Standing::OverMax).then(|| {
+            self.applied
+                .iter()
+                .filter(|a| a.standing == Standing::OverMax)
+                .map(Applied::message)
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+    }
+}
+
+/// Decides a Pod of `namespace` in `tier` asking `counted` against `usage` (which does not hold the Pod
+/// yet). `None` when no quota applies (no quota for the tier, or the Pod asks for no GPU).
+pub fn decide(
+    policy: &Policy,
+    tier: &str,
+    namespace: &str,
+    counted: &demand::Counted,
+    usage: &Usage,
+) -> Option<Decision> {
+    let tq = policy.quotas.tier(policy.tier_index(tier)?)?;
+    if counted.total == 0 {
+        return None;
+    }
+    let mut applied = Vec::new();
+    if let Some(ns) = tq.namespace(namespace) {
+        let scope = Scope::Namespace {
+            tier: tier.to_string(),
+            namespace: namespace.to_string(),
+        };
+        let held = |c: Option<&str>| usage.namespace(namespace, c);
+        applied.extend(apply(policy, scope, &ns.limits, &held, counted));
+    }
+    let held = |c: Option<&str>| usage.tier(tier, c);
+    applied.extend(apply(
+        policy,
+        Scope::Tier(tier.to_string()),
+        &tq.limits,
+        &held,
+        counted,
+    ));
+    if applied.is_empty() {
+        return None;
+    }
+    // The deciding limit first: the worst standing, the namespace's before the tier's.
+    applied.sort_by_key(|a| std::cmp::Reverse(a.standing));
+    let standing = applied[0].standing;
+    Some(Decision {
+        standing,
+        borrowing_class: (standing == Standing::Borrowing)
+            .then_some(policy.quotas.borrowing.as_ref())
+            .flatten()
+            .map(|b| (b.name.clone(), b.value)),
+        applied,
+    })
+}
+
+/// The limits of one scope the Pod falls under. Whether it borrows is decided by each class's own limit
+/// where the scope states one, else by the scope's total (for a namespace, only a limit with a `min`); a
+/// `max` by every limit.
+fn apply(
+    policy: &Policy,
+    scope: Scope,
+    limits: &Limits,
+    held: &dyn Fn(Option<&str>) -> MilliGpus,
+    counted: &demand::Counted,
+) -> Vec<Applied> {
+    let mut out = Vec::new();
+    let mut every_class_limited = !counted.classes.is_empty();
+    for (class, &asks) in &counted.classes {
+        let limit = policy.class_index(class).and_then(|k| limits.class(k));
+        let Some(limit) = limit else {
+            every_class_limited = false;
+            continue;
+        };
+        out.push(applied(
+            &scope,
+            Some(class),
+            held(Some(class)),
+            asks,
+            limit,
+            true,
+        ));
+    }
+    if let Some(limit) = limits.total {
+        out.push(applied(
+            &scope,
+            None,
+            held(None),
+            counted.total,
+            limit,
+            !every_class_limited,
+        ));
+    }
+    out
+}
+
+fn applied(
+    scope: &Scope,
+    class: Option<&str>,
+    held: MilliGpus,
+    asks: MilliGpus,
+    limit: Limit,
+    decides_min: bool,
+) -> Applied {
+    let after = held.saturating_add(asks);
+    // A namespace's share decides borrowing only where it guarantees something: the tier's `min` covers
+    // namespaces that state none.
+    let guarantees = matches!(scope, Scope::Tier(_)) || limit.min > 0;
+    let standing = if limit.max.is_some_and(|m| after > m) {
+        Standing::OverMax
+    } else if decides_min && guarantees && after > limit.min {
+        Standing::Borrowing
+    } else {
+        Standing::WithinMin
+    };
+    Applied {
+        scope: scope.clone(),
+        class: class.map(str::to_string),
+        held,
+        asks,
+        limit,
+        standing,
+    }
+}
+
+/// Whether `replicas` Pods of one template, counted as `counted` each, can ever fit the quotas of `tier`
+/// and `namespace` (against an empty cluster): `Some(message)` when they never can, for a workload denied at
+/// creation.
+pub fn never_fits(
+    policy: &Policy,
+    tier: &str,
+    namespace: &str,
+    counted: &demand::Counted,
+    replicas: u32,
+) -> Option<String> {
+    let all = counted.times(replicas);
+    let d = decide(policy, tier, namespace, &all, &Usage::default())?;
+    d.denial().map(|_| {
+        let a = &d.applied[0];
+        format!(
+            "{replicas} Pods of {} GPUs each need {} {}, above the {} max {} of {}: the workload can never \
+             run whole",
+            format_gpus(counted.total),
+            format_gpus(a.asks),
+            a.what(),
+            match &a.scope {
+                Scope::Tier(_) => "tier's",
+                Scope::Namespace { .. } => "namespace's",
+            },
+            format_gpus(a.limit.max.unwrap_or(0)),
+            a.scope
+        )
+    })
+}
+
+/// The tier quota of a tier, for callers that want to know whether counting matters at all.
+pub fn tier_quota<'p>(policy: &'p Policy, tier: &str) -> Option<&'p TierQuota> {
+    policy.quotas.tier(policy.tier_index(tier)?)
+}
+
+/// What a CREATE of a Pod counts against its tier's quota: (tier, namespace, count). `None` for anything
+/// else (another kind or operation, no GPU, no tier, a tier without a quota). The frontend's
+/// `/validate-pod` and the CLI ask this, then [`decide`].
+pub fn of_request(
+    req: &kube_core::admission::AdmissionRequest<kube_core::DynamicObject>,
+    snapshot: &crate::policy::PolicySnapshot,
+    facts: &crate::admission::Facts<'_>,
+) -> Option<(String, String, demand::Counted)> {
+    if req.operation != kube_core::admission::Operation::Create
+        || !req.kind.group.is_empty()
+        || req.kind.kind != "Pod"
+        || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty())
+    {
+        return None;
+    }
+    let object = req.object.as_ref()?;
+    let namespace = req
+        .namespace
+        .as_deref()
+        .or(object.metadata.namespace.as_deref())?;
+    let pod = crate::admission::validate_pod::templates::described_pods(object, true)
+        .into_iter()
+        .next()?
+        .pod;
+    of_pod_in(&pod, namespace, snapshot, facts)
+}
+
+/// What a Pod of `namespace` counts against its tier's quota: (tier, namespace, count); `None` without a
+/// tier with a quota or without GPUs.
+pub fn of_pod_in(
+    pod: &k8s_openapi::api::core::v1::Pod,
+    namespace: &str,
+    snapshot: &crate::policy::PolicySnapshot,
+    facts: &crate::admission::Facts<'_>,
+) -> Option<(String, String, demand::Counted)> {
+    use crate::policy::TierScope;
+    let tier = match snapshot.tier_for((facts.tier_of)(namespace).as_deref()) {
+        TierScope::Tier(t) | TierScope::Defaulted { tier: t, .. } => t,
+        TierScope::Ignored(_) | TierScope::Denied(_) => return None,
+    };
+    tier_quota(snapshot.policy.as_deref()?, &tier)?;
+    let counted = demand::of_pod(
+        pod,
+        namespace,
+        &tier,
+        snapshot,
+        facts.nodes,
+        facts.claim_templates,
+    )?;
+    Some((tier, namespace.to_string(), counted))
+}
+
+/// The answer to a Pod whose usage is not known yet (the frontend's Pod watch has not listed): undecidable,
+/// denied in Enforce.
+pub const NOT_COUNTED_YET: &str =
+    "gpu-admission: GPU quota usage is not counted yet (the Pod watch has not listed); retry";
+
+/// Answers a decision under `mode`, the one rule for the frontend and the CLI: over a `max` is denied in
+/// Enforce, a warning in Warn, nothing in Audit. `Some(message)` when the Pod is over a `max`.
+pub fn answer(
+    decision: &Decision,
+    mode: gpu_admission_proto::scorer::v1::EnforcementMode,
+    verdict: &mut crate::review::Verdict,
+) -> Option<String> {
+    let denial = decision.denial()?;
+    let message = format!(
+        "gpu-admission: {denial} ({QUOTA_ANNOTATION}: {})",
+        decision.record()
+    );
+    respond(&message, mode, verdict);
+    Some(message)
+}
+
+fn respond(
+    message: &str,
+    mode: gpu_admission_proto::scorer::v1::EnforcementMode,
+    verdict: &mut crate::review::Verdict,
+) {
+    use gpu_admission_proto::scorer::v1::EnforcementMode;
+    match mode {
+        EnforcementMode::Enforce => verdict.denied = Some(message.to_string()),
+        EnforcementMode::Warn => verdict.warnings.push(message.to_string()),
+        _ => {}
+    }
+}
+
+/// A CREATE of a workload (any object holding pod templates but a Pod) whose top-level template times its
+/// `spec.parallelism` (else `spec.replicas`, else 1) can never fit a `max` of its tier or namespace: answered
+/// under the policy's mode as an over-max Pod is. Nested templates (JobSet, LeaderWorkerSet, …) count once
+/// each: their replica counts are not read, so such a workload is never denied for a count it does not have.
+/// `Some(message)` when it can never fit.
+pub fn workload_answer(
+    req: &kube_core::admission::AdmissionRequest<kube_core::DynamicObject>,
+    snapshot: &crate::policy::PolicySnapshot,
+    facts: &crate::admission::Facts<'_>,
+    verdict: &mut crate::review::Verdict,
+) -> Option<String> {
+    use crate::policy::TierScope;
+    if req.operation != kube_core::admission::Operation::Create
+        || (req.kind.group.is_empty() && req.kind.kind == "Pod")
+        || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty())
+    {
+        return None;
+    }
+    let object = req.object.as_ref()?;
+    let namespace = req
+        .namespace
+        .as_deref()
+        .or(object.metadata.namespace.as_deref())?;
+    let tier = match snapshot.tier_for((facts.tier_of)(namespace).as_deref()) {
+        TierScope::Tier(t) | TierScope::Defaulted { tier: t, .. } => t,
+        TierScope::Ignored(_) | TierScope::Denied(_) => return None,
+    };
+    let policy = snapshot.policy.as_deref()?;
+    tier_quota(policy, &tier)?;
+    let spec = object.data.get("spec");
+    let replicas = ["parallelism", "replicas"]
+        .iter()
+        .find_map(|k| spec?.get(*k)?.as_u64())
+        .unwrap_or(1)
+        .min(u64::from(u32::MAX)) as u32;
+    let message = crate::admission::validate_pod::templates::described_pods(object, false)
+        .iter()
+        .find_map(|d| {
+            let counted = demand::of_pod(
+                &d.pod,
+                namespace,
+                &tier,
+                snapshot,
+                facts.nodes,
+                facts.claim_templates,
+            )?;
+            let n = if d.path == "spec.template" {
+                replicas
+            } else {
+                1
+            };
+            never_fits(policy, &tier, namespace, &counted, n).map(|m| {
+                format!(
+                    "gpu-admission: {} {namespace}/{} ({}): {m}",
+                    req.kind.kind,
+                    object.metadata.name.as_deref().unwrap_or(""),
+                    d.path
+                )
+            })
+        })?;
+    respond(&message, snapshot.mode, verdict);
+    Some(message)
+}
+
+/// What `/mutate-pod` adds to a GPU Pod of a quota'd tier, given the Pod as the rest of the patch leaves it
+/// (`patched`) and its decision against the usage: the record annotation ([`QUOTA_ANNOTATION`]) and, for a
+/// borrower, the borrowers' PriorityClass with its value and preemption policy, when the cluster has it
+/// (`borrowing_class`) and it is lower than the Pod's priority (a quota never raises a priority).
+pub fn mutation_ops(
+    patched: &serde_json::Value,
+    decision: &Decision,
+    borrowing_class: Option<&crate::priority_class::PriorityClassFacts>,
+) -> Vec<json_patch::PatchOperation> {
+    use serde_json::json;
+    let mut ops = Vec::new();
+    let record = decision.record();
+    let op = |path: &str, value: serde_json::Value| -> Option<json_patch::PatchOperation> {
+        serde_json::from_value(json!({"op": "add", "path": path, "value": value})).ok()
+    };
+    if patched
+        .pointer("/metadata/annotations")
+        .is_some_and(|a| a.is_object())
+    {
+        ops.extend(op(
+            "/metadata/annotations/gpu-admission.io~1quota",
+            json!(record),
+        ));
+    } else {
+        ops.extend(op(
+            "/metadata/annotations",
+            json!({ QUOTA_ANNOTATION: record }),
+        ));
+    }
+    let Some(class) = borrowing_class.filter(|_| decision.standing == Standing::Borrowing) else {
+        return ops;
+    };
+    let current = patched
+        .pointer("/spec/priority")
+        .and_then(serde_json::Value::as_i64)
+        .unwrap_or(0);
+    if i64::from(class.value) >= current {
+        return ops;
+    }
+    ops.extend(op("/spec/priorityClassName", json!(class.name)));
+    ops.extend(op("/spec/priority", json!(class.value)));
+    ops.extend(op(
+        "/spec/preemptionPolicy",
+        json!(
+            class
+                .preemption_policy
+                .as_deref()
+                .unwrap_or("PreemptLowerPriority")
+        ),
+    ));
+    ops
+}

@@ -1,0 +1,352 @@
+//! The quota decision, case by case, over the shipped default policy with a quotas section.
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::json;
+
+use super::demand::{self, Counted};
+use super::*;
+use crate::pod::gpu_resources::NoClaimTemplates;
+use crate::policy::PolicySnapshot;
+use crate::tier_bound::{NoNodes, NodeClass, Nodes};
+
+const QUOTAS: &str = "
+quotas:
+  tiers:
+    - tier: bronze
+      classes: { L4-24GB: { min: 16, max: 32 } }
+      namespaces:
+        - { namespace: students, classes: { L4-24GB: { min: 8, max: 12 } } }
+    - tier: silver
+      classes: { A100-80GB: { min: 4, max: 8 } }
+      total: { min: 6, max: 10 }
+";
+
+fn policy() -> Arc<Policy> {
+    let text = format!("{}{QUOTAS}", gpu_admission_policy::DEFAULT_POLICY_YAML);
+    Arc::new(gpu_admission_policy::parse(&text, "p.yaml").unwrap())
+}
+
+fn usage(entries: &[(&str, &str, &str, MilliGpus)]) -> Usage {
+    let mut u = Usage::default();
+    for &(tier, ns, class, milli) in entries {
+        let c = Counted {
+            classes: [(class.to_string(), milli)].into(),
+            total: milli,
+        };
+        u.add(tier, ns, &c, 1);
+    }
+    u
+}
+
+fn gpus(class: &str, n: u64) -> Counted {
+    Counted {
+        classes: [(class.to_string(), n * 1000)].into(),
+        total: n * 1000,
+    }
+}
+
+#[test]
+fn within_min_borrowing_and_over_max_with_the_record() {
+    let p = policy();
+    let u = usage(&[("bronze", "batch", "L4-24GB", 10_000)]);
+    let d = decide(&p, "bronze", "batch", &gpus("L4-24GB", 4), &u).unwrap();
+    assert_eq!(d.standing, Standing::WithinMin);
+    assert_eq!(d.record(), "bronze L4-24GB 10/32 (min 16): within-min");
+    assert_eq!(d.borrowing_class, None);
+
+    let u = usage(&[("bronze", "batch", "L4-24GB", 14_000)]);
+    let d = decide(&p, "bronze", "batch", &gpus("L4-24GB", 4), &u).unwrap();
+    assert_eq!(d.standing, Standing::Borrowing);
+    assert_eq!(d.record(), "bronze L4-24GB 14/32 (min 16): borrowed");
+    assert_eq!(d.borrowing_class, Some(("gpu-borrowed".to_string(), 100)));
+    assert_eq!(d.denial(), None);
+
+    let u = usage(&[("bronze", "batch", "L4-24GB", 30_000)]);
+    let d = decide(&p, "bronze", "batch", &gpus("L4-24GB", 4), &u).unwrap();
+    assert_eq!(d.standing, Standing::OverMax);
+    assert_eq!(d.record(), "bronze L4-24GB 30/32 (min 16): over-max");
+    assert_eq!(
+        d.denial().unwrap(),
+        "tier bronze holds 30 of its 32 L4-24GB GPUs; this Pod asks for 4: 2 is free; ask for at most that, \
+         delete Pods of the quota, or ask the policy's admins for a larger max"
+    );
+    // Exactly at max is within it.
+    let d = decide(&p, "bronze", "batch", &gpus("L4-24GB", 2), &u).unwrap();
+    assert_eq!(d.standing, Standing::Borrowing);
+}
+
+#[test]
+fn a_namespace_share_decides_before_its_tier_and_counts_in_it() {
+    let p = policy();
+    // students holds 12 of its 12; the tier holds 12 + 4 of 32.
+    let u = usage(&[
+        ("bronze", "students", "L4-24GB", 12_000),
+        ("bronze", "batch", "L4-24GB", 4_000),
+    ]);
+    let d = decide(&p, "bronze", "students", &gpus("L4-24GB", 1), &u).unwrap();
+    assert_eq!(d.standing, Standing::OverMax);
+    assert_eq!(
+        d.record(),
+        "bronze/students L4-24GB 12/12 (min 8): over-max"
+    );
+    assert!(d.denial().unwrap().starts_with(
+        "namespace students holds 12 of its 12 L4-24GB GPUs; this Pod asks for 1: none is free"
+    ));
+    // A namespace share without a min borrows by its tier's min alone.
+    let text = format!(
+        "{}{}",
+        gpu_admission_policy::DEFAULT_POLICY_YAML,
+        QUOTAS.replace(
+            "{ namespace: students, classes: { L4-24GB: { min: 8, max: 12 } } }",
+            "{ namespace: students, classes: { L4-24GB: { max: 12 } } }"
+        )
+    );
+    let shared = gpu_admission_policy::parse(&text, "p.yaml").unwrap();
+    let d = decide(
+        &shared,
+        "bronze",
+        "students",
+        &gpus("L4-24GB", 1),
+        &Usage::default(),
+    )
+    .unwrap();
+    assert_eq!(d.standing, Standing::WithinMin, "{d:?}");
+    // The other namespace is held to the tier alone: 16 + 1 of 32, beyond the tier's min 16.
+    let d = decide(&p, "bronze", "batch", &gpus("L4-24GB", 1), &u).unwrap();
+    assert_eq!(d.standing, Standing::Borrowing);
+    assert_eq!(d.applied.len(), 1);
+}
+
+#[test]
+fn other_tiers_usage_does_not_count_and_unquoted_tiers_get_no_decision() {
+    let p = policy();
+    let u = usage(&[("gold", "llm", "L4-24GB", 100_000)]);
+    let d = decide(&p, "bronze", "batch", &gpus("L4-24GB", 1), &u).unwrap();
+    assert_eq!(d.standing, Standing::WithinMin);
+    assert_eq!(decide(&p, "gold", "llm", &gpus("L4-24GB", 1), &u), None);
+    assert_eq!(decide(&p, "bronze", "batch", &Counted::default(), &u), None);
+}
+
+#[test]
+fn the_total_decides_borrowing_only_where_a_class_states_no_limit() {
+    let p = policy();
+    // silver: A100-80GB min 4 max 8, total min 6 max 10. An A100 Pod borrows by the class's min.
+    let u = usage(&[("silver", "r", "A100-80GB", 3_000)]);
+    let d = decide(&p, "silver", "r", &gpus("A100-80GB", 1), &u).unwrap();
+    assert_eq!(d.standing, Standing::WithinMin, "{d:?}");
+    // An L4 Pod (no class limit) borrows by the total's min: 3 + 4 > 6.
+    let d = decide(&p, "silver", "r", &gpus("L4-24GB", 4), &u).unwrap();
+    assert_eq!(d.standing, Standing::Borrowing);
+    assert_eq!(d.record(), "silver total 3/10 (min 6): borrowed");
+    // The total's max holds for every class: 3 + 8 > 10.
+    let d = decide(&p, "silver", "r", &gpus("L4-24GB", 8), &u).unwrap();
+    assert_eq!(d.standing, Standing::OverMax);
+    assert!(
+        d.denial()
+            .unwrap()
+            .starts_with("tier silver holds 3 of its 10 GPUs across classes")
+    );
+}
+
+#[test]
+fn usage_add_and_remove_are_inverse() {
+    let mut u = Usage::default();
+    let c = gpus("L4-24GB", 2);
+    u.add("bronze", "a", &c, 1);
+    u.add("bronze", "a", &c, 1);
+    assert_eq!(u.namespaces["a"].classes["L4-24GB"], 4_000);
+    u.add("bronze", "a", &c, -1);
+    u.add("bronze", "a", &c, -1);
+    assert_eq!(u, Usage::default());
+}
+
+#[test]
+fn a_workload_that_can_never_fit_is_named() {
+    let p = policy();
+    let one = gpus("L4-24GB", 1);
+    assert_eq!(never_fits(&p, "bronze", "batch", &one, 32), None);
+    assert_eq!(
+        never_fits(&p, "bronze", "batch", &one, 33).unwrap(),
+        "33 Pods of 1 GPUs each need 33 L4-24GB, above the tier's max 32 of tier bronze: the workload can \
+         never run whole"
+    );
+    assert!(
+        never_fits(&p, "bronze", "students", &one, 13)
+            .unwrap()
+            .contains("namespace's max 12")
+    );
+}
+
+fn pod(v: serde_json::Value) -> Pod {
+    serde_json::from_value(v).unwrap()
+}
+
+struct OneNode;
+impl Nodes for OneNode {
+    fn class_of(&self, node: &str) -> NodeClass {
+        match node {
+            "l4-1" => NodeClass::Class("L4-24GB".into()),
+            _ => NodeClass::Unknown,
+        }
+    }
+}
+
+#[test]
+fn a_pod_counts_in_whole_gpu_equivalents_against_its_classes() {
+    let snap = PolicySnapshot::from_policy(policy());
+    let count = |p: &Pod, tier: &str, nodes: &dyn Nodes| {
+        demand::of_pod(p, "ns", tier, &snap, nodes, &NoClaimTemplates)
+    };
+    // Two whole devices, pinned to L4 by the class label.
+    let whole = pod(
+        json!({"spec": {"nodeSelector": {"gpu.nvidia.com/class": "L4-24GB"},
+        "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}),
+    );
+    assert_eq!(count(&whole, "bronze", &NoNodes), Some(gpus("L4-24GB", 2)));
+    // A MIG slice of 10 GiB on an A100-80GB: 10/80 of a device.
+    let mig = pod(
+        json!({"spec": {"nodeSelector": {"gpu.nvidia.com/class": "A100-80GB"},
+        "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}]}}),
+    );
+    let c = count(&mig, "silver", &NoNodes).unwrap();
+    assert_eq!(c.classes["A100-80GB"], 125);
+    assert_eq!(c.total, 125);
+    // No constraint: counted against every class of the tier, once in the total.
+    let open = pod(json!({"spec": {
+        "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}));
+    let c = count(&open, "silver", &NoNodes).unwrap();
+    let expected: BTreeSet<&str> = [
+        "A100-80GB",
+        "A100-40GB",
+        "MI300X-192GB",
+        "L40S-48GB",
+        "L4-24GB",
+    ]
+    .into();
+    assert_eq!(
+        c.classes
+            .keys()
+            .map(String::as_str)
+            .collect::<BTreeSet<_>>(),
+        expected
+    );
+    assert_eq!(c.total, 1000);
+    // Bound to a Node of a class: that class only, whatever its constraint says.
+    let bound = pod(json!({"spec": {"nodeName": "l4-1",
+        "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}));
+    assert_eq!(count(&bound, "silver", &OneNode), Some(gpus("L4-24GB", 1)));
+    // No GPU: nothing to count.
+    let cpu = pod(json!({"spec": {"containers": [{"name": "c"}]}}));
+    assert_eq!(count(&cpu, "bronze", &NoNodes), None);
+}
+
+#[test]
+fn a_workload_whose_replicas_never_fit_is_answered_at_creation() {
+    use crate::admission::Facts;
+    use crate::authority::Grants;
+    use crate::review::Verdict;
+    use gpu_admission_proto::scorer::v1::EnforcementMode;
+    use kube_core::admission::AdmissionRequest;
+
+    let mut snap = PolicySnapshot::from_policy(policy());
+    snap.mode = EnforcementMode::Enforce;
+    let job = |parallelism: u32| -> AdmissionRequest<kube_core::DynamicObject> {
+        serde_json::from_value(json!({"uid": "u", "operation": "CREATE", "namespace": "batch", "name": "wide",
+            "kind": {"group": "batch", "version": "v1", "kind": "Job"},
+            "resource": {"group": "batch", "version": "v1", "resource": "jobs"},
+            "requestKind": {"group": "batch", "version": "v1", "kind": "Job"},
+            "requestResource": {"group": "batch", "version": "v1", "resource": "jobs"},
+            "userInfo": {"username": "alice"}, "dryRun": false,
+            "object": {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "wide", "namespace": "batch"},
+                "spec": {"parallelism": parallelism, "template": {"spec": {"restartPolicy": "Never",
+                    "nodeSelector": {"gpu.nvidia.com/class": "L4-24GB"},
+                    "containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}}}}))
+        .unwrap()
+    };
+    let tier_of = |_: &str| Some("bronze".to_string());
+    let grants = Grants::none();
+    let facts = Facts {
+        tier_of: &tier_of,
+        priority_classes: None,
+        claim_templates: &NoClaimTemplates,
+        nodes: &NoNodes,
+        grants: &grants,
+    };
+    let mut v = Verdict::default();
+    assert_eq!(workload_answer(&job(16), &snap, &facts, &mut v), None);
+    assert_eq!(v, Verdict::default());
+    let m = workload_answer(&job(17), &snap, &facts, &mut v).unwrap();
+    assert_eq!(
+        m,
+        "gpu-admission: Job batch/wide (spec.template): 17 Pods of 2 GPUs each need 34 L4-24GB, above the \
+         tier's max 32 of tier bronze: the workload can never run whole"
+    );
+    assert_eq!(v.denied.as_deref(), Some(m.as_str()));
+    // A Pod is not a workload: its quota is decided against usage instead.
+    let mut pod_req = job(17);
+    pod_req.kind.group = String::new();
+    pod_req.kind.kind = "Pod".into();
+    assert_eq!(
+        workload_answer(&pod_req, &snap, &facts, &mut Verdict::default()),
+        None
+    );
+}
+
+#[test]
+fn a_borrower_gets_the_borrowers_class_and_every_quota_pod_the_record() {
+    use crate::priority_class::PriorityClassFacts;
+    let p = policy();
+    let borrowed = PriorityClassFacts {
+        name: "gpu-borrowed".into(),
+        value: 100,
+        preemption_policy: Some("Never".into()),
+        global_default: false,
+    };
+    let apply = |pod: serde_json::Value, ops: Vec<json_patch::PatchOperation>| {
+        let mut pod = pod;
+        json_patch::patch(&mut pod, &ops).unwrap();
+        pod
+    };
+    let decided = json!({"metadata": {"annotations": {"gpu-admission.io/gpu-class": "L4-24GB"}},
+        "spec": {"priorityClassName": "gpu-default", "priority": 1000, "preemptionPolicy": "Never"}});
+    let u = usage(&[("bronze", "batch", "L4-24GB", 20_000)]);
+    let d = decide(&p, "bronze", "batch", &gpus("L4-24GB", 1), &u).unwrap();
+    let pod = apply(decided.clone(), mutation_ops(&decided, &d, Some(&borrowed)));
+    assert_eq!(pod["spec"]["priorityClassName"], "gpu-borrowed");
+    assert_eq!(pod["spec"]["priority"], 100);
+    assert_eq!(pod["spec"]["preemptionPolicy"], "Never");
+    assert_eq!(
+        pod["metadata"]["annotations"]["gpu-admission.io/quota"],
+        "bronze L4-24GB 20/32 (min 16): borrowed"
+    );
+    assert_eq!(
+        pod["metadata"]["annotations"]["gpu-admission.io/gpu-class"],
+        "L4-24GB"
+    );
+    // Without the class in the cluster, only the record (the apiserver would refuse an unknown class).
+    let pod = apply(decided.clone(), mutation_ops(&decided, &d, None));
+    assert_eq!(pod["spec"]["priorityClassName"], "gpu-default");
+    // Within min: the tier's priority is kept; a Pod without annotations gets the map.
+    let bare = json!({"metadata": {}, "spec": {}});
+    let d = decide(
+        &p,
+        "bronze",
+        "batch",
+        &gpus("L4-24GB", 1),
+        &Usage::default(),
+    )
+    .unwrap();
+    let pod = apply(bare.clone(), mutation_ops(&bare, &d, Some(&borrowed)));
+    assert!(pod["spec"].get("priorityClassName").is_none());
+    assert_eq!(
+        pod["metadata"]["annotations"]["gpu-admission.io/quota"],
+        "bronze L4-24GB 0/32 (min 16): within-min"
+    );
+    // A borrower already below the borrowers' class is not raised.
+    let low = json!({"metadata": {}, "spec": {"priority": 10}});
+    let d = decide(&p, "bronze", "batch", &gpus("L4-24GB", 1), &u).unwrap();
+    let pod = apply(low.clone(), mutation_ops(&low, &d, Some(&borrowed)));
+    assert_eq!(pod["spec"]["priority"], 10);
+}
