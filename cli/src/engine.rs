@@ -14,18 +14,20 @@ use gpu_admission_core::admission::mutate_pod::{
 };
 use gpu_admission_core::admission::validate_pod::{self, Allowance, Check};
 use gpu_admission_core::authority::Grants;
-use gpu_admission_core::pod::gpu_resources::NoClaimTemplates;
+use gpu_admission_core::pod::gpu_resources::ClaimTemplates;
 use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::review::{self, Answer, Content, Verdict};
 use gpu_admission_core::tier_bound::NoNodes;
 use gpu_admission_core::workload::{self, OwnerFacts, WorkloadRef};
 use gpu_admission_proto::scorer::v1::ScoreRequest;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
 use kube_core::admission::AdmissionRequest;
 use scorer::model::Learned;
 use scorer::policy::Policy;
 use scorer::service::Core;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use time::OffsetDateTime;
 
 use crate::load::Tiers;
@@ -91,6 +93,67 @@ pub struct Options {
     /// The `decided-at` stamp of every decision instead of the clock's: answers that can be compared byte for
     /// byte from run to run (the golden answers test).
     pub decided_at: Option<OffsetDateTime>,
+    /// The DRA claims and claim templates among the inputs, which Pods' claims are counted with.
+    pub claims: ClaimObjects,
+}
+
+/// The ResourceClaimTemplates and ResourceClaims among the inputs, by (namespace, name): what a Pod's DRA
+/// claims are read from, as the frontend reads them from its watch caches.
+#[derive(Debug, Clone, Default)]
+pub struct ClaimObjects {
+    templates: BTreeMap<(String, String), ResourceClaimTemplate>,
+    claims: BTreeMap<(String, String), ResourceClaim>,
+}
+
+impl ClaimObjects {
+    /// Keeps every claim and claim template of `inputs` (in `default_namespace` when they name none).
+    pub fn learn(&mut self, inputs: &[crate::load::Input], default_namespace: &str) {
+        for i in inputs {
+            let crate::load::Input::Object(src) = i else {
+                continue;
+            };
+            let v = &src.value;
+            let key = (
+                v["metadata"]["namespace"]
+                    .as_str()
+                    .filter(|n| !n.is_empty())
+                    .unwrap_or(default_namespace)
+                    .to_string(),
+                v["metadata"]["name"].as_str().unwrap_or("").to_string(),
+            );
+            let group = v["apiVersion"].as_str().unwrap_or("");
+            if !group.starts_with("resource.k8s.io/") {
+                continue;
+            }
+            match v["kind"].as_str() {
+                Some("ResourceClaimTemplate") => {
+                    if let Ok(t) = serde_json::from_value(v.clone()) {
+                        self.templates.insert(key, t);
+                    }
+                }
+                Some("ResourceClaim") => {
+                    if let Ok(c) = serde_json::from_value(v.clone()) {
+                        self.claims.insert(key, c);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+impl ClaimTemplates for ClaimObjects {
+    fn template(&self, namespace: &str, name: &str) -> Option<ResourceClaimTemplate> {
+        self.templates
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    fn claim(&self, namespace: &str, name: &str) -> Option<ResourceClaim> {
+        self.claims
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
 }
 
 /// The webhooks over one policy and one scorer state.
@@ -177,7 +240,7 @@ impl Engine {
             facts: Facts {
                 tier_of: &tier_of,
                 priority_classes: None,
-                claim_templates: &NoClaimTemplates,
+                claim_templates: &self.options.claims,
                 // Offline there are no Nodes: a `spec.nodeName` is an unknown node.
                 nodes: &NoNodes,
                 grants: &grants,
@@ -212,7 +275,7 @@ impl Engine {
                 let facts = Facts {
                     tier_of: &tier_of,
                     priority_classes: None,
-                    claim_templates: &NoClaimTemplates,
+                    claim_templates: &self.options.claims,
                     nodes: &NoNodes,
                     grants: &grants,
                 };

@@ -84,6 +84,7 @@ impl Run {
             no_kube: settings.no_kube,
             default_namespace: settings.default_namespace.clone(),
             decided_at: None,
+            claims: Default::default(),
         };
         Ok(Run {
             engine: Engine::new(parsed, learned, options),
@@ -99,6 +100,8 @@ impl Run {
     /// [`Run::check`] on inputs already read (the Namespaces among them give their tiers first).
     pub fn check_inputs(mut self, inputs: &[Input]) -> Checked {
         self.engine.options.tiers.learn(inputs);
+        let default_namespace = self.engine.options.default_namespace.clone();
+        self.engine.options.claims.learn(inputs, &default_namespace);
         let evaluations: Vec<Evaluation> = inputs
             .iter()
             .filter_map(|i| evaluate::evaluate(&self.engine, i))

@@ -134,7 +134,13 @@ pub fn classify(mut value: Value, origin: String, out: &mut Vec<Input>) {
         return;
     }
     normalise_quantities(&mut value);
+    // DRA claims and claim templates are validated against their tier like Pods (`validate_claim`).
+    let is_claim = matches!(kind.as_str(), "ResourceClaim" | "ResourceClaimTemplate")
+        && value["apiVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("resource.k8s.io/"));
     let describes_pods = (kind == "Pod" && value["spec"]["containers"].is_array())
+        || is_claim
         || !pod_templates(&value).is_empty();
     let source = Source { origin, value };
     out.push(if describes_pods && value_is_object(&source.value) {

@@ -43,11 +43,29 @@ enum Command {
         #[command(subcommand)]
         command: PolicyCommand,
     },
+    /// DRA objects rendered from the policy.
+    Dra {
+        #[command(subcommand)]
+        command: DraCommand,
+    },
     /// The floor: ValidatingAdmissionPolicies the kube-apiserver enforces with no gpu-admission process
     /// running.
     Floor {
         #[command(subcommand)]
         command: FloorCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum DraCommand {
+    /// Print one DeviceClass per catalog GPU class with DRA devices (`<class lowercased>.gpu-admission.io`),
+    /// as YAML for `kubectl apply -f -`.
+    DeviceClasses {
+        /// The policy (file or ConfigMap); default: the embedded default policy.
+        #[arg(long)]
+        policy: Option<PathBuf>,
+        #[arg(long)]
+        policy_key: Option<String>,
     },
 }
 
@@ -196,6 +214,16 @@ fn validate(path: &std::path::Path, key: Option<&str>) -> anyhow::Result<ExitCod
     }
 }
 
+fn device_classes(path: Option<&std::path::Path>, key: Option<&str>) -> anyhow::Result<ExitCode> {
+    let text = policy::read(path, key)?;
+    let parsed = policy::parse(&text)?;
+    print!(
+        "{}",
+        gpu_admission_policy::device_classes::render_yaml(&parsed)
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 fn exit(ok: bool) -> ExitCode {
     if ok {
         ExitCode::SUCCESS
@@ -209,6 +237,9 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Check { files, run, output } => check(files, run, *output),
         Command::Test { dir } => test(dir),
+        Command::Dra {
+            command: DraCommand::DeviceClasses { policy, policy_key },
+        } => device_classes(policy.as_deref(), policy_key.as_deref()),
         Command::Floor {
             command:
                 FloorCommand::Render {

@@ -301,7 +301,7 @@ impl PolicySnapshot {
         let e = &policy.enforcement;
         Self {
             version: policy.version.clone(),
-            gpu_resources: GpuResources::from_rules(&rules),
+            gpu_resources: GpuResources::from_rules(&rules).with_catalog(&policy),
             derived: OnceLock::new(),
             class_labels,
             catalog,

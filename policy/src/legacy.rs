@@ -47,6 +47,8 @@ fn class(c: &pb::GpuClass, labels: &[pb::ClassLabels]) -> GpuClass {
             .filter(|l| l.class == c.name)
             .flat_map(|l| l.labels.iter().map(|n| (n.key.clone(), n.value.clone())))
             .collect(),
+        // The per-field copy carries no DRA devices: such a class has no DeviceClass.
+        dra: None,
     }
 }
 
@@ -83,6 +85,7 @@ fn resource(r: &pb::GpuResourceRule) -> Option<GpuResourceRule> {
         pb::GpuResourceKind::Memory => GpuResourceKind::Memory,
         pb::GpuResourceKind::Cores => GpuResourceKind::Cores,
         pb::GpuResourceKind::DraDeviceClass => GpuResourceKind::DraDeviceClass,
+        pb::GpuResourceKind::NotGpu => GpuResourceKind::NotGpu,
         pb::GpuResourceKind::Unspecified => return None,
     };
     Some(GpuResourceRule {

@@ -4,6 +4,7 @@
 //!
 //! The scorer scores with it, the webhook frontend enforces it (it reads the same file, so it holds a policy
 //! without the scorer), the CLI and the observer evaluate with it. Pure: no gRPC, no Kubernetes client.
+pub mod device_classes;
 pub mod diff;
 pub mod gpu_resources;
 pub mod legacy;
@@ -15,8 +16,8 @@ pub mod watch;
 pub mod wire;
 
 pub use model::{
-    Bucket, Enforcement, GpuClass, JobType, NamespaceGrant, Policy, PriorityRules, Tier,
-    WorkloadClass,
+    Bucket, DraDevices, Enforcement, GpuClass, JobType, NamespaceGrant, Policy, PriorityRules,
+    Tier, WorkloadClass,
 };
 pub use schema::{
     EnforcementMode, Fallback, LearningSpec, Objective, RuntimeProfile, SizeReference,

@@ -59,6 +59,17 @@ pub struct GpuClass {
     pub taint_key: Option<String>,
     /// Other node labels identifying the class (key, value), in file order.
     pub identifying_labels: Vec<(String, String)>,
+    /// Its devices as a DRA driver publishes them (`None`: the class has no DeviceClass).
+    pub dra: Option<DraDevices>,
+}
+
+/// A class's DRA devices: every device of `driver` whose string attribute `attribute` is one of
+/// `product_names` (see [`crate::device_classes`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DraDevices {
+    pub driver: String,
+    pub attribute: String,
+    pub product_names: Vec<String>,
 }
 
 /// A validated tier; class references are indices into [`Policy::classes`].

@@ -48,7 +48,9 @@ pub struct PolicyFile {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GpuResourceSpec {
-    /// The resource name; for `migSlices` a pattern (`*` = `[a-z0-9]+`, `{memoryGiB}` = the slice memory).
+    /// The resource name (or DeviceClass name), or a pattern: `*` = `[a-z0-9]+`, `**` = `[A-Za-z0-9._-]+`, and
+    /// for `migSlices` `{memoryGiB}` = the slice memory. An exact name wins over every pattern; patterns are
+    /// tried in list order.
     pub name: String,
     /// `nvidia`, `amd` or `intel` (a string, so that an unknown vendor is reported with its field).
     pub vendor: String,
@@ -74,6 +76,9 @@ pub enum GpuResourceKind {
     Cores,
     /// A DRA DeviceClass whose devices are GPUs.
     DraDeviceClass,
+    /// Not a GPU, though under a GPU vendor's domain (a monitoring-free helper, a NIC, an IMEX channel): an
+    /// exception to the vendor's catch-all pattern. A resource name or a DeviceClass name.
+    NotGpu,
 }
 
 /// What the webhooks do with a namespace that has no tier of the policy.
@@ -183,6 +188,25 @@ pub struct GpuClassSpec {
     /// Karpenter labels): key → the values nodes of this class carry.
     #[serde(default)]
     pub node_labels: BTreeMap<String, Vec<String>>,
+    /// How the vendor's DRA driver describes this class's devices: what its DeviceClass
+    /// (`<name lowercased>.gpu-admission.io`) selects and what a claim's selectors are judged against.
+    #[serde(default)]
+    pub dra: Option<DraDevicesSpec>,
+}
+
+/// A catalog class's devices as a DRA driver publishes them in ResourceSlices.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DraDevicesSpec {
+    /// The driver publishing the devices; default the vendor's (`gpu.nvidia.com`, `gpu.amd.com`,
+    /// `gpu.intel.com`).
+    #[serde(default)]
+    pub driver: Option<String>,
+    /// The string attribute naming the product; default `productName`.
+    #[serde(default)]
+    pub attribute: Option<String>,
+    /// The attribute's values on devices of this class (whole GPUs and their partitions alike).
+    pub product_names: Vec<String>,
 }
 
 fn default_gpus_per_node() -> u32 {

@@ -47,6 +47,7 @@ impl From<GpuResourceKind> for pb::GpuResourceKind {
             GpuResourceKind::Memory => pb::GpuResourceKind::Memory,
             GpuResourceKind::Cores => pb::GpuResourceKind::Cores,
             GpuResourceKind::DraDeviceClass => pb::GpuResourceKind::DraDeviceClass,
+            GpuResourceKind::NotGpu => pb::GpuResourceKind::NotGpu,
         }
     }
 }

@@ -68,6 +68,50 @@ fn tier_of(policy: &PolicySnapshot) -> impl Fn(&str) -> Option<String> + '_ {
     }
 }
 
+/// A resource the Pod asks a positive whole number of, under a GPU vendor's domain (a valid resource name:
+/// `[A-Za-z0-9._-]+` after the domain) and not one of the policy's `notGpu` exceptions: every such Pod is a
+/// GPU Pod, held to its tier. Stated from the vendor domains and the exception list alone, not from core's
+/// counting.
+fn vendor_gpu_resource(pod: &Pod) -> Option<String> {
+    use gpu_admission_policy::gpu_resources::{
+        GpuResourceKind, VENDOR_DOMAINS, default_rules, lookup,
+    };
+    let rules = default_rules();
+    let not_gpu = |name: &str| {
+        lookup(
+            &rules,
+            name,
+            |r| r.name.as_str(),
+            |r| r.kind == GpuResourceKind::NotGpu,
+        )
+        .is_some()
+    };
+    let spec = pod.spec.as_ref()?;
+    let containers = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten());
+    for c in containers {
+        let Some(res) = &c.resources else { continue };
+        for (name, q) in [&res.requests, &res.limits].into_iter().flatten().flatten() {
+            let under = VENDOR_DOMAINS.iter().any(|(d, _)| {
+                name.strip_prefix(d)
+                    .and_then(|r| r.strip_prefix('/'))
+                    .is_some_and(|r| {
+                        !r.is_empty()
+                            && r.bytes()
+                                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+                    })
+            });
+            let positive = q.0.parse::<u32>().is_ok_and(|n| n > 0);
+            if under && positive && !not_gpu(name) {
+                return Some(name.clone());
+            }
+        }
+    }
+    None
+}
+
 /// A Pod `/mutate-pod` does not score but caps: its priority is lowered to its tier's cap, and that patch
 /// applies, touches only the priority fields and leaves a Pod within the cap.
 fn check_capped(body: &[u8], capped: Capped) -> MutateOutcome {
@@ -228,7 +272,16 @@ pub fn check_mutate(body: &[u8], policy: &PolicySnapshot, score: &mut Score<'_>)
     let real = match block_on(mutate_pod::admit(&incoming.uid, req, policy, &first_call)) {
         Admitted::Decided(d) => d,
         Admitted::Capped(capped) => return check_capped(body, capped),
-        Admitted::Skipped(_) => return MutateOutcome::Unchanged { warnings: vec![] },
+        Admitted::Skipped(skip) => {
+            if skip.0 == "no GPU requested"
+                && let Some(name) = req.object.as_ref().and_then(vendor_gpu_resource)
+            {
+                panic!(
+                    "a Pod asking for {name}, a resource under a GPU vendor's domain, is not held to its tier"
+                );
+            }
+            return MutateOutcome::Unchanged { warnings: vec![] };
+        }
     };
     let Script::Answered(answer) = first_call.outcome.into_inner() else {
         unreachable!("a decided Pod asked the scorer once");

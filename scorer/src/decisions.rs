@@ -167,12 +167,10 @@ impl DecisionState {
         );
     }
 
-    pub fn len(&self) -> usize {
+    /// Workloads kept (the tests' view).
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.cache.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.cache.is_empty()
     }
 }
 

@@ -8,7 +8,7 @@
 //! - [`state`]: atomic snapshots of the learned state;
 //! - [`metrics`]: Prometheus metrics; [`cli`]: flags and env vars.
 pub mod cli;
-pub mod decisions;
+pub(crate) mod decisions;
 pub mod metrics;
 pub mod model;
 pub mod policy;

@@ -44,18 +44,50 @@ fn quantity(v: &Value) -> Option<f64> {
 /// How one resource name counts. This is the test oracle's own statement of the policy's default
 /// `gpuResources` list, written independently of the frontend's `gpu_resources` module on purpose, so that
 /// a mistake in one of them shows as a disagreement: NVIDIA whole, shared and MIG devices and HAMi memory/
-/// cores, AMD devices, Intel `i915`/`xe` devices and millicores (a share); nothing else of `gpu.intel.com`.
+/// cores, AMD devices, Intel devices, monitoring and shares; and every other name under `nvidia.com/`,
+/// `amd.com/` and `gpu.intel.com/` a device (`….shared` a shared one), but the listed non-GPUs.
 fn resource_kind(name: &str) -> Option<(&'static str, &'static str)> {
     match name {
         "nvidia.com/gpu" => Some(("nvidia", "devices")),
         "nvidia.com/gpu.shared" => Some(("nvidia", "shared")),
         "nvidia.com/gpumem" => Some(("nvidia", "memory")),
-        "nvidia.com/gpucores" => Some(("nvidia", "cores")),
+        "nvidia.com/gpucores" | "nvidia.com/gpumem-percentage" => Some(("nvidia", "cores")),
+        "nvidia.com/priority" => None,
         "amd.com/gpu" => Some(("amd", "devices")),
         "gpu.intel.com/i915" | "gpu.intel.com/xe" => Some(("intel", "devices")),
-        "gpu.intel.com/millicores" => Some(("intel", "cores")),
+        "gpu.intel.com/i915_monitoring" | "gpu.intel.com/xe_monitoring" => {
+            Some(("intel", "devices"))
+        }
+        "gpu.intel.com/millicores" | "gpu.intel.com/tiles" => Some(("intel", "cores")),
+        "gpu.intel.com/memory.max" => Some(("intel", "memory")),
         n if mig_memory_gib(n).is_some() => Some(("nvidia", "mig")),
-        _ => None,
+        n => {
+            let (domain, rest) = n.split_once('/')?;
+            let name_chars = !rest.is_empty()
+                && rest
+                    .bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'));
+            let vendor = match domain {
+                "nvidia.com" => "nvidia",
+                "amd.com" => "amd",
+                "gpu.intel.com" => "intel",
+                _ => return None,
+            };
+            let rdma = rest.strip_prefix("rdma_shared_device_").is_some_and(|r| {
+                !r.is_empty()
+                    && r.bytes()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+            });
+            if !name_chars
+                || (vendor == "nvidia" && rdma)
+                || (vendor == "amd" && rest.len() > "xilinx".len() && rest.starts_with("xilinx"))
+            {
+                return None;
+            }
+            let shared =
+                vendor == "nvidia" && rest.len() > ".shared".len() && rest.ends_with(".shared");
+            Some((vendor, if shared { "shared" } else { "devices" }))
+        }
     }
 }
 
@@ -63,6 +95,7 @@ fn resource_kind(name: &str) -> Option<(&'static str, &'static str)> {
 fn mig_memory_gib(name: &str) -> Option<f64> {
     let rest = name.strip_prefix("nvidia.com/mig-")?;
     let (compute, memory) = rest.split_once("g.")?;
+    let memory = memory.strip_suffix(".shared").unwrap_or(memory);
     let memory = memory.strip_suffix("gb")?;
     let alnum = |s: &str| {
         !s.is_empty()
@@ -121,6 +154,7 @@ pub fn gpu_ask(pod: &Value) -> Option<GpuAsk> {
                 .iter()
                 .filter_map(|e| match e.2 {
                     "mig" => mig_memory_gib(e.0),
+                    "memory" if e.0 == "gpu.intel.com/memory.max" => Some(e.3 / 1073741824.0),
                     "memory" => Some(e.3 / 1024.0),
                     _ => None,
                 })
@@ -268,6 +302,32 @@ mod tests {
         );
         assert!(gpu_ask(&pod(json!({"limits": {"nvidia.com/gpu": 0}}))).is_none());
         assert!(gpu_ask(&pod(json!({"limits": {"example.com/gpu": 1}}))).is_none());
+        // Every name under a GPU vendor's domain is a GPU, but the listed non-GPUs.
+        let a = gpu_ask(&pod(
+            json!({"limits": {"nvidia.com/mig-1g.10gb.shared": 1}}),
+        ))
+        .unwrap();
+        assert_eq!((a.vendor, a.memory_gib), ("nvidia", Some(10.0)));
+        for (name, vendor) in [
+            ("gpu.intel.com/i915_monitoring", "intel"),
+            ("amd.com/cpx_nps4", "amd"),
+            ("nvidia.com/h100_renamed", "nvidia"),
+        ] {
+            assert_eq!(
+                gpu_ask(&pod(json!({"limits": {name: 1}}))).unwrap().vendor,
+                vendor
+            );
+        }
+        for name in [
+            "nvidia.com/priority",
+            "nvidia.com/rdma_shared_device_a",
+            "amd.com/xilinx_u250",
+        ] {
+            assert!(
+                gpu_ask(&pod(json!({"limits": {name: 1}}))).is_none(),
+                "{name}"
+            );
+        }
     }
 
     #[test]
@@ -303,6 +363,7 @@ mod tests {
                 .count,
             1.0
         );
-        assert!(gpu_ask(&pod(json!({"limits": {"gpu.intel.com/memory.max": "1Gi"}}))).is_none());
+        let a = gpu_ask(&pod(json!({"limits": {"gpu.intel.com/memory.max": "1Gi"}}))).unwrap();
+        assert_eq!((a.count, a.memory_gib), (1.0, Some(1.0)));
     }
 }

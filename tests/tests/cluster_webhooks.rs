@@ -393,6 +393,42 @@ fn pod_cases() -> Vec<(&'static str, &'static str, Value, Expect)> {
             ),
             (true, true, true),
         ),
+        // Every GPU counts: names the list does not spell out, under a GPU vendor's domain.
+        (
+            "time-sliced MIG renamed nvidia.com/mig-1g.10gb.shared",
+            GOLD,
+            gpu(
+                "gpu-mig-shared",
+                json!({"containers": [container("main", json!({"nvidia.com/mig-1g.10gb.shared": "1"}))]}),
+            ),
+            (true, true, true),
+        ),
+        // Intel's monitoring resource opens every GPU of the node: an Intel GPU, held to the tier, and gold
+        // (the whole catalog) has no Intel class: denied in Enforce.
+        (
+            "Intel gpu.intel.com/i915_monitoring (no Intel class in gold)",
+            GOLD,
+            gpu(
+                "gpu-intel-monitoring",
+                json!({"containers": [container("main", json!({"gpu.intel.com/i915_monitoring": "1"}))]}),
+            ),
+            (true, true, false),
+        ),
+        // DRA claims and templates reach /validate-pod (claims.validate.gpu-admission.io).
+        (
+            "bronze ResourceClaim on gpu.nvidia.com, no selector (Enforce)",
+            BRONZE,
+            json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "any-gpu"},
+                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}),
+            (false, true, false),
+        ),
+        (
+            "bronze ResourceClaimTemplate on l4-24gb.gpu-admission.io",
+            BRONZE,
+            json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "l4"},
+                "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "l4-24gb.gpu-admission.io"}}]}}}}),
+            (false, true, true),
+        ),
         (
             "AMD GPU amd.com/gpu",
             GOLD,

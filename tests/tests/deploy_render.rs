@@ -345,6 +345,7 @@ fn webhook_registration_is_safe_and_selective() {
         &mwc["webhooks"][1],
         &vwc["webhooks"][0],
         &vwc["webhooks"][1],
+        &vwc["webhooks"][2],
     ] {
         let exprs = arr_at(h, "/namespaceSelector/matchExpressions");
         assert_eq!(exprs.len(), 1, "{}: {exprs:?}", h["name"]);
@@ -370,9 +371,10 @@ fn webhook_registration_is_safe_and_selective() {
         "object.spec.initContainers",
         "requests",
         "limits",
-        "'nvidia.com/gpu'",
-        "'amd.com/gpu'",
-        "'gpu.intel.com/i915'",
+        "'nvidia.com/'",
+        "'amd.com/'",
+        "'gpu.intel.com/'",
+        "'deviceclass.resource.kubernetes.io/'",
         "resourceClaims",
     ] {
         assert!(
@@ -1207,17 +1209,18 @@ prog = env.program(env.compile(expr))
 print(json.dumps([bool(prog.evaluate({"object": celpy.json_to_cel(p)})) for p in pods]))
 "#;
 
-/// Does the Pod name a GPU resource of the default `gpuResources` list (any quantity) in requests or limits
-/// of any (init) container, or carry DRA resource claims?
+/// The resource domains the matchConditions send: every GPU vendor's, and DRA DeviceClass-backed resources.
+const SENT_DOMAINS: [&str; 4] = [
+    "nvidia.com/",
+    "amd.com/",
+    "gpu.intel.com/",
+    "deviceclass.resource.kubernetes.io/",
+];
+
+/// Does the Pod name a resource under a GPU vendor's domain (any quantity) in requests or limits of any
+/// (init) container, or carry DRA resource claims?
 fn names_a_gpu_resource(pod: &Value) -> bool {
-    let rules = gpu_admission_policy::gpu_resources::default_rules();
-    let counted = |r: &str| {
-        rules.iter().any(|rule| match rule.kind {
-            GpuResourceKind::MigSlices => mig_regex_matches(&rule.name, r),
-            GpuResourceKind::DraDeviceClass => false,
-            _ => rule.name == r,
-        })
-    };
+    let counted = |r: &str| SENT_DOMAINS.iter().any(|d| r.starts_with(d));
     pod.pointer("/spec/resourceClaims")
         .is_some_and(|c| !c.is_null())
         || ["/spec/containers", "/spec/initContainers"]
@@ -1233,72 +1236,28 @@ fn names_a_gpu_resource(pod: &Value) -> bool {
             })
 }
 
-/// The RE2 expression a MIG pattern of the policy becomes in CEL (`*` = `[a-z0-9]+`, `{memoryGiB}` digits).
-fn mig_regex(pattern: &str) -> String {
-    let mut out = String::from("^");
-    let mut rest = pattern;
-    while let Some(c) = rest.chars().next() {
-        if let Some(r) = rest.strip_prefix(gpu_admission_policy::gpu_resources::MEMORY_PLACEHOLDER)
-        {
-            out.push_str("[0-9]+");
-            rest = r;
-            continue;
-        }
-        match c {
-            '*' => out.push_str("[a-z0-9]+"),
-            '.' => out.push_str("[.]"),
-            c => out.push(c),
-        }
-        rest = &rest[c.len_utf8()..];
-    }
-    out.push('$');
-    out
-}
-
-/// `name` matches the MIG pattern (the same rule, without a regex crate).
-fn mig_regex_matches(pattern: &str, name: &str) -> bool {
-    let Some((head, tail)) = pattern.split_once('*') else {
-        return false;
-    };
-    let Some((mid, end)) = tail.split_once(gpu_admission_policy::gpu_resources::MEMORY_PLACEHOLDER)
-    else {
-        return false;
-    };
-    let Some(rest) = name.strip_prefix(head).and_then(|r| r.strip_suffix(end)) else {
-        return false;
-    };
-    let Some((compute, memory)) = rest.split_once(mid) else {
-        return false;
-    };
-    !compute.is_empty()
-        && compute
-            .bytes()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-        && !memory.is_empty()
-        && memory.bytes().all(|c| c.is_ascii_digit())
-}
-
-/// The CEL of every GPU filter names exactly the default `gpuResources` list: each exact resource name,
-/// each MIG pattern as its RE2 expression, and DRA claims.
+/// The CEL of every GPU filter sends exactly the domains of the default `gpuResources` list (each
+/// resource rule's domain, and DeviceClass-backed resources) and DRA claims.
 #[test]
-fn match_conditions_name_exactly_the_default_gpu_resources() {
+fn match_conditions_send_every_domain_of_the_default_gpu_resources() {
     let Some(m) = mode("default") else { return };
     let rules = gpu_admission_policy::gpu_resources::default_rules();
-    let exact: BTreeSet<String> = rules
+    let mut domains: BTreeSet<String> = rules
         .iter()
         .filter(|r| {
             !matches!(
                 r.kind,
-                GpuResourceKind::MigSlices | GpuResourceKind::DraDeviceClass
+                GpuResourceKind::DraDeviceClass | GpuResourceKind::NotGpu
             )
         })
-        .map(|r| r.name.clone())
+        .map(|r| format!("{}/", r.name.split_once('/').expect("domain/name").0))
         .collect();
-    let migs: Vec<String> = rules
-        .iter()
-        .filter(|r| r.kind == GpuResourceKind::MigSlices)
-        .map(|r| mig_regex(&r.name))
-        .collect();
+    domains.insert(gpu_admission_policy::gpu_resources::DEVICE_CLASS_RESOURCE_PREFIX.to_string());
+    assert_eq!(
+        domains,
+        SENT_DOMAINS.iter().map(|d| d.to_string()).collect(),
+        "the domains of the default list"
+    );
     let mwc = m.get("MutatingWebhookConfiguration", WEBHOOK_CONFIG);
     let vwc = m.get("ValidatingWebhookConfiguration", WEBHOOK_CONFIG);
     let expressions = [
@@ -1307,21 +1266,17 @@ fn match_conditions_name_exactly_the_default_gpu_resources() {
         str_at(&vwc["webhooks"][1]["matchConditions"][0], "/expression").to_string(),
     ];
     for expr in &expressions {
-        // Every quoted string of the `r in [...]` lists.
-        let quoted: Vec<&str> = expr.split('\'').skip(1).step_by(2).collect();
-        let named: BTreeSet<String> = quoted
-            .iter()
-            .filter(|q| q.contains('/') && !q.starts_with('^'))
+        // Every quoted string naming a domain.
+        let named: BTreeSet<String> = expr
+            .split('\'')
+            .skip(1)
+            .step_by(2)
+            .filter(|q| q.contains('/'))
             .map(|q| q.to_string())
             .collect();
-        assert_eq!(named, exact, "resource names in {expr}");
-        for mig in &migs {
-            assert!(quoted.contains(&mig.as_str()), "{mig} in {expr}");
-        }
+        assert_eq!(named, domains, "resource domains in {expr}");
         assert!(expr.contains("resourceClaims"), "DRA claims in {expr}");
     }
-    assert!(mig_regex_matches(&rules[2].name, "nvidia.com/mig-1g.10gb"));
-    assert!(!mig_regex_matches(&rules[2].name, "nvidia.com/mig-1g.gb"));
 }
 
 #[test]
@@ -1391,6 +1346,18 @@ fn match_conditions_send_exactly_the_gpu_pods_of_the_corpus() {
         ),
         json_pod(
             json!([{"name": "c", "resources": {"limits": {"nvidia.com/mig-1g.gb": "1"}}}]),
+            None,
+        ),
+        json_pod(
+            json!([{"name": "c", "resources": {"limits": {"nvidia.com/mig-1g.10gb.shared": "1"}}}]),
+            None,
+        ),
+        json_pod(
+            json!([{"name": "c", "resources": {"limits": {"gpu.intel.com/i915_monitoring": "1"}}}]),
+            None,
+        ),
+        json_pod(
+            json!([{"name": "c", "resources": {"limits": {"deviceclass.resource.kubernetes.io/gpu.nvidia.com": "1"}}}]),
             None,
         ),
     ];
@@ -1860,10 +1827,16 @@ fn validating_webhooks_are_selective_and_trusted_in_every_mode() {
         let workloads = by_name("workloads.validate.gpu-admission.io");
         let policy = by_name("policy.validate.gpu-admission.io");
         let namespaces = by_name("namespaces.validate.gpu-admission.io");
-        assert_eq!(hooks.len(), 4, "{}", m.mode);
+        let claims = by_name("claims.validate.gpu-admission.io");
+        assert_eq!(hooks.len(), 5, "{}", m.mode);
+        assert_eq!(
+            strings_at(&claims["rules"][0], "/resources"),
+            ["resourceclaims", "resourceclaimtemplates"]
+        );
         for (hook, path) in [
             (pods, "/validate-pod"),
             (workloads, "/validate-pod"),
+            (claims, "/validate-pod"),
             (policy, "/validate-policy"),
             (namespaces, "/validate-namespace"),
         ] {

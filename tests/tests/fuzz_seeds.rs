@@ -107,6 +107,12 @@ fn hostile_inputs_get_their_answers() {
         assert!(patched(&outcome).0 > 0, "{name}");
     }
 
+    // Resources the policy's list does not name, under GPU vendors' domains (a time-sliced MIG slice renamed,
+    // Intel's monitoring resource, an AMD partition), pinned to H200 in gold: a GPU Pod, decided, and the
+    // patched Pod is bound to gold (the property asserts it).
+    let (ops, _) = patched(&mutate("vendor-domain-resources.json"));
+    assert!(ops > 0);
+
     // Deep nesting where the webhook does not look: answered like any Pod.
     assert!(patched(&mutate("options-deep.json")).0 > 0);
     // A deep unknown field of the Pod is skipped by the typed parse; the patch cannot be checked against a

@@ -3,6 +3,7 @@
 
 pub mod checkpoint_restore;
 pub mod mutate_pod;
+pub mod validate_claim;
 pub mod validate_namespace;
 pub mod validate_pod;
 pub mod validate_policy;

@@ -15,14 +15,18 @@ pub(crate) fn lit(s: &str) -> String {
     format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
 }
 
-/// The regular expression of a MIG pattern (`nvidia.com/mig-*g.{memoryGiB}gb`): `*` is `[a-z0-9]+`, the
-/// memory placeholder digits, everything else literal (the rule core's `match_pattern` follows).
+/// The regular expression of a `gpuResources` pattern (`nvidia.com/mig-*g.{memoryGiB}gb`, `nvidia.com/**`):
+/// `**` is `[A-Za-z0-9._-]+`, `*` is `[a-z0-9]+`, the memory placeholder digits, everything else literal
+/// (the rule the policy crate's `match_pattern` follows).
 fn pattern_regex(pattern: &str) -> String {
     let mut out = String::from("^");
     let mut rest = pattern;
     while !rest.is_empty() {
         if let Some(r) = rest.strip_prefix(MEMORY_PLACEHOLDER) {
             out.push_str("[0-9]+");
+            rest = r;
+        } else if let Some(r) = rest.strip_prefix("**") {
+            out.push_str("[A-Za-z0-9._-]+");
             rest = r;
         } else if let Some(r) = rest.strip_prefix('*') {
             out.push_str("[a-z0-9]+");
@@ -43,31 +47,54 @@ fn pattern_regex(pattern: &str) -> String {
     out
 }
 
-/// `r` (a resource name) is one the policy counts as GPUs: its exact names and its MIG patterns.
+/// `r` (a resource name) is one the policy counts as GPUs, by the policy crate's `lookup`: an exact name
+/// first (a GPU kind, or a `notGpu` exception), else the first pattern that matches, in list order.
 fn is_gpu_resource(policy: &Policy, r: &str) -> String {
+    use gpu_admission_policy::gpu_resources::is_pattern;
     let rules = if policy.gpu_resources.is_empty() {
         gpu_admission_policy::gpu_resources::default_rules()
     } else {
         policy.gpu_resources.clone()
     };
-    let exact: Vec<String> = rules
-        .iter()
-        .filter(|g| {
-            !matches!(
-                g.kind,
-                GpuResourceKind::MigSlices | GpuResourceKind::DraDeviceClass
-            )
-        })
-        .map(|g| lit(&g.name))
+    // DeviceClass rules name no container resource.
+    let rules: Vec<_> = rules
+        .into_iter()
+        .filter(|g| g.kind != GpuResourceKind::DraDeviceClass)
         .collect();
-    let mut parts = vec![format!("{r} in [{}]", exact.join(", "))];
-    for g in rules
-        .iter()
-        .filter(|g| g.kind == GpuResourceKind::MigSlices)
-    {
-        parts.push(format!("{r}.matches({})", lit(&pattern_regex(&g.name))));
+    let exact = |gpu: bool| -> Vec<String> {
+        rules
+            .iter()
+            .filter(|g| !is_pattern(&g.name) && (g.kind != GpuResourceKind::NotGpu) == gpu)
+            .map(|g| lit(&g.name))
+            .collect()
+    };
+    // The first pattern that matches decides: a GPU pattern counts unless a `notGpu` pattern before it
+    // matches too (flat, so that no evaluator nests deeper than the list is long).
+    let mut gpu_patterns = Vec::new();
+    let mut exceptions_before: Vec<String> = Vec::new();
+    for g in rules.iter().filter(|g| is_pattern(&g.name)) {
+        let m = format!("{r}.matches({})", lit(&pattern_regex(&g.name)));
+        if g.kind == GpuResourceKind::NotGpu {
+            exceptions_before.push(format!("!{m}"));
+        } else {
+            gpu_patterns.push(
+                std::iter::once(m)
+                    .chain(exceptions_before.iter().cloned())
+                    .collect::<Vec<_>>()
+                    .join(" && "),
+            );
+        }
     }
-    format!("({})", parts.join(" || "))
+    let patterns = if gpu_patterns.is_empty() {
+        "false".to_string()
+    } else {
+        format!("(({}))", gpu_patterns.join(") || ("))
+    };
+    format!(
+        "({r} in [{}] || (!({r} in [{}]) && {patterns}))",
+        exact(true).join(", "),
+        exact(false).join(", ")
+    )
 }
 
 /// The Pod spec `spec` (a CEL expression: `object.spec`, or a workload's template spec) asks for GPUs: a

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use gpu_admission_policy::gpu_resources::{MEMORY_PLACEHOLDER, default_rules};
+use gpu_admission_policy::gpu_resources::{DEVICE_CLASS_RESOURCE_PREFIX, default_rules, lookup};
 use gpu_admission_proto::scorer::v1::{GpuResourceKind, GpuResourceRule, GpuVendor};
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimSpec, ResourceClaimTemplate};
@@ -18,16 +18,20 @@ use kube_quantity::ParsedQuantity;
 /// More GPUs than any node has: a larger count is clamped (with a warning) rather than sent as is.
 pub const MAX_GPUS_PER_POD: u32 = 256;
 
-/// The policy's GPU resource rules (the built-in default list when the policy has none).
+/// The policy's GPU resource rules (the built-in default list when the policy has none), and the catalog's
+/// own DeviceClasses (`<class>.gpu-admission.io`, always GPUs).
 #[derive(Debug, Clone, PartialEq)]
 pub struct GpuResources {
     rules: Vec<GpuResourceRule>,
+    /// The catalog's DeviceClasses and their vendors.
+    catalog_classes: Vec<(String, GpuVendor)>,
 }
 
 impl Default for GpuResources {
     fn default() -> Self {
         Self {
             rules: default_rules().iter().map(Into::into).collect(),
+            catalog_classes: Vec::new(),
         }
     }
 }
@@ -41,36 +45,7 @@ pub struct Counting {
     pub memory_gib: Option<f64>,
 }
 
-/// Matches `name` against a MIG pattern: `*` is `[a-z0-9]+`, [`MEMORY_PLACEHOLDER`] digits (the GiB).
-/// `Some(memory)` on a match.
-pub fn match_pattern(pattern: &str, name: &str) -> Option<Option<f64>> {
-    fn go(p: &str, n: &str, mem: &mut Option<f64>) -> bool {
-        if let Some(rest) = p.strip_prefix(MEMORY_PLACEHOLDER) {
-            let digits = n.bytes().take_while(u8::is_ascii_digit).count();
-            return (1..=digits).rev().any(|k| {
-                let ok = go(rest, &n[k..], mem);
-                if ok && mem.is_none() {
-                    *mem = n[..k].parse().ok();
-                }
-                ok
-            });
-        }
-        if let Some(rest) = p.strip_prefix('*') {
-            let run = n
-                .bytes()
-                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-                .count();
-            return (1..=run).rev().any(|k| go(rest, &n[k..], mem));
-        }
-        match (p.chars().next(), n.chars().next()) {
-            (None, None) => true,
-            (Some(a), Some(b)) if a == b => go(&p[a.len_utf8()..], &n[b.len_utf8()..], mem),
-            _ => false,
-        }
-    }
-    let mut mem = None;
-    go(pattern, name, &mut mem).then_some(mem)
-}
+pub use gpu_admission_policy::gpu_resources::match_pattern;
 
 impl GpuResources {
     /// The rules of a policy; an empty list means the built-in default.
@@ -80,39 +55,84 @@ impl GpuResources {
         } else {
             Self {
                 rules: rules.to_vec(),
+                catalog_classes: Vec::new(),
             }
         }
+    }
+
+    /// With the DeviceClasses of a policy's catalog (see `gpu_admission_policy::device_classes`).
+    pub fn with_catalog(mut self, policy: &gpu_admission_policy::Policy) -> Self {
+        self.catalog_classes = policy
+            .classes
+            .iter()
+            .filter(|c| c.dra.is_some())
+            .map(|c| {
+                let vendor = match c.vendor {
+                    gpu_admission_policy::Vendor::Nvidia => GpuVendor::Nvidia,
+                    gpu_admission_policy::Vendor::Amd => GpuVendor::Amd,
+                    gpu_admission_policy::Vendor::Intel => GpuVendor::Intel,
+                };
+                (
+                    gpu_admission_policy::device_classes::device_class_name(&c.name),
+                    vendor,
+                )
+            })
+            .collect();
+        self
     }
 
     pub fn rules(&self) -> &[GpuResourceRule] {
         &self.rules
     }
 
-    /// How a container resource name counts, or `None` when it is not a GPU resource.
+    /// How a container resource name counts, or `None` when it is not a GPU resource. A resource backed by a
+    /// DRA DeviceClass (`deviceclass.resource.kubernetes.io/<class>`) counts as devices of a GPU class.
     pub fn counting(&self, resource: &str) -> Option<Counting> {
-        self.rules.iter().find_map(|r| {
-            let kind = r.kind();
-            let memory_gib = match kind {
-                GpuResourceKind::DraDeviceClass | GpuResourceKind::Unspecified => return None,
-                GpuResourceKind::MigSlices => match_pattern(&r.name, resource)?,
-                _ if r.name != resource => return None,
-                GpuResourceKind::Memory => Some(r.memory_gib_per_unit),
-                _ => None,
-            };
-            Some(Counting {
-                vendor: r.vendor(),
-                kind,
-                memory_gib,
-            })
+        if let Some(class) = resource.strip_prefix(DEVICE_CLASS_RESOURCE_PREFIX) {
+            return self.dra_class_vendor(class).map(|vendor| Counting {
+                vendor,
+                kind: GpuResourceKind::Devices,
+                memory_gib: None,
+            });
+        }
+        let eligible = |r: &GpuResourceRule| {
+            !matches!(
+                r.kind(),
+                GpuResourceKind::DraDeviceClass | GpuResourceKind::Unspecified
+            )
+        };
+        let (r, mig_memory) = lookup(&self.rules, resource, |r| r.name.as_str(), eligible)?;
+        let kind = r.kind();
+        let memory_gib = match kind {
+            GpuResourceKind::NotGpu => return None,
+            GpuResourceKind::MigSlices => mig_memory,
+            GpuResourceKind::Memory => Some(r.memory_gib_per_unit),
+            _ => None,
+        };
+        Some(Counting {
+            vendor: r.vendor(),
+            kind,
+            memory_gib,
         })
     }
 
-    /// The vendor of a DRA DeviceClass whose devices are GPUs.
+    /// The vendor of a DRA DeviceClass whose devices are GPUs: the catalog's own classes (and any other
+    /// `*.gpu-admission.io`, vendor unknown), then the policy's `draDeviceClass` rules less its `notGpu` ones.
     pub fn dra_class_vendor(&self, device_class: &str) -> Option<GpuVendor> {
-        self.rules
-            .iter()
-            .find(|r| r.kind() == GpuResourceKind::DraDeviceClass && r.name == device_class)
-            .map(|r| r.vendor())
+        if let Some((_, v)) = self.catalog_classes.iter().find(|(n, _)| n == device_class) {
+            return Some(*v);
+        }
+        if device_class.ends_with(gpu_admission_policy::device_classes::SUFFIX) {
+            return Some(GpuVendor::Unknown);
+        }
+        let eligible = |r: &GpuResourceRule| {
+            matches!(
+                r.kind(),
+                GpuResourceKind::DraDeviceClass | GpuResourceKind::NotGpu
+            )
+        };
+        let (r, _) = lookup(&self.rules, device_class, |r| r.name.as_str(), eligible)?;
+        (r.kind() == GpuResourceKind::DraDeviceClass).then(|| r.vendor())
     }
 }
 
@@ -165,7 +185,7 @@ fn kind_name(kind: GpuResourceKind) -> &'static str {
         GpuResourceKind::Memory => "memory",
         GpuResourceKind::Cores => "cores",
         GpuResourceKind::DraDeviceClass => "dra",
-        GpuResourceKind::Unspecified => "other",
+        GpuResourceKind::NotGpu | GpuResourceKind::Unspecified => "other",
     }
 }
 
@@ -279,7 +299,9 @@ fn container_ask(c: &Container, rules: &GpuResources, warnings: &mut Vec<String>
                 share_only = true;
             }
             GpuResourceKind::Cores => share_only = true,
-            GpuResourceKind::DraDeviceClass | GpuResourceKind::Unspecified => {}
+            GpuResourceKind::DraDeviceClass
+            | GpuResourceKind::NotGpu
+            | GpuResourceKind::Unspecified => {}
         }
     }
     // A share of a GPU (memory or cores) without a device count is one device.
@@ -489,11 +511,17 @@ mod tests {
             (a.count, a.vendor, a.shape.as_str()),
             (1, GpuVendor::Intel, "devices+cores")
         );
-        // Not devices: memory.max and friends are not in the list at all.
+        // memory.max is GPU memory in bytes, a share: no device of its own.
         let a =
             ask(json!({"limits": {"gpu.intel.com/xe": "2", "gpu.intel.com/memory.max": "8Gi"}}));
-        assert_eq!((a.count, a.vendor), (2, GpuVendor::Intel));
+        assert_eq!(
+            (a.count, a.vendor, a.memory_gib),
+            (2, GpuVendor::Intel, Some(8.0))
+        );
         assert!(a.warnings.is_empty(), "{:?}", a.warnings);
+        // Monitoring is access to every GPU of the node: a GPU.
+        let a = ask(json!({"limits": {"gpu.intel.com/i915_monitoring": 1}}));
+        assert_eq!((a.count, a.vendor), (1, GpuVendor::Intel));
     }
 
     #[test]
@@ -512,6 +540,53 @@ mod tests {
         assert_eq!(
             match_pattern("nvidia.com/mig-*g.{memoryGiB}gb", "nvidia.com/mig-7g.80gbx"),
             None
+        );
+    }
+
+    #[test]
+    fn every_name_under_a_gpu_vendors_domain_is_a_gpu() {
+        for (name, vendor, shape) in [
+            ("nvidia.com/mig-1g.10gb.shared", GpuVendor::Nvidia, "mig"),
+            ("nvidia.com/h100.shared", GpuVendor::Nvidia, "shared"),
+            ("nvidia.com/something-new", GpuVendor::Nvidia, "devices"),
+            ("amd.com/cpx_nps4", GpuVendor::Amd, "devices"),
+            ("gpu.intel.com/xe_monitoring", GpuVendor::Intel, "devices"),
+            (
+                "deviceclass.resource.kubernetes.io/gpu.nvidia.com",
+                GpuVendor::Nvidia,
+                "devices",
+            ),
+            (
+                "deviceclass.resource.kubernetes.io/mig.nvidia.com",
+                GpuVendor::Nvidia,
+                "devices",
+            ),
+        ] {
+            let a = ask(json!({"limits": {name: 1}}));
+            assert_eq!(
+                (a.count, a.vendor, a.shape.as_str()),
+                (1, vendor, shape),
+                "{name}"
+            );
+        }
+        let rules = GpuResources::default();
+        assert_eq!(
+            rules.dra_class_vendor("mig.nvidia.com"),
+            Some(GpuVendor::Nvidia)
+        );
+        assert_eq!(
+            rules.dra_class_vendor("compute-domain-daemon.nvidia.com"),
+            None
+        );
+        assert_eq!(
+            rules.dra_class_vendor("l4-24gb.gpu-admission.io"),
+            Some(GpuVendor::Unknown)
+        );
+        let p = gpu_admission_policy::embedded_default().unwrap();
+        let rules = rules.with_catalog(&p);
+        assert_eq!(
+            rules.dra_class_vendor("mi300x-192gb.gpu-admission.io"),
+            Some(GpuVendor::Amd)
         );
     }
 
@@ -565,7 +640,9 @@ mod tests {
         for r in [
             json!({"limits": {"example.com/gpu": 1}}),
             json!({"limits": {"nvidia.com/gpu": 0, "cpu": "2"}}),
-            json!({"limits": {"gpu.intel.com/": 1, "gpu.intel.com/memory.max": "1Gi"}}),
+            json!({"limits": {"gpu.intel.com/": 1, "nvidia.com/priority": 1}}),
+            json!({"limits": {"nvidia.com/rdma_shared_device_a": 1, "amd.com/xilinx_u250": 1}}),
+            json!({"limits": {"deviceclass.resource.kubernetes.io/sriov.example.com": 1}}),
         ] {
             let a = ask(r.clone());
             assert_eq!(

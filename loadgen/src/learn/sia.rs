@@ -98,7 +98,9 @@ pub fn rewrite_policy(policy: &mut Value, seed: u64) -> Vec<(f64, bool)> {
         .map(|&(name, memory, throughput, price, per_node)| {
             let mut c = template.clone();
             if let Some(m) = c.as_mapping_mut() {
+                // The template's identity (its node labels and DRA product names) is not these classes'.
                 m.remove("nodeLabels");
+                m.remove("dra");
                 m.insert("name".into(), name.into());
                 m.insert("memoryGiB".into(), memory.into());
                 m.insert("relativeThroughput".into(), throughput.into());

@@ -7,7 +7,7 @@ use std::path::Path;
 use sha2::{Digest, Sha256};
 
 use crate::gpu_resources::{
-    GpuResourceKind, GpuResourceRule, MEMORY_PLACEHOLDER, MIB_IN_GIB, default_rules,
+    BYTES_IN_GIB, GpuResourceKind, GpuResourceRule, MEMORY_PLACEHOLDER, MIB_IN_GIB, default_rules,
 };
 
 mod sections;
@@ -321,68 +321,14 @@ impl Checker {
                     None
                 }
             };
-            let name_ok = |n: &str, extra: &str| {
-                let (prefix, rest) = n.split_once('/').unwrap_or(("", n));
-                !prefix.is_empty()
-                    && !rest.is_empty()
-                    && prefix.contains('.')
-                    && n.len() <= 253
-                    && prefix.bytes().all(|c| {
-                        c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'.' || c == b'-'
-                    })
-                    && rest.bytes().all(|c| {
-                        c.is_ascii_alphanumeric()
-                            || b"._-".contains(&c)
-                            || extra.as_bytes().contains(&c)
-                    })
-            };
             let kind = r.kind;
-            match kind {
-                GpuResourceKind::MigSlices => {
-                    let without = r.name.replacen(MEMORY_PLACEHOLDER, "", 1);
-                    if r.name.matches(MEMORY_PLACEHOLDER).count() != 1
-                        || !name_ok(&without, "*")
-                        || without.contains("**")
-                    {
-                        self.fail(
-                            format!("{f}.name"),
-                            format!(
-                                "a migSlices pattern is a resource name with one `{MEMORY_PLACEHOLDER}` (the slice \
-                                 memory) and `*` for any [a-z0-9]+, e.g. nvidia.com/mig-*g.{MEMORY_PLACEHOLDER}gb; got `{}`",
-                                r.name
-                            ),
-                        );
-                    }
-                }
-                GpuResourceKind::DraDeviceClass => {
-                    let ok = !r.name.is_empty()
-                        && r.name.len() <= 253
-                        && r.name.split('.').all(|p| {
-                            !p.is_empty()
-                                && p.bytes().all(|c| {
-                                    c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-'
-                                })
-                        });
-                    if !ok {
-                        self.fail(
-                            format!("{f}.name"),
-                            format!("`{}` is not a DeviceClass name (a DNS subdomain)", r.name),
-                        );
-                    }
-                }
-                _ if !name_ok(&r.name, "") => self.fail(
-                    format!("{f}.name"),
-                    format!(
-                        "`{}` is not an extended resource name (domain/name)",
-                        r.name
-                    ),
-                ),
-                _ => {}
+            if let Some(why) = rule_name_problem(&r.name, kind) {
+                self.fail(format!("{f}.name"), why);
             }
             let memory_gib_per_unit = match (kind, r.unit.as_deref()) {
                 (GpuResourceKind::Memory, None | Some("MiB")) => MIB_IN_GIB,
                 (GpuResourceKind::Memory, Some("GiB")) => 1.0,
-                (GpuResourceKind::Memory, Some("bytes")) => 1.0 / (1u64 << 30) as f64,
+                (GpuResourceKind::Memory, Some("bytes")) => BYTES_IN_GIB,
                 (GpuResourceKind::Memory, Some(u)) => {
                     self.fail(
                         format!("{f}.unit"),
@@ -466,5 +412,56 @@ impl Checker {
             tier_index,
             job_index,
         })
+    }
+}
+
+/// What is wrong with a `gpuResources` name, if anything: an extended resource name (`domain/name`) or a
+/// DeviceClass name (a DNS subdomain), each possibly a pattern (`*`, `**`); `{memoryGiB}` once in a
+/// `migSlices` pattern and nowhere else; `notGpu` takes either form.
+fn rule_name_problem(name: &str, kind: GpuResourceKind) -> Option<String> {
+    let resource_ok = |n: &str| {
+        let (prefix, rest) = n.split_once('/').unwrap_or(("", n));
+        !prefix.is_empty()
+            && !rest.is_empty()
+            && prefix.contains('.')
+            && n.len() <= 253
+            && prefix
+                .bytes()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b".-*".contains(&c))
+            && rest
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || b"._-*".contains(&c))
+    };
+    let class_ok = |n: &str| {
+        !n.is_empty()
+            && n.len() <= 253
+            && n.split('.').all(|p| {
+                !p.is_empty()
+                    && p.bytes()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b"-*".contains(&c))
+            })
+    };
+    let stars_ok = !name.contains("***");
+    match kind {
+        GpuResourceKind::MigSlices => {
+            let without = name.replacen(MEMORY_PLACEHOLDER, "", 1);
+            (name.matches(MEMORY_PLACEHOLDER).count() != 1 || !resource_ok(&without) || !stars_ok)
+                .then(|| {
+                    format!(
+                        "a migSlices pattern is a resource name with one `{MEMORY_PLACEHOLDER}` (the slice \
+                         memory) and `*` for any [a-z0-9]+, e.g. nvidia.com/mig-*g.{MEMORY_PLACEHOLDER}gb; got `{name}`"
+                    )
+                })
+        }
+        _ if name.contains(MEMORY_PLACEHOLDER) => Some(format!(
+            "`{MEMORY_PLACEHOLDER}` belongs in a migSlices pattern only; got `{name}`"
+        )),
+        GpuResourceKind::DraDeviceClass => (!class_ok(name) || !stars_ok)
+            .then(|| format!("`{name}` is not a DeviceClass name (a DNS subdomain)")),
+        GpuResourceKind::NotGpu => (!(resource_ok(name) || class_ok(name)) || !stars_ok).then(|| {
+            format!("`{name}` is neither an extended resource name (domain/name) nor a DeviceClass name")
+        }),
+        _ => (!resource_ok(name) || !stars_ok)
+            .then(|| format!("`{name}` is not an extended resource name (domain/name)")),
     }
 }

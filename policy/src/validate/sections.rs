@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 use ndarray::Array2;
 
 use super::Checker;
-use crate::model::{Bucket, GpuClass, JobType, NameIndex, Tier, WorkloadClass};
-use crate::schema::{PolicyFile, RuntimeProfile};
+use crate::model::{Bucket, DraDevices, GpuClass, JobType, NameIndex, Tier, WorkloadClass};
+use crate::schema::{DraDevicesSpec, GpuClassSpec, PolicyFile, RuntimeProfile};
 
 impl Checker {
     /// `catalog`: every GPU class, with its node label, taint and identifying labels.
@@ -61,7 +61,9 @@ impl Checker {
                     identifying_labels.push((k.clone(), v.clone()));
                 }
             }
+            let dra = g.dra.as_ref().map(|d| self.dra_devices(&f, g, d));
             classes.push(GpuClass {
+                dra,
                 name: g.name.clone(),
                 vendor: g.vendor,
                 memory_gib: g.memory_gib,
@@ -74,7 +76,84 @@ impl Checker {
                 identifying_labels,
             });
         }
+        // A device belongs to one class: no product of one driver in two classes.
+        let mut products = std::collections::BTreeMap::new();
+        for c in &classes {
+            for n in c.dra.iter().flat_map(|d| &d.product_names) {
+                let driver = c.dra.as_ref().map(|d| d.driver.as_str()).unwrap_or("");
+                if let Some(other) = products.insert((driver, n.as_str()), c.name.as_str()) {
+                    self.fail(
+                        format!("catalog[{}].dra.productNames", c.name),
+                        format!("product `{n}` is a product of class {other} too: a device belongs to one class"),
+                    );
+                }
+            }
+        }
         (classes, class_index)
+    }
+
+    /// `catalog[*].dra`: a class name that makes a DeviceClass name, a driver name, a CEL identifier as the
+    /// attribute, product names that are plain text (written into CEL literals), none twice in the catalog.
+    fn dra_devices(&mut self, f: &str, g: &GpuClassSpec, d: &DraDevicesSpec) -> DraDevices {
+        use crate::device_classes as dc;
+        if !dc::is_valid_class_name(&g.name) {
+            self.fail(
+                format!("{f}.dra"),
+                format!(
+                    "the class name `{}` lowercased is not a DNS label, so it names no DeviceClass",
+                    g.name
+                ),
+            );
+        }
+        let driver = d
+            .driver
+            .clone()
+            .unwrap_or_else(|| dc::vendor_driver(g.vendor).to_string());
+        let dns = |s: &str| {
+            s.split('.').count() >= 2
+                && s.split('.').all(|p| {
+                    !p.is_empty()
+                        && p.bytes()
+                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+                })
+        };
+        if !dns(&driver) {
+            self.fail(
+                format!("{f}.dra.driver"),
+                format!("`{driver}` is not a DRA driver name (a DNS subdomain)"),
+            );
+        }
+        let attribute = d
+            .attribute
+            .clone()
+            .unwrap_or_else(|| dc::DEFAULT_PRODUCT_ATTRIBUTE.to_string());
+        if !dc::is_attribute_name(&attribute) {
+            self.fail(
+                format!("{f}.dra.attribute"),
+                format!("`{attribute}` is not an attribute name ([A-Za-z][A-Za-z0-9_]*)"),
+            );
+        }
+        if d.product_names.is_empty() {
+            self.fail(
+                format!("{f}.dra.productNames"),
+                "must list at least one product name",
+            );
+        }
+        for n in &d.product_names {
+            if !dc::is_plain_text(n) {
+                self.fail(
+                    format!("{f}.dra.productNames"),
+                    format!(
+                        "`{n}` must be 1-256 printable characters without quotes or backslashes"
+                    ),
+                );
+            }
+        }
+        DraDevices {
+            driver,
+            attribute,
+            product_names: d.product_names.clone(),
+        }
     }
 
     /// `tiers` and `defaultTier`: each tier's allowed and preferred classes (by catalog index).

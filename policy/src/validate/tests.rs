@@ -380,3 +380,41 @@ fn load_file_reports_unreadable_files() {
     assert_eq!(e.file, "/nonexistent/policy.yaml");
     assert!(has(&e, "(file)", "cannot read"), "{e}");
 }
+
+#[test]
+fn dra_devices_of_a_class_are_checked() {
+    let p = embedded_default().unwrap();
+    let l4 = &p.classes[p.class_index("L4-24GB").unwrap()];
+    let dra = l4.dra.as_ref().unwrap();
+    assert_eq!(
+        (dra.driver.as_str(), dra.attribute.as_str()),
+        ("gpu.nvidia.com", "productName")
+    );
+    let mi300 = &p.classes[p.class_index("MI300X-192GB").unwrap()];
+    assert_eq!(mi300.dra.as_ref().unwrap().driver, "gpu.amd.com");
+    let bad = DEFAULT_POLICY_YAML
+        .replace(
+            "dra: { productNames: [\"NVIDIA L4\"] }",
+            "dra: { productNames: [\"NVIDIA L4'\", \"NVIDIA L40S\"], attribute: \"x.y\", driver: \"Bad\" }",
+        )
+        .replace("dra: { productNames: [\"NVIDIA H200\"] }", "dra: { productNames: [] }");
+    let e = errors(&bad);
+    for (field, reason) in [
+        ("catalog[L4-24GB].dra.productNames", "without quotes"),
+        ("catalog[L4-24GB].dra.attribute", "not an attribute name"),
+        ("catalog[L4-24GB].dra.driver", "not a DRA driver name"),
+        ("catalog[H200-141GB].dra.productNames", "at least one"),
+    ] {
+        assert!(has(&e, field, reason), "{field}: {e}");
+    }
+    // `NVIDIA L40S` is L40S-48GB's product: with the driver changed it is not a duplicate; same driver, it is.
+    let dup = DEFAULT_POLICY_YAML.replace(
+        "dra: { productNames: [\"NVIDIA L4\"] }",
+        "dra: { productNames: [\"NVIDIA L4\", \"NVIDIA L40S\"] }",
+    );
+    assert!(has(
+        &errors(&dup),
+        "catalog[L4-24GB].dra.productNames",
+        "a product of class L40S-48GB too"
+    ));
+}

@@ -6,8 +6,8 @@ use super::estimate::{self, Gaussian};
 use super::feasibility::{self, Infeasible, Needs};
 use super::posterior::{self, JobRef, Posterior};
 use super::{
-    Candidate, Decision, Gate, JobRequest, Learned, explain, interference, objective, priority,
-    sampling, tenants, value,
+    Candidate, Choice, Decision, Gate, JobRequest, Learned, explain, interference, objective,
+    priority, sampling, tenants, value,
 };
 use crate::policy::{Policy, RuntimeProfile, Tier, WorkloadClass};
 
@@ -167,19 +167,12 @@ impl Classes {
     }
 }
 
-/// The feasible classes in answer order, and how the first was picked.
-pub(super) struct Choice {
-    pub ranked: Vec<usize>,
-    /// The class of lowest cost, and the class of lowest sampled cost.
-    pub exploit: Option<usize>,
-    pub sampled: Option<usize>,
-    /// Whether this decision's draw and the budget allowed exploring.
-    pub allowed: bool,
-    /// The tier's preferred class (ties).
-    pub preferred: Option<usize>,
-    /// The value-of-information verdict on the sampled class (when it is not the lowest-cost one).
-    pub verdict: Option<value::Verdict>,
-    pub explored: bool,
+/// Orders classes by `key`, then the tier's preferred class first, then catalog order.
+fn rank(key: &Array1<f64>, preferred: Option<usize>, a: usize, b: usize) -> std::cmp::Ordering {
+    key[a]
+        .total_cmp(&key[b])
+        .then_with(|| (preferred != Some(a)).cmp(&(preferred != Some(b))))
+        .then(a.cmp(&b))
 }
 
 /// Ranks the feasible classes by cost, then the tier's preferred class, then catalog order; an
@@ -197,12 +190,12 @@ fn choose(
     let mut ranked: Vec<usize> = (0..policy.classes.len())
         .filter(|&i| classes.infeasible[i].is_empty())
         .collect();
-    ranked.sort_by(|&a, &b| explain::rank(&terms.cost, pref, a, b));
+    ranked.sort_by(|&a, &b| rank(&terms.cost, pref, a, b));
     let exploit = ranked.first().copied();
     let sampled = ranked
         .iter()
         .copied()
-        .min_by(|&a, &b| explain::rank(&terms.sampled_cost, pref, a, b));
+        .min_by(|&a, &b| rank(&terms.sampled_cost, pref, a, b));
     let verdict = match (exploit, sampled) {
         (Some(e), Some(s)) if s != e => {
             let runs = (0..policy.classes.len())

@@ -1,10 +1,8 @@
 //! Why a decision came out as it did: the rule that picked its class, in one sentence with the numbers.
-use ndarray::Array1;
 
-use super::decide::Choice;
 use super::objective::cost::Terms;
 use super::posterior::{JobRef, Posterior};
-use super::{Candidate, Rule, Why, feasibility, value};
+use super::{Candidate, Choice, Rule, Why, feasibility, value};
 use crate::policy::Policy;
 
 /// Names the rule that picked the first of `choice.ranked`. The sentence is only written when asked for
@@ -230,19 +228,6 @@ fn lowest_cost(
             rule,
         },
     )
-}
-
-/// Orders classes by `key`, then the tier's preferred class first, then catalog order.
-pub(super) fn rank(
-    key: &Array1<f64>,
-    preferred: Option<usize>,
-    a: usize,
-    b: usize,
-) -> std::cmp::Ordering {
-    key[a]
-        .total_cmp(&key[b])
-        .then_with(|| (preferred != Some(a)).cmp(&(preferred != Some(b))))
-        .then(a.cmp(&b))
 }
 
 /// "no feasible GPU class for tier bronze: L4-24GB: needs 70 GiB …; 6 other classes not allowed for tier bronze".

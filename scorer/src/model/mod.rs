@@ -17,23 +17,23 @@
 //! better and knowing it is worth a run, its share stays ≤ the cap, and the same request on the same
 //! state gets the same answer. The steps of one decision are in [`decide`], its explanation in
 //! [`explain`].
-pub mod contention;
+pub(crate) mod contention;
 mod decide;
-pub mod estimate;
+pub(crate) mod estimate;
 mod explain;
-pub mod exploration;
-pub mod feasibility;
-pub mod interference;
-pub mod learn;
-pub mod objective;
-pub mod observed;
-pub mod posterior;
-pub mod priority;
-pub mod sampling;
+pub(crate) mod exploration;
+pub(crate) mod feasibility;
+pub(crate) mod interference;
+pub(crate) mod learn;
+pub(crate) mod objective;
+pub(crate) mod observed;
+pub(crate) mod posterior;
+pub(crate) mod priority;
+pub(crate) mod sampling;
 mod tables;
-pub mod tenants;
-pub mod unlisted;
-pub mod value;
+pub(crate) mod tenants;
+pub(crate) mod unlisted;
+pub(crate) mod value;
 
 use std::sync::Arc;
 
@@ -281,6 +281,21 @@ impl Rule {
             Rule::NoFeasibleClass => "no-feasible-class",
         }
     }
+}
+
+/// The feasible classes in answer order, and how the first was picked.
+pub(crate) struct Choice {
+    pub ranked: Vec<usize>,
+    /// The class of lowest cost, and the class of lowest sampled cost.
+    pub exploit: Option<usize>,
+    pub sampled: Option<usize>,
+    /// Whether this decision's draw and the budget allowed exploring.
+    pub allowed: bool,
+    /// The tier's preferred class (ties).
+    pub preferred: Option<usize>,
+    /// The value-of-information verdict on the sampled class (when it is not the lowest-cost one).
+    pub verdict: Option<value::Verdict>,
+    pub explored: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use kube_core::DynamicObject;
 use kube_core::admission::{AdmissionRequest, Operation};
 
-use crate::admission::Facts;
+use crate::admission::{Facts, validate_claim};
 use crate::placement;
 use crate::pod::features;
 use crate::policy::{PolicySnapshot, TierRules, TierScope, Untiered};
@@ -144,6 +144,7 @@ pub fn check(
         return Check::NotOurs("the policy is not known yet");
     };
     let pod = is_pod(req);
+    let claim = validate_claim::claim_kind(req);
     let at = Where {
         namespace,
         rules: &rules,
@@ -151,7 +152,7 @@ pub fn check(
         facts,
         pcs,
     };
-    let mut violations = object_violations(object, pod, &at);
+    let mut violations = object_violations(object, pod, claim, &at);
     if violations.is_empty() {
         return Check::Allowed(Allowance::WithinTier);
     }
@@ -163,17 +164,24 @@ pub fn check(
     if req.operation == Operation::Update
         && let Some(old) = &req.old_object
     {
-        let before = object_violations(old, pod, &at);
+        let before = object_violations(old, pod, claim, &at);
         violations.retain(|v| !before.contains(v));
         if violations.is_empty() {
             return Check::Allowed(Allowance::PredatesUpdate);
         }
     }
+    let mut allowed = allowed_text(&rules, policy);
+    if claim.is_some() {
+        allowed = format!(
+            "{allowed}; DeviceClasses {}",
+            validate_claim::allowed_device_classes(&rules, policy)
+        );
+    }
     Check::Violations {
         tier: rules.tier.to_string(),
         object: format!("{} {namespace}/{}", req.kind.kind, object_name(object)),
         violations,
-        allowed: allowed_text(&rules, policy),
+        allowed,
     }
 }
 
@@ -187,7 +195,21 @@ fn untiered(
     (policy, facts): (&PolicySnapshot, &Facts<'_>),
 ) -> Check {
     let pod = is_pod(req);
+    let claim = validate_claim::claim_kind(req);
     let held = |o: &DynamicObject| -> Vec<Violation> {
+        if let Some(kind) = claim {
+            if !validate_claim::asks_for_gpus(o, kind, policy) {
+                return Vec::new();
+            }
+            return vec![Violation {
+                reason: Reason::UntieredNamespace,
+                path: "spec".into(),
+                what: format!(
+                    "asks for GPUs in namespace {namespace}, which {} (untieredNamespaces: Deny)",
+                    why.describe()
+                ),
+            }];
+        }
         described_pods(o, pod)
             .iter()
             .filter(|d| {
@@ -272,7 +294,15 @@ pub struct Where<'a> {
     pub pcs: &'a dyn PriorityClassLookup,
 }
 
-fn object_violations(object: &DynamicObject, is_pod: bool, at: &Where<'_>) -> Vec<Violation> {
+fn object_violations(
+    object: &DynamicObject,
+    is_pod: bool,
+    claim: Option<validate_claim::ClaimKind>,
+    at: &Where<'_>,
+) -> Vec<Violation> {
+    if let Some(kind) = claim {
+        return validate_claim::violations(object, kind, at);
+    }
     let described = described_pods(object, is_pod);
     if is_pod && described.is_empty() {
         // A Pod that does not read as a Pod cannot be decided: never silently allowed.

@@ -1,0 +1,341 @@
+//! ResourceClaims and ResourceClaimTemplates (`resource.k8s.io`) of tier namespaces against their tier: the
+//! GPU classes each request (each `firstAvailable` alternative too) could be allocated devices of. Called
+//! by `/validate-pod`'s decision (`validate_pod::check`, which resolves the tier, the exemption and UPDATE
+//! the same way as for Pods), so `gpu-admission check` and the tests decide claims with the same function.
+//!
+//! - a catalog DeviceClass (`<class>.gpu-admission.io`, `gpu_admission_policy::device_classes`): devices of
+//!   that class only (its selectors can only narrow it);
+//! - a GPU vendor's DeviceClass (`gpu.nvidia.com`, `mig.nvidia.com`…: the policy's `gpuResources`): the
+//!   vendor's catalog classes and any GPU the catalog does not know, narrowed by selectors of the grammar of
+//!   [`cel`]; a selector outside it cannot be decided, a violation (denied in `Enforce`), never admitted
+//!   unbounded. A product name the catalog does not know is a GPU outside every class; a memory bound
+//!   `>= Q` / `> Q` rules out the classes with less memory (with 10 % slack for what drivers publish), an
+//!   upper bound rules out none (partitions of any class can be small);
+//! - any other DeviceClass (a NIC, an IMEX channel): not a GPU, no violation.
+//!
+//! A tier that allows every catalog class has nothing a claim could breach: no violation at all. Claims are
+//! validated when created or updated, and their spec is immutable, so a claim cannot become a GPU claim
+//! after its Pod was admitted.
+
+pub mod cel;
+
+use std::collections::BTreeSet;
+
+use gpu_admission_policy::device_classes;
+use gpu_admission_proto::scorer::v1::GpuVendor;
+use k8s_openapi::api::resource::v1::ResourceClaimSpec;
+use kube_core::DynamicObject;
+use kube_core::admission::AdmissionRequest;
+
+use super::validate_pod::{Reason, Violation, Where};
+use crate::tier_bound;
+use cel::{Compare, Selector};
+
+/// Which claim object a review holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimKind {
+    Claim,
+    Template,
+}
+
+/// A ResourceClaim or ResourceClaimTemplate of `resource.k8s.io` (any version), not a sub-resource.
+pub fn claim_kind(req: &AdmissionRequest<DynamicObject>) -> Option<ClaimKind> {
+    if req.kind.group != "resource.k8s.io"
+        || req.sub_resource.as_deref().is_some_and(|s| !s.is_empty())
+    {
+        return None;
+    }
+    match req.kind.kind.as_str() {
+        "ResourceClaim" => Some(ClaimKind::Claim),
+        "ResourceClaimTemplate" => Some(ClaimKind::Template),
+        _ => None,
+    }
+}
+
+/// The claim spec of the object, `None` when it does not read as a `resource.k8s.io/v1` one: every request
+/// says what it asks for in `exactly` or `firstAvailable` (an older version's request, `deviceClassName` at
+/// its top, is not read as asking for nothing; the registration has the apiserver convert to v1).
+fn claim_spec(object: &DynamicObject, kind: ClaimKind) -> Option<ResourceClaimSpec> {
+    let spec = match kind {
+        ClaimKind::Claim => object.data.get("spec")?,
+        ClaimKind::Template => object.data.get("spec")?.get("spec")?,
+    };
+    let spec: ResourceClaimSpec = serde_json::from_value(spec.clone()).ok()?;
+    let requests = spec
+        .devices
+        .iter()
+        .flat_map(|d| d.requests.iter().flatten());
+    requests
+        .clone()
+        .all(|r| r.exactly.is_some() || r.first_available.as_ref().is_some_and(|f| !f.is_empty()))
+        .then_some(spec)
+}
+
+/// What a request's devices can be: catalog classes (indices), and whether a GPU the catalog does not know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Reach {
+    classes: BTreeSet<usize>,
+    other: bool,
+}
+
+impl Reach {
+    fn and(self, o: Reach) -> Reach {
+        Reach {
+            classes: self.classes.intersection(&o.classes).copied().collect(),
+            other: self.other && o.other,
+        }
+    }
+
+    fn or(mut self, o: Reach) -> Reach {
+        self.classes.extend(o.classes);
+        Reach {
+            classes: self.classes,
+            other: self.other || o.other,
+        }
+    }
+}
+
+/// What `selector` can match among `universe` (a vendor's catalog classes), by the catalog's DRA devices.
+fn reach(
+    selector: &Selector,
+    universe: &BTreeSet<usize>,
+    policy: &gpu_admission_policy::Policy,
+) -> Result<Reach, String> {
+    let classes = |keep: &dyn Fn(&gpu_admission_policy::GpuClass) -> bool| -> BTreeSet<usize> {
+        universe
+            .iter()
+            .copied()
+            .filter(|i| keep(&policy.classes[*i]))
+            .collect()
+    };
+    let dra = |c: &gpu_admission_policy::GpuClass| c.dra.clone();
+    Ok(match selector {
+        Selector::Driver(d) => Reach {
+            classes: classes(&|c| dra(c).is_some_and(|x| &x.driver == d)),
+            other: true,
+        },
+        Selector::Product(d, attribute, names) => {
+            let product_attribute = policy
+                .classes
+                .iter()
+                .any(|c| dra(c).is_some_and(|x| &x.driver == d && &x.attribute == attribute));
+            if !product_attribute {
+                return Err(format!(
+                    "attribute {attribute} of driver {d} is not a product attribute of the catalog"
+                ));
+            }
+            let known = |n: &String| {
+                policy
+                    .classes
+                    .iter()
+                    .any(|c| dra(c).is_some_and(|x| &x.driver == d && x.product_names.contains(n)))
+            };
+            Reach {
+                classes: classes(&|c| {
+                    dra(c).is_some_and(|x| {
+                        &x.driver == d && names.iter().any(|n| x.product_names.contains(n))
+                    })
+                }),
+                other: !names.iter().all(known),
+            }
+        }
+        Selector::Memory(_, cmp, gib) => Reach {
+            classes: match cmp {
+                Compare::AtLeast | Compare::Above => classes(&|c| c.memory_gib * 1.1 >= *gib),
+                Compare::AtMost | Compare::Below | Compare::Equal => universe.clone(),
+            },
+            other: true,
+        },
+        Selector::And(a, b) => reach(a, universe, policy)?.and(reach(b, universe, policy)?),
+        Selector::Or(a, b) => reach(a, universe, policy)?.or(reach(b, universe, policy)?),
+    })
+}
+
+/// One request (or `firstAvailable` alternative): its DeviceClass and CEL selectors.
+struct Ask<'a> {
+    name: String,
+    device_class: &'a str,
+    selectors: Vec<&'a str>,
+}
+
+/// The CEL expressions of a request's selectors.
+fn cels(s: &Option<Vec<k8s_openapi::api::resource::v1::DeviceSelector>>) -> Vec<&str> {
+    s.iter()
+        .flatten()
+        .filter_map(|s| s.cel.as_ref().map(|c| c.expression.as_str()))
+        .collect()
+}
+
+fn asks(spec: &ResourceClaimSpec) -> Vec<Ask<'_>> {
+    let mut out = Vec::new();
+    for r in spec
+        .devices
+        .iter()
+        .flat_map(|d| d.requests.iter().flatten())
+    {
+        if let Some(e) = &r.exactly {
+            out.push(Ask {
+                name: r.name.clone(),
+                device_class: &e.device_class_name,
+                selectors: cels(&e.selectors),
+            });
+        }
+        for s in r.first_available.iter().flatten() {
+            out.push(Ask {
+                name: format!("{}/{}", r.name, s.name),
+                device_class: &s.device_class_name,
+                selectors: cels(&s.selectors),
+            });
+        }
+    }
+    out
+}
+
+/// The violations of a claim or template: requests that could be allocated GPUs outside the tier, and
+/// selectors that cannot be decided.
+pub fn violations(object: &DynamicObject, kind: ClaimKind, at: &Where<'_>) -> Vec<Violation> {
+    let path = match kind {
+        ClaimKind::Claim => "spec.devices",
+        ClaimKind::Template => "spec.spec.devices",
+    };
+    let violation = |reason, what: String| Violation {
+        reason,
+        path: path.to_string(),
+        what,
+    };
+    let Some(spec) = claim_spec(object, kind) else {
+        return vec![violation(
+            Reason::Undecidable,
+            "cannot be read as a resource.k8s.io/v1 claim (every request says `exactly` or `firstAvailable`)".into(),
+        )];
+    };
+    let (rules, snapshot) = (at.rules, at.policy);
+    if !tier_bound::restricts(rules, &snapshot.catalog) {
+        return Vec::new();
+    }
+    let Some(policy) = snapshot.policy.as_deref() else {
+        // No policy, no tier rules: `validate_pod::check` never gets here; never an allowance all the same.
+        return vec![violation(
+            Reason::Undecidable,
+            "the policy is not known".into(),
+        )];
+    };
+    let mut out = Vec::new();
+    for ask in asks(&spec) {
+        let reach = if let Some(i) = device_classes::class_of(policy, ask.device_class) {
+            Reach {
+                classes: [i].into(),
+                other: false,
+            }
+        } else if let Some(vendor) = snapshot.gpu_resources.dra_class_vendor(ask.device_class) {
+            let universe: BTreeSet<usize> = (0..policy.classes.len())
+                .filter(|i| {
+                    vendor == GpuVendor::Unknown || same_vendor(policy.classes[*i].vendor, vendor)
+                })
+                .collect();
+            let mut reached = Reach {
+                classes: universe.clone(),
+                other: true,
+            };
+            let mut undecided = None;
+            for text in &ask.selectors {
+                match cel::parse(text).and_then(|s| reach(&s, &universe, policy)) {
+                    Ok(r) => reached = reached.and(r),
+                    Err(why) => {
+                        undecided = Some(format!("{text:?} ({why})"));
+                        break;
+                    }
+                }
+            }
+            if let Some(what) = undecided {
+                out.push(violation(
+                    Reason::Undecidable,
+                    format!(
+                        "request {} selects {} devices by a CEL selector gpu-admission cannot decide: {what}; \
+                         it decides device.driver ==, the product attribute == or in [...], memory comparisons, \
+                         && || and parentheses",
+                        ask.name, ask.device_class
+                    ),
+                ));
+                continue;
+            }
+            reached
+        } else {
+            continue;
+        };
+        let outside: Vec<&str> = reach
+            .classes
+            .iter()
+            .map(|i| policy.classes[*i].name.as_str())
+            .filter(|c| !rules.allows(c))
+            .collect();
+        if reach.other || !outside.is_empty() {
+            let mut could = outside.join(", ");
+            if reach.other {
+                if !could.is_empty() {
+                    could.push_str(" and ");
+                }
+                could.push_str("GPUs of no catalog class");
+            }
+            out.push(violation(
+                Reason::ClassOutsideTier,
+                format!(
+                    "request {} ({}) could be allocated devices of {could}",
+                    ask.name, ask.device_class
+                ),
+            ));
+        }
+    }
+    out
+}
+
+fn same_vendor(v: gpu_admission_policy::Vendor, w: GpuVendor) -> bool {
+    matches!(
+        (v, w),
+        (gpu_admission_policy::Vendor::Nvidia, GpuVendor::Nvidia)
+            | (gpu_admission_policy::Vendor::Amd, GpuVendor::Amd)
+            | (gpu_admission_policy::Vendor::Intel, GpuVendor::Intel)
+    )
+}
+
+/// Does a claim ask for GPUs at all (any request on a GPU DeviceClass)? For namespaces without a tier under
+/// `untieredNamespaces: Deny`.
+pub fn asks_for_gpus(
+    object: &DynamicObject,
+    kind: ClaimKind,
+    at_policy: &crate::policy::PolicySnapshot,
+) -> bool {
+    match claim_spec(object, kind) {
+        None => true,
+        Some(spec) => asks(&spec).iter().any(|a| {
+            at_policy
+                .gpu_resources
+                .dra_class_vendor(a.device_class)
+                .is_some()
+        }),
+    }
+}
+
+/// The DeviceClasses of the tier's classes, for the denial message.
+pub fn allowed_device_classes(
+    rules: &crate::policy::TierRules<'_>,
+    snapshot: &crate::policy::PolicySnapshot,
+) -> String {
+    let Some(policy) = snapshot.policy.as_deref() else {
+        return String::new();
+    };
+    let names: Vec<String> = policy
+        .classes
+        .iter()
+        .filter(|c| c.dra.is_some() && rules.allows(&c.name))
+        .map(|c| device_classes::device_class_name(&c.name))
+        .collect();
+    if names.is_empty() {
+        "no DeviceClass".to_string()
+    } else {
+        names.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests;
