@@ -89,6 +89,13 @@ pub struct Evaluation {
     /// Why a webhook left the object alone (`not ours: namespace has no tier label`, `admin`).
     pub notes: Vec<String>,
     pub pods: Vec<PodDecision>,
+    /// What the floor in the apiserver alone answers for the object itself: a workload's CREATE (its Pod
+    /// templates; its Pods are in `pods`). `None` for a Pod, or when the policy cannot be rendered as a floor.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub floor: Option<FloorAnswer>,
+    /// Whether `/validate-pod` admitted the object itself (a workload, apart from its Pods).
+    #[serde(skip)]
+    pub object_admitted: bool,
     /// Every review sent and every answer, in order.
     #[serde(skip)]
     pub exchanges: Vec<Exchange>,
@@ -111,6 +118,8 @@ impl Evaluation {
             warnings: Vec::new(),
             notes: Vec::new(),
             pods: Vec::new(),
+            floor: None,
+            object_admitted: false,
             exchanges: Vec::new(),
         }
     }
@@ -198,6 +207,7 @@ fn evaluate_object(engine: &Engine, src: &Source) -> Evaluation {
             return ev;
         }
     }
+    workload_floor(engine, &mut ev, &review["request"]);
     let owner = owner_facts(v);
     for (path, template) in pod_templates(v) {
         let pod = controlled_pod(v, template, &namespace);
@@ -239,8 +249,59 @@ fn evaluate_review(engine: &Engine, src: &Source) -> Evaluation {
             Ok(answered) => ev.validated(answered),
             Err(bad) => ev.failed(bad),
         }
+        workload_floor(engine, &mut ev, req);
     }
     ev
+}
+
+/// Records, right after `/validate-pod` answered for a workload, whether it admitted the object and what the
+/// floor alone answers for it.
+fn workload_floor(engine: &Engine, ev: &mut Evaluation, request: &Value) {
+    ev.object_admitted = !matches!(ev.verdict, Verdict::Denied | Verdict::Error);
+    if let Some((floor, at)) = floor_context(engine, ev, request) {
+        let answer = floor.workload(
+            request,
+            &request["object"],
+            (&at.namespace, at.tier.as_deref()),
+            at.exempt,
+        );
+        ev.floor = Some(answer);
+    }
+}
+
+/// Where the floor is asked: the namespace, its tier label, and whether the requester is exempt.
+struct FloorAt {
+    namespace: String,
+    tier: Option<String>,
+    exempt: bool,
+}
+
+/// The floor and where it is asked for a review's request (the requester exempt offline only by the policy's
+/// deprecated admin lists).
+fn floor_context<'e>(
+    engine: &'e Engine,
+    ev: &Evaluation,
+    request: &Value,
+) -> Option<(&'e crate::floor::Floor, FloorAt)> {
+    let floor = engine.floor.as_ref()?;
+    let user = &request["userInfo"];
+    let groups: Vec<String> = user["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|g| g.as_str().map(str::to_string))
+        .collect();
+    let exempt = engine.policy().is_admin(user["username"].as_str(), &groups);
+    let tier = engine.options.tiers.tier_of(&ev.namespace);
+    let namespace = ev.namespace.clone();
+    Some((
+        floor,
+        FloorAt {
+            namespace,
+            tier,
+            exempt,
+        },
+    ))
 }
 
 /// `/mutate-pod`, the patch applied to the review's object, then `/validate-pod` on the patched Pod (the
@@ -290,26 +351,16 @@ fn floor_answers(
     before: &Value,
     after: &Value,
 ) -> (Option<FloorAnswer>, Option<FloorAnswer>) {
-    let Some(floor) = &engine.floor else {
+    let Some((floor, at)) = floor_context(engine, ev, request) else {
         return (None, None);
     };
-    let user = &request["userInfo"];
-    let policy = engine.policy();
-    let groups: Vec<String> = user["groups"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|g| g.as_str().map(str::to_string))
-        .collect();
-    let exempt = policy.is_admin(user["username"].as_str(), &groups);
-    let tier = engine.options.tiers.tier_of(&ev.namespace);
     let answer = |pod: &Value| {
         floor.pod(
             request,
             pod,
-            (&ev.namespace, tier.as_deref()),
-            exempt,
-            policy,
+            (&at.namespace, at.tier.as_deref()),
+            at.exempt,
+            engine.policy(),
         )
     };
     (Some(answer(before)), Some(answer(after)))

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use anyhow::{Context as _, anyhow};
 use cel_interpreter::{Context, Program, Value as Cel};
+use gpu_admission_core::floor::Target;
 use gpu_admission_core::priority_class::PriorityClassLookup;
 use gpu_admission_policy::Policy;
 use serde::Serialize;
@@ -65,13 +66,20 @@ struct Check {
     message: Program,
 }
 
-/// The Pod policy of the floor, compiled, with its parameters and the namespaces its binding leaves out.
-pub struct Floor {
+/// One policy of the floor (Pods, or workloads' Pod templates), compiled, with the namespaces its binding
+/// leaves out.
+struct Compiled {
     match_conditions: Vec<Program>,
     variables: Vec<(String, Program)>,
     validations: Vec<Check>,
-    params: Cel,
     excluded: Vec<String>,
+}
+
+/// The Pod and workload policies of the floor, compiled, with their parameters.
+pub struct Floor {
+    pods: Compiled,
+    workloads: Compiled,
+    params: Cel,
     tier_label: String,
 }
 
@@ -84,23 +92,19 @@ fn to_cel(v: &Value) -> anyhow::Result<Cel> {
     cel_interpreter::to_value(v).map_err(|e| anyhow!("{e}"))
 }
 
-impl Floor {
-    /// The floor rendered for `policy`, ready to evaluate.
-    pub fn new(policy: &Policy, tier_label: &str) -> anyhow::Result<Self> {
-        let objects = gpu_admission_core::floor::render(policy, tier_label)?;
-        let name = gpu_admission_core::floor::POD_POLICY;
+impl Compiled {
+    fn new(objects: &[Value], target: Target) -> anyhow::Result<Self> {
+        let name = target.policy_name();
         let find = |kind: &str| {
             objects
                 .iter()
-                .find(|o| {
-                    o["kind"] == kind && (kind == "ConfigMap" || o["metadata"]["name"] == name)
-                })
-                .with_context(|| format!("the render has no {kind}"))
+                .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+                .with_context(|| format!("the render has no {kind} {name}"))
         };
         let vap = &find("ValidatingAdmissionPolicy")?["spec"];
         let binding = &find("ValidatingAdmissionPolicyBinding")?["spec"];
         let list = |v: &Value| v.as_array().cloned().unwrap_or_default();
-        Ok(Floor {
+        Ok(Compiled {
             match_conditions: list(&vap["matchConditions"])
                 .iter()
                 .map(|m| compile(&m["expression"]))
@@ -123,15 +127,68 @@ impl Floor {
                     })
                 })
                 .collect::<anyhow::Result<_>>()?,
-            params: to_cel(&find("ConfigMap")?.clone())?,
             excluded: list(
                 &binding["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"],
             )
             .iter()
             .filter_map(|v| v.as_str().map(str::to_string))
             .collect(),
+        })
+    }
+}
+
+impl Floor {
+    /// The floor rendered for `policy`, ready to evaluate.
+    pub fn new(policy: &Policy, tier_label: &str) -> anyhow::Result<Self> {
+        let objects = gpu_admission_core::floor::render(policy, tier_label)?;
+        let params = objects
+            .iter()
+            .find(|o| o["kind"] == "ConfigMap")
+            .context("the render has no ConfigMap")?;
+        Ok(Floor {
+            pods: Compiled::new(&objects, Target::Pods)?,
+            workloads: Compiled::new(&objects, Target::Workloads)?,
+            params: to_cel(params)?,
             tier_label: tier_label.to_string(),
         })
+    }
+
+    /// The floor's answer for the CREATE of a workload (`object`, with its Pod template) in `namespace`: the
+    /// workload policy, which reads the template itself (no PriorityClass is resolved for a template); any
+    /// other kind is not matched.
+    pub fn workload(
+        &self,
+        request: &Value,
+        object: &Value,
+        (namespace, tier): (&str, Option<&str>),
+        exempt: bool,
+    ) -> FloorAnswer {
+        let user = &request["userInfo"];
+        let (group, version) = match object["apiVersion"].as_str().unwrap_or("").split_once('/') {
+            Some((g, v)) => (g, v),
+            None => ("", ""),
+        };
+        let kind = object["kind"].as_str().unwrap_or("");
+        let matched = version == "v1"
+            && gpu_admission_core::floor::WORKLOAD_KINDS
+                .iter()
+                .any(|(g, k, _)| *g == group && *k == kind);
+        if !matched
+            || request["operation"] != "CREATE"
+            || self.workloads.excluded.iter().any(|n| n == namespace)
+        {
+            return FloorAnswer::NotMatched;
+        }
+        let mut object = object.clone();
+        drop_nulls(&mut object);
+        let at = At {
+            namespace,
+            tier,
+            user,
+            exempt,
+        };
+        self.evaluate(&self.workloads, &object, &at)
+            .unwrap_or_else(|e| FloorAnswer::Error(e.to_string()))
     }
 
     /// The floor's answer for a review's `request` (its operation: the floor matches `CREATE` only; its
@@ -147,24 +204,9 @@ impl Floor {
         pcs: &dyn PriorityClassLookup,
     ) -> FloorAnswer {
         let user = &request["userInfo"];
-        if request["operation"] != "CREATE" || self.excluded.iter().any(|n| n == namespace) {
+        if request["operation"] != "CREATE" || self.pods.excluded.iter().any(|n| n == namespace) {
             return FloorAnswer::NotMatched;
         }
-        match self.evaluate(pod, namespace, tier, user, exempt, pcs) {
-            Ok(answer) => answer,
-            Err(e) => FloorAnswer::Error(e.to_string()),
-        }
-    }
-
-    fn evaluate(
-        &self,
-        pod: &Value,
-        namespace: &str,
-        tier: Option<&str>,
-        user: &Value,
-        exempt: bool,
-        pcs: &dyn PriorityClassLookup,
-    ) -> anyhow::Result<FloorAnswer> {
         let mut object = pod.clone();
         drop_nulls(&mut object);
         let class = object["spec"]["priorityClassName"]
@@ -181,12 +223,35 @@ impl Floor {
                 );
             }
         }
+        let at = At {
+            namespace,
+            tier,
+            user,
+            exempt,
+        };
+        self.evaluate(&self.pods, &object, &at)
+            .unwrap_or_else(|e| FloorAnswer::Error(e.to_string()))
+    }
+
+    /// `policy` on `object` (nulls dropped, a Pod's priority resolved).
+    fn evaluate(
+        &self,
+        policy: &Compiled,
+        object: &Value,
+        at: &At<'_>,
+    ) -> anyhow::Result<FloorAnswer> {
+        let At {
+            namespace,
+            tier,
+            user,
+            exempt,
+        } = *at;
         let mut labels = json!({"kubernetes.io/metadata.name": namespace});
         if let Some(t) = tier {
             labels[&self.tier_label] = json!(t);
         }
         let mut ctx = Context::default();
-        ctx.add_variable_from_value("object", to_cel(&object)?);
+        ctx.add_variable_from_value("object", to_cel(object)?);
         ctx.add_variable_from_value(
             "namespaceObject",
             to_cel(&json!({"metadata": {"name": namespace, "labels": labels}}))?,
@@ -197,13 +262,13 @@ impl Floor {
         );
         ctx.add_variable_from_value("params", self.params.clone());
         let run = |p: &Program, ctx: &Context| p.execute(ctx).map_err(|e| anyhow!("{e:?}"));
-        for m in &self.match_conditions {
+        for m in &policy.match_conditions {
             if run(m, &ctx)? != Cel::Bool(true) {
                 return Ok(FloorAnswer::NotMatched);
             }
         }
         let mut variables: BTreeMap<String, Cel> = BTreeMap::new();
-        for (name, program) in &self.variables {
+        for (name, program) in &policy.variables {
             let value = if name == "exempt" {
                 Cel::Bool(exempt)
             } else {
@@ -213,7 +278,7 @@ impl Floor {
             variables.insert(name.clone(), value);
         }
         ctx.add_variable_from_value("variables", variables_value(&variables));
-        for check in &self.validations {
+        for check in &policy.validations {
             if run(&check.expression, &ctx)? != Cel::Bool(true) {
                 let message = match run(&check.message, &ctx)? {
                     Cel::String(s) => s.to_string(),
@@ -224,6 +289,14 @@ impl Floor {
         }
         Ok(FloorAnswer::Allowed)
     }
+}
+
+/// Who asks, where.
+struct At<'a> {
+    namespace: &'a str,
+    tier: Option<&'a str>,
+    user: &'a Value,
+    exempt: bool,
 }
 
 /// The object as the apiserver's CEL sees it: decoded into its type first, where a JSON `null` is an absent

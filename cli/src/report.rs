@@ -135,6 +135,17 @@ pub fn text(evaluations: &[Evaluation], counts: Counts) -> String {
         for n in &e.notes {
             let _ = writeln!(out, "    note: {n}");
         }
+        if let Some(f) = e
+            .floor
+            .as_ref()
+            .filter(|f| **f != crate::floor::FloorAnswer::NotMatched)
+        {
+            let _ = writeln!(
+                out,
+                "    floor alone (the object's Pod templates, gpu-admission down): {}",
+                f.describe()
+            );
+        }
         for p in &e.pods {
             if let Some(f) = p
                 .floor

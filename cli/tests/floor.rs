@@ -23,11 +23,99 @@ fn the_shipped_floor_is_the_render_of_the_shipped_policy() {
     );
 }
 
+/// The inputs, and for every workload among them variants of it whose Pod template pins each class of the
+/// default policy's catalog (by `nodeSelector`, and with an `In` of two classes by required node affinity) or
+/// names each of its PriorityClasses (with and without `preemptionPolicy: Never`): the fixtures hold few
+/// templates outside a tier, and these are what the floor's workload policy denies.
+fn with_pinned_templates(
+    inputs: Vec<gpu_admission_cli::load::Input>,
+) -> Vec<gpu_admission_cli::load::Input> {
+    use gpu_admission_cli::load::{Input, Source};
+    use serde_json::{Value, json};
+    let policy = gpu_admission_policy::embedded_default().expect("the default policy");
+    let mut out = Vec::new();
+    for input in &inputs {
+        let Input::Object(src) = input else { continue };
+        let pointer = if src.value["spec"]["jobTemplate"].is_object() {
+            "/spec/jobTemplate/spec/template/spec"
+        } else {
+            "/spec/template/spec"
+        };
+        if src.value["kind"] == "Pod" || src.value.pointer(pointer).is_none() {
+            continue;
+        }
+        let variant = |edit: &dyn Fn(&mut Value), what: &str| {
+            let mut value = src.value.clone();
+            edit(value.pointer_mut(pointer).expect("a template spec"));
+            Input::Object(Source {
+                origin: format!("{} ({what})", src.origin),
+                value,
+            })
+        };
+        for (i, c) in policy.classes.iter().enumerate() {
+            let (key, val) = (&c.node_label_key, &c.node_label_value);
+            out.push(variant(
+                &|spec| spec["nodeSelector"] = json!({key: val}),
+                "pinned",
+            ));
+            let other = &policy.classes[(i + 1) % policy.classes.len()].node_label_value;
+            out.push(variant(
+                &|spec| {
+                    spec["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchExpressions": [
+                            {"key": key, "operator": "In", "values": [val, other]}]}]}}})
+                },
+                "affinity",
+            ));
+        }
+        for b in &policy.priority.buckets {
+            out.push(variant(
+                &|spec| spec["priorityClassName"] = json!(b.name),
+                "priority",
+            ));
+            out.push(variant(
+                &|spec| {
+                    spec["priorityClassName"] = json!(b.name);
+                    spec["preemptionPolicy"] = json!("Never");
+                },
+                "priority, Never",
+            ));
+        }
+    }
+    out.extend(inputs);
+    out
+}
+
+/// What the floor answered for workloads (their Pod templates).
+#[derive(Debug, Default)]
+struct Templates {
+    /// Admitted by `/validate-pod`.
+    admitted: usize,
+    /// Admitted and matched by the floor's workload policy.
+    matched: usize,
+    /// Denied by the floor.
+    denied: usize,
+    /// Denied by the floor and by `/validate-pod`.
+    denied_by_both: usize,
+}
+
+impl Templates {
+    fn record(&mut self, admitted: bool, answer: &gpu_admission_cli::floor::FloorAnswer) {
+        let matched = *answer != gpu_admission_cli::floor::FloorAnswer::NotMatched;
+        self.admitted += usize::from(admitted);
+        self.matched += usize::from(admitted && matched);
+        self.denied += usize::from(answer.denies());
+        self.denied_by_both += usize::from(!admitted && answer.denies());
+    }
+}
+
 /// The differential check of the floor against the webhooks: every Pod of the project's fixtures, the fuzz
 /// seeds and the DRA fixtures (Pods and the Pods of workload templates), in namespaces of every tier and
 /// untiered, under the default policy in Enforce, through `/mutate-pod` and `/validate-pod` as the frontend
 /// decides them; for each Pod the webhooks admit, the floor's rendered CEL (evaluated by the CLI's `Floor`) on
-/// the mutated Pod must admit it too: with gpu-admission up, the floor changes no decision. The two shapes
+/// the mutated Pod must admit it too, and for each workload `/validate-pod` admits, the floor's workload
+/// policy on the workload as submitted (never mutated) must admit it: with gpu-admission up, the floor changes
+/// no decision. The two shapes
 /// deploy/README.md names (a Pod placed by `spec.nodeName` alone, DRA claims in a restricting tier) are
 /// counted apart, and must be the only differences.
 #[test]
@@ -54,6 +142,7 @@ fn the_floor_never_denies_what_the_webhooks_admit() {
         .filter_map(|file| load::inputs(&[file]).ok())
         .flatten()
         .collect();
+    let inputs = with_pinned_templates(inputs);
     let namespaces: std::collections::BTreeSet<String> = inputs
         .iter()
         .filter_map(|i| match i {
@@ -67,6 +156,7 @@ fn the_floor_never_denies_what_the_webhooks_admit() {
     let (mut admitted, mut floor_denied_alone, mut known) = (0, 0, Vec::new());
     let mut evaluated = 0;
     let mut counterexamples = Vec::new();
+    let mut templates = Templates::default();
     for tier in [Some("gold"), Some("silver"), Some("bronze"), None] {
         let tiers: Vec<String> = match tier {
             Some(t) => namespaces.iter().map(|n| format!("{n}={t}")).collect(),
@@ -85,6 +175,17 @@ fn the_floor_never_denies_what_the_webhooks_admit() {
         };
         let checked = Run::new(&settings).unwrap().check_inputs(&inputs);
         for ev in &checked.evaluations {
+            if let Some(answer) = &ev.floor {
+                templates.record(ev.object_admitted, answer);
+                if ev.object_admitted && answer.denies() {
+                    counterexamples.push(format!(
+                        "{tier:?} {} (its Pod templates) {}: {}",
+                        ev.object,
+                        ev.source,
+                        answer.describe()
+                    ));
+                }
+            }
             for pod in &ev.pods {
                 if pod.floor.as_ref().is_some_and(FloorAnswer::denies) {
                     floor_denied_alone += 1;
@@ -124,6 +225,15 @@ fn the_floor_never_denies_what_the_webhooks_admit() {
     assert!(
         evaluated >= 50,
         "the floor evaluated only {evaluated} admitted Pods"
+    );
+    println!(
+        "{} workloads admitted by /validate-pod checked against the floor ({} matched by it), {} denied \
+         by the floor alone, {} denied by both",
+        templates.admitted, templates.matched, templates.denied, templates.denied_by_both
+    );
+    assert!(
+        templates.matched >= 100 && templates.denied >= 100,
+        "the floor checked too few workloads: {templates:?}"
     );
     for k in &known {
         println!("known difference (deploy/README.md): {k}");

@@ -10,7 +10,10 @@
 //!    gpu-ultra, a namespace created with the gold label, and the bypass shapes (required node affinity with an
 //!    H100 term, a GPU only in an init container or a native sidecar, a MIG slice, a DRA claim, no class at
 //!    all) are all denied by the apiserver itself; a bronze Pod stating its L4 class runs on the L4 Node; a
-//!    CPU-only Pod is admitted;
+//!    CPU-only Pod is admitted. Of workloads, a Deployment and a Job whose Pod template pins H100 (by
+//!    `nodeSelector`, by an `In` of L4 and H100) and a CPU-only Deployment at gpu-ultra are denied by the
+//!    floor's workload policy; a Job stating L4 and a Deployment stating no class (a template is never
+//!    mutated: with the frontend up such a Deployment is admitted too) are admitted;
 //! 3. a frontend started again restores normal decisions (the GPU Pod without a class admitted, placed on
 //!    L4) within 10 s.
 //!
@@ -127,6 +130,33 @@ fn pod(name: &str, resource: &str, where_: &str, extra: Value) -> Value {
 
 fn gpu_pod(name: &str, extra: Value) -> Value {
     pod(name, "nvidia.com/gpu", "containers", extra)
+}
+
+/// A workload (`Deployment`, `Job`) whose Pod template is [`gpu_pod`]'s spec with `extra`, or a CPU-only one
+/// (`gpu: false`); no Pod is made of it (a Deployment of 0 replicas, a suspended Job).
+fn workload(kind: &str, name: &str, gpu: bool, extra: Value) -> Value {
+    let mut spec = if gpu {
+        gpu_pod(name, extra)["spec"].clone()
+    } else {
+        let mut s = json!({"containers": [{"name": "main", "image": "registry.example/web:1"}]});
+        for (k, v) in extra.as_object().unwrap() {
+            s[k] = v.clone();
+        }
+        s
+    };
+    let labels = json!({"app": name});
+    match kind {
+        "Deployment" => {
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+            "spec": {"replicas": 0, "selector": {"matchLabels": labels},
+                "template": {"metadata": {"labels": labels}, "spec": spec}}})
+        }
+        _ => {
+            spec["restartPolicy"] = json!("Never");
+            json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+                "spec": {"suspend": true, "template": {"spec": spec}}})
+        }
+    }
 }
 
 fn required_affinity(terms: &[&[&str]]) -> Value {
@@ -388,6 +418,16 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
         a.summary(),
         !a.ok,
     );
+    // A workload is not mutated: a template without a class stays admitted with the floor in place.
+    let a = create(
+        BRONZE,
+        &workload("Deployment", "up-no-class", true, json!({})),
+    );
+    check(
+        "frontend up: bronze GPU Deployment without a class",
+        a.summary(),
+        a.ok,
+    );
 
     // 2. Every process of ours gone.
     webhook.process.kill();
@@ -458,6 +498,71 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
         let named = !case.starts_with("CPU") && a.stderr.contains("L4-24GB");
         let offline = check_says(object);
         let ok = a.floor_denied() && (named || case.starts_with("CPU")) && offline.denies();
+        check(
+            &format!("all down: bronze {case}"),
+            format!(
+                "{} (gpu-admission check: floor {})",
+                a.summary(),
+                offline.describe()
+            ),
+            ok,
+        );
+    }
+    // Workloads' Pod templates: what /validate-pod denies of a template, the floor denies alone.
+    let says_for_workload =
+        |object: &Value| offline.workload(&request, object, (BRONZE, Some("bronze")), false);
+    let templates: Vec<(&str, Value, bool)> = vec![
+        (
+            "GPU Deployment pinning H100",
+            workload("Deployment", "down-h100", true, h100.clone()),
+            false,
+        ),
+        (
+            "GPU Job pinning H100 by required node affinity",
+            workload(
+                "Job",
+                "down-h100",
+                true,
+                required_affinity(&[&["L4-24GB", "H100-80GB"]]),
+            ),
+            false,
+        ),
+        (
+            "CPU-only Deployment at gpu-ultra",
+            workload(
+                "Deployment",
+                "down-ultra",
+                false,
+                json!({"priorityClassName": "gpu-ultra"}),
+            ),
+            false,
+        ),
+        (
+            "GPU Job stating L4",
+            workload(
+                "Job",
+                "down-l4",
+                true,
+                json!({"nodeSelector": {CLASS: "L4-24GB"}}),
+            ),
+            true,
+        ),
+        (
+            "GPU Deployment without a class (its Pods meet the Pod floor)",
+            workload("Deployment", "down-no-class", true, json!({})),
+            true,
+        ),
+    ];
+    for (case, object, admitted) in &templates {
+        let a = create(BRONZE, object);
+        let offline = says_for_workload(object);
+        let ok = if *admitted {
+            a.ok && !offline.denies()
+        } else {
+            a.floor_denied()
+                && a.stderr.contains("gpu-admission-floor-workloads")
+                && offline.denies()
+        };
         check(
             &format!("all down: bronze {case}"),
             format!(

@@ -97,23 +97,29 @@ fn is_gpu_resource(policy: &Policy, r: &str) -> String {
     )
 }
 
-/// The Pod asks for GPUs: a resource the policy counts, non-zero, in the requests or limits of a container
-/// or an init container (native sidecars included), or DRA claims (which the floor cannot read: held to the
-/// tier like GPUs, as `/validate-pod` holds claims it cannot read).
-pub(crate) fn asks_for_gpus(policy: &Policy) -> String {
+/// The Pod spec `spec` (a CEL expression: `object.spec`, or a workload's template spec) asks for GPUs: a
+/// resource the policy counts, non-zero, in the requests or limits of a container or an init container
+/// (native sidecars included), or, with `claims`, DRA claims (which the floor cannot read: held to the tier
+/// like GPUs, as `/validate-pod` holds a Pod's claims it cannot read; a template's unread claims it does not
+/// hold, so neither does the floor).
+pub(crate) fn asks_for_gpus(policy: &Policy, spec: &str, claims: bool) -> String {
     let gpu = |map: &str| {
         format!(
             "(has(c.resources.{map}) && c.resources.{map}.exists(r, {} && string(c.resources.{map}[r]) != '0'))",
             is_gpu_resource(policy, "r")
         )
     };
-    format!(
-        "(has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0) || \
-         [object.spec.containers, has(object.spec.initContainers) ? object.spec.initContainers : []]\
+    let containers = format!(
+        "[{spec}.containers, has({spec}.initContainers) ? {spec}.initContainers : []]\
          .exists(cs, cs.exists(c, has(c.resources) && ({} || {})))",
         gpu("requests"),
         gpu("limits")
-    )
+    );
+    if claims {
+        format!("(has({spec}.resourceClaims) && size({spec}.resourceClaims) > 0) || {containers}")
+    } else {
+        containers
+    }
 }
 
 /// The catalog's class label keys, as a CEL list.
@@ -165,6 +171,20 @@ pub(crate) fn class_bound(policy: &Policy) -> String {
             policy,
             "(has(t.matchExpressions) ? t.matchExpressions : [])"
         ),
+    )
+}
+
+/// The template names a class outside the allowed ones itself (`/validate-pod`'s class check of a pod
+/// template, core's `placement::named_classes`): on a class label key, a `nodeSelector` value or a value of an
+/// `In` in some required node-affinity term that is no allowed `key=value` pair (not a catalog class counts).
+pub(crate) fn names_class_outside(policy: &Policy) -> String {
+    let outside = |v: &str| format!("!variables.allowed.contains('\\n' + k + '=' + {v} + '\\n')");
+    format!(
+        "{keys}.exists(k, (k in variables.selector && {sel}) || variables.terms.exists(t, has(t.matchExpressions) && \
+         t.matchExpressions.exists(e, e.key == k && e.operator == 'In' && has(e.values) && e.values.exists(v, {val}))))",
+        keys = class_keys(policy),
+        sel = outside("variables.selector[k]"),
+        val = outside("v"),
     )
 }
 

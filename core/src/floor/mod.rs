@@ -11,6 +11,10 @@
 //! - a Pod naming a PriorityClass whose resolved `spec.priority` is above its tier's cap, or which may
 //!   preempt under a cap that says `Never` ([`crate::policy::TierRules::priority_beyond_cap`]);
 //! - in a namespace without a tier under `untieredNamespaces: Deny`, GPU Pods and Pods naming a PriorityClass;
+//! - a workload's Pod template (Deployments, StatefulSets, DaemonSets, ReplicaSets, Jobs, CronJobs) asking for
+//!   GPUs that names a class outside its tier itself, or naming a PriorityClass beyond the cap (by the policy's
+//!   buckets), and in an untiered namespace under `Deny` as a Pod: what `/validate-pod` denies of a template,
+//!   no more (a template is never mutated, so one without a class constraint is admitted; see [`Target`]);
 //!
 //! requesters RBAC grants `exempt tiers/<tier>` (or on the deprecated admin lists) excepted; and in every mode
 //! it denies setting, changing or removing a Namespace's tier label without `update tiers/<tier>`
@@ -37,6 +41,8 @@ pub const PARAMS_NAME: &str = "gpu-admission-floor";
 pub const PARAMS_NAMESPACE: &str = "gpu-admission";
 /// The ValidatingAdmissionPolicy for Pods (and its binding's name).
 pub const POD_POLICY: &str = "gpu-admission-floor-pods";
+/// The ValidatingAdmissionPolicy for workloads' Pod templates (and its binding's name): see [`Target`].
+pub const WORKLOAD_POLICY: &str = "gpu-admission-floor-workloads";
 /// The ValidatingAdmissionPolicy for Namespaces' tier label (and its binding's name).
 pub const NAMESPACE_POLICY: &str = "gpu-admission-floor-namespaces";
 
@@ -153,6 +159,15 @@ pub fn params(policy: &Policy) -> Result<BTreeMap<String, String>, TierNameError
         "grants".into(),
         list(policy.namespace_grants.iter().map(|g| g.namespace.as_str())),
     );
+    // The policy's PriorityClasses, for templates (a Pod's class the apiserver resolves itself).
+    for b in &policy.priority.buckets {
+        data.insert(
+            format!("priorityClass.value.{}", b.name),
+            b.value.to_string(),
+        );
+        let preemption = format!("priorityClass.preemption.{}", b.name);
+        data.insert(preemption, b.preemption_policy.clone());
+    }
     for (i, t) in policy.tiers.iter().enumerate() {
         data.extend(scope_entries(policy, i, None, &format!("tier.{}", t.name)));
         for (j, g) in policy.namespace_grants.iter().enumerate() {
@@ -200,66 +215,205 @@ fn var(name: &str, expression: String) -> Value {
     json!({"name": name, "expression": expression})
 }
 
-/// The Pod policy: GPU class bound, priority cap, untiered namespaces under `Deny`.
-fn pod_policy(policy: &Policy, tier_label: &str) -> Value {
+/// The workloads whose Pod templates the floor checks, as `(API group, kind, resource)` (all `v1`): the kinds
+/// of `workloads.validate.gpu-admission.io`.
+pub const WORKLOAD_KINDS: [(&str, &str, &str); 6] = [
+    ("apps", "Deployment", "deployments"),
+    ("apps", "StatefulSet", "statefulsets"),
+    ("apps", "DaemonSet", "daemonsets"),
+    ("apps", "ReplicaSet", "replicasets"),
+    ("batch", "Job", "jobs"),
+    ("batch", "CronJob", "cronjobs"),
+];
+
+/// What a policy of the floor admits: Pods, or the Pod templates of workloads.
+///
+/// Templates get a policy of their own (the same variables and validations, on `variables.spec`) rather than
+/// more resources on the Pod policy: they are held to less. A workload is never mutated (only its Pods are),
+/// so a template without a class constraint is what every GPU Deployment looks like today, and `/validate-pod`
+/// denies of a template only what it names itself: a class outside the tier on a class label key, a
+/// PriorityClass beyond the cap (by the policy's buckets: a template has no resolved `spec.priority`), and GPUs
+/// or a PriorityClass in an untiered namespace under `Deny`. Its Pods meet the Pod policy when created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    Pods,
+    Workloads,
+}
+
+impl Target {
+    /// The policy's (and its binding's) name.
+    pub fn policy_name(self) -> &'static str {
+        match self {
+            Target::Pods => POD_POLICY,
+            Target::Workloads => WORKLOAD_POLICY,
+        }
+    }
+
+    /// The Pod spec the policy reads, as CEL on `object` (usable in `matchConditions`, where no variable is).
+    fn spec(self) -> &'static str {
+        match self {
+            Target::Pods => "object.spec",
+            Target::Workloads => {
+                "(has(object.spec.jobTemplate) ? object.spec.jobTemplate.spec.template.spec : object.spec.template.spec)"
+            }
+        }
+    }
+
+    fn resource_rules(self) -> Value {
+        match self {
+            Target::Pods => {
+                json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                "resources": ["pods"]}])
+            }
+            // CREATE only: an UPDATE's new template reaches the apiserver again as a CREATE (a Deployment's
+            // ReplicaSet, a CronJob's Job) or as Pods.
+            Target::Workloads => {
+                let mut rules: Vec<Value> = Vec::new();
+                for (group, _, resource) in WORKLOAD_KINDS {
+                    match rules.iter_mut().find(|r| r["apiGroups"][0] == group) {
+                        Some(r) => r["resources"]
+                            .as_array_mut()
+                            .into_iter()
+                            .for_each(|a| a.push(json!(resource))),
+                        None => rules.push(json!({"apiGroups": [group], "apiVersions": ["v1"],
+                            "operations": ["CREATE"], "resources": [resource]})),
+                    }
+                }
+                Value::Array(rules)
+            }
+        }
+    }
+
+    /// How the PriorityClass named is resolved: a Pod's by the apiserver's Priority plugin (`spec.priority`,
+    /// `spec.preemptionPolicy` set before validation); a template's by the policy's buckets in the
+    /// parameters (a class that is no bucket is not judged, as `/validate-pod` does not judge a class it does
+    /// not know).
+    fn priority_variables(self) -> [Value; 3] {
+        let own_never =
+            "has(variables.spec.preemptionPolicy) && variables.spec.preemptionPolicy == 'Never'";
+        match self {
+            Target::Pods => [
+                var("resolved", "variables.named".into()),
+                var(
+                    "priority",
+                    "has(variables.spec.priority) ? variables.spec.priority : 0".into(),
+                ),
+                var("preemptNever", own_never.into()),
+            ],
+            Target::Workloads => [
+                var(
+                    "resolved",
+                    "variables.named && \
+                    ('priorityClass.value.' + variables.spec.priorityClassName) in params.data"
+                        .into(),
+                ),
+                var(
+                    "priority",
+                    "variables.resolved ? \
+                    int(params.data['priorityClass.value.' + variables.spec.priorityClassName]) : 0"
+                        .into(),
+                ),
+                var(
+                    "preemptNever",
+                    format!(
+                        "has(variables.spec.preemptionPolicy) ? ({own_never}) : \
+                    (variables.resolved && params.data['priorityClass.preemption.' + variables.spec.priorityClassName] == 'Never')"
+                    ),
+                ),
+            ],
+        }
+    }
+}
+
+fn variables(policy: &Policy, tier_label: &str, target: Target) -> Vec<Value> {
+    let mut vars = vec![
+        var("spec", target.spec().into()),
+        var("enforce", "params.data['mode'] == 'Enforce'".into()),
+        var("label", cel::tier_label_value(tier_label, "namespaceObject")),
+        var("tiered", "params.data['tiers'].contains('\\n' + variables.label + '\\n')".into()),
+        var("untieredDeny", "!variables.tiered && params.data['untieredNamespaces'] == 'Deny'".into()),
+        var("tier", "variables.tiered ? variables.label : \
+            (params.data['untieredNamespaces'] == 'DefaultTier' ? params.data['defaultTier'] : '')".into()),
+        var("scope", "variables.tier == '' ? '' : \
+            (params.data['grants'].contains('\\n' + namespaceObject.metadata.name + '\\n') ? \
+            'grant.' + namespaceObject.metadata.name + '.' + variables.tier : 'tier.' + variables.tier)".into()),
+        var("exempt", format!("({}) || {}", cel::LEGACY_ADMIN, cel::rbac_tier("exempt",
+            "variables.tier != '' ? variables.tier : params.data['defaultTier']"))),
+        var("gpu", cel::asks_for_gpus(policy, "variables.spec", target == Target::Pods)),
+        var("named", "has(variables.spec.priorityClassName) && variables.spec.priorityClassName != ''".into()),
+        var("allowed", "variables.scope == '' ? '' : params.data[variables.scope + '.classes']".into()),
+        var("selector", "has(variables.spec.nodeSelector) ? variables.spec.nodeSelector : {}".into()),
+        var("terms", "has(variables.spec.affinity) && has(variables.spec.affinity.nodeAffinity) && \
+            has(variables.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution) ? \
+            variables.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms : []".into()),
+    ];
+    if target == Target::Pods {
+        vars.push(var("bound", cel::class_bound(policy)));
+    }
+    vars.extend(target.priority_variables());
+    vars.push(var(
+        "capped",
+        "variables.resolved && variables.scope != '' && \
+        (variables.scope + '.cap') in params.data"
+            .into(),
+    ));
+    vars
+}
+
+/// The class rule: a Pod must be held to its tier's classes, a template must not name a class outside them.
+fn class_validation(policy: &Policy, target: Target) -> Value {
     let off = "!variables.enforce || variables.tier == ''";
+    let keys = cel::lit(&class_key_text(policy));
+    match target {
+        Target::Pods => json!({
+            "expression": format!("{off} || !variables.gpu || \
+                params.data[variables.scope + '.restricts'] != 'true' || variables.bound || variables.exempt"),
+            "messageExpression": format!("'gpu-admission (floor in the apiserver): this Pod asks for GPUs but is not \
+                constrained to the GPU classes of tier ' + variables.tier + ' (' + params.data[variables.scope + '.names'] + \
+                ') by a nodeSelector or an In in every required node-affinity term on ' + {keys} + '. gpu-admission, which \
+                adds that constraint, is unavailable or did not run: state one of these classes yourself, or retry'"),
+            "reason": "Forbidden",
+        }),
+        Target::Workloads => json!({
+            "expression": format!("{off} || !variables.gpu || !({}) || variables.exempt",
+                cel::names_class_outside(policy)),
+            "messageExpression": format!("'gpu-admission (floor in the apiserver): the pod template of this ' + object.kind + \
+                ' asks for GPUs and names a GPU class outside tier ' + variables.tier + ' (' + params.data[variables.scope + '.names'] + \
+                ') on ' + {keys}"),
+            "reason": "Forbidden",
+        }),
+    }
+}
+
+/// A floor policy for `target`: GPU class (bound for Pods, no out-of-tier class for templates), priority
+/// cap, untiered namespaces under `Deny`.
+fn admission_policy(policy: &Policy, tier_label: &str, target: Target) -> Value {
+    let off = "!variables.enforce || variables.tier == ''";
+    let spec = target.spec();
     json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": POD_POLICY, "labels": labels()},
+        "metadata": {"name": target.policy_name(), "labels": labels()},
         "spec": {
             "failurePolicy": "Fail",
             "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
-            "matchConstraints": {"resourceRules": [{
-                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
-            // Only Pods the floor has a rule for: a missing parameter object then stops these, not every Pod.
+            "matchConstraints": {"resourceRules": target.resource_rules()},
+            // Only objects the floor has a rule for: a missing parameter object then stops these, not every one.
             "matchConditions": [{
                 "name": "asks-for-gpus-or-names-a-priority-class",
                 "expression": format!(
-                    "(has(object.spec.priorityClassName) && object.spec.priorityClassName != '') || {}",
-                    cel::asks_for_gpus(policy)),
+                    "(has({spec}.priorityClassName) && {spec}.priorityClassName != '') || {}",
+                    cel::asks_for_gpus(policy, spec, target == Target::Pods)),
             }],
-            "variables": [
-                var("enforce", "params.data['mode'] == 'Enforce'".into()),
-                var("label", cel::tier_label_value(tier_label, "namespaceObject")),
-                var("tiered", "params.data['tiers'].contains('\\n' + variables.label + '\\n')".into()),
-                var("untieredDeny", "!variables.tiered && params.data['untieredNamespaces'] == 'Deny'".into()),
-                var("tier", "variables.tiered ? variables.label : \
-                    (params.data['untieredNamespaces'] == 'DefaultTier' ? params.data['defaultTier'] : '')".into()),
-                var("scope", "variables.tier == '' ? '' : \
-                    (params.data['grants'].contains('\\n' + namespaceObject.metadata.name + '\\n') ? \
-                    'grant.' + namespaceObject.metadata.name + '.' + variables.tier : 'tier.' + variables.tier)".into()),
-                var("exempt", format!("({}) || {}", cel::LEGACY_ADMIN, cel::rbac_tier("exempt",
-                    "variables.tier != '' ? variables.tier : params.data['defaultTier']"))),
-                var("gpu", cel::asks_for_gpus(policy)),
-                var("named", "has(object.spec.priorityClassName) && object.spec.priorityClassName != ''".into()),
-                var("allowed", "variables.scope == '' ? '' : params.data[variables.scope + '.classes']".into()),
-                var("selector", "has(object.spec.nodeSelector) ? object.spec.nodeSelector : {}".into()),
-                var("terms", "has(object.spec.affinity) && has(object.spec.affinity.nodeAffinity) && \
-                    has(object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution) ? \
-                    object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms : []".into()),
-                var("bound", cel::class_bound(policy)),
-                var("priority", "has(object.spec.priority) ? object.spec.priority : 0".into()),
-                var("capped", "variables.scope != '' && (variables.scope + '.cap') in params.data".into()),
-            ],
+            "variables": variables(policy, tier_label, target),
             "validations": [
-                {
-                    "expression": format!("{off} || !variables.gpu || \
-                        params.data[variables.scope + '.restricts'] != 'true' || variables.bound || variables.exempt"),
-                    "messageExpression": format!("'gpu-admission (floor in the apiserver): this Pod asks for GPUs but is not \
-                        constrained to the GPU classes of tier ' + variables.tier + ' (' + params.data[variables.scope + '.names'] + \
-                        ') by a nodeSelector or an In in every required node-affinity term on ' + {keys} + '. gpu-admission, which \
-                        adds that constraint, is unavailable or did not run: state one of these classes yourself, or retry'",
-                        keys = cel::lit(&class_key_text(policy))),
-                    "reason": "Forbidden",
-                },
+                class_validation(policy, target),
                 {
                     "expression": format!("{off} || !variables.named || !variables.capped || \
                         (variables.priority <= int(params.data[variables.scope + '.cap']) && \
-                        (params.data[variables.scope + '.capNever'] != 'true' || \
-                        (has(object.spec.preemptionPolicy) && object.spec.preemptionPolicy == 'Never'))) || variables.exempt"),
-                    "messageExpression": "'gpu-admission (floor in the apiserver): PriorityClass ' + object.spec.priorityClassName + \
-                        ' (' + string(variables.priority) + (has(object.spec.preemptionPolicy) ? ', ' + object.spec.preemptionPolicy : '') + \
+                        (params.data[variables.scope + '.capNever'] != 'true' || variables.preemptNever)) || variables.exempt"),
+                    "messageExpression": "'gpu-admission (floor in the apiserver): PriorityClass ' + variables.spec.priorityClassName + \
+                        ' (' + string(variables.priority) + (has(variables.spec.preemptionPolicy) ? ', ' + variables.spec.preemptionPolicy : '') + \
                         ') is beyond the cap of tier ' + variables.tier + ': ' + params.data[variables.scope + '.capClass'] + ' (' + \
                         params.data[variables.scope + '.cap'] + (params.data[variables.scope + '.capNever'] == 'true' ? ', Never' : '') + ')'",
                     "reason": "Forbidden",
@@ -338,13 +492,16 @@ fn namespace_policy(tier_label: &str) -> Value {
     })
 }
 
-/// Every object of the floor for `policy`: the two ValidatingAdmissionPolicies, their bindings (every
+/// Every object of the floor for `policy`: the three ValidatingAdmissionPolicies (Pods, workloads' Pod
+/// templates, Namespaces), their bindings (every
 /// namespace but the system ones), and the parameter ConfigMap with [`params`]' data.
 pub fn render(policy: &Policy, tier_label: &str) -> Result<Vec<Value>, TierNameError> {
     let data = params(policy)?;
     Ok(vec![
-        pod_policy(policy, tier_label),
+        admission_policy(policy, tier_label, Target::Pods),
         binding(POD_POLICY, Some(&EXEMPT_NAMESPACES)),
+        admission_policy(policy, tier_label, Target::Workloads),
+        binding(WORKLOAD_POLICY, Some(&EXEMPT_NAMESPACES)),
         namespace_policy(tier_label),
         namespace_binding(tier_label),
         json!({

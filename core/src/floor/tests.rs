@@ -25,6 +25,12 @@ fn parameters_carry_each_tiers_class_labels_and_cap() {
     assert!(!d["tier.gold.classes"].contains("H200"));
     assert_eq!(d["admins"], "\ngroup:gpu-admission:admins\n");
     assert_eq!(d["grants"], "\n");
+    assert_eq!(d["priorityClass.value.gpu-ultra"], "1000000");
+    assert_eq!(
+        d["priorityClass.preemption.gpu-ultra"],
+        "PreemptLowerPriority"
+    );
+    assert_eq!(d["priorityClass.preemption.gpu-default"], "Never");
 }
 
 #[test]
@@ -49,7 +55,7 @@ fn a_grant_widens_every_tier_of_its_namespace_and_may_lift_the_restriction() {
 }
 
 #[test]
-fn render_gives_two_policies_their_bindings_and_the_parameters() {
+fn render_gives_three_policies_their_bindings_and_the_parameters() {
     let p = policy(|t| t.to_string());
     let objects = render(&p, crate::names::DEFAULT_TIER_LABEL).unwrap();
     let kinds: Vec<&str> = objects
@@ -63,10 +69,27 @@ fn render_gives_two_policies_their_bindings_and_the_parameters() {
             "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
             "ConfigMap"
         ]
     );
-    for b in [&objects[1], &objects[3]] {
+    let names: Vec<&str> = objects
+        .iter()
+        .map(|o| o["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        &names[..6],
+        [
+            POD_POLICY,
+            POD_POLICY,
+            WORKLOAD_POLICY,
+            WORKLOAD_POLICY,
+            NAMESPACE_POLICY,
+            NAMESPACE_POLICY
+        ]
+    );
+    for b in [&objects[1], &objects[3], &objects[5]] {
         assert_eq!(b["spec"]["paramRef"]["parameterNotFoundAction"], "Deny");
         assert_eq!(b["spec"]["validationActions"], json!(["Deny"]));
     }
@@ -74,7 +97,24 @@ fn render_gives_two_policies_their_bindings_and_the_parameters() {
         objects[1]["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"][0]["values"],
         json!(EXEMPT_NAMESPACES)
     );
-    assert_eq!(objects[4]["data"], json!(params(&p).unwrap()));
+    assert_eq!(
+        objects[3]["spec"]["matchResources"],
+        objects[1]["spec"]["matchResources"]
+    );
+    assert_eq!(objects[6]["data"], json!(params(&p).unwrap()));
+    // Templates: the workload kinds of `workloads.validate.gpu-admission.io`, read through `variables.spec`.
+    let rules = &objects[2]["spec"]["matchConstraints"]["resourceRules"];
+    assert_eq!(
+        rules[0]["resources"],
+        json!(["deployments", "statefulsets", "daemonsets", "replicasets"])
+    );
+    assert_eq!(rules[1]["resources"], json!(["jobs", "cronjobs"]));
+    let workloads = objects[2].to_string();
+    assert!(
+        workloads
+            .contains("object.spec.jobTemplate.spec.template.spec : object.spec.template.spec")
+    );
+    assert!(!workloads.contains("resourceClaims"));
     let text = objects[0].to_string();
     assert!(text.contains("^nvidia[.]com/mig-[a-z0-9]+g[.][0-9]+gb$"));
     assert!(text.contains("authorizer.group('gpu-admission.io').resource('tiers')"));
