@@ -369,3 +369,49 @@ pub async fn client_for(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
             .await?;
     Ok(kube::Client::try_from(config)?)
 }
+
+/// What `kubectl` answered.
+#[derive(Debug)]
+pub struct KubectlAnswer {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// `kubectl --kubeconfig KUBECONFIG [--as=USER] [--as-group=GROUP]... ARGS`, with `stdin` piped in: how the
+/// cluster tests act as a tenant, an admin or a lead.
+pub fn kubectl(
+    kubeconfig: &Path,
+    user: Option<&str>,
+    groups: &[&str],
+    args: &[&str],
+    stdin: &str,
+) -> KubectlAnswer {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    let mut cmd = Command::new("kubectl");
+    cmd.arg("--kubeconfig").arg(kubeconfig);
+    if let Some(user) = user {
+        cmd.arg(format!("--as={user}"));
+    }
+    for g in groups {
+        cmd.arg(format!("--as-group={g}"));
+    }
+    cmd.args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("kubectl runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    KubectlAnswer {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into(),
+        stderr: String::from_utf8_lossy(&out.stderr).into(),
+    }
+}

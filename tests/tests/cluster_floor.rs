@@ -19,9 +19,7 @@
 //!
 //! Prints the table of cases and answers.
 
-use std::io::Write as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gpu_admission_tests::cluster::{
@@ -55,13 +53,15 @@ fn repo_path(rel: &str) -> String {
         .to_string()
 }
 
-struct Answer {
-    ok: bool,
-    stdout: String,
-    stderr: String,
+use gpu_admission_tests::cluster::KubectlAnswer as Answer;
+
+/// How this file's table reads an answer.
+trait Read {
+    fn summary(&self) -> String;
+    fn floor_denied(&self) -> bool;
 }
 
-impl Answer {
+impl Read for Answer {
     fn summary(&self) -> String {
         if self.ok {
             return format!("ALLOWED: {}", self.stdout.trim());
@@ -81,28 +81,7 @@ impl Answer {
 }
 
 fn kubectl(kubeconfig: &Path, as_user: bool, args: &[&str], stdin: &str) -> Answer {
-    let mut cmd = Command::new("kubectl");
-    cmd.arg("--kubeconfig").arg(kubeconfig);
-    if as_user {
-        cmd.arg(format!("--as={USER}"));
-    }
-    cmd.args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("kubectl runs");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    Answer {
-        ok: out.status.success(),
-        stdout: String::from_utf8_lossy(&out.stdout).into(),
-        stderr: String::from_utf8_lossy(&out.stderr).into(),
-    }
+    gpu_admission_tests::cluster::kubectl(kubeconfig, as_user.then_some(USER), &[], args, stdin)
 }
 
 /// A Pod whose one container asks for `resource` (in `where_`: containers, initContainers or a native

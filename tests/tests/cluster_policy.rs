@@ -8,9 +8,8 @@
 //! (`cluster_policy/attacks.rs`) checked on the stored Pods with the placement oracle. Prints the table of
 //! cases and answers.
 
-use std::io::Write as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
+
 use std::time::Duration;
 
 use gpu_admission_tests::cluster::{LocalCluster, eventually};
@@ -53,13 +52,14 @@ struct Kubectl<'a> {
 }
 
 /// What kubectl answered.
-struct Answer {
-    ok: bool,
-    stdout: String,
-    stderr: String,
+use gpu_admission_tests::cluster::KubectlAnswer as Answer;
+
+/// How this file's table reads an answer.
+trait Read {
+    fn summary(&self) -> String;
 }
 
-impl Answer {
+impl Read for Answer {
     /// One line for the table: the denial message, or what was created and the warnings.
     fn summary(&self) -> String {
         let short = |t: &str| -> String {
@@ -102,31 +102,7 @@ impl Kubectl<'_> {
 
     /// As `user` (`None`: the admin kubeconfig's own user, a member of system:masters).
     fn run_as(&self, user: Option<&str>, groups: &[&str], args: &[&str], stdin: &str) -> Answer {
-        let mut cmd = Command::new("kubectl");
-        cmd.arg("--kubeconfig").arg(self.kubeconfig);
-        if let Some(user) = user {
-            cmd.arg(format!("--as={user}"));
-        }
-        for g in groups {
-            cmd.arg(format!("--as-group={g}"));
-        }
-        cmd.args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("kubectl runs");
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(stdin.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        Answer {
-            ok: out.status.success(),
-            stdout: String::from_utf8_lossy(&out.stdout).into(),
-            stderr: String::from_utf8_lossy(&out.stderr).into(),
-        }
+        gpu_admission_tests::cluster::kubectl(self.kubeconfig, user, groups, args, stdin)
     }
 
     fn create(&self, groups: &[&str], ns: &str, object: &Value) -> Answer {

@@ -11,9 +11,7 @@
 //! with no other field touched, and so is one at `system-node-critical`; kube-system is never sent to the
 //! webhooks (its Pods are stored as created). Prints the table of cases and answers.
 
-use std::io::Write as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use gpu_admission_tests::cluster::{LocalCluster, eventually};
@@ -70,13 +68,14 @@ fn shipped(file: &str, webhook: &Webhook, keep: &[&str]) -> Value {
     config
 }
 
-struct Answer {
-    ok: bool,
-    stdout: String,
-    stderr: String,
+use gpu_admission_tests::cluster::KubectlAnswer as Answer;
+
+/// How this file's table reads an answer.
+trait Read {
+    fn summary(&self) -> String;
 }
 
-impl Answer {
+impl Read for Answer {
     fn summary(&self) -> String {
         if !self.ok {
             let why = self
@@ -104,28 +103,7 @@ impl Answer {
 }
 
 fn kubectl(kubeconfig: &Path, as_user: bool, args: &[&str], stdin: &str) -> Answer {
-    let mut cmd = Command::new("kubectl");
-    cmd.arg("--kubeconfig").arg(kubeconfig);
-    if as_user {
-        cmd.arg(format!("--as={USER}"));
-    }
-    cmd.args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("kubectl runs");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    Answer {
-        ok: out.status.success(),
-        stdout: String::from_utf8_lossy(&out.stdout).into(),
-        stderr: String::from_utf8_lossy(&out.stderr).into(),
-    }
+    gpu_admission_tests::cluster::kubectl(kubeconfig, as_user.then_some(USER), &[], args, stdin)
 }
 
 fn h100_pod(name: &str) -> Value {

@@ -10,7 +10,7 @@ use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
 use super::{
-    ADMINS, Answer, BRONZE, CLASS, Kubectl, POLICY_CM, POLICY_NS, configmap, gpu_pod, policy,
+    ADMINS, Answer, BRONZE, CLASS, Kubectl, POLICY_CM, POLICY_NS, Read, configmap, gpu_pod, policy,
 };
 
 /// What a case expects: a denial whose message contains the text, or a stored Pod held to bronze.
