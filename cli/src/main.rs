@@ -66,16 +66,30 @@ enum KueueCommand {
     /// Print ResourceFlavors (one per class), a ClusterQueue per tier with a quota (one cohort; nominal quota
     /// = min, borrowing limit = max - min) and LocalQueues for the quotas' namespaces, as YAML.
     Export {
-        /// Policy file or ConfigMap (default: the embedded default policy).
-        #[arg(long)]
-        policy: Option<PathBuf>,
-        /// Key of the policy in a ConfigMap holding several.
-        #[arg(long)]
-        policy_key: Option<String>,
+        #[command(flatten)]
+        source: PolicySource,
         /// The namespace label that carries the tier (the frontend's --tier-label).
         #[arg(long, default_value = gpu_admission_core::names::DEFAULT_TIER_LABEL)]
         tier_label: String,
     },
+}
+
+/// The policy a rendering command reads.
+#[derive(Args, Debug)]
+struct PolicySource {
+    /// Policy file or ConfigMap (default: the embedded default policy).
+    #[arg(long)]
+    policy: Option<PathBuf>,
+    /// Key of the policy in a ConfigMap holding several.
+    #[arg(long)]
+    policy_key: Option<String>,
+}
+
+impl PolicySource {
+    fn load(&self) -> anyhow::Result<scorer::policy::Policy> {
+        let text = policy::read(self.policy.as_deref(), self.policy_key.as_deref())?;
+        policy::parse(&text)
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -83,11 +97,8 @@ enum DraCommand {
     /// Print one DeviceClass per catalog GPU class with DRA devices (`<class lowercased>.gpu-admission.io`),
     /// as YAML for `kubectl apply -f -`.
     DeviceClasses {
-        /// The policy (file or ConfigMap); default: the embedded default policy.
-        #[arg(long)]
-        policy: Option<PathBuf>,
-        #[arg(long)]
-        policy_key: Option<String>,
+        #[command(flatten)]
+        source: PolicySource,
     },
 }
 
@@ -95,12 +106,8 @@ enum DraCommand {
 enum FloorCommand {
     /// Print the floor's policies, bindings and parameter ConfigMap for a policy, as YAML.
     Render {
-        /// Policy file or ConfigMap (default: the embedded default policy).
-        #[arg(long)]
-        policy: Option<PathBuf>,
-        /// Key of the policy in a ConfigMap holding several.
-        #[arg(long)]
-        policy_key: Option<String>,
+        #[command(flatten)]
+        source: PolicySource,
         /// The namespace label that carries the tier (the frontend's --tier-label).
         #[arg(long, default_value = gpu_admission_core::names::DEFAULT_TIER_LABEL)]
         tier_label: String,
@@ -241,13 +248,9 @@ fn validate(path: &std::path::Path, key: Option<&str>) -> anyhow::Result<ExitCod
     }
 }
 
-fn device_classes(path: Option<&std::path::Path>, key: Option<&str>) -> anyhow::Result<ExitCode> {
-    let text = policy::read(path, key)?;
-    let parsed = policy::parse(&text)?;
-    print!(
-        "{}",
-        gpu_admission_policy::device_classes::render_yaml(&parsed)
-    );
+/// Prints a rendering command's YAML.
+fn print_yaml(yaml: anyhow::Result<String>) -> anyhow::Result<ExitCode> {
+    print!("{}", yaml?);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -265,36 +268,26 @@ fn main() -> ExitCode {
         Command::Check { files, run, output } => check(files, run, *output),
         Command::Test { dir } => test(dir),
         Command::Dra {
-            command: DraCommand::DeviceClasses { policy, policy_key },
-        } => device_classes(policy.as_deref(), policy_key.as_deref()),
+            command: DraCommand::DeviceClasses { source },
+        } => print_yaml(
+            source
+                .load()
+                .map(|p| gpu_admission_policy::device_classes::render_yaml(&p)),
+        ),
         Command::Floor {
-            command:
-                FloorCommand::Render {
-                    policy: path,
-                    policy_key,
-                    tier_label,
-                },
-        } => policy::read(path.as_deref(), policy_key.as_deref())
-            .and_then(|text| policy::parse(&text))
-            .and_then(|p| gpu_admission_cli::floor::render_yaml(&p, tier_label))
-            .map(|yaml| {
-                print!("{yaml}");
-                ExitCode::SUCCESS
-            }),
+            command: FloorCommand::Render { source, tier_label },
+        } => print_yaml(
+            source
+                .load()
+                .and_then(|p| gpu_admission_cli::floor::render_yaml(&p, tier_label)),
+        ),
         Command::Kueue {
-            command:
-                KueueCommand::Export {
-                    policy: path,
-                    policy_key,
-                    tier_label,
-                },
-        } => policy::read(path.as_deref(), policy_key.as_deref())
-            .and_then(|text| policy::parse(&text))
-            .and_then(|p| gpu_admission_cli::kueue::export_yaml(&p, tier_label))
-            .map(|yaml| {
-                print!("{yaml}");
-                ExitCode::SUCCESS
-            }),
+            command: KueueCommand::Export { source, tier_label },
+        } => print_yaml(
+            source
+                .load()
+                .and_then(|p| gpu_admission_cli::kueue::export_yaml(&p, tier_label)),
+        ),
         Command::Policy { command } => match command {
             PolicyCommand::Validate { policy, policy_key } => {
                 validate(policy, policy_key.as_deref())
