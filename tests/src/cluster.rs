@@ -415,3 +415,37 @@ pub fn kubectl(
         stderr: String::from_utf8_lossy(&out.stderr).into(),
     }
 }
+
+/// The table of cases and answers a cluster test prints as it goes (`| case | answer | ok |`), and fails at
+/// the end with every case answered wrongly.
+#[derive(Debug)]
+pub struct CaseTable {
+    wrong: Vec<String>,
+}
+
+impl CaseTable {
+    /// Prints the header.
+    pub fn start() -> Self {
+        println!("| case | answer | |\n|---|---|---|");
+        Self { wrong: Vec::new() }
+    }
+
+    pub fn check(&mut self, case: &str, answer: String, ok: bool) {
+        println!(
+            "| {case} | {answer} | {} |",
+            if ok { "ok" } else { "WRONG" }
+        );
+        if !ok {
+            self.wrong.push(format!("{case}: {answer}"));
+        }
+    }
+
+    /// Fails with every wrong case, and `context` (a log tail) after them.
+    pub fn finish(self, context: &str) {
+        assert!(
+            self.wrong.is_empty(),
+            "cases answered wrongly:\n{}\n{context}",
+            self.wrong.join("\n")
+        );
+    }
+}

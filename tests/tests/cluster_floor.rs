@@ -23,7 +23,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use gpu_admission_tests::cluster::{
-    Components, LocalCluster, eventually, service_account_kubeconfig,
+    CaseTable, Components, LocalCluster, eventually, service_account_kubeconfig,
 };
 use gpu_admission_tests::kwok::{self, phase, wait_for};
 use gpu_admission_tests::observer::Observer;
@@ -346,17 +346,7 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
         deleted.elapsed()
     );
 
-    let mut failures: Vec<String> = Vec::new();
-    let mut check = |case: &str, answer: String, ok: bool| {
-        println!(
-            "| {case} | {answer} | {} |",
-            if ok { "ok" } else { "WRONG" }
-        );
-        if !ok {
-            failures.push(format!("{case}: {answer}"));
-        }
-    };
-    println!("| case | answer | |\n|---|---|---|");
+    let mut table = CaseTable::start();
     let create = |ns: &str, object: &Value| {
         kubectl(
             kc,
@@ -383,7 +373,7 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
         placed
     });
     let a = last.unwrap();
-    check(
+    table.check(
         "frontend up: bronze GPU Pod without a class",
         a.summary(),
         a.ok,
@@ -392,7 +382,7 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
         BRONZE,
         &gpu_pod("up-h100", json!({"nodeSelector": {CLASS: "H100-80GB"}})),
     );
-    check(
+    table.check(
         "frontend up: bronze GPU Pod pinned to H100",
         a.summary(),
         !a.ok,
@@ -402,7 +392,7 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
         BRONZE,
         &workload("Deployment", "up-no-class", true, json!({})),
     );
-    check(
+    table.check(
         "frontend up: bronze GPU Deployment without a class",
         a.summary(),
         a.ok,
@@ -477,7 +467,7 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
         let named = !case.starts_with("CPU") && a.stderr.contains("L4-24GB");
         let offline = check_says(object);
         let ok = a.floor_denied() && (named || case.starts_with("CPU")) && offline.denies();
-        check(
+        table.check(
             &format!("all down: bronze {case}"),
             format!(
                 "{} (gpu-admission check: floor {})",
@@ -542,7 +532,7 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
                 && a.stderr.contains("gpu-admission-floor-workloads")
                 && offline.denies()
         };
-        check(
+        table.check(
             &format!("all down: bronze {case}"),
             format!(
                 "{} (gpu-admission check: floor {})",
@@ -560,7 +550,7 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
             "labels": {"tenant.kubenexus.io/tier": "gold"}}})
         .to_string(),
     );
-    check(
+    table.check(
         "all down: namespace created with tier gold",
         a.summary(),
         a.floor_denied(),
@@ -577,7 +567,7 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
         ],
         "",
     );
-    check(
+    table.check(
         "all down: bronze namespace relabelled gold",
         a.summary(),
         a.floor_denied(),
@@ -585,7 +575,7 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
     let cpu = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "down-cpu"},
         "spec": {"containers": [{"name": "main", "image": "registry.example/web:1"}]}});
     let a = create(BRONZE, &cpu);
-    check(
+    table.check(
         "all down: CPU-only Pod",
         a.summary(),
         a.ok && !check_says(&cpu).denies(),
@@ -603,7 +593,7 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
         })
         .await
         .is_ok();
-    check(
+    table.check(
         "all down: bronze GPU Pod stating L4 runs on the L4 Node",
         format!(
             "{} (gpu-admission check: floor {})",
@@ -627,18 +617,13 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
         create(BRONZE, &gpu_pod(&name, json!({}))).ok
             && stored_class(kc, &name).as_deref() == Some("L4-24GB")
     });
-    check(
+    table.check(
         "frontend started again: bronze GPU Pod without a class placed on L4",
         format!("after {:?}", restarted.elapsed()),
         restored,
     );
     drop(webhook);
-    assert!(
-        failures.is_empty(),
-        "cases answered wrongly:\n{}\nfrontend log:\n{}",
-        failures.join("\n"),
-        webhook2.process.log_tail(30)
-    );
+    table.finish(&format!("frontend log:\n{}", webhook2.process.log_tail(30)));
 }
 
 /// The percentile `p` (0..100) of sorted durations.

@@ -14,7 +14,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use gpu_admission_tests::cluster::{LocalCluster, eventually};
+use gpu_admission_tests::cluster::{CaseTable, LocalCluster, eventually};
 use gpu_admission_tests::{Scorer, Webhook};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -219,17 +219,7 @@ async fn every_namespace_has_a_tier_and_every_pods_priority_is_capped() {
         assert!(a.ok, "get {ns}/{name}: {}", a.stderr);
         serde_json::from_str(&a.stdout).unwrap()
     };
-    let mut failures: Vec<String> = Vec::new();
-    let mut check = |case: &str, answer: String, ok: bool| {
-        println!(
-            "| {case} | {answer} | {} |",
-            if ok { "ok" } else { "WRONG" }
-        );
-        if !ok {
-            failures.push(format!("{case}: {answer}"));
-        }
-    };
-    println!("| case | answer | |\n|---|---|---|");
+    let mut table = CaseTable::start();
 
     // 1. Untiered namespaces are held to the default tier (bronze) in Enforce: an H100 pin is denied. The
     // first attempt waits for the apiserver to call the new registrations.
@@ -243,7 +233,7 @@ async fn every_namespace_has_a_tier_and_every_pods_priority_is_capped() {
         });
         let a = last.unwrap();
         let denied = !a.ok && a.stderr.contains("outside tier bronze");
-        check(
+        table.check(
             &format!("Enforce: H100-pinned GPU Pod in {ns} (tier label {label:?})"),
             a.summary(),
             denied && a.stderr.contains("L4-24GB"),
@@ -253,7 +243,7 @@ async fn every_namespace_has_a_tier_and_every_pods_priority_is_capped() {
     // 2. A CPU-only Pod at gpu-ultra (and at system-node-critical) in bronze: denied in Enforce.
     for class in ["gpu-ultra", "system-node-critical"] {
         let a = create(BRONZE, &cpu_pod(&format!("cpu-{class}-enforce"), class));
-        check(
+        table.check(
             &format!("Enforce: CPU-only Pod at {class} in bronze"),
             a.summary(),
             !a.ok
@@ -263,7 +253,7 @@ async fn every_namespace_has_a_tier_and_every_pods_priority_is_capped() {
     }
     // Within the cap: admitted, unchanged.
     let a = create(BRONZE, &cpu_pod("cpu-gpu-default", "gpu-default"));
-    check(
+    table.check(
         "Enforce: CPU-only Pod at gpu-default in bronze",
         a.summary(),
         a.ok && get(BRONZE, "cpu-gpu-default")["spec"]["priorityClassName"] == "gpu-default",
@@ -276,7 +266,7 @@ async fn every_namespace_has_a_tier_and_every_pods_priority_is_capped() {
     } else {
         Value::Null
     };
-    check(
+    table.check(
         "Enforce: H100-pinned GPU Pod in kube-system",
         a.summary(),
         a.ok && stored["metadata"]["annotations"].is_null()
@@ -288,7 +278,7 @@ async fn every_namespace_has_a_tier_and_every_pods_priority_is_capped() {
     } else {
         Value::Null
     };
-    check(
+    table.check(
         "Enforce: CPU-only Pod at gpu-ultra in kube-system",
         a.summary(),
         a.ok && stored["spec"]["priorityClassName"] == "gpu-ultra"
@@ -340,7 +330,7 @@ async fn every_namespace_has_a_tier_and_every_pods_priority_is_capped() {
         )
     };
     let (ok, answer) = capped(BRONZE, &name, &a);
-    check("Warn: CPU-only Pod at gpu-ultra in bronze", answer, ok);
+    table.check("Warn: CPU-only Pod at gpu-ultra in bronze", answer, ok);
     let a = create(
         BRONZE,
         &cpu_pod("cpu-node-critical-warn", "system-node-critical"),
@@ -350,7 +340,7 @@ async fn every_namespace_has_a_tier_and_every_pods_priority_is_capped() {
     } else {
         (false, a.summary())
     };
-    check(
+    table.check(
         "Warn: CPU-only Pod at system-node-critical in bronze",
         answer,
         ok,
@@ -362,16 +352,11 @@ async fn every_namespace_has_a_tier_and_every_pods_priority_is_capped() {
     } else {
         (false, a.summary())
     };
-    check(
+    table.check(
         &format!("Warn: CPU-only Pod at gpu-ultra in {ns}"),
         answer,
         ok,
     );
 
-    assert!(
-        failures.is_empty(),
-        "cases answered wrongly:\n{}\nfrontend log:\n{}",
-        failures.join("\n"),
-        webhook.process.log_tail(40)
-    );
+    table.finish(&format!("frontend log:\n{}", webhook.process.log_tail(40)));
 }
