@@ -791,9 +791,13 @@ fn rbac_grants_exactly_what_the_frontend_watches() {
             "validatingwebhookconfigurations",
         ),
     ];
+    // The quota ledger: one ConfigMap of its own namespace, granted by a Role (checked below).
+    let ledger = ("".to_string(), "configmaps".to_string());
+    assert!(used.contains(&ledger), "the quota ledger's ConfigMap");
     let watched: BTreeSet<_> = used
         .iter()
         .filter(|(g, r)| !cert_resources.contains(&(g.as_str(), r.as_str())))
+        .filter(|k| **k != ledger)
         .cloned()
         .collect();
     let expected: BTreeSet<(String, String)> = [
@@ -851,6 +855,22 @@ fn rbac_grants_exactly_what_the_frontend_watches() {
             assert_eq!(verbs, &want, "{resource}");
             assert!(names.is_empty());
         }
+        // In its namespace: get and update of the quota ledger, nothing else.
+        assert!(bound.contains(&("Role".into(), "gpu-admission-webhook".into())));
+        let ledger_role = rule_set(arr_at(m.get("Role", "gpu-admission-webhook"), "/rules"));
+        let only_ledger = BTreeMap::from([(
+            ledger.clone(),
+            (
+                BTreeSet::from(["get".to_string(), "update".to_string()]),
+                BTreeSet::from(["gpu-admission-quota-ledger".to_string()]),
+            ),
+        )]);
+        assert_eq!(
+            ledger_role, only_ledger,
+            "{}: Role gpu-admission-webhook",
+            m.mode
+        );
+        m.get("ConfigMap", "gpu-admission-quota-ledger");
         // No other role reaches the webhook outside the automatic certificate mode.
         let others: Vec<_> = bound
             .iter()

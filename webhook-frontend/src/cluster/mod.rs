@@ -6,6 +6,7 @@ pub(crate) mod checkpoints;
 pub(crate) mod dra;
 pub(crate) mod kube_cache;
 pub(crate) mod optional_api;
+pub(crate) mod quota_ledger;
 pub(crate) mod usage;
 pub(crate) mod workloads;
 
