@@ -334,7 +334,7 @@ impl Engine {
         let (tier, namespace, counted) = quota::of_request(req, &self.policy, facts)?;
         let policy = self.policy.policy.as_deref()?;
         let decision = quota::decide(policy, &tier, &namespace, &counted, usage)?;
-        quota::answer(&decision, self.policy.mode, verdict);
+        quota::answer(&decision, req, policy, facts, self.policy.mode, verdict);
         if verdict.denied.is_none() {
             usage.add(&tier, &namespace, &counted, 1);
         }

@@ -396,24 +396,42 @@ async fn quotas_hold_on_a_real_control_plane_through_two_replicas() {
     // 2. 4 clients x 25 one-GPU Pods against max 40, half through each replica.
     let admitted = Arc::new(AtomicUsize::new(0));
     let denied = Arc::new(AtomicUsize::new(0));
+    let retried = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..4 {
-        let (client, admitted, denied) = (client.clone(), admitted.clone(), denied.clone());
+        let (client, admitted, denied, retried) = (
+            client.clone(),
+            admitted.clone(),
+            denied.clone(),
+            retried.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             let pods = Api::<Pod>::namespaced(client, LOAD_NS);
             for i in 0..25 {
                 let name = format!("load-{c}-{i}");
-                match pods
-                    .create(&PostParams::default(), &gpu_pod(&name, (c + i) % 2))
-                    .await
-                {
-                    Ok(_) => admitted.fetch_add(1, Ordering::Relaxed),
-                    Err(kube::Error::Api(e)) if e.message.contains("L4-24GB GPUs") => {
-                        denied.fetch_add(1, Ordering::Relaxed)
-                    }
-                    Err(e) => panic!("{name}: {e}"),
-                };
+                // A Pod mutated within the min that another admission pushed beyond it is denied with a
+                // retry hint (it would run above the borrowers' class): retried, as a controller does.
+                for attempt in 0.. {
+                    match pods
+                        .create(&PostParams::default(), &gpu_pod(&name, (c + i) % 2))
+                        .await
+                    {
+                        Ok(_) => admitted.fetch_add(1, Ordering::Relaxed),
+                        Err(kube::Error::Api(e)) if e.message.contains("L4-24GB GPUs") => {
+                            denied.fetch_add(1, Ordering::Relaxed)
+                        }
+                        Err(kube::Error::Api(e))
+                            if e.message.contains("borrows beyond its quota's min")
+                                && attempt < 5 =>
+                        {
+                            retried.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                        Err(e) => panic!("{name}: {e}"),
+                    };
+                    break;
+                }
             }
         }));
     }
@@ -423,9 +441,11 @@ async fn quotas_hold_on_a_real_control_plane_through_two_replicas() {
     let admitted = admitted.load(Ordering::Relaxed);
     let stored = pods_in(&client, LOAD_NS).await.len();
     println!(
-        "100 Pods, 4 clients, 2 replicas, max 40: admitted {admitted}, denied {}, overshoot {}, in {:?}",
+        "100 Pods, 4 clients, 2 replicas, max 40: admitted {admitted}, denied {}, overshoot {}, retried \
+         (borrowing above the borrowers' class) {}, in {:?}",
         denied.load(Ordering::Relaxed),
         admitted.saturating_sub(40),
+        retried.load(Ordering::Relaxed),
         started.elapsed()
     );
     assert_eq!(stored, admitted);
@@ -446,12 +466,9 @@ async fn quotas_hold_on_a_real_control_plane_through_two_replicas() {
         })
         .count();
     println!("borrowers at gpu-borrowed: {borrowers} of {stored}");
-    // Mutation decides without writing the ledger: besides the 4 GPUs of the tier's min left, the Pods
-    // between their mutation and their admission (one per client) may keep the tier's priority.
-    assert!(
-        borrowers + 4 + 4 + CROSS_REPLICA_BOUND >= stored,
-        "{borrowers} borrowers of {stored}"
-    );
+    // Only the 4 GPUs of the tier's min left keep the tier's priority: a Pod mutated within the min that
+    // another admission pushed beyond it was denied by /validate-pod and retried.
+    assert!(borrowers + 4 >= stored, "{borrowers} borrowers of {stored}");
     assert!(admitted >= 40, "fewer than max admitted: {admitted}");
     assert!(
         admitted <= 40 + CROSS_REPLICA_BOUND,

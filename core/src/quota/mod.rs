@@ -429,20 +429,74 @@ pub fn of_pod_in(
 pub const NOT_COUNTED_YET: &str =
     "gpu-admission: GPU quota usage is not counted yet (the Pod watch has not listed); retry";
 
-/// Answers a decision under `mode`, the one rule for the frontend and the CLI: over a `max` is denied in
-/// Enforce, a warning in Warn, nothing in Audit. `Some(message)` when the Pod is over a `max`.
+/// Why a quota'd Pod was answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuotaViolation {
+    /// Beyond a `max`.
+    OverMax,
+    /// Beyond a `min` at a priority above the borrowers' PriorityClass.
+    BorrowingAboveClass,
+}
+
+impl QuotaViolation {
+    /// The `reason` label of the violation metric.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QuotaViolation::OverMax => "over_quota",
+            QuotaViolation::BorrowingAboveClass => "borrowing_above_class",
+        }
+    }
+}
+
+/// Answers a Pod CREATE's decision under `mode`, the one rule for the frontend and the CLI (`None`: nothing to
+/// answer):
+/// - over a `max`: denied in Enforce, a warning in Warn, nothing in Audit;
+/// - beyond a `min` at a priority (`spec.priority` of `req`'s Pod) above the borrowers' PriorityClass, when
+///   the cluster has it (`facts`): answered the same way. It is the invariant on the final object behind
+///   [`mutation_ops`] (a borrower is preempted first): `/mutate-pod` sets the class from the usage it saw;
+///   when another admission took the last GPU of the `min` in between, or the Pod did not pass
+///   `/mutate-pod`, a retry is mutated against the new usage.
 pub fn answer(
     decision: &Decision,
+    req: &kube_core::admission::AdmissionRequest<kube_core::DynamicObject>,
+    policy: &Policy,
+    facts: &crate::admission::Facts<'_>,
     mode: gpu_admission_proto::scorer::v1::EnforcementMode,
     verdict: &mut crate::review::Verdict,
-) -> Option<String> {
-    let denial = decision.denial()?;
+) -> Option<(QuotaViolation, String)> {
+    if let Some(denial) = decision.denial() {
+        let message = format!(
+            "gpu-admission: {denial} ({QUOTA_ANNOTATION}: {})",
+            decision.record()
+        );
+        respond(&message, mode, verdict);
+        return Some((QuotaViolation::OverMax, message));
+    }
+    let class = policy
+        .quotas
+        .borrowing
+        .as_ref()
+        .and_then(|b| facts.priority_classes?.priority_class(&b.name))
+        .filter(|_| decision.standing == Standing::Borrowing)?;
+    let priority = req
+        .object
+        .as_ref()
+        .and_then(|o| o.data.pointer("/spec/priority"))
+        .and_then(serde_json::Value::as_i64)
+        .unwrap_or(0);
+    if priority <= i64::from(class.value) {
+        return None;
+    }
     let message = format!(
-        "gpu-admission: {denial} ({QUOTA_ANNOTATION}: {})",
-        decision.record()
+        "gpu-admission: this Pod borrows beyond its quota's min ({QUOTA_ANNOTATION}: {}) and may run at \
+         most at the borrowers' PriorityClass {} ({}), not at priority {priority}; retry: the quota's usage \
+         changed since the Pod was mutated",
+        decision.record(),
+        class.name,
+        class.value
     );
     respond(&message, mode, verdict);
-    Some(message)
+    Some((QuotaViolation::BorrowingAboveClass, message))
 }
 
 fn respond(

@@ -158,7 +158,15 @@ impl ValidatePod {
             .as_ref()
             .and_then(|o| o.metadata.uid.as_deref())
             .unwrap_or(&req.uid);
-        let decision = match quota.admit(p, &ask, uid, enforce, !req.dry_run).await {
+        // Written to the ledger only when admitted: what `quota::answer` would deny holds no GPU.
+        let denies = |d: &quota::Decision| {
+            enforce
+                && self.cluster.with_facts(policy, &Grants::none(), |facts| {
+                    let mut scratch = Verdict::default();
+                    quota::answer(d, req, p, facts, policy.mode, &mut scratch).is_some()
+                })
+        };
+        let decision = match quota.admit(p, &ask, uid, denies, !req.dry_run).await {
             Ok(Some(d)) => d,
             Ok(None) => return,
             Err(e) => {
@@ -178,10 +186,13 @@ impl ValidatePod {
         };
         let (tier, namespace, _) = &ask;
         tracing::info!(uid = %req.uid, tier, namespace, quota = %decision.record(), "quota");
-        if let Some(message) = quota::answer(&decision, policy.mode, verdict) {
-            let mode = mode_name(policy.mode);
-            self.metrics.record_violation(tier, "over_quota", mode);
-            tracing::warn!(uid = %req.uid, tier, namespace, mode, "over quota: {message}");
+        let answered = self.cluster.with_facts(policy, &Grants::none(), |facts| {
+            quota::answer(&decision, req, p, facts, policy.mode, verdict)
+        });
+        if let Some((why, message)) = answered {
+            let (mode, reason) = (mode_name(policy.mode), why.as_str());
+            self.metrics.record_violation(tier, reason, mode);
+            tracing::warn!(uid = %req.uid, tier, namespace, mode, reason, "quota: {message}");
             *outcome = if verdict.denied.is_some() {
                 "denied"
             } else {

@@ -217,15 +217,15 @@ impl QuotaUsage {
         quota::decide(policy, tier, namespace, counted, &usage)
     }
 
-    /// Decides the Pod `uid` against the usage and the ledger; unless it is over a `max` that `enforce`
-    /// denies, or `reserve` is false (a dry run), admits it only once its entry is written on top of the
-    /// ledger version it was decided on (a conflict: read, decide again). An error: the Pod is undecidable.
+    /// Decides the Pod `uid` against the usage and the ledger; unless the decision `denies` it, or `reserve`
+    /// is false (a dry run), admits it only once its entry is written on top of the ledger version it was
+    /// decided on (a conflict: read, decide again). An error: the Pod is undecidable.
     pub(crate) async fn admit(
         &self,
         policy: &Policy,
         (tier, namespace, counted): &(String, String, Counted),
         uid: &str,
-        enforce: bool,
+        denies: impl Fn(&Decision) -> bool,
         reserve: bool,
     ) -> Result<Option<Decision>, LedgerError> {
         if !reserve {
@@ -242,7 +242,7 @@ impl QuotaUsage {
                 let Some(d) = quota::decide(policy, tier, namespace, counted, &usage) else {
                     return Ok(None);
                 };
-                if enforce && d.standing == quota::Standing::OverMax {
+                if denies(&d) {
                     return Ok(Some(d));
                 }
                 let mut entries = on.entries.clone();
