@@ -209,6 +209,15 @@ impl Decision {
             .unwrap_or_default()
     }
 
+    /// What an over-max Pod is told, with the record (`None` otherwise).
+    pub fn over_max_message(&self) -> Option<String> {
+        let denial = self.denial()?;
+        Some(format!(
+            "gpu-admission: {denial} ({QUOTA_ANNOTATION}: {})",
+            self.record()
+        ))
+    }
+
     /// The message of an over-max Pod (`None` otherwise).
     pub fn denial(&self) -> Option<String> {
         (self.standing == Standing::OverMax).then(|| {
@@ -424,6 +433,27 @@ pub fn of_pod_in(
     Some((tier, namespace.to_string(), counted))
 }
 
+/// The Pods a cluster holds beyond a `max` (the background audit's results): `pods` in the order they were
+/// admitted (creation time), each decided against what the Pods before it hold — as `/validate-pod` would
+/// have decided it then — and added to the usage whatever the decision (it holds its GPUs). The Pods past
+/// a `max` (admitted in Warn or Audit, or before the `max` was lowered) come out with their decision.
+pub fn over_max<K>(
+    policy: &Policy,
+    pods: impl IntoIterator<Item = (K, String, String, demand::Counted)>,
+) -> Vec<(K, Decision)> {
+    let mut usage = Usage::default();
+    let mut over = Vec::new();
+    for (key, tier, namespace, counted) in pods {
+        if let Some(d) = decide(policy, &tier, &namespace, &counted, &usage)
+            .filter(|d| d.standing == Standing::OverMax)
+        {
+            over.push((key, d));
+        }
+        usage.add(&tier, &namespace, &counted, 1);
+    }
+    over
+}
+
 /// The answer to a Pod whose usage is not known yet (the frontend's Pod watch has not listed): undecidable,
 /// denied in Enforce.
 pub const NOT_COUNTED_YET: &str =
@@ -464,11 +494,7 @@ pub fn answer(
     mode: gpu_admission_proto::scorer::v1::EnforcementMode,
     verdict: &mut crate::review::Verdict,
 ) -> Option<(QuotaViolation, String)> {
-    if let Some(denial) = decision.denial() {
-        let message = format!(
-            "gpu-admission: {denial} ({QUOTA_ANNOTATION}: {})",
-            decision.record()
-        );
+    if let Some(message) = decision.over_max_message() {
         respond(&message, mode, verdict);
         return Some((QuotaViolation::OverMax, message));
     }

@@ -433,3 +433,32 @@ fn a_borrower_above_the_borrowers_class_is_answered_and_one_within_min_is_not() 
     let (a, _) = run(&over, Some(1000), true, EnforcementMode::Enforce);
     assert_eq!(a.unwrap().0, QuotaViolation::OverMax);
 }
+
+#[test]
+fn the_pods_past_a_max_are_the_ones_admitted_after_it_was_full() {
+    let p = policy();
+    let pod = |key: &'static str, ns: &str, n: u64| {
+        (
+            key,
+            "bronze".to_string(),
+            ns.to_string(),
+            gpus("L4-24GB", n),
+        )
+    };
+    // bronze's L4-24GB max is 32: 30 fit, the next 4 cross it, and everything after is over too.
+    let over = over_max(
+        &p,
+        [
+            pod("first", "batch", 30),
+            pod("crossing", "batch", 4),
+            pod("after", "batch", 1),
+        ],
+    );
+    let keys: Vec<_> = over.iter().map(|(k, _)| *k).collect();
+    assert_eq!(keys, ["crossing", "after"]);
+    assert_eq!(
+        over[0].1.record(),
+        "bronze L4-24GB 30/32 (min 16): over-max"
+    );
+    assert!(over_max(&p, [pod("a", "batch", 16), pod("b", "batch", 16)]).is_empty());
+}
