@@ -14,6 +14,7 @@ pub mod floor;
 pub mod kueue;
 pub mod load;
 pub mod policy;
+pub mod quota;
 pub mod report;
 pub mod review;
 pub mod testfile;

@@ -54,6 +54,11 @@ enum Command {
         #[command(subcommand)]
         command: FloorCommand,
     },
+    /// GPU quotas: a cluster's usage against the policy's limits.
+    Quota {
+        #[command(subcommand)]
+        command: QuotaCommand,
+    },
     /// Kueue objects for the policy's GPU quotas, for teams that prefer queueing to denial.
     Kueue {
         #[command(subcommand)]
@@ -72,6 +77,27 @@ enum KueueCommand {
         #[arg(long, default_value = gpu_admission_core::names::DEFAULT_TIER_LABEL)]
         tier_label: String,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum QuotaCommand {
+    /// Usage against limits per tier, namespace and class, counted as the frontend counts it, from
+    /// `kubectl get namespaces,nodes,pods -A -o json > cluster.json` (`-f -` is not read: give a file).
+    Usage {
+        #[arg(short = 'f', long = "filename", required = true, num_args = 1..)]
+        files: Vec<PathBuf>,
+        #[command(flatten)]
+        source: PolicySource,
+        /// `table`, or `yaml`: the usage snapshot `gpu-admission check --usage` reads.
+        #[arg(short = 'o', long = "output", default_value = "table")]
+        output: QuotaOutput,
+    },
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum QuotaOutput {
+    Table,
+    Yaml,
 }
 
 /// The policy a rendering command reads.
@@ -249,6 +275,31 @@ fn validate(path: &std::path::Path, key: Option<&str>) -> anyhow::Result<ExitCod
 }
 
 /// Prints a rendering command's YAML.
+/// `quota usage`: the table or the snapshot; warns on documents that look like Pods but do not read as one.
+fn quota_usage(
+    files: &[PathBuf],
+    source: &PolicySource,
+    output: QuotaOutput,
+) -> anyhow::Result<ExitCode> {
+    use gpu_admission_cli::{engine, load, quota};
+    let snapshot = engine::snapshot_of(source.load()?);
+    let inputs = load::inputs(&load::files(files)?)?;
+    let mut tiers = Tiers::default();
+    tiers.learn(&inputs);
+    let counted = quota::count(&inputs, &tiers, &snapshot);
+    for origin in &counted.unreadable {
+        eprintln!("warning: {origin}: a Pod that does not read as one: not counted");
+    }
+    if counted.pods == 0 {
+        eprintln!("warning: no Pod in the input (kubectl get namespaces,nodes,pods -A -o json)");
+    }
+    match output {
+        QuotaOutput::Table => print!("{}", quota::table(&snapshot, &counted.usage)),
+        QuotaOutput::Yaml => print!("{}", serde_yaml::to_string(&counted.usage)?),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn print_yaml(yaml: anyhow::Result<String>) -> anyhow::Result<ExitCode> {
     print!("{}", yaml?);
     Ok(ExitCode::SUCCESS)
@@ -281,6 +332,14 @@ fn main() -> ExitCode {
                 .load()
                 .and_then(|p| gpu_admission_cli::floor::render_yaml(&p, tier_label)),
         ),
+        Command::Quota {
+            command:
+                QuotaCommand::Usage {
+                    files,
+                    source,
+                    output,
+                },
+        } => quota_usage(files, source, *output),
         Command::Kueue {
             command: KueueCommand::Export { source, tier_label },
         } => print_yaml(

@@ -15,6 +15,8 @@
 //! - Pods within the tier's `min` keep the tier's PriorityClass (`gpu-default`) and the record
 //!   `gpu-admission.io/quota: … within-min`; Pods beyond it get the shipped borrowers' class `gpu-borrowed`
 //!   (value 100) and `… borrowed`;
+//! - `gpu-admission quota usage` on `kubectl get namespaces,nodes,pods -A -o json` counts what the frontend
+//!   counts;
 //! - deleting Pods frees quota: a new Pod is admitted within one watch round trip of the delete (printed).
 
 use std::path::Path;
@@ -495,6 +497,40 @@ async fn quotas_hold_on_a_real_control_plane_through_two_replicas() {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+
+    // The CLI counts what the frontend counts: `gpu-admission quota usage` on what kubectl lists.
+    let listed = gpu_admission_tests::cluster::kubectl(
+        cluster.kubeconfig(),
+        None,
+        &[],
+        &["get", "namespaces,nodes,pods", "-A", "-o", "json"],
+        "",
+    );
+    assert!(listed.ok, "{}", listed.stderr);
+    let listing = dir.path().join("cluster.json");
+    std::fs::write(&listing, &listed.stdout).unwrap();
+    let cli = gpu_admission_tests::binaries::webhook().with_file_name("gpu-admission");
+    let out = std::process::Command::new(&cli)
+        .args(["quota", "usage", "-f"])
+        .arg(&listing)
+        .arg("--policy")
+        .arg(&policy_file)
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("gpu-admission quota usage:\n{table}");
+    let row = format!("bronze {LOAD_NS} L4-24GB {stored} 0 40");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>().join(" ") == row),
+        "no `{row}` in\n{table}"
+    );
 
     // 3. Deleting Pods frees quota within one watch round trip: the last delete frees the one GPU the next
     // Pod asks for, and the time is taken from its answer.

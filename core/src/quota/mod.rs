@@ -12,6 +12,7 @@
 //! once in the totals: the count errs high for class limits until the Pod is bound, never low.
 
 pub mod demand;
+pub mod figures;
 pub mod ledger;
 #[cfg(test)]
 mod tests;

@@ -29,7 +29,6 @@ use super::ClusterFacts;
 use super::quota_ledger::{LedgerError, LedgerStore, LedgerVersion};
 use crate::metrics::{LedgerWrite, Metrics, QuotaLabels};
 use crate::policy::PolicyCache;
-use gpu_admission_policy::quotas as quota_model;
 
 /// How often the quota metrics are rewritten from the watch.
 const METRICS_REFRESH: Duration = Duration::from_secs(5);
@@ -297,51 +296,20 @@ impl QuotaUsage {
             .clone();
         let family = &metrics.quota_gpus;
         family.clear();
-        let set = |tier: &str, ns: &str, class: &str, kind: &'static str, milli: u64| {
-            family
-                .get_or_create(&QuotaLabels {
-                    tier: tier.to_string(),
-                    tenant_namespace: ns.to_string(),
-                    class: class.to_string(),
-                    kind,
-                })
-                .set(milli as f64 / 1000.0);
-        };
-        let limits = |tier: &str, ns: &str, l: &quota_model::Limits| {
-            let classes = l
-                .classes
-                .iter()
-                .enumerate()
-                .filter_map(|(k, c)| Some((policy.classes.get(k)?.name.as_str(), (*c)?)));
-            for (class, limit) in classes.chain(l.total.map(|t| ("", t))) {
-                set(tier, ns, class, "min", limit.min);
-                if let Some(max) = limit.max {
-                    set(tier, ns, class, "max", max);
-                }
-            }
-        };
-        for (t, tq) in policy.quotas.tiers.iter().enumerate() {
-            let (Some(tq), Some(tier)) = (tq, policy.tiers.get(t)) else {
-                continue;
+        for f in quota::figures::figures(policy, &usage) {
+            let labels = |kind: &'static str| QuotaLabels {
+                tier: f.tier.clone(),
+                tenant_namespace: f.namespace.clone(),
+                class: f.class.clone().unwrap_or_default(),
+                kind,
             };
-            let tier = tier.name.as_str();
-            limits(tier, "", &tq.limits);
-            for n in &tq.namespaces {
-                limits(tier, &n.namespace, &n.limits);
-            }
-            let mut tier_total = 0;
-            let mut tier_classes: std::collections::BTreeMap<&str, u64> = Default::default();
-            for (ns, u) in usage.namespaces.iter().filter(|(_, u)| u.tier == tier) {
-                set(tier, ns, "", "used", u.total);
-                tier_total += u.total;
-                for (class, milli) in &u.classes {
-                    set(tier, ns, class, "used", *milli);
-                    *tier_classes.entry(class.as_str()).or_default() += milli;
+            let gpus = |milli: u64| milli as f64 / 1000.0;
+            family.get_or_create(&labels("used")).set(gpus(f.used));
+            if let Some(limit) = f.limit {
+                family.get_or_create(&labels("min")).set(gpus(limit.min));
+                if let Some(max) = limit.max {
+                    family.get_or_create(&labels("max")).set(gpus(max));
                 }
-            }
-            set(tier, "", "", "used", tier_total);
-            for (class, milli) in tier_classes {
-                set(tier, "", class, "used", milli);
             }
         }
     }
@@ -354,11 +322,7 @@ fn uid(pod: &Pod) -> Option<String> {
 /// What a watched Pod counts, or `None` when it counts nothing (finished, being deleted, no GPU, no tier
 /// with a quota).
 fn count(pod: &Pod, cluster: &ClusterFacts, policy: &PolicyCache) -> Option<Held> {
-    if pod.metadata.deletion_timestamp.is_some() {
-        return None;
-    }
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    if matches!(phase, Some("Succeeded" | "Failed")) {
+    if !demand::holds_quota(pod) {
         return None;
     }
     let namespace = pod.metadata.namespace.as_deref()?;
