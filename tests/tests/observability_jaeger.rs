@@ -14,8 +14,12 @@
 //! - the scorer stopped: the admission that fell back is found by `admission.fallback=true` and its reason
 //!   (`admission.reason=scorer unavailable`), placed on the tier's default, with no `Score` span.
 //!
-//! One control plane (etcd + apiserver) and one Jaeger for the whole file. Without the means to build either:
-//! a SKIP, or a failure when `CI` is set.
+//! One control plane (etcd + apiserver) and one Jaeger for those. A second test checks the observability
+//! overlay's Jaeger with the same binary (its own all-in-one, in a network namespace of its own). Without the
+//! means to build either: a SKIP, or a failure when `CI` is set. The in-process OTLP receiver of the telemetry
+//! crate is no longer used here: Jaeger answers every question the former receiver-based test asked, the
+//! continued `traceparent` included (Jaeger keeps the reference to the absent parent and warns
+//! `invalid parent span IDs`); it stays for the telemetry crate's own `init` tests.
 
 use std::net::SocketAddr;
 use std::path::Path;
