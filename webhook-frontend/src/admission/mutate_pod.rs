@@ -279,6 +279,9 @@ fn log_decision(uid: &str, decided: &Decided<'_>, span: &tracing::Span) {
         ..
     } = decided;
     let c = &scoring.candidate;
+    span.record("tenant.tier", c.tier.as_str());
+    // The scorer failed and the tier's fallback answered (tier default or pass-through): searchable as a tag.
+    span.record("admission.fallback", decision.failure.is_some());
     if let Some((kind, detail)) = &decision.failure {
         span.record("admission.reason", kind.as_str());
         match decision.outcome {
