@@ -15,9 +15,11 @@ use crate::cluster::{ClusterFacts, kube_cache};
 use crate::config::{ClusterSource, Config, TlsMode};
 use crate::metrics::Metrics;
 use crate::policy::PolicyCache;
+use crate::restricted;
 use crate::scorer_client::Scorer;
 use crate::server;
 use crate::tls::{self, auto_rotate, reload};
+use gpu_admission_core::ns_lock::Instance;
 use gpu_admission_policy::watch::FileWatcher;
 use gpu_admission_telemetry::shutdown::Shutdown;
 
@@ -52,7 +54,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     .with_checkpoints(cluster.checkpoints)
     .with_workloads(cluster.workloads)
     .with_quota_usage(access_client.clone())
-    .with_access(access_client)
+    .with_instance(config.instance.clone(), access_client.clone())
+    .with_access(access_client.clone())
     .with_body_budget(config.server.body_budget_bytes);
     let readiness = Arc::new(
         webhooks
@@ -60,6 +63,21 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             .with_certificate_served(certificate_served),
     );
     let shutdown = Shutdown::install()?;
+    let leases = match &config.instance {
+        Instance::Restricted(namespaces) => {
+            // With --no-kube the API is used for the Leases only.
+            let client = match &access_client {
+                Some(client) => client.clone(),
+                None => kube_cache::client().await?,
+            };
+            Some(tokio::spawn(restricted::hold_when_ready(
+                client,
+                namespaces.iter().cloned().collect(),
+                readiness.clone(),
+            )))
+        }
+        Instance::ClusterWide => None,
+    };
 
     let listener = tokio::net::TcpListener::bind(config.server.listen)
         .await
@@ -92,6 +110,15 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         shutdown.wait(),
     )
     .await;
+    if let Some(leases) = leases {
+        if leases.is_finished() {
+            if let Ok(held) = leases.await {
+                held.release().await;
+            }
+        } else {
+            leases.abort();
+        }
+    }
     Ok(())
 }
 
