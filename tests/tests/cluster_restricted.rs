@@ -1,0 +1,391 @@
+//! Namespace-restricted instances (issue 38) against a real kube-apiserver: the cluster-wide installation
+//! (the SHIPPED mutating and validating registrations, URL and CA swapped in; the default policy in Enforce)
+//! and a restricted one (`--restrict-to-namespaces restricted-team`, its own scorer with its own policy:
+//! exploration off, so its `policy-version` differs; registered as `0-gpu-admission-ns-restricted-team`,
+//! selecting only its namespace, sorting before `gpu-admission`). Requests as the tenant alice.
+//!
+//! Shows: the team namespace's Pods carry the restricted scorer's decision (its policy version and
+//! `decided-by`), another namespace's the cluster-wide one's; the team's H100 pin (bronze) is denied in
+//! Enforce; alice's own fake `gpu-admission-ns-lock` Lease in another namespace only turns the cluster-wide
+//! scorer away (her Pod is still bound to bronze, her H100 pin still denied); the restricted instance
+//! killed while Pods are created in a loop: every Pod carries a tier bound, and the namespace is back with
+//! the cluster-wide scorer within the Lease duration (15 s). Prints the table and the time it took.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use gpu_admission_core::ns_lock::LEASE_NAME;
+use gpu_admission_core::policy::PolicySnapshot;
+use gpu_admission_core::tier_bound::{self, NoNodes};
+use gpu_admission_tests::cluster::{CaseTable, LocalCluster};
+use gpu_admission_tests::{Scorer, Webhook};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+
+const USER: &str = "alice";
+const CLASS: &str = "gpu.nvidia.com/class";
+const TEAM: &str = "restricted-team";
+const OTHER: &str = "restricted-other";
+const FAKE: &str = "restricted-fake";
+
+fn repo_file(rel: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel))
+        .unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+/// The default policy in Enforce; the team's with exploration off (another version, the same tiers).
+fn policies() -> (String, String) {
+    let text = repo_file("deploy/kustomize/base/policy/default-policy.yaml");
+    assert!(text.contains("  mode: Warn") && text.contains("  explorationCap: 0.1"));
+    let cluster = text.replace("  mode: Warn", "  mode: Enforce");
+    let team = cluster.replace("  explorationCap: 0.1", "  explorationCap: 0.0");
+    (cluster, team)
+}
+
+/// A shipped registration, pointed at `webhook`, keeping the entries `keep`.
+fn shipped(file: &str, name: &str, webhook: &Webhook, keep: &[&str]) -> Value {
+    let mut config: Value =
+        serde_yaml::from_str(&repo_file(&format!("deploy/kustomize/base/webhook/{file}"))).unwrap();
+    let base = webhook.mutate_url().replace("/mutate-pod", "");
+    let ca = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        webhook.ca_pem().unwrap(),
+    );
+    config["metadata"]["name"] = json!(name);
+    let hooks = config["webhooks"].as_array_mut().unwrap();
+    hooks.retain(|h| keep.contains(&h["name"].as_str().unwrap_or("")));
+    for h in hooks {
+        let path = h["clientConfig"]["service"]["path"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        h["clientConfig"] = json!({"url": format!("{base}{path}"), "caBundle": ca});
+        h["timeoutSeconds"] = json!(10);
+    }
+    config
+}
+
+fn gpu_pod(name: &str, pin: Option<&str>) -> Value {
+    let mut pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"containers": [{"name": "main", "image": "registry.example/train:1",
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}});
+    if let Some(class) = pin {
+        pod["spec"]["nodeSelector"] = json!({CLASS: class});
+    }
+    pod
+}
+
+/// A client acting as alice (impersonation through the admin kubeconfig).
+async fn tenant_client(kubeconfig: &Path) -> kube::Client {
+    let mut kc = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    for a in &mut kc.auth_infos {
+        if let Some(info) = a.auth_info.as_mut() {
+            info.impersonate = Some(USER.into());
+        }
+    }
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+fn annotation<'p>(pod: &'p Pod, key: &str) -> Option<&'p str> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clusters() {
+    let Some(cluster) = LocalCluster::start()
+        .await
+        .expect("the local control plane starts")
+    else {
+        return;
+    };
+    let client = cluster.client();
+    let dir = tempfile::tempdir().unwrap();
+    let (cluster_policy, team_policy) = policies();
+    let cluster_file = dir.path().join("cluster-policy.yaml");
+    let team_file = dir.path().join("team-policy.yaml");
+    std::fs::write(&cluster_file, &cluster_policy).unwrap();
+    std::fs::write(&team_file, &team_policy).unwrap();
+    let snapshot = PolicySnapshot::from_policy(std::sync::Arc::new(
+        gpu_admission_policy::parse(&cluster_policy, "cluster-policy.yaml")
+            .expect("the policy parses"),
+    ));
+
+    let scorer = Scorer::builder()
+        .policy(&cluster_file)
+        .name("scorer-cluster")
+        .start()
+        .await
+        .expect("cluster scorer");
+    let team_scorer = Scorer::builder()
+        .policy(&team_file)
+        .name("scorer-team")
+        .start()
+        .await
+        .expect("team scorer");
+    let (cluster_version, team_version) = (
+        scorer.policy().version.clone(),
+        team_scorer.policy().version.clone(),
+    );
+    assert_ne!(cluster_version, team_version, "the two policies differ");
+    cluster
+        .create_priority_classes(scorer.policy())
+        .await
+        .expect("priority classes");
+    for ns in [TEAM, OTHER, FAKE] {
+        cluster.create_namespace(ns, Some("bronze")).await.unwrap();
+    }
+    cluster.bind_tenant(USER).await.expect("tenant");
+    // alice may also write Leases in her namespace FAKE (as any namespace editor may).
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "leases", "namespace": FAKE},
+        "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["*"]}]});
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "alice-leases", "namespace": FAKE},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "leases"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}]});
+    Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(client.clone(), FAKE)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(role).unwrap(),
+        )
+        .await
+        .unwrap();
+    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client.clone(), FAKE)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(binding).unwrap(),
+        )
+        .await
+        .unwrap();
+
+    let webhook = Webhook::builder(&scorer.url())
+        .kubeconfig(cluster.kubeconfig())
+        .policy_file(&cluster_file)
+        .name("frontend-cluster")
+        .start()
+        .await
+        .expect("cluster frontend");
+    // As the namespaced overlay runs it: --no-kube (the team states its tier; the cluster-wide instance
+    // holds it to the real one), the API for its Lease only.
+    let mut team = Webhook::builder(&team_scorer.url())
+        .kubeconfig(cluster.kubeconfig())
+        .no_kube()
+        .namespace_tier(TEAM, "bronze")
+        .policy_file(&team_file)
+        .name("frontend-team")
+        .arg("--restrict-to-namespaces")
+        .arg(TEAM)
+        .start()
+        .await
+        .expect("restricted frontend");
+    let mutating =
+        |v: Value| -> MutatingWebhookConfiguration { serde_json::from_value(v).unwrap() };
+    let mwc = Api::<MutatingWebhookConfiguration>::all(client.clone());
+    mwc.create(
+        &PostParams::default(),
+        &mutating(shipped(
+            "mutatingwebhookconfiguration.yaml",
+            "gpu-admission",
+            &webhook,
+            &["pods.gpu-admission.io"],
+        )),
+    )
+    .await
+    .unwrap();
+    let mut restricted = shipped(
+        "mutatingwebhookconfiguration.yaml",
+        &format!("0-gpu-admission-ns-{TEAM}"),
+        &team,
+        &["pods.gpu-admission.io"],
+    );
+    restricted["webhooks"][0]["namespaceSelector"] = json!({"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [TEAM]}]});
+    mwc.create(&PostParams::default(), &mutating(restricted))
+        .await
+        .unwrap();
+    let validating: ValidatingWebhookConfiguration = serde_json::from_value(shipped(
+        "validatingwebhookconfiguration.yaml",
+        "gpu-admission-validate",
+        &webhook,
+        &["pods.validate.gpu-admission.io"],
+    ))
+    .unwrap();
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &validating)
+        .await
+        .unwrap();
+
+    // The restricted instance holds its Lease once ready.
+    let leases = Api::<Lease>::namespaced(client.clone(), TEAM);
+    let started = Instant::now();
+    loop {
+        let lease = leases.get_opt(LEASE_NAME).await.unwrap();
+        if lease.and_then(|l| l.spec?.holder_identity).is_some() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the restricted instance takes its Lease\n{}",
+            team.process.log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let tenant = tenant_client(cluster.kubeconfig()).await;
+    let create = |ns: &'static str, pod: Value| {
+        let api = Api::<Pod>::namespaced(tenant.clone(), ns);
+        async move {
+            api.create(
+                &PostParams::default(),
+                &serde_json::from_value(pod).unwrap(),
+            )
+            .await
+        }
+    };
+    let rules = snapshot.tier_rules("bronze", TEAM).unwrap();
+    let bound = |pod: &Pod| {
+        tier_bound::check(
+            pod.spec.as_ref().unwrap(),
+            &rules,
+            &snapshot.catalog,
+            &NoNodes,
+        )
+        .is_ok()
+    };
+    let mut table = CaseTable::start();
+
+    // 1. The team's Pod: the restricted scorer's decision; the apiserver calls new registrations after a
+    // moment, so the first Pods may come before them.
+    let mut team_pod = None;
+    for i in 0..40 {
+        let p = create(TEAM, gpu_pod(&format!("team-{i}"), None))
+            .await
+            .unwrap();
+        if annotation(&p, "gpu-admission.io/policy-version") == Some(team_version.as_str()) {
+            team_pod = Some(p);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let p = team_pod.expect("a team Pod decided by the restricted instance");
+    table.check(
+        "team Pod: decided by the restricted instance",
+        format!(
+            "policy-version {:?}, decided-by {:?}, bound {}",
+            annotation(&p, "gpu-admission.io/policy-version"),
+            annotation(&p, "gpu-admission.io/decided-by"),
+            bound(&p)
+        ),
+        annotation(&p, "gpu-admission.io/decided-by") == Some("restricted:restricted-team")
+            && annotation(&p, "gpu-admission.io/placement") == Some("gpu-admission")
+            && bound(&p),
+    );
+    let p = create(OTHER, gpu_pod("other-1", None)).await.unwrap();
+    table.check(
+        "other namespace's Pod: decided by the cluster-wide instance",
+        format!(
+            "policy-version {:?}, decided-by {:?}",
+            annotation(&p, "gpu-admission.io/policy-version"),
+            annotation(&p, "gpu-admission.io/decided-by")
+        ),
+        annotation(&p, "gpu-admission.io/policy-version") == Some(cluster_version.as_str())
+            && annotation(&p, "gpu-admission.io/decided-by").is_none()
+            && bound(&p),
+    );
+    // 2. The team's H100 pin: denied by the cluster-wide validation.
+    let denied = create(TEAM, gpu_pod("team-h100", Some("H100-80GB"))).await;
+    table.check(
+        "team Pod pinning H100 (bronze), Enforce",
+        format!("{denied:?}").chars().take(160).collect(),
+        matches!(&denied, Err(kube::Error::Api(e)) if e.message.contains("outside tier bronze")),
+    );
+
+    // 3. alice's fake Lease in FAKE: the cluster-wide scorer stays away, the tier holds.
+    let fake: Lease = serde_json::from_value(json!({"apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease", "metadata": {"name": LEASE_NAME, "namespace": FAKE},
+        "spec": {"holderIdentity": "alice", "leaseDurationSeconds": 3600,
+                 "renewTime": k8s_openapi::jiff::Timestamp::now().to_string()}}))
+    .unwrap();
+    Api::<Lease>::namespaced(tenant.clone(), FAKE)
+        .create(&PostParams::default(), &fake)
+        .await
+        .expect("alice creates her own Lease");
+    let mut fake_pod = None;
+    for i in 0..20 {
+        let p = create(FAKE, gpu_pod(&format!("fake-{i}"), None))
+            .await
+            .unwrap();
+        if annotation(&p, "gpu-admission.io/fallback").is_some() {
+            fake_pod = Some(p);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let p = fake_pod.expect("the cluster-wide frontend sees alice's Lease");
+    table.check(
+        "fake Lease: alice's Pod not scored, still bound to bronze",
+        format!(
+            "fallback {:?}, bound {}",
+            annotation(&p, "gpu-admission.io/fallback"),
+            bound(&p)
+        ),
+        bound(&p),
+    );
+    let denied = create(FAKE, gpu_pod("fake-h100", Some("H100-80GB"))).await;
+    table.check(
+        "fake Lease: alice's H100 pin, Enforce",
+        format!("{denied:?}").chars().take(160).collect(),
+        matches!(&denied, Err(kube::Error::Api(e)) if e.message.contains("outside tier bronze")),
+    );
+
+    // 4. The restricted instance killed (no release): every Pod meanwhile bound, the namespace back with the
+    // cluster-wide scorer within the Lease duration.
+    team.process.kill();
+    let killed = Instant::now();
+    let (mut created, mut unbound, mut back) = (0, 0, None);
+    while killed.elapsed() < Duration::from_secs(30) {
+        let p = create(TEAM, gpu_pod(&format!("after-{created}"), None))
+            .await
+            .unwrap();
+        created += 1;
+        if !bound(&p) {
+            unbound += 1;
+        }
+        if annotation(&p, "gpu-admission.io/policy-version") == Some(cluster_version.as_str())
+            && annotation(&p, "gpu-admission.io/fallback").is_none()
+        {
+            back = Some(killed.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    println!("restricted instance killed: {created} Pods created, back after {back:?}");
+    table.check(
+        "restricted instance killed: Pods meanwhile all bound",
+        format!("{created} created, {unbound} unbound"),
+        unbound == 0 && created > 1,
+    );
+    table.check(
+        "restricted instance killed: back with the cluster-wide scorer within the Lease (15 s + 3 s)",
+        format!("{back:?}"),
+        back.is_some_and(|b| b <= Duration::from_secs(18)),
+    );
+    table.finish(&format!(
+        "{}\n{}",
+        webhook.process.log_tail(30),
+        team.process.log_tail(30)
+    ));
+}
