@@ -1,8 +1,10 @@
 //! Namespace-restricted instances (issue 38) against a real kube-apiserver: the cluster-wide installation
 //! (the SHIPPED mutating and validating registrations, URL and CA swapped in; the default policy in Enforce)
-//! and a restricted one (`--restrict-to-namespaces restricted-team`, its own scorer with its own policy:
-//! exploration off, so its `policy-version` differs; registered as `0-gpu-admission-ns-restricted-team`,
-//! selecting only its namespace, sorting before `gpu-admission`). Requests as the tenant alice.
+//! and a restricted one for `gpu-team` as `deploy/kustomize/overlays/namespaced` installs it: the overlay's
+//! ServiceAccount, Role, RoleBinding and Lease applied, its frontend run as that ServiceAccount with
+//! `--restrict-to-namespaces gpu-team --no-kube`, its own scorer and policy (exploration off, so its
+//! `policy-version` differs), registered by the overlay's own MutatingWebhookConfiguration (URL and CA
+//! swapped in; it selects only the namespace and sorts before `gpu-admission`). Requests as the tenant alice.
 //!
 //! Shows: the team namespace's Pods carry the restricted scorer's decision (its policy version and
 //! `decided-by`), another namespace's the cluster-wide one's; the team's H100 pin (bronze) is denied in
@@ -25,11 +27,12 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
+use serde::Deserialize as _;
 use serde_json::{Value, json};
 
 const USER: &str = "alice";
 const CLASS: &str = "gpu.nvidia.com/class";
-const TEAM: &str = "restricted-team";
+const TEAM: &str = "gpu-team";
 const OTHER: &str = "restricted-other";
 const FAKE: &str = "restricted-fake";
 
@@ -68,6 +71,27 @@ fn shipped(file: &str, name: &str, webhook: &Webhook, keep: &[&str]) -> Value {
         h["timeoutSeconds"] = json!(10);
     }
     config
+}
+
+/// `deploy/kustomize/overlays/namespaced`, rendered by kubectl's kustomize.
+fn namespaced_overlay() -> Vec<Value> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kustomize/overlays/namespaced");
+    let out = std::process::Command::new("kubectl")
+        .arg("kustomize")
+        .arg(&dir)
+        .output()
+        .expect("kubectl kustomize");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_yaml::Deserializer::from_slice(&out.stdout)
+        .map(|d| {
+            serde_yaml::from_value::<Value>(serde_yaml::Value::deserialize(d).unwrap()).unwrap()
+        })
+        .filter(|v| !v.is_null())
+        .collect()
 }
 
 fn gpu_pod(name: &str, pin: Option<&str>) -> Value {
@@ -178,10 +202,37 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
         .start()
         .await
         .expect("cluster frontend");
-    // As the namespaced overlay runs it: --no-kube (the team states its tier; the cluster-wide instance
-    // holds it to the real one), the API for its Lease only.
+    // The overlay's namespaced objects (not its Deployments and Services: the test runs the processes; not
+    // cert-manager's: the test's CA), then its frontend as the overlay's ServiceAccount: --no-kube (the team
+    // states its tier; the cluster-wide instance holds it to the real one), the API for its Lease only.
+    let overlay = namespaced_overlay();
+    let applied: Vec<&Value> = overlay
+        .iter()
+        .filter(|o| {
+            matches!(
+                o["kind"].as_str(),
+                Some("ServiceAccount" | "Role" | "RoleBinding" | "Lease" | "ConfigMap")
+            )
+        })
+        .collect();
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": applied});
+    let a = gpu_admission_tests::cluster::kubectl(
+        cluster.kubeconfig(),
+        None,
+        &[],
+        &["apply", "-f", "-"],
+        &list.to_string(),
+    );
+    assert!(a.ok, "applying the overlay: {}", a.stderr);
+    let team_kubeconfig = gpu_admission_tests::cluster::service_account_kubeconfig(
+        cluster.kubeconfig(),
+        dir.path(),
+        TEAM,
+        "gpu-admission-webhook",
+    )
+    .unwrap();
     let mut team = Webhook::builder(&team_scorer.url())
-        .kubeconfig(cluster.kubeconfig())
+        .kubeconfig(&team_kubeconfig)
         .no_kube()
         .namespace_tier(TEAM, "bronze")
         .policy_file(&team_file)
@@ -205,14 +256,19 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
     )
     .await
     .unwrap();
-    let mut restricted = shipped(
-        "mutatingwebhookconfiguration.yaml",
-        &format!("0-gpu-admission-ns-{TEAM}"),
-        &team,
-        &["pods.gpu-admission.io"],
+    // The overlay's registration, pointed at the test's restricted frontend.
+    let mut restricted = overlay
+        .iter()
+        .find(|o| o["kind"] == "MutatingWebhookConfiguration")
+        .expect("the overlay's registration")
+        .clone();
+    let ca = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        team.ca_pem().unwrap(),
     );
-    restricted["webhooks"][0]["namespaceSelector"] = json!({"matchExpressions": [
-        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [TEAM]}]});
+    restricted["metadata"]["annotations"] = json!({});
+    restricted["webhooks"][0]["clientConfig"] = json!({"url": team.mutate_url(), "caBundle": ca});
+    restricted["webhooks"][0]["timeoutSeconds"] = json!(10);
     mwc.create(&PostParams::default(), &mutating(restricted))
         .await
         .unwrap();
@@ -289,7 +345,7 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
             annotation(&p, "gpu-admission.io/decided-by"),
             bound(&p)
         ),
-        annotation(&p, "gpu-admission.io/decided-by") == Some("restricted:restricted-team")
+        annotation(&p, "gpu-admission.io/decided-by") == Some("restricted:gpu-team")
             && annotation(&p, "gpu-admission.io/placement") == Some("gpu-admission")
             && bound(&p),
     );
