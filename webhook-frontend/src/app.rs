@@ -70,10 +70,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 Some(client) => client.clone(),
                 None => kube_cache::client().await?,
             };
-            Some(tokio::spawn(restricted::hold_when_ready(
+            Some(tokio::spawn(restricted::hold_until(
                 client,
                 namespaces.iter().cloned().collect(),
                 readiness.clone(),
+                shutdown.wait(),
             )))
         }
         Instance::ClusterWide => None,
@@ -110,14 +111,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         shutdown.wait(),
     )
     .await;
-    if let Some(leases) = leases {
-        if leases.is_finished() {
-            if let Ok(held) = leases.await {
-                held.release().await;
-            }
-        } else {
-            leases.abort();
-        }
+    // The Leases were released when the signal came; wait for that to be done (it takes at most 5 s each).
+    if let Some(leases) = leases
+        && tokio::time::timeout(Duration::from_secs(15), leases)
+            .await
+            .is_err()
+    {
+        tracing::warn!("releasing the namespaces' Leases did not finish");
     }
     Ok(())
 }

@@ -38,8 +38,27 @@ fn identity() -> String {
     format!("{host}-{}", std::process::id())
 }
 
+/// Holds the Leases from the first moment the frontend is ready until `stop` (the shutdown signal), then
+/// releases them at once, while the server still drains: the cluster-wide scorer takes the namespaces back
+/// without waiting for the drain or the Lease's expiry.
+pub(crate) async fn hold_until(
+    client: kube::Client,
+    namespaces: Vec<String>,
+    readiness: Arc<Readiness>,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    let mut stop = std::pin::pin!(stop);
+    tokio::select! {
+        held = hold_when_ready(client, namespaces, readiness) => {
+            stop.as_mut().await;
+            held.release().await;
+        }
+        _ = stop.as_mut() => {}
+    }
+}
+
 /// Waits until the frontend is ready, then takes the Lease of every namespace (retrying until it can).
-pub(crate) async fn hold_when_ready(
+async fn hold_when_ready(
     client: kube::Client,
     namespaces: Vec<String>,
     readiness: Arc<Readiness>,
@@ -76,8 +95,8 @@ pub(crate) async fn hold_when_ready(
 }
 
 impl HeldLeases {
-    /// Releases every Lease (at most 5 s), so that the cluster-wide scorer takes the namespaces back at once.
-    pub(crate) async fn release(self) {
+    /// Releases every Lease (at most 5 s each), so that the cluster-wide scorer takes the namespaces back at once.
+    async fn release(self) {
         for (ns, rx, task) in self.held {
             drop(rx);
             match tokio::time::timeout(Duration::from_secs(5), task).await {
