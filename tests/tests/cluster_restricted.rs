@@ -231,15 +231,18 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
         "gpu-admission-webhook",
     )
     .unwrap();
-    let mut team = Webhook::builder(&team_scorer.url())
-        .kubeconfig(&team_kubeconfig)
-        .no_kube()
-        .namespace_tier(TEAM, "bronze")
-        .policy_file(&team_file)
-        .name("frontend-team")
-        .arg("--restrict-to-namespaces")
-        .arg(TEAM)
-        .start()
+    let start_team = |name: &'static str| {
+        Webhook::builder(&team_scorer.url())
+            .kubeconfig(&team_kubeconfig)
+            .no_kube()
+            .namespace_tier(TEAM, "bronze")
+            .policy_file(&team_file)
+            .name(name)
+            .arg("--restrict-to-namespaces")
+            .arg(TEAM)
+            .start()
+    };
+    let mut team = start_team("frontend-team")
         .await
         .expect("restricted frontend");
     let mutating =
@@ -269,6 +272,7 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
     restricted["metadata"]["annotations"] = json!({});
     restricted["webhooks"][0]["clientConfig"] = json!({"url": team.mutate_url(), "caBundle": ca});
     restricted["webhooks"][0]["timeoutSeconds"] = json!(10);
+    let registration = restricted.clone();
     mwc.create(&PostParams::default(), &mutating(restricted))
         .await
         .unwrap();
@@ -286,19 +290,28 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
 
     // The restricted instance holds its Lease once ready.
     let leases = Api::<Lease>::namespaced(client.clone(), TEAM);
-    let started = Instant::now();
-    loop {
-        let lease = leases.get_opt(LEASE_NAME).await.unwrap();
-        if lease.and_then(|l| l.spec?.holder_identity).is_some() {
-            break;
+    // The Lease's holder once it is someone else than `not`, within 20 s.
+    let holder_other_than = |not: Option<String>| {
+        let leases = leases.clone();
+        async move {
+            let started = Instant::now();
+            while started.elapsed() < Duration::from_secs(20) {
+                let lease = leases.get_opt(LEASE_NAME).await.unwrap();
+                let holder = lease.and_then(|l| l.spec?.holder_identity);
+                if holder.is_some() && holder != not {
+                    return holder;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            None
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "the restricted instance takes its Lease\n{}",
-            team.process.log_tail(30)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    };
+    let first_holder = holder_other_than(None).await;
+    assert!(
+        first_holder.is_some(),
+        "the restricted instance takes its Lease\n{}",
+        team.process.log_tail(30)
+    );
 
     let tenant = tenant_client(cluster.kubeconfig()).await;
     let create = |ns: &'static str, pod: Value| {
@@ -407,27 +420,39 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
         matches!(&denied, Err(kube::Error::Api(e)) if e.message.contains("outside tier bronze")),
     );
 
+    // Creates team Pods every 250 ms until one is scored by the cluster-wide instance (its policy version, no
+    // fallback): how many were created, how many of them unbound, and when it came back.
+    let until_back = |prefix: &'static str, since: Instant| {
+        let create = &create;
+        let bound = &bound;
+        let cluster_version = cluster_version.clone();
+        async move {
+            let (mut created, mut unbound, mut back) = (0, 0, None);
+            while since.elapsed() < Duration::from_secs(30) {
+                let p = create(TEAM, gpu_pod(&format!("{prefix}-{created}"), None))
+                    .await
+                    .unwrap();
+                created += 1;
+                if !bound(&p) {
+                    unbound += 1;
+                }
+                if annotation(&p, "gpu-admission.io/policy-version")
+                    == Some(cluster_version.as_str())
+                    && annotation(&p, "gpu-admission.io/fallback").is_none()
+                {
+                    back = Some(since.elapsed());
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            (created, unbound, back)
+        }
+    };
+
     // 4. The restricted instance killed (no release): every Pod meanwhile bound, the namespace back with the
     // cluster-wide scorer within the Lease duration.
     team.process.kill();
-    let killed = Instant::now();
-    let (mut created, mut unbound, mut back) = (0, 0, None);
-    while killed.elapsed() < Duration::from_secs(30) {
-        let p = create(TEAM, gpu_pod(&format!("after-{created}"), None))
-            .await
-            .unwrap();
-        created += 1;
-        if !bound(&p) {
-            unbound += 1;
-        }
-        if annotation(&p, "gpu-admission.io/policy-version") == Some(cluster_version.as_str())
-            && annotation(&p, "gpu-admission.io/fallback").is_none()
-        {
-            back = Some(killed.elapsed());
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let (created, unbound, back) = until_back("after-kill", Instant::now()).await;
     println!("restricted instance killed: {created} Pods created, back after {back:?}");
     table.check(
         "restricted instance killed: Pods meanwhile all bound",
@@ -439,9 +464,68 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
         format!("{back:?}"),
         back.is_some_and(|b| b <= Duration::from_secs(18)),
     );
+
+    // 5. A new restricted instance (registration pointed at it) takes the Lease and decides again; stopped
+    // with SIGTERM it releases the Lease at once: the namespace is back within a second or two.
+    let team2 = start_team("frontend-team-2")
+        .await
+        .expect("restricted frontend, again");
+    let mut registration = registration;
+    registration["webhooks"][0]["clientConfig"] = json!({
+        "url": team2.mutate_url(),
+        "caBundle": base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            team2.ca_pem().unwrap(),
+        ),
+    });
+    mwc.patch(
+        registration["metadata"]["name"].as_str().unwrap(),
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"webhooks": registration["webhooks"]})),
+    )
+    .await
+    .unwrap();
+    let mut again = false;
+    for i in 0..60 {
+        let p = create(TEAM, gpu_pod(&format!("again-{i}"), None))
+            .await
+            .unwrap();
+        if annotation(&p, "gpu-admission.io/policy-version") == Some(team_version.as_str()) {
+            again = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    table.check(
+        "a new restricted instance decides again",
+        format!("{again}"),
+        again,
+    );
+    let second_holder = holder_other_than(first_holder).await;
+    table.check(
+        "the new restricted instance holds the Lease",
+        format!("{second_holder:?}"),
+        second_holder.is_some(),
+    );
+    team2.process.terminate().unwrap();
+    let (created, unbound, back) = until_back("after-term", Instant::now()).await;
+    println!("restricted instance stopped (SIGTERM): {created} Pods created, back after {back:?}");
+    table.check(
+        "restricted instance stopped (SIGTERM): Pods meanwhile all bound, back at once (< 5 s: Lease released)",
+        format!("{created} created, {unbound} unbound, back after {back:?}"),
+        unbound == 0 && back.is_some_and(|b| b < Duration::from_secs(5)),
+    );
+    let lease = leases.get_opt(LEASE_NAME).await.unwrap();
+    let holder = lease.and_then(|l| l.spec?.holder_identity);
+    table.check(
+        "restricted instance stopped (SIGTERM): its Lease has no holder",
+        format!("{holder:?}"),
+        holder.is_none(),
+    );
     table.finish(&format!(
-        "{}\n{}",
+        "{}\n{}\n{}",
         webhook.process.log_tail(30),
-        team.process.log_tail(30)
+        team.process.log_tail(30),
+        team2.process.log_tail(30)
     ));
 }
