@@ -233,3 +233,24 @@ fn a_restricted_instance_answers_its_namespaces_only() {
     assert_eq!((outcome, calls), (Outcome::Mutated, 1));
     assert!(bound_to_bronze(pod.as_ref().unwrap()));
 }
+
+#[test]
+fn a_bound_pod_of_a_locked_namespace_is_still_capped() {
+    // The restricted instance's in-tier placement, but a PriorityClass above bronze's cap (the embedded
+    // policy is in Warn, where mutation lowers it): not scored here, lowered to the cap.
+    let locks = BTreeMap::from([("team-a", held("team-a-frontend", NOW))]);
+    let mut review = gpu_pod("team-a", Some(json!({"gpu.nvidia.com/class": "L4-24GB"})));
+    review["request"]["object"]["spec"]["priorityClassName"] = json!("gpu-ultra");
+    let (outcome, pod, calls, admitted) = admit(Instance::ClusterWide, locks, review);
+    assert_eq!((outcome, calls), (Outcome::ScoredElsewhere, 0));
+    assert!(
+        matches!(&admitted, Admitted::Elsewhere(e) if matches!(e.held, Held::Capped(_))),
+        "{admitted:?}"
+    );
+    let spec = pod.unwrap().spec.unwrap();
+    assert_ne!(spec.priority_class_name.as_deref(), Some("gpu-ultra"));
+    assert_eq!(
+        spec.node_selector.unwrap()["gpu.nvidia.com/class"],
+        "L4-24GB"
+    );
+}
