@@ -1,8 +1,8 @@
 //! Namespace-restricted mode (`--restrict-to-namespaces`, issue 38): this instance scores the Pods of its
 //! namespaces only, and holds the `coordination.k8s.io/v1` Lease `gpu-admission-ns-lock` in each of them
 //! (kube-lease-manager, as the observer's leader election) from the moment it is first ready, renewed
-//! every [`RENEW_BEFORE`] before it expires, and released on shutdown, so that the cluster-wide instance
-//! leaves scoring of those namespaces to it. Losing the instance (crash, `SIGKILL`) gives the namespaces
+//! [`RENEW_BEFORE`] before it expires, and released as soon as the shutdown signal comes, so that the
+//! cluster-wide instance leaves scoring of those namespaces to it (and takes them back at once on shutdown). Losing the instance (crash, `SIGKILL`) gives the namespaces
 //! back to the cluster-wide scorer within [`LEASE_DURATION`].
 
 use std::sync::Arc;
