@@ -634,8 +634,9 @@ fn priority_classes_equal_the_policy_buckets() {
 const OWN_PRIORITY_CLASS: &str = "gpu-admission-critical";
 
 /// RBAC resource of each Kubernetes type the frontend may use through `kube::Api<T>`.
-const KNOWN_TYPES: [(&str, &str, &str); 14] = [
+const KNOWN_TYPES: [(&str, &str, &str); 15] = [
     ("Namespace", "", "namespaces"),
+    ("Lease", "coordination.k8s.io", "leases"),
     (
         "SubjectAccessReview",
         "authorization.k8s.io",
@@ -804,6 +805,7 @@ fn rbac_grants_exactly_what_the_frontend_watches() {
         ("".to_string(), "namespaces".to_string()),
         ("".to_string(), "nodes".to_string()),
         ("".to_string(), "pods".to_string()),
+        ("coordination.k8s.io".to_string(), "leases".to_string()),
         (
             "resource.k8s.io".to_string(),
             "resourceclaimtemplates".to_string(),
