@@ -1,7 +1,9 @@
 //! `gpu-admission`: the webhooks' answers for manifests, offline (see the crate documentation).
 //!
 //! Exit codes: 0 fine; 1 something would be denied (`check`), a test failed (`test`), the policy is invalid
-//! (`policy validate`); 2 the input cannot be read (a usage error, an unreadable file or policy).
+//! (`policy validate`); 2 the input cannot be read (a usage error, an unreadable file or policy); 3 (`check`)
+//! nothing denied, but a warning on stderr about the input: a tier the policy does not have, an object or a
+//! GPU quantity the webhooks cannot decide (cli/README.md).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -26,7 +28,8 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Check manifests: per object the verdict (allowed / warned / denied, with the message) and what
-    /// /mutate-pod does to its Pods. Exit 1 when anything would be denied.
+    /// /mutate-pod does to its Pods. Exit 1 when anything would be denied, else 3 when the input drew a
+    /// warning on stderr (a tier the policy does not have, an object or quantity that cannot be decided).
     Check {
         /// Files or directories of manifests (YAML or JSON, several documents, Lists, AdmissionReviews).
         #[arg(short = 'f', long = "filename", required = true, num_args = 1..)]
@@ -241,8 +244,20 @@ fn check(files: &[PathBuf], run: &RunArgs, output: Output) -> anyhow::Result<Exi
             report::json(&checked.evaluations, checked.counts, &version, mode)
         ),
     }
-    Ok(exit(checked.counts.denied == 0))
+    for w in &checked.warnings {
+        eprintln!("gpu-admission: warning: {w}");
+    }
+    Ok(if checked.counts.denied > 0 {
+        ExitCode::from(1)
+    } else if !checked.warnings.is_empty() {
+        ExitCode::from(EXIT_WARNED)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
+
+/// `check`: nothing denied, but the input drew a warning (stderr).
+const EXIT_WARNED: u8 = 3;
 
 fn test(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
     let (mut passed, mut failed) = (0, 0);
