@@ -147,7 +147,9 @@ pub fn export(policy: &Policy, tier_label: &str) -> Vec<Value> {
 pub fn export_yaml(policy: &Policy, tier_label: &str) -> anyhow::Result<String> {
     let mut out = String::from(
         "# Kueue objects for the GPU quotas of this policy (gpu-admission kueue export). A Pod with Kueue's\n\
-         # queue-name label is still held to its tier's classes by gpu-admission's webhooks.\n",
+         # queue-name label is still held to its tier's classes and quotas by gpu-admission's webhooks.\n\
+         # The ClusterQueues cover GPUs only: leave CPU and memory out of Kueue's accounting\n\
+         # (resources.excludeResourcePrefixes in its configuration), else Jobs asking for them are inadmissible.\n",
     );
     for object in export(policy, tier_label) {
         out.push_str("---\n");
