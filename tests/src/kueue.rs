@@ -151,7 +151,7 @@ impl Kueue {
             "internalCertManagement": {"enable": false},
             "integrations": {"frameworks": ["batch/job"]},
             // The exported ClusterQueues cover GPUs only; a Pod set asking for a resource no resource group
-            // covers is inadmissible ("resource cpu unavailable in ClusterQueue"), so Kueue counts only GPUs.
+            // covers is inadmissible ("resource memory unavailable in ClusterQueue"), so Kueue counts only GPUs.
             "resources": {"excludeResourcePrefixes": ["cpu", "memory", "ephemeral-storage", "pods"]},
         });
         let config_path = dir.path().join("config.yaml");

@@ -9,7 +9,7 @@
 //!   (`l4-24gb`), and our decision for its Pods (`gpu-admission.io/gpu-class`, the class `nodeSelector`)
 //!   names the same class; the scheduler binds them to the L4 Node;
 //! - a bronze Job over bronze's quota (`max` 4, held by the first Job) is created (not denied by us) and waits
-//!   in Kueue, suspended, until the first Job finishes, then runs;
+//!   in Kueue, suspended, until the first Job is deleted, then runs;
 //! - meanwhile a bare Pod with the queue-name label (Kueue does not manage bare Pods here) is denied by our
 //!   frontend: a label does not move a Pod past its tier's `max`;
 //! - a gold Job asking for A100-80GB borrows silver's unused quota through the cohort; a silver Job within silver's `min`
@@ -25,7 +25,7 @@ use gpu_admission_tests::cluster::{
     CaseTable, Components, LocalCluster, kubectl, shipped_registration,
 };
 use gpu_admission_tests::kueue::{Kueue, QUEUE_LABEL};
-use gpu_admission_tests::kwok::{self, POD_COMPLETE_DELAY};
+use gpu_admission_tests::kwok::{self, POD_COMPLETE_DELAY, POD_COMPLETE_JITTER};
 use gpu_admission_tests::names::TIER_LABEL;
 use gpu_admission_tests::{Scorer, Webhook};
 use k8s_openapi::api::admissionregistration::v1::{
@@ -33,7 +33,9 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams, PropagationPolicy,
+};
 use serde_json::{Value, json};
 
 const CLASS: &str = "gpu.nvidia.com/class";
@@ -74,9 +76,11 @@ quotas:
 }
 
 /// A Job of `parallelism` one-GPU Pods (with the CPU and memory a real one asks for) in Kueue's queue,
-/// suspended as Kueue wants it created; each Pod runs `runs_for` under kwok.
-fn job(name: &str, parallelism: u32, class: Option<&str>, runs_for: &str) -> Job {
-    let mut spec = json!({"restartPolicy": "Never", "containers": [{"name": "main",
+/// suspended as Kueue wants it created; its Pods run for longer than the test under kwok and stop within 2 s
+/// when deleted or preempted.
+fn job(name: &str, parallelism: u32, class: Option<&str>) -> Job {
+    let mut spec = json!({"restartPolicy": "Never", "terminationGracePeriodSeconds": 2,
+        "containers": [{"name": "main",
         "image": "registry.example/train:1",
         "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"nvidia.com/gpu": "1"}}}]});
     if let Some(c) = class {
@@ -85,7 +89,7 @@ fn job(name: &str, parallelism: u32, class: Option<&str>, runs_for: &str) -> Job
     serde_json::from_value(json!({"apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name, "labels": {QUEUE_LABEL: LOCAL_QUEUE}},
         "spec": {"suspend": true, "parallelism": parallelism, "completions": parallelism, "backoffLimit": 0,
-            "template": {"metadata": {"annotations": {POD_COMPLETE_DELAY: runs_for,
+            "template": {"metadata": {"annotations": {POD_COMPLETE_DELAY: "10m", POD_COMPLETE_JITTER: "10m",
                     "app.kubernetes.io/job-type": "train-bert"}},
                 "spec": spec}}}))
     .unwrap()
@@ -218,15 +222,20 @@ async fn running(
         .collect()
 }
 
+/// Waits until Kueue has admitted the Job's Workload; fails with Kueue's reason when it does not.
 async fn admitted_workload(client: &kube::Client, ns: &str, job: &str) -> Value {
-    kwok::wait_for(
+    let waited = kwok::wait_for(
         &format!("Kueue admitting {ns}/{job}"),
         Duration::from_secs(60),
         || async { Ok(condition(&workload_of(client, ns, job).await?, "Admitted").0 == "True") },
     )
-    .await
-    .unwrap();
-    workload_of(client, ns, job).await.unwrap()
+    .await;
+    let workload = workload_of(client, ns, job).await;
+    if let Err(e) = waited {
+        let why = workload.map(|w| condition(&w, "QuotaReserved").1);
+        panic!("{e}; QuotaReserved: {why:?}");
+    }
+    workload.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -371,7 +380,7 @@ async fn kueue_queues_and_gpu_admission_places_and_caps_on_one_control_plane() {
     // 1. A bronze Job in Kueue's queue: Kueue admits it on bronze's flavor, our decision names the same class.
     let bronze_jobs = Api::<Job>::namespaced(client.clone(), BRONZE);
     bronze_jobs
-        .create(&PostParams::default(), &job("first", 4, None, "25s"))
+        .create(&PostParams::default(), &job("first", 4, None))
         .await
         .unwrap();
     let first = admitted_workload(&client, BRONZE, "first").await;
@@ -393,7 +402,7 @@ async fn kueue_queues_and_gpu_admission_places_and_caps_on_one_control_plane() {
 
     // 2. Over bronze's max (4, all held): a Job of 1 is created (we do not deny it) and waits in Kueue, suspended.
     let created = bronze_jobs
-        .create(&PostParams::default(), &job("waits", 1, None, "10m"))
+        .create(&PostParams::default(), &job("waits", 1, None))
         .await;
     table.check(
         "bronze Job over the tier's max: our webhooks",
@@ -441,14 +450,24 @@ async fn kueue_queues_and_gpu_admission_places_and_caps_on_one_control_plane() {
         bare.is_err() && answer.contains("L4-24GB") && answer.contains("max"),
     );
 
-    // 4. The first Job finishes: Kueue admits the waiting one, which runs on L4.
+    // 4. The first Job deleted (its Pods with it): Kueue admits the waiting one, which runs on L4.
+    bronze_jobs
+        .delete(
+            "first",
+            &DeleteParams {
+                propagation_policy: Some(PropagationPolicy::Background),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
     let waited = Instant::now();
     let second = admitted_workload(&client, BRONZE, "waits").await;
     let placed = running(&client, BRONZE, "waits", 1).await;
     table.check(
-        "  the first Job done: the waiting Job",
+        "  the first Job deleted: the waiting Job",
         format!(
-            "admitted after {:.0}s on {}; Pods {placed:?}",
+            "admitted {:.1}s after the delete, on {}; Pods {placed:?}",
             waited.elapsed().as_secs_f64(),
             flavors(&second).join(",")
         ),
@@ -462,7 +481,7 @@ async fn kueue_queues_and_gpu_admission_places_and_caps_on_one_control_plane() {
     Api::<Job>::namespaced(client.clone(), GOLD)
         .create(
             &PostParams::default(),
-            &job("borrows", 2, Some("A100-80GB"), "10m"),
+            &job("borrows", 2, Some("A100-80GB")),
         )
         .await
         .unwrap();
@@ -479,7 +498,7 @@ async fn kueue_queues_and_gpu_admission_places_and_caps_on_one_control_plane() {
     Api::<Job>::namespaced(client.clone(), SILVER)
         .create(
             &PostParams::default(),
-            &job("reclaims", 2, Some("A100-80GB"), "10m"),
+            &job("reclaims", 2, Some("A100-80GB")),
         )
         .await
         .unwrap();
