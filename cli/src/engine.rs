@@ -12,7 +12,7 @@ use gpu_admission_core::admission::Facts;
 use gpu_admission_core::admission::mutate_pod::{
     self, Admitted, MutatePorts, Outcome, ScorerOutcome,
 };
-use gpu_admission_core::admission::validate_pod::{self, Allowance, Check};
+use gpu_admission_core::admission::validate_pod::{self, Allowance, Check, Reason};
 use gpu_admission_core::authority::Grants;
 use gpu_admission_core::pod::gpu_resources::ClaimTemplates;
 use gpu_admission_core::policy::PolicySnapshot;
@@ -80,6 +80,9 @@ pub struct Validation {
     pub verdict: Verdict,
     /// `not ours: namespace has no tier label`, `admin`, …
     pub note: Option<String>,
+    /// What could not be decided (`Reason::Undecidable`: a Pod that does not read as one, a GPU quantity that
+    /// is no quantity, a claim that cannot be read), whatever the mode answered.
+    pub undecidable: Vec<String>,
 }
 
 /// The run's settings besides the policy.
@@ -275,6 +278,7 @@ impl Engine {
             Err(why) => Validation {
                 verdict: review::unreadable_verdict(why, "not validated", self.policy.mode),
                 note: Some("unreadable review".into()),
+                undecidable: vec![format!("the review cannot be read: {why}")],
             },
             Ok(req) => {
                 let tier_of = |ns: &str| self.tier_of(ns);
@@ -303,7 +307,22 @@ impl Engine {
                     (Some(a), Some(b)) => Some(format!("{a}; {b}")),
                     (a, b) => a.or(b),
                 };
-                Validation { verdict, note }
+                let undecidable = match &check {
+                    Check::Violations { violations, .. } => violations
+                        .iter()
+                        .filter(|v| v.reason == Reason::Undecidable)
+                        .map(|v| match v.path.as_str() {
+                            "Pod" => v.what.clone(),
+                            path => format!("{path}: {}", v.what),
+                        })
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                Validation {
+                    verdict,
+                    note,
+                    undecidable,
+                }
             }
         };
         let response =
@@ -334,7 +353,7 @@ impl Engine {
         let (tier, namespace, counted) = quota::of_request(req, &self.policy, facts)?;
         let policy = self.policy.policy.as_deref()?;
         let decision = quota::decide(policy, &tier, &namespace, &counted, usage)?;
-        quota::answer(&decision, self.policy.mode, verdict);
+        quota::answer(&decision, req, policy, facts, self.policy.mode, verdict);
         if verdict.denied.is_none() {
             usage.add(&tier, &namespace, &counted, 1);
         }

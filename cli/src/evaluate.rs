@@ -88,6 +88,9 @@ pub struct Evaluation {
     pub warnings: Vec<String>,
     /// Why a webhook left the object alone (`not ours: namespace has no tier label`, `admin`).
     pub notes: Vec<String>,
+    /// What `/validate-pod` could not decide (denied in Enforce), in any mode: `check` warns about it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub undecidable: Vec<String>,
     pub pods: Vec<PodDecision>,
     /// What the floor in the apiserver alone answers for the object itself: a workload's CREATE (its Pod
     /// templates; its Pods are in `pods`). `None` for a Pod, or when the policy cannot be rendered as a floor.
@@ -117,6 +120,7 @@ impl Evaluation {
             message: None,
             warnings: Vec::new(),
             notes: Vec::new(),
+            undecidable: Vec::new(),
             pods: Vec::new(),
             floor: None,
             object_admitted: false,
@@ -146,6 +150,11 @@ impl Evaluation {
     fn validated(&mut self, (v, exchange): (Validation, Exchange)) {
         self.exchanges.push(exchange);
         self.note("validate-pod", v.note);
+        for u in v.undecidable {
+            if !self.undecidable.contains(&u) {
+                self.undecidable.push(u);
+            }
+        }
         self.warn(&v.verdict.warnings);
         if let Some(msg) = v.verdict.denied {
             self.verdict = Verdict::Denied;
@@ -354,6 +363,10 @@ fn floor_answers(
     let Some((floor, at)) = floor_context(engine, ev, request) else {
         return (None, None);
     };
+    // A Pod that does not read as one never reaches the floor: the apiserver refuses it when it decodes it.
+    if before.is_object() && serde_json::from_value::<Pod>(before.clone()).is_err() {
+        return (None, None);
+    }
     let answer = |pod: &Value| {
         floor.pod(
             request,

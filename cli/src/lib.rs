@@ -14,6 +14,7 @@ pub mod floor;
 pub mod kueue;
 pub mod load;
 pub mod policy;
+pub mod quota;
 pub mod report;
 pub mod review;
 pub mod testfile;
@@ -57,6 +58,9 @@ pub struct Run {
 pub struct Checked {
     pub evaluations: Vec<Evaluation>,
     pub counts: Counts,
+    /// What `check` warns about on stderr: a tier that names no tier of the policy (and which applies
+    /// instead), an object or quantity the webhooks cannot decide.
+    pub warnings: Vec<String>,
 }
 
 impl Run {
@@ -124,9 +128,19 @@ impl Run {
             .filter(|i| matches!(i, Input::Ignored(_)))
             .count();
         let counts = Counts::of(&evaluations, ignored);
+        let mut warnings = self.engine.options.tiers.unknown(self.engine.policy());
+        for e in &evaluations {
+            for u in &e.undecidable {
+                warnings.push(format!(
+                    "{} ({}): undecidable, /validate-pod denies it in Enforce: {u}",
+                    e.object, e.source
+                ));
+            }
+        }
         Checked {
             evaluations,
             counts,
+            warnings,
         }
     }
 }

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use gpu_admission_core::admission::validate_pod::templates::pod_templates;
 use gpu_admission_core::names::DEFAULT_TIER_LABEL;
+use gpu_admission_core::policy::{PolicySnapshot, TierScope};
 
 /// One object of the input and where it came from.
 #[derive(Debug, Clone)]
@@ -139,9 +140,10 @@ pub fn classify(mut value: Value, origin: String, out: &mut Vec<Input>) {
         && value["apiVersion"]
             .as_str()
             .is_some_and(|v| v.starts_with("resource.k8s.io/"));
-    let describes_pods = (kind == "Pod" && value["spec"]["containers"].is_array())
-        || is_claim
-        || !pod_templates(&value).is_empty();
+    // A Pod always goes to the webhooks, readable or not (one that cannot be read as a Pod is undecidable:
+    // `/validate-pod` says so, denied in Enforce), never "ignored".
+    let is_pod = kind == "Pod" && value["apiVersion"] == "v1";
+    let describes_pods = is_pod || is_claim || !pod_templates(&value).is_empty();
     let source = Source { origin, value };
     out.push(if describes_pods && value_is_object(&source.value) {
         Input::Object(source)
@@ -217,6 +219,61 @@ impl Tiers {
                 self.from_input.insert(name.clone(), tier.clone());
             }
         }
+    }
+
+    /// Every tier given (by `--namespace` or a Namespace of the input) that names no tier of the policy, as a
+    /// warning that says which tier the webhooks hold the namespace to instead ([`PolicySnapshot::tier_for`]).
+    pub fn unknown(&self, policy: &PolicySnapshot) -> Vec<String> {
+        let given = self
+            .explicit
+            .iter()
+            .map(|(ns, t)| {
+                (
+                    format!("--namespace {ns}={t}"),
+                    format!("namespace {ns}"),
+                    t,
+                )
+            })
+            .chain(
+                self.from_input
+                    .iter()
+                    .filter(|(ns, _)| !self.explicit.contains_key(*ns))
+                    .map(|(ns, t)| {
+                        (
+                            format!("Namespace {ns} (label {DEFAULT_TIER_LABEL}={t})"),
+                            format!("namespace {ns}"),
+                            t,
+                        )
+                    }),
+            )
+            .chain(self.fallback.iter().map(|t| {
+                (
+                    format!("--namespace *={t}"),
+                    "every other namespace".to_string(),
+                    t,
+                )
+            }));
+        let tiers: Vec<&str> = policy.tiers().iter().map(|t| t.name.as_str()).collect();
+        let mut out = Vec::new();
+        for (source, what, tier) in given {
+            let instead = match policy.tier_for(Some(tier)) {
+                TierScope::Tier(_) => continue,
+                TierScope::Defaulted { tier: default, .. } => {
+                    format!("{what} is held to the default tier {default} instead")
+                }
+                TierScope::Denied(_) => format!(
+                    "{what} is untiered: under untieredNamespaces: Deny its GPU Pods and Pods naming a PriorityClass are denied"
+                ),
+                TierScope::Ignored(_) => format!(
+                    "{what} is untiered: under untieredNamespaces: Ignore its Pods are held to no tier"
+                ),
+            };
+            out.push(format!(
+                "{source}: the policy has no tier {tier:?} (its tiers: {}); {instead}, as the webhooks do",
+                tiers.join(", ")
+            ));
+        }
+        out
     }
 
     pub fn tier_of(&self, namespace: &str) -> Option<String> {

@@ -1,7 +1,9 @@
 //! `gpu-admission`: the webhooks' answers for manifests, offline (see the crate documentation).
 //!
 //! Exit codes: 0 fine; 1 something would be denied (`check`), a test failed (`test`), the policy is invalid
-//! (`policy validate`); 2 the input cannot be read (a usage error, an unreadable file or policy).
+//! (`policy validate`); 2 the input cannot be read (a usage error, an unreadable file or policy); 3 (`check`)
+//! nothing denied, but a warning on stderr about the input: a tier the policy does not have, an object or a
+//! GPU quantity the webhooks cannot decide (cli/README.md).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -26,7 +28,8 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Check manifests: per object the verdict (allowed / warned / denied, with the message) and what
-    /// /mutate-pod does to its Pods. Exit 1 when anything would be denied.
+    /// /mutate-pod does to its Pods. Exit 1 when anything would be denied, else 3 when the input drew a
+    /// warning on stderr (a tier the policy does not have, an object or quantity that cannot be decided).
     Check {
         /// Files or directories of manifests (YAML or JSON, several documents, Lists, AdmissionReviews).
         #[arg(short = 'f', long = "filename", required = true, num_args = 1..)]
@@ -54,6 +57,11 @@ enum Command {
         #[command(subcommand)]
         command: FloorCommand,
     },
+    /// GPU quotas: a cluster's usage against the policy's limits.
+    Quota {
+        #[command(subcommand)]
+        command: QuotaCommand,
+    },
     /// Kueue objects for the policy's GPU quotas, for teams that prefer queueing to denial.
     Kueue {
         #[command(subcommand)]
@@ -73,6 +81,27 @@ enum KueueCommand {
         #[arg(long, default_value = gpu_admission_core::names::DEFAULT_TIER_LABEL)]
         tier_label: String,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum QuotaCommand {
+    /// Usage against limits per tier, namespace and class, counted as the frontend counts it, from
+    /// `kubectl get namespaces,nodes,pods -A -o json > cluster.json` (`-f -` is not read: give a file).
+    Usage {
+        #[arg(short = 'f', long = "filename", required = true, num_args = 1..)]
+        files: Vec<PathBuf>,
+        #[command(flatten)]
+        source: PolicySource,
+        /// `table`, or `yaml`: the usage snapshot `gpu-admission check --usage` reads.
+        #[arg(short = 'o', long = "output", default_value = "table")]
+        output: QuotaOutput,
+    },
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum QuotaOutput {
+    Table,
+    Yaml,
 }
 
 /// The policy a rendering command reads.
@@ -216,8 +245,20 @@ fn check(files: &[PathBuf], run: &RunArgs, output: Output) -> anyhow::Result<Exi
             report::json(&checked.evaluations, checked.counts, &version, mode)
         ),
     }
-    Ok(exit(checked.counts.denied == 0))
+    for w in &checked.warnings {
+        eprintln!("gpu-admission: warning: {w}");
+    }
+    Ok(if checked.counts.denied > 0 {
+        ExitCode::from(1)
+    } else if !checked.warnings.is_empty() {
+        ExitCode::from(EXIT_WARNED)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
+
+/// `check`: nothing denied, but the input drew a warning (stderr).
+const EXIT_WARNED: u8 = 3;
 
 fn test(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
     let (mut passed, mut failed) = (0, 0);
@@ -250,6 +291,31 @@ fn validate(path: &std::path::Path, key: Option<&str>) -> anyhow::Result<ExitCod
 }
 
 /// Prints a rendering command's YAML.
+/// `quota usage`: the table or the snapshot; warns on documents that look like Pods but do not read as one.
+fn quota_usage(
+    files: &[PathBuf],
+    source: &PolicySource,
+    output: QuotaOutput,
+) -> anyhow::Result<ExitCode> {
+    use gpu_admission_cli::{engine, load, quota};
+    let snapshot = engine::snapshot_of(source.load()?);
+    let inputs = load::inputs(&load::files(files)?)?;
+    let mut tiers = Tiers::default();
+    tiers.learn(&inputs);
+    let counted = quota::count(&inputs, &tiers, &snapshot);
+    for origin in &counted.unreadable {
+        eprintln!("warning: {origin}: a Pod that does not read as one: not counted");
+    }
+    if counted.pods == 0 {
+        eprintln!("warning: no Pod in the input (kubectl get namespaces,nodes,pods -A -o json)");
+    }
+    match output {
+        QuotaOutput::Table => print!("{}", quota::table(&snapshot, &counted.usage)),
+        QuotaOutput::Yaml => print!("{}", serde_yaml::to_string(&counted.usage)?),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn print_yaml(yaml: anyhow::Result<String>) -> anyhow::Result<ExitCode> {
     print!("{}", yaml?);
     Ok(ExitCode::SUCCESS)
@@ -282,6 +348,14 @@ fn main() -> ExitCode {
                 .load()
                 .and_then(|p| gpu_admission_cli::floor::render_yaml(&p, tier_label)),
         ),
+        Command::Quota {
+            command:
+                QuotaCommand::Usage {
+                    files,
+                    source,
+                    output,
+                },
+        } => quota_usage(files, source, *output),
         Command::Kueue {
             command: KueueCommand::Export { source, tier_label },
         } => print_yaml(

@@ -16,6 +16,7 @@ pub mod admission;
 pub mod authority;
 pub mod floor;
 pub mod names;
+pub mod ns_lock;
 pub mod placement;
 pub mod pod;
 pub mod policy;

@@ -34,7 +34,7 @@ pub(crate) use patch::{JsonOut, WriteJson, to_json};
 pub const V1: &str = "admission.k8s.io/v1";
 pub const V1BETA1: &str = "admission.k8s.io/v1beta1";
 /// The apiserver truncates longer warnings; we keep ours short and printable.
-const MAX_WARNING_CHARS: usize = 240;
+pub(crate) const MAX_WARNING_CHARS: usize = 240;
 const MAX_WARNINGS: usize = 16;
 /// Longest `request.uid` answered. The apiserver sends a UUID (36 characters); anything from 1 to 128
 /// printable ASCII characters (no space) is accepted, so that other well-behaved callers still work.

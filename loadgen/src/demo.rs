@@ -315,8 +315,9 @@ fn line(case: &Case, d: &Decision, ms: f64) -> String {
 
 pub async fn run(args: DemoArgs) -> Result<i32> {
     let bin_dir = spawn::bin_dir(args.bin_dir.as_deref())?;
-    // The work dir holds a freshly generated CA private key: removed at the end unless the user named it.
-    let _tmp;
+    // The work dir holds a freshly generated CA private key: removed at the end unless the user named it, or
+    // the demo failed (its logs then say why).
+    let mut tmp = None;
     let work: PathBuf = match &args.work_dir {
         Some(d) => d.clone(),
         None => {
@@ -324,18 +325,26 @@ pub async fn run(args: DemoArgs) -> Result<i32> {
                 .prefix("gpu-admission-demo-")
                 .tempdir()?;
             let p = t.path().to_path_buf();
-            _tmp = t;
+            tmp = Some(t);
             p
         }
     };
     std::fs::create_dir_all(&work)?;
+    let kept = args.work_dir.is_some();
     // Ctrl-C ends the demo through the drops (services killed, temporary folder removed).
     let code = tokio::select! {
-        code = admit_cases(&bin_dir, &work) => code,
+        code = admit_cases(&bin_dir, &work, kept) => code,
         _ = tokio::signal::ctrl_c() => Ok(130),
     };
-    if args.work_dir.is_some() {
+    if kept {
         eprintln!("logs and the generated CA kept in {}", work.display());
+    } else if !matches!(code, Ok(0) | Ok(130))
+        && let Some(t) = tmp
+    {
+        eprintln!(
+            "the demo failed: its logs (scorer.log, webhook-frontend.log) kept in {}",
+            t.keep().display()
+        );
     }
     code
 }
@@ -373,7 +382,7 @@ async fn warm_up(conn: &mut Conn) -> Result<()> {
 
 /// Starts both services from `bin_dir` with their logs and TLS in `work`, admits every case twice and
 /// prints the table; 0 when every answer was right and the second pass changed nothing.
-async fn admit_cases(bin_dir: &std::path::Path, work: &std::path::Path) -> Result<i32> {
+async fn admit_cases(bin_dir: &std::path::Path, work: &std::path::Path, kept: bool) -> Result<i32> {
     let bin_dir = bin_dir.to_path_buf();
     let tls = work.join("tls");
     let mut scorer = spawn::start_scorer(&bin_dir, work).await?;
@@ -388,17 +397,26 @@ async fn admit_cases(bin_dir: &std::path::Path, work: &std::path::Path) -> Resul
         &[],
     )
     .await?;
-    println!(
-        "scorer            grpc://{}  (log {})",
-        scorer.addr,
-        scorer.log.display()
-    );
-    println!(
-        "webhook-frontend  https://{}/mutate-pod  (CA {}, log {})",
-        frontend.addr,
-        tls.join("ca.crt").display(),
-        frontend.log.display()
-    );
+    // Paths only when they outlive the demo.
+    if kept {
+        println!(
+            "scorer            grpc://{}  (log {})",
+            scorer.addr,
+            scorer.log.display()
+        );
+        println!(
+            "webhook-frontend  https://{}/mutate-pod  (CA {}, log {})",
+            frontend.addr,
+            tls.join("ca.crt").display(),
+            frontend.log.display()
+        );
+    } else {
+        println!("scorer            grpc://{}", scorer.addr);
+        println!(
+            "webhook-frontend  https://{}/mutate-pod  (logs and CA removed at the end: --work-dir DIR keeps them)",
+            frontend.addr
+        );
+    }
     println!(
         "namespaces        {}\n",
         NAMESPACE_TIERS

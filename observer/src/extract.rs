@@ -169,11 +169,18 @@ pub enum Progress {
 }
 
 /// The decided GPU job a Pod is, or `None` when gpu-admission did not decide it (no `decided-at`, no job-type
-/// label, no UID, or no GPU).
+/// label, no UID, or no GPU), or a namespace-restricted instance did (`decided-by: restricted:…`, issue 38):
+/// the cluster-wide scorer never learns from another instance's decisions.
 pub fn decided_job(pod: &Pod) -> Option<DecidedJob> {
     let meta = &pod.metadata;
     let annotations = meta.annotations.as_ref()?;
     annotations.get(names::ANN_DECIDED_AT)?;
+    if annotations
+        .get(names::ANN_DECIDED_BY)
+        .is_some_and(|by| by != gpu_admission_core::ns_lock::CLUSTER_WIDE)
+    {
+        return None;
+    }
     let job_type = meta.labels.as_ref()?.get(names::LABEL_JOB_TYPE)?.clone();
     let uid = meta.uid.clone()?;
     let features = gpu_admission_core::pod::features::extract(pod);

@@ -4,8 +4,8 @@
 //! the frontend's patch builder writes.
 
 pub use gpu_admission_core::names::decision::{
-    ANN_ALTERNATIVES, ANN_DECIDED_AT, ANN_GPU_CLASS, ANN_PLACEMENT, ANN_RECOMMENDED_CLASS,
-    LABEL_JOB_TYPE,
+    ANN_ALTERNATIVES, ANN_DECIDED_AT, ANN_DECIDED_BY, ANN_GPU_CLASS, ANN_PLACEMENT,
+    ANN_RECOMMENDED_CLASS, LABEL_JOB_TYPE,
 };
 
 /// The decision record's `placement` when our placement pinned the Pod to its `gpu-class`.

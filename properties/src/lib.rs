@@ -272,6 +272,11 @@ pub fn check_mutate(body: &[u8], policy: &PolicySnapshot, score: &mut Score<'_>)
     let real = match block_on(mutate_pod::admit(&incoming.uid, req, policy, &first_call)) {
         Admitted::Decided(d) => d,
         Admitted::Capped(capped) => return check_capped(body, capped),
+        Admitted::Elsewhere(_) => {
+            unreachable!(
+                "these ports leave who_scores at Here: no restricted instance holds a Lease"
+            )
+        }
         Admitted::Skipped(skip) => {
             if skip.0 == "no GPU requested"
                 && let Some(name) = req.object.as_ref().and_then(vendor_gpu_resource)

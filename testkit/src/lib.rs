@@ -13,6 +13,8 @@
 //!   corrupts or resets; [`faults::NonsenseScorer`] speaks gRPC but answers nonsense);
 //! - [`corpus`]: the project's own fixtures (`tests/fixtures/`) and the external corpus, and Pod extraction
 //!   from workloads;
+//! - [`jaeger`]: a real Jaeger (built from its Go module by `tests/peers/jaeger.sh`) on free loopback
+//!   ports, and its query API's traces;
 //! - [`skip`]: how a suite says SKIP (once per test run) and why CI turns it into a failure;
 //! - [`gpu`], [`names`]: reading a Pod's GPU request and the decision annotations.
 //!
@@ -38,6 +40,7 @@ pub mod corpus;
 pub mod faults;
 pub mod gpu;
 pub mod https;
+pub mod jaeger;
 pub mod observer;
 pub mod process;
 pub mod review;

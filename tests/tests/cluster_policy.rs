@@ -321,7 +321,10 @@ async fn tier_policy_holds_against_a_real_apiserver() {
     check(
         "bronze Pod needing 70 GiB (Enforce)",
         a.summary(),
-        !a.ok && a.stderr.contains("needs 70 GiB per GPU"),
+        !a.ok
+            && a.stderr.contains(
+                "needs 70 GiB of GPU memory per GPU, more than any GPU class of the tier has",
+            ),
     );
 
     // 4. Every priority-raising annotation: at most gpu-default.

@@ -634,8 +634,9 @@ fn priority_classes_equal_the_policy_buckets() {
 const OWN_PRIORITY_CLASS: &str = "gpu-admission-critical";
 
 /// RBAC resource of each Kubernetes type the frontend may use through `kube::Api<T>`.
-const KNOWN_TYPES: [(&str, &str, &str); 14] = [
+const KNOWN_TYPES: [(&str, &str, &str); 15] = [
     ("Namespace", "", "namespaces"),
+    ("Lease", "coordination.k8s.io", "leases"),
     (
         "SubjectAccessReview",
         "authorization.k8s.io",
@@ -791,15 +792,20 @@ fn rbac_grants_exactly_what_the_frontend_watches() {
             "validatingwebhookconfigurations",
         ),
     ];
+    // The quota ledger: one ConfigMap of its own namespace, granted by a Role (checked below).
+    let ledger = ("".to_string(), "configmaps".to_string());
+    assert!(used.contains(&ledger), "the quota ledger's ConfigMap");
     let watched: BTreeSet<_> = used
         .iter()
         .filter(|(g, r)| !cert_resources.contains(&(g.as_str(), r.as_str())))
+        .filter(|k| **k != ledger)
         .cloned()
         .collect();
     let expected: BTreeSet<(String, String)> = [
         ("".to_string(), "namespaces".to_string()),
         ("".to_string(), "nodes".to_string()),
         ("".to_string(), "pods".to_string()),
+        ("coordination.k8s.io".to_string(), "leases".to_string()),
         (
             "resource.k8s.io".to_string(),
             "resourceclaimtemplates".to_string(),
@@ -851,6 +857,22 @@ fn rbac_grants_exactly_what_the_frontend_watches() {
             assert_eq!(verbs, &want, "{resource}");
             assert!(names.is_empty());
         }
+        // In its namespace: get and update of the quota ledger, nothing else.
+        assert!(bound.contains(&("Role".into(), "gpu-admission-webhook".into())));
+        let ledger_role = rule_set(arr_at(m.get("Role", "gpu-admission-webhook"), "/rules"));
+        let only_ledger = BTreeMap::from([(
+            ledger.clone(),
+            (
+                BTreeSet::from(["get".to_string(), "update".to_string()]),
+                BTreeSet::from(["gpu-admission-quota-ledger".to_string()]),
+            ),
+        )]);
+        assert_eq!(
+            ledger_role, only_ledger,
+            "{}: Role gpu-admission-webhook",
+            m.mode
+        );
+        m.get("ConfigMap", "gpu-admission-quota-ledger");
         // No other role reaches the webhook outside the automatic certificate mode.
         let others: Vec<_> = bound
             .iter()

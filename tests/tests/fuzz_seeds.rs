@@ -122,6 +122,26 @@ fn hostile_inputs_get_their_answers() {
         other => panic!("{other:?}"),
     }
 
+    // A GPU quantity that is no Kubernetes quantity (`nvidia.com/gpu: "one"`): not scored (mutation never
+    // rejects), and `/validate-pod` holds it undecidable, never "no GPU" (issue 39): a warning under the
+    // embedded policy's Warn, a denial in Enforce.
+    assert!(matches!(
+        mutate("unreadable-gpu-quantity.json"),
+        MutateOutcome::Unchanged { .. }
+    ));
+    let answer: serde_json::Value = serde_json::from_slice(
+        &check_validate(&seed("unreadable-gpu-quantity.json"), &policy).unwrap(),
+    )
+    .unwrap();
+    let warning = answer["response"]["warnings"][0]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        warning.contains(r#"nvidia.com/gpu="one""#)
+            && warning.contains("how many GPUs it asks for cannot be told"),
+        "{answer}"
+    );
+
     // The validating webhook answers all of them (a 400 for the bad uids), without a panic.
     for entry in std::fs::read_dir(seed_dir()).unwrap() {
         let path = entry.unwrap().path();

@@ -153,6 +153,7 @@ fn every_source_file_is_in_its_crates_readme() {
         "observer",
         "scorer",
         "loadgen",
+        "cli",
     ] {
         let readme = read(&format!("{crate_dir}/README.md"));
         for f in sources(crate_dir) {
@@ -181,5 +182,100 @@ fn every_source_file_is_in_its_crates_readme() {
     assert!(
         missing.is_empty(),
         "source files no README names: {missing:#?}"
+    );
+}
+
+/// The CLI install line the READMEs give (`cargo install --path cli --locked`, issue 39) names the package
+/// cargo knows at that path, and it holds the binary the READMEs then run; the binary the test run built
+/// (`cargo build --workspace --bins`, no second compilation) answers `--help` with the commands they name.
+#[test]
+fn the_cli_install_line_names_cargos_package_and_binary() {
+    let metadata = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args([
+            "metadata",
+            "--no-deps",
+            "--format-version",
+            "1",
+            "--offline",
+        ])
+        .current_dir(root())
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        metadata.status.success(),
+        "{}",
+        String::from_utf8_lossy(&metadata.stderr)
+    );
+    let metadata: serde_json::Value = serde_json::from_slice(&metadata.stdout).unwrap();
+    for readme in ["README.md", "cli/README.md"] {
+        let text = read(readme);
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("cargo install --path "))
+            .unwrap_or_else(|| panic!("{readme}: no `cargo install --path` line"));
+        let mut words = line.split_whitespace().skip(3);
+        let path = words.next().unwrap();
+        assert_eq!(words.next(), Some("--locked"), "{readme}: {line}");
+        let manifest = root().join(path).join("Cargo.toml").canonicalize().unwrap();
+        let package = metadata["packages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| Path::new(p["manifest_path"].as_str().unwrap()) == manifest)
+            .unwrap_or_else(|| panic!("{readme}: no package at {path}"));
+        let bins: Vec<&str> = package["targets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["kind"][0] == "bin")
+            .filter_map(|t| t["name"].as_str())
+            .collect();
+        assert_eq!(bins, ["gpu-admission"], "{readme}: {path}");
+        assert!(text.contains("gpu-admission --help"), "{readme}");
+    }
+    gpu_admission_tests::binaries::binaries();
+    let bin = gpu_admission_tests::binaries::profile_dir()
+        .unwrap()
+        .join("gpu-admission");
+    let out = Command::new(&bin)
+        .arg("--help")
+        .output()
+        .expect("--help runs");
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}: {help}", bin.display());
+    for command in ["check", "test", "policy", "floor", "dra", "quota", "kueue"] {
+        assert!(
+            help.lines().any(|l| l.trim_start().starts_with(command)),
+            "{command} not in:\n{help}"
+        );
+    }
+}
+
+/// The README's disk figure is the one `.ci/run` compares its measured peak with at its end (issue 39): one
+/// `peak disk use: N GiB` in README.md, read by `.ci/run` with that very phrase.
+#[test]
+fn the_readmes_disk_figure_is_the_one_ci_run_checks() {
+    const PHRASE: &str = "peak disk use: ";
+    let readme = read("README.md");
+    let figures: Vec<f64> = readme
+        .match_indices(PHRASE)
+        .map(|(i, _)| {
+            let rest = &readme[i + PHRASE.len()..];
+            let number = rest.split(" GiB").next().unwrap();
+            number
+                .parse()
+                .unwrap_or_else(|_| panic!("README.md: {PHRASE}{number}: not a number of GiB"))
+        })
+        .collect();
+    assert_eq!(
+        figures.len(),
+        1,
+        "README.md: one `{PHRASE}N GiB`: {figures:?}"
+    );
+    assert!((1.0..100.0).contains(&figures[0]), "{figures:?}");
+    let ci = read(".ci/run");
+    assert!(
+        ci.contains(&format!("'{PHRASE}[0-9.]* GiB'")),
+        ".ci/run does not read the README's `{PHRASE}N GiB`"
     );
 }

@@ -15,9 +15,11 @@ use crate::cluster::{ClusterFacts, kube_cache};
 use crate::config::{ClusterSource, Config, TlsMode};
 use crate::metrics::Metrics;
 use crate::policy::PolicyCache;
+use crate::restricted;
 use crate::scorer_client::Scorer;
 use crate::server;
 use crate::tls::{self, auto_rotate, reload};
+use gpu_admission_core::ns_lock::Instance;
 use gpu_admission_policy::watch::FileWatcher;
 use gpu_admission_telemetry::shutdown::Shutdown;
 
@@ -52,7 +54,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     .with_checkpoints(cluster.checkpoints)
     .with_workloads(cluster.workloads)
     .with_quota_usage(access_client.clone())
-    .with_access(access_client)
+    .with_instance(config.instance.clone(), access_client.clone())
+    .with_access(access_client.clone())
     .with_body_budget(config.server.body_budget_bytes);
     let readiness = Arc::new(
         webhooks
@@ -60,6 +63,22 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             .with_certificate_served(certificate_served),
     );
     let shutdown = Shutdown::install()?;
+    let leases = match &config.instance {
+        Instance::Restricted(namespaces) => {
+            // With --no-kube the API is used for the Leases only.
+            let client = match &access_client {
+                Some(client) => client.clone(),
+                None => kube_cache::client().await?,
+            };
+            Some(tokio::spawn(restricted::hold_until(
+                client,
+                namespaces.iter().cloned().collect(),
+                readiness.clone(),
+                shutdown.wait(),
+            )))
+        }
+        Instance::ClusterWide => None,
+    };
 
     let listener = tokio::net::TcpListener::bind(config.server.listen)
         .await
@@ -92,6 +111,14 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         shutdown.wait(),
     )
     .await;
+    // The Leases were released when the signal came; wait for that to be done (it takes at most 5 s each).
+    if let Some(leases) = leases
+        && tokio::time::timeout(Duration::from_secs(15), leases)
+            .await
+            .is_err()
+    {
+        tracing::warn!("releasing the namespaces' Leases did not finish");
+    }
     Ok(())
 }
 

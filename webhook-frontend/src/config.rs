@@ -207,6 +207,17 @@ pub struct ClusterArgs {
     )]
     pub namespace_tiers: Vec<String>,
 
+    /// Namespace-restricted mode: score the Pods of these namespaces only (comma-separated) and hold the
+    /// Lease `gpu-admission-ns-lock` in each while ready, so that the cluster-wide instance leaves their
+    /// scoring to this one. The tier stays the cluster-wide installation's. With --no-kube the Kubernetes
+    /// API is used for these Leases only (namespaced RBAC).
+    #[arg(
+        long = "restrict-to-namespaces",
+        env = "WEBHOOK_RESTRICT_TO_NAMESPACES",
+        value_delimiter = ','
+    )]
+    pub restrict_to_namespaces: Vec<String>,
+
     /// Namespace label holding the tier.
     #[arg(long, env = "WEBHOOK_TIER_LABEL", default_value = DEFAULT_TIER_LABEL)]
     pub tier_label: String,
@@ -273,6 +284,8 @@ pub struct Config {
     pub policy: crate::policy::PolicySources,
     /// Plain-HTTP admin server (GET /metrics, GET /healthz).
     pub admin_listen: SocketAddr,
+    /// Cluster-wide, or restricted to `--restrict-to-namespaces`.
+    pub instance: gpu_admission_core::ns_lock::Instance,
 }
 
 #[derive(Debug, Clone)]
@@ -353,7 +366,10 @@ impl TryFrom<Args> for Config {
             policy,
             admin,
         } = args;
+        let instance =
+            gpu_admission_core::ns_lock::Instance::from_namespaces(&cluster.restrict_to_namespaces);
         Ok(Self {
+            instance,
             server: server.into(),
             tls: tls.try_into()?,
             scorer: scorer.into(),

@@ -18,6 +18,7 @@ pub mod connections;
 pub mod metrics;
 pub mod policy;
 pub mod readiness;
+pub(crate) mod restricted;
 pub mod scorer_client;
 pub mod server;
 pub mod tls;

@@ -162,6 +162,23 @@ pub(crate) struct QuotaLabels {
     pub(crate) kind: &'static str,
 }
 
+/// How one write of the quota ledger went.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub(crate) enum LedgerWrite {
+    /// Written: the Pod is admitted against its quota.
+    written,
+    /// Another replica wrote first: read and decided again.
+    conflict,
+    /// The API failed, the ledger was full or stayed contended: the Pod was undecidable.
+    failed,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct LedgerWriteLabels {
+    pub(crate) result: LedgerWrite,
+}
+
 /// Why a request was answered 503 before its body was read.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
@@ -299,6 +316,8 @@ pub struct Metrics {
     pub(crate) violations: Family<ViolationLabels, Counter>,
     /// GPU quota usage and limits, in GPUs (see [`QuotaLabels`]); refreshed from the Pod watch.
     pub(crate) quota_gpus: Family<QuotaLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// Writes of the quota ledger by result.
+    pub(crate) quota_ledger_writes: Family<LedgerWriteLabels, Counter>,
     /// Connections open on the webhook port (TLS handshakes included).
     pub(crate) connections_open: Gauge,
     /// Connections the server closed or refused, by reason.
@@ -332,6 +351,7 @@ impl Metrics {
             validation_duration: Histogram::new(exponential_buckets(0.00005, 2.0, 17)),
             violations: Family::default(),
             quota_gpus: Family::default(),
+            quota_ledger_writes: Family::default(),
             connections_open: Gauge::default(),
             connections_closed: Family::default(),
             accept_errors: Counter::default(),
@@ -435,6 +455,11 @@ impl Metrics {
             m.quota_gpus.clone(),
         );
         r.register(
+            "quota_ledger_writes",
+            "Writes of the GPU quota ledger by result (written, conflict: another replica wrote first, failed)",
+            m.quota_ledger_writes.clone(),
+        );
+        r.register(
             "connections_open",
             "Connections open on the webhook port, TLS handshakes included",
             m.connections_open.clone(),
@@ -496,6 +521,13 @@ impl Metrics {
             .get_or_create(&ValidationLabels { webhook, outcome })
             .inc();
         self.validation_duration.observe(elapsed.as_secs_f64());
+    }
+
+    /// One write of the quota ledger.
+    pub(crate) fn record_ledger_write(&self, result: LedgerWrite) {
+        self.quota_ledger_writes
+            .get_or_create(&LedgerWriteLabels { result })
+            .inc();
     }
 
     pub(crate) fn record_violation(&self, tier: &str, reason: &'static str, mode: &'static str) {

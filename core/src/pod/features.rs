@@ -29,6 +29,9 @@ pub struct JobFeatures {
     pub dra_claims: Vec<String>,
     /// The DRA claims whose template or claim the caller could not read (they may ask for GPUs).
     pub unresolved_claims: Vec<String>,
+    /// GPU resources whose quantity is not a Kubernetes quantity (`container "c": nvidia.com/gpu="one"`):
+    /// how many GPUs the Pod asks for cannot be told.
+    pub unreadable_gpu_quantities: Vec<String>,
     /// Values that were present but unreadable, as short human-readable sentences.
     pub warnings: Vec<String>,
 }
@@ -149,6 +152,7 @@ pub fn extract_with(
         tenant,
         dra_claims: ask.dra_claims,
         unresolved_claims: ask.unresolved_claims,
+        unreadable_gpu_quantities: ask.unreadable_quantities,
         warnings,
     }
 }
@@ -215,6 +219,13 @@ mod tests {
         assert_eq!(f.gpu_count, 1);
         assert_eq!(f.warnings.len(), 1, "{:?}", f.warnings);
         assert!(f.warnings[0].contains("nvidia.com/gpu"));
+        assert_eq!(
+            f.unreadable_gpu_quantities,
+            [r#"container "c": nvidia.com/gpu="half""#]
+        );
+        // Only GPU resources count: an unreadable CPU quantity is the apiserver's business.
+        let f = extract(&gpu_pod(json!({"limits": {"cpu": "lots"}})));
+        assert!(f.unreadable_gpu_quantities.is_empty());
     }
 
     #[test]

@@ -185,6 +185,9 @@ pub struct GpuAsk {
     pub dra_claims: Vec<String>,
     /// The DRA claims whose template or claim could not be read: whether they ask for GPUs is unknown.
     pub unresolved_claims: Vec<String>,
+    /// GPU resources whose quantity is no Kubernetes quantity (`container "c": nvidia.com/gpu="one"`): how
+    /// many GPUs the Pod asks for cannot be told (undecidable, denied in Enforce by `/validate-pod`).
+    pub unreadable_quantities: Vec<String>,
     pub warnings: Vec<String>,
 }
 
@@ -249,6 +252,8 @@ struct ContainerAsk {
     vendor: Option<GpuVendor>,
     memory_gib: Option<f64>,
     kinds: Vec<GpuResourceKind>,
+    /// GPU resources of the container whose quantity cannot be read.
+    unreadable: Vec<String>,
 }
 
 /// How warnings name a container's resource (built only when there is a warning).
@@ -267,11 +272,11 @@ fn container_ask(c: &Container, rules: &GpuResources, warnings: &mut Vec<String>
                 continue;
             };
             let Some(v) = quantity_value(q) else {
+                let unreadable = format!("{}={:?}", what(&c.name, name), q.0);
                 warnings.push(format!(
-                    "{}={:?} is not a Kubernetes quantity; ignored",
-                    what(&c.name, name),
-                    q.0
+                    "{unreadable} is not a Kubernetes quantity: how many GPUs it asks for cannot be told"
                 ));
+                out.unreadable.push(unreadable);
                 continue;
             };
             let e = per_resource
@@ -379,7 +384,9 @@ pub fn gpu_ask(
     let mut vendor: Option<GpuVendor> = None;
     let mut memory: Option<f64> = None;
     let mut kinds: Vec<GpuResourceKind> = Vec::new();
+    let mut unreadable_quantities = Vec::new();
     let mut note = |a: &ContainerAsk, vendor: &mut Option<GpuVendor>| {
+        unreadable_quantities.extend(a.unreadable.iter().cloned());
         if a.devices > 0 {
             if vendor.is_none() {
                 *vendor = a.vendor;
@@ -470,6 +477,7 @@ pub fn gpu_ask(
         },
         dra_claims,
         unresolved_claims,
+        unreadable_quantities,
         warnings,
     }
 }

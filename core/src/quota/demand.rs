@@ -37,6 +37,12 @@ impl Counted {
     }
 }
 
+/// Whether a stored Pod holds its quota now: pending or running, not being deleted.
+pub fn holds_quota(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    pod.metadata.deletion_timestamp.is_none() && !matches!(phase, Some("Succeeded" | "Failed"))
+}
+
 /// Milli-GPUs of `ask` on a device of `class_memory_gib`.
 pub fn milli_gpus(ask: &GpuAsk, class_memory_gib: f64) -> MilliGpus {
     let per_device = match ask.memory_gib {

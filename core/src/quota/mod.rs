@@ -12,6 +12,8 @@
 //! once in the totals: the count errs high for class limits until the Pod is bound, never low.
 
 pub mod demand;
+pub mod figures;
+pub mod ledger;
 #[cfg(test)]
 mod tests;
 
@@ -206,6 +208,15 @@ impl Decision {
             .first()
             .map(Applied::record)
             .unwrap_or_default()
+    }
+
+    /// What an over-max Pod is told, with the record (`None` otherwise).
+    pub fn over_max_message(&self) -> Option<String> {
+        let denial = self.denial()?;
+        Some(format!(
+            "gpu-admission: {denial} ({QUOTA_ANNOTATION}: {})",
+            self.record()
+        ))
     }
 
     /// The message of an over-max Pod (`None` otherwise).
@@ -423,25 +434,96 @@ pub fn of_pod_in(
     Some((tier, namespace.to_string(), counted))
 }
 
+/// The Pods a cluster holds beyond a `max` (the background audit's results): `pods` in the order they were
+/// admitted (creation time), each decided against what the Pods before it hold — as `/validate-pod` would
+/// have decided it then — and added to the usage whatever the decision (it holds its GPUs). The Pods past
+/// a `max` (admitted in Warn or Audit, or before the `max` was lowered) come out with their decision.
+pub fn over_max<K>(
+    policy: &Policy,
+    pods: impl IntoIterator<Item = (K, String, String, demand::Counted)>,
+) -> Vec<(K, Decision)> {
+    let mut usage = Usage::default();
+    let mut over = Vec::new();
+    for (key, tier, namespace, counted) in pods {
+        if let Some(d) = decide(policy, &tier, &namespace, &counted, &usage)
+            .filter(|d| d.standing == Standing::OverMax)
+        {
+            over.push((key, d));
+        }
+        usage.add(&tier, &namespace, &counted, 1);
+    }
+    over
+}
+
 /// The answer to a Pod whose usage is not known yet (the frontend's Pod watch has not listed): undecidable,
 /// denied in Enforce.
 pub const NOT_COUNTED_YET: &str =
     "gpu-admission: GPU quota usage is not counted yet (the Pod watch has not listed); retry";
 
-/// Answers a decision under `mode`, the one rule for the frontend and the CLI: over a `max` is denied in
-/// Enforce, a warning in Warn, nothing in Audit. `Some(message)` when the Pod is over a `max`.
+/// Why a quota'd Pod was answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuotaViolation {
+    /// Beyond a `max`.
+    OverMax,
+    /// Beyond a `min` at a priority above the borrowers' PriorityClass.
+    BorrowingAboveClass,
+}
+
+impl QuotaViolation {
+    /// The `reason` label of the violation metric.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QuotaViolation::OverMax => "over_quota",
+            QuotaViolation::BorrowingAboveClass => "borrowing_above_class",
+        }
+    }
+}
+
+/// Answers a Pod CREATE's decision under `mode`, the one rule for the frontend and the CLI (`None`: nothing to
+/// answer):
+/// - over a `max`: denied in Enforce, a warning in Warn, nothing in Audit;
+/// - beyond a `min` at a priority (`spec.priority` of `req`'s Pod) above the borrowers' PriorityClass, when
+///   the cluster has it (`facts`): answered the same way. It is the invariant on the final object behind
+///   [`mutation_ops`] (a borrower is preempted first): `/mutate-pod` sets the class from the usage it saw;
+///   when another admission took the last GPU of the `min` in between, or the Pod did not pass
+///   `/mutate-pod`, a retry is mutated against the new usage.
 pub fn answer(
     decision: &Decision,
+    req: &kube_core::admission::AdmissionRequest<kube_core::DynamicObject>,
+    policy: &Policy,
+    facts: &crate::admission::Facts<'_>,
     mode: gpu_admission_proto::scorer::v1::EnforcementMode,
     verdict: &mut crate::review::Verdict,
-) -> Option<String> {
-    let denial = decision.denial()?;
+) -> Option<(QuotaViolation, String)> {
+    if let Some(message) = decision.over_max_message() {
+        respond(&message, mode, verdict);
+        return Some((QuotaViolation::OverMax, message));
+    }
+    let class = policy
+        .quotas
+        .borrowing
+        .as_ref()
+        .and_then(|b| facts.priority_classes?.priority_class(&b.name))
+        .filter(|_| decision.standing == Standing::Borrowing)?;
+    let priority = req
+        .object
+        .as_ref()
+        .and_then(|o| o.data.pointer("/spec/priority"))
+        .and_then(serde_json::Value::as_i64)
+        .unwrap_or(0);
+    if priority <= i64::from(class.value) {
+        return None;
+    }
     let message = format!(
-        "gpu-admission: {denial} ({QUOTA_ANNOTATION}: {})",
-        decision.record()
+        "gpu-admission: this Pod borrows beyond its quota's min ({QUOTA_ANNOTATION}: {}) and may run at \
+         most at the borrowers' PriorityClass {} ({}), not at priority {priority}; retry: the quota's usage \
+         changed since the Pod was mutated",
+        decision.record(),
+        class.name,
+        class.value
     );
     respond(&message, mode, verdict);
-    Some(message)
+    Some((QuotaViolation::BorrowingAboveClass, message))
 }
 
 fn respond(

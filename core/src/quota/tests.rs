@@ -350,3 +350,115 @@ fn a_borrower_gets_the_borrowers_class_and_every_quota_pod_the_record() {
     let pod = apply(low.clone(), mutation_ops(&low, &d, Some(&borrowed)));
     assert_eq!(pod["spec"]["priority"], 10);
 }
+
+#[test]
+fn a_borrower_above_the_borrowers_class_is_answered_and_one_within_min_is_not() {
+    use crate::admission::Facts;
+    use crate::authority::Grants;
+    use crate::priority_class::PriorityClassFacts;
+    use crate::review::Verdict;
+    use gpu_admission_proto::scorer::v1::EnforcementMode;
+    use kube_core::admission::AdmissionRequest;
+    let p = policy();
+    let classes: std::collections::HashMap<String, PriorityClassFacts> = [(
+        "gpu-borrowed".to_string(),
+        PriorityClassFacts {
+            name: "gpu-borrowed".into(),
+            value: 100,
+            preemption_policy: Some("Never".into()),
+            global_default: false,
+        },
+    )]
+    .into();
+    let tier_of = |_: &str| Some("bronze".to_string());
+    let grants = Grants::none();
+    let facts = |with_class: bool| Facts {
+        tier_of: &tier_of,
+        priority_classes: with_class.then_some(&classes as _),
+        claim_templates: &NoClaimTemplates,
+        nodes: &NoNodes,
+        grants: &grants,
+    };
+    let pod_req = |priority: Option<i64>| -> AdmissionRequest<kube_core::DynamicObject> {
+        let mut spec = json!({"containers": [{"name": "c", "image": "x"}]});
+        if let Some(v) = priority {
+            spec["priority"] = json!(v);
+        }
+        serde_json::from_value(json!({"uid": "u", "operation": "CREATE", "namespace": "batch", "name": "p",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "userInfo": {"username": "alice"}, "dryRun": false,
+            "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}}))
+        .unwrap()
+    };
+    let u = usage(&[("bronze", "batch", "L4-24GB", 20_000)]);
+    let borrower = decide(&p, "bronze", "batch", &gpus("L4-24GB", 1), &u).unwrap();
+    let within = decide(
+        &p,
+        "bronze",
+        "batch",
+        &gpus("L4-24GB", 1),
+        &Usage::default(),
+    )
+    .unwrap();
+    let run = |d: &Decision, priority: Option<i64>, with_class: bool, mode| {
+        let mut v = Verdict::default();
+        let a = answer(d, &pod_req(priority), &p, &facts(with_class), mode, &mut v);
+        (a, v)
+    };
+    // Mutated against an older usage: still at the tier's priority, now borrowing.
+    let (a, v) = run(&borrower, Some(1000), true, EnforcementMode::Enforce);
+    let (why, m) = a.unwrap();
+    assert_eq!(why, QuotaViolation::BorrowingAboveClass);
+    assert!(
+        m.contains("gpu-borrowed (100)") && m.contains(": borrowed"),
+        "{m}"
+    );
+    assert_eq!(v.denied.as_deref(), Some(m.as_str()));
+    let (_, v) = run(&borrower, Some(1000), true, EnforcementMode::Warn);
+    assert!(v.denied.is_none() && v.warnings.len() == 1);
+    // At or below the borrowers' class, within min, or no such class in the cluster: nothing to answer.
+    for (d, priority, with_class) in [
+        (&borrower, Some(100), true),
+        (&borrower, None, true),
+        (&within, Some(1000), true),
+        (&borrower, Some(1000), false),
+    ] {
+        let (a, v) = run(d, priority, with_class, EnforcementMode::Enforce);
+        assert!(a.is_none() && v.denied.is_none(), "{a:?}");
+    }
+    // Over a max: that answer first.
+    let full = usage(&[("bronze", "batch", "L4-24GB", 32_000)]);
+    let over = decide(&p, "bronze", "batch", &gpus("L4-24GB", 1), &full).unwrap();
+    let (a, _) = run(&over, Some(1000), true, EnforcementMode::Enforce);
+    assert_eq!(a.unwrap().0, QuotaViolation::OverMax);
+}
+
+#[test]
+fn the_pods_past_a_max_are_the_ones_admitted_after_it_was_full() {
+    let p = policy();
+    let pod = |key: &'static str, ns: &str, n: u64| {
+        (
+            key,
+            "bronze".to_string(),
+            ns.to_string(),
+            gpus("L4-24GB", n),
+        )
+    };
+    // bronze's L4-24GB max is 32: 30 fit, the next 4 cross it, and everything after is over too.
+    let over = over_max(
+        &p,
+        [
+            pod("first", "batch", 30),
+            pod("crossing", "batch", 4),
+            pod("after", "batch", 1),
+        ],
+    );
+    let keys: Vec<_> = over.iter().map(|(k, _)| *k).collect();
+    assert_eq!(keys, ["crossing", "after"]);
+    assert_eq!(
+        over[0].1.record(),
+        "bronze L4-24GB 30/32 (min 16): over-max"
+    );
+    assert!(over_max(&p, [pod("a", "batch", 16), pod("b", "batch", 16)]).is_empty());
+}

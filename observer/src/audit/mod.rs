@@ -10,11 +10,13 @@
 //! of the observer is not affected. See deploy/README.md ("PolicyReports").
 //!
 //! - [`evaluate`]: one object → its results (pure, core's decision);
+//! - [`quota`]: the running Pods past a GPU quota's `max`, replayed in creation order (pure);
 //! - [`report`]: a namespace's results → its bounded PolicyReport (pure);
 //! - [`cluster`]: discovery, the lists, the facts, the writes.
 
 pub mod cluster;
 pub mod evaluate;
+pub mod quota;
 pub mod report;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -225,6 +227,7 @@ async fn audit(
     let cf = ClusterFacts::read(client, &config.tier_label, apis.dra).await?;
     let mut summary = Summary::default();
     let mut by_namespace: BTreeMap<String, Vec<Finding>> = BTreeMap::new();
+    let mut quota_pods = Vec::new();
     for kind in &apis.kinds {
         cluster::list_objects(client, kind, &cf.tiers, |items| {
             let audited: Vec<&DynamicObject> = items
@@ -232,7 +235,7 @@ async fn audit(
                 .filter(|o| audited(o, kind, &apis.kinds))
                 .collect();
             summary.objects += audited.len();
-            for f in evaluate_page(&audited, kind, policy, &cf) {
+            for f in evaluate_page(&audited, kind, policy, &cf, &mut quota_pods) {
                 by_namespace
                     .entry(f.resource.namespace.clone())
                     .or_default()
@@ -240,6 +243,12 @@ async fn audit(
             }
         })
         .await?;
+    }
+    for f in quota::findings(quota_pods, policy) {
+        by_namespace
+            .entry(f.resource.namespace.clone())
+            .or_default()
+            .push(f);
     }
     count_results(&by_namespace, metrics);
     let existing = cluster::our_reports(client, &apis.reports).await?;
@@ -298,12 +307,14 @@ async fn audit(
     Ok(summary)
 }
 
-/// The results of a page of objects, decided with the facts read at the start of the audit.
+/// The results of a page of objects, decided with the facts read at the start of the audit; its quota'd
+/// Pods are added to `quota_pods` (their results need every Pod: [`quota::findings`]).
 fn evaluate_page(
     objects: &[&DynamicObject],
     kind: &Kind,
     policy: &PolicySnapshot,
     cf: &ClusterFacts,
+    quota_pods: &mut Vec<quota::QuotaPod>,
 ) -> Vec<Finding> {
     let tier_of = |ns: &str| cf.tiers.get(ns).cloned().flatten();
     let nodes = |n: &str| cf.node_class(n, &policy.catalog);
@@ -316,6 +327,16 @@ fn evaluate_page(
         nodes: &nodes,
         grants: &grants,
     };
+    if kind.group.is_empty()
+        && kind.kind == "Pod"
+        && policy.policy.as_ref().is_some_and(|p| p.quotas.any())
+    {
+        quota_pods.extend(
+            objects
+                .iter()
+                .filter_map(|o| quota::counted(o, policy, &facts)),
+        );
+    }
     objects
         .iter()
         .flat_map(|o| evaluate::evaluate(o, kind, policy, &facts))

@@ -156,6 +156,16 @@ fn a_decided_gpu_pod_is_ours_with_its_gpu_count_and_job_type() {
         .unwrap()
         .remove("gpu-admission.io/job-type");
     assert_eq!(decided_job(&typed(no_label)), None);
+    // Decided by a namespace-restricted instance: not the cluster-wide scorer's to learn from.
+    let trainer = json!([running("trainer", "2026-05-04T10:05:02Z")]);
+    let mut restricted = pod("u-5", "n", "Running", trainer.clone());
+    restricted["metadata"]["annotations"]["gpu-admission.io/decided-by"] =
+        json!("restricted:team-a");
+    assert_eq!(decided_job(&typed(restricted)), None);
+    let mut signed_cluster = pod("u-6", "n", "Running", trainer.clone());
+    signed_cluster["metadata"]["annotations"]["gpu-admission.io/decided-by"] = json!("cluster");
+    assert!(decided_job(&typed(signed_cluster)).is_some());
+    assert!(decided_job(&typed(pod("u-7", "n", "Running", trainer))).is_some());
 }
 
 #[test]

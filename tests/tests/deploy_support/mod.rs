@@ -185,6 +185,9 @@ fn render_all() -> anyhow::Result<Vec<Rendered>> {
         .filter_map(|e| e.ok())
         .map(|e| e.path())
         .filter(|p| p.join("kustomization.yaml").is_file())
+        // Not an install mode of the cluster-wide installation: a team's namespace-restricted instance
+        // beside it (rendered by `rendered_namespaced`, checked by deploy_namespaced.rs).
+        .filter(|p| !p.ends_with(NAMESPACED))
         .collect();
     overlays.sort();
     for p in overlays {
@@ -201,6 +204,24 @@ fn render_all() -> anyhow::Result<Vec<Rendered>> {
         });
     }
     Ok(out)
+}
+
+/// The folder of deploy/kustomize/overlays holding the namespace-restricted install (issue 38).
+pub const NAMESPACED: &str = "namespaced";
+
+/// `deploy/kustomize/overlays/namespaced`, rendered (`None` when kubectl is missing outside CI).
+pub fn rendered_namespaced() -> Option<Rendered> {
+    if !require_tool("kubectl", "its kustomize renders the install") {
+        return None;
+    }
+    let dir = kustomize_dir().join("overlays").join(NAMESPACED);
+    let yaml = kustomize(&dir).expect("rendering overlays/namespaced");
+    let objects = parse_yaml_stream(&yaml).expect("parsing overlays/namespaced");
+    Some(Rendered {
+        mode: NAMESPACED.into(),
+        yaml,
+        objects,
+    })
 }
 
 pub fn copy_dir(from: &Path, to: &Path) -> anyhow::Result<()> {

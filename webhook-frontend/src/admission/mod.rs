@@ -14,10 +14,12 @@ use std::sync::Arc;
 use axum::Router;
 use axum::routing::post;
 use gpu_admission_core::admission::validate_policy::PolicyConfigMap;
+use gpu_admission_core::ns_lock::Instance;
 
 use crate::cluster::ClusterFacts;
 use crate::cluster::access::AccessReviews;
 use crate::cluster::checkpoints::CheckpointCaches;
+use crate::cluster::ns_locks::NsLocks;
 use crate::cluster::usage::QuotaUsage;
 use crate::cluster::workloads::WorkloadOwners;
 use crate::metrics::Metrics;
@@ -45,6 +47,10 @@ pub struct Webhooks {
     quota: Option<Arc<QuotaUsage>>,
     /// Request-body bytes in flight at most (see [`crate::body_budget`]).
     body_budget_bytes: usize,
+    /// Cluster-wide or namespace-restricted (issue 38).
+    instance: Instance,
+    /// The restricted instances' Leases (the cluster-wide instance with a cluster only).
+    ns_locks: Option<Arc<NsLocks>>,
 }
 
 /// The default in-flight body budget: a few maximum-size reviews at once, far more than the KiB-sized reviews
@@ -71,7 +77,22 @@ impl Webhooks {
             access: Arc::new(AccessReviews::new(None)),
             quota: None,
             body_budget_bytes: DEFAULT_BODY_BUDGET_BYTES,
+            instance: Instance::ClusterWide,
+            ns_locks: None,
         }
+    }
+
+    /// As `instance`; a cluster-wide instance with a cluster watches the restricted instances' Leases.
+    pub(crate) fn with_instance(
+        mut self,
+        instance: Instance,
+        client: Option<kube::Client>,
+    ) -> Self {
+        if instance == Instance::ClusterWide {
+            self.ns_locks = client.map(|c| Arc::new(NsLocks::start(c)));
+        }
+        self.instance = instance;
+        self
     }
 
     /// With another in-flight body budget.
@@ -135,6 +156,8 @@ impl Webhooks {
             metrics: self.metrics.clone(),
             access: self.access.clone(),
             quota: self.quota.clone(),
+            instance: self.instance,
+            ns_locks: self.ns_locks,
         };
         let namespace = ValidateNamespace {
             cluster: self.cluster.clone(),

@@ -22,6 +22,7 @@ use tracing::Instrument;
 use super::pipeline::{Body, Call, Reply, Webhook, operation_label};
 use crate::cluster::ClusterFacts;
 use crate::cluster::access::AccessReviews;
+use crate::cluster::ns_locks::NsLocks;
 use crate::cluster::usage::QuotaUsage;
 use crate::cluster::workloads::{self, WorkloadOwners};
 use crate::metrics::Metrics;
@@ -29,6 +30,7 @@ use crate::policy::PolicyCache;
 use crate::scorer_client::Scorer;
 use crate::workload_answers::WorkloadAnswers;
 use gpu_admission_core::authority::Grants;
+use gpu_admission_core::ns_lock::{self, Instance, WhoScores};
 
 /// What `/mutate-pod` reads.
 pub(crate) struct MutatePod {
@@ -43,6 +45,10 @@ pub(crate) struct MutatePod {
     pub(crate) metrics: Arc<Metrics>,
     /// GPU quota usage: the record annotation and the borrowers' PriorityClass; `None` with `--no-kube`.
     pub(crate) quota: Option<Arc<QuotaUsage>>,
+    /// Cluster-wide, or restricted to its namespaces (issue 38).
+    pub(crate) instance: Instance,
+    /// The restricted instances' Leases, which the cluster-wide instance leaves scoring to.
+    pub(crate) ns_locks: Option<Arc<NsLocks>>,
 }
 
 impl Webhook for MutatePod {
@@ -133,6 +139,10 @@ impl MutatePod {
                     "PriorityClass lowered to the tier's cap"
                 );
             }
+            Admitted::Elsewhere(e) => {
+                call.span.record("admission.reason", "scored elsewhere");
+                tracing::debug!(uid, holder = e.holder, held = ?e.held, "namespace scored by a restricted instance; held to its tier only");
+            }
             Admitted::Decided(d) => {
                 if d.stale_policy {
                     self.policy.request_refresh();
@@ -152,7 +162,11 @@ impl MutatePod {
             }
         }
         let outcome = admitted.outcome();
+        let recorded = matches!(&admitted, Admitted::Decided(d) if d.decision.used.is_some());
         let mut answer = admitted.into_answer();
+        if let Some(op) = ns_lock::signature(&self.instance).filter(|_| recorded) {
+            answer.patch.push(&op);
+        }
         if let Some(quota) = &self.quota {
             self.quota_ops(quota, req, &policy, &mut answer);
         }
@@ -265,6 +279,16 @@ impl mutate_pod::MutatePorts for Ports<'_> {
         OffsetDateTime::now_utc()
     }
 
+    fn who_scores(&self, namespace: &str) -> WhoScores {
+        let lock = self.hook.ns_locks.as_ref().and_then(|l| l.lock(namespace));
+        ns_lock::who_scores(
+            &self.hook.instance,
+            namespace,
+            lock.as_ref(),
+            OffsetDateTime::now_utc(),
+        )
+    }
+
     fn building_patch<R>(&self, step: impl FnOnce() -> R) -> R {
         tracing::info_span!(target: REQUEST_SPANS, "build_patch").in_scope(step)
     }
@@ -279,6 +303,9 @@ fn log_decision(uid: &str, decided: &Decided<'_>, span: &tracing::Span) {
         ..
     } = decided;
     let c = &scoring.candidate;
+    span.record("tenant.tier", c.tier.as_str());
+    // The scorer failed and the tier's fallback answered (tier default or pass-through): searchable as a tag.
+    span.record("admission.fallback", decision.failure.is_some());
     if let Some((kind, detail)) = &decision.failure {
         span.record("admission.reason", kind.as_str());
         match decision.outcome {

@@ -120,6 +120,8 @@ pub(crate) async fn handle<W: Webhook>(
         k8s.pod.name = Empty,
         admission.outcome = Empty,
         admission.reason = Empty,
+        admission.fallback = Empty,
+        tenant.tier = Empty,
         gpu.class = Empty,
         priority.score = Empty,
     );

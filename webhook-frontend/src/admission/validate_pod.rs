@@ -17,7 +17,7 @@ use gpu_admission_proto::scorer::v1::EnforcementMode;
 
 use super::pipeline::{Body, Call, Reply, Webhook, not_validated, operation_label};
 use crate::cluster::ClusterFacts;
-use crate::cluster::usage::{PodName, QuotaUsage};
+use crate::cluster::usage::QuotaUsage;
 use crate::metrics::Metrics;
 use crate::policy::PolicyCache;
 
@@ -86,7 +86,8 @@ impl Webhook for ValidatePod {
         if verdict.denied.is_none()
             && let Some(quota) = &self.quota
         {
-            self.quota(quota, req, &policy, &mut verdict, &mut outcome);
+            self.quota(quota, req, &policy, &mut verdict, &mut outcome)
+                .await;
         }
         Reply {
             outcome,
@@ -107,7 +108,7 @@ impl Webhook for ValidatePod {
 impl ValidatePod {
     /// The quota of a Pod CREATE the tier check admits: over a `max` is denied in Enforce, warned in Warn;
     /// what is admitted is reserved until the watch sees it (see [`QuotaUsage`]).
-    fn quota(
+    async fn quota(
         &self,
         quota: &QuotaUsage,
         req: &kube::core::admission::AdmissionRequest<kube::core::DynamicObject>,
@@ -150,23 +151,48 @@ impl ValidatePod {
             }
             return;
         }
-        let meta = req.object.as_ref().map(|o| &o.metadata);
-        let name = match (
-            meta.and_then(|m| m.name.clone()).filter(|n| !n.is_empty()),
-            meta.and_then(|m| m.generate_name.clone()),
-        ) {
-            (Some(n), _) => PodName::Name(n),
-            (None, g) => PodName::GenerateName(g.unwrap_or_default()),
+        // The apiserver assigns the UID before validating admission; without one (not an apiserver) the
+        // ledger cannot tell this Pod from the watch's, so it is written under the request's UID.
+        let uid = req
+            .object
+            .as_ref()
+            .and_then(|o| o.metadata.uid.as_deref())
+            .unwrap_or(&req.uid);
+        // Written to the ledger only when admitted: what `quota::answer` would deny holds no GPU.
+        let denies = |d: &quota::Decision| {
+            enforce
+                && self.cluster.with_facts(policy, &Grants::none(), |facts| {
+                    let mut scratch = Verdict::default();
+                    quota::answer(d, req, p, facts, policy.mode, &mut scratch).is_some()
+                })
         };
-        let Some(decision) = quota.admit(p, &ask, name, enforce, !req.dry_run) else {
-            return;
+        let decision = match quota.admit(p, &ask, uid, denies, !req.dry_run).await {
+            Ok(Some(d)) => d,
+            Ok(None) => return,
+            Err(e) => {
+                let message =
+                    format!("gpu-admission: the GPU quota could not be reserved ({e}); retry");
+                tracing::warn!(uid = %req.uid, "quota not decided: {message}");
+                self.metrics
+                    .record_violation(&ask.0, "quota_undecided", mode_name(policy.mode));
+                if enforce {
+                    verdict.denied = Some(message);
+                    *outcome = "denied";
+                } else {
+                    verdict.warnings.push(message);
+                }
+                return;
+            }
         };
         let (tier, namespace, _) = &ask;
         tracing::info!(uid = %req.uid, tier, namespace, quota = %decision.record(), "quota");
-        if let Some(message) = quota::answer(&decision, policy.mode, verdict) {
-            let mode = mode_name(policy.mode);
-            self.metrics.record_violation(tier, "over_quota", mode);
-            tracing::warn!(uid = %req.uid, tier, namespace, mode, "over quota: {message}");
+        let answered = self.cluster.with_facts(policy, &Grants::none(), |facts| {
+            quota::answer(&decision, req, p, facts, policy.mode, verdict)
+        });
+        if let Some((why, message)) = answered {
+            let (mode, reason) = (mode_name(policy.mode), why.as_str());
+            self.metrics.record_violation(tier, reason, mode);
+            tracing::warn!(uid = %req.uid, tier, namespace, mode, reason, "quota: {message}");
             *outcome = if verdict.denied.is_some() {
                 "denied"
             } else {

@@ -5,7 +5,9 @@ pub(crate) mod access;
 pub(crate) mod checkpoints;
 pub(crate) mod dra;
 pub(crate) mod kube_cache;
+pub(crate) mod ns_locks;
 pub(crate) mod optional_api;
+pub(crate) mod quota_ledger;
 pub(crate) mod usage;
 pub(crate) mod workloads;
 

@@ -2,22 +2,23 @@
 //! `Succeeded` nor `Failed`) that keeps, per Pod UID, only what counting needs (tier, namespace and its
 //! count by [`gpu_admission_core::quota::demand`]), never the Pod; a Pod being deleted no longer counts.
 //!
-//! Admissions in flight: `/validate-pod` decides and **reserves** under one lock ([`QuotaUsage::admit`]), so
-//! concurrent admissions of one replica never overshoot a `max`; a reservation is released when the watch
-//! brings a new Pod of its namespace with its count (the Pod it stands for, or one just like it), or after
-//! [`RESERVATION_TTL`] (an admitted Pod another admission step then refused). Another replica's admissions
-//! are seen one watch round trip later: the overshoot is bounded by what the other replicas admit within
-//! one watch delay (measured in `tests/tests/cluster_quota.rs`, documented in the README).
+//! Admissions in flight: `/validate-pod` decides against the watch plus the **quota ledger**
+//! ([`gpu_admission_core::quota::ledger`]: what any replica admitted that this watch has not seen) and admits
+//! only once it has written its Pod's entry on top of the ledger version it decided on (one ConfigMap write
+//! per admitted quota'd Pod, [`super::quota_ledger`]); one admission at a time per replica. So replicas and
+//! concurrent admissions do not overshoot a `max`, as long as every watch sees a new Pod within
+//! [`ledger::SEEN_GRACE_MS`] of another replica's watch.
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use gpu_admission_core::admission::Facts;
 use gpu_admission_core::authority::Grants;
 use gpu_admission_core::policy::TierScope;
 use gpu_admission_core::quota::demand::{self, Counted};
+use gpu_admission_core::quota::ledger::{self, Entry, Seen};
 use gpu_admission_core::quota::{self, Decision, Usage};
 use gpu_admission_policy::Policy;
 use k8s_openapi::api::core::v1::Pod;
@@ -25,15 +26,12 @@ use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 
 use super::ClusterFacts;
-use crate::metrics::{Metrics, QuotaLabels};
+use super::quota_ledger::{LedgerError, LedgerStore, LedgerVersion};
+use crate::metrics::{LedgerWrite, Metrics, QuotaLabels};
 use crate::policy::PolicyCache;
-use gpu_admission_policy::quotas as quota_model;
 
 /// How often the quota metrics are rewritten from the watch.
 const METRICS_REFRESH: Duration = Duration::from_secs(5);
-
-/// How long a reservation holds when the watch never brings its Pod.
-pub(crate) const RESERVATION_TTL: Duration = Duration::from_secs(30);
 
 /// What the watch keeps of one counted Pod.
 #[derive(Debug, Clone)]
@@ -41,30 +39,6 @@ struct Held {
     tier: String,
     namespace: String,
     counted: Counted,
-}
-
-#[derive(Debug)]
-struct Reservation {
-    held: Held,
-    /// The Pod's name, or its `generateName` prefix (a Job's Pods), to know it when the watch brings it.
-    name: PodName,
-    at: Instant,
-}
-
-/// How an admitted Pod is known before it is stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum PodName {
-    Name(String),
-    GenerateName(String),
-}
-
-impl PodName {
-    fn matches(&self, name: &str) -> bool {
-        match self {
-            PodName::Name(n) => n == name,
-            PodName::GenerateName(prefix) => name.starts_with(prefix.as_str()),
-        }
-    }
 }
 
 #[derive(Debug, Default)]
@@ -75,17 +49,18 @@ struct State {
     relist: Option<HashMap<String, Held>>,
     /// What `pods` sums to.
     usage: Usage,
-    reservations: Vec<Reservation>,
+    /// Every UID the watch brought (counted or not, present or gone) and when it first did, in ms since the
+    /// epoch: a ledger entry of such a Pod is the watch's to count ([`ledger::Seen`]).
+    seen: HashMap<String, u64>,
+    /// Events since `seen` was last pruned.
+    events: u32,
 }
 
 impl State {
-    fn set(&mut self, uid: String, name: &str, held: Option<Held>) {
+    fn set(&mut self, uid: String, held: Option<Held>) {
+        self.mark_seen(&uid);
         let old = match held {
             Some(h) => {
-                let is_new = !self.pods.contains_key(&uid);
-                if is_new {
-                    self.release_one(name, &h);
-                }
                 self.usage.add(&h.tier, &h.namespace, &h.counted, 1);
                 self.pods.insert(uid, h)
             }
@@ -96,34 +71,47 @@ impl State {
         }
     }
 
-    /// A new Pod arrived: the oldest reservation of its namespace, name (or `generateName`) and count is done.
-    fn release_one(&mut self, name: &str, h: &Held) {
-        if let Some(i) = self.reservations.iter().position(|r| {
-            r.held.namespace == h.namespace
-                && r.held.counted.total == h.counted.total
-                && r.name.matches(name)
-        }) {
-            self.reservations.remove(i);
+    fn mark_seen(&mut self, uid: &str) {
+        let now = now_ms();
+        if !self.seen.contains_key(uid) {
+            self.seen.insert(uid.to_string(), now);
+        }
+        self.events += 1;
+        // No ledger entry outlives ENTRY_TTL_MS: what the watch saw before that matters no more.
+        if self.events >= 1024 {
+            self.events = 0;
+            self.seen
+                .retain(|_, at| now.saturating_sub(*at) < 2 * ledger::ENTRY_TTL_MS);
         }
     }
 
-    /// The watched usage plus the reservations still held.
-    fn with_reservations(&mut self, now: Instant) -> Usage {
-        self.reservations
-            .retain(|r| now.duration_since(r.at) < RESERVATION_TTL);
-        let mut u = self.usage.clone();
-        for r in &self.reservations {
-            u.add(&r.held.tier, &r.held.namespace, &r.held.counted, 1);
-        }
-        u
+    fn seen(&self, uid: &str) -> Seen {
+        self.seen
+            .get(uid)
+            .map_or(Seen::No, |&at_ms| Seen::Since { at_ms })
     }
 }
 
+/// Milliseconds since the Unix epoch (the ledger's clock: entries are compared across replicas).
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Admissions of quota'd Pods one replica tries before it gives up on a contended ledger.
+const LEDGER_ATTEMPTS: usize = 8;
+
 /// The quota usage of the cluster's tier namespaces.
-#[derive(Debug, Default)]
 pub(crate) struct QuotaUsage {
     state: Mutex<State>,
     synced: AtomicBool,
+    store: LedgerStore,
+    /// The ledger as this replica last read or wrote it.
+    ledger: Mutex<LedgerVersion>,
+    /// One ledger write at a time per replica (its own admissions never conflict with each other).
+    writing: tokio::sync::Mutex<()>,
+    metrics: Arc<Metrics>,
 }
 
 impl QuotaUsage {
@@ -134,7 +122,14 @@ impl QuotaUsage {
         policy: Arc<PolicyCache>,
         metrics: Arc<Metrics>,
     ) -> Arc<Self> {
-        let me = Arc::new(Self::default());
+        let me = Arc::new(Self {
+            state: Mutex::default(),
+            synced: AtomicBool::new(false),
+            store: LedgerStore::new(client.clone()),
+            ledger: Mutex::default(),
+            writing: tokio::sync::Mutex::new(()),
+            metrics: metrics.clone(),
+        });
         let pods = Api::<Pod>::all(client);
         let config =
             watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed");
@@ -169,8 +164,11 @@ impl QuotaUsage {
         match e {
             watcher::Event::Init => s.relist = Some(HashMap::new()),
             watcher::Event::InitApply(pod) => {
-                if let (Some(uid), Some(held)) = (uid(&pod), count(&pod, cluster, policy)) {
-                    s.relist.get_or_insert_with(HashMap::new).insert(uid, held);
+                if let Some(uid) = uid(&pod) {
+                    s.mark_seen(&uid);
+                    if let Some(held) = count(&pod, cluster, policy) {
+                        s.relist.get_or_insert_with(HashMap::new).insert(uid, held);
+                    }
                 }
             }
             watcher::Event::InitDone => {
@@ -186,12 +184,12 @@ impl QuotaUsage {
             watcher::Event::Apply(pod) => {
                 if let Some(uid) = uid(&pod) {
                     let held = count(&pod, cluster, policy);
-                    s.set(uid, name(&pod), held);
+                    s.set(uid, held);
                 }
             }
             watcher::Event::Delete(pod) => {
                 if let Some(uid) = uid(&pod) {
-                    s.set(uid, name(&pod), None);
+                    s.set(uid, None);
                 }
             }
         }
@@ -202,8 +200,8 @@ impl QuotaUsage {
         self.synced.load(Ordering::Acquire)
     }
 
-    /// Decides a Pod against the usage and the reservations in flight, reserving nothing (`/mutate-pod`: the
-    /// borrowers' PriorityClass and the record; `/validate-pod` decides again and reserves).
+    /// Decides a Pod against the usage and the ledger as last read, writing nothing (`/mutate-pod`: the
+    /// borrowers' PriorityClass and the record; `/validate-pod` decides again and writes the ledger).
     pub(crate) fn decide(
         &self,
         policy: &Policy,
@@ -212,38 +210,78 @@ impl QuotaUsage {
         if !self.is_synced() {
             return None;
         }
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let usage = s.with_reservations(Instant::now());
+        let entries = self.lock_ledger().entries.clone();
+        let s = self.lock_state();
+        let usage = ledger::effective_usage(&s.usage, &entries, |u| s.seen(u), now_ms());
         quota::decide(policy, tier, namespace, counted, &usage)
     }
 
-    /// Decides a Pod against the usage and the reservations in flight; reserves its count unless it is over
-    /// a `max` that `enforce` denies, or `reserve` is false (a dry run).
-    pub(crate) fn admit(
+    /// Decides the Pod `uid` against the usage and the ledger; unless the decision `denies` it, or `reserve`
+    /// is false (a dry run), admits it only once its entry is written on top of the ledger version it was
+    /// decided on (a conflict: read, decide again). An error: the Pod is undecidable.
+    pub(crate) async fn admit(
         &self,
         policy: &Policy,
         (tier, namespace, counted): &(String, String, Counted),
-        name: PodName,
-        enforce: bool,
+        uid: &str,
+        denies: impl Fn(&Decision) -> bool,
         reserve: bool,
-    ) -> Option<Decision> {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        let usage = s.with_reservations(now);
-        let decision = quota::decide(policy, tier, namespace, counted, &usage)?;
-        let denied = enforce && decision.standing == quota::Standing::OverMax;
-        if reserve && !denied {
-            s.reservations.push(Reservation {
-                held: Held {
-                    tier: tier.clone(),
-                    namespace: namespace.clone(),
-                    counted: counted.clone(),
-                },
-                name,
-                at: now,
-            });
+    ) -> Result<Option<Decision>, LedgerError> {
+        if !reserve {
+            return Ok(self.decide(policy, &(tier.clone(), namespace.clone(), counted.clone())));
         }
-        Some(decision)
+        let _turn = self.writing.lock().await;
+        for _ in 0..LEDGER_ATTEMPTS {
+            let on = self.lock_ledger().clone();
+            let now = now_ms();
+            let (decision, mut entries) = {
+                let s = self.lock_state();
+                let seen = |u: &str| s.seen(u);
+                let usage = ledger::effective_usage(&s.usage, &on.entries, seen, now);
+                let Some(d) = quota::decide(policy, tier, namespace, counted, &usage) else {
+                    return Ok(None);
+                };
+                if denies(&d) {
+                    return Ok(Some(d));
+                }
+                let mut entries = on.entries.clone();
+                ledger::prune(&mut entries, seen, now);
+                (d, entries)
+            };
+            if entries.len() >= ledger::MAX_ENTRIES {
+                self.metrics.record_ledger_write(LedgerWrite::failed);
+                return Err(LedgerError::Full);
+            }
+            entries.push(Entry::new(uid, tier, namespace, counted, now));
+            match self.store.write(&on, entries).await {
+                Ok(written) => {
+                    *self.lock_ledger() = written;
+                    self.metrics.record_ledger_write(LedgerWrite::written);
+                    return Ok(Some(decision));
+                }
+                Err(LedgerError::Conflict) => {
+                    self.metrics.record_ledger_write(LedgerWrite::conflict);
+                    let fresh = self.store.read().await.inspect_err(|_| {
+                        self.metrics.record_ledger_write(LedgerWrite::failed);
+                    })?;
+                    *self.lock_ledger() = fresh;
+                }
+                Err(e) => {
+                    self.metrics.record_ledger_write(LedgerWrite::failed);
+                    return Err(e);
+                }
+            }
+        }
+        self.metrics.record_ledger_write(LedgerWrite::failed);
+        Err(LedgerError::Contended)
+    }
+
+    fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_ledger(&self) -> std::sync::MutexGuard<'_, LedgerVersion> {
+        self.ledger.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -258,51 +296,20 @@ impl QuotaUsage {
             .clone();
         let family = &metrics.quota_gpus;
         family.clear();
-        let set = |tier: &str, ns: &str, class: &str, kind: &'static str, milli: u64| {
-            family
-                .get_or_create(&QuotaLabels {
-                    tier: tier.to_string(),
-                    tenant_namespace: ns.to_string(),
-                    class: class.to_string(),
-                    kind,
-                })
-                .set(milli as f64 / 1000.0);
-        };
-        let limits = |tier: &str, ns: &str, l: &quota_model::Limits| {
-            let classes = l
-                .classes
-                .iter()
-                .enumerate()
-                .filter_map(|(k, c)| Some((policy.classes.get(k)?.name.as_str(), (*c)?)));
-            for (class, limit) in classes.chain(l.total.map(|t| ("", t))) {
-                set(tier, ns, class, "min", limit.min);
-                if let Some(max) = limit.max {
-                    set(tier, ns, class, "max", max);
-                }
-            }
-        };
-        for (t, tq) in policy.quotas.tiers.iter().enumerate() {
-            let (Some(tq), Some(tier)) = (tq, policy.tiers.get(t)) else {
-                continue;
+        for f in quota::figures::figures(policy, &usage) {
+            let labels = |kind: &'static str| QuotaLabels {
+                tier: f.tier.clone(),
+                tenant_namespace: f.namespace.clone(),
+                class: f.class.clone().unwrap_or_default(),
+                kind,
             };
-            let tier = tier.name.as_str();
-            limits(tier, "", &tq.limits);
-            for n in &tq.namespaces {
-                limits(tier, &n.namespace, &n.limits);
-            }
-            let mut tier_total = 0;
-            let mut tier_classes: std::collections::BTreeMap<&str, u64> = Default::default();
-            for (ns, u) in usage.namespaces.iter().filter(|(_, u)| u.tier == tier) {
-                set(tier, ns, "", "used", u.total);
-                tier_total += u.total;
-                for (class, milli) in &u.classes {
-                    set(tier, ns, class, "used", *milli);
-                    *tier_classes.entry(class.as_str()).or_default() += milli;
+            let gpus = |milli: u64| milli as f64 / 1000.0;
+            family.get_or_create(&labels("used")).set(gpus(f.used));
+            if let Some(limit) = f.limit {
+                family.get_or_create(&labels("min")).set(gpus(limit.min));
+                if let Some(max) = limit.max {
+                    family.get_or_create(&labels("max")).set(gpus(max));
                 }
-            }
-            set(tier, "", "", "used", tier_total);
-            for (class, milli) in tier_classes {
-                set(tier, "", class, "used", milli);
             }
         }
     }
@@ -312,18 +319,10 @@ fn uid(pod: &Pod) -> Option<String> {
     pod.metadata.uid.clone()
 }
 
-fn name(pod: &Pod) -> &str {
-    pod.metadata.name.as_deref().unwrap_or_default()
-}
-
 /// What a watched Pod counts, or `None` when it counts nothing (finished, being deleted, no GPU, no tier
 /// with a quota).
 fn count(pod: &Pod, cluster: &ClusterFacts, policy: &PolicyCache) -> Option<Held> {
-    if pod.metadata.deletion_timestamp.is_some() {
-        return None;
-    }
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    if matches!(phase, Some("Succeeded" | "Failed")) {
+    if !demand::holds_quota(pod) {
         return None;
     }
     let namespace = pod.metadata.namespace.as_deref()?;
@@ -366,42 +365,15 @@ mod tests {
     }
 
     #[test]
-    fn a_new_pod_releases_the_reservation_it_stands_for_and_a_delete_frees_its_count() {
+    fn the_watch_counts_a_pod_once_an_update_replaces_it_and_a_delete_frees_it_but_stays_seen() {
         let mut s = State::default();
-        let now = Instant::now();
-        s.reservations.push(Reservation {
-            held: held("a", 1),
-            name: PodName::GenerateName("train-".into()),
-            at: now,
-        });
-        assert_eq!(s.with_reservations(now).namespaces["a"].total, 1000);
-        // Another Pod of the namespace is not the one the reservation stands for.
-        s.set("uid-0".into(), "other", Some(held("a", 1)));
-        assert_eq!(s.with_reservations(now).namespaces["a"].total, 2000);
-        s.set("uid-0".into(), "other", None);
-        s.set("uid-1".into(), "train-x7k2p", Some(held("a", 1)));
-        // Counted once: by the watch, the reservation released.
-        assert_eq!(s.with_reservations(now).namespaces["a"].total, 1000);
-        assert!(s.reservations.is_empty());
-        // An update of the same Pod replaces its count.
-        s.set("uid-1".into(), "train-x7k2p", Some(held("a", 1)));
-        assert_eq!(s.usage.namespaces["a"].total, 1000);
-        s.set("uid-1".into(), "train-x7k2p", None);
+        assert_eq!(s.seen("uid-1"), Seen::No);
+        s.set("uid-1".into(), Some(held("a", 1)));
+        s.set("uid-1".into(), Some(held("a", 2)));
+        assert_eq!(s.usage.namespaces["a"].total, 2000);
+        s.set("uid-1".into(), None);
         assert_eq!(s.usage, Usage::default());
-    }
-
-    #[test]
-    fn a_reservation_expires_when_its_pod_never_comes() {
-        let mut s = State::default();
-        let then = Instant::now();
-        s.reservations.push(Reservation {
-            held: held("a", 2),
-            name: PodName::Name("p".into()),
-            at: then,
-        });
-        assert_eq!(
-            s.with_reservations(then + RESERVATION_TTL).namespaces.len(),
-            0
-        );
+        // Gone, but seen: its ledger entry is not counted again.
+        assert!(matches!(s.seen("uid-1"), Seen::Since { .. }));
     }
 }

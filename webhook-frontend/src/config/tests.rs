@@ -271,3 +271,19 @@ fn bad_values_are_refused_with_the_flag_named() {
         Some(time::Duration::seconds(86_399))
     );
 }
+
+#[test]
+fn restrict_to_namespaces_makes_a_restricted_instance() {
+    use gpu_admission_core::ns_lock::Instance;
+    let c = config(&["--self-signed", "/tmp/x"]).unwrap();
+    assert_eq!(c.instance, Instance::ClusterWide);
+    let c = config(&[
+        "--self-signed",
+        "/tmp/x",
+        "--restrict-to-namespaces",
+        "team-b,team-a",
+    ])
+    .unwrap();
+    assert_eq!(c.instance, Instance::from_namespaces(["team-a", "team-b"]));
+    assert_eq!(c.instance.name(), "restricted:team-a,team-b");
+}

@@ -14,9 +14,11 @@ use time::OffsetDateTime;
 
 use super::triage::Skip;
 use super::{
-    Capped, Decision, Outcome, ScorerOutcome, ScorerResult, Scoring, cap_priority, decide, plan,
+    Capped, Decision, Outcome, ScorerOutcome, ScorerResult, Scoring, bound_only, cap_priority,
+    decide, plan,
 };
 use crate::admission::Facts;
+use crate::ns_lock::WhoScores;
 use crate::policy::PolicySnapshot;
 use crate::review::Answer;
 use crate::workload::WorkloadRef;
@@ -63,6 +65,12 @@ pub trait MutatePorts {
     /// `decided-at` of the decision record.
     fn now(&self) -> OffsetDateTime;
 
+    /// Who scores the Pods of `namespace` ([`crate::ns_lock::who_scores`] over the Leases the port watches);
+    /// this instance by default.
+    fn who_scores(&self, _namespace: &str) -> WhoScores {
+        WhoScores::Here
+    }
+
     /// Runs the last step, the patch built from the outcome (the frontend times it as a span of its own).
     fn building_patch<R>(&self, step: impl FnOnce() -> R) -> R {
         step()
@@ -78,6 +86,27 @@ pub enum Admitted<'a> {
     Capped(Capped),
     /// Scored: the decision and how it came about.
     Decided(Box<Decided<'a>>),
+    /// A Pod to score in a namespace another instance scores: not scored, only held to its tier.
+    Elsewhere(Box<Elsewhere>),
+}
+
+/// A Pod left to the restricted instance holding its namespace's Lease.
+#[derive(Debug)]
+pub struct Elsewhere {
+    /// The Lease's holder.
+    pub holder: String,
+    pub held: Held,
+}
+
+/// What this instance still did to a Pod another instance scores.
+#[derive(Debug)]
+pub enum Held {
+    /// It came without its tier bound: the tier's default placement ([`bound_only`]).
+    Bound(Decision),
+    /// Bound, but its own PriorityClass beyond the tier's cap: lowered ([`cap_priority`]).
+    Capped(Capped),
+    /// Nothing to add.
+    AsItCame,
 }
 
 /// A scored Pod's decision, with what the logs and metrics of the edge report.
@@ -99,6 +128,7 @@ impl Admitted<'_> {
             Admitted::Skipped(_) => Outcome::Skipped,
             Admitted::Capped(_) => Outcome::Mutated,
             Admitted::Decided(d) => d.decision.outcome,
+            Admitted::Elsewhere(_) => Outcome::ScoredElsewhere,
         }
     }
 
@@ -108,19 +138,33 @@ impl Admitted<'_> {
             Admitted::Skipped(_) => Answer::default(),
             Admitted::Capped(c) => c.answer,
             Admitted::Decided(d) => d.decision.answer,
+            Admitted::Elsewhere(e) => match e.held {
+                Held::Bound(d) => d.answer,
+                Held::Capped(c) => c.answer,
+                Held::AsItCame => Answer::default(),
+            },
         }
     }
 }
 
-/// `/mutate-pod` for one Pod request: [`plan`]; a Pod that is not scored is still held to its tier's
-/// priority cap ([`cap_priority`]); else the workload, a kept answer or the scorer's, [`decide`], and the
-/// answer kept when it passed the checks under the policy the Pod was planned with.
+/// `/mutate-pod` for one Pod request: nothing outside a restricted instance's namespaces; [`plan`]; a Pod
+/// that is not scored is still held to its tier's priority cap ([`cap_priority`]); a Pod of a namespace
+/// another instance scores only to its tier ([`bound_only`], else the cap); else the workload, a kept answer
+/// or the scorer's, [`decide`], and the answer kept when it passed the checks under the policy the Pod was
+/// planned with.
 pub async fn admit<'a, P: MutatePorts>(
     uid: &str,
     req: &'a AdmissionRequest<Pod>,
     policy: &'a PolicySnapshot,
     ports: &P,
 ) -> Admitted<'a> {
+    let who = match req.namespace.as_deref() {
+        Some(ns) => ports.who_scores(ns),
+        None => WhoScores::Here,
+    };
+    if who == WhoScores::NotOurs {
+        return Admitted::Skipped(Skip("outside this restricted instance's namespaces"));
+    }
     let mut scoring = match ports.with_facts(|facts| plan(uid, req, facts, policy)) {
         Ok(scoring) => scoring,
         Err(skip) => {
@@ -130,6 +174,17 @@ pub async fn admit<'a, P: MutatePorts>(
             };
         }
     };
+    if let WhoScores::Restricted { holder, .. } = who {
+        let now = ports.now();
+        let held = match ports.with_facts(|facts| bound_only(&scoring, &holder, facts, now)) {
+            Some(decision) => Held::Bound(decision),
+            None => match ports.with_facts(|facts| cap_priority(req, facts, policy)) {
+                Some(capped) => Held::Capped(capped),
+                None => Held::AsItCame,
+            },
+        };
+        return Admitted::Elsewhere(Box::new(Elsewhere { holder, held }));
+    }
     let c = &scoring.candidate;
     let workload = ports.workload(c.pod, c.namespace).await;
     if let Some(w) = &workload {

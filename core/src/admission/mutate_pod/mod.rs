@@ -16,7 +16,7 @@ mod cap;
 pub mod patch;
 pub mod triage;
 
-pub use admit::{Admitted, AnswerKey, Decided, MutatePorts, admit};
+pub use admit::{Admitted, AnswerKey, Decided, Elsewhere, Held, MutatePorts, admit};
 pub use cap::{Capped, cap_priority};
 
 use gpu_admission_proto::scorer::v1::{ScoreRequest, ScoreResponse};
@@ -135,6 +135,8 @@ pub enum Outcome {
     TierDefault,
     /// Not ours to score: allowed unchanged.
     Skipped,
+    /// Scored by the restricted instance holding the namespace's Lease: only held to the tier here.
+    ScoredElsewhere,
 }
 
 impl Outcome {
@@ -144,6 +146,7 @@ impl Outcome {
             Outcome::PassedThrough => "passed_through",
             Outcome::TierDefault => "tier_default",
             Outcome::Skipped => "skipped",
+            Outcome::ScoredElsewhere => "scored_elsewhere",
         }
     }
 }
@@ -353,6 +356,32 @@ pub fn decide(
         failure,
         used: Some(answer),
     }
+}
+
+/// A Pod whose namespace another instance scores (the restricted instance `holder` holds its Lease,
+/// [`crate::ns_lock`]): no Score call. `Some`: the Pod came without its tier bound (a non-admin's Pod of a
+/// tier that restricts classes, some way of scheduling it not held to the tier's classes), so it gets the
+/// tier's default placement as after a failed call; `None`: it is held to its tier already.
+pub fn bound_only(
+    scoring: &Scoring<'_>,
+    holder: &str,
+    facts: &Facts<'_>,
+    now: OffsetDateTime,
+) -> Option<Decision> {
+    let rules = scoring.rules.as_ref()?;
+    let policy = scoring.policy;
+    if scoring.admin || !tier_bound::restricts(rules, &policy.catalog) {
+        return None;
+    }
+    let spec = scoring.candidate.pod.spec.as_ref();
+    if spec.is_some_and(|s| tier_bound::check(s, rules, &policy.catalog, facts.nodes).is_ok()) {
+        return None;
+    }
+    let why = format!(
+        "namespace {} is scored by the restricted instance {holder}, which left this Pod without its tier bound",
+        scoring.candidate.namespace
+    );
+    Some(decide(scoring, ScorerOutcome::Unavailable(why), facts, now))
 }
 
 /// `decided-at` is not read when only asking whether a Pod is settled.

@@ -63,6 +63,10 @@ pub fn triage_with<'a>(
         &policy.gpu_resources,
         templates,
     );
+    if features.gpu_count == 0 && !features.unreadable_gpu_quantities.is_empty() {
+        // How many GPUs it asks for cannot be told: `/validate-pod` answers it (undecidable).
+        return Err(Skip("GPU quantity unreadable (answered by /validate-pod)"));
+    }
     if features.gpu_count == 0 {
         return Err(Skip("no GPU requested"));
     }
@@ -354,6 +358,15 @@ mod tests {
                     json!({"metadata": {}, "spec": {"containers": [{"name": "c"}]}}),
                 ),
                 "no GPU requested",
+            ),
+            (
+                request(
+                    "CREATE",
+                    Some("ml"),
+                    json!({"metadata": {}, "spec": {"containers": [{"name": "c",
+                        "resources": {"limits": {"nvidia.com/gpu": "one"}}}]}}),
+                ),
+                "GPU quantity unreadable (answered by /validate-pod)",
             ),
             (request("DELETE", Some("ml"), json!(null)), "not a CREATE"),
             (

@@ -15,7 +15,7 @@ use crate::policy::{PolicySnapshot, TierRules, TierScope, Untiered};
 use crate::priority_class::{NoPriorityClasses, PriorityClassLookup};
 use crate::review::Verdict;
 use crate::tier_bound::{self, Breach};
-use gpu_admission_proto::scorer::v1::{EnforcementMode, GpuVendor};
+use gpu_admission_proto::scorer::v1::{EnforcementMode, GpuClass, GpuVendor};
 use templates::{DescribedPod, described_pods};
 
 /// What is wrong (the metric's `reason` label).
@@ -32,7 +32,8 @@ pub enum Reason {
     NotBoundToTier,
     /// `spec.nodeName` names a Node outside the tier, or one the frontend does not know.
     NodeOutsideTier,
-    /// Whether the Pod asks for GPUs cannot be told (a DRA claim the frontend cannot read).
+    /// Whether (or how many) GPUs the Pod asks for cannot be told: a DRA claim the frontend cannot read, a GPU
+    /// resource whose quantity is no Kubernetes quantity.
     Undecidable,
     /// A GPU Pod, or a Pod naming a PriorityClass, in a namespace without a tier under
     /// `untieredNamespaces: Deny`.
@@ -334,6 +335,7 @@ pub fn pod_violations(described: &DescribedPod, at: &Where<'_>) -> Vec<Violation
         return Vec::new();
     };
     let mut found: Vec<(Reason, String)> = Vec::new();
+    found.extend(unreadable_quantities(&f.unreadable_gpu_quantities));
     if f.gpu_count == 0 {
         found.extend(undecidable_claims(spec, &f.unresolved_claims, itself, at));
         found.extend(priority_violation(spec, at));
@@ -437,6 +439,22 @@ fn undecidable_claims(
     ))
 }
 
+/// GPU resources whose quantity is no Kubernetes quantity: how many GPUs the Pod asks for cannot be told, so
+/// it cannot be held to its tier (the apiserver refuses such a Pod itself; a review or a template may still
+/// carry one).
+fn unreadable_quantities(unreadable: &[String]) -> Option<(Reason, String)> {
+    if unreadable.is_empty() {
+        return None;
+    }
+    Some((
+        Reason::Undecidable,
+        format!(
+            "asks for GPUs with a quantity that is no Kubernetes quantity ({}): how many GPUs it asks for cannot be told",
+            unreadable.join(", ")
+        ),
+    ))
+}
+
 /// A PriorityClass of the Pod's own beyond the tier's cap (its value, or its preemption): every Pod, GPU or
 /// not; the `globalDefault` class is no exemption.
 fn priority_violation(spec: &PodSpec, at: &Where<'_>) -> Option<(Reason, String)> {
@@ -444,7 +462,8 @@ fn priority_violation(spec: &PodSpec, at: &Where<'_>) -> Option<(Reason, String)
     Some((Reason::PriorityAboveCap, beyond.describe()))
 }
 
-/// A GPU need (memory per GPU, vendor) that no class of the tier meets.
+/// A GPU need (memory per GPU, vendor) that no class of the tier meets; the message names the need no class
+/// meets (memory, vendor, or the two together) and what the tier's classes offer.
 fn fit_violation(f: &features::JobFeatures, at: &Where<'_>) -> Option<(Reason, String)> {
     let (rules, policy) = (at.rules, at.policy);
     let memory = f.gpu_memory_gib.or_else(|| {
@@ -453,35 +472,40 @@ fn fit_violation(f: &features::JobFeatures, at: &Where<'_>) -> Option<(Reason, S
             .and_then(|jt| policy.job_type_default_memory_gib.get(jt).copied())
     });
     let vendor = f.gpu_vendor;
-    let fits = policy.catalog.iter().any(|c| {
-        rules.allows(&c.name)
-            && memory.is_none_or(|m| c.memory_gib >= m)
-            && (vendor == GpuVendor::Unknown || c.vendor == vendor as i32)
-    });
-    let tier_has_classes = policy.catalog.iter().any(|c| rules.allows(&c.name));
-    if fits || !tier_has_classes {
+    let tier: Vec<_> = policy
+        .catalog
+        .iter()
+        .filter(|c| rules.allows(&c.name))
+        .collect();
+    let memory_fits = |c: &&GpuClass| memory.is_none_or(|m| c.memory_gib >= m);
+    let vendor_fits = |c: &&GpuClass| vendor == GpuVendor::Unknown || c.vendor == vendor as i32;
+    if tier.is_empty() || tier.iter().any(|c| memory_fits(c) && vendor_fits(c)) {
         return None;
     }
-    let mut need = Vec::new();
-    if let Some(m) = memory {
-        need.push(format!("{m} GiB per GPU"));
-    }
-    if vendor != GpuVendor::Unknown {
-        need.push(format!(
-            "{} GPUs",
-            vendor
-                .as_str_name()
-                .trim_start_matches("GPU_VENDOR_")
-                .to_lowercase()
-        ));
-    }
-    Some((
-        Reason::NoClassFits,
-        format!(
-            "needs {}, which no GPU class of the tier offers",
-            need.join(" and ")
+    let vendor = vendor
+        .as_str_name()
+        .trim_start_matches("GPU_VENDOR_")
+        .to_lowercase();
+    // Which need some class of the tier meets on its own.
+    let memory_met = tier.iter().any(memory_fits);
+    let vendor_met = tier.iter().any(vendor_fits);
+    let what = match memory {
+        // Memory alone: some class is of the vendor (or it is unknown), none that large.
+        Some(m) if vendor_met && !memory_met => {
+            let largest = tier.iter().map(|c| c.memory_gib).fold(0.0_f64, f64::max);
+            format!(
+                "needs {m} GiB of GPU memory per GPU, more than any GPU class of the tier has (at most {largest} GiB)"
+            )
+        }
+        Some(m) if vendor_met => format!(
+            "needs {vendor} GPUs with {m} GiB of memory per GPU, which no one GPU class of the tier offers together"
         ),
-    ))
+        Some(m) if !memory_met => format!(
+            "needs {vendor} GPUs with {m} GiB of memory per GPU: the tier has no {vendor} GPU class, none with that much memory"
+        ),
+        _ => format!("needs {vendor} GPUs; the tier has no {vendor} GPU class"),
+    };
+    Some((Reason::NoClassFits, what))
 }
 
 /// The `/validate-pod` decision: [`check`] with the PriorityClasses every webhook decides with (the cluster's,

@@ -300,7 +300,10 @@ fn priority_above_the_cap_and_needs_no_class_meets() {
     let msg = v.denied.unwrap();
     assert!(
         msg.contains("asks for PriorityClass gpu-ultra (1000000)")
-            && msg.contains("needs 70 GiB per GPU and nvidia GPUs"),
+            && msg.contains(
+                "needs 70 GiB of GPU memory per GPU, more than any GPU class of the tier has (at most 24 GiB)"
+            )
+            && !msg.contains("nvidia GPUs"),
         "{msg}"
     );
     // A job type's default memory counts when the Pod does not say.
@@ -817,5 +820,91 @@ fn a_cpu_only_pods_priority_is_capped_preemption_included() {
     assert_eq!(
         check_with(&cpu("gpu-default"), &p, &tiers),
         Check::Allowed(Allowance::WithinTier)
+    );
+}
+
+/// The message names the need no class of the tier meets: the vendor alone, or memory and vendor together.
+#[test]
+fn a_need_no_class_meets_is_named() {
+    let amd = |memory: &str| {
+        let spec = json!({"nodeSelector": {KEY: "L4-24GB"},
+            "containers": [{"name": "c", "resources": {"limits": {"amd.com/gpu": "1"}}}]});
+        request(
+            ("", "Pod"),
+            "batch",
+            pod("batch", json!({"gpu.mem.gi": memory}), spec),
+            &[],
+            "CREATE",
+            Value::Null,
+        )
+    };
+    let message = |req| run(&req, EnforcementMode::Enforce).1.denied.unwrap();
+    let msg = message(amd("16"));
+    assert!(
+        msg.contains("needs amd GPUs; the tier has no amd GPU class") && !msg.contains("GiB of"),
+        "{msg}"
+    );
+    let msg = message(amd("70"));
+    assert!(
+        msg.contains("needs amd GPUs with 70 GiB of memory per GPU: the tier has no amd GPU class, none with that much memory"),
+        "{msg}"
+    );
+    // An NVIDIA class with the memory and a smaller AMD one: each need met, never both by one class.
+    let mut r = response(EnforcementMode::Enforce);
+    r.catalog.push(GpuClass {
+        vendor: GpuVendor::Amd as i32,
+        ..class("MI210-64GB", 64.0)
+    });
+    r.tiers[0].allowed_classes = vec!["H100-80GB".into(), "MI210-64GB".into()];
+    let p = PolicySnapshot::from_response(r);
+    let mut req = amd("70");
+    req.object.as_mut().unwrap().data["spec"]["nodeSelector"] = json!({KEY: "MI210-64GB"});
+    let msg = verdict(&check_with(&req, &p, &tiers), EnforcementMode::Enforce)
+        .denied
+        .unwrap();
+    assert!(
+        msg.contains("needs amd GPUs with 70 GiB of memory per GPU, which no one GPU class of the tier offers together"),
+        "{msg}"
+    );
+    // Within what the AMD class has: no fit violation.
+    let mut req = amd("64");
+    req.object.as_mut().unwrap().data["spec"]["nodeSelector"] = json!({KEY: "MI210-64GB"});
+    assert_eq!(
+        check_with(&req, &p, &tiers),
+        Check::Allowed(Allowance::WithinTier)
+    );
+}
+
+/// A GPU resource whose quantity is no Kubernetes quantity: how many GPUs the Pod asks for cannot be told, so
+/// it is undecidable (denied in Enforce), never "no GPU" (issue 39).
+#[test]
+fn an_unreadable_gpu_quantity_is_undecidable() {
+    let spec = json!({"nodeSelector": {KEY: "L4-24GB"},
+        "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "one", "cpu": "1"}}}]});
+    let req = request(
+        ("", "Pod"),
+        "batch",
+        pod("batch", json!({}), spec),
+        &[],
+        "CREATE",
+        Value::Null,
+    );
+    let (c, v) = run(&req, EnforcementMode::Enforce);
+    assert_eq!(reasons(&c), [Reason::Undecidable]);
+    let msg = v.denied.unwrap();
+    assert!(
+        msg.contains(r#"(container "c": nvidia.com/gpu="one")"#)
+            && msg.contains("how many GPUs it asks for cannot be told"),
+        "{msg}"
+    );
+    // The same in a workload's template; and a readable GPU count beside it does not make it decidable.
+    let spec = json!({"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1", "amd.com/gpu": "x"}}}]});
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "batch"},
+        "spec": {"template": {"spec": spec}}});
+    let req = request(("batch", "Job"), "batch", job, &[], "CREATE", Value::Null);
+    assert!(
+        reasons(&run(&req, EnforcementMode::Enforce).0).contains(&Reason::Undecidable),
+        "{:?}",
+        run(&req, EnforcementMode::Enforce).0
     );
 }

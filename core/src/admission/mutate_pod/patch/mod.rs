@@ -228,14 +228,10 @@ fn warnings(input: &PatchInput<'_>, plan: &Plan<'_>) -> Vec<String> {
         ));
     }
     if input.answer.accepted_classes.is_empty() && !input.fallback && plan.place {
-        let reason = if input.answer.infeasible_reason.is_empty() {
-            "no feasible GPU class"
-        } else {
-            &input.answer.infeasible_reason
-        };
-        out.push(format!(
-            "gpu-admission: no GPU class of tier {tier} fits this Pod ({reason}); it is constrained to the tier's classes ({}) and may never schedule",
-            targets.join(", ")
+        out.push(no_fit_warning(
+            &input.answer.infeasible_reason,
+            tier,
+            &targets.join(", "),
         ));
     }
     if let Some((own, cap)) = &plan.capped_own {
@@ -244,4 +240,25 @@ fn warnings(input: &PatchInput<'_>, plan: &Plan<'_>) -> Vec<String> {
         ));
     }
     out
+}
+
+/// The warning for a Pod no class of its tier fits, whole within the apiserver's warning length: the scorer's
+/// reason as it gave it (it names the tier and each class's shortfall), cut only when it would not fit, then
+/// pointing to the annotation that holds it whole.
+fn no_fit_warning(reason: &str, tier: &str, targets: &str) -> String {
+    let fallback = format!("no feasible GPU class for tier {tier}");
+    let reason = if reason.is_empty() { &fallback } else { reason };
+    let tail = format!("; held to tier {tier}'s classes ({targets}), the Pod may never schedule");
+    let whole = format!("gpu-admission: {reason}{tail}");
+    if whole.chars().count() <= crate::review::MAX_WARNING_CHARS {
+        return whole;
+    }
+    let more = format!(
+        "… (whole in annotation {})",
+        crate::names::decision::ANN_INFEASIBLE_REASON
+    );
+    let room = crate::review::MAX_WARNING_CHARS
+        .saturating_sub("gpu-admission: ".len() + tail.chars().count() + more.chars().count());
+    let cut: String = reason.chars().take(room).collect();
+    format!("gpu-admission: {cut}{more}{tail}")
 }

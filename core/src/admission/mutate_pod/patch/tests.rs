@@ -456,6 +456,36 @@ fn an_infeasible_pod_is_still_placed_on_its_tier_with_a_warning() {
     );
 }
 
+/// The no-fit warning is whole within the apiserver's warning length (the scorer's usual reason fits as it
+/// is); a reason too long to fit is cut inside the warning, which still ends with its consequence.
+#[test]
+fn the_no_fit_warning_fits_the_warning_length() {
+    let usual = "no feasible GPU class for tier bronze: L4-24GB: needs 70 GiB of GPU memory per GPU, class has 24 GiB; 6 other classes are not allowed for tier bronze";
+    let w = no_fit_warning(usual, "bronze", "L4-24GB");
+    assert_eq!(
+        w,
+        format!(
+            "gpu-admission: {usual}; held to tier bronze's classes (L4-24GB), the Pod may never schedule"
+        )
+    );
+    assert!(w.chars().count() <= crate::review::MAX_WARNING_CHARS);
+    let long = format!(
+        "{usual}; {}",
+        "X-1GB: needs 70 GiB, class has 1 GiB; ".repeat(8)
+    );
+    let w = no_fit_warning(&long, "bronze", "L4-24GB");
+    assert_eq!(w.chars().count(), crate::review::MAX_WARNING_CHARS, "{w}");
+    assert!(
+        w.starts_with("gpu-admission: no feasible GPU class for tier bronze: L4-24GB: needs 70 GiB")
+            && w.ends_with("… (whole in annotation gpu-admission.io/infeasible-reason); held to tier bronze's classes (L4-24GB), the Pod may never schedule"),
+        "{w}"
+    );
+    assert_eq!(
+        no_fit_warning("", "gold", "H100-80GB"),
+        "gpu-admission: no feasible GPU class for tier gold; held to tier gold's classes (H100-80GB), the Pod may never schedule"
+    );
+}
+
 #[test]
 fn priority_is_capped_at_the_tier() {
     let b = Bronze::new();

@@ -1,0 +1,155 @@
+//! The quota ledger: what every frontend replica has admitted and no Pod watch may have seen yet, kept in
+//! one small object all replicas write with optimistic concurrency (issue 37's hard overshoot bound).
+//!
+//! A replica decides a quota'd Pod against `watched usage + the ledger's entries its own watch has not
+//! counted`, and admits it only if it can write the ledger with the Pod's entry on top of the version it
+//! read (a conflict: read again, decide again). So two replicas never both spend the same headroom: every
+//! admission is ordered by the ledger's versions, and each sees every admission before it, through its watch
+//! or through the ledger. An entry is pruned once its Pod has been counted by the writer's watch for
+//! [`SEEN_GRACE_MS`] (every replica's watch has then had that long to see it too) or after [`ENTRY_TTL_MS`]
+//! (a Pod another admission step refused after us, never created). Keyed by the Pod's UID, which the
+//! apiserver assigns before validating admission runs.
+use std::collections::BTreeMap;
+
+use gpu_admission_policy::quotas::MilliGpus;
+use serde::{Deserialize, Serialize};
+
+use super::Usage;
+use super::demand::Counted;
+
+/// How long an entry whose Pod the writer's watch counts stays, for the other replicas' watches.
+pub const SEEN_GRACE_MS: u64 = 10_000;
+/// How long an entry whose Pod never came stays.
+pub const ENTRY_TTL_MS: u64 = 60_000;
+/// Entries a ledger holds at most: beyond, admissions of quota'd Pods wait for pruning (denied in Enforce,
+/// the ledger's size bounded whatever the rate). 4,000 entries are ≈ 400 kB of the object's 1 MiB.
+pub const MAX_ENTRIES: usize = 4_000;
+
+/// One admitted quota'd Pod.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    pub uid: String,
+    pub tier: String,
+    pub namespace: String,
+    /// Milli-GPUs per class it is counted against.
+    #[serde(default)]
+    pub classes: BTreeMap<String, MilliGpus>,
+    pub total: MilliGpus,
+    /// When it was admitted, in milliseconds since the Unix epoch (the writer's clock).
+    pub at_ms: u64,
+}
+
+impl Entry {
+    pub fn new(uid: &str, tier: &str, namespace: &str, counted: &Counted, at_ms: u64) -> Self {
+        Self {
+            uid: uid.to_string(),
+            tier: tier.to_string(),
+            namespace: namespace.to_string(),
+            classes: counted.classes.clone(),
+            total: counted.total,
+            at_ms,
+        }
+    }
+
+    fn counted(&self) -> Counted {
+        Counted {
+            classes: self.classes.clone(),
+            total: self.total,
+        }
+    }
+
+    fn expired(&self, now_ms: u64) -> bool {
+        now_ms.saturating_sub(self.at_ms) >= ENTRY_TTL_MS
+    }
+}
+
+/// What a replica's Pod watch knows of a UID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// Never seen: the entry counts.
+    No,
+    /// Counted by the watch (or counted and gone since) from this time: the entry does not count again.
+    Since { at_ms: u64 },
+}
+
+/// The usage to decide against: `watched` plus every unexpired entry the watch has not seen.
+pub fn effective_usage(
+    watched: &Usage,
+    entries: &[Entry],
+    seen: impl Fn(&str) -> Seen,
+    now_ms: u64,
+) -> Usage {
+    let mut usage = watched.clone();
+    for e in entries
+        .iter()
+        .filter(|e| !e.expired(now_ms) && seen(&e.uid) == Seen::No)
+    {
+        usage.add(&e.tier, &e.namespace, &e.counted(), 1);
+    }
+    usage
+}
+
+/// The entries worth keeping: unexpired, and not counted by the writer's watch for [`SEEN_GRACE_MS`].
+pub fn prune(entries: &mut Vec<Entry>, seen: impl Fn(&str) -> Seen, now_ms: u64) {
+    entries.retain(|e| {
+        !e.expired(now_ms)
+            && match seen(&e.uid) {
+                Seen::No => true,
+                Seen::Since { at_ms } => now_ms.saturating_sub(at_ms) < SEEN_GRACE_MS,
+            }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(uid: &str, gpus: u64, at_ms: u64) -> Entry {
+        let counted = Counted {
+            classes: [("L4-24GB".to_string(), gpus * 1000)].into(),
+            total: gpus * 1000,
+        };
+        Entry::new(uid, "bronze", "team-a", &counted, at_ms)
+    }
+
+    #[test]
+    fn unseen_entries_count_once_seen_ones_are_the_watch_s() {
+        let mut watched = Usage::default();
+        let seen_pod = entry("seen", 2, 0);
+        watched.add("bronze", "team-a", &seen_pod.counted(), 1);
+        let entries = vec![seen_pod, entry("unseen", 1, 0), entry("old", 4, 0)];
+        let seen = |uid: &str| match uid {
+            "seen" => Seen::Since { at_ms: 100 },
+            _ => Seen::No,
+        };
+        let usage = effective_usage(&watched, &entries[..2], seen, 1_000);
+        assert_eq!(usage.namespaces["team-a"].total, 3_000);
+        // An expired entry no longer counts.
+        let usage = effective_usage(&watched, &entries, seen, ENTRY_TTL_MS);
+        assert_eq!(usage.namespaces["team-a"].total, 2_000);
+    }
+
+    #[test]
+    fn pruning_keeps_seen_entries_for_the_other_replicas_grace_and_drops_expired_ones() {
+        let mut entries = vec![
+            entry("seen-now", 1, 0),
+            entry("seen-long-ago", 1, 0),
+            entry("unseen", 1, 0),
+            entry("never-came", 1, 0),
+        ];
+        let now = 20_000;
+        let seen = |uid: &str| match uid {
+            "seen-now" => Seen::Since { at_ms: now - 1 },
+            "seen-long-ago" => Seen::Since {
+                at_ms: now - SEEN_GRACE_MS,
+            },
+            _ => Seen::No,
+        };
+        prune(&mut entries, seen, now);
+        let kept: Vec<_> = entries.iter().map(|e| e.uid.as_str()).collect();
+        assert_eq!(kept, ["seen-now", "unseen", "never-came"]);
+        prune(&mut entries, seen, ENTRY_TTL_MS);
+        assert!(entries.is_empty(), "{entries:?}");
+    }
+}

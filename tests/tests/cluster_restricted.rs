@@ -1,0 +1,531 @@
+//! Namespace-restricted instances (issue 38) against a real kube-apiserver: the cluster-wide installation
+//! (the SHIPPED mutating and validating registrations, URL and CA swapped in; the default policy in Enforce)
+//! and a restricted one for `gpu-team` as `deploy/kustomize/overlays/namespaced` installs it: the overlay's
+//! ServiceAccount, Role, RoleBinding and Lease applied, its frontend run as that ServiceAccount with
+//! `--restrict-to-namespaces gpu-team --no-kube`, its own scorer and policy (exploration off, so its
+//! `policy-version` differs), registered by the overlay's own MutatingWebhookConfiguration (URL and CA
+//! swapped in; it selects only the namespace and sorts before `gpu-admission`). Requests as the tenant alice.
+//!
+//! Shows: the team namespace's Pods carry the restricted scorer's decision (its policy version and
+//! `decided-by`), another namespace's the cluster-wide one's; the team's H100 pin (bronze) is denied in
+//! Enforce; alice's own fake `gpu-admission-ns-lock` Lease in another namespace only turns the cluster-wide
+//! scorer away (her Pod is still bound to bronze, her H100 pin still denied); the restricted instance
+//! killed while Pods are created in a loop: every Pod carries a tier bound, and the namespace is back with
+//! the cluster-wide scorer within the Lease duration (15 s). Prints the table and the time it took.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use gpu_admission_core::ns_lock::LEASE_NAME;
+use gpu_admission_core::policy::PolicySnapshot;
+use gpu_admission_core::tier_bound::{self, NoNodes};
+use gpu_admission_tests::cluster::{CaseTable, LocalCluster};
+use gpu_admission_tests::{Scorer, Webhook};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
+use serde::Deserialize as _;
+use serde_json::{Value, json};
+
+const USER: &str = "alice";
+const CLASS: &str = "gpu.nvidia.com/class";
+const TEAM: &str = "gpu-team";
+const OTHER: &str = "restricted-other";
+const FAKE: &str = "restricted-fake";
+
+fn repo_file(rel: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel))
+        .unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+/// The default policy in Enforce; the team's with exploration off (another version, the same tiers).
+fn policies() -> (String, String) {
+    let text = repo_file("deploy/kustomize/base/policy/default-policy.yaml");
+    assert!(text.contains("  mode: Warn") && text.contains("  explorationCap: 0.1"));
+    let cluster = text.replace("  mode: Warn", "  mode: Enforce");
+    let team = cluster.replace("  explorationCap: 0.1", "  explorationCap: 0.0");
+    (cluster, team)
+}
+
+/// A shipped registration, pointed at `webhook`, keeping the entries `keep`.
+fn shipped(file: &str, name: &str, webhook: &Webhook, keep: &[&str]) -> Value {
+    let mut config: Value =
+        serde_yaml::from_str(&repo_file(&format!("deploy/kustomize/base/webhook/{file}"))).unwrap();
+    let base = webhook.mutate_url().replace("/mutate-pod", "");
+    let ca = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        webhook.ca_pem().unwrap(),
+    );
+    config["metadata"]["name"] = json!(name);
+    let hooks = config["webhooks"].as_array_mut().unwrap();
+    hooks.retain(|h| keep.contains(&h["name"].as_str().unwrap_or("")));
+    for h in hooks {
+        let path = h["clientConfig"]["service"]["path"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        h["clientConfig"] = json!({"url": format!("{base}{path}"), "caBundle": ca});
+        h["timeoutSeconds"] = json!(10);
+    }
+    config
+}
+
+/// `deploy/kustomize/overlays/namespaced`, rendered by kubectl's kustomize.
+fn namespaced_overlay() -> Vec<Value> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kustomize/overlays/namespaced");
+    let out = std::process::Command::new("kubectl")
+        .arg("kustomize")
+        .arg(&dir)
+        .output()
+        .expect("kubectl kustomize");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_yaml::Deserializer::from_slice(&out.stdout)
+        .map(|d| {
+            serde_yaml::from_value::<Value>(serde_yaml::Value::deserialize(d).unwrap()).unwrap()
+        })
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn gpu_pod(name: &str, pin: Option<&str>) -> Value {
+    let mut pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"containers": [{"name": "main", "image": "registry.example/train:1",
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}});
+    if let Some(class) = pin {
+        pod["spec"]["nodeSelector"] = json!({CLASS: class});
+    }
+    pod
+}
+
+/// A client acting as alice (impersonation through the admin kubeconfig).
+async fn tenant_client(kubeconfig: &Path) -> kube::Client {
+    let mut kc = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    for a in &mut kc.auth_infos {
+        if let Some(info) = a.auth_info.as_mut() {
+            info.impersonate = Some(USER.into());
+        }
+    }
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+fn annotation<'p>(pod: &'p Pod, key: &str) -> Option<&'p str> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clusters() {
+    let Some(cluster) = LocalCluster::start()
+        .await
+        .expect("the local control plane starts")
+    else {
+        return;
+    };
+    let client = cluster.client();
+    let dir = tempfile::tempdir().unwrap();
+    let (cluster_policy, team_policy) = policies();
+    let cluster_file = dir.path().join("cluster-policy.yaml");
+    let team_file = dir.path().join("team-policy.yaml");
+    std::fs::write(&cluster_file, &cluster_policy).unwrap();
+    std::fs::write(&team_file, &team_policy).unwrap();
+    let snapshot = PolicySnapshot::from_policy(std::sync::Arc::new(
+        gpu_admission_policy::parse(&cluster_policy, "cluster-policy.yaml")
+            .expect("the policy parses"),
+    ));
+
+    let scorer = Scorer::builder()
+        .policy(&cluster_file)
+        .name("scorer-cluster")
+        .start()
+        .await
+        .expect("cluster scorer");
+    let team_scorer = Scorer::builder()
+        .policy(&team_file)
+        .name("scorer-team")
+        .start()
+        .await
+        .expect("team scorer");
+    let (cluster_version, team_version) = (
+        scorer.policy().version.clone(),
+        team_scorer.policy().version.clone(),
+    );
+    assert_ne!(cluster_version, team_version, "the two policies differ");
+    cluster
+        .create_priority_classes(scorer.policy())
+        .await
+        .expect("priority classes");
+    for ns in [TEAM, OTHER, FAKE] {
+        cluster.create_namespace(ns, Some("bronze")).await.unwrap();
+    }
+    cluster.bind_tenant(USER).await.expect("tenant");
+    // alice may also write Leases in her namespace FAKE (as any namespace editor may).
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "leases", "namespace": FAKE},
+        "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["*"]}]});
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "alice-leases", "namespace": FAKE},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "leases"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}]});
+    Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(client.clone(), FAKE)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(role).unwrap(),
+        )
+        .await
+        .unwrap();
+    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client.clone(), FAKE)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(binding).unwrap(),
+        )
+        .await
+        .unwrap();
+
+    let webhook = Webhook::builder(&scorer.url())
+        .kubeconfig(cluster.kubeconfig())
+        .policy_file(&cluster_file)
+        .name("frontend-cluster")
+        .start()
+        .await
+        .expect("cluster frontend");
+    // The overlay's namespaced objects (not its Deployments and Services: the test runs the processes; not
+    // cert-manager's: the test's CA), then its frontend as the overlay's ServiceAccount: --no-kube (the team
+    // states its tier; the cluster-wide instance holds it to the real one), the API for its Lease only.
+    let overlay = namespaced_overlay();
+    let applied: Vec<&Value> = overlay
+        .iter()
+        .filter(|o| {
+            matches!(
+                o["kind"].as_str(),
+                Some("ServiceAccount" | "Role" | "RoleBinding" | "Lease" | "ConfigMap")
+            )
+        })
+        .collect();
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": applied});
+    let a = gpu_admission_tests::cluster::kubectl(
+        cluster.kubeconfig(),
+        None,
+        &[],
+        &["apply", "-f", "-"],
+        &list.to_string(),
+    );
+    assert!(a.ok, "applying the overlay: {}", a.stderr);
+    let team_kubeconfig = gpu_admission_tests::cluster::service_account_kubeconfig(
+        cluster.kubeconfig(),
+        dir.path(),
+        TEAM,
+        "gpu-admission-webhook",
+    )
+    .unwrap();
+    let start_team = |name: &'static str| {
+        Webhook::builder(&team_scorer.url())
+            .kubeconfig(&team_kubeconfig)
+            .no_kube()
+            .namespace_tier(TEAM, "bronze")
+            .policy_file(&team_file)
+            .name(name)
+            .arg("--restrict-to-namespaces")
+            .arg(TEAM)
+            .start()
+    };
+    let mut team = start_team("frontend-team")
+        .await
+        .expect("restricted frontend");
+    let mutating =
+        |v: Value| -> MutatingWebhookConfiguration { serde_json::from_value(v).unwrap() };
+    let mwc = Api::<MutatingWebhookConfiguration>::all(client.clone());
+    mwc.create(
+        &PostParams::default(),
+        &mutating(shipped(
+            "mutatingwebhookconfiguration.yaml",
+            "gpu-admission",
+            &webhook,
+            &["pods.gpu-admission.io"],
+        )),
+    )
+    .await
+    .unwrap();
+    // The overlay's registration, pointed at the test's restricted frontend.
+    let mut restricted = overlay
+        .iter()
+        .find(|o| o["kind"] == "MutatingWebhookConfiguration")
+        .expect("the overlay's registration")
+        .clone();
+    let ca = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        team.ca_pem().unwrap(),
+    );
+    restricted["metadata"]["annotations"] = json!({});
+    restricted["webhooks"][0]["clientConfig"] = json!({"url": team.mutate_url(), "caBundle": ca});
+    restricted["webhooks"][0]["timeoutSeconds"] = json!(10);
+    let registration = restricted.clone();
+    mwc.create(&PostParams::default(), &mutating(restricted))
+        .await
+        .unwrap();
+    let validating: ValidatingWebhookConfiguration = serde_json::from_value(shipped(
+        "validatingwebhookconfiguration.yaml",
+        "gpu-admission-validate",
+        &webhook,
+        &["pods.validate.gpu-admission.io"],
+    ))
+    .unwrap();
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &validating)
+        .await
+        .unwrap();
+
+    // The restricted instance holds its Lease once ready.
+    let leases = Api::<Lease>::namespaced(client.clone(), TEAM);
+    // The Lease's holder once it is someone else than `not`, within 20 s.
+    let holder_other_than = |not: Option<String>| {
+        let leases = leases.clone();
+        async move {
+            let started = Instant::now();
+            while started.elapsed() < Duration::from_secs(20) {
+                let lease = leases.get_opt(LEASE_NAME).await.unwrap();
+                let holder = lease.and_then(|l| l.spec?.holder_identity);
+                if holder.is_some() && holder != not {
+                    return holder;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            None
+        }
+    };
+    let first_holder = holder_other_than(None).await;
+    assert!(
+        first_holder.is_some(),
+        "the restricted instance takes its Lease\n{}",
+        team.process.log_tail(30)
+    );
+
+    let tenant = tenant_client(cluster.kubeconfig()).await;
+    let create = |ns: &'static str, pod: Value| {
+        let api = Api::<Pod>::namespaced(tenant.clone(), ns);
+        async move {
+            api.create(
+                &PostParams::default(),
+                &serde_json::from_value(pod).unwrap(),
+            )
+            .await
+        }
+    };
+    let rules = snapshot.tier_rules("bronze", TEAM).unwrap();
+    let bound = |pod: &Pod| {
+        tier_bound::check(
+            pod.spec.as_ref().unwrap(),
+            &rules,
+            &snapshot.catalog,
+            &NoNodes,
+        )
+        .is_ok()
+    };
+    let mut table = CaseTable::start();
+
+    // 1. The team's Pod: the restricted scorer's decision; the apiserver calls new registrations after a
+    // moment, so the first Pods may come before them.
+    let mut team_pod = None;
+    for i in 0..40 {
+        let p = create(TEAM, gpu_pod(&format!("team-{i}"), None))
+            .await
+            .unwrap();
+        if annotation(&p, "gpu-admission.io/policy-version") == Some(team_version.as_str()) {
+            team_pod = Some(p);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let p = team_pod.expect("a team Pod decided by the restricted instance");
+    table.check(
+        "team Pod: decided by the restricted instance",
+        format!(
+            "policy-version {:?}, decided-by {:?}, bound {}",
+            annotation(&p, "gpu-admission.io/policy-version"),
+            annotation(&p, "gpu-admission.io/decided-by"),
+            bound(&p)
+        ),
+        annotation(&p, "gpu-admission.io/decided-by") == Some("restricted:gpu-team")
+            && annotation(&p, "gpu-admission.io/placement") == Some("gpu-admission")
+            && bound(&p),
+    );
+    let p = create(OTHER, gpu_pod("other-1", None)).await.unwrap();
+    table.check(
+        "other namespace's Pod: decided by the cluster-wide instance",
+        format!(
+            "policy-version {:?}, decided-by {:?}",
+            annotation(&p, "gpu-admission.io/policy-version"),
+            annotation(&p, "gpu-admission.io/decided-by")
+        ),
+        annotation(&p, "gpu-admission.io/policy-version") == Some(cluster_version.as_str())
+            && annotation(&p, "gpu-admission.io/decided-by").is_none()
+            && bound(&p),
+    );
+    // 2. The team's H100 pin: denied by the cluster-wide validation.
+    let denied = create(TEAM, gpu_pod("team-h100", Some("H100-80GB"))).await;
+    table.check(
+        "team Pod pinning H100 (bronze), Enforce",
+        format!("{denied:?}").chars().take(160).collect(),
+        matches!(&denied, Err(kube::Error::Api(e)) if e.message.contains("outside tier bronze")),
+    );
+
+    // 3. alice's fake Lease in FAKE: the cluster-wide scorer stays away, the tier holds.
+    let fake: Lease = serde_json::from_value(json!({"apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease", "metadata": {"name": LEASE_NAME, "namespace": FAKE},
+        "spec": {"holderIdentity": "alice", "leaseDurationSeconds": 3600,
+                 "renewTime": k8s_openapi::jiff::Timestamp::now().to_string()}}))
+    .unwrap();
+    Api::<Lease>::namespaced(tenant.clone(), FAKE)
+        .create(&PostParams::default(), &fake)
+        .await
+        .expect("alice creates her own Lease");
+    let mut fake_pod = None;
+    for i in 0..20 {
+        let p = create(FAKE, gpu_pod(&format!("fake-{i}"), None))
+            .await
+            .unwrap();
+        if annotation(&p, "gpu-admission.io/fallback").is_some() {
+            fake_pod = Some(p);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let p = fake_pod.expect("the cluster-wide frontend sees alice's Lease");
+    table.check(
+        "fake Lease: alice's Pod not scored, still bound to bronze",
+        format!(
+            "fallback {:?}, bound {}",
+            annotation(&p, "gpu-admission.io/fallback"),
+            bound(&p)
+        ),
+        bound(&p),
+    );
+    let denied = create(FAKE, gpu_pod("fake-h100", Some("H100-80GB"))).await;
+    table.check(
+        "fake Lease: alice's H100 pin, Enforce",
+        format!("{denied:?}").chars().take(160).collect(),
+        matches!(&denied, Err(kube::Error::Api(e)) if e.message.contains("outside tier bronze")),
+    );
+
+    // Creates team Pods every 250 ms until one is scored by the cluster-wide instance (its policy version, no
+    // fallback): how many were created, how many of them unbound, and when it came back.
+    let until_back = |prefix: &'static str, since: Instant| {
+        let create = &create;
+        let bound = &bound;
+        let cluster_version = cluster_version.clone();
+        async move {
+            let (mut created, mut unbound, mut back) = (0, 0, None);
+            while since.elapsed() < Duration::from_secs(30) {
+                let p = create(TEAM, gpu_pod(&format!("{prefix}-{created}"), None))
+                    .await
+                    .unwrap();
+                created += 1;
+                if !bound(&p) {
+                    unbound += 1;
+                }
+                if annotation(&p, "gpu-admission.io/policy-version")
+                    == Some(cluster_version.as_str())
+                    && annotation(&p, "gpu-admission.io/fallback").is_none()
+                {
+                    back = Some(since.elapsed());
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            (created, unbound, back)
+        }
+    };
+
+    // 4. The restricted instance killed (no release): every Pod meanwhile bound, the namespace back with the
+    // cluster-wide scorer within the Lease duration.
+    team.process.kill();
+    let (created, unbound, back) = until_back("after-kill", Instant::now()).await;
+    println!("restricted instance killed: {created} Pods created, back after {back:?}");
+    table.check(
+        "restricted instance killed: Pods meanwhile all bound",
+        format!("{created} created, {unbound} unbound"),
+        unbound == 0 && created > 1,
+    );
+    table.check(
+        "restricted instance killed: back with the cluster-wide scorer within the Lease (15 s + 3 s)",
+        format!("{back:?}"),
+        back.is_some_and(|b| b <= Duration::from_secs(18)),
+    );
+
+    // 5. A new restricted instance (registration pointed at it) takes the Lease and decides again; stopped
+    // with SIGTERM it releases the Lease at once: the namespace is back within a second or two.
+    let team2 = start_team("frontend-team-2")
+        .await
+        .expect("restricted frontend, again");
+    let mut registration = registration;
+    registration["webhooks"][0]["clientConfig"] = json!({
+        "url": team2.mutate_url(),
+        "caBundle": base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            team2.ca_pem().unwrap(),
+        ),
+    });
+    mwc.patch(
+        registration["metadata"]["name"].as_str().unwrap(),
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"webhooks": registration["webhooks"]})),
+    )
+    .await
+    .unwrap();
+    let mut again = false;
+    for i in 0..60 {
+        let p = create(TEAM, gpu_pod(&format!("again-{i}"), None))
+            .await
+            .unwrap();
+        if annotation(&p, "gpu-admission.io/policy-version") == Some(team_version.as_str()) {
+            again = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    table.check(
+        "a new restricted instance decides again",
+        format!("{again}"),
+        again,
+    );
+    let second_holder = holder_other_than(first_holder).await;
+    table.check(
+        "the new restricted instance holds the Lease",
+        format!("{second_holder:?}"),
+        second_holder.is_some(),
+    );
+    team2.process.terminate().unwrap();
+    let (created, unbound, back) = until_back("after-term", Instant::now()).await;
+    println!("restricted instance stopped (SIGTERM): {created} Pods created, back after {back:?}");
+    table.check(
+        "restricted instance stopped (SIGTERM): Pods meanwhile all bound, back at once (< 5 s: Lease released)",
+        format!("{created} created, {unbound} unbound, back after {back:?}"),
+        unbound == 0 && back.is_some_and(|b| b < Duration::from_secs(5)),
+    );
+    let lease = leases.get_opt(LEASE_NAME).await.unwrap();
+    let holder = lease.and_then(|l| l.spec?.holder_identity);
+    table.check(
+        "restricted instance stopped (SIGTERM): its Lease has no holder",
+        format!("{holder:?}"),
+        holder.is_none(),
+    );
+    table.finish(&format!(
+        "{}\n{}\n{}",
+        webhook.process.log_tail(30),
+        team.process.log_tail(30),
+        team2.process.log_tail(30)
+    ));
+}
