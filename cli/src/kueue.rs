@@ -1,13 +1,16 @@
 //! `gpu-admission kueue export`: the policy's GPU quotas (issue 37) as Kueue objects, for teams that prefer
 //! queueing to denial: one ResourceFlavor per catalog class (its class node label, its taint tolerated), one
 //! ClusterQueue per tier with a quota (all in one cohort; per class of the tier: nominal quota = `min`,
-//! borrowing limit = `max - min`, none when the class states no `max`), and a LocalQueue `gpu-admission` in each
-//! namespace the tier's quota names. Tiers' `total` limits have no per-flavor Kueue equivalent and are not
-//! exported (gpu-admission's webhooks keep holding them).
+//! borrowing limit = `max - min`, none when the class states no `max`; a tier below its nominal quota takes it
+//! back from borrowers by preemption, `reclaimWithinCohort: Any`), the Cohort itself holding what
+//! `quotas.capacity` states beyond the tiers' `min`s (Kueue lends only nominal quota: without it, a class no tier
+//! guarantees could not be borrowed at all), and a LocalQueue `gpu-admission` in each namespace the tier's
+//! quota names. Tiers' `total` limits have no per-flavor Kueue equivalent and are not exported
+//! (gpu-admission's webhooks keep holding them).
 //!
-//! `kueue.x-k8s.io/v1beta2` (`cohortName`). Checked by hand against Kueue's CRDs (kubernetes-sigs/kueue
-//! `config/components/crd/bases`, at ff69552e79) on the project's kube-apiserver 1.37.2:
-//! `kubectl apply --dry-run=server --validate=strict` and `--dry-run=client` accept every object.
+//! `kueue.x-k8s.io/v1beta2` (`cohortName`), checked live against Kueue v0.17.0 built from its module on
+//! kube-apiserver 1.37.2 by `tests/tests/cluster_kueue.rs` (every ClusterQueue Active, admission on the
+//! tier's flavors, queueing over quota, reclaim by preemption).
 use gpu_admission_policy::gpu_resources::GpuResourceKind;
 use gpu_admission_policy::quotas::{Limit, MilliGpus};
 use gpu_admission_policy::{Policy, Vendor};
@@ -40,7 +43,55 @@ fn device_resource(policy: &Policy, vendor: Vendor) -> Option<&str> {
         .map(|r| r.name.as_str())
 }
 
-/// The Kueue objects of a policy's quotas, in order: ResourceFlavors, ClusterQueues, LocalQueues.
+/// Per vendor, the flavors of `classes` (catalog indices) with their quota of the vendor's device resource:
+/// Kueue's resource groups (every flavor of a group must cover the same resources).
+fn resource_groups(policy: &Policy, classes: impl Iterator<Item = (usize, Value)>) -> Vec<Value> {
+    let mut groups: Vec<(Vendor, Vec<Value>)> = Vec::new();
+    for (k, quota) in classes {
+        let class = &policy.classes[k];
+        let Some(resource) = device_resource(policy, class.vendor) else {
+            continue;
+        };
+        let mut r = json!({"name": resource});
+        if let (Value::Object(r), Value::Object(q)) = (&mut r, quota) {
+            r.extend(q);
+        }
+        let flavor = json!({"name": flavor_name(&class.name), "resources": [r]});
+        match groups.iter_mut().find(|(v, _)| *v == class.vendor) {
+            Some((_, flavors)) => flavors.push(flavor),
+            None => groups.push((class.vendor, vec![flavor])),
+        }
+    }
+    groups
+        .into_iter()
+        .filter_map(|(vendor, flavors)| {
+            Some(
+                json!({"coveredResources": [device_resource(policy, vendor)?], "flavors": flavors}),
+            )
+        })
+        .collect()
+}
+
+/// The Cohort, when `quotas.capacity` states a class: it holds the capacity the tiers' `min`s leave, which
+/// every ClusterQueue of the cohort may borrow up to its borrowing limit.
+fn cohort(policy: &Policy) -> Option<Value> {
+    let quotas = &policy.quotas;
+    let pool = quotas.capacity.iter().enumerate().filter_map(|(k, cap)| {
+        let guaranteed: MilliGpus = (0..policy.tiers.len())
+            .filter_map(|t| quotas.tier(t)?.limits.class(k))
+            .map(|l| l.min)
+            .sum();
+        let left = cap.as_ref()?.saturating_sub(guaranteed);
+        Some((k, json!({"nominalQuota": quantity(left)})))
+    });
+    let groups = resource_groups(policy, pool);
+    (quotas.any() && !groups.is_empty()).then(|| {
+        json!({"apiVersion": API, "kind": "Cohort", "metadata": {"name": COHORT},
+            "spec": {"resourceGroups": groups}})
+    })
+}
+
+/// The Kueue objects of a policy's quotas, in order: ResourceFlavors, the Cohort, ClusterQueues, LocalQueues.
 pub fn export(policy: &Policy, tier_label: &str) -> Vec<Value> {
     let mut out: Vec<Value> = policy
         .classes
@@ -57,42 +108,29 @@ pub fn export(policy: &Policy, tier_label: &str) -> Vec<Value> {
                 "metadata": {"name": flavor_name(&c.name)}, "spec": spec})
         })
         .collect();
+    out.extend(cohort(policy));
     let mut local_queues = Vec::new();
     for (t, tier) in policy.tiers.iter().enumerate() {
         let Some(tq) = policy.quotas.tier(t) else {
             continue;
         };
         let name = format!("gpu-admission-{}", tier.name.to_ascii_lowercase());
-        // One resource group per vendor: Kueue requires every flavor of a group to cover the same resources.
-        let mut groups: Vec<(Vendor, Vec<Value>)> = Vec::new();
-        for (k, class) in policy.classes.iter().enumerate() {
-            if !tier.allowed[k] {
-                continue;
-            }
-            let Some(resource) = device_resource(policy, class.vendor) else {
-                continue;
-            };
-            let limit = tq.limits.class(k).unwrap_or(Limit { min: 0, max: None });
-            let mut r = json!({"name": resource, "nominalQuota": quantity(limit.min)});
-            if let Some(max) = limit.max {
-                r["borrowingLimit"] = json!(quantity(max.saturating_sub(limit.min)));
-            }
-            let flavor = json!({"name": flavor_name(&class.name), "resources": [r]});
-            match groups.iter_mut().find(|(v, _)| *v == class.vendor) {
-                Some((_, flavors)) => flavors.push(flavor),
-                None => groups.push((class.vendor, vec![flavor])),
-            }
-        }
-        let resource_groups: Vec<Value> = groups
-            .into_iter()
-            .filter_map(|(vendor, flavors)| {
-                Some(json!({"coveredResources": [device_resource(policy, vendor)?], "flavors": flavors}))
-            })
-            .collect();
+        let quotas = (0..policy.classes.len())
+            .filter(|&k| tier.allowed[k])
+            .map(|k| {
+                let limit = tq.limits.class(k).unwrap_or(Limit { min: 0, max: None });
+                let mut q = json!({"nominalQuota": quantity(limit.min)});
+                if let Some(max) = limit.max {
+                    q["borrowingLimit"] = json!(quantity(max.saturating_sub(limit.min)));
+                }
+                (k, q)
+            });
+        let resource_groups = resource_groups(policy, quotas);
         out.push(
             json!({"apiVersion": API, "kind": "ClusterQueue", "metadata": {"name": name},
             "spec": {"cohortName": COHORT,
                 "namespaceSelector": {"matchLabels": {tier_label: tier.name.as_str()}},
+                "preemption": {"reclaimWithinCohort": "Any"},
                 "resourceGroups": resource_groups}}),
         );
         for n in &tq.namespaces {
@@ -109,7 +147,9 @@ pub fn export(policy: &Policy, tier_label: &str) -> Vec<Value> {
 pub fn export_yaml(policy: &Policy, tier_label: &str) -> anyhow::Result<String> {
     let mut out = String::from(
         "# Kueue objects for the GPU quotas of this policy (gpu-admission kueue export). A Pod with Kueue's\n\
-         # queue-name label is still held to its tier's classes by gpu-admission's webhooks.\n",
+         # queue-name label is still held to its tier's classes and quotas by gpu-admission's webhooks.\n\
+         # The ClusterQueues cover GPUs only: leave CPU and memory out of Kueue's accounting\n\
+         # (resources.excludeResourcePrefixes in its configuration), else Jobs asking for them are inadmissible.\n",
     );
     for object in export(policy, tier_label) {
         out.push_str("---\n");
@@ -124,7 +164,7 @@ mod tests {
 
     fn policy() -> Policy {
         let text = format!(
-            "{}\nquotas:\n  tiers:\n    - tier: bronze\n      classes: {{ L4-24GB: {{ min: 16, max: 32 }} }}\n      namespaces:\n        - {{ namespace: students, classes: {{ L4-24GB: {{ min: 8, max: 16 }} }} }}\n    - tier: gold\n      classes: {{ H100-80GB: {{ min: 8.5 }}, MI300X-192GB: {{ max: 4 }} }}\n",
+            "{}\nquotas:\n  capacity: {{ L4-24GB: 40, H100-80GB: 10 }}\n  tiers:\n    - tier: bronze\n      classes: {{ L4-24GB: {{ min: 16, max: 32 }} }}\n      namespaces:\n        - {{ namespace: students, classes: {{ L4-24GB: {{ min: 8, max: 16 }} }} }}\n    - tier: gold\n      classes: {{ H100-80GB: {{ min: 8.5 }}, MI300X-192GB: {{ max: 4 }} }}\n",
             gpu_admission_policy::DEFAULT_POLICY_YAML
         );
         gpu_admission_policy::parse(&text, "p.yaml").unwrap()
@@ -153,6 +193,8 @@ mod tests {
 
         let bronze = find(&objects, "ClusterQueue", "gpu-admission-bronze");
         assert_eq!(bronze["spec"]["cohortName"], COHORT);
+        // A tier below its nominal quota takes it back from borrowers (Kueue's default is Never).
+        assert_eq!(bronze["spec"]["preemption"]["reclaimWithinCohort"], "Any");
         assert_eq!(
             bronze["spec"]["namespaceSelector"]["matchLabels"]["tenant.kubenexus.io/tier"],
             "bronze"
@@ -179,6 +221,15 @@ mod tests {
         let amd = &groups[1];
         assert_eq!(amd["coveredResources"], json!(["amd.com/gpu"]));
         assert_eq!(amd["flavors"][0]["resources"][0]["borrowingLimit"], "4");
+        // The Cohort lends what the stated capacity holds beyond the tiers' mins: L4 40 - 16, H100 10 - 8.5
+        // classes without a stated capacity have no pool.
+        let cohort = find(&objects, "Cohort", COHORT);
+        assert_eq!(
+            cohort["spec"]["resourceGroups"],
+            json!([{"coveredResources": ["nvidia.com/gpu"], "flavors": [
+                {"name": "h100-80gb", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "1500m"}]},
+                {"name": "l4-24gb", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "24"}]}]}])
+        );
         // No ClusterQueue for a tier without a quota; a LocalQueue per namespace of a quota.
         assert!(
             objects
@@ -202,5 +253,23 @@ mod tests {
         let p = gpu_admission_policy::embedded_default().unwrap();
         let objects = export(&p, "tenant.kubenexus.io/tier");
         assert!(objects.iter().all(|o| o["kind"] == "ResourceFlavor"));
+    }
+
+    #[test]
+    fn without_a_stated_capacity_there_is_no_cohort_object() {
+        let text = format!(
+            "{}\nquotas:\n  tiers:\n    - tier: bronze\n      classes: {{ L4-24GB: {{ min: 2, max: 4 }} }}\n",
+            gpu_admission_policy::DEFAULT_POLICY_YAML
+        );
+        let p = gpu_admission_policy::parse(&text, "p.yaml").unwrap();
+        let objects = export(&p, "tenant.kubenexus.io/tier");
+        assert!(objects.iter().all(|o| o["kind"] != "Cohort"));
+        assert_eq!(
+            objects
+                .iter()
+                .filter(|o| o["kind"] == "ClusterQueue")
+                .count(),
+            1
+        );
     }
 }

@@ -72,7 +72,8 @@ enum Command {
 #[derive(Subcommand, Debug)]
 enum KueueCommand {
     /// Print ResourceFlavors (one per class), a ClusterQueue per tier with a quota (one cohort; nominal quota
-    /// = min, borrowing limit = max - min) and LocalQueues for the quotas' namespaces, as YAML.
+    /// = min, borrowing limit = max - min, reclaiming its min by preemption), the Cohort lending the stated
+    /// capacity beyond the mins, and LocalQueues for the quotas' namespaces, as YAML.
     Export {
         #[command(flatten)]
         source: PolicySource,

@@ -449,3 +449,36 @@ impl CaseTable {
         );
     }
 }
+
+/// A shipped webhook registration (`deploy/kustomize/base/webhook/FILE`) named `name`, only the webhooks named
+/// in `keep`, each pointed at `webhook` (`clientConfig.service` → `url` + `caBundle`, timeout 10 s).
+pub fn shipped_registration(
+    file: &str,
+    webhook: &crate::Webhook,
+    keep: &[&str],
+    name: &str,
+) -> anyhow::Result<serde_json::Value> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/kustomize/base/webhook")
+        .join(file);
+    let mut config: serde_json::Value = serde_yaml::from_str(&std::fs::read_to_string(&path)?)?;
+    let base = webhook.mutate_url().replace("/mutate-pod", "");
+    let ca = base64::engine::general_purpose::STANDARD.encode(webhook.ca_pem()?);
+    config["metadata"] = json!({"name": name});
+    let hooks = config["webhooks"]
+        .as_array_mut()
+        .context("a registration without webhooks")?;
+    hooks.retain(|h| keep.contains(&h["name"].as_str().unwrap_or("")));
+    if hooks.len() != keep.len() {
+        bail!("{file} does not ship every webhook of {keep:?}");
+    }
+    for h in hooks {
+        let path = h["clientConfig"]["service"]["path"]
+            .as_str()
+            .context("a shipped webhook without a service path")?
+            .to_string();
+        h["clientConfig"] = json!({"url": format!("{base}{path}"), "caBundle": ca});
+        h["timeoutSeconds"] = json!(10);
+    }
+    Ok(config)
+}

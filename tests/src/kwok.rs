@@ -19,6 +19,9 @@ use serde_json::{Value, json};
 pub const FAKE_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
 /// How long a Pod runs before kwok marks it Succeeded (a Go duration, e.g. `"3s"`).
 pub const POD_COMPLETE_DELAY: &str = "pod-complete.stage.kwok.x-k8s.io/delay";
+/// The upper bound of that delay's jitter (default 5 s): a [`POD_COMPLETE_DELAY`] above it is cut to it, as
+/// observed with kwok 0.8.0, so a Pod meant to run longer than 5 s states both.
+pub const POD_COMPLETE_JITTER: &str = "pod-complete.stage.kwok.x-k8s.io/jitter-delay";
 
 /// A fake Node of catalog class `class` holding `gpus` devices of extended resource `resource`: the class's
 /// node label, its taint (`NoSchedule`, as GPU operators taint GPU Nodes) when the catalog names one, and

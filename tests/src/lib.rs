@@ -3,13 +3,15 @@
 //!
 //! Everything generic (processes, services, HTTPS, reviews, faults, fixtures and corpus, names) comes from
 //! the test kit, `gpu_admission_testkit`, re-exported here so every `gpu_admission_tests::…` path works.
-//! Two modules are particular to these tests:
+//! The modules particular to these tests:
 //! - [`cluster`]: a real control plane on loopback (build/start/stop scripts in `tests/cluster/`);
 //! - [`kwok`]: fake GPU Nodes that kwok keeps Ready and whose Pods it runs;
+//! - [`kueue`]: Kueue's manager, CRDs and webhooks against a [`cluster::LocalCluster`] (`tests/peers/kueue.sh`);
 //! - [`decision`]: what must hold for a Pod before/after admission (preserved fields, coherent decision).
 
 pub use gpu_admission_testkit::*;
 
 pub mod cluster;
 pub mod decision;
+pub mod kueue;
 pub mod kwok;
