@@ -14,7 +14,6 @@
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -25,33 +24,13 @@ use crate::process::{ChildProcess, TAIL_LINES};
 
 /// The binary, building it if needed. `Ok(None)` = skip (not in CI, cannot build here).
 pub fn jaeger_bin() -> anyhow::Result<Option<PathBuf>> {
-    if let Some(bin) = std::env::var_os("GPU_ADMISSION_JAEGER_BIN") {
-        return Ok(Some(bin.into()));
-    }
-    let script = crate::workspace_root().join("tests/peers/jaeger.sh");
-    let started = Instant::now();
-    let out = Command::new("bash")
-        .arg(&script)
-        .output()
-        .context("running jaeger.sh")?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let path = stdout.lines().last().map(str::trim).unwrap_or("");
-    if out.status.success() && Path::new(path).is_file() {
-        if started.elapsed().as_secs() > 5 {
-            eprintln!("jaeger: built in {:.0}s", started.elapsed().as_secs_f64());
-        }
-        return Ok(Some(path.into()));
-    }
-    crate::skip::skip(
-        "the Jaeger trace tests",
-        &format!(
-            "this machine cannot build Jaeger: {} failed ({}):\n{stdout}\n{}",
-            script.display(),
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    );
-    Ok(None)
+    crate::built_by_script::run(&crate::built_by_script::Script {
+        prebuilt_env: "GPU_ADMISSION_JAEGER_BIN",
+        script: "tests/peers/jaeger.sh",
+        what: "Jaeger",
+        suite: "the Jaeger trace tests",
+        built: Path::is_file,
+    })
 }
 
 /// The free loopback ports of one Jaeger.

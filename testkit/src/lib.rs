@@ -36,6 +36,7 @@
 //! ```
 
 pub mod binaries;
+pub mod built_by_script;
 pub mod corpus;
 pub mod faults;
 pub mod gpu;

@@ -33,43 +33,13 @@ fn cluster_scripts() -> PathBuf {
 /// The folder holding the control plane's binaries, building them if needed (`GPU_ADMISSION_K8S_BIN` names
 /// a prebuilt one). `Ok(None)` = skip (not in CI, cannot build here).
 pub fn control_plane_bin() -> anyhow::Result<Option<PathBuf>> {
-    if let Some(bin) = std::env::var_os("GPU_ADMISSION_K8S_BIN") {
-        return Ok(Some(bin.into()));
-    }
-    let script = cluster_scripts().join("build.sh");
-    let started = std::time::Instant::now();
-    let out = Command::new("bash")
-        .arg(&script)
-        .output()
-        .context("running build.sh")?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let path = stdout
-        .lines()
-        .last()
-        .map(str::trim)
-        .unwrap_or("")
-        .to_string();
-    if out.status.success() && Path::new(&path).join("kube-apiserver").is_file() {
-        if started.elapsed().as_secs() > 5 {
-            eprintln!(
-                "cluster: built the control plane in {:.0}s",
-                started.elapsed().as_secs_f64()
-            );
-        }
-        return Ok(Some(path.into()));
-    }
-    let why = format!(
-        "{} failed ({}):\n{}\n{}",
-        script.display(),
-        out.status,
-        stdout,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    crate::skip::skip(
-        "the real-cluster tier",
-        &format!("this machine cannot build the control plane: {why}"),
-    );
-    Ok(None)
+    crate::built_by_script::run(&crate::built_by_script::Script {
+        prebuilt_env: "GPU_ADMISSION_K8S_BIN",
+        script: "tests/cluster/build.sh",
+        what: "the control plane",
+        suite: "the real-cluster tier",
+        built: |dir| dir.join("kube-apiserver").is_file(),
+    })
 }
 
 /// What runs beside etcd and kube-apiserver.

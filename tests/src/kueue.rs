@@ -18,7 +18,6 @@
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -41,50 +40,16 @@ const METRICS_CERT_DIR: &str = "/etc/kueue/metrics/certs";
 /// The names our copies of Kueue's webhook configurations are registered under.
 const REGISTRATION: &str = "kueue-e2e";
 
-fn peers_scripts() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("peers")
-}
-
 /// The folder holding `bin/kueue`, `crd/` and `webhook/manifests.yaml`, building it if needed
 /// (`GPU_ADMISSION_KUEUE_DIR` names a prebuilt one). `Ok(None)` = skip (not in CI, cannot build here).
 pub fn kueue_dir() -> anyhow::Result<Option<PathBuf>> {
-    if let Some(dir) = std::env::var_os("GPU_ADMISSION_KUEUE_DIR") {
-        return Ok(Some(dir.into()));
-    }
-    let script = peers_scripts().join("kueue.sh");
-    let started = Instant::now();
-    let out = Command::new("bash")
-        .arg(&script)
-        .output()
-        .context("running kueue.sh")?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let path = stdout
-        .lines()
-        .last()
-        .map(str::trim)
-        .unwrap_or("")
-        .to_string();
-    if out.status.success() && Path::new(&path).join("bin/kueue").is_file() {
-        if started.elapsed().as_secs() > 5 {
-            eprintln!(
-                "kueue: built Kueue in {:.0}s",
-                started.elapsed().as_secs_f64()
-            );
-        }
-        return Ok(Some(path.into()));
-    }
-    let why = format!(
-        "{} failed ({}):\n{}\n{}",
-        script.display(),
-        out.status,
-        stdout,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    crate::skip::skip(
-        "the Kueue tests",
-        &format!("this machine cannot build Kueue: {why}"),
-    );
-    Ok(None)
+    crate::built_by_script::run(&crate::built_by_script::Script {
+        prebuilt_env: "GPU_ADMISSION_KUEUE_DIR",
+        script: "tests/peers/kueue.sh",
+        what: "Kueue",
+        suite: "the Kueue tests",
+        built: |dir| dir.join("bin/kueue").is_file(),
+    })
 }
 
 /// A free loopback port (bound, then released for the process to take).
