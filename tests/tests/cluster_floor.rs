@@ -147,43 +147,27 @@ fn required_affinity(terms: &[&[&str]]) -> Value {
         "nodeSelectorTerms": terms}}}})
 }
 
-/// A shipped registration pointed at the test frontend (`clientConfig.service` → `url` + `caBundle`), only
-/// the webhooks named in `keep`.
-fn shipped(file: &str, webhook: &Webhook, keep: &[&str]) -> Value {
-    let mut config: Value =
-        serde_yaml::from_str(&repo_file(&format!("deploy/kustomize/base/webhook/{file}"))).unwrap();
-    let base = webhook.mutate_url().replace("/mutate-pod", "");
-    let ca = base64::Engine::encode(
-        &base64::engine::general_purpose::STANDARD,
-        webhook.ca_pem().unwrap(),
-    );
-    config["metadata"]["name"] = json!(REGISTRATION);
-    let hooks = config["webhooks"].as_array_mut().unwrap();
-    hooks.retain(|h| keep.contains(&h["name"].as_str().unwrap_or("")));
-    for h in hooks {
-        let path = h["clientConfig"]["service"]["path"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        h["clientConfig"] = json!({"url": format!("{base}{path}"), "caBundle": ca});
-        h["timeoutSeconds"] = json!(10);
-    }
-    config
-}
-
 /// (Re)registers the shipped Pod webhooks for `webhook`.
 async fn register(client: &kube::Client, webhook: &Webhook) {
-    let mutating: MutatingWebhookConfiguration = serde_json::from_value(shipped(
-        "mutatingwebhookconfiguration.yaml",
-        webhook,
-        &["pods.gpu-admission.io"],
-    ))
+    let mutating: MutatingWebhookConfiguration = serde_json::from_value(
+        gpu_admission_tests::cluster::shipped_registration(
+            "mutatingwebhookconfiguration.yaml",
+            webhook,
+            &["pods.gpu-admission.io"],
+            REGISTRATION,
+        )
+        .unwrap(),
+    )
     .unwrap();
-    let validating: ValidatingWebhookConfiguration = serde_json::from_value(shipped(
-        "validatingwebhookconfiguration.yaml",
-        webhook,
-        &["pods.validate.gpu-admission.io"],
-    ))
+    let validating: ValidatingWebhookConfiguration = serde_json::from_value(
+        gpu_admission_tests::cluster::shipped_registration(
+            "validatingwebhookconfiguration.yaml",
+            webhook,
+            &["pods.validate.gpu-admission.io"],
+            REGISTRATION,
+        )
+        .unwrap(),
+    )
     .unwrap();
     let m = Api::<MutatingWebhookConfiguration>::all(client.clone());
     let v = Api::<ValidatingWebhookConfiguration>::all(client.clone());

@@ -50,29 +50,6 @@ fn policies() -> (String, String) {
     (cluster, team)
 }
 
-/// A shipped registration, pointed at `webhook`, keeping the entries `keep`.
-fn shipped(file: &str, name: &str, webhook: &Webhook, keep: &[&str]) -> Value {
-    let mut config: Value =
-        serde_yaml::from_str(&repo_file(&format!("deploy/kustomize/base/webhook/{file}"))).unwrap();
-    let base = webhook.mutate_url().replace("/mutate-pod", "");
-    let ca = base64::Engine::encode(
-        &base64::engine::general_purpose::STANDARD,
-        webhook.ca_pem().unwrap(),
-    );
-    config["metadata"]["name"] = json!(name);
-    let hooks = config["webhooks"].as_array_mut().unwrap();
-    hooks.retain(|h| keep.contains(&h["name"].as_str().unwrap_or("")));
-    for h in hooks {
-        let path = h["clientConfig"]["service"]["path"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        h["clientConfig"] = json!({"url": format!("{base}{path}"), "caBundle": ca});
-        h["timeoutSeconds"] = json!(10);
-    }
-    config
-}
-
 /// `deploy/kustomize/overlays/namespaced`, rendered by kubectl's kustomize.
 fn namespaced_overlay() -> Vec<Value> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kustomize/overlays/namespaced");
@@ -250,12 +227,15 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
     let mwc = Api::<MutatingWebhookConfiguration>::all(client.clone());
     mwc.create(
         &PostParams::default(),
-        &mutating(shipped(
-            "mutatingwebhookconfiguration.yaml",
-            "gpu-admission",
-            &webhook,
-            &["pods.gpu-admission.io"],
-        )),
+        &mutating(
+            gpu_admission_tests::cluster::shipped_registration(
+                "mutatingwebhookconfiguration.yaml",
+                &webhook,
+                &["pods.gpu-admission.io"],
+                "gpu-admission",
+            )
+            .unwrap(),
+        ),
     )
     .await
     .unwrap();
@@ -276,12 +256,15 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
     mwc.create(&PostParams::default(), &mutating(restricted))
         .await
         .unwrap();
-    let validating: ValidatingWebhookConfiguration = serde_json::from_value(shipped(
-        "validatingwebhookconfiguration.yaml",
-        "gpu-admission-validate",
-        &webhook,
-        &["pods.validate.gpu-admission.io"],
-    ))
+    let validating: ValidatingWebhookConfiguration = serde_json::from_value(
+        gpu_admission_tests::cluster::shipped_registration(
+            "validatingwebhookconfiguration.yaml",
+            &webhook,
+            &["pods.validate.gpu-admission.io"],
+            "gpu-admission-validate",
+        )
+        .unwrap(),
+    )
     .unwrap();
     Api::<ValidatingWebhookConfiguration>::all(client.clone())
         .create(&PostParams::default(), &validating)

@@ -44,30 +44,6 @@ fn policy(mode: &str) -> String {
     text.replace("  mode: Warn", &format!("  mode: {mode}"))
 }
 
-/// A shipped registration, pointed at the test frontend: `clientConfig.service` → `url` + `caBundle`.
-fn shipped(file: &str, webhook: &Webhook, keep: &[&str]) -> Value {
-    let mut config: Value =
-        serde_yaml::from_str(&repo_file(&format!("deploy/kustomize/base/webhook/{file}"))).unwrap();
-    let base = webhook.mutate_url().replace("/mutate-pod", "");
-    let ca = base64::Engine::encode(
-        &base64::engine::general_purpose::STANDARD,
-        webhook.ca_pem().unwrap(),
-    );
-    config["metadata"]["name"] = json!("gpu-admission-scope-e2e");
-    let hooks = config["webhooks"].as_array_mut().unwrap();
-    hooks.retain(|h| keep.contains(&h["name"].as_str().unwrap_or("")));
-    assert_eq!(hooks.len(), keep.len(), "{file}: {keep:?}");
-    for h in hooks {
-        let path = h["clientConfig"]["service"]["path"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        h["clientConfig"] = json!({"url": format!("{base}{path}"), "caBundle": ca});
-        h["timeoutSeconds"] = json!(10);
-    }
-    config
-}
-
 use gpu_admission_tests::cluster::KubectlAnswer as Answer;
 
 /// How this file's table reads an answer.
@@ -181,20 +157,28 @@ async fn every_namespace_has_a_tier_and_every_pods_priority_is_capped() {
         .start()
         .await
         .expect("webhook starts");
-    let mutating: MutatingWebhookConfiguration = serde_json::from_value(shipped(
-        "mutatingwebhookconfiguration.yaml",
-        &webhook,
-        &["pods.gpu-admission.io"],
-    ))
+    let mutating: MutatingWebhookConfiguration = serde_json::from_value(
+        gpu_admission_tests::cluster::shipped_registration(
+            "mutatingwebhookconfiguration.yaml",
+            &webhook,
+            &["pods.gpu-admission.io"],
+            "gpu-admission-scope-e2e",
+        )
+        .unwrap(),
+    )
     .unwrap();
-    let validating: ValidatingWebhookConfiguration = serde_json::from_value(shipped(
-        "validatingwebhookconfiguration.yaml",
-        &webhook,
-        &[
-            "pods.validate.gpu-admission.io",
-            "workloads.validate.gpu-admission.io",
-        ],
-    ))
+    let validating: ValidatingWebhookConfiguration = serde_json::from_value(
+        gpu_admission_tests::cluster::shipped_registration(
+            "validatingwebhookconfiguration.yaml",
+            &webhook,
+            &[
+                "pods.validate.gpu-admission.io",
+                "workloads.validate.gpu-admission.io",
+            ],
+            "gpu-admission-scope-e2e",
+        )
+        .unwrap(),
+    )
     .unwrap();
     Api::<MutatingWebhookConfiguration>::all(client.clone())
         .create(&PostParams::default(), &mutating)
