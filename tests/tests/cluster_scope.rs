@@ -9,12 +9,15 @@
 //! to the default tier (bronze: an H100 pin denied in Enforce); a CPU-only Pod at `gpu-ultra` in bronze is
 //! denied in Enforce and lowered to the tier's cap (`gpu-default`, its value and `Never`) by mutation in Warn,
 //! with no other field touched, and so is one at `system-node-critical`; kube-system is never sent to the
-//! webhooks (its Pods are stored as created). Prints the table of cases and answers.
+//! webhooks (its Pods are stored as created). With the real scheduler and kwok, in Warn: a CPU-only bronze
+//! Pod at `gpu-ultra` that needs the room of a gold GPU Pod stays Pending and preempts nothing (capped),
+//! while the same Pod in kube-system (uncapped) preempts it. Prints the table of cases and answers.
 
 use std::path::Path;
 use std::time::Duration;
 
-use gpu_admission_tests::cluster::{CaseTable, LocalCluster, eventually};
+use gpu_admission_tests::cluster::{CaseTable, Components, LocalCluster, eventually};
+use gpu_admission_tests::kwok;
 use gpu_admission_tests::{Scorer, Webhook};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -26,6 +29,8 @@ use serde_json::{Value, json};
 const USER: &str = "alice";
 const CLASS: &str = "gpu.nvidia.com/class";
 const BRONZE: &str = "scope-bronze";
+/// The preemption case: a gold GPU Pod on the one L4 Node, and a CPU-only Pod that would need its room.
+const GOLD: &str = "scope-gold";
 /// Namespaces without a tier of the policy: no label, an empty value, a value naming no tier.
 const UNTIERED: [(&str, Option<&str>); 3] = [
     ("scope-unlabelled", None),
@@ -97,7 +102,7 @@ fn cpu_pod(name: &str, class: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_namespace_has_a_tier_and_every_pods_priority_is_capped() {
-    let Some(cluster) = LocalCluster::start()
+    let Some(cluster) = LocalCluster::start_with(Components::ALL)
         .await
         .expect("the local control plane starts")
     else {
@@ -340,6 +345,97 @@ async fn every_namespace_has_a_tier_and_every_pods_priority_is_capped() {
         &format!("Warn: CPU-only Pod at gpu-ultra in {ns}"),
         answer,
         ok,
+    );
+
+    // 5. Warn, with the real scheduler: a CPU-only Pod asking gpu-ultra in bronze, capped by mutation, does
+    // not preempt a gold GPU Pod holding the room it needs; the same Pod in kube-system (never sent to the
+    // webhooks, so uncapped) does, which shows the cap is what stops it.
+    let l4 = scorer
+        .policy()
+        .catalog
+        .iter()
+        .find(|c| c.name == "L4-24GB")
+        .unwrap()
+        .clone();
+    kwok::create_ready_nodes(&client, &[kwok::gpu_node("l4-0", &l4, "nvidia.com/gpu", 1)])
+        .await
+        .unwrap();
+    cluster.create_namespace(GOLD, Some("gold")).await.unwrap();
+    let room = |name: &str, priority_class: &str, gpu: bool| -> Value {
+        let mut resources = json!({"requests": {"cpu": "90"}});
+        let mut node_selector = json!({});
+        if gpu {
+            resources["limits"] = json!({"nvidia.com/gpu": "1"});
+            node_selector = json!({CLASS: "L4-24GB"});
+        }
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"priorityClassName": priority_class, "nodeSelector": node_selector,
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                "containers": [{"name": "main", "image": "registry.example/job:1", "resources": resources}]}})
+    };
+    let gold = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), GOLD);
+    gold.create(
+        &PostParams::default(),
+        &serde_json::from_value(room("gold-gpu", "gpu-high", true)).unwrap(),
+    )
+    .await
+    .unwrap();
+    kwok::wait_for(
+        "the gold GPU Pod running",
+        Duration::from_secs(60),
+        || async { Ok(kwok::phase(&gold.get("gold-gpu").await?) == "Running") },
+    )
+    .await
+    .unwrap();
+    let a = create(BRONZE, &room("cpu-gpu-ultra-room", "gpu-ultra", false));
+    // The scheduler has had its chance to preempt (it tries at once) when the Pod is still Pending after a
+    // few scheduling rounds.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let stored = get(BRONZE, "cpu-gpu-ultra-room");
+    let victim = gold.get("gold-gpu").await.unwrap();
+    let spared = a.ok
+        && stored["spec"]["priority"] == 1000
+        && stored["status"]["phase"] == "Pending"
+        && stored["status"].get("nominatedNodeName").is_none()
+        && victim.metadata.deletion_timestamp.is_none()
+        && kwok::phase(&victim) == "Running";
+    table.check(
+        "Warn: CPU-only Pod at gpu-ultra in bronze needing a gold GPU Pod's room",
+        format!(
+            "{} -> priority {}, {}; gold's GPU Pod {}",
+            a.summary(),
+            stored["spec"]["priority"],
+            stored["status"]["phase"],
+            kwok::phase(&victim)
+        ),
+        spared,
+    );
+    let control = kubectl(
+        cluster.kubeconfig(),
+        false,
+        &["create", "-n", "kube-system", "-f", "-", "-o", "name"],
+        &room("cpu-gpu-ultra-room", "gpu-ultra", false).to_string(),
+    );
+    let preempted = control.ok
+        && kwok::wait_for(
+            "gold's GPU Pod preempted",
+            Duration::from_secs(60),
+            || async {
+                Ok(gold
+                    .get_opt("gold-gpu")
+                    .await?
+                    .is_none_or(|p| p.metadata.deletion_timestamp.is_some()))
+            },
+        )
+        .await
+        .is_ok();
+    table.check(
+        "control: the same Pod in kube-system (not sent to the webhooks, uncapped)",
+        format!(
+            "{} -> gold's GPU Pod preempted: {preempted}",
+            control.summary()
+        ),
+        preempted,
     );
 
     table.finish(&format!("frontend log:\n{}", webhook.process.log_tail(40)));
