@@ -6,7 +6,9 @@
 //! decide — `review::encode`) under every scorer outcome — the real answer, the same answer with
 //! no feasible class, a timeout (the tier's default placement or a pass-through) — and each patch applied to
 //! the review's own `request.object` must succeed and give a Pod that still parses (read whole when the
-//! object was a valid Pod; as the webhook reads it when a member it skips was not), bound to its tier. [`check_validate`]:
+//! object was a valid Pod; as the webhook reads it when a member it skips was not), bound to its tier; and with
+//! a `gpu-admission-ns-lock` Lease in the namespace (a restricted instance's, or a tenant's own), the Pod is
+//! not scored and still comes out bound to its tier. [`check_validate`]:
 //! `review::decode_object` → `validate_pod::decide` → `review::encode_verdict`, without panicking. The scorer
 //! is a parameter: the fuzz target and the replay test pass the real scorer's `Explain` (in process), so the
 //! answers are real ones.
@@ -15,10 +17,11 @@ pub mod placement_oracle;
 
 use gpu_admission_core::admission::Facts;
 use gpu_admission_core::admission::mutate_pod::{
-    self, Admitted, Capped, MutatePorts, ScorerOutcome, Scoring,
+    self, Admitted, Capped, Held, MutatePorts, ScorerOutcome, Scoring,
 };
 use gpu_admission_core::admission::validate_pod;
 use gpu_admission_core::authority::Grants;
+use gpu_admission_core::ns_lock::WhoScores;
 use gpu_admission_core::pod::gpu_resources::NoClaimTemplates;
 use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::review::{self, Answer, Content};
@@ -191,6 +194,8 @@ enum Script<'s, 'a> {
 struct Scripted<'f, 's, 'a> {
     facts: &'f Facts<'f>,
     outcome: RefCell<Script<'s, 'a>>,
+    /// A restricted instance's Lease holds the namespace (a tenant can create one in her own namespace).
+    leased: bool,
 }
 
 impl MutatePorts for Scripted<'_, '_, '_> {
@@ -224,6 +229,17 @@ impl MutatePorts for Scripted<'_, '_, '_> {
 
     fn now(&self) -> OffsetDateTime {
         OffsetDateTime::UNIX_EPOCH
+    }
+
+    fn who_scores(&self, _namespace: &str) -> WhoScores {
+        if self.leased {
+            WhoScores::Restricted {
+                holder: "a tenant's Lease".into(),
+                until: OffsetDateTime::UNIX_EPOCH + time::Duration::hours(1),
+            }
+        } else {
+            WhoScores::Here
+        }
     }
 }
 
@@ -268,14 +284,13 @@ pub fn check_mutate(body: &[u8], policy: &PolicySnapshot, score: &mut Score<'_>)
     let first_call = Scripted {
         facts: &facts,
         outcome: RefCell::new(Script::Scorer(score)),
+        leased: false,
     };
     let real = match block_on(mutate_pod::admit(&incoming.uid, req, policy, &first_call)) {
         Admitted::Decided(d) => d,
         Admitted::Capped(capped) => return check_capped(body, capped),
         Admitted::Elsewhere(_) => {
-            unreachable!(
-                "these ports leave who_scores at Here: no restricted instance holds a Lease"
-            )
+            unreachable!("these ports leave who_scores at Here: no Lease holds the namespace")
         }
         Admitted::Skipped(skip) => {
             if skip.0 == "no GPU requested"
@@ -305,13 +320,37 @@ pub fn check_mutate(body: &[u8], policy: &PolicySnapshot, score: &mut Score<'_>)
         let given = Scripted {
             facts: &facts,
             outcome: RefCell::new(Script::Given(outcome)),
+            leased: false,
         };
         match block_on(mutate_pod::admit(&incoming.uid, req, policy, &given)) {
             Admitted::Decided(d) => decided.push(d),
             other => panic!("the same Pod was decided, then not: {other:?}"),
         }
     }
+    // A Lease in the namespace (a restricted instance's, or a tenant's own fake one): not scored, and the
+    // stored Pod still held to its tier, as it came or as this instance bound it.
+    let leased = Scripted {
+        facts: &facts,
+        outcome: RefCell::new(Script::Used),
+        leased: true,
+    };
+    let held = match block_on(mutate_pod::admit(&incoming.uid, req, policy, &leased)) {
+        Admitted::Elsewhere(e) => e.held,
+        other => panic!("a Pod of a leased namespace was not left to its holder: {other:?}"),
+    };
     let object = raw_object(body);
+    if let Some(pod) = &object {
+        let ops = match &held {
+            Held::Bound(d) => d.answer.patch.operations(),
+            Held::Capped(c) => c.answer.patch.operations(),
+            Held::AsItCame => Vec::new(),
+        };
+        let mut pod = pod.clone();
+        json_patch::patch(&mut pod, &ops).expect("the held Pod's patch applies");
+        if let Ok(patched) = serde_json::from_value::<Pod>(pod) {
+            assert_bound_by_mutation(&patched, &decided[0].scoring, policy);
+        }
+    }
     let (mut first, mut unchecked, mut any) = (None, 0, false);
     for d in &decided {
         let (decision, scoring) = (&d.decision, &d.scoring);
