@@ -6,9 +6,14 @@
 //! read (a conflict: read again, decide again). So two replicas never both spend the same headroom: every
 //! admission is ordered by the ledger's versions, and each sees every admission before it, through its watch
 //! or through the ledger. An entry is pruned once its Pod has been counted by the writer's watch for
-//! [`SEEN_GRACE_MS`] (every replica's watch has then had that long to see it too) or after [`ENTRY_TTL_MS`]
-//! (a Pod another admission step refused after us, never created). Keyed by the Pod's UID, which the
-//! apiserver assigns before validating admission runs.
+//! [`SEEN_GRACE_MS`] (every replica's watch has then had that long to see it too), as soon as the writer's
+//! watch saw its Pod go (deleted or finished: a replica that never saw it would count a Pod that is gone), or
+//! after [`ENTRY_TTL_MS`] (a Pod another admission step refused after us, never created). Keyed by the Pod's
+//! UID, which the apiserver assigns before validating admission runs.
+//!
+//! Tenants share the ledger: one namespace holds at most [`MAX_ENTRIES_PER_NAMESPACE`] entries (beyond, its
+//! own quota'd Pods are undecidable, no one else's), so filling the ledger takes ten namespaces admitting
+//! quota'd Pods that stay (creating and deleting Pods frees their entries at once).
 use std::collections::BTreeMap;
 
 use gpu_admission_policy::quotas::MilliGpus;
@@ -24,6 +29,8 @@ pub const ENTRY_TTL_MS: u64 = 60_000;
 /// Entries a ledger holds at most: beyond, admissions of quota'd Pods wait for pruning (denied in Enforce,
 /// the ledger's size bounded whatever the rate). 4,000 entries are ≈ 400 kB of the object's 1 MiB.
 pub const MAX_ENTRIES: usize = 4_000;
+/// Entries one namespace holds at most.
+pub const MAX_ENTRIES_PER_NAMESPACE: usize = MAX_ENTRIES / 10;
 
 /// One admitted quota'd Pod.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,8 +76,10 @@ impl Entry {
 pub enum Seen {
     /// Never seen: the entry counts.
     No,
-    /// Counted by the watch (or counted and gone since) from this time: the entry does not count again.
+    /// Counted by the watch from this time: the entry does not count again.
     Since { at_ms: u64 },
+    /// Seen, and gone since (deleted or finished): the entry is done.
+    Gone,
 }
 
 /// The usage to decide against: `watched` plus every unexpired entry the watch has not seen.
@@ -97,8 +106,27 @@ pub fn prune(entries: &mut Vec<Entry>, seen: impl Fn(&str) -> Seen, now_ms: u64)
             && match seen(&e.uid) {
                 Seen::No => true,
                 Seen::Since { at_ms } => now_ms.saturating_sub(at_ms) < SEEN_GRACE_MS,
+                Seen::Gone => false,
             }
     });
+}
+
+/// Why an entry cannot be added to `entries` (already pruned): the ledger or the namespace is full.
+pub fn room_for(entries: &[Entry], namespace: &str) -> Result<(), Full> {
+    if entries.len() >= MAX_ENTRIES {
+        return Err(Full::Ledger);
+    }
+    if entries.iter().filter(|e| e.namespace == namespace).count() >= MAX_ENTRIES_PER_NAMESPACE {
+        return Err(Full::Namespace);
+    }
+    Ok(())
+}
+
+/// Which bound a full ledger hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Full {
+    Ledger,
+    Namespace,
 }
 
 #[cfg(test)]
@@ -151,5 +179,27 @@ mod tests {
         assert_eq!(kept, ["seen-now", "unseen", "never-came"]);
         prune(&mut entries, seen, ENTRY_TTL_MS);
         assert!(entries.is_empty(), "{entries:?}");
+        // A Pod seen and gone: its entry is done at once, whatever its age.
+        let mut entries = vec![entry("gone", 1, now)];
+        prune(&mut entries, |_| Seen::Gone, now);
+        assert!(entries.is_empty());
+    }
+
+    #[test]
+    fn one_namespace_fills_only_its_share_of_the_ledger() {
+        let mut entries: Vec<Entry> = (0..MAX_ENTRIES_PER_NAMESPACE)
+            .map(|i| entry(&format!("a-{i}"), 1, 0))
+            .collect();
+        assert_eq!(room_for(&entries, "team-a"), Err(Full::Namespace));
+        assert_eq!(room_for(&entries, "team-b"), Ok(()));
+        for e in &mut entries {
+            e.namespace = format!("ns-{}", e.uid);
+        }
+        entries.extend((0..MAX_ENTRIES - MAX_ENTRIES_PER_NAMESPACE).map(|i| {
+            let mut e = entry(&format!("b-{i}"), 1, 0);
+            e.namespace = format!("other-{i}");
+            e
+        }));
+        assert_eq!(room_for(&entries, "team-b"), Err(Full::Ledger));
     }
 }

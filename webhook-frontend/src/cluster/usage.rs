@@ -49,16 +49,17 @@ struct State {
     relist: Option<HashMap<String, Held>>,
     /// What `pods` sums to.
     usage: Usage,
-    /// Every UID the watch brought (counted or not, present or gone) and when it first did, in ms since the
-    /// epoch: a ledger entry of such a Pod is the watch's to count ([`ledger::Seen`]).
-    seen: HashMap<String, u64>,
+    /// Every UID the watch brought (counted or not, present or gone): when it first did, in ms since the
+    /// epoch, and whether it is gone (deleted, being deleted or finished). A ledger entry of such a Pod is the
+    /// watch's to count, or done ([`ledger::Seen`]).
+    seen: HashMap<String, (u64, bool)>,
     /// Events since `seen` was last pruned.
     events: u32,
 }
 
 impl State {
-    fn set(&mut self, uid: String, held: Option<Held>) {
-        self.mark_seen(&uid);
+    fn set(&mut self, uid: String, held: Option<Held>, gone: bool) {
+        self.mark_seen(&uid, gone);
         let old = match held {
             Some(h) => {
                 self.usage.add(&h.tier, &h.namespace, &h.counted, 1);
@@ -71,24 +72,25 @@ impl State {
         }
     }
 
-    fn mark_seen(&mut self, uid: &str) {
+    fn mark_seen(&mut self, uid: &str, gone: bool) {
         let now = now_ms();
-        if !self.seen.contains_key(uid) {
-            self.seen.insert(uid.to_string(), now);
-        }
+        let seen = self.seen.entry(uid.to_string()).or_insert((now, gone));
+        seen.1 |= gone;
         self.events += 1;
         // No ledger entry outlives ENTRY_TTL_MS: what the watch saw before that matters no more.
         if self.events >= 1024 {
             self.events = 0;
             self.seen
-                .retain(|_, at| now.saturating_sub(*at) < 2 * ledger::ENTRY_TTL_MS);
+                .retain(|_, (at, _)| now.saturating_sub(*at) < 2 * ledger::ENTRY_TTL_MS);
         }
     }
 
     fn seen(&self, uid: &str) -> Seen {
-        self.seen
-            .get(uid)
-            .map_or(Seen::No, |&at_ms| Seen::Since { at_ms })
+        match self.seen.get(uid) {
+            None => Seen::No,
+            Some((_, true)) => Seen::Gone,
+            Some(&(at_ms, false)) => Seen::Since { at_ms },
+        }
     }
 }
 
@@ -165,7 +167,7 @@ impl QuotaUsage {
             watcher::Event::Init => s.relist = Some(HashMap::new()),
             watcher::Event::InitApply(pod) => {
                 if let Some(uid) = uid(&pod) {
-                    s.mark_seen(&uid);
+                    s.mark_seen(&uid, !demand::holds_quota(&pod));
                     if let Some(held) = count(&pod, cluster, policy) {
                         s.relist.get_or_insert_with(HashMap::new).insert(uid, held);
                     }
@@ -184,12 +186,12 @@ impl QuotaUsage {
             watcher::Event::Apply(pod) => {
                 if let Some(uid) = uid(&pod) {
                     let held = count(&pod, cluster, policy);
-                    s.set(uid, held);
+                    s.set(uid, held, !demand::holds_quota(&pod));
                 }
             }
             watcher::Event::Delete(pod) => {
                 if let Some(uid) = uid(&pod) {
-                    s.set(uid, None);
+                    s.set(uid, None, true);
                 }
             }
         }
@@ -210,9 +212,10 @@ impl QuotaUsage {
         if !self.is_synced() {
             return None;
         }
-        let entries = self.lock_ledger().entries.clone();
+        // Ledger, then state: the order `admit` never holds both in, so no deadlock; no copy of the ledger.
+        let ledger = self.lock_ledger();
         let s = self.lock_state();
-        let usage = ledger::effective_usage(&s.usage, &entries, |u| s.seen(u), now_ms());
+        let usage = ledger::effective_usage(&s.usage, &ledger.entries, |u| s.seen(u), now_ms());
         quota::decide(policy, tier, namespace, counted, &usage)
     }
 
@@ -248,9 +251,9 @@ impl QuotaUsage {
                 ledger::prune(&mut entries, seen, now);
                 (d, entries)
             };
-            if entries.len() >= ledger::MAX_ENTRIES {
+            if let Err(full) = ledger::room_for(&entries, namespace) {
                 self.metrics.record_ledger_write(LedgerWrite::failed);
-                return Err(LedgerError::Full);
+                return Err(LedgerError::Full(full));
             }
             entries.push(Entry::new(uid, tier, namespace, counted, now));
             match self.store.write(&on, entries).await {
@@ -368,12 +371,13 @@ mod tests {
     fn the_watch_counts_a_pod_once_an_update_replaces_it_and_a_delete_frees_it_but_stays_seen() {
         let mut s = State::default();
         assert_eq!(s.seen("uid-1"), Seen::No);
-        s.set("uid-1".into(), Some(held("a", 1)));
-        s.set("uid-1".into(), Some(held("a", 2)));
+        s.set("uid-1".into(), Some(held("a", 1)), false);
+        s.set("uid-1".into(), Some(held("a", 2)), false);
         assert_eq!(s.usage.namespaces["a"].total, 2000);
-        s.set("uid-1".into(), None);
-        assert_eq!(s.usage, Usage::default());
-        // Gone, but seen: its ledger entry is not counted again.
         assert!(matches!(s.seen("uid-1"), Seen::Since { .. }));
+        s.set("uid-1".into(), None, true);
+        assert_eq!(s.usage, Usage::default());
+        // Gone: its ledger entry is done.
+        assert_eq!(s.seen("uid-1"), Seen::Gone);
     }
 }
