@@ -34,10 +34,25 @@ fi
 summary=$(mktemp)
 trap 'rm -f "$summary"' EXIT
 # The bare Pod only (every admission asks the scorer): the dearer path, and the one the reference holds.
-WORKLOAD_BODY= SUMMARY=$summary "$here/instructions-per-admission.sh" "$bin" "$n" | grep -v '^sending command'
-# shellcheck disable=SC1090
-source "$summary"
-now=$((frontend + scorer))
+measure() {
+  WORKLOAD_BODY= SUMMARY=$summary "$here/instructions-per-admission.sh" "$bin" "$n" | grep -v '^sending command'
+  # shellcheck disable=SC1090
+  source "$summary"
+  now=$((frontend + scorer))
+}
+measure
+total=$(sed -n 's/^total=//p' "$reference")
+reference_baseline=$(sed -n 's/^baseline=//p' "$reference")
+limit=$((total + total * tolerance_percent / 100))
+# A count over the limit is taken once more and the lower one judged: a background task of a process (seen:
+# the scorer once ≈ 150,000 instructions per admission dearer, 45 M over the window, on a loaded machine right
+# after the test suite) lands in one counting window, not in two; a real regression shows in both.
+if [[ -z ${UPDATE:-} ]] && ((now * reference_baseline / baseline > limit)); then
+  first=$now
+  echo "over the limit ($first): counting once more"
+  measure
+  if ((first < now)); then now=$first; fi
+fi
 if [[ -n ${UPDATE:-} ]]; then
   {
     echo "# Instructions per /mutate-pod admission, frontend + scorer, dev profile (target/debug), counted by"
@@ -50,9 +65,6 @@ if [[ -n ${UPDATE:-} ]]; then
   echo "reference updated: $reference (frontend + scorer $now)"
   exit 0
 fi
-total=$(sed -n 's/^total=//p' "$reference")
-reference_baseline=$(sed -n 's/^baseline=//p' "$reference")
-limit=$((total + total * tolerance_percent / 100))
 # Scaled by the do-nothing endpoint's count on this machine: a CPU whose TLS or memcpy code paths differ from
 # the reference machine's moves both counts alike, and does not fail the check.
 scaled=$((now * reference_baseline / baseline))
