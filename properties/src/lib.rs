@@ -334,13 +334,17 @@ pub fn check_mutate(body: &[u8], policy: &PolicySnapshot, score: &mut Score<'_>)
         outcome: RefCell::new(Script::Used),
         leased: true,
     };
-    let held = match block_on(mutate_pod::admit(&incoming.uid, req, policy, &leased)) {
-        Admitted::Elsewhere(e) => e.held,
-        other => panic!("a Pod of a leased namespace was not left to its holder: {other:?}"),
+    // The Lease is looked up by the request's namespace (the apiserver always sends it for a Pod).
+    let held = match req.namespace {
+        None => None,
+        Some(_) => match block_on(mutate_pod::admit(&incoming.uid, req, policy, &leased)) {
+            Admitted::Elsewhere(e) => Some(e.held),
+            other => panic!("a Pod of a leased namespace was not left to its holder: {other:?}"),
+        },
     };
     let object = raw_object(body);
-    if let Some(pod) = &object {
-        let ops = match &held {
+    if let (Some(pod), Some(held)) = (&object, &held) {
+        let ops = match held {
             Held::Bound(d) => d.answer.patch.operations(),
             Held::Capped(c) => c.answer.patch.operations(),
             Held::AsItCame => Vec::new(),
