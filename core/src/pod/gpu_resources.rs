@@ -395,6 +395,71 @@ fn claim_devices(
     (count, vendor)
 }
 
+/// GPU devices the scheduler allocated a stored Pod's claims beyond what they ask for (a request of
+/// allocation mode `All` asks for "at least one" and may be given every device of its pool), read from
+/// each claim's `status.allocation` (the claim a template made is named in the Pod's
+/// `status.resourceClaimStatuses`). 0 before allocation, and for claims the caller cannot read.
+pub fn allocated_beyond_ask(
+    pod: &k8s_openapi::api::core::v1::Pod,
+    namespace: &str,
+    rules: &GpuResources,
+    claims: &dyn ClaimTemplates,
+) -> u32 {
+    let Some(spec) = &pod.spec else { return 0 };
+    let statuses = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.resource_claim_statuses.as_ref());
+    let mut beyond = 0u32;
+    for entry in spec.resource_claims.iter().flatten() {
+        let name = entry.resource_claim_name.clone().or_else(|| {
+            statuses?
+                .iter()
+                .find(|s| s.name == entry.name)?
+                .resource_claim_name
+                .clone()
+        });
+        let Some(claim) = name.and_then(|n| claims.claim(namespace, &n)) else {
+            continue;
+        };
+        let Some(claim_spec) = &claim.spec else {
+            continue;
+        };
+        // The GPU requests' names (a `firstAvailable` result names `request/subrequest`).
+        let gpu_request = |request: &str| -> bool {
+            let (main, sub) = request.split_once('/').unwrap_or((request, ""));
+            claim_spec
+                .devices
+                .iter()
+                .flat_map(|d| d.requests.iter().flatten())
+                .filter(|r| r.name == main)
+                .any(|r| match (&r.exactly, &r.first_available) {
+                    (Some(e), _) => rules.dra_class_vendor(&e.device_class_name).is_some(),
+                    (None, Some(subs)) => subs.iter().any(|s| {
+                        s.name == sub && rules.dra_class_vendor(&s.device_class_name).is_some()
+                    }),
+                    (None, None) => false,
+                })
+        };
+        let allocated = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .and_then(|a| a.devices.as_ref())
+            .map_or(0, |d| {
+                d.results
+                    .iter()
+                    .flatten()
+                    .filter(|r| gpu_request(&r.request))
+                    .count()
+            });
+        let asked = claim_devices(claim_spec, rules, &mut Vec::new()).0;
+        let allocated = u32::try_from(allocated).unwrap_or(u32::MAX);
+        beyond = beyond.saturating_add(allocated.saturating_sub(asked));
+    }
+    beyond
+}
+
 /// What the Pod asks for in GPUs. `namespace` and `templates` resolve DRA claims made from a
 /// ResourceClaimTemplate; a claim whose template cannot be read is noted in `dra_claims` but not counted (it
 /// may be a NIC or an IMEX channel as well as a GPU).
@@ -728,6 +793,49 @@ mod tests {
         // Unreadable templates are noted, not counted.
         let a = gpu_ask(&spec, "ns", &GpuResources::default(), &NoClaimTemplates);
         assert_eq!(a.count, 0);
+    }
+
+    /// A stored Pod whose claim (made from a template, allocation mode `All`) was allocated 4 GPUs and a NIC
+    /// holds 3 GPUs more than its spec asked for; before allocation, none.
+    #[test]
+    fn devices_allocated_beyond_the_ask_are_read_from_the_claims_status() {
+        use k8s_openapi::api::core::v1::Pod;
+        let request = json!({"devices": {"requests": [
+            {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "All"}},
+            {"name": "nic", "exactly": {"deviceClassName": "sriov.example.com"}}]}});
+        let result = |request: &str, device: &str| json!({"request": request, "driver": "gpu.nvidia.com", "pool": "node-a", "device": device});
+        let allocated: Vec<_> = (0..4)
+            .map(|i| result("gpus", &format!("gpu-{i}")))
+            .chain([result("nic", "nic-0")])
+            .collect();
+        let claim = |results: Option<Vec<serde_json::Value>>| -> ResourceClaim {
+            let status = results.map(|r| json!({"allocation": {"devices": {"results": r}}}));
+            serde_json::from_value(json!({"metadata": {"name": "p-gpus-x1"}, "spec": request,
+                "status": status}))
+            .unwrap()
+        };
+        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {
+            "containers": [{"name": "c"}],
+            "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "all-gpus"}]},
+            "status": {"resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": "p-gpus-x1"}]}}))
+        .unwrap();
+        struct Claims(ResourceClaim);
+        impl ClaimTemplates for Claims {
+            fn template(&self, _: &str, _: &str) -> Option<ResourceClaimTemplate> {
+                None
+            }
+            fn claim(&self, ns: &str, name: &str) -> Option<ResourceClaim> {
+                (ns == "ns" && name == "p-gpus-x1").then(|| self.0.clone())
+            }
+        }
+        let rules = GpuResources::default();
+        let beyond = |c: ResourceClaim| allocated_beyond_ask(&pod, "ns", &rules, &Claims(c));
+        assert_eq!(beyond(claim(Some(allocated))), 3);
+        assert_eq!(beyond(claim(None)), 0, "not allocated yet");
+        assert_eq!(
+            allocated_beyond_ask(&pod, "ns", &rules, &NoClaimTemplates),
+            0
+        );
     }
 
     #[test]

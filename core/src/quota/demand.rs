@@ -11,7 +11,9 @@ use gpu_admission_policy::quotas::MilliGpus;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::placement;
-use crate::pod::gpu_resources::{ClaimTemplates, GpuAsk, gpu_ask};
+use crate::pod::gpu_resources::{
+    ClaimTemplates, GpuAsk, MAX_GPUS_PER_POD, allocated_beyond_ask, gpu_ask,
+};
 use crate::policy::PolicySnapshot;
 use crate::tier_bound::{NodeClass, Nodes};
 
@@ -107,8 +109,9 @@ pub fn counted(policy: &Policy, ask: &GpuAsk, classes: &BTreeSet<String>) -> Cou
     out
 }
 
-/// A Pod's count in its tier: [`gpu_ask`] of its spec, against [`classes_of`] it. `None` for a Pod without
-/// GPUs (or without a spec).
+/// A Pod's count in its tier: [`gpu_ask`] of its spec, plus what the scheduler allocated its claims beyond
+/// that ([`allocated_beyond_ask`]), against [`classes_of`] it. `None` for a Pod without GPUs (or without a
+/// spec).
 pub fn of_pod(
     pod: &Pod,
     namespace: &str,
@@ -119,7 +122,10 @@ pub fn of_pod(
 ) -> Option<Counted> {
     let policy = snapshot.policy.as_deref()?;
     let spec = pod.spec.as_ref()?;
-    let ask = gpu_ask(spec, namespace, &snapshot.gpu_resources, templates);
+    let mut ask = gpu_ask(spec, namespace, &snapshot.gpu_resources, templates);
+    // What the scheduler allocated beyond the ask (a stored Pod's claims of allocation mode `All`).
+    let beyond = allocated_beyond_ask(pod, namespace, &snapshot.gpu_resources, templates);
+    ask.count = ask.count.saturating_add(beyond).min(MAX_GPUS_PER_POD);
     if ask.count == 0 {
         return None;
     }
