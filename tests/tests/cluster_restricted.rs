@@ -424,16 +424,29 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
             .await
             .unwrap();
     }
+    // A tenant's forged record in another namespace (decided by the cluster-wide instance, which keeps her
+    // annotation): it names the team's instance, so it teaches nobody, neither the team's scorer nor the
+    // cluster-wide one.
+    let mut forged = run_job("forged");
+    forged["spec"]["template"]["metadata"]["annotations"]["gpu-admission.io/decided-by"] =
+        json!("restricted:gpu-team");
+    Api::<Job>::namespaced(client.clone(), OTHER)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(forged).unwrap(),
+        )
+        .await
+        .unwrap();
     let reported = wait_for("both runs reported", Duration::from_secs(60), || async {
         let m = observer.metrics().await?;
         Ok(metric_value(&m, "observer_reported_total{result=\"learned\"}") >= 2.0)
     })
     .await;
-    let run_pod = |ns: &'static str| {
+    let run_pod = |ns: &'static str, job: &'static str| {
         let client = client.clone();
         async move {
             Api::<Pod>::namespaced(client, ns)
-                .list(&ListParams::default().labels("job-name=run"))
+                .list(&ListParams::default().labels(&format!("job-name={job}")))
                 .await
                 .unwrap()
                 .items
@@ -441,8 +454,17 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
                 .expect("the Job's Pod")
         }
     };
-    let (team_run, other_run) = (run_pod(TEAM).await, run_pod(OTHER).await);
-    if reported.is_err() {
+    let forged_done = wait_for(
+        "the forged Job's Pod Succeeded",
+        Duration::from_secs(30),
+        || async { Ok(kwok::phase(&run_pod(OTHER, "forged").await) == "Succeeded") },
+    )
+    .await;
+    // The observer reports within its next tick (1 s) what it can report.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (team_run, other_run) = (run_pod(TEAM, "run").await, run_pod(OTHER, "run").await);
+    let forged_run = run_pod(OTHER, "forged").await;
+    if reported.is_err() || forged_done.is_err() {
         println!("observer:\n{}", observer.process.log_tail(30));
     }
     let (cluster_after, team_after) = (learned(&scorer).await, learned(&team_scorer).await);
@@ -493,6 +515,23 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
         annotation(&other_run, "gpu-admission.io/decided-by").is_none()
             && kwok::phase(&other_run) == "Succeeded"
             && learner_of(&other_run) == ["Cluster"]
+            && cluster_after.0 == cluster_before.0 + 1,
+    );
+    table.check(
+        "a forged record (decided-by restricted:gpu-team in another namespace): learned by nobody",
+        format!(
+            "policy-version {:?}, decided-by {:?}, phase {}, reported to {:?}; team scorer {} observations, cluster scorer {}",
+            annotation(&forged_run, "gpu-admission.io/policy-version"),
+            annotation(&forged_run, "gpu-admission.io/decided-by"),
+            kwok::phase(&forged_run),
+            learner_of(&forged_run),
+            team_after.0,
+            cluster_after.0
+        ),
+        annotation(&forged_run, "gpu-admission.io/policy-version") == Some(cluster_version.as_str())
+            && kwok::phase(&forged_run) == "Succeeded"
+            && learner_of(&forged_run).is_empty()
+            && team_after.0 == team_before.0 + 1
             && cluster_after.0 == cluster_before.0 + 1,
     );
     // The record names the learned state each scorer decided with: now that each learned its own run, the two
