@@ -411,149 +411,19 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
             && annotation(&p, "gpu-admission.io/decided-by").is_none()
             && bound(&p),
     );
-    // 2. Learning: a Job in each namespace runs to completion on kwok; the observer reports the team's run
-    // (decided by the restricted instance) to the team's scorer only, the other namespace's to the
-    // cluster-wide scorer only.
-    let (cluster_before, team_before) = (learned(&scorer).await, learned(&team_scorer).await);
-    for ns in [TEAM, OTHER] {
-        Api::<Job>::namespaced(client.clone(), ns)
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(run_job("run")).unwrap(),
-            )
-            .await
-            .unwrap();
-    }
-    // A tenant's forged record in another namespace (decided by the cluster-wide instance, which keeps her
-    // annotation): it names the team's instance, so it teaches nobody, neither the team's scorer nor the
-    // cluster-wide one.
-    let mut forged = run_job("forged");
-    forged["spec"]["template"]["metadata"]["annotations"]["gpu-admission.io/decided-by"] =
-        json!("restricted:gpu-team");
-    Api::<Job>::namespaced(client.clone(), OTHER)
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(forged).unwrap(),
-        )
-        .await
-        .unwrap();
-    let reported = wait_for("both runs reported", Duration::from_secs(60), || async {
-        let m = observer.metrics().await?;
-        Ok(metric_value(&m, "observer_reported_total{result=\"learned\"}") >= 2.0)
-    })
-    .await;
-    let run_pod = |ns: &'static str, job: &'static str| {
-        let client = client.clone();
-        async move {
-            Api::<Pod>::namespaced(client, ns)
-                .list(&ListParams::default().labels(&format!("job-name={job}")))
-                .await
-                .unwrap()
-                .items
-                .pop()
-                .expect("the Job's Pod")
-        }
-    };
-    let forged_done = wait_for(
-        "the forged Job's Pod Succeeded",
-        Duration::from_secs(30),
-        || async { Ok(kwok::phase(&run_pod(OTHER, "forged").await) == "Succeeded") },
+    // 2. Learning: each instance's scorer learns its own namespace's runs, and the record names its state.
+    learning_goes_to_the_deciding_instance(
+        &Learning {
+            client: &client,
+            tenant: &tenant,
+            observer: &observer,
+            scorer: &scorer,
+            team_scorer: &team_scorer,
+            cluster_version: &cluster_version,
+        },
+        &mut table,
     )
     .await;
-    // The observer reports within its next tick (1 s) what it can report.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let (team_run, other_run) = (run_pod(TEAM, "run").await, run_pod(OTHER, "run").await);
-    let forged_run = run_pod(OTHER, "forged").await;
-    if reported.is_err() || forged_done.is_err() {
-        println!("observer:\n{}", observer.process.log_tail(30));
-    }
-    let (cluster_after, team_after) = (learned(&scorer).await, learned(&team_scorer).await);
-    let reports: Vec<Value> = observer
-        .process
-        .log()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v["message"] == "observation reported")
-        .collect();
-    let learner_of = |pod: &Pod| {
-        let name = format!(
-            "{}/{}",
-            pod.metadata.namespace.as_deref().unwrap_or_default(),
-            pod.metadata.name.as_deref().unwrap_or_default()
-        );
-        reports
-            .iter()
-            .filter(|r| r["pod"].as_str().unwrap_or_default().trim_matches('"') == name)
-            .map(|r| r["learner"].as_str().unwrap_or_default().to_string())
-            .collect::<Vec<_>>()
-    };
-    table.check(
-        "team's Job (decided by the restricted instance) ran on kwok: learned by the team's scorer only",
-        format!(
-            "decided-by {:?}, phase {}, reported to {:?}; team scorer {} -> {} observations, cluster scorer {} -> {}",
-            annotation(&team_run, "gpu-admission.io/decided-by"),
-            kwok::phase(&team_run),
-            learner_of(&team_run),
-            team_before.0,
-            team_after.0,
-            cluster_before.0,
-            cluster_after.0
-        ),
-        annotation(&team_run, "gpu-admission.io/decided-by") == Some("restricted:gpu-team")
-            && kwok::phase(&team_run) == "Succeeded"
-            && learner_of(&team_run) == [format!("Team({TEAM:?})")]
-            && team_after.0 == team_before.0 + 1,
-    );
-    table.check(
-        "other namespace's Job: learned by the cluster-wide scorer only",
-        format!(
-            "decided-by {:?}, phase {}, reported to {:?}",
-            annotation(&other_run, "gpu-admission.io/decided-by"),
-            kwok::phase(&other_run),
-            learner_of(&other_run)
-        ),
-        annotation(&other_run, "gpu-admission.io/decided-by").is_none()
-            && kwok::phase(&other_run) == "Succeeded"
-            && learner_of(&other_run) == ["Cluster"]
-            && cluster_after.0 == cluster_before.0 + 1,
-    );
-    table.check(
-        "a forged record (decided-by restricted:gpu-team in another namespace): learned by nobody",
-        format!(
-            "policy-version {:?}, decided-by {:?}, phase {}, reported to {:?}; team scorer {} observations, cluster scorer {}",
-            annotation(&forged_run, "gpu-admission.io/policy-version"),
-            annotation(&forged_run, "gpu-admission.io/decided-by"),
-            kwok::phase(&forged_run),
-            learner_of(&forged_run),
-            team_after.0,
-            cluster_after.0
-        ),
-        annotation(&forged_run, "gpu-admission.io/policy-version") == Some(cluster_version.as_str())
-            && kwok::phase(&forged_run) == "Succeeded"
-            && learner_of(&forged_run).is_empty()
-            && team_after.0 == team_before.0 + 1
-            && cluster_after.0 == cluster_before.0 + 1,
-    );
-    // The record names the learned state each scorer decided with: now that each learned its own run, the two
-    // differ, and a new Pod carries its own scorer's.
-    let p = create(TEAM, gpu_pod("team-digest", None)).await.unwrap();
-    table.check(
-        "team Pod's record: the team scorer's state digest",
-        format!(
-            "state-digest {:?}; team scorer {:?}, cluster scorer {:?}",
-            annotation(&p, STATE_DIGEST),
-            team_after.1,
-            cluster_after.1
-        ),
-        annotation(&p, STATE_DIGEST) == Some(team_after.1.as_str())
-            && team_after.1 != cluster_after.1,
-    );
-    let p = create(OTHER, gpu_pod("other-digest", None)).await.unwrap();
-    table.check(
-        "other namespace's Pod's record: the cluster scorer's state digest",
-        format!("state-digest {:?}", annotation(&p, STATE_DIGEST)),
-        annotation(&p, STATE_DIGEST) == Some(cluster_after.1.as_str()),
-    );
 
     // 3. The team's H100 pin: denied by the cluster-wide validation.
     let denied = create(TEAM, gpu_pod("team-h100", Some("H100-80GB"))).await;
@@ -710,4 +580,178 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
         team.process.log_tail(30),
         team2.process.log_tail(30)
     ));
+}
+
+/// What the learning step needs of the test's setup.
+struct Learning<'a> {
+    client: &'a kube::Client,
+    tenant: &'a kube::Client,
+    observer: &'a Observer,
+    scorer: &'a Scorer,
+    team_scorer: &'a Scorer,
+    cluster_version: &'a str,
+}
+
+async fn create(tenant: &kube::Client, ns: &str, pod: Value) -> Pod {
+    Api::<Pod>::namespaced(tenant.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(pod).unwrap(),
+        )
+        .await
+        .unwrap()
+}
+
+/// A Job in each namespace runs to completion on kwok; the observer reports the team's run (decided by the
+/// restricted instance) to the team's scorer only, the other namespace's to the cluster-wide scorer only, and
+/// a forged record to nobody; then each Pod's record carries the state digest of the scorer that decided it.
+async fn learning_goes_to_the_deciding_instance(l: &Learning<'_>, table: &mut CaseTable) {
+    let Learning {
+        client,
+        tenant,
+        observer,
+        scorer,
+        team_scorer,
+        cluster_version,
+    } = *l;
+    let (cluster_before, team_before) = (learned(scorer).await, learned(team_scorer).await);
+    for ns in [TEAM, OTHER] {
+        Api::<Job>::namespaced(client.clone(), ns)
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(run_job("run")).unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    // A tenant's forged record in another namespace (decided by the cluster-wide instance, which keeps her
+    // annotation): it names the team's instance, so it teaches nobody, neither the team's scorer nor the
+    // cluster-wide one.
+    let mut forged = run_job("forged");
+    forged["spec"]["template"]["metadata"]["annotations"]["gpu-admission.io/decided-by"] =
+        json!("restricted:gpu-team");
+    Api::<Job>::namespaced(client.clone(), OTHER)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(forged).unwrap(),
+        )
+        .await
+        .unwrap();
+    let reported = wait_for("both runs reported", Duration::from_secs(60), || async {
+        let m = observer.metrics().await?;
+        Ok(metric_value(&m, "observer_reported_total{result=\"learned\"}") >= 2.0)
+    })
+    .await;
+    let run_pod = |ns: &'static str, job: &'static str| {
+        let client = client.clone();
+        async move {
+            Api::<Pod>::namespaced(client, ns)
+                .list(&ListParams::default().labels(&format!("job-name={job}")))
+                .await
+                .unwrap()
+                .items
+                .pop()
+                .expect("the Job's Pod")
+        }
+    };
+    let forged_done = wait_for(
+        "the forged Job's Pod Succeeded",
+        Duration::from_secs(30),
+        || async { Ok(kwok::phase(&run_pod(OTHER, "forged").await) == "Succeeded") },
+    )
+    .await;
+    // The observer reports within its next tick (1 s) what it can report.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (team_run, other_run) = (run_pod(TEAM, "run").await, run_pod(OTHER, "run").await);
+    let forged_run = run_pod(OTHER, "forged").await;
+    if reported.is_err() || forged_done.is_err() {
+        println!("observer:\n{}", observer.process.log_tail(30));
+    }
+    let (cluster_after, team_after) = (learned(scorer).await, learned(team_scorer).await);
+    let reports: Vec<Value> = observer
+        .process
+        .log()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["message"] == "observation reported")
+        .collect();
+    let learner_of = |pod: &Pod| {
+        let name = format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            pod.metadata.name.as_deref().unwrap_or_default()
+        );
+        reports
+            .iter()
+            .filter(|r| r["pod"].as_str().unwrap_or_default().trim_matches('"') == name)
+            .map(|r| r["learner"].as_str().unwrap_or_default().to_string())
+            .collect::<Vec<_>>()
+    };
+    table.check(
+        "team's Job (decided by the restricted instance) ran on kwok: learned by the team's scorer only",
+        format!(
+            "decided-by {:?}, phase {}, reported to {:?}; team scorer {} -> {} observations, cluster scorer {} -> {}",
+            annotation(&team_run, "gpu-admission.io/decided-by"),
+            kwok::phase(&team_run),
+            learner_of(&team_run),
+            team_before.0,
+            team_after.0,
+            cluster_before.0,
+            cluster_after.0
+        ),
+        annotation(&team_run, "gpu-admission.io/decided-by") == Some("restricted:gpu-team")
+            && kwok::phase(&team_run) == "Succeeded"
+            && learner_of(&team_run) == [format!("Team({TEAM:?})")]
+            && team_after.0 == team_before.0 + 1,
+    );
+    table.check(
+        "other namespace's Job: learned by the cluster-wide scorer only",
+        format!(
+            "decided-by {:?}, phase {}, reported to {:?}",
+            annotation(&other_run, "gpu-admission.io/decided-by"),
+            kwok::phase(&other_run),
+            learner_of(&other_run)
+        ),
+        annotation(&other_run, "gpu-admission.io/decided-by").is_none()
+            && kwok::phase(&other_run) == "Succeeded"
+            && learner_of(&other_run) == ["Cluster"]
+            && cluster_after.0 == cluster_before.0 + 1,
+    );
+    table.check(
+        "a forged record (decided-by restricted:gpu-team in another namespace): learned by nobody",
+        format!(
+            "policy-version {:?}, decided-by {:?}, phase {}, reported to {:?}; team scorer {} observations, cluster scorer {}",
+            annotation(&forged_run, "gpu-admission.io/policy-version"),
+            annotation(&forged_run, "gpu-admission.io/decided-by"),
+            kwok::phase(&forged_run),
+            learner_of(&forged_run),
+            team_after.0,
+            cluster_after.0
+        ),
+        annotation(&forged_run, "gpu-admission.io/policy-version") == Some(cluster_version)
+            && kwok::phase(&forged_run) == "Succeeded"
+            && learner_of(&forged_run).is_empty()
+            && team_after.0 == team_before.0 + 1
+            && cluster_after.0 == cluster_before.0 + 1,
+    );
+    // The record names the learned state each scorer decided with: now that each learned its own run, the two
+    // differ, and a new Pod carries its own scorer's.
+    let p = create(tenant, TEAM, gpu_pod("team-digest", None)).await;
+    table.check(
+        "team Pod's record: the team scorer's state digest",
+        format!(
+            "state-digest {:?}; team scorer {:?}, cluster scorer {:?}",
+            annotation(&p, STATE_DIGEST),
+            team_after.1,
+            cluster_after.1
+        ),
+        annotation(&p, STATE_DIGEST) == Some(team_after.1.as_str())
+            && team_after.1 != cluster_after.1,
+    );
+    let p = create(tenant, OTHER, gpu_pod("other-digest", None)).await;
+    table.check(
+        "other namespace's Pod's record: the cluster scorer's state digest",
+        format!("state-digest {:?}", annotation(&p, STATE_DIGEST)),
+        annotation(&p, STATE_DIGEST) == Some(cluster_after.1.as_str()),
+    );
 }
