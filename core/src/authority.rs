@@ -8,8 +8,9 @@
 //! | [`Permission::SetTier`] | `update` `tiers/<tier>` in `gpu-admission.io` | putting a namespace in tier `<tier>`, or taking it out |
 //! | [`Permission::ChangeRules`] | `update` `policies` in `gpu-admission.io` | changing what a tier gets (the policy ConfigMap's rule fields) |
 //! | [`Permission::Exempt`] | `exempt` `tiers/<tier>` in `gpu-admission.io` | one's own workloads outside tier `<tier>` |
+//! | [`Permission::TuneJobType`] | `update` `jobtypes/<name>` in `gpu-admission.io` | job type `<name>`'s priors in the policy (what steers only the Pods carrying its label) |
 //!
-//! `cluster-admin` (and `system:masters`) hold all three. The policy's `enforcement.adminGroups/adminUsers`
+//! `cluster-admin` (and `system:masters`) hold them all; `update policies` includes every job type. The policy's `enforcement.adminGroups/adminUsers`
 //! still grant all three for one release (deprecated: a list of names is no authority).
 
 use std::collections::BTreeSet;
@@ -26,13 +27,17 @@ pub enum Permission {
     ChangeRules,
     /// Run one's own workloads outside this tier.
     Exempt(String),
+    /// Change this job type's priors (the policy's `jobTypes[<name>]` fields that are no rule).
+    TuneJobType(String),
 }
 
 impl Permission {
     /// The SubjectAccessReview's `verb`.
     pub fn verb(&self) -> &'static str {
         match self {
-            Permission::SetTier(_) | Permission::ChangeRules => "update",
+            Permission::SetTier(_) | Permission::ChangeRules | Permission::TuneJobType(_) => {
+                "update"
+            }
             Permission::Exempt(_) => "exempt",
         }
     }
@@ -42,13 +47,14 @@ impl Permission {
         match self {
             Permission::SetTier(_) | Permission::Exempt(_) => "tiers",
             Permission::ChangeRules => "policies",
+            Permission::TuneJobType(_) => "jobtypes",
         }
     }
 
     /// The SubjectAccessReview's `name`, when the power is about one tier.
     pub fn name(&self) -> Option<&str> {
         match self {
-            Permission::SetTier(t) | Permission::Exempt(t) => Some(t),
+            Permission::SetTier(t) | Permission::Exempt(t) | Permission::TuneJobType(t) => Some(t),
             Permission::ChangeRules => None,
         }
     }

@@ -262,6 +262,44 @@ pub fn own_constraint(pod: &Pod, classes: &ClassLabels) -> Option<OwnConstraint>
     })
 }
 
+/// The catalog classes a Pod's DRA claims allow: a catalog DeviceClass (`h100-80gb.gpu-admission.io`)
+/// takes devices of one class only, so the Pod can run only on that class's nodes (all of them, for
+/// several: a node is of one class). `None` when no claim names one, or when a claim also takes devices of
+/// another GPU DeviceClass (a vendor's, whose selectors `/validate-pod` and the claim webhook judge).
+pub fn claim_constraint(
+    device_classes: &[String],
+    rules: &crate::pod::gpu_resources::GpuResources,
+) -> Option<OwnConstraint> {
+    let mut allowed: Option<BTreeSet<String>> = None;
+    let mut sources = Vec::new();
+    for dc in device_classes {
+        let class = rules.catalog_class_of(dc)?;
+        let only: BTreeSet<String> = [class.to_string()].into();
+        allowed = Some(match allowed {
+            None => only,
+            Some(a) => a.intersection(&only).cloned().collect(),
+        });
+        sources.push(format!("DRA DeviceClass {dc}"));
+    }
+    Some(OwnConstraint {
+        allowed: allowed?,
+        sources,
+    })
+}
+
+impl OwnConstraint {
+    /// Both constraints at once: the classes both allow.
+    pub fn and(self, other: Option<OwnConstraint>) -> OwnConstraint {
+        match other {
+            None => self,
+            Some(o) => OwnConstraint {
+                allowed: self.allowed.intersection(&o.allowed).cloned().collect(),
+                sources: self.sources.into_iter().chain(o.sources).collect(),
+            },
+        }
+    }
+}
+
 /// Who else decides where the Pod runs, so that we add priority and annotations but no placement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PlacedBy {

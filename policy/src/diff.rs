@@ -124,14 +124,67 @@ mod tests {
     }
 
     #[test]
-    fn nothing_changed_and_model_fields_are_not_rules() {
+    fn a_job_types_priors_are_not_rules_and_everything_else_is() {
         assert!(changes(DEFAULT_POLICY_YAML).is_empty());
+        let priors = DEFAULT_POLICY_YAML.replacen(
+            "baseRuntimeSeconds: 86400",
+            "baseRuntimeSeconds: 90000",
+            1,
+        );
+        assert_ne!(priors, DEFAULT_POLICY_YAML);
+        assert!(changes(&priors).is_empty(), "a job type's priors");
+        // What could deny, steer or hide other tenants' Pods is a rule (issue 35).
         let learning = DEFAULT_POLICY_YAML.replace("  seed: 0 ", "  seed: 7 ");
         assert_ne!(learning, DEFAULT_POLICY_YAML);
-        assert!(
-            changes(&learning).is_empty(),
-            "learning is not a rule field"
+        assert_eq!(changes(&learning), ["learning.seed: 0 -> 7"]);
+        let memory =
+            DEFAULT_POLICY_YAML.replacen("defaultMemoryGiB: 40", "defaultMemoryGiB: 500", 1);
+        assert_eq!(
+            changes(&memory),
+            ["jobTypes[train-llama].defaultMemoryGiB: 40.0 -> 500.0"]
         );
+    }
+
+    #[test]
+    fn the_job_types_a_change_touches_are_named() {
+        let priors = DEFAULT_POLICY_YAML.replacen(
+            "baseRuntimeSeconds: 86400",
+            "baseRuntimeSeconds: 90000",
+            1,
+        );
+        let names = crate::changed_job_types(DEFAULT_POLICY_YAML, &priors).unwrap();
+        assert_eq!(names.into_iter().collect::<Vec<_>>(), ["train-llama"]);
+        let added = DEFAULT_POLICY_YAML.replace(
+            "jobTypes:\n",
+            "jobTypes:\n  - { name: mine, workloadClass: training, baseRuntimeSeconds: 60, relativeStddev: 0.5 }\n",
+        );
+        let names = crate::changed_job_types(DEFAULT_POLICY_YAML, &added).unwrap();
+        assert_eq!(names.into_iter().collect::<Vec<_>>(), ["mine"]);
+        assert!(
+            changes(&added).is_empty(),
+            "a job type without defaultMemoryGiB is no rule"
+        );
+        assert!(crate::changed_job_types(DEFAULT_POLICY_YAML, "{").is_none());
+    }
+
+    /// Every field of a job type is classified: a new field must be added to JOB_TYPE_PRIOR_FIELDS (a
+    /// prior its owner may change) or be a rule like `defaultMemoryGiB`.
+    #[test]
+    fn every_job_type_field_is_classified() {
+        let policy = parse(DEFAULT_POLICY_YAML, "default").unwrap();
+        let raw: crate::schema::PolicyFile = serde_yaml::from_str(&policy.document).unwrap();
+        let entry = serde_json::to_value(&raw.job_types[0]).unwrap();
+        let mut keys: Vec<&str> = entry
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort_unstable();
+        let mut known: Vec<&str> = crate::JOB_TYPE_PRIOR_FIELDS.to_vec();
+        known.extend(["name", "defaultMemoryGiB"]);
+        known.sort_unstable();
+        assert_eq!(keys, known);
     }
 
     #[test]

@@ -90,6 +90,7 @@ fn decode(bytes: &[u8]) -> Result<Learned, String> {
             snapshot.format
         ));
     }
+    check_bounds(&snapshot.learned)?;
     Ok(snapshot.learned)
 }
 
@@ -118,6 +119,107 @@ pub fn encode_shared(learned: &Learned) -> Result<Vec<u8>, serde_json::Error> {
 /// Decodes what [`encode_shared`] wrote (or an older scorer's v2 export).
 pub fn decode_shared(bytes: &[u8]) -> Result<Learned, String> {
     decode(bytes)
+}
+
+/// Most job types a state may hold statistics of: any policy's listed ones (the policy crate bounds a
+/// policy's size) plus the unlisted budget.
+const MAX_JOB_ENTRIES: usize = 4096 + crate::model::unlisted::BUDGET;
+/// Most GPU classes one job type may have statistics on.
+const MAX_CLASSES_PER_JOB: usize = 256;
+/// Largest |mean| of a learned ln-runtime (or slowdown) accepted: e^60 s is far past any run.
+const MAX_ABS_MEAN: f64 = 60.0;
+
+/// Checks a state that came from outside this process (`ImportState`, a snapshot on disk) against every
+/// bound the model keeps itself, and its observation count against the evidence it carries: every count,
+/// every "last seen" sequence number and the remembered ids fit within it. A state that breaks one is
+/// refused whole: the sender's numbers are never adopted on its word.
+pub fn check_bounds(l: &Learned) -> Result<(), String> {
+    use crate::model::{interference, observed, unlisted};
+    let n = l.observations;
+    let over = |what: &str, got: usize, max: usize| {
+        (got > max)
+            .then(|| format!("{what}: {got}, at most {max}"))
+            .map_or(Ok(()), Err)
+    };
+    over(
+        "unlisted job types",
+        l.unlisted.seen.len(),
+        unlisted::BUDGET,
+    )?;
+    over("remembered ids", l.observed.len(), observed::CAPACITY)?;
+    over(
+        "co-location pairs",
+        l.interference.len(),
+        interference::MAX_PAIRS,
+    )?;
+    over(
+        "job types with runtimes",
+        l.runtimes.by_job.len(),
+        MAX_JOB_ENTRIES,
+    )?;
+    over("job type owners", l.owners.0.len(), MAX_JOB_ENTRIES)?;
+    over(
+        "GPU classes with contention",
+        l.contention.by_class.len(),
+        MAX_CLASSES_PER_JOB,
+    )?;
+    if l.observed.len() as u64 > n {
+        return Err(format!(
+            "{} ids remembered of {n} observations",
+            l.observed.len()
+        ));
+    }
+    let mut runs: u64 = 0;
+    for (job, classes) in &l.runtimes.by_job {
+        over(
+            &format!("GPU classes of {job}"),
+            classes.len(),
+            MAX_CLASSES_PER_JOB,
+        )?;
+        for (class, stat) in classes {
+            check_stat(stat, n).map_err(|e| format!("runtimes of {job} on {class}: {e}"))?;
+            runs = runs.saturating_add(stat.count);
+        }
+    }
+    if runs > n {
+        return Err(format!("{runs} runs learned of {n} observations"));
+    }
+    for table in [&l.interference.pairs, &l.interference.directed] {
+        for (a, neighbours) in table {
+            for (b, stat) in neighbours {
+                check_stat(stat, n).map_err(|e| format!("pair {a}, {b}: {e}"))?;
+            }
+        }
+    }
+    for (class, sums) in &l.contention.by_class {
+        if sums.count > n || sums.square < 0 {
+            return Err(format!(
+                "contention on {class}: {sums:?} of {n} observations"
+            ));
+        }
+    }
+    for (job, seen) in &l.unlisted.seen {
+        if seen.last > n || usize::from(seen.workload) >= crate::policy::WorkloadClass::ALL.len() {
+            return Err(format!(
+                "unlisted job type {job}: {seen:?} of {n} observations"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_stat(stat: &crate::model::estimate::Stat, n: u64) -> Result<(), String> {
+    if stat.count > n || stat.last > n {
+        return Err(format!("{stat:?} of {n} observations"));
+    }
+    if stat.weight.is_some_and(|w| w <= 0) {
+        return Err(format!("{stat:?}: a weight must be positive"));
+    }
+    let mean = stat.mean();
+    if !mean.is_finite() || mean.abs() > MAX_ABS_MEAN {
+        return Err(format!("{stat:?}: mean {mean}"));
+    }
+    Ok(())
 }
 
 /// Whether `theirs` holds every observation `ours` holds: at least as many, and every id ours still
@@ -337,11 +439,88 @@ mod tests {
             l.observed
                 .insert(&format!("0b6c1c62-5d1a-4bd0-9d0e-{i:012}"));
         }
-        l.observations = 1_000_000_000;
+        // Consistent with the counts above (ImportState checks them against it).
+        l.observations = 10_000_000_000;
         let bytes = encode_shared(&l).unwrap();
         eprintln!("largest state: {} bytes", bytes.len());
         assert!(bytes.len() <= 256 * 1024, "{} bytes", bytes.len());
         assert_eq!(decode_shared(&bytes).unwrap(), l);
+    }
+
+    /// A state from outside is held to the model's own bounds and its count to the evidence it carries:
+    /// one broken bound refuses the whole state.
+    #[test]
+    fn a_state_that_breaks_a_bound_is_refused_whole() {
+        let good = some_learning();
+        assert!(check_bounds(&good).is_ok());
+        let refused = |what: &str, forge: &dyn Fn(&mut Learned)| {
+            let mut l = good.clone();
+            forge(&mut l);
+            let bytes = encode_shared(&l).unwrap();
+            let e = decode_shared(&bytes).expect_err(what);
+            eprintln!("{what}: {e}");
+        };
+        refused("a count below its runs", &|l| l.observations = 0);
+        refused("a run counted beyond the observations", &|l| {
+            let cell = l.runtimes.by_job.get_mut("train-bert").unwrap();
+            cell.get_mut("A100-80GB").unwrap().count = 1_000;
+        });
+        refused("a mean of e^1000 seconds", &|l| {
+            let cell = l.runtimes.by_job.get_mut("train-bert").unwrap();
+            cell.get_mut("A100-80GB").unwrap().sum = i64::MAX;
+        });
+        refused("a negative weight", &|l| {
+            let cell = l.runtimes.by_job.get_mut("train-bert").unwrap();
+            cell.get_mut("A100-80GB").unwrap().weight = Some(-5);
+        });
+        refused("more unlisted job types than the budget", &|l| {
+            l.observations = 1_000_000;
+            for k in 0..=crate::model::unlisted::BUDGET {
+                l.unlisted.seen.insert(
+                    format!("forged-{k}"),
+                    crate::model::unlisted::Seen {
+                        workload: 0,
+                        last: 1,
+                    },
+                );
+            }
+        });
+        refused("more pairs than the table keeps", &|l| {
+            l.observations = 1_000_000;
+            for k in 0..=crate::model::interference::MAX_PAIRS {
+                l.interference
+                    .pairs
+                    .entry(format!("a-{k}"))
+                    .or_default()
+                    .insert("b".into(), Default::default());
+            }
+        });
+        // And through the service: `ImportState` answers invalid_argument and keeps its own state.
+        let store = std::sync::Arc::new(crate::policy::watch::PolicyStore::new(Some(
+            embedded_default().unwrap(),
+        )));
+        let metrics = std::sync::Arc::new(crate::metrics::Metrics::unregistered());
+        let service = crate::service::Core::new(store, good.clone(), metrics);
+        let mut forged = good.clone();
+        forged.observations = u64::MAX;
+        forged
+            .runtimes
+            .by_job
+            .get_mut("train-bert")
+            .unwrap()
+            .get_mut("A100-80GB")
+            .unwrap()
+            .sum = i64::MAX;
+        let incoming = gpu_admission_proto::scorer::v1::LearnedState {
+            snapshot: encode_shared(&forged).unwrap(),
+            observations: u64::MAX,
+            digest: String::new(),
+        };
+        assert!(service.import_state(&incoming).is_err());
+        assert_eq!(
+            service.export_state().unwrap().observations,
+            good.observations
+        );
     }
 
     #[test]

@@ -13,7 +13,9 @@
 # (CSR signing and bootstrap tokens off). kwok manages the Nodes annotated kwok.x-k8s.io/node=fake: Ready with
 # heartbeats; their Pods Running, then Succeeded after pod-complete.stage.kwok.x-k8s.io/delay; it does not
 # pick up Pods bound before it started.
-# Writes into RUN_DIR: kubeconfig (admin token, system:masters), ca.crt, *.log, *.pid and env (ports,
+# The apiserver presents webhook-client.crt (signed by webhook-client-ca.crt) to every webhook it calls
+# (--admission-control-config-file), as a cluster that authenticates itself to webhooks does.
+# Writes into RUN_DIR: kubeconfig (admin token, system:masters), ca.crt, webhook-client-ca.crt, *.log, *.pid and env (ports,
 # KUBECONFIG, K8S_BIN). Prints "ready: KUBECONFIG=RUN_DIR/kubeconfig". Stop with stop.sh RUN_DIR; on failure
 # what was started is stopped and the log tails are shown.
 set -euo pipefail
@@ -57,6 +59,30 @@ printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >san.ext
 openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext \
   -out apiserver.crt 2>/dev/null
 openssl genrsa -out sa.key 2048 2>/dev/null && openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+# The certificate the apiserver presents to every webhook ('*': the default entry of its webhook kubeconfig),
+# signed by webhook-client-ca.crt, a CA of its own (a frontend started with --client-ca-file on it answers
+# only this apiserver).
+openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=e2e-webhook-client-ca -keyout webhook-client-ca.key \
+  -out webhook-client-ca.crt 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -subj /CN=kube-apiserver-webhook-client -keyout webhook-client.key \
+  -out webhook-client.csr 2>/dev/null
+printf 'extendedKeyUsage=clientAuth\n' >client.ext
+openssl x509 -req -in webhook-client.csr -CA webhook-client-ca.crt -CAkey webhook-client-ca.key -CAcreateserial \
+  -days 2 -extfile client.ext -out webhook-client.crt 2>/dev/null
+cat >webhook-client.kubeconfig <<K
+apiVersion: v1
+kind: Config
+users: [{name: "*", user: {client-certificate: "$R/webhook-client.crt", client-key: "$R/webhook-client.key"}}]
+K
+cat >admission.yaml <<K
+apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+  - name: ValidatingAdmissionWebhook
+    configuration: {apiVersion: apiserver.config.k8s.io/v1, kind: WebhookAdmissionConfiguration, kubeConfigFile: "$R/webhook-client.kubeconfig"}
+  - name: MutatingAdmissionWebhook
+    configuration: {apiVersion: apiserver.config.k8s.io/v1, kind: WebhookAdmissionConfiguration, kubeConfigFile: "$R/webhook-client.kubeconfig"}
+K
 tok=$(openssl rand -hex 16)
 echo "$tok,admin,admin,system:masters" >tokens.csv
 cat >kubeconfig <<K
@@ -100,7 +126,8 @@ launch apiserver "$B/kube-apiserver" --etcd-servers="http://127.0.0.1:$E" --bind
   --service-account-issuer=https://kubernetes.default.svc --service-account-key-file=sa.pub \
   --service-account-signing-key-file=sa.key --token-auth-file=tokens.csv --authorization-mode=Node,RBAC \
   --service-cluster-ip-range=10.96.0.0/24 --disable-admission-plugins=ServiceAccount \
-  --runtime-config=resource.k8s.io/v1=true --allow-privileged=true --profiling=false
+  --runtime-config=resource.k8s.io/v1=true --allow-privileged=true --profiling=false \
+  --admission-control-config-file=admission.yaml
 wait_for apiserver api /readyz
 
 common=(--kubeconfig=kubeconfig --authentication-kubeconfig=kubeconfig --authorization-kubeconfig=kubeconfig

@@ -261,6 +261,15 @@ async fn checkpoint_restore_against_a_real_apiserver() {
         .kubeconfig(cluster.kubeconfig())
         .arg("--checkpoint-discovery-secs")
         .arg("1")
+        // The webhook paths answer only the apiserver: it presents the certificate start.sh made for it.
+        .arg("--client-ca-file")
+        .arg(
+            cluster
+                .run_dir()
+                .join("webhook-client-ca.crt")
+                .display()
+                .to_string(),
+        )
         .env("RUST_LOG", "info")
         .start()
         .await
@@ -285,6 +294,28 @@ async fn checkpoint_restore_against_a_real_apiserver() {
     let mut failures: Vec<String> = Vec::new();
     let train_uid = create_job(&client, ML, "train", None).await;
     let train_pod = job_pod("train", "train", &train_uid);
+
+    // 0. A review sent straight to the port, without the apiserver's client certificate (a forged one,
+    //    asking for another namespace's backups): refused before it is read, counted; the probes stay open.
+    let forged = gpu_admission_tests::review::pod_review(
+        &train_pod,
+        ML,
+        gpu_admission_tests::Operation::Create,
+    );
+    for path in ["/mutate-pod-checkpoint", "/mutate-pod", "/validate-pod"] {
+        let answer = webhook.https().post_json(path, &forged).await.unwrap();
+        if answer.status != http::StatusCode::UNAUTHORIZED {
+            failures.push(format!("forged review to {path}: {}", answer.status));
+        }
+    }
+    let m = webhook.metrics().await.unwrap();
+    let refused = metric(&m, "gpu_admission_unauthenticated_requests_total");
+    println!("checkpoint: 3 reviews without a client certificate answered 401 ({refused} counted)");
+    if refused != 3.0 {
+        failures.push(format!(
+            "unauthenticated requests counted {refused}, want 3"
+        ));
+    }
 
     // 1. No CRD: every Pod is created unchanged, and the frontend was called (its metric counts the
     //    requests it answered "not installed"); its log says so once.

@@ -6,8 +6,9 @@
 //! and the real webhook frontend (policy in `Enforce`) mutating Pods and validating claims and templates, as
 //! a plain tenant creates them (the cluster admin may run outside a tier):
 //!
-//! - a gold Pod claiming one GPU through a template of `h100-80gb.gpu-admission.io` is decided, and the
-//!   scheduler allocates it a device of the H100 Node's slice and binds it there;
+//! - a gold Pod claiming one GPU through a template of `h100-80gb.gpu-admission.io` (and naming no class
+//!   itself) is decided among H100 nodes only, and the scheduler allocates it a device of the H100 Node's
+//!   slice and binds it there;
 //! - a bronze Pod claiming one GPU through a template of `l4-24gb.gpu-admission.io` runs on L4, its device
 //!   from the L4 slice;
 //! - a bronze template or claim that could be allocated H100 devices (the vendor class without selectors,
@@ -456,11 +457,32 @@ async fn claims_are_held_to_their_tier_by_the_webhook_and_on_the_allocation() {
     .await;
     wait_decided(&tenant, BRONZE, json!({"resourceClaimName": "l4-by-name"})).await;
 
-    // Gold: an H100 device, its Pod bound to the H100 Node.
-    let mut gold = claim_pod("llm-gold", json!({"resourceClaimTemplateName": "one-gpu"}));
-    gold["spec"]["nodeSelector"][CLASS_LABEL] = json!("H100-80GB");
+    // Gold: an H100 device, its Pod bound to the H100 Node. The Pod names no class itself: /mutate-pod
+    // narrows it to its claim's class (gold allows A100 too, where the claim could not be allocated).
+    let gold = claim_pod("llm-gold", json!({"resourceClaimTemplateName": "one-gpu"}));
     let ran = run_claim_pod(&client, &tenant, GOLD, gold).await;
     assert_eq!(ran.node_class, "H100-80GB", "gold's H100 claim");
+    // The scorer weighed H100 only: no other gold class appears among the record's alternatives.
+    let stored = Api::<Pod>::namespaced(client.clone(), GOLD)
+        .get("llm-gold")
+        .await
+        .unwrap();
+    let ann = stored.metadata.annotations.unwrap_or_default();
+    let weighed = ann
+        .get("gpu-admission.io/alternatives")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        (
+            ann.get(ANN_GPU_CLASS).map(String::as_str),
+            weighed
+                .split(',')
+                .filter(|c| !c.starts_with("H100-80GB="))
+                .count()
+        ),
+        (Some("H100-80GB"), 0),
+        "gold's claim narrows the classes weighed: {weighed}"
+    );
     assert_in_tier("gold", &ran, &allowed_classes(&policy, "gold"));
     // Bronze: through the L4 class's template, and through the vendor class pinned to L4 by product name.
     for (name, source) in [

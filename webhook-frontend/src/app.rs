@@ -34,7 +34,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let access_client = client.clone();
     let certificate_served = Arc::new(AtomicBool::new(false));
     let resolver = serve_certificates(&config.tls, client, &metrics, &certificate_served).await?;
-    let tls_config = tls::server_config(resolver)?;
+    let tls_config = tls::server_config(resolver, config.server.client_ca_file.as_deref())?;
 
     let scorer = Scorer::new(
         &config.scorer.endpoint,
@@ -104,7 +104,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     server::serve(
         listener,
         tls_config,
-        server::router(webhooks, readiness),
+        server::router(webhooks, readiness, config.server.client_ca_file.is_some()),
         config.server.limits,
         metrics,
         config.server.drain_timeout,

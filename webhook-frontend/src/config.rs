@@ -75,6 +75,13 @@ pub struct ServerArgs {
     /// is answered 503 at once (raised to one maximum-size body when lower).
     #[arg(long, env = "WEBHOOK_MAX_BODY_MIB_IN_FLIGHT", default_value_t = 48, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_body_mib_in_flight: u32,
+
+    /// PEM CA bundle of the kube-apiserver's webhook client certificates (its `--admission-control-config-file`
+    /// kubeconfig): the webhook paths then answer only callers presenting a certificate it signed (401
+    /// otherwise); `/healthz` and `/readyz` stay open for the kubelet's probes. Use a CA that signs nothing
+    /// else.
+    #[arg(long, env = "WEBHOOK_CLIENT_CA_FILE")]
+    pub client_ca_file: Option<PathBuf>,
 }
 
 /// Where the serving certificate comes from: files, a generated dev CA, or a Secret kept through the API.
@@ -296,6 +303,8 @@ pub struct ServerConfig {
     pub body_budget_bytes: usize,
     /// On SIGTERM/SIGINT, how long in-flight requests may take to finish.
     pub drain_timeout: Duration,
+    /// Webhook callers must present a client certificate signed by this CA bundle.
+    pub client_ca_file: Option<PathBuf>,
 }
 
 /// The three ways of getting a serving certificate.
@@ -401,6 +410,7 @@ impl From<ServerArgs> for ServerConfig {
             },
             drain_timeout: Duration::from_secs(args.drain_timeout_secs),
             body_budget_bytes: args.max_body_mib_in_flight as usize * 1024 * 1024,
+            client_ca_file: args.client_ca_file,
         }
     }
 }

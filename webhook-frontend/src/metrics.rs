@@ -324,6 +324,8 @@ pub struct Metrics {
     pub(crate) connections_closed: Family<ConnectionCloseLabels, Counter>,
     /// Failed accepts on the webhook port (e.g. out of file descriptors), each followed by a backoff.
     pub(crate) accept_errors: Counter,
+    /// Webhook requests refused for want of a verified client certificate (`--client-ca-file`).
+    pub(crate) unauthenticated_requests: Counter,
     /// Pods of a workload answered with the scorer's answer for an earlier Pod of it (no Score call).
     pub(crate) workload_answers_reused: Counter,
 }
@@ -355,6 +357,7 @@ impl Metrics {
             connections_open: Gauge::default(),
             connections_closed: Family::default(),
             accept_errors: Counter::default(),
+            unauthenticated_requests: Counter::default(),
             workload_answers_reused: Counter::default(),
         };
         let r = registry.sub_registry_with_prefix("gpu_admission");
@@ -473,6 +476,11 @@ impl Metrics {
             "accept_errors",
             "Failed accepts on the webhook port (e.g. out of file descriptors)",
             m.accept_errors.clone(),
+        );
+        r.register(
+            "unauthenticated_requests",
+            "Webhook requests refused (401) for want of a client certificate signed by --client-ca-file",
+            m.unauthenticated_requests.clone(),
         );
         r.register(
             "workload_answers_reused",

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use axum::routing::get;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -32,10 +33,42 @@ pub(crate) const BODY_LIMIT_BYTES: usize = 24 * 1024 * 1024;
 /// Whole-request timeout (body included), beyond the header read timeout.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The webhooks' routes, `/healthz` and `/readyz`, under the body limit and the request timeout.
-pub fn router(webhooks: Webhooks, readiness: Arc<Readiness>) -> Router {
-    webhooks
-        .routes()
+/// The connection's client presented a certificate that chains to `--client-ca-file` (rustls verified it
+/// during the handshake): put into its requests' extensions by [`serve_connection`], only then.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClientCertificate;
+
+/// The webhooks' routes, `/healthz` and `/readyz`, under the body limit and the request timeout. With
+/// `client_certificate_required` (`--client-ca-file`), the webhook paths answer 401 to a caller without a
+/// verified client certificate (counted, logged); the probes' paths stay open.
+pub fn router(
+    webhooks: Webhooks,
+    readiness: Arc<Readiness>,
+    client_certificate_required: bool,
+) -> Router {
+    let metrics = webhooks.metrics();
+    let mut routes = webhooks.routes();
+    if client_certificate_required {
+        routes = routes.layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let metrics = metrics.clone();
+                async move {
+                    let verified = req.extensions().get::<ClientCertificate>().is_some();
+                    if verified {
+                        return next.run(req).await;
+                    }
+                    metrics.unauthenticated_requests.inc();
+                    tracing::warn!(path = %req.uri().path(), "webhook request without a verified client certificate refused");
+                    (
+                        StatusCode::UNAUTHORIZED,
+                        "gpu-admission: this port answers the kube-apiserver only: present a client certificate signed by the CA of --client-ca-file\n",
+                    )
+                        .into_response()
+                }
+            },
+        ));
+    }
+    routes
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz).with_state(readiness))
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
@@ -202,6 +235,16 @@ async fn serve_connection(
             return;
         }
         _ = stop.wait_for(|stop| *stop) => return,
+    };
+    let verified = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .is_some_and(|c| !c.is_empty());
+    let router = if verified {
+        router.layer(axum::Extension(ClientCertificate))
+    } else {
+        router
     };
     let service = TrackedService::new(TowerToHyperService::new(router), tracker.clone());
     let conn = builder

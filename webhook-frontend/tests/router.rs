@@ -55,7 +55,7 @@ async fn router_with(mode: Mode, policy: GetPolicyResponse) -> (Router, ScorerDo
     );
     let readiness = Arc::new(webhooks.readiness());
     (
-        webhook_frontend::server::router(webhooks, readiness),
+        webhook_frontend::server::router(webhooks, readiness, false),
         double,
     )
 }
@@ -475,7 +475,7 @@ async fn an_oversized_body_is_refused_and_counted() {
         PolicyConfigMap::parse("gpu-admission/scorer-policy", "policy.yaml").unwrap(),
     );
     let readiness = Arc::new(webhooks.readiness());
-    let router = webhook_frontend::server::router(webhooks, readiness);
+    let router = webhook_frontend::server::router(webhooks, readiness, false);
     let huge = vec![b' '; 24 * 1024 * 1024 + 1];
     for path in ["/mutate-pod", "/validate-pod"] {
         let (status, _) = post(&router, path, huge.clone()).await;

@@ -4,16 +4,17 @@
 //! with a warning when the scorer cannot be asked (the scorer still refuses a bad file when it reloads, and
 //! keeps the policy it has).
 //!
-//! The rules are the admins': only the policy's `adminGroups`/`adminUsers` may create or delete the
-//! ConfigMap, or change anything that decides what a tier gets (the scorer's `rules_digest` of the old and
-//! the new text differ). Others who may edit it (RBAC) may change how jobs are modelled and learned. A
-//! forbidden change is answered under the policy's mode, like a tier violation.
+//! The rules are RBAC's: only who may `update policies` (gpu-admission.io) may create or delete the
+//! ConfigMap, or change any rule (the policy crate's `rules_digest` of the old and the new text differ).
+//! Who may `update jobtypes/<name>` may change that job type's priors, and nothing else. A forbidden change
+//! is denied in every mode.
 
 use gpu_admission_policy::wire::validation;
 use gpu_admission_proto::scorer::v1::ValidatePolicyResponse;
 use kube_core::DynamicObject;
 use kube_core::admission::{AdmissionRequest, Operation};
 
+use crate::authority::{Grants, Permission};
 use crate::review::Verdict;
 
 /// Which ConfigMap holds the scorer's policy, and under which key.
@@ -98,44 +99,95 @@ pub fn triage<'a>(req: &'a AdmissionRequest<DynamicObject>, cm: &PolicyConfigMap
     }
 }
 
-/// Who asks, as far as the policy's rules go.
+/// Who asks, and the powers RBAC granted for [`Change::needs`] (with [`Permission::ChangeRules`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Requester<'a> {
     pub user: &'a str,
-    /// One of the policy's admins.
-    pub admin: bool,
+    pub grants: &'a Grants,
 }
 
-/// A change only those RBAC allows `update policies` may make, by a requester who may not: `Some(what)`.
-/// `old_checked` is the validation of the replaced text (made only for such a requester's UPDATE).
-fn forbidden_change(
-    triage: &Triage<'_>,
-    checked: Option<&ValidatePolicyResponse>,
-    old_checked: Option<&ValidatePolicyResponse>,
-    requester: Requester<'_>,
-) -> Option<String> {
-    if requester.admin {
+/// What a request does to the policy, as far as authority goes. Pure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// Not the policy ConfigMap: nothing to authorise.
+    None,
+    /// Deletes the policy.
+    Delete,
+    /// Creates it, or replaces a ConfigMap without the key: no old text to compare.
+    Replace,
+    /// Changes a rule (the texts' rules digests differ).
+    Rules,
+    /// One of the texts does not parse: the rules cannot be compared.
+    Unreadable,
+    /// Changes only these job types' priors (empty: changes nothing a power guards).
+    JobTypes(Vec<String>),
+}
+
+impl Change {
+    /// What the request changes, from its texts: the policy crate's rules digest, then its list of the job
+    /// types whose entries differ.
+    pub fn of(triage: &Triage<'_>) -> Self {
+        match triage {
+            Triage::NotOurs(_) => Change::None,
+            Triage::Delete => Change::Delete,
+            Triage::MissingKey | Triage::Check { old: None, .. } => Change::Replace,
+            Triage::Check {
+                text,
+                old: Some(old),
+                ..
+            } => match (
+                gpu_admission_policy::rules_digest(old),
+                gpu_admission_policy::rules_digest(text),
+            ) {
+                (Some(a), Some(b)) if a != b => Change::Rules,
+                (Some(_), Some(_)) => match gpu_admission_policy::changed_job_types(old, text) {
+                    Some(names) => Change::JobTypes(names.into_iter().collect()),
+                    None => Change::Unreadable,
+                },
+                _ => Change::Unreadable,
+            },
+        }
+    }
+
+    /// The powers that allow it: `update policies` allows every change; a job type's priors are also
+    /// allowed by `update jobtypes/<name>`, each of them.
+    pub fn needs(&self) -> Vec<Permission> {
+        match self {
+            Change::None => Vec::new(),
+            Change::JobTypes(names) => names
+                .iter()
+                .map(|n| Permission::TuneJobType(n.clone()))
+                .collect(),
+            _ => vec![Permission::ChangeRules],
+        }
+    }
+}
+
+/// What a requester without the powers for `change` does: `Some(what)` when forbidden.
+fn forbidden_change(change: &Change, grants: &Grants) -> Option<String> {
+    if grants.allows(&Permission::ChangeRules) {
         return None;
     }
-    match triage {
-        Triage::NotOurs(_) => None,
-        Triage::Delete => Some("deletes the policy".into()),
-        Triage::MissingKey | Triage::Check { old: None, .. } => {
-            Some("creates or replaces the policy".into())
+    match change {
+        Change::None => None,
+        Change::Delete => Some("deletes the policy".into()),
+        Change::Replace => Some("creates or replaces the policy".into()),
+        Change::Rules => Some("changes the rules (everything but a job type's priors: catalog, tiers, buckets, GPU resources, quotas, enforcement, version, workload classes, interference, learning, a job type's defaultMemoryGiB)".into()),
+        Change::Unreadable => Some("may change the rules, and they could not be compared (a text that does not parse)".into()),
+        Change::JobTypes(names) => {
+            let missing: Vec<String> = names
+                .iter()
+                .map(|n| Permission::TuneJobType(n.clone()))
+                .filter(|p| !grants.allows(p))
+                .map(|p| p.describe())
+                .collect();
+            (!missing.is_empty()).then(|| {
+                let more = missing.len().saturating_sub(4);
+                let shown = missing[..missing.len().min(4)].join(", ");
+                let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+                format!("changes job types' priors without the power: needs {shown}{more} (or update policies)")
+            })
         }
-        Triage::Check { old: Some(_), .. } => match (checked, old_checked) {
-            (Some(new), Some(old))
-                if !new.rules_digest.is_empty() && new.rules_digest == old.rules_digest =>
-            {
-                None
-            }
-            (Some(new), Some(old))
-                if !new.rules_digest.is_empty() && !old.rules_digest.is_empty() =>
-            {
-                Some("changes the rules (catalog, tiers, priority buckets, GPU resources, default tier, enforcement, admins or grants)".into())
-            }
-            _ => Some("may change the rules, and they could not be compared (a text that does not parse)".into()),
-        },
     }
 }
 
@@ -185,34 +237,29 @@ impl Outcome {
     }
 }
 
-/// The `/validate-policy` decision: who may change the rules ([`forbidden_change`]: denied in every
-/// enforcement mode, since `Warn` and `Audit` relax what Pods may do, never who may change the rules), then
-/// the policy's validation ([`decide`]): the policy crate's, exactly what a reload of the scorer or the
-/// frontend applies, made here (no scorer is asked).
+/// The `/validate-policy` decision: who may change what ([`Change`], against the requester's RBAC grants:
+/// denied in every enforcement mode, since `Warn` and `Audit` relax what Pods may do, never who may change
+/// the rules), then the policy's validation ([`decide`]): the policy crate's, exactly what a reload of the
+/// scorer or the frontend applies, made here (no scorer is asked).
 pub fn decide_change(
     triage: &Triage<'_>,
+    change: &Change,
     requester: Requester<'_>,
     cm: &PolicyConfigMap,
 ) -> (Outcome, Verdict) {
-    let (checked, old_checked) = match triage {
-        Triage::Check { file, text, old } => (
-            Some(validation(text, file)),
-            // The replaced text is compared only when someone who may not change the rules changes it.
-            old.filter(|_| !requester.admin)
-                .map(|o| validation(o, file)),
-        ),
-        _ => (None, None),
-    };
-    let Some(what) = forbidden_change(triage, checked.as_ref(), old_checked.as_ref(), requester)
-    else {
+    let Some(what) = forbidden_change(change, requester.grants) else {
+        let checked = match triage {
+            Triage::Check { file, text, .. } => Some(validation(text, file)),
+            _ => None,
+        };
         return decide(triage, checked.as_ref(), cm);
     };
     let message = format!(
-        "gpu-admission: {} {what} in ConfigMap {}/{}: changing what a tier gets needs {} in Kubernetes RBAC (the ClusterRole gpu-admission-policy-editor); without it one may change jobTypes, workloadClasses, interference and learning",
+        "gpu-admission: {} {what} in ConfigMap {}/{}: changing the rules needs {} in Kubernetes RBAC (the ClusterRole gpu-admission-policy-editor); a job type's priors (workloadClass, baseRuntimeSeconds, relativeStddev, throughputExponent) need update jobtypes/<name> (gpu-admission.io) for that job type",
         requester.user,
         cm.namespace,
         cm.name,
-        crate::authority::Permission::ChangeRules.describe()
+        Permission::ChangeRules.describe()
     );
     (
         Outcome::Denied,
@@ -380,9 +427,11 @@ mod tests {
     #[test]
     fn only_those_rbac_allows_change_the_rules() {
         let base = gpu_admission_policy::DEFAULT_POLICY_YAML;
+        let prior = base.replacen("baseRuntimeSeconds: 86400", "baseRuntimeSeconds: 90000", 1);
         let learning = base.replace("  seed: 0 ", "  seed: 7 ");
+        let memory = base.replacen("defaultMemoryGiB: 40", "defaultMemoryGiB: 500", 1);
         let rules = base.replace("  mode: Warn", "  mode: Enforce");
-        assert!(learning != base && rules != base);
+        assert!(prior != base && learning != base && memory != base && rules != base);
         fn update<'a>(new: &'a str, old: &'a str) -> Triage<'a> {
             Triage::Check {
                 file: "f".into(),
@@ -390,41 +439,62 @@ mod tests {
                 old: Some(old),
             }
         }
-        let (learning, rules) = (learning.as_str(), rules.as_str());
         let create = Triage::Check {
             file: "f".into(),
             text: base,
             old: None,
         };
-        let alice = Requester {
-            user: "alice",
-            admin: false,
+        let nothing = Grants::none();
+        let llama = Grants::new([Permission::TuneJobType("train-llama".into())], false);
+        let bert = Grants::new([Permission::TuneJobType("train-bert".into())], false);
+        let all = Grants::new([Permission::ChangeRules], false);
+        let run = |t: &Triage<'_>, grants: &Grants| {
+            let change = Change::of(t);
+            let who = Requester {
+                user: "alice",
+                grants,
+            };
+            decide_change(t, &change, who, &cm())
         };
-        let admin = Requester {
-            user: "root",
-            admin: true,
-        };
-        let run = |t: &Triage<'_>, who| decide_change(t, who, &cm());
-        // The same rules (a learning parameter changed): anyone who may edit the ConfigMap.
-        assert_eq!(run(&update(learning, base), alice).0, Outcome::Allowed);
-        // Other rules: only with `update policies`, denied in every mode.
-        let (o, v) = run(&update(rules, base), alice);
-        assert_eq!(o, Outcome::Denied);
-        let denied = v.denied.unwrap();
-        assert!(denied.contains("alice changes the rules"), "{denied}");
-        assert!(
-            denied.contains("update policies (gpu-admission.io)"),
-            "{denied}"
+        // A job type's priors: its `update jobtypes/<name>`, or `update policies`; nobody else.
+        let prior_change = update(&prior, base);
+        assert_eq!(
+            Change::of(&prior_change),
+            Change::JobTypes(vec!["train-llama".into()])
         );
-        assert_eq!(run(&update(rules, base), admin).0, Outcome::Allowed);
+        assert_eq!(run(&prior_change, &llama).0, Outcome::Allowed);
+        assert_eq!(run(&prior_change, &all).0, Outcome::Allowed);
+        let (o, v) = run(&prior_change, &bert);
+        assert_eq!(o, Outcome::Denied);
+        assert!(
+            v.denied.unwrap().contains("update jobtypes/train-llama"),
+            "names the power"
+        );
+        assert_eq!(run(&prior_change, &nothing).0, Outcome::Denied);
+        // The text unchanged needs no power.
+        assert_eq!(run(&update(base, base), &nothing).0, Outcome::Allowed);
+        // Learning, a job type's defaultMemoryGiB (it denies), the mode: rules, for `update policies` only.
+        for text in [&learning, &memory, &rules] {
+            let t = update(text, base);
+            assert_eq!(Change::of(&t), Change::Rules);
+            let (o, v) = run(&t, &llama);
+            assert_eq!(o, Outcome::Denied);
+            let denied = v.denied.unwrap();
+            assert!(denied.contains("alice changes the rules"), "{denied}");
+            assert!(
+                denied.contains("update policies (gpu-admission.io)"),
+                "{denied}"
+            );
+            assert_eq!(run(&t, &all).0, Outcome::Allowed);
+        }
         // Creating, deleting, or rules that cannot be compared (the replaced text does not parse).
-        assert_eq!(run(&create, alice).0, Outcome::Denied);
-        assert_eq!(run(&create, admin).0, Outcome::Allowed);
-        assert_eq!(run(&Triage::Delete, alice).0, Outcome::Denied);
-        assert_eq!(run(&Triage::Delete, admin).0, Outcome::Allowed);
-        assert_eq!(run(&update(base, "tiers: ["), alice).0, Outcome::Denied);
+        assert_eq!(run(&create, &llama).0, Outcome::Denied);
+        assert_eq!(run(&create, &all).0, Outcome::Allowed);
+        assert_eq!(run(&Triage::Delete, &llama).0, Outcome::Denied);
+        assert_eq!(run(&Triage::Delete, &all).0, Outcome::Allowed);
+        assert_eq!(run(&update(base, "tiers: ["), &llama).0, Outcome::Denied);
         // An invalid text is refused whoever sends it: no path admits a text that was not validated.
-        let (o, v) = run(&update("tiers: [", base), admin);
+        let (o, v) = run(&update("tiers: [", base), &all);
         assert_eq!(o, Outcome::Denied);
         assert!(v.denied.unwrap().contains("invalid policy"));
     }

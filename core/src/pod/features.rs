@@ -27,6 +27,8 @@ pub struct JobFeatures {
     /// Names of DRA resource claims (`spec.resourceClaims`); those from a readable template of a GPU
     /// DeviceClass are counted in `gpu_count`.
     pub dra_claims: Vec<String>,
+    /// The GPU DeviceClasses its readable claims take devices from.
+    pub dra_device_classes: Vec<String>,
     /// The DRA claims whose template or claim the caller could not read (they may ask for GPUs).
     pub unresolved_claims: Vec<String>,
     /// GPU resources whose quantity is not a Kubernetes quantity (`container "c": nvidia.com/gpu="one"`):
@@ -151,6 +153,7 @@ pub fn extract_with(
         model_size_billion_params,
         tenant,
         dra_claims: ask.dra_claims,
+        dra_device_classes: ask.dra_device_classes,
         unresolved_claims: ask.unresolved_claims,
         unreadable_gpu_quantities: ask.unreadable_quantities,
         warnings,

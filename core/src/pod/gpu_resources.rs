@@ -23,8 +23,8 @@ pub const MAX_GPUS_PER_POD: u32 = 256;
 #[derive(Debug, Clone, PartialEq)]
 pub struct GpuResources {
     rules: Vec<GpuResourceRule>,
-    /// The catalog's DeviceClasses and their vendors.
-    catalog_classes: Vec<(String, GpuVendor)>,
+    /// The catalog's DeviceClasses, their catalog class and vendor.
+    catalog_classes: Vec<(String, String, GpuVendor)>,
     /// The rules compiled once: container resources, DRA DeviceClasses.
     resources: Matcher,
     device_classes: Matcher,
@@ -95,6 +95,7 @@ impl GpuResources {
                 };
                 (
                     gpu_admission_policy::device_classes::device_class_name(&c.name),
+                    c.name.clone(),
                     vendor,
                 )
             })
@@ -104,6 +105,15 @@ impl GpuResources {
 
     pub fn rules(&self) -> &[GpuResourceRule] {
         &self.rules
+    }
+
+    /// The catalog class whose devices a DeviceClass of the catalog selects (`h100-80gb.gpu-admission.io` →
+    /// `H100-80GB`); `None` for any other DeviceClass.
+    pub fn catalog_class_of(&self, device_class: &str) -> Option<&str> {
+        self.catalog_classes
+            .iter()
+            .find(|(n, _, _)| n == device_class)
+            .map(|(_, class, _)| class.as_str())
     }
 
     /// How a container resource name counts, or `None` when it is not a GPU resource. A resource backed by a
@@ -135,7 +145,11 @@ impl GpuResources {
     /// The vendor of a DRA DeviceClass whose devices are GPUs: the catalog's own classes (and any other
     /// `*.gpu-admission.io`, vendor unknown), then the policy's `draDeviceClass` rules less its `notGpu` ones.
     pub fn dra_class_vendor(&self, device_class: &str) -> Option<GpuVendor> {
-        if let Some((_, v)) = self.catalog_classes.iter().find(|(n, _)| n == device_class) {
+        if let Some((_, _, v)) = self
+            .catalog_classes
+            .iter()
+            .find(|(n, _, _)| n == device_class)
+        {
             return Some(*v);
         }
         if device_class.ends_with(gpu_admission_policy::device_classes::SUFFIX) {
@@ -183,6 +197,8 @@ pub struct GpuAsk {
     pub shape: String,
     /// DRA claims of the Pod (`spec.resourceClaims` names).
     pub dra_claims: Vec<String>,
+    /// The GPU DeviceClasses its readable claims take devices from (each once, in claim order).
+    pub dra_device_classes: Vec<String>,
     /// The DRA claims whose template or claim could not be read: whether they ask for GPUs is unknown.
     pub unresolved_claims: Vec<String>,
     /// GPU resources whose quantity is no Kubernetes quantity (`container "c": nvidia.com/gpu="one"`): how
@@ -327,8 +343,13 @@ fn container_ask(c: &Container, rules: &GpuResources, warnings: &mut Vec<String>
     out
 }
 
-/// Devices a claim's requests take from GPU DeviceClasses (allocation mode `All`: at least one).
-fn claim_devices(spec: &ResourceClaimSpec, rules: &GpuResources) -> (u32, Option<GpuVendor>) {
+/// Devices a claim's requests take from GPU DeviceClasses (allocation mode `All`: at least one); the
+/// DeviceClasses they name are added to `classes`.
+fn claim_devices(
+    spec: &ResourceClaimSpec,
+    rules: &GpuResources,
+    classes: &mut Vec<String>,
+) -> (u32, Option<GpuVendor>) {
     let mut count = 0u32;
     let mut vendor = None;
     for r in spec
@@ -361,6 +382,9 @@ fn claim_devices(spec: &ResourceClaimSpec, rules: &GpuResources) -> (u32, Option
             .find(|(class, _, _)| rules.dra_class_vendor(class).is_some())
         {
             vendor.get_or_insert(rules.dra_class_vendor(class).unwrap_or_default());
+            if !classes.iter().any(|c| c == class) {
+                classes.push(class.to_string());
+            }
             let n = match mode {
                 Some("All") => 1,
                 _ => n.unwrap_or(1).clamp(1, i64::from(MAX_GPUS_PER_POD)) as u32,
@@ -421,6 +445,7 @@ pub fn gpu_ask(
     let mut count = sum.max(init_max);
 
     let mut dra_claims = Vec::new();
+    let mut dra_device_classes = Vec::new();
     let mut unresolved_claims = Vec::new();
     for claim in spec.resource_claims.iter().flatten() {
         dra_claims.push(claim.name.clone());
@@ -440,7 +465,7 @@ pub fn gpu_ask(
             unresolved_claims.push(claim.name.clone());
             continue;
         };
-        let (n, v) = claim_devices(&claim_spec, rules);
+        let (n, v) = claim_devices(&claim_spec, rules, &mut dra_device_classes);
         if n > 0 {
             count = count.saturating_add(n);
             if vendor.is_none() {
@@ -476,6 +501,7 @@ pub fn gpu_ask(
                 .join("+")
         },
         dra_claims,
+        dra_device_classes,
         unresolved_claims,
         unreadable_quantities,
         warnings,

@@ -93,36 +93,67 @@ pub fn parse(text: &str, file: &str) -> Result<Policy, PolicyError> {
     }
 }
 
-/// The top-level policy fields anyone allowed to edit the policy may change: how jobs are modelled and
-/// learned. Every other field decides what a tier gets (catalog and its node labels, tiers, priority
-/// buckets, GPU resources, default tier, enforcement, admins, grants) and only the policy's admins may
-/// change it.
-pub const NON_RULE_FIELDS: [&str; 5] = [
-    "version",
-    "workloadClasses",
-    "jobTypes",
-    "interference",
-    "learning",
+/// The fields of a job type (`jobTypes[]`) whose owner may change them without changing the rules: priors
+/// that steer only the Pods carrying that job type's label (RBAC `update jobtypes/<name>`, see
+/// [`changed_job_types`]). Everything else in a policy is a rule (only those RBAC allows `update policies`
+/// change it): the catalog, tiers, buckets, GPU resources, quotas, enforcement, but also `version`,
+/// `workloadClasses`, `interference`, `learning` and a job type's `defaultMemoryGiB`, since each of those can
+/// deny, steer or hide other tenants' Pods.
+pub const JOB_TYPE_PRIOR_FIELDS: [&str; 4] = [
+    "workloadClass",
+    "baseRuntimeSeconds",
+    "relativeStddev",
+    "throughputExponent",
 ];
 
-/// A digest of everything in a policy text that decides what a tier gets (all but [`NON_RULE_FIELDS`]), as
-/// parsed (formatting, comments and key order do not count); `None` when the text does not parse.
+/// A digest of everything in a policy text that is a rule (all but [`JOB_TYPE_PRIOR_FIELDS`]), as parsed
+/// (formatting, comments and key order do not count); `None` when the text does not parse.
 pub fn rules_digest(text: &str) -> Option<String> {
     let bytes = serde_json::to_vec(&rule_fields(text)?).ok()?;
     Some(hex::encode(Sha256::digest(&bytes))[..16].to_string())
 }
 
-/// Every field of a policy text that decides what a tier gets (all but [`NON_RULE_FIELDS`]), as the schema
-/// parses it (defaults filled in); `None` when the text does not parse. What [`rules_digest`] digests and
-/// [`crate::diff::rule_changes`] compares.
+/// Every field of a policy text that is a rule, as the schema parses it (defaults filled in); `None` when
+/// the text does not parse. `jobTypes` keeps, sorted by name, only the job types whose `defaultMemoryGiB`
+/// is set, with nothing else: adding, removing or re-ordering job types without one changes no rule. What
+/// [`rules_digest`] digests and [`crate::diff::rule_changes`] compares.
 pub fn rule_fields(text: &str) -> Option<serde_json::Value> {
     let raw: PolicyFile = serde_yaml::from_str(text).ok()?;
     let mut value = serde_json::to_value(&raw).ok()?;
     let fields = value.as_object_mut()?;
-    for f in NON_RULE_FIELDS {
-        fields.remove(f);
-    }
+    let mut memory: Vec<serde_json::Value> = raw
+        .job_types
+        .iter()
+        .filter_map(|j| {
+            let gib = j.default_memory_gib?;
+            Some(serde_json::json!({"name": j.name, "defaultMemoryGiB": gib}))
+        })
+        .collect();
+    memory.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+    fields.insert("jobTypes".into(), serde_json::Value::Array(memory));
     Some(value)
+}
+
+/// The job types whose entry differs between two policy texts (added, removed, or any field changed):
+/// each needs `update jobtypes/<name>` from one who may not change the rules. `None` when either text
+/// does not parse.
+pub fn changed_job_types(old: &str, new: &str) -> Option<std::collections::BTreeSet<String>> {
+    let entries = |text: &str| -> Option<std::collections::BTreeMap<String, serde_json::Value>> {
+        let raw: PolicyFile = serde_yaml::from_str(text).ok()?;
+        raw.job_types
+            .iter()
+            .map(|j| Some((j.name.clone(), serde_json::to_value(j).ok()?)))
+            .collect()
+    };
+    let (old, new) = (entries(old)?, entries(new)?);
+    let differs = |name: &String| old.get(name) != new.get(name);
+    Some(
+        old.keys()
+            .chain(new.keys())
+            .filter(|n| differs(n))
+            .cloned()
+            .collect(),
+    )
 }
 
 struct Checker {

@@ -272,6 +272,15 @@ pub(super) fn rules(k: &Kubectl<'_>, check: &mut dyn FnMut(&str, String, bool)) 
                 &format!("namespaceGrants: [{{namespace: {BRONZE}, allowedClasses: [H100-80GB]}}]"),
             ),
         ),
+        // Fields that were "not rules" before issue 35 and steer or deny other tenants' Pods.
+        (
+            "attack: policy ConfigMap, a job type's defaultMemoryGiB 500 (denies its Pods)",
+            base.replacen("defaultMemoryGiB: 40", "defaultMemoryGiB: 500", 1),
+        ),
+        (
+            "attack: policy ConfigMap, interference.antiAffinityThreshold",
+            base.replace("antiAffinityThreshold: 0.3", "antiAffinityThreshold: 0.01"),
+        ),
     ] {
         let a = apply(&[], configmap(&text));
         check(
@@ -310,10 +319,11 @@ pub(super) fn rules(k: &Kubectl<'_>, check: &mut dyn FnMut(&str, String, bool)) 
     let jobs = base.replacen("baseRuntimeSeconds: 86400", "baseRuntimeSeconds: 90000", 1);
     let a = apply(&[], configmap(&jobs));
     check(
-        "plain user: policy ConfigMap, a job type's runtime (not a rule)",
+        "plain user: policy ConfigMap, a job type's runtime (another team's job type)",
         a.summary(),
-        a.ok,
+        !a.ok && a.stderr.contains("needs update jobtypes/train-llama"),
     );
+    job_type_powers_from_rbac(k, &jobs, check);
     let a = apply(
         &[ADMINS],
         configmap(&jobs.replace("adminUsers: []", "adminUsers: [bob]")),
@@ -322,6 +332,58 @@ pub(super) fn rules(k: &Kubectl<'_>, check: &mut dyn FnMut(&str, String, bool)) 
         "admin: policy ConfigMap, adminUsers += bob",
         a.summary(),
         a.ok,
+    );
+}
+
+/// A job type's priors are its owner's: `lead`, bound to `update jobtypes/train-llama`, may change that job
+/// type's runtime and no other's. (`lead` is asked here first: the frontend caches answers for 10 s.)
+fn job_type_powers_from_rbac(
+    k: &Kubectl<'_>,
+    jobs: &str,
+    check: &mut dyn FnMut(&str, String, bool),
+) {
+    let rbac = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": "e2e-llama-owner"},
+         "rules": [{"apiGroups": ["gpu-admission.io"], "resources": ["jobtypes"], "resourceNames": ["train-llama"], "verbs": ["update"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "e2e-lead-llama"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "e2e-llama-owner"},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "lead"}]}
+    ]});
+    let a = k.run_as(None, &[], &["apply", "-f", "-"], &rbac.to_string());
+    assert!(a.ok, "RBAC for the lead: {}", a.stderr);
+    let apply = |text: &str| {
+        k.run_as(
+            Some("lead"),
+            &[],
+            &["apply", "-f", "-"],
+            &configmap(text).to_string(),
+        )
+    };
+    let a = apply(jobs);
+    check(
+        "lead with update jobtypes/train-llama: train-llama's runtime",
+        a.summary(),
+        a.ok,
+    );
+    let bert = jobs.replacen(
+        "baseRuntimeSeconds: 14400\n    relativeStddev: 0.3",
+        "baseRuntimeSeconds: 15000\n    relativeStddev: 0.3",
+        1,
+    );
+    assert_ne!(bert, jobs);
+    let a = apply(&bert);
+    check(
+        "lead with update jobtypes/train-llama: train-bert's runtime",
+        a.summary(),
+        !a.ok && a.stderr.contains("needs update jobtypes/train-bert"),
+    );
+    let a = apply(&jobs.replace("  mode: Enforce", "  mode: Audit"));
+    check(
+        "lead with update jobtypes/train-llama: mode Audit",
+        a.summary(),
+        !a.ok && a.stderr.contains("needs update policies"),
     );
 }
 

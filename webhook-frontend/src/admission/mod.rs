@@ -141,6 +141,11 @@ impl Webhooks {
         )
     }
 
+    /// The metrics these webhooks record into.
+    pub(crate) fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
     /// One route per webhook, each with its own state.
     pub(crate) fn routes(self) -> Router {
         let budget = Arc::new(crate::body_budget::BodyBudget::new(

@@ -5,7 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpu_admission_core::admission::validate_policy::{self, PolicyConfigMap, Requester, Triage};
+use gpu_admission_core::admission::validate_policy::{
+    self, Change, PolicyConfigMap, Requester, Triage,
+};
 use gpu_admission_core::review::{self, BadRequest, IncomingObject};
 
 use super::pipeline::{Body, Call, Reply, Webhook, not_validated, operation_label};
@@ -13,6 +15,9 @@ use crate::cluster::access::AccessReviews;
 use crate::metrics::Metrics;
 use crate::policy::PolicyCache;
 use gpu_admission_core::authority::Permission;
+
+/// At most this many `update jobtypes/<name>` reviews per request.
+const MAX_JOB_TYPE_REVIEWS: usize = 16;
 
 /// What `/validate-policy` reads.
 pub(crate) struct ValidatePolicy {
@@ -44,28 +49,30 @@ impl Webhook for ValidatePolicy {
         let cm = &self.configmap;
         let triage = validate_policy::triage(req, cm);
         let policy = self.policy.snapshot();
+        let change = Change::of(&triage);
+        // `update policies` allows every change; the change's own powers (a job type's) are asked beside it.
+        // A change of more job types than MAX_JOB_TYPE_REVIEWS asks `update policies` only (a bound on the
+        // SubjectAccessReviews one request makes).
+        let mut wanted = change.needs();
+        wanted.truncate(MAX_JOB_TYPE_REVIEWS);
+        if !wanted.is_empty() && !wanted.contains(&Permission::ChangeRules) {
+            wanted.push(Permission::ChangeRules);
+        }
+        let grants = self.access.grants(&req.user_info, &wanted, &policy).await;
         let requester = Requester {
             user: req
                 .user_info
                 .username
                 .as_deref()
                 .unwrap_or("an unnamed user"),
-            // `update policies` in RBAC, asked only of changes to the policy ConfigMap.
-            admin: match &triage {
-                Triage::NotOurs(_) => false,
-                _ => {
-                    let rules = [Permission::ChangeRules];
-                    let grants = self.access.grants(&req.user_info, &rules, &policy).await;
-                    grants.allows(&Permission::ChangeRules)
-                }
-            },
+            grants: &grants,
         };
-        let (outcome, verdict) = validate_policy::decide_change(&triage, requester, cm);
+        let (outcome, verdict) = validate_policy::decide_change(&triage, &change, requester, cm);
         if !matches!(triage, Triage::NotOurs(_)) {
             tracing::info!(uid = incoming.uid, user = ?req.user_info.username, outcome = outcome.as_str(), "policy ConfigMap checked");
         }
         if let Some(message) = &verdict.denied {
-            tracing::warn!(uid = incoming.uid, user = requester.user, admin = requester.admin, %message, "policy ConfigMap change denied");
+            tracing::warn!(uid = incoming.uid, user = requester.user, ?change, %message, "policy ConfigMap change denied");
         }
         Reply {
             outcome: outcome.as_str(),

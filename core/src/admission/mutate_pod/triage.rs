@@ -77,12 +77,20 @@ pub fn triage_with<'a>(
         TierScope::Denied(_) => return Err(Skip("untiered namespace (denied by /validate-pod)")),
         TierScope::Ignored(_) => return Err(Skip("namespace has no tier label")),
     };
+    // The Pod's own node constraints, and the catalog class its DRA claims take devices of: a Pod claiming
+    // H100 devices is scored among H100 nodes only, never pinned to another class where its claim cannot
+    // be allocated.
+    let claims = placement::claim_constraint(&features.dra_device_classes, &policy.gpu_resources);
+    let own = match placement::own_constraint(pod, &policy.class_labels) {
+        Some(own) => Some(own.and(claims)),
+        None => claims,
+    };
     Ok(Candidate {
         pod,
         namespace,
         tier,
         features,
-        own: placement::own_constraint(pod, &policy.class_labels),
+        own,
         placed_by: PlacedBy::of(pod),
     })
 }
@@ -649,5 +657,51 @@ mod tests {
         );
         a.accepted_classes[0].taint_key = "other.io/gpu".into();
         assert_eq!(validate_answer(&a, &good), Ok(()));
+    }
+
+    /// A Pod whose DRA claim takes devices of a catalog DeviceClass is scored among that class only (never
+    /// pinned to another class of its tier where the claim cannot be allocated); a vendor class narrows
+    /// nothing here; the Pod's own node constraints and its claims narrow together.
+    #[test]
+    fn a_claim_on_a_catalog_device_class_narrows_the_classes() {
+        use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
+        let policy = PolicySnapshot::from_policy(std::sync::Arc::new(
+            gpu_admission_policy::parse(gpu_admission_policy::DEFAULT_POLICY_YAML, "default")
+                .unwrap(),
+        ));
+        let templates = |_: &str, name: &str| -> Option<ResourceClaimTemplate> {
+            let class = match name {
+                "h100" => "h100-80gb.gpu-admission.io",
+                "l4" => "l4-24gb.gpu-admission.io",
+                "vendor" => "gpu.nvidia.com",
+                _ => return None,
+            };
+            serde_json::from_value(
+                json!({"metadata": {"name": name}, "spec": {"spec": {"devices":
+                {"requests": [{"name": "r", "exactly": {"deviceClassName": class}}]}}}}),
+            )
+            .ok()
+        };
+        let pod = |claims: &[&str], selector: serde_json::Value| {
+            let claims: Vec<_> = claims
+                .iter()
+                .map(|t| json!({"name": t, "resourceClaimTemplateName": t}))
+                .collect();
+            json!({"metadata": {"name": "p"}, "spec": {"nodeSelector": selector, "resourceClaims": claims,
+                "containers": [{"name": "c", "resources": {"claims": [{"name": "h100"}]}}]}})
+        };
+        let own = |claims: &[&str], selector: serde_json::Value| {
+            let req = request("CREATE", Some("ml"), pod(claims, selector));
+            triage_with(&req, tiers, &policy, &templates).unwrap().own
+        };
+        let h100 = own(&["h100"], json!({})).expect("narrowed by the claim");
+        assert_eq!(h100.allowed, ["H100-80GB".to_string()].into());
+        assert_eq!(h100.sources, ["DRA DeviceClass h100-80gb.gpu-admission.io"]);
+        assert_eq!(own(&["vendor"], json!({})), None, "a vendor class");
+        assert_eq!(own(&["h100", "vendor"], json!({})), None);
+        assert!(own(&["h100", "l4"], json!({})).unwrap().allowed.is_empty());
+        let both = own(&["h100"], json!({"gpu.nvidia.com/class": "A100-80GB"})).unwrap();
+        assert!(both.allowed.is_empty(), "{both:?}");
+        assert_eq!(both.sources.len(), 2);
     }
 }
