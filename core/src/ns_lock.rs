@@ -25,6 +25,18 @@ pub struct NsLock {
 }
 
 impl NsLock {
+    /// A Lease's spec as this rule reads it (the frontend's watch and the observer's read Leases alike).
+    pub fn of_lease(lease: &k8s_openapi::api::coordination::v1::Lease) -> Self {
+        let spec = lease.spec.as_ref();
+        NsLock {
+            holder: spec.and_then(|s| s.holder_identity.clone()),
+            renewed: spec
+                .and_then(|s| s.renew_time.as_ref())
+                .and_then(|t| OffsetDateTime::from_unix_timestamp_nanos(t.0.as_nanosecond()).ok()),
+            duration_secs: spec.and_then(|s| s.lease_duration_seconds),
+        }
+    }
+
     /// Until when the Lease holds: renewed + duration, for a Lease with a holder and a positive duration.
     /// `None`: released, never renewed or malformed, which holds nothing.
     pub fn expires(&self) -> Option<OffsetDateTime> {
@@ -222,6 +234,26 @@ mod tests {
             pod["metadata"]["annotations"][crate::names::decision::ANN_DECIDED_BY],
             "restricted:team-a"
         );
+    }
+
+    #[test]
+    fn a_lease_as_the_rule_reads_it() {
+        use k8s_openapi::api::coordination::v1::Lease;
+        let lease: Lease = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": LEASE_NAME, "namespace": "team-a"},
+            "spec": {"holderIdentity": "team-a-frontend-1", "leaseDurationSeconds": 15,
+                     "renewTime": "2026-11-26T18:00:00.250000Z"}
+        }))
+        .unwrap();
+        let lock = NsLock::of_lease(&lease);
+        assert_eq!(lock.holder.as_deref(), Some("team-a-frontend-1"));
+        assert_eq!(lock.duration_secs, Some(15));
+        assert_eq!(lock.expires(), Some(datetime!(2026-11-26 18:00:15.25 UTC)));
+        let released: Lease = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": LEASE_NAME, "namespace": "team-a"}, "spec": {}
+        }))
+        .unwrap();
+        assert_eq!(NsLock::of_lease(&released).expires(), None);
     }
 
     #[test]

@@ -21,6 +21,19 @@ pub struct Cli {
         required = true
     )]
     pub scorers: Vec<String>,
+    /// Where the scorer of a namespace-restricted instance is reached (its decided Pods' runs go there, never
+    /// to --scorer): `{namespace}` is replaced by the Pod's namespace. The default is the Service
+    /// deploy/kustomize/overlays/namespaced installs, by its absolute DNS name.
+    #[arg(long, env = "OBSERVER_TEAM_SCORER_TEMPLATE", default_value = crate::route::DEFAULT_TEMPLATE)]
+    pub team_scorer_template: String,
+    /// A restricted instance's scorer that is not where the template says, NAMESPACE=http://HOST:PORT (repeat
+    /// or comma-separate).
+    #[arg(
+        long = "team-scorer",
+        env = "OBSERVER_TEAM_SCORERS",
+        value_delimiter = ','
+    )]
+    pub team_scorers: Vec<String>,
     /// Namespace of the Lease and of the state ConfigMap (default: the Pod's own namespace from the
     /// service-account mount, else `default`).
     #[arg(long, env = "OBSERVER_NAMESPACE")]

@@ -13,6 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use gpu_admission_core::ns_lock::{LEASE_NAME, NsLock};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
@@ -27,6 +29,7 @@ use crate::history::RunHistory;
 use crate::metrics::{Metrics, ResultLabel};
 use crate::names;
 use crate::replicas::{Delivery, Replicas, observe_everywhere, policy_facts};
+use crate::route::{self, Learner, TeamScorers};
 
 #[derive(Debug, Clone)]
 pub struct ControllerConfig {
@@ -37,6 +40,19 @@ pub struct ControllerConfig {
     pub node_grace: Duration,
     /// How long a follower keeps a finished run whose Pod is gone (the leader normally reported it).
     pub gone_retention: Duration,
+    /// How long a restricted instance's finished run waits for its namespace's Lease to be active (a
+    /// restarting instance takes it again) before it is skipped as `no_restricted_instance`.
+    pub instance_grace: Duration,
+}
+
+/// Where runs are reported: the cluster-wide scorer replicas, and the scorer of each namespace-restricted
+/// instance ([`route`]).
+#[derive(Debug)]
+pub struct Scorers {
+    pub cluster: Arc<Replicas>,
+    pub teams: TeamScorers,
+    /// Per-call budget of a team scorer's RPCs.
+    pub timeout: Duration,
 }
 
 #[derive(Debug)]
@@ -61,6 +77,10 @@ struct Tracker {
     relisted: Option<HashSet<String>>,
     /// Whether this replica leads: only the leader counts skips (once per Pod: the Pod becomes done).
     leader: bool,
+    /// Namespace → its `gpu-admission-ns-lock` Lease (restricted instances, issue 38).
+    locks: HashMap<String, NsLock>,
+    /// The Leases listed during a re-list (`Init` .. `InitDone`).
+    relisted_locks: Option<HashMap<String, NsLock>>,
 }
 
 /// Which outcome `on_pod` reached, for the caller's bookkeeping.
@@ -165,6 +185,31 @@ impl Tracker {
         skipped
     }
 
+    /// One event of the Lease watch.
+    fn on_lease(&mut self, event: Event<Lease>) {
+        let entry = |l: &Lease| {
+            let ns = l.metadata.namespace.clone().unwrap_or_default();
+            (ns, NsLock::of_lease(l))
+        };
+        match event {
+            Event::Apply(l) => {
+                let (ns, lock) = entry(&l);
+                self.locks.insert(ns, lock);
+            }
+            Event::Delete(l) => {
+                self.locks.remove(&entry(&l).0);
+            }
+            Event::Init => self.relisted_locks = Some(HashMap::new()),
+            Event::InitApply(l) => {
+                let (ns, lock) = entry(&l);
+                self.relisted_locks
+                    .get_or_insert_with(HashMap::new)
+                    .insert(ns, lock);
+            }
+            Event::InitDone => self.locks = self.relisted_locks.take().unwrap_or_default(),
+        }
+    }
+
     fn prune(&mut self, now: Instant, gone_retention: Duration) {
         self.pending.retain(|_, p| {
             p.gone_since
@@ -186,7 +231,7 @@ fn pod_name(pod: &Pod) -> String {
 /// Runs the loop until `shutdown` resolves.
 pub async fn run(
     client: kube::Client,
-    replicas: Arc<Replicas>,
+    scorers: Scorers,
     log: SharedLog,
     metrics: Arc<Metrics>,
     mut leader: watch::Receiver<bool>,
@@ -199,16 +244,23 @@ pub async fn run(
     )
     .default_backoff();
     let pods = watcher(
-        Api::<Pod>::all(client),
+        Api::<Pod>::all(client.clone()),
         watcher::Config::default().labels(names::LABEL_JOB_TYPE),
     )
     .default_backoff();
+    // The restricted instances' Leases, by name in every namespace (as the cluster-wide frontend watches them).
+    let leases = watcher(
+        Api::<Lease>::all(client),
+        watcher::Config::default().fields(&format!("metadata.name={LEASE_NAME}")),
+    )
+    .default_backoff();
+    let mut leases = std::pin::pin!(leases);
     let mut nodes = std::pin::pin!(nodes);
     let mut pods = std::pin::pin!(pods);
     let mut shutdown = std::pin::pin!(shutdown);
     let mut loop_state = LoopState {
-        policy: None,
-        policy_fetched: None,
+        policy: HashMap::new(),
+        teams: HashMap::new(),
         is_leader: *leader.borrow(),
     };
     let mut t = Tracker {
@@ -239,6 +291,11 @@ pub async fn run(
                 Some(Err(err)) => tracing::warn!(%err, "node watch"),
                 None => anyhow::bail!("node watch ended"),
             },
+            ev = leases.next() => match ev {
+                Some(Ok(event)) => t.on_lease(event),
+                Some(Err(err)) => tracing::warn!(%err, "lease watch"),
+                None => anyhow::bail!("lease watch ended"),
+            },
             ev = pods.next(), if nodes_ready => {
                 let now = Instant::now();
                 let mut skipped = Vec::new();
@@ -257,7 +314,7 @@ pub async fn run(
                     for reason in skipped {
                         metrics.skip(reason);
                     }
-                    deliver(&mut t, &mut loop_state, &replicas, &log, &metrics, &config).await;
+                    deliver(&mut t, &mut loop_state, &scorers, &log, &metrics, &config).await;
                 }
             },
             changed = leader.changed() => {
@@ -269,12 +326,12 @@ pub async fn run(
                 metrics.leader.set(i64::from(loop_state.is_leader));
                 tracing::info!(leader = loop_state.is_leader, pending = t.pending.len(), "leadership changed");
                 if loop_state.is_leader && nodes_ready {
-                    deliver(&mut t, &mut loop_state, &replicas, &log, &metrics, &config).await;
+                    deliver(&mut t, &mut loop_state, &scorers, &log, &metrics, &config).await;
                 }
             },
             _ = tick.tick() => {
                 if loop_state.is_leader && nodes_ready {
-                    deliver(&mut t, &mut loop_state, &replicas, &log, &metrics, &config).await;
+                    deliver(&mut t, &mut loop_state, &scorers, &log, &metrics, &config).await;
                 }
                 t.prune(Instant::now(), config.gone_retention);
                 metrics.pending.set(t.pending.len() as i64);
@@ -291,16 +348,20 @@ fn skip_of(seen: Seen) -> Option<SkipReason> {
 }
 
 struct LoopState {
-    policy: Option<PolicyFacts>,
-    policy_fetched: Option<Instant>,
+    /// Each learner's policy facts (its scorer's catalog) and when they were fetched.
+    policy: HashMap<Learner, (PolicyFacts, Instant)>,
+    /// The team scorers' endpoints, made once per namespace.
+    teams: HashMap<String, Arc<Replicas>>,
     is_leader: bool,
 }
 
-/// Reports every pending run that can be reported now (leader only).
+/// Reports every pending run that can be reported now (leader only), to the scorer that learns it: runs of
+/// one learner in the order they finished; a learner whose scorer does not answer keeps its runs waiting
+/// without holding up the others.
 async fn deliver(
     t: &mut Tracker,
     s: &mut LoopState,
-    replicas: &Replicas,
+    scorers: &Scorers,
     log: &SharedLog,
     metrics: &Metrics,
     config: &ControllerConfig,
@@ -308,28 +369,96 @@ async fn deliver(
     if t.pending.is_empty() {
         return;
     }
-    let resolved = replicas.resolve().await;
-    let due = s.policy.is_none()
-        || s.policy_fetched
-            .is_some_and(|f| f.elapsed() >= config.policy_refresh);
-    if due && let Some(p) = policy_facts(&resolved).await {
-        s.policy = Some(p);
-        s.policy_fetched = Some(Instant::now());
-    }
-    let Some(policy) = &s.policy else {
-        tracing::warn!(
-            pending = t.pending.len(),
-            "no scorer answers GetPolicy; runs wait"
-        );
-        return;
-    };
     let mut order: Vec<(Instant, String)> = t
         .pending
         .iter()
         .map(|(uid, p)| (p.since, uid.clone()))
         .collect();
     order.sort();
-    for (_, uid) in order {
+    let mut learners: Vec<Learner> = t.pending.values().map(|p| p.job.learner.clone()).collect();
+    learners.sort();
+    learners.dedup();
+    for learner in learners {
+        let uids: Vec<String> = order
+            .iter()
+            .filter(|(_, uid)| t.pending[uid].job.learner == learner)
+            .map(|(_, uid)| uid.clone())
+            .collect();
+        if let Learner::Team(ns) = &learner
+            && !route::team_active(ns, t.locks.get(ns), time::OffsetDateTime::now_utc())
+        {
+            for uid in uids {
+                if t.pending[&uid].since.elapsed() >= config.instance_grace {
+                    let p = t.pending.remove(&uid).expect("pending");
+                    let reason = SkipReason::NoRestrictedInstance;
+                    tracing::info!(pod = %p.pod, reason = reason.as_str(), "not reported");
+                    metrics.skip(reason);
+                    t.done.insert(uid);
+                }
+            }
+            continue;
+        }
+        let replicas = match &learner {
+            Learner::Cluster => scorers.cluster.clone(),
+            Learner::Team(ns) => match team_replicas(s, scorers, ns) {
+                Some(r) => r,
+                None => continue,
+            },
+        };
+        deliver_to(t, s, &learner, &replicas, uids, log, metrics, config).await;
+    }
+    metrics.pending.set(t.pending.len() as i64);
+}
+
+/// The replicas of `namespace`'s team scorer (its endpoint from [`TeamScorers`]); `None` when the endpoint is
+/// not a usable URL (logged; its runs wait).
+fn team_replicas(s: &mut LoopState, scorers: &Scorers, namespace: &str) -> Option<Arc<Replicas>> {
+    if let Some(r) = s.teams.get(namespace) {
+        return Some(r.clone());
+    }
+    let endpoint = scorers.teams.endpoint(namespace);
+    match Replicas::new(std::slice::from_ref(&endpoint), scorers.timeout) {
+        Ok(r) => {
+            let r = Arc::new(r);
+            s.teams.insert(namespace.to_string(), r.clone());
+            Some(r)
+        }
+        Err(err) => {
+            tracing::warn!(%namespace, %endpoint, %err, "team scorer endpoint unusable; its runs wait");
+            None
+        }
+    }
+}
+
+/// Reports the pending runs `uids` of one learner to its scorer `replicas`.
+#[allow(clippy::too_many_arguments)]
+async fn deliver_to(
+    t: &mut Tracker,
+    s: &mut LoopState,
+    learner: &Learner,
+    replicas: &Replicas,
+    uids: Vec<String>,
+    log: &SharedLog,
+    metrics: &Metrics,
+    config: &ControllerConfig,
+) {
+    let resolved = replicas.resolve().await;
+    let due = s
+        .policy
+        .get(learner)
+        .is_none_or(|(_, fetched)| fetched.elapsed() >= config.policy_refresh);
+    if due && let Some(p) = policy_facts(&resolved).await {
+        s.policy.insert(learner.clone(), (p, Instant::now()));
+    }
+    let Some((policy, _)) = s.policy.get(learner) else {
+        tracing::warn!(
+            ?learner,
+            pending = uids.len(),
+            "no scorer answers GetPolicy; runs wait"
+        );
+        return;
+    };
+    for uid in uids {
         let p = &t.pending[&uid];
         let outcome = extract::observation(
             &p.job,
@@ -352,6 +481,7 @@ async fn deliver(
         match observe_everywhere(&resolved, &req, metrics).await {
             Delivery::Unreachable => {
                 tracing::warn!(
+                    ?learner,
                     pending = t.pending.len(),
                     "no scorer replica answered Observe; runs wait"
                 );
@@ -369,18 +499,20 @@ async fn deliver(
                 };
                 tracing::info!(pod = %p.pod, id = %req.observation_id, job_type = %req.job_type,
                     gpu_class = %req.gpu_class, runtime_seconds = req.runtime_seconds,
-                    colocated = ?req.colocated_job_types, result, "observation reported");
+                    colocated = ?req.colocated_job_types, ?learner, result, "observation reported");
                 metrics
                     .reported
                     .get_or_create(&ResultLabel { result })
                     .inc();
-                log.lock().expect("not poisoned").push(req);
+                // The replay log feeds the cluster-wide replicas' convergence only.
+                if *learner == Learner::Cluster {
+                    log.lock().expect("not poisoned").push(req);
+                }
             }
         }
         t.pending.remove(&uid);
         t.done.insert(uid);
     }
-    metrics.pending.set(t.pending.len() as i64);
 }
 
 #[cfg(test)]
@@ -433,6 +565,29 @@ mod tests {
         assert!(t.pending.is_empty(), "a done Pod is not pending again");
         t.on_pod(&finished("a"), true, now);
         assert!(t.pending.is_empty() && !t.done.contains("a"));
+    }
+
+    #[test]
+    fn the_lease_watch_keeps_each_namespaces_lease_and_a_relist_replaces_them() {
+        let lease = |ns: &str, holder: &str| -> Lease {
+            serde_json::from_value(json!({"metadata": {"name": LEASE_NAME, "namespace": ns},
+                "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15,
+                         "renewTime": "2026-11-26T18:00:00Z"}}))
+            .unwrap()
+        };
+        let mut t = Tracker::default();
+        t.on_lease(Event::Apply(lease("team-a", "a-1")));
+        t.on_lease(Event::Apply(lease("team-b", "b-1")));
+        t.on_lease(Event::Apply(lease("team-a", "a-2")));
+        assert_eq!(t.locks["team-a"].holder.as_deref(), Some("a-2"));
+        t.on_lease(Event::Delete(lease("team-b", "b-1")));
+        assert!(!t.locks.contains_key("team-b"));
+        // A re-list: what was not listed again is gone once it is done, not before.
+        t.on_lease(Event::Init);
+        t.on_lease(Event::InitApply(lease("team-c", "c-1")));
+        assert!(t.locks.contains_key("team-a"));
+        t.on_lease(Event::InitDone);
+        assert_eq!(t.locks.keys().collect::<Vec<_>>(), ["team-c"]);
     }
 
     #[test]

@@ -23,6 +23,7 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::names;
+use crate::route::{self, Learner};
 
 /// A decided GPU Pod, as far as the observer cares.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +39,8 @@ pub struct DecidedJob {
     pub gpu_shape: GpuShape,
     /// Where its decision record says it may run.
     pub record: Record,
+    /// Whose scorer learns its run (the record's `decided-by` and the namespace, [`crate::route`]).
+    pub learner: Learner,
 }
 
 /// Where a decision record says its Pod may run (the frontend's `placement`, `gpu-class`, `alternatives`,
@@ -108,6 +111,8 @@ pub struct Run {
     pub node: String,
     pub start: Timestamp,
     pub end: Option<Timestamp>,
+    /// Whose scorer learns it: co-located runs count only among runs one scorer learns.
+    pub learner: Learner,
 }
 
 impl Run {
@@ -136,6 +141,9 @@ pub enum SkipReason {
     NodeWithoutClass,
     /// The Node's class is not where the decision record says the Pod may run.
     NotWhereDecided,
+    /// Decided by a namespace-restricted instance whose namespace holds no active Lease now (the instance is
+    /// gone, or the record was forged where none runs): no scorer learns it ([`crate::route`]).
+    NoRestrictedInstance,
 }
 
 impl SkipReason {
@@ -151,6 +159,7 @@ impl SkipReason {
             Self::NodeUnknown => "node_unknown",
             Self::NodeWithoutClass => "node_without_class",
             Self::NotWhereDecided => "not_where_decided",
+            Self::NoRestrictedInstance => "no_restricted_instance",
         }
     }
 }
@@ -169,18 +178,17 @@ pub enum Progress {
 }
 
 /// The decided GPU job a Pod is, or `None` when gpu-admission did not decide it (no `decided-at`, no job-type
-/// label, no UID, or no GPU), or a namespace-restricted instance did (`decided-by: restricted:…`, issue 38):
-/// the cluster-wide scorer never learns from another instance's decisions.
+/// label, no UID, or no GPU), or its `decided-by` names no instance that may teach a scorer its run (issue 38,
+/// [`route::learner`]: a restricted instance's record teaches the scorer of the Pod's own namespace only).
 pub fn decided_job(pod: &Pod) -> Option<DecidedJob> {
     let meta = &pod.metadata;
     let annotations = meta.annotations.as_ref()?;
     annotations.get(names::ANN_DECIDED_AT)?;
-    if annotations
-        .get(names::ANN_DECIDED_BY)
-        .is_some_and(|by| by != gpu_admission_core::ns_lock::CLUSTER_WIDE)
-    {
-        return None;
-    }
+    let namespace = meta.namespace.clone().unwrap_or_default();
+    let learner = route::learner(
+        annotations.get(names::ANN_DECIDED_BY).map(String::as_str),
+        &namespace,
+    )?;
     let job_type = meta.labels.as_ref()?.get(names::LABEL_JOB_TYPE)?.clone();
     let uid = meta.uid.clone()?;
     let features = gpu_admission_core::pod::features::extract(pod);
@@ -189,9 +197,10 @@ pub fn decided_job(pod: &Pod) -> Option<DecidedJob> {
         job_type,
         gpu_count: features.gpu_count,
         workload_class: features.workload_class,
-        namespace: meta.namespace.clone().unwrap_or_default(),
+        namespace,
         gpu_shape: gpu_shape(&features.gpu_shape),
         record: Record::of(annotations),
+        learner,
     })
 }
 
@@ -235,6 +244,7 @@ pub fn progress(pod: &Pod, job: &DecidedJob, deleted: bool) -> Progress {
         node: node.clone(),
         start,
         end,
+        learner: job.learner.clone(),
     };
     if phase == "Succeeded" {
         let expected = pod.spec.as_ref().map_or(0, |s| s.containers.len());
@@ -363,6 +373,7 @@ pub fn observation<'r>(
     let mut colocated: Vec<String> = others
         .into_iter()
         .filter(|o| o.uid != run.uid && o.node == run.node && o.overlaps(run))
+        .filter(|o| o.learner == run.learner)
         .map(|o| o.job_type.clone())
         .collect();
     colocated.sort();

@@ -74,6 +74,7 @@ mod tests {
             node: node.into(),
             start: start.parse().unwrap(),
             end: end.map(|e| e.parse().unwrap()),
+            learner: crate::route::Learner::Cluster,
         }
     }
 

@@ -7,7 +7,7 @@ use clap::Parser;
 use gpu_admission_telemetry::runtime::Service;
 use gpu_admission_telemetry::shutdown::Shutdown;
 use observer::cli::Cli;
-use observer::controller::{self, ControllerConfig};
+use observer::controller::{self, ControllerConfig, Scorers};
 use observer::convergence::{Convergence, RecentLog};
 use observer::leader::{self, LeaseConfig};
 use observer::metrics::Metrics;
@@ -34,6 +34,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         &cli.scorers,
         Duration::from_millis(cli.scorer_timeout_ms.max(1)),
     )?);
+    let teams = observer::route::TeamScorers::new(&cli.team_scorer_template, &cli.team_scorers)?;
     let log = Arc::new(Mutex::new(RecentLog::new(cli.replay_log)));
     let lease = LeaseConfig {
         namespace: namespace.clone(),
@@ -47,6 +48,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     for host in cli
         .scorers
         .iter()
+        .chain([&cli.team_scorer_template])
+        .chain(&cli.team_scorers)
         .filter_map(|s| gpu_admission_core::names::relative_dns_host(s))
     {
         tracing::warn!(%host, "a scorer host is not an absolute DNS name (no trailing dot): it is looked up through the search path first, where another namespace's name can answer; use e.g. gpu-admission-scorer-replicas.gpu-admission.svc.cluster.local.");
@@ -100,11 +103,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         policy_refresh: Duration::from_secs(30),
         node_grace: Duration::from_secs(60),
         gone_retention: Duration::from_secs(15 * 60),
+        instance_grace: Duration::from_secs(60),
+    };
+    let scorers = Scorers {
+        cluster: replicas,
+        teams,
+        timeout: Duration::from_millis(cli.scorer_timeout_ms.max(1)),
     };
     let shutdown = Shutdown::install()?;
     let result = controller::run(
         client,
-        replicas,
+        scorers,
         log,
         metrics,
         leader_rx,

@@ -185,7 +185,7 @@ fn read_as_core(body: &[u8], patched: &Value) -> Option<Pod> {
 /// outcome given.
 enum Script<'s, 'a> {
     Scorer(&'s mut Score<'a>),
-    Answered(ScoreResponse),
+    Answered(Box<ScoreResponse>),
     Given(ScorerOutcome),
     Used,
 }
@@ -215,7 +215,7 @@ impl MutatePorts for Scripted<'_, '_, '_> {
         match std::mem::replace(&mut *script, Script::Used) {
             Script::Scorer(score) => match score(&request) {
                 Ok(answer) => {
-                    *script = Script::Answered(answer.clone());
+                    *script = Script::Answered(Box::new(answer.clone()));
                     ScorerOutcome::Answered(Box::new(answer))
                 }
                 Err(e) => {
@@ -313,8 +313,8 @@ pub fn check_mutate(body: &[u8], policy: &PolicySnapshot, score: &mut Score<'_>)
     infeasible.infeasible_reason = "no class fits".into();
     let mut decided = vec![real];
     for outcome in [
-        ScorerOutcome::Answered(Box::new(infeasible)),
-        ScorerOutcome::Answered(Box::new(for_another_pod)),
+        ScorerOutcome::Answered(infeasible),
+        ScorerOutcome::Answered(for_another_pod),
         ScorerOutcome::TimedOut { budget_ms: 200 },
     ] {
         let given = Scripted {

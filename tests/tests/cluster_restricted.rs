@@ -19,14 +19,18 @@ use std::time::{Duration, Instant};
 use gpu_admission_core::ns_lock::LEASE_NAME;
 use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::tier_bound::{self, NoNodes};
-use gpu_admission_tests::cluster::{CaseTable, LocalCluster};
+use gpu_admission_proto::scorer::v1::ExportStateRequest;
+use gpu_admission_tests::cluster::{CaseTable, Components, LocalCluster};
+use gpu_admission_tests::kwok::{self, POD_COMPLETE_DELAY, POD_COMPLETE_JITTER, wait_for};
+use gpu_admission_tests::observer::{Observer, metric_value};
 use gpu_admission_tests::{Scorer, Webhook};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use serde::Deserialize as _;
 use serde_json::{Value, json};
 
@@ -35,6 +39,9 @@ const CLASS: &str = "gpu.nvidia.com/class";
 const TEAM: &str = "gpu-team";
 const OTHER: &str = "restricted-other";
 const FAKE: &str = "restricted-fake";
+/// The observer's own namespace (its Lease).
+const SYSTEM_NS: &str = "gpu-admission";
+const STATE_DIGEST: &str = "gpu-admission.io/state-digest";
 
 fn repo_file(rel: &str) -> String {
     std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel))
@@ -81,6 +88,29 @@ fn gpu_pod(name: &str, pin: Option<&str>) -> Value {
     pod
 }
 
+/// A one-Pod Job of `train-bert` that kwok runs for 2 s (kwok completes only Pods a Job owns).
+fn run_job(name: &str) -> Value {
+    json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+        "spec": {"backoffLimit": 0, "template": {
+            "metadata": {"annotations": {"app.kubernetes.io/job-type": "train-bert",
+                POD_COMPLETE_DELAY: "2s", POD_COMPLETE_JITTER: "2s"}},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "main",
+                "image": "registry.example/bert:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}})
+}
+
+/// A scorer's learned state: (observations, digest).
+async fn learned(scorer: &Scorer) -> (u64, String) {
+    let s = scorer
+        .client()
+        .await
+        .unwrap()
+        .export_state(ExportStateRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    (s.observations, s.digest)
+}
+
 /// A client acting as alice (impersonation through the admin kubeconfig).
 async fn tenant_client(kubeconfig: &Path) -> kube::Client {
     let mut kc = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
@@ -106,7 +136,8 @@ fn annotation<'p>(pod: &'p Pod, key: &str) -> Option<&'p str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clusters() {
-    let Some(cluster) = LocalCluster::start()
+    // The scheduler, the controllers and kwok: the team's Job runs to completion on a fake L4 Node.
+    let Some(cluster) = LocalCluster::start_with(Components::ALL)
         .await
         .expect("the local control plane starts")
     else {
@@ -148,6 +179,29 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
     for ns in [TEAM, OTHER, FAKE] {
         cluster.create_namespace(ns, Some("bronze")).await.unwrap();
     }
+    cluster.create_namespace(SYSTEM_NS, None).await.unwrap();
+    // bronze's one class, as a fake Node kwok keeps Ready (room for every Pod the test makes run).
+    let l4 = scorer
+        .policy()
+        .catalog
+        .iter()
+        .find(|c| c.name == "L4-24GB")
+        .expect("L4-24GB in the catalog")
+        .clone();
+    kwok::create_ready_nodes(
+        &client,
+        &[kwok::gpu_node("kwok-l4", &l4, "nvidia.com/gpu", 64)],
+    )
+    .await
+    .expect("kwok keeps the Node Ready");
+    // The cluster observer: the cluster-wide scorer, and the team's scorer for gpu-team (in a cluster found
+    // by the default template, gpu-admission-scorer.gpu-team.svc.cluster.local.; here on loopback).
+    let observer = Observer::builder(cluster.kubeconfig(), &[scorer.url()], "observer-restricted")
+        .env("LOG_FORMAT", "json")
+        .arg(format!("--team-scorer={TEAM}={}", team_scorer.url()))
+        .start()
+        .await
+        .expect("observer");
     cluster.bind_tenant(USER).await.expect("tenant");
     // alice may also write Leases in her namespace FAKE (as any namespace editor may).
     let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
@@ -357,7 +411,21 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
             && annotation(&p, "gpu-admission.io/decided-by").is_none()
             && bound(&p),
     );
-    // 2. The team's H100 pin: denied by the cluster-wide validation.
+    // 2. Learning: each instance's scorer learns its own namespace's runs, and the record names its state.
+    learning_goes_to_the_deciding_instance(
+        &Learning {
+            client: &client,
+            tenant: &tenant,
+            observer: &observer,
+            scorer: &scorer,
+            team_scorer: &team_scorer,
+            cluster_version: &cluster_version,
+        },
+        &mut table,
+    )
+    .await;
+
+    // 3. The team's H100 pin: denied by the cluster-wide validation.
     let denied = create(TEAM, gpu_pod("team-h100", Some("H100-80GB"))).await;
     table.check(
         "team Pod pinning H100 (bronze), Enforce",
@@ -365,7 +433,7 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
         matches!(&denied, Err(kube::Error::Api(e)) if e.message.contains("outside tier bronze")),
     );
 
-    // 3. alice's fake Lease in FAKE: the cluster-wide scorer stays away, the tier holds.
+    // 4. alice's fake Lease in FAKE: the cluster-wide scorer stays away, the tier holds.
     let fake: Lease = serde_json::from_value(json!({"apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease", "metadata": {"name": LEASE_NAME, "namespace": FAKE},
         "spec": {"holderIdentity": "alice", "leaseDurationSeconds": 3600,
@@ -432,7 +500,7 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
         }
     };
 
-    // 4. The restricted instance killed (no release): every Pod meanwhile bound, the namespace back with the
+    // 5. The restricted instance killed (no release): every Pod meanwhile bound, the namespace back with the
     // cluster-wide scorer within the Lease duration.
     team.process.kill();
     let (created, unbound, back) = until_back("after-kill", Instant::now()).await;
@@ -448,7 +516,7 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
         back.is_some_and(|b| b <= Duration::from_secs(18)),
     );
 
-    // 5. A new restricted instance (registration pointed at it) takes the Lease and decides again; stopped
+    // 6. A new restricted instance (registration pointed at it) takes the Lease and decides again; stopped
     // with SIGTERM it releases the Lease at once: the namespace is back within a second or two.
     let team2 = start_team("frontend-team-2")
         .await
@@ -506,9 +574,184 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
         holder.is_none(),
     );
     table.finish(&format!(
-        "{}\n{}\n{}",
+        "{}\n{}\n{}\n{}",
+        observer.process.log_tail(30),
         webhook.process.log_tail(30),
         team.process.log_tail(30),
         team2.process.log_tail(30)
     ));
+}
+
+/// What the learning step needs of the test's setup.
+struct Learning<'a> {
+    client: &'a kube::Client,
+    tenant: &'a kube::Client,
+    observer: &'a Observer,
+    scorer: &'a Scorer,
+    team_scorer: &'a Scorer,
+    cluster_version: &'a str,
+}
+
+async fn create(tenant: &kube::Client, ns: &str, pod: Value) -> Pod {
+    Api::<Pod>::namespaced(tenant.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(pod).unwrap(),
+        )
+        .await
+        .unwrap()
+}
+
+/// A Job in each namespace runs to completion on kwok; the observer reports the team's run (decided by the
+/// restricted instance) to the team's scorer only, the other namespace's to the cluster-wide scorer only, and
+/// a forged record to nobody; then each Pod's record carries the state digest of the scorer that decided it.
+async fn learning_goes_to_the_deciding_instance(l: &Learning<'_>, table: &mut CaseTable) {
+    let Learning {
+        client,
+        tenant,
+        observer,
+        scorer,
+        team_scorer,
+        cluster_version,
+    } = *l;
+    let (cluster_before, team_before) = (learned(scorer).await, learned(team_scorer).await);
+    for ns in [TEAM, OTHER] {
+        Api::<Job>::namespaced(client.clone(), ns)
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(run_job("run")).unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    // A tenant's forged record in another namespace (decided by the cluster-wide instance, which keeps her
+    // annotation): it names the team's instance, so it teaches nobody, neither the team's scorer nor the
+    // cluster-wide one.
+    let mut forged = run_job("forged");
+    forged["spec"]["template"]["metadata"]["annotations"]["gpu-admission.io/decided-by"] =
+        json!("restricted:gpu-team");
+    Api::<Job>::namespaced(client.clone(), OTHER)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(forged).unwrap(),
+        )
+        .await
+        .unwrap();
+    let reported = wait_for("both runs reported", Duration::from_secs(60), || async {
+        let m = observer.metrics().await?;
+        Ok(metric_value(&m, "observer_reported_total{result=\"learned\"}") >= 2.0)
+    })
+    .await;
+    let run_pod = |ns: &'static str, job: &'static str| {
+        let client = client.clone();
+        async move {
+            Api::<Pod>::namespaced(client, ns)
+                .list(&ListParams::default().labels(&format!("job-name={job}")))
+                .await
+                .unwrap()
+                .items
+                .pop()
+                .expect("the Job's Pod")
+        }
+    };
+    let forged_done = wait_for(
+        "the forged Job's Pod Succeeded",
+        Duration::from_secs(30),
+        || async { Ok(kwok::phase(&run_pod(OTHER, "forged").await) == "Succeeded") },
+    )
+    .await;
+    // The observer reports within its next tick (1 s) what it can report.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (team_run, other_run) = (run_pod(TEAM, "run").await, run_pod(OTHER, "run").await);
+    let forged_run = run_pod(OTHER, "forged").await;
+    if reported.is_err() || forged_done.is_err() {
+        println!("observer:\n{}", observer.process.log_tail(30));
+    }
+    let (cluster_after, team_after) = (learned(scorer).await, learned(team_scorer).await);
+    let reports: Vec<Value> = observer
+        .process
+        .log()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["message"] == "observation reported")
+        .collect();
+    let learner_of = |pod: &Pod| {
+        let name = format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            pod.metadata.name.as_deref().unwrap_or_default()
+        );
+        reports
+            .iter()
+            .filter(|r| r["pod"].as_str().unwrap_or_default().trim_matches('"') == name)
+            .map(|r| r["learner"].as_str().unwrap_or_default().to_string())
+            .collect::<Vec<_>>()
+    };
+    table.check(
+        "team's Job (decided by the restricted instance) ran on kwok: learned by the team's scorer only",
+        format!(
+            "decided-by {:?}, phase {}, reported to {:?}; team scorer {} -> {} observations, cluster scorer {} -> {}",
+            annotation(&team_run, "gpu-admission.io/decided-by"),
+            kwok::phase(&team_run),
+            learner_of(&team_run),
+            team_before.0,
+            team_after.0,
+            cluster_before.0,
+            cluster_after.0
+        ),
+        annotation(&team_run, "gpu-admission.io/decided-by") == Some("restricted:gpu-team")
+            && kwok::phase(&team_run) == "Succeeded"
+            && learner_of(&team_run) == [format!("Team({TEAM:?})")]
+            && team_after.0 == team_before.0 + 1,
+    );
+    table.check(
+        "other namespace's Job: learned by the cluster-wide scorer only",
+        format!(
+            "decided-by {:?}, phase {}, reported to {:?}",
+            annotation(&other_run, "gpu-admission.io/decided-by"),
+            kwok::phase(&other_run),
+            learner_of(&other_run)
+        ),
+        annotation(&other_run, "gpu-admission.io/decided-by").is_none()
+            && kwok::phase(&other_run) == "Succeeded"
+            && learner_of(&other_run) == ["Cluster"]
+            && cluster_after.0 == cluster_before.0 + 1,
+    );
+    table.check(
+        "a forged record (decided-by restricted:gpu-team in another namespace): learned by nobody",
+        format!(
+            "policy-version {:?}, decided-by {:?}, phase {}, reported to {:?}; team scorer {} observations, cluster scorer {}",
+            annotation(&forged_run, "gpu-admission.io/policy-version"),
+            annotation(&forged_run, "gpu-admission.io/decided-by"),
+            kwok::phase(&forged_run),
+            learner_of(&forged_run),
+            team_after.0,
+            cluster_after.0
+        ),
+        annotation(&forged_run, "gpu-admission.io/policy-version") == Some(cluster_version)
+            && kwok::phase(&forged_run) == "Succeeded"
+            && learner_of(&forged_run).is_empty()
+            && team_after.0 == team_before.0 + 1
+            && cluster_after.0 == cluster_before.0 + 1,
+    );
+    // The record names the learned state each scorer decided with: now that each learned its own run, the two
+    // differ, and a new Pod carries its own scorer's.
+    let p = create(tenant, TEAM, gpu_pod("team-digest", None)).await;
+    table.check(
+        "team Pod's record: the team scorer's state digest",
+        format!(
+            "state-digest {:?}; team scorer {:?}, cluster scorer {:?}",
+            annotation(&p, STATE_DIGEST),
+            team_after.1,
+            cluster_after.1
+        ),
+        annotation(&p, STATE_DIGEST) == Some(team_after.1.as_str())
+            && team_after.1 != cluster_after.1,
+    );
+    let p = create(tenant, OTHER, gpu_pod("other-digest", None)).await;
+    table.check(
+        "other namespace's Pod's record: the cluster scorer's state digest",
+        format!("state-digest {:?}", annotation(&p, STATE_DIGEST)),
+        annotation(&p, STATE_DIGEST) == Some(cluster_after.1.as_str()),
+    );
 }

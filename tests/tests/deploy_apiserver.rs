@@ -6,8 +6,9 @@
 //! cert-manager's CRDs are stood in by schema-less CRDs of the same names (cert-manager itself is not
 //! installed here).
 //!
-//! Checks: every object of the default install, then of the automatic and external overlays, is
-//! accepted and stored; the stored objects keep the hardening fields; the webhook's ServiceAccount
+//! Checks: every object of the default install, then of the automatic and external overlays, then of a
+//! team's `overlays/namespaced` (into its namespace, its Deployments' Pods created, its ServiceAccount's
+//! RBAC: its Lease only), is accepted and stored; the stored objects keep the hardening fields; the webhook's ServiceAccount
 //! can do exactly what RBAC should allow (`kubectl auth can-i` as that account); with the webhook not
 //! running, a GPU Pod in a tier-labelled namespace is still created unchanged (failurePolicy Ignore)
 //! and the apiserver did try the webhook for it and for a Pod in an unlabelled namespace, but not for one in
@@ -126,8 +127,13 @@ impl Apiserver {
 
     /// `kubectl auth can-i VERB RESOURCE [-n NS]` as the webhook's ServiceAccount.
     fn can_i(&self, verb: &str, resource: &str, ns: Option<&str>) -> bool {
+        self.can_i_as(WEBHOOK_SA, verb, resource, ns)
+    }
+
+    /// `kubectl auth can-i VERB RESOURCE [-n NS]` as `user`.
+    fn can_i_as(&self, user: &str, verb: &str, resource: &str, ns: Option<&str>) -> bool {
         let mut c = self.kubectl();
-        c.args(["auth", "can-i", verb, resource, "--as", WEBHOOK_SA]);
+        c.args(["auth", "can-i", verb, resource, "--as", user]);
         if let Some(ns) = ns {
             c.args(["-n", ns]);
         }
@@ -270,7 +276,7 @@ fn rendered_install_applies_unchanged_to_a_real_kube_apiserver() {
         default.objects.len()
     );
     let t = Instant::now();
-    assert_deployments_make_their_pods(&api);
+    assert_deployments_make_their_pods(&api, NAMESPACE);
     println!(
         "default: every Deployment's Pods admitted under the restricted Pod Security Standard in {:?}",
         t.elapsed()
@@ -463,11 +469,16 @@ fn rendered_install_applies_unchanged_to_a_real_kube_apiserver() {
         println!("{}: {} objects applied and stored", m.mode, m.objects.len());
     }
 
+    // 5. A team's namespace-restricted instance beside it (overlays/namespaced, issue 38).
+    let namespaced = support::rendered_namespaced().expect("kubectl renders");
+    team_instance_applies(&api, &namespaced, &work.path().join("namespaced.json"));
+
     // Uninstall: what `kubectl delete -k` does; cluster-scoped objects go at once, the namespace through
     // the namespace controller.
     let all: Vec<Value> = [default, automatic, external]
         .into_iter()
         .chain(others)
+        .chain([&namespaced])
         .flat_map(|m| m.objects.iter().cloned())
         .collect();
     let all_file = work.path().join("all.json");
@@ -508,12 +519,59 @@ fn rendered_install_applies_unchanged_to_a_real_kube_apiserver() {
     }
 }
 
-/// Every Deployment of the install's namespace has created all its Pods (the restricted Pod Security
-/// Standard the namespace enforces admits them; a refused Pod shows as a `ReplicaFailure` condition).
-fn assert_deployments_make_their_pods(api: &Apiserver) {
+/// `overlays/namespaced` applied unchanged into its team namespace (which the team's admin creates): every
+/// object stored, its Deployments make their Pods, its registration selects only the namespace and sorts
+/// before the cluster-wide one, and its frontend's ServiceAccount may take, renew and release its Lease and
+/// nothing else.
+fn team_instance_applies(api: &Apiserver, namespaced: &Rendered, file: &Path) {
+    const TEAM: &str = "gpu-team";
+    api.kubectl_ok(&["create", "namespace", TEAM]);
+    api.apply(&namespaced.objects, file);
+    assert_all_stored(api, namespaced);
+    assert_deployments_make_their_pods(api, TEAM);
+    println!(
+        "namespaced: {} objects applied and stored, its Deployments' Pods created",
+        namespaced.objects.len()
+    );
+    let mwc = api.get_json(&[
+        "mutatingwebhookconfiguration",
+        "0-gpu-admission-ns-gpu-team",
+    ]);
+    assert_eq!(
+        mwc["webhooks"][0]["namespaceSelector"]["matchExpressions"][0]["values"],
+        json!([TEAM])
+    );
+    let names = api.kubectl_ok(&["get", "mutatingwebhookconfigurations", "-o", "name"]);
+    let order: Vec<&str> = names
+        .lines()
+        .filter(|l| l.contains("gpu-admission"))
+        .collect();
+    assert_eq!(
+        order.first(),
+        Some(
+            &"mutatingwebhookconfiguration.admissionregistration.k8s.io/0-gpu-admission-ns-gpu-team"
+        ),
+        "the apiserver calls the team's first: {order:?}"
+    );
+    let sa = "system:serviceaccount:gpu-team:gpu-admission-webhook";
+    let lease = "leases.coordination.k8s.io/gpu-admission-ns-lock";
+    assert!(api.can_i_as(sa, "get", lease, Some(TEAM)));
+    assert!(api.can_i_as(sa, "patch", lease, Some(TEAM)));
+    assert!(!api.can_i_as(sa, "patch", "leases.coordination.k8s.io/other", Some(TEAM)));
+    assert!(!api.can_i_as(sa, "create", "leases.coordination.k8s.io", Some(TEAM)));
+    assert!(!api.can_i_as(sa, "patch", lease, Some("default")));
+    assert!(!api.can_i_as(sa, "list", "pods", Some(TEAM)));
+    assert!(!api.can_i_as(sa, "list", "namespaces", None));
+    let scorer = "system:serviceaccount:gpu-team:gpu-admission-scorer";
+    assert!(!api.can_i_as(scorer, "get", lease, Some(TEAM)));
+}
+
+/// Every Deployment of namespace `ns` has created all its Pods (in the install's namespace the restricted Pod
+/// Security Standard admits them; a refused Pod shows as a `ReplicaFailure` condition).
+fn assert_deployments_make_their_pods(api: &Apiserver, ns: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let list = api.get_json(&["replicasets", "-n", NAMESPACE]);
+        let list = api.get_json(&["replicasets", "-n", ns]);
         let mut waiting = Vec::new();
         for rs in arr_at(&list, "/items") {
             let name = str_at(rs, "/metadata/name");
@@ -528,12 +586,12 @@ fn assert_deployments_make_their_pods(api: &Apiserver) {
                 waiting.push(name.to_string());
             }
         }
-        let deployments = arr_at(&api.get_json(&["deployments", "-n", NAMESPACE]), "/items").len();
+        let deployments = arr_at(&api.get_json(&["deployments", "-n", ns]), "/items").len();
         let wanted: u64 = arr_at(&list, "/items")
             .iter()
             .filter_map(|rs| rs["spec"]["replicas"].as_u64())
             .sum();
-        let pods = arr_at(&api.get_json(&["pods", "-n", NAMESPACE]), "/items").len() as u64;
+        let pods = arr_at(&api.get_json(&["pods", "-n", ns]), "/items").len() as u64;
         if waiting.is_empty() && arr_at(&list, "/items").len() >= deployments && deployments > 0 {
             assert_eq!(
                 pods,

@@ -3,8 +3,8 @@
 //! MutatingWebhookConfiguration, which selects only that namespace, sorts before the cluster-wide
 //! `gpu-admission` and points at the team's Service; its only RBAC is a Role on its own Lease, bound to its
 //! frontend's ServiceAccount; the frontend runs restricted to the namespace and `--no-kube`; every flag is
-//! one the real binaries accept. Applied for real (as the restricted instance's identity) by
-//! `cluster_restricted.rs`.
+//! one the real binaries accept. Applied whole and unchanged to a real apiserver by `deploy_apiserver.rs`, and
+//! in part (run as the restricted instance's identity) by `cluster_restricted.rs`.
 //!
 //! Needs `kubectl` (its kustomize) and `kubernetes-validate`, as deploy_render.rs.
 

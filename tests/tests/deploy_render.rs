@@ -1484,7 +1484,10 @@ fn observer_rbac_grants_exactly_what_it_uses() {
         .filter(|(ty, _, _)| api_types.iter().any(|arg| contains_word(arg, ty)))
         .map(|(_, _, r)| *r)
         .collect();
-    assert_eq!(used, BTreeSet::from(["configmaps", "nodes", "pods"]));
+    assert_eq!(
+        used,
+        BTreeSet::from(["configmaps", "leases", "nodes", "pods"])
+    );
     for arg in &api_types {
         let inner = arg.rsplit('<').next().unwrap().trim_end_matches('>').trim();
         let ty = inner.rsplit("::").next().unwrap();
@@ -1521,7 +1524,8 @@ fn observer_rbac_grants_exactly_what_it_uses() {
             "{}",
             m.mode
         );
-        // Cluster-wide: read-only Pods and Nodes (list + watch, never by name).
+        // Cluster-wide: read-only Pods, Nodes and the restricted instances' Leases (list + watch, never by
+        // name).
         let cluster = rule_set(arr_at(m.get("ClusterRole", OBSERVER_DEPLOYMENT), "/rules"));
         let keys: Vec<(&str, &str)> = cluster
             .keys()
@@ -1529,7 +1533,11 @@ fn observer_rbac_grants_exactly_what_it_uses() {
             .collect();
         assert_eq!(
             set(&keys),
-            set(&[("", "nodes"), ("", "pods")]),
+            set(&[
+                ("", "nodes"),
+                ("", "pods"),
+                ("coordination.k8s.io", "leases")
+            ]),
             "{}",
             m.mode
         );

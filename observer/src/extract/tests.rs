@@ -131,6 +131,7 @@ fn a_decided_gpu_pod_is_ours_with_its_gpu_count_and_job_type() {
                 class: Some("A100-80GB".into()),
                 in_tier: vec!["A100-80GB".into(), "H100-80GB".into(), "L4-24GB".into()],
             },
+            learner: Learner::Cluster,
         }
     );
     let mut undecided = pod("u-2", "n", "Running", json!([]));
@@ -156,11 +157,18 @@ fn a_decided_gpu_pod_is_ours_with_its_gpu_count_and_job_type() {
         .unwrap()
         .remove("gpu-admission.io/job-type");
     assert_eq!(decided_job(&typed(no_label)), None);
-    // Decided by a namespace-restricted instance: not the cluster-wide scorer's to learn from.
+    // Decided by a namespace-restricted instance: its run is the scorer of the Pod's own namespace's to learn,
+    // and only when the record names that namespace (route.rs has every case).
     let trainer = json!([running("trainer", "2026-05-04T10:05:02Z")]);
     let mut restricted = pod("u-5", "n", "Running", trainer.clone());
     restricted["metadata"]["annotations"]["gpu-admission.io/decided-by"] =
         json!("restricted:team-a");
+    assert_eq!(
+        decided_job(&typed(restricted.clone())).map(|j| j.learner),
+        Some(Learner::Team("team-a".into()))
+    );
+    restricted["metadata"]["annotations"]["gpu-admission.io/decided-by"] =
+        json!("restricted:team-b");
     assert_eq!(decided_job(&typed(restricted)), None);
     let mut signed_cluster = pod("u-6", "n", "Running", trainer.clone());
     signed_cluster["metadata"]["annotations"]["gpu-admission.io/decided-by"] = json!("cluster");
@@ -225,7 +233,8 @@ fn running_and_pending_pods_are_not_finished() {
             job_type: "finetune-llm".into(),
             node: "gpu-node-3".into(),
             start: ts("2026-05-04T10:05:02Z"),
-            end: None
+            end: None,
+            learner: Learner::Cluster,
         })
     );
     let mut pending = pod("u-2", "", "Pending", json!([]));
@@ -545,6 +554,7 @@ fn colocated_job_types_are_the_overlapping_runs_on_the_same_node() {
         node: node.into(),
         start: ts(start),
         end: end.map(ts),
+        learner: Learner::Cluster,
     };
     let others = [
         me.clone(),
@@ -600,6 +610,27 @@ fn colocated_job_types_are_the_overlapping_runs_on_the_same_node() {
         Some(&node_labels("A100-80GB")),
         &catalog(),
         &others,
+    )
+    .unwrap();
+    assert_eq!(req.colocated_job_types, ["inference-llm", "train-llama"]);
+    // A run another scorer learns (a team's, issue 38) beside it is not counted: one scorer's interference
+    // statistics come from its own decisions only.
+    let mut team = other(
+        "g",
+        "team-only-job",
+        "gpu-node-3",
+        "2026-05-04T10:00:00Z",
+        None,
+    );
+    team.learner = Learner::Team("gpu-team".into());
+    let mut with_team = others.to_vec();
+    with_team.push(team);
+    let req = observation(
+        &job,
+        &me,
+        Some(&node_labels("A100-80GB")),
+        &catalog(),
+        &with_team,
     )
     .unwrap();
     assert_eq!(req.colocated_job_types, ["inference-llm", "train-llama"]);

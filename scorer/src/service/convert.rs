@@ -69,10 +69,12 @@ pub(crate) fn priority_pb(b: &crate::policy::Bucket) -> pb::PriorityAssignment {
     b.into()
 }
 
+/// The answer to `req`; `state_digest`: the digest of the learned state `d` was decided with.
 pub(crate) fn score_response(
     policy: &Policy,
     req: &pb::ScoreRequest,
     d: model::Decision,
+    state_digest: &str,
 ) -> pb::ScoreResponse {
     pb::ScoreResponse {
         request_id: req.request_id.clone(),
@@ -103,6 +105,7 @@ pub(crate) fn score_response(
         policy_version: policy.version.clone(),
         explored: d.explored,
         infeasible_reason: d.infeasible_reason.unwrap_or_default(),
+        state_digest: state_digest.to_string(),
     }
 }
 
@@ -113,6 +116,7 @@ pub(crate) fn explain_response(
     exploration_share: f64,
     state_digest: String,
     observations: u64,
+    decided_with: &str,
 ) -> pb::ExplainResponse {
     let name = |i: Option<usize>| i.map_or(String::new(), |i| policy.classes[i].name.clone());
     let candidates = d
@@ -151,7 +155,7 @@ pub(crate) fn explain_response(
         observations,
         candidates,
         answer: Some({
-            let mut answer = score_response(policy, req, d);
+            let mut answer = score_response(policy, req, d, decided_with);
             one_class_for_a_group(req, &mut answer);
             answer
         }),

@@ -126,7 +126,7 @@ impl Core {
                 let seed = decision_seed(&policy, learned, req);
                 let gate = model::Gate::Window(false);
                 let d = model::score_with(&policy, learned, &post, &job, gate, seed);
-                (score_response(&policy, req, d), false)
+                (score_response(&policy, req, d, &learned.digest()), false)
             };
             if key.is_empty() && req.dry_run {
                 unrecorded(&learned)
@@ -141,7 +141,7 @@ impl Core {
                     learned.exploration.record(d.explored, window);
                 }
                 let explored = d.explored;
-                (score_response(&policy, req, d), explored)
+                (score_response(&policy, req, d, &learned.digest()), explored)
             } else {
                 let mut decisions = self.decisions();
                 let now = Instant::now();
@@ -163,12 +163,13 @@ impl Core {
                     one_class_for_a_group(req, &mut answer);
                     (answer, explored)
                 } else {
-                    let d = workload_decision(&policy, &mut decisions, &learned, &job, key);
+                    let (d, digest) =
+                        workload_decision(&policy, &mut decisions, &learned, &job, key);
                     if !d.accepted().is_empty() {
                         learned.exploration.record(d.explored, window);
                     }
                     let explored = d.explored;
-                    let mut answer = score_response(&policy, req, d);
+                    let mut answer = score_response(&policy, req, d, &digest);
                     decisions.remember(&cache_key, &policy.version, answer.clone(), now);
                     one_class_for_a_group(req, &mut answer);
                     self.metrics.workload_answer("decided");
@@ -256,12 +257,14 @@ impl Core {
         // Only the caches: nothing learned, no budget spent.
         learned.refresh(&policy);
         let window = policy.learning.exploration_window as usize;
-        let decision = if req.workload_key.is_empty() {
+        let (decision, decided_with) = if req.workload_key.is_empty() {
             let budget = learned
                 .exploration
                 .allows(policy.learning.exploration_cap, window);
             let seed = decision_seed(&policy, &learned, req);
-            model::score_gated(&policy, &learned, &job, model::Gate::Window(budget), seed)
+            let gate = model::Gate::Window(budget);
+            let d = model::score_gated(&policy, &learned, &job, gate, seed);
+            (d, learned.digest())
         } else {
             // What a first Pod of the workload would get now (a cached answer may be older).
             workload_decision(
@@ -284,6 +287,7 @@ impl Core {
             share,
             digest,
             observations,
+            &decided_with,
         ))
     }
 
@@ -360,17 +364,19 @@ impl Core {
 pub use gpu_admission_policy::wire::validation as validate_policy_text;
 
 /// A workload's decision: read from the epoch's pinned state, seeded by the workload key, gated by its
-/// seeded draw alone (not by this replica's exploration window; see [`crate::decisions`]).
+/// seeded draw alone (not by this replica's exploration window; see [`crate::decisions`]); and the digest of
+/// that state.
 fn workload_decision(
     policy: &Policy,
     decisions: &mut DecisionState,
     live: &Learned,
     job: &JobRequest,
     key: &str,
-) -> model::Decision {
+) -> (model::Decision, Arc<str>) {
     let state = decisions.decision_state(live, policy, unix_seconds());
-    let seed = decisions::workload_seed(policy, &state.digest(), key);
-    model::score(policy, state, job, true, seed)
+    let digest = state.digest();
+    let seed = decisions::workload_seed(policy, &digest, key);
+    (model::score(policy, state, job, true, seed), digest)
 }
 
 /// A group of several Pods runs at the speed of its slowest member: a workload is given its chosen class

@@ -547,3 +547,26 @@ fn feasible_candidates_only_leaves_out_the_infeasible_ones_and_nothing_else() {
     );
     assert!(!none.infeasible_reason.is_empty());
 }
+
+#[test]
+fn an_answer_names_the_learned_state_it_was_decided_with() {
+    let c = core();
+    let digest = || c.export_state().unwrap().digest;
+    let before = c.score(&request(Some(20.0))).unwrap();
+    assert_eq!(before.state_digest, digest());
+    let workload = c.score(&pod_of("batch/Job/ml/w", 0)).unwrap();
+    assert_eq!(workload.state_digest, digest(), "nothing learned yet");
+    c.observe(&pb::ObserveRequest {
+        job_type: "train-llama".into(),
+        gpu_class: "H100-80GB".into(),
+        runtime_seconds: 3600.0,
+        observation_id: "pod-1".into(),
+        ..Default::default()
+    })
+    .unwrap();
+    let after = c.score(&request(Some(20.0))).unwrap();
+    assert_ne!(after.state_digest, before.state_digest, "learned one run");
+    assert_eq!(after.state_digest, digest());
+    let explained = c.explain(&request(Some(20.0))).unwrap();
+    assert_eq!(explained.answer.unwrap().state_digest, digest());
+}

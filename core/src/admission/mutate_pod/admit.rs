@@ -102,7 +102,7 @@ pub struct Elsewhere {
 #[derive(Debug)]
 pub enum Held {
     /// It came without its tier bound: the tier's default placement ([`bound_only`]).
-    Bound(Decision),
+    Bound(Box<Decision>),
     /// Bound, but its own PriorityClass beyond the tier's cap: lowered ([`cap_priority`]).
     Capped(Capped),
     /// Nothing to add.
@@ -177,7 +177,7 @@ pub async fn admit<'a, P: MutatePorts>(
     if let WhoScores::Restricted { holder, .. } = who {
         let now = ports.now();
         let held = match ports.with_facts(|facts| bound_only(&scoring, &holder, facts, now)) {
-            Some(decision) => Held::Bound(decision),
+            Some(decision) => Held::Bound(Box::new(decision)),
             None => match ports.with_facts(|facts| cap_priority(req, facts, policy)) {
                 Some(capped) => Held::Capped(capped),
                 None => Held::AsItCame,

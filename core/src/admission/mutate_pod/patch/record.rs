@@ -119,6 +119,9 @@ pub(super) fn record_decision(
         if !alternatives.is_empty() {
             annotations.push((ANN_ALTERNATIVES, alternatives));
         }
+        if !answer.state_digest.is_empty() {
+            annotations.push((ANN_STATE_DIGEST, answer.state_digest.clone()));
+        }
     }
     annotations.push((ANN_DECIDED_AT, now));
     annotations.push((ANN_POLICY_VERSION, answer.policy_version.clone()));
@@ -169,9 +172,10 @@ pub(crate) const ANNOTATIONS_LIMIT_BYTES: usize = 256 * 1024;
 
 /// Our annotations in the order they give way when the Pod's own annotations leave too little room: the
 /// optional explanations first, the decision record (`decided-at`, which makes a second pass a no-op) last.
-const GIVE_WAY_ORDER: [&str; 10] = [
+const GIVE_WAY_ORDER: [&str; 11] = [
     ANN_ALTERNATIVES,
     ANN_EXPLORED,
+    ANN_STATE_DIGEST,
     ANN_RECOMMENDED_CLASS,
     ANN_INFEASIBLE_REASON,
     ANN_PLACEMENT,

@@ -114,6 +114,21 @@ fn annotations(p: &Pod) -> &BTreeMap<String, String> {
 }
 
 #[test]
+fn the_record_names_the_learned_state_the_scorer_decided_with() {
+    let mut with_digest = answer(&["A100-80GB"]);
+    with_digest.state_digest = "0123456789abcdef0123456789abcdef".into();
+    let (_, p) = run(
+        gpu_pod(json!({}), json!({"name": "p"})),
+        &with_digest,
+        Some("train-llama"),
+    );
+    assert_eq!(
+        annotations(&p)[ANN_STATE_DIGEST],
+        "0123456789abcdef0123456789abcdef"
+    );
+}
+
+#[test]
 fn bare_pod_gets_everything() {
     let (ops, p) = run(
         gpu_pod(json!({}), json!({"name": "p"})),
@@ -126,6 +141,10 @@ fn bare_pod_gets_everything() {
     assert_eq!(a[ANN_DECIDED_AT], "2026-09-21T14:13:20Z");
     assert_eq!(a[ANN_POLICY_VERSION], "v7");
     assert!(!a.contains_key(ANN_INFEASIBLE_REASON));
+    assert!(
+        !a.contains_key(ANN_STATE_DIGEST),
+        "an answer without a digest records none"
+    );
     assert_eq!(
         p.metadata.labels.as_ref().unwrap()[LABEL_JOB_TYPE],
         "train-llama"
