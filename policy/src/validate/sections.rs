@@ -4,6 +4,9 @@ use std::collections::BTreeSet;
 
 use ndarray::Array2;
 
+/// Distinct `jobTypes[].family` patterns a policy may declare.
+pub(crate) const MAX_FAMILIES: usize = 16;
+
 use super::Checker;
 use crate::model::{Bucket, DraDevices, GpuClass, JobType, NameIndex, Tier, WorkloadClass};
 use crate::schema::{DraDevicesSpec, GpuClassSpec, PolicyFile, RuntimeProfile};
@@ -284,6 +287,7 @@ impl Checker {
     pub(super) fn job_types(&mut self, raw: &PolicyFile) -> (Vec<JobType>, NameIndex) {
         let mut job_index = NameIndex::default();
         let mut job_types = Vec::new();
+        let mut families = BTreeSet::new();
         for (i, j) in raw.job_types.iter().enumerate() {
             let f = if j.name.is_empty() {
                 format!("jobTypes[{i}]")
@@ -320,6 +324,14 @@ impl Checker {
             }
             if let Some(family) = &j.family {
                 self.family(&f, &j.name, family);
+                // Each family adds 1 + classes parameters to the scorer's shared system (solved in cubic
+                // time at every change of the learned state).
+                if families.insert(family.clone()) && families.len() > MAX_FAMILIES {
+                    self.fail(
+                        format!("{f}.family"),
+                        format!("at most {MAX_FAMILIES} distinct families, `{family}` is one more"),
+                    );
+                }
             }
             job_types.push(JobType {
                 name: j.name.clone(),
@@ -520,6 +532,31 @@ mod family_tests {
             "  - name: batch-etl\n    workloadClass: batch\n",
             &format!("  - name: batch-etl\n    family: \"{family}\"\n    workloadClass: batch\n"),
         )
+    }
+
+    #[test]
+    fn at_most_sixteen_families() {
+        let mut text = DEFAULT_POLICY_YAML.to_string();
+        let mut jobs = String::from("jobTypes:\n");
+        for i in 0..17 {
+            jobs.push_str(&format!(
+                "  - name: job{i}-a\n    family: \"job{i}-*\"\n    workloadClass: batch\n    baseRuntimeSeconds: 60\n    relativeStddev: 0.5\n"
+            ));
+        }
+        text = text.replacen("jobTypes:\n", &jobs, 1);
+        let e = parse(&text, "p.yaml").expect_err("17 families");
+        assert!(
+            e.problems
+                .iter()
+                .any(|p| p.field == "jobTypes[job16-a].family" && p.reason.contains("at most 16")),
+            "{e}"
+        );
+        assert!(
+            !e.problems
+                .iter()
+                .any(|p| p.field == "jobTypes[job15-a].family"),
+            "{e}"
+        );
     }
 
     #[test]
