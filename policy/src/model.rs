@@ -124,6 +124,8 @@ pub struct JobType {
     pub workload_class: WorkloadClass,
     pub profile: RuntimeProfile,
     pub default_memory_gib: Option<f64>,
+    /// A name pattern of the job types that share this one's deviations from the catalog (`jobTypes[].family`).
+    pub family: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -289,6 +289,10 @@ pub struct JobTypeSpec {
     /// GPU memory per GPU assumed when a request does not say.
     #[serde(default, rename = "defaultMemoryGiB")]
     pub default_memory_gib: Option<f64>,
+    /// The job type's family: a name pattern (`*` = `[a-z0-9]+`, `**` = `[A-Za-z0-9._-]+`) its own name
+    /// matches; the job types whose names match it (listed or not) share their deviations from the catalog.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub family: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

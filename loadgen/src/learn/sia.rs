@@ -13,7 +13,9 @@
 //!   p4d.24xlarge / 8; the two workstation cards, which no large cloud rents, at assumed prices);
 //! - **tiers**: `bench-fast` (`fastest`) and the benchmark's `bench-spot` (`cheapest`), both over every class;
 //! - **job types**: every other one listed (training, a prior a platform team would write: its true size
-//!   × lognormal(0.3), throughput exponent 1 as the spec sheet suggests), the others **not listed**; [`LATE`]
+//!   × lognormal(0.3), throughput exponent 1 as the spec sheet suggests, its family `<model>-*`: the
+//!   measurements' model name, which the unlisted job types of the model match too), the others **not
+//!   listed**; [`LATE`]
 //!   of them first appear between 15 % and 60 % of the run; no interference pairs.
 //!
 //! What is drawn per seed (only where the measurements say nothing): a job type's size (its 1-GPU runtime
@@ -54,6 +56,9 @@ pub const CLASSES: [(&str, f64, f64, f64, u32); 5] = [
 #[derive(Debug, Clone)]
 struct Measured {
     name: String,
+    /// The model it trains (its family: the job types of one model share how they deviate from the spec
+    /// sheets).
+    model: String,
     scaling: f64,
     /// Seconds per sample on one GPU, in [`CLASSES`] order.
     per_sample: Vec<f64>,
@@ -76,6 +81,7 @@ fn measured() -> Vec<Measured> {
             let num = |i: usize| f[i].parse::<f64>().expect("a number");
             Measured {
                 name: f[0].to_string(),
+                model: f[1].to_string(),
                 scaling: num(3),
                 per_sample: columns.iter().map(|&i| num(i)).collect(),
             }
@@ -134,6 +140,7 @@ pub fn rewrite_policy(policy: &mut Value, seed: u64) -> Vec<(f64, bool)> {
                 j.insert("baseRuntimeSeconds".into(), base.into());
                 j.insert("relativeStddev".into(), 0.4.into());
                 j.insert("throughputExponent".into(), 1.0.into());
+                j.insert("family".into(), format!("{}-*", m.model).into());
                 jobs.push(Value::Mapping(j));
             }
             (size, listed)
@@ -249,6 +256,9 @@ mod tests {
         assert_eq!(cat.classes.len(), 5);
         assert_eq!(policy["jobTypes"].as_sequence().unwrap().len(), 12);
         assert_eq!(cat.jobs.iter().filter(|j| !j.listed).count(), 11);
+        // A listed job type's family is its model's.
+        assert_eq!(policy["jobTypes"][0]["name"], "bert-b4");
+        assert_eq!(policy["jobTypes"][0]["family"], "bert-*");
         // The ratios between classes are the measured ones, whatever the drawn size.
         let j = cat.jobs.iter().position(|j| j.name == "ncf-b32").unwrap();
         let (t4, v100) = (

@@ -4,6 +4,9 @@ use std::collections::BTreeSet;
 
 use ndarray::Array2;
 
+/// Distinct `jobTypes[].family` patterns a policy may declare.
+pub(crate) const MAX_FAMILIES: usize = 16;
+
 use super::Checker;
 use crate::model::{Bucket, DraDevices, GpuClass, JobType, NameIndex, Tier, WorkloadClass};
 use crate::schema::{DraDevicesSpec, GpuClassSpec, PolicyFile, RuntimeProfile};
@@ -284,6 +287,7 @@ impl Checker {
     pub(super) fn job_types(&mut self, raw: &PolicyFile) -> (Vec<JobType>, NameIndex) {
         let mut job_index = NameIndex::default();
         let mut job_types = Vec::new();
+        let mut families = BTreeSet::new();
         for (i, j) in raw.job_types.iter().enumerate() {
             let f = if j.name.is_empty() {
                 format!("jobTypes[{i}]")
@@ -318,14 +322,43 @@ impl Checker {
             if let Some(m) = j.default_memory_gib {
                 self.positive(format!("{f}.defaultMemoryGiB"), m);
             }
+            if let Some(family) = &j.family {
+                self.family(&f, &j.name, family);
+                // Each family adds 1 + classes parameters to the scorer's shared system (solved in cubic
+                // time at every change of the learned state).
+                if families.insert(family.clone()) && families.len() > MAX_FAMILIES {
+                    self.fail(
+                        format!("{f}.family"),
+                        format!("at most {MAX_FAMILIES} distinct families, `{family}` is one more"),
+                    );
+                }
+            }
             job_types.push(JobType {
                 name: j.name.clone(),
                 workload_class,
                 profile,
                 default_memory_gib: j.default_memory_gib,
+                family: j.family.clone(),
             });
         }
         (job_types, job_index)
+    }
+
+    /// `jobTypes[].family`: a name pattern of at most 63 characters, without the MIG placeholder, that the job
+    /// type's own name matches.
+    fn family(&mut self, f: &str, name: &str, family: &str) {
+        let field = format!("{f}.family");
+        if family.is_empty() || family.len() > 63 || family.contains('{') {
+            self.fail(
+                field,
+                format!("must be a name pattern of 1 to 63 characters (`*`, `**` as wildcards), got `{family}`"),
+            );
+        } else if crate::gpu_resources::match_pattern(family, name).is_none() {
+            self.fail(
+                field,
+                format!("`{family}` does not match the job type's own name `{name}`"),
+            );
+        }
     }
 
     /// `interference`: the slowdown prior of every pair of job types.
@@ -484,6 +517,70 @@ impl Checker {
             self.fail(
                 "learning.explorationWindow",
                 format!("must be in [1, 100000], got {}", l.exploration_window),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod family_tests {
+    use crate::DEFAULT_POLICY_YAML;
+    use crate::validate::parse;
+
+    fn with_family(family: &str) -> String {
+        DEFAULT_POLICY_YAML.replace(
+            "  - name: batch-etl\n    workloadClass: batch\n",
+            &format!("  - name: batch-etl\n    family: \"{family}\"\n    workloadClass: batch\n"),
+        )
+    }
+
+    #[test]
+    fn at_most_sixteen_families() {
+        let mut text = DEFAULT_POLICY_YAML.to_string();
+        let mut jobs = String::from("jobTypes:\n");
+        for i in 0..17 {
+            jobs.push_str(&format!(
+                "  - name: job{i}-a\n    family: \"job{i}-*\"\n    workloadClass: batch\n    baseRuntimeSeconds: 60\n    relativeStddev: 0.5\n"
+            ));
+        }
+        text = text.replacen("jobTypes:\n", &jobs, 1);
+        let e = parse(&text, "p.yaml").expect_err("17 families");
+        assert!(
+            e.problems
+                .iter()
+                .any(|p| p.field == "jobTypes[job16-a].family" && p.reason.contains("at most 16")),
+            "{e}"
+        );
+        assert!(
+            !e.problems
+                .iter()
+                .any(|p| p.field == "jobTypes[job15-a].family"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_family_is_a_pattern_its_own_job_type_matches() {
+        let p = parse(&with_family("batch-*"), "p.yaml").unwrap();
+        let j = &p.job_types[p.job_index("batch-etl").unwrap()];
+        assert_eq!(j.family.as_deref(), Some("batch-*"));
+        // Absent: no family.
+        let p = parse(DEFAULT_POLICY_YAML, "p.yaml").unwrap();
+        assert!(p.job_types.iter().all(|j| j.family.is_none()));
+        for (family, reason) in [
+            (
+                "train-*",
+                "does not match the job type's own name `batch-etl`",
+            ),
+            ("", "must be a name pattern"),
+            ("batch-{memoryGiB}", "must be a name pattern"),
+        ] {
+            let e = parse(&with_family(family), "p.yaml").expect_err(family);
+            assert!(
+                e.problems
+                    .iter()
+                    .any(|p| p.field == "jobTypes[batch-etl].family" && p.reason.contains(reason)),
+                "{family}: {e}"
             );
         }
     }

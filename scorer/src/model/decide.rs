@@ -208,7 +208,7 @@ fn choose(
                 unshared,
                 classes.inputs.log_var[s],
                 policy.learning.tau,
-                value::horizon(runs),
+                value::horizon(runs) + post.family_horizon(policy, job.who),
             ))
         }
         _ => None,

@@ -4,7 +4,7 @@
 //! 1-GPU log runtime is
 //!
 //! ```text
-//! ln t_jc = a_j − (e_j + b_w + b_j)·x_c + u_c + u_wc + r_jc + noise
+//! ln t_jc = a_j − (e_j + b_w + b_f + b_j)·x_c + u_c + u_wc + u_fc + r_jc + noise
 //! ```
 //!
 //! - a_j ~ N(ln baseRuntimeSeconds_j, ln(1 + relativeStddev_j²)): the job type's size;
@@ -15,6 +15,8 @@
 //!   collaborative filtering);
 //! - u_c ~ N(0, classOffsetStddev²): the class is faster or slower than its catalog throughput for every
 //!   job type; u_wc ~ N(0, classOffsetStddev²): for the job types of one workload class;
+//! - b_f ~ N(0, exponentStddev²), u_fc ~ N(0, classOffsetStddev²): the same for the job types of one
+//!   family (`jobTypes[].family`, a name pattern; [`shared::Families`]), absent for a job type of none;
 //! - r_jc ~ N(0, cellStddev²): what is particular to this job type on this class;
 //! - noise ~ N(0, τ²), τ = `learning.tau` (the log runtime's noise: 0.2 ≈ 20 % run to run).
 //!
@@ -37,6 +39,8 @@
 //! data, not the catalog, decide, and its larger uncertainty draws exploration to it.
 mod contradicted;
 mod covariance;
+mod linalg;
+mod shared;
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -47,8 +51,11 @@ use super::estimate::{LogNormal, RuntimeTable};
 use super::tenants;
 use super::unlisted::UnlistedJobTypes;
 use crate::policy::{Policy, RuntimeProfile, WorkloadClass};
+pub(super) use linalg::cholesky_lower;
+use linalg::invert_spd;
+use shared::{Families, Shared};
 
-const WORKLOADS: usize = 5;
+pub(super) const WORKLOADS: usize = 5;
 /// How much wider (standard deviations) the prior of a job type flagged as contradicted is.
 const WIDE: f64 = 3.0;
 
@@ -60,36 +67,13 @@ pub enum JobRef {
     Unknown(WorkloadClass),
 }
 
-/// Indices of the shared parameters: b_w, u_c, u_wc.
-#[derive(Debug, Clone, Copy)]
-struct Shared {
-    classes: usize,
-}
-
-impl Shared {
-    fn bw(self, w: usize) -> usize {
-        w
-    }
-    fn uc(self, c: usize) -> usize {
-        WORKLOADS + c
-    }
-    fn uwc(self, w: usize, c: usize) -> usize {
-        WORKLOADS + self.classes + w * self.classes + c
-    }
-    fn len(self) -> usize {
-        WORKLOADS + self.classes + WORKLOADS * self.classes
-    }
-    /// The shared features of cell (w, c): (index, coefficient).
-    fn features(self, w: usize, c: usize, x: f64) -> [(usize, f64); 3] {
-        [(self.bw(w), -x), (self.uc(c), 1.0), (self.uwc(w, c), 1.0)]
-    }
-}
-
 /// One job type of the posterior: its prior and its observed cells.
 #[derive(Debug, Clone)]
 struct Slot {
     profile: RuntimeProfile,
     workload: usize,
+    /// Its family ([`Families`]), whose per-class deviations it shares.
+    family: Option<usize>,
     /// (class, count, mean of the 1-GPU log runtime).
     cells: Vec<(usize, u64, f64)>,
     /// A tenant's own name for another tenant's job type ([`tenants`]): its runs teach its own parameters
@@ -136,8 +120,11 @@ pub struct Posterior {
     blocks: Vec<Block>,
     /// Per (slot, class): the weight 1 − k of the shared prediction in the cell's estimate.
     shrink: Array2<f64>,
-    /// Per slot: its workload class (index).
+    /// Per slot: its workload class (index) and family.
     workload_of: Vec<usize>,
+    family_of: Vec<Option<usize>>,
+    /// Per family: its job types' expected future runs ([`super::value::horizon`] of each), summed.
+    family_horizon: Vec<f64>,
 }
 
 /// What of the policy the posterior depends on (catalog, job types, workload profiles, learning). Compared
@@ -153,6 +140,7 @@ pub fn fingerprint(policy: &Policy) -> u64 {
     for j in &policy.job_types {
         j.name.hash(&mut h);
         j.workload_class.index().hash(&mut h);
+        j.family.hash(&mut h);
         hash_profile(&j.profile, &mut h);
     }
     for w in WorkloadClass::ALL {
@@ -207,12 +195,14 @@ fn slots(
         cells.sort_by_key(|c| c.0);
         cells
     };
+    let families = Families::of(policy);
     let mut slots: Vec<Slot> = policy
         .job_types
         .iter()
         .map(|j| Slot {
             profile: j.profile,
             workload: j.workload_class.index(),
+            family: families.declared(j.family.as_deref()),
             cells: cells(&j.name),
             foreign: false,
         })
@@ -231,6 +221,10 @@ fn slots(
         slots.push(Slot {
             profile: listed.map_or_else(|| policy.workload_profile(w), |j| j.profile),
             workload: w.index(),
+            family: listed.map_or_else(
+                || families.of_name(name),
+                |j| families.declared(j.family.as_deref()),
+            ),
             cells: cells(name),
             foreign: tenants::is_tenant_name(name),
         });
@@ -294,11 +288,11 @@ fn local(shared: Shared, xs: &[f64], slot: &Slot, v: Variances, wide: bool) -> L
             for k in 0..2 {
                 a[r][k] += z[r] * z[k] / var;
             }
-            for (i, fi) in shared.features(slot.workload, c, xs[c]) {
+            for &(i, fi) in shared.features(slot.workload, slot.family, c, xs[c]).iter() {
                 coupling[r * s + i] += z[r] * fi / var;
             }
         }
-        for (i, _) in shared.features(slot.workload, c, xs[c]) {
+        for &(i, _) in shared.features(slot.workload, slot.family, c, xs[c]).iter() {
             if !cols.contains(&i) {
                 cols.push(i);
             }
@@ -323,9 +317,7 @@ fn inverse2(m: [[f64; 2]; 2]) -> [[f64; 2]; 2] {
 /// The exact posterior of every parameter, each job type's block eliminated first.
 fn solve(policy: &Policy, slots: &[Slot], wide: &[bool]) -> Solved {
     let v = Variances::of(policy);
-    let shared = Shared {
-        classes: policy.classes.len(),
-    };
+    let shared = Shared::of(policy, &Families::of(policy));
     let s = shared.len();
     let xs: Vec<f64> = policy
         .classes
@@ -343,6 +335,13 @@ fn solve(policy: &Policy, slots: &[Slot], wide: &[bool]) -> Solved {
     for c in 0..shared.classes {
         precision[[shared.uc(c), shared.uc(c)]] += 1.0 / v.class;
     }
+    // A family's exponent and class offsets: a workload class's, for the job types of one family.
+    for f in 0..shared.families {
+        precision[[shared.bf(f), shared.bf(f)]] += 1.0 / v.exponent;
+        for c in 0..shared.classes {
+            precision[[shared.ufc(f, c), shared.ufc(f, c)]] += 1.0 / v.class;
+        }
+    }
     let locals: Vec<Local> = slots
         .iter()
         .zip(wide)
@@ -356,7 +355,7 @@ fn solve(policy: &Policy, slots: &[Slot], wide: &[bool]) -> Solved {
         for &(c, n, mean) in &slot.cells {
             let var = vr + v.noise / n as f64;
             let target = mean + slot.profile.throughput_exponent * xs[c];
-            let phi = shared.features(slot.workload, c, xs[c]);
+            let phi = shared.features(slot.workload, slot.family, c, xs[c]);
             for &(i, fi) in &phi {
                 h[i] += fi * target / var;
                 for &(k, fk) in &phi {
@@ -452,9 +451,7 @@ impl Posterior {
         let (log_mean, log_var, counts, shrink) = predict(policy, &slots, &solved, &contradicted);
         Self {
             fingerprint: fingerprint(policy),
-            shared: Shared {
-                classes: policy.classes.len(),
-            },
+            shared: Shared::of(policy, &Families::of(policy)),
             theta: solved.mean,
             cov: solved.cov,
             tenant_job_types: names.keys().any(|n| tenants::is_tenant_name(n)),
@@ -466,6 +463,8 @@ impl Posterior {
             blocks: solved.blocks,
             shrink,
             workload_of: slots.iter().map(|s| s.workload).collect(),
+            family_of: slots.iter().map(|s| s.family).collect(),
+            family_horizon: shared::family_horizons(&slots, Families::of(policy).len()),
         }
     }
 
@@ -498,7 +497,7 @@ impl Posterior {
                 let l = &policy.learning;
                 let profile = policy.workload_profile(w);
                 let x = policy.classes[c].relative_throughput.ln();
-                let phi = self.shared.features(w.index(), c, x);
+                let phi = self.shared.features(w.index(), None, c, x);
                 LogNormal {
                     log_mean: prior_log_mean(&profile, policy.classes[c].relative_throughput)
                         + dot(&phi, &self.theta),
@@ -533,9 +532,7 @@ type Predictions = (Array2<f64>, Array2<f64>, Array2<u64>, Array2<f64>);
 /// Every (slot, class) cell's estimate: the shared prediction combined with the cell's own mean.
 fn predict(policy: &Policy, slots: &[Slot], solved: &Solved, wide: &[bool]) -> Predictions {
     let v = Variances::of(policy);
-    let shared = Shared {
-        classes: policy.classes.len(),
-    };
+    let shared = Shared::of(policy, &Families::of(policy));
     let s = shared.len();
     let nc = policy.classes.len();
     let mut log_mean = Array2::<f64>::zeros((slots.len(), nc));
@@ -547,7 +544,7 @@ fn predict(policy: &Policy, slots: &[Slot], solved: &Solved, wide: &[bool]) -> P
         for c in 0..nc {
             let x = policy.classes[c].relative_throughput.ln();
             let z = [1.0, -x];
-            let phi = shared.features(slot.workload, c, x);
+            let phi = shared.features(slot.workload, slot.family, c, x);
             let mut mean = -slot.profile.throughput_exponent * x
                 + z[0] * block.mean[0]
                 + z[1] * block.mean[1]
@@ -595,47 +592,6 @@ fn quad(phi: &[(usize, f64)], cov: &Array2<f64>) -> f64 {
         }
     }
     s.max(0.0)
-}
-
-/// The lower Cholesky factor `L` of a symmetric positive-definite matrix (`m = L·Lᵀ`), a diagonal floored at
-/// 1e-150 so that a near-singular matrix never divides by zero.
-pub(super) fn cholesky_lower(m: &Array2<f64>) -> Array2<f64> {
-    let n = m.nrows();
-    let mut l = Array2::<f64>::zeros((n, n));
-    for i in 0..n {
-        for j in 0..=i {
-            let mut s = m[[i, j]];
-            for k in 0..j {
-                s -= l[[i, k]] * l[[j, k]];
-            }
-            if i == j {
-                l[[i, i]] = s.max(1e-300).sqrt();
-            } else {
-                l[[i, j]] = s / l[[j, j]];
-            }
-        }
-    }
-    l
-}
-
-/// Inverse of a symmetric positive-definite matrix (Cholesky). The precision matrices built here are
-/// always positive definite: every parameter has a proper prior.
-fn invert_spd(m: &Array2<f64>) -> Array2<f64> {
-    let n = m.nrows();
-    let l = cholesky_lower(m);
-    // L⁻¹ (lower triangular), then m⁻¹ = L⁻ᵀ·L⁻¹.
-    let mut li = Array2::<f64>::zeros((n, n));
-    for col in 0..n {
-        li[[col, col]] = 1.0 / l[[col, col]];
-        for i in col + 1..n {
-            let mut s = 0.0;
-            for k in col..i {
-                s -= l[[i, k]] * li[[k, col]];
-            }
-            li[[i, col]] = s / l[[i, i]];
-        }
-    }
-    li.t().dot(&li)
 }
 
 #[cfg(test)]

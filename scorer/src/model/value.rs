@@ -17,7 +17,10 @@
 //!   which class is cheaper, so it does not count: a new job type whose classes differ as the catalog
 //!   says does not pay for a run on a dearer class just because its runtime is unknown;
 //! - **H**, the job type's expected future runs: as many as it has had so far (observed runs + 1: with no
-//!   other knowledge of a job type's future, one seen n times is expected to run about n more times).
+//!   other knowledge of a job type's future, one seen n times is expected to run about n more times);
+//!   for a job type of a family, plus the other job types' of the family, weighted by the share of a
+//!   class's deviation the family holds a priori (`Posterior::family_horizon`): the run teaches the
+//!   family's offset on the class, which they read too.
 //!
 //! So a job type whose classes are all well known, or whose alternatives are clearly dearer, stops paying
 //! for exploration, and a frequent job type with an uncertain close alternative keeps trying it. The

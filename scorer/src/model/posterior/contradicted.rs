@@ -20,6 +20,8 @@ pub(super) fn contradicts(policy: &Policy, slot: &Slot) -> bool {
         .map(|c| c.relative_throughput.ln())
         .collect();
     let k = slot.cells.len();
+    // A family's exponent and class offsets add to the workload class's.
+    let groups = if slot.family.is_some() { 2.0 } else { 1.0 };
     let loglik = |wide: bool| {
         let (va, vb, vr) = v.own(slot, wide);
         let mut cov = Array2::<f64>::zeros((k, k));
@@ -28,9 +30,9 @@ pub(super) fn contradicts(policy: &Policy, slot: &Slot) -> bool {
             let prior = prior_log_mean(&slot.profile, policy.classes[c].relative_throughput);
             resid[p] = mean - prior;
             for (q, &(c2, _, _)) in slot.cells.iter().enumerate() {
-                cov[[p, q]] = va + (vb + v.exponent) * xs[c] * xs[c2];
+                cov[[p, q]] = va + (vb + groups * v.exponent) * xs[c] * xs[c2];
             }
-            cov[[p, p]] += 2.0 * v.class + vr + v.noise / n as f64;
+            cov[[p, p]] += (1.0 + groups) * v.class + vr + v.noise / n as f64;
         }
         gaussian_loglik(&resid, &cov)
     };

@@ -13,21 +13,22 @@ impl Posterior {
         }
         let xs = policy.classes[s].relative_throughput.ln();
         let xe = policy.classes[e].relative_throughput.ln();
-        let (w, block, shrink) = match job {
+        let (w, family, block, shrink) = match job {
             JobRef::Known(j) => (
                 self.workload_of[j],
+                self.family_of[j],
                 Some(&self.blocks[j]),
                 self.shrink[[j, s]] * self.shrink[[j, e]],
             ),
-            JobRef::Unknown(w) => (w.index(), None, 1.0),
+            JobRef::Unknown(w) => (w.index(), None, None, 1.0),
         };
         let (ps, pe) = (
-            self.shared.features(w, s, xs),
-            self.shared.features(w, e, xe),
+            self.shared.features(w, family, s, xs),
+            self.shared.features(w, family, e, xe),
         );
         let mut cov = 0.0;
-        for &(i, fi) in &ps {
-            for &(k, fk) in &pe {
+        for &(i, fi) in ps.iter() {
+            for &(k, fk) in pe.iter() {
                 cov += fi * fk * self.cov[[i, k]];
             }
         }
@@ -40,7 +41,7 @@ impl Posterior {
                         cov += zs[r] * zq * b.cov[r][q];
                     }
                     if !b.cross.is_empty() {
-                        let dot = |phi: &[(usize, f64); 3]| -> f64 {
+                        let dot = |phi: &[(usize, f64)]| -> f64 {
                             phi.iter().map(|&(i, f)| f * b.cross[r * n + i]).sum()
                         };
                         cov += zs[r] * dot(&pe) + ze[r] * dot(&ps);
