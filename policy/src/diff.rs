@@ -143,6 +143,16 @@ mod tests {
             changes(&memory),
             ["jobTypes[train-llama].defaultMemoryGiB: 40.0 -> 500.0"]
         );
+        let family = DEFAULT_POLICY_YAML.replacen(
+            "    defaultMemoryGiB: 40\n",
+            "    defaultMemoryGiB: 40\n    family: train-*\n",
+            1,
+        );
+        assert_ne!(family, DEFAULT_POLICY_YAML);
+        assert_eq!(
+            changes(&family),
+            ["jobTypes[train-llama].family: added train-*"]
+        );
     }
 
     #[test]
@@ -173,7 +183,11 @@ mod tests {
     fn every_job_type_field_is_classified() {
         let policy = parse(DEFAULT_POLICY_YAML, "default").unwrap();
         let raw: crate::schema::PolicyFile = serde_yaml::from_str(&policy.document).unwrap();
-        let entry = serde_json::to_value(&raw.job_types[0]).unwrap();
+        // Every optional field set, so that every field serialises.
+        let mut job = raw.job_types[0].clone();
+        job.family = Some(job.name.clone());
+        job.default_memory_gib = Some(1.0);
+        let entry = serde_json::to_value(&job).unwrap();
         let mut keys: Vec<&str> = entry
             .as_object()
             .unwrap()
@@ -182,7 +196,7 @@ mod tests {
             .collect();
         keys.sort_unstable();
         let mut known: Vec<&str> = crate::JOB_TYPE_PRIOR_FIELDS.to_vec();
-        known.extend(["name", "defaultMemoryGiB"]);
+        known.extend(["name", "defaultMemoryGiB", "family"]);
         known.sort_unstable();
         assert_eq!(keys, known);
     }

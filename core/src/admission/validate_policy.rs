@@ -172,7 +172,7 @@ fn forbidden_change(change: &Change, grants: &Grants) -> Option<String> {
         Change::None => None,
         Change::Delete => Some("deletes the policy".into()),
         Change::Replace => Some("creates or replaces the policy".into()),
-        Change::Rules => Some("changes the rules (everything but a job type's priors: catalog, tiers, buckets, GPU resources, quotas, enforcement, version, workload classes, interference, learning, a job type's defaultMemoryGiB)".into()),
+        Change::Rules => Some("changes the rules (everything but a job type's priors: catalog, tiers, buckets, GPU resources, quotas, enforcement, version, workload classes, interference, learning, a job type's defaultMemoryGiB and family)".into()),
         Change::Unreadable => Some("may change the rules, and they could not be compared (a text that does not parse)".into()),
         Change::JobTypes(names) => {
             let missing: Vec<String> = names
