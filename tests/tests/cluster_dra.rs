@@ -16,7 +16,9 @@
 //!   DeviceClasses; a claim whose CEL the frontend cannot decide is denied;
 //! - a bronze claim on the vendor class pinned by product name to `NVIDIA L4` is admitted, and the device
 //!   the scheduler allocates it (for a Pod naming the claim) comes from the L4 Node's pool: the tier holds
-//!   on the allocation, not only on the webhook's answer.
+//!   on the allocation, not only on the webhook's answer;
+//! - a gold claim of allocation mode `All` on the A100 class is allocated both A100 devices, and gold's
+//!   quota usage counts 2 A100 GPUs: what the scheduler allocated, not the 1 the spec asks for.
 
 use std::time::{Duration, Instant};
 
@@ -316,7 +318,11 @@ async fn claims_are_held_to_their_tier_by_the_webhook_and_on_the_allocation() {
     let client = cluster.client();
     let policy_dir = tempfile::tempdir().unwrap();
     let policy_file = policy_dir.path().join("policy.yaml");
-    let text = gpu_admission_policy::DEFAULT_POLICY_YAML.replace("mode: Warn", "mode: Enforce");
+    // Gold's quota is there to be counted (never reached): what the scheduler allocates counts.
+    let text = format!(
+        "{}\nquotas:\n  tiers:\n    - tier: gold\n      classes: {{ A100-80GB: {{ min: 0, max: 16 }} }}\n",
+        gpu_admission_policy::DEFAULT_POLICY_YAML.replace("mode: Warn", "mode: Enforce")
+    );
     assert_ne!(text, gpu_admission_policy::DEFAULT_POLICY_YAML);
     std::fs::write(&policy_file, &text).unwrap();
     let parsed = gpu_admission_policy::parse(&text, "policy.yaml").unwrap();
@@ -484,6 +490,7 @@ async fn claims_are_held_to_their_tier_by_the_webhook_and_on_the_allocation() {
         "gold's claim narrows the classes weighed: {weighed}"
     );
     assert_in_tier("gold", &ran, &allowed_classes(&policy, "gold"));
+    allocated_devices_count_in_quotas(&client, &tenant, &webhook).await;
     // Bronze: through the L4 class's template, and through the vendor class pinned to L4 by product name.
     for (name, source) in [
         (
@@ -503,6 +510,46 @@ async fn claims_are_held_to_their_tier_by_the_webhook_and_on_the_allocation() {
         "DRA: 5 bronze claims/templates that could reach H100 or cannot be decided denied, gold allocated H100, \
          2 bronze claims allocated L4, in {:.1}s",
         t0.elapsed().as_secs_f64()
+    );
+}
+
+/// A gold claim of allocation mode `All` on the A100 class asks for one device at least and is allocated
+/// both of the A100 Node's: gold's quota usage counts 2 A100 GPUs (the usage watch reads the claim's
+/// allocation), not the 1 its spec asks for.
+async fn allocated_devices_count_in_quotas(
+    client: &kube::Client,
+    tenant: &kube::Client,
+    webhook: &Webhook,
+) {
+    let mut all = template("all-a100", "a100-80gb.gpu-admission.io", &[]);
+    all["spec"]["spec"]["devices"]["requests"][0]["exactly"] =
+        json!({"deviceClassName": "a100-80gb.gpu-admission.io", "allocationMode": "All"});
+    create_dra(tenant, Some(GOLD), all).await;
+    let pod = claim_pod("all-a100", json!({"resourceClaimTemplateName": "all-a100"}));
+    let ran = run_claim_pod(client, tenant, GOLD, pod).await;
+    assert_eq!(ran.node_class, "A100-80GB", "narrowed to its claim's class");
+    let want = format!(
+        "gpu_admission_quota_gpus{{tier=\"gold\",tenant_namespace=\"{GOLD}\",class=\"A100-80GB\",kind=\"used\"}} 2"
+    );
+    let started = Instant::now();
+    loop {
+        let text = webhook.metrics().await.unwrap();
+        if text.lines().any(|l| l.starts_with(&want)) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no `{want}` in\n{}",
+            text.lines()
+                .filter(|l| l.contains("quota_gpus"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    println!(
+        "DRA: an allocationMode All claim allocated both A100 devices; gold's quota counts 2 A100 GPUs, after {:.1}s",
+        started.elapsed().as_secs_f64()
     );
 }
 
