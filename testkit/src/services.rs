@@ -503,6 +503,28 @@ impl Webhook {
             .context("the webhook printed no admin `listening on` line")?;
         crate::https::http_get_text(addr, "/metrics").await
     }
+
+    /// Polls `/metrics` every 500 ms until a line starts with `line` (a series and its value); fails after
+    /// `timeout` showing the lines that contain `about`. Returns how long it took.
+    pub async fn wait_for_metric_line(
+        &self,
+        line: &str,
+        about: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<Duration> {
+        let started = Instant::now();
+        loop {
+            let text = self.metrics().await?;
+            if text.lines().any(|l| l.starts_with(line)) {
+                return Ok(started.elapsed());
+            }
+            if started.elapsed() > timeout {
+                let seen: Vec<&str> = text.lines().filter(|l| l.contains(about)).collect();
+                bail!("no `{line}` within {timeout:?} in\n{}", seen.join("\n"));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
 }
 
 fn pod_name(pod: &Value) -> String {

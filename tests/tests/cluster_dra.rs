@@ -531,25 +531,13 @@ async fn allocated_devices_count_in_quotas(
     let want = format!(
         "gpu_admission_quota_gpus{{tier=\"gold\",tenant_namespace=\"{GOLD}\",class=\"A100-80GB\",kind=\"used\"}} 2"
     );
-    let started = Instant::now();
-    loop {
-        let text = webhook.metrics().await.unwrap();
-        if text.lines().any(|l| l.starts_with(&want)) {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "no `{want}` in\n{}",
-            text.lines()
-                .filter(|l| l.contains("quota_gpus"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let took = webhook
+        .wait_for_metric_line(&want, "quota_gpus", Duration::from_secs(20))
+        .await
+        .unwrap();
     println!(
         "DRA: an allocationMode All claim allocated both A100 devices; gold's quota counts 2 A100 GPUs, after {:.1}s",
-        started.elapsed().as_secs_f64()
+        took.as_secs_f64()
     );
 }
 

@@ -481,22 +481,10 @@ async fn quotas_hold_on_a_real_control_plane_through_two_replicas() {
     let want = format!(
         "gpu_admission_quota_gpus{{tier=\"bronze\",tenant_namespace=\"{LOAD_NS}\",class=\"\",kind=\"used\"}} {stored}"
     );
-    let started = Instant::now();
-    loop {
-        let text = webhooks[0].metrics().await.unwrap();
-        if text.lines().any(|l| l.starts_with(&want)) {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(15),
-            "no `{want}` in\n{}",
-            text.lines()
-                .filter(|l| l.contains("quota_gpus"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    webhooks[0]
+        .wait_for_metric_line(&want, "quota_gpus", Duration::from_secs(15))
+        .await
+        .unwrap();
 
     // The CLI counts what the frontend counts: `gpu-admission quota usage` on what kubectl lists.
     let listed = gpu_admission_tests::cluster::kubectl(
