@@ -295,11 +295,12 @@ pub fn print(report: &Report) {
     }
     for s in &report.summaries {
         println!(
-            "| **median** | {} | **{:.0}** | **{:.0}** | **{:.2}** |",
+            "| **median** | {} | **{:.0}** | **{:.0}** | **{:.2}** (of the medians; the rounds' ratios' median {:.2}) |",
             s.shape.name(),
             s.webhooked_per_second,
             s.skipped_per_second,
-            s.ratio
+            s.ratio,
+            median(s.ratio_per_round.clone())
         );
     }
     println!("\nWhere the difference goes (medians over the rounds, per Pod created):\n");
