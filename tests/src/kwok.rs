@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use gpu_admission_proto::scorer::v1::GpuClass;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 
 /// The annotation kwok manages Nodes by (`--manage-nodes-with-annotation-selector` in `start.sh`).
@@ -121,4 +121,58 @@ where
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// [`create_ready_nodes`] for many Nodes: created by `clients` concurrent requests, then waited for by listing
+/// them all (one request per round, not one per Node) until every one is Ready and untainted.
+pub async fn create_ready_nodes_bulk(
+    client: &kube::Client,
+    nodes: &[Value],
+    clients: usize,
+) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let nodes = std::sync::Arc::new(nodes.to_vec());
+    let mut tasks = Vec::new();
+    for _ in 0..clients.max(1) {
+        let (api, next, nodes) = (
+            Api::<Node>::all(client.clone()),
+            next.clone(),
+            nodes.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(n) = nodes.get(i) else {
+                    return anyhow::Ok(());
+                };
+                let node: Node = serde_json::from_value(n.clone())?;
+                api.create(&PostParams::default(), &node)
+                    .await
+                    .with_context(|| format!("creating Node {}", n["metadata"]["name"]))?;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let api = Api::<Node>::all(client.clone());
+    let want = nodes.len();
+    wait_for(
+        &format!("{want} Nodes Ready and schedulable"),
+        Duration::from_secs(60 + want as u64 / 10),
+        || async {
+            // One list of every Node a second, not five (wait_for's pace) of a list this size.
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            let listed = api.list(&ListParams::default()).await?;
+            let ready = listed
+                .items
+                .iter()
+                .filter(|n| is_ready(n) && !tainted_not_ready(n))
+                .count();
+            Ok(ready >= want)
+        },
+    )
+    .await?;
+    Ok(started.elapsed())
 }

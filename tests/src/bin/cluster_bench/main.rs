@@ -1,0 +1,168 @@
+//! `cluster-bench`: gpu-admission on the real control plane (tests/README.md, "cluster-bench").
+//!
+//! - part A, the cost of scope (issue 35): [`scope`];
+//! - part B, scale with kwok (issue 43): [`scale`].
+//!
+//! Each part starts its own control plane ([`gpu_admission_tests::cluster::LocalCluster`]) and gpu-admission
+//! on it ([`install`]), prints markdown tables on stdout (progress on stderr), optionally writes every number
+//! as JSON, and exits non-zero when an invariant fails (a Pod not created or not decided, a webhook called in
+//! a skipped namespace, a Pod bound outside its tier). Timing is measured and printed, never judged.
+
+mod install;
+mod measure;
+mod pods;
+mod scale;
+mod scope;
+
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+use gpu_admission_tests::cluster::LocalCluster;
+use serde::Serialize;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Part {
+    /// A: Pod creation through the webhooks vs in namespaces they skip (no scheduler).
+    Scope,
+    /// B: kwok Nodes, the real scheduler, Pods through the webhooks until all are bound.
+    Scale,
+    Both,
+}
+
+/// gpu-admission on a real kube-apiserver: the cost of its scope and its scale with kwok Nodes.
+#[derive(Debug, Parser)]
+#[command(name = "cluster-bench")]
+pub struct Args {
+    #[arg(long, value_enum, default_value = "both")]
+    part: Part,
+    /// Fake GPU Nodes kept Ready by kwok (part B).
+    #[arg(long, default_value_t = 2000)]
+    pub nodes: usize,
+    /// GPUs per Node (part B; default: enough for every Pod on one class, at least 8).
+    #[arg(long)]
+    pub gpus_per_node: Option<u32>,
+    /// Pods per run.
+    #[arg(long, default_value_t = 6000)]
+    pub pods: usize,
+    /// Tier namespaces per arm (tiers in turn).
+    #[arg(long, default_value_t = 300)]
+    pub namespaces: usize,
+    /// Concurrent clients creating the Pods (closed loop each).
+    #[arg(long, default_value_t = 8)]
+    pub clients: usize,
+    /// Rounds of part A (each: GPU webhooked, skipped, CPU-only webhooked, skipped).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// The frontend's scorer budget (`--deadline-ms`; the product's default is 200).
+    #[arg(long, default_value_t = 200)]
+    pub deadline_ms: u64,
+    /// How long part B waits for every Pod to be bound.
+    #[arg(long, default_value_t = 900)]
+    pub bind_timeout_secs: u64,
+    /// Writes every number as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Serialize)]
+struct Report {
+    machine: Machine,
+    scope: Option<scope::Report>,
+    scale: Option<scale::Report>,
+}
+
+/// Where it ran: the machine is part of every number.
+#[derive(Serialize)]
+struct Machine {
+    cpus: usize,
+    load_average_before: String,
+    load_average_after: String,
+    binaries_profile: String,
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// The median of `v` (0 when empty).
+pub fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+/// The control plane's processes by their pid files in RUN_DIR (those that run).
+pub fn component_pids(cluster: &LocalCluster, names: &[&str]) -> Vec<(String, u32)> {
+    names
+        .iter()
+        .filter_map(|n| {
+            let pid = std::fs::read_to_string(cluster.run_dir().join(format!("{n}.pid"))).ok()?;
+            Some((n.to_string(), pid.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let profile = gpu_admission_tests::binaries::profile_dir()
+        .ok()
+        .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_default();
+    let mut report = Report {
+        machine: Machine {
+            cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            load_average_before: load_average(),
+            load_average_after: String::new(),
+            binaries_profile: profile,
+        },
+        scope: None,
+        scale: None,
+    };
+    // Built before the clocks start (at most once per run; a no-op when up to date).
+    gpu_admission_tests::binaries::binaries();
+    let mut failure = None;
+    if matches!(args.part, Part::Scope | Part::Both) {
+        eprintln!(
+            "A. cost of scope: {} Pods per run, {} namespaces per arm, {} clients, {} rounds",
+            args.pods, args.namespaces, args.clients, args.rounds
+        );
+        let r = scope::run(&args).await?;
+        scope::print(&r);
+        report.scope = Some(r);
+    }
+    if matches!(args.part, Part::Scale | Part::Both) {
+        eprintln!(
+            "B. scale: {} kwok Nodes, {} GPU Pods, {} namespaces, {} clients",
+            args.nodes, args.pods, args.namespaces, args.clients
+        );
+        let r = scale::run(&args).await?;
+        scale::print(&r, &args);
+        failure = scale::check(&r).err();
+        report.scale = Some(r);
+    }
+    report.machine.load_average_after = load_average();
+    println!(
+        "\nmachine: {} CPUs, load average {} before, {} after; {} binaries",
+        report.machine.cpus,
+        report.machine.load_average_before,
+        report.machine.load_average_after,
+        report.machine.binaries_profile
+    );
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,313 @@
+//! Part B, scale with kwok (issue 43): `nodes` fake GPU Nodes (every catalog class in turn: its class label,
+//! taint and vendor resource) kept Ready by kwok, the real kube-scheduler and controllers, and `pods` one-GPU
+//! Pods over `namespaces` tier namespaces created through the shipped webhooks by `clients` tenant clients.
+//! Measured: the admission rate, the time until every Pod is bound, each process's CPU and peak RSS. Checked:
+//! every Pod decided and bound, to a Node of a class its tier allows, and (the placement oracle, which
+//! shares no code with core) no Node of another class reachable by its stored placement.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use gpu_admission_properties::placement_oracle::reachable_nodes;
+use gpu_admission_proto::scorer::v1::{GetPolicyResponse, GpuVendor};
+use gpu_admission_tests::cluster::{Components, LocalCluster};
+use gpu_admission_tests::kwok;
+use gpu_admission_tests::names::{ANN_DECIDED_AT, CLASS_LABEL};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams};
+use serde::Serialize;
+
+use crate::install::{install, tenant_clients};
+use crate::measure::{Usage, Watch};
+use crate::pods::{Created, Shape, annotation, create_namespaces, create_pods, list_run};
+use crate::{Args, component_pids};
+
+const RUN: &str = "scale";
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub nodes: usize,
+    pub gpus_per_node: u32,
+    pub nodes_ready_seconds: f64,
+    pub created: Created,
+    /// From the first creation until every Pod is bound.
+    pub all_bound_seconds: f64,
+    /// From the last creation's answer until every Pod is bound.
+    pub bound_after_created_seconds: f64,
+    pub bound: usize,
+    pub decided: usize,
+    /// Pods bound to a Node of a class their tier does not allow (must be 0).
+    pub out_of_tier: usize,
+    /// Pods whose stored placement the oracle finds reaching a Node outside their tier, or none (must be 0).
+    pub oracle_escapes: usize,
+    /// Bound Pods per Node class.
+    pub per_class: BTreeMap<String, usize>,
+    /// During creation and binding.
+    pub usage: Vec<Usage>,
+}
+
+/// Runs part B with `args`' sizes.
+pub async fn run(args: &Args) -> anyhow::Result<Report> {
+    let Some(cluster) = LocalCluster::start_with(Components::ALL).await? else {
+        anyhow::bail!("the control plane is not built here (tests/cluster/build.sh)");
+    };
+    let installed = install(&cluster, &[], args.deadline_ms).await?;
+    let policy = installed.policy.clone();
+    let admin = cluster.client();
+    let gpus_per_node = gpus_per_node(args, &policy);
+    let nodes = fake_nodes(&policy, args.nodes, gpus_per_node);
+    eprintln!(
+        "  {} Nodes of {} classes, {gpus_per_node} GPUs each",
+        nodes.len(),
+        policy.catalog.len()
+    );
+    let nodes_ready = kwok::create_ready_nodes_bulk(&admin, &nodes, args.clients).await?;
+    eprintln!(
+        "  Nodes Ready and untainted in {:.1}s",
+        nodes_ready.as_secs_f64()
+    );
+    let tiers: Vec<String> = policy.tiers.iter().map(|t| t.name.clone()).collect();
+    let namespaces = create_namespaces(&cluster, "scale", args.namespaces, &tiers).await?;
+    let clients = tenant_clients(&cluster, args.clients).await?;
+    let mut pids = component_pids(
+        &cluster,
+        &[
+            "apiserver",
+            "etcd",
+            "scheduler",
+            "controller-manager",
+            "kwok",
+        ],
+    );
+    pids.extend(installed.pids());
+    pids.push(("cluster-bench".into(), std::process::id()));
+
+    let watch = Watch::start(&pids);
+    let started = Instant::now();
+    let created = create_pods(&clients, &namespaces, args.pods, RUN, Shape::Gpu).await;
+    let created_at = started.elapsed();
+    eprintln!(
+        "  created {} Pods at {:.0}/s ({} failed)",
+        created.pods - created.failed,
+        created.per_second,
+        created.failed
+    );
+    ensure!(created.failed == 0, "Pods refused: {:?}", created.errors);
+    let unbound = ListParams::default()
+        .labels(&format!("{}={RUN}", crate::pods::RUN_LABEL))
+        .fields("spec.nodeName=");
+    let all = Api::<Pod>::all(admin.clone());
+    kwok::wait_for(
+        "every Pod bound",
+        Duration::from_secs(args.bind_timeout_secs),
+        || async {
+            let left = all.list_metadata(&unbound.clone().limit(1)).await?;
+            Ok(left.items.is_empty())
+        },
+    )
+    .await
+    .with_context(|| format!("scheduler:\n{}", cluster.log_tail("scheduler", 20)))?;
+    let all_bound = started.elapsed();
+    let usage = watch.stop();
+
+    let stored = list_run(&admin, RUN).await?;
+    let nodes = Api::<Node>::all(admin.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let judged = judge(&stored, &nodes, &namespaces, &policy);
+    Ok(Report {
+        nodes: nodes.len(),
+        gpus_per_node,
+        nodes_ready_seconds: nodes_ready.as_secs_f64(),
+        created,
+        all_bound_seconds: all_bound.as_secs_f64(),
+        bound_after_created_seconds: (all_bound - created_at).as_secs_f64(),
+        bound: judged.bound,
+        decided: judged.decided,
+        out_of_tier: judged.out_of_tier,
+        oracle_escapes: judged.escapes,
+        per_class: judged.per_class,
+        usage,
+    })
+}
+
+/// GPUs per Node: the flag, or enough that any class could hold every Pod (the scorer knows nothing of
+/// capacity, so many tiers' Pods may go to one class), at least the shipped catalog's 8.
+fn gpus_per_node(args: &Args, policy: &GetPolicyResponse) -> u32 {
+    if let Some(n) = args.gpus_per_node {
+        return n;
+    }
+    let per_class = (args.nodes / policy.catalog.len().max(1)).max(1);
+    (args.pods.div_ceil(per_class) as u32).max(8)
+}
+
+/// `n` fake Nodes, classes of the catalog in turn, each with the class's vendor resource.
+fn fake_nodes(policy: &GetPolicyResponse, n: usize, gpus: u32) -> Vec<serde_json::Value> {
+    (0..n)
+        .map(|i| {
+            let class = &policy.catalog[i % policy.catalog.len()];
+            let resource = if class.vendor == GpuVendor::Amd as i32 {
+                "amd.com/gpu"
+            } else {
+                "nvidia.com/gpu"
+            };
+            let name = format!("kwok-{}-{i:05}", class.name.to_ascii_lowercase());
+            kwok::gpu_node(&name, class, resource, gpus)
+        })
+        .collect()
+}
+
+struct Judged {
+    bound: usize,
+    decided: usize,
+    out_of_tier: usize,
+    escapes: usize,
+    per_class: BTreeMap<String, usize>,
+}
+
+/// Every stored Pod against its tier: the class of the Node it is bound to, and the oracle's reading of its
+/// placement over one Node of each class (the Nodes of a class differ only in name and hostname label, which
+/// no benchmark Pod names).
+fn judge(
+    stored: &[Pod],
+    nodes: &[Node],
+    namespaces: &[(String, String)],
+    policy: &GetPolicyResponse,
+) -> Judged {
+    let node_class: BTreeMap<&str, &str> = nodes
+        .iter()
+        .filter_map(|n| Some((n.metadata.name.as_deref()?, class_of(n)?)))
+        .collect();
+    let mut representatives: BTreeMap<&str, &Node> = BTreeMap::new();
+    for n in nodes {
+        if let Some(c) = class_of(n) {
+            representatives.entry(c).or_insert(n);
+        }
+    }
+    let representatives: Vec<Node> = representatives.values().map(|n| (*n).clone()).collect();
+    let tier_of: BTreeMap<&str, &str> = namespaces
+        .iter()
+        .map(|(ns, t)| (ns.as_str(), t.as_str()))
+        .collect();
+    let allowed = |tier: &str| -> Vec<&str> {
+        policy
+            .tiers
+            .iter()
+            .find(|t| t.name == tier)
+            .map(|t| t.allowed_classes.iter().map(String::as_str).collect())
+            .unwrap_or_default()
+    };
+    let mut j = Judged {
+        bound: 0,
+        decided: 0,
+        out_of_tier: 0,
+        escapes: 0,
+        per_class: BTreeMap::new(),
+    };
+    for pod in stored {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let classes = allowed(tier_of.get(ns).copied().unwrap_or_default());
+        if annotation(pod, ANN_DECIDED_AT).is_some() {
+            j.decided += 1;
+        }
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+        if let Some(node) = node {
+            j.bound += 1;
+            let class = node_class.get(node).copied().unwrap_or("(no class)");
+            *j.per_class.entry(class.to_string()).or_default() += 1;
+            if !classes.contains(&class) {
+                j.out_of_tier += 1;
+            }
+        }
+        let mut unbound = pod.clone();
+        if let Some(s) = unbound.spec.as_mut() {
+            s.node_name = None;
+        }
+        let reach = reachable_nodes(&unbound, &representatives);
+        let escapes = reach.is_empty()
+            || reach.iter().any(|name| {
+                let class = node_class.get(name.as_str()).copied().unwrap_or_default();
+                !classes.contains(&class)
+            });
+        if escapes {
+            j.escapes += 1;
+        }
+    }
+    j
+}
+
+fn class_of(node: &Node) -> Option<&str> {
+    node.metadata
+        .labels
+        .as_ref()?
+        .get(CLASS_LABEL)
+        .map(String::as_str)
+}
+
+/// Part B's table (markdown).
+pub fn print(r: &Report, args: &Args) {
+    println!(
+        "\n### B. Scale with kwok: {} Nodes, {} GPU Pods in {} tier namespaces, {} clients\n",
+        r.nodes, r.created.pods, args.namespaces, args.clients
+    );
+    println!("| what | measured |");
+    println!("|---|---|");
+    println!(
+        "| Nodes Ready and untainted ({} GPUs each) | {:.1} s |",
+        r.gpus_per_node, r.nodes_ready_seconds
+    );
+    println!(
+        "| admission (creation through the webhooks) | {:.0} Pods/s ({} Pods in {:.1} s, {} failed) |",
+        r.created.per_second, r.created.pods, r.created.seconds, r.created.failed
+    );
+    println!(
+        "| every Pod bound | {:.1} s after the first creation, {:.1} s after the last |",
+        r.all_bound_seconds, r.bound_after_created_seconds
+    );
+    println!(
+        "| bound / decided by `/mutate-pod` | {} / {} of {} |",
+        r.bound, r.decided, r.created.pods
+    );
+    println!(
+        "| bound outside the tier's classes | **{}** |",
+        r.out_of_tier
+    );
+    println!(
+        "| placement reaching a Node outside the tier (oracle) | **{}** |",
+        r.oracle_escapes
+    );
+    let classes: Vec<String> = r
+        .per_class
+        .iter()
+        .map(|(c, n)| format!("{c} {n}"))
+        .collect();
+    println!("| bound per class | {} |", classes.join(", "));
+    println!("\n| process | CPU s (creation + binding) | peak RSS MiB |");
+    println!("|---|---|---|");
+    for u in &r.usage {
+        println!(
+            "| {} | {:.1} | {:.0} |",
+            u.process, u.cpu_seconds, u.rss_peak_mib
+        );
+    }
+}
+
+/// What must hold whatever the timing.
+pub fn check(r: &Report) -> anyhow::Result<()> {
+    ensure!(
+        r.bound == r.created.pods && r.decided == r.created.pods,
+        "{} bound and {} decided of {}",
+        r.bound,
+        r.decided,
+        r.created.pods
+    );
+    ensure!(
+        r.out_of_tier == 0 && r.oracle_escapes == 0,
+        "{} Pods bound outside their tier, {} placements reaching outside it",
+        r.out_of_tier,
+        r.oracle_escapes
+    );
+    Ok(())
+}

@@ -1,0 +1,116 @@
+//! `cluster-bench` at a small size, so that it does not rot: both parts on the real control plane (A: etcd +
+//! kube-apiserver; B: + scheduler, controllers and kwok with 50 fake GPU Nodes), 200 Pods per run, 8
+//! namespaces per arm, 4 clients, one round. Judged on what the benchmark must show whatever the timing: its
+//! tables printed, every Pod created and stored in every run, no webhook called for the skipped namespaces and
+//! both Pod webhooks called once per Pod in the webhooked ones, every GPU Pod decided, and in B every Pod
+//! bound, none outside its tier's classes, none whose placement the oracle finds reaching outside them. No
+//! timing is asserted.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+const PODS: u64 = 200;
+
+#[test]
+fn the_cluster_benchmark_runs_small_and_holds_its_invariants() {
+    if gpu_admission_tests::cluster::control_plane_bin()
+        .expect("the control plane builds or is skipped")
+        .is_none()
+    {
+        return;
+    }
+    let bins = gpu_admission_tests::binaries::binaries();
+    let dir = tempfile::tempdir().unwrap();
+    let json_path = dir.path().join("bench.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_cluster-bench"))
+        .args([
+            "--nodes",
+            "50",
+            "--namespaces",
+            "8",
+            "--clients",
+            "4",
+            "--rounds",
+            "1",
+        ])
+        .args(["--pods", &PODS.to_string()])
+        // Debug builds on a shared 2-core machine: the tests' scorer budget, not the product's 200 ms.
+        .args(["--deadline-ms", "1000", "--bind-timeout-secs", "120"])
+        .arg("--json")
+        .arg(&json_path)
+        .env("GPU_ADMISSION_SCORER_BIN", &bins.scorer)
+        .env("GPU_ADMISSION_WEBHOOK_BIN", &bins.webhook)
+        .env("GPU_ADMISSION_OBSERVER_BIN", &bins.observer)
+        .output()
+        .expect("cluster-bench runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(out.status.success(), "cluster-bench failed:\n{stderr}");
+    for heading in [
+        "### A. Cost of scope",
+        "| **median** | GPU |",
+        "| **median** | CPU-only |",
+        "Where the difference goes",
+        "### B. Scale with kwok: 50 Nodes, 200 GPU Pods",
+        "| bound outside the tier's classes | **0** |",
+        "| kwok |",
+        "| frontend |",
+    ] {
+        assert!(stdout.contains(heading), "no `{heading}` in the output");
+    }
+
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    let runs = report["scope"]["runs"].as_array().expect("part A's runs");
+    assert_eq!(runs.len(), 4, "GPU and CPU-only, webhooked and skipped");
+    for run in runs {
+        let what = format!("{} {}", run["shape"], run["arm"]);
+        assert_eq!(run["created"]["pods"], PODS, "{what}");
+        assert_eq!(run["created"]["failed"], 0, "{what}");
+        let calls = |hook: &str| {
+            run["webhook_calls"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["webhook"] == hook)
+                .map_or(0, |c| c["calls"].as_u64().unwrap())
+        };
+        if run["arm"] == "skipped" {
+            assert_eq!(run["webhook_calls"], Value::Array(vec![]), "{what}");
+            assert_eq!(run["decided"], 0, "{what}");
+        } else {
+            assert_eq!(calls("pods.gpu-admission.io"), PODS, "{what}");
+            assert_eq!(calls("pods.validate.gpu-admission.io"), PODS, "{what}");
+        }
+        if run["arm"] == "webhooked" && run["shape"] == "gpu" {
+            assert_eq!(run["decided"], PODS, "{what}: every GPU Pod decided");
+        }
+        let processes: Vec<&str> = run["usage"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|u| u["process"].as_str())
+            .collect();
+        assert_eq!(
+            processes,
+            ["apiserver", "etcd", "frontend", "scorer", "cluster-bench"],
+            "{what}"
+        );
+    }
+    let scale = &report["scale"];
+    assert_eq!(scale["nodes"], 50);
+    assert_eq!(scale["created"]["pods"], PODS);
+    assert_eq!(scale["bound"], PODS, "every Pod bound");
+    assert_eq!(scale["decided"], PODS, "every Pod decided");
+    assert_eq!(scale["out_of_tier"], 0);
+    assert_eq!(scale["oracle_escapes"], 0);
+    let per_class: u64 = scale["per_class"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(per_class, PODS);
+}
