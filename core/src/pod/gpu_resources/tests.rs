@@ -1,0 +1,277 @@
+use super::*;
+use serde_json::json;
+
+#[test]
+fn plain_integer_quantities_are_what_kube_quantity_reads() {
+    for text in [
+        "0",
+        "1",
+        "8",
+        "00",
+        "007",
+        "10",
+        "999999999999999",
+        "1000000000000000",
+        "1e3",
+        "1k",
+        "1.5",
+        "-1",
+        "+1",
+        " 1",
+        "",
+    ] {
+        let q = Quantity(text.to_string());
+        let parsed: Result<ParsedQuantity, _> = (&q).try_into();
+        let by_crate = parsed
+            .ok()
+            .and_then(|p| p.to_bytes_f64())
+            .filter(|v| v.is_finite() && *v >= 0.0);
+        assert_eq!(quantity_value(&q), by_crate, "{text:?}");
+    }
+}
+
+fn ask(resources: serde_json::Value) -> GpuAsk {
+    let spec: PodSpec =
+        serde_json::from_value(json!({"containers": [{"name": "c", "resources": resources}]}))
+            .unwrap();
+    gpu_ask(&spec, "ns", &GpuResources::default(), &NoClaimTemplates)
+}
+
+#[test]
+fn intel_millicores_next_to_i915_is_one_intel_gpu() {
+    let a = ask(json!({"limits": {"gpu.intel.com/i915": 1, "gpu.intel.com/millicores": 500}}));
+    assert_eq!(
+        (a.count, a.vendor, a.shape.as_str()),
+        (1, GpuVendor::Intel, "devices+cores")
+    );
+    // memory.max is GPU memory in bytes, a share: no device of its own.
+    let a = ask(json!({"limits": {"gpu.intel.com/xe": "2", "gpu.intel.com/memory.max": "8Gi"}}));
+    assert_eq!(
+        (a.count, a.vendor, a.memory_gib),
+        (2, GpuVendor::Intel, Some(8.0))
+    );
+    assert!(a.warnings.is_empty(), "{:?}", a.warnings);
+    // Monitoring is access to every GPU of the node: a GPU.
+    let a = ask(json!({"limits": {"gpu.intel.com/i915_monitoring": 1}}));
+    assert_eq!((a.count, a.vendor), (1, GpuVendor::Intel));
+}
+
+#[test]
+fn mig_slices_carry_their_memory() {
+    let a = ask(json!({"limits": {"nvidia.com/mig-1g.10gb": 2}}));
+    assert_eq!(
+        (a.count, a.vendor, a.memory_gib, a.shape.as_str()),
+        (2, GpuVendor::Nvidia, Some(10.0), "mig")
+    );
+    let a = ask(json!({"limits": {"nvidia.com/mig-3g.40gb": "1"}}));
+    assert_eq!((a.count, a.memory_gib), (1, Some(40.0)));
+    assert_eq!(
+        match_pattern("nvidia.com/mig-*g.{memoryGiB}gb", "nvidia.com/mig-g.10gb"),
+        None
+    );
+    assert_eq!(
+        match_pattern("nvidia.com/mig-*g.{memoryGiB}gb", "nvidia.com/mig-7g.80gbx"),
+        None
+    );
+}
+
+#[test]
+fn every_name_under_a_gpu_vendors_domain_is_a_gpu() {
+    for (name, vendor, shape) in [
+        ("nvidia.com/mig-1g.10gb.shared", GpuVendor::Nvidia, "mig"),
+        ("nvidia.com/h100.shared", GpuVendor::Nvidia, "shared"),
+        ("nvidia.com/something-new", GpuVendor::Nvidia, "devices"),
+        ("amd.com/cpx_nps4", GpuVendor::Amd, "devices"),
+        ("gpu.intel.com/xe_monitoring", GpuVendor::Intel, "devices"),
+        (
+            "deviceclass.resource.kubernetes.io/gpu.nvidia.com",
+            GpuVendor::Nvidia,
+            "devices",
+        ),
+        (
+            "deviceclass.resource.kubernetes.io/mig.nvidia.com",
+            GpuVendor::Nvidia,
+            "devices",
+        ),
+    ] {
+        let a = ask(json!({"limits": {name: 1}}));
+        assert_eq!(
+            (a.count, a.vendor, a.shape.as_str()),
+            (1, vendor, shape),
+            "{name}"
+        );
+    }
+    let rules = GpuResources::default();
+    assert_eq!(
+        rules.dra_class_vendor("mig.nvidia.com"),
+        Some(GpuVendor::Nvidia)
+    );
+    assert_eq!(
+        rules.dra_class_vendor("compute-domain-daemon.nvidia.com"),
+        None
+    );
+    assert_eq!(
+        rules.dra_class_vendor("l4-24gb.gpu-admission.io"),
+        Some(GpuVendor::Unknown)
+    );
+    let p = gpu_admission_policy::embedded_default().unwrap();
+    let rules = rules.with_catalog(&p);
+    assert_eq!(
+        rules.dra_class_vendor("mi300x-192gb.gpu-admission.io"),
+        Some(GpuVendor::Amd)
+    );
+}
+
+#[test]
+fn hami_memory_and_cores() {
+    let a = ask(json!({"limits": {"nvidia.com/gpumem": 20000}}));
+    assert_eq!(
+        (a.count, a.vendor, a.shape.as_str()),
+        (1, GpuVendor::Nvidia, "memory")
+    );
+    let gib = a.memory_gib.unwrap();
+    assert!((gib - 19.53).abs() < 0.01, "{gib}");
+    let a = ask(
+        json!({"limits": {"nvidia.com/gpu": 2, "nvidia.com/gpumem": "20000", "nvidia.com/gpucores": 30}}),
+    );
+    assert_eq!((a.count, a.shape.as_str()), (2, "devices+memory+cores"));
+    let a = ask(json!({"limits": {"nvidia.com/gpu.shared": 1}}));
+    assert_eq!((a.count, a.shape.as_str()), (1, "shared"));
+}
+
+#[test]
+fn quantities_are_kubernetes_quantities() {
+    assert_eq!(ask(json!({"limits": {"nvidia.com/gpu": "1000m"}})).count, 1);
+    assert_eq!(ask(json!({"limits": {"nvidia.com/gpu": "2.0"}})).count, 2);
+    let a = ask(json!({"limits": {"nvidia.com/gpu": "500m"}}));
+    assert_eq!(a.count, 1);
+    assert!(a.warnings[0].contains("counted as 1"), "{:?}", a.warnings);
+    let a = ask(json!({"limits": {"nvidia.com/gpu": "2Ki"}}));
+    assert_eq!(a.count, MAX_GPUS_PER_POD);
+    assert!(
+        a.warnings[0].contains("more GPUs than any node"),
+        "{:?}",
+        a.warnings
+    );
+    let a = ask(json!({"limits": {"nvidia.com/gpu": "1k"}}));
+    assert_eq!(a.count, MAX_GPUS_PER_POD);
+    assert_eq!(a.warnings.len(), 1);
+    let a = ask(json!({"limits": {"nvidia.com/gpu": "99999999999999999999"}}));
+    assert_eq!((a.count, a.warnings.len()), (MAX_GPUS_PER_POD, 1));
+    let a = ask(json!({"limits": {"nvidia.com/gpu": "half", "amd.com/gpu": "1"}}));
+    assert_eq!((a.count, a.vendor), (1, GpuVendor::Amd));
+    assert!(
+        a.warnings[0].contains("not a Kubernetes quantity"),
+        "{:?}",
+        a.warnings
+    );
+}
+
+#[test]
+fn not_gpus() {
+    for r in [
+        json!({"limits": {"example.com/gpu": 1}}),
+        json!({"limits": {"nvidia.com/gpu": 0, "cpu": "2"}}),
+        json!({"limits": {"gpu.intel.com/": 1, "nvidia.com/priority": 1}}),
+        json!({"limits": {"nvidia.com/rdma_shared_device_a": 1, "amd.com/xilinx_u250": 1}}),
+        json!({"limits": {"deviceclass.resource.kubernetes.io/sriov.example.com": 1}}),
+    ] {
+        let a = ask(r.clone());
+        assert_eq!(
+            (a.count, a.vendor, a.shape.as_str()),
+            (0, GpuVendor::Unknown, "none"),
+            "{r}"
+        );
+    }
+}
+
+#[test]
+fn dra_claims_count_from_their_template() {
+    let spec: PodSpec = serde_json::from_value(json!({
+        "containers": [{"name": "c", "resources": {"claims": [{"name": "gpus"}, {"name": "nic"}]}}],
+        "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "two-gpus"},
+                           {"name": "nic", "resourceClaimTemplateName": "nic"},
+                           {"name": "unknown", "resourceClaimTemplateName": "elsewhere"}]
+    }))
+    .unwrap();
+    let templates = |ns: &str, name: &str| -> Option<ResourceClaimTemplate> {
+        let class = match (ns, name) {
+            ("ns", "two-gpus") => "gpu.nvidia.com",
+            ("ns", "nic") => "sriov.example.com",
+            _ => return None,
+        };
+        serde_json::from_value(
+            json!({"metadata": {"name": name}, "spec": {"spec": {"devices": {"requests": [
+            {"name": "r", "exactly": {"deviceClassName": class, "count": 2}}]}}}}),
+        )
+        .ok()
+    };
+    let a = gpu_ask(&spec, "ns", &GpuResources::default(), &templates);
+    assert_eq!(
+        (a.count, a.vendor, a.shape.as_str()),
+        (2, GpuVendor::Nvidia, "dra")
+    );
+    assert_eq!(a.dra_claims, ["gpus", "nic", "unknown"]);
+    // Unreadable templates are noted, not counted.
+    let a = gpu_ask(&spec, "ns", &GpuResources::default(), &NoClaimTemplates);
+    assert_eq!(a.count, 0);
+}
+
+/// A stored Pod whose claim (made from a template, allocation mode `All`) was allocated 4 GPUs and a NIC
+/// holds 3 GPUs more than its spec asked for; before allocation, none.
+#[test]
+fn devices_allocated_beyond_the_ask_are_read_from_the_claims_status() {
+    use k8s_openapi::api::core::v1::Pod;
+    let request = json!({"devices": {"requests": [
+        {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "All"}},
+        {"name": "nic", "exactly": {"deviceClassName": "sriov.example.com"}}]}});
+    let result = |request: &str, device: &str| json!({"request": request, "driver": "gpu.nvidia.com", "pool": "node-a", "device": device});
+    let allocated: Vec<_> = (0..4)
+        .map(|i| result("gpus", &format!("gpu-{i}")))
+        .chain([result("nic", "nic-0")])
+        .collect();
+    let claim = |results: Option<Vec<serde_json::Value>>| -> ResourceClaim {
+        let status = results.map(|r| json!({"allocation": {"devices": {"results": r}}}));
+        serde_json::from_value(json!({"metadata": {"name": "p-gpus-x1"}, "spec": request,
+            "status": status}))
+        .unwrap()
+    };
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {
+        "containers": [{"name": "c"}],
+        "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "all-gpus"}]},
+        "status": {"resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": "p-gpus-x1"}]}}))
+    .unwrap();
+    struct Claims(ResourceClaim);
+    impl ClaimTemplates for Claims {
+        fn template(&self, _: &str, _: &str) -> Option<ResourceClaimTemplate> {
+            None
+        }
+        fn claim(&self, ns: &str, name: &str) -> Option<ResourceClaim> {
+            (ns == "ns" && name == "p-gpus-x1").then(|| self.0.clone())
+        }
+    }
+    let rules = GpuResources::default();
+    let beyond = |c: ResourceClaim| allocated_beyond_ask(&pod, "ns", &rules, &Claims(c));
+    assert_eq!(beyond(claim(Some(allocated))), 3);
+    assert_eq!(beyond(claim(None)), 0, "not allocated yet");
+    assert_eq!(
+        allocated_beyond_ask(&pod, "ns", &rules, &NoClaimTemplates),
+        0
+    );
+}
+
+#[test]
+fn policy_rules_replace_the_default() {
+    let rules = GpuResources::from_rules(&[GpuResourceRule {
+        name: "example.com/gpu".into(),
+        vendor: GpuVendor::Amd as i32,
+        kind: GpuResourceKind::Devices as i32,
+        memory_gib_per_unit: 0.0,
+    }]);
+    let spec: PodSpec = serde_json::from_value(json!({"containers": [{"name": "c", "resources":
+        {"limits": {"example.com/gpu": 3, "nvidia.com/gpu": 1}}}]}))
+    .unwrap();
+    let a = gpu_ask(&spec, "ns", &rules, &NoClaimTemplates);
+    assert_eq!((a.count, a.vendor), (3, GpuVendor::Amd));
+    assert_eq!(GpuResources::from_rules(&[]), GpuResources::default());
+}
