@@ -44,6 +44,7 @@ pub mod https;
 pub mod jaeger;
 pub mod observer;
 pub mod process;
+pub mod procfs;
 pub mod review;
 pub mod services;
 pub mod skip;

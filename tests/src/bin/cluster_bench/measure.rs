@@ -3,32 +3,11 @@
 //! `/metrics`.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
 
-/// Linux reports utime/stime in clock ticks of USER_HZ, 100 on every mainstream architecture.
-const TICKS_PER_SEC: f64 = 100.0;
-
-/// User + system CPU seconds of a process (fields 14 and 15 of /proc/PID/stat).
-pub fn cpu_seconds(pid: u32) -> Option<f64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may contain spaces; the fields after its closing parenthesis are plain.
-    let rest = &s[s.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    Some(ticks as f64 / TICKS_PER_SEC)
-}
-
-/// Resident set size in KiB (`VmRSS` of /proc/PID/status).
-pub fn rss_kib(pid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-}
+use gpu_admission_tests::procfs::{RssPeaks, cpu_seconds};
 
 /// One process's use during a phase.
 #[derive(Debug, Clone, Serialize)]
@@ -43,8 +22,7 @@ pub struct Usage {
 pub struct Watch {
     pids: Vec<(String, u32)>,
     cpu0: Vec<f64>,
-    peaks: Arc<Mutex<Vec<u64>>>,
-    task: tokio::task::JoinHandle<()>,
+    peaks: RssPeaks,
 }
 
 impl Watch {
@@ -53,32 +31,16 @@ impl Watch {
             .iter()
             .map(|(_, p)| cpu_seconds(*p).unwrap_or(0.0))
             .collect();
-        let peaks = Arc::new(Mutex::new(vec![0; pids.len()]));
-        let task = {
-            let peaks = peaks.clone();
-            let pids: Vec<u32> = pids.iter().map(|(_, p)| *p).collect();
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(Duration::from_millis(250));
-                loop {
-                    tick.tick().await;
-                    let mut peaks = peaks.lock().expect("not poisoned");
-                    for (peak, pid) in peaks.iter_mut().zip(&pids) {
-                        *peak = (*peak).max(rss_kib(*pid).unwrap_or(0));
-                    }
-                }
-            })
-        };
+        let numbers: Vec<u32> = pids.iter().map(|(_, p)| *p).collect();
         Self {
             pids: pids.to_vec(),
             cpu0,
-            peaks,
-            task,
+            peaks: RssPeaks::start(&numbers, Duration::from_millis(250)),
         }
     }
 
     pub fn stop(self) -> Vec<Usage> {
-        self.task.abort();
-        let peaks = self.peaks.lock().expect("not poisoned").clone();
+        let peaks = self.peaks.stop();
         self.pids
             .iter()
             .zip(self.cpu0)
@@ -86,7 +48,7 @@ impl Watch {
             .map(|(((name, pid), cpu0), peak)| Usage {
                 process: name.clone(),
                 cpu_seconds: cpu_seconds(*pid).map_or(0.0, |c| c - cpu0),
-                rss_peak_mib: peak.max(rss_kib(*pid).unwrap_or(0)) as f64 / 1024.0,
+                rss_peak_mib: peak as f64 / 1024.0,
             })
             .collect()
     }
@@ -196,12 +158,5 @@ mod tests {
         assert_eq!(calls[0].calls, 25);
         assert!((calls[0].seconds - 1.25).abs() < 1e-9);
         assert!((calls[0].mean_ms - 50.0).abs() < 1e-9);
-    }
-
-    #[test]
-    fn cpu_and_rss_of_this_process_are_read() {
-        let me = std::process::id();
-        assert!(cpu_seconds(me).is_some());
-        assert!(rss_kib(me).unwrap() > 0);
     }
 }
