@@ -99,6 +99,16 @@ impl Observer {
     pub async fn metrics(&self) -> anyhow::Result<String> {
         crate::https::http_get_text(self.admin, "/metrics").await
     }
+
+    /// The runs it reported so far: its JSON log lines `observation reported`, in order.
+    pub fn reports(&self) -> Vec<serde_json::Value> {
+        self.process
+            .log()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["message"] == "observation reported")
+            .collect()
+    }
 }
 
 /// The value of the sample `name{labels}` (exactly as exposed, e.g. `observer_leader` or

@@ -253,13 +253,7 @@ async fn assert_learned_once(observer: &Observer, scorer: &Scorer, class: &str) 
     )
     .await
     .unwrap_or_else(|e| panic!("{e}\nobserver log:\n{}", observer.process.log_tail(30)));
-    let reports: Vec<Value> = observer
-        .process
-        .log()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v["message"] == "observation reported")
-        .collect();
+    let reports = observer.reports();
     assert_eq!(reports.len(), 2, "each run reported once: {reports:?}");
     for r in &reports {
         assert_eq!(

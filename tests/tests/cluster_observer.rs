@@ -195,11 +195,8 @@ struct Reported {
 
 fn reported(observer: &Observer) -> Vec<Reported> {
     observer
-        .process
-        .log()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v["message"] == "observation reported")
+        .reports()
+        .into_iter()
         .map(|v| {
             let s = |k: &str| {
                 v[k].as_str()

@@ -668,13 +668,7 @@ async fn learning_goes_to_the_deciding_instance(l: &Learning<'_>, table: &mut Ca
         println!("observer:\n{}", observer.process.log_tail(30));
     }
     let (cluster_after, team_after) = (learned(scorer).await, learned(team_scorer).await);
-    let reports: Vec<Value> = observer
-        .process
-        .log()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v["message"] == "observation reported")
-        .collect();
+    let reports = observer.reports();
     let learner_of = |pod: &Pod| {
         let name = format!(
             "{}/{}",
