@@ -156,6 +156,24 @@ struct Ran {
 async fn run_claim_pod(client: &kube::Client, tenant: &kube::Client, ns: &str, pod: Value) -> Ran {
     let name = pod["metadata"]["name"].as_str().unwrap().to_string();
     let pods = Api::<Pod>::namespaced(tenant.clone(), ns);
+    // Until the frontend's caches hold a template or claim made just before, the Pod's claim is unresolved
+    // (held to its tier, not decided): dry runs until it is decided.
+    let typed: Pod = serde_json::from_value(pod.clone()).unwrap();
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    wait_for(
+        &format!("{ns}/{name}: the frontend reads its claim"),
+        Duration::from_secs(20),
+        || async {
+            let tried = pods.create(&dry, &typed).await?;
+            let ann = tried.metadata.annotations.unwrap_or_default();
+            Ok(ann.contains_key(ANN_DECIDED_AT))
+        },
+    )
+    .await
+    .unwrap();
     let created = pods
         .create(
             &PostParams::default(),
