@@ -67,6 +67,9 @@ struct Classes {
     terms: objective::cost::Terms,
     prior_mean: Vec<f64>,
     infeasible: Vec<Vec<Infeasible>>,
+    /// Per class: the extra ln-runtime variance of the alternative that the job's family's offset there is
+    /// wrong, when no job type of the family has run on the class ([`Posterior::untried_family_class`]).
+    untried: Vec<Option<f64>>,
 }
 
 impl Classes {
@@ -101,13 +104,22 @@ impl Classes {
         let mut multiplier = Array1::zeros(n);
         let mut prior_mean = Vec::with_capacity(n);
         let mut infeasible = Vec::with_capacity(n);
+        let mut untried = Vec::with_capacity(n);
         for (i, class) in policy.classes.iter().enumerate() {
             let e = post.estimate(policy, job.who, i).shifted(-job.size);
             let g = e.seconds();
             mean[i] = g.mean;
             stddev[i] = g.stddev;
             log_var[i] = e.log_var;
-            sampled[i] = (e.log_mean + e.log_var.sqrt() * draws.normal()).exp();
+            // A class the job's family never ran on: this decision's draw comes from the alternative (the
+            // family's offset wrong) as often as it is held likely.
+            let extra = post.untried_family_class(policy, job.who, i);
+            let draw_var = match extra {
+                Some(x) if draws.uniform() < interference::PRIOR_WRONG => e.log_var + x,
+                _ => e.log_var,
+            };
+            untried.push(extra);
+            sampled[i] = (e.log_mean + draw_var.sqrt() * draws.normal()).exp();
             multiplier[i] = objective::multiplier(job.tier.objective, class);
             prior_mean.push(
                 (posterior::prior_log_mean(&job.profile, class.relative_throughput) - job.size)
@@ -130,6 +142,7 @@ impl Classes {
             terms,
             prior_mean,
             infeasible,
+            untried,
         }
     }
 
@@ -196,23 +209,27 @@ fn choose(
         .iter()
         .copied()
         .min_by(|&a, &b| rank(&terms.sampled_cost, pref, a, b));
-    let verdict = match (exploit, sampled) {
-        (Some(e), Some(s)) if s != e => {
-            let runs = (0..policy.classes.len())
-                .map(|c| post.count(job.who, c))
-                .sum();
-            // A run on s teaches its gap to e only through the part of its variance not shared with e.
-            let unshared = classes.inputs.log_var[s] - post.covariance(policy, job.who, s, e);
-            Some(value::of_exploring(
-                classes.log_gap(s, e),
-                unshared,
-                classes.inputs.log_var[s],
-                policy.learning.tau,
-                value::horizon(runs) + post.family_horizon(policy, job.who),
-            ))
-        }
+    let mut verdict = match (exploit, sampled) {
+        (Some(e), Some(s)) if s != e => Some(verdict_on(policy, post, job, classes, s, e)),
         _ => None,
     };
+    let mut sampled = sampled;
+    let mut family_untried = false;
+    // When the draw's class does not pay, a class the job's family never ran on may (the value counts the
+    // alternative that the family's offset there is wrong, which the draw rarely reaches): the one whose
+    // saving most exceeds its cost.
+    if allowed
+        && !verdict.is_some_and(|v| v.pays())
+        && let Some(e) = exploit
+        && let Some((c, v)) = ranked
+            .iter()
+            .filter(|&&c| c != e && classes.untried[c].is_some())
+            .map(|&c| (c, verdict_on(policy, post, job, classes, c, e)))
+            .filter(|(_, v)| v.pays())
+            .max_by(|a, b| a.1.net().total_cmp(&b.1.net()))
+    {
+        (sampled, verdict, family_untried) = (Some(c), Some(v), true);
+    }
     let explored = allowed && verdict.is_some_and(|v| v.pays());
     if explored && let Some(s) = sampled {
         ranked.retain(|&i| i != s);
@@ -226,6 +243,46 @@ fn choose(
         preferred: pref,
         verdict,
         explored,
+        family_untried,
+    }
+}
+
+/// The verdict on exploring `s` over the lowest-cost `e` ([`value::of_exploring`]); for a class the job's
+/// family never ran on, the value is the mixture of the two alternatives (the family's offset as its prior
+/// says, or wrong), weighed by how likely each is held.
+fn verdict_on(
+    policy: &Policy,
+    post: &Posterior,
+    job: &Job,
+    classes: &Classes,
+    s: usize,
+    e: usize,
+) -> value::Verdict {
+    let runs = (0..policy.classes.len())
+        .map(|c| post.count(job.who, c))
+        .sum();
+    // A run on s teaches its gap to e only through the part of its variance not shared with e.
+    let unshared = classes.inputs.log_var[s] - post.covariance(policy, job.who, s, e);
+    let horizon = value::horizon(runs) + post.family_horizon(policy, job.who);
+    let of = |extra: f64| {
+        value::of_exploring(
+            classes.log_gap(s, e),
+            unshared + extra,
+            classes.inputs.log_var[s] + extra,
+            policy.learning.tau,
+            horizon,
+        )
+    };
+    let narrow = of(0.0);
+    match classes.untried[s] {
+        Some(extra) => {
+            let p = interference::PRIOR_WRONG;
+            value::Verdict {
+                value: (1.0 - p) * narrow.value + p * of(extra).value,
+                ..narrow
+            }
+        }
+        None => narrow,
     }
 }
 

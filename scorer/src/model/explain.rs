@@ -26,6 +26,7 @@ pub(super) fn why(
                 runs: post.count(who, s),
                 known: post.estimate(policy, who, s).log_var.sqrt(),
                 contradicted: post.contradicted(who),
+                family_untried: choice.family_untried,
             },
         ),
         (Some(e), _) if choice.ranked.len() == 1 => (Rule::SingleFeasibleClass, Reason::Only { e }),
@@ -65,6 +66,8 @@ pub(crate) enum Reason {
         /// σ of the ln-runtime estimate on `s`.
         known: f64,
         contradicted: bool,
+        /// `s` was proposed as a class the job's family never ran on, not by the draw.
+        family_untried: bool,
     },
     Only {
         e: usize,
@@ -105,14 +108,23 @@ impl Reason {
                 runs,
                 known,
                 contradicted,
+                family_untried,
             } => format!(
-                "exploring {}: its posterior draw costs {:.4}, below {:.4} for {}; its expected cost is {:.4} against {:.4}; {}; {}",
+                "exploring {}: {}; its expected cost is {:.4} against {:.4} for {}; {}; {}",
                 name(s),
-                sampled_cost[0],
-                sampled_cost[1],
-                name(e),
+                if family_untried {
+                    "no job type of its family has run on it yet (the family's offset there may be far from the catalog's)".to_string()
+                } else {
+                    format!(
+                        "its posterior draw costs {:.4}, below {:.4} for {}",
+                        sampled_cost[0],
+                        sampled_cost[1],
+                        name(e)
+                    )
+                },
                 cost[0],
                 cost[1],
+                name(e),
                 worth(verdict),
                 what_is_known(name(s), runs, known, contradicted),
             ),

@@ -286,7 +286,8 @@ impl Rule {
 /// The feasible classes in answer order, and how the first was picked.
 pub(crate) struct Choice {
     pub ranked: Vec<usize>,
-    /// The class of lowest cost, and the class of lowest sampled cost.
+    /// The class of lowest cost, and the class of lowest sampled cost (or, when `family_untried`, the
+    /// class the family never ran on that exploring pays most for).
     pub exploit: Option<usize>,
     pub sampled: Option<usize>,
     /// Whether this decision's draw and the budget allowed exploring.
@@ -296,6 +297,9 @@ pub(crate) struct Choice {
     /// The value-of-information verdict on the sampled class (when it is not the lowest-cost one).
     pub verdict: Option<value::Verdict>,
     pub explored: bool,
+    /// Whether `sampled` is a class the job's family never ran on, proposed by its value because the
+    /// draw's class did not pay (not by the draw).
+    pub family_untried: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -36,7 +36,12 @@
 //! (given the shared parameters) under its prior against under a prior 3x as wide in every direction (size,
 //! exponent, what is particular to a class), the latter held a priori 20 % likely. When the wide one is
 //! more likely the job type is flagged (Explain says so) and recomputed with the wide prior, so its own
-//! data, not the catalog, decide, and its larger uncertainty draws exploration to it.
+//! data, not the catalog, decide, and its larger uncertainty draws exploration to it. **A family's offset
+//! on a class** (u_fc) gets the same check on its posterior marginal ([`contradicted::offsets`]); the
+//! offsets held wrong are solved again under the wide prior, so a measured outlier (NCF 8-13x slower on
+//! the V100 than the spec sheet says) reaches the family's other job types from a run or two. A class no
+//! job type of the family ran on keeps both alternatives open ([`Posterior::untried_family_class`]): the
+//! decision draws from the wide one as often as it is held likely, and values a run there by both.
 mod contradicted;
 mod covariance;
 mod linalg;
@@ -125,6 +130,12 @@ pub struct Posterior {
     family_of: Vec<Option<usize>>,
     /// Per family: its job types' expected future runs ([`super::value::horizon`] of each), summed.
     family_horizon: Vec<f64>,
+    /// Per (family, class): whether any job type of the family ran on the class.
+    family_tried: Array2<bool>,
+    /// Per (family, class): whether the family's runs there contradict its offset's prior
+    /// ([`contradicted::offsets`]; it is then learned under the wide one).
+    #[cfg_attr(not(test), allow(dead_code))]
+    offsets_contradicted: Array2<bool>,
 }
 
 /// What of the policy the posterior depends on (catalog, job types, workload profiles, learning). Compared
@@ -315,7 +326,9 @@ fn inverse2(m: [[f64; 2]; 2]) -> [[f64; 2]; 2] {
 }
 
 /// The exact posterior of every parameter, each job type's block eliminated first.
-fn solve(policy: &Policy, slots: &[Slot], wide: &[bool]) -> Solved {
+/// `wide_offsets` (families × classes): the family offsets whose prior is held wrong ([`WIDE`]x as wide,
+/// see [`contradicted::offsets`]).
+fn solve(policy: &Policy, slots: &[Slot], wide: &[bool], wide_offsets: &Array2<bool>) -> Solved {
     let v = Variances::of(policy);
     let shared = Shared::of(policy, &Families::of(policy));
     let s = shared.len();
@@ -339,7 +352,12 @@ fn solve(policy: &Policy, slots: &[Slot], wide: &[bool]) -> Solved {
     for f in 0..shared.families {
         precision[[shared.bf(f), shared.bf(f)]] += 1.0 / v.exponent;
         for c in 0..shared.classes {
-            precision[[shared.ufc(f, c), shared.ufc(f, c)]] += 1.0 / v.class;
+            let widen = if wide_offsets[[f, c]] {
+                WIDE * WIDE
+            } else {
+                1.0
+            };
+            precision[[shared.ufc(f, c), shared.ufc(f, c)]] += 1.0 / (widen * v.class);
         }
     }
     let locals: Vec<Local> = slots
@@ -447,7 +465,15 @@ impl Posterior {
             .iter()
             .map(|s| contradicted::contradicts(policy, s))
             .collect();
-        let solved = solve(policy, &slots, &contradicted);
+        // Solved under every family offset's prior, then again with the offsets their data contradict
+        // held under the wide one (only when there are).
+        let families = Families::of(policy).len();
+        let narrow = Array2::from_elem((families, policy.classes.len()), false);
+        let mut solved = solve(policy, &slots, &contradicted, &narrow);
+        let offsets_contradicted = contradicted::offsets(policy, &solved);
+        if offsets_contradicted.iter().any(|&w| w) {
+            solved = solve(policy, &slots, &contradicted, &offsets_contradicted);
+        }
         let (log_mean, log_var, counts, shrink) = predict(policy, &slots, &solved, &contradicted);
         Self {
             fingerprint: fingerprint(policy),
@@ -465,6 +491,8 @@ impl Posterior {
             workload_of: slots.iter().map(|s| s.workload).collect(),
             family_of: slots.iter().map(|s| s.family).collect(),
             family_horizon: shared::family_horizons(&slots, Families::of(policy).len()),
+            family_tried: shared::family_tried(&slots, families, policy.classes.len()),
+            offsets_contradicted,
         }
     }
 

@@ -684,3 +684,87 @@ fn exploring_stops_once_it_no_longer_pays_and_says_why() {
         "the draws never disagreed: the test checks nothing"
     );
 }
+
+/// The default policy with `train-llama` and `train-bert` of the family `train-*` (when `family`), a 25 %
+/// cap over a small window.
+fn family_policy(family: bool) -> Policy {
+    let mut text = DEFAULT_POLICY_YAML
+        .replace("  explorationWindow: 200", "  explorationWindow: 20")
+        .replace("  explorationCap: 0.1", "  explorationCap: 0.25");
+    if family {
+        for job in ["train-llama", "train-bert"] {
+            text = text.replace(
+                &format!("  - name: {job}\n"),
+                &format!("  - name: {job}\n    family: \"train-*\"\n"),
+            );
+        }
+    }
+    parse(&text, "test").unwrap()
+}
+
+#[test]
+fn a_class_the_family_never_ran_on_is_tried_once_its_runs_to_come_make_it_worth_it() {
+    // train-llama and train-bert have run only on H100 (many times: hundreds of runs to come), as fast
+    // as the catalog says. The other classes of `gold` are 2-4x slower by the catalog.
+    let req = {
+        let mut r = job("gold", "train-llama", 40.0);
+        r.candidate_classes = vec!["H100-80GB".into(), "A100-80GB".into()];
+        r
+    };
+    let outcomes = |family: bool| {
+        let p = family_policy(family);
+        let mut l = Learned::default();
+        for _ in 0..150 {
+            observe(
+                &p,
+                &mut l,
+                &run("train-llama", "H100-80GB", 1, 36_000.0, &[]),
+            );
+            observe(&p, &mut l, &run("train-bert", "H100-80GB", 1, 9_000.0, &[]));
+        }
+        let a100 = p.class_index("A100-80GB").unwrap();
+        (0..100)
+            .map(|seed| {
+                let d = score_gated(&p, &l, &req, Gate::Window(true), seed);
+                let reason = d.why.reason(&p);
+                (d.explored, d.accepted()[0].class == a100, reason)
+            })
+            .collect::<Vec<_>>()
+    };
+    // Without a family, only the draws that favour A100-80GB (the Gaussian prior holds it 2-3x slower)
+    // propose it.
+    let without = outcomes(false).iter().filter(|o| o.0).count();
+    assert!(without < 20, "{without} of 100");
+    // Of a family that never ran on it, the class may be far from the catalog (held 20 % likely): with the
+    // family's hundreds of runs to come, one run there pays, so every allowed decision tries it, and
+    // says why when the draw did not propose it.
+    let with = outcomes(true);
+    assert!(with.iter().all(|o| o.0 && o.1), "{:?}", with[0].2);
+    assert!(
+        with.iter()
+            .any(|o| o.2.contains("no job type of its family has run on it")),
+        "{}",
+        with[0].2
+    );
+    // Once the family ran there, as the catalog says, the class is no longer untried.
+    let p = family_policy(true);
+    let mut l = Learned::default();
+    for _ in 0..150 {
+        observe(
+            &p,
+            &mut l,
+            &run("train-llama", "H100-80GB", 1, 36_000.0, &[]),
+        );
+        observe(&p, &mut l, &run("train-bert", "H100-80GB", 1, 9_000.0, &[]));
+    }
+    let a100 = p.class_index("A100-80GB").unwrap();
+    let prior = runtime_estimate(&p, &l, "train-bert", 1, a100).mean;
+    observe(&p, &mut l, &run("train-bert", "A100-80GB", 1, prior, &[]));
+    let post = l.posterior(&p);
+    let who = post.job(&p, "train-llama", crate::policy::WorkloadClass::Training);
+    assert!(post.untried_family_class(&p, who, a100).is_none());
+    let h200 = p.class_index("H200-141GB").unwrap();
+    assert!(post.untried_family_class(&p, who, h200).is_some());
+    let outside = post.job(&p, "finetune-llm", crate::policy::WorkloadClass::Training);
+    assert!(post.untried_family_class(&p, outside, h200).is_none());
+}

@@ -22,6 +22,11 @@
 //!   class's deviation the family holds a priori (`Posterior::family_horizon`): the run teaches the
 //!   family's offset on the class, which they read too.
 //!
+//! For a class the job's family never ran on, the value is the mixture of two knowledge gradients: the
+//! family's offset there as its prior says, or wrong (3x as wide, held 20 % likely, as a contradicted
+//! prior is); and when the draw's class does not pay, such a class may be proposed by its value alone
+//! (`decide::choose`), since the draw rarely reaches the wide alternative's tail.
+//!
 //! So a job type whose classes are all well known, or whose alternatives are clearly dearer, stops paying
 //! for exploration, and a frequent job type with an uncertain close alternative keeps trying it. The
 //! operator's `explorationCap` stays the hard limit on the share of exploratory decisions.
@@ -40,6 +45,11 @@ pub struct Verdict {
 impl Verdict {
     pub fn pays(&self) -> bool {
         self.value > self.cost
+    }
+
+    /// What exploring is expected to gain, net of its cost (in runs' cost).
+    pub fn net(&self) -> f64 {
+        self.value - self.cost
     }
 }
 

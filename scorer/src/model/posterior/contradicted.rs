@@ -2,7 +2,8 @@
 //! [`super::WIDE`]x as wide, by Bayesian model choice.
 use ndarray::{Array1, Array2};
 
-use super::{Slot, Variances, prior_log_mean};
+use super::shared::{Families, Shared};
+use super::{Slot, Solved, Variances, WIDE, prior_log_mean};
 use crate::model::interference::PRIOR_WRONG;
 use crate::policy::Policy;
 
@@ -52,4 +53,30 @@ fn gaussian_loglik(r: &Array1<f64>, cov: &Array2<f64>) -> f64 {
     }
     let logdet: f64 = (0..n).map(|i| l[[i, i]].ln()).sum::<f64>() * 2.0;
     -0.5 * (z.iter().map(|x| x * x).sum::<f64>() + logdet + n as f64 * std::f64::consts::TAU.ln())
+}
+
+/// Per (family, class): whether the family's offset on the class is better explained by a prior [`WIDE`]x
+/// as wide. The posterior marginal N(m, v) of the offset under its prior N(0, σ²) is what its data say,
+/// N(μ, s²) with 1/s² = 1/v − 1/σ² and μ = m·s²/v (exact in the joint Gaussian: every other parameter is
+/// integrated out), weighed under both priors as the job types' check does.
+pub(super) fn offsets(policy: &Policy, solved: &Solved) -> Array2<bool> {
+    let shared = Shared::of(policy, &Families::of(policy));
+    let prior = Variances::of(policy).class;
+    let mut wide = Array2::from_elem((shared.families, shared.classes), false);
+    for f in 0..shared.families {
+        for c in 0..shared.classes {
+            let i = shared.ufc(f, c);
+            let (m, v) = (solved.mean[i], solved.cov[[i, i]]);
+            let data_precision = 1.0 / v - 1.0 / prior;
+            if data_precision <= 1e-9 {
+                continue;
+            }
+            let s2 = 1.0 / data_precision;
+            let mu = m * s2 / v;
+            let ll = |var: f64| -0.5 * (mu * mu / var + var.ln());
+            wide[[f, c]] = ll(WIDE * WIDE * prior + s2) + PRIOR_WRONG.ln()
+                > ll(prior + s2) + (1.0 - PRIOR_WRONG).ln();
+        }
+    }
+    wide
 }
