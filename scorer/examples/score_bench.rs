@@ -1,7 +1,10 @@
 //! Server-side Score and Observe cost per call for a policy of 16 GPU classes × 64 job types (target
 //! Score p99 ≤ 100 µs).
 //!
-//! `cargo run --release -p scorer --example score_bench [iterations]`
+//! `cargo run --release -p scorer --example score_bench [iterations] [families]`
+//!
+//! `families` (default 0): the job types declare a family by their name's first digit (`job-0*` …
+//! `job-6*`: 7 families of about 10 job types), the shape the Sia truth of `loadgen learn` has.
 //!
 //! Times `Core::score` (request validation, the model, the proto response: everything the gRPC handler
 //! does besides HTTP/2 and protobuf) with learned state for every (job type, class) pair, then
@@ -20,7 +23,7 @@ use scorer::service::Core;
 const CLASSES: usize = 16;
 const JOB_TYPES: usize = 64;
 
-fn big_policy() -> String {
+fn big_policy(families: bool) -> String {
     let mut y = String::from("defaultTier: bronze\ncatalog:\n");
     for c in 0..CLASSES {
         let vendor = if c % 5 == 4 { "amd" } else { "nvidia" };
@@ -50,9 +53,14 @@ fn big_policy() -> String {
     y += "jobTypes:\n";
     let workloads = ["training", "inference", "batch", "interactive"];
     for j in 0..JOB_TYPES {
+        let family = if families {
+            format!(", family: \"job-{}*\"", j / 10)
+        } else {
+            String::new()
+        };
         writeln!(
             y,
-            "  - {{ name: job-{j:02}, workloadClass: {}, baseRuntimeSeconds: {}, relativeStddev: 0.4, throughputExponent: 0.8 }}",
+            "  - {{ name: job-{j:02}, workloadClass: {}, baseRuntimeSeconds: {}, relativeStddev: 0.4, throughputExponent: 0.8{family} }}",
             workloads[j % 4],
             600 + 300 * j
         )
@@ -108,7 +116,9 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(100_000);
-    let policy = scorer::policy::parse(&big_policy(), "bench").expect("bench policy is valid");
+    let families = std::env::args().nth(2).is_some_and(|a| a != "0");
+    let policy =
+        scorer::policy::parse(&big_policy(families), "bench").expect("bench policy is valid");
     assert_eq!(
         (policy.classes.len(), policy.job_types.len()),
         (CLASSES, JOB_TYPES)
@@ -192,7 +202,7 @@ fn main() {
         let dir = std::env::temp_dir().join(format!("score-bench-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("policy.yaml");
-        std::fs::write(&path, big_policy()).unwrap();
+        std::fs::write(&path, big_policy(families)).unwrap();
         let config = scorer::server::Config { policy_path: Some(path), ..Default::default() };
         let running = scorer::server::start(config, listener, Arc::new(Metrics::unregistered())).await.unwrap();
         let mut client = ScorerClient::connect(format!("http://{}", running.addr)).await.unwrap();
