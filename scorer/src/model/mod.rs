@@ -125,7 +125,12 @@ impl Learned {
     pub fn posterior(&self, policy: &Policy) -> Arc<Posterior> {
         match &self.posterior.0 {
             Some(p) if p.fingerprint == posterior::fingerprint(policy) => p.clone(),
-            _ => Arc::new(Posterior::compute(policy, &self.runtimes, &self.unlisted)),
+            _ => Arc::new(Posterior::compute(
+                policy,
+                &self.runtimes,
+                &self.unlisted,
+                &self.owners,
+            )),
         }
     }
 

@@ -193,6 +193,7 @@ fn slots(
     policy: &Policy,
     runtimes: &RuntimeTable,
     unlisted: &UnlistedJobTypes,
+    owners: &tenants::Owners,
 ) -> (Vec<Slot>, HashMap<String, usize>) {
     let cells = |name: &str| -> Vec<(usize, u64, f64)> {
         let Some(by_class) = runtimes.by_job.get(name) else {
@@ -218,6 +219,7 @@ fn slots(
             foreign: false,
         })
         .collect();
+    let members = shared::Members::of(policy, &families, owners);
     let mut names = HashMap::new();
     for (name, seen) in &unlisted.seen {
         if policy.job_index(name).is_some() {
@@ -233,7 +235,7 @@ fn slots(
             profile: listed.map_or_else(|| policy.workload_profile(w), |j| j.profile),
             workload: w.index(),
             family: listed.map_or_else(
-                || families.of_name(name),
+                || families.of_name(name).filter(|&f| members.admit(f, name)),
                 |j| families.declared(j.family.as_deref()),
             ),
             cells: cells(name),
@@ -459,8 +461,13 @@ fn recover(l: &Local, s: usize, theta: &Array1<f64>, cov: &Array2<f64>) -> Block
 }
 
 impl Posterior {
-    pub fn compute(policy: &Policy, runtimes: &RuntimeTable, unlisted: &UnlistedJobTypes) -> Self {
-        let (slots, names) = slots(policy, runtimes, unlisted);
+    pub fn compute(
+        policy: &Policy,
+        runtimes: &RuntimeTable,
+        unlisted: &UnlistedJobTypes,
+        owners: &tenants::Owners,
+    ) -> Self {
+        let (slots, names) = slots(policy, runtimes, unlisted, owners);
         let contradicted: Vec<bool> = slots
             .iter()
             .map(|s| contradicted::contradicts(policy, s))
@@ -638,7 +645,7 @@ mod tests {
         for _ in 0..10 {
             t.record("train-new", "H100-80GB", 1000f64.ln());
         }
-        let post = Posterior::compute(&policy, &t, &unlisted);
+        let post = Posterior::compute(&policy, &t, &unlisted, &Default::default());
         let who = post.job(&policy, "train-new", WorkloadClass::Batch);
         assert_eq!(who, JobRef::Known(policy.job_types.len()));
         let e = post.estimate(&policy, who, h100);
@@ -662,7 +669,12 @@ mod tests {
             t.record("notebook", "L4-24GB", 7200f64.ln());
             t.record("notebook", "L40S-48GB", 6000f64.ln());
         }
-        let post = Posterior::compute(&policy, &t, &UnlistedJobTypes::default());
+        let post = Posterior::compute(
+            &policy,
+            &t,
+            &UnlistedJobTypes::default(),
+            &Default::default(),
+        );
         assert!(post.contradicted(nb));
         let l40s = policy.class_index("L40S-48GB").unwrap();
         let e = post.estimate(&policy, nb, l40s);
@@ -677,7 +689,12 @@ mod tests {
             t.record("train-bert", "H100-80GB", (14_400f64 / 2f64.powf(0.9)).ln());
             t.record("train-bert", "A100-80GB", 14_400f64.ln());
         }
-        let post = Posterior::compute(&policy, &t, &UnlistedJobTypes::default());
+        let post = Posterior::compute(
+            &policy,
+            &t,
+            &UnlistedJobTypes::default(),
+            &Default::default(),
+        );
         assert!(!post.contradicted(JobRef::Known(policy.job_index("train-bert").unwrap())));
     }
 
@@ -701,6 +718,7 @@ mod tests {
             &policy,
             &RuntimeTable::default(),
             &UnlistedJobTypes::default(),
+            &Default::default(),
         );
         let j = policy.job_index("train-bert").unwrap();
         let c = policy.class_index("H100-80GB").unwrap();
@@ -728,6 +746,7 @@ mod tests {
             &policy,
             &RuntimeTable::default(),
             &UnlistedJobTypes::default(),
+            &Default::default(),
         );
         let ratio = |p: &Posterior| {
             (p.estimate(&policy, bert, l4).log_mean - p.estimate(&policy, bert, h100).log_mean)
@@ -745,7 +764,12 @@ mod tests {
             t.record("finetune-llm", "H100-80GB", (21_600f64 / 3.0).ln());
             t.record("finetune-llm", "L4-24GB", (21_600f64 / 3.0 * 12.0).ln());
         }
-        let after = Posterior::compute(&policy, &t, &UnlistedJobTypes::default());
+        let after = Posterior::compute(
+            &policy,
+            &t,
+            &UnlistedJobTypes::default(),
+            &Default::default(),
+        );
         assert!(
             ratio(&after) > ratio(&before) * 1.3,
             "before {} after {}",

@@ -11,7 +11,10 @@
 //!   type leave every other job type's estimates exactly as they were (tested below: 120 runs of 2 s or of
 //!   10⁷ s, a third claiming a neighbour; the bound the issue asks for is 2x, the model gives 1x);
 //! - a tenant with runs of its own reads its own estimates ([`Owners::who`]), shrunk towards the shared
-//!   parameters like any job type's; before that it reads the owner's (reading is not steering).
+//!   parameters like any job type's; before that it reads the owner's (reading is not steering);
+//! - a job type the policy does not list joins the family its name matches (`jobTypes[].family`) only
+//!   when its owner owns one of the family's listed job types: a tenant's own job type named to match
+//!   another tenant's family teaches that family nothing (`posterior::shared::Members`).
 //!
 //! The owner is whoever reported the job type first: a tenant that runs a job type before its real owner
 //! does owns it (the policy does not say who owns a job type yet); the others then learn under their own

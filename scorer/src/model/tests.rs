@@ -293,8 +293,12 @@ fn the_shared_policys_posterior_is_reused_until_the_state_or_the_policy_changes(
     observe(&p, &mut l, &run("train-bert", "A100-80GB", 1, 9_000.0, &[]));
     let learned = l.refresh_shared(&p);
     assert!(!Arc::ptr_eq(&first, &learned));
-    let fresh =
-        |p: &Policy, l: &Learned| format!("{:?}", Posterior::compute(p, &l.runtimes, &l.unlisted));
+    let fresh = |p: &Policy, l: &Learned| {
+        format!(
+            "{:?}",
+            Posterior::compute(p, &l.runtimes, &l.unlisted, &Default::default())
+        )
+    };
     assert_eq!(format!("{learned:?}"), fresh(&p, &l));
     // Another policy (a reload): its own posterior, then the first policy's again.
     let mut edited = embedded_default().unwrap();

@@ -75,6 +75,7 @@ mod tests {
             &policy,
             &RuntimeTable::default(),
             &UnlistedJobTypes::default(),
+            &Default::default(),
         );
         let var = |who, c| post.estimate(&policy, who, c).log_var;
         for who in [
@@ -117,7 +118,12 @@ mod tests {
             t.record("train-bert", "H100-80GB", 7000f64.ln());
             t.record("train-bert", "L4-24GB", 40000f64.ln());
         }
-        let post = Posterior::compute(&policy, &t, &UnlistedJobTypes::default());
+        let post = Posterior::compute(
+            &policy,
+            &t,
+            &UnlistedJobTypes::default(),
+            &Default::default(),
+        );
         let c = post.covariance(&policy, bert, h100, l4);
         let v = post.estimate(&policy, bert, h100).log_var;
         assert!(c.abs() < 0.05 * v, "{c} against {v}");

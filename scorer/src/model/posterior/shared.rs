@@ -5,6 +5,7 @@ use gpu_admission_policy::gpu_resources::match_pattern;
 use ndarray::Array2;
 
 use super::{JobRef, Posterior, Slot, WIDE, WORKLOADS};
+use crate::model::tenants;
 use crate::model::value::horizon;
 use crate::policy::Policy;
 
@@ -122,6 +123,43 @@ impl Families {
     }
 }
 
+/// Which unlisted job types join the family their name matches: only those of a tenant that owns one of
+/// the family's listed job types (or reported without a namespace). So a tenant cannot join another
+/// tenant's family by naming its own job type to match the pattern, and its runs teach no family offset
+/// but its own family's: the bound on what one tenant's runs move through a family is zero.
+pub(super) struct Members<'a> {
+    owners: &'a tenants::Owners,
+    /// Per family: the owners of its listed job types (those that have reported runs).
+    listed_owners: Vec<Vec<&'a str>>,
+}
+
+impl<'a> Members<'a> {
+    pub(super) fn of(policy: &Policy, families: &Families, owners: &'a tenants::Owners) -> Self {
+        let mut listed_owners = vec![Vec::new(); families.len()];
+        for j in &policy.job_types {
+            if let (Some(f), Some(owner)) = (
+                families.declared(j.family.as_deref()),
+                owners.0.get(&j.name),
+            ) && !listed_owners[f].contains(&owner.as_str())
+            {
+                listed_owners[f].push(owner.as_str());
+            }
+        }
+        Self {
+            owners,
+            listed_owners,
+        }
+    }
+
+    /// Whether the unlisted job type `name`, whose name matches family `f`'s pattern, is of the family.
+    pub(super) fn admit(&self, f: usize, name: &str) -> bool {
+        match self.owners.0.get(name) {
+            None => true,
+            Some(owner) => self.listed_owners[f].contains(&owner.as_str()),
+        }
+    }
+}
+
 /// Per family, the expected future runs of its job types, summed.
 pub(super) fn family_horizons(slots: &[Slot], families: usize) -> Vec<f64> {
     let mut h = vec![0.0; families];
@@ -214,7 +252,7 @@ mod tests {
         // L4 against H100, in ln, for a job type, with and without the family.
         let gap = |family: bool, job: &str| {
             let p = policy(family);
-            let post = Posterior::compute(&p, &t, &unlisted);
+            let post = Posterior::compute(&p, &t, &unlisted, &Default::default());
             let who = post.job(&p, job, WorkloadClass::Training);
             assert!(matches!(who, JobRef::Known(_)), "{job}");
             let (l4, h100) = (
@@ -248,7 +286,7 @@ mod tests {
         let unlisted = UnlistedJobTypes::default();
         let horizon = |family: bool, job: &str| {
             let p = policy(family);
-            let post = Posterior::compute(&p, &t, &unlisted);
+            let post = Posterior::compute(&p, &t, &unlisted, &Default::default());
             post.family_horizon(&p, post.job(&p, job, WorkloadClass::Training))
         };
         // bert's family has llama's 9 runs (10 future ones), weighted by 0.3²/(0.3² + 0.3²) = 1/2.
@@ -274,7 +312,7 @@ mod tests {
             }
             let mut unlisted = UnlistedJobTypes::default();
             unlisted.touch("train-gpt", Some(WorkloadClass::Training), 1);
-            let post = Posterior::compute(&p, &t, &unlisted);
+            let post = Posterior::compute(&p, &t, &unlisted, &Default::default());
             let who = post.job(&p, "train-gpt", WorkloadClass::Training);
             let (l4, h100) = (
                 p.class_index("L4-24GB").unwrap(),
@@ -296,5 +334,55 @@ mod tests {
         let (gap, wide) = l4_gap(1.3);
         assert!(!wide, "{gap}");
         assert!(gap < catalog + 1.3f64.ln(), "{gap}");
+    }
+
+    #[test]
+    fn a_tenant_cannot_join_another_tenants_family_by_naming_its_job_type() {
+        use crate::model::tenants::Owners;
+        let p = policy(true);
+        // Gold's train-llama and train-bert (family `train-*`) ran on H100; a job type `impostor` reports
+        // runs 12x slower than the catalog on L4 under the name `name`.
+        let l4_gap = |name: &str, owner: &str| {
+            let mut t = RuntimeTable::default();
+            for job in ["train-llama", "train-bert"] {
+                for _ in 0..10 {
+                    t.record(job, "H100-80GB", (86_400f64 / 2.0).ln());
+                }
+            }
+            for _ in 0..30 {
+                t.record(name, "H100-80GB", (86_400f64 / 2.0).ln());
+                t.record(name, "L4-24GB", (86_400f64 / 0.3 * 12.0).ln());
+            }
+            let mut unlisted = UnlistedJobTypes::default();
+            unlisted.touch(name, Some(WorkloadClass::Training), 1);
+            let owners = Owners(
+                [
+                    ("train-llama", "gold"),
+                    ("train-bert", "gold"),
+                    (name, owner),
+                ]
+                .into_iter()
+                .map(|(j, o)| (j.to_string(), o.to_string()))
+                .collect(),
+            );
+            let post = Posterior::compute(&p, &t, &unlisted, &owners);
+            let who = post.job(&p, "train-bert", WorkloadClass::Training);
+            let (l4, h100) = (
+                p.class_index("L4-24GB").unwrap(),
+                p.class_index("H100-80GB").unwrap(),
+            );
+            post.estimate(&p, who, l4).log_mean - post.estimate(&p, who, h100).log_mean
+        };
+        // A students' job type named to match `train-*` moves train-bert exactly as one matching no family
+        // does (through the class and workload-class offsets every job type shares, as before) ...
+        let matching = l4_gap("train-impostor", "students");
+        let unrelated = l4_gap("impostor", "students");
+        assert!(
+            (matching - unrelated).abs() < 1e-12,
+            "{matching} vs {unrelated}"
+        );
+        // ... while gold's own job type of that name is of the family, and teaches it.
+        let own = l4_gap("train-impostor", "gold");
+        assert!(own > unrelated + 0.15, "{own} vs {unrelated}");
     }
 }
