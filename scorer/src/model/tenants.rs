@@ -349,4 +349,57 @@ mod tests {
         o.forget("train");
         assert_eq!(o.learned_name("train", Some("bronze")), "train");
     }
+
+    /// What a tenant's *own* job types teach the parameters every job type shares (the class and
+    /// workload-class offsets) reaches the other tenants' job types: the bound is what those runs' number
+    /// and deviation make it, not a constant (a tenant's weight in the shared statistics is not capped).
+    /// Measured here: `students` invent `n` job types, each run 6 times on H100 as the catalog says and 6
+    /// times `factor`x slower than it says on L4.
+    #[test]
+    fn own_job_types_move_others_only_through_the_shared_offsets() {
+        let p = embedded_default().unwrap();
+        let before = gold(&p);
+        let l4 = p.class_index("L4-24GB").unwrap();
+        // Gold's train-llama (its own runs on L4) and inference-llm (never run anywhere: it reads the shared
+        // offsets), how many times slower on L4 after the students' runs.
+        let moved = |n: usize, factor: f64| {
+            let mut l = before.clone();
+            for k in 0..n {
+                for i in 0..6 {
+                    let name = format!("invented-{k:03}");
+                    let id = |c: &str| format!("{name}-{c}-{i}");
+                    learn(
+                        &p,
+                        &mut l,
+                        &run("students", &name, "H100-80GB", 30_000.0, id("h")),
+                    );
+                    let slow = 30_000.0 / 0.3 * factor;
+                    learn(
+                        &p,
+                        &mut l,
+                        &run("students", &name, "L4-24GB", slow, id("l")),
+                    );
+                }
+            }
+            let unrun = |l: &Learned| {
+                let post = l.posterior(&p);
+                let who = post.job(&p, "inference-llm", crate::policy::WorkloadClass::Inference);
+                post.estimate(&p, who, l4).log_mean
+            };
+            let (was, now) = (decide(&p, &before), decide(&p, &l));
+            assert_eq!(was.0, now.0, "gold's decision moved");
+            (now.1[l4] / was.1[l4], (unrun(&l) - unrun(&before)).exp())
+        };
+        for (n, factor, own, unrun) in [
+            (5, 10.0, 1.01, 1.25),
+            (50, 100.0, 1.05, 3.2),
+            (200, 100.0, 1.05, 5.3),
+        ] {
+            let (a, b) = moved(n, factor);
+            assert!(a < own, "{n} x {factor}: train-llama {a}");
+            assert!(b < unrun, "{n} x {factor}: inference-llm {b}");
+            // Not nothing: the offsets are shared, and they learn.
+            assert!(b > 1.1, "{n} x {factor}: inference-llm {b}");
+        }
+    }
 }
