@@ -81,9 +81,10 @@ struct Slot {
     family: Option<usize>,
     /// (class, count, mean of the 1-GPU log runtime).
     cells: Vec<(usize, u64, f64)>,
-    /// A tenant's own name for another tenant's job type ([`tenants`]): its runs teach its own parameters
-    /// only, never the shared ones (so they cannot move any other job type's estimates).
-    foreign: bool,
+    /// Its runs teach its own parameters only, never the shared ones (so they cannot move any other job
+    /// type's estimates): a tenant's own name for another tenant's job type ([`tenants`]), or a job type a
+    /// tenant invented (not listed, of no family, reported with a namespace).
+    own_only: bool,
 }
 
 /// A job type's parameters (a_j, b_j) after the solve: mean, covariance, covariance with the shared ones.
@@ -216,7 +217,7 @@ fn slots(
             workload: j.workload_class.index(),
             family: families.declared(j.family.as_deref()),
             cells: cells(&j.name),
-            foreign: false,
+            own_only: false,
         })
         .collect();
     let members = shared::Members::of(policy, &families, owners);
@@ -231,15 +232,17 @@ fn slots(
             .map(|j| &policy.job_types[j]);
         let w = listed.map_or_else(|| seen.workload_class(), |j| j.workload_class);
         names.insert(name.clone(), slots.len());
+        let family = listed.map_or_else(
+            || families.of_name(name).filter(|&f| members.admit(f, name)),
+            |j| families.declared(j.family.as_deref()),
+        );
         slots.push(Slot {
             profile: listed.map_or_else(|| policy.workload_profile(w), |j| j.profile),
             workload: w.index(),
-            family: listed.map_or_else(
-                || families.of_name(name).filter(|&f| members.admit(f, name)),
-                |j| families.declared(j.family.as_deref()),
-            ),
+            family,
             cells: cells(name),
-            foreign: tenants::is_tenant_name(name),
+            own_only: tenants::is_tenant_name(name)
+                || (family.is_none() && owners.0.contains_key(name.as_str())),
         });
     }
     (slots, names)
@@ -368,7 +371,7 @@ fn solve(policy: &Policy, slots: &[Slot], wide: &[bool], wide_offsets: &Array2<b
         .map(|(slot, &w)| local(shared, &xs, slot, v, w))
         .collect();
     for (slot, (l, &w)) in slots.iter().zip(locals.iter().zip(wide)) {
-        if slot.foreign {
+        if slot.own_only {
             continue;
         }
         let vr = v.own(slot, w).2;
