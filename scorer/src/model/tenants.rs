@@ -273,8 +273,8 @@ mod tests {
             "{:?}",
             l.avoid_list(&p, "noisy-00")
         );
-        // ... gold's does not. Gold's decision stays; its estimates move only as far as the students' own
-        // job types teach the shared parameters (the L4's offset), well within 2x.
+        // ... gold's does not. Gold's decision stays, and its estimates (the students' invented job types
+        // teach nothing shared).
         assert_eq!(
             l.avoid_list(&p, "train-llama"),
             before.avoid_list(&p, "train-llama")
