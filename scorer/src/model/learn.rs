@@ -199,14 +199,14 @@ fn weigh_down<'o>(
 /// Learns the slowdown of a co-located run (log 1-GPU runtime `y` on class `class`) and returns its log
 /// runtime with the estimated slowdown taken out.
 ///
-/// The run's log runtime is winsorised at [`CLIP`] standard deviations around its prediction (the
-/// interference-free estimate times 1 + the class's contention factor × the neighbours' current
-/// slowdowns; the deviation of the estimate, the run-to-run noise and the neighbours' slowdowns' in ln),
-/// so one straggling run (3 × its usual time) does not read as a harmful neighbour, and a run next to one
-/// is not cut back as a straggler (cut around the interference-free estimate, the more harmful a pair
-/// the lower it was learned: by 0.05 in ln at a slowdown of 0.4, by 0.15 at 0.7). The class's contention factor learns
-/// from the whole excess against the summed slowdowns; each pair gets the excess less what the others'
-/// current slowdowns explain.
+/// The run's log runtime is winsorised around its prediction (the interference-free estimate times 1 +
+/// the class's contention factor × the neighbours' current slowdowns) at [`CLIP`] standard deviations of
+/// that prediction (the estimate's, the run-to-run noise's and, in ln, the neighbours' slowdowns'), so one
+/// straggling run (3 × its usual time) does not read as a harmful neighbour, and a run next to one is not
+/// cut back as a straggler (cut around the interference-free estimate, the more harmful a pair the lower
+/// it was learned: by 0.05 in ln at a slowdown of 0.4, by 0.15 at 0.7). The class's contention factor
+/// learns from the whole excess against the summed slowdowns; each pair gets the excess less what the
+/// others' current slowdowns explain.
 #[allow(clippy::too_many_arguments)]
 fn learn_colocated(
     policy: &Policy,
