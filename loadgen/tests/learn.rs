@@ -96,4 +96,10 @@ fn check(r: &serde_json::Value, truth: &str, stdout: &str) {
         r["decisions"].as_u64().unwrap() + r["infeasible"].as_u64().unwrap(),
         1500
     );
+    // The recall's split by the pairs' co-located runs adds up to the pairs and the hits.
+    let a = &r["avoid_list"];
+    let by_runs = a["by_runs"].as_array().unwrap();
+    let sum = |i: usize| -> u64 { by_runs.iter().map(|b| b[i].as_u64().unwrap()).sum() };
+    assert_eq!(sum(0), a["truly_harmful"].as_u64().unwrap(), "{stdout}");
+    assert_eq!(sum(1), a["correct"].as_u64().unwrap(), "{stdout}");
 }

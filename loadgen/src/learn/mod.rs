@@ -375,6 +375,7 @@ fn decision(
         prior: index(&prior_choice.name)?,
         costs,
         explored: answer.explored,
+        colocated: job.colocated.clone(),
     }))
 }
 

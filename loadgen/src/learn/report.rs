@@ -10,7 +10,8 @@
 //!
 //! Avoid-list precision/recall: over ordered pairs (job type, other job type), the pairs on the scorer's
 //! avoid-list at the end against the pairs whose true slowdown (averaged over the classes) is above the
-//! policy's threshold.
+//! policy's threshold; the recall is also split by how many runs of the two job types next to each other the
+//! run had (0: what no learner could have seen).
 //!
 //! Jobs until within 5 %: per job type, how many of its jobs were decided before the mean regret of all its
 //! later jobs stays ≤ 5 % (0 = from its first job; "never" when even its last jobs are worse).
@@ -54,6 +55,8 @@ pub struct Decision {
     /// True expected cost of every feasible class (catalog order).
     pub costs: Vec<Option<f64>>,
     pub explored: bool,
+    /// The job types it ran next to (indices into the catalog's jobs; a job type may repeat).
+    pub colocated: Vec<usize>,
 }
 
 impl Decision {
@@ -93,7 +96,14 @@ pub struct PrecisionRecall {
     pub truly_harmful: usize,
     pub listed: usize,
     pub correct: usize,
+    /// The truly harmful pairs by how many runs of the two job types next to each other (either
+    /// direction) the run had, [`RUN_BUCKETS`]: (harmful, of them on the avoid-lists). What no learner
+    /// could have seen (0 runs) is in the recall too.
+    pub by_runs: [(usize, usize); 4],
 }
+
+/// Upper bounds of the co-located-run buckets of [`PrecisionRecall::by_runs`]: 0, 1–2, 3–5, 6 and more.
+pub const RUN_BUCKETS: [usize; 4] = [0, 2, 5, usize::MAX];
 
 /// Per job type: how many of its jobs came before its regret stayed within [`WITHIN`].
 #[derive(Debug, Clone, Serialize)]
@@ -144,7 +154,26 @@ fn mean(xs: impl Iterator<Item = f64>) -> f64 {
     if n == 0 { 0.0 } else { s / n as f64 }
 }
 
-fn precision_recall(truth: &Truth, threshold: f64, avoid: &[Vec<usize>]) -> PrecisionRecall {
+/// Runs of each unordered pair of job types next to each other, `[lo][hi]`.
+fn colocated_runs(jobs: usize, decisions: &[Decision]) -> Vec<Vec<usize>> {
+    let mut runs = vec![vec![0; jobs]; jobs];
+    for d in decisions {
+        let mut seen: Vec<usize> = d.colocated.clone();
+        seen.sort_unstable();
+        seen.dedup();
+        for k in seen {
+            runs[d.job.min(k)][d.job.max(k)] += 1;
+        }
+    }
+    runs
+}
+
+fn precision_recall(
+    truth: &Truth,
+    threshold: f64,
+    avoid: &[Vec<usize>],
+    runs: &[Vec<usize>],
+) -> PrecisionRecall {
     let n = truth.slowdown.len();
     let harmful: Vec<(usize, usize)> = (0..n)
         .flat_map(|a| (0..n).map(move |b| (a, b)))
@@ -156,7 +185,15 @@ fn precision_recall(truth: &Truth, threshold: f64, avoid: &[Vec<usize>]) -> Prec
         .flat_map(|(a, l)| l.iter().map(move |&b| (a, b)))
         .collect();
     let correct = listed.iter().filter(|p| harmful.contains(p)).count();
+    let mut by_runs = [(0, 0); 4];
+    for &(a, b) in &harmful {
+        let seen = runs[a.min(b)][a.max(b)];
+        let k = RUN_BUCKETS.iter().position(|&hi| seen <= hi).unwrap_or(3);
+        by_runs[k].0 += 1;
+        by_runs[k].1 += usize::from(listed.contains(&(a, b)));
+    }
     PrecisionRecall {
+        by_runs,
         precision: if listed.is_empty() {
             1.0
         } else {
@@ -299,6 +336,7 @@ impl Report {
         };
         let curve_window = (n / 20).max(50).min(n.max(1));
         let scorer_regret: Vec<f64> = per.iter().map(|p| p.0).collect();
+        let runs = colocated_runs(cat.jobs.len(), decisions);
         Self {
             seed,
             truth: format!("{kind:?}").to_lowercase(),
@@ -327,8 +365,8 @@ impl Report {
                 share_last_25pct: share(last, n),
                 cap: o.cap,
             },
-            avoid_list: precision_recall(truth, o.threshold, &o.avoid),
-            avoid_list_prior_only: precision_recall(truth, o.threshold, &o.avoid_prior),
+            avoid_list: precision_recall(truth, o.threshold, &o.avoid, &runs),
+            avoid_list_prior_only: precision_recall(truth, o.threshold, &o.avoid_prior, &runs),
             curve_window,
             curve: rolling(&per, curve_window),
         }
@@ -401,6 +439,11 @@ impl Report {
                 a.precision, a.recall, a.listed, a.truly_harmful, a.correct
             );
         }
+        let r = &self.avoid_list.by_runs;
+        println!(
+            "avoid-list recall (scorer) by the pair's co-located runs: 0 runs {}/{}, 1-2 {}/{}, 3-5 {}/{}, 6+ {}/{}",
+            r[0].1, r[0].0, r[1].1, r[1].0, r[2].1, r[2].0, r[3].1, r[3].0
+        );
     }
 }
 
@@ -434,7 +477,7 @@ pub struct Summary {
 impl Summary {
     pub fn of(reports: &[Report]) -> Self {
         type Get = fn(&Report) -> f64;
-        let rows: [(&str, Get); 16] = [
+        let rows: [(&str, Get); 17] = [
             ("last 25%: scorer", |r| r.last_25pct.scorer),
             ("last 25%: best static", |r| r.last_25pct.best_static),
             ("last 25%: prior-only", |r| r.last_25pct.prior_only),
@@ -456,6 +499,9 @@ impl Summary {
             }),
             ("avoid-list precision", |r| r.avoid_list.precision),
             ("avoid-list recall", |r| r.avoid_list.recall),
+            ("avoid-list: harmful pairs never co-located", |r| {
+                r.avoid_list.by_runs[0].0 as f64 / r.avoid_list.truly_harmful.max(1) as f64
+            }),
             ("avoid-list recall, prior-only", |r| {
                 r.avoid_list_prior_only.recall
             }),

@@ -6,11 +6,14 @@
 //! at 0, so run-to-run noise averages out instead of piling up as phantom interference. Pairs are
 //! unordered.
 //!
-//! **Weighted**: an excess measured against a runtime estimate known to ±√v has noise τ² + v, not τ², so
-//! the observation weighs w = τ²/(τ² + v) of a run measured against a known runtime (a weighted mean; the
-//! weights sum in place of the count). The first runs of a new job type, whose runtime is still known to
-//! ±50 %, then no longer put a harmless neighbour on its avoid-list (issue 23: avoid-list precision 0.81
-//! → 0.91 over five seeds of `loadgen learn`).
+//! **Weighted**: an excess measured against a runtime estimate known to ±√v, next to other neighbours whose
+//! slowdowns are known to ±√v_j (ln), has noise τ² + v + Σ v_j, not τ², so the observation weighs
+//! w = τ²/(τ² + v + Σ v_j) of a run next to the pair alone measured against a known runtime (a weighted
+//! mean; the weights sum in place of the count; [`log_variance`] is v_j). The first runs of a new job
+//! type, whose runtime is still known to ±50 %, then no longer put a harmless neighbour on its avoid-list
+//! (issue 23: avoid-list precision 0.81 → 0.91 over five seeds of `loadgen learn`), and a run next to two
+//! job types teaches each pair less while the other's slowdown is unknown (issue 36: without it, what an
+//! unknown harmful neighbour did not explain went to the harmless one, precision 0.77 on the Sia truth).
 //!
 //! The estimate is Bayesian with a check of the prior: either the prior ln(1 + prior) is right, weighing
 //! as `priorStrength` observations (variance τ²/k), or it is wrong and the pair can be anything (variance
@@ -201,16 +204,32 @@ fn slowdown_from(
     a: &str,
     b: &str,
 ) -> f64 {
+    log_posterior(policy, learned, prior_slowdown, a, b)
+        .0
+        .exp_m1()
+        .max(0.0)
+}
+
+/// The posterior mean and variance of the pair's ln(1 + slowdown): the model average of "prior right" and
+/// "prior wrong" (see the module's doc); before any run, the two priors mixed at their a priori odds.
+fn log_posterior(
+    policy: &Policy,
+    learned: &InterferenceTable,
+    prior_slowdown: f64,
+    a: &str,
+    b: &str,
+) -> (f64, f64) {
     let prior = prior_slowdown.max(0.0).ln_1p();
     let stat = learned.view(a, b);
-    if stat.count == 0 {
-        return prior.exp_m1();
-    }
     let noise = policy.learning.tau.powi(2);
+    let (v_right, v_wrong) = (noise / policy.learning.prior_strength, VAGUE * VAGUE);
+    if stat.count == 0 {
+        return (prior, (1.0 - PRIOR_WRONG) * v_right + PRIOR_WRONG * v_wrong);
+    }
     let n = stat.weight();
     let m = stat.mean();
-    let (v_right, v_wrong) = (noise / policy.learning.prior_strength, VAGUE * VAGUE);
-    let posterior = |v: f64| (prior / v + n * m / noise) / (1.0 / v + n / noise);
+    let variance = |v: f64| 1.0 / (1.0 / v + n / noise);
+    let mean = |v: f64| variance(v) * (prior / v + n * m / noise);
     let evidence = |v: f64| {
         let var = v + noise / n;
         -0.5 * ((m - prior).powi(2) / var + var.ln())
@@ -220,9 +239,17 @@ fn slowdown_from(
         evidence(v_wrong) + PRIOR_WRONG.ln(),
     );
     let w_wrong = 1.0 / (1.0 + (right - wrong).exp());
-    ((1.0 - w_wrong) * posterior(v_right) + w_wrong * posterior(v_wrong))
-        .exp_m1()
-        .max(0.0)
+    let (m_right, m_wrong) = (mean(v_right), mean(v_wrong));
+    let m = (1.0 - w_wrong) * m_right + w_wrong * m_wrong;
+    let second = (1.0 - w_wrong) * (variance(v_right) + m_right * m_right)
+        + w_wrong * (variance(v_wrong) + m_wrong * m_wrong);
+    (m, (second - m * m).max(0.0))
+}
+
+/// The posterior variance of ln(1 + slowdown) of `a` next to `b`: how uncertain the pair's part of a
+/// co-located run's prediction is.
+pub fn log_variance(policy: &Policy, learned: &InterferenceTable, a: &str, b: &str) -> f64 {
+    log_posterior(policy, learned, prior_slowdown(policy, a, b), a, b).1
 }
 
 /// Sum of the slowdowns `job_type` suffers from each (distinct) co-located job type.
@@ -405,6 +432,36 @@ mod tests {
             found > 5,
             "too few pairs above the threshold to check anything"
         );
+    }
+
+    #[test]
+    fn a_pairs_log_variance_is_the_two_priors_mixed_then_shrinks_with_runs() {
+        let policy = embedded_default().unwrap();
+        let mut learned = InterferenceTable::default();
+        let tau2 = policy.learning.tau.powi(2);
+        let prior = (1.0 - PRIOR_WRONG) * tau2 / policy.learning.prior_strength
+            + PRIOR_WRONG * VAGUE * VAGUE;
+        let v0 = log_variance(&policy, &learned, "notebook", "batch-etl");
+        assert!((v0 - prior).abs() < 1e-12, "{v0} vs {prior}");
+        // Runs as the prior says: the prior was right, the variance that of k + n observations.
+        let at_prior = prior_slowdown(&policy, "notebook", "batch-etl");
+        for i in 0..40 {
+            learned.record("notebook", "batch-etl", at_prior, i + 1);
+        }
+        let v = log_variance(&policy, &learned, "batch-etl", "notebook");
+        assert!(
+            v < 1.2 * tau2 / (policy.learning.prior_strength + 40.0),
+            "{v}"
+        );
+        // Runs far from the prior: the variance is the vague posterior's, the mean the runs'.
+        let mut far = InterferenceTable::default();
+        for i in 0..3 {
+            far.record("notebook", "batch-etl", 1.0, i + 1);
+        }
+        let v = log_variance(&policy, &far, "notebook", "batch-etl");
+        let vague = 1.0 / (1.0 / (VAGUE * VAGUE) + 3.0 / tau2);
+        assert!((v - vague).abs() < 0.2 * vague, "{v} vs {vague}");
+        assert!(slowdown(&policy, &far, "notebook", "batch-etl") > 0.8);
     }
 
     #[test]

@@ -1,13 +1,15 @@
 //! Learning from one observed run ([`observe`]), once per observation id ([`super::observed`]).
 //!
 //! The run's log runtime is brought to one GPU (see [`super::estimate`]); when it ran next to other job
-//! types, its excess over the current interference-free estimate (winsorised: a straggling run is not a
-//! harmful neighbour) is the observed slowdown: it teaches the class's contention factor
+//! types, its excess over the current interference-free estimate (winsorised around the run's prediction,
+//! its neighbours' slowdowns included: a straggling run is not a harmful neighbour, and a harmful
+//! neighbour is not a straggler) is the observed slowdown: it teaches the class's contention factor
 //! ([`super::contention`]) and is shared among the co-located job types (each pair gets the excess less
-//! what the others' current slowdowns explain, weighing τ²/(τ² + v) of a run, v the variance of the
-//! estimate the excess was measured against: see [`super::interference`]); the runtime with the estimated
-//! slowdown taken out updates the runtime statistics. A job type the policy does
-//! not list is learned too, under the budget of [`super::unlisted`].
+//! what the others' current slowdowns explain, weighing τ²/(τ² + v + Σ v_j) of a run, v the variance of
+//! the estimate the excess was measured against, v_j those of the other neighbours' slowdowns: see
+//! [`super::interference`]); the runtime with the estimated slowdown taken out updates the runtime
+//! statistics. A job type the policy does not list is learned too, under the budget of
+//! [`super::unlisted`].
 use super::estimate::{self, Gaussian};
 use super::{Learned, interference, tenants};
 use crate::policy::{Policy, WorkloadClass};
@@ -197,10 +199,14 @@ fn weigh_down<'o>(
 /// Learns the slowdown of a co-located run (log 1-GPU runtime `y` on class `class`) and returns its log
 /// runtime with the estimated slowdown taken out.
 ///
-/// The run's excess over the interference-free estimate is winsorised at [`CLIP`] standard deviations of
-/// the estimate plus the run-to-run noise, so one straggling run (3 × its usual time) does not read as a
-/// harmful neighbour. The class's contention factor learns from the whole excess against the summed
-/// slowdowns; each pair gets the excess less what the others' current slowdowns explain.
+/// The run's log runtime is winsorised around its prediction (the interference-free estimate times 1 +
+/// the class's contention factor × the neighbours' current slowdowns) at [`CLIP`] standard deviations of
+/// that prediction (the estimate's, the run-to-run noise's and, in ln, the neighbours' slowdowns'), so one
+/// straggling run (3 × its usual time) does not read as a harmful neighbour, and a run next to one is not
+/// cut back as a straggler (cut around the interference-free estimate, the more harmful a pair the lower
+/// it was learned: by 0.05 in ln at a slowdown of 0.4, by 0.15 at 0.7). The class's contention factor
+/// learns from the whole excess against the summed slowdowns; each pair gets the excess less what the
+/// others' current slowdowns explain.
 #[allow(clippy::too_many_arguments)]
 fn learn_colocated(
     policy: &Policy,
@@ -217,17 +223,20 @@ fn learn_colocated(
     let workload = obs.workload_class.unwrap_or(WorkloadClass::Unknown);
     let who = post.job(policy, name, workload);
     let expected = post.estimate(policy, who, class);
-    let bound = CLIP * (expected.log_var + policy.learning.tau.powi(2)).sqrt();
-    let excess = (y - expected.log_mean).clamp(-bound, bound).exp_m1();
-    // The excess is measured against an estimate known to ±√v: it tells the pairs as much as a run
-    // with noise τ² + v, i.e. τ²/(τ² + v) of a run measured against a known runtime.
     let noise = policy.learning.tau.powi(2);
-    let weight = noise / (noise + expected.log_var);
     let current: Vec<f64> = colocated
         .iter()
         .map(|o| interference::slowdown(policy, &learned.interference, name, o))
         .collect();
     let total: f64 = current.iter().sum();
+    let spreads: Vec<f64> = colocated
+        .iter()
+        .map(|o| interference::log_variance(policy, &learned.interference, name, o))
+        .collect();
+    let spread: f64 = spreads.iter().sum();
+    let predicted = (learned.contention.factor(policy, class) * total).ln_1p();
+    let bound = CLIP * (expected.log_var + noise + spread).sqrt();
+    let excess = (predicted + (y - expected.log_mean - predicted).clamp(-bound, bound)).exp_m1();
     // A tenant's runs of another tenant's job type teach nobody else's contention.
     if !tenants::is_tenant_name(name) {
         learned.contention.record(&obs.gpu_class, total, excess);
@@ -237,6 +246,12 @@ fn learn_colocated(
         if known {
             let others = total - current[k];
             let slowdown = excess - others;
+            // The pair's excess is measured against the runtime estimate (known to ±√v) and the other
+            // neighbours' slowdowns (each known to ±√v_j in log): it tells the pair as much as a run with
+            // noise τ² + v + Σ v_j, i.e. τ²/(τ² + v + Σ v_j) of a run next to it alone, measured against a
+            // known runtime. So a run next to two job types teaches each pair less while the other is
+            // unknown, and what the other's slowdown does not explain is not all put on this one.
+            let weight = noise / (noise + expected.log_var + spread - spreads[k]);
             if learned.owners.differ(name, other) {
                 // Another tenant's job type: this run teaches `name`'s avoid-list, not the neighbour's.
                 learned
@@ -325,5 +340,74 @@ pub fn summary(policy: &Policy, learned: &Learned, job_type: &str) -> JobTypeSum
             })
             .collect(),
         contradicted: post.contradicted(who),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::runtime_estimate;
+    use crate::policy::embedded_default;
+
+    fn run(runtime: f64, colocated: &[&str]) -> Observation {
+        Observation {
+            job_type: "notebook".into(),
+            gpu_class: "L4-24GB".into(),
+            gpu_count: 1,
+            runtime_seconds: runtime,
+            colocated_job_types: colocated.iter().map(|s| s.to_string()).collect(),
+            ..Observation::default()
+        }
+    }
+
+    /// A state where notebook's runtime on L4 is pinned by 40 runs alone; and that runtime.
+    fn pinned() -> (Policy, Learned, f64) {
+        let p = embedded_default().unwrap();
+        let mut l = Learned::default();
+        let l4 = p.class_index("L4-24GB").unwrap();
+        let alone = runtime_estimate(&p, &l, "notebook", 1, l4).mean;
+        for _ in 0..40 {
+            observe(&p, &mut l, &run(alone, &[]));
+        }
+        let t = runtime_estimate(&p, &l, "notebook", 1, l4).mean;
+        (p, l, t)
+    }
+
+    #[test]
+    fn a_harmful_neighbour_is_learned_at_its_slowdown_not_cut_back_as_a_straggler() {
+        let (p, mut l, t) = pinned();
+        for _ in 0..20 {
+            observe(&p, &mut l, &run(2.0 * t, &["batch-etl"]));
+        }
+        // Twice as long next to batch-etl: 1.0. Winsorised around the interference-free estimate, each
+        // run was cut at 2.5 × 0.2 in ln and the pair learned at ~0.65.
+        let s = interference::slowdown(&p, &l.interference, "notebook", "batch-etl");
+        assert!((s - 1.0).abs() < 0.1, "learned slowdown {s}");
+        // A straggler next to it is still cut back: one run 20x as long moves the pair by little.
+        observe(&p, &mut l, &run(20.0 * t, &["batch-etl"]));
+        let after = interference::slowdown(&p, &l.interference, "notebook", "batch-etl");
+        assert!(after < s + 0.15, "{s} -> {after}");
+    }
+
+    #[test]
+    fn a_run_next_to_two_teaches_each_pair_less_while_the_other_is_unknown() {
+        let (p, l, t) = pinned();
+        let weight = |colocated: &[&str], l: &Learned| {
+            let mut l = l.clone();
+            observe(&p, &mut l, &run(1.3 * t, colocated));
+            l.interference.get("notebook", "batch-etl").weight()
+        };
+        let alone = weight(&["batch-etl"], &l);
+        let with_unknown = weight(&["batch-etl", "train-bert"], &l);
+        assert!(alone > 0.9, "{alone}");
+        assert!(with_unknown < 0.5 * alone, "{with_unknown} vs {alone}");
+        // Once notebook next to train-bert is known, a run next to both teaches batch-etl's pair about as
+        // much as one next to it alone.
+        let mut known = l.clone();
+        for _ in 0..30 {
+            observe(&p, &mut known, &run(1.05 * t, &["train-bert"]));
+        }
+        let with_known = weight(&["batch-etl", "train-bert"], &known);
+        assert!(with_known > 0.85 * alone, "{with_known} vs {alone}");
     }
 }
