@@ -81,10 +81,12 @@ struct Slot {
     family: Option<usize>,
     /// (class, count, mean of the 1-GPU log runtime).
     cells: Vec<(usize, u64, f64)>,
-    /// Its runs teach its own parameters only, never the shared ones (so they cannot move any other job
-    /// type's estimates): a tenant's own name for another tenant's job type ([`tenants`]), or a job type a
-    /// tenant invented (not listed, of no family, reported with a namespace).
-    own_only: bool,
+    /// How much its runs weigh in the shared parameters (1 = as its data say; 0 = they teach its own
+    /// parameters only, so they cannot move any other job type's estimates): 0 for a tenant's own name for
+    /// another tenant's job type ([`tenants`]); for a job type a tenant invented (not listed, of no family,
+    /// reported with a namespace), the tenant's invented job types together weigh as many job types as the
+    /// listed ones it owns, at least one ([`invented_weights`]).
+    shared_weight: f64,
 }
 
 /// A job type's parameters (a_j, b_j) after the solve: mean, covariance, covariance with the shared ones.
@@ -217,7 +219,7 @@ fn slots(
             workload: j.workload_class.index(),
             family: families.declared(j.family.as_deref()),
             cells: cells(&j.name),
-            own_only: false,
+            shared_weight: 1.0,
         })
         .collect();
     let members = shared::Members::of(policy, &families, owners);
@@ -241,11 +243,52 @@ fn slots(
             workload: w.index(),
             family,
             cells: cells(name),
-            own_only: tenants::is_tenant_name(name)
-                || (family.is_none() && owners.0.contains_key(name.as_str())),
+            shared_weight: if tenants::is_tenant_name(name) {
+                0.0
+            } else {
+                1.0
+            },
         });
     }
+    invented_weights(policy, &mut slots, &names, owners);
     (slots, names)
+}
+
+/// Bounds what a tenant's invented job types (not listed, of no family) teach the shared parameters:
+/// together they weigh as many job types as the listed ones the tenant owns (with runs), at least one. So
+/// inventing job types adds nothing to a tenant's say in what every job type shares, while a tenant's
+/// few own job types in a cluster of one tenant count fully.
+fn invented_weights(
+    policy: &Policy,
+    slots: &mut [Slot],
+    names: &HashMap<String, usize>,
+    owners: &tenants::Owners,
+) {
+    let mut listed: HashMap<&str, f64> = HashMap::new();
+    for (j, slot) in policy.job_types.iter().zip(slots.iter()) {
+        if let Some(owner) = owners.0.get(&j.name)
+            && !slot.cells.is_empty()
+        {
+            *listed.entry(owner.as_str()).or_default() += 1.0;
+        }
+    }
+    let invented = |name: &str, slot: &Slot| {
+        (slot.family.is_none() && slot.shared_weight > 0.0 && !slot.cells.is_empty())
+            .then(|| owners.0.get(name))
+            .flatten()
+    };
+    let mut count: HashMap<&str, f64> = HashMap::new();
+    for (name, &k) in names {
+        if let Some(owner) = invented(name, &slots[k]) {
+            *count.entry(owner.as_str()).or_default() += 1.0;
+        }
+    }
+    for (name, &k) in names {
+        if let Some(owner) = invented(name, &slots[k]) {
+            let allowed = listed.get(owner.as_str()).copied().unwrap_or(0.0).max(1.0);
+            slots[k].shared_weight = (allowed / count[owner.as_str()]).min(1.0);
+        }
+    }
 }
 
 /// The learning parameters in variance terms; `wide` widens a job type's own priors.
@@ -371,12 +414,16 @@ fn solve(policy: &Policy, slots: &[Slot], wide: &[bool], wide_offsets: &Array2<b
         .map(|(slot, &w)| local(shared, &xs, slot, v, w))
         .collect();
     for (slot, (l, &w)) in slots.iter().zip(locals.iter().zip(wide)) {
-        if slot.own_only {
+        if slot.shared_weight <= 0.0 {
             continue;
         }
+        // What the slot's data say of the shared parameters (its a_j, b_j integrated out) is the Gaussian
+        // information below; a slot weighing less than 1 brings that share of it (a tempered likelihood),
+        // and its own parameters are still recovered from all of its data.
+        let weight = slot.shared_weight;
         let vr = v.own(slot, w).2;
         for &(c, n, mean) in &slot.cells {
-            let var = vr + v.noise / n as f64;
+            let var = (vr + v.noise / n as f64) / weight;
             let target = mean + slot.profile.throughput_exponent * xs[c];
             let phi = shared.features(slot.workload, slot.family, c, xs[c]);
             for &(i, fi) in &phi {
@@ -394,12 +441,12 @@ fn solve(policy: &Policy, slots: &[Slot], wide: &[bool], wide_offsets: &Array2<b
         ];
         for &i in &l.cols {
             let bi = [l.coupling[i], l.coupling[s + i]];
-            h[i] -= bi[0] * aib[0] + bi[1] * aib[1];
+            h[i] -= weight * (bi[0] * aib[0] + bi[1] * aib[1]);
             for &k in &l.cols {
                 let bk = [l.coupling[k], l.coupling[s + k]];
                 let q = bi[0] * (ai[0][0] * bk[0] + ai[0][1] * bk[1])
                     + bi[1] * (ai[1][0] * bk[0] + ai[1][1] * bk[1]);
-                precision[[i, k]] -= q;
+                precision[[i, k]] -= weight * q;
             }
         }
     }

@@ -15,10 +15,9 @@
 //! - a job type the policy does not list joins the family its name matches (`jobTypes[].family`) only
 //!   when its owner owns one of the family's listed job types: a tenant's own job type named to match
 //!   another tenant's family teaches that family nothing (`posterior::shared::Members`);
-//! - a job type a tenant invents (not listed, of no family) teaches its own parameters only, as a
-//!   tenant's own name for another's job type does: however many a tenant invents, they move no other job
-//!   type's estimates. A tenant teaches the shared parameters only through the listed job types it owns
-//!   and their families.
+//! - the job types a tenant invents (not listed, of no family) weigh in the shared parameters together as
+//!   many job types as the listed ones it owns, at least one (`posterior::invented_weights`): however many
+//!   a tenant invents, they move the others no more than that many would.
 //!
 //! The owner is whoever reported the job type first: a tenant that runs a job type before its real owner
 //! does owns it (the policy does not say who owns a job type yet); the others then learn under their own
@@ -354,11 +353,11 @@ mod tests {
         assert_eq!(o.learned_name("train", Some("bronze")), "train");
     }
 
-    /// A tenant's invented job types (not listed, of no family) teach their own parameters only: however
-    /// many, however far from the catalog, they leave every other job type's estimates as they were. A
-    /// tenant moves the shared offsets only through the listed job types it owns (and their families).
+    /// A tenant's invented job types (not listed, of no family) weigh in the shared offsets together as
+    /// many job types as the listed ones it owns, at least one: however many it invents, they move the
+    /// others no more than that.
     #[test]
-    fn invented_job_types_teach_nothing_shared() {
+    fn invented_job_types_weigh_as_the_listed_ones_a_tenant_owns() {
         let p = embedded_default().unwrap();
         let before = gold(&p);
         let l4 = p.class_index("L4-24GB").unwrap();
@@ -394,11 +393,13 @@ mod tests {
         };
         let invented: Vec<String> = (0..200).map(|k| format!("invented-{k:03}")).collect();
         for factor in [10.0, 100.0] {
+            // 200 invented job types weigh as one (the students own no listed job type): they move gold no
+            // more than a single one of them does.
             let (own, unrun) = moved(&after(&invented, factor));
-            assert!(
-                (own - 1.0).abs() < 1e-9 && (unrun - 1.0).abs() < 1e-9,
-                "{own} {unrun}"
-            );
+            let (_, one) = moved(&after(&invented[..1], factor));
+            eprintln!("{factor}x: train-llama {own}, inference-llm {unrun} (one invented: {one})");
+            assert!(own < 1.01, "{own}");
+            assert!(unrun > 1.0 && unrun < one * 1.01, "{unrun} against {one}");
         }
         // A listed job type the students reported first is theirs, and teaches the shared offsets.
         let (own, unrun) = moved(&after(&["finetune-llm".to_string()], 10.0));
