@@ -405,7 +405,7 @@ mod tests {
             } else {
                 format!("{base}@{}", namespace(k + 1))
             };
-            l.unlisted.touch(&name, None, k as u64 + 1);
+            l.unlisted.touch(&name, None, k as u64 + 1, |_| None);
             names.push(name);
         }
         for (k, j) in p.job_types.iter().enumerate() {

@@ -118,7 +118,10 @@ pub fn learn(policy: &Policy, learned: &mut Learned, obs: &Observation) -> Learn
                 .job_index(tenants::base(&name))
                 .map(|j| policy.job_types[j].workload_class)
         });
-        evicted = learned.unlisted.touch(&name, workload, seq);
+        let owners = &learned.owners;
+        evicted = learned.unlisted.touch(&name, workload, seq, |n| {
+            owners.tenant_of(n).map(str::to_string)
+        });
         if let Some(old) = &evicted {
             learned.runtimes.by_job.remove(old);
             learned.interference.remove_job(old);

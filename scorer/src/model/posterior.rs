@@ -690,7 +690,7 @@ mod tests {
         let policy = embedded_default().unwrap();
         let h100 = policy.class_index("H100-80GB").unwrap();
         let mut unlisted = UnlistedJobTypes::default();
-        unlisted.touch("train-new", Some(WorkloadClass::Training), 1);
+        unlisted.touch("train-new", Some(WorkloadClass::Training), 1, |_| None);
         let mut t = RuntimeTable::default();
         for _ in 0..10 {
             t.record("train-new", "H100-80GB", 1000f64.ln());

@@ -80,13 +80,15 @@ impl Owners {
     /// Whether `a` and `b` (learned names) have different owners, both known: their pair is then learned per
     /// direction ([`super::interference`]). A tenant's own name for another's job type is that tenant's.
     pub fn differ(&self, a: &str, b: &str) -> bool {
-        fn owner<'a>(owners: &'a Owners, n: &'a str) -> Option<&'a str> {
-            match n.split_once(SEPARATOR) {
-                Some((_, tenant)) => Some(tenant),
-                None => owners.0.get(n).map(String::as_str),
-            }
+        matches!((self.tenant_of(a), self.tenant_of(b)), (Some(x), Some(y)) if x != y)
+    }
+
+    /// The tenant a learned name's runs come from: its owner, or the tenant of a tenant's own name.
+    pub fn tenant_of<'a>(&'a self, name: &'a str) -> Option<&'a str> {
+        match name.split_once(SEPARATOR) {
+            Some((_, tenant)) => Some(tenant),
+            None => self.0.get(name).map(String::as_str),
         }
-        matches!((owner(self, a), owner(self, b)), (Some(x), Some(y)) if x != y)
     }
 
     /// Forgets a job type (evicted) and its owner.

@@ -247,8 +247,8 @@ mod tests {
             t.record("train-llama", "L4-24GB", (86_400f64 / 0.3 * 3.0).ln());
         }
         let mut unlisted = UnlistedJobTypes::default();
-        unlisted.touch("train-gpt", Some(WorkloadClass::Training), 1);
-        unlisted.touch("tune-gpt", Some(WorkloadClass::Training), 1);
+        unlisted.touch("train-gpt", Some(WorkloadClass::Training), 1, |_| None);
+        unlisted.touch("tune-gpt", Some(WorkloadClass::Training), 1, |_| None);
         // L4 against H100, in ln, for a job type, with and without the family.
         let gap = |family: bool, job: &str| {
             let p = policy(family);
@@ -311,7 +311,7 @@ mod tests {
                 t.record(job, "L4-24GB", (86_400f64 / 0.3 * slower).ln());
             }
             let mut unlisted = UnlistedJobTypes::default();
-            unlisted.touch("train-gpt", Some(WorkloadClass::Training), 1);
+            unlisted.touch("train-gpt", Some(WorkloadClass::Training), 1, |_| None);
             let post = Posterior::compute(&p, &t, &unlisted, &Default::default());
             let who = post.job(&p, "train-gpt", WorkloadClass::Training);
             let (l4, h100) = (
@@ -354,7 +354,7 @@ mod tests {
                 t.record(name, "L4-24GB", (86_400f64 / 0.3 * 12.0).ln());
             }
             let mut unlisted = UnlistedJobTypes::default();
-            unlisted.touch(name, Some(WorkloadClass::Training), 1);
+            unlisted.touch(name, Some(WorkloadClass::Training), 1, |_| None);
             let owners = Owners(
                 [
                     ("train-llama", "gold"),
