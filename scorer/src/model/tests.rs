@@ -689,12 +689,9 @@ fn exploring_stops_once_it_no_longer_pays_and_says_why() {
     );
 }
 
-/// The default policy with `train-llama` and `train-bert` of the family `train-*` (when `family`), a 25 %
-/// cap over a small window.
-fn family_policy(family: bool) -> Policy {
-    let mut text = DEFAULT_POLICY_YAML
-        .replace("  explorationWindow: 200", "  explorationWindow: 20")
-        .replace("  explorationCap: 0.1", "  explorationCap: 0.25");
+/// The default policy's text with `train-llama` and `train-bert` of the family `train-*` when `family`.
+pub(crate) fn family_policy_text(family: bool) -> String {
+    let mut text = DEFAULT_POLICY_YAML.to_string();
     if family {
         for job in ["train-llama", "train-bert"] {
             text = text.replace(
@@ -703,7 +700,26 @@ fn family_policy(family: bool) -> Policy {
             );
         }
     }
-    parse(&text, "test").unwrap()
+    text
+}
+
+/// [`family_policy_text`] with a 25 % cap over a small window, and 150 runs each of train-llama and
+/// train-bert on H100 (as fast as the catalog says), none anywhere else.
+fn family_ran_on_h100(family: bool) -> (Policy, Learned) {
+    let text = family_policy_text(family)
+        .replace("  explorationWindow: 200", "  explorationWindow: 20")
+        .replace("  explorationCap: 0.1", "  explorationCap: 0.25");
+    let p = parse(&text, "test").unwrap();
+    let mut l = Learned::default();
+    for _ in 0..150 {
+        observe(
+            &p,
+            &mut l,
+            &run("train-llama", "H100-80GB", 1, 36_000.0, &[]),
+        );
+        observe(&p, &mut l, &run("train-bert", "H100-80GB", 1, 9_000.0, &[]));
+    }
+    (p, l)
 }
 
 #[test]
@@ -716,16 +732,7 @@ fn a_class_the_family_never_ran_on_is_tried_once_its_runs_to_come_make_it_worth_
         r
     };
     let outcomes = |family: bool| {
-        let p = family_policy(family);
-        let mut l = Learned::default();
-        for _ in 0..150 {
-            observe(
-                &p,
-                &mut l,
-                &run("train-llama", "H100-80GB", 1, 36_000.0, &[]),
-            );
-            observe(&p, &mut l, &run("train-bert", "H100-80GB", 1, 9_000.0, &[]));
-        }
+        let (p, l) = family_ran_on_h100(family);
         let a100 = p.class_index("A100-80GB").unwrap();
         (0..100)
             .map(|seed| {
@@ -751,16 +758,7 @@ fn a_class_the_family_never_ran_on_is_tried_once_its_runs_to_come_make_it_worth_
         with[0].2
     );
     // Once the family ran there, as the catalog says, the class is no longer untried.
-    let p = family_policy(true);
-    let mut l = Learned::default();
-    for _ in 0..150 {
-        observe(
-            &p,
-            &mut l,
-            &run("train-llama", "H100-80GB", 1, 36_000.0, &[]),
-        );
-        observe(&p, &mut l, &run("train-bert", "H100-80GB", 1, 9_000.0, &[]));
-    }
+    let (p, mut l) = family_ran_on_h100(true);
     let a100 = p.class_index("A100-80GB").unwrap();
     let prior = runtime_estimate(&p, &l, "train-bert", 1, a100).mean;
     observe(&p, &mut l, &run("train-bert", "A100-80GB", 1, prior, &[]));

@@ -222,20 +222,11 @@ mod tests {
     use super::super::{JobRef, Posterior};
     use crate::model::estimate::RuntimeTable;
     use crate::model::unlisted::UnlistedJobTypes;
-    use crate::policy::{DEFAULT_POLICY_YAML, WorkloadClass, parse};
+    use crate::policy::{WorkloadClass, parse};
 
     /// The default policy, `train-llama` and `train-bert` declared of the family `train-*` when `family`.
     fn policy(family: bool) -> crate::policy::Policy {
-        let mut text = DEFAULT_POLICY_YAML.to_string();
-        if family {
-            for job in ["train-llama", "train-bert"] {
-                text = text.replace(
-                    &format!("  - name: {job}\n"),
-                    &format!("  - name: {job}\n    family: \"train-*\"\n"),
-                );
-            }
-        }
-        parse(&text, "p.yaml").unwrap()
+        parse(&crate::model::tests::family_policy_text(family), "p.yaml").unwrap()
     }
 
     #[test]
