@@ -46,6 +46,7 @@ mod contradicted;
 mod covariance;
 mod linalg;
 mod shared;
+mod tenancy;
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -85,7 +86,7 @@ struct Slot {
     /// parameters only, so they cannot move any other job type's estimates): 0 for a tenant's own name for
     /// another tenant's job type ([`tenants`]); for a job type a tenant invented (not listed, of no family,
     /// reported with a namespace), the tenant's invented job types together weigh as many job types as the
-    /// listed ones it owns, at least one ([`invented_weights`]).
+    /// listed ones it owns, at least one ([`tenancy::invented_weights`]).
     shared_weight: f64,
 }
 
@@ -222,7 +223,7 @@ fn slots(
             shared_weight: 1.0,
         })
         .collect();
-    let members = shared::Members::of(policy, &families, owners);
+    let members = tenancy::Members::of(policy, &families, owners);
     let mut names = HashMap::new();
     for (name, seen) in &unlisted.seen {
         if policy.job_index(name).is_some() {
@@ -250,45 +251,8 @@ fn slots(
             },
         });
     }
-    invented_weights(policy, &mut slots, &names, owners);
+    tenancy::invented_weights(policy, &mut slots, &names, owners);
     (slots, names)
-}
-
-/// Bounds what a tenant's invented job types (not listed, of no family) teach the shared parameters:
-/// together they weigh as many job types as the listed ones the tenant owns (with runs), at least one. So
-/// inventing job types adds nothing to a tenant's say in what every job type shares, while a tenant's
-/// few own job types in a cluster of one tenant count fully.
-fn invented_weights(
-    policy: &Policy,
-    slots: &mut [Slot],
-    names: &HashMap<String, usize>,
-    owners: &tenants::Owners,
-) {
-    let mut listed: HashMap<&str, f64> = HashMap::new();
-    for (j, slot) in policy.job_types.iter().zip(slots.iter()) {
-        if let Some(owner) = owners.0.get(&j.name)
-            && !slot.cells.is_empty()
-        {
-            *listed.entry(owner.as_str()).or_default() += 1.0;
-        }
-    }
-    let invented = |name: &str, slot: &Slot| {
-        (slot.family.is_none() && slot.shared_weight > 0.0 && !slot.cells.is_empty())
-            .then(|| owners.0.get(name))
-            .flatten()
-    };
-    let mut count: HashMap<&str, f64> = HashMap::new();
-    for (name, &k) in names {
-        if let Some(owner) = invented(name, &slots[k]) {
-            *count.entry(owner.as_str()).or_default() += 1.0;
-        }
-    }
-    for (name, &k) in names {
-        if let Some(owner) = invented(name, &slots[k]) {
-            let allowed = listed.get(owner.as_str()).copied().unwrap_or(0.0).max(1.0);
-            slots[k].shared_weight = (allowed / count[owner.as_str()]).min(1.0);
-        }
-    }
 }
 
 /// The learning parameters in variance terms; `wide` widens a job type's own priors.

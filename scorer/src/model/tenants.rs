@@ -14,9 +14,9 @@
 //!   parameters like any job type's; before that it reads the owner's (reading is not steering);
 //! - a job type the policy does not list joins the family its name matches (`jobTypes[].family`) only
 //!   when its owner owns one of the family's listed job types: a tenant's own job type named to match
-//!   another tenant's family teaches that family nothing (`posterior::shared::Members`);
+//!   another tenant's family teaches that family nothing (`posterior::tenancy::Members`);
 //! - the job types a tenant invents (not listed, of no family) weigh in the shared parameters together as
-//!   many job types as the listed ones it owns, at least one (`posterior::invented_weights`): however many
+//!   many job types as the listed ones it owns, at least one (`posterior::tenancy::invented_weights`): however many
 //!   a tenant invents, they move the others no more than that many would.
 //!
 //! The owner is whoever reported the job type first: a tenant that runs a job type before its real owner

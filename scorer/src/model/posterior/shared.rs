@@ -5,7 +5,6 @@ use gpu_admission_policy::gpu_resources::match_pattern;
 use ndarray::Array2;
 
 use super::{JobRef, Posterior, Slot, WIDE, WORKLOADS};
-use crate::model::tenants;
 use crate::model::value::horizon;
 use crate::policy::Policy;
 
@@ -120,43 +119,6 @@ impl Families {
         self.patterns
             .iter()
             .position(|p| match_pattern(p, name).is_some())
-    }
-}
-
-/// Which unlisted job types join the family their name matches: only those of a tenant that owns one of
-/// the family's listed job types (or reported without a namespace). So a tenant cannot join another
-/// tenant's family by naming its own job type to match the pattern, and its runs teach no family offset
-/// but its own family's: the bound on what one tenant's runs move through a family is zero.
-pub(super) struct Members<'a> {
-    owners: &'a tenants::Owners,
-    /// Per family: the owners of its listed job types (those that have reported runs).
-    listed_owners: Vec<Vec<&'a str>>,
-}
-
-impl<'a> Members<'a> {
-    pub(super) fn of(policy: &Policy, families: &Families, owners: &'a tenants::Owners) -> Self {
-        let mut listed_owners = vec![Vec::new(); families.len()];
-        for j in &policy.job_types {
-            if let (Some(f), Some(owner)) = (
-                families.declared(j.family.as_deref()),
-                owners.0.get(&j.name),
-            ) && !listed_owners[f].contains(&owner.as_str())
-            {
-                listed_owners[f].push(owner.as_str());
-            }
-        }
-        Self {
-            owners,
-            listed_owners,
-        }
-    }
-
-    /// Whether the unlisted job type `name`, whose name matches family `f`'s pattern, is of the family.
-    pub(super) fn admit(&self, f: usize, name: &str) -> bool {
-        match self.owners.0.get(name) {
-            None => true,
-            Some(owner) => self.listed_owners[f].contains(&owner.as_str()),
-        }
     }
 }
 
