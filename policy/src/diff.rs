@@ -153,6 +153,23 @@ mod tests {
             changes(&family),
             ["jobTypes[train-llama].family: added train-*"]
         );
+        // Whose runs are learned as the job type's is a rule too.
+        let owner = DEFAULT_POLICY_YAML.replacen(
+            "    defaultMemoryGiB: 40\n",
+            "    defaultMemoryGiB: 40\n    owner: llm-prod\n",
+            1,
+        );
+        assert_eq!(
+            changes(&owner),
+            ["jobTypes[train-llama].owner: added llm-prod"]
+        );
+        let bad = owner.replace("owner: llm-prod", "owner: LLM_prod");
+        let err = crate::parse(&bad, "p.yaml").unwrap_err().to_string();
+        assert!(
+            err.contains("jobTypes[train-llama].owner")
+                && err.contains("not a valid namespace name"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -186,6 +203,7 @@ mod tests {
         // Every optional field set, so that every field serialises.
         let mut job = raw.job_types[0].clone();
         job.family = Some(job.name.clone());
+        job.owner = Some("team".into());
         job.default_memory_gib = Some(1.0);
         let entry = serde_json::to_value(&job).unwrap();
         let mut keys: Vec<&str> = entry
@@ -196,7 +214,7 @@ mod tests {
             .collect();
         keys.sort_unstable();
         let mut known: Vec<&str> = crate::JOB_TYPE_PRIOR_FIELDS.to_vec();
-        known.extend(["name", "defaultMemoryGiB", "family"]);
+        known.extend(["name", "defaultMemoryGiB", "family", "owner"]);
         known.sort_unstable();
         assert_eq!(keys, known);
     }

@@ -145,6 +145,7 @@ pub fn policy_from_fields(r: &pb::GetPolicyResponse) -> Policy {
             profile: PROFILE,
             default_memory_gib: r.job_type_default_memory_gib.get(name).copied(),
             family: None,
+            owner: None,
         })
         .collect();
     let job_index = index(job_types.iter().map(|j| &j.name));

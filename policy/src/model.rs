@@ -126,6 +126,9 @@ pub struct JobType {
     pub default_memory_gib: Option<f64>,
     /// A name pattern of the job types that share this one's deviations from the catalog (`jobTypes[].family`).
     pub family: Option<String>,
+    /// The namespace whose runs are learned as this job type's (`jobTypes[].owner`); `None`: the first to
+    /// report it.
+    pub owner: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

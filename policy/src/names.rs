@@ -13,6 +13,17 @@ pub fn is_label_value(s: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
 }
 
+/// `true` for a valid namespace name (a DNS label: ≤ 63 chars, lowercase alphanumerics and `-`,
+/// alphanumeric at both ends).
+pub fn is_namespace_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
 /// `true` for a valid qualified label key (`[prefix/]name`, DNS-subdomain prefix, name ≤ 63).
 pub fn is_label_key(k: &str) -> bool {
     let (prefix, name) = match k.rsplit_once('/') {

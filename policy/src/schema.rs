@@ -293,6 +293,10 @@ pub struct JobTypeSpec {
     /// matches; the job types whose names match it (listed or not) share their deviations from the catalog.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub family: Option<String>,
+    /// The namespace whose runs the scorer learns as this job type's; another namespace's runs of it are
+    /// learned under that namespace's own name. Without it, whichever namespace reports the job type first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

@@ -172,7 +172,7 @@ fn forbidden_change(change: &Change, grants: &Grants) -> Option<String> {
         Change::None => None,
         Change::Delete => Some("deletes the policy".into()),
         Change::Replace => Some("creates or replaces the policy".into()),
-        Change::Rules => Some("changes the rules (everything but a job type's priors: catalog, tiers, buckets, GPU resources, quotas, enforcement, version, workload classes, interference, learning, a job type's defaultMemoryGiB and family)".into()),
+        Change::Rules => Some("changes the rules (everything but a job type's priors: catalog, tiers, buckets, GPU resources, quotas, enforcement, version, workload classes, interference, learning, a job type's defaultMemoryGiB, family and owner)".into()),
         Change::Unreadable => Some("may change the rules, and they could not be compared (a text that does not parse)".into()),
         Change::JobTypes(names) => {
             let missing: Vec<String> = names
@@ -430,8 +430,15 @@ mod tests {
         let prior = base.replacen("baseRuntimeSeconds: 86400", "baseRuntimeSeconds: 90000", 1);
         let learning = base.replace("  seed: 0 ", "  seed: 7 ");
         let memory = base.replacen("defaultMemoryGiB: 40", "defaultMemoryGiB: 500", 1);
+        let owner = base.replacen(
+            "defaultMemoryGiB: 40\n",
+            "defaultMemoryGiB: 40\n    owner: llm-prod\n",
+            1,
+        );
         let rules = base.replace("  mode: Warn", "  mode: Enforce");
-        assert!(prior != base && learning != base && memory != base && rules != base);
+        assert!(
+            prior != base && learning != base && memory != base && owner != base && rules != base
+        );
         fn update<'a>(new: &'a str, old: &'a str) -> Triage<'a> {
             Triage::Check {
                 file: "f".into(),
@@ -473,8 +480,9 @@ mod tests {
         assert_eq!(run(&prior_change, &nothing).0, Outcome::Denied);
         // The text unchanged needs no power.
         assert_eq!(run(&update(base, base), &nothing).0, Outcome::Allowed);
-        // Learning, a job type's defaultMemoryGiB (it denies), the mode: rules, for `update policies` only.
-        for text in [&learning, &memory, &rules] {
+        // Learning, a job type's defaultMemoryGiB (it denies) and owner (whose runs the scorer learns as
+        // the job type's), the mode: rules, for `update policies` only.
+        for text in [&learning, &memory, &owner, &rules] {
             let t = update(text, base);
             assert_eq!(Change::of(&t), Change::Rules);
             let (o, v) = run(&t, &llama);

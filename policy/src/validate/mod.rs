@@ -97,8 +97,8 @@ pub fn parse(text: &str, file: &str) -> Result<Policy, PolicyError> {
 /// that steer only the Pods carrying that job type's label (RBAC `update jobtypes/<name>`, see
 /// [`changed_job_types`]). Everything else in a policy is a rule (only those RBAC allows `update policies`
 /// change it): the catalog, tiers, buckets, GPU resources, quotas, enforcement, but also `version`,
-/// `workloadClasses`, `interference`, `learning`, a job type's `defaultMemoryGiB` and its `family`, since
-/// each of those can deny, steer or hide other tenants' Pods.
+/// `workloadClasses`, `interference`, `learning`, a job type's `defaultMemoryGiB`, its `family` and its
+/// `owner`, since each of those can deny, steer or hide other tenants' Pods.
 pub const JOB_TYPE_PRIOR_FIELDS: [&str; 4] = [
     "workloadClass",
     "baseRuntimeSeconds",
@@ -114,22 +114,22 @@ pub fn rules_digest(text: &str) -> Option<String> {
 }
 
 /// Every field of a policy text that is a rule, as the schema parses it (defaults filled in); `None` when
-/// the text does not parse. `jobTypes` keeps, sorted by name, only the job types whose `defaultMemoryGiB`
-/// or `family` is set, with those two fields only: adding, removing or re-ordering job types without
-/// either changes no rule. What
+/// the text does not parse. `jobTypes` keeps, sorted by name, only the job types whose `defaultMemoryGiB`,
+/// `family` or `owner` is set, with those three fields only: adding, removing or re-ordering job types
+/// without any of them changes no rule. What
 /// [`rules_digest`] digests and [`crate::diff::rule_changes`] compares.
 pub fn rule_fields(text: &str) -> Option<serde_json::Value> {
     let raw: PolicyFile = serde_yaml::from_str(text).ok()?;
     let mut value = serde_json::to_value(&raw).ok()?;
     let fields = value.as_object_mut()?;
     // A job type's `defaultMemoryGiB` denies its Pods; its `family` pattern decides which other job types,
-    // other tenants' too, share what it teaches: both are rules.
+    // other tenants' too, share what it teaches; its `owner` whose runs the scorer learns as its: all rules.
     let mut memory: Vec<serde_json::Value> = raw
         .job_types
         .iter()
-        .filter(|j| j.default_memory_gib.is_some() || j.family.is_some())
+        .filter(|j| j.default_memory_gib.is_some() || j.family.is_some() || j.owner.is_some())
         .map(|j| {
-            serde_json::json!({"name": j.name, "defaultMemoryGiB": j.default_memory_gib, "family": j.family})
+            serde_json::json!({"name": j.name, "defaultMemoryGiB": j.default_memory_gib, "family": j.family, "owner": j.owner})
         })
         .collect();
     memory.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
@@ -274,14 +274,7 @@ impl Checker {
             } else {
                 format!("namespaceGrants[{}]", g.namespace)
             };
-            let dns_label = !g.namespace.is_empty()
-                && g.namespace.len() <= 63
-                && g.namespace
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !g.namespace.starts_with('-')
-                && !g.namespace.ends_with('-');
-            if !dns_label {
+            if !crate::names::is_namespace_name(&g.namespace) {
                 self.fail(
                     format!("{f}.namespace"),
                     format!("`{}` is not a valid namespace name", g.namespace),

@@ -333,12 +333,21 @@ impl Checker {
                     );
                 }
             }
+            if let Some(owner) = &j.owner
+                && !crate::names::is_namespace_name(owner)
+            {
+                self.fail(
+                    format!("{f}.owner"),
+                    format!("`{owner}` is not a valid namespace name"),
+                );
+            }
             job_types.push(JobType {
                 name: j.name.clone(),
                 workload_class,
                 profile,
                 default_memory_gib: j.default_memory_gib,
                 family: j.family.clone(),
+                owner: j.owner.clone(),
             });
         }
         (job_types, job_index)

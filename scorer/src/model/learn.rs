@@ -109,7 +109,11 @@ pub fn learn(policy: &Policy, learned: &mut Learned, obs: &Observation) -> Learn
     }
     let name = learned
         .owners
-        .learned_name(&obs.job_type, obs.tenant.as_deref())
+        .learned_name(
+            &obs.job_type,
+            obs.tenant.as_deref(),
+            tenants::declared_owner(policy, &obs.job_type),
+        )
         .into_owned();
     let mut evicted = None;
     if policy.job_index(&name).is_none() {
@@ -177,9 +181,11 @@ fn weigh_down<'o>(
     };
     learned.refresh(policy);
     let post = learned.posterior(policy);
-    let name = learned
-        .owners
-        .name_for(&obs.job_type, obs.tenant.as_deref());
+    let name = learned.owners.name_for(
+        &obs.job_type,
+        obs.tenant.as_deref(),
+        tenants::declared_owner(policy, &obs.job_type),
+    );
     let workload = obs.workload_class.unwrap_or(WorkloadClass::Unknown);
     // A tenant's first run of another tenant's job type is judged by that job type's estimate.
     let who = match post.job(policy, &name, workload) {

@@ -32,6 +32,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::posterior::{JobRef, Posterior};
+use crate::policy::Policy;
 
 /// Between a job type and the namespace of a tenant that does not own it.
 pub const SEPARATOR: char = '@';
@@ -47,8 +48,15 @@ impl Owners {
     }
 
     /// The name a run of `job_type` by `tenant` is learned under: the job type itself when `tenant` owns it
-    /// (the first to report it), says none, or the name already is a tenant's; else `job_type@tenant`.
-    pub fn learned_name<'a>(&mut self, job_type: &'a str, tenant: Option<&str>) -> Cow<'a, str> {
+    /// (the owner the policy names, `declared`, else the first to report it), says none, or the name already
+    /// is a tenant's; else `job_type@tenant`. A declared owner replaces the one recorded (runs learned
+    /// before the policy named it stay learned).
+    pub fn learned_name<'a>(
+        &mut self,
+        job_type: &'a str,
+        tenant: Option<&str>,
+        declared: Option<&str>,
+    ) -> Cow<'a, str> {
         let Some(tenant) = tenant.filter(|t| !t.is_empty()) else {
             return Cow::Borrowed(job_type);
         };
@@ -58,7 +66,10 @@ impl Owners {
         let owner = self
             .0
             .entry(job_type.to_string())
-            .or_insert_with(|| tenant.to_string());
+            .or_insert_with(|| declared.unwrap_or(tenant).to_string());
+        if let Some(d) = declared.filter(|d| *d != owner.as_str()) {
+            *owner = d.to_string();
+        }
         if owner == tenant {
             Cow::Borrowed(job_type)
         } else {
@@ -68,8 +79,14 @@ impl Owners {
 
     /// The name a run of `job_type` by `tenant` would be learned under now ([`Owners::learned_name`] without
     /// taking ownership: a job type nobody owns yet is its own name).
-    pub fn name_for<'a>(&self, job_type: &'a str, tenant: Option<&str>) -> Cow<'a, str> {
-        match (tenant.filter(|t| !t.is_empty()), self.0.get(job_type)) {
+    pub fn name_for<'a>(
+        &self,
+        job_type: &'a str,
+        tenant: Option<&str>,
+        declared: Option<&str>,
+    ) -> Cow<'a, str> {
+        let owner = declared.or_else(|| self.0.get(job_type).map(String::as_str));
+        match (tenant.filter(|t| !t.is_empty()), owner) {
             (Some(t), Some(owner)) if owner != t && !job_type.contains(SEPARATOR) => {
                 Cow::Owned(format!("{job_type}{SEPARATOR}{t}"))
             }
@@ -106,6 +123,13 @@ impl Owners {
             None => fallback,
         }
     }
+}
+
+/// The owner the policy names for `job_type` (`jobTypes[].owner`), if it lists the job type with one.
+pub fn declared_owner<'a>(policy: &'a Policy, job_type: &str) -> Option<&'a str> {
+    policy
+        .job_index(job_type)
+        .and_then(|j| policy.job_types[j].owner.as_deref())
 }
 
 /// The job type a learned name stands for: `train@team-b` → `train`.
@@ -341,18 +365,81 @@ mod tests {
     #[test]
     fn the_first_tenant_owns_a_job_type_the_others_learn_under_their_own_name() {
         let mut o = Owners::default();
-        assert_eq!(o.learned_name("train", None), "train");
+        assert_eq!(o.learned_name("train", None, None), "train");
         assert!(o.is_empty());
-        assert_eq!(o.learned_name("train", Some("gold")), "train");
-        assert_eq!(o.learned_name("train", Some("gold")), "train");
-        assert_eq!(o.learned_name("train", Some("bronze")), "train@bronze");
-        assert_eq!(o.learned_name("train", Some("")), "train");
-        assert_eq!(o.learned_name("train@bronze", Some("x")), "train@bronze");
+        assert_eq!(o.learned_name("train", Some("gold"), None), "train");
+        assert_eq!(o.learned_name("train", Some("gold"), None), "train");
+        assert_eq!(
+            o.learned_name("train", Some("bronze"), None),
+            "train@bronze"
+        );
+        assert_eq!(o.learned_name("train", Some(""), None), "train");
+        assert_eq!(
+            o.learned_name("train@bronze", Some("x"), None),
+            "train@bronze"
+        );
         assert_eq!(base("train@bronze"), "train");
         assert_eq!(base("train"), "train");
         assert!(is_tenant_name("train@bronze") && !is_tenant_name("train"));
         o.forget("train");
-        assert_eq!(o.learned_name("train", Some("bronze")), "train");
+        assert_eq!(o.learned_name("train", Some("bronze"), None), "train");
+    }
+
+    #[test]
+    fn the_owner_the_policy_names_owns_the_job_type_whoever_reports_first() {
+        let text = crate::policy::DEFAULT_POLICY_YAML.replacen(
+            "    defaultMemoryGiB: 40\n",
+            "    defaultMemoryGiB: 40\n    owner: llm-prod\n",
+            1,
+        );
+        let p = crate::policy::parse(&text, "p.yaml").unwrap();
+        assert_eq!(declared_owner(&p, "train-llama"), Some("llm-prod"));
+        assert_eq!(declared_owner(&p, "train-bert"), None);
+        // The students report train-llama first: 2 s runs on L4, learned under their own name; llm-prod's
+        // real runs are train-llama's.
+        let mut l = Learned::default();
+        for i in 0..20 {
+            learn(
+                &p,
+                &mut l,
+                &run("students", "train-llama", "L4-24GB", 2.0, format!("s{i}")),
+            );
+        }
+        learn(
+            &p,
+            &mut l,
+            &run("llm-prod", "train-llama", "H100-80GB", 30_000.0, "g".into()),
+        );
+        assert_eq!(
+            l.owners.0.get("train-llama").map(String::as_str),
+            Some("llm-prod")
+        );
+        assert_eq!(l.runtimes.get("train-llama", "L4-24GB").count, 0);
+        assert_eq!(l.runtimes.get("train-llama@students", "L4-24GB").count, 20);
+        assert_eq!(l.runtimes.get("train-llama", "H100-80GB").count, 1);
+        // Without the policy naming it, the students would have owned it.
+        let d = embedded_default().unwrap();
+        let mut m = Learned::default();
+        learn(
+            &d,
+            &mut m,
+            &run("students", "train-llama", "L4-24GB", 2.0, "s".into()),
+        );
+        assert_eq!(
+            m.owners.0.get("train-llama").map(String::as_str),
+            Some("students")
+        );
+        // A policy that names the owner later takes it back for the runs to come.
+        learn(
+            &p,
+            &mut m,
+            &run("llm-prod", "train-llama", "H100-80GB", 30_000.0, "g".into()),
+        );
+        assert_eq!(
+            m.owners.0.get("train-llama").map(String::as_str),
+            Some("llm-prod")
+        );
+        assert_eq!(m.runtimes.get("train-llama", "H100-80GB").count, 1);
     }
 
     /// A tenant's invented job types (not listed, of no family) weigh in the shared offsets together as
