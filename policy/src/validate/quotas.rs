@@ -69,7 +69,7 @@ impl Checker {
                 } else {
                     format!("{f}.namespaces[{}]", n.namespace)
                 };
-                if !is_namespace_name(&n.namespace) {
+                if !crate::names::is_namespace_name(&n.namespace) {
                     self.fail(
                         format!("{nf}.namespace"),
                         format!("`{}` is not a valid namespace name", n.namespace),
@@ -307,15 +307,6 @@ impl Checker {
             }
         }
     }
-}
-
-fn is_namespace_name(n: &str) -> bool {
-    !n.is_empty()
-        && n.len() <= 63
-        && n.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !n.starts_with('-')
-        && !n.ends_with('-')
 }
 
 #[cfg(test)]

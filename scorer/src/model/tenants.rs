@@ -397,48 +397,30 @@ mod tests {
         assert_eq!(declared_owner(&p, "train-bert"), None);
         // The students report train-llama first: 2 s runs on L4, learned under their own name; llm-prod's
         // real runs are train-llama's.
+        let owner = |l: &Learned| l.owners.0.get("train-llama").cloned();
+        let prod = |p: &Policy, l: &mut Learned| {
+            let o = run("llm-prod", "train-llama", "H100-80GB", 30_000.0, "g".into());
+            learn(p, l, &o);
+        };
         let mut l = Learned::default();
         for i in 0..20 {
-            learn(
-                &p,
-                &mut l,
-                &run("students", "train-llama", "L4-24GB", 2.0, format!("s{i}")),
-            );
+            let o = run("students", "train-llama", "L4-24GB", 2.0, format!("s{i}"));
+            learn(&p, &mut l, &o);
         }
-        learn(
-            &p,
-            &mut l,
-            &run("llm-prod", "train-llama", "H100-80GB", 30_000.0, "g".into()),
-        );
-        assert_eq!(
-            l.owners.0.get("train-llama").map(String::as_str),
-            Some("llm-prod")
-        );
+        prod(&p, &mut l);
+        assert_eq!(owner(&l).as_deref(), Some("llm-prod"));
         assert_eq!(l.runtimes.get("train-llama", "L4-24GB").count, 0);
         assert_eq!(l.runtimes.get("train-llama@students", "L4-24GB").count, 20);
         assert_eq!(l.runtimes.get("train-llama", "H100-80GB").count, 1);
         // Without the policy naming it, the students would have owned it.
         let d = embedded_default().unwrap();
         let mut m = Learned::default();
-        learn(
-            &d,
-            &mut m,
-            &run("students", "train-llama", "L4-24GB", 2.0, "s".into()),
-        );
-        assert_eq!(
-            m.owners.0.get("train-llama").map(String::as_str),
-            Some("students")
-        );
+        let o = run("students", "train-llama", "L4-24GB", 2.0, "s".into());
+        learn(&d, &mut m, &o);
+        assert_eq!(owner(&m).as_deref(), Some("students"));
         // A policy that names the owner later takes it back for the runs to come.
-        learn(
-            &p,
-            &mut m,
-            &run("llm-prod", "train-llama", "H100-80GB", 30_000.0, "g".into()),
-        );
-        assert_eq!(
-            m.owners.0.get("train-llama").map(String::as_str),
-            Some("llm-prod")
-        );
+        prod(&p, &mut m);
+        assert_eq!(owner(&m).as_deref(), Some("llm-prod"));
         assert_eq!(m.runtimes.get("train-llama", "H100-80GB").count, 1);
     }
 
