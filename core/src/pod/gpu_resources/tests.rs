@@ -65,14 +65,7 @@ fn mig_slices_carry_their_memory() {
     );
     let a = ask(json!({"limits": {"nvidia.com/mig-3g.40gb": "1"}}));
     assert_eq!((a.count, a.memory_gib), (1, Some(40.0)));
-    assert_eq!(
-        match_pattern("nvidia.com/mig-*g.{memoryGiB}gb", "nvidia.com/mig-g.10gb"),
-        None
-    );
-    assert_eq!(
-        match_pattern("nvidia.com/mig-*g.{memoryGiB}gb", "nvidia.com/mig-7g.80gbx"),
-        None
-    );
+    // What the MIG pattern does not match is `gpu_admission_policy::gpu_resources`' test (`patterns`).
 }
 
 #[test]
