@@ -378,9 +378,13 @@ pub struct LearningSpec {
     /// Mixed into every decision's seed: the same seed and learned state give the same answers.
     #[serde(default)]
     pub seed: u64,
-    /// How runtime shrinks with the GPU count: a job on g GPUs runs in (its 1-GPU runtime) / g^s.
+    /// How runtime shrinks with the GPU count: a job on g GPUs runs in (its 1-GPU runtime) / g^s. The
+    /// prior mean of every job type's own exponent, which its runs at several GPU counts teach.
     #[serde(default = "default_gpu_scaling_exponent")]
     pub gpu_scaling_exponent: f64,
+    /// Prior σ of a job type's own GPU-scaling exponent around `gpuScalingExponent`.
+    #[serde(default = "default_gpu_scaling_stddev")]
+    pub gpu_scaling_stddev: f64,
     /// Prior σ (natural log) of how far a class's real speed is from its catalog throughput: shared by every
     /// job type (one offset per class) and by the job types of one workload class (one per pair).
     #[serde(default = "default_shared_stddev")]
@@ -395,6 +399,10 @@ pub struct LearningSpec {
 
 fn default_gpu_scaling_exponent() -> f64 {
     0.9
+}
+
+fn default_gpu_scaling_stddev() -> f64 {
+    0.25
 }
 
 fn default_shared_stddev() -> f64 {
@@ -413,6 +421,7 @@ impl Default for LearningSpec {
             exploration_window: 200,
             seed: 0,
             gpu_scaling_exponent: default_gpu_scaling_exponent(),
+            gpu_scaling_stddev: default_gpu_scaling_stddev(),
             class_offset_stddev: default_shared_stddev(),
             exponent_stddev: default_shared_stddev(),
             cell_stddev: default_shared_stddev(),

@@ -178,8 +178,25 @@ pub fn check_bounds(l: &Learned) -> Result<(), String> {
         )?;
         for (class, stat) in classes {
             check_stat(stat, n).map_err(|e| format!("runtimes of {job} on {class}: {e}"))?;
+            // Σ ln g of its runs: each in [0, ln u32::MAX] (the wire's GPU count).
+            let most = stat.count as f64 * f64::from(u32::MAX).ln();
+            if !(0.0..=most).contains(&stat.log_gpus()) {
+                return Err(format!(
+                    "runtimes of {job} on {class}: GPU counts {} of {} runs",
+                    stat.log_gpus(),
+                    stat.count
+                ));
+            }
             runs = runs.saturating_add(stat.count);
         }
+    }
+    if let Some(job) = l
+        .runtimes
+        .sizes
+        .keys()
+        .find(|j| !l.runtimes.by_job.contains_key(*j))
+    {
+        return Err(format!("GPU-count sums of {job}, which has no runtimes"));
     }
     if runs > n {
         return Err(format!("{runs} runs learned of {n} observations"));
@@ -422,7 +439,16 @@ mod tests {
                     .or_default();
                 cell.count = 1_000_003 + k as u64;
                 cell.sum = 9_123_456_789_012_345 + k as i64;
+                cell.log_gpus = 3_123_456_789_012_345 + k as i64;
             }
+            // Runs on several GPU counts: the sums that teach the job type its own exponent.
+            l.runtimes.sizes.insert(
+                name.clone(),
+                crate::model::estimate::SizeSums {
+                    square: 5_123_456_789_012_345 + k as i64,
+                    product: 47_123_456_789_012_345 + k as i64,
+                },
+            );
         }
         for k in 0..interference::MAX_PAIRS {
             let (a, b) = (&names[k % names.len()], &names[(k * 7 + 1) % names.len()]);
@@ -468,6 +494,13 @@ mod tests {
         refused("a mean of e^1000 seconds", &|l| {
             let cell = l.runtimes.by_job.get_mut("train-bert").unwrap();
             cell.get_mut("A100-80GB").unwrap().sum = i64::MAX;
+        });
+        refused("negative GPU counts", &|l| {
+            let cell = l.runtimes.by_job.get_mut("train-bert").unwrap();
+            cell.get_mut("A100-80GB").unwrap().log_gpus = -1;
+        });
+        refused("GPU-count sums of a job type without runtimes", &|l| {
+            l.runtimes.sizes.insert("ghost".into(), Default::default());
         });
         refused("a negative weight", &|l| {
             let cell = l.runtimes.by_job.get_mut("train-bert").unwrap();

@@ -519,6 +519,7 @@ impl Checker {
             0.0,
             1.0,
         );
+        self.positive("learning.gpuScalingStddev", l.gpu_scaling_stddev);
         self.positive("learning.classOffsetStddev", l.class_offset_stddev);
         self.positive("learning.exponentStddev", l.exponent_stddev);
         self.positive("learning.cellStddev", l.cell_stddev);

@@ -2,7 +2,7 @@
 //! the ranking and whether to explore ([`Choice`]), then the answer ([`super::Decision`]).
 use ndarray::Array1;
 
-use super::estimate::{self, Gaussian};
+use super::estimate::Gaussian;
 use super::feasibility::{self, Infeasible, Needs};
 use super::posterior::{self, JobRef, Posterior};
 use super::{
@@ -42,21 +42,22 @@ impl<'a> Job<'a> {
                 (None, None) => (None, false),
             };
         let gpus = req.gpu_count.max(1);
+        let who = tenants::Owners::who(
+            post,
+            &req.job_type,
+            req.tenant.as_deref(),
+            post.job(policy, &req.job_type, workload),
+        );
         Self {
             tier_index,
             tier: &policy.tiers[tier_index],
             workload,
             profile: listed.map_or_else(|| policy.workload_profile(workload), |j| j.profile),
-            who: tenants::Owners::who(
-                post,
-                &req.job_type,
-                req.tenant.as_deref(),
-                post.job(policy, &req.job_type, workload),
-            ),
+            who,
             memory_gib,
             memory_defaulted,
             gpus,
-            size: estimate::size_log_speedup(gpus, policy.learning.gpu_scaling_exponent),
+            size: post.log_speedup(policy, who, gpus),
         }
     }
 }

@@ -3,8 +3,9 @@
 //! Runtimes are modelled in natural-log space. An observed runtime `t` of a job on `g` GPUs is stored
 //! as `y = ln t + s·ln g` (its 1-GPU equivalent, `s` = the policy's `learning.gpuScalingExponent`):
 //! the scaling model is t(g) = t(1) / g^s, so jobs of different sizes are compared at one size and
-//! never averaged as if equal. The estimate itself (shared across job types and classes) is
-//! [`super::posterior`].
+//! never averaged as if equal. With it are kept the sums that teach each job type its own exponent
+//! (Σ ln g per cell, Σ (ln g)² and Σ y·ln g per job type: [`super::scaling`]). The estimate itself
+//! (shared across job types and classes) is [`super::posterior`].
 //!
 //! Sums are kept in fixed point ([`Stat`]): adding the same observations in any order gives
 //! bit-identical state, so two replicas that learned the same observations answer identically.
@@ -70,10 +71,26 @@ pub struct Stat {
     /// `sum` is Σ weight·value); absent, every value weighs 1 (runtimes, and pairs of older snapshots).
     #[serde(rename = "w", default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<i64>,
+    /// Runtimes only: Σ ln(GPU count) of the runs, in units of 2⁻³² (absent while every run had 1 GPU).
+    #[serde(rename = "g", default, skip_serializing_if = "is_zero_i64")]
+    pub log_gpus: i64,
 }
 
 fn is_zero(x: &u64) -> bool {
     *x == 0
+}
+
+fn is_zero_i64(x: &i64) -> bool {
+    *x == 0
+}
+
+/// ln g in the fixed point of [`Stat`].
+fn fixed(x: f64) -> i64 {
+    (x * UNIT).round() as i64
+}
+
+fn float(x: i64) -> f64 {
+    x as f64 / UNIT
 }
 
 impl Stat {
@@ -97,7 +114,12 @@ impl Stat {
     }
 
     pub fn sum(&self) -> f64 {
-        self.sum as f64 / UNIT
+        float(self.sum)
+    }
+
+    /// Σ ln(GPU count) of the runs (runtimes only).
+    pub fn log_gpus(&self) -> f64 {
+        float(self.log_gpus)
     }
 
     /// Σ weights: the number of values when every value weighs 1.
@@ -122,11 +144,34 @@ impl Stat {
     }
 }
 
+/// Per job type, over its runs on more than one GPU: Σ (ln g)² and Σ y·ln g (y the run's stored 1-GPU
+/// log runtime), in units of 2⁻³².
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SizeSums {
+    #[serde(rename = "q")]
+    pub square: i64,
+    #[serde(rename = "p")]
+    pub product: i64,
+}
+
+impl SizeSums {
+    pub fn square(&self) -> f64 {
+        float(self.square)
+    }
+
+    pub fn product(&self) -> f64 {
+        float(self.product)
+    }
+}
+
 /// Observed 1-GPU log runtimes (interference taken out), keyed by job type then GPU class (names, so
-/// they survive policy edits).
+/// they survive policy edits), and the sums of their GPU counts.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RuntimeTable {
     pub by_job: BTreeMap<String, BTreeMap<String, Stat>>,
+    /// Per job type that ran on more than one GPU (keys a subset of `by_job`'s).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sizes: BTreeMap<String, SizeSums>,
 }
 
 impl RuntimeTable {
@@ -138,13 +183,32 @@ impl RuntimeTable {
             .unwrap_or_default()
     }
 
-    pub fn record(&mut self, job_type: &str, class: &str, log_runtime_1gpu: f64) {
-        self.by_job
+    /// Records a run of `gpus` GPUs whose 1-GPU log runtime is `log_runtime_1gpu`.
+    pub fn record(&mut self, job_type: &str, class: &str, log_runtime_1gpu: f64, gpus: u32) {
+        let cell = self
+            .by_job
             .entry(job_type.to_string())
             .or_default()
             .entry(class.to_string())
-            .or_default()
-            .add(log_runtime_1gpu);
+            .or_default();
+        cell.add(log_runtime_1gpu);
+        let l = f64::from(gpus.max(1)).ln();
+        if l > 0.0 {
+            cell.log_gpus = cell.log_gpus.saturating_add(fixed(l));
+            let sums = self.sizes.entry(job_type.to_string()).or_default();
+            sums.square = sums.square.saturating_add(fixed(l * l));
+            sums.product = sums.product.saturating_add(fixed(log_runtime_1gpu * l));
+        }
+    }
+
+    pub fn sizes(&self, job_type: &str) -> SizeSums {
+        self.sizes.get(job_type).copied().unwrap_or_default()
+    }
+
+    /// Forgets every run of `job_type`.
+    pub fn forget(&mut self, job_type: &str) {
+        self.by_job.remove(job_type);
+        self.sizes.remove(job_type);
     }
 }
 

@@ -127,7 +127,7 @@ pub fn learn(policy: &Policy, learned: &mut Learned, obs: &Observation) -> Learn
             owners.tenant_of(n).map(str::to_string)
         });
         if let Some(old) = &evicted {
-            learned.runtimes.by_job.remove(old);
+            learned.runtimes.forget(old);
             learned.interference.remove_job(old);
             learned.owners.forget(old);
         }
@@ -145,7 +145,9 @@ pub fn learn(policy: &Policy, learned: &mut Learned, obs: &Observation) -> Learn
     if !colocated.is_empty() {
         clean = learn_colocated(policy, learned, obs, &name, class, y, &colocated, seq);
     }
-    learned.runtimes.record(&name, &obs.gpu_class, clean);
+    learned
+        .runtimes
+        .record(&name, &obs.gpu_class, clean, obs.gpu_count);
     if let Some(id) = &obs.id {
         learned.observed.insert(id);
     }
@@ -193,10 +195,10 @@ fn weigh_down<'o>(
         known => known,
     };
     let e = post.estimate(policy, who, class);
-    let size = estimate::size_log_speedup(obs.gpu_count, policy.learning.gpu_scaling_exponent);
-    let floor = e.log_mean
-        - IMPLAUSIBLE_FACTOR.ln()
-        - IMPLAUSIBLE_SDS * (e.log_var + policy.learning.tau.powi(2)).sqrt();
+    let scaling = post.scaling(policy, who);
+    let size = scaling.log_speedup(obs.gpu_count);
+    let spread = e.log_var + scaling.log_speedup_var(obs.gpu_count) + policy.learning.tau.powi(2);
+    let floor = e.log_mean - IMPLAUSIBLE_FACTOR.ln() - IMPLAUSIBLE_SDS * spread.sqrt();
     if obs.runtime_seconds.ln() + size >= floor {
         return (std::borrow::Cow::Borrowed(obs), false);
     }
@@ -231,7 +233,14 @@ fn learn_colocated(
     let post = learned.posterior(policy);
     let workload = obs.workload_class.unwrap_or(WorkloadClass::Unknown);
     let who = post.job(policy, name, workload);
-    let expected = post.estimate(policy, who, class);
+    // `y` is stored with the policy's exponent; the estimate is at one GPU with the job type's own, known
+    // to its variance.
+    let stored = estimate::size_log_speedup(obs.gpu_count, policy.learning.gpu_scaling_exponent);
+    let scaling = post.scaling(policy, who);
+    let mut expected = post
+        .estimate(policy, who, class)
+        .shifted(stored - scaling.log_speedup(obs.gpu_count));
+    expected.log_var += scaling.log_speedup_var(obs.gpu_count);
     let noise = policy.learning.tau.powi(2);
     let current: Vec<f64> = colocated
         .iter()
@@ -290,7 +299,6 @@ pub fn observe(policy: &Policy, learned: &mut Learned, obs: &Observation) -> Obs
     let (obs, implausible) = weigh_down(policy, learned, obs);
     let learnt = learn(policy, learned, &obs);
     learned.refresh(policy);
-    let size = estimate::size_log_speedup(obs.gpu_count, policy.learning.gpu_scaling_exponent);
     let post = learned.posterior(policy);
     let workload = obs.workload_class.unwrap_or(WorkloadClass::Unknown);
     let name = if learnt.name.is_empty() {
@@ -298,9 +306,10 @@ pub fn observe(policy: &Policy, learned: &mut Learned, obs: &Observation) -> Obs
     } else {
         &learnt.name
     };
+    let who = post.job(policy, name, workload);
     let estimate = post
-        .estimate(policy, post.job(policy, name, workload), class)
-        .shifted(-size)
+        .estimate(policy, who, class)
+        .shifted(-post.log_speedup(policy, who, obs.gpu_count))
         .seconds();
     ObserveOutcome {
         estimate,

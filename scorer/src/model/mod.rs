@@ -30,6 +30,7 @@ pub(crate) mod observed;
 pub(crate) mod posterior;
 pub(crate) mod priority;
 pub(crate) mod sampling;
+pub(crate) mod scaling;
 mod tables;
 pub(crate) mod tenants;
 pub(crate) mod unlisted;
@@ -345,10 +346,10 @@ pub fn runtime_estimate(
         .map_or(WorkloadClass::Unknown, |j| {
             policy.job_types[j].workload_class
         });
-    let size = estimate::size_log_speedup(gpus, policy.learning.gpu_scaling_exponent);
     let post = learned.posterior(policy);
-    post.estimate(policy, post.job(policy, job_type, workload), class)
-        .shifted(-size)
+    let who = post.job(policy, job_type, workload);
+    post.estimate(policy, who, class)
+        .shifted(-post.log_speedup(policy, who, gpus))
         .seconds()
 }
 

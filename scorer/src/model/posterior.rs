@@ -23,7 +23,8 @@
 //! Job types the policy does not list but that were learned ([`super::unlisted`]) take part like listed
 //! ones, with their workload class's profile as the prior.
 //!
-//! Observations enter as each cell's count n and mean ȳ (see [`super::estimate`]). r_jc is integrated
+//! Observations enter as each cell's count n and mean ȳ (see [`super::estimate`]), brought to one GPU by
+//! the job type's own GPU-scaling exponent ([`super::scaling`]). r_jc is integrated
 //! out, so every cell's mean is one observation of the shared part with variance cellStddev² + τ²/n. The
 //! posterior is exact: each job type's own parameters (a_j, b_j) are eliminated by their 2×2 block (Schur
 //! complement), which leaves a small system in the 6·classes + 5 shared parameters (47 with the default
@@ -53,7 +54,8 @@ use std::hash::{Hash, Hasher};
 
 use ndarray::{Array1, Array2};
 
-use super::estimate::{LogNormal, RuntimeTable};
+use super::estimate::{LogNormal, RuntimeTable, Stat};
+use super::scaling;
 use super::tenants;
 use super::unlisted::UnlistedJobTypes;
 use crate::policy::{Policy, RuntimeProfile, WorkloadClass};
@@ -82,6 +84,8 @@ struct Slot {
     family: Option<usize>,
     /// (class, count, mean of the 1-GPU log runtime).
     cells: Vec<(usize, u64, f64)>,
+    /// Its own GPU-scaling exponent ([`super::scaling`]), by which its cells are brought to one GPU.
+    scaling: scaling::Exponent,
     /// How much its runs weigh in the shared parameters (1 = as its data say; 0 = they teach its own
     /// parameters only, so they cannot move any other job type's estimates): 0 for a tenant's own name for
     /// another tenant's job type ([`tenants`]); for a job type a tenant invented (not listed, of no family,
@@ -131,6 +135,8 @@ pub struct Posterior {
     shrink: Array2<f64>,
     /// Per slot: its workload class (index) and family.
     workload_of: Vec<usize>,
+    /// Per slot: its own GPU-scaling exponent.
+    scaling_of: Vec<scaling::Exponent>,
     family_of: Vec<Option<usize>>,
     /// Per family: its job types' expected future runs ([`super::value::horizon`] of each), summed.
     family_horizon: Vec<f64>,
@@ -164,6 +170,8 @@ pub fn fingerprint(policy: &Policy) -> u64 {
     let l = &policy.learning;
     for v in [
         l.tau,
+        l.gpu_scaling_exponent,
+        l.gpu_scaling_stddev,
         l.class_offset_stddev,
         l.exponent_stddev,
         l.cell_stddev,
@@ -199,28 +207,37 @@ fn slots(
     unlisted: &UnlistedJobTypes,
     owners: &tenants::Owners,
 ) -> (Vec<Slot>, HashMap<String, usize>) {
-    let cells = |name: &str| -> Vec<(usize, u64, f64)> {
+    let s0 = policy.learning.gpu_scaling_exponent;
+    let cells = |name: &str| -> (Vec<(usize, u64, f64)>, scaling::Exponent) {
         let Some(by_class) = runtimes.by_job.get(name) else {
-            return Vec::new();
+            return (Vec::new(), scaling::Exponent::prior(&policy.learning));
         };
+        let exponent = scaling::exponent(by_class, runtimes.sizes(name), &policy.learning);
+        let s = exponent.mean;
+        // Stored with s₀; at one GPU with the job type's own s.
+        let one_gpu = |st: &Stat| st.mean() - (s0 - s) * st.log_gpus() / st.count as f64;
         let mut cells: Vec<(usize, u64, f64)> = by_class
             .iter()
-            .filter(|(_, s)| s.count > 0)
-            .filter_map(|(c, s)| Some((policy.class_index(c)?, s.count, s.mean())))
+            .filter(|(_, st)| st.count > 0)
+            .filter_map(|(c, st)| Some((policy.class_index(c)?, st.count, one_gpu(st))))
             .collect();
         cells.sort_by_key(|c| c.0);
-        cells
+        (cells, exponent)
     };
     let families = Families::of(policy);
     let mut slots: Vec<Slot> = policy
         .job_types
         .iter()
-        .map(|j| Slot {
-            profile: j.profile,
-            workload: j.workload_class.index(),
-            family: families.declared(j.family.as_deref()),
-            cells: cells(&j.name),
-            shared_weight: 1.0,
+        .map(|j| {
+            let (cells, scaling) = cells(&j.name);
+            Slot {
+                profile: j.profile,
+                workload: j.workload_class.index(),
+                family: families.declared(j.family.as_deref()),
+                cells,
+                scaling,
+                shared_weight: 1.0,
+            }
         })
         .collect();
     let members = tenancy::Members::of(policy, &families, owners);
@@ -239,11 +256,13 @@ fn slots(
             || families.of_name(name).filter(|&f| members.admit(f, name)),
             |j| families.declared(j.family.as_deref()),
         );
+        let (cells, scaling) = cells(name);
         slots.push(Slot {
             profile: listed.map_or_else(|| policy.workload_profile(w), |j| j.profile),
             workload: w.index(),
             family,
-            cells: cells(name),
+            cells,
+            scaling,
             shared_weight: if tenants::is_tenant_name(name) {
                 0.0
             } else {
@@ -510,6 +529,7 @@ impl Posterior {
             blocks: solved.blocks,
             shrink,
             workload_of: slots.iter().map(|s| s.workload).collect(),
+            scaling_of: slots.iter().map(|s| s.scaling).collect(),
             family_of: slots.iter().map(|s| s.family).collect(),
             family_horizon: shared::family_horizons(&slots, Families::of(policy).len()),
             family_tried: shared::family_tried(&slots, families, policy.classes.len()),
@@ -533,6 +553,19 @@ impl Posterior {
             .job_index(job_type)
             .or_else(|| self.unlisted.get(job_type).copied())
             .map_or(JobRef::Unknown(workload), JobRef::Known)
+    }
+
+    /// `job`'s own GPU-scaling exponent ([`scaling`]; the policy's prior for a job type never seen).
+    pub fn scaling(&self, policy: &Policy, job: JobRef) -> scaling::Exponent {
+        match job {
+            JobRef::Known(j) => self.scaling_of[j],
+            JobRef::Unknown(_) => scaling::Exponent::prior(&policy.learning),
+        }
+    }
+
+    /// ln of how much faster `job` runs on `gpus` GPUs than on one: s·ln g ([`Posterior::scaling`]).
+    pub fn log_speedup(&self, policy: &Policy, job: JobRef, gpus: u32) -> f64 {
+        self.scaling(policy, job).log_speedup(gpus)
     }
 
     /// The 1-GPU log-runtime estimate of `job` on class `c`, interference excluded.
@@ -657,7 +690,7 @@ mod tests {
         unlisted.touch("train-new", Some(WorkloadClass::Training), 1, |_| None);
         let mut t = RuntimeTable::default();
         for _ in 0..10 {
-            t.record("train-new", "H100-80GB", 1000f64.ln());
+            t.record("train-new", "H100-80GB", 1000f64.ln(), 1);
         }
         let post = Posterior::compute(&policy, &t, &unlisted, &Default::default());
         let who = post.job(&policy, "train-new", WorkloadClass::Batch);
@@ -679,9 +712,9 @@ mod tests {
         let nb = JobRef::Known(policy.job_index("notebook").unwrap());
         let mut t = RuntimeTable::default();
         for _ in 0..3 {
-            t.record("notebook", "H100-80GB", 450f64.ln());
-            t.record("notebook", "L4-24GB", 7200f64.ln());
-            t.record("notebook", "L40S-48GB", 6000f64.ln());
+            t.record("notebook", "H100-80GB", 450f64.ln(), 1);
+            t.record("notebook", "L4-24GB", 7200f64.ln(), 1);
+            t.record("notebook", "L40S-48GB", 6000f64.ln(), 1);
         }
         let post = Posterior::compute(
             &policy,
@@ -700,8 +733,13 @@ mod tests {
         // A job type whose runs agree with its prior is not flagged.
         let mut t = RuntimeTable::default();
         for _ in 0..3 {
-            t.record("train-bert", "H100-80GB", (14_400f64 / 2f64.powf(0.9)).ln());
-            t.record("train-bert", "A100-80GB", 14_400f64.ln());
+            t.record(
+                "train-bert",
+                "H100-80GB",
+                (14_400f64 / 2f64.powf(0.9)).ln(),
+                1,
+            );
+            t.record("train-bert", "A100-80GB", 14_400f64.ln(), 1);
         }
         let post = Posterior::compute(
             &policy,
@@ -769,14 +807,15 @@ mod tests {
         let mut t = RuntimeTable::default();
         let base = 86_400f64;
         for _ in 0..20 {
-            t.record("train-llama", "H100-80GB", (base / 2.0 / 1.8).ln());
+            t.record("train-llama", "H100-80GB", (base / 2.0 / 1.8).ln(), 1);
             t.record(
                 "train-llama",
                 "L4-24GB",
                 (base / 2.0 / 1.8 * 9.0 * 1.8).ln(),
+                1,
             );
-            t.record("finetune-llm", "H100-80GB", (21_600f64 / 3.0).ln());
-            t.record("finetune-llm", "L4-24GB", (21_600f64 / 3.0 * 12.0).ln());
+            t.record("finetune-llm", "H100-80GB", (21_600f64 / 3.0).ln(), 1);
+            t.record("finetune-llm", "L4-24GB", (21_600f64 / 3.0 * 12.0).ln(), 1);
         }
         let after = Posterior::compute(
             &policy,

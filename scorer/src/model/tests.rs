@@ -423,6 +423,49 @@ fn runtimes_of_different_sizes_are_compared_at_one_gpu() {
 }
 
 #[test]
+fn a_job_type_learns_its_own_gpu_scaling_and_it_is_not_read_as_interference() {
+    // train-bert scales as g^0.5 (Sia's measured models: 0.35-0.70), not as the policy's g^0.9; every
+    // other of its 8-GPU runs shares the node with batch-etl, which does not slow it.
+    let p = embedded_default().unwrap();
+    let a100 = p.class_index("A100-80GB").unwrap();
+    let runs = |l: &mut Learned, s: f64| {
+        for i in 0..48 {
+            let gpus = [1, 8][i % 2];
+            let next: &[&str] = if i % 4 == 1 { &["batch-etl"] } else { &[] };
+            let t = 20_000.0 / f64::from(gpus).powf(s);
+            observe(&p, l, &run("train-bert", "A100-80GB", gpus, t, next));
+        }
+    };
+    let mut l = Learned::default();
+    runs(&mut l, 0.5);
+    let eight = runtime_estimate(&p, &l, "train-bert", 8, a100).mean;
+    // 20 000/√8 = 7 071 s; the policy's exponent would say 20 000/8^0.9 = 3 078 s.
+    assert!(
+        (eight / (20_000.0 / 8f64.sqrt()) - 1.0).abs() < 0.1,
+        "{eight}"
+    );
+    let one = runtime_estimate(&p, &l, "train-bert", 1, a100).mean;
+    assert!((one / 20_000.0 - 1.0).abs() < 0.1, "{one}");
+    let learnt = interference::slowdown(&p, &l.interference, "train-bert", "batch-etl");
+    let mut scales_as_assumed = Learned::default();
+    runs(&mut scales_as_assumed, p.learning.gpu_scaling_exponent);
+    let reference = interference::slowdown(
+        &p,
+        &scales_as_assumed.interference,
+        "train-bert",
+        "batch-etl",
+    );
+    // 0.08 against 0.03 when it scales as the policy assumes (the prior is 0.05); with the policy's
+    // exponent for every job type it was 0.83, a harmful pair (avoid-lists take pairs above 0.3).
+    assert!(learnt < reference + 0.1, "{learnt} against {reference}");
+    // Another job type's exponent is its own: train-resnet has not run and keeps the policy's.
+    let resnet = runtime_estimate(&p, &l, "train-resnet", 8, a100).mean;
+    let resnet_one = runtime_estimate(&p, &l, "train-resnet", 1, a100).mean;
+    let s = (resnet_one / resnet).ln() / 8f64.ln();
+    assert!((s - p.learning.gpu_scaling_exponent).abs() < 1e-9, "{s}");
+}
+
+#[test]
 fn ties_break_by_preferred_class_then_catalog_order() {
     // Two identical classes: the tier's preferred one wins; without preference, catalog order.
     let yaml = DEFAULT_POLICY_YAML.replace(

@@ -115,8 +115,8 @@ mod tests {
         let bert = JobRef::Known(policy.job_index("train-bert").unwrap());
         let mut t = RuntimeTable::default();
         for _ in 0..20 {
-            t.record("train-bert", "H100-80GB", 7000f64.ln());
-            t.record("train-bert", "L4-24GB", 40000f64.ln());
+            t.record("train-bert", "H100-80GB", 7000f64.ln(), 1);
+            t.record("train-bert", "L4-24GB", 40000f64.ln(), 1);
         }
         let post = Posterior::compute(
             &policy,

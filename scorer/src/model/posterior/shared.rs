@@ -196,8 +196,8 @@ mod tests {
         // train-llama runs 3x slower on L4 than its H100 runs and the catalog predict; nobody else runs.
         let mut t = RuntimeTable::default();
         for _ in 0..10 {
-            t.record("train-llama", "H100-80GB", (86_400f64 / 2.0).ln());
-            t.record("train-llama", "L4-24GB", (86_400f64 / 0.3 * 3.0).ln());
+            t.record("train-llama", "H100-80GB", (86_400f64 / 2.0).ln(), 1);
+            t.record("train-llama", "L4-24GB", (86_400f64 / 0.3 * 3.0).ln(), 1);
         }
         let mut unlisted = UnlistedJobTypes::default();
         unlisted.touch("train-gpt", Some(WorkloadClass::Training), 1, |_| None);
@@ -234,7 +234,7 @@ mod tests {
     fn a_run_counts_for_the_future_runs_of_its_family() {
         let mut t = RuntimeTable::default();
         for _ in 0..9 {
-            t.record("train-llama", "H100-80GB", 40_000f64.ln());
+            t.record("train-llama", "H100-80GB", 40_000f64.ln(), 1);
         }
         let unlisted = UnlistedJobTypes::default();
         let horizon = |family: bool, job: &str| {
@@ -259,9 +259,9 @@ mod tests {
             let mut t = RuntimeTable::default();
             for job in ["train-llama", "train-bert"] {
                 for _ in 0..10 {
-                    t.record(job, "H100-80GB", (86_400f64 / 2.0).ln());
+                    t.record(job, "H100-80GB", (86_400f64 / 2.0).ln(), 1);
                 }
-                t.record(job, "L4-24GB", (86_400f64 / 0.3 * slower).ln());
+                t.record(job, "L4-24GB", (86_400f64 / 0.3 * slower).ln(), 1);
             }
             let mut unlisted = UnlistedJobTypes::default();
             unlisted.touch("train-gpt", Some(WorkloadClass::Training), 1, |_| None);
@@ -299,12 +299,12 @@ mod tests {
             let mut t = RuntimeTable::default();
             for job in ["train-llama", "train-bert"] {
                 for _ in 0..10 {
-                    t.record(job, "H100-80GB", (86_400f64 / 2.0).ln());
+                    t.record(job, "H100-80GB", (86_400f64 / 2.0).ln(), 1);
                 }
             }
             for _ in 0..30 {
-                t.record(name, "H100-80GB", (86_400f64 / 2.0).ln());
-                t.record(name, "L4-24GB", (86_400f64 / 0.3 * 12.0).ln());
+                t.record(name, "H100-80GB", (86_400f64 / 2.0).ln(), 1);
+                t.record(name, "L4-24GB", (86_400f64 / 0.3 * 12.0).ln(), 1);
             }
             let mut unlisted = UnlistedJobTypes::default();
             unlisted.touch(name, Some(WorkloadClass::Training), 1, |_| None);
