@@ -1,9 +1,10 @@
 //! Each job type's own GPU-scaling exponent, learned from its runs at several GPU counts.
 //!
 //! A run of t seconds on g GPUs is stored as y = ln t + s₀·ln g (s₀ = the policy's
-//! `gpuScalingExponent`; [`super::estimate`]). A job type whose runs scale as g^s (Sia's measured models:
-//! 0.35–0.70) then has y = ln t(1) + (s₀ − s)·ln g: at s = 0.5 its runs on 8 GPUs look 2.3x slower than
-//! its runs on one, a spread that would otherwise read as noise, as a slow class or as a harmful neighbour.
+//! `gpuScalingExponent`; [`super::estimate`]). A job type whose runs scale as g^s (Sia's measured job
+//! types: 0.35–1.00, mean 0.67) then has y = ln t(1) + (s₀ − s)·ln g: at s = 0.5 its runs on 8 GPUs look
+//! 2.3x slower than its runs on one, a spread that would otherwise read as noise, as a slow class or as a
+//! harmful neighbour.
 //!
 //! Per job type, δ = s₀ − s ~ N(0, `gpuScalingStddev`²) is the slope of y on ℓ = ln g **within** its (job
 //! type, class) cells, so that a class it happened to run on with bigger jobs does not read as scaling,

@@ -221,10 +221,17 @@ mod tests {
                 if i % 3 == 0 {
                     o.colocated_job_types = vec!["inference-llm".into()];
                 }
+                // On 1 and 8 GPUs in the same time (no scaling at all): it teaches its own name's exponent only.
+                o.gpu_count = [1, 8][i % 2];
                 learn(&p, &mut l, &o);
             }
             // Bronze's runs are learned, under its own name.
             assert_eq!(l.runtimes.get("train-llama@students", class).count, 120);
+            assert_ne!(l.runtimes.sizes("train-llama@students"), Default::default());
+            assert_eq!(
+                l.runtimes.sizes("train-llama"),
+                before.runtimes.sizes("train-llama")
+            );
             assert_eq!(
                 l.runtimes.get("train-llama", class).count,
                 before.runtimes.get("train-llama", class).count

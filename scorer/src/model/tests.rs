@@ -424,7 +424,7 @@ fn runtimes_of_different_sizes_are_compared_at_one_gpu() {
 
 #[test]
 fn a_job_type_learns_its_own_gpu_scaling_and_it_is_not_read_as_interference() {
-    // train-bert scales as g^0.5 (Sia's measured models: 0.35-0.70), not as the policy's g^0.9; every
+    // train-bert scales as g^0.5 (Sia's measured job types: 0.35-1.00), not as the policy's g^0.9; every
     // other of its 8-GPU runs shares the node with batch-etl, which does not slow it.
     let p = embedded_default().unwrap();
     let a100 = p.class_index("A100-80GB").unwrap();
