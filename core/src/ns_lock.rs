@@ -8,6 +8,7 @@
 
 use std::collections::BTreeSet;
 
+use k8s_openapi::api::core::v1::Pod;
 use time::OffsetDateTime;
 
 /// The name of the Lease a restricted instance holds in each of its namespaces.
@@ -87,19 +88,25 @@ impl Instance {
     }
 }
 
-/// The operation signing a restricted instance's decision record with its name
+/// The operation signing a decision record with the instance's name
 /// ([`ANN_DECIDED_BY`](crate::names::decision::ANN_DECIDED_BY)), appended to a patch that wrote the record
-/// (so `metadata.annotations` exists); `None` for the cluster-wide instance, whose records stay as they were.
-pub fn signature(instance: &Instance) -> Option<json_patch::PatchOperation> {
-    let Instance::Restricted(_) = instance else {
-        return None;
+/// (so `metadata.annotations` exists). A restricted instance writes its name. The cluster-wide instance's
+/// records carry none (what a record without one means), so it removes one the Pod as submitted brought: a
+/// `decided-by` a user wrote would otherwise send the run to a restricted instance's scorer, or to none, and
+/// keep it from the cluster's learning.
+pub fn signature(instance: &Instance, pod: Option<&Pod>) -> Option<json_patch::PatchOperation> {
+    const PATH: &str = "/metadata/annotations/gpu-admission.io~1decided-by";
+    let signed = pod
+        .and_then(|p| p.metadata.annotations.as_ref())
+        .is_some_and(|a| a.contains_key(crate::names::decision::ANN_DECIDED_BY));
+    let op = match instance {
+        Instance::Restricted(_) => {
+            serde_json::json!({"op": "add", "path": PATH, "value": instance.name()})
+        }
+        Instance::ClusterWide if signed => serde_json::json!({"op": "remove", "path": PATH}),
+        Instance::ClusterWide => return None,
     };
-    serde_json::from_value(serde_json::json!({
-        "op": "add",
-        "path": "/metadata/annotations/gpu-admission.io~1decided-by",
-        "value": instance.name(),
-    }))
-    .ok()
+    serde_json::from_value(op).ok()
 }
 
 /// The record's name of the cluster-wide instance (also what a record without `decided-by` means).
@@ -225,15 +232,29 @@ mod tests {
     }
 
     #[test]
-    fn only_a_restricted_instance_signs() {
-        assert!(signature(&Instance::ClusterWide).is_none());
-        let op = signature(&Instance::from_namespaces(["team-a"])).unwrap();
-        let mut pod = serde_json::json!({"metadata": {"annotations": {}}});
-        json_patch::patch(&mut pod, &[op]).unwrap();
-        assert_eq!(
-            pod["metadata"]["annotations"][crate::names::decision::ANN_DECIDED_BY],
-            "restricted:team-a"
-        );
+    fn a_restricted_instance_signs_and_the_cluster_wide_one_removes_a_forged_signature() {
+        use crate::names::decision::ANN_DECIDED_BY;
+        let unsigned = serde_json::json!({"metadata": {"annotations": {"team": "a"}}});
+        let forged =
+            serde_json::json!({"metadata": {"annotations": {ANN_DECIDED_BY: "restricted:team-b"}}});
+        let pod = |v: &serde_json::Value| -> Pod { serde_json::from_value(v.clone()).unwrap() };
+        assert!(signature(&Instance::ClusterWide, None).is_none());
+        assert!(signature(&Instance::ClusterWide, Some(&pod(&unsigned))).is_none());
+        let team = Instance::from_namespaces(["team-a"]);
+        for submitted in [&unsigned, &forged] {
+            let op = signature(&team, Some(&pod(submitted))).unwrap();
+            let mut patched = submitted.clone();
+            json_patch::patch(&mut patched, &[op]).unwrap();
+            assert_eq!(
+                patched["metadata"]["annotations"][ANN_DECIDED_BY],
+                "restricted:team-a"
+            );
+        }
+        // A Pod its author signed: the cluster-wide record leaves no signature.
+        let op = signature(&Instance::ClusterWide, Some(&pod(&forged))).unwrap();
+        let mut patched = forged.clone();
+        json_patch::patch(&mut patched, &[op]).unwrap();
+        assert_eq!(patched["metadata"]["annotations"], serde_json::json!({}));
     }
 
     #[test]

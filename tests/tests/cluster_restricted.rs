@@ -624,9 +624,9 @@ async fn learning_goes_to_the_deciding_instance(l: &Learning<'_>, table: &mut Ca
             .await
             .unwrap();
     }
-    // A tenant's forged record in another namespace (decided by the cluster-wide instance, which keeps her
-    // annotation): it names the team's instance, so it teaches nobody, neither the team's scorer nor the
-    // cluster-wide one.
+    // A tenant's forged signature in another namespace: the cluster-wide instance writes its record and
+    // removes the signature, so the run is the cluster-wide scorer's to learn like the namespace's others
+    // (before, it named the team's instance and kept the run out of every scorer's learning).
     let mut forged = run_job("forged");
     forged["spec"]["template"]["metadata"]["annotations"]["gpu-admission.io/decided-by"] =
         json!("restricted:gpu-team");
@@ -637,10 +637,14 @@ async fn learning_goes_to_the_deciding_instance(l: &Learning<'_>, table: &mut Ca
         )
         .await
         .unwrap();
-    let reported = wait_for("both runs reported", Duration::from_secs(60), || async {
-        let m = observer.metrics().await?;
-        Ok(metric_value(&m, "observer_reported_total{result=\"learned\"}") >= 2.0)
-    })
+    let reported = wait_for(
+        "the three runs reported",
+        Duration::from_secs(60),
+        || async {
+            let m = observer.metrics().await?;
+            Ok(metric_value(&m, "observer_reported_total{result=\"learned\"}") >= 3.0)
+        },
+    )
     .await;
     let run_pod = |ns: &'static str, job: &'static str| {
         let client = client.clone();
@@ -708,11 +712,10 @@ async fn learning_goes_to_the_deciding_instance(l: &Learning<'_>, table: &mut Ca
         ),
         annotation(&other_run, "gpu-admission.io/decided-by").is_none()
             && kwok::phase(&other_run) == "Succeeded"
-            && learner_of(&other_run) == ["Cluster"]
-            && cluster_after.0 == cluster_before.0 + 1,
+            && learner_of(&other_run) == ["Cluster"],
     );
     table.check(
-        "a forged record (decided-by restricted:gpu-team in another namespace): learned by nobody",
+        "a forged signature (decided-by restricted:gpu-team in another namespace): removed, learned by the cluster-wide scorer",
         format!(
             "policy-version {:?}, decided-by {:?}, phase {}, reported to {:?}; team scorer {} observations, cluster scorer {}",
             annotation(&forged_run, "gpu-admission.io/policy-version"),
@@ -723,10 +726,11 @@ async fn learning_goes_to_the_deciding_instance(l: &Learning<'_>, table: &mut Ca
             cluster_after.0
         ),
         annotation(&forged_run, "gpu-admission.io/policy-version") == Some(cluster_version)
+            && annotation(&forged_run, "gpu-admission.io/decided-by").is_none()
             && kwok::phase(&forged_run) == "Succeeded"
-            && learner_of(&forged_run).is_empty()
+            && learner_of(&forged_run) == ["Cluster"]
             && team_after.0 == team_before.0 + 1
-            && cluster_after.0 == cluster_before.0 + 1,
+            && cluster_after.0 == cluster_before.0 + 2,
     );
     // The record names the learned state each scorer decided with: now that each learned its own run, the two
     // differ, and a new Pod carries its own scorer's.

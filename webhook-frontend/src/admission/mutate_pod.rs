@@ -164,7 +164,9 @@ impl MutatePod {
         let outcome = admitted.outcome();
         let recorded = matches!(&admitted, Admitted::Decided(d) if d.decision.used.is_some());
         let mut answer = admitted.into_answer();
-        if let Some(op) = ns_lock::signature(&self.instance).filter(|_| recorded) {
+        if let Some(op) =
+            ns_lock::signature(&self.instance, req.object.as_ref()).filter(|_| recorded)
+        {
             answer.patch.push(&op);
         }
         if let Some(quota) = &self.quota {
