@@ -194,6 +194,40 @@ mod tests {
         assert!(crate::changed_job_types(DEFAULT_POLICY_YAML, "{").is_none());
     }
 
+    #[test]
+    fn text_change_is_a_rule_exactly_when_the_rules_digests_differ() {
+        use crate::{TextChange, rules_digest, text_change};
+        let priors = DEFAULT_POLICY_YAML.replacen(
+            "baseRuntimeSeconds: 86400",
+            "baseRuntimeSeconds: 90000",
+            1,
+        );
+        let rule = DEFAULT_POLICY_YAML.replacen("tau: 0.2 ", "tau: 0.25 ", 1);
+        assert_ne!(rule, DEFAULT_POLICY_YAML);
+        for (text, expected) in [
+            (
+                DEFAULT_POLICY_YAML.to_string(),
+                Some(TextChange::JobTypes(Default::default())),
+            ),
+            (
+                priors,
+                Some(TextChange::JobTypes(["train-llama".to_string()].into())),
+            ),
+            (rule.clone(), Some(TextChange::Rules)),
+            ("{".to_string(), None),
+        ] {
+            let change = text_change(DEFAULT_POLICY_YAML, &text);
+            assert_eq!(change, expected, "{}", &text[..text.len().min(40)]);
+            let digests_differ =
+                rules_digest(&text).map(|d| Some(d) != rules_digest(DEFAULT_POLICY_YAML));
+            assert_eq!(
+                digests_differ.unwrap_or(false),
+                change == Some(TextChange::Rules)
+            );
+        }
+        assert_eq!(text_change(&rule, "{"), None);
+    }
+
     /// Every field of a job type is classified: a new field must be added to JOB_TYPE_PRIOR_FIELDS (a
     /// prior its owner may change) or be a rule like `defaultMemoryGiB`.
     #[test]

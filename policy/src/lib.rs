@@ -25,8 +25,8 @@ pub use schema::{
     UntieredNamespaces, Vendor,
 };
 pub use validate::{
-    JOB_TYPE_PRIOR_FIELDS, PolicyError, Problem, changed_job_types, load_file, parse, rule_fields,
-    rules_digest,
+    JOB_TYPE_PRIOR_FIELDS, PolicyError, Problem, TextChange, changed_job_types, load_file, parse,
+    rule_fields, rules_digest, text_change,
 };
 
 /// The embedded default policy: the same file the kustomize ConfigMap ships.

@@ -5,10 +5,11 @@
 //! keeps the policy it has).
 //!
 //! The rules are RBAC's: only who may `update policies` (gpu-admission.io) may create or delete the
-//! ConfigMap, or change any rule (the policy crate's `rules_digest` of the old and the new text differ).
+//! ConfigMap, or change any rule (the policy crate's `rule_fields` of the old and the new text differ).
 //! Who may `update jobtypes/<name>` may change that job type's priors, and nothing else. A forbidden change
 //! is denied in every mode.
 
+use gpu_admission_policy::TextChange;
 use gpu_admission_policy::wire::validation;
 use gpu_admission_proto::scorer::v1::ValidatePolicyResponse;
 use kube_core::DynamicObject;
@@ -124,8 +125,10 @@ pub enum Change {
 }
 
 impl Change {
-    /// What the request changes, from its texts: the policy crate's rules digest, then its list of the job
-    /// types whose entries differ.
+    /// What the request changes, from its texts: the policy crate's [`text_change`] (a rule, else the
+    /// job types whose entries differ; each text parsed once).
+    ///
+    /// [`text_change`]: gpu_admission_policy::text_change
     pub fn of(triage: &Triage<'_>) -> Self {
         match triage {
             Triage::NotOurs(_) => Change::None,
@@ -135,16 +138,10 @@ impl Change {
                 text,
                 old: Some(old),
                 ..
-            } => match (
-                gpu_admission_policy::rules_digest(old),
-                gpu_admission_policy::rules_digest(text),
-            ) {
-                (Some(a), Some(b)) if a != b => Change::Rules,
-                (Some(_), Some(_)) => match gpu_admission_policy::changed_job_types(old, text) {
-                    Some(names) => Change::JobTypes(names.into_iter().collect()),
-                    None => Change::Unreadable,
-                },
-                _ => Change::Unreadable,
+            } => match gpu_admission_policy::text_change(old, text) {
+                Some(TextChange::Rules) => Change::Rules,
+                Some(TextChange::JobTypes(names)) => Change::JobTypes(names.into_iter().collect()),
+                None => Change::Unreadable,
             },
         }
     }

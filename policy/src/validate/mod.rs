@@ -119,8 +119,12 @@ pub fn rules_digest(text: &str) -> Option<String> {
 /// without any of them changes no rule. What
 /// [`rules_digest`] digests and [`crate::diff::rule_changes`] compares.
 pub fn rule_fields(text: &str) -> Option<serde_json::Value> {
-    let raw: PolicyFile = serde_yaml::from_str(text).ok()?;
-    let mut value = serde_json::to_value(&raw).ok()?;
+    rule_fields_of(&serde_yaml::from_str(text).ok()?)
+}
+
+/// [`rule_fields`] of a parsed text.
+fn rule_fields_of(raw: &PolicyFile) -> Option<serde_json::Value> {
+    let mut value = serde_json::to_value(raw).ok()?;
     let fields = value.as_object_mut()?;
     // A job type's `defaultMemoryGiB` denies its Pods; its `family` pattern decides which other job types,
     // other tenants' too, share what it teaches; its `owner` whose runs the scorer learns as its: all rules.
@@ -141,13 +145,43 @@ pub fn rule_fields(text: &str) -> Option<serde_json::Value> {
 /// each needs `update jobtypes/<name>` from one who may not change the rules. `None` when either text
 /// does not parse.
 pub fn changed_job_types(old: &str, new: &str) -> Option<std::collections::BTreeSet<String>> {
-    let entries = |text: &str| -> Option<std::collections::BTreeMap<String, serde_json::Value>> {
-        let raw: PolicyFile = serde_yaml::from_str(text).ok()?;
-        raw.job_types
-            .iter()
-            .map(|j| Some((j.name.clone(), serde_json::to_value(j).ok()?)))
-            .collect()
-    };
+    changed_entries(
+        &serde_yaml::from_str(old).ok()?,
+        &serde_yaml::from_str(new).ok()?,
+    )
+}
+
+/// What a new policy text changes against an old one, as far as RBAC goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TextChange {
+    /// A rule: their [`rule_fields`] differ (so do their [`rules_digest`]s).
+    Rules,
+    /// Only these job types' entries ([`changed_job_types`]; empty: nothing a power guards).
+    JobTypes(std::collections::BTreeSet<String>),
+}
+
+/// [`TextChange`] of two policy texts, each parsed once; `None` when either does not parse.
+pub fn text_change(old: &str, new: &str) -> Option<TextChange> {
+    let old: PolicyFile = serde_yaml::from_str(old).ok()?;
+    let new: PolicyFile = serde_yaml::from_str(new).ok()?;
+    if rule_fields_of(&old)? != rule_fields_of(&new)? {
+        return Some(TextChange::Rules);
+    }
+    changed_entries(&old, &new).map(TextChange::JobTypes)
+}
+
+/// [`changed_job_types`] of two parsed texts.
+fn changed_entries(
+    old: &PolicyFile,
+    new: &PolicyFile,
+) -> Option<std::collections::BTreeSet<String>> {
+    let entries =
+        |raw: &PolicyFile| -> Option<std::collections::BTreeMap<String, serde_json::Value>> {
+            raw.job_types
+                .iter()
+                .map(|j| Some((j.name.clone(), serde_json::to_value(j).ok()?)))
+                .collect()
+        };
     let (old, new) = (entries(old)?, entries(new)?);
     let differs = |name: &String| old.get(name) != new.get(name);
     Some(
