@@ -60,10 +60,11 @@ pub struct Metrics {
     pub http2_limits: Family<Http2LimitLabels, Gauge>,
     /// Unlisted job types forgotten past the budget (least recently seen first).
     pub unlisted_evicted: Counter,
-    /// Per job type learned: observations, whether its runs contradict its prior, and per class the
-    /// estimated speedup over the catalog's slowest class.
+    /// Per job type learned: observations, whether its runs contradict its prior, its GPU-scaling
+    /// exponent, and per class the estimated speedup over the catalog's slowest class.
     pub job_type_observations: Family<JobTypeLabels, Gauge>,
     pub job_type_contradicted: Family<JobTypeLabels, Gauge>,
+    pub job_type_gpu_scaling: Family<JobTypeLabels, Gauge<f64, AtomicU64>>,
     pub job_type_speedup: Family<JobClassLabels, Gauge<f64, AtomicU64>>,
 }
 
@@ -84,6 +85,7 @@ impl Metrics {
             unlisted_evicted: Counter::default(),
             job_type_observations: Family::default(),
             job_type_contradicted: Family::default(),
+            job_type_gpu_scaling: Family::default(),
             job_type_speedup: Family::default(),
         };
         registry.register(
@@ -138,6 +140,11 @@ impl Metrics {
             m.job_type_contradicted.clone(),
         );
         registry.register(
+            "scorer_job_type_gpu_scaling_exponent",
+            "A job type's GPU-scaling exponent s (runtime on g GPUs = runtime on one / g^s), learned from its runs at several GPU counts",
+            m.job_type_gpu_scaling.clone(),
+        );
+        registry.register(
             "scorer_job_type_speedup",
             "Estimated speedup of a job type on a GPU class over the catalog's slowest class",
             m.job_type_speedup.clone(),
@@ -156,6 +163,9 @@ impl Metrics {
         self.job_type_contradicted
             .get_or_create(&label)
             .set(i64::from(s.contradicted));
+        self.job_type_gpu_scaling
+            .get_or_create(&label)
+            .set(s.gpu_scaling_exponent);
         for (class, speedup) in &s.speedups {
             self.job_type_speedup
                 .get_or_create(&JobClassLabels {
@@ -174,6 +184,7 @@ impl Metrics {
         };
         self.job_type_observations.remove(&label);
         self.job_type_contradicted.remove(&label);
+        self.job_type_gpu_scaling.remove(&label);
         for class in classes {
             self.job_type_speedup.remove(&JobClassLabels {
                 job_type: job_type.to_string(),
@@ -235,6 +246,7 @@ mod tests {
                 observations: 3,
                 speedups: vec![("L4-24GB".into(), 1.0), ("H100-80GB".into(), 4.5)],
                 contradicted: true,
+                gpu_scaling_exponent: 0.5,
             },
         );
         m.job_type_evicted("gone", &[]);
@@ -251,6 +263,7 @@ mod tests {
             "scorer_unlisted_job_types_evicted_total 1",
             "scorer_job_type_observations{job_type=\"train-new\"} 3",
             "scorer_job_type_prior_contradicted{job_type=\"train-new\"} 1",
+            "scorer_job_type_gpu_scaling_exponent{job_type=\"train-new\"} 0.5",
             "scorer_job_type_speedup{job_type=\"train-new\",gpu_class=\"H100-80GB\"} 4.5",
         ] {
             assert!(text.contains(needle), "{needle} missing from:\n{text}");

@@ -330,6 +330,8 @@ pub struct JobTypeSummary {
     pub speedups: Vec<(String, f64)>,
     /// Whether its runs contradict its prior.
     pub contradicted: bool,
+    /// Its own GPU-scaling exponent (runtime ∝ 1/g^s; [`super::scaling`]).
+    pub gpu_scaling_exponent: f64,
 }
 
 /// The summary of `job_type` in the current (refreshed) state.
@@ -358,6 +360,7 @@ pub fn summary(policy: &Policy, learned: &Learned, job_type: &str) -> JobTypeSum
             })
             .collect(),
         contradicted: post.contradicted(who),
+        gpu_scaling_exponent: post.scaling(policy, who).mean,
     }
 }
 

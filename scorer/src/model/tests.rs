@@ -446,6 +446,9 @@ fn a_job_type_learns_its_own_gpu_scaling_and_it_is_not_read_as_interference() {
     );
     let one = runtime_estimate(&p, &l, "train-bert", 1, a100).mean;
     assert!((one / 20_000.0 - 1.0).abs() < 0.1, "{one}");
+    // What the metric scorer_job_type_gpu_scaling_exponent shows.
+    let s = summary(&p, &l, "train-bert").gpu_scaling_exponent;
+    assert!((s - 0.5).abs() < 0.06, "{s}");
     let learnt = interference::slowdown(&p, &l.interference, "train-bert", "batch-etl");
     let mut scales_as_assumed = Learned::default();
     runs(&mut scales_as_assumed, p.learning.gpu_scaling_exponent);
