@@ -26,6 +26,7 @@ pub(super) fn why(
                 runs: post.count(who, s),
                 known: post.estimate(policy, who, s).log_var.sqrt(),
                 contradicted: post.contradicted(who),
+                family_outlier: post.family_offset_contradicted(who, s),
                 family_untried: choice.family_untried,
             },
         ),
@@ -66,6 +67,8 @@ pub(crate) enum Reason {
         /// σ of the ln-runtime estimate on `s`.
         known: f64,
         contradicted: bool,
+        /// The job's family's runs on `s` contradict the catalog there.
+        family_outlier: bool,
         /// `s` was proposed as a class the job's family never ran on, not by the draw.
         family_untried: bool,
     },
@@ -108,6 +111,7 @@ impl Reason {
                 runs,
                 known,
                 contradicted,
+                family_outlier,
                 family_untried,
             } => format!(
                 "exploring {}: {}; its expected cost is {:.4} against {:.4} for {}; {}; {}",
@@ -126,7 +130,7 @@ impl Reason {
                 cost[1],
                 name(e),
                 worth(verdict),
-                what_is_known(name(s), runs, known, contradicted),
+                what_is_known(name(s), runs, known, contradicted, family_outlier),
             ),
             Reason::Only { e } => format!("{} is the only feasible class", name(e)),
             Reason::Declined {
@@ -194,12 +198,23 @@ fn worth(verdict: Option<value::Verdict>) -> String {
 }
 
 /// "3 run(s) of this job type on H100-80GB so far, its runtime known to ±12 %".
-fn what_is_known(class: &str, runs: u64, known: f64, contradicted: bool) -> String {
+fn what_is_known(
+    class: &str,
+    runs: u64,
+    known: f64,
+    contradicted: bool,
+    family_outlier: bool,
+) -> String {
     format!(
-        "{runs} run(s) of this job type on {class} so far, its runtime known to ±{:.0} %{}",
+        "{runs} run(s) of this job type on {class} so far, its runtime known to ±{:.0} %{}{}",
         100.0 * known,
         if contradicted {
             "; the job type's runs contradict its prior, so it is learned under a wider one"
+        } else {
+            ""
+        },
+        if family_outlier {
+            "; its family's runs there contradict the catalog, so the family's offset there is learned under a wider prior"
         } else {
             ""
         }
@@ -270,4 +285,50 @@ pub(super) fn no_class_reason(policy: &Policy, tier: usize, candidates: &[Candid
         tier.name,
         parts.join("; ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::embedded_default;
+
+    #[test]
+    fn an_exploring_sentence_says_what_is_known_of_the_class() {
+        let p = embedded_default().unwrap();
+        let exploring = |contradicted: bool, family_outlier: bool| Reason::Exploring {
+            s: 0,
+            e: 1,
+            sampled_cost: [1.0, 2.0],
+            cost: [3.0, 2.0],
+            verdict: None,
+            runs: 2,
+            known: 0.12,
+            contradicted,
+            family_outlier,
+            family_untried: false,
+        };
+        let plain = exploring(false, false).sentence(&p);
+        assert!(
+            plain.contains(
+                "2 run(s) of this job type on H200-141GB so far, its runtime known to ±12 %"
+            ),
+            "{plain}"
+        );
+        assert!(!plain.contains("contradict"), "{plain}");
+        let outlier = exploring(false, true).sentence(&p);
+        assert!(
+            outlier.contains("its family's runs there contradict the catalog"),
+            "{outlier}"
+        );
+        assert!(
+            !outlier.contains("the job type's runs contradict"),
+            "{outlier}"
+        );
+        let both = exploring(true, true).sentence(&p);
+        assert!(
+            both.contains("the job type's runs contradict its prior")
+                && both.contains("its family's runs there"),
+            "{both}"
+        );
+    }
 }

@@ -144,7 +144,6 @@ pub struct Posterior {
     family_tried: Array2<bool>,
     /// Per (family, class): whether the family's runs there contradict its offset's prior
     /// ([`contradicted::offsets`]; it is then learned under the wide one).
-    #[cfg_attr(not(test), allow(dead_code))]
     offsets_contradicted: Array2<bool>,
 }
 

@@ -147,6 +147,15 @@ pub(super) fn family_tried(slots: &[Slot], families: usize, classes: usize) -> A
 }
 
 impl Posterior {
+    /// Whether `job`'s family's runs on class `c` contradict the catalog there, so that its offset there is
+    /// learned under the wide prior ([`super::contradicted::offsets`]): a measured outlier of the family.
+    pub fn family_offset_contradicted(&self, job: JobRef, c: usize) -> bool {
+        let JobRef::Known(j) = job else {
+            return false;
+        };
+        self.family_of[j].is_some_and(|f| self.offsets_contradicted[[f, c]])
+    }
+
     /// When no job type of `job`'s family has run on class `c`: the extra ln-runtime variance of the
     /// alternative that the family's offset there is wrong (its prior [`WIDE`]x as wide; held
     /// [`crate::model::interference::PRIOR_WRONG`] likely, as a contradicted prior is). `None` for a job type of no family, or a class
@@ -271,9 +280,10 @@ mod tests {
                 p.class_index("L4-24GB").unwrap(),
                 p.class_index("H100-80GB").unwrap(),
             );
+            assert!(!post.family_offset_contradicted(who, h100));
             (
                 post.estimate(&p, who, l4).log_mean - post.estimate(&p, who, h100).log_mean,
-                post.offsets_contradicted[[0, l4]],
+                post.family_offset_contradicted(who, l4),
             )
         };
         let catalog = (2.0f64 / 0.3).ln();
