@@ -194,10 +194,10 @@ fn weigh_down<'o>(
         super::posterior::JobRef::Unknown(_) => post.job(policy, tenants::base(&name), workload),
         known => known,
     };
-    let e = post.estimate(policy, who, class);
-    let scaling = post.scaling(policy, who);
-    let size = scaling.log_speedup(obs.gpu_count);
-    let spread = e.log_var + scaling.log_speedup_var(obs.gpu_count) + policy.learning.tau.powi(2);
+    let e = post.expected_run(policy, who, class, obs.gpu_count);
+    // As it would be stored (brought to one GPU with the policy's exponent).
+    let size = estimate::size_log_speedup(obs.gpu_count, policy.learning.gpu_scaling_exponent);
+    let spread = e.log_var + policy.learning.tau.powi(2);
     let floor = e.log_mean - IMPLAUSIBLE_FACTOR.ln() - IMPLAUSIBLE_SDS * spread.sqrt();
     if obs.runtime_seconds.ln() + size >= floor {
         return (std::borrow::Cow::Borrowed(obs), false);
@@ -233,14 +233,7 @@ fn learn_colocated(
     let post = learned.posterior(policy);
     let workload = obs.workload_class.unwrap_or(WorkloadClass::Unknown);
     let who = post.job(policy, name, workload);
-    // `y` is stored with the policy's exponent; the estimate is at one GPU with the job type's own, known
-    // to its variance.
-    let stored = estimate::size_log_speedup(obs.gpu_count, policy.learning.gpu_scaling_exponent);
-    let scaling = post.scaling(policy, who);
-    let mut expected = post
-        .estimate(policy, who, class)
-        .shifted(stored - scaling.log_speedup(obs.gpu_count));
-    expected.log_var += scaling.log_speedup_var(obs.gpu_count);
+    let expected = post.expected_run(policy, who, class, obs.gpu_count);
     let noise = policy.learning.tau.powi(2);
     let current: Vec<f64> = colocated
         .iter()
@@ -308,8 +301,7 @@ pub fn observe(policy: &Policy, learned: &mut Learned, obs: &Observation) -> Obs
     };
     let who = post.job(policy, name, workload);
     let estimate = post
-        .estimate(policy, who, class)
-        .shifted(-post.log_speedup(policy, who, obs.gpu_count))
+        .estimate_on(policy, who, class, obs.gpu_count)
         .seconds();
     ObserveOutcome {
         estimate,

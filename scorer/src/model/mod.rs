@@ -348,9 +348,7 @@ pub fn runtime_estimate(
         });
     let post = learned.posterior(policy);
     let who = post.job(policy, job_type, workload);
-    post.estimate(policy, who, class)
-        .shifted(-post.log_speedup(policy, who, gpus))
-        .seconds()
+    post.estimate_on(policy, who, class, gpus).seconds()
 }
 
 /// What lets a decision explore, besides its posterior draw favouring another class than the lowest cost.

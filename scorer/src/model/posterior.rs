@@ -206,15 +206,15 @@ fn slots(
     unlisted: &UnlistedJobTypes,
     owners: &tenants::Owners,
 ) -> (Vec<Slot>, HashMap<String, usize>) {
-    let s0 = policy.learning.gpu_scaling_exponent;
     let cells = |name: &str| -> (Vec<(usize, u64, f64)>, scaling::Exponent) {
         let Some(by_class) = runtimes.by_job.get(name) else {
             return (Vec::new(), scaling::Exponent::prior(&policy.learning));
         };
         let exponent = scaling::exponent(by_class, runtimes.sizes(name), &policy.learning);
-        let s = exponent.mean;
         // Stored with s₀; at one GPU with the job type's own s.
-        let one_gpu = |st: &Stat| st.mean() - (s0 - s) * st.log_gpus() / st.count as f64;
+        let one_gpu = |st: &Stat| {
+            st.mean() - exponent.stored_excess(&policy.learning, st.log_gpus() / st.count as f64)
+        };
         let mut cells: Vec<(usize, u64, f64)> = by_class
             .iter()
             .filter(|(_, st)| st.count > 0)
@@ -565,6 +565,26 @@ impl Posterior {
     /// ln of how much faster `job` runs on `gpus` GPUs than on one: s·ln g ([`Posterior::scaling`]).
     pub fn log_speedup(&self, policy: &Policy, job: JobRef, gpus: u32) -> f64 {
         self.scaling(policy, job).log_speedup(gpus)
+    }
+
+    /// The log-runtime estimate of `job` on `gpus` GPUs of class `c`, interference excluded.
+    pub fn estimate_on(&self, policy: &Policy, job: JobRef, c: usize, gpus: u32) -> LogNormal {
+        self.estimate(policy, job, c)
+            .shifted(-self.log_speedup(policy, job, gpus))
+    }
+
+    /// What a run of `job` on `gpus` GPUs of class `c` is expected to be stored as (its log runtime brought
+    /// to one GPU with the policy's exponent, as [`super::estimate`] keeps it), interference excluded: the
+    /// 1-GPU estimate plus [`scaling::Exponent::stored_excess`], its variance widened by the exponent's
+    /// ([`scaling::Exponent::log_speedup_var`]). What a run is judged against when it is learned.
+    pub fn expected_run(&self, policy: &Policy, job: JobRef, c: usize, gpus: u32) -> LogNormal {
+        let scaling = self.scaling(policy, job);
+        let log_gpus = f64::from(gpus.max(1)).ln();
+        let mut e = self
+            .estimate(policy, job, c)
+            .shifted(scaling.stored_excess(&policy.learning, log_gpus));
+        e.log_var += scaling.log_speedup_var(gpus);
+        e
     }
 
     /// The 1-GPU log-runtime estimate of `job` on class `c`, interference excluded.

@@ -49,6 +49,12 @@ impl Exponent {
     pub fn log_speedup_var(self, gpus: u32) -> f64 {
         self.var * f64::from(gpus.max(1)).ln().powi(2)
     }
+
+    /// How far a run's stored value (its log runtime brought to one GPU with the policy's s₀) is above its
+    /// 1-GPU log runtime under this exponent: (s₀ − s)·ln g, for `log_gpus` = ln g (or a cell's mean ln g).
+    pub fn stored_excess(self, learning: &LearningSpec, log_gpus: f64) -> f64 {
+        (learning.gpu_scaling_exponent - self.mean) * log_gpus
+    }
 }
 
 /// The job type's own GPU-scaling exponent, from its cells (by class) and its [`SizeSums`].

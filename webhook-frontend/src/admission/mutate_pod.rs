@@ -164,8 +164,9 @@ impl MutatePod {
         let outcome = admitted.outcome();
         let recorded = matches!(&admitted, Admitted::Decided(d) if d.decision.used.is_some());
         let mut answer = admitted.into_answer();
-        if let Some(op) =
-            ns_lock::signature(&self.instance, req.object.as_ref()).filter(|_| recorded)
+        if let Some(op) = recorded
+            .then(|| ns_lock::signature(&self.instance, req.object.as_ref()))
+            .flatten()
         {
             answer.patch.push(&op);
         }
