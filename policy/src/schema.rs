@@ -395,6 +395,21 @@ pub struct LearningSpec {
     /// Prior σ (natural log) of what is particular to one job type on one class.
     #[serde(default = "default_shared_stddev")]
     pub cell_stddev: f64,
+    /// Share of runs held to straggle (take a heavy-tailed factor longer than the job type on the class
+    /// would): a class whose only run of a job type was far slower than expected may be retried.
+    #[serde(default = "default_straggler_share")]
+    pub straggler_share: f64,
+    /// Tail index α of a straggling run's factor f ≥ 1 (Pareto: P(f > x) = x^−α).
+    #[serde(default = "default_straggler_tail")]
+    pub straggler_tail: f64,
+}
+
+fn default_straggler_share() -> f64 {
+    0.03
+}
+
+fn default_straggler_tail() -> f64 {
+    2.5
 }
 
 fn default_gpu_scaling_exponent() -> f64 {
@@ -425,6 +440,8 @@ impl Default for LearningSpec {
             class_offset_stddev: default_shared_stddev(),
             exponent_stddev: default_shared_stddev(),
             cell_stddev: default_shared_stddev(),
+            straggler_share: default_straggler_share(),
+            straggler_tail: default_straggler_tail(),
         }
     }
 }

@@ -523,6 +523,8 @@ impl Checker {
         self.positive("learning.classOffsetStddev", l.class_offset_stddev);
         self.positive("learning.exponentStddev", l.exponent_stddev);
         self.positive("learning.cellStddev", l.cell_stddev);
+        self.range("learning.stragglerShare", l.straggler_share, 0.0, 0.5);
+        self.positive("learning.stragglerTail", l.straggler_tail);
         if l.exploration_window == 0 || l.exploration_window > 100_000 {
             self.fail(
                 "learning.explorationWindow",

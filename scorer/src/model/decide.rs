@@ -2,12 +2,12 @@
 //! the ranking and whether to explore ([`Choice`]), then the answer ([`super::Decision`]).
 use ndarray::Array1;
 
-use super::estimate::Gaussian;
+use super::estimate::{Gaussian, LogNormal};
 use super::feasibility::{self, Infeasible, Needs};
 use super::posterior::{self, JobRef, Posterior};
 use super::{
-    Candidate, Choice, Decision, Gate, JobRequest, Learned, explain, interference, objective,
-    priority, sampling, tenants, value,
+    AlternativeKind, Candidate, Choice, Decision, Gate, JobRequest, Learned, explain, interference,
+    objective, priority, sampling, tenants, value,
 };
 use crate::policy::{Policy, RuntimeProfile, Tier, WorkloadClass};
 
@@ -68,9 +68,50 @@ struct Classes {
     terms: objective::cost::Terms,
     prior_mean: Vec<f64>,
     infeasible: Vec<Vec<Infeasible>>,
-    /// Per class: the extra ln-runtime variance of the alternative that the job's family's offset there is
-    /// wrong, when no job type of the family has run on the class ([`Posterior::untried_family_class`]).
-    untried: Vec<Option<f64>>,
+    /// Per class: another reading of its estimate than the Gaussian one, when there is one.
+    alternative: Vec<Option<Alternative>>,
+}
+
+/// Another reading of a class's ln-runtime estimate than the posterior's Gaussian, held `weight` likely:
+/// the value of a run there counts it (and, for a class the family never ran on, so does the draw).
+#[derive(Debug, Clone, Copy)]
+struct Alternative {
+    kind: AlternativeKind,
+    weight: f64,
+    /// Its ln-mean and variance against the Gaussian estimate's.
+    shift: f64,
+    extra: f64,
+}
+
+impl Alternative {
+    /// The class's alternative reading for `job`, if any: no job type of its family has run there, so the
+    /// family's offset may be wrong ([`Posterior::untried_family_class`]); or its only run there may have
+    /// straggled ([`Posterior::straggled`]; the two exclude each other).
+    fn of(
+        policy: &Policy,
+        post: &Posterior,
+        job: &Job,
+        c: usize,
+        estimate: LogNormal,
+    ) -> Option<Self> {
+        if let Some(extra) = post.untried_family_class(policy, job.who, c) {
+            return Some(Self {
+                kind: AlternativeKind::FamilyUntried,
+                weight: interference::PRIOR_WRONG,
+                shift: 0.0,
+                extra,
+            });
+        }
+        // Its estimate without the run, as certain as the Gaussian one: counting the wider uncertainty of
+        // the estimate without it (or drawing from it) made the decisions explore more than they saved,
+        // on both truths of `loadgen learn` (loadgen README, "sixth round").
+        post.straggled(job.who, c).map(|s| Self {
+            kind: AlternativeKind::Straggled,
+            weight: s.weight,
+            shift: s.log_mean - (estimate.log_mean + job.size),
+            extra: 0.0,
+        })
+    }
 }
 
 impl Classes {
@@ -105,7 +146,7 @@ impl Classes {
         let mut multiplier = Array1::zeros(n);
         let mut prior_mean = Vec::with_capacity(n);
         let mut infeasible = Vec::with_capacity(n);
-        let mut untried = Vec::with_capacity(n);
+        let mut alternative = Vec::with_capacity(n);
         for (i, class) in policy.classes.iter().enumerate() {
             let e = post.estimate(policy, job.who, i).shifted(-job.size);
             let g = e.seconds();
@@ -113,14 +154,19 @@ impl Classes {
             stddev[i] = g.stddev;
             log_var[i] = e.log_var;
             // A class the job's family never ran on: this decision's draw comes from the alternative (the
-            // family's offset wrong) as often as it is held likely.
-            let extra = post.untried_family_class(policy, job.who, i);
-            let draw_var = match extra {
-                Some(x) if draws.uniform() < interference::PRIOR_WRONG => e.log_var + x,
-                _ => e.log_var,
+            // family's offset wrong) as often as it is held likely. (A straggled run's reading counts in
+            // the value of exploring only: see [`Alternative::of`].)
+            let alt = Alternative::of(policy, post, job, i, e);
+            let (draw_mean, draw_var) = match alt {
+                Some(a)
+                    if a.kind == AlternativeKind::FamilyUntried && draws.uniform() < a.weight =>
+                {
+                    (e.log_mean + a.shift, e.log_var + a.extra)
+                }
+                _ => (e.log_mean, e.log_var),
             };
-            untried.push(extra);
-            sampled[i] = (e.log_mean + draw_var.sqrt() * draws.normal()).exp();
+            alternative.push(alt);
+            sampled[i] = (draw_mean + draw_var.max(0.0).sqrt() * draws.normal()).exp();
             multiplier[i] = objective::multiplier(job.tier.objective, class);
             prior_mean.push(
                 (posterior::prior_log_mean(&job.profile, class.relative_throughput) - job.size)
@@ -143,7 +189,7 @@ impl Classes {
             terms,
             prior_mean,
             infeasible,
-            untried,
+            alternative,
         }
     }
 
@@ -215,21 +261,21 @@ fn choose(
         _ => None,
     };
     let mut sampled = sampled;
-    let mut family_untried = false;
-    // When the draw's class does not pay, a class the job's family never ran on may (the value counts the
-    // alternative that the family's offset there is wrong, which the draw rarely reaches): the one whose
-    // saving most exceeds its cost.
+    let mut by_value = None;
+    // When the draw's class does not pay, a class with an alternative reading may (its value counts the
+    // reading, which the draw rarely reaches): the one whose saving most exceeds its cost.
     if allowed
         && !verdict.is_some_and(|v| v.pays())
         && let Some(e) = exploit
         && let Some((c, v)) = ranked
             .iter()
-            .filter(|&&c| c != e && classes.untried[c].is_some())
+            .filter(|&&c| c != e && classes.alternative[c].is_some())
             .map(|&c| (c, verdict_on(policy, post, job, classes, c, e)))
             .filter(|(_, v)| v.pays())
             .max_by(|a, b| a.1.net().total_cmp(&b.1.net()))
     {
-        (sampled, verdict, family_untried) = (Some(c), Some(v), true);
+        (sampled, verdict) = (Some(c), Some(v));
+        by_value = classes.alternative[c].map(|a| a.kind);
     }
     let explored = allowed && verdict.is_some_and(|v| v.pays());
     if explored && let Some(s) = sampled {
@@ -244,13 +290,13 @@ fn choose(
         preferred: pref,
         verdict,
         explored,
-        family_untried,
+        by_value,
     }
 }
 
-/// The verdict on exploring `s` over the lowest-cost `e` ([`value::of_exploring`]); for a class the job's
-/// family never ran on, the value is the mixture of the two alternatives (the family's offset as its prior
-/// says, or wrong), weighed by how likely each is held.
+/// The verdict on exploring `s` over the lowest-cost `e` ([`value::of_exploring`]); for a class with an
+/// alternative reading, the value is the mixture of the two readings' values, weighed by how likely each
+/// is held.
 fn verdict_on(
     policy: &Policy,
     post: &Posterior,
@@ -275,11 +321,17 @@ fn verdict_on(
         )
     };
     let narrow = of(0.0);
-    match classes.untried[s] {
-        Some(extra) => {
-            let p = interference::PRIOR_WRONG;
+    match classes.alternative[s] {
+        Some(a) => {
+            let other = horizon
+                * value::saving(
+                    classes.log_gap(s, e).max(0.0) + a.shift,
+                    unshared + a.extra,
+                    classes.inputs.log_var[s] + a.extra,
+                    policy.learning.tau,
+                );
             value::Verdict {
-                value: (1.0 - p) * narrow.value + p * of(extra).value,
+                value: (1.0 - a.weight) * narrow.value + a.weight * other,
                 ..narrow
             }
         }

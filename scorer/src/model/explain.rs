@@ -2,7 +2,7 @@
 
 use super::objective::cost::Terms;
 use super::posterior::{JobRef, Posterior};
-use super::{Candidate, Choice, Rule, Why, feasibility, value};
+use super::{AlternativeKind, Candidate, Choice, Rule, Why, feasibility, value};
 use crate::policy::Policy;
 
 /// Names the rule that picked the first of `choice.ranked`. The sentence is only written when asked for
@@ -27,7 +27,7 @@ pub(super) fn why(
                 known: post.estimate(policy, who, s).log_var.sqrt(),
                 contradicted: post.contradicted(who),
                 family_outlier: post.family_offset_contradicted(who, s),
-                family_untried: choice.family_untried,
+                proposed: choice.by_value,
             },
         ),
         (Some(e), _) if choice.ranked.len() == 1 => (Rule::SingleFeasibleClass, Reason::Only { e }),
@@ -69,8 +69,8 @@ pub(crate) enum Reason {
         contradicted: bool,
         /// The job's family's runs on `s` contradict the catalog there.
         family_outlier: bool,
-        /// `s` was proposed as a class the job's family never ran on, not by the draw.
-        family_untried: bool,
+        /// `s` was proposed by the value of an alternative reading of its estimate, not by the draw.
+        proposed: Option<AlternativeKind>,
     },
     Only {
         e: usize,
@@ -112,14 +112,14 @@ impl Reason {
                 known,
                 contradicted,
                 family_outlier,
-                family_untried,
+                proposed,
             } => format!(
                 "exploring {}: {}; its expected cost is {:.4} against {:.4} for {}; {}; {}",
                 name(s),
-                if family_untried {
-                    "no job type of its family has run on it yet (the family's offset there may be far from the catalog's)".to_string()
-                } else {
-                    format!(
+                match proposed {
+                    Some(AlternativeKind::FamilyUntried) => "no job type of its family has run on it yet (the family's offset there may be far from the catalog's)".to_string(),
+                    Some(AlternativeKind::Straggled) => "the job type's only run on it was far slower than expected and may have straggled".to_string(),
+                    None => format!(
                         "its posterior draw costs {:.4}, below {:.4} for {}",
                         sampled_cost[0],
                         sampled_cost[1],
@@ -305,7 +305,7 @@ mod tests {
             known: 0.12,
             contradicted,
             family_outlier,
-            family_untried: false,
+            proposed: None,
         };
         let plain = exploring(false, false).sentence(&p);
         assert!(

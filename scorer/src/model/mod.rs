@@ -292,8 +292,8 @@ impl Rule {
 /// The feasible classes in answer order, and how the first was picked.
 pub(crate) struct Choice {
     pub ranked: Vec<usize>,
-    /// The class of lowest cost, and the class of lowest sampled cost (or, when `family_untried`, the
-    /// class the family never ran on that exploring pays most for).
+    /// The class of lowest cost, and the class of lowest sampled cost (or, when `by_value`, the class with
+    /// an alternative reading that exploring pays most for).
     pub exploit: Option<usize>,
     pub sampled: Option<usize>,
     /// Whether this decision's draw and the budget allowed exploring.
@@ -303,9 +303,18 @@ pub(crate) struct Choice {
     /// The value-of-information verdict on the sampled class (when it is not the lowest-cost one).
     pub verdict: Option<value::Verdict>,
     pub explored: bool,
-    /// Whether `sampled` is a class the job's family never ran on, proposed by its value because the
-    /// draw's class did not pay (not by the draw).
-    pub family_untried: bool,
+    /// When `sampled` was proposed by its value because the draw's class did not pay (not by the draw):
+    /// which alternative reading of its estimate made it pay.
+    pub by_value: Option<AlternativeKind>,
+}
+
+/// Why a class's estimate has a second reading besides the posterior's Gaussian.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AlternativeKind {
+    /// No job type of the job's family has run on it: the family's offset there may be wrong.
+    FamilyUntried,
+    /// The job type's only run there was far slower than expected: it may have straggled.
+    Straggled,
 }
 
 #[derive(Debug, Clone, PartialEq)]

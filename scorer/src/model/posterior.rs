@@ -47,6 +47,7 @@ mod contradicted;
 mod covariance;
 mod linalg;
 mod shared;
+mod straggler;
 mod tenancy;
 
 use std::collections::HashMap;
@@ -62,6 +63,7 @@ use crate::policy::{Policy, RuntimeProfile, WorkloadClass};
 pub(super) use linalg::cholesky_lower;
 use linalg::invert_spd;
 use shared::{Families, Shared};
+pub use straggler::Straggled;
 
 pub(super) const WORKLOADS: usize = 5;
 /// How much wider (standard deviations) the prior of a job type flagged as contradicted is.
@@ -127,6 +129,8 @@ pub struct Posterior {
     log_var: Array2<f64>,
     /// Observations per (slot, class).
     counts: Array2<u64>,
+    /// Per (slot, class) of one run that may have straggled: the reading that it did ([`straggler`]).
+    stragglers: HashMap<(usize, usize), Straggled>,
     /// Per slot: whether its data contradict its prior.
     contradicted: Vec<bool>,
     /// Per slot: the covariance of its (a_j, b_j) and their cross-covariance with the shared parameters.
@@ -174,6 +178,8 @@ pub fn fingerprint(policy: &Policy) -> u64 {
         l.class_offset_stddev,
         l.exponent_stddev,
         l.cell_stddev,
+        l.straggler_share,
+        l.straggler_tail,
     ] {
         v.to_bits().hash(&mut h);
     }
@@ -513,7 +519,8 @@ impl Posterior {
         if offsets_contradicted.iter().any(|&w| w) {
             solved = solve(policy, &slots, &contradicted, &offsets_contradicted);
         }
-        let (log_mean, log_var, counts, shrink) = predict(policy, &slots, &solved, &contradicted);
+        let (log_mean, log_var, counts, shrink, stragglers) =
+            predict(policy, &slots, &solved, &contradicted);
         Self {
             fingerprint: fingerprint(policy),
             shared: Shared::of(policy, &Families::of(policy)),
@@ -524,6 +531,7 @@ impl Posterior {
             log_mean,
             log_var,
             counts,
+            stragglers,
             contradicted,
             blocks: solved.blocks,
             shrink,
@@ -619,6 +627,15 @@ impl Posterior {
         }
     }
 
+    /// The reading that the only run of `job` on class `c` straggled, when it is held possible
+    /// ([`straggler`]).
+    pub fn straggled(&self, job: JobRef, c: usize) -> Option<Straggled> {
+        match job {
+            JobRef::Known(j) => self.stragglers.get(&(j, c)).copied(),
+            JobRef::Unknown(_) => None,
+        }
+    }
+
     /// Whether the data of `job` contradict its prior (it is then learned under a wider one).
     pub fn contradicted(&self, job: JobRef) -> bool {
         match job {
@@ -628,7 +645,13 @@ impl Posterior {
     }
 }
 
-type Predictions = (Array2<f64>, Array2<f64>, Array2<u64>, Array2<f64>);
+type Predictions = (
+    Array2<f64>,
+    Array2<f64>,
+    Array2<u64>,
+    Array2<f64>,
+    HashMap<(usize, usize), Straggled>,
+);
 
 /// Every (slot, class) cell's estimate: the shared prediction combined with the cell's own mean.
 fn predict(policy: &Policy, slots: &[Slot], solved: &Solved, wide: &[bool]) -> Predictions {
@@ -640,6 +663,7 @@ fn predict(policy: &Policy, slots: &[Slot], solved: &Solved, wide: &[bool]) -> P
     let mut log_var = Array2::<f64>::zeros((slots.len(), nc));
     let mut counts = Array2::<u64>::zeros((slots.len(), nc));
     let mut shrink = Array2::<f64>::ones((slots.len(), nc));
+    let mut stragglers = HashMap::new();
     for (j, (slot, block)) in slots.iter().zip(&solved.blocks).enumerate() {
         let vr = v.own(slot, wide[j]).2;
         for c in 0..nc {
@@ -667,6 +691,12 @@ fn predict(policy: &Policy, slots: &[Slot], solved: &Solved, wide: &[bool]) -> P
             var = var.max(0.0);
             if let Some(&(_, n, own)) = slot.cells.iter().find(|cell| cell.0 == c) {
                 counts[[j, c]] = n;
+                if n == 1
+                    && let Some(s) =
+                        straggled(policy, block, z, own, mean, quad(&phi, &solved.cov), vr)
+                {
+                    stragglers.insert((j, c), s);
+                }
                 let k = vr / (vr + v.noise / n as f64);
                 shrink[[j, c]] = 1.0 - k;
                 mean = (1.0 - k) * mean + k * own;
@@ -678,7 +708,27 @@ fn predict(policy: &Policy, slots: &[Slot], solved: &Solved, wide: &[bool]) -> P
             log_var[[j, c]] = var;
         }
     }
-    (log_mean, log_var, counts, shrink)
+    (log_mean, log_var, counts, shrink, stragglers)
+}
+
+/// The reading that a cell's only run (`own`, whose prediction with it is `mean`) straggled, when it is
+/// not negligible ([`straggler`]): the cell's estimate from the job type's block without the run, the
+/// shared parameters' part (of variance `shared_var`) kept.
+fn straggled(
+    policy: &Policy,
+    block: &Block,
+    z: [f64; 2],
+    own: f64,
+    mean: f64,
+    shared_var: f64,
+    vr: f64,
+) -> Option<Straggled> {
+    let noise = policy.learning.tau.powi(2);
+    let base = mean - (z[0] * block.mean[0] + z[1] * block.mean[1]);
+    let (z_mean, z_var) = straggler::leave_out(block, z, own - base, vr + noise)?;
+    let (log_mean, log_var) = (base + z_mean, shared_var + z_var + vr);
+    let weight = straggler::weight(policy, own - log_mean, log_var + noise);
+    (weight > 0.0).then_some(Straggled { weight, log_mean })
 }
 
 fn dot(phi: &[(usize, f64)], theta: &Array1<f64>) -> f64 {

@@ -63,17 +63,22 @@ pub fn horizon(runs: u64) -> f64 {
 /// lowest-cost class's estimate, with run-to-run noise `tau` (ln) and `horizon` future runs.
 pub fn of_exploring(log_gap: f64, unshared: f64, log_var: f64, tau: f64, horizon: f64) -> Verdict {
     let gap = log_gap.max(0.0);
-    let v = log_var.max(0.0);
-    let moves = unshared.max(0.0) / (v + tau * tau).sqrt();
-    let per_run = if moves > 0.0 {
-        moves * improvement(-gap / moves)
-    } else {
-        0.0
-    };
     Verdict {
         cost: gap.exp_m1(),
-        value: horizon * per_run,
+        value: horizon * saving(gap, unshared, log_var, tau),
         horizon,
+    }
+}
+
+/// The expected saving per later run (ln cost) of one run on a class whose expected ln cost is `log_gap`
+/// above the lowest one's (negative: below it, as an alternative reading of its estimate may hold), its
+/// estimate of variance `log_var`, `unshared` of it not shared with the lowest-cost class's.
+pub fn saving(log_gap: f64, unshared: f64, log_var: f64, tau: f64) -> f64 {
+    let moves = unshared.max(0.0) / (log_var.max(0.0) + tau * tau).sqrt();
+    if moves > 0.0 {
+        moves * improvement(-log_gap / moves)
+    } else {
+        (-log_gap).max(0.0)
     }
 }
 
