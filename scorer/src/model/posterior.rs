@@ -101,6 +101,9 @@ struct Slot {
 struct Block {
     mean: [f64; 2],
     cov: [[f64; 2]; 2],
+    /// The precision of (a_j, b_j) given the shared parameters (prior and the job type's cells): `mean` is
+    /// its posterior mean given theirs.
+    precision: [[f64; 2]; 2],
     /// 2 × shared, row-major; empty when the job type has no observations (no correlation).
     cross: Vec<f64>,
 }
@@ -455,6 +458,7 @@ fn recover(l: &Local, s: usize, theta: &Array1<f64>, cov: &Array2<f64>) -> Block
                 ai[1][0] * l.bz[0] + ai[1][1] * l.bz[1],
             ],
             cov: ai,
+            precision: l.a,
             cross: Vec::new(),
         };
     }
@@ -494,6 +498,7 @@ fn recover(l: &Local, s: usize, theta: &Array1<f64>, cov: &Array2<f64>) -> Block
     Block {
         mean,
         cov: bcov,
+        precision: l.a,
         cross,
     }
 }

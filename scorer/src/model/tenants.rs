@@ -279,6 +279,111 @@ mod tests {
     }
 
     #[test]
+    fn another_tenants_runs_neither_make_nor_unmake_a_straggled_reading_of_the_owners() {
+        let p = embedded_default().unwrap();
+        let (a100, h100, l4) = (
+            p.class_index("A100-80GB").unwrap(),
+            p.class_index("H100-80GB").unwrap(),
+            p.class_index("L4-24GB").unwrap(),
+        );
+        // The owner's runs: many on A100, one 3.5x slow on H100 (a possible straggler), none on L4.
+        let mut before = Learned::default();
+        for i in 0..40 {
+            learn(
+                &p,
+                &mut before,
+                &run(
+                    "llm-prod",
+                    "train-llama",
+                    "A100-80GB",
+                    60_000.0,
+                    format!("g{i}"),
+                ),
+            );
+        }
+        learn(
+            &p,
+            &mut before,
+            &run(
+                "llm-prod",
+                "train-llama",
+                "H100-80GB",
+                105_000.0,
+                "g-h".into(),
+            ),
+        );
+        let readings = |l: &Learned| {
+            let mut l = l.clone();
+            let post = l.refresh(&p);
+            let owner = Owners::who(
+                &post,
+                "train-llama",
+                Some("llm-prod"),
+                post.job(&p, "train-llama", crate::policy::WorkloadClass::Training),
+            );
+            let students = Owners::who(
+                &post,
+                "train-llama",
+                Some("students"),
+                post.job(&p, "train-llama", crate::policy::WorkloadClass::Training),
+            );
+            let of = |who| [a100, h100, l4].map(|c| post.straggled(who, c));
+            (of(owner), of(students))
+        };
+        let (owner_before, _) = readings(&before);
+        assert!(
+            owner_before[1].is_some(),
+            "the owner's H100 run may have straggled"
+        );
+        assert!(owner_before[0].is_none() && owner_before[2].is_none());
+        // Another tenant runs the job type fast on H100 (as if to confirm the class) and once, slowly,
+        // on L4 (as if to cast doubt on it): learned under its own name, neither reaches the owner's.
+        let mut after = before.clone();
+        for i in 0..20 {
+            learn(
+                &p,
+                &mut after,
+                &run(
+                    "students",
+                    "train-llama",
+                    "H100-80GB",
+                    20_000.0,
+                    format!("s{i}"),
+                ),
+            );
+        }
+        let expected_on_l4 = {
+            let mut l = after.clone();
+            let post = l.refresh(&p);
+            let who = Owners::who(
+                &post,
+                "train-llama",
+                Some("students"),
+                post.job(&p, "train-llama", crate::policy::WorkloadClass::Training),
+            );
+            post.estimate(&p, who, l4).log_mean.exp()
+        };
+        learn(
+            &p,
+            &mut after,
+            &run(
+                "students",
+                "train-llama",
+                "L4-24GB",
+                3.5 * expected_on_l4,
+                "s-l4".into(),
+            ),
+        );
+        let (owner_after, students) = readings(&after);
+        assert_eq!(owner_after, owner_before);
+        assert!(
+            students[2].is_some(),
+            "the students' own L4 run may have straggled"
+        );
+        assert!(students[1].is_none(), "twenty runs: no straggled reading");
+    }
+
+    #[test]
     fn another_tenants_fake_colocation_puts_nothing_on_the_owners_avoid_list() {
         let p = embedded_default().unwrap();
         let before = gold(&p);

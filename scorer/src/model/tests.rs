@@ -817,21 +817,21 @@ fn a_class_the_family_never_ran_on_is_tried_once_its_runs_to_come_make_it_worth_
     assert!(post.untried_family_class(&p, outside, h200).is_none());
 }
 
-/// `train-llama` (gold) with 40 runs on A100-80GB as the catalog says, and one run on H100-80GB, the
-/// catalog's faster class, `factor` times as long as expected there.
+/// `hpo-sweep` (throughput exponent 1) with 40 runs on L40S-48GB as the catalog says, and one run on
+/// H100-80GB (2.9x as fast by the catalog) `factor` times as long as expected there.
 fn one_slow_run_on_h100(p: &Policy, factor: f64) -> Learned {
     let mut l = Learned::default();
-    let a100 = p.class_index("A100-80GB").unwrap();
+    let l40s = p.class_index("L40S-48GB").unwrap();
     let h100 = p.class_index("H100-80GB").unwrap();
-    let on_a100 = runtime_estimate(p, &l, "train-llama", 1, a100).mean;
-    let on_h100 = runtime_estimate(p, &l, "train-llama", 1, h100).mean;
+    let on_l40s = runtime_estimate(p, &l, "hpo-sweep", 1, l40s).mean;
+    let on_h100 = runtime_estimate(p, &l, "hpo-sweep", 1, h100).mean;
     for _ in 0..40 {
-        observe(p, &mut l, &run("train-llama", "A100-80GB", 1, on_a100, &[]));
+        observe(p, &mut l, &run("hpo-sweep", "L40S-48GB", 1, on_l40s, &[]));
     }
     observe(
         p,
         &mut l,
-        &run("train-llama", "H100-80GB", 1, factor * on_h100, &[]),
+        &run("hpo-sweep", "H100-80GB", 1, factor * on_h100, &[]),
     );
     l
 }
@@ -839,8 +839,8 @@ fn one_slow_run_on_h100(p: &Policy, factor: f64) -> Learned {
 #[test]
 fn a_class_whose_only_run_may_have_straggled_is_tried_again() {
     let req = {
-        let mut r = job("gold", "train-llama", 40.0);
-        r.candidate_classes = vec!["H100-80GB".into(), "A100-80GB".into()];
+        let mut r = job("gold", "hpo-sweep", 16.0);
+        r.candidate_classes = vec!["H100-80GB".into(), "L40S-48GB".into()];
         r
     };
     let tries = |p: &Policy, l: &Learned| {
@@ -852,15 +852,21 @@ fn a_class_whose_only_run_may_have_straggled_is_tried_again() {
             .collect::<Vec<_>>()
     };
     let p = embedded_default().unwrap();
-    // One run 3.5x as long as expected on H100 makes it look dearer than A100 for good under the Gaussian
-    // alone; held a straggler a few % likely, with ~40 runs to come, a second run there pays.
+    // One run 3.5x as long as expected on H100 makes it look dearer than L40S under the Gaussian alone
+    // (the exploiting choice); held a straggler a few % likely, with ~40 runs to come, a second run there
+    // pays.
     let l = one_slow_run_on_h100(&p, 3.5);
-    let h100 = p.class_index("H100-80GB").unwrap();
+    let (h100, l40s) = (
+        p.class_index("H100-80GB").unwrap(),
+        p.class_index("L40S-48GB").unwrap(),
+    );
     let post = l.posterior(&p);
-    let who = post.job(&p, "train-llama", WorkloadClass::Training);
+    let who = post.job(&p, "hpo-sweep", WorkloadClass::Batch);
     let s = post.straggled(who, h100).expect("a straggling reading");
-    assert!(s.weight > 0.005 && s.weight < 0.3, "{s:?}");
-    assert!(s.log_mean < post.estimate(&p, who, h100).log_mean - 0.5);
+    assert!(s.weight > 0.01 && s.weight < 0.3, "{s:?}");
+    // Without the run, H100 is faster than L40S again.
+    assert!(s.log_mean < post.estimate(&p, who, l40s).log_mean);
+    assert!(post.estimate(&p, who, h100).log_mean > post.estimate(&p, who, l40s).log_mean);
     let with = tries(&p, &l);
     assert!(with.len() > 190, "{} of 200", with.len());
     assert!(
@@ -868,20 +874,20 @@ fn a_class_whose_only_run_may_have_straggled_is_tried_again() {
         "{}",
         with[0]
     );
-    // No stragglers held possible: the class is tried only when the draw favours it.
+    // No stragglers held possible: the class is tried only when the draw favours it (about 1 in 4).
     let mut none = p.clone();
     none.learning.straggler_share = 0.0;
     let without = tries(&none, &one_slow_run_on_h100(&none, 3.5));
-    assert!(without.len() < 20, "{} of 200", without.len());
+    assert!(without.len() < 100, "{} of 200", without.len());
     // A run faster than expected, or two slow ones, have no straggling reading.
     let fast = one_slow_run_on_h100(&p, 0.5).posterior(&p);
     assert!(fast.straggled(who, h100).is_none());
     let mut twice = one_slow_run_on_h100(&p, 3.5);
-    let on_h100 = runtime_estimate(&p, &Learned::default(), "train-llama", 1, h100).mean;
+    let on_h100 = runtime_estimate(&p, &Learned::default(), "hpo-sweep", 1, h100).mean;
     observe(
         &p,
         &mut twice,
-        &run("train-llama", "H100-80GB", 1, 3.5 * on_h100, &[]),
+        &run("hpo-sweep", "H100-80GB", 1, 3.5 * on_h100, &[]),
     );
     assert!(twice.posterior(&p).straggled(who, h100).is_none());
 }

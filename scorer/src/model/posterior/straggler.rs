@@ -33,11 +33,12 @@ pub struct Straggled {
     pub log_mean: f64,
 }
 
-/// z·(a_j, b_j) (mean, variance) from the job type's block of parameters without one cell's run: `block`
-/// less the information of an observation `obs` of z·(a_j, b_j) with variance `var`. `None` when what is
-/// left is not a proper Gaussian (rounding; cannot happen while the prior is proper).
+/// z·(a_j, b_j) (mean, variance) from the job type's block of parameters without one cell's run, the
+/// shared parameters held at their posterior mean: `block` less the information of an observation `obs`
+/// of z·(a_j, b_j) with variance `var`. `None` when what is left is not a proper Gaussian (rounding; the
+/// prior's information is always left).
 pub(super) fn leave_out(block: &Block, z: [f64; 2], obs: f64, var: f64) -> Option<(f64, f64)> {
-    let p = super::inverse2(block.cov);
+    let p = block.precision;
     let h = [
         p[0][0] * block.mean[0] + p[0][1] * block.mean[1],
         p[1][0] * block.mean[0] + p[1][1] * block.mean[1],
