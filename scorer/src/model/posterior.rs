@@ -636,7 +636,9 @@ impl Posterior {
     /// ([`straggler`]).
     pub fn straggled(&self, job: JobRef, c: usize) -> Option<Straggled> {
         match job {
-            JobRef::Known(j) => self.stragglers.get(&(j, c)).copied(),
+            // Only a cell of one run has one: most lookups end at the count, not the hash.
+            JobRef::Known(j) if self.counts[[j, c]] == 1 => self.stragglers.get(&(j, c)).copied(),
+            JobRef::Known(_) => None,
             JobRef::Unknown(_) => None,
         }
     }
