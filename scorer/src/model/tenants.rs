@@ -161,6 +161,16 @@ mod tests {
         }
     }
 
+    /// Who `train-llama` is for `tenant`'s requests.
+    fn llama_of(p: &Policy, post: &crate::model::posterior::Posterior, tenant: &str) -> JobRef {
+        Owners::who(
+            post,
+            "train-llama",
+            Some(tenant),
+            post.job(p, "train-llama", crate::policy::WorkloadClass::Training),
+        )
+    }
+
     /// Gold's 15 real runs of `train-llama` (the numbers).
     fn gold(p: &Policy) -> Learned {
         let mut l = Learned::default();
@@ -261,12 +271,7 @@ mod tests {
             // The students read their own estimate.
             let mut mine = l.clone();
             let post = mine.refresh(&p);
-            let who = Owners::who(
-                &post,
-                "train-llama",
-                Some("students"),
-                post.job(&p, "train-llama", crate::policy::WorkloadClass::Training),
-            );
+            let who = llama_of(&p, &post, "students");
             let own = post
                 .estimate(&p, who, p.class_index(class).unwrap())
                 .seconds()
@@ -315,18 +320,8 @@ mod tests {
         let readings = |l: &Learned| {
             let mut l = l.clone();
             let post = l.refresh(&p);
-            let owner = Owners::who(
-                &post,
-                "train-llama",
-                Some("llm-prod"),
-                post.job(&p, "train-llama", crate::policy::WorkloadClass::Training),
-            );
-            let students = Owners::who(
-                &post,
-                "train-llama",
-                Some("students"),
-                post.job(&p, "train-llama", crate::policy::WorkloadClass::Training),
-            );
+            let owner = llama_of(&p, &post, "llm-prod");
+            let students = llama_of(&p, &post, "students");
             let of = |who| [a100, h100, l4].map(|c| post.straggled(who, c));
             (of(owner), of(students))
         };
@@ -355,12 +350,7 @@ mod tests {
         let expected_on_l4 = {
             let mut l = after.clone();
             let post = l.refresh(&p);
-            let who = Owners::who(
-                &post,
-                "train-llama",
-                Some("students"),
-                post.job(&p, "train-llama", crate::policy::WorkloadClass::Training),
-            );
+            let who = llama_of(&p, &post, "students");
             post.estimate(&p, who, l4).log_mean.exp()
         };
         learn(
