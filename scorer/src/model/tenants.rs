@@ -293,30 +293,16 @@ mod tests {
         );
         // The owner's runs: many on A100, one 3.5x slow on H100 (a possible straggler), none on L4.
         let mut before = Learned::default();
-        for i in 0..40 {
+        let owners = (0..40)
+            .map(|i| ("A100-80GB", 60_000.0, format!("g{i}")))
+            .chain([("H100-80GB", 105_000.0, "g-h".to_string())]);
+        for (class, runtime, id) in owners {
             learn(
                 &p,
                 &mut before,
-                &run(
-                    "llm-prod",
-                    "train-llama",
-                    "A100-80GB",
-                    60_000.0,
-                    format!("g{i}"),
-                ),
+                &run("llm-prod", "train-llama", class, runtime, id),
             );
         }
-        learn(
-            &p,
-            &mut before,
-            &run(
-                "llm-prod",
-                "train-llama",
-                "H100-80GB",
-                105_000.0,
-                "g-h".into(),
-            ),
-        );
         let readings = |l: &Learned| {
             let mut l = l.clone();
             let post = l.refresh(&p);
@@ -333,19 +319,12 @@ mod tests {
         assert!(owner_before[0].is_none() && owner_before[2].is_none());
         // Another tenant runs the job type fast on H100 (as if to confirm the class) and once, slowly,
         // on L4 (as if to cast doubt on it): learned under its own name, neither reaches the owner's.
+        let students = |l: &mut Learned, class: &str, runtime: f64, id: String| {
+            learn(&p, l, &run("students", "train-llama", class, runtime, id));
+        };
         let mut after = before.clone();
         for i in 0..20 {
-            learn(
-                &p,
-                &mut after,
-                &run(
-                    "students",
-                    "train-llama",
-                    "H100-80GB",
-                    20_000.0,
-                    format!("s{i}"),
-                ),
-            );
+            students(&mut after, "H100-80GB", 20_000.0, format!("s{i}"));
         }
         let expected_on_l4 = {
             let mut l = after.clone();
@@ -353,17 +332,7 @@ mod tests {
             let who = llama_of(&p, &post, "students");
             post.estimate(&p, who, l4).log_mean.exp()
         };
-        learn(
-            &p,
-            &mut after,
-            &run(
-                "students",
-                "train-llama",
-                "L4-24GB",
-                3.5 * expected_on_l4,
-                "s-l4".into(),
-            ),
-        );
+        students(&mut after, "L4-24GB", 3.5 * expected_on_l4, "s-l4".into());
         let (owner_after, students) = readings(&after);
         assert_eq!(owner_after, owner_before);
         assert!(
