@@ -157,16 +157,16 @@ impl Classes {
             // family's offset wrong) as often as it is held likely. (A straggled run's reading counts in
             // the value of exploring only: see [`Alternative::of`].)
             let alt = Alternative::of(policy, post, job, i, e);
-            let (draw_mean, draw_var) = match alt {
+            let draw_var = match alt {
                 Some(a)
                     if a.kind == AlternativeKind::FamilyUntried && draws.uniform() < a.weight =>
                 {
-                    (e.log_mean + a.shift, e.log_var + a.extra)
+                    e.log_var + a.extra
                 }
-                _ => (e.log_mean, e.log_var),
+                _ => e.log_var,
             };
             alternative.push(alt);
-            sampled[i] = (draw_mean + draw_var.max(0.0).sqrt() * draws.normal()).exp();
+            sampled[i] = (e.log_mean + draw_var.sqrt() * draws.normal()).exp();
             multiplier[i] = objective::multiplier(job.tier.objective, class);
             prior_mean.push(
                 (posterior::prior_log_mean(&job.profile, class.relative_throughput) - job.size)
