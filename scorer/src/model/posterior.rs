@@ -61,7 +61,7 @@ use super::tenants;
 use super::unlisted::UnlistedJobTypes;
 use crate::policy::{Policy, RuntimeProfile, WorkloadClass};
 pub(super) use linalg::cholesky_lower;
-use linalg::invert_spd;
+use linalg::{Mat2, inverse2, invert_spd, mul2, quad2};
 use shared::{Families, Shared};
 pub use straggler::Straggled;
 
@@ -100,10 +100,10 @@ struct Slot {
 #[derive(Debug, Clone)]
 struct Block {
     mean: [f64; 2],
-    cov: [[f64; 2]; 2],
+    cov: Mat2,
     /// The precision of (a_j, b_j) given the shared parameters (prior and the job type's cells): `mean` is
     /// its posterior mean given theirs.
-    precision: [[f64; 2]; 2],
+    precision: Mat2,
     /// 2 × shared, row-major; empty when the job type has no observations (no correlation).
     cross: Vec<f64>,
 }
@@ -316,7 +316,7 @@ impl Variances {
 /// One job type's contribution before elimination: its 2×2 precision, vector, and coupling to the shared
 /// parameters (2 × shared, only `cols` non-zero).
 struct Local {
-    a: [[f64; 2]; 2],
+    a: Mat2,
     bz: [f64; 2],
     coupling: Vec<f64>,
     cols: Vec<usize>,
@@ -354,14 +354,6 @@ fn local(shared: Shared, xs: &[f64], slot: &Slot, v: Variances, wide: bool) -> L
         coupling,
         cols,
     }
-}
-
-fn inverse2(m: [[f64; 2]; 2]) -> [[f64; 2]; 2] {
-    let det = m[0][0] * m[1][1] - m[0][1] * m[1][0];
-    [
-        [m[1][1] / det, -m[0][1] / det],
-        [-m[1][0] / det, m[0][0] / det],
-    ]
 }
 
 /// The exact posterior of every parameter, each job type's block eliminated first.
@@ -453,10 +445,7 @@ fn recover(l: &Local, s: usize, theta: &Array1<f64>, cov: &Array2<f64>) -> Block
     let ai = inverse2(l.a);
     if l.cols.is_empty() {
         return Block {
-            mean: [
-                ai[0][0] * l.bz[0] + ai[0][1] * l.bz[1],
-                ai[1][0] * l.bz[0] + ai[1][1] * l.bz[1],
-            ],
+            mean: mul2(ai, l.bz),
             cov: ai,
             precision: l.a,
             cross: Vec::new(),
@@ -468,11 +457,7 @@ fn recover(l: &Local, s: usize, theta: &Array1<f64>, cov: &Array2<f64>) -> Block
             .map(|&i| l.coupling[r * s + i] * theta[i])
             .sum()
     };
-    let rhs = [l.bz[0] - bt(0), l.bz[1] - bt(1)];
-    let mean = [
-        ai[0][0] * rhs[0] + ai[0][1] * rhs[1],
-        ai[1][0] * rhs[0] + ai[1][1] * rhs[1],
-    ];
+    let mean = mul2(ai, [l.bz[0] - bt(0), l.bz[1] - bt(1)]);
     // M = A⁻¹ B over the non-zero columns.
     let m = |r: usize, i: usize| ai[r][0] * l.coupling[i] + ai[r][1] * l.coupling[s + i];
     let mut cross = vec![0.0; 2 * s];
@@ -681,14 +666,12 @@ fn predict(policy: &Policy, slots: &[Slot], solved: &Solved, wide: &[bool]) -> P
                 + z[0] * block.mean[0]
                 + z[1] * block.mean[1]
                 + dot(&phi, &solved.mean);
-            let mut var = quad(&phi, &solved.cov);
-            for r in 0..2 {
-                for q in 0..2 {
-                    var += z[r] * z[q] * block.cov[r][q];
-                }
-                if !block.cross.is_empty() {
+            let shared_var = quad(&phi, &solved.cov);
+            let mut var = shared_var + quad2(block.cov, z);
+            if !block.cross.is_empty() {
+                for (r, zr) in z.iter().enumerate() {
                     var += 2.0
-                        * z[r]
+                        * zr
                         * phi
                             .iter()
                             .map(|&(i, f)| f * block.cross[r * s + i])
@@ -699,8 +682,7 @@ fn predict(policy: &Policy, slots: &[Slot], solved: &Solved, wide: &[bool]) -> P
             if let Some(&(_, n, own)) = slot.cells.iter().find(|cell| cell.0 == c) {
                 counts[[j, c]] = n;
                 if n == 1
-                    && let Some(s) =
-                        straggled(policy, block, z, own, mean, quad(&phi, &solved.cov), vr)
+                    && let Some(s) = straggled(policy, block, z, own, mean, shared_var, vr)
                 {
                     stragglers.insert((j, c), s);
                 }

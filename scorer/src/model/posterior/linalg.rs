@@ -1,5 +1,32 @@
-//! Cholesky factor and inverse of the posterior's symmetric positive-definite matrices.
+//! Cholesky factor and inverse of the posterior's symmetric positive-definite matrices, and the 2×2
+//! arithmetic of a job type's own block of parameters (a_j, b_j).
 use ndarray::Array2;
+
+/// A 2×2 matrix (a job type's block: its precision or covariance).
+pub(super) type Mat2 = [[f64; 2]; 2];
+
+/// The inverse of a 2×2 matrix.
+pub(super) fn inverse2(m: Mat2) -> Mat2 {
+    let det = m[0][0] * m[1][1] - m[0][1] * m[1][0];
+    [
+        [m[1][1] / det, -m[0][1] / det],
+        [-m[1][0] / det, m[0][0] / det],
+    ]
+}
+
+/// m·v.
+pub(super) fn mul2(m: Mat2, v: [f64; 2]) -> [f64; 2] {
+    [
+        m[0][0] * v[0] + m[0][1] * v[1],
+        m[1][0] * v[0] + m[1][1] * v[1],
+    ]
+}
+
+/// zᵀ·m·z.
+pub(super) fn quad2(m: Mat2, z: [f64; 2]) -> f64 {
+    let mz = mul2(m, z);
+    z[0] * mz[0] + z[1] * mz[1]
+}
 
 /// The lower Cholesky factor `L` of a symmetric positive-definite matrix (`m = L·Lᵀ`), a diagonal floored at
 /// 1e-150 so that a near-singular matrix never divides by zero.

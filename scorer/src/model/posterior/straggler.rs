@@ -17,6 +17,7 @@
 //! readings ([`crate::model::decide`]), and may propose the class for that value alone; the exploiting
 //! estimate and the posterior draw stay the Gaussian ones. Two runs that both straggled are π² likely, so a cell of two runs or more, or
 //! one faster than predicted (stragglers are only slower), keeps the one reading.
+use super::linalg::{inverse2, mul2, quad2};
 use super::{Block, WIDE};
 use crate::model::interference::PRIOR_WRONG;
 use crate::policy::Policy;
@@ -39,10 +40,7 @@ pub struct Straggled {
 /// prior's information is always left).
 pub(super) fn leave_out(block: &Block, z: [f64; 2], obs: f64, var: f64) -> Option<(f64, f64)> {
     let p = block.precision;
-    let h = [
-        p[0][0] * block.mean[0] + p[0][1] * block.mean[1],
-        p[1][0] * block.mean[0] + p[1][1] * block.mean[1],
-    ];
+    let h = mul2(p, block.mean);
     let mut q = p;
     let mut g = h;
     for r in 0..2 {
@@ -55,16 +53,9 @@ pub(super) fn leave_out(block: &Block, z: [f64; 2], obs: f64, var: f64) -> Optio
     if !(det > 0.0 && q[0][0] > 0.0) {
         return None;
     }
-    let cov = super::inverse2(q);
-    let mean = [
-        cov[0][0] * g[0] + cov[0][1] * g[1],
-        cov[1][0] * g[0] + cov[1][1] * g[1],
-    ];
-    let z_mean = z[0] * mean[0] + z[1] * mean[1];
-    let z_var = (0..2)
-        .map(|r| (0..2).map(|k| z[r] * z[k] * cov[r][k]).sum::<f64>())
-        .sum::<f64>();
-    Some((z_mean, z_var))
+    let cov = inverse2(q);
+    let mean = mul2(cov, g);
+    Some((z[0] * mean[0] + z[1] * mean[1], quad2(cov, z)))
 }
 
 /// How likely a run `excess` (ln) slower than its leave-one-out prediction of variance `predictive`
