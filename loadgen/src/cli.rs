@@ -50,6 +50,12 @@ pub struct LearnArgs {
     /// spec-sheet priors) or `classic` (the first, easier benchmark); e.g. `cluster,sia`.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "cluster,sia")]
     pub truth: Vec<TruthKind>,
+    /// Runs of each seed with the scorer's own randomness moved (`learning.seed` + 0, 1, …, N−1; the truth
+    /// and the job stream unchanged): one run of a learner is one draw of its posterior samples and
+    /// exploration, so with N > 1 every row is the mean over all runs and whether a seed is below its best
+    /// static class is judged on the mean of its N runs.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub learner_seeds: u64,
     /// Job types of the `cluster` truth (the policy's first, then listed and unlisted ones alternately).
     #[arg(long, default_value_t = 26)]
     pub job_types: usize,

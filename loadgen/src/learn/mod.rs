@@ -74,10 +74,13 @@ pub async fn run(args: LearnArgs) -> Result<i32> {
     let mut summaries = Vec::new();
     for &kind in &truths {
         let mut reports = Vec::with_capacity(seeds.len());
-        for &seed in &seeds {
-            let report = run_seed(&args, kind, seed).await?;
+        for (seed, learner) in seeds
+            .iter()
+            .flat_map(|&s| (0..args.learner_seeds).map(move |l| (s, l)))
+        {
+            let report = run_seed(&args, kind, seed, learner).await?;
             report.print();
-            if let Some(path) = &args.svg {
+            if let Some(path) = args.svg.as_ref().filter(|_| learner == 0) {
                 let name = svg_path(path, kind, seed, seeds.len(), truths.len());
                 report::plot(&name, &report)?;
             }
@@ -124,8 +127,14 @@ fn svg_path(path: &Path, kind: TruthKind, seed: u64, seeds: usize, truths: usize
 }
 
 /// The policy, catalog and truth of one seed: the policy the scorers run gets the spot tier (and, for the
-/// cluster truth, its listed job types; for the Sia truth, its measured classes and job types).
-fn setup(args: &LearnArgs, kind: TruthKind, seed: u64) -> Result<(Value, Catalog, Truth)> {
+/// cluster truth, its listed job types; for the Sia truth, its measured classes and job types), and its
+/// `learning.seed` moved by `learner` (0: the policy's own).
+fn setup(
+    args: &LearnArgs,
+    kind: TruthKind,
+    seed: u64,
+    learner: u64,
+) -> Result<(Value, Catalog, Truth)> {
     let text = match &args.policy {
         Some(p) => {
             std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?
@@ -133,6 +142,7 @@ fn setup(args: &LearnArgs, kind: TruthKind, seed: u64) -> Result<(Value, Catalog
         None => DEFAULT_POLICY.to_string(),
     };
     let mut policy: Value = serde_yaml::from_str(&text).context("parsing the policy")?;
+    move_learner_seed(&mut policy, learner)?;
     let sizes = (kind == TruthKind::Sia).then(|| sia::rewrite_policy(&mut policy, seed));
     add_spot_tier(&mut policy);
     let mut cat = Catalog::from_policy(&policy)?;
@@ -144,17 +154,37 @@ fn setup(args: &LearnArgs, kind: TruthKind, seed: u64) -> Result<(Value, Catalog
     Ok((policy, cat, truth))
 }
 
+/// Adds `by` to the policy's `learning.seed` (the seed mixed into every decision's draws).
+fn move_learner_seed(policy: &mut Value, by: u64) -> Result<()> {
+    if by == 0 {
+        return Ok(());
+    }
+    let learning = policy
+        .get_mut("learning")
+        .and_then(Value::as_mapping_mut)
+        .context("the policy has no `learning` section")?;
+    let own = learning.get("seed").and_then(Value::as_u64).unwrap_or(0);
+    learning.insert("seed".into(), own.wrapping_add(by).into());
+    Ok(())
+}
+
 /// The two scorers of one run (learning, prior-only), started on the written policy.
 async fn start_scorers(
     args: &LearnArgs,
     policy: &Value,
     kind: TruthKind,
     seed: u64,
+    learner: u64,
 ) -> Result<[Service; 2]> {
     let work = match &args.work_dir {
         Some(d) => d.join(format!(
-            "{}-seed-{seed}",
-            format!("{kind:?}").to_lowercase()
+            "{}-seed-{seed}{}",
+            format!("{kind:?}").to_lowercase(),
+            if learner > 0 {
+                format!("-learner-{learner}")
+            } else {
+                String::new()
+            }
         )),
         None => tempfile::Builder::new()
             .prefix("loadgen-learn-")
@@ -245,10 +275,16 @@ fn workload_pb(name: &str) -> pb::WorkloadClass {
     }
 }
 
-/// One seed: fresh scorers, `--decisions` jobs, the avoid-lists at the end.
-async fn run_seed(args: &LearnArgs, kind: TruthKind, seed: u64) -> Result<Report> {
-    let (policy, cat, truth) = setup(args, kind, seed)?;
-    let services = start_scorers(args, &policy, kind, seed).await?;
+/// One seed, with the scorer's randomness moved by `learner_seed`: fresh scorers, `--decisions` jobs, the
+/// avoid-lists at the end.
+async fn run_seed(
+    args: &LearnArgs,
+    kind: TruthKind,
+    seed: u64,
+    learner_seed: u64,
+) -> Result<Report> {
+    let (policy, cat, truth) = setup(args, kind, seed, learner_seed)?;
+    let services = start_scorers(args, &policy, kind, seed, learner_seed).await?;
     let mut learner = client(&services[0]).await?;
     let mut prior = client(&services[1]).await?;
     let threshold = learner
@@ -322,7 +358,9 @@ async fn run_seed(args: &LearnArgs, kind: TruthKind, seed: u64) -> Result<Report
         avoid,
         avoid_prior,
     };
-    Ok(Report::build(args, kind, seed, &cat, &truth, &outcome))
+    let mut report = Report::build(args, kind, seed, &cat, &truth, &outcome);
+    report.learner_seed = learner_seed;
+    Ok(report)
 }
 
 /// Reports one run; 1 when the scorer refused it (`INVALID_ARGUMENT`: a scorer that learns only the job

@@ -118,6 +118,8 @@ pub struct JobsToWithin {
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub seed: u64,
+    /// How far the scorer's `learning.seed` was moved for this run (`--learner-seeds`; 0: the policy's own).
+    pub learner_seed: u64,
     pub truth: String,
     pub job_types: usize,
     pub unlisted_job_types: usize,
@@ -339,6 +341,7 @@ impl Report {
         let runs = colocated_runs(cat.jobs.len(), decisions);
         Self {
             seed,
+            learner_seed: 0,
             truth: format!("{kind:?}").to_lowercase(),
             job_types: cat.jobs.len(),
             unlisted_job_types: cat.jobs.iter().filter(|j| !j.listed).count(),
@@ -375,9 +378,14 @@ impl Report {
     pub fn print(&self) {
         let pct = |x: f64| format!("{:+.1}%", 100.0 * x);
         println!(
-            "loadgen learn: truth {}, seed {}, {} job types ({} unlisted), {} decisions ({} with no feasible class skipped), feedback delay {}, {} observations refused",
+            "loadgen learn: truth {}, seed {}{}, {} job types ({} unlisted), {} decisions ({} with no feasible class skipped), feedback delay {}, {} observations refused",
             self.truth,
             self.seed,
+            if self.learner_seed > 0 {
+                format!(" (learner seed +{})", self.learner_seed)
+            } else {
+                String::new()
+            },
             self.job_types,
             self.unlisted_job_types,
             self.decisions,
@@ -484,8 +492,8 @@ impl Summary {
             ("whole run: scorer", |r| r.all.scorer),
             ("whole run: best static", |r| r.all.best_static),
             ("whole run: prior-only", |r| r.all.prior_only),
-            ("seeds below best static, whole run (fraction)", |r| {
-                f64::from(u8::from(r.all.scorer < r.all.best_static))
+            ("seeds below best static, whole run (fraction)", |_| {
+                unreachable!("computed per seed: below_best_static")
             }),
             ("whole run, prior contradicted: scorer", |r| {
                 r.all_contradicted.scorer
@@ -510,13 +518,20 @@ impl Summary {
                 r.exploration.share_last_25pct
             }),
         ];
-        Self {
-            seeds: reports.iter().map(|r| r.seed).collect(),
-            rows: rows
-                .iter()
-                .map(|(name, get)| (name.to_string(), Spread::of(reports.iter().map(get))))
-                .collect(),
-        }
+        let mut seeds: Vec<u64> = reports.iter().map(|r| r.seed).collect();
+        seeds.dedup();
+        let rows = rows
+            .iter()
+            .map(|(name, get)| {
+                let spread = if name.starts_with("seeds below best static") {
+                    Spread::of(below_best_static(reports, &seeds))
+                } else {
+                    Spread::of(reports.iter().map(get))
+                };
+                (name.to_string(), spread)
+            })
+            .collect();
+        Self { seeds, rows }
     }
 
     pub fn print(&self, truth: &str) {
@@ -533,6 +548,19 @@ impl Summary {
             );
         }
     }
+}
+
+/// Per seed, 1 when the mean whole-run regret of its runs (one per learner seed) is below its best static
+/// class's (the same for every run of the seed: the truth and the job stream do not move), else 0.
+fn below_best_static<'a>(
+    reports: &'a [Report],
+    seeds: &'a [u64],
+) -> impl Iterator<Item = f64> + 'a {
+    seeds.iter().map(|&seed| {
+        let runs: Vec<&Report> = reports.iter().filter(|r| r.seed == seed).collect();
+        let scorer = mean(runs.iter().map(|r| r.all.scorer));
+        f64::from(u8::from(scorer < runs[0].all.best_static))
+    })
 }
 
 /// A row's number: a percentage for regrets and shares, else two decimals.
