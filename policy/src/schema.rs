@@ -432,7 +432,7 @@ impl Default for LearningSpec {
             gamma: 1.0,
             tau: 0.2,
             prior_strength: 4.0,
-            exploration_cap: 0.1,
+            exploration_cap: 0.2,
             exploration_window: 200,
             seed: 0,
             gpu_scaling_exponent: default_gpu_scaling_exponent(),

@@ -51,9 +51,9 @@ fn repo_file(rel: &str) -> String {
 /// The default policy in Enforce; the team's with exploration off (another version, the same tiers).
 fn policies() -> (String, String) {
     let text = repo_file("deploy/kustomize/base/policy/default-policy.yaml");
-    assert!(text.contains("  mode: Warn") && text.contains("  explorationCap: 0.1"));
+    assert!(text.contains("  mode: Warn") && text.contains("  explorationCap: 0.2"));
     let cluster = text.replace("  mode: Warn", "  mode: Enforce");
-    let team = cluster.replace("  explorationCap: 0.1", "  explorationCap: 0.0");
+    let team = cluster.replace("  explorationCap: 0.2", "  explorationCap: 0.0");
     (cluster, team)
 }
 

@@ -50,10 +50,10 @@ fn exploring_policy() -> String {
     )
     .expect("the default policy");
     assert!(
-        text.contains("  explorationCap: 0.1"),
+        text.contains("  explorationCap: 0.2"),
         "policy layout changed"
     );
-    text.replace("  explorationCap: 0.1", "  explorationCap: 1.0")
+    text.replace("  explorationCap: 0.2", "  explorationCap: 1.0")
 }
 
 fn job(name: &str) -> Value {

@@ -232,7 +232,7 @@ fn errors_name_file_field_and_reason() {
         "{e}"
     );
 
-    let e = errors(&DEFAULT_POLICY_YAML.replace("  explorationCap: 0.1", "  explorationCap: 1.5"));
+    let e = errors(&DEFAULT_POLICY_YAML.replace("  explorationCap: 0.2", "  explorationCap: 1.5"));
     assert!(has(&e, "learning.explorationCap", "[0, 1]"), "{e}");
 
     let e = errors(&DEFAULT_POLICY_YAML.replace(

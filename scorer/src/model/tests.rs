@@ -647,7 +647,7 @@ fn close_alternative(p: &Policy, l: &mut Learned, best: usize, close: usize) {
 fn curious_policy() -> Policy {
     let yaml = DEFAULT_POLICY_YAML
         .replace("  explorationWindow: 200", "  explorationWindow: 20")
-        .replace("  explorationCap: 0.1", "  explorationCap: 0.25");
+        .replace("  explorationCap: 0.2", "  explorationCap: 0.25");
     parse(&yaml, "test").unwrap()
 }
 
@@ -695,7 +695,7 @@ fn exploration_through_score_respects_the_cap_and_keeps_coming_back() {
 
 #[test]
 fn a_zero_cap_never_explores() {
-    let yaml = DEFAULT_POLICY_YAML.replace("  explorationCap: 0.1", "  explorationCap: 0.0");
+    let yaml = DEFAULT_POLICY_YAML.replace("  explorationCap: 0.2", "  explorationCap: 0.0");
     let p = parse(&yaml, "test").unwrap();
     let mut l = Learned::default();
     observe(&p, &mut l, &run("notebook", "L4-24GB", 1, 7_000.0, &[]));
@@ -754,7 +754,7 @@ pub(crate) fn family_policy_text(family: bool) -> String {
 fn family_ran_on_h100(family: bool) -> (Policy, Learned) {
     let text = family_policy_text(family)
         .replace("  explorationWindow: 200", "  explorationWindow: 20")
-        .replace("  explorationCap: 0.1", "  explorationCap: 0.25");
+        .replace("  explorationCap: 0.2", "  explorationCap: 0.25");
     let p = parse(&text, "test").unwrap();
     let mut l = Learned::default();
     for _ in 0..150 {
