@@ -350,6 +350,7 @@ async fn run_seed(
     let avoid = avoid_lists(&cat, &tiers[0].0, &mut learner).await?;
     let avoid_prior = avoid_lists(&cat, &tiers[0].0, &mut prior).await?;
     let outcome = Outcome {
+        learner_seed,
         decisions,
         infeasible,
         refused,
@@ -358,9 +359,7 @@ async fn run_seed(
         avoid,
         avoid_prior,
     };
-    let mut report = Report::build(args, kind, seed, &cat, &truth, &outcome);
-    report.learner_seed = learner_seed;
-    Ok(report)
+    Ok(Report::build(args, kind, seed, &cat, &truth, &outcome))
 }
 
 /// Reports one run; 1 when the scorer refused it (`INVALID_ARGUMENT`: a scorer that learns only the job

@@ -28,6 +28,8 @@ use crate::cli::{LearnArgs, TruthKind};
 /// What one seed's run produced, for [`Report::build`].
 #[derive(Debug, Clone)]
 pub struct Outcome {
+    /// How far the scorer's `learning.seed` was moved for this run (`--learner-seeds`).
+    pub learner_seed: u64,
     pub decisions: Vec<Decision>,
     pub infeasible: usize,
     /// Observations the scorer refused (job types it does not learn).
@@ -341,7 +343,7 @@ impl Report {
         let runs = colocated_runs(cat.jobs.len(), decisions);
         Self {
             seed,
-            learner_seed: 0,
+            learner_seed: o.learner_seed,
             truth: format!("{kind:?}").to_lowercase(),
             job_types: cat.jobs.len(),
             unlisted_job_types: cat.jobs.iter().filter(|j| !j.listed).count(),
@@ -482,51 +484,83 @@ pub struct Summary {
     pub rows: Vec<(String, Spread)>,
 }
 
+/// How a summary row is taken: one number per run, or one per seed from all its runs (one per learner seed).
+enum Of {
+    Run(fn(&Report) -> f64),
+    Seed(fn(&[&Report]) -> f64),
+}
+
 impl Summary {
     pub fn of(reports: &[Report]) -> Self {
-        type Get = fn(&Report) -> f64;
-        let rows: [(&str, Get); 17] = [
-            ("last 25%: scorer", |r| r.last_25pct.scorer),
-            ("last 25%: best static", |r| r.last_25pct.best_static),
-            ("last 25%: prior-only", |r| r.last_25pct.prior_only),
-            ("whole run: scorer", |r| r.all.scorer),
-            ("whole run: best static", |r| r.all.best_static),
-            ("whole run: prior-only", |r| r.all.prior_only),
-            ("seeds below best static, whole run (fraction)", |_| {
-                unreachable!("computed per seed: below_best_static")
-            }),
-            ("whole run, prior contradicted: scorer", |r| {
-                r.all_contradicted.scorer
-            }),
-            ("whole run, unlisted: scorer", |r| r.all_unlisted.scorer),
-            ("jobs per job type until within 5% (median)", |r| {
-                r.jobs_to_within_5pct.median
-            }),
-            ("job types never within 5%", |r| {
-                r.jobs_to_within_5pct.never as f64
-            }),
-            ("avoid-list precision", |r| r.avoid_list.precision),
-            ("avoid-list recall", |r| r.avoid_list.recall),
-            ("avoid-list: harmful pairs never co-located", |r| {
-                r.avoid_list.by_runs[0].0 as f64 / r.avoid_list.truly_harmful.max(1) as f64
-            }),
-            ("avoid-list recall, prior-only", |r| {
-                r.avoid_list_prior_only.recall
-            }),
-            ("exploration share", |r| r.exploration.share),
-            ("exploration share, last 25%", |r| {
-                r.exploration.share_last_25pct
-            }),
+        let rows: [(&str, Of); 17] = [
+            ("last 25%: scorer", Of::Run(|r| r.last_25pct.scorer)),
+            (
+                "last 25%: best static",
+                Of::Run(|r| r.last_25pct.best_static),
+            ),
+            ("last 25%: prior-only", Of::Run(|r| r.last_25pct.prior_only)),
+            ("whole run: scorer", Of::Run(|r| r.all.scorer)),
+            ("whole run: best static", Of::Run(|r| r.all.best_static)),
+            ("whole run: prior-only", Of::Run(|r| r.all.prior_only)),
+            // The mean of the seed's runs against its best static class (the same for every run of a
+            // seed: the truth and the job stream do not move with the learner seed).
+            (
+                "seeds below best static, whole run (fraction)",
+                Of::Seed(|runs| {
+                    let scorer = mean(runs.iter().map(|r| r.all.scorer));
+                    f64::from(u8::from(scorer < runs[0].all.best_static))
+                }),
+            ),
+            (
+                "whole run, prior contradicted: scorer",
+                Of::Run(|r| r.all_contradicted.scorer),
+            ),
+            (
+                "whole run, unlisted: scorer",
+                Of::Run(|r| r.all_unlisted.scorer),
+            ),
+            (
+                "jobs per job type until within 5% (median)",
+                Of::Run(|r| r.jobs_to_within_5pct.median),
+            ),
+            (
+                "job types never within 5%",
+                Of::Run(|r| r.jobs_to_within_5pct.never as f64),
+            ),
+            ("avoid-list precision", Of::Run(|r| r.avoid_list.precision)),
+            ("avoid-list recall", Of::Run(|r| r.avoid_list.recall)),
+            (
+                "avoid-list: harmful pairs never co-located",
+                Of::Run(|r| {
+                    r.avoid_list.by_runs[0].0 as f64 / r.avoid_list.truly_harmful.max(1) as f64
+                }),
+            ),
+            (
+                "avoid-list recall, prior-only",
+                Of::Run(|r| r.avoid_list_prior_only.recall),
+            ),
+            ("exploration share", Of::Run(|r| r.exploration.share)),
+            (
+                "exploration share, last 25%",
+                Of::Run(|r| r.exploration.share_last_25pct),
+            ),
         ];
-        let mut seeds: Vec<u64> = reports.iter().map(|r| r.seed).collect();
-        seeds.dedup();
-        let rows = rows
+        let mut seeds: Vec<u64> = Vec::new();
+        for r in reports {
+            if !seeds.contains(&r.seed) {
+                seeds.push(r.seed);
+            }
+        }
+        let by_seed: Vec<Vec<&Report>> = seeds
             .iter()
-            .map(|(name, get)| {
-                let spread = if name.starts_with("seeds below best static") {
-                    Spread::of(below_best_static(reports, &seeds))
-                } else {
-                    Spread::of(reports.iter().map(get))
+            .map(|&s| reports.iter().filter(|r| r.seed == s).collect())
+            .collect();
+        let rows = rows
+            .into_iter()
+            .map(|(name, of)| {
+                let spread = match of {
+                    Of::Run(get) => Spread::of(reports.iter().map(get)),
+                    Of::Seed(get) => Spread::of(by_seed.iter().map(|runs| get(runs))),
                 };
                 (name.to_string(), spread)
             })
@@ -548,19 +582,6 @@ impl Summary {
             );
         }
     }
-}
-
-/// Per seed, 1 when the mean whole-run regret of its runs (one per learner seed) is below its best static
-/// class's (the same for every run of the seed: the truth and the job stream do not move), else 0.
-fn below_best_static<'a>(
-    reports: &'a [Report],
-    seeds: &'a [u64],
-) -> impl Iterator<Item = f64> + 'a {
-    seeds.iter().map(|&seed| {
-        let runs: Vec<&Report> = reports.iter().filter(|r| r.seed == seed).collect();
-        let scorer = mean(runs.iter().map(|r| r.all.scorer));
-        f64::from(u8::from(scorer < runs[0].all.best_static))
-    })
 }
 
 /// A row's number: a percentage for regrets and shares, else two decimals.

@@ -61,7 +61,7 @@ use super::tenants;
 use super::unlisted::UnlistedJobTypes;
 use crate::policy::{Policy, RuntimeProfile, WorkloadClass};
 pub(super) use linalg::cholesky_lower;
-use linalg::{Mat2, inverse2, invert_spd, mul2, quad2};
+use linalg::{Mat2, dot2, inverse2, invert_spd, mul2, quad2};
 use shared::{Families, Shared};
 pub use straggler::Straggled;
 
@@ -663,8 +663,7 @@ fn predict(policy: &Policy, slots: &[Slot], solved: &Solved, wide: &[bool]) -> P
             let z = [1.0, -x];
             let phi = shared.features(slot.workload, slot.family, c, x);
             let mut mean = -slot.profile.throughput_exponent * x
-                + z[0] * block.mean[0]
-                + z[1] * block.mean[1]
+                + dot2(z, block.mean)
                 + dot(&phi, &solved.mean);
             let shared_var = quad(&phi, &solved.cov);
             let mut var = shared_var + quad2(block.cov, z);
@@ -713,7 +712,7 @@ fn straggled(
     vr: f64,
 ) -> Option<Straggled> {
     let noise = policy.learning.tau.powi(2);
-    let base = mean - (z[0] * block.mean[0] + z[1] * block.mean[1]);
+    let base = mean - dot2(z, block.mean);
     let (z_mean, z_var) = straggler::leave_out(block, z, own - base, vr + noise)?;
     let (log_mean, log_var) = (base + z_mean, shared_var + z_var + vr);
     let weight = straggler::weight(policy, own - log_mean, log_var + noise);

@@ -22,10 +22,14 @@ pub(super) fn mul2(m: Mat2, v: [f64; 2]) -> [f64; 2] {
     ]
 }
 
+/// u·v.
+pub(super) fn dot2(u: [f64; 2], v: [f64; 2]) -> f64 {
+    u[0] * v[0] + u[1] * v[1]
+}
+
 /// zᵀ·m·z.
 pub(super) fn quad2(m: Mat2, z: [f64; 2]) -> f64 {
-    let mz = mul2(m, z);
-    z[0] * mz[0] + z[1] * mz[1]
+    dot2(z, mul2(m, z))
 }
 
 /// The lower Cholesky factor `L` of a symmetric positive-definite matrix (`m = L·Lᵀ`), a diagonal floored at

@@ -17,7 +17,7 @@
 //! readings ([`crate::model::decide`]), and may propose the class for that value alone; the exploiting
 //! estimate and the posterior draw stay the Gaussian ones. Two runs that both straggled are π² likely, so a cell of two runs or more, or
 //! one faster than predicted (stragglers are only slower), keeps the one reading.
-use super::linalg::{inverse2, mul2, quad2};
+use super::linalg::{dot2, inverse2, mul2, quad2};
 use super::{Block, WIDE};
 use crate::model::interference::PRIOR_WRONG;
 use crate::policy::Policy;
@@ -55,7 +55,7 @@ pub(super) fn leave_out(block: &Block, z: [f64; 2], obs: f64, var: f64) -> Optio
     }
     let cov = inverse2(q);
     let mean = mul2(cov, g);
-    Some((z[0] * mean[0] + z[1] * mean[1], quad2(cov, z)))
+    Some((dot2(z, mean), quad2(cov, z)))
 }
 
 /// How likely a run `excess` (ln) slower than its leave-one-out prediction of variance `predictive`
