@@ -1,6 +1,7 @@
 //! The webhooks, offline: each review goes through exactly what the frontend runs for it — `review::decode`,
 //! `mutate_pod::admit` over offline ports (the workload from the owner given, the scorer's `Score` — its
-//! `Core`, in process, on a fresh learned state or a snapshot), `review::encode`; `review::decode_object`, `validate_pod::decide`,
+//! `Core`, in process, on a fresh learned state or a snapshot), `review::encode`; `review::decode_object`, `validate_pod::admit` over offline ports (the usage snapshot as
+//! the quota's),
 //! `review::encode_verdict` — as a frontend without a cluster decides (`--no-kube`: tiers given, PriorityClasses
 //! from the policy's buckets). Each call is kept as an [`Exchange`] (the review and the AdmissionReview answered),
 //! which the tests replay against the running webhooks.
@@ -8,12 +9,15 @@
 use std::sync::{Arc, Mutex};
 
 use futures_executor::block_on;
-use gpu_admission_core::admission::Facts;
 use gpu_admission_core::admission::mutate_pod::{
     self, Admitted, MutatePorts, Outcome, ScorerOutcome,
 };
-use gpu_admission_core::admission::validate_pod::{self, Allowance, Check, Reason};
-use gpu_admission_core::authority::Grants;
+use gpu_admission_core::admission::validate_pod::{
+    self, Allowance, Check, QuotaStep, QuotaUnavailable, Reason, Reservation, ValidatePorts,
+    Validated,
+};
+use gpu_admission_core::authority::{Grants, Permission};
+use gpu_admission_core::facts::Facts;
 use gpu_admission_core::pod::gpu_resources::ClaimTemplates;
 use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::quota::{self, Usage};
@@ -21,6 +25,7 @@ use gpu_admission_core::review::{self, Answer, Content, Verdict};
 use gpu_admission_core::tier_bound::NoNodes;
 use gpu_admission_core::workload::{self, OwnerFacts, WorkloadRef};
 use gpu_admission_proto::scorer::v1::ScoreRequest;
+use k8s_openapi::api::authentication::v1::UserInfo;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
 use kube_core::admission::AdmissionRequest;
@@ -258,15 +263,16 @@ impl Engine {
             owner: if self.options.no_kube { None } else { owner },
             core: &self.core,
             decided_at: self.options.decided_at,
+            usage: &self.usage,
         };
-        let admitted = block_on(mutate_pod::admit(uid, req, &self.policy, &ports));
+        let mutated = block_on(mutate_pod::admit(uid, req, &self.policy, &ports));
         Mutation {
-            outcome: admitted.outcome().as_str(),
-            skipped: match &admitted {
-                Admitted::Skipped(skip) => Some(skip.0),
+            outcome: mutated.outcome().as_str(),
+            skipped: match &mutated.admitted {
+                Admitted::Skipped(skip) => Some(skip.as_str()),
                 _ => None,
             },
-            answer: admitted.into_answer(),
+            answer: mutated.answer,
         }
     }
 
@@ -281,48 +287,9 @@ impl Engine {
                 undecidable: vec![format!("the review cannot be read: {why}")],
             },
             Ok(req) => {
-                let tier_of = |ns: &str| self.tier_of(ns);
-                let grants = Grants::offline(&self.policy, &req.user_info);
-                let facts = Facts {
-                    tier_of: &tier_of,
-                    priority_classes: None,
-                    claim_templates: &self.options.claims,
-                    nodes: &NoNodes,
-                    grants: &grants,
-                };
-                let (check, mut verdict) = validate_pod::decide(req, &self.policy, &facts);
-                let quota_note = if verdict.denied.is_none() {
-                    self.quota(req, &facts, &mut verdict)
-                } else {
-                    None
-                };
-                let note = match check {
-                    Check::NotOurs(why) => Some(format!("not ours: {why}")),
-                    Check::Allowed(why) if why != Allowance::WithinTier => {
-                        Some(why.as_str().to_string())
-                    }
-                    _ => None,
-                };
-                let note = match (note, quota_note) {
-                    (Some(a), Some(b)) => Some(format!("{a}; {b}")),
-                    (a, b) => a.or(b),
-                };
-                let undecidable = match &check {
-                    Check::Violations { violations, .. } => violations
-                        .iter()
-                        .filter(|v| v.reason == Reason::Undecidable)
-                        .map(|v| match v.path.as_str() {
-                            "Pod" => v.what.clone(),
-                            path => format!("{path}: {}", v.what),
-                        })
-                        .collect(),
-                    _ => Vec::new(),
-                };
-                Validation {
-                    verdict,
-                    note,
-                    undecidable,
-                }
+                let ports = OfflineValidate { engine: self };
+                let validated = block_on(validate_pod::admit(req, &self.policy, &ports));
+                validation_of(validated)
             }
         };
         let response =
@@ -336,32 +303,99 @@ impl Engine {
     }
 }
 
-impl Engine {
-    /// The quota of a Pod CREATE against the usage snapshot (with `--usage`): the record as a note, the
-    /// verdict as the frontend answers it; an admitted Pod is added to the usage.
-    fn quota(
-        &self,
-        req: &AdmissionRequest<kube_core::DynamicObject>,
-        facts: &Facts<'_>,
-        verdict: &mut Verdict,
-    ) -> Option<String> {
-        let mut usage = self.usage.lock().unwrap_or_else(|e| e.into_inner());
-        let usage = usage.as_mut()?;
-        if let Some(message) = quota::workload_answer(req, &self.policy, facts, verdict) {
-            return Some(message);
-        }
-        let (tier, namespace, counted) = quota::of_request(req, &self.policy, facts)?;
-        let policy = self.policy.policy.as_deref()?;
-        let decision = quota::decide(policy, &tier, &namespace, &counted, usage)?;
-        quota::answer(&decision, req, policy, facts, self.policy.mode, verdict);
-        if verdict.denied.is_none() {
-            usage.add(&tier, &namespace, &counted, 1);
-        }
-        Some(format!(
+/// What the CLI reports of a `/validate-pod` answer: the verdict, why it let an object through without a word
+/// (the quota record among it), and what could not be decided.
+fn validation_of(validated: Validated) -> Validation {
+    let note = match &validated.check {
+        Check::NotOurs(why) => Some(format!("not ours: {why}")),
+        Check::Allowed(why) if *why != Allowance::WithinTier => Some(why.as_str().to_string()),
+        _ => None,
+    };
+    let quota_note = match &validated.quota {
+        Some(QuotaStep::NeverFits { message, .. }) => Some(message.clone()),
+        Some(QuotaStep::Decided { decision, .. }) => Some(format!(
             "{}: {}",
             quota::QUOTA_ANNOTATION,
             decision.record()
-        ))
+        )),
+        _ => None,
+    };
+    let note = match (note, quota_note) {
+        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+        (a, b) => a.or(b),
+    };
+    let undecidable = match &validated.check {
+        Check::Violations { violations, .. } => violations
+            .iter()
+            .filter(|v| v.reason == Reason::Undecidable)
+            .map(|v| match v.path.as_str() {
+                "Pod" => v.what.clone(),
+                path => format!("{path}: {}", v.what),
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    Validation {
+        verdict: validated.verdict,
+        note,
+        undecidable,
+    }
+}
+
+/// The ports of `/validate-pod` offline: the given tiers, the claims among the inputs, no Nodes, the usage
+/// snapshot (with `--usage`) as the quota's usage, an admitted Pod added to it.
+struct OfflineValidate<'e> {
+    engine: &'e Engine,
+}
+
+impl ValidatePorts for OfflineValidate<'_> {
+    fn with_facts<R>(&self, grants: &Grants, f: impl FnOnce(&Facts<'_>) -> R) -> R {
+        let tier_of = |ns: &str| self.engine.tier_of(ns);
+        f(&Facts {
+            tier_of: &tier_of,
+            priority_classes: None,
+            claim_templates: &self.engine.options.claims,
+            nodes: &NoNodes,
+            grants,
+        })
+    }
+
+    /// Offline there is no RBAC to ask: only the policy's deprecated admin lists grant.
+    async fn grants(&self, user: &UserInfo, _wanted: &[Permission]) -> Grants {
+        Grants::offline(&self.engine.policy, user)
+    }
+
+    fn holds_quotas(&self) -> bool {
+        self.engine.lock_usage().is_some()
+    }
+
+    async fn reserve(
+        &self,
+        ask: &quota::Ask,
+        _uid: &str,
+        keep: bool,
+        decide: &(dyn Fn(&Usage) -> Reservation + Sync),
+    ) -> Result<Option<quota::Decision>, QuotaUnavailable> {
+        let mut usage = self.engine.lock_usage();
+        let Some(usage) = usage.as_mut() else {
+            return Ok(None);
+        };
+        Ok(match decide(usage) {
+            Reservation::NoQuota => None,
+            Reservation::Refused(d) => Some(d),
+            Reservation::Reserve(d) => {
+                if keep {
+                    usage.add(&ask.0, &ask.1, &ask.2, 1);
+                }
+                Some(d)
+            }
+        })
+    }
+}
+
+impl Engine {
+    fn lock_usage(&self) -> std::sync::MutexGuard<'_, Option<Usage>> {
+        self.usage.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -371,6 +405,8 @@ struct Offline<'r> {
     owner: Option<&'r OwnerFacts>,
     core: &'r Core,
     decided_at: Option<OffsetDateTime>,
+    /// The usage snapshot (with `--usage`): the quota step's record and borrowing class.
+    usage: &'r Mutex<Option<Usage>>,
 }
 
 impl MutatePorts for Offline<'_> {
@@ -396,5 +432,9 @@ impl MutatePorts for Offline<'_> {
 
     fn now(&self) -> OffsetDateTime {
         self.decided_at.unwrap_or_else(OffsetDateTime::now_utc)
+    }
+
+    fn quota_usage(&self) -> Option<Usage> {
+        self.usage.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }

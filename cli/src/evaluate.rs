@@ -5,9 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use gpu_admission_core::admission::validate_pod::templates::pod_templates;
 use gpu_admission_core::names::decision;
 use gpu_admission_core::placement::reachable_classes;
+use gpu_admission_core::pod::templates::pod_templates;
 use gpu_admission_core::workload::OwnerFacts;
 use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;

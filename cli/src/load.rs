@@ -11,8 +11,8 @@ use anyhow::{Context, bail};
 use serde::Deserialize as _;
 use serde_json::{Value, json};
 
-use gpu_admission_core::admission::validate_pod::templates::pod_templates;
 use gpu_admission_core::names::DEFAULT_TIER_LABEL;
+use gpu_admission_core::pod::templates::pod_templates;
 use gpu_admission_core::policy::{PolicySnapshot, TierScope};
 
 /// One object of the input and where it came from.

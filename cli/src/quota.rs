@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use gpu_admission_core::admission::Facts;
 use gpu_admission_core::authority::Grants;
+use gpu_admission_core::facts::Facts;
 use gpu_admission_core::pod::gpu_resources::NoClaimTemplates;
 use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::quota::figures::{Figure, figures};

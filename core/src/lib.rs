@@ -14,6 +14,7 @@
 
 pub mod admission;
 pub mod authority;
+pub mod facts;
 pub mod floor;
 pub mod names;
 pub mod ns_lock;

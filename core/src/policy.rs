@@ -472,6 +472,28 @@ impl PolicySnapshot {
     }
 }
 
+impl PolicySnapshot {
+    /// The borrowers' PriorityClass of the policy's quotas (`quotas.borrowingPriorityClass`): the cluster's
+    /// class of that name when the caller reads the cluster's (none when the cluster lacks it: a quota never
+    /// names a class the scheduler does not know); without a cluster (`--no-kube`, the CLI) the class as the
+    /// policy states it, preempting nobody as the shipped one does.
+    pub fn borrowing_class(
+        &self,
+        cluster: Option<&dyn PriorityClassLookup>,
+    ) -> Option<PriorityClassFacts> {
+        let stated = self.policy.as_deref()?.quotas.borrowing.as_ref()?;
+        match cluster {
+            Some(lookup) => lookup.priority_class(&stated.name),
+            None => Some(PriorityClassFacts {
+                name: stated.name.clone(),
+                value: stated.value,
+                preemption_policy: Some("Never".to_string()),
+                global_default: false,
+            }),
+        }
+    }
+}
+
 impl PriorityClassLookup for PolicySnapshot {
     fn priority_class(&self, name: &str) -> Option<PriorityClassFacts> {
         self.priority_classes.get(name).cloned()

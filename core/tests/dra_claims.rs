@@ -63,12 +63,12 @@ fn a_pod_claiming_gpus_from_a_template_is_a_gpu_pod() {
     let elsewhere = |_: &str, name: &str| lookup("other", name);
     assert_eq!(
         decide::triage_with(req, |_| Some("gold".into()), &policy, &elsewhere).unwrap_err(),
-        Skip("no GPU requested")
+        Skip::NoGpu
     );
     // Without a readable template the claim is noted but not counted (it could be a NIC).
     let none: &dyn ClaimTemplates = &NoClaimTemplates;
     assert_eq!(
         decide::triage_with(req, |_| Some("gold".into()), &policy, none).unwrap_err(),
-        Skip("no GPU requested")
+        Skip::NoGpu
     );
 }

@@ -5,11 +5,11 @@
 use std::cell::RefCell;
 
 use futures_executor::block_on;
-use gpu_admission_core::admission::Facts;
 use gpu_admission_core::admission::mutate_pod::{
     self, Admitted, AnswerKey, MutatePorts, ScorerOutcome,
 };
 use gpu_admission_core::authority::Grants;
+use gpu_admission_core::facts::Facts;
 use gpu_admission_core::pod::gpu_resources::NoClaimTemplates;
 use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::review::{self, Content};
@@ -108,7 +108,8 @@ fn a_dry_run_reaches_the_scorer_as_one_and_is_not_kept() {
             sent: RefCell::default(),
             kept: RefCell::default(),
         };
-        let admitted = block_on(mutate_pod::admit(&incoming.uid, req, &policy, &ports));
+        let admitted =
+            block_on(mutate_pod::admit(&incoming.uid, req, &policy, &ports)).into_admitted();
         assert!(matches!(admitted, Admitted::Decided(_)), "{admitted:?}");
         let sent = ports.sent.into_inner();
         assert_eq!(sent.len(), 1);

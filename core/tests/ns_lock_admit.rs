@@ -1,4 +1,4 @@
-//! `mutate_pod::admit` beside a namespace-restricted instance (issue 38): the cluster-wide instance never
+//! `mutate_pod::admit` beside a namespace-restricted instance: the cluster-wide instance never
 //! calls its scorer for a namespace whose `gpu-admission-ns-lock` Lease is active, but a Pod that comes
 //! without its tier bound still leaves bound (a tenant's own Lease chooses her scorer, never her tier); an
 //! expired Lease gives the namespace back; a restricted instance answers nothing outside its namespaces.
@@ -7,12 +7,12 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 use futures_executor::block_on;
-use gpu_admission_core::admission::Facts;
 use gpu_admission_core::admission::mutate_pod::{
     self, Admitted, Held, MutatePorts, Outcome, ScorerOutcome,
 };
 use gpu_admission_core::authority::Grants;
-use gpu_admission_core::ns_lock::{self, Instance, NsLock, WhoScores};
+use gpu_admission_core::facts::Facts;
+use gpu_admission_core::ns_lock::{Instance, NsLock};
 use gpu_admission_core::pod::gpu_resources::NoClaimTemplates;
 use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::review::{self, Content};
@@ -55,8 +55,12 @@ impl MutatePorts for Ports<'_> {
         }))
     }
 
-    fn who_scores(&self, namespace: &str) -> WhoScores {
-        ns_lock::who_scores(&self.instance, namespace, self.locks.get(namespace), NOW)
+    fn instance(&self) -> &Instance {
+        &self.instance
+    }
+
+    fn ns_lock(&self, namespace: &str) -> Option<NsLock> {
+        self.locks.get(namespace).cloned()
     }
 
     fn now(&self) -> OffsetDateTime {
@@ -120,7 +124,7 @@ fn admit(
         locks,
         calls: RefCell::default(),
     };
-    let admitted = block_on(mutate_pod::admit(&incoming.uid, req, policy, &ports));
+    let admitted = block_on(mutate_pod::admit(&incoming.uid, req, policy, &ports)).into_admitted();
     let outcome = admitted.outcome();
     let patch = match &admitted {
         Admitted::Decided(d) => d.decision.answer.patch.operations(),

@@ -15,13 +15,13 @@
 
 pub mod placement_oracle;
 
-use gpu_admission_core::admission::Facts;
 use gpu_admission_core::admission::mutate_pod::{
     self, Admitted, Capped, Held, MutatePorts, ScorerOutcome, Scoring,
 };
 use gpu_admission_core::admission::validate_pod;
 use gpu_admission_core::authority::Grants;
-use gpu_admission_core::ns_lock::WhoScores;
+use gpu_admission_core::facts::Facts;
+use gpu_admission_core::ns_lock::NsLock;
 use gpu_admission_core::pod::gpu_resources::NoClaimTemplates;
 use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::review::{self, Answer, Content};
@@ -231,15 +231,14 @@ impl MutatePorts for Scripted<'_, '_, '_> {
         OffsetDateTime::UNIX_EPOCH
     }
 
-    fn who_scores(&self, _namespace: &str) -> WhoScores {
-        if self.leased {
-            WhoScores::Restricted {
-                holder: "a tenant's Lease".into(),
-                until: OffsetDateTime::UNIX_EPOCH + time::Duration::hours(1),
-            }
-        } else {
-            WhoScores::Here
-        }
+    /// A Lease in every namespace when `leased` (a restricted instance's, or a tenant's own), valid for an
+    /// hour from [`Self::now`].
+    fn ns_lock(&self, _namespace: &str) -> Option<NsLock> {
+        self.leased.then(|| NsLock {
+            holder: Some("a tenant's Lease".into()),
+            renewed: Some(OffsetDateTime::UNIX_EPOCH),
+            duration_secs: Some(3600),
+        })
     }
 }
 
@@ -286,14 +285,16 @@ pub fn check_mutate(body: &[u8], policy: &PolicySnapshot, score: &mut Score<'_>)
         outcome: RefCell::new(Script::Scorer(score)),
         leased: false,
     };
-    let real = match block_on(mutate_pod::admit(&incoming.uid, req, policy, &first_call)) {
+    let real = match block_on(mutate_pod::admit(&incoming.uid, req, policy, &first_call))
+        .into_admitted()
+    {
         Admitted::Decided(d) => d,
         Admitted::Capped(capped) => return check_capped(body, capped),
         Admitted::Elsewhere(_) => {
-            unreachable!("these ports leave who_scores at Here: no Lease holds the namespace")
+            unreachable!("these ports hold no Lease for the namespace")
         }
         Admitted::Skipped(skip) => {
-            if skip.0 == "no GPU requested"
+            if skip == mutate_pod::triage::Skip::NoGpu
                 && let Some(name) = req.object.as_ref().and_then(vendor_gpu_resource)
             {
                 panic!(
@@ -322,7 +323,7 @@ pub fn check_mutate(body: &[u8], policy: &PolicySnapshot, score: &mut Score<'_>)
             outcome: RefCell::new(Script::Given(outcome)),
             leased: false,
         };
-        match block_on(mutate_pod::admit(&incoming.uid, req, policy, &given)) {
+        match block_on(mutate_pod::admit(&incoming.uid, req, policy, &given)).into_admitted() {
             Admitted::Decided(d) => decided.push(d),
             other => panic!("the same Pod was decided, then not: {other:?}"),
         }
@@ -337,7 +338,9 @@ pub fn check_mutate(body: &[u8], policy: &PolicySnapshot, score: &mut Score<'_>)
     // The Lease is looked up by the request's namespace (the apiserver always sends it for a Pod).
     let held = match req.namespace {
         None => None,
-        Some(_) => match block_on(mutate_pod::admit(&incoming.uid, req, policy, &leased)) {
+        Some(_) => match block_on(mutate_pod::admit(&incoming.uid, req, policy, &leased))
+            .into_admitted()
+        {
             Admitted::Elsewhere(e) => Some(e.held),
             other => panic!("a Pod of a leased namespace was not left to its holder: {other:?}"),
         },

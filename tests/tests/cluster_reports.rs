@@ -16,8 +16,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use gpu_admission_core::admission::Facts;
 use gpu_admission_core::admission::validate_pod;
+use gpu_admission_core::facts::Facts;
 use gpu_admission_core::pod::gpu_resources::NoClaimTemplates;
 use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::tier_bound::NoNodes;

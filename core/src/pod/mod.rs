@@ -1,4 +1,6 @@
-//! What a Pod asks for: its job features (read from annotations and resources) and its GPU resources.
+//! What a Pod asks for: its job features (read from annotations and resources), its GPU resources, and the
+//! Pods an object describes (a Pod itself, or the pod templates of any workload).
 
 pub mod features;
 pub mod gpu_resources;
+pub mod templates;

@@ -1,4 +1,4 @@
-//! Elastic GPU quotas (issue 37): THE quota decision, a pure function of (a Pod's GPU demand, its tier and
+//! Elastic GPU quotas: THE quota decision, a pure function of (a Pod's GPU demand, its tier and
 //! namespace, the classes it may be counted against, a usage snapshot, the policy's quotas).
 //!
 //! - [`demand`]: what a Pod counts as, in milli-GPUs per class, and the classes it is counted against;
@@ -377,6 +377,9 @@ pub fn never_fits(
     })
 }
 
+/// What a Pod of a namespace counts against its tier's quota: (tier, namespace, count).
+pub type Ask = (String, String, demand::Counted);
+
 /// The tier quota of a tier, for callers that want to know whether counting matters at all.
 pub fn tier_quota<'p>(policy: &'p Policy, tier: &str) -> Option<&'p TierQuota> {
     policy.quotas.tier(policy.tier_index(tier)?)
@@ -388,8 +391,8 @@ pub fn tier_quota<'p>(policy: &'p Policy, tier: &str) -> Option<&'p TierQuota> {
 pub fn of_request(
     req: &kube_core::admission::AdmissionRequest<kube_core::DynamicObject>,
     snapshot: &crate::policy::PolicySnapshot,
-    facts: &crate::admission::Facts<'_>,
-) -> Option<(String, String, demand::Counted)> {
+    facts: &crate::facts::Facts<'_>,
+) -> Option<Ask> {
     if req.operation != kube_core::admission::Operation::Create
         || !req.kind.group.is_empty()
         || req.kind.kind != "Pod"
@@ -402,7 +405,7 @@ pub fn of_request(
         .namespace
         .as_deref()
         .or(object.metadata.namespace.as_deref())?;
-    let pod = crate::admission::validate_pod::templates::described_pods(object, true)
+    let pod = crate::pod::templates::described_pods(object, true)
         .into_iter()
         .next()?
         .pod;
@@ -415,8 +418,8 @@ pub fn of_pod_in(
     pod: &k8s_openapi::api::core::v1::Pod,
     namespace: &str,
     snapshot: &crate::policy::PolicySnapshot,
-    facts: &crate::admission::Facts<'_>,
-) -> Option<(String, String, demand::Counted)> {
+    facts: &crate::facts::Facts<'_>,
+) -> Option<Ask> {
     use crate::policy::TierScope;
     let tier = match snapshot.tier_for((facts.tier_of)(namespace).as_deref()) {
         TierScope::Tier(t) | TierScope::Defaulted { tier: t, .. } => t,
@@ -467,6 +470,8 @@ pub enum QuotaViolation {
     OverMax,
     /// Beyond a `min` at a priority above the borrowers' PriorityClass.
     BorrowingAboveClass,
+    /// The quota could not be decided (its reservation could not be written).
+    Undecided,
 }
 
 impl QuotaViolation {
@@ -475,6 +480,7 @@ impl QuotaViolation {
         match self {
             QuotaViolation::OverMax => "over_quota",
             QuotaViolation::BorrowingAboveClass => "borrowing_above_class",
+            QuotaViolation::Undecided => "quota_undecided",
         }
     }
 }
@@ -490,20 +496,17 @@ impl QuotaViolation {
 pub fn answer(
     decision: &Decision,
     req: &kube_core::admission::AdmissionRequest<kube_core::DynamicObject>,
-    policy: &Policy,
-    facts: &crate::admission::Facts<'_>,
-    mode: gpu_admission_proto::scorer::v1::EnforcementMode,
+    policy: &crate::policy::PolicySnapshot,
+    facts: &crate::facts::Facts<'_>,
     verdict: &mut crate::review::Verdict,
 ) -> Option<(QuotaViolation, String)> {
+    let mode = policy.mode;
     if let Some(message) = decision.over_max_message() {
         respond(&message, mode, verdict);
         return Some((QuotaViolation::OverMax, message));
     }
     let class = policy
-        .quotas
-        .borrowing
-        .as_ref()
-        .and_then(|b| facts.priority_classes?.priority_class(&b.name))
+        .borrowing_class(facts.priority_classes)
         .filter(|_| decision.standing == Standing::Borrowing)?;
     let priority = req
         .object
@@ -543,13 +546,13 @@ fn respond(
 /// `spec.parallelism` (else `spec.replicas`, else 1) can never fit a `max` of its tier or namespace: answered
 /// under the policy's mode as an over-max Pod is. Nested templates (JobSet, LeaderWorkerSet, …) count once
 /// each: their replica counts are not read, so such a workload is never denied for a count it does not have.
-/// `Some(message)` when it can never fit.
+/// `Some((tier, message))` when it can never fit.
 pub fn workload_answer(
     req: &kube_core::admission::AdmissionRequest<kube_core::DynamicObject>,
     snapshot: &crate::policy::PolicySnapshot,
-    facts: &crate::admission::Facts<'_>,
+    facts: &crate::facts::Facts<'_>,
     verdict: &mut crate::review::Verdict,
-) -> Option<String> {
+) -> Option<(String, String)> {
     use crate::policy::TierScope;
     if req.operation != kube_core::admission::Operation::Create
         || (req.kind.group.is_empty() && req.kind.kind == "Pod")
@@ -574,7 +577,7 @@ pub fn workload_answer(
         .find_map(|k| spec?.get(*k)?.as_u64())
         .unwrap_or(1)
         .min(u64::from(u32::MAX)) as u32;
-    let message = crate::admission::validate_pod::templates::described_pods(object, false)
+    let message = crate::pod::templates::described_pods(object, false)
         .iter()
         .find_map(|d| {
             let counted = demand::of_pod(
@@ -600,7 +603,7 @@ pub fn workload_answer(
             })
         })?;
     respond(&message, snapshot.mode, verdict);
-    Some(message)
+    Some((tier, message))
 }
 
 /// What `/mutate-pod` adds to a GPU Pod of a quota'd tier, given the Pod as the rest of the patch leaves it

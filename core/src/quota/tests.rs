@@ -244,8 +244,8 @@ fn a_pod_counts_in_whole_gpu_equivalents_against_its_classes() {
 
 #[test]
 fn a_workload_whose_replicas_never_fit_is_answered_at_creation() {
-    use crate::admission::Facts;
     use crate::authority::Grants;
+    use crate::facts::Facts;
     use crate::review::Verdict;
     use gpu_admission_proto::scorer::v1::EnforcementMode;
     use kube_core::admission::AdmissionRequest;
@@ -277,7 +277,8 @@ fn a_workload_whose_replicas_never_fit_is_answered_at_creation() {
     let mut v = Verdict::default();
     assert_eq!(workload_answer(&job(16), &snap, &facts, &mut v), None);
     assert_eq!(v, Verdict::default());
-    let m = workload_answer(&job(17), &snap, &facts, &mut v).unwrap();
+    let (tier, m) = workload_answer(&job(17), &snap, &facts, &mut v).unwrap();
+    assert_eq!(tier, "bronze");
     assert_eq!(
         m,
         "gpu-admission: Job batch/wide (spec.template): 17 Pods of 2 GPUs each need 34 L4-24GB, above the \
@@ -353,8 +354,8 @@ fn a_borrower_gets_the_borrowers_class_and_every_quota_pod_the_record() {
 
 #[test]
 fn a_borrower_above_the_borrowers_class_is_answered_and_one_within_min_is_not() {
-    use crate::admission::Facts;
     use crate::authority::Grants;
+    use crate::facts::Facts;
     use crate::priority_class::PriorityClassFacts;
     use crate::review::Verdict;
     use gpu_admission_proto::scorer::v1::EnforcementMode;
@@ -370,11 +371,13 @@ fn a_borrower_above_the_borrowers_class_is_answered_and_one_within_min_is_not() 
         },
     )]
     .into();
+    // A cluster without the borrowers' class: the scheduler knows no such class, nothing is answered.
+    let lacking: std::collections::HashMap<String, PriorityClassFacts> = Default::default();
     let tier_of = |_: &str| Some("bronze".to_string());
     let grants = Grants::none();
     let facts = |with_class: bool| Facts {
         tier_of: &tier_of,
-        priority_classes: with_class.then_some(&classes as _),
+        priority_classes: Some(if with_class { &classes } else { &lacking }),
         claim_templates: &NoClaimTemplates,
         nodes: &NoNodes,
         grants: &grants,
@@ -402,8 +405,10 @@ fn a_borrower_above_the_borrowers_class_is_answered_and_one_within_min_is_not() 
     )
     .unwrap();
     let run = |d: &Decision, priority: Option<i64>, with_class: bool, mode| {
+        let mut snapshot = PolicySnapshot::from_policy(p.clone());
+        snapshot.mode = mode;
         let mut v = Verdict::default();
-        let a = answer(d, &pod_req(priority), &p, &facts(with_class), mode, &mut v);
+        let a = answer(d, &pod_req(priority), &snapshot, &facts(with_class), &mut v);
         (a, v)
     };
     // Mutated against an older usage: still at the tier's priority, now borrowing.

@@ -8,10 +8,10 @@
 
 use std::collections::BTreeMap;
 
-use gpu_admission_core::admission::Facts;
-use gpu_admission_core::admission::validate_pod::templates::described_pods;
 use gpu_admission_core::admission::validate_pod::{self, Check, Violation};
+use gpu_admission_core::facts::Facts;
 use gpu_admission_core::pod::features;
+use gpu_admission_core::pod::templates::described_pods;
 use gpu_admission_core::policy::{PolicySnapshot, mode_name};
 use gpu_admission_proto::scorer::v1::EnforcementMode;
 use kube::core::admission::{AdmissionRequest, Operation};

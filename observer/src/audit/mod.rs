@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpu_admission_core::admission::Facts;
+use gpu_admission_core::facts::Facts;
 use gpu_admission_core::policy::PolicySnapshot;
 use k8s_openapi::jiff::Timestamp;
 use kube::core::DynamicObject;

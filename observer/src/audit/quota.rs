@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use gpu_admission_core::admission::Facts;
+use gpu_admission_core::facts::Facts;
 use gpu_admission_core::policy::{PolicySnapshot, mode_name};
 use gpu_admission_core::quota::{self, QUOTA_ANNOTATION, QuotaViolation, demand::Counted};
 use k8s_openapi::api::core::v1::Pod;

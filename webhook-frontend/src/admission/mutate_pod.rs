@@ -5,10 +5,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use gpu_admission_core::admission::Facts;
 use gpu_admission_core::admission::mutate_pod::{
     self, Admitted, AnswerKey, Decided, Outcome, ScorerOutcome,
 };
+use gpu_admission_core::facts::Facts;
 use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::review::{self, Answer, BadRequest, Content, Incoming};
 use gpu_admission_core::workload::WorkloadRef;
@@ -30,7 +30,8 @@ use crate::policy::PolicyCache;
 use crate::scorer_client::Scorer;
 use crate::workload_answers::WorkloadAnswers;
 use gpu_admission_core::authority::Grants;
-use gpu_admission_core::ns_lock::{self, Instance, WhoScores};
+use gpu_admission_core::ns_lock::{Instance, NsLock};
+use gpu_admission_core::quota::Usage;
 
 /// What `/mutate-pod` reads.
 pub(crate) struct MutatePod {
@@ -45,7 +46,7 @@ pub(crate) struct MutatePod {
     pub(crate) metrics: Arc<Metrics>,
     /// GPU quota usage: the record annotation and the borrowers' PriorityClass; `None` with `--no-kube`.
     pub(crate) quota: Option<Arc<QuotaUsage>>,
-    /// Cluster-wide, or restricted to its namespaces (issue 38).
+    /// Cluster-wide, or restricted to its namespaces.
     pub(crate) instance: Instance,
     /// The restricted instances' Leases, which the cluster-wide instance leaves scoring to.
     pub(crate) ns_locks: Option<Arc<NsLocks>>,
@@ -126,9 +127,9 @@ impl MutatePod {
             budget: self.scorer.deadline(call.apiserver_timeout),
             scorer_call: Mutex::new(None),
         };
-        let admitted = mutate_pod::admit(uid, req, &policy, &ports).await;
-        match &admitted {
-            Admitted::Skipped(skip) => skipped(&call.span, skip.0, ""),
+        let mutated = mutate_pod::admit(uid, req, &policy, &ports).await;
+        match &mutated.admitted {
+            Admitted::Skipped(skip) => skipped(&call.span, skip.as_str(), ""),
             Admitted::Capped(c) => {
                 call.span.record("admission.reason", "priority capped");
                 tracing::info!(
@@ -158,72 +159,13 @@ impl MutatePod {
                 if !d.scoring.fitted.is_empty() {
                     tracing::info!(uid, namespace = d.scoring.candidate.namespace, fitted = ?d.scoring.fitted, "scorer request fitted to its limits");
                 }
-                log_decision(uid, d, &call.span);
+                log_decision(uid, d, mutated.answer.patch.len(), &call.span);
             }
         }
-        let outcome = admitted.outcome();
-        let recorded = matches!(&admitted, Admitted::Decided(d) if d.decision.used.is_some());
-        let mut answer = admitted.into_answer();
-        if let Some(op) = recorded
-            .then(|| ns_lock::signature(&self.instance, req.object.as_ref()))
-            .flatten()
-        {
-            answer.patch.push(&op);
+        if let Some(q) = &mutated.quota {
+            tracing::info!(uid, quota = %q.record(), "quota");
         }
-        if let Some(quota) = &self.quota {
-            self.quota_ops(quota, req, &policy, &mut answer);
-        }
-        (outcome, answer)
-    }
-
-    /// A GPU Pod of a quota'd tier: the record of its quota decision and, when it borrows, the borrowers'
-    /// PriorityClass (`gpu_admission_core::quota::mutation_ops`), decided on the Pod as the rest of the
-    /// patch leaves it. Never a denial: `/validate-pod` holds the `max`.
-    fn quota_ops(
-        &self,
-        quota: &QuotaUsage,
-        req: &AdmissionRequest<Pod>,
-        policy: &PolicySnapshot,
-        answer: &mut Answer,
-    ) {
-        use gpu_admission_core::quota;
-        let (Some(p), Some(pod), Some(namespace)) = (
-            policy.policy.as_deref(),
-            req.object.as_ref(),
-            req.namespace.as_deref(),
-        ) else {
-            return;
-        };
-        // A policy without quotas pays nothing here.
-        if req.operation != kube::core::admission::Operation::Create || !p.quotas.any() {
-            return;
-        }
-        let Ok(mut patched) = serde_json::to_value(pod) else {
-            return;
-        };
-        if json_patch::patch(&mut patched, &answer.patch.operations()).is_err() {
-            return;
-        }
-        let Ok(patched_pod) = serde_json::from_value::<Pod>(patched.clone()) else {
-            return;
-        };
-        let Some(decision) = self
-            .cluster
-            .with_facts(policy, &Grants::none(), |facts| {
-                quota::of_pod_in(&patched_pod, namespace, policy, facts)
-            })
-            .and_then(|ask| quota.decide(p, &ask))
-        else {
-            return;
-        };
-        let class = p
-            .quotas
-            .borrowing
-            .as_ref()
-            .and_then(|b| self.cluster.priority_classes()?.priority_class(&b.name));
-        for op in quota::mutation_ops(&patched, &decision, class.as_ref()) {
-            answer.patch.push(&op);
-        }
+        (mutated.outcome(), mutated.answer)
     }
 }
 
@@ -282,14 +224,16 @@ impl mutate_pod::MutatePorts for Ports<'_> {
         OffsetDateTime::now_utc()
     }
 
-    fn who_scores(&self, namespace: &str) -> WhoScores {
-        let lock = self.hook.ns_locks.as_ref().and_then(|l| l.lock(namespace));
-        ns_lock::who_scores(
-            &self.hook.instance,
-            namespace,
-            lock.as_ref(),
-            OffsetDateTime::now_utc(),
-        )
+    fn instance(&self) -> &Instance {
+        &self.hook.instance
+    }
+
+    fn ns_lock(&self, namespace: &str) -> Option<NsLock> {
+        self.hook.ns_locks.as_ref()?.lock(namespace)
+    }
+
+    fn quota_usage(&self) -> Option<Usage> {
+        self.hook.quota.as_ref()?.usage()
     }
 
     fn building_patch<R>(&self, step: impl FnOnce() -> R) -> R {
@@ -298,7 +242,7 @@ impl mutate_pod::MutatePorts for Ports<'_> {
 }
 
 /// The decision in the span and the log.
-fn log_decision(uid: &str, decided: &Decided<'_>, span: &tracing::Span) {
+fn log_decision(uid: &str, decided: &Decided<'_>, ops: usize, span: &tracing::Span) {
     let Decided {
         scoring,
         decision,
@@ -339,7 +283,7 @@ fn log_decision(uid: &str, decided: &Decided<'_>, span: &tracing::Span) {
         group_size = workload.as_ref().and_then(|w| w.group_size),
         workload_via = ?workload.as_ref().map(|w| &w.via),
         dra_claims = ?c.features.dra_claims,
-        ops = decision.answer.patch.len(),
+        ops,
         admin = scoring.admin,
         fallback = decision.outcome == Outcome::TierDefault,
         "Pod mutated"

@@ -5,15 +5,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpu_admission_core::admission::validate_pod::{self, Allowance, Check};
-use gpu_admission_core::authority::Grants;
+use gpu_admission_core::admission::validate_pod::{
+    self, Allowance, Check, QuotaStep, QuotaUnavailable, Reservation, ValidatePorts, Validated,
+};
+use gpu_admission_core::authority::{Grants, Permission};
+use gpu_admission_core::facts::Facts;
+use gpu_admission_core::policy::{PolicySnapshot, mode_name};
+use gpu_admission_core::quota::{self, Usage};
+use gpu_admission_core::review::{self, BadRequest, IncomingObject};
+use k8s_openapi::api::authentication::v1::UserInfo;
+use kube::core::DynamicObject;
+use kube::core::admission::AdmissionRequest;
 
 use crate::cluster::access::AccessReviews;
-use gpu_admission_core::policy::PolicySnapshot;
-use gpu_admission_core::policy::mode_name;
-use gpu_admission_core::quota;
-use gpu_admission_core::review::{self, BadRequest, IncomingObject, Verdict};
-use gpu_admission_proto::scorer::v1::EnforcementMode;
 
 use super::pipeline::{Body, Call, Reply, Webhook, not_validated, operation_label};
 use crate::cluster::ClusterFacts;
@@ -48,51 +52,16 @@ impl Webhook for ValidatePod {
             }
             Ok(req) => req,
         };
-        let decide = |grants: &Grants| {
-            self.cluster.with_facts(&policy, grants, |facts| {
-                validate_pod::decide(req, &policy, facts)
-            })
+        let ports = Ports {
+            hook: self,
+            policy: &policy,
         };
-        let (mut check, mut verdict) = decide(&Grants::none());
-        // Only an object outside its tier asks whether its requester may run outside it.
-        if let Check::Violations { .. } = &check {
-            let namespace = req.namespace.as_deref().unwrap_or_default();
-            let tier = self.cluster.namespace_tier(namespace);
-            let grants = self
-                .access
-                .exemption(&req.user_info, tier, namespace, &policy)
-                .await;
-            (check, verdict) = decide(&grants);
-        }
-        match &check {
-            Check::Allowed(Allowance::Exempt) => {
-                tracing::info!(uid = incoming.uid, user = ?req.user_info.username, kind = %review::gvk_text(&req.kind), "validate-pod: a request outside its tier allowed (RBAC: exempt)");
-            }
-            Check::Violations {
-                tier,
-                object,
-                violations,
-                ..
-            } => {
-                let mode = mode_name(policy.mode);
-                for v in violations {
-                    self.metrics.record_violation(tier, v.reason.as_str(), mode);
-                    tracing::warn!(uid = incoming.uid, object, tier, reason = v.reason.as_str(), path = v.path, what = v.what, mode, user = ?req.user_info.username, "tier violation");
-                }
-            }
-            _ => {}
-        }
-        let mut outcome = check.outcome(&verdict);
-        if verdict.denied.is_none()
-            && let Some(quota) = &self.quota
-        {
-            self.quota(quota, req, &policy, &mut verdict, &mut outcome)
-                .await;
-        }
+        let validated = validate_pod::admit(req, &policy, &ports).await;
+        self.report(&incoming.uid, req, &validated, mode_name(policy.mode));
         Reply {
-            outcome,
+            outcome: validated.outcome().as_str(),
             operation: operation_label(&req.operation),
-            body: Body::Verdict(verdict),
+            body: Body::Verdict(validated.verdict),
         }
     }
 
@@ -106,98 +75,90 @@ impl Webhook for ValidatePod {
 }
 
 impl ValidatePod {
-    /// The quota of a Pod CREATE the tier check admits: over a `max` is denied in Enforce, warned in Warn;
-    /// what is admitted is reserved until the watch sees it (see [`QuotaUsage`]).
-    async fn quota(
+    /// The logs and violation metrics of how a request was answered.
+    fn report(
         &self,
-        quota: &QuotaUsage,
-        req: &kube::core::admission::AdmissionRequest<kube::core::DynamicObject>,
-        policy: &PolicySnapshot,
-        verdict: &mut Verdict,
-        outcome: &mut &'static str,
+        uid: &str,
+        req: &AdmissionRequest<DynamicObject>,
+        validated: &Validated,
+        mode: &'static str,
     ) {
-        // A policy without quotas pays nothing here.
-        let Some(p) = policy.policy.as_deref().filter(|p| p.quotas.any()) else {
-            return;
-        };
-        let never = self.cluster.with_facts(policy, &Grants::none(), |facts| {
-            quota::workload_answer(req, policy, facts, verdict)
-        });
-        if let Some(message) = never {
-            let mode = mode_name(policy.mode);
-            let tier = self
-                .cluster
-                .namespace_tier(req.namespace.as_deref().unwrap_or_default());
-            self.metrics
-                .record_violation(tier.as_deref().unwrap_or(""), "over_quota", mode);
-            tracing::warn!(uid = %req.uid, mode, "workload over quota: {message}");
-            *outcome = if verdict.denied.is_some() {
-                "denied"
-            } else {
-                "violation_admitted"
-            };
-            return;
-        }
-        let Some(ask) = self.cluster.with_facts(policy, &Grants::none(), |facts| {
-            quota::of_request(req, policy, facts)
-        }) else {
-            return;
-        };
-        let enforce = policy.mode == EnforcementMode::Enforce;
-        if !quota.is_synced() {
-            if enforce {
-                verdict.denied = Some(quota::NOT_COUNTED_YET.to_string());
-                *outcome = "denied";
+        match &validated.check {
+            Check::Allowed(Allowance::Exempt) => {
+                tracing::info!(uid, user = ?req.user_info.username, kind = %review::gvk_text(&req.kind), "validate-pod: a request outside its tier allowed (RBAC: exempt)");
             }
-            return;
-        }
-        // The apiserver assigns the UID before validating admission; without one (not an apiserver) the
-        // ledger cannot tell this Pod from the watch's, so it is written under the request's UID.
-        let uid = req
-            .object
-            .as_ref()
-            .and_then(|o| o.metadata.uid.as_deref())
-            .unwrap_or(&req.uid);
-        // Written to the ledger only when admitted: what `quota::answer` would deny holds no GPU.
-        let denies = |d: &quota::Decision| {
-            enforce
-                && self.cluster.with_facts(policy, &Grants::none(), |facts| {
-                    let mut scratch = Verdict::default();
-                    quota::answer(d, req, p, facts, policy.mode, &mut scratch).is_some()
-                })
-        };
-        let decision = match quota.admit(p, &ask, uid, denies, !req.dry_run).await {
-            Ok(Some(d)) => d,
-            Ok(None) => return,
-            Err(e) => {
-                let message =
-                    format!("gpu-admission: the GPU quota could not be reserved ({e}); retry");
-                tracing::warn!(uid = %req.uid, "quota not decided: {message}");
-                self.metrics
-                    .record_violation(&ask.0, "quota_undecided", mode_name(policy.mode));
-                if enforce {
-                    verdict.denied = Some(message);
-                    *outcome = "denied";
-                } else {
-                    verdict.warnings.push(message);
+            Check::Violations {
+                tier,
+                object,
+                violations,
+                ..
+            } => {
+                for v in violations {
+                    self.metrics.record_violation(tier, v.reason.as_str(), mode);
+                    tracing::warn!(uid, object, tier, reason = v.reason.as_str(), path = v.path, what = v.what, mode, user = ?req.user_info.username, "tier violation");
                 }
-                return;
             }
-        };
-        let (tier, namespace, _) = &ask;
-        tracing::info!(uid = %req.uid, tier, namespace, quota = %decision.record(), "quota");
-        let answered = self.cluster.with_facts(policy, &Grants::none(), |facts| {
-            quota::answer(&decision, req, p, facts, policy.mode, verdict)
-        });
-        if let Some((why, message)) = answered {
-            let (mode, reason) = (mode_name(policy.mode), why.as_str());
-            self.metrics.record_violation(tier, reason, mode);
-            tracing::warn!(uid = %req.uid, tier, namespace, mode, reason, "quota: {message}");
-            *outcome = if verdict.denied.is_some() {
-                "denied"
-            } else {
-                "violation_admitted"
-            };
+            _ => {}
         }
+        let Some(step) = &validated.quota else {
+            return;
+        };
+        if let QuotaStep::Decided {
+            tier,
+            namespace,
+            decision,
+            ..
+        } = step
+        {
+            tracing::info!(uid, tier, namespace, quota = %decision.record(), "quota");
+        }
+        if let Some((tier, why)) = step.violation() {
+            self.metrics.record_violation(tier, why.as_str(), mode);
+            let message = match step {
+                QuotaStep::NeverFits { message, .. } | QuotaStep::Undecided { message, .. } => {
+                    message.as_str()
+                }
+                QuotaStep::Decided {
+                    answered: Some((_, message)),
+                    ..
+                } => message.as_str(),
+                _ => "",
+            };
+            tracing::warn!(uid, tier, mode, reason = why.as_str(), "quota: {message}");
+        }
+    }
+}
+
+/// What `/validate-pod` reads for one request: the watch caches, the SubjectAccessReviews and the quota
+/// usage with its ledger.
+struct Ports<'r> {
+    hook: &'r ValidatePod,
+    policy: &'r PolicySnapshot,
+}
+
+impl ValidatePorts for Ports<'_> {
+    fn with_facts<R>(&self, grants: &Grants, f: impl FnOnce(&Facts<'_>) -> R) -> R {
+        self.hook.cluster.with_facts(self.policy, grants, f)
+    }
+
+    async fn grants(&self, user: &UserInfo, wanted: &[Permission]) -> Grants {
+        self.hook.access.grants(user, wanted, self.policy).await
+    }
+
+    fn holds_quotas(&self) -> bool {
+        self.hook.quota.is_some()
+    }
+
+    async fn reserve(
+        &self,
+        ask: &quota::Ask,
+        uid: &str,
+        keep: bool,
+        decide: &(dyn Fn(&Usage) -> Reservation + Sync),
+    ) -> Result<Option<quota::Decision>, QuotaUnavailable> {
+        let Some(usage) = &self.hook.quota else {
+            return Ok(None);
+        };
+        usage.reserve(ask, uid, keep, decide).await
     }
 }

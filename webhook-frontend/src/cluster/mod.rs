@@ -13,8 +13,8 @@ pub(crate) mod workloads;
 
 use std::collections::HashMap;
 
-use gpu_admission_core::admission::Facts;
 use gpu_admission_core::authority::Grants;
+use gpu_admission_core::facts::Facts;
 use gpu_admission_core::names::DEFAULT_TIER_LABEL;
 use gpu_admission_core::pod::gpu_resources::{ClaimTemplates, NoClaimTemplates};
 use gpu_admission_core::policy::PolicySnapshot;

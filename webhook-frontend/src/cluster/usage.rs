@@ -1,4 +1,4 @@
-//! GPU quota usage (issue 37), counted from the cluster: a Pod watch (not finished: `status.phase` neither
+//! GPU quota usage, counted from the cluster: a Pod watch (not finished: `status.phase` neither
 //! `Succeeded` nor `Failed`) that keeps, per Pod UID, only what counting needs (tier, namespace and its
 //! count by [`gpu_admission_core::quota::demand`]), never the Pod; a Pod being deleted no longer counts.
 //!
@@ -14,8 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use gpu_admission_core::admission::Facts;
+use gpu_admission_core::admission::validate_pod::{QuotaUnavailable, Reservation};
 use gpu_admission_core::authority::Grants;
+use gpu_admission_core::facts::Facts;
 use gpu_admission_core::policy::TierScope;
 use gpu_admission_core::quota::demand::{self, Counted};
 use gpu_admission_core::quota::ledger::{self, Entry, Seen};
@@ -202,37 +203,45 @@ impl QuotaUsage {
         self.synced.load(Ordering::Acquire)
     }
 
-    /// Decides a Pod against the usage and the ledger as last read, writing nothing (`/mutate-pod`: the
-    /// borrowers' PriorityClass and the record; `/validate-pod` decides again and writes the ledger).
-    pub(crate) fn decide(
-        &self,
-        policy: &Policy,
-        (tier, namespace, counted): &(String, String, Counted),
-    ) -> Option<Decision> {
+    /// The usage as last counted: the watch's plus the ledger as last read (`None` until the first listing
+    /// is complete). `/mutate-pod` decides the borrowers' PriorityClass and the record against it; nothing
+    /// is written.
+    pub(crate) fn usage(&self) -> Option<Usage> {
         if !self.is_synced() {
             return None;
         }
-        // Ledger, then state: the order `admit` never holds both in, so no deadlock; no copy of the ledger.
+        // Ledger, then state: the order `reserve` never holds both in, so no deadlock; no copy of the ledger.
         let ledger = self.lock_ledger();
         let s = self.lock_state();
-        let usage = ledger::effective_usage(&s.usage, &ledger.entries, |u| s.seen(u), now_ms());
-        quota::decide(policy, tier, namespace, counted, &usage)
+        Some(ledger::effective_usage(
+            &s.usage,
+            &ledger.entries,
+            |u| s.seen(u),
+            now_ms(),
+        ))
     }
 
-    /// Decides the Pod `uid` against the usage and the ledger; unless the decision `denies` it, or `reserve`
-    /// is false (a dry run), admits it only once its entry is written on top of the ledger version it was
-    /// decided on (a conflict: read, decide again). An error: the Pod is undecidable.
-    pub(crate) async fn admit(
+    /// Offers the usage and the ledger to `decide` (core's quota step); when it reserves and `keep` is true
+    /// (not a dry run), admits the Pod `uid` only once its entry is written on top of the ledger version it
+    /// was decided on (a conflict: read, offer again). An error: the Pod is undecidable.
+    pub(crate) async fn reserve(
         &self,
-        policy: &Policy,
-        (tier, namespace, counted): &(String, String, Counted),
+        ask: &quota::Ask,
         uid: &str,
-        denies: impl Fn(&Decision) -> bool,
-        reserve: bool,
-    ) -> Result<Option<Decision>, LedgerError> {
-        if !reserve {
-            return Ok(self.decide(policy, &(tier.clone(), namespace.clone(), counted.clone())));
+        keep: bool,
+        decide: &(dyn Fn(&Usage) -> Reservation + Sync),
+    ) -> Result<Option<Decision>, QuotaUnavailable> {
+        if !keep {
+            let usage = self.usage().ok_or(QuotaUnavailable::NotCountedYet)?;
+            return Ok(match decide(&usage) {
+                Reservation::NoQuota => None,
+                Reservation::Refused(d) | Reservation::Reserve(d) => Some(d),
+            });
         }
+        if !self.is_synced() {
+            return Err(QuotaUnavailable::NotCountedYet);
+        }
+        let (tier, namespace, counted) = ask;
         let _turn = self.writing.lock().await;
         for _ in 0..LEDGER_ATTEMPTS {
             let on = self.lock_ledger().clone();
@@ -241,19 +250,18 @@ impl QuotaUsage {
                 let s = self.lock_state();
                 let seen = |u: &str| s.seen(u);
                 let usage = ledger::effective_usage(&s.usage, &on.entries, seen, now);
-                let Some(d) = quota::decide(policy, tier, namespace, counted, &usage) else {
-                    return Ok(None);
+                let d = match decide(&usage) {
+                    Reservation::NoQuota => return Ok(None),
+                    Reservation::Refused(d) => return Ok(Some(d)),
+                    Reservation::Reserve(d) => d,
                 };
-                if denies(&d) {
-                    return Ok(Some(d));
-                }
                 let mut entries = on.entries.clone();
                 ledger::prune(&mut entries, seen, now);
                 (d, entries)
             };
             if let Err(full) = ledger::room_for(&entries, namespace) {
                 self.metrics.record_ledger_write(LedgerWrite::failed);
-                return Err(LedgerError::Full(full));
+                return Err(not_reserved(LedgerError::Full(full)));
             }
             entries.push(Entry::new(uid, tier, namespace, counted, now));
             match self.store.write(&on, entries).await {
@@ -264,19 +272,20 @@ impl QuotaUsage {
                 }
                 Err(LedgerError::Conflict) => {
                     self.metrics.record_ledger_write(LedgerWrite::conflict);
-                    let fresh = self.store.read().await.inspect_err(|_| {
+                    let fresh = self.store.read().await.map_err(|e| {
                         self.metrics.record_ledger_write(LedgerWrite::failed);
+                        not_reserved(e)
                     })?;
                     *self.lock_ledger() = fresh;
                 }
                 Err(e) => {
                     self.metrics.record_ledger_write(LedgerWrite::failed);
-                    return Err(e);
+                    return Err(not_reserved(e));
                 }
             }
         }
         self.metrics.record_ledger_write(LedgerWrite::failed);
-        Err(LedgerError::Contended)
+        Err(not_reserved(LedgerError::Contended))
     }
 
     fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -316,6 +325,10 @@ impl QuotaUsage {
             }
         }
     }
+}
+
+fn not_reserved(e: LedgerError) -> QuotaUnavailable {
+    QuotaUnavailable::NotReserved(e.to_string())
 }
 
 fn uid(pod: &Pod) -> Option<String> {

@@ -17,9 +17,10 @@ use super::{
     Capped, Decision, Outcome, ScorerOutcome, ScorerResult, Scoring, bound_only, cap_priority,
     decide, plan,
 };
-use crate::admission::Facts;
-use crate::ns_lock::WhoScores;
+use crate::facts::Facts;
+use crate::ns_lock::{self, Instance, NsLock, WhoScores};
 use crate::policy::PolicySnapshot;
+use crate::quota::{self, Usage};
 use crate::review::Answer;
 use crate::workload::WorkloadRef;
 
@@ -65,10 +66,21 @@ pub trait MutatePorts {
     /// `decided-at` of the decision record.
     fn now(&self) -> OffsetDateTime;
 
-    /// Who scores the Pods of `namespace` ([`crate::ns_lock::who_scores`] over the Leases the port watches);
-    /// this instance by default.
-    fn who_scores(&self, _namespace: &str) -> WhoScores {
-        WhoScores::Here
+    /// Which instance this is: cluster-wide by default, or restricted to some namespaces.
+    fn instance(&self) -> &Instance {
+        &Instance::ClusterWide
+    }
+
+    /// The namespace-lock Lease of `namespace` the port watches, if any (none by default).
+    fn ns_lock(&self, _namespace: &str) -> Option<NsLock> {
+        None
+    }
+
+    /// The GPU quota usage as last counted (what the cluster holds plus the admissions in flight), for a
+    /// quota'd Pod's record and borrowing class; `None` where no usage is counted (no cluster, or its Pods
+    /// not listed yet). `/validate-pod` decides the quota again and holds the `max`.
+    fn quota_usage(&self) -> Option<Usage> {
+        None
     }
 
     /// Runs the last step, the patch built from the outcome (the frontend times it as a span of its own).
@@ -132,18 +144,55 @@ impl Admitted<'_> {
         }
     }
 
-    /// The patch and the warnings.
-    pub fn into_answer(self) -> Answer {
+    /// Takes the patch and the warnings of the decision (the rest stays, for the edge's logs).
+    fn take_answer(&mut self) -> Answer {
+        self.answer_slot().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Where the decision keeps its answer (none when it answers nothing).
+    fn answer_slot(&mut self) -> Option<&mut Answer> {
         match self {
-            Admitted::Skipped(_) => Answer::default(),
-            Admitted::Capped(c) => c.answer,
-            Admitted::Decided(d) => d.decision.answer,
-            Admitted::Elsewhere(e) => match e.held {
-                Held::Bound(d) => d.answer,
-                Held::Capped(c) => c.answer,
-                Held::AsItCame => Answer::default(),
+            Admitted::Skipped(_) => None,
+            Admitted::Capped(c) => Some(&mut c.answer),
+            Admitted::Decided(d) => Some(&mut d.decision.answer),
+            Admitted::Elsewhere(e) => match &mut e.held {
+                Held::Bound(d) => Some(&mut d.answer),
+                Held::Capped(c) => Some(&mut c.answer),
+                Held::AsItCame => None,
             },
         }
+    }
+}
+
+/// What `/mutate-pod` answered one Pod request: how it was decided, the quota decision when the Pod is
+/// counted against a quota, and the whole answer.
+#[derive(Debug)]
+pub struct Mutated<'a> {
+    pub admitted: Admitted<'a>,
+    /// The Pod's quota decision against the usage as last counted (`None`: no quota applies, or no usage
+    /// is counted here).
+    pub quota: Option<quota::Decision>,
+    /// The patch and the warnings: the decision's, then the instance's signature and the quota's record.
+    pub answer: Answer,
+}
+
+impl<'a> Mutated<'a> {
+    pub fn outcome(&self) -> Outcome {
+        self.admitted.outcome()
+    }
+
+    /// How it was decided, with the whole answer back in the decision's place (for callers that look at a
+    /// decision as one value: the properties, the tests). A Pod answered with nothing stays as it was.
+    pub fn into_admitted(self) -> Admitted<'a> {
+        let Mutated {
+            mut admitted,
+            answer,
+            ..
+        } = self;
+        if let Some(slot) = admitted.answer_slot() {
+            *slot = answer;
+        }
+        admitted
     }
 }
 
@@ -151,19 +200,78 @@ impl Admitted<'_> {
 /// that is not scored is still held to its tier's priority cap ([`cap_priority`]); a Pod of a namespace
 /// another instance scores only to its tier ([`bound_only`], else the cap); else the workload, a kept answer
 /// or the scorer's, [`decide`], and the answer kept when it passed the checks under the policy the Pod was
-/// planned with.
+/// planned with; then
+/// the signature of the instance that decided ([`ns_lock::signature`]) and the quota step
+/// ([`quota_step`]) on the Pod as the patch leaves it.
 pub async fn admit<'a, P: MutatePorts>(
+    uid: &str,
+    req: &'a AdmissionRequest<Pod>,
+    policy: &'a PolicySnapshot,
+    ports: &P,
+) -> Mutated<'a> {
+    let mut admitted = admitted(uid, req, policy, ports).await;
+    let recorded = matches!(&admitted, Admitted::Decided(d) if d.decision.used.is_some());
+    let mut answer = admitted.take_answer();
+    if let Some(op) = recorded
+        .then(|| ns_lock::signature(ports.instance(), req.object.as_ref()))
+        .flatten()
+    {
+        answer.patch.push(&op);
+    }
+    let quota = quota_step(req, policy, ports, &mut answer);
+    Mutated {
+        admitted,
+        quota,
+        answer,
+    }
+}
+
+/// The quota step: a GPU Pod CREATE of a quota'd tier, decided on the Pod as the rest of the patch leaves it
+/// against the usage as last counted, gets its record and, when it borrows, the borrowers' PriorityClass
+/// ([`quota::mutation_ops`]). Never a denial: `/validate-pod` holds the `max`.
+fn quota_step<P: MutatePorts>(
+    req: &AdmissionRequest<Pod>,
+    policy: &PolicySnapshot,
+    ports: &P,
+    answer: &mut Answer,
+) -> Option<quota::Decision> {
+    let p = policy.policy.as_deref()?;
+    // A policy without quotas pays nothing here.
+    if req.operation != kube_core::admission::Operation::Create || !p.quotas.any() {
+        return None;
+    }
+    let (pod, namespace) = (req.object.as_ref()?, req.namespace.as_deref()?);
+    let mut patched = serde_json::to_value(pod).ok()?;
+    json_patch::patch(&mut patched, &answer.patch.operations()).ok()?;
+    let patched_pod = serde_json::from_value::<Pod>(patched.clone()).ok()?;
+    let (ask, class) = ports.with_facts(|facts| {
+        let ask = quota::of_pod_in(&patched_pod, namespace, policy, facts);
+        (ask, policy.borrowing_class(facts.priority_classes))
+    });
+    let (tier, namespace, counted) = ask?;
+    let decision = quota::decide(p, &tier, &namespace, &counted, &ports.quota_usage()?)?;
+    for op in quota::mutation_ops(&patched, &decision, class.as_ref()) {
+        answer.patch.push(&op);
+    }
+    Some(decision)
+}
+
+/// The steps up to the decision (see [`admit`]).
+async fn admitted<'a, P: MutatePorts>(
     uid: &str,
     req: &'a AdmissionRequest<Pod>,
     policy: &'a PolicySnapshot,
     ports: &P,
 ) -> Admitted<'a> {
     let who = match req.namespace.as_deref() {
-        Some(ns) => ports.who_scores(ns),
+        Some(ns) => {
+            let lock = ports.ns_lock(ns);
+            ns_lock::who_scores(ports.instance(), ns, lock.as_ref(), ports.now())
+        }
         None => WhoScores::Here,
     };
     if who == WhoScores::NotOurs {
-        return Admitted::Skipped(Skip("outside this restricted instance's namespaces"));
+        return Admitted::Skipped(Skip::NotOurNamespace);
     }
     let mut scoring = match ports.with_facts(|facts| plan(uid, req, facts, policy)) {
         Ok(scoring) => scoring,

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube_core::admission::{AdmissionRequest, Operation};
 
 use super::patch::set_priority_class;
-use crate::admission::Facts;
+use crate::facts::Facts;
 use crate::policy::PolicySnapshot;
 use crate::review::{Answer, Patch};
 

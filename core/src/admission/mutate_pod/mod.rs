@@ -16,7 +16,7 @@ mod cap;
 pub mod patch;
 pub mod triage;
 
-pub use admit::{Admitted, AnswerKey, Decided, Elsewhere, Held, MutatePorts, admit};
+pub use admit::{Admitted, AnswerKey, Decided, Elsewhere, Held, MutatePorts, Mutated, admit};
 pub use cap::{Capped, cap_priority};
 
 use gpu_admission_proto::scorer::v1::{ScoreRequest, ScoreResponse};
@@ -24,7 +24,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube_core::admission::AdmissionRequest;
 use time::OffsetDateTime;
 
-use crate::admission::Facts;
+use crate::facts::Facts;
 use crate::policy::{PolicySnapshot, TierRules};
 use crate::priority_class::{AnswerPriorityClass, NoPriorityClasses};
 use crate::review::Answer;
@@ -225,7 +225,7 @@ pub fn plan<'a>(
             .known_priority_classes(facts.priority_classes)
             .unwrap_or(&NoPriorityClasses);
         if patch::is_settled(&input, pcs) {
-            return Err(Skip("already decided"));
+            return Err(Skip::AlreadyDecided);
         }
     }
     let mut warnings: Vec<String> = candidate

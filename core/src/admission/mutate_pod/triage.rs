@@ -24,8 +24,36 @@ pub struct Candidate<'a> {
 }
 
 /// Why a request is allowed unchanged without asking the scorer (for logs, spans and metrics).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Skip(pub &'static str);
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Skip {
+    NotCreate,
+    NoObject,
+    UnreadableGpuQuantity,
+    NoGpu,
+    NoNamespace,
+    UntieredDenied,
+    NoTier,
+    AlreadyDecided,
+    /// A restricted instance, and the namespace is not one of its own.
+    NotOurNamespace,
+}
+
+impl Skip {
+    /// In words, for logs and the CLI's table.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Skip::NotCreate => "not a CREATE",
+            Skip::NoObject => "no object in the request",
+            Skip::UnreadableGpuQuantity => "GPU quantity unreadable (answered by /validate-pod)",
+            Skip::NoGpu => "no GPU requested",
+            Skip::NoNamespace => "no namespace",
+            Skip::UntieredDenied => "untiered namespace (denied by /validate-pod)",
+            Skip::NoTier => "namespace has no tier label",
+            Skip::AlreadyDecided => "already decided",
+            Skip::NotOurNamespace => "outside this restricted instance's namespaces",
+        }
+    }
+}
 
 /// Decides whether a Pod request is scored: CREATE of a Pod requesting GPUs in a namespace that carries a tier.
 /// `tier_of` reads the namespace cache; the tier is [`PolicySnapshot::tier_for`]'s. Our own annotations are no reason to skip (anyone can write them):
@@ -46,12 +74,9 @@ pub fn triage_with<'a>(
     templates: &dyn ClaimTemplates,
 ) -> Result<Candidate<'a>, Skip> {
     if req.operation != Operation::Create {
-        return Err(Skip("not a CREATE"));
+        return Err(Skip::NotCreate);
     }
-    let pod = req
-        .object
-        .as_ref()
-        .ok_or(Skip("no object in the request"))?;
+    let pod = req.object.as_ref().ok_or(Skip::NoObject)?;
     let namespace = req
         .namespace
         .as_deref()
@@ -65,17 +90,17 @@ pub fn triage_with<'a>(
     );
     if features.gpu_count == 0 && !features.unreadable_gpu_quantities.is_empty() {
         // How many GPUs it asks for cannot be told: `/validate-pod` answers it (undecidable).
-        return Err(Skip("GPU quantity unreadable (answered by /validate-pod)"));
+        return Err(Skip::UnreadableGpuQuantity);
     }
     if features.gpu_count == 0 {
-        return Err(Skip("no GPU requested"));
+        return Err(Skip::NoGpu);
     }
-    let namespace = namespace.ok_or(Skip("no namespace"))?;
+    let namespace = namespace.ok_or(Skip::NoNamespace)?;
     let tier = match policy.tier_for(tier_of(namespace).as_deref()) {
         TierScope::Tier(t) | TierScope::Defaulted { tier: t, .. } => t,
         // `/validate-pod` answers the Pod; mutation never rejects.
-        TierScope::Denied(_) => return Err(Skip("untiered namespace (denied by /validate-pod)")),
-        TierScope::Ignored(_) => return Err(Skip("namespace has no tier label")),
+        TierScope::Denied(_) => return Err(Skip::UntieredDenied),
+        TierScope::Ignored(_) => return Err(Skip::NoTier),
     };
     // The Pod's own node constraints, and the catalog class its DRA claims take devices of: a Pod claiming
     // H100 devices is scored among H100 nodes only, never pinned to another class where its claim cannot
@@ -349,15 +374,15 @@ mod tests {
         let cases = [
             (
                 request("UPDATE", Some("ml"), gpu_pod(json!({}), json!(null))),
-                "not a CREATE",
+                Skip::NotCreate,
             ),
             (
                 request("CREATE", Some("web"), gpu_pod(json!({}), json!(null))),
-                "namespace has no tier label",
+                Skip::NoTier,
             ),
             (
                 request("CREATE", None, gpu_pod(json!({}), json!(null))),
-                "no namespace",
+                Skip::NoNamespace,
             ),
             (
                 request(
@@ -365,7 +390,7 @@ mod tests {
                     Some("ml"),
                     json!({"metadata": {}, "spec": {"containers": [{"name": "c"}]}}),
                 ),
-                "no GPU requested",
+                Skip::NoGpu,
             ),
             (
                 request(
@@ -374,16 +399,13 @@ mod tests {
                     json!({"metadata": {}, "spec": {"containers": [{"name": "c",
                         "resources": {"limits": {"nvidia.com/gpu": "one"}}}]}}),
                 ),
-                "GPU quantity unreadable (answered by /validate-pod)",
+                Skip::UnreadableGpuQuantity,
             ),
-            (request("DELETE", Some("ml"), json!(null)), "not a CREATE"),
-            (
-                request("CREATE", Some("ml"), json!(null)),
-                "no object in the request",
-            ),
+            (request("DELETE", Some("ml"), json!(null)), Skip::NotCreate),
+            (request("CREATE", Some("ml"), json!(null)), Skip::NoObject),
         ];
         for (req, why) in cases {
-            assert_eq!(triage(&req, tiers).unwrap_err(), Skip(why));
+            assert_eq!(triage(&req, tiers).unwrap_err(), why);
         }
     }
 

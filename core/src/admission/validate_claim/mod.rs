@@ -27,7 +27,7 @@ use k8s_openapi::api::resource::v1::ResourceClaimSpec;
 use kube_core::DynamicObject;
 use kube_core::admission::AdmissionRequest;
 
-use super::validate_pod::{Reason, Violation, Where};
+use super::violation::{Reason, Violation, Where};
 use crate::tier_bound;
 use cel::{Compare, Selector};
 

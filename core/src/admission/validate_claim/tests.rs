@@ -6,9 +6,9 @@ use kube_core::DynamicObject;
 use kube_core::admission::AdmissionRequest;
 use serde_json::{Value, json};
 
-use crate::admission::Facts;
 use crate::admission::validate_pod::{self, Check, Reason};
 use crate::authority::Grants;
+use crate::facts::Facts;
 use crate::pod::gpu_resources::NoClaimTemplates;
 use crate::policy::PolicySnapshot;
 use crate::tier_bound::NoNodes;

@@ -2,67 +2,27 @@
 //! requester + namespace tier + policy snapshot + PriorityClass facts → violations → verdict. No scorer: the
 //! check is local, so it holds when the scorer is down.
 
-pub mod templates;
+mod admit;
+
+pub use admit::{
+    QuotaStep, QuotaUnavailable, Reservation, ValidatePorts, Validated, ValidationOutcome, admit,
+};
 
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use kube_core::DynamicObject;
 use kube_core::admission::{AdmissionRequest, Operation};
 
-use crate::admission::{Facts, validate_claim};
+pub use super::violation::{Reason, Violation, Where};
+use crate::admission::validate_claim;
+use crate::facts::Facts;
 use crate::placement;
 use crate::pod::features;
+use crate::pod::templates::{DescribedPod, described_pods};
 use crate::policy::{PolicySnapshot, TierRules, TierScope, Untiered};
 use crate::priority_class::{NoPriorityClasses, PriorityClassLookup};
 use crate::review::Verdict;
 use crate::tier_bound::{self, Breach};
 use gpu_admission_proto::scorer::v1::{EnforcementMode, GpuClass, GpuVendor};
-use templates::{DescribedPod, described_pods};
-
-/// What is wrong (the metric's `reason` label).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Reason {
-    /// A class selector naming a class outside the tier (or no catalog class at all).
-    ClassOutsideTier,
-    /// A `priorityClassName` above the tier's `maxPriorityClass`.
-    PriorityAboveCap,
-    /// A GPU need (memory per GPU, vendor) that no class of the tier meets.
-    NoClassFits,
-    /// A Pod without a positive constraint to the tier's classes on every way of scheduling it (see
-    /// [`crate::tier_bound`]).
-    NotBoundToTier,
-    /// `spec.nodeName` names a Node outside the tier, or one the frontend does not know.
-    NodeOutsideTier,
-    /// Whether (or how many) GPUs the Pod asks for cannot be told: a DRA claim the frontend cannot read, a GPU
-    /// resource whose quantity is no Kubernetes quantity.
-    Undecidable,
-    /// A GPU Pod, or a Pod naming a PriorityClass, in a namespace without a tier under
-    /// `untieredNamespaces: Deny`.
-    UntieredNamespace,
-}
-
-impl Reason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::ClassOutsideTier => "class_outside_tier",
-            Reason::PriorityAboveCap => "priority_above_cap",
-            Reason::NoClassFits => "no_class_fits",
-            Reason::NotBoundToTier => "not_bound_to_tier",
-            Reason::NodeOutsideTier => "node_outside_tier",
-            Reason::Undecidable => "undecidable",
-            Reason::UntieredNamespace => "untiered_namespace",
-        }
-    }
-}
-
-/// One violation of one described Pod.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Violation {
-    pub reason: Reason,
-    /// Where the Pod is described (`Pod`, `spec.template`, …).
-    pub path: String,
-    /// What is wrong, as a clause: `pins GPU class H100-80GB`.
-    pub what: String,
-}
 
 /// The result of checking one request.
 #[derive(Debug, PartialEq)]
@@ -284,15 +244,6 @@ fn allowed_text(rules: &TierRules<'_>, policy: &PolicySnapshot) -> String {
         s.push_str(" (with this namespace's grant)");
     }
     s
-}
-
-/// What a described Pod is checked against.
-pub struct Where<'a> {
-    pub namespace: &'a str,
-    pub rules: &'a TierRules<'a>,
-    pub policy: &'a PolicySnapshot,
-    pub facts: &'a Facts<'a>,
-    pub pcs: &'a dyn PriorityClassLookup,
 }
 
 fn object_violations(
@@ -521,18 +472,6 @@ pub fn decide(
     let check = check(req, policy, facts, pcs);
     let verdict = verdict(&check, policy.mode);
     (check, verdict)
-}
-
-impl Check {
-    /// The metric's `outcome` for this check answered with `verdict`.
-    pub fn outcome(&self, verdict: &Verdict) -> &'static str {
-        match self {
-            Check::NotOurs(_) => "skipped",
-            Check::Allowed(_) => "allowed",
-            Check::Violations { .. } if verdict.denied.is_some() => "denied",
-            Check::Violations { .. } => "violation_admitted",
-        }
-    }
 }
 
 /// The answer for a check under an enforcement mode: Enforce denies, Warn admits with a warning, Audit (and a

@@ -1,0 +1,271 @@
+//! `/validate-pod` end to end, as one function over ports: [`admit`] checks the object against its tier,
+//! asks the requester's RBAC powers only for an object outside it, then holds a Pod CREATE to its GPU quota
+//! (reserving what it admits). What the function needs from the world — the cluster facts, the
+//! SubjectAccessReviews, the quota usage and its reservations — comes through [`ValidatePorts`], so the
+//! frontend (watch caches, the apiserver, the quota ledger) and the CLI (files, a usage snapshot) answer
+//! alike.
+
+use std::future::Future;
+
+use k8s_openapi::api::authentication::v1::UserInfo;
+use kube_core::DynamicObject;
+use kube_core::admission::AdmissionRequest;
+
+use super::{Check, decide};
+use crate::authority::{Grants, Permission};
+use crate::facts::Facts;
+use crate::policy::{PolicySnapshot, TierScope};
+use crate::quota::{self, Decision, QuotaViolation, Usage};
+use crate::review::Verdict;
+use gpu_admission_proto::scorer::v1::EnforcementMode;
+
+/// What a reservation attempt does with the decision taken over the usage it was offered.
+#[derive(Debug)]
+pub enum Reservation {
+    /// No quota applies to the Pod: nothing to reserve.
+    NoQuota,
+    /// Answered without holding anything (denied in Enforce): nothing to reserve.
+    Refused(Decision),
+    /// Admitted: the Pod's count is reserved until the usage holds the Pod itself.
+    Reserve(Decision),
+}
+
+/// Why a Pod's quota could not be decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QuotaUnavailable {
+    /// The usage is not counted yet (the frontend's Pod watch has not listed).
+    NotCountedYet,
+    /// The reservation could not be written (the detail says why).
+    NotReserved(String),
+}
+
+/// What `/validate-pod` asks the world for.
+pub trait ValidatePorts: Sync {
+    /// Runs `f` with the cluster facts under `grants` (the caches behind them are read only inside).
+    fn with_facts<R>(&self, grants: &Grants, f: impl FnOnce(&Facts<'_>) -> R) -> R;
+
+    /// Which of `wanted` the requester holds (SubjectAccessReviews; none where they cannot be asked).
+    fn grants(&self, user: &UserInfo, wanted: &[Permission]) -> impl Future<Output = Grants>;
+
+    /// Whether this instance holds GPU quotas at all (it counts the cluster's usage); none by default.
+    fn holds_quotas(&self) -> bool {
+        false
+    }
+
+    /// Offers the usage (what the cluster holds plus the reservations in flight) to `decide` and, when it
+    /// answers [`Reservation::Reserve`] and `keep` is true, reserves `ask` for the Pod `uid` on top of
+    /// exactly that usage (another admission reserving first: offered the new usage again). The decision
+    /// taken, `None` for [`Reservation::NoQuota`].
+    fn reserve(
+        &self,
+        ask: &quota::Ask,
+        uid: &str,
+        keep: bool,
+        decide: &(dyn Fn(&Usage) -> Reservation + Sync),
+    ) -> impl Future<Output = Result<Option<Decision>, QuotaUnavailable>>;
+}
+
+/// What the quota step of a request did.
+#[derive(Debug)]
+pub enum QuotaStep {
+    /// A workload whose replicas can never fit a `max` of its tier or namespace: answered at its creation.
+    NeverFits { tier: String, message: String },
+    /// The usage is not counted yet: denied in Enforce.
+    NotCountedYet,
+    /// The quota could not be decided (the reservation failed): denied in Enforce, a warning otherwise.
+    Undecided { tier: String, message: String },
+    /// Decided against the usage; `answered` when the decision is a violation the mode answers.
+    Decided {
+        tier: String,
+        namespace: String,
+        decision: Decision,
+        answered: Option<(QuotaViolation, String)>,
+    },
+}
+
+impl QuotaStep {
+    /// The violation metric's (tier, reason) of this step, when it found one.
+    pub fn violation(&self) -> Option<(&str, QuotaViolation)> {
+        match self {
+            QuotaStep::NeverFits { tier, .. } => Some((tier, QuotaViolation::OverMax)),
+            QuotaStep::Undecided { tier, .. } => Some((tier, QuotaViolation::Undecided)),
+            QuotaStep::Decided {
+                tier,
+                answered: Some((why, _)),
+                ..
+            } => Some((tier, *why)),
+            QuotaStep::NotCountedYet | QuotaStep::Decided { .. } => None,
+        }
+    }
+}
+
+/// How `/validate-pod` answered a request (the metric's `outcome`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ValidationOutcome {
+    /// Not held to a tier.
+    Skipped,
+    /// Within its tier and quota, or exempt.
+    Allowed,
+    Denied,
+    /// A violation admitted under Warn or Audit.
+    ViolationAdmitted,
+}
+
+impl ValidationOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ValidationOutcome::Skipped => "skipped",
+            ValidationOutcome::Allowed => "allowed",
+            ValidationOutcome::Denied => "denied",
+            ValidationOutcome::ViolationAdmitted => "violation_admitted",
+        }
+    }
+}
+
+/// What `/validate-pod` answered one request, and how.
+#[derive(Debug)]
+pub struct Validated {
+    pub check: Check,
+    /// The quota step, when one ran (a request the tier check did not deny, where quotas are held).
+    pub quota: Option<QuotaStep>,
+    pub verdict: Verdict,
+}
+
+impl Validated {
+    pub fn outcome(&self) -> ValidationOutcome {
+        if self.verdict.denied.is_some() {
+            return ValidationOutcome::Denied;
+        }
+        let quota_violation = matches!(
+            &self.quota,
+            Some(
+                QuotaStep::NeverFits { .. }
+                    | QuotaStep::Decided {
+                        answered: Some(_),
+                        ..
+                    }
+            )
+        );
+        match &self.check {
+            Check::Violations { .. } => ValidationOutcome::ViolationAdmitted,
+            _ if quota_violation => ValidationOutcome::ViolationAdmitted,
+            Check::NotOurs(_) => ValidationOutcome::Skipped,
+            Check::Allowed(_) => ValidationOutcome::Allowed,
+        }
+    }
+}
+
+/// `/validate-pod` for one request: [`decide`] with no powers; for an object outside its tier, again with
+/// the requester's `exempt` power on the tier its namespace is held to; then, unless denied, the quota step
+/// ([`quota_step`]).
+pub async fn admit<P: ValidatePorts>(
+    req: &AdmissionRequest<DynamicObject>,
+    policy: &PolicySnapshot,
+    ports: &P,
+) -> Validated {
+    let (mut check, mut verdict) = ports.with_facts(&Grants::none(), |f| decide(req, policy, f));
+    if let Check::Violations { .. } = &check
+        && let Some(exempt) = ports.with_facts(&Grants::none(), |f| exemption(req, policy, f))
+    {
+        let grants = ports.grants(&req.user_info, &[exempt]).await;
+        (check, verdict) = ports.with_facts(&grants, |f| decide(req, policy, f));
+    }
+    let quota = if verdict.denied.is_none() && ports.holds_quotas() {
+        quota_step(req, policy, ports, &mut verdict).await
+    } else {
+        None
+    };
+    Validated {
+        check,
+        quota,
+        verdict,
+    }
+}
+
+/// The power that would let the requester run the object outside the tier its namespace is held to (the
+/// default tier's for an untiered namespace under `untieredNamespaces: Deny`).
+fn exemption(
+    req: &AdmissionRequest<DynamicObject>,
+    policy: &PolicySnapshot,
+    facts: &Facts<'_>,
+) -> Option<Permission> {
+    let namespace = req.namespace.as_deref()?;
+    let tier = match policy.tier_for((facts.tier_of)(namespace).as_deref()) {
+        TierScope::Tier(t) | TierScope::Defaulted { tier: t, .. } => {
+            policy.tier_rules(&t, namespace)?.tier.to_string()
+        }
+        TierScope::Denied(_) => policy.default_tier()?.to_string(),
+        TierScope::Ignored(_) => return None,
+    };
+    Some(Permission::Exempt(tier))
+}
+
+/// The quota of a CREATE the tier check admits: a workload that can never fit is answered at its creation;
+/// a Pod is decided against the usage and, admitted, reserved (a dry run reserves nothing); over a `max` is
+/// denied in Enforce, warned in Warn ([`quota::answer`]).
+async fn quota_step<P: ValidatePorts>(
+    req: &AdmissionRequest<DynamicObject>,
+    policy: &PolicySnapshot,
+    ports: &P,
+    verdict: &mut Verdict,
+) -> Option<QuotaStep> {
+    // A policy without quotas pays nothing here.
+    let p = policy.policy.as_deref().filter(|p| p.quotas.any())?;
+    let none = Grants::none();
+    if let Some((tier, message)) =
+        ports.with_facts(&none, |f| quota::workload_answer(req, policy, f, verdict))
+    {
+        return Some(QuotaStep::NeverFits { tier, message });
+    }
+    let ask = ports.with_facts(&none, |f| quota::of_request(req, policy, f))?;
+    // The apiserver assigns the UID before validating admission; without one (not an apiserver) the usage
+    // cannot tell this Pod from the watch's, so it is reserved under the request's UID.
+    let uid = req
+        .object
+        .as_ref()
+        .and_then(|o| o.metadata.uid.as_deref())
+        .unwrap_or(&req.uid);
+    let enforce = policy.mode == EnforcementMode::Enforce;
+    let decide = |usage: &Usage| {
+        let Some(d) = quota::decide(p, &ask.0, &ask.1, &ask.2, usage) else {
+            return Reservation::NoQuota;
+        };
+        // Reserved only when admitted: what `quota::answer` would deny holds no GPU.
+        let denies = enforce
+            && ports.with_facts(&none, |f| {
+                quota::answer(&d, req, policy, f, &mut Verdict::default()).is_some()
+            });
+        if denies {
+            Reservation::Refused(d)
+        } else {
+            Reservation::Reserve(d)
+        }
+    };
+    let (tier, namespace) = (ask.0.clone(), ask.1.clone());
+    let decision = match ports.reserve(&ask, uid, !req.dry_run, &decide).await {
+        Ok(d) => d?,
+        Err(QuotaUnavailable::NotCountedYet) => {
+            if enforce {
+                verdict.denied = Some(quota::NOT_COUNTED_YET.to_string());
+            }
+            return Some(QuotaStep::NotCountedYet);
+        }
+        Err(QuotaUnavailable::NotReserved(why)) => {
+            let message =
+                format!("gpu-admission: the GPU quota could not be reserved ({why}); retry");
+            if enforce {
+                verdict.denied = Some(message.clone());
+            } else {
+                verdict.warnings.push(message.clone());
+            }
+            return Some(QuotaStep::Undecided { tier, message });
+        }
+    };
+    let answered = ports.with_facts(&none, |f| quota::answer(&decision, req, policy, f, verdict));
+    Some(QuotaStep::Decided {
+        tier,
+        namespace,
+        decision,
+        answered,
+    })
+}
