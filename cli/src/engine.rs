@@ -434,6 +434,13 @@ impl MutatePorts for Offline<'_> {
         self.decided_at.unwrap_or_else(OffsetDateTime::now_utc)
     }
 
+    fn holds_quotas(&self) -> bool {
+        self.usage
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
     fn quota_usage(&self) -> Option<Usage> {
         self.usage.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }

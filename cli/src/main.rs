@@ -12,7 +12,6 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use gpu_admission_cli::load::Tiers;
 use gpu_admission_cli::review::User;
 use gpu_admission_cli::{Run, RunSettings, diff, policy, report, testfile};
-use gpu_admission_core::policy::mode_name;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -232,7 +231,7 @@ fn check(files: &[PathBuf], run: &RunArgs, output: Output) -> anyhow::Result<Exi
     let run = Run::new(&run.settings()?)?;
     let (version, mode) = (
         run.engine.policy().version.clone(),
-        mode_name(run.engine.policy().mode),
+        run.engine.policy().mode.as_str(),
     );
     let checked = run.check(files)?;
     match output {

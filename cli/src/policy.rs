@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{Context, bail};
-use gpu_admission_core::policy::{PolicySnapshot, mode_name};
+use gpu_admission_core::policy::PolicySnapshot;
 use scorer::policy::{DEFAULT_POLICY_YAML, EMBEDDED_SOURCE, EnforcementMode, Policy};
 use serde_json::Value;
 
@@ -107,7 +107,7 @@ pub fn summary(view: &PolicySnapshot) -> String {
     let mut out = format!(
         "version {}; mode {}; default tier {}\n",
         view.version,
-        mode_name(view.mode),
+        view.mode.as_str(),
         view.default_tier().unwrap_or("-")
     );
     let classes: Vec<&str> = view.catalog.iter().map(|c| c.name.as_str()).collect();

@@ -17,7 +17,8 @@ use gpu_admission_policy::{Policy, Tier};
 
 use k8s_openapi::api::core::v1::PodSpec;
 
-use gpu_admission_proto::scorer::v1::{EnforcementMode, GetPolicyResponse, GpuClass};
+use gpu_admission_policy::EnforcementMode;
+use gpu_admission_proto::scorer::v1::{GetPolicyResponse, GpuClass};
 
 pub use gpu_admission_policy::{Fallback, UntieredNamespaces};
 
@@ -37,7 +38,6 @@ pub struct PolicySnapshot {
     pub class_label_keys: Vec<String>,
     /// PriorityClasses named by the buckets, by name.
     pub priority_classes: HashMap<String, PriorityClassFacts>,
-    /// `Audit` when the scorer predates enforcement.
     pub mode: EnforcementMode,
     pub admin_groups: Vec<String>,
     pub admin_users: Vec<String>,
@@ -307,7 +307,7 @@ impl PolicySnapshot {
             catalog,
             class_label_keys,
             priority_classes,
-            mode: e.mode.into(),
+            mode: e.mode,
             admin_groups: e.admin_groups.clone(),
             admin_users: e.admin_users.clone(),
             job_type_default_memory_gib: policy
@@ -497,15 +497,5 @@ impl PolicySnapshot {
 impl PriorityClassLookup for PolicySnapshot {
     fn priority_class(&self, name: &str) -> Option<PriorityClassFacts> {
         self.priority_classes.get(name).cloned()
-    }
-}
-
-/// The enforcement mode as the policy file spells it (`Enforce`, `Warn`, `Audit`): the metric label and log
-/// field operators match against their policy.
-pub fn mode_name(mode: EnforcementMode) -> &'static str {
-    match mode {
-        EnforcementMode::Enforce => "Enforce",
-        EnforcementMode::Warn => "Warn",
-        EnforcementMode::Audit | EnforcementMode::Unspecified => "Audit",
     }
 }

@@ -20,7 +20,7 @@ use serde::de::{DeserializeOwned, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
-use gpu_admission_proto::scorer::v1::EnforcementMode;
+use gpu_admission_policy::EnforcementMode;
 
 mod deep;
 mod patch;
@@ -400,6 +400,25 @@ pub fn unreadable_verdict(why: &str, what: &str, mode: EnforcementMode) -> Verdi
         Verdict {
             denied: None,
             warnings: vec![format!("gpu-admission: {why}; {what}")],
+        }
+    }
+}
+
+impl Verdict {
+    /// The one answer to a violation under an enforcement mode: `Enforce` denies with `message`, `Warn`
+    /// admits with it as a warning, `Audit` admits silently (the caller counts and logs it).
+    pub fn for_mode(mode: EnforcementMode, message: String) -> Verdict {
+        let mut verdict = Verdict::default();
+        verdict.answer(mode, message);
+        verdict
+    }
+
+    /// Adds the answer to a violation under `mode` to this verdict (see [`Verdict::for_mode`]).
+    pub fn answer(&mut self, mode: EnforcementMode, message: String) {
+        match mode {
+            EnforcementMode::Enforce => self.denied = Some(message),
+            EnforcementMode::Warn => self.warnings.push(message),
+            EnforcementMode::Audit => {}
         }
     }
 }

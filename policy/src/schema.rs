@@ -109,6 +109,17 @@ pub enum EnforcementMode {
     Audit,
 }
 
+impl EnforcementMode {
+    /// As the policy file spells it: the metric label and log field operators match against their policy.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EnforcementMode::Enforce => "Enforce",
+            EnforcementMode::Warn => "Warn",
+            EnforcementMode::Audit => "Audit",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EnforcementSpec {

@@ -4,6 +4,7 @@
 //! forbidden change is denied in every enforcement mode: `Warn` and `Audit` relax what Pods may do, never who
 //! may change a namespace's tier. Pure: the answers of the apiserver come in as [`Grants`].
 
+use crate::admission::ValidationOutcome;
 use kube_core::DynamicObject;
 use kube_core::admission::{AdmissionRequest, Operation};
 
@@ -133,12 +134,12 @@ pub fn verdict(check: &Check, tier_label: &str) -> Verdict {
 
 impl Check {
     /// The metric's `outcome` for this check answered with `verdict`.
-    pub fn outcome(&self, verdict: &Verdict) -> &'static str {
+    pub fn outcome(&self, verdict: &Verdict) -> ValidationOutcome {
         match self {
-            Check::NotOurs(_) => "skipped",
-            Check::Allowed { .. } => "allowed",
-            Check::Forbidden { .. } if verdict.denied.is_some() => "denied",
-            Check::Forbidden { .. } => "violation_admitted",
+            Check::NotOurs(_) => ValidationOutcome::Skipped,
+            Check::Allowed { .. } => ValidationOutcome::Allowed,
+            Check::Forbidden { .. } if verdict.denied.is_some() => ValidationOutcome::Denied,
+            Check::Forbidden { .. } => ValidationOutcome::ViolationAdmitted,
         }
     }
 }
@@ -223,7 +224,7 @@ mod tests {
             let denied = v.denied.clone().unwrap_or_default();
             assert!(denied.contains(said), "{op}: {denied}");
             assert!(denied.contains("needs update tiers/"), "{denied}");
-            assert_eq!(c.outcome(&v), "denied");
+            assert_eq!(c.outcome(&v), ValidationOutcome::Denied);
             // One of two tiers is not enough.
             if needed.len() == 2 {
                 let (c, _) = decide(&req, &set(&needed[..1]), TIER);

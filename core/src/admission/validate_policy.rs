@@ -9,6 +9,7 @@
 //! Who may `update jobtypes/<name>` may change that job type's priors, and nothing else. A forbidden change
 //! is denied in every mode.
 
+use crate::admission::ValidationOutcome;
 use gpu_admission_policy::TextChange;
 use gpu_admission_policy::wire::validation;
 use gpu_admission_proto::scorer::v1::ValidatePolicyResponse;
@@ -216,24 +217,6 @@ pub fn verdict(answer: &ValidatePolicyResponse, cm: &PolicyConfigMap) -> Verdict
     }
 }
 
-/// How a policy check ended (the metric's `outcome`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Skipped,
-    Allowed,
-    Denied,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Skipped => "skipped",
-            Outcome::Allowed => "allowed",
-            Outcome::Denied => "denied",
-        }
-    }
-}
-
 /// The `/validate-policy` decision: who may change what ([`Change`], against the requester's RBAC grants:
 /// denied in every enforcement mode, since `Warn` and `Audit` relax what Pods may do, never who may change
 /// the rules), then the policy's validation ([`decide`]): the policy crate's, exactly what a reload of the
@@ -243,7 +226,7 @@ pub fn decide_change(
     change: &Change,
     requester: Requester<'_>,
     cm: &PolicyConfigMap,
-) -> (Outcome, Verdict) {
+) -> (ValidationOutcome, Verdict) {
     let Some(what) = forbidden_change(change, requester.grants) else {
         let checked = match triage {
             Triage::Check { file, text, .. } => Some(validation(text, file)),
@@ -259,7 +242,7 @@ pub fn decide_change(
         Permission::ChangeRules.describe()
     );
     (
-        Outcome::Denied,
+        ValidationOutcome::Denied,
         Verdict {
             denied: Some(message),
             warnings: Vec::new(),
@@ -273,10 +256,10 @@ fn decide(
     triage: &Triage<'_>,
     checked: Option<&ValidatePolicyResponse>,
     cm: &PolicyConfigMap,
-) -> (Outcome, Verdict) {
+) -> (ValidationOutcome, Verdict) {
     let denied = |message: String| {
         (
-            Outcome::Denied,
+            ValidationOutcome::Denied,
             Verdict {
                 denied: Some(message),
                 warnings: Vec::new(),
@@ -284,17 +267,17 @@ fn decide(
         )
     };
     match (triage, checked) {
-        (Triage::NotOurs(_), _) => (Outcome::Skipped, Verdict::default()),
-        (Triage::Delete, _) => (Outcome::Allowed, Verdict::default()),
+        (Triage::NotOurs(_), _) => (ValidationOutcome::Skipped, Verdict::default()),
+        (Triage::Delete, _) => (ValidationOutcome::Allowed, Verdict::default()),
         (Triage::MissingKey, _) => denied(format!(
             "gpu-admission: ConfigMap {}/{} must hold the policy under key {} (the scorer reads that file)",
             cm.namespace, cm.name, cm.key
         )),
         (Triage::Check { .. }, Some(answer)) => (
             if answer.valid {
-                Outcome::Allowed
+                ValidationOutcome::Allowed
             } else {
-                Outcome::Denied
+                ValidationOutcome::Denied
             },
             verdict(answer, cm),
         ),
@@ -466,41 +449,47 @@ mod tests {
             Change::of(&prior_change),
             Change::JobTypes(vec!["train-llama".into()])
         );
-        assert_eq!(run(&prior_change, &llama).0, Outcome::Allowed);
-        assert_eq!(run(&prior_change, &all).0, Outcome::Allowed);
+        assert_eq!(run(&prior_change, &llama).0, ValidationOutcome::Allowed);
+        assert_eq!(run(&prior_change, &all).0, ValidationOutcome::Allowed);
         let (o, v) = run(&prior_change, &bert);
-        assert_eq!(o, Outcome::Denied);
+        assert_eq!(o, ValidationOutcome::Denied);
         assert!(
             v.denied.unwrap().contains("update jobtypes/train-llama"),
             "names the power"
         );
-        assert_eq!(run(&prior_change, &nothing).0, Outcome::Denied);
+        assert_eq!(run(&prior_change, &nothing).0, ValidationOutcome::Denied);
         // The text unchanged needs no power.
-        assert_eq!(run(&update(base, base), &nothing).0, Outcome::Allowed);
+        assert_eq!(
+            run(&update(base, base), &nothing).0,
+            ValidationOutcome::Allowed
+        );
         // Learning, a job type's defaultMemoryGiB (it denies) and owner (whose runs the scorer learns as
         // the job type's), the mode: rules, for `update policies` only.
         for text in [&learning, &memory, &owner, &rules] {
             let t = update(text, base);
             assert_eq!(Change::of(&t), Change::Rules);
             let (o, v) = run(&t, &llama);
-            assert_eq!(o, Outcome::Denied);
+            assert_eq!(o, ValidationOutcome::Denied);
             let denied = v.denied.unwrap();
             assert!(denied.contains("alice changes the rules"), "{denied}");
             assert!(
                 denied.contains("update policies (gpu-admission.io)"),
                 "{denied}"
             );
-            assert_eq!(run(&t, &all).0, Outcome::Allowed);
+            assert_eq!(run(&t, &all).0, ValidationOutcome::Allowed);
         }
         // Creating, deleting, or rules that cannot be compared (the replaced text does not parse).
-        assert_eq!(run(&create, &llama).0, Outcome::Denied);
-        assert_eq!(run(&create, &all).0, Outcome::Allowed);
-        assert_eq!(run(&Triage::Delete, &llama).0, Outcome::Denied);
-        assert_eq!(run(&Triage::Delete, &all).0, Outcome::Allowed);
-        assert_eq!(run(&update(base, "tiers: ["), &llama).0, Outcome::Denied);
+        assert_eq!(run(&create, &llama).0, ValidationOutcome::Denied);
+        assert_eq!(run(&create, &all).0, ValidationOutcome::Allowed);
+        assert_eq!(run(&Triage::Delete, &llama).0, ValidationOutcome::Denied);
+        assert_eq!(run(&Triage::Delete, &all).0, ValidationOutcome::Allowed);
+        assert_eq!(
+            run(&update(base, "tiers: ["), &llama).0,
+            ValidationOutcome::Denied
+        );
         // An invalid text is refused whoever sends it: no path admits a text that was not validated.
         let (o, v) = run(&update("tiers: [", base), &all);
-        assert_eq!(o, Outcome::Denied);
+        assert_eq!(o, ValidationOutcome::Denied);
         assert!(v.denied.unwrap().contains("invalid policy"));
     }
 }

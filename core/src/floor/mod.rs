@@ -30,7 +30,7 @@ mod cel;
 use std::collections::BTreeMap;
 
 use gpu_admission_policy::names::is_label_value;
-use gpu_admission_policy::{EnforcementMode, Policy, UntieredNamespaces};
+use gpu_admission_policy::{Policy, UntieredNamespaces};
 use serde_json::{Value, json};
 
 use crate::names::EXEMPT_NAMESPACES;
@@ -124,12 +124,7 @@ pub fn params(policy: &Policy) -> Result<BTreeMap<String, String>, TierNameError
         return Err(TierNameError(t.name.clone()));
     }
     let mut data = BTreeMap::new();
-    let mode = match policy.enforcement.mode {
-        EnforcementMode::Enforce => "Enforce",
-        EnforcementMode::Warn => "Warn",
-        EnforcementMode::Audit => "Audit",
-    };
-    data.insert("mode".into(), mode.into());
+    data.insert("mode".into(), policy.enforcement.mode.as_str().into());
     data.insert(
         "tiers".into(),
         list(policy.tiers.iter().map(|t| t.name.as_str())),

@@ -502,7 +502,7 @@ pub fn answer(
 ) -> Option<(QuotaViolation, String)> {
     let mode = policy.mode;
     if let Some(message) = decision.over_max_message() {
-        respond(&message, mode, verdict);
+        verdict.answer(mode, message.clone());
         return Some((QuotaViolation::OverMax, message));
     }
     let class = policy
@@ -525,21 +525,8 @@ pub fn answer(
         class.name,
         class.value
     );
-    respond(&message, mode, verdict);
+    verdict.answer(mode, message.clone());
     Some((QuotaViolation::BorrowingAboveClass, message))
-}
-
-fn respond(
-    message: &str,
-    mode: gpu_admission_proto::scorer::v1::EnforcementMode,
-    verdict: &mut crate::review::Verdict,
-) {
-    use gpu_admission_proto::scorer::v1::EnforcementMode;
-    match mode {
-        EnforcementMode::Enforce => verdict.denied = Some(message.to_string()),
-        EnforcementMode::Warn => verdict.warnings.push(message.to_string()),
-        _ => {}
-    }
 }
 
 /// A CREATE of a workload (any object holding pod templates but a Pod) whose top-level template times its
@@ -602,7 +589,7 @@ pub fn workload_answer(
                 )
             })
         })?;
-    respond(&message, snapshot.mode, verdict);
+    verdict.answer(snapshot.mode, message.clone());
     Some((tier, message))
 }
 

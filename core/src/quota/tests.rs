@@ -247,7 +247,7 @@ fn a_workload_whose_replicas_never_fit_is_answered_at_creation() {
     use crate::authority::Grants;
     use crate::facts::Facts;
     use crate::review::Verdict;
-    use gpu_admission_proto::scorer::v1::EnforcementMode;
+    use gpu_admission_policy::EnforcementMode;
     use kube_core::admission::AdmissionRequest;
 
     let mut snap = PolicySnapshot::from_policy(policy());
@@ -358,7 +358,7 @@ fn a_borrower_above_the_borrowers_class_is_answered_and_one_within_min_is_not() 
     use crate::facts::Facts;
     use crate::priority_class::PriorityClassFacts;
     use crate::review::Verdict;
-    use gpu_admission_proto::scorer::v1::EnforcementMode;
+    use gpu_admission_policy::EnforcementMode;
     use kube_core::admission::AdmissionRequest;
     let p = policy();
     let classes: std::collections::HashMap<String, PriorityClassFacts> = [(

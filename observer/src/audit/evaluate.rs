@@ -12,8 +12,8 @@ use gpu_admission_core::admission::validate_pod::{self, Check, Violation};
 use gpu_admission_core::facts::Facts;
 use gpu_admission_core::pod::features;
 use gpu_admission_core::pod::templates::described_pods;
-use gpu_admission_core::policy::{PolicySnapshot, mode_name};
-use gpu_admission_proto::scorer::v1::EnforcementMode;
+use gpu_admission_core::policy::PolicySnapshot;
+use gpu_admission_policy::EnforcementMode;
 use kube::core::admission::{AdmissionRequest, Operation};
 use kube::core::{DynamicObject, GroupVersionKind, GroupVersionResource, TypeMeta};
 
@@ -78,9 +78,7 @@ impl Outcome {
     pub fn of_violation(mode: EnforcementMode) -> Self {
         match mode {
             EnforcementMode::Warn => Outcome::Warn,
-            EnforcementMode::Enforce | EnforcementMode::Audit | EnforcementMode::Unspecified => {
-                Outcome::Fail
-            }
+            EnforcementMode::Enforce | EnforcementMode::Audit => Outcome::Fail,
         }
     }
 }
@@ -178,7 +176,7 @@ pub fn evaluate(
         uid: object.metadata.uid.clone().unwrap_or_default(),
     };
     let mut properties = BTreeMap::from([
-        ("mode".to_string(), mode_name(policy.mode).to_string()),
+        ("mode".to_string(), policy.mode.as_str().to_string()),
         ("policyVersion".to_string(), policy.version.clone()),
     ]);
     match &check {

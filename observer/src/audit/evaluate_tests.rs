@@ -46,7 +46,7 @@ pub(crate) fn policy(mode: EnforcementMode) -> PolicySnapshot {
         }],
         priority_buckets: vec![bucket("gpu-high", 100_000), bucket("gpu-default", 1000)],
         enforcement: Some(Enforcement {
-            mode: mode as i32,
+            mode: gpu_admission_proto::scorer::v1::EnforcementMode::from(mode) as i32,
             admin_groups: vec!["gpu-admission:admins".into()],
             admin_users: vec![],
         }),

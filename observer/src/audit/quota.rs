@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use gpu_admission_core::facts::Facts;
-use gpu_admission_core::policy::{PolicySnapshot, mode_name};
+use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::quota::{self, QUOTA_ANNOTATION, QuotaViolation, demand::Counted};
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::DynamicObject;
@@ -68,7 +68,7 @@ pub fn findings(mut pods: Vec<QuotaPod>, policy: &PolicySnapshot) -> Vec<Finding
         .into_iter()
         .map(|(resource, decision)| {
             let properties = BTreeMap::from([
-                ("mode".to_string(), mode_name(policy.mode).to_string()),
+                ("mode".to_string(), policy.mode.as_str().to_string()),
                 ("policyVersion".to_string(), policy.version.clone()),
                 (QUOTA_ANNOTATION.to_string(), decision.record()),
             ]);
@@ -91,7 +91,7 @@ mod tests {
     use gpu_admission_core::authority::Grants;
     use gpu_admission_core::pod::gpu_resources::NoClaimTemplates;
     use gpu_admission_core::tier_bound::NoNodes;
-    use gpu_admission_proto::scorer::v1::EnforcementMode;
+    use gpu_admission_policy::EnforcementMode;
     use serde_json::json;
 
     fn snapshot(mode: EnforcementMode) -> PolicySnapshot {

@@ -232,6 +232,10 @@ impl mutate_pod::MutatePorts for Ports<'_> {
         self.hook.ns_locks.as_ref()?.lock(namespace)
     }
 
+    fn holds_quotas(&self) -> bool {
+        self.hook.quota.is_some()
+    }
+
     fn quota_usage(&self) -> Option<Usage> {
         self.hook.quota.as_ref()?.usage()
     }

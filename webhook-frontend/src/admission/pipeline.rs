@@ -13,7 +13,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use gpu_admission_core::review::{self, Answer, BadRequest, Incoming, IncomingObject, Verdict};
-use gpu_admission_proto::scorer::v1::EnforcementMode;
+use gpu_admission_policy::EnforcementMode;
 use gpu_admission_telemetry::REQUEST_SPANS;
 use tracing::{Instrument, field::Empty};
 

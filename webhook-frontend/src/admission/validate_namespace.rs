@@ -68,7 +68,7 @@ impl Webhook for ValidateNamespace {
             Check::NotOurs(_) => {}
         }
         Reply {
-            outcome: check.outcome(&verdict),
+            outcome: check.outcome(&verdict).as_str(),
             operation: operation_label(&req.operation),
             body: Body::Verdict(verdict),
         }

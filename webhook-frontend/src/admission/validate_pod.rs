@@ -10,7 +10,7 @@ use gpu_admission_core::admission::validate_pod::{
 };
 use gpu_admission_core::authority::{Grants, Permission};
 use gpu_admission_core::facts::Facts;
-use gpu_admission_core::policy::{PolicySnapshot, mode_name};
+use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::quota::{self, Usage};
 use gpu_admission_core::review::{self, BadRequest, IncomingObject};
 use k8s_openapi::api::authentication::v1::UserInfo;
@@ -57,7 +57,7 @@ impl Webhook for ValidatePod {
             policy: &policy,
         };
         let validated = validate_pod::admit(req, &policy, &ports).await;
-        self.report(&incoming.uid, req, &validated, mode_name(policy.mode));
+        self.report(&incoming.uid, req, &validated, policy.mode.as_str());
         Reply {
             outcome: validated.outcome().as_str(),
             operation: operation_label(&req.operation),

@@ -41,7 +41,7 @@ impl Webhook for ValidatePolicy {
             Err(why) => {
                 // Who may change the rules is guarded in every mode: what cannot be read is refused.
                 let what = "the policy was not validated";
-                let mode = gpu_admission_proto::scorer::v1::EnforcementMode::Enforce;
+                let mode = gpu_admission_policy::EnforcementMode::Enforce;
                 return not_validated(Self::NAME, &incoming.uid, why, what, mode);
             }
             Ok(req) => req,

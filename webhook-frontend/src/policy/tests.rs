@@ -31,10 +31,7 @@ fn a_valid_file_is_enforced_and_kept_as_the_last_good_copy() {
     assert!(held && cache.is_known());
     let snap = cache.snapshot();
     assert_eq!(snap.version, "v1");
-    assert_eq!(
-        snap.mode,
-        gpu_admission_proto::scorer::v1::EnforcementMode::Enforce
-    );
+    assert_eq!(snap.mode, gpu_admission_policy::EnforcementMode::Enforce);
     let kept = std::fs::read_to_string(s.last_good.as_ref().unwrap()).unwrap();
     assert_eq!(kept, policy_text("v1", "Enforce"));
 }

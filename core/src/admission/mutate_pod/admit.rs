@@ -76,6 +76,11 @@ pub trait MutatePorts {
         None
     }
 
+    /// Whether this instance holds GPU quotas at all (it counts the cluster's usage); none by default.
+    fn holds_quotas(&self) -> bool {
+        false
+    }
+
     /// The GPU quota usage as last counted (what the cluster holds plus the admissions in flight), for a
     /// quota'd Pod's record and borrowing class; `None` where no usage is counted (no cluster, or its Pods
     /// not listed yet). `/validate-pod` decides the quota again and holds the `max`.
@@ -236,8 +241,11 @@ fn quota_step<P: MutatePorts>(
     answer: &mut Answer,
 ) -> Option<quota::Decision> {
     let p = policy.policy.as_deref()?;
-    // A policy without quotas pays nothing here.
-    if req.operation != kube_core::admission::Operation::Create || !p.quotas.any() {
+    // A policy without quotas, or an instance that counts none, pays nothing here.
+    if req.operation != kube_core::admission::Operation::Create
+        || !p.quotas.any()
+        || !ports.holds_quotas()
+    {
         return None;
     }
     let (pod, namespace) = (req.object.as_ref()?, req.namespace.as_deref()?);

@@ -8,7 +8,7 @@
 //!
 //! [`TierRules::priority_beyond_cap`]: crate::policy::TierRules::priority_beyond_cap
 
-use gpu_admission_proto::scorer::v1::EnforcementMode;
+use gpu_admission_policy::EnforcementMode;
 use k8s_openapi::api::core::v1::Pod;
 use kube_core::admission::{AdmissionRequest, Operation};
 

@@ -1,7 +1,7 @@
 //! Claims and templates against their tier, through `/validate-pod`'s decision, on the shipped policy.
 use std::sync::Arc;
 
-use gpu_admission_proto::scorer::v1::EnforcementMode;
+use gpu_admission_policy::EnforcementMode;
 use kube_core::DynamicObject;
 use kube_core::admission::AdmissionRequest;
 use serde_json::{Value, json};

@@ -12,12 +12,13 @@ use kube_core::DynamicObject;
 use kube_core::admission::AdmissionRequest;
 
 use super::{Check, decide};
+use crate::admission::ValidationOutcome;
 use crate::authority::{Grants, Permission};
 use crate::facts::Facts;
 use crate::policy::{PolicySnapshot, TierScope};
 use crate::quota::{self, Decision, QuotaViolation, Usage};
 use crate::review::Verdict;
-use gpu_admission_proto::scorer::v1::EnforcementMode;
+use gpu_admission_policy::EnforcementMode;
 
 /// What a reservation attempt does with the decision taken over the usage it was offered.
 #[derive(Debug)]
@@ -95,29 +96,6 @@ impl QuotaStep {
                 ..
             } => Some((tier, *why)),
             QuotaStep::NotCountedYet | QuotaStep::Decided { .. } => None,
-        }
-    }
-}
-
-/// How `/validate-pod` answered a request (the metric's `outcome`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ValidationOutcome {
-    /// Not held to a tier.
-    Skipped,
-    /// Within its tier and quota, or exempt.
-    Allowed,
-    Denied,
-    /// A violation admitted under Warn or Audit.
-    ViolationAdmitted,
-}
-
-impl ValidationOutcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ValidationOutcome::Skipped => "skipped",
-            ValidationOutcome::Allowed => "allowed",
-            ValidationOutcome::Denied => "denied",
-            ValidationOutcome::ViolationAdmitted => "violation_admitted",
         }
     }
 }
@@ -253,6 +231,8 @@ async fn quota_step<P: ValidatePorts>(
         Err(QuotaUnavailable::NotReserved(why)) => {
             let message =
                 format!("gpu-admission: the GPU quota could not be reserved ({why}); retry");
+            // Undecided is answered as undecidable: denied in Enforce, a warning otherwise (Audit included:
+            // the request was not checked).
             if enforce {
                 verdict.denied = Some(message.clone());
             } else {

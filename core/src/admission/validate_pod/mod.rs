@@ -4,9 +4,7 @@
 
 mod admit;
 
-pub use admit::{
-    QuotaStep, QuotaUnavailable, Reservation, ValidatePorts, Validated, ValidationOutcome, admit,
-};
+pub use admit::{QuotaStep, QuotaUnavailable, Reservation, ValidatePorts, Validated, admit};
 
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use kube_core::DynamicObject;
@@ -22,7 +20,8 @@ use crate::policy::{PolicySnapshot, TierRules, TierScope, Untiered};
 use crate::priority_class::{NoPriorityClasses, PriorityClassLookup};
 use crate::review::Verdict;
 use crate::tier_bound::{self, Breach};
-use gpu_admission_proto::scorer::v1::{EnforcementMode, GpuClass, GpuVendor};
+use gpu_admission_policy::EnforcementMode;
+use gpu_admission_proto::scorer::v1::{GpuClass, GpuVendor};
 
 /// The result of checking one request.
 #[derive(Debug, PartialEq)]
@@ -500,17 +499,7 @@ pub fn verdict(check: &Check, mode: EnforcementMode) -> Verdict {
         "gpu-admission: {object} is outside tier {tier}: {}. Tier {tier} allows {allowed}",
         what.join("; ")
     );
-    match mode {
-        EnforcementMode::Enforce => Verdict {
-            denied: Some(message),
-            warnings: Vec::new(),
-        },
-        EnforcementMode::Warn => Verdict {
-            denied: None,
-            warnings: vec![message],
-        },
-        EnforcementMode::Audit | EnforcementMode::Unspecified => Verdict::default(),
-    }
+    Verdict::for_mode(mode, message)
 }
 
 #[cfg(test)]

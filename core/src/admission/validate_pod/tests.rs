@@ -66,7 +66,7 @@ fn response(mode: EnforcementMode) -> GetPolicyResponse {
             bucket("gpu-default", 1000, 0.0),
         ],
         enforcement: Some(Enforcement {
-            mode: mode as i32,
+            mode: gpu_admission_proto::scorer::v1::EnforcementMode::from(mode) as i32,
             admin_groups: vec!["gpu-admission:admins".into()],
             admin_users: vec![],
         }),
