@@ -574,3 +574,74 @@ fn docs() -> Vec<String> {
     assert!(out.len() >= 10, "docs found: {out:?}");
     out
 }
+
+/// GitHub's anchor of a Markdown heading: lower case, punctuation but `-` and `_` dropped, spaces as `-`.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == '-' || *c == '_' || *c == ' ')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The anchors of a Markdown file's headings (outside code blocks).
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut fence = false;
+    let mut out = BTreeSet::new();
+    for line in text.lines() {
+        if line.starts_with("```") {
+            fence = !fence;
+        } else if !fence && line.starts_with('#') {
+            let heading = line.trim_start_matches('#');
+            if heading.starts_with(' ') {
+                out.insert(anchor(heading));
+            }
+        }
+    }
+    out
+}
+
+/// Every relative link of every Markdown file (`[text](path)`, `[text](path#anchor)`, `[text](#anchor)`)
+/// leads to a file that exists and, for a Markdown file, to one of its headings: a moved file or a renamed
+/// heading fails here.
+#[test]
+fn every_relative_link_resolves() {
+    let base = root().canonicalize().unwrap();
+    let mut broken = Vec::new();
+    for doc in docs() {
+        let text = read(&doc);
+        let dir = Path::new(&doc).parent().unwrap().to_path_buf();
+        for (i, _) in text.match_indices("](") {
+            let rest = &text[i + 2..];
+            let Some(end) = rest.find(')') else { continue };
+            let target = &rest[..end];
+            if target.contains(char::is_whitespace)
+                || target.starts_with("http:")
+                || target.starts_with("https:")
+                || target.starts_with("mailto:")
+            {
+                continue;
+            }
+            let (path, fragment) = target.split_once('#').unwrap_or((target, ""));
+            let file = if path.is_empty() {
+                base.join(&doc)
+            } else {
+                base.join(&dir).join(path)
+            };
+            if !file.exists() {
+                broken.push(format!("{doc}: {target} (no such file)"));
+                continue;
+            }
+            let is_md = file.extension().is_some_and(|x| x == "md");
+            if !fragment.is_empty() && is_md {
+                let text = std::fs::read_to_string(&file).unwrap();
+                if !anchors(&text).contains(fragment) {
+                    broken.push(format!("{doc}: {target} (no such heading)"));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "links that lead nowhere: {broken:#?}");
+}
