@@ -6,8 +6,9 @@
 #
 # It counts the binaries CI has already built (the dev profile: no second optimised build in CI), so the
 # reference is a dev-profile count and compares only with dev-profile counts; the optimised numbers
-# (`measure` profile) are in loadgen/README.md. A change that makes an admission dearer on purpose updates the
-# reference in the same commit: `UPDATE=1 loadgen/scripts/check-instructions.sh target/debug`.
+# (`measure` profile) are in docs/measurements/2026-11-25-instructions-per-admission.md. A change that
+# makes an admission dearer on purpose updates the reference in the same commit:
+# `UPDATE=1 loadgen/scripts/check-instructions.sh target/debug`.
 #
 # Usage: loadgen/scripts/check-instructions.sh BIN_DIR [N]   (default N 300)
 # Installs valgrind and h2load (Debian: valgrind, nghttp2-client) when missing, as root or through sudo.

@@ -77,7 +77,7 @@ struct Tracker {
     relisted: Option<HashSet<String>>,
     /// Whether this replica leads: only the leader counts skips (once per Pod: the Pod becomes done).
     leader: bool,
-    /// Namespace → its `gpu-admission-ns-lock` Lease (restricted instances, issue 38).
+    /// Namespace → its `gpu-admission-ns-lock` Lease (restricted instances).
     locks: HashMap<String, NsLock>,
     /// The Leases listed during a re-list (`Init` .. `InitDone`).
     relisted_locks: Option<HashMap<String, NsLock>>,

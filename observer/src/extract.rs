@@ -178,8 +178,8 @@ pub enum Progress {
 }
 
 /// The decided GPU job a Pod is, or `None` when gpu-admission did not decide it (no `decided-at`, no job-type
-/// label, no UID, or no GPU), or its `decided-by` names no instance that may teach a scorer its run (issue 38,
-/// [`route::learner`]: a restricted instance's record teaches the scorer of the Pod's own namespace only).
+/// label, no UID, or no GPU), or its `decided-by` names no instance that may teach a scorer its run
+/// ([`route::learner`]: a restricted instance's record teaches the scorer of the Pod's own namespace only).
 pub fn decided_job(pod: &Pod) -> Option<DecidedJob> {
     let meta = &pod.metadata;
     let annotations = meta.annotations.as_ref()?;

@@ -1,4 +1,4 @@
-//! Which scorer learns a decided Pod's run (issue 38), as pure functions. The cluster-wide scorer learns the
+//! Which scorer learns a decided Pod's run, as pure functions. The cluster-wide scorer learns the
 //! runs the cluster-wide instance decided; a run a namespace-restricted instance decided goes to the scorer
 //! of the Pod's own namespace, and nowhere else:
 //!

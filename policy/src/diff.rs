@@ -133,7 +133,7 @@ mod tests {
         );
         assert_ne!(priors, DEFAULT_POLICY_YAML);
         assert!(changes(&priors).is_empty(), "a job type's priors");
-        // What could deny, steer or hide other tenants' Pods is a rule (issue 35).
+        // What could deny, steer or hide other tenants' Pods is a rule.
         let learning = DEFAULT_POLICY_YAML.replace("  seed: 0 ", "  seed: 7 ");
         assert_ne!(learning, DEFAULT_POLICY_YAML);
         assert_eq!(changes(&learning), ["learning.seed: 0 -> 7"]);

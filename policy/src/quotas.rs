@@ -1,4 +1,4 @@
-//! Elastic GPU quotas (issue 37): per tier, optionally per namespace within it, per GPU class and a total
+//! Elastic GPU quotas: per tier, optionally per namespace within it, per GPU class and a total
 //! across classes, a guaranteed `min` and a ceiling `max` in whole-GPU equivalents. The file's shape
 //! ([`QuotasSpec`]) and the validated model ([`Quotas`]); the checks are in `validate/quotas.rs`.
 //!

@@ -1,4 +1,4 @@
-//! The learned state's size as observations grow (issue 23): `cargo run --release -p scorer --example
+//! The learned state's size as observations grow: `cargo run --release -p scorer --example
 //! state_size`. 1 000 000 observations over 5 000 job types (the default policy's 10, the rest unlisted,
 //! each seen in turns so that the budget of unlisted job types keeps evicting), 2 % of the runs next to
 //! a listed job type (so the pair table fills to its bound), every class; prints the exported snapshot's size (gzip JSON, what `ExportState` sends

@@ -5,8 +5,9 @@
 //!
 //! Format v3 (this one) is gzip-compressed JSON of sufficient statistics (per (job type, class) and per
 //! pair), the de-duplication window and the unlisted job types; its size is bounded whatever the number of
-//! observations (see the README's size curve). Format v2 (plain JSON, written by older scorers) still
-//! loads and imports: its statistics are the same, its 128-bit ids are cut to the last 10 000 of 64 bits.
+//! observations (docs/measurements/2026-11-25-learned-state-size.md). Format v2 (plain JSON, written by
+//! older scorers) still loads and imports: its statistics are the same, its 128-bit ids are cut to the
+//! last 10 000 of 64 bits.
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -1,4 +1,4 @@
-//! The floor (issue 41): the tier holds while no gpu-admission process runs. A real control plane (apiserver,
+//! The floor: the tier holds while no gpu-admission process runs. A real control plane (apiserver,
 //! scheduler, controllers, kwok with one L4 Node), the floor as shipped (`deploy/kustomize/base/floor.yaml`),
 //! the default policy in Enforce in the policy ConfigMap, the observer as its ServiceAccount with the shipped
 //! RBAC keeping the floor's parameters in step, the shipped Pod webhooks pointed at a test frontend. As the
@@ -616,8 +616,8 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[i.min(sorted.len() - 1)]
 }
 
-/// The apiserver's admission cost of the floor (issue 41's closing figure), by hand:
-/// `cargo test -p gpu-admission-tests --test cluster_floor -- --ignored --nocapture`.
+/// The apiserver's admission cost of the floor (docs/measurements/2026-11-26-floor-admission-cost.md),
+/// by hand: `cargo test -p gpu-admission-tests --test cluster_floor -- --ignored --nocapture`.
 /// One control plane (etcd + apiserver), the floor as shipped with its parameters in Enforce, no webhook;
 /// 2 × N Pod CREATEs (a GPU Pod stating L4 at `gpu-default`: every validation of the Pod policy evaluated in
 /// full) by one client, alternating a bronze namespace the floor binds and `kube-public`, which its bindings

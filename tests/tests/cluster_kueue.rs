@@ -1,4 +1,4 @@
-//! Kueue for real (issue 42, part 2): `gpu-admission kueue export` of a policy with quotas, applied
+//! Kueue for real: `gpu-admission kueue export` of a policy with quotas, applied
 //! server-side to a real control plane (apiserver, kube-scheduler, controller-manager, kwok as the kubelet of
 //! an L4-24GB Node of 4 GPUs and an A100-80GB Node of 2) where Kueue v0.17.0, built from its Go module, runs
 //! with its CRDs and webhooks, beside the real scorer and frontend (the shipped Pod and workload

@@ -19,7 +19,7 @@
 //!   ConfigMap holds the learned state; losing every scorer replica and the leading observer at once, a
 //!   fresh replica gets the same learned state back (same digest, the unlisted job type included) through a
 //!   new observer that reads the ConfigMap;
-//! - poisoning (issue 36): gold's 15 real `train-llama` runs, then another tenant's 120 runs of 2 s under that
+//! - poisoning: gold's 15 real `train-llama` runs, then another tenant's 120 runs of 2 s under that
 //!   job type (a third next to a job type of its own) leave gold's decision unchanged, its estimates within
 //!   2x and its avoid-list as it was; the implausibly fast runs are counted; a run on a class its decision
 //!   record does not allow is skipped (`not_where_decided`).
@@ -881,7 +881,7 @@ async fn observer_reports_each_finished_pod_once_through_a_leader_change_and_sha
     let (runs, _) = explained(&url_a, UNLISTED, &runner_up.name).await.unwrap();
     assert_eq!(runs, 2, "{UNLISTED} forgotten");
 
-    // Poisoning (issue 36): gold's 15 real runs of train-llama, then another tenant's 120 runs of 2 s under
+    // Poisoning: gold's 15 real runs of train-llama, then another tenant's 120 runs of 2 s under
     // that job type on L4, a third of them next to a job type of its own, and one Pod that ran where its
     // record does not say.
     let learned_before = expected.len();

@@ -4,7 +4,7 @@
 //! made with `kubectl --as` (a plain user) and `--as-group gpu-admission:admins` (an admin by the policy's
 //! deprecated lists), both bound to every verb of the built-in API groups and none of gpu-admission.io
 //! (`LocalCluster::bind_tenant`): RBAC never stops the requests and grants none of the product's powers, so
-//! only our webhooks decide. Nodes of every class; issue 22's attacks
+//! only our webhooks decide. Nodes of every class; the attacks on the tier rules
 //! (`cluster_policy/attacks.rs`) checked on the stored Pods with the placement oracle. Prints the table of
 //! cases and answers.
 
@@ -431,7 +431,7 @@ async fn tier_policy_holds_against_a_real_apiserver() {
     );
     check("policy ConfigMap, valid edit (apply)", a.summary(), a.ok);
 
-    // 7b. Issue 22's attacks, and who may change the rules.
+    // 7b. The attacks on the tier rules, and who may change the rules.
     attacks::run(&k, &nodes, &mut check);
     attacks::rules(&k, &mut check);
 

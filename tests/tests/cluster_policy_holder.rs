@@ -1,4 +1,4 @@
-//! The frontend holds the policy itself (issue 34), against a real kube-apiserver: it reads the scorer's own
+//! The frontend holds the policy itself, against a real kube-apiserver: it reads the scorer's own
 //! policy file, so it enforces the tier with the scorer down, refusing its file, or both restarted.
 //!
 //! One policy file in Enforce (bronze falls back to TierDefault); a plain user ("alice", bound to

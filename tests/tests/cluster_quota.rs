@@ -1,4 +1,4 @@
-//! Elastic GPU quotas (issue 37) against a real kube-apiserver with the real kube-scheduler,
+//! Elastic GPU quotas against a real kube-apiserver with the real kube-scheduler,
 //! kube-controller-manager (its job controller creates the Jobs' Pods) and kwok as the kubelet of one
 //! A100-80GB Node: the default policy in Enforce with a `quotas` section, a scorer, and two webhook-frontend
 //! replicas behind the shipped registrations, each registration sending half of the Pods (label

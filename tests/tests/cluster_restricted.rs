@@ -1,4 +1,4 @@
-//! Namespace-restricted instances (issue 38) against a real kube-apiserver: the cluster-wide installation
+//! Namespace-restricted instances against a real kube-apiserver: the cluster-wide installation
 //! (the SHIPPED mutating and validating registrations, URL and CA swapped in; the default policy in Enforce)
 //! and a restricted one for `gpu-team` as `deploy/kustomize/overlays/namespaced` installs it: the overlay's
 //! ServiceAccount, Role, RoleBinding and Lease applied, its frontend run as that ServiceAccount with

@@ -1,4 +1,4 @@
-//! Nothing outside the rules (issue 35, parts 1 and 2) against a real kube-apiserver, with the SHIPPED
+//! Nothing outside the rules against a real kube-apiserver, with the SHIPPED
 //! webhook registrations (`deploy/kustomize/base/webhook/*webhookconfiguration.yaml`: only the Service
 //! reference is replaced by the test frontend's URL and CA, and the timeout widened for debug builds), the
 //! real scorer and frontend reading the default policy switched to Enforce, then to Warn. Requests are made as

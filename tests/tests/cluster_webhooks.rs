@@ -344,7 +344,7 @@ fn pod_cases() -> Vec<(&'static str, &'static str, Value, Expect)> {
             ),
             (false, false, true),
         ),
-        // Every Pod's priority is capped (issue 35): a CPU-only Pod naming a PriorityClass reaches both
+        // Every Pod's priority is capped: a CPU-only Pod naming a PriorityClass reaches both
         // webhooks, and above gold's cap (gpu-high) it is denied in Enforce.
         (
             "CPU-only Pod naming PriorityClass gpu-ultra (Enforce)",

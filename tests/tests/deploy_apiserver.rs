@@ -330,7 +330,7 @@ fn rendered_install_applies_unchanged_to_a_real_kube_apiserver() {
         Some("default")
     ));
     assert!(!api.can_i("create", "jobs.batch", Some("default")));
-    // GPU quota usage (issue 37): Pods are listed and watched, never read one by one or changed.
+    // GPU quota usage: Pods are listed and watched, never read one by one or changed.
     for verb in ["list", "watch"] {
         assert!(api.can_i(verb, "pods", Some("default")));
     }
@@ -469,7 +469,7 @@ fn rendered_install_applies_unchanged_to_a_real_kube_apiserver() {
         println!("{}: {} objects applied and stored", m.mode, m.objects.len());
     }
 
-    // 5. A team's namespace-restricted instance beside it (overlays/namespaced, issue 38).
+    // 5. A team's namespace-restricted instance beside it (overlays/namespaced).
     let namespaced = support::rendered_namespaced().expect("kubectl renders");
     team_instance_applies(&api, &namespaced, &work.path().join("namespaced.json"));
 

@@ -1,4 +1,4 @@
-//! `deploy/kustomize/overlays/namespaced` (issue 38), rendered offline: it passes strict schema validation
+//! `deploy/kustomize/overlays/namespaced`, rendered offline: it passes strict schema validation
 //! for the versions the install supports; everything is in the team namespace but its one
 //! MutatingWebhookConfiguration, which selects only that namespace, sorts before the cluster-wide
 //! `gpu-admission` and points at the team's Service; its only RBAC is a Role on its own Lease, bound to its

@@ -525,7 +525,7 @@ fn policy_source(deployment: &Value, container_name: &str, flag: &str) -> (Strin
     )
 }
 
-/// Issue 34: the frontend enforces the very policy the scorer scores with (one ConfigMap, one key, mounted
+/// The frontend enforces the very policy the scorer scores with (one ConfigMap, one key, mounted
 /// as a directory into both), in every install mode, and keeps its last good copy on a writable volume.
 #[test]
 fn the_frontend_reads_the_scorers_policy_file_in_every_mode() {
@@ -578,7 +578,7 @@ fn priority_classes_equal_the_policy_buckets() {
         .filter(|c| c["metadata"]["name"] != "gpu-borrowed")
         .collect();
     assert_eq!(classes.len(), buckets.len(), "one PriorityClass per bucket");
-    // The quota borrowers' class (issue 37): the policy's default `quotas.borrowingPriorityClass`, below every
+    // The quota borrowers' class: the policy's default `quotas.borrowingPriorityClass`, below every
     // bucket, preempting nobody.
     let borrowed = m.get("PriorityClass", "gpu-borrowed");
     let default = gpu_admission_policy::quotas::BorrowingClassSpec::default();

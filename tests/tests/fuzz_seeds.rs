@@ -123,7 +123,7 @@ fn hostile_inputs_get_their_answers() {
     }
 
     // A GPU quantity that is no Kubernetes quantity (`nvidia.com/gpu: "one"`): not scored (mutation never
-    // rejects), and `/validate-pod` holds it undecidable, never "no GPU" (issue 39): a warning under the
+    // rejects), and `/validate-pod` holds it undecidable, never "no GPU": a warning under the
     // embedded policy's Warn, a denial in Enforce.
     assert!(matches!(
         mutate("unreadable-gpu-quantity.json"),

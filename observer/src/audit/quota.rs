@@ -1,4 +1,4 @@
-//! GPU quotas in the PolicyReports (issue 37): the running Pods of quota'd tiers, replayed in creation order
+//! GPU quotas in the PolicyReports: the running Pods of quota'd tiers, replayed in creation order
 //! by core's [`quota::over_max`] — each decided against what the Pods created before it hold, as
 //! `/validate-pod` decides — and a result for each Pod past a `max` (admitted in Warn or Audit, or before the
 //! `max` was lowered), with `/validate-pod`'s message. Nothing here is a rule of its own.

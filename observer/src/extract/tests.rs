@@ -613,8 +613,8 @@ fn colocated_job_types_are_the_overlapping_runs_on_the_same_node() {
     )
     .unwrap();
     assert_eq!(req.colocated_job_types, ["inference-llm", "train-llama"]);
-    // A run another scorer learns (a team's, issue 38) beside it is not counted: one scorer's interference
-    // statistics come from its own decisions only.
+    // A run another scorer learns (a team's restricted instance decided it) beside it is not counted: one
+    // scorer's interference statistics come from its own decisions only.
     let mut team = other(
         "g",
         "team-only-job",

@@ -104,7 +104,7 @@ impl Alternative {
         }
         // Its estimate without the run, as certain as the Gaussian one: counting the wider uncertainty of
         // the estimate without it (or drawing from it) made the decisions explore more than they saved,
-        // on both truths of `loadgen learn` (loadgen README, "sixth round").
+        // on both truths of `loadgen learn` (docs/measurements/2026-11-26-learning-rounds.md, "sixth round").
         post.straggled(job.who, c).map(|s| Self {
             kind: AlternativeKind::Straggled,
             weight: s.weight,

@@ -11,8 +11,8 @@
 //! w = τ²/(τ² + v + Σ v_j) of a run next to the pair alone measured against a known runtime (a weighted
 //! mean; the weights sum in place of the count; [`log_variance`] is v_j). The first runs of a new job
 //! type, whose runtime is still known to ±50 %, then no longer put a harmless neighbour on its avoid-list
-//! (issue 23: avoid-list precision 0.81 → 0.91 over five seeds of `loadgen learn`), and a run next to two
-//! job types teaches each pair less while the other's slowdown is unknown (issue 36: without it, what an
+//! (avoid-list precision 0.81 → 0.91 over five seeds of `loadgen learn`), and a run next to two
+//! job types teaches each pair less while the other's slowdown is unknown (without it, what an
 //! unknown harmful neighbour did not explain went to the harmless one, precision 0.77 on the Sia truth).
 //!
 //! The estimate is Bayesian with a check of the prior: either the prior ln(1 + prior) is right, weighing

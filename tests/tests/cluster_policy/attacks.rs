@@ -1,6 +1,6 @@
-//! Issue 22's attacks, replayed as a plain user (and the admin counterparts) against the real apiserver with
-//! Nodes of every class: every bronze Pod that is stored is checked with the independent placement oracle
-//! (it reaches no Node outside L4-24GB) and for its priority (none above `gpu-default`).
+//! The attacks on the tier rules, replayed as a plain user (and the admin counterparts) against the real
+//! apiserver with Nodes of every class: every bronze Pod that is stored is checked with the independent
+//! placement oracle (it reaches no Node outside L4-24GB) and for its priority (none above `gpu-default`).
 
 use gpu_admission_properties::placement_oracle::{
     class_label, default_policy_nodes, reachable_nodes,
@@ -272,7 +272,7 @@ pub(super) fn rules(k: &Kubectl<'_>, check: &mut dyn FnMut(&str, String, bool)) 
                 &format!("namespaceGrants: [{{namespace: {BRONZE}, allowedClasses: [H100-80GB]}}]"),
             ),
         ),
-        // Fields that were "not rules" before issue 35 and steer or deny other tenants' Pods.
+        // Fields that were once "not rules" and steer or deny other tenants' Pods.
         (
             "attack: policy ConfigMap, a job type's defaultMemoryGiB 500 (denies its Pods)",
             base.replacen("defaultMemoryGiB: 40", "defaultMemoryGiB: 500", 1),

@@ -206,7 +206,7 @@ fn render_all() -> anyhow::Result<Vec<Rendered>> {
     Ok(out)
 }
 
-/// The folder of deploy/kustomize/overlays holding the namespace-restricted install (issue 38).
+/// The folder of deploy/kustomize/overlays holding the namespace-restricted install.
 pub const NAMESPACED: &str = "namespaced";
 
 /// `deploy/kustomize/overlays/namespaced`, rendered (`None` when kubectl is missing outside CI).

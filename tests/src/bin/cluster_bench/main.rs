@@ -1,7 +1,7 @@
 //! `cluster-bench`: gpu-admission on the real control plane (tests/README.md, "cluster-bench").
 //!
-//! - part A, the cost of scope (issue 35): [`scope`];
-//! - part B, scale with kwok (issue 43): [`scale`].
+//! - part A, the cost of scope: [`scope`];
+//! - part B, scale with kwok: [`scale`].
 //!
 //! Each part starts its own control plane ([`gpu_admission_tests::cluster::LocalCluster`]) and gpu-admission
 //! on it ([`install`]), prints markdown tables on stdout (progress on stderr), optionally writes every number

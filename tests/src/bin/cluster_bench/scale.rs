@@ -1,4 +1,4 @@
-//! Part B, scale with kwok (issue 43): `nodes` fake GPU Nodes (every catalog class in turn: its class label,
+//! Part B, scale with kwok: `nodes` fake GPU Nodes (every catalog class in turn: its class label,
 //! taint and vendor resource) kept Ready by kwok, the real kube-scheduler and controllers, and `pods` one-GPU
 //! Pods over `namespaces` tier namespaces created through the shipped webhooks by `clients` tenant clients.
 //! Measured: the admission rate, the time until every Pod is bound, each process's CPU and peak RSS. Checked:

@@ -1,4 +1,4 @@
-//! Part A, the cost of scope (issue 35): on etcd + kube-apiserver alone (no scheduler: every Pod stays
+//! Part A, the cost of scope: on etcd + kube-apiserver alone (no scheduler: every Pod stays
 //! Pending), the rate at which `clients` create `pods` Pods in tier namespaces the shipped registrations send
 //! to the webhooks, against the same creation in as many tier namespaces the registrations exclude by name
 //! (the control). GPU Pods, then CPU-only Pods naming a PriorityClass. Runs alternate webhooked, skipped,
