@@ -170,6 +170,16 @@ impl Evaluation {
         self.verdict = Verdict::Error;
         self.message = Some(format!("HTTP 400: {}", bad.0));
     }
+
+    /// Every answer of the floor for this object: its own (a workload's), then each Pod's as submitted and as
+    /// mutated.
+    pub fn floor_answers(&self) -> impl Iterator<Item = &FloorAnswer> {
+        self.floor.iter().chain(
+            self.pods
+                .iter()
+                .flat_map(|p| p.floor.iter().chain(p.floor_after_mutation.iter())),
+        )
+    }
 }
 
 /// The webhooks' answers for one input; `None` for what no webhook looks at (Namespaces, ConfigMaps, …).
@@ -264,9 +274,12 @@ fn evaluate_review(engine: &Engine, src: &Source) -> Evaluation {
 }
 
 /// Records, right after `/validate-pod` answered for a workload, whether it admitted the object and what the
-/// floor alone answers for it.
+/// floor alone answers for it (nothing for a workload the apiserver refuses when it decodes it).
 fn workload_floor(engine: &Engine, ev: &mut Evaluation, request: &Value) {
     ev.object_admitted = !matches!(ev.verdict, Verdict::Denied | Verdict::Error);
+    if crate::floor::refused_when_decoded(&request["object"]) {
+        return;
+    }
     if let Some((floor, at)) = floor_context(engine, ev, request) {
         let answer = floor.workload(
             request,

@@ -136,6 +136,17 @@ impl Run {
                     e.object, e.source
                 ));
             }
+            for f in e.floor_answers() {
+                let warning = match f {
+                    floor::FloorAnswer::Undecidable(why) => {
+                        format!("{} ({}): the floor alone: {why}", e.object, e.source)
+                    }
+                    _ => continue,
+                };
+                if !warnings.contains(&warning) {
+                    warnings.push(warning);
+                }
+            }
         }
         Checked {
             evaluations,
