@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use gpu_admission_core::names::decision;
 use gpu_admission_core::placement::reachable_classes;
 use gpu_admission_core::pod::templates::pod_templates;
+use gpu_admission_core::policy::TierScope;
 use gpu_admission_core::workload::OwnerFacts;
 use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
@@ -71,6 +72,17 @@ pub struct PodDecision {
     pub floor_after_mutation: Option<FloorAnswer>,
 }
 
+/// What decided the tier a namespace is held to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TierFrom {
+    /// Its tier label names a tier of the policy.
+    Label,
+    /// It is untiered (no tier label, an empty one, or one naming no tier of the policy) and the policy holds
+    /// such namespaces to its `defaultTier` (`untieredNamespaces: DefaultTier`).
+    Default,
+}
+
 /// Everything the webhooks answered for one object of the input.
 #[derive(Debug, Clone, Serialize)]
 pub struct Evaluation {
@@ -79,8 +91,11 @@ pub struct Evaluation {
     /// `file.yaml#2`.
     pub source: String,
     pub namespace: String,
-    /// The namespace's tier, as labelled (`None`: not held to a tier).
+    /// The tier the webhooks hold the namespace to (`None`: none).
     pub tier: Option<String>,
+    /// What decided that tier (`None` when there is none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tier_from: Option<TierFrom>,
     pub verdict: Verdict,
     /// The denial message(s) the user would see.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -106,16 +121,20 @@ pub struct Evaluation {
 
 impl Evaluation {
     fn new(engine: &Engine, object: String, source: &str, namespace: &str) -> Self {
+        // The tier the webhooks hold the namespace to (an untiered one: the default tier, or none).
+        let scope = engine
+            .policy()
+            .tier_for(engine.options.tiers.tier_of(namespace).as_deref());
         Evaluation {
             object,
             source: source.to_string(),
             namespace: namespace.to_string(),
-            // The tier the webhooks hold the namespace to (an untiered one: the default tier, or none).
-            tier: engine
-                .policy()
-                .tier_for(engine.options.tiers.tier_of(namespace).as_deref())
-                .tier()
-                .map(str::to_string),
+            tier: scope.tier().map(str::to_string),
+            tier_from: match scope {
+                TierScope::Tier(_) => Some(TierFrom::Label),
+                TierScope::Defaulted { .. } => Some(TierFrom::Default),
+                TierScope::Denied(_) | TierScope::Ignored(_) => None,
+            },
             verdict: Verdict::Allowed,
             message: None,
             warnings: Vec::new(),
@@ -169,6 +188,16 @@ impl Evaluation {
     fn failed(&mut self, bad: BadRequest) {
         self.verdict = Verdict::Error;
         self.message = Some(format!("HTTP 400: {}", bad.0));
+    }
+
+    /// Every answer of the floor for this object: its own (a workload's), then each Pod's as submitted and as
+    /// mutated.
+    pub fn floor_answers(&self) -> impl Iterator<Item = &FloorAnswer> {
+        self.floor.iter().chain(
+            self.pods
+                .iter()
+                .flat_map(|p| p.floor.iter().chain(p.floor_after_mutation.iter())),
+        )
     }
 }
 
@@ -264,9 +293,12 @@ fn evaluate_review(engine: &Engine, src: &Source) -> Evaluation {
 }
 
 /// Records, right after `/validate-pod` answered for a workload, whether it admitted the object and what the
-/// floor alone answers for it.
+/// floor alone answers for it (nothing for a workload the apiserver refuses when it decodes it).
 fn workload_floor(engine: &Engine, ev: &mut Evaluation, request: &Value) {
     ev.object_admitted = !matches!(ev.verdict, Verdict::Denied | Verdict::Error);
+    if crate::floor::refused_when_decoded(&request["object"]) {
+        return;
+    }
     if let Some((floor, at)) = floor_context(engine, ev, request) {
         let answer = floor.workload(
             request,

@@ -1,15 +1,22 @@
 //! The floor offline. `gpu-admission floor render` prints the floor's ValidatingAdmissionPolicies, bindings
 //! and parameter ConfigMap for a policy (core's [`gpu_admission_core::floor::render`]) as the YAML
 //! `deploy/kustomize/base/floor.yaml` ships; [`Floor`] evaluates that very rendered CEL (the Pod policy's
-//! match conditions, variables and validations, with the rendered parameters) with the `cel-interpreter`
-//! crate, so that `gpu-admission check` says what the apiserver alone would answer for a Pod. One thing is not
-//! CEL here: the apiserver's authorizer (`exempt tiers/<tier>`), which no offline run can ask; the variable
-//! `exempt` is the CLI's own answer (the policy's deprecated admin lists, as everywhere offline).
+//! match conditions, variables and validations, with the rendered parameters) with the `cel` crate, so that
+//! `gpu-admission check` says what the apiserver alone would answer for a Pod. One thing is not CEL here: the
+//! apiserver's authorizer (`exempt tiers/<tier>`), which no offline run can ask; the variable `exempt` is the
+//! CLI's own answer (the policy's deprecated admin lists, as everywhere offline).
+//!
+//! The object reaches the interpreter as the apiserver's CEL types it: JSON integers are `int` (every integer
+//! field of a Pod or workload is an int32 or int64), not `uint`. Whatever the input, an evaluation never ends the
+//! run: a fault of the interpreter is caught and answered as [`FloorAnswer::Undecidable`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 
 use anyhow::{Context as _, anyhow};
-use cel_interpreter::{Context, Program, Value as Cel};
+use cel::objects::{Key, Map};
+use cel::{Context, Program, Value as Cel};
 use gpu_admission_core::floor::Target;
 use gpu_admission_core::priority_class::PriorityClassLookup;
 use gpu_admission_policy::Policy;
@@ -43,9 +50,13 @@ pub enum FloorAnswer {
     Denied(String),
     /// The CEL could not be evaluated here (the apiserver would deny: `failurePolicy: Fail`).
     Error(String),
+    /// The interpreter failed on this object (a fault of the offline evaluation, not an answer of the CEL):
+    /// what the apiserver answers is not known here.
+    Undecidable(String),
 }
 
 impl FloorAnswer {
+    /// Whether the floor, as evaluated offline, denies (never for [`FloorAnswer::Undecidable`]: not known).
     pub fn denies(&self) -> bool {
         matches!(self, FloorAnswer::Denied(_) | FloorAnswer::Error(_))
     }
@@ -57,6 +68,7 @@ impl FloorAnswer {
             FloorAnswer::Allowed => "allowed".into(),
             FloorAnswer::Denied(m) => format!("denied: {m}"),
             FloorAnswer::Error(e) => format!("error (denied): {e}"),
+            FloorAnswer::Undecidable(e) => format!("undecidable by the offline floor: {e}"),
         }
     }
 }
@@ -88,8 +100,47 @@ fn compile(expression: &Value) -> anyhow::Result<Program> {
     Program::compile(text).map_err(|e| anyhow!("{e}: {text}"))
 }
 
-fn to_cel(v: &Value) -> anyhow::Result<Cel> {
-    cel_interpreter::to_value(v).map_err(|e| anyhow!("{e}"))
+/// `v` as the apiserver's CEL types it: an integer is an `int` (a JSON number that fits none is a `uint` or a
+/// `double`, as no object the apiserver decodes holds).
+fn to_cel(v: &Value) -> Cel {
+    match v {
+        Value::Null => Cel::Null,
+        Value::Bool(b) => Cel::Bool(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => Cel::Int(i),
+            (None, Some(u)) => Cel::UInt(u),
+            (None, None) => Cel::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Value::String(s) => Cel::String(Arc::new(s.clone())),
+        Value::Array(items) => Cel::List(Arc::new(items.iter().map(to_cel).collect())),
+        Value::Object(fields) => Cel::Map(Map {
+            map: Arc::new(
+                fields
+                    .iter()
+                    .map(|(k, v)| (Key::from(k.as_str()), to_cel(v)))
+                    .collect(),
+            ),
+        }),
+    }
+}
+
+/// `evaluate`, with a panic of the interpreter caught and answered as [`FloorAnswer::Undecidable`]: no input
+/// ends the run.
+fn guarded(evaluate: impl FnOnce() -> anyhow::Result<FloorAnswer>) -> FloorAnswer {
+    match catch_unwind(AssertUnwindSafe(evaluate)) {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(e)) => FloorAnswer::Error(format!("{e:#}")),
+        Err(panic) => {
+            let why = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no message".into());
+            FloorAnswer::Undecidable(format!(
+                "the CEL interpreter failed on this object ({why}); what the apiserver answers is not known"
+            ))
+        }
+    }
 }
 
 impl Compiled {
@@ -148,7 +199,7 @@ impl Floor {
         Ok(Floor {
             pods: Compiled::new(&objects, Target::Pods)?,
             workloads: Compiled::new(&objects, Target::Workloads)?,
-            params: to_cel(params)?,
+            params: to_cel(params),
             tier_label: tier_label.to_string(),
         })
     }
@@ -187,8 +238,7 @@ impl Floor {
             user,
             exempt,
         };
-        self.evaluate(&self.workloads, &object, &at)
-            .unwrap_or_else(|e| FloorAnswer::Error(e.to_string()))
+        guarded(|| self.evaluate(&self.workloads, &object, &at))
     }
 
     /// The floor's answer for a review's `request` (its operation: the floor matches `CREATE` only; its
@@ -229,8 +279,7 @@ impl Floor {
             user,
             exempt,
         };
-        self.evaluate(&self.pods, &object, &at)
-            .unwrap_or_else(|e| FloorAnswer::Error(e.to_string()))
+        guarded(|| self.evaluate(&self.pods, &object, &at))
     }
 
     /// `policy` on `object` (nulls dropped, a Pod's priority resolved).
@@ -251,17 +300,17 @@ impl Floor {
             labels[&self.tier_label] = json!(t);
         }
         let mut ctx = Context::default();
-        ctx.add_variable_from_value("object", to_cel(object)?);
+        ctx.add_variable_from_value("object", to_cel(object));
         ctx.add_variable_from_value(
             "namespaceObject",
-            to_cel(&json!({"metadata": {"name": namespace, "labels": labels}}))?,
+            to_cel(&json!({"metadata": {"name": namespace, "labels": labels}})),
         );
         ctx.add_variable_from_value(
             "request",
-            to_cel(&json!({"userInfo": user, "namespace": namespace}))?,
+            to_cel(&json!({"userInfo": user, "namespace": namespace})),
         );
         ctx.add_variable_from_value("params", self.params.clone());
-        let run = |p: &Program, ctx: &Context| p.execute(ctx).map_err(|e| anyhow!("{e:?}"));
+        let run = |p: &Program, ctx: &Context| p.execute(ctx).map_err(|e| anyhow!("{e}"));
         for m in &policy.match_conditions {
             if run(m, &ctx)? != Cel::Bool(true) {
                 return Ok(FloorAnswer::NotMatched);
@@ -291,6 +340,27 @@ impl Floor {
     }
 }
 
+/// Whether the apiserver refuses `object` when it decodes it, before any admission: a workload of a kind the
+/// floor matches that does not read as that kind (a Pod template whose `containers` is a number). Like a Pod
+/// that does not read as one, it never reaches the floor.
+pub(crate) fn refused_when_decoded(object: &Value) -> bool {
+    use k8s_openapi::api::{apps::v1 as apps, batch::v1 as batch};
+    use serde::de::DeserializeOwned;
+    fn reads<T: DeserializeOwned>(object: &Value) -> bool {
+        T::deserialize(object).is_ok()
+    }
+    let reads = match (object["apiVersion"].as_str(), object["kind"].as_str()) {
+        (Some("apps/v1"), Some("Deployment")) => reads::<apps::Deployment>(object),
+        (Some("apps/v1"), Some("StatefulSet")) => reads::<apps::StatefulSet>(object),
+        (Some("apps/v1"), Some("DaemonSet")) => reads::<apps::DaemonSet>(object),
+        (Some("apps/v1"), Some("ReplicaSet")) => reads::<apps::ReplicaSet>(object),
+        (Some("batch/v1"), Some("Job")) => reads::<batch::Job>(object),
+        (Some("batch/v1"), Some("CronJob")) => reads::<batch::CronJob>(object),
+        _ => true,
+    };
+    !reads
+}
+
 /// Who asks, where.
 struct At<'a> {
     namespace: &'a str,
@@ -313,11 +383,74 @@ fn drop_nulls(v: &mut Value) {
 }
 
 fn variables_value(variables: &BTreeMap<String, Cel>) -> Cel {
-    let map: std::collections::HashMap<cel_interpreter::objects::Key, Cel> = variables
+    let map: HashMap<Key, Cel> = variables
         .iter()
-        .map(|(k, v)| (cel_interpreter::objects::Key::from(k.as_str()), v.clone()))
+        .map(|(k, v)| (Key::from(k.as_str()), v.clone()))
         .collect();
-    Cel::Map(cel_interpreter::objects::Map {
-        map: std::sync::Arc::new(map),
-    })
+    Cel::Map(Map { map: Arc::new(map) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_reach_the_cel_as_ints() {
+        assert_eq!(to_cel(&json!(5)), Cel::Int(5));
+        assert_eq!(to_cel(&json!(-5)), Cel::Int(-5));
+        assert_eq!(to_cel(&json!(u64::MAX)), Cel::UInt(u64::MAX));
+        assert_eq!(to_cel(&json!(0.5)), Cel::Float(0.5));
+        let Cel::Map(m) = to_cel(&json!({"spec": {"priority": 1000}})) else {
+            panic!("a map")
+        };
+        let Some(Cel::Map(spec)) = m.map.get(&Key::from("spec")) else {
+            panic!("spec")
+        };
+        assert_eq!(spec.map.get(&Key::from("priority")), Some(&Cel::Int(1000)));
+    }
+
+    #[test]
+    fn an_interpreter_fault_is_an_answer_not_a_crash() {
+        assert_eq!(guarded(|| Ok(FloorAnswer::Allowed)), FloorAnswer::Allowed);
+        assert_eq!(
+            guarded(|| Err(anyhow!("no such key: x")).context("variable tier")),
+            FloorAnswer::Error("variable tier: no such key: x".into())
+        );
+        for answer in [
+            guarded(|| panic!("not yet implemented: Support UInt(5)")),
+            guarded(|| panic!("{}", String::from("not yet implemented: Support UInt(5)"))),
+        ] {
+            let FloorAnswer::Undecidable(why) = &answer else {
+                panic!("{answer:?}")
+            };
+            assert!(why.contains("Support UInt(5)"), "{why}");
+            assert!(!answer.denies());
+            assert!(
+                answer
+                    .describe()
+                    .starts_with("undecidable by the offline floor: ")
+            );
+        }
+    }
+
+    #[test]
+    fn only_a_workload_that_does_not_decode_is_refused() {
+        let deployment = |containers: Value| {
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+                "spec": {"selector": {}, "template": {"spec": {"containers": containers}}}})
+        };
+        let main = json!([{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]);
+        assert!(!refused_when_decoded(&deployment(main)));
+        assert!(refused_when_decoded(&deployment(json!(5))));
+        assert!(refused_when_decoded(&deployment(
+            json!([{"name": "main", "resources": {"requests": 5}}])
+        )));
+        let mut job = deployment(json!(5));
+        job["apiVersion"] = json!("batch/v1");
+        job["kind"] = json!("Job");
+        assert!(refused_when_decoded(&job));
+        // Not a kind the floor matches: not its business.
+        job["kind"] = json!("Trainer");
+        assert!(!refused_when_decoded(&job));
+    }
 }

@@ -116,6 +116,19 @@ impl Run {
 
     /// [`Run::check`] on inputs already read (the Namespaces among them give their tiers first).
     pub fn check_inputs(mut self, inputs: &[Input]) -> Checked {
+        self.check_in_place(inputs)
+    }
+
+    /// [`Run::check_inputs`] without giving up the run: the tiers and claims `inputs` name are forgotten after,
+    /// so the next inputs are checked as if alone (a quota usage snapshot keeps what they added).
+    pub fn check_alone(&mut self, inputs: &[Input]) -> Checked {
+        let options = self.engine.options.clone();
+        let checked = self.check_in_place(inputs);
+        self.engine.options = options;
+        checked
+    }
+
+    fn check_in_place(&mut self, inputs: &[Input]) -> Checked {
         self.engine.options.tiers.learn(inputs);
         let default_namespace = self.engine.options.default_namespace.clone();
         self.engine.options.claims.learn(inputs, &default_namespace);
@@ -135,6 +148,17 @@ impl Run {
                     "{} ({}): undecidable, /validate-pod denies it in Enforce: {u}",
                     e.object, e.source
                 ));
+            }
+            for f in e.floor_answers() {
+                let warning = match f {
+                    floor::FloorAnswer::Undecidable(why) => {
+                        format!("{} ({}): the floor alone: {why}", e.object, e.source)
+                    }
+                    _ => continue,
+                };
+                if !warnings.contains(&warning) {
+                    warnings.push(warning);
+                }
             }
         }
         Checked {

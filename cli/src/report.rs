@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::evaluate::{Evaluation, PodDecision, Verdict};
+use crate::evaluate::{Evaluation, PodDecision, TierFrom, Verdict};
 
 /// How many objects got each verdict.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -57,6 +57,15 @@ fn or_dash(s: Option<&str>) -> String {
     s.filter(|s| !s.is_empty()).unwrap_or("-").to_string()
 }
 
+/// The tier and what decided it: `gold`, or `bronze (default)` for an untiered namespace held to the
+/// policy's default tier.
+fn tier_cell(e: &Evaluation) -> String {
+    match (e.tier.as_deref(), e.tier_from) {
+        (Some(t), Some(TierFrom::Default)) if !t.is_empty() => format!("{t} (default)"),
+        (tier, _) => or_dash(tier),
+    }
+}
+
 fn pod_cells(p: &PodDecision) -> [String; 5] {
     let placed = match p.classes.as_slice() {
         [] => "-".to_string(),
@@ -77,7 +86,7 @@ fn pod_cells(p: &PodDecision) -> [String; 5] {
 fn rows(e: &Evaluation) -> Vec<[String; 8]> {
     let head = [
         e.object.clone(),
-        or_dash(e.tier.as_deref()),
+        tier_cell(e),
         e.verdict.as_str().to_string(),
     ];
     let mut out = Vec::new();

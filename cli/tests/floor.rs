@@ -253,3 +253,46 @@ fn the_floor_never_denies_what_the_webhooks_admit() {
         counterexamples.join("\n")
     );
 }
+
+/// A Deployment whose container's `requests` is a number (`fuzz/seeds/check/workload-requests-a-number.yaml`)
+/// made the floor's interpreter panic, and `gpu-admission check` with it (cel-interpreter 0.10: `todo!` on
+/// iterating over a number). The apiserver refuses it when it decodes it, so the floor never sees it: `check`
+/// answers what /validate-pod does (undecidable: denied in Enforce), with no floor answer; the floor asked
+/// anyway answers an error of the CEL, not a crash.
+#[test]
+fn a_workload_the_interpreter_panicked_on_gets_a_verdict() {
+    use gpu_admission_cli::floor::{Floor, FloorAnswer};
+    use gpu_admission_cli::load;
+    use serde_json::json;
+
+    let seed = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/seeds/check/workload-requests-a-number.yaml");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
+        .args(["check", "--mode", "Enforce", "--namespace", "ml=gold", "-f"])
+        .arg(&seed)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("Deployment ml/trainer  gold  denied") && !stdout.contains("floor alone"),
+        "{stdout}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+
+    let inputs = load::inputs(&[seed]).unwrap();
+    let [load::Input::Object(deployment)] = inputs.as_slice() else {
+        panic!("{inputs:?}")
+    };
+    let policy = gpu_admission_policy::embedded_default().unwrap();
+    let floor = Floor::new(&policy, gpu_admission_core::names::DEFAULT_TIER_LABEL).unwrap();
+    let request = json!({"operation": "CREATE", "userInfo": {"username": "alice"}});
+    let answer = floor.workload(&request, &deployment.value, ("ml", Some("gold")), false);
+    assert!(
+        matches!(&answer, FloorAnswer::Error(e) if e.contains("iterable")),
+        "{answer:?}"
+    );
+}

@@ -41,6 +41,11 @@ fn unknown_tier_unreadable_pod_and_quantity_are_warned_with_exit_3() {
         "{stdout}"
     );
     assert!(!stdout.contains("diamond"), "{stdout}");
+    // ... and says what decided it: the namespace is untiered, held to the policy's default tier.
+    assert!(
+        stdout.contains("Pod default/bad-containers  bronze (default)  warned"),
+        "{stdout}"
+    );
     // The denial names the real reason: memory, not the vendor the tier's class has.
     assert!(
         stdout.contains("needs 200 GiB of GPU memory per GPU, more than any GPU class of the tier has (at most 24 GiB)")
@@ -54,6 +59,7 @@ fn in_enforce_the_undecidable_are_denied_exit_1() {
     let out = check(&["--namespace", "default=bronze", "--mode", "Enforce"]);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    // Labelled bronze: the tier alone.
     assert!(
         stdout.contains("Pod default/bad-containers  bronze  denied")
             && stdout.contains("Pod default/one             bronze  denied"),

@@ -12,6 +12,7 @@ use base64::Engine;
 use gpu_admission_core::names::decision::{
     ANN_GPU_CLASS, ANN_INFEASIBLE_REASON, ANN_PRIORITY_SCORE,
 };
+use gpu_admission_core::policy::{PolicySnapshot, TierScope};
 use serde_json::{Value, json};
 
 use crate::cli::{DemoArgs, HttpVersion};
@@ -248,15 +249,29 @@ fn avoided(before: &Value, after: &Value) -> Vec<String> {
         .collect()
 }
 
-fn tier_of(namespace: &str) -> &'static str {
-    NAMESPACE_TIERS
+/// The policy the demo's scorer runs (its embedded default), as the frontend reads it.
+fn demo_policy() -> Result<PolicySnapshot> {
+    let policy = gpu_admission_policy::embedded_default().context("the embedded default policy")?;
+    Ok(PolicySnapshot::from_policy(Arc::new(policy)))
+}
+
+/// The tier the frontend holds `namespace` to, and what decided it: its tier label (`NAMESPACE_TIERS`, given
+/// to the frontend), or for an untiered namespace the policy (`bronze (default)` under
+/// `untieredNamespaces: DefaultTier`; `-` when it holds such namespaces to no tier).
+fn tier_of(namespace: &str, policy: &PolicySnapshot) -> String {
+    let label = NAMESPACE_TIERS
         .iter()
         .find(|(ns, _)| *ns == namespace)
-        .map_or("-", |(_, t)| t)
+        .map(|(_, t)| *t);
+    match policy.tier_for(label) {
+        TierScope::Tier(t) => t,
+        TierScope::Defaulted { tier, .. } => format!("{tier} (default)"),
+        TierScope::Denied(_) | TierScope::Ignored(_) => "-".into(),
+    }
 }
 
 /// One printed line: pod, tier, class, priority, avoided types, latency.
-fn line(case: &Case, d: &Decision, ms: f64) -> String {
+fn line(case: &Case, d: &Decision, ms: f64, policy: &PolicySnapshot) -> String {
     let p = &d.patched;
     let ns = case.pod["metadata"]["namespace"].as_str().unwrap_or("");
     let name = case.pod["metadata"]["name"].as_str().unwrap_or("");
@@ -300,9 +315,9 @@ fn line(case: &Case, d: &Decision, ms: f64) -> String {
         avoid.join(",")
     };
     format!(
-        "{:<30} {:<9} {:<9} {:<14} {:<20} {:<20} {:<40} {:>7.2} ms  {}",
+        "{:<30} {:<16} {:<9} {:<14} {:<20} {:<20} {:<40} {:>7.2} ms  {}",
         format!("{ns}/{name}"),
-        tier_of(ns),
+        tier_of(ns, policy),
         outcome,
         class,
         placement,
@@ -417,13 +432,15 @@ async fn admit_cases(bin_dir: &std::path::Path, work: &std::path::Path, kept: bo
             frontend.addr
         );
     }
+    let policy = demo_policy()?;
     println!(
-        "namespaces        {}\n",
+        "namespaces        {}; any other: {}\n",
         NAMESPACE_TIERS
             .iter()
             .map(|(ns, t)| format!("{ns}={t}"))
             .collect::<Vec<_>>()
-            .join(" ")
+            .join(" "),
+        tier_of("", &policy)
     );
 
     let url = format!("https://{}/mutate-pod?timeout=10s", frontend.addr);
@@ -434,7 +451,7 @@ async fn admit_cases(bin_dir: &std::path::Path, work: &std::path::Path, kept: bo
     warm_up(&mut conn).await?;
 
     println!(
-        "{:<30} {:<9} {:<9} {:<14} {:<20} {:<20} {:<40} {:>10}  what it shows",
+        "{:<30} {:<16} {:<9} {:<14} {:<20} {:<20} {:<40} {:>10}  what it shows",
         "POD", "TIER", "OUTCOME", "GPU CLASS", "PLACEMENT", "PRIORITY", "AVOIDS", "LATENCY"
     );
     let mut failures = 0;
@@ -455,7 +472,7 @@ async fn admit_cases(bin_dir: &std::path::Path, work: &std::path::Path, kept: bo
         }
         match decide(&uid, &case.pod, &answer) {
             Ok(d) => {
-                println!("{}", line(case, &d, ms));
+                println!("{}", line(case, &d, ms, &policy));
                 for w in &d.warnings {
                     println!("{:<30} warning: {w}", "");
                 }
@@ -521,6 +538,38 @@ mod tests {
         assert_eq!(annotation(&d.patched, ANN_GPU_CLASS), Some("A100-80GB"));
         // The Pod's own anti-affinity term is not reported as ours.
         assert_eq!(avoided(&pod, &d.patched), ["train-llama"]);
+    }
+
+    #[test]
+    fn an_untiered_namespace_shows_the_tier_that_decided() {
+        let policy = demo_policy().unwrap();
+        assert_eq!(tier_of("llm-prod", &policy), "gold");
+        // The demo's case in a namespace without a tier: held to the default policy's defaultTier.
+        let untiered = cases()
+            .into_iter()
+            .map(|c| {
+                c.pod["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .find(|ns| !NAMESPACE_TIERS.iter().any(|(n, _)| n == ns))
+            .expect("a case in an untiered namespace");
+        assert_eq!(tier_of(&untiered, &policy), "bronze (default)");
+        let d = Decision {
+            patched: cases().remove(0).pod,
+            ops: 0,
+            warnings: Vec::new(),
+        };
+        let case = Case {
+            what: "x",
+            pod: json!({"metadata": {"name": "p", "namespace": untiered}}),
+        };
+        assert!(
+            line(&case, &d, 1.0, &policy).contains(" bronze (default) "),
+            "{}",
+            line(&case, &d, 1.0, &policy)
+        );
     }
 
     #[test]

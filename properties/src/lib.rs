@@ -11,8 +11,9 @@
 //! not scored and still comes out bound to its tier. [`check_validate`]:
 //! `review::decode_object` → `validate_pod::decide` → `review::encode_verdict`, without panicking. The scorer
 //! is a parameter: the fuzz target and the replay test pass the real scorer's `Explain` (in process), so the
-//! answers are real ones.
+//! answers are real ones. [`cli_check`]: `gpu-admission check` on any bytes.
 
+pub mod cli_check;
 pub mod placement_oracle;
 
 use gpu_admission_core::admission::mutate_pod::{

@@ -1,12 +1,16 @@
 //! The fuzz targets' properties (`gpu_admission_properties`, run by `fuzz/` under cargo-fuzz)
 //! replayed on stable over the seed corpus: the hostile inputs of `fuzz/seeds/` with the answer each must
 //! get, and every AdmissionReview and Pod of the project's fixtures. The scorer is the real one, in process
-//! (its `Explain`: the answer `Score` would give, with nothing learned), on its embedded default policy.
+//! (its `Explain`: the answer `Score` would give, with nothing learned), on its embedded default policy. The
+//! `check` target's property (`gpu-admission check` on any bytes) over its seeds and every fixture file.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use gpu_admission_cli::evaluate::{TierFrom, Verdict};
+use gpu_admission_cli::floor::FloorAnswer;
 use gpu_admission_core::policy::PolicySnapshot;
+use gpu_admission_properties::cli_check::{CheckOutcome, check_cli, cli_run};
 use gpu_admission_properties::{MutateOutcome, check_mutate, check_validate};
 use gpu_admission_proto::scorer::v1::{ScoreRequest, ScoreResponse};
 use gpu_admission_testkit::corpus;
@@ -200,5 +204,117 @@ fn every_fixture_review_and_pod_holds_the_properties() {
     assert!(
         counts[1] >= 10,
         "too few patched fixtures to mean much: {counts:?}"
+    );
+}
+
+fn check_seed(name: &str) -> Vec<u8> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/seeds/check")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn checked(outcome: CheckOutcome) -> gpu_admission_cli::Checked {
+    match outcome {
+        CheckOutcome::Checked(c) => c,
+        CheckOutcome::LoadError(e) => panic!("a load error: {e}"),
+    }
+}
+
+/// The `check` target's seeds with the answer each must get, then every seed and every fixture file (manifests,
+/// AdmissionReviews, DRA) through the same property: a verdict for each object or a load error, no panic, no
+/// floor the interpreter failed on.
+#[test]
+fn check_seeds_and_fixtures_hold_the_cli_properties() {
+    let mut run = cli_run();
+
+    // Bytes that are no manifests: the load error `check` prints.
+    match check_cli(&check_seed("not-yaml.yaml"), &mut run) {
+        CheckOutcome::LoadError(e) => assert!(e.contains("YAML document 0"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    match check_cli(b"kind: Pod\n\xff\xfe", &mut run) {
+        CheckOutcome::LoadError(e) => assert!(e.starts_with("not UTF-8"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+
+    // The workload the floor's interpreter panicked on (cel-interpreter 0.10): undecidable for /validate-pod,
+    // denied in Enforce; refused by the apiserver when decoded, so no floor answer.
+    let c = checked(check_cli(
+        &check_seed("workload-requests-a-number.yaml"),
+        &mut run,
+    ));
+    let [e] = c.evaluations.as_slice() else {
+        panic!("{c:?}")
+    };
+    assert_eq!(
+        (e.object.as_str(), e.verdict, e.floor.as_ref()),
+        ("Deployment ml/trainer", Verdict::Denied, None),
+        "{e:?}"
+    );
+
+    // A Namespace of the input gives its tier: the Pod pinned to a gold class is admitted, and the floor alone
+    // admits it too. The same Pod checked next, alone, is in an untiered namespace again.
+    let c = checked(check_cli(
+        &check_seed("tiered-namespace-and-pod.yaml"),
+        &mut run,
+    ));
+    let [e] = c.evaluations.as_slice() else {
+        panic!("{c:?}")
+    };
+    assert_eq!(
+        (e.tier.as_deref(), e.tier_from, e.verdict),
+        (Some("gold"), Some(TierFrom::Label), Verdict::Allowed)
+    );
+    assert_eq!(e.pods[0].floor, Some(FloorAnswer::Allowed));
+    let pod_alone = String::from_utf8(check_seed("tiered-namespace-and-pod.yaml"))
+        .unwrap()
+        .split("---")
+        .last()
+        .unwrap()
+        .to_string();
+    let c = checked(check_cli(pod_alone.as_bytes(), &mut run));
+    let e = &c.evaluations[0];
+    assert_eq!(
+        (e.tier.as_deref(), e.tier_from),
+        (Some("bronze"), Some(TierFrom::Default))
+    );
+
+    // Every seed of the target, and every fixture file: the property holds.
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let paths: Vec<PathBuf> = [
+        "fuzz/seeds/check",
+        "tests/fixtures/manifests",
+        "tests/fixtures/admissionreviews",
+        "tests/fixtures/dra",
+    ]
+    .iter()
+    .map(|p| root.join(p))
+    .collect();
+    let (mut objects, mut floor_answers, mut unreadable) = (0, 0, Vec::new());
+    for file in gpu_admission_cli::load::files(&paths).unwrap() {
+        let body = std::fs::read(&file).unwrap();
+        match check_cli(&body, &mut run) {
+            CheckOutcome::Checked(c) => {
+                objects += c.evaluations.len();
+                floor_answers += c
+                    .evaluations
+                    .iter()
+                    .flat_map(|e| e.floor_answers())
+                    .filter(|a| **a != FloorAnswer::NotMatched)
+                    .count();
+            }
+            CheckOutcome::LoadError(_) => unreadable.push(file.file_name().unwrap().to_owned()),
+        }
+    }
+    println!("{objects} objects checked, {floor_answers} floor answers");
+    assert_eq!(
+        unreadable,
+        ["not-yaml.yaml"],
+        "only the seed built not to load"
+    );
+    assert!(
+        objects >= 40 && floor_answers >= 50,
+        "too few to mean much: {objects} objects, {floor_answers} floor answers"
     );
 }
