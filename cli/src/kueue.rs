@@ -1,4 +1,4 @@
-//! `gpu-admission kueue export`: the policy's GPU quotas (issue 37) as Kueue objects, for teams that prefer
+//! `gpu-admission kueue export`: the policy's GPU quotas as Kueue objects, for teams that prefer
 //! queueing to denial: one ResourceFlavor per catalog class (its class node label, its taint tolerated), one
 //! ClusterQueue per tier with a quota (all in one cohort; per class of the tier: nominal quota = `min`,
 //! borrowing limit = `max - min`, none when the class states no `max`; a tier below its nominal quota takes it

@@ -1,4 +1,4 @@
-//! `gpu-admission check` warns on stderr about input it would otherwise answer quietly (issue 39), and says so
+//! `gpu-admission check` warns on stderr about input it would otherwise answer quietly, and says so
 //! in its exit code (3 when nothing is denied): a tier the policy does not have (with the tier that applies
 //! instead), a Pod that cannot be read as one, a GPU quantity that is no Kubernetes quantity. The binary as a
 //! user runs it.

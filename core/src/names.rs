@@ -7,9 +7,9 @@ pub mod decision {
     pub const ANN_GPU_CLASS: &str = "gpu-admission.io/gpu-class";
     pub const ANN_DECIDED_AT: &str = "gpu-admission.io/decided-at";
     pub const ANN_POLICY_VERSION: &str = "gpu-admission.io/policy-version";
-    /// The digest of the learned state the scorer decided with (its `ScoreResponse.state_digest`; issue 38).
+    /// The digest of the learned state the scorer decided with (its `ScoreResponse.state_digest`).
     pub const ANN_STATE_DIGEST: &str = "gpu-admission.io/state-digest";
-    /// The instance that decided: `restricted:<its namespaces>` (issue 38; none: the cluster-wide one).
+    /// The instance that decided: `restricted:<its namespaces>` (none: the cluster-wide one).
     pub const ANN_DECIDED_BY: &str = "gpu-admission.io/decided-by";
     pub const ANN_INFEASIBLE_REASON: &str = "gpu-admission.io/infeasible-reason";
     /// Who places the Pod: `gpu-admission` (our class constraint), `pod: <what>` (the Pod's own constraint, kept),

@@ -1,4 +1,4 @@
-//! Who scores a namespace's Pods (issue 38). A namespace-restricted instance (a team's own frontend and
+//! Who scores a namespace's Pods. A namespace-restricted instance (a team's own frontend and
 //! scorer, `--restrict-to-namespaces`) holds the `coordination.k8s.io/v1` Lease [`LEASE_NAME`] in each of its
 //! namespaces while it is ready; the cluster-wide instance watches those Leases and leaves **scoring** of a
 //! namespace with an active, unexpired Lease to it. Only scoring: the tier bound and the priority cap are

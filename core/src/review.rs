@@ -9,7 +9,7 @@
 //! is echoed to the apiserver, so a review whose uid is not a sane identifier is a 400 (see [`check_uid`]).
 //!
 //! The response is serialised by hand because kube-core's `AdmissionResponse` writes `patch` as an array of
-//! numbers (kube-rs issue 1781); the apiserver wants a base64 string. A `admission.k8s.io/v1beta1` review is
+//! numbers (a known kube-rs limitation); the apiserver wants a base64 string. A `admission.k8s.io/v1beta1` review is
 //! answered as v1beta1, anything else as v1.
 
 use base64_simd::STANDARD as BASE64;

@@ -152,7 +152,7 @@ pub(crate) struct ViolationLabels {
     pub(crate) mode: &'static str,
 }
 
-/// One GPU quota figure (issue 37): `kind` is `used` (counted from the Pod watch), `min` or `max`;
+/// One GPU quota figure: `kind` is `used` (counted from the Pod watch), `min` or `max`;
 /// `tenant_namespace` is empty for the tier's own figures; `class` is empty for the total across classes.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct QuotaLabels {

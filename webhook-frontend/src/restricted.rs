@@ -1,4 +1,4 @@
-//! Namespace-restricted mode (`--restrict-to-namespaces`, issue 38): this instance scores the Pods of its
+//! Namespace-restricted mode (`--restrict-to-namespaces`): this instance scores the Pods of its
 //! namespaces only, and holds the `coordination.k8s.io/v1` Lease `gpu-admission-ns-lock` in each of them
 //! (kube-lease-manager, as the observer's leader election) from the moment it is first ready, renewed
 //! [`RENEW_BEFORE`] before it expires, and released as soon as the shutdown signal comes, so that the

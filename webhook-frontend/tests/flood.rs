@@ -1,4 +1,4 @@
-//! A flood of maximum-size reviews straight to every webhook path (issue 35): each is answered or shed with
+//! A flood of maximum-size reviews straight to every webhook path: each is answered or shed with
 //! 503 (never a dropped connection), the in-flight body budget holds the frontend's peak memory below its
 //! 256 MiB container limit (measured: 179 MiB peak, debug build, 2 of 19 MiB in flight), and a review sent
 //! right after is decided.

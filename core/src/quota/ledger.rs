@@ -1,5 +1,5 @@
 //! The quota ledger: what every frontend replica has admitted and no Pod watch may have seen yet, kept in
-//! one small object all replicas write with optimistic concurrency (issue 37's hard overshoot bound).
+//! one small object all replicas write with optimistic concurrency (a hard overshoot bound).
 //!
 //! A replica decides a quota'd Pod against `watched usage + the ledger's entries its own watch has not
 //! counted`, and admits it only if it can write the ledger with the Pod's entry on top of the version it

@@ -43,11 +43,11 @@ pub struct Webhooks {
     checkpoints: Option<Arc<CheckpointCaches>>,
     workloads: Option<Arc<WorkloadOwners>>,
     access: Arc<AccessReviews>,
-    /// GPU quota usage (issue 37); `None` with `--no-kube`.
+    /// GPU quota usage; `None` with `--no-kube`.
     quota: Option<Arc<QuotaUsage>>,
     /// Request-body bytes in flight at most (see [`crate::body_budget`]).
     body_budget_bytes: usize,
-    /// Cluster-wide or namespace-restricted (issue 38).
+    /// Cluster-wide or namespace-restricted.
     instance: Instance,
     /// The restricted instances' Leases (the cluster-wide instance with a cluster only).
     ns_locks: Option<Arc<NsLocks>>,

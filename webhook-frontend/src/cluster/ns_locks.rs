@@ -1,4 +1,4 @@
-//! The cluster-wide instance's view of namespace-restricted instances (issue 38): one watch of the
+//! The cluster-wide instance's view of namespace-restricted instances: one watch of the
 //! `coordination.k8s.io/v1` Leases named `gpu-admission-ns-lock` (field selector on the name, every
 //! namespace), kept as a reflector store. `/mutate-pod` reads a namespace's Lease from it and asks core's
 //! [`gpu_admission_core::ns_lock::who_scores`] who scores the Pod. RBAC: `list`/`watch` on `leases`.

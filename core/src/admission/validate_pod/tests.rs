@@ -876,7 +876,7 @@ fn a_need_no_class_meets_is_named() {
 }
 
 /// A GPU resource whose quantity is no Kubernetes quantity: how many GPUs the Pod asks for cannot be told, so
-/// it is undecidable (denied in Enforce), never "no GPU" (issue 39).
+/// it is undecidable (denied in Enforce), never "no GPU".
 #[test]
 fn an_unreadable_gpu_quantity_is_undecidable() {
     let spec = json!({"nodeSelector": {KEY: "L4-24GB"},
