@@ -386,25 +386,18 @@ impl PolicySnapshot {
     pub fn tier_rules<'p>(&'p self, tier: &str, namespace: &str) -> Option<TierRules<'p>> {
         let policy = self.policy.as_ref()?;
         let i = policy.tier_index(tier).unwrap_or(policy.default_tier);
-        let t = policy.tiers.get(i)?;
+        let scope = policy.scope(i, namespace)?;
+        let t = scope.tier;
         let mut allowed = Cow::Borrowed(&self.derived().tier_allowed[i]);
-        let bucket = |name: &Option<String>| {
-            name.as_ref()
-                .and_then(|n| self.priority_classes.get(n.as_str()))
-        };
-        let mut cap = bucket(&t.max_priority_class);
-        let grant = policy
-            .namespace_grants
-            .iter()
-            .find(|g| g.namespace == namespace);
-        if let Some(g) = grant {
-            allowed.to_mut().extend(g.allowed_classes.iter().cloned());
-            if let Some(gcap) = bucket(&g.max_priority_class)
-                && cap.is_some_and(|c| gcap.value > c.value)
-            {
-                cap = Some(gcap);
-            }
+        if scope.grant.is_some() {
+            allowed
+                .to_mut()
+                .extend(scope.granted_classes().iter().cloned());
         }
+        let cap = scope
+            .max_priority_class()
+            .and_then(|b| self.priority_classes.get(b.name.as_str()));
+        let grant = scope.grant;
         Some(TierRules {
             tier: t.name.as_str(),
             allowed,

@@ -12,6 +12,7 @@ mod model;
 pub mod names;
 pub mod quotas;
 pub mod schema;
+mod scope;
 pub mod validate;
 pub mod watch;
 pub mod wire;
@@ -24,6 +25,7 @@ pub use schema::{
     EnforcementMode, Fallback, LearningSpec, Objective, RuntimeProfile, SizeReference,
     UntieredNamespaces, Vendor,
 };
+pub use scope::Scope;
 pub use validate::{
     JOB_TYPE_PRIOR_FIELDS, PolicyError, Problem, TextChange, changed_job_types, load_file, parse,
     rule_fields, rules_digest, text_change,

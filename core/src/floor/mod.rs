@@ -67,28 +67,21 @@ fn scope_entries(
     grant: Option<usize>,
     key: &str,
 ) -> Vec<(String, String)> {
-    let t = &policy.tiers[tier];
-    let g = grant.map(|g| &policy.namespace_grants[g]);
+    let Some(scope) = policy.scope_with(tier, grant.map(|g| &policy.namespace_grants[g])) else {
+        return Vec::new();
+    };
     let allowed: Vec<&gpu_admission_policy::GpuClass> = policy
         .classes
         .iter()
         .enumerate()
-        .filter(|(i, c)| t.allowed[*i] || g.is_some_and(|g| g.allowed_classes.contains(&c.name)))
+        .filter(|(i, _)| scope.allows(*i))
         .map(|(_, c)| c)
         .collect();
     let pairs: Vec<String> = allowed
         .iter()
         .map(|c| format!("{}={}", c.node_label_key, c.node_label_value))
         .collect();
-    let bucket = |name: Option<&String>| {
-        name.and_then(|n| policy.priority.buckets.iter().find(|b| &b.name == n))
-    };
-    let mut cap = bucket(t.max_priority_class.as_ref());
-    if let (Some(c), Some(gc)) = (cap, g.and_then(|g| bucket(g.max_priority_class.as_ref())))
-        && gc.value > c.value
-    {
-        cap = Some(gc);
-    }
+    let cap = scope.max_priority_class();
     let mut out = vec![
         (
             format!("{key}.classes"),
