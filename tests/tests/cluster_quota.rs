@@ -520,6 +520,9 @@ async fn quotas_hold_on_a_real_control_plane_through_two_replicas() {
         "no `{row}` in\n{table}"
     );
 
+    // The CLI answers what the webhooks answer on the same usage, the quota's record and borrowing included.
+    cli_answers_as_the_webhooks(&cli, &listing, &policy_file, &webhooks[0]).await;
+
     // 3. Deleting Pods frees quota within one watch round trip: the last delete frees the one GPU the next
     // Pod asks for, and the time is taken from its answer.
     let pods = Api::<Pod>::namespaced(client.clone(), LOAD_NS);
@@ -559,4 +562,150 @@ async fn quotas_hold_on_a_real_control_plane_through_two_replicas() {
         1 + over
     );
     assert!(freed_after < Duration::from_secs(2), "{freed_after:?}");
+}
+
+/// `gpu-admission check --usage` on the usage `quota usage -o yaml` counts from the cluster's listing, against
+/// a running frontend: three Pods, one over its namespace's `max`, one borrowing (silver holds one A100 of its
+/// `max` 2, `min` 0), one within gold's `min`, through both webhooks as dry runs (nothing reserved). Validation
+/// answers byte for byte; the mutation's quota record, and a borrower's PriorityClass, alike.
+async fn cli_answers_as_the_webhooks(
+    cli: &Path,
+    listing: &Path,
+    policy_file: &Path,
+    webhook: &Webhook,
+) {
+    use gpu_admission_cli::engine::WebhookPath;
+    use gpu_admission_cli::load::{self, Tiers};
+    use gpu_admission_cli::review::User;
+    use gpu_admission_cli::{Run, RunSettings};
+
+    let dir = listing.parent().unwrap();
+    let out = std::process::Command::new(cli)
+        .args(["quota", "usage", "-o", "yaml", "-f"])
+        .arg(listing)
+        .arg("--policy")
+        .arg(policy_file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let usage = dir.join("usage.yaml");
+    std::fs::write(&usage, &out.stdout).unwrap();
+    let mut pods = Vec::new();
+    for (ns, pod) in [
+        (LOAD_NS, gpu_pod("cli-over", 0)),
+        (SILVER_NS, a100_pod("cli-borrower", None)),
+        (GOLD_NS, a100_pod("cli-owner", Some("gpu-high"))),
+    ] {
+        let mut v = serde_json::to_value(pod).unwrap();
+        v["metadata"]["namespace"] = json!(ns);
+        pods.push(v);
+    }
+    let manifests = dir.join("cli-pods.json");
+    std::fs::write(
+        &manifests,
+        json!({"apiVersion": "v1", "kind": "List", "items": pods}).to_string(),
+    )
+    .unwrap();
+    let tiers = [
+        (JOB_NS, "bronze"),
+        (LOAD_NS, "bronze"),
+        (SILVER_NS, "silver"),
+        (GOLD_NS, "gold"),
+    ];
+    let settings = RunSettings {
+        policy: Some(policy_file.to_path_buf()),
+        policy_key: None,
+        mode: None,
+        state: None,
+        tiers: Tiers::parse(&tiers.map(|(ns, t)| format!("{ns}={t}"))).unwrap(),
+        requester: User::default_requester(),
+        no_kube: false,
+        default_namespace: "default".into(),
+        usage: Some(usage),
+    };
+    let inputs = load::inputs(&load::files(&[manifests]).unwrap()).unwrap();
+    let checked = Run::new(&settings).unwrap().check_inputs(&inputs);
+    let mut records = Vec::new();
+    let mut denials = Vec::new();
+    for ev in &checked.evaluations {
+        for exchange in &ev.exchanges {
+            let mut review = exchange.review.clone();
+            review["request"]["dryRun"] = json!(true);
+            let resp = webhook
+                .https()
+                .post_json(exchange.webhook.route(), &review)
+                .await
+                .unwrap();
+            assert!(resp.status.is_success(), "HTTP {}", resp.status);
+            let theirs: Value = resp.json().unwrap();
+            let (cli, web) = (&exchange.response["response"], &theirs["response"]);
+            match exchange.webhook {
+                WebhookPath::ValidatePod => {
+                    for field in ["allowed", "status", "warnings"] {
+                        assert_eq!(
+                            cli[field], web[field],
+                            "{}: /validate-pod {field}",
+                            ev.object
+                        );
+                    }
+                    if let Some(m) = cli["status"]["message"].as_str() {
+                        denials.push(m.to_string());
+                    }
+                }
+                WebhookPath::MutatePod => {
+                    let object = &review["request"]["object"];
+                    let (mine, theirs) = (patched(object, cli), patched(object, web));
+                    let record =
+                        |p: &Value| p["metadata"]["annotations"]["gpu-admission.io/quota"].clone();
+                    assert_eq!(
+                        record(&mine),
+                        record(&theirs),
+                        "{}: the quota record",
+                        ev.object
+                    );
+                    let r = record(&mine).as_str().unwrap_or_default().to_string();
+                    if r.ends_with(": borrowed") {
+                        for f in ["priorityClassName", "priority", "preemptionPolicy"] {
+                            assert_eq!(mine["spec"][f], theirs["spec"][f], "{}: {f}", ev.object);
+                        }
+                        assert_eq!(mine["spec"]["priorityClassName"], "gpu-borrowed");
+                    }
+                    records.push(r);
+                }
+            }
+        }
+    }
+    println!(
+        "the CLI and the webhooks on the same usage: records {records:?}, denials {denials:?}"
+    );
+    assert!(
+        records.iter().any(|r| r.ends_with(": borrowed")),
+        "{records:?}"
+    );
+    assert!(
+        records.iter().any(|r| r.ends_with(": within-min")),
+        "{records:?}"
+    );
+    assert!(
+        denials.iter().any(|d| d.contains("of its 40 L4-24GB GPUs")),
+        "{denials:?}"
+    );
+}
+
+/// `object` with a webhook answer's JSON Patch applied (unchanged without one).
+fn patched(object: &Value, response: &Value) -> Value {
+    use base64::Engine as _;
+    let mut out = object.clone();
+    if let Some(b64) = response["patch"].as_str() {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap();
+        let ops: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+        json_patch::patch(&mut out, &ops).unwrap();
+    }
+    out
 }
