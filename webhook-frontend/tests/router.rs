@@ -499,9 +499,6 @@ async fn an_oversized_body_is_refused_and_counted() {
         r#"gpu_admission_admissions_total{webhook="validate-policy",operation="unknown",outcome="bad_request"} 1"#,
         r#"gpu_admission_admissions_total{webhook="mutate-pod-checkpoint",operation="unknown",outcome="bad_request"} 1"#,
         r#"gpu_admission_admission_duration_seconds_count{webhook="validate-pod"} 1"#,
-        // The deprecated series, kept one release.
-        r#"gpu_admission_requests_total{operation="unknown",outcome="body_too_large"} 1"#,
-        r#"gpu_admission_validations_total{webhook="validate-pod",outcome="body_too_large"} 1"#,
     ] {
         assert!(text.contains(line), "{line} not in\n{text}");
     }

@@ -3,7 +3,6 @@
 //! SubjectAccessReviews, the logs and metrics.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use gpu_admission_core::admission::validate_namespace::{self, Check};
 use gpu_admission_core::review::{self, BadRequest, IncomingObject};
@@ -76,9 +75,5 @@ impl Webhook for ValidateNamespace {
 
     fn metrics(&self) -> &Metrics {
         &self.metrics
-    }
-
-    fn record(&self, _operation: &'static str, outcome: &'static str, elapsed: Duration) {
-        self.metrics.record_validation(Self::NAME, outcome, elapsed);
     }
 }

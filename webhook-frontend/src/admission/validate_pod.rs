@@ -3,7 +3,6 @@
 //! violation metrics and logs.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use gpu_admission_core::admission::validate_pod::{self, Allowance, Check};
 use gpu_admission_core::authority::Grants;
@@ -98,10 +97,6 @@ impl Webhook for ValidatePod {
 
     fn metrics(&self) -> &Metrics {
         &self.metrics
-    }
-
-    fn record(&self, _operation: &'static str, outcome: &'static str, elapsed: Duration) {
-        self.metrics.record_validation(Self::NAME, outcome, elapsed);
     }
 }
 

@@ -3,7 +3,6 @@
 //! [`gpu_admission_core::admission::validate_policy`] picks the text and answers.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use gpu_admission_core::admission::validate_policy::{
     self, Change, PolicyConfigMap, Requester, Triage,
@@ -83,9 +82,5 @@ impl Webhook for ValidatePolicy {
 
     fn metrics(&self) -> &Metrics {
         &self.metrics
-    }
-
-    fn record(&self, _operation: &'static str, outcome: &'static str, elapsed: Duration) {
-        self.metrics.record_validation(Self::NAME, outcome, elapsed);
     }
 }
