@@ -13,7 +13,6 @@ use gpu_admission_core::admission::mutate_pod::{
     self, Admitted, MutatePorts, Outcome, ScorerOutcome,
 };
 use gpu_admission_core::admission::validate_pod::{self, Allowance, Check, Reason};
-use gpu_admission_core::authority::Grants;
 use gpu_admission_core::pod::gpu_resources::ClaimTemplates;
 use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::quota::{self, Usage};
@@ -244,8 +243,8 @@ impl Engine {
         owner: Option<&OwnerFacts>,
     ) -> Mutation {
         let tier_of = |ns: &str| self.tier_of(ns);
-        // Offline there is no RBAC to ask: only the policy's deprecated admin lists grant.
-        let grants = Grants::offline(&self.policy, &req.user_info);
+        // Offline there is no RBAC to ask: the requester holds what `--grant` says, anyone else nothing.
+        let grants = self.options.requester.grants_for(&req.user_info);
         let ports = Offline {
             facts: Facts {
                 tier_of: &tier_of,
@@ -282,7 +281,7 @@ impl Engine {
             },
             Ok(req) => {
                 let tier_of = |ns: &str| self.tier_of(ns);
-                let grants = Grants::offline(&self.policy, &req.user_info);
+                let grants = self.options.requester.grants_for(&req.user_info);
                 let facts = Facts {
                     tier_of: &tier_of,
                     priority_classes: None,

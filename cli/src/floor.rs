@@ -4,7 +4,7 @@
 //! match conditions, variables and validations, with the rendered parameters) with the `cel-interpreter`
 //! crate, so that `gpu-admission check` says what the apiserver alone would answer for a Pod. One thing is not
 //! CEL here: the apiserver's authorizer (`exempt tiers/<tier>`), which no offline run can ask; the variable
-//! `exempt` is the CLI's own answer (the policy's deprecated admin lists, as everywhere offline).
+//! `exempt` is the CLI's own answer (the requester's `--grant`s, as everywhere offline).
 
 use std::collections::BTreeMap;
 
@@ -192,8 +192,8 @@ impl Floor {
     }
 
     /// The floor's answer for a review's `request` (its operation: the floor matches `CREATE` only; its
-    /// `userInfo`) of `pod` in `namespace` (tier label `tier`, `None`: unlabelled); `exempt`: whether the requester runs outside the namespace's tier (offline: the deprecated
-    /// admin lists). `pcs` resolves `spec.priority` from `priorityClassName` as the apiserver's Priority
+    /// `userInfo`) of `pod` in `namespace` (tier label `tier`, `None`: unlabelled); `exempt`: whether the
+    /// requester runs outside the namespace's tier (offline: the requester's `--grant`s). `pcs` resolves `spec.priority` from `priorityClassName` as the apiserver's Priority
     /// admission plugin does before any validation.
     pub fn pod(
         &self,

@@ -644,7 +644,7 @@ fn without_restore(stored: &Value) -> Value {
 /// otherwise equal to the baseline.
 async fn corpus(
     client: &kube::Client,
-    policy: &gpu_admission_proto::scorer::v1::GetPolicyResponse,
+    policy: &gpu_admission_core::policy::PolicySnapshot,
     failures: &mut Vec<String>,
 ) {
     let pods: Vec<_> = manifest_files()

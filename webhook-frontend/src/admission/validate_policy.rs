@@ -12,7 +12,6 @@ use gpu_admission_core::review::{self, BadRequest, IncomingObject};
 use super::pipeline::{Body, Call, Reply, Webhook, not_validated, operation_label};
 use crate::cluster::access::AccessReviews;
 use crate::metrics::Metrics;
-use crate::policy::PolicyCache;
 use gpu_admission_core::authority::Permission;
 
 /// At most this many `update jobtypes/<name>` reviews per request.
@@ -21,7 +20,6 @@ const MAX_JOB_TYPE_REVIEWS: usize = 16;
 /// What `/validate-policy` reads.
 pub(crate) struct ValidatePolicy {
     pub(crate) access: Arc<AccessReviews>,
-    pub(crate) policy: Arc<PolicyCache>,
     /// The ConfigMap it guards.
     pub(crate) configmap: PolicyConfigMap,
     pub(crate) metrics: Arc<Metrics>,
@@ -47,7 +45,6 @@ impl Webhook for ValidatePolicy {
         };
         let cm = &self.configmap;
         let triage = validate_policy::triage(req, cm);
-        let policy = self.policy.snapshot();
         let change = Change::of(&triage);
         // `update policies` allows every change; the change's own powers (a job type's) are asked beside it.
         // A change of more job types than MAX_JOB_TYPE_REVIEWS asks `update policies` only (a bound on the
@@ -57,7 +54,7 @@ impl Webhook for ValidatePolicy {
         if !wanted.is_empty() && !wanted.contains(&Permission::ChangeRules) {
             wanted.push(Permission::ChangeRules);
         }
-        let grants = self.access.grants(&req.user_info, &wanted, &policy).await;
+        let grants = self.access.grants(&req.user_info, &wanted).await;
         let requester = Requester {
             user: req
                 .user_info
