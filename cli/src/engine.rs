@@ -249,8 +249,8 @@ impl Engine {
         owner: Option<&OwnerFacts>,
     ) -> Mutation {
         let tier_of = |ns: &str| self.tier_of(ns);
-        // Offline there is no RBAC to ask: only the policy's deprecated admin lists grant.
-        let grants = Grants::offline(&self.policy, &req.user_info);
+        // Offline there is no RBAC to ask: the requester holds what `--grant` says, anyone else nothing.
+        let grants = self.options.requester.grants_for(&req.user_info);
         let ports = Offline {
             facts: Facts {
                 tier_of: &tier_of,
@@ -360,9 +360,9 @@ impl ValidatePorts for OfflineValidate<'_> {
         })
     }
 
-    /// Offline there is no RBAC to ask: only the policy's deprecated admin lists grant.
+    /// Offline there is no RBAC to ask: the requester holds what `--grant` says.
     async fn grants(&self, user: &UserInfo, _wanted: &[Permission]) -> Grants {
-        Grants::offline(&self.engine.policy, user)
+        self.engine.options.requester.grants_for(user)
     }
 
     fn holds_quotas(&self) -> bool {

@@ -5,11 +5,13 @@
 
 use std::collections::BTreeMap;
 
+use gpu_admission_core::authority::Permission;
 use gpu_admission_core::names::decision;
 use gpu_admission_core::placement::reachable_classes;
 use gpu_admission_core::pod::templates::pod_templates;
 use gpu_admission_core::policy::TierScope;
 use gpu_admission_core::workload::OwnerFacts;
+use k8s_openapi::api::authentication::v1::UserInfo;
 use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 use serde_json::Value;
@@ -317,23 +319,23 @@ struct FloorAt {
     exempt: bool,
 }
 
-/// The floor and where it is asked for a review's request (the requester exempt offline only by the policy's
-/// deprecated admin lists).
+/// The floor and where it is asked for a review's request (the requester exempt offline only by its
+/// `--grant`s: `exempt tiers/<tier>` for the tier the floor asks about, the namespace's or the default tier).
 fn floor_context<'e>(
     engine: &'e Engine,
     ev: &Evaluation,
     request: &Value,
 ) -> Option<(&'e crate::floor::Floor, FloorAt)> {
     let floor = engine.floor.as_ref()?;
-    let user = &request["userInfo"];
-    let groups: Vec<String> = user["groups"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|g| g.as_str().map(str::to_string))
-        .collect();
-    let exempt = engine.policy().is_admin(user["username"].as_str(), &groups);
+    let user: UserInfo = serde_json::from_value(request["userInfo"].clone()).unwrap_or_default();
     let tier = engine.options.tiers.tier_of(&ev.namespace);
+    let policy = engine.policy();
+    let asked = (tier.as_deref())
+        .filter(|t| policy.tiers().iter().any(|p| p.name == *t))
+        .or(policy.default_tier())
+        .unwrap_or_default();
+    let exempt =
+        (engine.options.requester.grants_for(&user)).allows(&Permission::Exempt(asked.to_string()));
     let namespace = ev.namespace.clone();
     Some((
         floor,
@@ -384,7 +386,7 @@ fn admit_pod(
 }
 
 /// The floor's answers for a Pod as submitted and as mutated, for the review's operation and requester
-/// (exempt offline only by the policy's deprecated admin lists).
+/// (exempt offline only by its `--grant`s).
 fn floor_answers(
     engine: &Engine,
     ev: &Evaluation,

@@ -4,7 +4,7 @@
 //! match conditions, variables and validations, with the rendered parameters) with the `cel` crate, so that
 //! `gpu-admission check` says what the apiserver alone would answer for a Pod. One thing is not CEL here: the
 //! apiserver's authorizer (`exempt tiers/<tier>`), which no offline run can ask; the variable `exempt` is the
-//! CLI's own answer (the policy's deprecated admin lists, as everywhere offline).
+//! CLI's own answer (the requester's `--grant`s, as everywhere offline).
 //!
 //! The object reaches the interpreter as the apiserver's CEL types it: JSON integers are `int` (every integer
 //! field of a Pod or workload is an int32 or int64), not `uint`. Whatever the input, an evaluation never ends the
@@ -242,8 +242,8 @@ impl Floor {
     }
 
     /// The floor's answer for a review's `request` (its operation: the floor matches `CREATE` only; its
-    /// `userInfo`) of `pod` in `namespace` (tier label `tier`, `None`: unlabelled); `exempt`: whether the requester runs outside the namespace's tier (offline: the deprecated
-    /// admin lists). `pcs` resolves `spec.priority` from `priorityClassName` as the apiserver's Priority
+    /// `userInfo`) of `pod` in `namespace` (tier label `tier`, `None`: unlabelled); `exempt`: whether the
+    /// requester runs outside the namespace's tier (offline: the requester's `--grant`s). `pcs` resolves `spec.priority` from `priorityClassName` as the apiserver's Priority
     /// admission plugin does before any validation.
     pub fn pod(
         &self,

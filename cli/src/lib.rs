@@ -22,6 +22,7 @@ pub mod testfile;
 use std::path::PathBuf;
 
 use anyhow::Context;
+use gpu_admission_core::authority::Permission;
 use scorer::model::Learned;
 
 use engine::{Engine, Options};
@@ -46,6 +47,15 @@ pub struct RunSettings {
     pub default_namespace: String,
     /// A GPU quota usage snapshot (`gpu_admission_core::quota::Usage`, YAML or JSON) the Pods are counted on.
     pub usage: Option<PathBuf>,
+}
+
+/// What RBAC grants the requester, as `--grant` (and a test file's `grants:`) state it offline: each a power
+/// of gpu-admission.io as `kubectl auth can-i` spells it (`exempt tiers/gold`, [`Permission::parse`]).
+pub fn parse_grants(grants: &[String]) -> anyhow::Result<Vec<Permission>> {
+    grants
+        .iter()
+        .map(|g| Permission::parse(g).map_err(|e| anyhow::anyhow!("grant {g:?}: {e}")))
+        .collect()
 }
 
 /// The webhooks over one policy, ready to check manifests.

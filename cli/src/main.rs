@@ -185,6 +185,11 @@ struct RunArgs {
     /// A group of the requester (repeatable).
     #[arg(long = "group")]
     groups: Vec<String>,
+    /// A power RBAC grants the requester in gpu-admission.io, as `kubectl auth can-i` spells it (repeatable):
+    /// 'exempt tiers/TIER', 'update tiers/TIER', 'update policies', 'update jobtypes/JOB_TYPE'. Offline there
+    /// is no apiserver to ask: default none. The Pods of workloads (created by their controller) get none.
+    #[arg(long = "grant", value_name = "VERB RESOURCE[/NAME]")]
+    grants: Vec<String>,
     /// A scorer learned-state snapshot (the scorer's --state file) to decide with; default: nothing learned.
     #[arg(long)]
     state: Option<PathBuf>,
@@ -213,6 +218,7 @@ impl RunArgs {
             requester.username = u.clone();
         }
         requester.groups.extend(self.groups.iter().cloned());
+        requester.grants = gpu_admission_cli::parse_grants(&self.grants)?;
         Ok(RunSettings {
             policy: self.policy.clone(),
             policy_key: self.policy_key.clone(),

@@ -5,7 +5,9 @@
 //! patched, to `/validate-pod`. Request uids are derived from where the object came from, so that a run is
 //! reproducible (the scorer seeds its decisions with them).
 
+use gpu_admission_core::authority::{Grants, Permission};
 use gpu_admission_core::workload::{self, OwnerFacts};
+use k8s_openapi::api::authentication::v1::UserInfo;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -15,6 +17,9 @@ use sha2::{Digest, Sha256};
 pub struct User {
     pub username: String,
     pub groups: Vec<String>,
+    /// What RBAC would grant this user in gpu-admission.io (`--grant`; offline there is no apiserver to ask):
+    /// none unless stated.
+    pub grants: Vec<Permission>,
 }
 
 impl User {
@@ -23,6 +28,17 @@ impl User {
         User {
             username: "gpu-admission-cli".into(),
             groups: vec!["system:authenticated".into()],
+            grants: Vec::new(),
+        }
+    }
+
+    /// What a request by `user` holds offline: this user's stated grants when `user` is this user, nothing
+    /// for anyone else (the controller creating a workload's Pods).
+    pub fn grants_for(&self, user: &UserInfo) -> Grants {
+        if user.username.as_deref() == Some(self.username.as_str()) {
+            Grants::new(self.grants.iter().cloned())
+        } else {
+            Grants::none()
         }
     }
 
@@ -45,6 +61,7 @@ impl User {
                 format!("system:serviceaccounts:{ns}"),
                 "system:authenticated".into(),
             ],
+            grants: Vec::new(),
         }
     }
 }

@@ -7,7 +7,8 @@
 //! mode: Enforce                  # optional: override the policy's enforcement mode
 //! namespaces: {students: bronze, llm-prod: gold}
 //! user: alice                    # optional requester (default an ordinary user), with groups:
-//! groups: [gpu-admission:admins]
+//! groups: [ml-leads]
+//! grants: [exempt tiers/bronze]  # what RBAC grants the requester in gpu-admission.io (default none)
 //! resources: [manifests.yaml]    # files or directories, relative to this file
 //! results:
 //!   - object: Job students/train # as `check` names it: Kind namespace/name
@@ -48,6 +49,8 @@ struct TestFile {
     user: Option<String>,
     #[serde(default)]
     groups: Vec<String>,
+    #[serde(default)]
+    grants: Vec<String>,
     resources: Vec<PathBuf>,
     results: Vec<Expected>,
 }
@@ -104,13 +107,17 @@ pub fn run_file(path: &Path) -> anyhow::Result<Outcome> {
         .iter()
         .map(|(ns, tier)| format!("{ns}={tier}"))
         .collect();
+    let grants =
+        crate::parse_grants(&test.grants).with_context(|| format!("parsing {}", path.display()))?;
     let requester = match &test.user {
         Some(u) => User {
             username: u.clone(),
             groups: test.groups.clone(),
+            grants,
         },
         None => User {
             groups: [User::default_requester().groups, test.groups.clone()].concat(),
+            grants,
             ..User::default_requester()
         },
     };

@@ -10,8 +10,10 @@
 //! | [`Permission::Exempt`] | `exempt` `tiers/<tier>` in `gpu-admission.io` | one's own workloads outside tier `<tier>` |
 //! | [`Permission::TuneJobType`] | `update` `jobtypes/<name>` in `gpu-admission.io` | job type `<name>`'s priors in the policy (what steers only the Pods carrying its label) |
 //!
-//! `cluster-admin` (and `system:masters`) hold them all; `update policies` includes every job type. The policy's `enforcement.adminGroups/adminUsers`
-//! still grant all three for one release (deprecated: a list of names is no authority).
+//! `cluster-admin` (and `system:masters`) hold them all; `update policies` includes every job type. Nothing
+//! else grants them: where no apiserver can be asked (the offline CLI) the caller states what RBAC would
+//! answer, spelled as [`Permission::describe`] spells it without the group (`exempt tiers/gold`, see
+//! [`Permission::parse`]).
 
 use std::collections::BTreeSet;
 
@@ -66,16 +68,38 @@ impl Permission {
             None => format!("{} {} ({API_GROUP})", self.verb(), self.resource()),
         }
     }
+
+    /// A power as `kubectl auth can-i` spells it in [`API_GROUP`]: `VERB RESOURCE[/NAME]` — `exempt
+    /// tiers/gold`, `update tiers/bronze`, `update policies`, `update jobtypes/train-llama`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let words: Vec<&str> = text.split_whitespace().collect();
+        let (resource, name) = match words.get(1).map(|r| r.split_once('/')) {
+            Some(Some((resource, name))) => (resource, Some(name).filter(|n| !n.is_empty())),
+            Some(None) => (words[1], None),
+            None => ("", None),
+        };
+        let p = match (words.first().copied(), resource, name, words.len()) {
+            (Some("update"), "tiers", Some(t), 2) => Permission::SetTier(t.to_string()),
+            (Some("exempt"), "tiers", Some(t), 2) => Permission::Exempt(t.to_string()),
+            (Some("update"), "policies", None, 2) => Permission::ChangeRules,
+            (Some("update"), "jobtypes", Some(j), 2) => Permission::TuneJobType(j.to_string()),
+            _ => {
+                return Err(format!(
+                    "`{text}` is no power of {API_GROUP}: `exempt tiers/TIER`, `update tiers/TIER`, \
+                     `update policies` or `update jobtypes/JOB_TYPE`"
+                ));
+            }
+        };
+        Ok(p)
+    }
 }
 
 /// The powers the requester of one review holds, as the apiserver answered (only those a decision asked for
-/// are known; anything else counts as not held). A review that could not be asked holds nothing: a missing
-/// answer is never a grant.
+/// are known; anything else counts as not held), or as the offline caller states RBAC would answer. A review
+/// that could not be asked holds nothing: a missing answer is never a grant.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Grants {
     held: BTreeSet<Permission>,
-    /// A member of the policy's deprecated admin lists: holds every power.
-    legacy_admin: bool,
 }
 
 impl Grants {
@@ -84,32 +108,15 @@ impl Grants {
         Self::default()
     }
 
-    /// The powers the apiserver granted, and whether the requester is on the policy's (deprecated) admin
-    /// lists.
-    pub fn new(held: impl IntoIterator<Item = Permission>, legacy_admin: bool) -> Self {
+    /// The powers the apiserver granted (or, offline, the ones stated: [`Permission::parse`]).
+    pub fn new(held: impl IntoIterator<Item = Permission>) -> Self {
         Self {
             held: held.into_iter().collect(),
-            legacy_admin,
         }
     }
 
-    /// What holds where no apiserver can be asked (the CLI, the properties): only the policy's deprecated
-    /// admin lists grant, by the review's user and groups.
-    pub fn offline(
-        policy: &crate::policy::PolicySnapshot,
-        user: &k8s_openapi::api::authentication::v1::UserInfo,
-    ) -> Self {
-        let groups = user.groups.as_deref().unwrap_or(&[]);
-        Self::new([], policy.is_admin(user.username.as_deref(), groups))
-    }
-
     pub fn allows(&self, p: &Permission) -> bool {
-        self.legacy_admin || self.held.contains(p)
-    }
-
-    /// Granted by the deprecated admin lists only (worth a log line).
-    pub fn only_by_legacy_list(&self, p: &Permission) -> bool {
-        self.legacy_admin && !self.held.contains(p)
+        self.held.contains(p)
     }
 }
 
@@ -119,7 +126,7 @@ mod tests {
 
     #[test]
     fn powers_are_separate_and_named_as_rbac_names_them() {
-        let g = Grants::new([Permission::SetTier("bronze".into())], false);
+        let g = Grants::new([Permission::SetTier("bronze".into())]);
         assert!(g.allows(&Permission::SetTier("bronze".into())));
         assert!(!g.allows(&Permission::SetTier("gold".into())));
         assert!(!g.allows(&Permission::Exempt("bronze".into())));
@@ -134,14 +141,34 @@ mod tests {
     }
 
     #[test]
-    fn the_deprecated_lists_hold_every_power() {
-        let g = Grants::new([], true);
-        for p in [
-            Permission::ChangeRules,
-            Permission::SetTier("gold".into()),
-            Permission::Exempt("gold".into()),
+    fn powers_are_parsed_as_kubectl_spells_them() {
+        for (text, p) in [
+            ("exempt tiers/gold", Permission::Exempt("gold".into())),
+            ("update tiers/bronze", Permission::SetTier("bronze".into())),
+            ("  update   policies ", Permission::ChangeRules),
+            (
+                "update jobtypes/train-llama",
+                Permission::TuneJobType("train-llama".into()),
+            ),
         ] {
-            assert!(g.allows(&p) && g.only_by_legacy_list(&p));
+            assert_eq!(Permission::parse(text), Ok(p.clone()), "{text}");
+            // What a message names parses back (without the group).
+            let described = p.describe().replace(&format!(" ({API_GROUP})"), "");
+            assert_eq!(Permission::parse(&described), Ok(p));
+        }
+        for wrong in [
+            "",
+            "exempt",
+            "exempt tiers",
+            "exempt tiers/",
+            "exempt policies",
+            "update policies/x",
+            "delete tiers/gold",
+            "exempt tiers/gold extra",
+            "exempt:gold",
+        ] {
+            let e = Permission::parse(wrong).unwrap_err();
+            assert!(e.contains("exempt tiers/TIER"), "{wrong}: {e}");
         }
     }
 }

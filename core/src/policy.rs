@@ -1,13 +1,11 @@
 //! The webhooks' view of a validated policy (`gpu_admission_policy::Policy`, read from the same file the
 //! scorer reads): the GPU catalog (to validate answers and to recognise a Pod that already names a class),
 //! the priority buckets (the PriorityClasses of `--no-kube` mode), and the tier rules the webhooks hold Pods
-//! to (allowed classes, priority caps, fallback, enforcement, admins, namespace grants).
+//! to (allowed classes, priority caps, fallback, enforcement, namespace grants).
 //!
 //! Everything here is derived from the policy model alone. The tier rules are read from the model's tiers
 //! when asked ([`PolicySnapshot::tier_rules`]); the catalog is kept as the wire spells it because the
-//! scorer's answers it is compared with are wire messages. A `GetPolicy` answer without the document (a
-//! scorer of the previous release, policies tests spell as a message) is read into the model first
-//! (`gpu_admission_policy::legacy`).
+//! scorer's answers it is compared with are wire messages.
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
@@ -39,8 +37,6 @@ pub struct PolicySnapshot {
     /// PriorityClasses named by the buckets, by name.
     pub priority_classes: HashMap<String, PriorityClassFacts>,
     pub mode: EnforcementMode,
-    pub admin_groups: Vec<String>,
-    pub admin_users: Vec<String>,
     /// GPU memory per GPU (GiB) the policy assumes for a job type when a Pod does not say.
     pub job_type_default_memory_gib: HashMap<String, f64>,
     /// Which resource names ask for GPUs (the built-in default list until a policy says otherwise).
@@ -308,8 +304,6 @@ impl PolicySnapshot {
             class_label_keys,
             priority_classes,
             mode: e.mode,
-            admin_groups: e.admin_groups.clone(),
-            admin_users: e.admin_users.clone(),
             job_type_default_memory_gib: policy
                 .job_types
                 .iter()
@@ -319,15 +313,10 @@ impl PolicySnapshot {
         }
     }
 
-    /// A view of a `GetPolicy` answer: its document when it carries one, else its per-field copy read into
-    /// the model ([`gpu_admission_policy::legacy`]: a scorer of the previous release, policies tests spell
-    /// as a message). The services derive their views with [`Self::from_policy`].
-    pub fn from_response(p: GetPolicyResponse) -> Self {
-        let policy = match gpu_admission_policy::wire::policy_of(&p) {
-            Some(Ok(policy)) => policy,
-            _ => gpu_admission_policy::legacy::policy_from_fields(&p),
-        };
-        Self::from_policy(Arc::new(policy))
+    /// A view of a `GetPolicy` answer's document, validated here.
+    pub fn from_response(p: &GetPolicyResponse) -> Result<Self, gpu_admission_policy::PolicyError> {
+        let policy = gpu_admission_policy::wire::policy_of(p)?;
+        Ok(Self::from_policy(Arc::new(policy)))
     }
 
     /// The policy's tiers (none before a policy is known).
@@ -408,12 +397,6 @@ impl PolicySnapshot {
         })
     }
 
-    /// Is the requester one of the policy's admins (by user name or group)?
-    pub fn is_admin(&self, username: Option<&str>, groups: &[String]) -> bool {
-        username.is_some_and(|u| self.admin_users.iter().any(|a| a == u))
-            || groups.iter().any(|g| self.admin_groups.contains(g))
-    }
-
     pub fn class(&self, name: &str) -> Option<&GpuClass> {
         self.catalog.iter().find(|c| c.name == name)
     }
@@ -491,4 +474,44 @@ impl PriorityClassLookup for PolicySnapshot {
     fn priority_class(&self, name: &str) -> Option<PriorityClassFacts> {
         self.priority_classes.get(name).cloned()
     }
+}
+
+/// A policy for tests, from the YAML flow mappings of its catalog classes, its tiers (the first is the
+/// default tier unless `extra` names one) and its priority buckets, and any further top-level sections
+/// (`extra`); the workload classes and priority points are neutral.
+#[cfg(test)]
+pub(crate) fn test_policy(
+    catalog: &[&str],
+    tiers: &[&str],
+    buckets: &[&str],
+    extra: &str,
+) -> PolicySnapshot {
+    let list = |items: &[&str]| -> String { items.iter().map(|i| format!("\n  - {i}")).collect() };
+    let first_tier = tiers
+        .first()
+        .and_then(|t| t.split("name:").nth(1))
+        .and_then(|rest| rest.split([',', '}']).next())
+        .map_or("", str::trim);
+    let default_tier = if extra.contains("defaultTier:") {
+        String::new()
+    } else {
+        format!("defaultTier: {first_tier}\n")
+    };
+    let profile =
+        "{ priorityWeight: 0.5, profile: { baseRuntimeSeconds: 3600, relativeStddev: 0.5 } }";
+    let workloads: String = ["training", "inference", "batch", "interactive", "unknown"]
+        .iter()
+        .map(|w| format!("  {w}: {profile}\n"))
+        .collect();
+    let text = format!(
+        "version: v1\n{default_tier}catalog:{}\ntiers:{}\nworkloadClasses:\n{workloads}priority:\n  \
+         tierPoints: 50\n  workloadPoints: 30\n  sizePoints: 20\n  sizeReference: {{ gpuCount: 8, \
+         memoryGiB: 80, modelSizeBillionParams: 70 }}\n  buckets:{}\n{extra}",
+        list(catalog),
+        list(tiers),
+        list(buckets).replace("\n  - ", "\n    - "),
+    );
+    let policy = gpu_admission_policy::parse(&text, "test-policy.yaml")
+        .unwrap_or_else(|e| panic!("{e}\n{text}"));
+    PolicySnapshot::from_policy(Arc::new(policy))
 }

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_proto::scorer::v1::scorer_client::ScorerClient;
 use gpu_admission_proto::scorer::v1::{GetPolicyRequest, GetPolicyResponse, ObserveRequest};
 use tonic::transport::{Channel, Endpoint};
@@ -102,11 +103,19 @@ pub async fn get_policy(replicas: &[Replica]) -> Option<GetPolicyResponse> {
     None
 }
 
-/// The policy facts (catalog, job types) from the first replica that answers `GetPolicy`.
+/// The policy facts (catalog) from the first replica that answers `GetPolicy` (with a policy that
+/// validates here).
 pub async fn policy_facts(replicas: &[Replica]) -> Option<PolicyFacts> {
-    get_policy(replicas)
-        .await
-        .map(|p| PolicyFacts { catalog: p.catalog })
+    let answer = get_policy(replicas).await?;
+    match PolicySnapshot::from_response(&answer) {
+        Ok(policy) => Some(PolicyFacts {
+            catalog: policy.catalog,
+        }),
+        Err(err) => {
+            tracing::warn!(%err, "the scorer's policy document does not validate here");
+            None
+        }
+    }
 }
 
 /// What the replicas made of one observation.

@@ -7,7 +7,6 @@
 pub mod device_classes;
 pub mod diff;
 pub mod gpu_resources;
-pub mod legacy;
 mod model;
 pub mod names;
 pub mod quotas;

@@ -102,12 +102,11 @@ impl Default for Tier {
     }
 }
 
-/// Who is exempt from tier rules and how violations are answered (used by the admission webhooks only).
+/// How violations are answered (used by the admission webhooks only; who is exempt is RBAC's, not the
+/// policy's).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Enforcement {
     pub mode: EnforcementMode,
-    pub admin_groups: Vec<String>,
-    pub admin_users: Vec<String>,
 }
 
 /// A validated namespace grant; class names are catalog names.

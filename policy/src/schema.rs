@@ -125,11 +125,6 @@ impl EnforcementMode {
 pub struct EnforcementSpec {
     #[serde(default)]
     pub mode: EnforcementMode,
-    /// Kubernetes groups whose members' own requests are not held to their namespace's tier.
-    #[serde(default)]
-    pub admin_groups: Vec<String>,
-    #[serde(default)]
-    pub admin_users: Vec<String>,
 }
 
 /// An exception for one namespace: it covers every Pod of the namespace, whoever (or whichever controller)

@@ -1,11 +1,9 @@
 //! The policy as the gRPC wire (`gpuadmission.scorer.v1`) spells it: the one place a policy type is turned
-//! into a message or back. `GetPolicy` carries the whole document (readers validate it with this crate);
-//! the older per-field copy ([`get_policy_response`]'s fields 2-12) is kept one release for readers that
-//! predate the document.
+//! into a message or back. `GetPolicy` carries the whole document (readers validate it with this crate).
 use gpu_admission_proto::scorer::v1 as pb;
 
 use crate::gpu_resources::{GpuResourceKind, GpuResourceRule};
-use crate::{Bucket, EnforcementMode, Fallback, GpuClass, Policy, Vendor, WorkloadClass};
+use crate::{Bucket, EnforcementMode, GpuClass, Policy, Vendor, WorkloadClass};
 
 impl From<Vendor> for pb::GpuVendor {
     fn from(v: Vendor) -> Self {
@@ -98,87 +96,25 @@ impl From<EnforcementMode> for pb::EnforcementMode {
     }
 }
 
-/// `GetPolicy`'s answer: the document, and the per-field copy older readers use.
+/// `GetPolicy`'s answer: the policy document, which readers validate with this crate.
 pub fn get_policy_response(policy: &Policy) -> pb::GetPolicyResponse {
-    let class_name = |i: usize| policy.classes[i].name.clone();
     pb::GetPolicyResponse {
         version: policy.version.clone(),
         document: policy.document.clone(),
         source: policy.source.clone(),
-        default_tier: policy.tiers[policy.default_tier].name.clone(),
-        catalog: policy.classes.iter().map(pb::GpuClass::from).collect(),
-        tiers: policy
-            .tiers
-            .iter()
-            .map(|t| pb::Tier {
-                name: t.name.clone(),
-                allowed_classes: (0..policy.classes.len())
-                    .filter(|&i| t.allowed[i])
-                    .map(class_name)
-                    .collect(),
-                preferred_class: t.preferred.map(class_name).unwrap_or_default(),
-                objective: t.objective.as_str().to_string(),
-                priority_weight: t.priority_weight,
-                max_priority_class: t.max_priority_class.clone().unwrap_or_default(),
-                fallback: match t.fallback {
-                    Fallback::PassThrough => pb::TierFallback::PassThrough,
-                    Fallback::TierDefault => pb::TierFallback::TierDefault,
-                } as i32,
-            })
-            .collect(),
-        priority_buckets: policy
-            .priority
-            .buckets
-            .iter()
-            .map(|b| pb::PriorityBucket {
-                min_score: b.min_score,
-                priority_class: Some(b.into()),
-            })
-            .collect(),
-        job_types: policy.job_types.iter().map(|j| j.name.clone()).collect(),
-        anti_affinity_threshold: policy.anti_affinity_threshold,
-        enforcement: Some(pb::Enforcement {
-            mode: pb::EnforcementMode::from(policy.enforcement.mode) as i32,
-            admin_groups: policy.enforcement.admin_groups.clone(),
-            admin_users: policy.enforcement.admin_users.clone(),
-        }),
-        namespace_grants: policy
-            .namespace_grants
-            .iter()
-            .map(|g| pb::NamespaceGrant {
-                namespace: g.namespace.clone(),
-                allowed_classes: g.allowed_classes.clone(),
-                max_priority_class: g.max_priority_class.clone().unwrap_or_default(),
-            })
-            .collect(),
-        job_type_default_memory_gib: policy
-            .job_types
-            .iter()
-            .filter_map(|j| j.default_memory_gib.map(|m| (j.name.clone(), m)))
-            .collect(),
-        gpu_resources: policy.gpu_resources.iter().map(Into::into).collect(),
-        class_labels: policy
-            .classes
-            .iter()
-            .filter(|c| !c.identifying_labels.is_empty())
-            .map(|c| pb::ClassLabels {
-                class: c.name.clone(),
-                labels: c
-                    .identifying_labels
-                    .iter()
-                    .map(|(key, value)| pb::NodeLabel {
-                        key: key.clone(),
-                        value: value.clone(),
-                    })
-                    .collect(),
-            })
-            .collect(),
     }
 }
 
-/// The policy a `GetPolicy` answer carries, validated here; `None` from a scorer that predates the document.
-pub fn policy_of(response: &pb::GetPolicyResponse) -> Option<Result<Policy, crate::PolicyError>> {
-    (!response.document.is_empty()).then(|| crate::parse(&response.document, &response.source))
+/// The policy a `GetPolicy` answer carries, validated here (an answer without a document is refused).
+pub fn policy_of(response: &pb::GetPolicyResponse) -> Result<Policy, crate::PolicyError> {
+    if response.document.is_empty() {
+        return Err(crate::PolicyError::single(
+            &response.source,
+            "(file)",
+            "the GetPolicy answer carries no policy document",
+        ));
+    }
+    crate::parse(&response.document, &response.source)
 }
 
 /// `ValidatePolicy`'s verdict on a policy text: exactly the validation a reload applies (the scorer answers

@@ -267,8 +267,8 @@ pub fn check_mutate(body: &[u8], policy: &PolicySnapshot, score: &mut Score<'_>)
         }
     };
     let tier_of = tier_of(policy);
-    // No apiserver: only the policy's deprecated admin lists grant.
-    let grants = Grants::offline(policy, &req.user_info);
+    // No apiserver: nothing is granted.
+    let grants = Grants::none();
     // `--no-kube` before a PriorityClass cache: the policy's buckets, else the answer's own class.
     let facts = Facts {
         tier_of: &tier_of,
@@ -460,7 +460,7 @@ pub fn check_validate(body: &[u8], policy: &PolicySnapshot) -> Result<Vec<u8>, S
         },
         Ok(req) => {
             let tier_of = tier_of(policy);
-            let grants = Grants::offline(policy, &req.user_info);
+            let grants = Grants::none();
             let facts = Facts {
                 tier_of: &tier_of,
                 priority_classes: None,

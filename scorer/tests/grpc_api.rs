@@ -111,7 +111,8 @@ async fn default_policy_must_show_cases() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(p.priority_buckets.len(), 4);
+    let policy = gpu_admission_policy::wire::policy_of(&p).unwrap();
+    assert_eq!(policy.priority.buckets.len(), 4);
     let o = client
         .observe(pb::ObserveRequest {
             job_type: "train-llama".into(),

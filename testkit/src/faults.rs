@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_proto::scorer::v1::{
     ExplainResponse, ExportStateRequest, GetPolicyRequest, GetPolicyResponse, GpuClass, GpuVendor,
     ImportStateResponse, LearnedState, ObserveRequest, ObserveResponse, PriorityAssignment,
@@ -363,11 +364,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 fn nonsense(kind: Nonsense, policy: &GetPolicyResponse) -> ScoreResponse {
-    let real = policy.catalog.first().cloned().unwrap_or_default();
-    let first_bucket = policy
-        .priority_buckets
-        .first()
-        .and_then(|b| b.priority_class.clone());
+    let snapshot = PolicySnapshot::from_response(policy).unwrap_or_default();
+    let real = snapshot.catalog.first().cloned().unwrap_or_default();
+    let first_bucket = (snapshot.policy.as_ref())
+        .and_then(|p| p.priority.buckets.first())
+        .map(PriorityAssignment::from);
     let (class, score, pc) = match kind {
         Nonsense::UnknownClass => (
             GpuClass {

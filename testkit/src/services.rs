@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_proto::scorer::v1::{
     GetPolicyRequest, GetPolicyResponse, scorer_client::ScorerClient,
 };
@@ -121,7 +122,9 @@ impl ScorerBuilder {
         loop {
             match scorer.fetch_policy().await {
                 Ok(p) => {
-                    scorer.policy = Some(p);
+                    let policy = PolicySnapshot::from_response(&p)
+                        .context("the scorer's GetPolicy document does not validate")?;
+                    scorer.policy = Some((p, policy));
                     return Ok(scorer);
                 }
                 Err(e) if Instant::now() > deadline => {
@@ -142,7 +145,8 @@ pub struct Scorer {
     /// The child process (pause/resume/kill, logs).
     pub process: ChildProcess,
     dir: tempfile::TempDir,
-    policy: Option<GetPolicyResponse>,
+    /// What `GetPolicy` answered at start, and the webhooks' view of it.
+    policy: Option<(GetPolicyResponse, PolicySnapshot)>,
 }
 
 impl Scorer {
@@ -191,9 +195,14 @@ impl Scorer {
             .into_inner())
     }
 
-    /// The policy fetched at start (not with [`ScorerBuilder::no_policy_wait`]).
-    pub fn policy(&self) -> &GetPolicyResponse {
-        self.policy.as_ref().expect("fetched at start")
+    /// The policy fetched at start (not with [`ScorerBuilder::no_policy_wait`]), as the webhooks view it.
+    pub fn policy(&self) -> &PolicySnapshot {
+        &self.policy.as_ref().expect("fetched at start").1
+    }
+
+    /// What `GetPolicy` answered at start (to serve the same policy from a double).
+    pub fn policy_response(&self) -> &GetPolicyResponse {
+        &self.policy.as_ref().expect("fetched at start").0
     }
 }
 
@@ -220,7 +229,7 @@ pub struct WebhookBuilder {
 enum WebhookPolicy {
     /// The scorer's own policy file, as a Deployment mounts one ConfigMap into both: the document of the
     /// scorer's `GetPolicy`, written to a file of the webhook's; the embedded default when the scorer does
-    /// not answer (or predates the document).
+    /// not answer.
     SameAsScorer,
     /// This file.
     File(PathBuf),

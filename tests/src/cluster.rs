@@ -17,7 +17,8 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 use base64::Engine as _;
-use gpu_admission_proto::scorer::v1::GetPolicyResponse;
+use gpu_admission_core::policy::PolicySnapshot;
+use gpu_admission_policy::Bucket;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -202,17 +203,23 @@ impl LocalCluster {
     /// Creates the PriorityClasses of the policy's buckets (name, value, preemption policy).
     pub async fn create_priority_classes(
         &self,
-        policy: &GetPolicyResponse,
+        policy: &PolicySnapshot,
     ) -> anyhow::Result<Vec<String>> {
+        let buckets = policy
+            .policy
+            .as_ref()
+            .map_or(&[][..], |p| &p.priority.buckets);
+        self.create_buckets(buckets).await
+    }
+
+    /// Creates the PriorityClasses of `buckets` (name, value, preemption policy).
+    pub async fn create_buckets(&self, buckets: &[Bucket]) -> anyhow::Result<Vec<String>> {
         let api = Api::<PriorityClass>::all(self.client());
         let mut names = Vec::new();
-        for b in &policy.priority_buckets {
-            let Some(pc) = &b.priority_class else {
-                continue;
-            };
+        for pc in buckets {
             let mut obj = json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                 "metadata": {"name": pc.name}, "value": pc.value, "globalDefault": false,
-                "description": format!("gpu-admission bucket >= {}", b.min_score)});
+                "description": format!("gpu-admission bucket >= {}", pc.min_score)});
             if !pc.preemption_policy.is_empty() {
                 obj["preemptionPolicy"] = json!(pc.preemption_policy);
             }

@@ -10,7 +10,9 @@
 //!
 //! Both return every violation found (empty = fine), so a test can report all of them at once.
 
-use gpu_admission_proto::scorer::v1::{GetPolicyResponse, GpuClass, GpuVendor};
+use gpu_admission_core::policy::PolicySnapshot;
+use gpu_admission_policy::Bucket;
+use gpu_admission_proto::scorer::v1::{GpuClass, GpuVendor};
 use serde_json::Value;
 
 use crate::gpu::{annotation, array_at, gpu_ask, pinned_classes, tolerations};
@@ -224,7 +226,7 @@ pub fn check_decision(
     before: &Value,
     after: &Value,
     tier: &str,
-    policy: &GetPolicyResponse,
+    policy: &PolicySnapshot,
 ) -> (Decision, Vec<String>) {
     let mut errs = Vec::new();
     let mut d = Decision::default();
@@ -276,14 +278,7 @@ pub fn check_decision(
     let had_pc = before
         .pointer("/spec/priorityClassName")
         .is_some_and(|v| !v.is_null());
-    let cap_of_tier = || {
-        policy
-            .tiers
-            .iter()
-            .find(|t| t.name == tier)
-            .map(|t| t.max_priority_class.clone())
-            .filter(|c| !c.is_empty())
-    };
+    let cap_of_tier = || tier_of(policy, tier).and_then(|t| t.max_priority_class.clone());
     let before_pc = before
         .pointer("/spec/priorityClassName")
         .and_then(Value::as_str);
@@ -301,16 +296,12 @@ pub fn check_decision(
         match &d.priority_class {
             None => errs.push("no priorityClassName assigned".into()),
             Some(name) => {
-                let bucket = policy
-                    .priority_buckets
-                    .iter()
-                    .filter_map(|b| b.priority_class.as_ref().map(|pc| (b.min_score, pc)))
-                    .find(|(_, pc)| &pc.name == name);
+                let bucket = buckets(policy).iter().find(|b| &b.name == name);
                 match bucket {
                     None => errs.push(format!(
                         "priorityClassName {name} is no bucket of the policy"
                     )),
-                    Some((_, pc)) => {
+                    Some(pc) => {
                         if d.priority != Some(pc.value as i64) {
                             errs.push(format!(
                                 "spec.priority {:?} must be {name}'s value {}",
@@ -331,26 +322,17 @@ pub fn check_decision(
                     }
                 }
                 if let Some(score) = d.priority_score {
-                    let bucket_of = |pc_name: &str| {
-                        policy
-                            .priority_buckets
-                            .iter()
-                            .filter_map(|b| b.priority_class.as_ref())
-                            .find(|pc| pc.name == pc_name)
-                            .cloned()
-                    };
-                    let by_score = policy
-                        .priority_buckets
+                    let bucket_of =
+                        |pc_name: &str| buckets(policy).iter().find(|b| b.name == pc_name).cloned();
+                    let by_score = buckets(policy)
                         .iter()
                         .filter(|b| score >= b.min_score)
                         .max_by(|a, b| a.min_score.total_cmp(&b.min_score))
-                        .and_then(|b| b.priority_class.clone());
+                        .cloned();
                     // Capped at the tier's maxPriorityClass.
-                    let cap = policy
-                        .tiers
-                        .iter()
-                        .find(|t| t.name == tier)
-                        .and_then(|t| bucket_of(&t.max_priority_class));
+                    let cap = tier_of(policy, tier)
+                        .and_then(|t| t.max_priority_class.as_deref())
+                        .and_then(bucket_of);
                     let expected = match (by_score, cap) {
                         (Some(b), Some(c)) if b.value > c.value => Some(c.name),
                         (b, _) => b.map(|b| b.name),
@@ -416,17 +398,14 @@ pub fn check_decision(
             d.class = Some(class.name.clone());
             let carries = |k: &str, v: &str| {
                 (class.node_label_key == k && class.node_label_value == v)
-                    || policy.class_labels.iter().any(|cl| {
-                        cl.class == class.name
-                            && cl.labels.iter().any(|l| l.key == k && l.value == v)
+                    || policy.class_labels.iter().any(|(name, labels)| {
+                        *name == class.name && labels.iter().any(|(lk, lv)| lk == k && lv == v)
                     })
             };
             let identifying = |k: &str| {
                 policy.catalog.iter().any(|c| c.node_label_key == k)
-                    || policy
-                        .class_labels
-                        .iter()
-                        .any(|cl| cl.labels.iter().any(|l| l.key == k))
+                    || (policy.class_labels.iter())
+                        .any(|(_, labels)| labels.iter().any(|(lk, _)| lk == k))
             };
             for (k, v) in obj_entries(before, "/spec/nodeSelector") {
                 if identifying(&k) && !carries(&k, v.as_str().unwrap_or("")) {
@@ -452,12 +431,7 @@ pub fn check_decision(
             .map(|c| c.node_label_key.clone())
             .unwrap_or_else(|| CLASS_LABEL.to_string())
     };
-    let tier_classes: Vec<&String> = policy
-        .tiers
-        .iter()
-        .find(|t| t.name == tier)
-        .map(|t| t.allowed_classes.iter().collect())
-        .unwrap_or_default();
+    let tier_classes: Vec<&String> = allowed_classes(policy, tier).unwrap_or_default();
     let before_pinned = pinned_classes(before, CLASS_LABEL);
     if !before_pinned.is_empty() {
         let after_pinned = pinned_classes(after, CLASS_LABEL);
@@ -573,19 +547,40 @@ fn added_class_constraint(before: &Value, after: &Value) -> Vec<String> {
     out
 }
 
+/// Tier `tier` of the policy, if it has one of that name.
+fn tier_of<'p>(policy: &'p PolicySnapshot, tier: &str) -> Option<&'p gpu_admission_policy::Tier> {
+    policy.tiers().iter().find(|t| t.name == tier)
+}
+
+/// The catalog names tier `tier` allows (`None`: no such tier).
+fn allowed_classes<'p>(policy: &'p PolicySnapshot, tier: &str) -> Option<Vec<&'p String>> {
+    let t = tier_of(policy, tier)?;
+    Some(
+        (policy.catalog.iter().zip(&t.allowed))
+            .filter(|(_, allowed)| **allowed)
+            .map(|(c, _)| &c.name)
+            .collect(),
+    )
+}
+
+/// The policy's priority buckets.
+fn buckets(policy: &PolicySnapshot) -> &[Bucket] {
+    policy.policy.as_ref().map_or(&[], |p| &p.priority.buckets)
+}
+
 fn check_class(
     c: &GpuClass,
     before: &Value,
     tier: &str,
-    policy: &GetPolicyResponse,
+    policy: &PolicySnapshot,
     errs: &mut Vec<String>,
 ) {
-    if let Some(t) = policy.tiers.iter().find(|t| t.name == tier)
-        && !t.allowed_classes.contains(&c.name)
+    if let Some(allowed) = allowed_classes(policy, tier)
+        && !allowed.contains(&&c.name)
     {
         errs.push(format!(
-            "class {} is not allowed for tier {tier} ({:?})",
-            c.name, t.allowed_classes
+            "class {} is not allowed for tier {tier} ({allowed:?})",
+            c.name
         ));
     }
     if let Some(ask) = gpu_ask(before)
@@ -655,7 +650,7 @@ pub async fn admit_and_verify(
     pod: &Value,
     namespace: &str,
     tier: Option<&str>,
-    policy: &GetPolicyResponse,
+    policy: &PolicySnapshot,
 ) -> anyhow::Result<Verified> {
     use k8s_openapi::api::core::v1::Pod;
     let review = crate::review::pod_review(pod, namespace, crate::Operation::Create);

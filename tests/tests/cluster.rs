@@ -10,7 +10,6 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use gpu_admission_proto::scorer::v1::GetPolicyResponse;
 use gpu_admission_tests::cluster::LocalCluster;
 use gpu_admission_tests::corpus::{extract_pods, manifest_files};
 use gpu_admission_tests::decision::{check_decision, check_preserved};
@@ -287,13 +286,11 @@ async fn real_apiserver_admission_and_faults() {
             stored.pointer("/spec/affinity/nodeAffinity")
         ));
     }
+    let buckets = &policy.policy.as_ref().expect("a policy").priority.buckets;
     let pc_value = |name: &str| {
-        policy
-            .priority_buckets
-            .iter()
-            .filter_map(|b| b.priority_class.as_ref())
-            .find(|p| p.name == name)
-            .map(|p| p.value as i64)
+        (buckets.iter())
+            .find(|b| b.name == name)
+            .map(|b| b.value as i64)
     };
     match d.priority_class.as_deref() {
         Some(name) if stored["spec"]["priority"].as_i64() == pc_value(name) => {}
@@ -471,15 +468,12 @@ async fn real_apiserver_admission_and_faults() {
         }
         // Put it back for what follows.
         cluster
-            .create_priority_classes(&GetPolicyResponse {
-                priority_buckets: policy
-                    .priority_buckets
-                    .iter()
-                    .filter(|b| b.priority_class.as_ref().is_some_and(|c| c.name == pc))
+            .create_buckets(
+                &(buckets.iter())
+                    .filter(|b| b.name == pc)
                     .cloned()
-                    .collect(),
-                ..Default::default()
-            })
+                    .collect::<Vec<_>>(),
+            )
             .await
             .expect("re-create the PriorityClass");
     } else {
@@ -559,7 +553,7 @@ async fn real_apiserver_admission_and_faults() {
 
     // 4. Nonsense and garbage: a second webhook talks through a fault proxy to a gRPC server answering
     //    nonsense; the registration is replaced to point at it.
-    let fake = NonsenseScorer::start(Nonsense::UnknownClass, policy.clone())
+    let fake = NonsenseScorer::start(Nonsense::UnknownClass, scorer.policy_response().clone())
         .await
         .unwrap();
     let proxy = FaultProxy::start(fake.addr()).await.unwrap();

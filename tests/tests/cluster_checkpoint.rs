@@ -319,7 +319,8 @@ async fn checkpoint_restore_against_a_real_apiserver() {
 
     // 1. No CRD: every Pod is created unchanged, and the frontend was called (its metric counts the
     //    requests it answered "not installed"); its log says so once.
-    let not_installed = "gpu_admission_checkpoint_requests_total{outcome=\"not_installed\"}";
+    let not_installed = "gpu_admission_admissions_total{webhook=\"mutate-pod-checkpoint\",operation=\"CREATE\",\
+                         outcome=\"not_installed\"}";
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut created = 0;
     loop {
@@ -643,7 +644,7 @@ fn without_restore(stored: &Value) -> Value {
 /// otherwise equal to the baseline.
 async fn corpus(
     client: &kube::Client,
-    policy: &gpu_admission_proto::scorer::v1::GetPolicyResponse,
+    policy: &gpu_admission_core::policy::PolicySnapshot,
     failures: &mut Vec<String>,
 ) {
     let pods: Vec<_> = manifest_files()

@@ -22,7 +22,7 @@
 
 use std::time::{Duration, Instant};
 
-use gpu_admission_proto::scorer::v1::GetPolicyResponse;
+use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_tests::cluster::{Components, LocalCluster};
 use gpu_admission_tests::kwok::{self, phase, wait_for};
 use gpu_admission_tests::names::{ANN_DECIDED_AT, ANN_GPU_CLASS, CLASS_LABEL};
@@ -258,12 +258,15 @@ async fn wait_decided(tenant: &kube::Client, ns: &str, source: Value) {
     .unwrap();
 }
 
-fn allowed_classes(policy: &GetPolicyResponse, tier: &str) -> Vec<String> {
-    policy
-        .tiers
-        .iter()
+fn allowed_classes(policy: &PolicySnapshot, tier: &str) -> Vec<String> {
+    (policy.tiers().iter())
         .find(|t| t.name == tier)
-        .map(|t| t.allowed_classes.clone())
+        .map(|t| {
+            (policy.catalog.iter().zip(&t.allowed))
+                .filter(|(_, allowed)| **allowed)
+                .map(|(c, _)| c.name.clone())
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -563,7 +566,7 @@ async fn allocated_devices_count_in_quotas(
 /// ResourceSlices, the vendor's DeviceClasses and the catalog's.
 async fn publish_gpus(
     client: &kube::Client,
-    policy: &GetPolicyResponse,
+    policy: &PolicySnapshot,
     parsed: &gpu_admission_policy::Policy,
 ) {
     let nodes: Vec<Value> = CLASSES

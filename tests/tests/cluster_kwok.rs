@@ -153,7 +153,7 @@ async fn a_decided_job_runs_on_kwok_nodes_and_the_observer_learns_each_run_once(
 /// Ready by kwok; returns Node name → class.
 async fn nodes_per_class(
     client: &kube::Client,
-    policy: &gpu_admission_proto::scorer::v1::GetPolicyResponse,
+    policy: &gpu_admission_core::policy::PolicySnapshot,
 ) -> BTreeMap<String, String> {
     let nodes: Vec<Value> = policy
         .catalog

@@ -924,7 +924,7 @@ async fn gold_view(
 #[allow(clippy::too_many_arguments)]
 async fn poisoning(
     client: &kube::Client,
-    policy: &gpu_admission_proto::scorer::v1::GetPolicyResponse,
+    policy: &gpu_admission_core::policy::PolicySnapshot,
     nodes: &Api<Node>,
     gold: &mut Kubelet,
     url: &str,

@@ -1,10 +1,10 @@
 //! Tier policy against a real kube-apiserver: both webhooks registered (mutating `/mutate-pod`,
 //! validating `/validate-pod` for Pods and workloads and `/validate-policy` for the policy ConfigMap), the
 //! real scorer with the default policy switched to Enforce (bronze falls back to TierDefault). Requests are
-//! made with `kubectl --as` (a plain user) and `--as-group gpu-admission:admins` (an admin by the policy's
-//! deprecated lists), both bound to every verb of the built-in API groups and none of gpu-admission.io
-//! (`LocalCluster::bind_tenant`): RBAC never stops the requests and grants none of the product's powers, so
-//! only our webhooks decide. Nodes of every class; the attacks on the tier rules
+//! made with `kubectl --as` (a plain user, bound to every verb of the built-in API groups and none of
+//! gpu-admission.io: `LocalCluster::bind_tenant`) and with `--as-group gpu-admission:admins` (the same user
+//! in a group RBAC grants every power of gpu-admission.io): RBAC never stops the requests, so only our
+//! webhooks decide, and only RBAC grants the product's powers. Nodes of every class; the attacks on the tier rules
 //! (`cluster_policy/attacks.rs`) checked on the stored Pods with the placement oracle. Prints the table of
 //! cases and answers.
 
@@ -202,6 +202,39 @@ fn configmap(text: &str) -> Value {
         "data": {"default-policy.yaml": text}})
 }
 
+/// [`ADMINS`]: every power of gpu-admission.io (`update` and `exempt` on every tier, `update policies`,
+/// `update jobtypes`), as cluster-admin holds them, and the policy ConfigMap.
+async fn bind_admins(cluster: &LocalCluster) {
+    let rbac = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": "e2e-gpu-admission-admin"},
+         "rules": [{"apiGroups": ["gpu-admission.io"], "resources": ["tiers", "policies", "jobtypes"],
+                    "verbs": ["update", "exempt"]},
+                   {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [POLICY_CM],
+                    "verbs": ["get", "update", "patch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "e2e-gpu-admission-admins"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "e2e-gpu-admission-admin"},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": ADMINS}]}
+    ]});
+    for item in rbac["items"].as_array().unwrap() {
+        let object: kube::api::DynamicObject = serde_json::from_value(item.clone()).unwrap();
+        let kind = item["kind"].as_str().unwrap();
+        let resource = kube::api::ApiResource {
+            group: "rbac.authorization.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "rbac.authorization.k8s.io/v1".into(),
+            kind: kind.into(),
+            plural: format!("{}s", kind.to_lowercase()),
+        };
+        Api::<kube::api::DynamicObject>::all_with(cluster.client(), &resource)
+            .create(&PostParams::default(), &object)
+            .await
+            .unwrap_or_else(|e| panic!("{kind} for {ADMINS}: {e}"));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tier_policy_holds_against_a_real_apiserver() {
     let Some(cluster) = LocalCluster::start()
@@ -235,6 +268,7 @@ async fn tier_policy_holds_against_a_real_apiserver() {
         .await
         .expect("priority classes");
     cluster.bind_tenant(USER).await.expect("the tenant binding");
+    bind_admins(&cluster).await;
 
     let nodes = attacks::create_nodes(&client).await;
     let webhook = Webhook::builder(&scorer.url())

@@ -184,7 +184,7 @@ async fn policy_reports_show_violations_and_follow_a_policy_change() {
         .start()
         .await
         .unwrap();
-    let snapshot = PolicySnapshot::from_response(scorer.policy().clone());
+    let snapshot = scorer.policy().clone();
 
     cluster.create_namespace(SYSTEM_NS, None).await.unwrap();
     cluster.create_namespace(NS, Some("silver")).await.unwrap();

@@ -4,9 +4,8 @@
 //! The kube-controller-manager runs, so Jobs, CronJobs and Deployments make their own Pods.
 //!
 //! Each row creates or changes one thing and counts, on the real frontend's metrics, the requests each
-//! webhook got meanwhile: `/mutate-pod` (`gpu_admission_requests_total`), `/validate-pod` (Pods and
-//! workloads; `gpu_admission_validations_total{webhook="validate-pod"}`) and `/mutate-pod-checkpoint`
-//! (`gpu_admission_checkpoint_requests_total`). Rows run one after another and wait for what the controllers
+//! webhook got meanwhile (`gpu_admission_admissions_total` by `webhook`): `/mutate-pod`, `/validate-pod` (Pods
+//! and workloads) and `/mutate-pod-checkpoint`. Rows run one after another and wait for what the controllers
 //! make, so each count belongs to its row. The table is printed; tests/README.md says what the conditions skip.
 
 use std::time::{Duration, Instant};
@@ -57,12 +56,15 @@ fn sum(metrics: &str, prefix: &str) -> u64 {
 async fn reached(webhook: &Webhook) -> Reached {
     let m = webhook.metrics().await.expect("frontend metrics");
     Reached {
-        mutate: sum(&m, "gpu_admission_requests_total{"),
+        mutate: sum(&m, "gpu_admission_admissions_total{webhook=\"mutate-pod\","),
         validate: sum(
             &m,
-            "gpu_admission_validations_total{webhook=\"validate-pod\"",
+            "gpu_admission_admissions_total{webhook=\"validate-pod\",",
         ),
-        checkpoint: sum(&m, "gpu_admission_checkpoint_requests_total{"),
+        checkpoint: sum(
+            &m,
+            "gpu_admission_admissions_total{webhook=\"mutate-pod-checkpoint\",",
+        ),
     }
 }
 

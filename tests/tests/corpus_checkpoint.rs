@@ -128,7 +128,9 @@ async fn corpus_through_both_webhooks_in_either_order() {
     );
     let metrics = webhook.metrics().await.unwrap();
     assert!(
-        metrics.contains("gpu_admission_checkpoint_requests_total{outcome=\"skipped\"}"),
+        metrics.lines().any(|l| l
+            .starts_with("gpu_admission_admissions_total{webhook=\"mutate-pod-checkpoint\",")
+            && l.contains("outcome=\"skipped\"}")),
         "{metrics}"
     );
     assert!(

@@ -157,7 +157,7 @@ async fn scorer_answering_nonsense() {
         Nonsense::ScoreOutOfRange,
         Nonsense::NotANumber,
     ] {
-        let fake = NonsenseScorer::start(kind, real.policy().clone())
+        let fake = NonsenseScorer::start(kind, real.policy_response().clone())
             .await
             .unwrap();
         // Steady state: `start` waits until the webhook has the policy it judges answers against.
@@ -206,14 +206,14 @@ async fn unknown_class_before_the_scorer_answers_get_policy() {
     let real = Scorer::builder().start().await.expect("scorer starts");
     let fake = NonsenseScorer::start_with_policy_delay(
         Nonsense::UnknownClass,
-        real.policy().clone(),
+        real.policy_response().clone(),
         Duration::from_secs(3),
     )
     .await
     .unwrap();
     let policy = tempfile::tempdir().unwrap();
     let file = policy.path().join("policy.yaml");
-    std::fs::write(&file, &real.policy().document).unwrap();
+    std::fs::write(&file, &real.policy_response().document).unwrap();
     let webhook = Webhook::builder(&fake.url())
         .policy_file(&file)
         .no_kube()

@@ -219,7 +219,6 @@ async fn counters_move_with_admissions_and_scorer_faults_are_counted() -> anyhow
         );
     }
     // Families without labels exist from the start; labelled ones appear with their first sample.
-    webhook_before.require_type("gpu_admission_duration_seconds", "histogram");
     webhook_before.require_type("gpu_admission_scorer_call_duration_seconds", "histogram");
     scorer_before.require_type("scorer_score_duration_seconds", "histogram");
     scorer_before.require_type("scorer_state_snapshot_age_seconds", "gauge");
@@ -249,33 +248,47 @@ async fn counters_move_with_admissions_and_scorer_faults_are_counted() -> anyhow
         scorer_after.sum(name, filter) - scorer_before.sum(name, filter)
     };
     let n = GPU_PODS as f64;
-    webhook_after.require_type("gpu_admission_requests", "counter");
+    webhook_after.require_type("gpu_admission_admissions", "counter");
+    webhook_after.require_type("gpu_admission_admission_duration_seconds", "histogram");
     webhook_after.require_type("gpu_admission_scorer_calls", "counter");
     scorer_after.require_type("scorer_requests", "counter");
 
     assert_eq!(
         delta_w(
-            "gpu_admission_requests_total",
-            &[("operation", "CREATE"), ("outcome", "mutated")]
+            "gpu_admission_admissions_total",
+            &[
+                ("webhook", "mutate-pod"),
+                ("operation", "CREATE"),
+                ("outcome", "mutated")
+            ]
         ),
         n,
         "{}",
         webhook_after.text
     );
     assert_eq!(
-        delta_w("gpu_admission_requests_total", &[("outcome", "skipped")]),
+        delta_w(
+            "gpu_admission_admissions_total",
+            &[("webhook", "mutate-pod"), ("outcome", "skipped")]
+        ),
         1.0,
         "{}",
         webhook_after.text
     );
     assert_eq!(
-        delta_w("gpu_admission_duration_seconds_count", &[]),
+        delta_w(
+            "gpu_admission_admission_duration_seconds_count",
+            &[("webhook", "mutate-pod")]
+        ),
         n + 1.0,
         "{}",
         webhook_after.text
     );
     assert!(
-        delta_w("gpu_admission_duration_seconds_sum", &[]) > 0.0,
+        delta_w(
+            "gpu_admission_admission_duration_seconds_sum",
+            &[("webhook", "mutate-pod")]
+        ) > 0.0,
         "{}",
         webhook_after.text
     );
@@ -332,11 +345,11 @@ async fn counters_move_with_admissions_and_scorer_faults_are_counted() -> anyhow
     );
     assert_eq!(
         after_hang.sum(
-            "gpu_admission_requests_total",
-            &[("outcome", "tier_default")]
+            "gpu_admission_admissions_total",
+            &[("webhook", "mutate-pod"), ("outcome", "tier_default")]
         ) - fault_before.sum(
-            "gpu_admission_requests_total",
-            &[("outcome", "tier_default")]
+            "gpu_admission_admissions_total",
+            &[("webhook", "mutate-pod"), ("outcome", "tier_default")]
         ),
         1.0,
         "{}",
@@ -362,11 +375,11 @@ async fn counters_move_with_admissions_and_scorer_faults_are_counted() -> anyhow
     );
     assert_eq!(
         after_kill.sum(
-            "gpu_admission_requests_total",
-            &[("outcome", "tier_default")]
+            "gpu_admission_admissions_total",
+            &[("webhook", "mutate-pod"), ("outcome", "tier_default")]
         ) - after_hang.sum(
-            "gpu_admission_requests_total",
-            &[("outcome", "tier_default")]
+            "gpu_admission_admissions_total",
+            &[("webhook", "mutate-pod"), ("outcome", "tier_default")]
         ),
         1.0,
         "{}",

@@ -17,7 +17,14 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::Semaphore;
 
 use crate::metrics::{Metrics, ShedReason};
-use crate::server::BODY_LIMIT_BYTES;
+
+/// Largest AdmissionReview body accepted (the server's body limit, and the most one request claims here):
+/// every review the apiserver can send. etcd stores objects up to 1.5 MiB (`--max-request-bytes`); the
+/// apiserver's JSON escapes `<`, `>` and `&` as `\u003c` (six bytes for one), so one object can reach 9 MiB
+/// in a review, and an UPDATE carries `oldObject` too: 18 MiB, plus the envelope. A body refused by the
+/// server would make the apiserver fail open (`failurePolicy: Ignore`) or shut (`Fail`): either way our
+/// answer would not count, so the limit is above what can be sent, and the connection cap bounds the memory.
+pub(crate) const BODY_LIMIT_BYTES: usize = 24 * 1024 * 1024;
 
 /// The bytes of request bodies the frontend holds at once.
 pub(crate) struct BodyBudget {

@@ -82,12 +82,6 @@ impl From<gpu_admission_core::admission::checkpoint_restore::Miss> for Checkpoin
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct CheckpointRequestLabels {
-    /// [`CheckpointOutcome::as_str`], or `bad_request` (HTTP 400).
-    pub(crate) outcome: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct CheckpointMissLabels {
     pub(crate) reason: CheckpointMiss,
 }
@@ -109,15 +103,6 @@ pub(crate) struct WebhookLabels {
     pub(crate) webhook: &'static str,
 }
 
-/// Deprecated: `/mutate-pod` only; kept one release beside [`AdmissionLabels`].
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct RequestLabels {
-    /// CREATE, UPDATE, DELETE, CONNECT, or "unknown" when the review could not be read.
-    pub(crate) operation: &'static str,
-    /// [`gpu_admission_core::admission::mutate_pod::Outcome`], or `bad_request` (HTTP 400).
-    pub(crate) outcome: &'static str,
-}
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct CallLabels {
     /// [`gpu_admission_core::admission::mutate_pod::ScorerOutcome::result`].
@@ -133,14 +118,6 @@ pub(crate) struct IssuedLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ReloadLabels {
     pub(crate) result: ReloadResult,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct ValidationLabels {
-    /// `validate-pod` or `validate-policy`.
-    pub(crate) webhook: &'static str,
-    /// skipped, allowed, denied, violation_admitted, unreadable, bad_request.
-    pub(crate) outcome: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -293,9 +270,6 @@ pub struct Metrics {
     pub(crate) admissions: Family<AdmissionLabels, Counter>,
     /// Time to answer, by webhook.
     pub(crate) admission_duration: Family<WebhookLabels, Histogram, fn() -> Histogram>,
-    /// Deprecated (one release): `/mutate-pod`'s requests and time, now in `admissions`.
-    pub(crate) requests: Family<RequestLabels, Counter>,
-    pub(crate) duration: Histogram,
     pub(crate) scorer_call_duration: Histogram,
     pub(crate) scorer_calls: Family<CallLabels, Counter>,
     pub(crate) tls_reloads: Family<ReloadLabels, Counter>,
@@ -303,15 +277,10 @@ pub struct Metrics {
     pub(crate) tls_certificates_issued: Family<IssuedLabels, Counter>,
     /// Automatic mode: patches of the webhook configuration's caBundle by this replica.
     pub(crate) tls_ca_bundle_patches: Counter,
-    /// Deprecated (one release): `/mutate-pod-checkpoint` requests by outcome, now in `admissions`.
-    pub(crate) checkpoint_requests: Family<CheckpointRequestLabels, Counter>,
     /// Container images replaced by a checkpoint image.
     pub(crate) checkpoint_images_restored: Counter,
     /// Containers of Jobs' Pods that kept their image, by reason.
     pub(crate) checkpoint_misses: Family<CheckpointMissLabels, Counter>,
-    /// Deprecated (one release): validating webhooks' requests by webhook and outcome, now in `admissions`.
-    pub(crate) validations: Family<ValidationLabels, Counter>,
-    pub(crate) validation_duration: Histogram,
     /// Tier violations seen by `validate-pod`, whatever the mode answered.
     pub(crate) violations: Family<ViolationLabels, Counter>,
     /// GPU quota usage and limits, in GPUs (see [`QuotaLabels`]); refreshed from the Pod watch.
@@ -338,19 +307,13 @@ impl Metrics {
             policy: Default::default(),
             admissions: Family::default(),
             admission_duration: Family::new_with_constructor(duration_histogram),
-            requests: Family::default(),
-            // 50 µs .. ~3.3 s
-            duration: Histogram::new(exponential_buckets(0.00005, 2.0, 17)),
             scorer_call_duration: Histogram::new(exponential_buckets(0.00005, 2.0, 17)),
             scorer_calls: Family::default(),
             tls_reloads: Family::default(),
             tls_certificates_issued: Family::default(),
             tls_ca_bundle_patches: Counter::default(),
-            checkpoint_requests: Family::default(),
             checkpoint_images_restored: Counter::default(),
             checkpoint_misses: Family::default(),
-            validations: Family::default(),
-            validation_duration: Histogram::new(exponential_buckets(0.00005, 2.0, 17)),
             violations: Family::default(),
             quota_gpus: Family::default(),
             quota_ledger_writes: Family::default(),
@@ -379,19 +342,6 @@ impl Metrics {
             prometheus_client::registry::Unit::Seconds,
             m.admission_duration.clone(),
         );
-        r.register(
-            "requests",
-            "Deprecated, use gpu_admission_admissions_total{webhook=\"mutate-pod\"}: /mutate-pod requests by \
-             operation and outcome",
-            m.requests.clone(),
-        );
-        r.register_with_unit(
-            "duration",
-            "Deprecated, use gpu_admission_admission_duration_seconds{webhook=\"mutate-pod\"}: time to answer a \
-             /mutate-pod request",
-            prometheus_client::registry::Unit::Seconds,
-            m.duration.clone(),
-        );
         r.register_with_unit(
             "scorer_call_duration",
             "Time of the Score call to the scorer, whatever its result",
@@ -419,12 +369,6 @@ impl Metrics {
             m.tls_ca_bundle_patches.clone(),
         );
         r.register(
-            "checkpoint_requests",
-            "Deprecated, use gpu_admission_admissions_total{webhook=\"mutate-pod-checkpoint\"}: checkpoint-restore \
-             admission requests by outcome",
-            m.checkpoint_requests.clone(),
-        );
-        r.register(
             "checkpoint_images_restored",
             "Container images of Jobs' Pods replaced by a CheckpointBackup's image",
             m.checkpoint_images_restored.clone(),
@@ -434,17 +378,6 @@ impl Metrics {
             "Containers of Jobs' Pods that kept their image, by reason (no_backup counts every container of a Pod \
              no CheckpointBackup refers to)",
             m.checkpoint_misses.clone(),
-        );
-        r.register(
-            "validations",
-            "Deprecated, use gpu_admission_admissions_total: validating webhook requests by webhook and outcome",
-            m.validations.clone(),
-        );
-        r.register_with_unit(
-            "validation_duration",
-            "Deprecated, use gpu_admission_admission_duration_seconds: time to answer a validating webhook request",
-            prometheus_client::registry::Unit::Seconds,
-            m.validation_duration.clone(),
         );
         r.register(
             "policy_violations",
@@ -496,12 +429,6 @@ impl Metrics {
             .inc();
     }
 
-    pub(crate) fn record_checkpoint_request(&self, outcome: &'static str) {
-        self.checkpoint_requests
-            .get_or_create(&CheckpointRequestLabels { outcome })
-            .inc();
-    }
-
     pub(crate) fn record_checkpoint_images<M: Into<CheckpointMiss>>(
         &self,
         restored: usize,
@@ -517,18 +444,6 @@ impl Metrics {
 
     pub(crate) fn record_shed(&self, reason: ShedReason) {
         self.shed.get_or_create(&ShedLabels { reason }).inc();
-    }
-
-    pub(crate) fn record_validation(
-        &self,
-        webhook: &'static str,
-        outcome: &'static str,
-        elapsed: std::time::Duration,
-    ) {
-        self.validations
-            .get_or_create(&ValidationLabels { webhook, outcome })
-            .inc();
-        self.validation_duration.observe(elapsed.as_secs_f64());
     }
 
     /// One write of the quota ledger.
@@ -568,18 +483,6 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
-    pub(crate) fn record_request(
-        &self,
-        operation: &'static str,
-        outcome: &'static str,
-        seconds: f64,
-    ) {
-        self.requests
-            .get_or_create(&RequestLabels { operation, outcome })
-            .inc();
-        self.duration.observe(seconds);
-    }
-
     pub(crate) fn record_scorer_call(&self, result: ScorerResult, seconds: f64) {
         self.scorer_calls
             .get_or_create(&CallLabels {
@@ -615,19 +518,18 @@ mod tests {
     fn names_follow_the_contract() {
         let mut registry = Registry::default();
         let m = Metrics::register(&mut registry);
-        m.record_request("CREATE", "mutated", 0.001);
+        m.record_admission(
+            "mutate-pod",
+            "CREATE",
+            "mutated",
+            std::time::Duration::from_millis(1),
+        );
         m.record_scorer_call(ScorerResult::Timeout, 0.2);
         m.record_tls_reload(ReloadResult::ok);
         m.record_certificate_issued(true);
         m.record_ca_bundle_patch();
-        m.record_checkpoint_request(CheckpointOutcome::restored.as_str());
         m.record_checkpoint_images(2, [CheckpointMiss::unpushed_image_only]);
         m.record_violation("bronze", "class_outside_tier", "Warn");
-        m.record_validation(
-            "validate-pod",
-            "denied",
-            std::time::Duration::from_millis(1),
-        );
         m.record_connection_closed(ConnectionClose::idle_timeout);
         m.connections_open.set(3);
         m.accept_errors.inc();
@@ -639,19 +541,16 @@ mod tests {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for needle in [
-            "gpu_admission_requests_total{operation=\"CREATE\",outcome=\"mutated\"} 1",
-            "gpu_admission_duration_seconds_count 1",
+            "gpu_admission_admissions_total{webhook=\"mutate-pod\",operation=\"CREATE\",outcome=\"mutated\"} 1",
+            "gpu_admission_admission_duration_seconds_count{webhook=\"mutate-pod\"} 1",
             "gpu_admission_scorer_call_duration_seconds_count 1",
             "gpu_admission_scorer_calls_total{result=\"timeout\"} 1",
             "gpu_admission_tls_reloads_total{result=\"ok\"} 1",
             "gpu_admission_tls_certificates_issued_total{new_ca=\"true\"} 1",
             "gpu_admission_tls_ca_bundle_patches_total 1",
-            "gpu_admission_checkpoint_requests_total{outcome=\"restored\"} 1",
             "gpu_admission_checkpoint_images_restored_total 2",
             "gpu_admission_checkpoint_restore_misses_total{reason=\"unpushed_image_only\"} 1",
             "gpu_admission_policy_violations_total{tier=\"bronze\",reason=\"class_outside_tier\",mode=\"Warn\"} 1",
-            "gpu_admission_validations_total{webhook=\"validate-pod\",outcome=\"denied\"} 1",
-            "gpu_admission_validation_duration_seconds_count 1",
             "gpu_admission_connections_closed_total{reason=\"idle_timeout\"} 1",
             "gpu_admission_connections_open 3",
             "gpu_admission_accept_errors_total 1",

@@ -181,17 +181,14 @@ impl PolicyCache {
             return;
         }
         match wire::policy_of(resp) {
-            Some(Ok(policy)) => {
+            Ok(policy) => {
                 tracing::warn!(version = %policy.version, "no valid policy file nor last good copy: enforcing the scorer's policy");
                 self.install(Arc::new(policy), PolicySource::scorer, metrics);
             }
-            Some(Err(err)) => {
+            Err(err) => {
                 metrics.rejected(PolicySource::scorer);
                 tracing::error!(error = %err, "the scorer's policy document does not validate here");
             }
-            None => tracing::warn!(
-                "the scorer predates GetPolicy's document; no policy to adopt from it"
-            ),
         }
     }
 

@@ -19,17 +19,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 
 use crate::admission::Webhooks;
+use crate::body_budget::BODY_LIMIT_BYTES;
 use crate::connections::{Limits, Registration, Registry, TrackedIo, TrackedService, Verdict};
 use crate::metrics::{ConnectionClose, Metrics};
 use crate::readiness::Readiness;
 
-/// Largest AdmissionReview body accepted: every review the apiserver can send. etcd stores objects up to
-/// 1.5 MiB (`--max-request-bytes`); the apiserver's JSON escapes `<`, `>` and `&` as `\u003c` (six bytes for
-/// one), so one object can reach 9 MiB in a review, and an UPDATE carries `oldObject` too: 18 MiB, plus the
-/// envelope. A body refused here would make the apiserver fail open (`failurePolicy: Ignore`) or shut
-/// (`Fail`): either way our answer would not count, so the limit is above what can be sent, and the
-/// connection cap bounds the memory.
-pub(crate) const BODY_LIMIT_BYTES: usize = 24 * 1024 * 1024;
 /// Whole-request timeout (body included), beyond the header read timeout.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 

@@ -318,7 +318,9 @@ async fn health_readiness_metrics_alpn_and_drain() {
         .await
         .unwrap();
     assert!(
-        metrics.contains("gpu_admission_requests_total{operation=\"CREATE\",outcome=\"mutated\"}"),
+        metrics.contains(
+            "gpu_admission_admissions_total{webhook=\"mutate-pod\",operation=\"CREATE\",outcome=\"mutated\"}"
+        ),
         "{metrics}"
     );
     assert!(

@@ -14,9 +14,7 @@ use axum::http::{Request, StatusCode};
 use common::*;
 use gpu_admission_core::admission::validate_policy::PolicyConfigMap;
 use gpu_admission_core::policy::PolicySnapshot;
-use gpu_admission_proto::scorer::v1::{
-    Enforcement, EnforcementMode, GetPolicyResponse, PriorityAssignment, PriorityBucket, Tier,
-};
+use gpu_admission_proto::scorer::v1::GetPolicyResponse;
 use gpu_admission_testkit::review::{self as kit_review, Operation};
 use http_body_util::BodyExt;
 use prometheus_client::registry::Registry;
@@ -42,7 +40,7 @@ async fn router_with(mode: Mode, policy: GetPolicyResponse) -> (Router, ScorerDo
     )
     .expect("scorer client");
     let cache = Arc::new(PolicyCache::default());
-    cache.set(PolicySnapshot::from_response(policy));
+    cache.set(PolicySnapshot::from_response(&policy).expect("the test policy is valid"));
     let tiers = HashMap::from(
         [("ml", "gold"), ("ml-research", "gold")].map(|(ns, t)| (ns.to_string(), t.to_string())),
     );
@@ -318,32 +316,22 @@ async fn malformed_bodies_are_bad_requests_on_every_webhook() {
     }
 }
 
-/// gold may use A100-80GB only, capped at gpu-default; Enforce; `gpu-admission:admins` exempt.
+/// gold may use A100-80GB only, capped at gpu-default; Enforce.
 fn enforcing_policy() -> GetPolicyResponse {
-    let mut p = policy();
-    // The per-field copy is changed below: without the document, it is what a reader reads.
-    p.document.clear();
-    p.tiers = vec![Tier {
-        name: "gold".into(),
-        allowed_classes: vec!["A100-80GB".into()],
-        preferred_class: "A100-80GB".into(),
-        max_priority_class: "gpu-default".into(),
-        ..Default::default()
-    }];
-    p.enforcement = Some(Enforcement {
-        mode: EnforcementMode::Enforce as i32,
-        admin_groups: vec!["gpu-admission:admins".into()],
-        admin_users: vec![],
-    });
-    p.priority_buckets.push(PriorityBucket {
-        min_score: 90.0,
-        priority_class: Some(PriorityAssignment {
-            name: "gpu-ultra".into(),
-            value: 9000,
-            preemption_policy: String::new(),
-        }),
-    });
-    p
+    let text = common::POLICY_YAML
+        .replace(
+            "allowedClasses: [A100-80GB, H100-80GB], objective: fastest, priorityWeight: 1.0 }",
+            "allowedClasses: [A100-80GB], preferredClass: A100-80GB, objective: fastest, \
+             priorityWeight: 1.0, maxPriorityClass: gpu-default }",
+        )
+        .replace(
+            "  buckets:\n",
+            "  buckets:\n    - { minScore: 90, name: gpu-ultra, value: 9000, preemptionPolicy: PreemptLowerPriority }\n",
+        )
+        + "enforcement: { mode: Enforce }\n";
+    let p = gpu_admission_policy::parse(&text, "enforcing-policy.yaml")
+        .expect("the test policy is valid");
+    gpu_admission_policy::wire::get_policy_response(&p)
 }
 
 /// A gold Pod pinning H100-80GB, outside its tier, as `username` in `groups`.
@@ -360,7 +348,7 @@ fn h100_pin_review(uid: &str, username: &str, groups: &[&str]) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn validate_pod_denies_out_of_tier_pins_except_for_admins() {
+async fn validate_pod_denies_out_of_tier_pins_whoever_asks_without_rbac() {
     let (router, double) = router_with(Mode::Good, enforcing_policy()).await;
 
     let (answer, _) = review(
@@ -379,6 +367,7 @@ async fn validate_pod_denies_out_of_tier_pins_except_for_admins() {
         );
     }
 
+    // Only RBAC exempts (`exempt tiers/gold`): with no apiserver to ask, a group's name is no authority.
     let (answer, _) = review(
         &router,
         "/validate-pod",
@@ -389,7 +378,7 @@ async fn validate_pod_denies_out_of_tier_pins_except_for_admins() {
         ),
     )
     .await;
-    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+    assert_eq!(answer["response"]["allowed"], false, "{answer}");
 
     // An in-tier Pod is allowed; an annotation cannot buy an exception.
     let mut forged = h100_pin_review("uid-forged", "alice", &[]);
@@ -443,7 +432,8 @@ async fn mutation_caps_priority_at_the_tier_and_keeps_an_out_of_tier_pin_visible
 #[test]
 fn the_policy_snapshot_of_the_tests_is_consistent() {
     // Guards the fixtures above: a typo in a class name would make the tier tests pass for the wrong reason.
-    let snapshot = PolicySnapshot::from_response(enforcing_policy());
+    let snapshot =
+        PolicySnapshot::from_response(&enforcing_policy()).expect("the test policy is valid");
     for class in ["A100-80GB", "H100-80GB"] {
         assert!(snapshot.class(class).is_some(), "{class} is in the catalog");
     }
@@ -499,9 +489,6 @@ async fn an_oversized_body_is_refused_and_counted() {
         r#"gpu_admission_admissions_total{webhook="validate-policy",operation="unknown",outcome="bad_request"} 1"#,
         r#"gpu_admission_admissions_total{webhook="mutate-pod-checkpoint",operation="unknown",outcome="bad_request"} 1"#,
         r#"gpu_admission_admission_duration_seconds_count{webhook="validate-pod"} 1"#,
-        // The deprecated series, kept one release.
-        r#"gpu_admission_requests_total{operation="unknown",outcome="body_too_large"} 1"#,
-        r#"gpu_admission_validations_total{webhook="validate-pod",outcome="body_too_large"} 1"#,
     ] {
         assert!(text.contains(line), "{line} not in\n{text}");
     }

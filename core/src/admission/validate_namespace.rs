@@ -182,10 +182,7 @@ mod tests {
     }
 
     fn set(tiers: &[&str]) -> Grants {
-        Grants::new(
-            tiers.iter().map(|t| Permission::SetTier(t.to_string())),
-            false,
-        )
+        Grants::new(tiers.iter().map(|t| Permission::SetTier(t.to_string())))
     }
 
     #[test]
@@ -233,11 +230,6 @@ mod tests {
             let (c, v) = decide(&req, &set(&needed), TIER);
             assert!(matches!(c, Check::Allowed { .. }), "{c:?}");
             assert!(v.denied.is_none());
-            let (c, _) = decide(&req, &Grants::new([], true), TIER);
-            assert!(
-                matches!(c, Check::Allowed { .. }),
-                "the deprecated lists: {c:?}"
-            );
         }
         // A tier lead for bronze may hand out bronze, not gold.
         let lead = set(&["bronze"]);

@@ -432,9 +432,9 @@ mod tests {
             old: None,
         };
         let nothing = Grants::none();
-        let llama = Grants::new([Permission::TuneJobType("train-llama".into())], false);
-        let bert = Grants::new([Permission::TuneJobType("train-bert".into())], false);
-        let all = Grants::new([Permission::ChangeRules], false);
+        let llama = Grants::new([Permission::TuneJobType("train-llama".into())]);
+        let bert = Grants::new([Permission::TuneJobType("train-bert".into())]);
+        let all = Grants::new([Permission::ChangeRules]);
         let run = |t: &Triage<'_>, grants: &Grants| {
             let change = Change::of(t);
             let who = Requester {

@@ -1,7 +1,7 @@
 //! The CEL the floor's ValidatingAdmissionPolicies run inside the kube-apiserver. What a policy change can
-//! move (tiers, their classes and caps, grants, the mode, the deprecated admin lists) is read from the
-//! parameter ConfigMap ([`super::params`]); what the expressions are shaped by (the GPU resource names, the
-//! catalog's class label keys, the tier label key) is written in here from the policy.
+//! move (tiers, their classes and caps, grants, the mode) is read from the parameter ConfigMap
+//! ([`super::params`]); what the expressions are shaped by (the GPU resource names, the catalog's class
+//! label keys, the tier label key) is written in here from the policy.
 //!
 //! Lists in the parameters are strings of `\n`-delimited entries (`"\nbronze\ngold\n"`): ConfigMap data are
 //! strings, and a membership test is then a plain `contains('\n' + x + '\n')`, exact because no label key,
@@ -195,10 +195,6 @@ pub(crate) fn tier_label_value(tier_label: &str, object: &str) -> String {
         "has({object}.metadata.labels) && {key} in {object}.metadata.labels ? {object}.metadata.labels[{key}] : ''"
     )
 }
-
-/// The requester is on the policy's deprecated admin lists (`admins`: `user:NAME` and `group:NAME` entries).
-pub(crate) const LEGACY_ADMIN: &str = "params.data['admins'].contains('\\nuser:' + request.userInfo.username + '\\n') || \
-     (has(request.userInfo.groups) && request.userInfo.groups.exists(g, params.data['admins'].contains('\\ngroup:' + g + '\\n')))";
 
 /// RBAC grants `verb` on `tiers/<name>` of gpu-admission's API group (`name`: a CEL string expression).
 pub(crate) fn rbac_tier(verb: &str, name: &str) -> String {

@@ -1,8 +1,8 @@
 //! The floor: what of the tier invariant the kube-apiserver enforces by itself, with no process of ours
 //! running, as ValidatingAdmissionPolicies (CEL in the apiserver) rendered from the policy. One pure
 //! rendering: [`render`] gives the objects (shipped in deploy/, printed by `gpu-admission floor render`),
-//! [`params`] the parameter ConfigMap's data (tiers, their class labels and priority caps, grants, the mode,
-//! the deprecated admin lists), which the observer's leader keeps in step with the policy.
+//! [`params`] the parameter ConfigMap's data (tiers, their class labels and priority caps, grants, the mode),
+//! which the observer's leader keeps in step with the policy.
 //!
 //! In `Enforce` the floor denies, in every namespace but the system ones:
 //! - a Pod asking for GPUs (a resource the policy counts, in any container, init container or sidecar; or DRA
@@ -16,7 +16,7 @@
 //!   buckets), and in an untiered namespace under `Deny` as a Pod: what `/validate-pod` denies of a template,
 //!   no more (a template is never mutated, so one without a class constraint is admitted; see [`Target`]);
 //!
-//! requesters RBAC grants `exempt tiers/<tier>` (or on the deprecated admin lists) excepted; and in every mode
+//! requesters RBAC grants `exempt tiers/<tier>` excepted; and in every mode
 //! it denies setting, changing or removing a Namespace's tier label without `update tiers/<tier>`
 //! ([`crate::admission::validate_namespace`]).
 //!
@@ -132,17 +132,6 @@ pub fn params(policy: &Policy) -> Result<BTreeMap<String, String>, TierNameError
         UntieredNamespaces::Ignore => "Ignore",
     };
     data.insert("untieredNamespaces".into(), untiered.into());
-    let admins: Vec<String> = (policy.enforcement.admin_users.iter())
-        .map(|u| format!("user:{u}"))
-        .chain(
-            policy
-                .enforcement
-                .admin_groups
-                .iter()
-                .map(|g| format!("group:{g}")),
-        )
-        .collect();
-    data.insert("admins".into(), list(admins.iter().map(String::as_str)));
     data.insert(
         "grants".into(),
         list(policy.namespace_grants.iter().map(|g| g.namespace.as_str())),
@@ -325,8 +314,8 @@ fn variables(policy: &Policy, tier_label: &str, target: Target) -> Vec<Value> {
         var("scope", "variables.tier == '' ? '' : \
             (params.data['grants'].contains('\\n' + namespaceObject.metadata.name + '\\n') ? \
             'grant.' + namespaceObject.metadata.name + '.' + variables.tier : 'tier.' + variables.tier)".into()),
-        var("exempt", format!("({}) || {}", cel::LEGACY_ADMIN, cel::rbac_tier("exempt",
-            "variables.tier != '' ? variables.tier : params.data['defaultTier']"))),
+        var("exempt", cel::rbac_tier("exempt",
+            "variables.tier != '' ? variables.tier : params.data['defaultTier']")),
         var("gpu", cel::asks_for_gpus(policy, "variables.spec", target == Target::Pods)),
         var("named", "has(variables.spec.priorityClassName) && variables.spec.priorityClassName != ''".into()),
         var("allowed", "variables.scope == '' ? '' : params.data[variables.scope + '.classes']".into()),
@@ -447,9 +436,8 @@ fn namespace_policy(tier_label: &str) -> Value {
     );
     let may = |o: &str| {
         format!(
-            "!({p}) || ({admin}) || {rbac}",
+            "!({p}) || {rbac}",
             p = present(o),
-            admin = cel::LEGACY_ADMIN,
             rbac = cel::rbac_tier("update", &value(o))
         )
     };

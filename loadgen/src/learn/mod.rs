@@ -16,6 +16,7 @@ use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_proto::scorer::v1::{self as pb, scorer_client::ScorerClient};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -287,11 +288,9 @@ async fn run_seed(
     let services = start_scorers(args, &policy, kind, seed, learner_seed).await?;
     let mut learner = client(&services[0]).await?;
     let mut prior = client(&services[1]).await?;
-    let threshold = learner
-        .get_policy(pb::GetPolicyRequest {})
-        .await?
-        .into_inner()
-        .anti_affinity_threshold;
+    let answer = learner.get_policy(pb::GetPolicyRequest {}).await?;
+    let threshold = (PolicySnapshot::from_response(&answer.into_inner())?.policy)
+        .map_or(0.0, |p| p.anti_affinity_threshold);
     let tiers: Vec<(String, bool)> = choice_tiers(&policy, &cat);
     let shape = StreamShape::of(kind);
     let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x1ea2);

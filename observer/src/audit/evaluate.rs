@@ -3,8 +3,9 @@
 //! rule of its own: which objects are ours, what violates the tier and the message all come from core.
 //!
 //! Who created a running object is not recorded anywhere the audit can read, so every object is reviewed as
-//! a non-admin's: an object an admin created outside the tier (admins are exempt at admission) is reported
-//! like anyone's, and its results say that the exemption is not visible to the audit.
+//! if its creator held no exemption: an object created outside the tier by a requester RBAC exempts (`exempt
+//! tiers/<tier>`, honoured at admission) is reported like anyone's, and its results say that the exemption
+//! is not visible to the audit.
 
 use std::collections::BTreeMap;
 

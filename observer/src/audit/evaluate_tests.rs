@@ -4,54 +4,46 @@ use std::collections::HashMap;
 use gpu_admission_core::pod::gpu_resources::NoClaimTemplates;
 use gpu_admission_core::priority_class::PriorityClassFacts;
 use gpu_admission_core::tier_bound::NodeClass;
-use gpu_admission_proto::scorer::v1::{
-    Enforcement, GetPolicyResponse, GpuClass, GpuVendor, PriorityAssignment, PriorityBucket, Tier,
-};
 use serde_json::{Value, json};
 
 const KEY: &str = "gpu.nvidia.com/class";
 
-fn class(name: &str, memory: f64) -> GpuClass {
-    GpuClass {
-        name: name.into(),
-        vendor: GpuVendor::Nvidia as i32,
-        memory_gib: memory,
-        node_label_key: KEY.into(),
-        node_label_value: name.into(),
-        ..Default::default()
-    }
-}
-
-fn bucket(name: &str, value: i32) -> PriorityBucket {
-    PriorityBucket {
-        min_score: 0.0,
-        priority_class: Some(PriorityAssignment {
-            name: name.into(),
-            value,
-            preemption_policy: String::new(),
-        }),
-    }
-}
-
+/// H100-80GB and L4-24GB; bronze: L4-24GB, capped at gpu-default; untiered namespaces outside the rules.
 pub(crate) fn policy(mode: EnforcementMode) -> PolicySnapshot {
-    PolicySnapshot::from_response(GetPolicyResponse {
-        version: "v7".into(),
-        catalog: vec![class("H100-80GB", 80.0), class("L4-24GB", 24.0)],
-        tiers: vec![Tier {
-            name: "bronze".into(),
-            allowed_classes: vec!["L4-24GB".into()],
-            preferred_class: "L4-24GB".into(),
-            max_priority_class: "gpu-default".into(),
-            ..Default::default()
-        }],
-        priority_buckets: vec![bucket("gpu-high", 100_000), bucket("gpu-default", 1000)],
-        enforcement: Some(Enforcement {
-            mode: gpu_admission_proto::scorer::v1::EnforcementMode::from(mode) as i32,
-            admin_groups: vec!["gpu-admission:admins".into()],
-            admin_users: vec![],
-        }),
-        ..Default::default()
-    })
+    let profile =
+        "{ priorityWeight: 0.5, profile: { baseRuntimeSeconds: 3600, relativeStddev: 0.5 } }";
+    let text = format!(
+        r#"
+version: v7
+defaultTier: bronze
+untieredNamespaces: Ignore
+catalog:
+  - {{ name: H100-80GB, vendor: nvidia, memoryGiB: 80, relativeThroughput: 1.0, pricePerHour: 1.0 }}
+  - {{ name: L4-24GB, vendor: nvidia, memoryGiB: 24, relativeThroughput: 1.0, pricePerHour: 1.0 }}
+tiers:
+  - {{ name: bronze, allowedClasses: [L4-24GB], preferredClass: L4-24GB, objective: cheapest,
+       priorityWeight: 1.0, maxPriorityClass: gpu-default }}
+workloadClasses:
+  training: {profile}
+  inference: {profile}
+  batch: {profile}
+  interactive: {profile}
+  unknown: {profile}
+priority:
+  tierPoints: 50
+  workloadPoints: 30
+  sizePoints: 20
+  sizeReference: {{ gpuCount: 8, memoryGiB: 80, modelSizeBillionParams: 70 }}
+  buckets:
+    - {{ minScore: 70, name: gpu-high, value: 100000, preemptionPolicy: PreemptLowerPriority }}
+    - {{ minScore: 0, name: gpu-default, value: 1000, preemptionPolicy: PreemptLowerPriority }}
+enforcement: {{ mode: {} }}
+"#,
+        mode.as_str()
+    );
+    let policy =
+        gpu_admission_policy::parse(&text, "test-policy.yaml").expect("the test policy is valid");
+    PolicySnapshot::from_policy(std::sync::Arc::new(policy))
 }
 
 fn tier_of(ns: &str) -> Option<String> {

@@ -116,14 +116,12 @@ async fn step(
         tracing::warn!("no scorer answers GetPolicy; the audit waits");
         return;
     };
-    let policy = match gpu_admission_policy::wire::policy_of(&response) {
-        Some(Ok(policy)) => PolicySnapshot::from_policy(std::sync::Arc::new(policy)),
-        Some(Err(err)) => {
+    let policy = match PolicySnapshot::from_response(&response) {
+        Ok(policy) => policy,
+        Err(err) => {
             tracing::warn!(%err, "the scorer's policy document does not validate here; the audit waits");
             return;
         }
-        // A scorer that predates the document.
-        None => PolicySnapshot::from_response(response),
     };
     let version_changed = state.last_version.as_deref() != Some(policy.version.as_str());
     if !interval_due && !version_changed {

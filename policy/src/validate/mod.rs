@@ -48,7 +48,7 @@ impl fmt::Display for PolicyError {
 }
 
 impl PolicyError {
-    fn single(file: &str, field: impl Into<String>, reason: impl Into<String>) -> Self {
+    pub(crate) fn single(file: &str, field: impl Into<String>, reason: impl Into<String>) -> Self {
         Self {
             file: file.to_string(),
             problems: vec![Problem {
@@ -276,21 +276,8 @@ impl Checker {
     }
 
     fn enforcement(&mut self, raw: &PolicyFile) -> Enforcement {
-        let e = &raw.enforcement;
-        for (list, field) in [
-            (&e.admin_groups, "enforcement.adminGroups"),
-            (&e.admin_users, "enforcement.adminUsers"),
-        ] {
-            for (i, name) in list.iter().enumerate() {
-                if name.trim().is_empty() {
-                    self.fail(format!("{field}[{i}]"), "must not be empty");
-                }
-            }
-        }
         Enforcement {
-            mode: e.mode,
-            admin_groups: e.admin_groups.clone(),
-            admin_users: e.admin_users.clone(),
+            mode: raw.enforcement.mode,
         }
     }
 

@@ -7,7 +7,7 @@ use super::feasibility::{self, Infeasible, Needs};
 use super::posterior::{self, JobRef, Posterior};
 use super::{
     AlternativeKind, Candidate, Choice, Decision, Gate, JobRequest, Learned, explain, interference,
-    objective, priority, sampling, tenants, value,
+    objective, priority, sampling, value,
 };
 use crate::policy::{Policy, RuntimeProfile, Tier, WorkloadClass};
 
@@ -42,8 +42,7 @@ impl<'a> Job<'a> {
                 (None, None) => (None, false),
             };
         let gpus = req.gpu_count.max(1);
-        let who = tenants::Owners::who(
-            post,
+        let who = post.who(
             &req.job_type,
             req.tenant.as_deref(),
             post.job(policy, &req.job_type, workload),

@@ -46,7 +46,10 @@
 mod contradicted;
 mod covariance;
 mod linalg;
+mod predict;
 mod shared;
+mod slots;
+mod solve;
 mod straggler;
 mod tenancy;
 
@@ -55,13 +58,13 @@ use std::hash::{Hash, Hasher};
 
 use ndarray::{Array1, Array2};
 
-use super::estimate::{LogNormal, RuntimeTable, Stat};
+use super::estimate::{LogNormal, RuntimeTable};
 use super::scaling;
 use super::tenants;
 use super::unlisted::UnlistedJobTypes;
 use crate::policy::{Policy, RuntimeProfile, WorkloadClass};
 pub(super) use linalg::cholesky_lower;
-use linalg::{Mat2, dot2, inverse2, invert_spd, mul2, quad2};
+use linalg::{Mat2, dot, quad};
 use shared::{Families, Shared};
 pub use straggler::Straggled;
 
@@ -208,80 +211,6 @@ pub fn prior_log_mean(profile: &RuntimeProfile, throughput: f64) -> f64 {
     profile.base_runtime_seconds.ln() - profile.throughput_exponent * throughput.ln()
 }
 
-/// The policy's job types, then the unlisted ones learned (name order), with their observed cells.
-fn slots(
-    policy: &Policy,
-    runtimes: &RuntimeTable,
-    unlisted: &UnlistedJobTypes,
-    owners: &tenants::Owners,
-) -> (Vec<Slot>, HashMap<String, usize>) {
-    let cells = |name: &str| -> (Vec<(usize, u64, f64)>, scaling::Exponent) {
-        let Some(by_class) = runtimes.by_job.get(name) else {
-            return (Vec::new(), scaling::Exponent::prior(&policy.learning));
-        };
-        let exponent = scaling::exponent(by_class, runtimes.sizes(name), &policy.learning);
-        // Stored with s₀; at one GPU with the job type's own s.
-        let one_gpu = |st: &Stat| {
-            st.mean() - exponent.stored_excess(&policy.learning, st.log_gpus() / st.count as f64)
-        };
-        let mut cells: Vec<(usize, u64, f64)> = by_class
-            .iter()
-            .filter(|(_, st)| st.count > 0)
-            .filter_map(|(c, st)| Some((policy.class_index(c)?, st.count, one_gpu(st))))
-            .collect();
-        cells.sort_by_key(|c| c.0);
-        (cells, exponent)
-    };
-    let families = Families::of(policy);
-    let mut slots: Vec<Slot> = policy
-        .job_types
-        .iter()
-        .map(|j| {
-            let (cells, scaling) = cells(&j.name);
-            Slot {
-                profile: j.profile,
-                workload: j.workload_class.index(),
-                family: families.declared(j.family.as_deref()),
-                cells,
-                scaling,
-                shared_weight: 1.0,
-            }
-        })
-        .collect();
-    let members = tenancy::Members::of(policy, &families, owners);
-    let mut names = HashMap::new();
-    for (name, seen) in &unlisted.seen {
-        if policy.job_index(name).is_some() {
-            continue;
-        }
-        // A tenant's own name for a listed job type has that job type's prior.
-        let listed = policy
-            .job_index(tenants::base(name))
-            .map(|j| &policy.job_types[j]);
-        let w = listed.map_or_else(|| seen.workload_class(), |j| j.workload_class);
-        names.insert(name.clone(), slots.len());
-        let family = listed.map_or_else(
-            || families.of_name(name).filter(|&f| members.admit(f, name)),
-            |j| families.declared(j.family.as_deref()),
-        );
-        let (cells, scaling) = cells(name);
-        slots.push(Slot {
-            profile: listed.map_or_else(|| policy.workload_profile(w), |j| j.profile),
-            workload: w.index(),
-            family,
-            cells,
-            scaling,
-            shared_weight: if tenants::is_tenant_name(name) {
-                0.0
-            } else {
-                1.0
-            },
-        });
-    }
-    tenancy::invented_weights(policy, &mut slots, &names, owners);
-    (slots, names)
-}
-
 /// The learning parameters in variance terms; `wide` widens a job type's own priors.
 #[derive(Debug, Clone, Copy)]
 struct Variances {
@@ -313,181 +242,6 @@ impl Variances {
     }
 }
 
-/// One job type's contribution before elimination: its 2×2 precision, vector, and coupling to the shared
-/// parameters (2 × shared, only `cols` non-zero).
-struct Local {
-    a: Mat2,
-    bz: [f64; 2],
-    coupling: Vec<f64>,
-    cols: Vec<usize>,
-}
-
-fn local(shared: Shared, xs: &[f64], slot: &Slot, v: Variances, wide: bool) -> Local {
-    let (va, vb, vr) = v.own(slot, wide);
-    let s = shared.len();
-    let mut a = [[1.0 / va, 0.0], [0.0, 1.0 / vb]];
-    let mut bz = [slot.profile.base_runtime_seconds.ln() / va, 0.0];
-    let mut coupling = vec![0.0; 2 * s];
-    let mut cols = Vec::new();
-    for &(c, n, mean) in &slot.cells {
-        let var = vr + v.noise / n as f64;
-        let target = mean + slot.profile.throughput_exponent * xs[c];
-        let z = [1.0, -xs[c]];
-        for r in 0..2 {
-            bz[r] += z[r] * target / var;
-            for k in 0..2 {
-                a[r][k] += z[r] * z[k] / var;
-            }
-            for &(i, fi) in shared.features(slot.workload, slot.family, c, xs[c]).iter() {
-                coupling[r * s + i] += z[r] * fi / var;
-            }
-        }
-        for &(i, _) in shared.features(slot.workload, slot.family, c, xs[c]).iter() {
-            if !cols.contains(&i) {
-                cols.push(i);
-            }
-        }
-    }
-    Local {
-        a,
-        bz,
-        coupling,
-        cols,
-    }
-}
-
-/// The exact posterior of every parameter, each job type's block eliminated first.
-/// `wide_offsets` (families × classes): the family offsets whose prior is held wrong ([`WIDE`]x as wide,
-/// see [`contradicted::offsets`]).
-fn solve(policy: &Policy, slots: &[Slot], wide: &[bool], wide_offsets: &Array2<bool>) -> Solved {
-    let v = Variances::of(policy);
-    let shared = Shared::of(policy, &Families::of(policy));
-    let s = shared.len();
-    let xs: Vec<f64> = policy
-        .classes
-        .iter()
-        .map(|c| c.relative_throughput.ln())
-        .collect();
-    let mut precision = Array2::<f64>::zeros((s, s));
-    let mut h = Array1::<f64>::zeros(s);
-    for w in 0..WORKLOADS {
-        precision[[shared.bw(w), shared.bw(w)]] += 1.0 / v.exponent;
-        for c in 0..shared.classes {
-            precision[[shared.uwc(w, c), shared.uwc(w, c)]] += 1.0 / v.class;
-        }
-    }
-    for c in 0..shared.classes {
-        precision[[shared.uc(c), shared.uc(c)]] += 1.0 / v.class;
-    }
-    // A family's exponent and class offsets: a workload class's, for the job types of one family.
-    for f in 0..shared.families {
-        precision[[shared.bf(f), shared.bf(f)]] += 1.0 / v.exponent;
-        for c in 0..shared.classes {
-            let widen = if wide_offsets[[f, c]] {
-                WIDE * WIDE
-            } else {
-                1.0
-            };
-            precision[[shared.ufc(f, c), shared.ufc(f, c)]] += 1.0 / (widen * v.class);
-        }
-    }
-    let locals: Vec<Local> = slots
-        .iter()
-        .zip(wide)
-        .map(|(slot, &w)| local(shared, &xs, slot, v, w))
-        .collect();
-    for (slot, (l, &w)) in slots.iter().zip(locals.iter().zip(wide)) {
-        if slot.shared_weight <= 0.0 {
-            continue;
-        }
-        // What the slot's data say of the shared parameters (its a_j, b_j integrated out) is the Gaussian
-        // information below; a slot weighing less than 1 brings that share of it (a tempered likelihood),
-        // and its own parameters are still recovered from all of its data.
-        let weight = slot.shared_weight;
-        let vr = v.own(slot, w).2;
-        for &(c, n, mean) in &slot.cells {
-            let var = (vr + v.noise / n as f64) / weight;
-            let target = mean + slot.profile.throughput_exponent * xs[c];
-            let phi = shared.features(slot.workload, slot.family, c, xs[c]);
-            for &(i, fi) in &phi {
-                h[i] += fi * target / var;
-                for &(k, fk) in &phi {
-                    precision[[i, k]] += fi * fk / var;
-                }
-            }
-        }
-        // Schur complement: − Bᵀ A⁻¹ B and − Bᵀ A⁻¹ bz.
-        let ai = inverse2(l.a);
-        let aib = [
-            ai[0][0] * l.bz[0] + ai[0][1] * l.bz[1],
-            ai[1][0] * l.bz[0] + ai[1][1] * l.bz[1],
-        ];
-        for &i in &l.cols {
-            let bi = [l.coupling[i], l.coupling[s + i]];
-            h[i] -= weight * (bi[0] * aib[0] + bi[1] * aib[1]);
-            for &k in &l.cols {
-                let bk = [l.coupling[k], l.coupling[s + k]];
-                let q = bi[0] * (ai[0][0] * bk[0] + ai[0][1] * bk[1])
-                    + bi[1] * (ai[1][0] * bk[0] + ai[1][1] * bk[1]);
-                precision[[i, k]] -= weight * q;
-            }
-        }
-    }
-    let cov = invert_spd(&precision);
-    let mean = cov.dot(&h);
-    let blocks = locals.iter().map(|l| recover(l, s, &mean, &cov)).collect();
-    Solved { mean, cov, blocks }
-}
-
-/// A job type's block from the shared solution: mean A⁻¹(bz − B·θ), covariance A⁻¹ + M·Σ·Mᵀ with M = A⁻¹B,
-/// cross-covariance −M·Σ.
-fn recover(l: &Local, s: usize, theta: &Array1<f64>, cov: &Array2<f64>) -> Block {
-    let ai = inverse2(l.a);
-    if l.cols.is_empty() {
-        return Block {
-            mean: mul2(ai, l.bz),
-            cov: ai,
-            precision: l.a,
-            cross: Vec::new(),
-        };
-    }
-    let bt = |r: usize| -> f64 {
-        l.cols
-            .iter()
-            .map(|&i| l.coupling[r * s + i] * theta[i])
-            .sum()
-    };
-    let mean = mul2(ai, [l.bz[0] - bt(0), l.bz[1] - bt(1)]);
-    // M = A⁻¹ B over the non-zero columns.
-    let m = |r: usize, i: usize| ai[r][0] * l.coupling[i] + ai[r][1] * l.coupling[s + i];
-    let mut cross = vec![0.0; 2 * s];
-    for r in 0..2 {
-        for &i in &l.cols {
-            let mri = m(r, i);
-            for k in 0..s {
-                cross[r * s + k] -= mri * cov[[i, k]];
-            }
-        }
-    }
-    let mut bcov = ai;
-    for (r, row) in bcov.iter_mut().enumerate() {
-        for (q, v) in row.iter_mut().enumerate() {
-            // M Σ Mᵀ = −cross · Mᵀ
-            *v -= l
-                .cols
-                .iter()
-                .map(|&i| cross[r * s + i] * m(q, i))
-                .sum::<f64>();
-        }
-    }
-    Block {
-        mean,
-        cov: bcov,
-        precision: l.a,
-        cross,
-    }
-}
-
 impl Posterior {
     pub fn compute(
         policy: &Policy,
@@ -495,7 +249,7 @@ impl Posterior {
         unlisted: &UnlistedJobTypes,
         owners: &tenants::Owners,
     ) -> Self {
-        let (slots, names) = slots(policy, runtimes, unlisted, owners);
+        let (slots, names) = slots::slots(policy, runtimes, unlisted, owners);
         let contradicted: Vec<bool> = slots
             .iter()
             .map(|s| contradicted::contradicts(policy, s))
@@ -504,13 +258,13 @@ impl Posterior {
         // held under the wide one (only when there are).
         let families = Families::of(policy).len();
         let narrow = Array2::from_elem((families, policy.classes.len()), false);
-        let mut solved = solve(policy, &slots, &contradicted, &narrow);
+        let mut solved = solve::solve(policy, &slots, &contradicted, &narrow);
         let offsets_contradicted = contradicted::offsets(policy, &solved);
         if offsets_contradicted.iter().any(|&w| w) {
-            solved = solve(policy, &slots, &contradicted, &offsets_contradicted);
+            solved = solve::solve(policy, &slots, &contradicted, &offsets_contradicted);
         }
         let (log_mean, log_var, counts, shrink, stragglers) =
-            predict(policy, &slots, &solved, &contradicted);
+            predict::predict(policy, &slots, &solved, &contradicted);
         Self {
             fingerprint: fingerprint(policy),
             shared: Shared::of(policy, &Families::of(policy)),
@@ -542,6 +296,17 @@ impl Posterior {
     /// The slot of a learned unlisted job type.
     pub fn unlisted_slot(&self, name: &str) -> Option<usize> {
         self.unlisted.get(name).copied()
+    }
+
+    /// Who `job_type` asked by `tenant` is for the model: its own job type when it learned runs under its
+    /// own name ([`tenants`]), else `fallback` (the job type itself, [`Posterior::job`]).
+    pub fn who(&self, job_type: &str, tenant: Option<&str>, fallback: JobRef) -> JobRef {
+        match tenant.filter(|t| !t.is_empty() && self.has_tenant_job_types()) {
+            Some(t) => self
+                .unlisted_slot(&format!("{job_type}{}{t}", tenants::SEPARATOR))
+                .map_or(fallback, JobRef::Known),
+            None => fallback,
+        }
     }
 
     /// Who `job_type` is: a listed or learned job type, else its workload class.
@@ -637,102 +402,6 @@ impl Posterior {
     }
 }
 
-type Predictions = (
-    Array2<f64>,
-    Array2<f64>,
-    Array2<u64>,
-    Array2<f64>,
-    HashMap<(usize, usize), Straggled>,
-);
-
-/// Every (slot, class) cell's estimate: the shared prediction combined with the cell's own mean.
-fn predict(policy: &Policy, slots: &[Slot], solved: &Solved, wide: &[bool]) -> Predictions {
-    let v = Variances::of(policy);
-    let shared = Shared::of(policy, &Families::of(policy));
-    let s = shared.len();
-    let nc = policy.classes.len();
-    let mut log_mean = Array2::<f64>::zeros((slots.len(), nc));
-    let mut log_var = Array2::<f64>::zeros((slots.len(), nc));
-    let mut counts = Array2::<u64>::zeros((slots.len(), nc));
-    let mut shrink = Array2::<f64>::ones((slots.len(), nc));
-    let mut stragglers = HashMap::new();
-    for (j, (slot, block)) in slots.iter().zip(&solved.blocks).enumerate() {
-        let vr = v.own(slot, wide[j]).2;
-        for c in 0..nc {
-            let x = policy.classes[c].relative_throughput.ln();
-            let z = [1.0, -x];
-            let phi = shared.features(slot.workload, slot.family, c, x);
-            let mut mean = -slot.profile.throughput_exponent * x
-                + dot2(z, block.mean)
-                + dot(&phi, &solved.mean);
-            let shared_var = quad(&phi, &solved.cov);
-            let mut var = shared_var + quad2(block.cov, z);
-            if !block.cross.is_empty() {
-                for (r, zr) in z.iter().enumerate() {
-                    var += 2.0
-                        * zr
-                        * phi
-                            .iter()
-                            .map(|&(i, f)| f * block.cross[r * s + i])
-                            .sum::<f64>();
-                }
-            }
-            var = var.max(0.0);
-            if let Some(&(_, n, own)) = slot.cells.iter().find(|cell| cell.0 == c) {
-                counts[[j, c]] = n;
-                if n == 1
-                    && let Some(s) = straggled(policy, block, z, own, mean, shared_var, vr)
-                {
-                    stragglers.insert((j, c), s);
-                }
-                let k = vr / (vr + v.noise / n as f64);
-                shrink[[j, c]] = 1.0 - k;
-                mean = (1.0 - k) * mean + k * own;
-                var = (1.0 - k).powi(2) * var + (1.0 - k) * vr;
-            } else {
-                var += vr;
-            }
-            log_mean[[j, c]] = mean;
-            log_var[[j, c]] = var;
-        }
-    }
-    (log_mean, log_var, counts, shrink, stragglers)
-}
-
-/// The reading that a cell's only run (`own`, whose prediction with it is `mean`) straggled, when it is
-/// not negligible ([`straggler`]): the cell's estimate from the job type's block without the run, the
-/// shared parameters' part (of variance `shared_var`) kept.
-fn straggled(
-    policy: &Policy,
-    block: &Block,
-    z: [f64; 2],
-    own: f64,
-    mean: f64,
-    shared_var: f64,
-    vr: f64,
-) -> Option<Straggled> {
-    let noise = policy.learning.tau.powi(2);
-    let base = mean - dot2(z, block.mean);
-    let (z_mean, z_var) = straggler::leave_out(block, z, own - base, vr + noise)?;
-    let (log_mean, log_var) = (base + z_mean, shared_var + z_var + vr);
-    let weight = straggler::weight(policy, own - log_mean, log_var + noise);
-    (weight > 0.0).then_some(Straggled { weight, log_mean })
-}
-
-fn dot(phi: &[(usize, f64)], theta: &Array1<f64>) -> f64 {
-    phi.iter().map(|&(i, f)| f * theta[i]).sum()
-}
-
-fn quad(phi: &[(usize, f64)], cov: &Array2<f64>) -> f64 {
-    let mut s = 0.0;
-    for &(i, fi) in phi {
-        for &(k, fk) in phi {
-            s += fi * fk * cov[[i, k]];
-        }
-    }
-    s.max(0.0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -810,7 +479,7 @@ mod tests {
     #[test]
     fn inverse_of_a_small_spd_matrix() {
         let m = ndarray::array![[4.0, 2.0, 0.6], [2.0, 2.0, 0.5], [0.6, 0.5, 3.0]];
-        let inv = invert_spd(&m);
+        let inv = linalg::invert_spd(&m);
         let id = m.dot(&inv);
         for i in 0..3 {
             for j in 0..3 {

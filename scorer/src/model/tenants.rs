@@ -10,7 +10,7 @@
 //!   only, and its co-located runs teach no class's contention factor. So runs under another tenant's job
 //!   type leave every other job type's estimates exactly as they were (tested below: 120 runs of 2 s or of
 //!   10⁷ s, a third claiming a neighbour; the bound the issue asks for is 2x, the model gives 1x);
-//! - a tenant with runs of its own reads its own estimates ([`Owners::who`]), shrunk towards the shared
+//! - a tenant with runs of its own reads its own estimates ([`Posterior::who`](super::posterior::Posterior::who)), shrunk towards the shared
 //!   parameters like any job type's; before that it reads the owner's (reading is not steering);
 //! - a job type the policy does not list joins the family its name matches (`jobTypes[].family`) only
 //!   when its owner owns one of the family's listed job types: a tenant's own job type named to match
@@ -31,7 +31,6 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::posterior::{JobRef, Posterior};
 use crate::policy::Policy;
 
 /// Between a job type and the namespace of a tenant that does not own it.
@@ -112,17 +111,6 @@ impl Owners {
     pub fn forget(&mut self, job_type: &str) {
         self.0.remove(job_type);
     }
-
-    /// Who `job_type` asked by `tenant` is for the model: its own job type when it learned runs under its
-    /// own name, else the job type itself ([`Posterior::job`]).
-    pub fn who(post: &Posterior, job_type: &str, tenant: Option<&str>, fallback: JobRef) -> JobRef {
-        match tenant.filter(|t| !t.is_empty() && post.has_tenant_job_types()) {
-            Some(t) => post
-                .unlisted_slot(&format!("{job_type}{SEPARATOR}{t}"))
-                .map_or(fallback, JobRef::Known),
-            None => fallback,
-        }
-    }
 }
 
 /// The owner the policy names for `job_type` (`jobTypes[].owner`), if it lists the job type with one.
@@ -147,6 +135,7 @@ pub fn is_tenant_name(name: &str) -> bool {
 mod tests {
     use super::super::{JobRequest, Learned, Observation, learn, observe, score};
     use super::*;
+    use crate::model::posterior::{JobRef, Posterior};
     use crate::policy::{Policy, Vendor, embedded_default};
 
     fn run(tenant: &str, job_type: &str, class: &str, runtime: f64, id: String) -> Observation {
@@ -162,9 +151,8 @@ mod tests {
     }
 
     /// Who `train-llama` is for `tenant`'s requests.
-    fn llama_of(p: &Policy, post: &crate::model::posterior::Posterior, tenant: &str) -> JobRef {
-        Owners::who(
-            post,
+    fn llama_of(p: &Policy, post: &Posterior, tenant: &str) -> JobRef {
+        post.who(
             "train-llama",
             Some(tenant),
             post.job(p, "train-llama", crate::policy::WorkloadClass::Training),

@@ -350,44 +350,19 @@ fn no_policy_means_unavailable() {
 }
 
 #[test]
-fn get_policy_lists_catalog_tiers_and_buckets() {
+fn get_policy_carries_the_document_it_scores_with() {
     let p = core().get_policy().unwrap();
-    assert!(
-        p.catalog
-            .iter()
-            .any(|c| c.name == "H100-80GB" && c.node_label_key == "gpu.nvidia.com/class")
-    );
-    let bronze = p.tiers.iter().find(|t| t.name == "bronze").unwrap();
-    assert_eq!(bronze.allowed_classes, ["L4-24GB"]);
-    assert_eq!(bronze.objective, "cheapest");
-    let names: Vec<_> = p
-        .priority_buckets
-        .iter()
-        .map(|b| b.priority_class.as_ref().unwrap().name.as_str())
-        .collect();
-    assert_eq!(
-        names,
-        ["gpu-ultra", "gpu-high", "gpu-medium", "gpu-default"]
-    );
-    assert!(p.job_types.contains(&"train-llama".to_string()));
-    let caps: Vec<_> = p
-        .tiers
-        .iter()
-        .map(|t| (t.name.as_str(), t.max_priority_class.as_str()))
-        .collect();
-    assert_eq!(
-        caps,
-        [
-            ("platinum", "gpu-ultra"),
-            ("gold", "gpu-high"),
-            ("silver", "gpu-medium"),
-            ("bronze", "gpu-default")
-        ]
-    );
-    let e = p.enforcement.unwrap();
-    assert_eq!(e.mode(), pb::EnforcementMode::Warn);
-    assert_eq!(e.admin_groups, ["gpu-admission:admins"]);
-    assert_eq!(p.job_type_default_memory_gib["train-llama"], 40.0);
+    let shipped = embedded_default().unwrap();
+    assert_eq!(p.version, shipped.version);
+    assert_eq!(p.document, shipped.document);
+    // The document reads back as the rules the scorer holds.
+    let read = gpu_admission_policy::wire::policy_of(&p).unwrap();
+    assert_eq!(read.version, shipped.version);
+    let bronze = &read.tiers[read.tier_index("bronze").unwrap()];
+    assert_eq!(bronze.max_priority_class.as_deref(), Some("gpu-default"));
+    assert_eq!(read.enforcement, shipped.enforcement);
+    let train = &read.job_types[read.job_index("train-llama").unwrap()];
+    assert_eq!(train.default_memory_gib, Some(40.0));
 }
 
 #[test]
@@ -444,14 +419,13 @@ fn the_rules_digest_changes_with_what_a_tier_gets_and_nothing_else() {
     let jobs = base.replace("baseRuntimeSeconds: 86400", "baseRuntimeSeconds: 90000");
     assert_ne!(jobs, base);
     assert_eq!(digest(&jobs), d0);
-    // Tiers, enforcement, admins, grants and class labels are.
+    // Tiers, enforcement, grants and class labels are.
     for (from, to) in [
         (
             "allowedClasses: [L4-24GB]",
             "allowedClasses: [L4-24GB, H100-80GB]",
         ),
         ("mode: Warn", "mode: Audit"),
-        ("adminUsers: []", "adminUsers: [mallory]"),
         (
             "namespaceGrants: []",
             "namespaceGrants: [{namespace: team-a, allowedClasses: [H100-80GB]}]",

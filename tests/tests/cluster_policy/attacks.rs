@@ -262,10 +262,6 @@ pub(super) fn rules(k: &Kubectl<'_>, check: &mut dyn FnMut(&str, String, bool)) 
             base.replace("  mode: Enforce", "  mode: Audit"),
         ),
         (
-            "attack: policy ConfigMap, adminUsers += alice",
-            base.replace("adminUsers: []", "adminUsers: [alice]"),
-        ),
-        (
             "attack: policy ConfigMap, grant H100 to own namespace",
             base.replace(
                 "namespaceGrants: []",
@@ -326,10 +322,12 @@ pub(super) fn rules(k: &Kubectl<'_>, check: &mut dyn FnMut(&str, String, bool)) 
     job_type_powers_from_rbac(k, &jobs, check);
     let a = apply(
         &[ADMINS],
-        configmap(&jobs.replace("adminUsers: []", "adminUsers: [bob]")),
+        configmap(&jobs.replace("  mode: Enforce", "  mode: Warn")),
     );
+    check("admin: policy ConfigMap, mode Warn", a.summary(), a.ok);
+    let a = apply(&[ADMINS], configmap(&base));
     check(
-        "admin: policy ConfigMap, adminUsers += bob",
+        "admin: policy ConfigMap, the shipped rules in Enforce again",
         a.summary(),
         a.ok,
     );

@@ -54,10 +54,6 @@ impl Webhook for CheckpointRestore {
     fn metrics(&self) -> &Metrics {
         &self.metrics
     }
-
-    fn record(&self, _operation: &'static str, outcome: &'static str, _elapsed: Duration) {
-        self.metrics.record_checkpoint_request(outcome);
-    }
 }
 
 impl CheckpointRestore {

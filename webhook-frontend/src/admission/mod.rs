@@ -101,7 +101,7 @@ impl Webhooks {
         self
     }
 
-    /// With SubjectAccessReviews through `client` (without one only the policy's deprecated lists grant).
+    /// With SubjectAccessReviews through `client` (without one nothing is granted).
     pub(crate) fn with_access(mut self, client: Option<kube::Client>) -> Self {
         self.access = Arc::new(AccessReviews::new(client));
         self
@@ -179,7 +179,6 @@ impl Webhooks {
         };
         let policy = ValidatePolicy {
             access: self.access,
-            policy: self.policy,
             configmap: self.policy_configmap,
             metrics: self.metrics.clone(),
         };

@@ -94,11 +94,6 @@ impl Webhook for MutatePod {
     fn metrics(&self) -> &Metrics {
         &self.metrics
     }
-
-    fn record(&self, operation: &'static str, outcome: &'static str, elapsed: std::time::Duration) {
-        self.metrics
-            .record_request(operation, outcome, elapsed.as_secs_f64());
-    }
 }
 
 impl MutatePod {

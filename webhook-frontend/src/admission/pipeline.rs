@@ -84,13 +84,9 @@ pub(crate) trait Webhook: Send + Sync + 'static {
 
     /// Where the pipeline records every answered request (`gpu_admission_admissions_total`).
     fn metrics(&self) -> &Metrics;
-
-    /// Counts one answered request (`bad_request` for a 400) in the webhook's deprecated series, kept one
-    /// release beside the pipeline's family.
-    fn record(&self, operation: &'static str, outcome: &'static str, elapsed: Duration);
 }
 
-/// Counts one answered request in the one family and in the webhook's deprecated series.
+/// Counts one answered request (`bad_request` for a 400) in the one family.
 fn record<W: Webhook>(
     webhook: &W,
     operation: &'static str,
@@ -100,7 +96,6 @@ fn record<W: Webhook>(
     webhook
         .metrics()
         .record_admission(W::NAME, operation, outcome, elapsed);
-    webhook.record(operation, outcome, elapsed);
 }
 
 /// The axum handler of webhook `W`.

@@ -3,7 +3,6 @@
 //! violation metrics and logs.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use gpu_admission_core::admission::validate_pod::{
     self, Allowance, Check, QuotaStep, QuotaUnavailable, Reservation, ValidatePorts, Validated,
@@ -67,10 +66,6 @@ impl Webhook for ValidatePod {
 
     fn metrics(&self) -> &Metrics {
         &self.metrics
-    }
-
-    fn record(&self, _operation: &'static str, outcome: &'static str, elapsed: Duration) {
-        self.metrics.record_validation(Self::NAME, outcome, elapsed);
     }
 }
 
@@ -142,7 +137,7 @@ impl ValidatePorts for Ports<'_> {
     }
 
     async fn grants(&self, user: &UserInfo, wanted: &[Permission]) -> Grants {
-        self.hook.access.grants(user, wanted, self.policy).await
+        self.hook.access.grants(user, wanted).await
     }
 
     fn holds_quotas(&self) -> bool {

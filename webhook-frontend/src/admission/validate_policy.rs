@@ -3,7 +3,6 @@
 //! [`gpu_admission_core::admission::validate_policy`] picks the text and answers.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use gpu_admission_core::admission::validate_policy::{
     self, Change, PolicyConfigMap, Requester, Triage,
@@ -13,7 +12,6 @@ use gpu_admission_core::review::{self, BadRequest, IncomingObject};
 use super::pipeline::{Body, Call, Reply, Webhook, not_validated, operation_label};
 use crate::cluster::access::AccessReviews;
 use crate::metrics::Metrics;
-use crate::policy::PolicyCache;
 use gpu_admission_core::authority::Permission;
 
 /// At most this many `update jobtypes/<name>` reviews per request.
@@ -22,7 +20,6 @@ const MAX_JOB_TYPE_REVIEWS: usize = 16;
 /// What `/validate-policy` reads.
 pub(crate) struct ValidatePolicy {
     pub(crate) access: Arc<AccessReviews>,
-    pub(crate) policy: Arc<PolicyCache>,
     /// The ConfigMap it guards.
     pub(crate) configmap: PolicyConfigMap,
     pub(crate) metrics: Arc<Metrics>,
@@ -48,7 +45,6 @@ impl Webhook for ValidatePolicy {
         };
         let cm = &self.configmap;
         let triage = validate_policy::triage(req, cm);
-        let policy = self.policy.snapshot();
         let change = Change::of(&triage);
         // `update policies` allows every change; the change's own powers (a job type's) are asked beside it.
         // A change of more job types than MAX_JOB_TYPE_REVIEWS asks `update policies` only (a bound on the
@@ -58,7 +54,7 @@ impl Webhook for ValidatePolicy {
         if !wanted.is_empty() && !wanted.contains(&Permission::ChangeRules) {
             wanted.push(Permission::ChangeRules);
         }
-        let grants = self.access.grants(&req.user_info, &wanted, &policy).await;
+        let grants = self.access.grants(&req.user_info, &wanted).await;
         let requester = Requester {
             user: req
                 .user_info
@@ -83,9 +79,5 @@ impl Webhook for ValidatePolicy {
 
     fn metrics(&self) -> &Metrics {
         &self.metrics
-    }
-
-    fn record(&self, _operation: &'static str, outcome: &'static str, elapsed: Duration) {
-        self.metrics.record_validation(Self::NAME, outcome, elapsed);
     }
 }

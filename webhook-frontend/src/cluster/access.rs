@@ -1,8 +1,7 @@
 //! The requester's powers over the tier rules, asked of the apiserver with SubjectAccessReviews
 //! (`gpu_admission_core::authority`): only those a decision needs, each answer cached briefly per requester.
 //! A review that cannot be made (no Kubernetes API, the apiserver unreachable, an error) grants nothing: a
-//! rule change is then refused and a workload held to its tier. The policy's deprecated admin lists still
-//! grant every power.
+//! rule change is then refused and a workload held to its tier.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -40,7 +39,7 @@ pub(crate) struct AccessReviews {
 }
 
 impl AccessReviews {
-    /// `None`: no Kubernetes API (`--no-kube`); only the deprecated lists grant.
+    /// `None`: no Kubernetes API (`--no-kube`): nothing is granted.
     pub(crate) fn new(client: Option<kube::Client>) -> Self {
         Self {
             client,
@@ -49,25 +48,14 @@ impl AccessReviews {
     }
 
     /// The powers among `wanted` that `user` holds.
-    pub(crate) async fn grants(
-        &self,
-        user: &UserInfo,
-        wanted: &[Permission],
-        policy: &PolicySnapshot,
-    ) -> Grants {
-        let groups = user.groups.clone().unwrap_or_default();
-        let legacy = policy.is_admin(user.username.as_deref(), &groups);
+    pub(crate) async fn grants(&self, user: &UserInfo, wanted: &[Permission]) -> Grants {
         let mut held = Vec::new();
         for p in wanted {
             if self.allowed(user, p).await {
                 held.push(p.clone());
             }
         }
-        let grants = Grants::new(held, legacy);
-        for p in wanted.iter().filter(|p| grants.only_by_legacy_list(p)) {
-            tracing::warn!(user = ?user.username, permission = %p.describe(), "granted by the policy's deprecated enforcement.adminGroups/adminUsers only: bind the user in RBAC instead");
-        }
-        grants
+        Grants::new(held)
     }
 
     /// `exempt tiers/<tier>` for the tier `namespace` is held to (none when it has no tier).
@@ -83,8 +71,7 @@ impl AccessReviews {
         else {
             return Grants::none();
         };
-        self.grants(user, &[Permission::Exempt(rules)], policy)
-            .await
+        self.grants(user, &[Permission::Exempt(rules)]).await
     }
 
     async fn allowed(&self, user: &UserInfo, p: &Permission) -> bool {

@@ -154,7 +154,7 @@ fn the_scorers_document_is_adopted_only_without_a_policy() {
         "ours",
         "the frontend's own policy wins"
     );
-    // A scorer that predates the document gives nothing to adopt.
+    // An answer without a document gives nothing to adopt.
     let empty = PolicyCache::default();
     let old = gpu_admission_proto::scorer::v1::GetPolicyResponse {
         version: "old".into(),

@@ -76,9 +76,6 @@ pub fn cap_priority(
 
 #[cfg(test)]
 mod tests {
-    use gpu_admission_proto::scorer::v1::{
-        GetPolicyResponse, PriorityAssignment, PriorityBucket, Tier,
-    };
     use serde_json::json;
 
     use super::*;
@@ -86,32 +83,21 @@ mod tests {
     use crate::priority_class::PriorityClassFacts;
     use crate::tier_bound::NodeClass;
 
-    fn bucket(name: &str, value: i32, preemption: &str) -> PriorityBucket {
-        PriorityBucket {
-            min_score: 0.0,
-            priority_class: Some(PriorityAssignment {
-                name: name.into(),
-                value,
-                preemption_policy: preemption.into(),
-            }),
-        }
-    }
-
     fn policy() -> PolicySnapshot {
-        let mut p = PolicySnapshot::from_response(GetPolicyResponse {
-            version: "v".into(),
-            tiers: vec![Tier {
-                name: "bronze".into(),
-                max_priority_class: "gpu-default".into(),
-                ..Default::default()
-            }],
-            default_tier: "bronze".into(),
-            priority_buckets: vec![
-                bucket("gpu-ultra", 1_000_000, "PreemptLowerPriority"),
-                bucket("gpu-default", 1000, "Never"),
+        let mut p = crate::policy::test_policy(
+            &[
+                "{ name: L4-24GB, vendor: nvidia, memoryGiB: 24, relativeThroughput: 1.0, pricePerHour: 1.0 }",
             ],
-            ..Default::default()
-        });
+            &[
+                "{ name: bronze, allowedClasses: [L4-24GB], objective: cheapest, priorityWeight: 1.0, \
+               maxPriorityClass: gpu-default }",
+            ],
+            &[
+                "{ minScore: 90, name: gpu-ultra, value: 1000000, preemptionPolicy: PreemptLowerPriority }",
+                "{ minScore: 0, name: gpu-default, value: 1000, preemptionPolicy: Never }",
+            ],
+            "",
+        );
         p.priority_classes.insert(
             "system-node-critical".into(),
             PriorityClassFacts {
@@ -144,7 +130,7 @@ mod tests {
         let tier_of = |_: &str| label.map(str::to_string);
         let nodes = |_: &str| NodeClass::Unknown;
         let req = request(ns, class);
-        let grants = crate::authority::Grants::offline(p, &req.user_info);
+        let grants = crate::authority::Grants::none();
         let facts = Facts {
             tier_of: &tier_of,
             priority_classes: None,

@@ -160,7 +160,7 @@ pub struct Scoring<'a> {
     pub warnings: Vec<String>,
     /// What had to change in the request to fit the scorer's limits (also among the warnings).
     pub fitted: Vec<String>,
-    /// The requester is one of the policy's admins.
+    /// RBAC exempts the requester from its namespace's tier (`exempt tiers/<tier>`).
     pub admin: bool,
     /// The policy the Pod was planned with, and its namespace's tier rules (`None` before the policy is
     /// known): [`decide`] decides with the same ones.

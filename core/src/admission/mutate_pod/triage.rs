@@ -310,10 +310,8 @@ pub fn restrict_answer(answer: &mut ScoreResponse, own: Option<&OwnConstraint>) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpu_admission_proto::scorer::v1::{
-        ClassLabels, GetPolicyResponse, GpuClass, GpuVendor, NodeLabel, PriorityAssignment,
-        PriorityBucket, Tier,
-    };
+    use crate::policy::test_policy;
+    use gpu_admission_proto::scorer::v1::{GpuVendor, PriorityAssignment};
     use serde_json::json;
 
     fn request(
@@ -341,25 +339,21 @@ mod tests {
         (ns == "ml").then(|| "gold".to_string())
     }
 
+    const A100: &str = "{ name: A100-80GB, vendor: nvidia, memoryGiB: 80, relativeThroughput: 1.0, \
+                        pricePerHour: 3.0, nodeLabelKey: gpu.nvidia.com/class, nodeLabelValue: A100-80GB }";
+
     fn policy() -> PolicySnapshot {
-        PolicySnapshot::from_response(GetPolicyResponse {
-            version: "v1".into(),
-            catalog: vec![GpuClass {
-                name: "A100-80GB".into(),
-                node_label_key: "gpu.nvidia.com/class".into(),
-                node_label_value: "A100-80GB".into(),
-                ..Default::default()
-            }],
-            priority_buckets: vec![PriorityBucket {
-                min_score: 90.0,
-                priority_class: Some(PriorityAssignment {
-                    name: "gpu-ultra".into(),
-                    value: 1000,
-                    preemption_policy: "".into(),
-                }),
-            }],
-            ..Default::default()
-        })
+        test_policy(
+            &[A100],
+            &[
+                "{ name: gold, allowedClasses: [A100-80GB], objective: fastest, priorityWeight: 1.0 }",
+            ],
+            &[
+                "{ minScore: 90, name: gpu-ultra, value: 1000, preemptionPolicy: PreemptLowerPriority }",
+                "{ minScore: 0, name: gpu-default, value: 100, preemptionPolicy: PreemptLowerPriority }",
+            ],
+            "",
+        )
     }
 
     #[test]
@@ -466,34 +460,28 @@ mod tests {
     }
 
     fn gfd_policy() -> PolicySnapshot {
-        let class = |name: &str| GpuClass {
-            name: name.into(),
-            node_label_key: "gpu.nvidia.com/class".into(),
-            node_label_value: name.into(),
-            ..Default::default()
+        let class = |name: &str, product: &str| {
+            format!(
+                "{{ name: {name}, vendor: nvidia, memoryGiB: 80, relativeThroughput: 1.0, pricePerHour: 3.0, \
+                 nodeLabelKey: gpu.nvidia.com/class, nodeLabelValue: {name}, \
+                 nodeLabels: {{ nvidia.com/gpu.product: [{product}] }} }}"
+            )
         };
-        let labels = |name: &str, product: &str| ClassLabels {
-            class: name.into(),
-            labels: vec![NodeLabel {
-                key: "nvidia.com/gpu.product".into(),
-                value: product.into(),
-            }],
-        };
-        PolicySnapshot::from_response(GetPolicyResponse {
-            version: "v1".into(),
-            catalog: vec![class("H100-80GB"), class("A100-80GB"), class("L4-24GB")],
-            class_labels: vec![
-                labels("H100-80GB", "NVIDIA-H100-80GB-HBM3"),
-                labels("A100-80GB", "NVIDIA-A100-SXM4-80GB"),
-                labels("L4-24GB", "NVIDIA-L4"),
+        test_policy(
+            &[
+                &class("H100-80GB", "NVIDIA-H100-80GB-HBM3"),
+                &class("A100-80GB", "NVIDIA-A100-SXM4-80GB"),
+                &class("L4-24GB", "NVIDIA-L4"),
             ],
-            tiers: vec![Tier {
-                name: "gold".into(),
-                allowed_classes: vec!["H100-80GB".into(), "A100-80GB".into(), "L4-24GB".into()],
-                ..Default::default()
-            }],
-            ..Default::default()
-        })
+            &[
+                "{ name: gold, allowedClasses: [H100-80GB, A100-80GB, L4-24GB], objective: fastest, \
+               priorityWeight: 1.0 }",
+            ],
+            &[
+                "{ minScore: 0, name: gpu-default, value: 100, preemptionPolicy: PreemptLowerPriority }",
+            ],
+            "",
+        )
     }
 
     #[test]
@@ -632,18 +620,12 @@ mod tests {
 
     #[test]
     fn catalog_labels_checked_with_the_policy_still_bind_answers() {
+        // A catalog of labels the policy's validation would refuse, as a snapshot could only hold by a bug.
         let policy_with = |key: &str, taint: &str| {
-            PolicySnapshot::from_response(GetPolicyResponse {
-                version: "v1".into(),
-                catalog: vec![GpuClass {
-                    name: "A100-80GB".into(),
-                    node_label_key: key.into(),
-                    node_label_value: "A100-80GB".into(),
-                    taint_key: taint.into(),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            })
+            let mut p = policy();
+            p.catalog[0].node_label_key = key.into();
+            p.catalog[0].taint_key = taint.into();
+            p
         };
         let answer_of = |p: &PolicySnapshot| ScoreResponse {
             accepted_classes: p.catalog.clone(),

@@ -304,48 +304,16 @@ fn a_requester_rbac_lets_run_outside_the_tier_is_allowed_only_there() {
         validate_pod::decide(&req, &p, &facts).0
     };
     use crate::authority::Permission;
-    let exempt_bronze = Grants::new([Permission::Exempt("bronze".into())], false);
+    let exempt_bronze = Grants::new([Permission::Exempt("bronze".into())]);
     assert_eq!(
         decide_with(&exempt_bronze),
         Check::Allowed(validate_pod::Allowance::Exempt)
     );
-    let exempt_gold = Grants::new([Permission::Exempt("gold".into())], false);
+    let exempt_gold = Grants::new([Permission::Exempt("gold".into())]);
     assert_eq!(
         reasons(&decide_with(&exempt_gold)),
         [Reason::ClassOutsideTier]
     );
-}
-
-/// A policy read from a GetPolicy answer without its document (a scorer of the previous release) knows no
-/// class's DRA devices: a claim on a catalog DeviceClass is then a GPU of any class, outside a restricting
-/// tier, never admitted unbounded.
-#[test]
-fn without_the_catalogs_dra_devices_a_class_claim_is_any_gpu() {
-    let mut answer = gpu_admission_policy::wire::get_policy_response(
-        &gpu_admission_policy::embedded_default().unwrap(),
-    );
-    answer.document.clear();
-    let mut p = PolicySnapshot::from_response(answer);
-    p.mode = EnforcementMode::Enforce;
-    assert!(
-        p.policy
-            .as_ref()
-            .unwrap()
-            .classes
-            .iter()
-            .all(|c| c.dra.is_none())
-    );
-    let gpu = review(
-        "bronze",
-        false,
-        exactly("l4-24gb.gpu-admission.io", &[]),
-        "CREATE",
-    );
-    let (check, denied) = decide_in(&p, &gpu);
-    assert_eq!(reasons(&check), [Reason::ClassOutsideTier]);
-    assert!(denied.is_some());
-    let nic = review("bronze", false, exactly("sriov.example.com", &[]), "CREATE");
-    assert!(matches!(decide_in(&p, &nic).0, Check::Allowed(_)));
 }
 
 /// A device as a driver publishes it: its driver, product name, memory (GiB) and, when the catalog knows its

@@ -46,8 +46,7 @@ pub enum Check {
 pub enum Allowance {
     /// Within the tier's classes and priority cap.
     WithinTier,
-    /// Outside the tier, by a requester RBAC allows `exempt tiers/<tier>` (or on the policy's deprecated
-    /// admin lists).
+    /// Outside the tier, by a requester RBAC allows `exempt tiers/<tier>`.
     Exempt,
     /// An UPDATE that adds no violation to those the object already had.
     PredatesUpdate,
@@ -202,7 +201,7 @@ fn untiered(
     if violations.is_empty() {
         return Check::NotOurs("untiered namespace: no GPU and no PriorityClass");
     }
-    // Outside every tier: exempt as from the default tier (the deprecated admin lists grant it too).
+    // Outside every tier: exempt as from the default tier.
     let exempt =
         crate::authority::Permission::Exempt(policy.default_tier().unwrap_or_default().to_string());
     if facts.grants.allows(&exempt) {

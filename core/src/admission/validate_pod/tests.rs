@@ -1,9 +1,5 @@
 //! `/validate-pod`'s decision, case by case.
 use super::*;
-use gpu_admission_proto::scorer::v1::{
-    Enforcement, GetPolicyResponse, GpuClass, NamespaceGrant, PriorityAssignment, PriorityBucket,
-    Tier,
-};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 
@@ -15,69 +11,62 @@ use crate::tier_bound::NodeClass;
 
 const KEY: &str = "gpu.nvidia.com/class";
 
-fn class(name: &str, memory: f64) -> GpuClass {
-    GpuClass {
-        name: name.into(),
-        vendor: GpuVendor::Nvidia as i32,
-        memory_gib: memory,
-        node_label_key: KEY.into(),
-        node_label_value: name.into(),
-        ..Default::default()
-    }
+/// The group RBAC binds to `exempt tiers/bronze` in these tests (see [`check_with`]).
+const EXEMPT_GROUP: &str = "gpu-admission:admins";
+
+fn class(name: &str, memory: u32, vendor: &str) -> String {
+    format!(
+        "{{ name: {name}, vendor: {vendor}, memoryGiB: {memory}, relativeThroughput: 1.0, pricePerHour: 1.0, \
+         nodeLabelKey: {KEY}, nodeLabelValue: {name} }}"
+    )
 }
 
-fn bucket(name: &str, value: i32, min: f64) -> PriorityBucket {
-    PriorityBucket {
-        min_score: min,
-        priority_class: Some(PriorityAssignment {
-            name: name.into(),
-            value,
-            preemption_policy: String::new(),
-        }),
-    }
-}
-
-fn policy(mode: EnforcementMode) -> PolicySnapshot {
-    PolicySnapshot::from_response(response(mode))
-}
-
-/// [`policy`] with `defaultTier: bronze` and untiered namespaces answered as `untiered` says.
-fn defaulted(mode: EnforcementMode, untiered: crate::policy::UntieredNamespaces) -> PolicySnapshot {
-    let mut r = response(mode);
-    r.default_tier = "bronze".into();
-    let mut model = gpu_admission_policy::legacy::policy_from_fields(&r);
-    model.untiered_namespaces = untiered;
-    PolicySnapshot::from_policy(std::sync::Arc::new(model))
-}
-
-fn response(mode: EnforcementMode) -> GetPolicyResponse {
-    GetPolicyResponse {
-        version: "v".into(),
-        catalog: vec![class("H100-80GB", 80.0), class("L4-24GB", 24.0)],
-        tiers: vec![Tier {
-            name: "bronze".into(),
-            allowed_classes: vec!["L4-24GB".into()],
-            preferred_class: "L4-24GB".into(),
-            max_priority_class: "gpu-default".into(),
-            ..Default::default()
-        }],
-        priority_buckets: vec![
-            bucket("gpu-ultra", 1_000_000, 90.0),
-            bucket("gpu-default", 1000, 0.0),
+/// H100-80GB and L4-24GB; one tier, bronze: L4-24GB, capped at gpu-default; `research` granted H100-80GB;
+/// untiered namespaces answered as `untiered` says; `extra_class` (an AMD MI210-64GB) in the catalog and in
+/// bronze instead of L4-24GB.
+fn snapshot(mode: EnforcementMode, untiered: &str, extra_class: bool) -> PolicySnapshot {
+    let mut catalog = vec![
+        class("H100-80GB", 80, "nvidia"),
+        class("L4-24GB", 24, "nvidia"),
+    ];
+    let allowed = if extra_class {
+        catalog.push(class("MI210-64GB", 64, "amd"));
+        "[H100-80GB, MI210-64GB]"
+    } else {
+        "[L4-24GB]"
+    };
+    let catalog: Vec<&str> = catalog.iter().map(String::as_str).collect();
+    let bronze = format!(
+        "{{ name: bronze, allowedClasses: {allowed}, preferredClass: {}, objective: cheapest, \
+         priorityWeight: 1.0, maxPriorityClass: gpu-default }}",
+        if extra_class { "H100-80GB" } else { "L4-24GB" }
+    );
+    let extra = format!(
+        "untieredNamespaces: {untiered}\nenforcement: {{ mode: {} }}\n\
+         namespaceGrants:\n  - {{ namespace: research, allowedClasses: [H100-80GB] }}\n\
+         jobTypes:\n  - {{ name: train-llama, workloadClass: training, baseRuntimeSeconds: 3600, \
+         relativeStddev: 0.5, defaultMemoryGiB: 40 }}\n",
+        mode.as_str()
+    );
+    crate::policy::test_policy(
+        &catalog,
+        &[&bronze],
+        &[
+            "{ minScore: 90, name: gpu-ultra, value: 1000000, preemptionPolicy: PreemptLowerPriority }",
+            "{ minScore: 0, name: gpu-default, value: 1000, preemptionPolicy: PreemptLowerPriority }",
         ],
-        enforcement: Some(Enforcement {
-            mode: gpu_admission_proto::scorer::v1::EnforcementMode::from(mode) as i32,
-            admin_groups: vec!["gpu-admission:admins".into()],
-            admin_users: vec![],
-        }),
-        namespace_grants: vec![NamespaceGrant {
-            namespace: "research".into(),
-            allowed_classes: vec!["H100-80GB".into()],
-            max_priority_class: String::new(),
-        }],
-        job_type_default_memory_gib: HashMap::from([("train-llama".to_string(), 40.0)]),
-        ..Default::default()
-    }
+        &extra,
+    )
+}
+
+/// Untiered namespaces outside every rule.
+fn policy(mode: EnforcementMode) -> PolicySnapshot {
+    snapshot(mode, "Ignore", false)
+}
+
+/// [`policy`] with untiered namespaces answered as `untiered` says (`defaultTier: bronze`).
+fn defaulted(mode: EnforcementMode, untiered: crate::policy::UntieredNamespaces) -> PolicySnapshot {
+    snapshot(mode, &format!("{untiered:?}"), false)
 }
 
 fn tiers(ns: &str) -> Option<String> {
@@ -126,14 +115,20 @@ fn nodes(name: &str) -> NodeClass {
     }
 }
 
-/// [`check`] with `tier_of`, the test Nodes, no PriorityClass cache, no claim templates and the powers
-/// the policy's deprecated admin lists give the requester.
+/// [`check`] with `tier_of`, the test Nodes, no PriorityClass cache, no claim templates and what RBAC
+/// grants the requester here: `exempt tiers/bronze` to members of [`EXEMPT_GROUP`], nothing to others.
 fn check_with(
     req: &AdmissionRequest<DynamicObject>,
     p: &PolicySnapshot,
     tier_of: &dyn Fn(&str) -> Option<String>,
 ) -> Check {
-    check_granted(req, p, tier_of, &Grants::offline(p, &req.user_info))
+    let groups = req.user_info.groups.as_deref().unwrap_or_default();
+    let grants = if groups.iter().any(|g| g == EXEMPT_GROUP) {
+        Grants::new([Permission::Exempt("bronze".into())])
+    } else {
+        Grants::none()
+    };
+    check_granted(req, p, tier_of, &grants)
 }
 
 fn check_granted(
@@ -220,13 +215,13 @@ fn a_pin_outside_the_tier_is_denied_warned_or_audited() {
 }
 
 #[test]
-fn admins_and_granted_namespaces_are_allowed() {
+fn exempt_requesters_and_granted_namespaces_are_allowed() {
     let spec = pod_spec(json!({"nodeSelector": {KEY: "H100-80GB"}}));
     let req = request(
         ("", "Pod"),
         "batch",
         pod("batch", json!({}), spec.clone()),
-        &["gpu-admission:admins"],
+        &[EXEMPT_GROUP],
         "CREATE",
         Value::Null,
     );
@@ -244,7 +239,7 @@ fn admins_and_granted_namespaces_are_allowed() {
         Value::Null,
     );
     let p = policy(EnforcementMode::Enforce);
-    let exempt = |tier: &str| Grants::new([Permission::Exempt(tier.into())], false);
+    let exempt = |tier: &str| Grants::new([Permission::Exempt(tier.into())]);
     assert_eq!(
         check_granted(&plain, &p, &tiers, &exempt("bronze")),
         Check::Allowed(Allowance::Exempt)
@@ -253,13 +248,10 @@ fn admins_and_granted_namespaces_are_allowed() {
         check_granted(&plain, &p, &tiers, &exempt("gold")),
         Check::Violations { .. }
     ));
-    let rules = Grants::new(
-        [
-            Permission::ChangeRules,
-            Permission::SetTier("bronze".into()),
-        ],
-        false,
-    );
+    let rules = Grants::new([
+        Permission::ChangeRules,
+        Permission::SetTier("bronze".into()),
+    ]);
     assert!(
         matches!(
             check_granted(&plain, &p, &tiers, &rules),
@@ -537,12 +529,12 @@ fn the_pod_itself_must_hold_the_tier_bound_and_name_a_tier_node() {
         check_with(&granted, &p, &tiers),
         Check::Allowed(Allowance::WithinTier)
     );
-    // An admin may.
+    // A requester RBAC exempts from bronze may.
     let admin = request(
         ("", "Pod"),
         "batch",
         as_pod(pod_spec(json!({"nodeName": "h100-1", "nodeSelector": {}}))),
-        &["gpu-admission:admins"],
+        &[EXEMPT_GROUP],
         "CREATE",
         Value::Null,
     );
@@ -850,13 +842,7 @@ fn a_need_no_class_meets_is_named() {
         "{msg}"
     );
     // An NVIDIA class with the memory and a smaller AMD one: each need met, never both by one class.
-    let mut r = response(EnforcementMode::Enforce);
-    r.catalog.push(GpuClass {
-        vendor: GpuVendor::Amd as i32,
-        ..class("MI210-64GB", 64.0)
-    });
-    r.tiers[0].allowed_classes = vec!["H100-80GB".into(), "MI210-64GB".into()];
-    let p = PolicySnapshot::from_response(r);
+    let p = snapshot(EnforcementMode::Enforce, "Ignore", true);
     let mut req = amd("70");
     req.object.as_mut().unwrap().data["spec"]["nodeSelector"] = json!({KEY: "MI210-64GB"});
     let msg = verdict(&check_with(&req, &p, &tiers), EnforcementMode::Enforce)

@@ -1,6 +1,6 @@
 //! Cholesky factor and inverse of the posterior's symmetric positive-definite matrices, and the 2×2
 //! arithmetic of a job type's own block of parameters (a_j, b_j).
-use ndarray::Array2;
+use ndarray::{Array1, Array2};
 
 /// A 2×2 matrix (a job type's block: its precision or covariance).
 pub(super) type Mat2 = [[f64; 2]; 2];
@@ -30,6 +30,22 @@ pub(super) fn dot2(u: [f64; 2], v: [f64; 2]) -> f64 {
 /// zᵀ·m·z.
 pub(super) fn quad2(m: Mat2, z: [f64; 2]) -> f64 {
     dot2(z, mul2(m, z))
+}
+
+/// φ·θ over the non-zero features φ.
+pub(super) fn dot(phi: &[(usize, f64)], theta: &Array1<f64>) -> f64 {
+    phi.iter().map(|&(i, f)| f * theta[i]).sum()
+}
+
+/// φᵀ·Σ·φ over the non-zero features φ, at least 0.
+pub(super) fn quad(phi: &[(usize, f64)], cov: &Array2<f64>) -> f64 {
+    let mut s = 0.0;
+    for &(i, fi) in phi {
+        for &(k, fk) in phi {
+            s += fi * fk * cov[[i, k]];
+        }
+    }
+    s.max(0.0)
 }
 
 /// The lower Cholesky factor `L` of a symmetric positive-definite matrix (`m = L·Lᵀ`), a diagonal floored at

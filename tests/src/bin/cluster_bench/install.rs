@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use gpu_admission_proto::scorer::v1::GetPolicyResponse;
+use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_tests::cluster::{LocalCluster, shipped_registration};
 use gpu_admission_tests::{Scorer, Webhook};
 use k8s_openapi::api::admissionregistration::v1::{
@@ -26,7 +26,7 @@ const REGISTRATION: &str = "gpu-admission-bench";
 pub struct Installed {
     pub scorer: Scorer,
     pub webhook: Webhook,
-    pub policy: GetPolicyResponse,
+    pub policy: PolicySnapshot,
     _dir: tempfile::TempDir,
 }
 

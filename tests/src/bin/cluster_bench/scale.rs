@@ -9,8 +9,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
+use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_properties::placement_oracle::reachable_nodes;
-use gpu_admission_proto::scorer::v1::{GetPolicyResponse, GpuVendor};
+use gpu_admission_proto::scorer::v1::GpuVendor;
 use gpu_admission_tests::cluster::{Components, LocalCluster};
 use gpu_admission_tests::kwok;
 use gpu_admission_tests::names::{ANN_DECIDED_AT, CLASS_LABEL};
@@ -67,7 +68,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         "  Nodes Ready and untainted in {:.1}s",
         nodes_ready.as_secs_f64()
     );
-    let tiers: Vec<String> = policy.tiers.iter().map(|t| t.name.clone()).collect();
+    let tiers: Vec<String> = policy.tiers().iter().map(|t| t.name.clone()).collect();
     let namespaces = create_namespaces(&cluster, "scale", args.namespaces, &tiers).await?;
     let clients = tenant_clients(&cluster, args.clients).await?;
     let mut pids = component_pids(
@@ -135,7 +136,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
 
 /// GPUs per Node: the flag, or enough that any class could hold every Pod (the scorer knows nothing of
 /// capacity, so many tiers' Pods may go to one class), at least the shipped catalog's 8.
-fn gpus_per_node(args: &Args, policy: &GetPolicyResponse) -> u32 {
+fn gpus_per_node(args: &Args, policy: &PolicySnapshot) -> u32 {
     if let Some(n) = args.gpus_per_node {
         return n;
     }
@@ -144,7 +145,7 @@ fn gpus_per_node(args: &Args, policy: &GetPolicyResponse) -> u32 {
 }
 
 /// `n` fake Nodes, classes of the catalog in turn, each with the class's vendor resource.
-fn fake_nodes(policy: &GetPolicyResponse, n: usize, gpus: u32) -> Vec<serde_json::Value> {
+fn fake_nodes(policy: &PolicySnapshot, n: usize, gpus: u32) -> Vec<serde_json::Value> {
     (0..n)
         .map(|i| {
             let class = &policy.catalog[i % policy.catalog.len()];
@@ -174,7 +175,7 @@ fn judge(
     stored: &[Pod],
     nodes: &[Node],
     namespaces: &[(String, String)],
-    policy: &GetPolicyResponse,
+    policy: &PolicySnapshot,
 ) -> Judged {
     let node_class: BTreeMap<&str, &str> = nodes
         .iter()
@@ -192,11 +193,14 @@ fn judge(
         .map(|(ns, t)| (ns.as_str(), t.as_str()))
         .collect();
     let allowed = |tier: &str| -> Vec<&str> {
-        policy
-            .tiers
-            .iter()
+        (policy.tiers().iter())
             .find(|t| t.name == tier)
-            .map(|t| t.allowed_classes.iter().map(String::as_str).collect())
+            .map(|t| {
+                (policy.catalog.iter().zip(&t.allowed))
+                    .filter(|(_, allowed)| **allowed)
+                    .map(|(c, _)| c.name.as_str())
+                    .collect()
+            })
             .unwrap_or_default()
     };
     let mut j = Judged {

@@ -68,10 +68,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         .map(|i| format!("bench-s-{i:03}"))
         .collect();
     let installed = install(&cluster, &skipped_names, args.deadline_ms).await?;
-    let tiers: Vec<String> = installed
-        .policy
-        .tiers
-        .iter()
+    let tiers: Vec<String> = (installed.policy.tiers().iter())
         .map(|t| t.name.clone())
         .collect();
     let webhooked = create_namespaces(&cluster, "bench-w", args.namespaces, &tiers).await?;

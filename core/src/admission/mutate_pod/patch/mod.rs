@@ -77,7 +77,7 @@ pub struct PatchInput<'a> {
     pub catalog: &'a [GpuClass],
     /// The namespace's tier rules; `None` before the policy is known (then only the answer is applied).
     pub tier: Option<&'a TierRules<'a>>,
-    /// The requester is one of the policy's admins: their own class pin and PriorityClass are kept.
+    /// RBAC exempts the requester from the tier: their own class pin and PriorityClass are kept.
     pub admin: bool,
     /// The answer is the tier's default placement (the scorer did not answer): no score, no priority.
     pub fallback: bool,
