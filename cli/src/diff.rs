@@ -144,8 +144,6 @@ pub fn text(d: &PolicyDiff) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::load::Tiers;
-    use crate::review::User;
     use std::path::Path;
 
     #[test]
@@ -164,17 +162,7 @@ mod tests {
             .replace("preferredClass: H100-80GB", "preferredClass: A100-80GB"),
         )
         .unwrap();
-        let settings = RunSettings {
-            policy: None,
-            policy_key: None,
-            mode: None,
-            state: None,
-            tiers: Tiers::default(),
-            requester: User::default_requester(),
-            no_kube: false,
-            default_namespace: "default".into(),
-            usage: None,
-        };
+        let settings = RunSettings::default();
         let manifests = [root.join("examples/policy-tests/tiers-in-enforce/manifests.yaml")];
         let d = diff(&settings, old.clone(), new, &manifests).unwrap();
         assert_eq!(d.sections.len(), 2, "{:?}", d.sections);

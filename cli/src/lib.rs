@@ -58,6 +58,23 @@ pub fn parse_grants(grants: &[String]) -> anyhow::Result<Vec<Permission>> {
         .collect()
 }
 
+/// The embedded default policy, no tiers given, the default requester, nothing else.
+impl Default for RunSettings {
+    fn default() -> Self {
+        RunSettings {
+            policy: None,
+            policy_key: None,
+            mode: None,
+            state: None,
+            tiers: Tiers::default(),
+            requester: User::default_requester(),
+            no_kube: false,
+            default_namespace: "default".into(),
+            usage: None,
+        }
+    }
+}
+
 /// The webhooks over one policy, ready to check manifests.
 pub struct Run {
     pub engine: Engine,

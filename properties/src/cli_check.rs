@@ -7,8 +7,7 @@
 pub use gpu_admission_cli::Run;
 use gpu_admission_cli::evaluate::Verdict;
 use gpu_admission_cli::floor::FloorAnswer;
-use gpu_admission_cli::load::{self, Input, Tiers};
-use gpu_admission_cli::review::User;
+use gpu_admission_cli::load::{self, Input};
 use gpu_admission_cli::{Checked, RunSettings, report};
 
 /// What `check` makes of the bytes.
@@ -25,15 +24,8 @@ pub enum CheckOutcome {
 /// untiered: the policy's default tier).
 pub fn cli_run() -> Run {
     let settings = RunSettings {
-        policy: None,
-        policy_key: None,
         mode: Some("Enforce".into()),
-        state: None,
-        tiers: Tiers::default(),
-        requester: User::default_requester(),
-        no_kube: false,
-        default_namespace: "default".into(),
-        usage: None,
+        ..RunSettings::default()
     };
     Run::new(&settings).expect("the embedded default policy")
 }
