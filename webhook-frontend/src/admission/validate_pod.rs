@@ -107,18 +107,8 @@ impl ValidatePod {
         {
             tracing::info!(uid, tier, namespace, quota = %decision.record(), "quota");
         }
-        if let Some((tier, why)) = step.violation() {
+        if let Some((tier, why, message)) = step.violation() {
             self.metrics.record_violation(tier, why.as_str(), mode);
-            let message = match step {
-                QuotaStep::NeverFits { message, .. } | QuotaStep::Undecided { message, .. } => {
-                    message.as_str()
-                }
-                QuotaStep::Decided {
-                    answered: Some((_, message)),
-                    ..
-                } => message.as_str(),
-                _ => "",
-            };
             tracing::warn!(uid, tier, mode, reason = why.as_str(), "quota: {message}");
         }
     }

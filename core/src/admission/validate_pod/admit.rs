@@ -85,16 +85,20 @@ pub enum QuotaStep {
 }
 
 impl QuotaStep {
-    /// The violation metric's (tier, reason) of this step, when it found one.
-    pub fn violation(&self) -> Option<(&str, QuotaViolation)> {
+    /// The violation this step found, when it found one: the tier, the metric's reason and the message.
+    pub fn violation(&self) -> Option<(&str, QuotaViolation, &str)> {
         match self {
-            QuotaStep::NeverFits { tier, .. } => Some((tier, QuotaViolation::OverMax)),
-            QuotaStep::Undecided { tier, .. } => Some((tier, QuotaViolation::Undecided)),
+            QuotaStep::NeverFits { tier, message } => {
+                Some((tier, QuotaViolation::OverMax, message))
+            }
+            QuotaStep::Undecided { tier, message } => {
+                Some((tier, QuotaViolation::Undecided, message))
+            }
             QuotaStep::Decided {
                 tier,
-                answered: Some((why, _)),
+                answered: Some((why, message)),
                 ..
-            } => Some((tier, *why)),
+            } => Some((tier, *why, message)),
             QuotaStep::NotCountedYet | QuotaStep::Decided { .. } => None,
         }
     }
