@@ -97,7 +97,16 @@ fn plural(kind: &str) -> String {
 /// The v1 AdmissionReview of a CREATE of `object` in `namespace` by `user` (the object's namespace set).
 pub fn create_review(object: &Value, namespace: &str, user: &User, uid: &str) -> Value {
     let mut object = object.clone();
-    object["metadata"]["namespace"] = json!(namespace);
+    // A `metadata` that is no object is sent as it is: the webhooks answer such a review as unreadable.
+    if let Some(o) = object.as_object_mut() {
+        match o.entry("metadata").or_insert_with(|| json!({})) {
+            Value::Object(meta) => {
+                meta.insert("namespace".into(), json!(namespace));
+            }
+            meta @ Value::Null => *meta = json!({"namespace": namespace}),
+            _ => {}
+        }
+    }
     let kind = object["kind"].as_str().unwrap_or("Pod").to_string();
     let api_version = object["apiVersion"].as_str().unwrap_or("v1").to_string();
     let (group, version) = group_version(&api_version);
