@@ -372,7 +372,7 @@ impl ValidatePorts for OfflineValidate<'_> {
     async fn reserve(
         &self,
         ask: &quota::Ask,
-        _uid: &str,
+        _pod: &quota::ledger::Reserving<'_>,
         keep: bool,
         decide: &(dyn Fn(&Usage) -> Reservation + Sync),
     ) -> Result<Option<quota::Decision>, QuotaUnavailable> {
@@ -441,7 +441,7 @@ impl MutatePorts for Offline<'_> {
             .is_some()
     }
 
-    fn quota_usage(&self) -> Option<Usage> {
+    fn quota_usage(&self, _namespace: &str) -> Option<Usage> {
         self.usage.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }

@@ -1,7 +1,8 @@
 //! `gpu-admission quota usage -f FILES`: a cluster's GPU quota usage, offline, from what `kubectl get
 //! namespaces,nodes,pods -A -o json` prints (any Lists or documents holding Namespaces, Nodes and Pods). Each
 //! Pod is counted as the frontend's Pod watch counts it (core's `quota::demand::holds_quota` and
-//! `quota::of_pod_in`: pending or running, not being deleted, against its Node's class once bound), and the
+//! `quota::of_pod_in`: until it has finished or its deletion's grace period has passed, against its Node's
+//! class once bound), and the
 //! usage is shown against the policy's limits (core's `quota::figures`, what the frontend publishes as
 //! `gpu_admission_quota_gpus`). `-o yaml` prints the usage snapshot `gpu-admission check --usage` reads.
 //! DRA claims are not in the input: a Pod's GPUs through ResourceClaims count nothing here.
@@ -54,6 +55,10 @@ pub fn count(inputs: &[Input], tiers: &Tiers, snapshot: &PolicySnapshot) -> Coun
         nodes: &nodes,
         grants: &grants,
     };
+    // The clock a terminating Pod's grace period is read against.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
     for i in inputs {
         let Input::Object(s) = i else { continue };
         if s.value["kind"] != "Pod" {
@@ -65,7 +70,7 @@ pub fn count(inputs: &[Input], tiers: &Tiers, snapshot: &PolicySnapshot) -> Coun
             continue;
         };
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-        if !demand::holds_quota(&pod) {
+        if !demand::holds_quota(&pod, now_ms) {
             continue;
         }
         if let Some((tier, ns, counted)) = of_pod_in(&pod, namespace, snapshot, &facts) {

@@ -3,7 +3,8 @@
 //! ([`QuotasSpec`]) and the validated model ([`Quotas`]); the checks are in `validate/quotas.rs`.
 //!
 //! Amounts are kept in milli-GPUs ([`MilliGpus`]) so that sums and comparisons are exact: a MIG slice or a
-//! fractional (HAMi memory) request counts as its fraction of the class's device, rounded up to 1/1000.
+//! share (HAMi memory) counts as its fraction of the class's device where the class enforces shares
+//! (`sharesEnforced`), rounded up to 1/1000.
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -22,6 +23,11 @@ pub struct QuotasSpec {
     /// The PriorityClass a Pod admitted beyond its tier's `min` gets (preemptible, below every bucket).
     #[serde(default)]
     pub borrowing_priority_class: BorrowingClassSpec,
+    /// The GPU classes whose nodes enforce a share's limits inside the container (HAMi's memory and core
+    /// limits): only there a share counts as its fraction of a device; anywhere else a share is a whole
+    /// device, since nothing stops its container from using all of it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shares_enforced: Vec<String>,
     pub tiers: Vec<TierQuotaSpec>,
 }
 
@@ -135,6 +141,8 @@ pub struct Quotas {
     pub tiers: Vec<Option<TierQuota>>,
     /// Indexed like the catalog.
     pub capacity: Vec<Option<MilliGpus>>,
+    /// Indexed like the catalog: whether the class's nodes enforce shares (`sharesEnforced`).
+    pub shares_enforced: Vec<bool>,
     /// `None` when the policy has no quotas.
     pub borrowing: Option<BorrowingClass>,
 }
@@ -147,6 +155,11 @@ impl Quotas {
 
     pub fn tier(&self, tier: usize) -> Option<&TierQuota> {
         self.tiers.get(tier).and_then(Option::as_ref)
+    }
+
+    /// Whether the nodes of catalog class `class` enforce shares.
+    pub fn enforces_shares(&self, class: usize) -> bool {
+        self.shares_enforced.get(class).copied().unwrap_or(false)
     }
 }
 

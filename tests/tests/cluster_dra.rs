@@ -18,7 +18,8 @@
 //!   the scheduler allocates it (for a Pod naming the claim) comes from the L4 Node's pool: the tier holds
 //!   on the allocation, not only on the webhook's answer;
 //! - a gold claim of allocation mode `All` on the A100 class is allocated both A100 devices, and gold's
-//!   quota usage counts 2 A100 GPUs: what the scheduler allocated, not the 1 the spec asks for.
+//!   quota usage counts 8 A100 GPUs: what `All` may be allocated on one Node of the class (its
+//!   `gpusPerNode`), not the 1 the spec asks for nor only what this Node happened to have.
 
 use std::time::{Duration, Instant};
 
@@ -535,8 +536,8 @@ async fn claims_are_held_to_their_tier_by_the_webhook_and_on_the_allocation() {
 }
 
 /// A gold claim of allocation mode `All` on the A100 class asks for one device at least and is allocated
-/// both of the A100 Node's: gold's quota usage counts 2 A100 GPUs (the usage watch reads the claim's
-/// allocation), not the 1 its spec asks for.
+/// both of the A100 Node's: gold's quota usage counts 8 A100 GPUs (the class's `gpusPerNode`, what `All`
+/// may be allocated on any Node of the class), not the 1 its spec asks for.
 async fn allocated_devices_count_in_quotas(
     client: &kube::Client,
     tenant: &kube::Client,
@@ -550,14 +551,14 @@ async fn allocated_devices_count_in_quotas(
     let ran = run_claim_pod(client, tenant, GOLD, pod).await;
     assert_eq!(ran.node_class, "A100-80GB", "narrowed to its claim's class");
     let want = format!(
-        "gpu_admission_quota_gpus{{tier=\"gold\",tenant_namespace=\"{GOLD}\",class=\"A100-80GB\",kind=\"used\"}} 2"
+        "gpu_admission_quota_gpus{{tier=\"gold\",tenant_namespace=\"{GOLD}\",class=\"A100-80GB\",kind=\"used\"}} 8"
     );
     let took = webhook
         .wait_for_metric_line(&want, "quota_gpus", Duration::from_secs(20))
         .await
         .unwrap();
     println!(
-        "DRA: an allocationMode All claim allocated both A100 devices; gold's quota counts 2 A100 GPUs, after {:.1}s",
+        "DRA: an allocationMode All claim allocated both A100 devices; gold's quota counts 8 A100 GPUs (gpusPerNode), after {:.1}s",
         took.as_secs_f64()
     );
 }

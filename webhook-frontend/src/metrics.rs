@@ -149,6 +149,9 @@ pub(crate) enum LedgerWrite {
     conflict,
     /// The API failed, the ledger was full or stayed contended: the Pod was undecidable.
     failed,
+    /// Not written: the watch already holds a Pod of that namespace and name, so the apiserver refuses the
+    /// CREATE after admission (`AlreadyExists`) and nothing is reserved.
+    name_taken,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -185,6 +185,30 @@ impl<F: Fn(&str, &str) -> Option<ResourceClaimTemplate>> ClaimTemplates for F {
     }
 }
 
+/// What one GPU resource of a container, or one DRA request, may be allocated: how quotas count it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Holding {
+    /// Whole devices.
+    Devices(u32),
+    /// MIG slices of `memory_gib` each (where the rule states it).
+    Slices { count: u32, memory_gib: Option<f64> },
+    /// Shares of devices (HAMi memory and cores), `memory_gib` each where stated.
+    Shares { count: u32, memory_gib: Option<f64> },
+    /// Every device of one Node of its class (a DRA request of allocation mode `All`).
+    AllOfNode,
+}
+
+/// A Pod's holdings, grouped the way Kubernetes sums effective requests.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Holdings {
+    /// App containers and restartable (sidecar) init containers: held together.
+    pub running: Vec<Holding>,
+    /// Each plain init container's, held one at a time before the others start.
+    pub init: Vec<Vec<Holding>>,
+    /// The readable DRA claims' GPU requests (each at its largest `firstAvailable` alternative).
+    pub claims: Vec<Holding>,
+}
+
 /// What a Pod asks for in GPUs.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GpuAsk {
@@ -204,6 +228,8 @@ pub struct GpuAsk {
     /// GPU resources whose quantity is no Kubernetes quantity (`container "c": nvidia.com/gpu="one"`): how
     /// many GPUs the Pod asks for cannot be told (undecidable, denied in Enforce by `/validate-pod`).
     pub unreadable_quantities: Vec<String>,
+    /// What it may be allocated, resource by resource (quotas count this, not `count`).
+    pub holdings: Holdings,
     pub warnings: Vec<String>,
 }
 
@@ -270,6 +296,7 @@ struct ContainerAsk {
     kinds: Vec<GpuResourceKind>,
     /// GPU resources of the container whose quantity cannot be read.
     unreadable: Vec<String>,
+    holdings: Vec<Holding>,
 }
 
 /// How warnings name a container's resource (built only when there is a warning).
@@ -304,6 +331,8 @@ fn container_ask(c: &Container, rules: &GpuResources, warnings: &mut Vec<String>
         }
     }
     let mut share_only = false;
+    let mut share_memory: Option<f64> = None;
+    let mut whole = Vec::new();
     for (name, (counting, q, value)) in per_resource {
         if value == 0.0 {
             continue;
@@ -317,6 +346,7 @@ fn container_ask(c: &Container, rules: &GpuResources, warnings: &mut Vec<String>
             GpuResourceKind::Devices | GpuResourceKind::SharedDevices => {
                 let n = device_count(value, what, q, warnings);
                 out.devices = out.devices.saturating_add(n);
+                whole.push(n);
             }
             GpuResourceKind::MigSlices => {
                 let n = device_count(value, what, q, warnings);
@@ -324,10 +354,15 @@ fn container_ask(c: &Container, rules: &GpuResources, warnings: &mut Vec<String>
                 if let Some(m) = counting.memory_gib {
                     out.memory_gib = Some(out.memory_gib.map_or(m, |o: f64| o.max(m)));
                 }
+                out.holdings.push(Holding::Slices {
+                    count: n,
+                    memory_gib: counting.memory_gib,
+                });
             }
             GpuResourceKind::Memory => {
                 let gib = value * counting.memory_gib.unwrap_or(0.0);
                 out.memory_gib = Some(out.memory_gib.map_or(gib, |o| o.max(gib)));
+                share_memory = Some(share_memory.map_or(gib, |o| o.max(gib)));
                 share_only = true;
             }
             GpuResourceKind::Cores => share_only = true,
@@ -336,28 +371,45 @@ fn container_ask(c: &Container, rules: &GpuResources, warnings: &mut Vec<String>
             | GpuResourceKind::Unspecified => {}
         }
     }
-    // A share of a GPU (memory or cores) without a device count is one device.
+    // The devices of a container that also states a share (memory or cores) are shares; a share without a
+    // device count is one device.
+    for n in whole {
+        out.holdings.push(if share_only {
+            Holding::Shares {
+                count: n,
+                memory_gib: share_memory,
+            }
+        } else {
+            Holding::Devices(n)
+        });
+    }
     if out.devices == 0 && share_only {
         out.devices = 1;
+        out.holdings.push(Holding::Shares {
+            count: 1,
+            memory_gib: share_memory,
+        });
     }
     out
 }
 
-/// Devices a claim's requests take from GPU DeviceClasses (allocation mode `All`: at least one); the
-/// DeviceClasses they name are added to `classes`.
+/// What a claim's requests take from GPU DeviceClasses (the DeviceClasses they name are added to `classes`):
+/// the devices the Pod asks for (a `firstAvailable` list at its first GPU alternative, allocation mode `All`
+/// at least one), their vendor, and what each request may be allocated ([`Holding`]: its largest GPU
+/// alternative, `All` every device of a Node).
 fn claim_devices(
     spec: &ResourceClaimSpec,
     rules: &GpuResources,
     classes: &mut Vec<String>,
-) -> (u32, Option<GpuVendor>) {
+) -> (u32, Option<GpuVendor>, Vec<Holding>) {
     let mut count = 0u32;
     let mut vendor = None;
+    let mut holdings = Vec::new();
     for r in spec
         .devices
         .iter()
         .flat_map(|d| d.requests.iter().flatten())
     {
-        // `firstAvailable` lists alternatives: the first GPU alternative is what the Pod asks for.
         let alternatives: Vec<(&str, Option<&str>, Option<i64>)> =
             match (&r.exactly, &r.first_available) {
                 (Some(e), _) => vec![(
@@ -377,87 +429,45 @@ fn claim_devices(
                     .collect(),
                 (None, None) => Vec::new(),
             };
-        if let Some((class, mode, n)) = alternatives
-            .into_iter()
-            .find(|(class, _, _)| rules.dra_class_vendor(class).is_some())
-        {
-            vendor.get_or_insert(rules.dra_class_vendor(class).unwrap_or_default());
+        let gpu: Vec<(&str, Holding)> =
+            alternatives
+                .into_iter()
+                .filter(|(class, _, _)| rules.dra_class_vendor(class).is_some())
+                .map(|(class, mode, n)| {
+                    let held = match mode {
+                        Some("All") => Holding::AllOfNode,
+                        _ => Holding::Devices(
+                            n.unwrap_or(1).clamp(1, i64::from(MAX_GPUS_PER_POD)) as u32
+                        ),
+                    };
+                    (class, held)
+                })
+                .collect();
+        let Some(&(first_class, first)) = gpu.first() else {
+            continue;
+        };
+        vendor.get_or_insert(rules.dra_class_vendor(first_class).unwrap_or_default());
+        for (class, _) in &gpu {
             if !classes.iter().any(|c| c == class) {
                 classes.push(class.to_string());
             }
-            let n = match mode {
-                Some("All") => 1,
-                _ => n.unwrap_or(1).clamp(1, i64::from(MAX_GPUS_PER_POD)) as u32,
-            };
-            count = count.saturating_add(n);
         }
-    }
-    (count, vendor)
-}
-
-/// GPU devices the scheduler allocated a stored Pod's claims beyond what they ask for (a request of
-/// allocation mode `All` asks for "at least one" and may be given every device of its pool), read from
-/// each claim's `status.allocation` (the claim a template made is named in the Pod's
-/// `status.resourceClaimStatuses`). 0 before allocation, and for claims the caller cannot read.
-pub fn allocated_beyond_ask(
-    pod: &k8s_openapi::api::core::v1::Pod,
-    namespace: &str,
-    rules: &GpuResources,
-    claims: &dyn ClaimTemplates,
-) -> u32 {
-    let Some(spec) = &pod.spec else { return 0 };
-    let statuses = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.resource_claim_statuses.as_ref());
-    let mut beyond = 0u32;
-    for entry in spec.resource_claims.iter().flatten() {
-        let name = entry.resource_claim_name.clone().or_else(|| {
-            statuses?
-                .iter()
-                .find(|s| s.name == entry.name)?
-                .resource_claim_name
-                .clone()
+        count = count.saturating_add(match first {
+            Holding::Devices(n) => n,
+            _ => 1,
         });
-        let Some(claim) = name.and_then(|n| claims.claim(namespace, &n)) else {
-            continue;
-        };
-        let Some(claim_spec) = &claim.spec else {
-            continue;
-        };
-        // The GPU requests' names (a `firstAvailable` result names `request/subrequest`).
-        let gpu_request = |request: &str| -> bool {
-            let (main, sub) = request.split_once('/').unwrap_or((request, ""));
-            claim_spec
-                .devices
-                .iter()
-                .flat_map(|d| d.requests.iter().flatten())
-                .filter(|r| r.name == main)
-                .any(|r| match (&r.exactly, &r.first_available) {
-                    (Some(e), _) => rules.dra_class_vendor(&e.device_class_name).is_some(),
-                    (None, Some(subs)) => subs.iter().any(|s| {
-                        s.name == sub && rules.dra_class_vendor(&s.device_class_name).is_some()
-                    }),
-                    (None, None) => false,
-                })
-        };
-        let allocated = claim
-            .status
-            .as_ref()
-            .and_then(|s| s.allocation.as_ref())
-            .and_then(|a| a.devices.as_ref())
-            .map_or(0, |d| {
-                d.results
-                    .iter()
-                    .flatten()
-                    .filter(|r| gpu_request(&r.request))
-                    .count()
-            });
-        let asked = claim_devices(claim_spec, rules, &mut Vec::new()).0;
-        let allocated = u32::try_from(allocated).unwrap_or(u32::MAX);
-        beyond = beyond.saturating_add(allocated.saturating_sub(asked));
+        let largest = gpu
+            .iter()
+            .map(|(_, h)| *h)
+            .max_by_key(|h| match h {
+                Holding::AllOfNode => u32::MAX,
+                Holding::Devices(n) => *n,
+                _ => 1,
+            })
+            .unwrap_or(first);
+        holdings.push(largest);
     }
-    beyond
+    (count, vendor, holdings)
 }
 
 /// What the Pod asks for in GPUs. `namespace` and `templates` resolve DRA claims made from a
@@ -474,6 +484,7 @@ pub fn gpu_ask(
     let mut memory: Option<f64> = None;
     let mut kinds: Vec<GpuResourceKind> = Vec::new();
     let mut unreadable_quantities = Vec::new();
+    let mut holdings = Holdings::default();
     let mut note = |a: &ContainerAsk, vendor: &mut Option<GpuVendor>| {
         unreadable_quantities.extend(a.unreadable.iter().cloned());
         if a.devices > 0 {
@@ -496,6 +507,7 @@ pub fn gpu_ask(
         let a = container_ask(c, rules, &mut warnings);
         sum = sum.saturating_add(a.devices);
         note(&a, &mut vendor);
+        holdings.running.extend(a.holdings);
     }
     let mut init_max = 0u32;
     for c in spec.init_containers.iter().flatten() {
@@ -506,6 +518,11 @@ pub fn gpu_ask(
             init_max = init_max.max(a.devices);
         }
         note(&a, &mut vendor);
+        if c.restart_policy.as_deref() == Some("Always") {
+            holdings.running.extend(a.holdings);
+        } else if !a.holdings.is_empty() {
+            holdings.init.push(a.holdings);
+        }
     }
     let mut count = sum.max(init_max);
 
@@ -530,7 +547,8 @@ pub fn gpu_ask(
             unresolved_claims.push(claim.name.clone());
             continue;
         };
-        let (n, v) = claim_devices(&claim_spec, rules, &mut dra_device_classes);
+        let (n, v, held) = claim_devices(&claim_spec, rules, &mut dra_device_classes);
+        holdings.claims.extend(held);
         if n > 0 {
             count = count.saturating_add(n);
             if vendor.is_none() {
@@ -569,6 +587,7 @@ pub fn gpu_ask(
         dra_device_classes,
         unresolved_claims,
         unreadable_quantities,
+        holdings,
         warnings,
     }
 }

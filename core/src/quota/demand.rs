@@ -1,19 +1,22 @@
 //! What a Pod counts against quotas: its GPUs ([`crate::pod::gpu_resources::gpu_ask`], the one reading of a
 //! Pod's GPU resources) in whole-GPU equivalents, per class it may be counted against.
 //!
-//! A whole device counts 1000 milli-GPUs; a MIG slice or a HAMi memory request counts its memory over the
-//! memory of the class it is counted against (capped at one device), rounded up to a milli-GPU; a
-//! time-sliced replica counts a whole device (its split is node configuration the policy does not know).
+//! Counted on what the Pod may be allocated, resource by resource ([`Holding`]), never on an aggregate: a
+//! whole device counts 1000 milli-GPUs; a MIG slice its own memory over the memory of the class it is counted
+//! against (capped at one device), rounded up to a milli-GPU; a HAMi share likewise, but only on a class whose
+//! nodes enforce shares (`quotas.sharesEnforced`), else a whole device; a time-sliced replica a whole device
+//! (its split is node configuration the policy does not know); a DRA request its largest `firstAvailable`
+//! alternative, allocation mode `All` every device of one Node of the class (`gpusPerNode`). Containers add
+//! up as Kubernetes' effective requests do (running containers together, a plain init container alone), and
+//! claims on top.
 use std::collections::{BTreeMap, BTreeSet};
 
-use gpu_admission_policy::Policy;
 use gpu_admission_policy::quotas::MilliGpus;
+use gpu_admission_policy::{GpuClass, Policy};
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::placement;
-use crate::pod::gpu_resources::{
-    ClaimTemplates, GpuAsk, MAX_GPUS_PER_POD, allocated_beyond_ask, gpu_ask,
-};
+use crate::pod::gpu_resources::{ClaimTemplates, Holding, Holdings, MAX_GPUS_PER_POD, gpu_ask};
 use crate::policy::PolicySnapshot;
 use crate::tier_bound::{NodeClass, Nodes};
 
@@ -39,28 +42,69 @@ impl Counted {
     }
 }
 
-/// Whether a stored Pod holds its quota now: pending or running, not being deleted.
-pub fn holds_quota(pod: &Pod) -> bool {
+/// Whether a stored Pod holds its quota at `now_ms` (ms since the Unix epoch), as Kubernetes' ResourceQuota
+/// counts Pods: until its containers have stopped (phase `Succeeded` or `Failed`), or, once deleted, until
+/// its deletion time plus its grace period has passed (a Pod being deleted still runs and holds its devices).
+pub fn holds_quota(pod: &Pod, now_ms: u64) -> bool {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    pod.metadata.deletion_timestamp.is_none() && !matches!(phase, Some("Succeeded" | "Failed"))
+    !matches!(phase, Some("Succeeded" | "Failed"))
+        && holds_until_ms(pod).is_none_or(|t| now_ms <= t)
 }
 
-/// Milli-GPUs of `ask` on a device of `class_memory_gib`.
-pub fn milli_gpus(ask: &GpuAsk, class_memory_gib: f64) -> MilliGpus {
-    let per_device = match ask.memory_gib {
-        Some(m)
-            if (ask.shape.contains("mig") || ask.shape.contains("memory"))
-                && class_memory_gib > 0.0
-                && m.is_finite()
-                && m > 0.0 =>
-        {
-            ((m / class_memory_gib).min(1.0) * 1000.0 - 1e-9)
-                .ceil()
-                .max(1.0) as MilliGpus
-        }
-        _ => 1000,
+/// When a Pod being deleted stops holding its quota: its deletion time plus its grace period (ms since the
+/// Unix epoch); `None` for a Pod not being deleted.
+pub fn holds_until_ms(pod: &Pod) -> Option<u64> {
+    let at = pod.metadata.deletion_timestamp.as_ref()?;
+    let grace = pod
+        .metadata
+        .deletion_grace_period_seconds
+        .unwrap_or(0)
+        .max(0) as u64;
+    let at_ms = u64::try_from(at.0.as_millisecond()).unwrap_or(0);
+    Some(at_ms.saturating_add(grace.saturating_mul(1000)))
+}
+
+/// Milli-GPUs of one [`Holding`] on a device of catalog class `class` (`None`: no class known).
+fn milli_of(holding: &Holding, class: Option<&GpuClass>, shares_enforced: bool) -> MilliGpus {
+    let fraction = |count: u32, memory: Option<f64>| -> MilliGpus {
+        let class_memory = class.map_or(0.0, |c| c.memory_gib);
+        let per_device = match memory {
+            Some(m) if class_memory > 0.0 && m.is_finite() && m > 0.0 => {
+                ((m / class_memory).min(1.0) * 1000.0 - 1e-9)
+                    .ceil()
+                    .max(1.0) as MilliGpus
+            }
+            _ => 1000,
+        };
+        per_device.saturating_mul(MilliGpus::from(count))
     };
-    per_device.saturating_mul(MilliGpus::from(ask.count))
+    match *holding {
+        Holding::Devices(n) => 1000 * MilliGpus::from(n),
+        Holding::Slices { count, memory_gib } => fraction(count, memory_gib),
+        Holding::Shares { count, memory_gib } if shares_enforced => fraction(count, memory_gib),
+        Holding::Shares { count, .. } => 1000 * MilliGpus::from(count),
+        Holding::AllOfNode => {
+            1000 * MilliGpus::from(class.map_or(MAX_GPUS_PER_POD, |c| c.gpus_per_node))
+        }
+    }
+}
+
+/// Milli-GPUs of a Pod's holdings on a device of `class`: its running containers together or its largest
+/// plain init container, whichever is more, plus its claims.
+fn milli_on(policy: &Policy, holdings: &Holdings, class: Option<&str>) -> MilliGpus {
+    let k = class.and_then(|c| policy.class_index(c));
+    let gpu_class = k.map(|k| &policy.classes[k]);
+    let enforced = k.is_some_and(|k| policy.quotas.enforces_shares(k));
+    let sum = |hs: &[Holding]| -> MilliGpus {
+        hs.iter()
+            .map(|h| milli_of(h, gpu_class, enforced))
+            .fold(0, MilliGpus::saturating_add)
+    };
+    let init = holdings.init.iter().map(|i| sum(i)).max().unwrap_or(0);
+    sum(&holdings.running)
+        .max(init)
+        .saturating_add(sum(&holdings.claims))
+        .min(1000 * MilliGpus::from(MAX_GPUS_PER_POD))
 }
 
 /// The classes a Pod is counted against: its Node's class when it is bound to a Node of a class, else the
@@ -89,29 +133,22 @@ pub fn classes_of(
     }
 }
 
-/// What `ask` counts as against each of `classes`.
-pub fn counted(policy: &Policy, ask: &GpuAsk, classes: &BTreeSet<String>) -> Counted {
+/// What `holdings` count as against each of `classes`.
+pub fn counted(policy: &Policy, holdings: &Holdings, classes: &BTreeSet<String>) -> Counted {
     let mut out = Counted::default();
-    if ask.count == 0 {
-        return out;
-    }
     for c in classes {
-        let memory = policy
-            .class_index(c)
-            .map_or(0.0, |k| policy.classes[k].memory_gib);
-        let m = milli_gpus(ask, memory);
+        let m = milli_on(policy, holdings, Some(c));
         out.total = out.total.max(m);
         out.classes.insert(c.clone(), m);
     }
     if classes.is_empty() {
-        out.total = milli_gpus(ask, 0.0);
+        out.total = milli_on(policy, holdings, None);
     }
     out
 }
 
-/// A Pod's count in its tier: [`gpu_ask`] of its spec, plus what the scheduler allocated its claims beyond
-/// that ([`allocated_beyond_ask`]), against [`classes_of`] it. `None` for a Pod without GPUs (or without a
-/// spec).
+/// A Pod's count in its tier: the holdings of [`gpu_ask`] of its spec against [`classes_of`] it. `None` for
+/// a Pod without GPUs (or without a spec).
 pub fn of_pod(
     pod: &Pod,
     namespace: &str,
@@ -122,14 +159,12 @@ pub fn of_pod(
 ) -> Option<Counted> {
     let policy = snapshot.policy.as_deref()?;
     let spec = pod.spec.as_ref()?;
-    let mut ask = gpu_ask(spec, namespace, &snapshot.gpu_resources, templates);
-    // What the scheduler allocated beyond the ask (a stored Pod's claims of allocation mode `All`).
-    let beyond = allocated_beyond_ask(pod, namespace, &snapshot.gpu_resources, templates);
-    ask.count = ask.count.saturating_add(beyond).min(MAX_GPUS_PER_POD);
-    if ask.count == 0 {
+    let ask = gpu_ask(spec, namespace, &snapshot.gpu_resources, templates);
+    let h = &ask.holdings;
+    if h.running.is_empty() && h.init.is_empty() && h.claims.is_empty() {
         return None;
     }
     let rules = snapshot.tier_rules(tier, namespace)?;
     let classes = classes_of(pod, snapshot, &rules.allowed, nodes);
-    Some(counted(policy, &ask, &classes))
+    Some(counted(policy, h, &classes)).filter(|c| c.total > 0)
 }

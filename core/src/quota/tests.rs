@@ -467,3 +467,82 @@ fn the_pods_past_a_max_are_the_ones_admitted_after_it_was_full() {
     );
     assert!(over_max(&p, [pod("a", "batch", 16), pod("b", "batch", 16)]).is_empty());
 }
+
+/// What a Pod may be allocated is what counts: whole A100s beside a MIG sidecar count the whole devices plus
+/// the slice (not the slice's memory applied to every device); a HAMi share is a whole device on a class that
+/// does not enforce shares; a claim of allocation mode `All` counts every device of one Node of the class.
+#[test]
+fn a_pod_counts_what_it_may_be_allocated_resource_by_resource() {
+    let snap = PolicySnapshot::from_policy(policy());
+    let count = |p: &Pod, templates: &dyn crate::pod::gpu_resources::ClaimTemplates| {
+        demand::of_pod(p, "ns", "silver", &snap, &NoNodes, templates).map(|c| c.total)
+    };
+    let a100 = |containers: serde_json::Value| {
+        pod(
+            json!({"spec": {"nodeSelector": {"gpu.nvidia.com/class": "A100-80GB"},
+            "containers": containers}}),
+        )
+    };
+    let sidecar = a100(json!([
+        {"name": "train", "resources": {"limits": {"nvidia.com/gpu": "4"}}},
+        {"name": "probe", "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}]));
+    assert_eq!(count(&sidecar, &NoClaimTemplates), Some(4_125));
+    let policy = policy();
+    let k = policy.class_index("A100-80GB").unwrap();
+    assert!(!policy.quotas.enforces_shares(k));
+    let share = a100(json!([{"name": "c", "resources": {"limits":
+        {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8192"}}}]));
+    assert_eq!(count(&share, &NoClaimTemplates), Some(1_000));
+    // The same share where the policy says the class's nodes enforce it: 8 of 80 GiB.
+    let text = format!(
+        "{}{}",
+        gpu_admission_policy::DEFAULT_POLICY_YAML,
+        QUOTAS.replace("quotas:\n", "quotas:\n  sharesEnforced: [A100-80GB]\n")
+    );
+    let enforced = PolicySnapshot::from_policy(Arc::new(
+        gpu_admission_policy::parse(&text, "p.yaml").unwrap(),
+    ));
+    let c = demand::of_pod(
+        &share,
+        "ns",
+        "silver",
+        &enforced,
+        &NoNodes,
+        &NoClaimTemplates,
+    );
+    assert_eq!(c.map(|c| c.total), Some(100));
+    // A claim of allocation mode `All`: the class's gpusPerNode (8 in the default catalog).
+    let all = |_: &str, _: &str| -> Option<k8s_openapi::api::resource::v1::ResourceClaimTemplate> {
+        serde_json::from_value(
+            json!({"metadata": {"name": "all"}, "spec": {"spec": {"devices":
+            {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu.nvidia.com",
+            "allocationMode": "All"}}]}}}}),
+        )
+        .ok()
+    };
+    let with_claim = pod(
+        json!({"spec": {"nodeSelector": {"gpu.nvidia.com/class": "A100-80GB"},
+        "containers": [{"name": "c"}],
+        "resourceClaims": [{"name": "g", "resourceClaimTemplateName": "all"}]}}),
+    );
+    assert_eq!(count(&with_claim, &all), Some(8_000));
+}
+
+/// A Pod being deleted holds its quota until its deletion time plus its grace period, as ResourceQuota
+/// counts it; a finished one holds nothing.
+#[test]
+fn a_pod_being_deleted_holds_its_quota_until_its_grace_period_has_passed() {
+    let deleted = pod(
+        json!({"metadata": {"deletionTimestamp": "2026-11-29T10:00:00Z",
+        "deletionGracePeriodSeconds": 3600}, "spec": {"containers": [{"name": "c"}]}}),
+    );
+    let at = 1_795_946_400_000u64; // 2026-11-29T10:00:00Z
+    assert_eq!(demand::holds_until_ms(&deleted), Some(at + 3_600_000));
+    assert!(demand::holds_quota(&deleted, at + 3_599_000));
+    assert!(!demand::holds_quota(&deleted, at + 3_600_001));
+    let running = pod(json!({"spec": {"containers": [{"name": "c"}]}}));
+    assert!(demand::holds_quota(&running, u64::MAX));
+    let done =
+        pod(json!({"spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Succeeded"}}));
+    assert!(!demand::holds_quota(&done, 0));
+}

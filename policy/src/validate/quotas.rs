@@ -29,11 +29,21 @@ impl Checker {
         let mut out = Quotas {
             tiers: vec![None; cx.tiers.len()],
             capacity: vec![None; cx.classes.len()],
+            shares_enforced: vec![false; cx.classes.len()],
             borrowing: None,
         };
         let Some(spec) = spec else {
             return out;
         };
+        for (i, name) in spec.shares_enforced.iter().enumerate() {
+            match cx.class_index.get(name) {
+                Some(&k) => out.shares_enforced[k] = true,
+                None => self.fail(
+                    format!("quotas.sharesEnforced[{i}]"),
+                    format!("unknown GPU class `{name}` (not in catalog)"),
+                ),
+            }
+        }
         out.borrowing = Some(self.borrowing(spec, cx));
         for (name, &gpus) in &spec.capacity {
             let f = format!("quotas.capacity[{name}]");

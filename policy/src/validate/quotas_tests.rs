@@ -18,6 +18,7 @@ fn only_problem(quotas: &str) -> String {
 
 const GOOD: &str = "
   capacity: { L4-24GB: 64, H100-80GB: 16 }
+  sharesEnforced: [L4-24GB]
   tiers:
     - tier: bronze
       classes: { L4-24GB: { min: 16, max: 32 } }
@@ -61,6 +62,7 @@ fn a_quota_tree_is_indexed_by_tier_and_class_in_milli_gpus() {
     );
     assert!(p.quotas.tier(p.tier_index("silver").unwrap()).is_none());
     assert_eq!(p.quotas.capacity[l4], Some(64_000));
+    assert!(p.quotas.enforces_shares(l4) && !p.quotas.enforces_shares(h100));
     assert_eq!(p.quotas.borrowing.as_ref().unwrap().name, "gpu-borrowed");
     assert!(p.quotas.any());
 }
@@ -144,6 +146,10 @@ fn unknown_tiers_and_classes_and_classes_outside_the_tier_are_refused() {
     assert_eq!(
         only_problem("  capacity: { T4-16GB: 4 }\n  tiers: []"),
         "quotas.capacity[T4-16GB]: unknown GPU class `T4-16GB` (not in catalog)"
+    );
+    assert_eq!(
+        only_problem("  sharesEnforced: [L4-24GB, T4-16GB]\n  tiers: []"),
+        "quotas.sharesEnforced[1]: unknown GPU class `T4-16GB` (not in catalog)"
     );
 }
 

@@ -231,8 +231,8 @@ impl mutate_pod::MutatePorts for Ports<'_> {
         self.hook.quota.is_some()
     }
 
-    fn quota_usage(&self) -> Option<Usage> {
-        self.hook.quota.as_ref()?.usage()
+    fn quota_usage(&self, namespace: &str) -> Option<Usage> {
+        self.hook.quota.as_ref()?.usage(namespace)
     }
 
     fn building_patch<R>(&self, step: impl FnOnce() -> R) -> R {

@@ -137,13 +137,13 @@ impl ValidatePorts for Ports<'_> {
     async fn reserve(
         &self,
         ask: &quota::Ask,
-        uid: &str,
+        pod: &quota::ledger::Reserving<'_>,
         keep: bool,
         decide: &(dyn Fn(&Usage) -> Reservation + Sync),
     ) -> Result<Option<quota::Decision>, QuotaUnavailable> {
         let Some(usage) = &self.hook.quota else {
             return Ok(None);
         };
-        usage.reserve(ask, uid, keep, decide).await
+        usage.reserve(ask, pod, keep, decide).await
     }
 }

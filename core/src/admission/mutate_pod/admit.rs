@@ -83,8 +83,9 @@ pub trait MutatePorts {
 
     /// The GPU quota usage as last counted (what the cluster holds plus the admissions in flight), for a
     /// quota'd Pod's record and borrowing class; `None` where no usage is counted (no cluster, or its Pods
-    /// not listed yet). `/validate-pod` decides the quota again and holds the `max`.
-    fn quota_usage(&self) -> Option<Usage> {
+    /// not listed yet), as a Pod of `namespace` is decided against it. `/validate-pod` decides the quota again
+    /// and holds the `max`.
+    fn quota_usage(&self, _namespace: &str) -> Option<Usage> {
         None
     }
 
@@ -257,7 +258,13 @@ fn quota_step<P: MutatePorts>(
         (ask, policy.borrowing_class(facts.priority_classes))
     });
     let (tier, namespace, counted) = ask?;
-    let decision = quota::decide(p, &tier, &namespace, &counted, &ports.quota_usage()?)?;
+    let decision = quota::decide(
+        p,
+        &tier,
+        &namespace,
+        &counted,
+        &ports.quota_usage(&namespace)?,
+    )?;
     for op in quota::mutation_ops(&patched, &decision, class.as_ref()) {
         answer.patch.push(&op);
     }

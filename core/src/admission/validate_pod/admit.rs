@@ -54,13 +54,13 @@ pub trait ValidatePorts: Sync {
     }
 
     /// Offers the usage (what the cluster holds plus the reservations in flight) to `decide` and, when it
-    /// answers [`Reservation::Reserve`] and `keep` is true, reserves `ask` for the Pod `uid` on top of
-    /// exactly that usage (another admission reserving first: offered the new usage again). The decision
-    /// taken, `None` for [`Reservation::NoQuota`].
+    /// answers [`Reservation::Reserve`] and `keep` is true, reserves `ask` for `pod` on top of exactly that
+    /// usage (another admission reserving first: offered the new usage again). The decision taken, `None`
+    /// for [`Reservation::NoQuota`].
     fn reserve(
         &self,
         ask: &quota::Ask,
-        uid: &str,
+        pod: &quota::ledger::Reserving<'_>,
         keep: bool,
         decide: &(dyn Fn(&Usage) -> Reservation + Sync),
     ) -> impl Future<Output = Result<Option<Decision>, QuotaUnavailable>>;
@@ -202,11 +202,15 @@ async fn quota_step<P: ValidatePorts>(
     let ask = ports.with_facts(&none, |f| quota::of_request(req, policy, f))?;
     // The apiserver assigns the UID before validating admission; without one (not an apiserver) the usage
     // cannot tell this Pod from the watch's, so it is reserved under the request's UID.
-    let uid = req
-        .object
-        .as_ref()
-        .and_then(|o| o.metadata.uid.as_deref())
-        .unwrap_or(&req.uid);
+    let object = req.object.as_ref();
+    let pod = quota::ledger::Reserving {
+        uid: object
+            .and_then(|o| o.metadata.uid.as_deref())
+            .unwrap_or(&req.uid),
+        name: object
+            .and_then(|o| o.metadata.name.as_deref())
+            .unwrap_or(&req.name),
+    };
     let enforce = policy.mode == EnforcementMode::Enforce;
     let decide = |usage: &Usage| {
         let Some(d) = quota::decide(p, &ask.0, &ask.1, &ask.2, usage) else {
@@ -224,7 +228,7 @@ async fn quota_step<P: ValidatePorts>(
         }
     };
     let (tier, namespace) = (ask.0.clone(), ask.1.clone());
-    let decision = match ports.reserve(&ask, uid, !req.dry_run, &decide).await {
+    let decision = match ports.reserve(&ask, &pod, !req.dry_run, &decide).await {
         Ok(d) => d?,
         Err(QuotaUnavailable::NotCountedYet) => {
             if enforce {

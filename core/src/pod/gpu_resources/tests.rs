@@ -210,47 +210,56 @@ fn dra_claims_count_from_their_template() {
     assert_eq!(a.count, 0);
 }
 
-/// A stored Pod whose claim (made from a template, allocation mode `All`) was allocated 4 GPUs and a NIC
-/// holds 3 GPUs more than its spec asked for; before allocation, none.
+/// What a Pod may be allocated, resource by resource: whole devices beside a MIG sidecar, a share, a plain
+/// init container apart, a claim of allocation mode `All` and a `firstAvailable` list at its largest
+/// alternative (the ask, for scoring, stays at the first).
 #[test]
-fn devices_allocated_beyond_the_ask_are_read_from_the_claims_status() {
-    use k8s_openapi::api::core::v1::Pod;
-    let request = json!({"devices": {"requests": [
-        {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "All"}},
-        {"name": "nic", "exactly": {"deviceClassName": "sriov.example.com"}}]}});
-    let result = |request: &str, device: &str| json!({"request": request, "driver": "gpu.nvidia.com", "pool": "node-a", "device": device});
-    let allocated: Vec<_> = (0..4)
-        .map(|i| result("gpus", &format!("gpu-{i}")))
-        .chain([result("nic", "nic-0")])
-        .collect();
-    let claim = |results: Option<Vec<serde_json::Value>>| -> ResourceClaim {
-        let status = results.map(|r| json!({"allocation": {"devices": {"results": r}}}));
-        serde_json::from_value(json!({"metadata": {"name": "p-gpus-x1"}, "spec": request,
-            "status": status}))
-        .unwrap()
-    };
-    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {
-        "containers": [{"name": "c"}],
-        "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "all-gpus"}]},
-        "status": {"resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": "p-gpus-x1"}]}}))
+fn holdings_are_counted_resource_by_resource_at_the_largest_allocation() {
+    let spec: PodSpec = serde_json::from_value(json!({
+        "containers": [
+            {"name": "train", "resources": {"limits": {"nvidia.com/gpu": 4}}},
+            {"name": "slice", "resources": {"limits": {"nvidia.com/mig-1g.10gb": 1}}},
+            {"name": "hami", "resources": {"limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000}}}],
+        "initContainers": [{"name": "warm", "resources": {"limits": {"nvidia.com/gpu": 2}}}],
+        "resourceClaims": [{"name": "all", "resourceClaimTemplateName": "all"},
+                           {"name": "alt", "resourceClaimTemplateName": "alt"}]
+    }))
     .unwrap();
-    struct Claims(ResourceClaim);
-    impl ClaimTemplates for Claims {
-        fn template(&self, _: &str, _: &str) -> Option<ResourceClaimTemplate> {
-            None
-        }
-        fn claim(&self, ns: &str, name: &str) -> Option<ResourceClaim> {
-            (ns == "ns" && name == "p-gpus-x1").then(|| self.0.clone())
-        }
-    }
-    let rules = GpuResources::default();
-    let beyond = |c: ResourceClaim| allocated_beyond_ask(&pod, "ns", &rules, &Claims(c));
-    assert_eq!(beyond(claim(Some(allocated))), 3);
-    assert_eq!(beyond(claim(None)), 0, "not allocated yet");
-    assert_eq!(
-        allocated_beyond_ask(&pod, "ns", &rules, &NoClaimTemplates),
-        0
+    let templates = |_: &str, name: &str| -> Option<ResourceClaimTemplate> {
+        let request = match name {
+            "all" => json!({"name": "r", "exactly": {"deviceClassName": "gpu.nvidia.com",
+                "allocationMode": "All"}}),
+            _ => json!({"name": "r", "firstAvailable": [
+                {"name": "one", "deviceClassName": "gpu.nvidia.com", "count": 1},
+                {"name": "four", "deviceClassName": "gpu.nvidia.com", "count": 4},
+                {"name": "nic", "deviceClassName": "sriov.example.com", "count": 8}]}),
+        };
+        serde_json::from_value(json!({"metadata": {"name": name},
+            "spec": {"spec": {"devices": {"requests": [request]}}}}))
+        .ok()
+    };
+    let a = gpu_ask(&spec, "ns", &GpuResources::default(), &templates);
+    let h = &a.holdings;
+    assert_eq!(h.running.len(), 3, "{h:?}");
+    assert!(h.running.contains(&Holding::Devices(4)));
+    assert!(h.running.contains(&Holding::Slices {
+        count: 1,
+        memory_gib: Some(10.0)
+    }));
+    assert!(
+        h.running.iter().any(|x| matches!(
+            x,
+            Holding::Shares {
+                count: 1,
+                memory_gib: Some(_)
+            }
+        )),
+        "{h:?}"
     );
+    assert_eq!(h.init, vec![vec![Holding::Devices(2)]]);
+    assert_eq!(h.claims, vec![Holding::AllOfNode, Holding::Devices(4)]);
+    // The ask the scorer reads: 4 + 1 + 1 devices, the `All` claim at one, the list at its first.
+    assert_eq!(a.count, 6 + 1 + 1);
 }
 
 #[test]
