@@ -13,6 +13,7 @@
 
 pub mod demand;
 pub mod figures;
+pub mod held;
 pub mod ledger;
 #[cfg(test)]
 mod tests;

@@ -22,13 +22,10 @@ use std::time::Duration;
 use futures::StreamExt;
 use gpu_admission_core::admission::validate_pod::{QuotaUnavailable, Reservation};
 use gpu_admission_core::authority::Grants;
-use gpu_admission_core::facts::Facts;
-use gpu_admission_core::policy::{PolicySnapshot, TierScope};
-use gpu_admission_core::quota::demand::{self, Counted};
+use gpu_admission_core::quota::held::{Counter, FactsCounter, HeldPods};
 use gpu_admission_core::quota::ledger::{self, Entry, Reserving, Seen};
 use gpu_admission_core::quota::{self, Decision, Usage};
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 
@@ -40,89 +37,20 @@ use crate::policy::PolicyCache;
 /// How often the quota metrics are rewritten and the whole count taken again.
 const RECOUNT_EVERY: Duration = Duration::from_secs(5);
 
-/// A Pod that may hold GPUs, slimmed to what counting reads.
-#[derive(Debug, Clone)]
-struct Stored {
-    namespace: String,
-    pod: Pod,
-}
-
-/// What one stored Pod counts, under the tier its namespace had when it was counted.
-#[derive(Debug, Clone)]
-struct Held {
-    tier: String,
-    namespace: String,
-    counted: Counted,
-}
-
-/// What counting reads besides the Pod: the namespaces' tiers and the cluster's Nodes and claims, the policy.
-struct Counting<'a> {
-    cluster: &'a ClusterFacts,
-    snapshot: &'a Arc<PolicySnapshot>,
-}
-
-impl Counting<'_> {
-    /// The quota'd tier a namespace is held to now (`None`: its tier has no quota, or it is outside the
-    /// policy's scope).
-    fn tier_of(&self, namespace: &str) -> Option<String> {
-        let tier = match self
-            .snapshot
-            .tier_for(self.cluster.namespace_tier(namespace).as_deref())
-        {
-            TierScope::Tier(t) | TierScope::Defaulted { tier: t, .. } => t,
-            TierScope::Ignored(_) | TierScope::Denied(_) => return None,
-        };
-        quota::tier_quota(self.snapshot.policy.as_deref()?, &tier)?;
-        Some(tier)
-    }
-
-    fn count(&self, stored: &Stored) -> Option<Held> {
-        let tier = self.tier_of(&stored.namespace)?;
-        let snapshot = self.snapshot;
-        let counted = self
-            .cluster
-            .with_facts(snapshot, &Grants::none(), |facts: &Facts<'_>| {
-                demand::of_pod(
-                    &stored.pod,
-                    &stored.namespace,
-                    &tier,
-                    snapshot,
-                    facts.nodes,
-                    facts.claim_templates,
-                )
-            })?;
-        Some(Held {
-            tier,
-            namespace: stored.namespace.clone(),
-            counted,
-        })
-    }
-}
-
-/// A relist in progress (`Init` .. `InitDone`).
+/// A relist in progress (`Init` .. `InitDone`): the Pods that may hold GPUs (slimmed) and every name.
 #[derive(Debug, Default)]
 struct Relist {
-    stored: HashMap<String, Stored>,
+    pods: Vec<(String, Pod)>,
     names: HashSet<String>,
 }
 
 #[derive(Debug, Default)]
 struct State {
-    /// Pods that may hold GPUs, by UID.
-    stored: HashMap<String, Stored>,
-    /// `namespace/name` of every Pod the watch holds (GPUs or not).
+    /// What the cluster holds ([`HeldPods`]: core's counting).
+    held: HeldPods,
+    /// `namespace/name` of every Pod the watch holds (GPUs or not, finished or not).
     names: HashSet<String>,
     relist: Option<Relist>,
-    /// What each stored Pod counts (none where its namespace's tier has no quota).
-    counted: HashMap<String, Held>,
-    /// What `counted` sums to.
-    usage: Usage,
-    /// The quota'd tier each namespace of a stored Pod was counted under.
-    tiers: HashMap<String, Option<String>>,
-    /// The policy the counts were taken under (`None`: count again).
-    basis: Option<Arc<PolicySnapshot>>,
-    /// Stored Pods being deleted: when each stops holding, in ms since the epoch.
-    terminating: HashMap<String, u64>,
     /// Every UID the watch brought (counted or not, present or gone): when it first did, in ms since the
     /// epoch, and whether it is gone (deleted or finished). A ledger entry of such a Pod is the watch's to
     /// count, or done ([`ledger::Seen`]).
@@ -132,100 +60,17 @@ struct State {
 }
 
 impl State {
-    /// Takes a watched Pod in (`None`: deleted or finished) and counts it under the current tier.
-    fn set(&mut self, uid: &str, pod: Option<&Pod>, cx: &Counting<'_>, now: u64) {
-        let holds = pod.filter(|p| demand::holds_quota(p, now));
-        self.mark_seen(uid, holds.is_none(), now);
-        match holds.and_then(|p| Some((p, slim(p)?))) {
-            Some((p, stored)) => {
-                match demand::holds_until_ms(p) {
-                    Some(t) => self.terminating.insert(uid.to_string(), t),
-                    None => self.terminating.remove(uid),
-                };
-                self.stored.insert(uid.to_string(), stored);
-            }
-            None => {
-                self.stored.remove(uid);
-                self.terminating.remove(uid);
-            }
-        }
-        self.recount(uid, cx);
+    /// Takes a watched Pod in (`None`: deleted) and counts it.
+    fn set(&mut self, uid: &str, pod: Option<&Pod>, cx: &dyn Counter, now: u64) {
+        let holds = self.held.set(uid, pod, cx, now);
+        self.mark_seen(uid, !holds, now);
     }
 
-    /// Counts one stored Pod again (or takes back what a Pod no longer stored counted).
-    fn recount(&mut self, uid: &str, cx: &Counting<'_>) {
-        if let Some(old) = self.counted.remove(uid) {
-            self.usage.add(&old.tier, &old.namespace, &old.counted, -1);
-        }
-        let Some(stored) = self.stored.get(uid) else {
-            return;
-        };
-        if !self.tiers.contains_key(&stored.namespace) {
-            let tier = cx.tier_of(&stored.namespace);
-            self.tiers.insert(stored.namespace.clone(), tier);
-        }
-        if let Some(held) = cx.count(stored) {
-            self.usage
-                .add(&held.tier, &held.namespace, &held.counted, 1);
-            self.counted.insert(uid.to_string(), held);
-        }
-    }
-
-    /// Brings the counts in step with now: every Pod again under a new policy, a relabelled namespace's
-    /// Pods under its new tier, and a terminating Pod whose grace period has passed let go.
-    fn refresh(&mut self, cx: &Counting<'_>, now: u64) {
-        let expired: Vec<String> = self
-            .terminating
-            .iter()
-            .filter(|(_, until)| now > **until)
-            .map(|(uid, _)| uid.clone())
-            .collect();
-        for uid in expired {
-            self.terminating.remove(&uid);
-            self.stored.remove(&uid);
+    /// The counts in step with `now` ([`HeldPods::refresh`]); Pods let go are gone for the ledger.
+    fn refresh(&mut self, cx: &dyn Counter, now: u64) {
+        for uid in self.held.refresh(cx, now) {
             self.mark_seen(&uid, true, now);
-            self.recount(&uid, cx);
         }
-        if !self
-            .basis
-            .as_ref()
-            .is_some_and(|b| Arc::ptr_eq(b, cx.snapshot))
-        {
-            self.recount_all(cx);
-            return;
-        }
-        let moved: HashSet<String> = self
-            .tiers
-            .iter()
-            .filter(|(ns, counted_under)| cx.tier_of(ns) != **counted_under)
-            .map(|(ns, _)| ns.clone())
-            .collect();
-        if moved.is_empty() {
-            return;
-        }
-        for ns in &moved {
-            self.tiers.remove(ns);
-        }
-        let uids: Vec<String> = self
-            .stored
-            .iter()
-            .filter(|(_, s)| moved.contains(&s.namespace))
-            .map(|(uid, _)| uid.clone())
-            .collect();
-        for uid in uids {
-            self.recount(&uid, cx);
-        }
-    }
-
-    fn recount_all(&mut self, cx: &Counting<'_>) {
-        self.counted.clear();
-        self.usage = Usage::default();
-        self.tiers.clear();
-        let uids: Vec<String> = self.stored.keys().cloned().collect();
-        for uid in uids {
-            self.recount(&uid, cx);
-        }
-        self.basis = Some(cx.snapshot.clone());
     }
 
     fn mark_seen(&mut self, uid: &str, gone: bool, now: u64) {
@@ -247,68 +92,6 @@ impl State {
             Some(&(at_ms, false)) => Seen::Since { at_ms },
         }
     }
-}
-
-/// A Pod slimmed to what counting reads, `None` for a Pod that cannot hold GPUs (no extended resource, no
-/// DRA claim), whatever the policy says.
-fn slim(pod: &Pod) -> Option<Stored> {
-    let spec = pod.spec.as_ref()?;
-    let native = |k: &str| {
-        matches!(k, "cpu" | "memory" | "ephemeral-storage" | "storage")
-            || k.starts_with("hugepages-")
-    };
-    let extended = |c: &Container| {
-        c.resources.iter().any(|r| {
-            r.requests
-                .iter()
-                .chain(r.limits.iter())
-                .flat_map(|m| m.keys())
-                .any(|k| !native(k))
-        })
-    };
-    let claims = spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty());
-    let containers = spec
-        .containers
-        .iter()
-        .chain(spec.init_containers.iter().flatten());
-    if !claims && !containers.clone().any(extended) {
-        return None;
-    }
-    let keep = |c: &Container| Container {
-        name: c.name.clone(),
-        resources: c.resources.clone(),
-        restart_policy: c.restart_policy.clone(),
-        ..Default::default()
-    };
-    let m = &pod.metadata;
-    Some(Stored {
-        namespace: m.namespace.clone()?,
-        pod: Pod {
-            metadata: ObjectMeta {
-                name: m.name.clone(),
-                namespace: m.namespace.clone(),
-                uid: m.uid.clone(),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                containers: spec.containers.iter().map(keep).collect(),
-                init_containers: spec
-                    .init_containers
-                    .as_ref()
-                    .map(|cs| cs.iter().map(keep).collect()),
-                resource_claims: spec.resource_claims.clone(),
-                node_name: spec.node_name.clone(),
-                node_selector: spec.node_selector.clone(),
-                affinity: spec.affinity.clone(),
-                ..Default::default()
-            }),
-            status: pod.status.as_ref().map(|s| PodStatus {
-                phase: s.phase.clone(),
-                resource_claim_statuses: s.resource_claim_statuses.clone(),
-                ..Default::default()
-            }),
-        },
-    })
 }
 
 fn key(namespace: &str, name: &str) -> String {
@@ -382,62 +165,64 @@ impl QuotaUsage {
         me
     }
 
-    fn event(&self, e: watcher::Event<Pod>) {
+    /// Runs `f` with core's counter over the current policy and the cluster's facts.
+    fn with_counter<R>(&self, f: impl FnOnce(&dyn Counter) -> R) -> R {
         let snapshot = self.policy.snapshot();
-        let cx = Counting {
-            cluster: &self.cluster,
-            snapshot: &snapshot,
-        };
+        self.cluster
+            .with_facts(&snapshot, &Grants::none(), |facts| {
+                f(&FactsCounter {
+                    snapshot: &snapshot,
+                    facts,
+                })
+            })
+    }
+
+    fn event(&self, e: watcher::Event<Pod>) {
         let now = now_ms();
-        let mut s = self.lock_state();
-        match e {
-            watcher::Event::Init => s.relist = Some(Relist::default()),
-            watcher::Event::InitApply(pod) => {
-                let (Some(uid), Some(ns), Some(name)) = (
-                    uid(&pod),
-                    pod.metadata.namespace.as_deref(),
-                    pod.metadata.name.as_deref(),
-                ) else {
-                    return;
-                };
-                let holds = demand::holds_quota(&pod, now);
-                s.mark_seen(&uid, !holds, now);
-                let relist = s.relist.get_or_insert_with(Relist::default);
-                relist.names.insert(key(ns, name));
-                if let Some(stored) = slim(&pod).filter(|_| holds) {
-                    relist.stored.insert(uid, stored);
+        let names = |pod: &Pod| -> Option<(String, String)> {
+            let m = &pod.metadata;
+            Some((
+                m.uid.clone()?,
+                key(m.namespace.as_deref()?, m.name.as_deref()?),
+            ))
+        };
+        self.with_counter(|cx| {
+            let mut s = self.lock_state();
+            match e {
+                watcher::Event::Init => s.relist = Some(Relist::default()),
+                watcher::Event::InitApply(pod) => {
+                    let Some((uid, name)) = names(&pod) else {
+                        return;
+                    };
+                    let holds = quota::demand::holds_quota(&pod, now);
+                    s.mark_seen(&uid, !holds, now);
+                    let relist = s.relist.get_or_insert_with(Relist::default);
+                    relist.names.insert(name);
+                    if let Some(slimmed) = quota::held::slim(&pod).filter(|_| holds) {
+                        relist.pods.push((uid, slimmed));
+                    }
+                }
+                watcher::Event::InitDone => {
+                    let relist = s.relist.take().unwrap_or_default();
+                    s.names = relist.names;
+                    s.held.replace_all(relist.pods, now);
+                    s.refresh(cx, now);
+                    self.synced.store(true, Ordering::Release);
+                }
+                watcher::Event::Apply(pod) => {
+                    if let Some((uid, name)) = names(&pod) {
+                        s.names.insert(name);
+                        s.set(&uid, Some(&pod), cx, now);
+                    }
+                }
+                watcher::Event::Delete(pod) => {
+                    if let Some((uid, name)) = names(&pod) {
+                        s.names.remove(&name);
+                        s.set(&uid, None, cx, now);
+                    }
                 }
             }
-            watcher::Event::InitDone => {
-                let relist = s.relist.take().unwrap_or_default();
-                s.names = relist.names;
-                s.stored = relist.stored;
-                s.terminating.clear();
-                s.basis = None;
-                s.refresh(&cx, now);
-                self.synced.store(true, Ordering::Release);
-            }
-            watcher::Event::Apply(pod) => {
-                if let (Some(uid), Some(ns), Some(name)) = (
-                    uid(&pod),
-                    pod.metadata.namespace.as_deref(),
-                    pod.metadata.name.as_deref(),
-                ) {
-                    s.names.insert(key(ns, name));
-                    s.set(&uid, Some(&pod), &cx, now);
-                }
-            }
-            watcher::Event::Delete(pod) => {
-                if let (Some(uid), Some(ns), Some(name)) = (
-                    uid(&pod),
-                    pod.metadata.namespace.as_deref(),
-                    pod.metadata.name.as_deref(),
-                ) {
-                    s.names.remove(&key(ns, name));
-                    s.set(&uid, None, &cx, now);
-                }
-            }
-        }
+        });
     }
 
     /// Whether the first listing is complete.
@@ -447,14 +232,11 @@ impl QuotaUsage {
 
     /// The state with its counts in step with now (the tiers' labels, the policy, grace periods).
     fn fresh_state(&self) -> std::sync::MutexGuard<'_, State> {
-        let snapshot = self.policy.snapshot();
-        let cx = Counting {
-            cluster: &self.cluster,
-            snapshot: &snapshot,
-        };
-        let mut s = self.lock_state();
-        s.refresh(&cx, now_ms());
-        s
+        self.with_counter(|cx| {
+            let mut s = self.lock_state();
+            s.refresh(cx, now_ms());
+            s
+        })
     }
 
     /// The usage as last counted, as a Pod of `namespace` is decided against it: the watch's plus the ledger
@@ -468,7 +250,7 @@ impl QuotaUsage {
         let ledger = self.lock_ledger();
         let s = self.fresh_state();
         Some(ledger::effective_usage(
-            &s.usage,
+            s.held.usage(),
             &ledger.entries,
             |u| s.seen(u),
             now_ms(),
@@ -508,7 +290,8 @@ impl QuotaUsage {
             let (decision, mut entries) = {
                 let s = self.fresh_state();
                 let seen = |u: &str| s.seen(u);
-                let usage = ledger::effective_usage(&s.usage, &on.entries, seen, now, namespace);
+                let usage =
+                    ledger::effective_usage(s.held.usage(), &on.entries, seen, now, namespace);
                 let d = match decide(&usage) {
                     Reservation::NoQuota => return Ok(None),
                     Reservation::Refused(d) => return Ok(Some(d)),
@@ -567,21 +350,15 @@ impl QuotaUsage {
         let Some(policy) = snapshot.policy.as_deref() else {
             return;
         };
-        let usage = {
+        if !self.is_synced() {
+            return;
+        }
+        let usage = self.with_counter(|cx| {
             let mut s = self.lock_state();
-            if !self.is_synced() {
-                return;
-            }
-            s.basis = None;
-            s.refresh(
-                &Counting {
-                    cluster: &self.cluster,
-                    snapshot: &snapshot,
-                },
-                now_ms(),
-            );
-            s.usage.clone()
-        };
+            s.held.invalidate();
+            s.refresh(cx, now_ms());
+            s.held.usage().clone()
+        });
         let family = &self.metrics.quota_gpus;
         family.clear();
         for f in quota::figures::figures(policy, &usage) {
@@ -605,158 +382,4 @@ impl QuotaUsage {
 
 fn not_reserved(e: LedgerError) -> QuotaUnavailable {
     QuotaUnavailable::NotReserved(e.to_string())
-}
-
-fn uid(pod: &Pod) -> Option<String> {
-    pod.metadata.uid.clone()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const QUOTAS: &str = "
-quotas:
-  tiers:
-    - tier: bronze
-      classes: { L4-24GB: { max: 4 } }
-    - tier: silver
-      classes: { L4-24GB: { max: 4 } }
-";
-
-    fn snapshot(quotas: &str) -> Arc<PolicySnapshot> {
-        let text = format!("{}{quotas}", gpu_admission_policy::DEFAULT_POLICY_YAML);
-        let policy = gpu_admission_policy::parse(&text, "p.yaml").unwrap();
-        Arc::new(PolicySnapshot::from_policy(Arc::new(policy)))
-    }
-
-    fn cluster(tiers: &[(&str, &str)]) -> ClusterFacts {
-        ClusterFacts::Static {
-            tiers: tiers
-                .iter()
-                .map(|(n, t)| (n.to_string(), t.to_string()))
-                .collect(),
-        }
-    }
-
-    /// A Pod of `ns` pinned to L4 asking for `gpus`, being deleted with `grace` seconds when given.
-    fn pod(ns: &str, name: &str, gpus: u32, deleted: Option<(&str, i64)>) -> Pod {
-        let mut p = serde_json::json!({"metadata": {"namespace": ns, "name": name, "uid": name},
-            "spec": {"nodeSelector": {"gpu.nvidia.com/class": "L4-24GB"},
-                "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}});
-        if let Some((at, grace)) = deleted {
-            p["metadata"]["deletionTimestamp"] = at.into();
-            p["metadata"]["deletionGracePeriodSeconds"] = grace.into();
-        }
-        serde_json::from_value(p).unwrap()
-    }
-
-    fn held(s: &State, tier: &str) -> u64 {
-        s.usage
-            .namespaces
-            .values()
-            .filter(|n| n.tier == tier)
-            .map(|n| n.total)
-            .sum()
-    }
-
-    #[test]
-    fn the_watch_counts_a_pod_once_an_update_replaces_it_and_a_delete_frees_it_but_stays_seen() {
-        let (snap, facts) = (snapshot(QUOTAS), cluster(&[("a", "bronze")]));
-        let cx = Counting {
-            cluster: &facts,
-            snapshot: &snap,
-        };
-        let mut s = State::default();
-        s.refresh(&cx, 0);
-        assert_eq!(s.seen("p"), Seen::No);
-        s.set("p", Some(&pod("a", "p", 1, None)), &cx, 0);
-        s.set("p", Some(&pod("a", "p", 2, None)), &cx, 0);
-        assert_eq!(s.usage.namespaces["a"].total, 2000);
-        assert!(matches!(s.seen("p"), Seen::Since { .. }));
-        s.set("p", None, &cx, 0);
-        assert_eq!(s.usage, Usage::default());
-        // Gone: its ledger entry is done.
-        assert_eq!(s.seen("p"), Seen::Gone);
-        // A CPU-only Pod is not stored at all.
-        let cpu: Pod = serde_json::from_value(serde_json::json!({"metadata": {"namespace": "a",
-            "name": "cpu", "uid": "cpu"}, "spec": {"containers": [{"name": "c"}]}}))
-        .unwrap();
-        s.set("cpu", Some(&cpu), &cx, 0);
-        assert!(s.stored.is_empty());
-    }
-
-    /// A namespace's Pods belong to the tier its label says at the decision: relabelled, they move at the
-    /// next refresh, in both directions; a tier without quota holds nothing, and a policy change counts
-    /// every Pod again.
-    #[test]
-    fn a_relabelled_namespace_moves_its_pods_to_its_new_tier_at_once() {
-        let snap = snapshot(QUOTAS);
-        let (bronze, silver) = (cluster(&[("a", "bronze")]), cluster(&[("a", "silver")]));
-        let in_bronze = Counting {
-            cluster: &bronze,
-            snapshot: &snap,
-        };
-        let in_silver = Counting {
-            cluster: &silver,
-            snapshot: &snap,
-        };
-        let mut s = State::default();
-        s.refresh(&in_bronze, 0);
-        s.set("p", Some(&pod("a", "p", 3, None)), &in_bronze, 0);
-        assert_eq!((held(&s, "bronze"), held(&s, "silver")), (3000, 0));
-        s.refresh(&in_silver, 0);
-        assert_eq!((held(&s, "bronze"), held(&s, "silver")), (0, 3000));
-        s.refresh(&in_bronze, 0);
-        assert_eq!((held(&s, "bronze"), held(&s, "silver")), (3000, 0));
-        // Gold has no quota: nothing counted; back in bronze, counted again.
-        let gold = cluster(&[("a", "gold")]);
-        s.refresh(
-            &Counting {
-                cluster: &gold,
-                snapshot: &snap,
-            },
-            0,
-        );
-        assert_eq!(s.usage, Usage::default());
-        s.refresh(&in_bronze, 0);
-        assert_eq!(held(&s, "bronze"), 3000);
-        // The policy drops bronze's quota: recounted without it.
-        let without = snapshot(
-            "
-quotas:
-  tiers:
-    - tier: silver
-      classes: { L4-24GB: { max: 4 } }
-",
-        );
-        s.refresh(
-            &Counting {
-                cluster: &bronze,
-                snapshot: &without,
-            },
-            0,
-        );
-        assert_eq!(s.usage, Usage::default());
-    }
-
-    /// A Pod being deleted counts until its deletion time plus its grace period, then not at all.
-    #[test]
-    fn a_terminating_pod_counts_until_its_grace_period_has_passed() {
-        let (snap, facts) = (snapshot(QUOTAS), cluster(&[("a", "bronze")]));
-        let cx = Counting {
-            cluster: &facts,
-            snapshot: &snap,
-        };
-        let at = 1_795_946_400_000u64; // 2026-11-29T10:00:00Z
-        let mut s = State::default();
-        s.refresh(&cx, at);
-        let deleting = pod("a", "p", 2, Some(("2026-11-29T10:00:00Z", 600)));
-        s.set("p", Some(&deleting), &cx, at);
-        s.refresh(&cx, at + 599_000);
-        assert_eq!(held(&s, "bronze"), 2000);
-        s.refresh(&cx, at + 600_001);
-        assert_eq!(held(&s, "bronze"), 0);
-        assert_eq!(s.seen("p"), Seen::Gone);
-    }
 }

@@ -1,0 +1,33 @@
+//! The quota oracle ([`gpu_admission_properties::quota_oracle`]) over random sequences: 300 sequences of 60
+//! steps in `cargo test`, as many as `QUOTA_ORACLE_SEQUENCES` says in CI's fuzz step. Prints the count of
+//! sequences, steps and counterexamples (0, or the test fails with the first one's trace).
+use gpu_admission_properties::quota_oracle::run;
+
+/// xorshift64*: a reproducible stream of op bytes per seed, no dependency.
+fn ops(seed: u64, steps: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..steps * 2)
+        .map(|_| {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 56) as u8
+        })
+        .collect()
+}
+
+#[test]
+fn no_sequence_breaks_a_max_or_counts_other_than_what_is_held() {
+    let sequences: u64 = std::env::var("QUOTA_ORACLE_SEQUENCES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let mut steps = 0;
+    for seed in 0..sequences {
+        match run(&ops(seed, 60)) {
+            Ok(n) => steps += n,
+            Err(e) => panic!("seed {seed}: {e}"),
+        }
+    }
+    println!("quota oracle: {sequences} sequences, {steps} steps, 0 counterexamples");
+}
