@@ -96,6 +96,21 @@ impl HeldPods {
         self.stored.contains_key(uid)
     }
 
+    /// The stored Pods of `namespace` that name the ResourceClaim `claim` (`resourceClaimName`).
+    pub fn naming_claim(&self, namespace: &str, claim: &str) -> Vec<Pod> {
+        self.stored
+            .values()
+            .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
+            .filter(|p| {
+                p.spec
+                    .iter()
+                    .flat_map(|s| s.resource_claims.iter().flatten())
+                    .any(|c| c.resource_claim_name.as_deref() == Some(claim))
+            })
+            .cloned()
+            .collect()
+    }
+
     /// Takes a watched Pod in (`None`: deleted) and counts it; whether it holds its quota at `now_ms`.
     pub fn set(&mut self, uid: &str, pod: Option<&Pod>, cx: &dyn Counter, now_ms: u64) -> bool {
         let holds = pod.filter(|p| demand::holds_quota(p, now_ms));

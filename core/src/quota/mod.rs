@@ -381,6 +381,85 @@ pub fn never_fits(
 /// What a Pod of a namespace counts against its tier's quota: (tier, namespace, count).
 pub type Ask = (String, String, demand::Counted);
 
+/// A ResourceClaim CREATE that stored Pods of its namespace already name (`resourceClaimName`: a claim
+/// deleted and created again, or created after its Pod): each such Pod asking again with this claim, as
+/// (what it counts with the claim, what it counts without it). Empty for anything else.
+pub fn claim_reasks(
+    req: &kube_core::admission::AdmissionRequest<kube_core::DynamicObject>,
+    snapshot: &crate::policy::PolicySnapshot,
+    facts: &crate::facts::Facts<'_>,
+    pods: &[k8s_openapi::api::core::v1::Pod],
+) -> Vec<(Ask, demand::Counted)> {
+    use k8s_openapi::api::resource::v1::ResourceClaim;
+    if req.operation != kube_core::admission::Operation::Create {
+        return Vec::new();
+    }
+    let claim: Option<ResourceClaim> = req
+        .object
+        .as_ref()
+        .and_then(|o| serde_json::to_value(o).ok())
+        .and_then(|v| serde_json::from_value(v).ok());
+    let (Some(claim), Some(namespace)) = (claim, req.namespace.as_deref()) else {
+        return Vec::new();
+    };
+    let name = claim.metadata.name.clone().unwrap_or_default();
+    let with = ClaimAs {
+        inner: facts.claim_templates,
+        name: &name,
+        claim: Some(claim),
+    };
+    let without = ClaimAs {
+        inner: facts.claim_templates,
+        name: &name,
+        claim: None,
+    };
+    let facts_with = crate::facts::Facts {
+        claim_templates: &with,
+        ..*facts
+    };
+    let facts_without = crate::facts::Facts {
+        claim_templates: &without,
+        ..*facts
+    };
+    pods.iter()
+        .filter_map(|pod| {
+            let ask = of_pod_in(pod, namespace, snapshot, &facts_with)?;
+            let before = of_pod_in(pod, namespace, snapshot, &facts_without)
+                .map(|(_, _, c)| c)
+                .unwrap_or_default();
+            Some((ask, before))
+        })
+        .collect()
+}
+
+/// The cluster's claims, but for one name: the claim being created (`Some`) or none (`None`).
+struct ClaimAs<'a> {
+    inner: &'a dyn crate::pod::gpu_resources::ClaimTemplates,
+    name: &'a str,
+    claim: Option<k8s_openapi::api::resource::v1::ResourceClaim>,
+}
+
+impl crate::pod::gpu_resources::ClaimTemplates for ClaimAs<'_> {
+    fn template(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<k8s_openapi::api::resource::v1::ResourceClaimTemplate> {
+        self.inner.template(namespace, name)
+    }
+
+    fn claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<k8s_openapi::api::resource::v1::ResourceClaim> {
+        if name == self.name {
+            return self.claim.clone();
+        }
+        self.inner.claim(namespace, name)
+    }
+}
+
 /// The tier quota of a tier, for callers that want to know whether counting matters at all.
 pub fn tier_quota<'p>(policy: &'p Policy, tier: &str) -> Option<&'p TierQuota> {
     policy.quotas.tier(policy.tier_index(tier)?)

@@ -134,6 +134,17 @@ impl ValidatePorts for Ports<'_> {
         self.hook.quota.is_some()
     }
 
+    fn pods_naming_claim(
+        &self,
+        namespace: &str,
+        claim: &str,
+    ) -> Vec<k8s_openapi::api::core::v1::Pod> {
+        self.hook
+            .quota
+            .as_ref()
+            .map_or_else(Vec::new, |q| q.pods_naming_claim(namespace, claim))
+    }
+
     async fn reserve(
         &self,
         ask: &quota::Ask,

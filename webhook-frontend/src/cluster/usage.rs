@@ -258,6 +258,11 @@ impl QuotaUsage {
         ))
     }
 
+    /// The stored Pods of `namespace` naming the ResourceClaim `claim` (a claim CREATE asks for them again).
+    pub(crate) fn pods_naming_claim(&self, namespace: &str, claim: &str) -> Vec<Pod> {
+        self.lock_state().held.naming_claim(namespace, claim)
+    }
+
     /// Offers the usage and the ledger to `decide` (core's quota step); when it reserves and `keep` is true
     /// (not a dry run), admits `pod` only once its entry is written on top of the ledger version it was
     /// decided on (a conflict: read, offer again). A Pod whose namespace/name the watch already holds is

@@ -8,6 +8,7 @@
 use std::future::Future;
 
 use k8s_openapi::api::authentication::v1::UserInfo;
+use k8s_openapi::api::core::v1::Pod;
 use kube_core::DynamicObject;
 use kube_core::admission::AdmissionRequest;
 
@@ -51,6 +52,12 @@ pub trait ValidatePorts: Sync {
     /// Whether this instance holds GPU quotas at all (it counts the cluster's usage); none by default.
     fn holds_quotas(&self) -> bool {
         false
+    }
+
+    /// The stored Pods of `namespace` that name the ResourceClaim `claim` (`resourceClaimName`), slimmed to
+    /// what counting reads; none where no usage is counted.
+    fn pods_naming_claim(&self, _namespace: &str, _claim: &str) -> Vec<Pod> {
+        Vec::new()
     }
 
     /// Offers the usage (what the cluster holds plus the reservations in flight) to `decide` and, when it
@@ -199,6 +206,9 @@ async fn quota_step<P: ValidatePorts>(
     {
         return Some(QuotaStep::NeverFits { tier, message });
     }
+    if let Some(step) = claim_step(req, policy, p, ports, verdict).await {
+        return Some(step);
+    }
     let ask = ports.with_facts(&none, |f| quota::of_request(req, policy, f))?;
     // The apiserver assigns the UID before validating admission; without one (not an apiserver) the usage
     // cannot tell this Pod from the watch's, so it is reserved under the request's UID.
@@ -256,4 +266,65 @@ async fn quota_step<P: ValidatePorts>(
         decision,
         answered,
     })
+}
+
+/// A ResourceClaim CREATE that stored Pods already name: each such Pod asks again with this claim (what it
+/// would hold with it, against the usage without what it holds now); over a `max` the claim is answered as
+/// an over-max Pod is. Nothing is reserved: the Pod is stored, and the watch counts the claim once created.
+async fn claim_step<P: ValidatePorts>(
+    req: &AdmissionRequest<DynamicObject>,
+    policy: &PolicySnapshot,
+    p: &gpu_admission_policy::Policy,
+    ports: &P,
+    verdict: &mut Verdict,
+) -> Option<QuotaStep> {
+    if crate::admission::validate_claim::claim_kind(req)
+        != Some(crate::admission::validate_claim::ClaimKind::Claim)
+    {
+        return None;
+    }
+    let namespace = req.namespace.as_deref()?;
+    let name = req.object.as_ref()?.metadata.name.as_deref()?;
+    let pods = ports.pods_naming_claim(namespace, name);
+    if pods.is_empty() {
+        return None;
+    }
+    let none = Grants::none();
+    let reasks = ports.with_facts(&none, |f| quota::claim_reasks(req, policy, f, &pods));
+    let reserving = quota::ledger::Reserving {
+        uid: &req.uid,
+        name,
+    };
+    for ((tier, ns, counted), before) in reasks {
+        let ask = (tier.clone(), ns.clone(), counted);
+        let decide = |usage: &Usage| {
+            let mut without = usage.clone();
+            without.add(&ask.0, &ask.1, &before, -1);
+            quota::decide(p, &ask.0, &ask.1, &ask.2, &without)
+                .map_or(Reservation::NoQuota, Reservation::Refused)
+        };
+        let decision = match ports.reserve(&ask, &reserving, false, &decide).await {
+            Ok(Some(d)) if d.standing == quota::Standing::OverMax => d,
+            Ok(_) => continue,
+            Err(_) => {
+                if policy.mode == EnforcementMode::Enforce {
+                    verdict.denied = Some(quota::NOT_COUNTED_YET.to_string());
+                }
+                return Some(QuotaStep::NotCountedYet);
+            }
+        };
+        let message = format!(
+            "{} (the ResourceClaim {namespace}/{name} is named by a Pod that already runs: with it, that Pod \
+             would hold more than its quota)",
+            decision.over_max_message().unwrap_or_default()
+        );
+        verdict.answer(policy.mode, message.clone());
+        return Some(QuotaStep::Decided {
+            tier,
+            namespace: ns,
+            decision,
+            answered: Some((QuotaViolation::OverMax, message)),
+        });
+    }
+    None
 }

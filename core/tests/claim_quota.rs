@@ -1,0 +1,142 @@
+//! `/validate-pod`'s quota step on a ResourceClaim CREATE: a claim that a stored Pod already names (deleted
+//! and created again, or created after its Pod) is that Pod asking again. A bronze namespace with an L4 `max`
+//! of 2 runs a Pod holding 1 GPU of its own and naming the claim `gpus` (a NIC claim when it was admitted):
+//! the claim created again as 4 GPUs is denied with the quota's message (the Pod, without what it holds now,
+//! asking for 5); as 1 GPU it is admitted; a claim no
+//! stored Pod names is not a quota question here.
+
+use std::sync::Arc;
+
+use futures_executor::block_on;
+use gpu_admission_core::admission::validate_pod::{self, QuotaStep, Reservation, ValidatePorts};
+use gpu_admission_core::authority::{Grants, Permission};
+use gpu_admission_core::facts::Facts;
+use gpu_admission_core::pod::gpu_resources::NoClaimTemplates;
+use gpu_admission_core::policy::PolicySnapshot;
+use gpu_admission_core::quota::{self, Usage, demand::Counted, ledger::Reserving};
+use gpu_admission_core::review;
+use gpu_admission_core::tier_bound::NoNodes;
+use k8s_openapi::api::authentication::v1::UserInfo;
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::json;
+
+const NS: &str = "team-a";
+
+struct Ports {
+    usage: Usage,
+    running: Pod,
+}
+
+impl ValidatePorts for Ports {
+    fn with_facts<R>(&self, grants: &Grants, f: impl FnOnce(&Facts<'_>) -> R) -> R {
+        let tier_of = |_: &str| Some("bronze".to_string());
+        f(&Facts {
+            tier_of: &tier_of,
+            priority_classes: None,
+            claim_templates: &NoClaimTemplates,
+            nodes: &NoNodes,
+            grants,
+        })
+    }
+
+    async fn grants(&self, _: &UserInfo, _: &[Permission]) -> Grants {
+        Grants::none()
+    }
+
+    fn holds_quotas(&self) -> bool {
+        true
+    }
+
+    fn pods_naming_claim(&self, namespace: &str, claim: &str) -> Vec<Pod> {
+        let names = |p: &Pod| {
+            p.spec
+                .iter()
+                .flat_map(|s| s.resource_claims.iter().flatten())
+                .any(|c| c.resource_claim_name.as_deref() == Some(claim))
+        };
+        (namespace == NS && names(&self.running))
+            .then(|| self.running.clone())
+            .into_iter()
+            .collect()
+    }
+
+    async fn reserve(
+        &self,
+        _: &quota::Ask,
+        _: &Reserving<'_>,
+        keep: bool,
+        decide: &(dyn Fn(&Usage) -> Reservation + Sync),
+    ) -> Result<Option<quota::Decision>, validate_pod::QuotaUnavailable> {
+        assert!(!keep, "a claim of a stored Pod reserves nothing");
+        Ok(match decide(&self.usage) {
+            Reservation::NoQuota => None,
+            Reservation::Refused(d) | Reservation::Reserve(d) => Some(d),
+        })
+    }
+}
+
+fn claim_create(name: &str, count: u32) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "u-1", "kind": {"group": "resource.k8s.io", "version": "v1", "kind": "ResourceClaim"},
+            "resource": {"group": "resource.k8s.io", "version": "v1", "resource": "resourceclaims"},
+            "namespace": NS, "operation": "CREATE", "name": name,
+            "userInfo": {"username": "alice"},
+            "object": {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                "metadata": {"name": name, "namespace": NS},
+                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                    "deviceClassName": "l4-24gb.gpu-admission.io", "count": count}}]}}}
+        }
+    }))
+    .unwrap()
+}
+
+fn answer(name: &str, count: u32) -> (Option<String>, bool) {
+    let text = format!(
+        "{}\nquotas:\n  tiers:\n    - tier: bronze\n      classes: {{ L4-24GB: {{ max: 2 }} }}\n",
+        gpu_admission_policy::DEFAULT_POLICY_YAML.replace("mode: Warn", "mode: Enforce")
+    );
+    let policy = PolicySnapshot::from_policy(Arc::new(
+        gpu_admission_policy::parse(&text, "p.yaml").unwrap(),
+    ));
+    let running: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "trainer", "namespace": NS, "uid": "pod-1"},
+        "spec": {"nodeSelector": {"gpu.nvidia.com/class": "L4-24GB"},
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}],
+            "resourceClaims": [{"name": "extra", "resourceClaimName": "gpus"}]}
+    }))
+    .unwrap();
+    // What the watch counted: its own GPU (the claim was a NIC then).
+    let mut usage = Usage::default();
+    let one = Counted {
+        classes: [("L4-24GB".to_string(), 1000)].into(),
+        total: 1000,
+    };
+    usage.add("bronze", NS, &one, 1);
+    let ports = Ports { usage, running };
+    let incoming = review::decode_object(&claim_create(name, count)).unwrap();
+    let req = incoming.request.unwrap();
+    let validated = block_on(validate_pod::admit(&req, &policy, &ports));
+    let decided = matches!(validated.quota, Some(QuotaStep::Decided { .. }));
+    (validated.verdict.denied, decided)
+}
+
+#[test]
+fn a_claim_a_running_pod_names_is_that_pod_asking_again() {
+    let (denied, decided) = answer("gpus", 4);
+    let message = denied.expect("4 more GPUs for a Pod holding 1, against a max of 2: denied");
+    assert!(decided);
+    assert!(
+        message.contains("holds 0 of its 2 L4-24GB GPUs; this Pod asks for 5"),
+        "{message}"
+    );
+    assert!(
+        message.contains("ResourceClaim team-a/gpus is named by a Pod"),
+        "{message}"
+    );
+    // One more GPU: 2 of 2, admitted.
+    assert_eq!(answer("gpus", 1), (None, false));
+    // A claim no stored Pod names: its Pod's CREATE is where it is counted.
+    assert_eq!(answer("other", 4), (None, false));
+}
