@@ -24,7 +24,8 @@ pub struct QuotaPod {
     counted: Counted,
 }
 
-/// What a listed Pod counts against its tier's quota (`None`: no GPU, no quota, not a Pod we read).
+/// What a listed Pod counts against its tier's quota (`None`: no GPU, no quota, not a Pod we read, or a Pod
+/// that no longer holds its quota: finished, or deleted and past its grace period).
 pub fn counted(
     object: &DynamicObject,
     policy: &PolicySnapshot,
@@ -32,6 +33,12 @@ pub fn counted(
 ) -> Option<QuotaPod> {
     let namespace = object.metadata.namespace.as_deref()?;
     let pod: Pod = serde_json::from_value(serde_json::to_value(object).ok()?).ok()?;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    if !quota::demand::holds_quota(&pod, now_ms) {
+        return None;
+    }
     let (tier, namespace, counted) = quota::of_pod_in(&pod, namespace, policy, facts)?;
     let name = object.metadata.name.clone().unwrap_or_default();
     let created = object
