@@ -68,10 +68,7 @@ impl ValidatePorts for Ports {
         decide: &(dyn Fn(&Usage) -> Reservation + Sync),
     ) -> Result<Option<quota::Decision>, validate_pod::QuotaUnavailable> {
         assert!(!keep, "a claim of a stored Pod reserves nothing");
-        Ok(match decide(&self.usage) {
-            Reservation::NoQuota => None,
-            Reservation::Refused(d) | Reservation::Reserve(d) => Some(d),
-        })
+        Ok(decide(&self.usage).decision())
     }
 }
 

@@ -280,10 +280,7 @@ impl QuotaUsage {
             let usage = self
                 .usage(namespace)
                 .ok_or(QuotaUnavailable::NotCountedYet)?;
-            return Ok(match decide(&usage) {
-                Reservation::NoQuota => None,
-                Reservation::Refused(d) | Reservation::Reserve(d) => Some(d),
-            });
+            return Ok(decide(&usage).decision());
         }
         if !self.is_synced() {
             return Err(QuotaUnavailable::NotCountedYet);

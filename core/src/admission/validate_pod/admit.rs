@@ -32,6 +32,16 @@ pub enum Reservation {
     Reserve(Decision),
 }
 
+impl Reservation {
+    /// The decision taken, reserved or not (`None`: no quota applies).
+    pub fn decision(self) -> Option<Decision> {
+        match self {
+            Reservation::NoQuota => None,
+            Reservation::Refused(d) | Reservation::Reserve(d) => Some(d),
+        }
+    }
+}
+
 /// Why a Pod's quota could not be decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum QuotaUnavailable {
