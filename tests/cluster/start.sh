@@ -7,6 +7,8 @@
 # Env:   GPU_ADMISSION_K8S_BIN      a folder holding the binaries (skips build.sh)
 #        GPU_ADMISSION_K8S_VERSION  the version build.sh builds or finds (default 1.37.2)
 #        STARTUP_TIMEOUT            seconds to wait for each component (default 120)
+#        STATIC_ADMISSION_DIR       a folder of manifest-based admission policies the apiserver loads at its start:
+#                                   DIR/validating and DIR/mutating (`gpu-admission floor render --static DIR`)
 # The apiserver: RBAC + Node authorization, the ServiceAccount admission plugin off (no token volumes),
 # resource.k8s.io/v1 (DRA) served, `--endpoint-reconciler-type=none` (a loopback advertise address is refused
 # by the default reconciler). The controller-manager runs every controller through its own ServiceAccount
@@ -88,6 +90,15 @@ plugins:
   - name: MutatingAdmissionWebhook
     configuration: {apiVersion: apiserver.config.k8s.io/v1, kind: WebhookAdmissionConfiguration, kubeConfigFile: "$R/webhook-client.kubeconfig"}
 K
+if [[ -n ${STATIC_ADMISSION_DIR:-} ]]; then
+  D=$(cd "$STATIC_ADMISSION_DIR" && pwd)
+  cat >>admission.yaml <<K
+  - name: ValidatingAdmissionPolicy
+    configuration: {apiVersion: apiserver.config.k8s.io/v1, kind: ValidatingAdmissionPolicyConfiguration, staticManifestsDir: "$D/validating"}
+  - name: MutatingAdmissionPolicy
+    configuration: {apiVersion: apiserver.config.k8s.io/v1, kind: MutatingAdmissionPolicyConfiguration, staticManifestsDir: "$D/mutating"}
+K
+fi
 tok=$(openssl rand -hex 16)
 echo "$tok,admin,admin,system:masters" >tokens.csv
 cat >kubeconfig <<K
