@@ -140,6 +140,15 @@ enum FloorCommand {
         /// The namespace label that carries the tier (the frontend's --tier-label).
         #[arg(long, default_value = gpu_admission_core::names::DEFAULT_TIER_LABEL)]
         tier_label: String,
+        /// Print the placing floor instead (Kubernetes 1.36+): a MutatingAdmissionPolicy and its binding,
+        /// reading the floor's parameter ConfigMap.
+        #[arg(long, conflicts_with = "static_dir")]
+        placing: bool,
+        /// Write the whole floor, parameters inline, as manifest-based admission files into DIR (Kubernetes
+        /// 1.37+: loaded by the kube-apiserver at its start, not deletable through the API), with the
+        /// AdmissionConfiguration that loads them; prints the apiserver flag.
+        #[arg(long = "static", value_name = "DIR")]
+        static_dir: Option<PathBuf>,
     },
 }
 
@@ -321,6 +330,21 @@ fn quota_usage(
     Ok(ExitCode::SUCCESS)
 }
 
+/// `floor render`: the floor, the placing floor (`--placing`), or the manifest-based files (`--static DIR`).
+fn floor_render(
+    source: &PolicySource,
+    tier_label: &str,
+    placing: bool,
+    static_dir: Option<&std::path::Path>,
+) -> anyhow::Result<String> {
+    let policy = source.load()?;
+    match static_dir {
+        Some(dir) => gpu_admission_cli::floor::write_manifest_based(&policy, tier_label, dir),
+        None if placing => gpu_admission_cli::floor::render_placing_yaml(&policy, tier_label),
+        None => gpu_admission_cli::floor::render_yaml(&policy, tier_label),
+    }
+}
+
 fn print_yaml(yaml: anyhow::Result<String>) -> anyhow::Result<ExitCode> {
     print!("{}", yaml?);
     Ok(ExitCode::SUCCESS)
@@ -347,12 +371,19 @@ fn main() -> ExitCode {
                 .map(|p| gpu_admission_policy::device_classes::render_yaml(&p)),
         ),
         Command::Floor {
-            command: FloorCommand::Render { source, tier_label },
-        } => print_yaml(
-            source
-                .load()
-                .and_then(|p| gpu_admission_cli::floor::render_yaml(&p, tier_label)),
-        ),
+            command:
+                FloorCommand::Render {
+                    source,
+                    tier_label,
+                    placing,
+                    static_dir,
+                },
+        } => print_yaml(floor_render(
+            source,
+            tier_label,
+            *placing,
+            static_dir.as_deref(),
+        )),
         Command::Quota {
             command:
                 QuotaCommand::Usage {

@@ -24,6 +24,9 @@ pub mod decision {
     pub const ANN_RECOMMENDED_CLASS: &str = "gpu-admission.io/recommended-class";
     /// Set instead of a score when the scorer could not answer and the tier's default placement was applied.
     pub const ANN_FALLBACK: &str = "gpu-admission.io/fallback";
+    /// Set by the placing floor (the apiserver's MutatingAdmissionPolicy) when it placed a Pod on its tier's
+    /// classes (the value: the tier): that class constraint is the floor's, not the Pod's own choice.
+    pub const ANN_FLOOR_PLACED: &str = "gpu-admission.io/floor-placed";
     pub const LABEL_JOB_TYPE: &str = "gpu-admission.io/job-type";
     pub const HOSTNAME_TOPOLOGY: &str = "kubernetes.io/hostname";
 }

@@ -7,6 +7,8 @@
 # Env:   GPU_ADMISSION_K8S_BIN      a folder holding the binaries (skips build.sh)
 #        GPU_ADMISSION_K8S_VERSION  the version build.sh builds or finds (default 1.37.2)
 #        STARTUP_TIMEOUT            seconds to wait for each component (default 120)
+#        STATIC_ADMISSION_DIR       a folder of manifest-based admission policies the apiserver loads at its start:
+#                                   DIR/validating and DIR/mutating (`gpu-admission floor render --static DIR`)
 # The apiserver: RBAC + Node authorization, the ServiceAccount admission plugin off (no token volumes),
 # resource.k8s.io/v1 (DRA) served, `--endpoint-reconciler-type=none` (a loopback advertise address is refused
 # by the default reconciler). The controller-manager runs every controller through its own ServiceAccount
@@ -16,7 +18,12 @@
 # The apiserver presents webhook-client.crt (signed by webhook-client-ca.crt) to every webhook it calls
 # (--admission-control-config-file), as a cluster that authenticates itself to webhooks does.
 # Writes into RUN_DIR: kubeconfig (admin token, system:masters), ca.crt, webhook-client-ca.crt, *.log, *.pid and env (ports,
-# KUBECONFIG, K8S_BIN). Prints "ready: KUBECONFIG=RUN_DIR/kubeconfig". Stop with stop.sh RUN_DIR; on failure
+# KUBECONFIG, K8S_BIN), and scheduler.kubeconfig / controller-manager.kubeconfig: each control-plane component
+# with its real identity (client certificates signed by ca.crt: CN system:kube-scheduler,
+# system:kube-controller-manager; the bootstrap RBAC roles of those names hold them), so that what they create
+# (the scheduler's ResourceClaims, the controllers' Pods) meets admission as in a cluster, never as
+# system:masters. kwok plays every fake Node's kubelet with the admin token (one process for all Nodes: no
+# per-Node identity to give it). Prints "ready: KUBECONFIG=RUN_DIR/kubeconfig". Stop with stop.sh RUN_DIR; on failure
 # what was started is stopped and the log tails are shown.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -83,6 +90,15 @@ plugins:
   - name: MutatingAdmissionWebhook
     configuration: {apiVersion: apiserver.config.k8s.io/v1, kind: WebhookAdmissionConfiguration, kubeConfigFile: "$R/webhook-client.kubeconfig"}
 K
+if [[ -n ${STATIC_ADMISSION_DIR:-} ]]; then
+  D=$(cd "$STATIC_ADMISSION_DIR" && pwd)
+  cat >>admission.yaml <<K
+  - name: ValidatingAdmissionPolicy
+    configuration: {apiVersion: apiserver.config.k8s.io/v1, kind: ValidatingAdmissionPolicyConfiguration, staticManifestsDir: "$D/validating"}
+  - name: MutatingAdmissionPolicy
+    configuration: {apiVersion: apiserver.config.k8s.io/v1, kind: MutatingAdmissionPolicyConfiguration, staticManifestsDir: "$D/mutating"}
+K
+fi
 tok=$(openssl rand -hex 16)
 echo "$tok,admin,admin,system:masters" >tokens.csv
 cat >kubeconfig <<K
@@ -93,6 +109,23 @@ users: [{name: admin, user: {token: "$tok"}}]
 contexts: [{name: e2e, context: {cluster: e2e, user: admin}}]
 current-context: e2e
 K
+# A client certificate (CN = the user name) and a kubeconfig for one component.
+identity() {
+  local file=$1 user=$2
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=$user" -keyout "$file.key" -out "$file.csr" 2>/dev/null
+  openssl x509 -req -in "$file.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile client.ext \
+    -out "$file.crt" 2>/dev/null
+  cat >"$file.kubeconfig" <<C
+apiVersion: v1
+kind: Config
+clusters: [{name: e2e, cluster: {server: "https://127.0.0.1:$P", certificate-authority: "$R/ca.crt"}}]
+users: [{name: $user, user: {client-certificate: "$R/$file.crt", client-key: "$R/$file.key"}}]
+contexts: [{name: e2e, context: {cluster: e2e, user: $user}}]
+current-context: e2e
+C
+}
+identity scheduler system:kube-scheduler
+identity controller-manager system:kube-controller-manager
 printf 'APISERVER_PORT=%s\nETCD_PORT=%s\nKUBECONFIG=%s\nK8S_BIN=%s\n' "$P" "$E" "$R/kubeconfig" "$B" >env
 
 # Runs a component in the background, its pid in NAME.pid and its output in NAME.log.
@@ -130,15 +163,16 @@ launch apiserver "$B/kube-apiserver" --etcd-servers="http://127.0.0.1:$E" --bind
   --admission-control-config-file=admission.yaml
 wait_for apiserver api /readyz
 
-common=(--kubeconfig=kubeconfig --authentication-kubeconfig=kubeconfig --authorization-kubeconfig=kubeconfig
-  --leader-elect=false --bind-address=127.0.0.1 --kube-api-qps=200 --kube-api-burst=400 --profiling=false)
+# Each component's own kubeconfig (its API client and its delegated authentication and authorization).
+own() { echo "--kubeconfig=$1.kubeconfig" "--authentication-kubeconfig=$1.kubeconfig" "--authorization-kubeconfig=$1.kubeconfig"; }
+common=(--leader-elect=false --bind-address=127.0.0.1 --kube-api-qps=200 --kube-api-burst=400 --profiling=false)
 if ((controllers)); then
-  launch controller-manager "$B/kube-controller-manager" "${common[@]}" --secure-port="$CP" \
+  launch controller-manager "$B/kube-controller-manager" $(own controller-manager) "${common[@]}" --secure-port="$CP" \
     --use-service-account-credentials=true --service-account-private-key-file=sa.key --root-ca-file=ca.crt \
     --controllers='*,-csrsigning,-csrapproving,-bootstrapsigner,-tokencleaner'
 fi
 if ((scheduler)); then
-  launch scheduler "$B/kube-scheduler" "${common[@]}" --secure-port="$SP"
+  launch scheduler "$B/kube-scheduler" $(own scheduler) "${common[@]}" --secure-port="$SP"
   wait_for scheduler healthy "$SP"
 fi
 if ((kwok)); then

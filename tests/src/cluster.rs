@@ -97,6 +97,23 @@ impl LocalCluster {
 
     /// [`LocalCluster::start`], with `components` beside the apiserver.
     pub async fn start_with(components: Components) -> anyhow::Result<Option<Self>> {
+        Self::start_configured(components, None).await
+    }
+
+    /// [`LocalCluster::start_with`], the apiserver loading the manifest-based admission policies of
+    /// `static_dir` at its start (`static_dir/validating`, `static_dir/mutating`: the layout of
+    /// `gpu-admission floor render --static`).
+    pub async fn start_with_static_policies(
+        components: Components,
+        static_dir: &Path,
+    ) -> anyhow::Result<Option<Self>> {
+        Self::start_configured(components, Some(static_dir)).await
+    }
+
+    async fn start_configured(
+        components: Components,
+        static_dir: Option<&Path>,
+    ) -> anyhow::Result<Option<Self>> {
         let Some(bin) = control_plane_bin()? else {
             return Ok(None);
         };
@@ -104,14 +121,16 @@ impl LocalCluster {
             .prefix("gpu-adm-cluster-")
             .tempdir()?;
         let script = cluster_scripts().join("start.sh");
-        let out = tokio::process::Command::new("bash")
+        let mut command = tokio::process::Command::new("bash");
+        command
             .arg(&script)
             .arg(run_dir.path())
             .args(components.args())
-            .env("GPU_ADMISSION_K8S_BIN", &bin)
-            .output()
-            .await
-            .context("running start.sh")?;
+            .env("GPU_ADMISSION_K8S_BIN", &bin);
+        if let Some(dir) = static_dir {
+            command.env("STATIC_ADMISSION_DIR", dir);
+        }
+        let out = command.output().await.context("running start.sh")?;
         if !out.status.success() {
             bail!(
                 "start.sh failed ({}):\n{}\n{}",

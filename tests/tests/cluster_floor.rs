@@ -730,3 +730,492 @@ async fn admission_cost_of_the_floor() {
         );
     }
 }
+
+/// Applies `files` (paths from the repository root) as the admin.
+fn apply(kc: &Path, files: &[&str]) {
+    for file in files {
+        let a = kubectl(kc, false, &["apply", "-f", &repo_path(file)], "");
+        assert!(a.ok, "{file}: {}", a.stderr);
+    }
+}
+
+/// Puts the API floor's parameters in Enforce, as the observer does for a policy in Enforce.
+fn floor_params_enforce(kc: &Path) {
+    let a = kubectl(
+        kc,
+        false,
+        &[
+            "-n",
+            "gpu-admission",
+            "patch",
+            "configmap",
+            "gpu-admission-floor",
+            "--type=merge",
+            "-p",
+            r#"{"data":{"mode":"Enforce"}}"#,
+        ],
+        "",
+    );
+    assert!(a.ok, "{}", a.stderr);
+}
+
+/// The stored Pod, as JSON (`Null` when absent).
+fn stored(kc: &Path, name: &str) -> Value {
+    let a = kubectl(
+        kc,
+        false,
+        &["-n", BRONZE, "get", "pod", name, "-o", "json"],
+        "",
+    );
+    serde_json::from_str(&a.stdout).unwrap_or(Value::Null)
+}
+
+/// Waits until the Pod is bound to `node` and Running (kwok), or 60 s.
+async fn runs_on(client: &kube::Client, name: &str, node: &str) -> bool {
+    wait_for(
+        &format!("{name} running on {node}"),
+        Duration::from_secs(60),
+        || async {
+            let p = Api::<Pod>::namespaced(client.clone(), BRONZE)
+                .get(name)
+                .await?;
+            let bound = p.spec.as_ref().and_then(|s| s.node_name.clone());
+            Ok(phase(&p) == "Running" && bound.as_deref() == Some(node))
+        },
+    )
+    .await
+    .is_ok()
+}
+
+/// A cluster with the scheduler, the controllers and kwok's one L4 Node, the tenant bound, the bronze
+/// namespace, the shipped PriorityClasses and the API floor in Enforce (parameters patched, no observer).
+async fn bronze_cluster(cluster: &LocalCluster, policy_file: &Path) -> Scorer {
+    cluster
+        .create_namespace("gpu-admission", None)
+        .await
+        .unwrap();
+    apply(
+        cluster.kubeconfig(),
+        &[
+            "deploy/kustomize/base/floor.yaml",
+            "deploy/kustomize/base/priorityclasses.yaml",
+        ],
+    );
+    floor_params_enforce(cluster.kubeconfig());
+    cluster.bind_tenant(USER).await.unwrap();
+    cluster
+        .create_namespace(BRONZE, Some("bronze"))
+        .await
+        .unwrap();
+    let scorer = Scorer::builder()
+        .policy(policy_file)
+        .start()
+        .await
+        .expect("scorer");
+    let l4 = scorer
+        .policy()
+        .catalog
+        .iter()
+        .find(|c| c.name == "L4-24GB")
+        .expect("L4 in the catalog")
+        .clone();
+    kwok::create_ready_nodes(
+        &cluster.client(),
+        &[kwok::gpu_node("floor-l4", &l4, "nvidia.com/gpu", 8)],
+    )
+    .await
+    .expect("the L4 Node");
+    scorer
+}
+
+/// The placing floor (`deploy/kustomize/components/placing-floor`, a MutatingAdmissionPolicy) beside the
+/// floor as shipped, in Enforce, with the real scheduler and kwok's one L4 Node. Where the apiserver serves
+/// MutatingAdmissionPolicy v1 (1.36+):
+///
+/// 0. once the apiserver has loaded it, with nothing of ours running yet, a bronze GPU Pod without a class is
+///    placed (marked `gpu-admission.io/floor-placed`);
+/// 1. frontend up: a bronze GPU Pod without a class is placed by the floor (mutating admission policies run
+///    before mutating webhooks) and decided by `/mutate-pod` on top of it (its decision record), and runs on
+///    the L4 Node;
+/// 2. frontend and scorer killed (no observer runs: the parameters were patched): a bronze GPU Pod without a
+///    class is admitted, marked `gpu-admission.io/floor-placed: bronze`, and runs on the L4 Node; one naming
+///    gpu-ultra is admitted at bronze's cap gpu-default; one pinned to H100 is still denied by the
+///    validating floor, naming L4.
+///
+/// On 1.34–1.35 (no MutatingAdmissionPolicy v1) the component is not applied and the classless bronze GPU
+/// Pod is denied by the validating floor with a message naming L4.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_placing_floor_places_a_classless_gpu_pod_while_no_gpu_admission_process_runs() {
+    let Some(cluster) = LocalCluster::start_with(Components::ALL)
+        .await
+        .expect("the local control plane starts")
+    else {
+        return;
+    };
+    let client = cluster.client();
+    let kc = cluster.kubeconfig();
+    let dir = tempfile::tempdir().unwrap();
+    let enforce = repo_file("deploy/kustomize/base/policy/default-policy.yaml")
+        .replace("  mode: Warn", "  mode: Enforce");
+    let policy_file = dir.path().join("policy.yaml");
+    std::fs::write(&policy_file, &enforce).unwrap();
+    let scorer = bronze_cluster(&cluster, &policy_file).await;
+    // MutatingAdmissionPolicy is served as admissionregistration.k8s.io/v1 from 1.36.
+    let v1 = kubectl(
+        kc,
+        false,
+        &["get", "--raw", "/apis/admissionregistration.k8s.io/v1"],
+        "",
+    );
+    assert!(v1.ok, "{}", v1.stderr);
+    let placing = v1.stdout.contains("\"mutatingadmissionpolicies\"");
+    let mut table = CaseTable::start();
+    let create = |object: &Value| {
+        kubectl(
+            kc,
+            true,
+            &["-n", BRONZE, "create", "-f", "-", "-o", "name"],
+            &object.to_string(),
+        )
+    };
+    if !placing {
+        let a = create(&gpu_pod("old-no-class", json!({})));
+        table.check(
+            "no MutatingAdmissionPolicy v1: bronze GPU Pod without a class",
+            a.summary(),
+            a.floor_denied() && a.stderr.contains("L4-24GB"),
+        );
+        table.finish("");
+        return;
+    }
+    apply(
+        kc,
+        &["deploy/kustomize/components/placing-floor/placing-floor.yaml"],
+    );
+    // The apiserver loads a new policy within seconds: until then the validating floor denies.
+    let in_force = eventually(Duration::from_secs(30), |i| {
+        let name = format!("probe-{i}");
+        create(&gpu_pod(&name, json!({}))).ok
+            && stored(kc, &name)["metadata"]["annotations"]["gpu-admission.io/floor-placed"]
+                == "bronze"
+    });
+    assert!(in_force, "the placing floor never placed a Pod");
+
+    // 1. Frontend up: the floor places first (mutating admission policies run before mutating webhooks),
+    //    the mutation decides on top of it.
+    let mut webhook = Webhook::builder(&scorer.url())
+        .kubeconfig(kc)
+        .policy_file(&policy_file)
+        .start()
+        .await
+        .expect("webhook");
+    register(&client, &webhook).await;
+    let mut last = None;
+    let decided = eventually(Duration::from_secs(30), |i| {
+        let name = format!("up-no-class-{i}");
+        let a = create(&gpu_pod(&name, json!({})));
+        let annotations = &stored(kc, &name)["metadata"]["annotations"];
+        let ok = a.ok
+            && annotations["gpu-admission.io/decided-at"].is_string()
+            && annotations["gpu-admission.io/floor-placed"] == "bronze";
+        last = Some((name, a));
+        ok
+    });
+    let (name, a) = last.unwrap();
+    let runs = decided && runs_on(&client, &name, "floor-l4").await;
+    let pod = stored(kc, &name);
+    table.check(
+        "frontend up: bronze GPU Pod without a class",
+        format!(
+            "{} annotations {} affinity {}",
+            a.summary(),
+            pod["metadata"]["annotations"],
+            pod["spec"]["affinity"]
+        ),
+        runs,
+    );
+
+    // 2. Every process of ours gone.
+    webhook.process.kill();
+    drop(scorer);
+    let a = create(&gpu_pod("down-no-class", json!({})));
+    let pod = stored(kc, "down-no-class");
+    let placed = pod["metadata"]["annotations"]["gpu-admission.io/floor-placed"] == "bronze"
+        && pod["metadata"]["annotations"]["gpu-admission.io/decided-at"].is_null();
+    let runs = a.ok && placed && runs_on(&client, "down-no-class", "floor-l4").await;
+    table.check(
+        "all down: bronze GPU Pod without a class",
+        format!(
+            "{} annotations {} affinity {}",
+            a.summary(),
+            pod["metadata"]["annotations"],
+            pod["spec"]["affinity"]
+        ),
+        runs,
+    );
+    let a = create(&gpu_pod(
+        "down-ultra",
+        json!({"priorityClassName": "gpu-ultra"}),
+    ));
+    let pod = stored(kc, "down-ultra");
+    table.check(
+        "all down: bronze GPU Pod at gpu-ultra",
+        format!(
+            "{} priority {} {} {}",
+            a.summary(),
+            pod["spec"]["priorityClassName"],
+            pod["spec"]["priority"],
+            pod["spec"]["preemptionPolicy"]
+        ),
+        a.ok && pod["spec"]["priorityClassName"] == "gpu-default"
+            && pod["spec"]["priority"] == 1000
+            && pod["spec"]["preemptionPolicy"] == "Never",
+    );
+    let a = create(&gpu_pod(
+        "down-h100",
+        json!({"nodeSelector": {CLASS: "H100-80GB"}}),
+    ));
+    table.check(
+        "all down: bronze GPU Pod pinned to H100",
+        a.summary(),
+        a.floor_denied() && a.stderr.contains("L4-24GB"),
+    );
+    table.finish(&format!("frontend log:\n{}", webhook.process.log_tail(30)));
+}
+
+/// The floor as manifest-based admission files (`gpu-admission floor render --static DIR` of the default
+/// policy in Enforce) loaded by the apiserver at its start (1.37: beta, on by default), with the real
+/// scheduler and kwok's one L4 Node: the API floor's objects (policies, bindings, parameters) applied and
+/// deleted again; the static policies cannot be deleted through the API; and the floor still holds: a bronze
+/// GPU Pod pinned to H100 is denied (naming L4), one without a class is placed by the static placing floor and
+/// runs on the L4 Node. Skipped below 1.37 (manifest-based admission is alpha in 1.36, absent before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_manifest_based_floor_holds_and_cannot_be_deleted_through_the_api() {
+    let version = std::env::var("GPU_ADMISSION_K8S_VERSION").unwrap_or_default();
+    if ["1.34", "1.35", "1.36"]
+        .iter()
+        .any(|v| version.starts_with(v))
+    {
+        eprintln!(
+            "SKIP manifest-based floor: Kubernetes {version} has no beta manifest-based admission"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let enforce = repo_file("deploy/kustomize/base/policy/default-policy.yaml")
+        .replace("  mode: Warn", "  mode: Enforce");
+    let policy_file = dir.path().join("policy.yaml");
+    std::fs::write(&policy_file, &enforce).unwrap();
+    let parsed = gpu_admission_policy::parse(&enforce, "policy.yaml").unwrap();
+    let static_dir = dir.path().join("static");
+    let said = gpu_admission_cli::floor::write_manifest_based(
+        &parsed,
+        gpu_admission_core::names::DEFAULT_TIER_LABEL,
+        &static_dir,
+    )
+    .unwrap();
+    println!("{said}");
+    let Some(cluster) = LocalCluster::start_with_static_policies(Components::ALL, &static_dir)
+        .await
+        .expect("the local control plane starts with the static floor")
+    else {
+        return;
+    };
+    let client = cluster.client();
+    let kc = cluster.kubeconfig();
+    let scorer = bronze_cluster(&cluster, &policy_file).await;
+    drop(scorer);
+    let mut table = CaseTable::start();
+    let a = kubectl(
+        kc,
+        false,
+        &[
+            "delete",
+            "-f",
+            &repo_path("deploy/kustomize/base/floor.yaml"),
+        ],
+        "",
+    );
+    table.check("the API floor's objects deleted", a.summary(), a.ok);
+    for (kind, name) in [
+        (
+            "validatingadmissionpolicy",
+            "gpu-admission-floor-pods.static.k8s.io",
+        ),
+        (
+            "validatingadmissionpolicybinding",
+            "gpu-admission-floor-pods.static.k8s.io",
+        ),
+        (
+            "mutatingadmissionpolicy",
+            "gpu-admission-floor-placing.static.k8s.io",
+        ),
+    ] {
+        let a = kubectl(kc, false, &["delete", kind, name], "");
+        table.check(&format!("admin deletes {kind} {name}"), a.summary(), !a.ok);
+    }
+    let create = |object: &Value| {
+        kubectl(
+            kc,
+            true,
+            &["-n", BRONZE, "create", "-f", "-", "-o", "name"],
+            &object.to_string(),
+        )
+    };
+    // The apiserver drops the deleted API floor within seconds; until then its binding, whose parameters are
+    // gone, denies every GPU Pod.
+    let mut last = None;
+    let placed = eventually(Duration::from_secs(30), |i| {
+        let name = format!("static-no-class-{i}");
+        let a = create(&gpu_pod(&name, json!({})));
+        let ok = a.ok
+            && stored(kc, &name)["metadata"]["annotations"]["gpu-admission.io/floor-placed"]
+                == "bronze";
+        last = Some((name, a));
+        ok
+    });
+    let (name, a) = last.unwrap();
+    let pod = stored(kc, &name);
+    let runs = placed && runs_on(&client, &name, "floor-l4").await;
+    table.check(
+        "static floor only: bronze GPU Pod without a class",
+        format!("{} affinity {}", a.summary(), pod["spec"]["affinity"]),
+        runs,
+    );
+    // The API floor gone (above), what the floor answers is the static one's.
+    let a = create(&gpu_pod(
+        "static-h100",
+        json!({"nodeSelector": {CLASS: "H100-80GB"}}),
+    ));
+    table.check(
+        "static floor only: bronze GPU Pod pinned to H100",
+        a.summary(),
+        !a.ok
+            && a.stderr.contains("gpu-admission-floor-pods.static.k8s.io")
+            && a.stderr.contains("L4-24GB"),
+    );
+    table.finish(&cluster.apiserver_log_tail(20));
+}
+
+/// The apiserver's admission cost of the placing floor
+/// (docs/measurements/2026-11-29-placing-floor.md), by hand:
+/// `cargo test -p gpu-admission-tests --test cluster_floor admission_cost_of_the_placing -- --ignored --nocapture`.
+/// One control plane (etcd + apiserver), the floor and the placing floor as shipped, parameters in Enforce,
+/// no webhook; one client impersonating the tenant (not exempt: the placing floor's every variable is
+/// evaluated), 3 × N Pod CREATEs alternated: a bronze GPU Pod without a class (placed by the placing floor,
+/// then admitted by the floor), a bronze GPU Pod stating L4 (both floors evaluated, nothing to place), and the
+/// same Pod in `kube-public`, which neither binds; per-request latency p50/p99 of each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, run by hand"]
+async fn admission_cost_of_the_placing_floor() {
+    const N: usize = 1000;
+    let Some(cluster) = LocalCluster::start()
+        .await
+        .expect("the control plane starts")
+    else {
+        return;
+    };
+    let kc = cluster.kubeconfig();
+    cluster
+        .create_namespace("gpu-admission", None)
+        .await
+        .unwrap();
+    apply(
+        kc,
+        &[
+            "deploy/kustomize/base/floor.yaml",
+            "deploy/kustomize/base/priorityclasses.yaml",
+            "deploy/kustomize/components/placing-floor/placing-floor.yaml",
+        ],
+    );
+    floor_params_enforce(kc);
+    cluster
+        .create_namespace(BRONZE, Some("bronze"))
+        .await
+        .unwrap();
+    cluster.bind_tenant(USER).await.unwrap();
+    let a = kubectl(
+        kc,
+        false,
+        &[
+            "create",
+            "rolebinding",
+            "cost-public",
+            "-n",
+            "kube-public",
+            "--clusterrole=edit",
+            &format!("--user={USER}"),
+        ],
+        "",
+    );
+    assert!(a.ok, "{}", a.stderr);
+    let mut config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(kc).unwrap(),
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    config.auth_info.impersonate = Some(USER.into());
+    let client = kube::Client::try_from(config).unwrap();
+    let pod_of = |extra: Value| -> Pod {
+        let mut p = gpu_pod("x", extra);
+        p["metadata"] = json!({"generateName": "cost-"});
+        serde_json::from_value(p).unwrap()
+    };
+    let classless = pod_of(json!({}));
+    let l4 = pod_of(json!({"nodeSelector": {CLASS: "L4-24GB"}}));
+    let bronze = Api::<Pod>::namespaced(client.clone(), BRONZE);
+    let public = Api::<Pod>::namespaced(client.clone(), "kube-public");
+    // The placing floor places (once the apiserver has loaded it; its parameters are read), then warm up.
+    let mut placed = false;
+    for _ in 0..100 {
+        let pod = bronze.create(&PostParams::default(), &classless).await;
+        let annotations = pod.ok().and_then(|p| p.metadata.annotations);
+        if annotations.is_some_and(|a| {
+            a.get("gpu-admission.io/floor-placed")
+                .is_some_and(|t| t == "bronze")
+        }) {
+            placed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(placed, "the placing floor never placed a Pod");
+    for _ in 0..50 {
+        bronze
+            .create(&PostParams::default(), &classless)
+            .await
+            .unwrap();
+        public.create(&PostParams::default(), &l4).await.unwrap();
+    }
+    let mut runs: [(&str, Vec<Duration>); 3] = [
+        (
+            "bronze, no class: placed by the placing floor",
+            Vec::with_capacity(N),
+        ),
+        (
+            "bronze, stating L4: both floors, nothing to place",
+            Vec::with_capacity(N),
+        ),
+        ("kube-public: no floor", Vec::with_capacity(N)),
+    ];
+    for i in 0..3 * N {
+        let (api, pod) = match i % 3 {
+            0 => (&bronze, &classless),
+            1 => (&bronze, &l4),
+            _ => (&public, &l4),
+        };
+        let t = Instant::now();
+        api.create(&PostParams::default(), pod).await.unwrap();
+        runs[i % 3].1.push(t.elapsed());
+    }
+    for (name, d) in &mut runs {
+        d.sort();
+        println!(
+            "{name}: {N} Pod CREATEs, p50 {:?}, p99 {:?}, mean {:?}",
+            percentile(d, 50.0),
+            percentile(d, 99.0),
+            d.iter().sum::<Duration>() / N as u32
+        );
+    }
+}

@@ -10,9 +10,14 @@
 use gpu_admission_policy::Policy;
 use gpu_admission_policy::gpu_resources::{GpuResourceKind, MEMORY_PLACEHOLDER};
 
-/// A CEL string literal (single-quoted; `\` and `'` escaped).
+/// A CEL string literal (single-quoted; `\`, `'` and newlines escaped).
 pub(crate) fn lit(s: &str) -> String {
-    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
+    format!(
+        "'{}'",
+        s.replace('\\', "\\\\")
+            .replace('\'', "\\'")
+            .replace('\n', "\\n")
+    )
 }
 
 /// The regular expression of a `gpuResources` pattern (`nvidia.com/mig-*g.{memoryGiB}gb`, `nvidia.com/**`):
@@ -123,7 +128,7 @@ pub(crate) fn asks_for_gpus(policy: &Policy, spec: &str, claims: bool) -> String
 }
 
 /// The catalog's class label keys, as a CEL list.
-fn class_keys(policy: &Policy) -> String {
+pub(crate) fn class_keys(policy: &Policy) -> String {
     let mut keys: Vec<&str> = Vec::new();
     for c in &policy.classes {
         if !keys.contains(&c.node_label_key.as_str()) {

@@ -26,6 +26,8 @@
 //! apply) puts it back.
 
 mod cel;
+mod manifest_based;
+mod placing;
 
 use std::collections::BTreeMap;
 
@@ -34,6 +36,8 @@ use gpu_admission_policy::{Policy, UntieredNamespaces};
 use serde_json::{Value, json};
 
 use crate::names::EXEMPT_NAMESPACES;
+pub use manifest_based::{ManifestBasedFloor, STATIC_SUFFIX, render_manifest_based};
+pub use placing::{PLACING_POLICY, render_placing};
 
 /// The parameter ConfigMap's name (in the product's namespace).
 pub const PARAMS_NAME: &str = "gpu-admission-floor";
@@ -362,11 +366,21 @@ fn class_validation(policy: &Policy, target: Target) -> Value {
     }
 }
 
+/// Only objects the floor has a rule for: a missing parameter object then stops these, not every one.
+fn match_conditions(policy: &Policy, target: Target) -> Value {
+    let spec = target.spec();
+    json!([{
+        "name": "asks-for-gpus-or-names-a-priority-class",
+        "expression": format!(
+            "(has({spec}.priorityClassName) && {spec}.priorityClassName != '') || {}",
+            cel::asks_for_gpus(policy, spec, target == Target::Pods)),
+    }])
+}
+
 /// A floor policy for `target`: GPU class (bound for Pods, no out-of-tier class for templates), priority
 /// cap, untiered namespaces under `Deny`.
 fn admission_policy(policy: &Policy, tier_label: &str, target: Target) -> Value {
     let off = "!variables.enforce || variables.tier == ''";
-    let spec = target.spec();
     json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -375,13 +389,7 @@ fn admission_policy(policy: &Policy, tier_label: &str, target: Target) -> Value 
             "failurePolicy": "Fail",
             "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
             "matchConstraints": {"resourceRules": target.resource_rules()},
-            // Only objects the floor has a rule for: a missing parameter object then stops these, not every one.
-            "matchConditions": [{
-                "name": "asks-for-gpus-or-names-a-priority-class",
-                "expression": format!(
-                    "(has({spec}.priorityClassName) && {spec}.priorityClassName != '') || {}",
-                    cel::asks_for_gpus(policy, spec, target == Target::Pods)),
-            }],
+            "matchConditions": match_conditions(policy, target),
             "variables": variables(policy, tier_label, target),
             "validations": [
                 class_validation(policy, target),

@@ -129,3 +129,94 @@ fn a_tier_no_namespace_label_can_name_is_refused() {
     });
     assert_eq!(params(&p), Err(TierNameError("bronze tier".into())));
 }
+
+#[test]
+fn the_placing_floor_reads_the_validating_floors_variables_and_parameters() {
+    let p = policy(|t| t.to_string());
+    let label = crate::names::DEFAULT_TIER_LABEL;
+    let placing = render_placing(&p, label).unwrap();
+    let [map, binding] = placing.as_slice() else {
+        panic!("a policy and its binding: {placing:?}")
+    };
+    assert_eq!(map["kind"], "MutatingAdmissionPolicy");
+    assert_eq!(binding["spec"]["policyName"], PLACING_POLICY);
+    assert_eq!(binding["spec"]["paramRef"]["name"], PARAMS_NAME);
+    let floor = render(&p, label).unwrap();
+    let pods = floor
+        .iter()
+        .find(|o| o["metadata"]["name"] == POD_POLICY)
+        .unwrap();
+    // Every variable of the validating Pod policy, the same expression, in the same order, first.
+    let theirs = pods["spec"]["variables"].as_array().unwrap();
+    let ours = map["spec"]["variables"].as_array().unwrap();
+    assert_eq!(&ours[..theirs.len()], theirs.as_slice());
+    assert_eq!(
+        map["spec"]["matchConditions"],
+        pods["spec"]["matchConditions"]
+    );
+    // It never places a decided Pod, an exempt requester's, or one naming a class outside its tier.
+    let place = ours.iter().find(|v| v["name"] == "place").unwrap()["expression"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for needed in [
+        "!variables.decided",
+        "!variables.exempt",
+        "!variables.bound",
+        "variables.gpu",
+    ] {
+        assert!(place.contains(needed), "{needed} in {place}");
+    }
+    let placement = map["spec"]["mutations"][0]["jsonPatch"]["expression"]
+        .as_str()
+        .unwrap();
+    assert!(placement.contains(ANN_FLOOR_PLACED_KEY), "{placement}");
+}
+
+const ANN_FLOOR_PLACED_KEY: &str = crate::names::decision::ANN_FLOOR_PLACED;
+
+#[test]
+fn the_manifest_based_floor_is_the_api_floor_with_its_parameters_inline() {
+    let p = policy(|t| t.replace("  mode: Warn", "  mode: Enforce"));
+    let label = crate::names::DEFAULT_TIER_LABEL;
+    let floor = render_manifest_based(&p, label).unwrap();
+    assert_eq!(floor.validating.len(), 6, "three policies, three bindings");
+    assert_eq!(floor.mutating.len(), 2);
+    for object in floor.validating.iter().chain(&floor.mutating) {
+        let name = object["metadata"]["name"].as_str().unwrap();
+        assert!(name.ends_with(STATIC_SUFFIX), "{name}");
+        let spec = &object["spec"];
+        assert!(
+            spec.get("paramKind").is_none() && spec.get("paramRef").is_none(),
+            "{name}"
+        );
+        assert!(!object.to_string().contains("params.data"), "{name}");
+        if let Some(policy_name) = spec.get("policyName") {
+            assert!(policy_name.as_str().unwrap().ends_with(STATIC_SUFFIX));
+        }
+    }
+    let pods = floor
+        .validating
+        .iter()
+        .find(|o| o["metadata"]["name"] == format!("{POD_POLICY}{STATIC_SUFFIX}"))
+        .unwrap();
+    let first = &pods["spec"]["variables"][0];
+    assert_eq!(first["name"], "params");
+    let literal = first["expression"].as_str().unwrap();
+    assert!(literal.contains("'mode': 'Enforce'"), "{literal}");
+    // Newlines of list entries are escapes in the CEL literal, never raw.
+    assert!(literal.contains("'tier.bronze.classes': '\\ngpu.nvidia.com/class=L4-24GB\\n'"));
+    assert!(!literal.contains('\n'));
+    // Otherwise the API floor's CEL: the same rule, reading the inline map.
+    let api = render(&p, label).unwrap();
+    let api_pods = api
+        .iter()
+        .find(|o| o["metadata"]["name"] == POD_POLICY)
+        .unwrap();
+    assert_eq!(
+        pods["spec"]["validations"].to_string(),
+        api_pods["spec"]["validations"]
+            .to_string()
+            .replace("params.data", "variables.params")
+    );
+}

@@ -7,7 +7,7 @@ use gpu_admission_proto::scorer::v1::GpuClass;
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 
 use super::{PatchInput, tier_classes};
-use crate::names::decision::ANN_DECIDED_AT;
+use crate::names::decision::{ANN_DECIDED_AT, ANN_FLOOR_PLACED};
 use crate::placement::{self, ClassLabels, OwnConstraint, PlacedBy};
 use crate::priority_class::{PriorityClassFacts, PriorityClassLookup};
 use crate::tier_bound;
@@ -94,10 +94,14 @@ impl<'a> Plan<'a> {
             None => true,
             Some(t) => !o.allowed.is_empty() && o.allowed.iter().all(|c| t.allows(c)),
         });
-        let keep = match bound {
-            Some(bound) => bound,
-            None => placed_by.is_some() || admin_pin || inside,
-        };
+        // A class constraint the placing floor added is not the Pod's choice: ours narrows it (see
+        // `crate::floor::render_placing`), once; decided, the Pod keeps what it then has.
+        let floor_only = placed_by_floor(input.pod) && !has_decision_record(input.pod);
+        let keep = !floor_only
+            && match bound {
+                Some(bound) => bound,
+                None => placed_by.is_some() || admin_pin || inside,
+            };
         let own_meets_tier = match (input.tier, &own) {
             (Some(tier), Some(o)) => o.allowed.iter().any(|c| tier.allows(c)),
             _ => true,
@@ -172,6 +176,14 @@ pub(super) fn has_decision_record(pod: &Pod) -> bool {
         .annotations
         .as_ref()
         .is_some_and(|a| a.contains_key(ANN_DECIDED_AT))
+}
+
+/// The placing floor (the apiserver's MutatingAdmissionPolicy) put the Pod on its tier's classes.
+fn placed_by_floor(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(ANN_FLOOR_PLACED))
 }
 
 /// The PriorityClass to set, and the Pod's own class when it was beyond the cap: (own, cap). The cap's value

@@ -1330,3 +1330,55 @@ fn every_way_of_placing_a_pod_elsewhere_still_gets_the_tier_bound() {
     );
     assert!(p.spec.as_ref().unwrap().node_selector.is_none());
 }
+
+#[test]
+fn the_placing_floors_constraint_is_narrowed_to_the_answer_not_kept() {
+    let b = Bronze::new();
+    let rules = TierRules {
+        tier: "gold",
+        allowed: Cow::Owned(["H100-80GB".to_string(), "A100-80GB".to_string()].into()),
+        preferred: None,
+        ..b.rules()
+    };
+    // What the placing floor writes: the tier's classes on every term, and its mark.
+    let floor_terms = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": KEY, "operator": "In", "values": ["H100-80GB", "A100-80GB"]}]}]}}});
+    let a = answer(&["A100-80GB"]);
+    let decide = |metadata: Value| {
+        let pod: Pod =
+            serde_json::from_value(gpu_pod(json!({"affinity": floor_terms}), metadata)).unwrap();
+        let input = PatchInput {
+            catalog: &b.catalog,
+            tier: Some(&rules),
+            ..PatchInput::new(&pod, None, &a, &[], now())
+        };
+        let ops = build_patch(&input, &b.classes);
+        let mut doc = serde_json::to_value(&pod).unwrap();
+        json_patch::patch(&mut doc, &ops).unwrap();
+        let decided = serde_json::from_value::<Pod>(doc).unwrap();
+        // Decided once: a second pass changes nothing.
+        let again = PatchInput {
+            pod: &decided,
+            ..input
+        };
+        assert!(build_patch(&again, &b.classes).is_empty(), "second pass");
+        decided
+    };
+    // The Pod's own constraint inside the tier is kept: our answer is not applied.
+    let own = decide(json!({}));
+    assert!(own.spec.as_ref().unwrap().node_selector.is_none());
+    // The floor's is narrowed: our one class as a nodeSelector, ANDed with the floor's term.
+    let placed = decide(json!({"annotations": {ANN_FLOOR_PLACED: "gold"}}));
+    assert_eq!(
+        placed
+            .spec
+            .as_ref()
+            .unwrap()
+            .node_selector
+            .as_ref()
+            .unwrap()[KEY],
+        "A100-80GB"
+    );
+    assert_eq!(required_terms(&placed), required_terms(&own));
+    assert_eq!(annotations(&placed)[ANN_GPU_CLASS], "A100-80GB");
+}
