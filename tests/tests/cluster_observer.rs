@@ -21,8 +21,10 @@
 //!   new observer that reads the ConfigMap;
 //! - poisoning: gold's 15 real `train-llama` runs, then another tenant's 120 runs of 2 s under that
 //!   job type (a third next to a job type of its own) leave gold's decision unchanged, its estimates within
-//!   2x and its avoid-list as it was; the implausibly fast runs are counted; a run on a class its decision
-//!   record does not allow is skipped (`not_where_decided`).
+//!   2x and its avoid-list as it was; before them, bronze reporting a listed job type nobody has run
+//!   (`train-resnet`, 6 runs of 2-3 s) leaves gold's decision for it and its estimates within 2x (no first
+//!   reporter owns a listed job type); the implausibly fast runs are counted; a run on a class its
+//!   decision record does not allow is skipped (`not_where_decided`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -933,6 +935,8 @@ async fn poisoning(
 ) {
     const BRONZE_NS: &str = "team-bronze";
     const LLAMA: &str = "train-llama";
+    // Listed, run by nobody before bronze.
+    const RESNET: &str = "train-resnet";
     const NOISE: &str = "bronze-noise";
     let node_of = |class: &str| format!("node-{}", class.to_ascii_lowercase());
     for class in ["H100-80GB", "A100-80GB", "L4-24GB"] {
@@ -979,6 +983,7 @@ async fn poisoning(
     .unwrap();
     let (best, estimates, avoid) = gold_view(url, LLAMA).await.unwrap();
     println!("gold's {LLAMA}: {best}, estimates {estimates:.0?}, avoid-list {avoid:?}");
+    let (resnet_best, resnet_estimates, _) = gold_view(url, RESNET).await.unwrap();
 
     // The bronze tenant: per slot two runs of 2 s alone and one next to a job type of its own.
     Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
@@ -994,6 +999,38 @@ async fn poisoning(
         next_slot: 0,
         classes: gold.classes.clone(),
     };
+    // The first reporter: bronze runs a listed job type nobody has run yet, 6 times for 2-3 s on the L4.
+    for i in 0..6 {
+        let s = bronze.slot();
+        bronze
+            .finished(&format!("first-{i}"), RESNET, &l4, s, 2 + i % 2)
+            .await
+            .unwrap();
+    }
+    total += 6;
+    wait_until(
+        "bronze's first runs learned",
+        Duration::from_secs(60),
+        learned(total),
+    )
+    .await
+    .unwrap();
+    let (resnet_after, resnet_moved, _) = gold_view(url, RESNET).await.unwrap();
+    println!(
+        "gold's {RESNET} before bronze reported it first: {resnet_best}, {resnet_estimates:.0?}; after: \
+         {resnet_after}, {resnet_moved:.0?}"
+    );
+    assert_eq!(
+        resnet_after, resnet_best,
+        "the first reporter moved gold's decision"
+    );
+    for (class, was) in &resnet_estimates {
+        let ratio = resnet_moved[class] / was;
+        assert!(
+            (0.5..=2.0).contains(&ratio),
+            "the first reporter moved gold's {RESNET} {class} estimate {ratio:.3}x"
+        );
+    }
     let started = Instant::now();
     for k in 0..40 {
         let s = bronze.slot();

@@ -36,6 +36,9 @@ const DEFAULT_POLICY: &str =
 /// `cheapest` tier allows a single class, which leaves nothing to learn).
 pub const SPOT_TIER: &str = "bench-spot";
 
+/// The namespace (tenant) every job of the benchmark runs in, and asks its avoid-lists as.
+const NAMESPACE: &str = "bench";
+
 /// GPU counts of the generated jobs (1-8, small ones more frequent).
 const GPU_COUNTS: [u32; 7] = [1, 1, 1, 2, 2, 4, 8];
 
@@ -307,7 +310,7 @@ async fn run_seed(
         let workload = workload_pb(&cat.jobs[job.j].workload) as i32;
         let req = pb::ScoreRequest {
             request_id: format!("learn-{seed}-{i}"),
-            namespace: "bench".into(),
+            namespace: NAMESPACE.into(),
             tier: job.tier.clone(),
             job_type: cat.jobs[job.j].name.clone(),
             workload_class: workload,
@@ -333,7 +336,7 @@ async fn run_seed(
             observation_id: format!("pod-{seed}-{i}"),
             gpu_count: job.gpus,
             workload_class: workload,
-            namespace: "bench".into(),
+            namespace: NAMESPACE.into(),
             tier: job.tier.clone(),
             gpu_shape: pb::GpuShape::Whole as i32,
         });
@@ -415,7 +418,8 @@ fn decision(
     }))
 }
 
-/// Every job type's avoid-list as `scorer` answers it now (indices into `cat.jobs`).
+/// Every job type's avoid-list as `scorer` answers it now to the namespace that ran the jobs (indices into
+/// `cat.jobs`).
 async fn avoid_lists(
     cat: &Catalog,
     tier: &str,
@@ -425,6 +429,7 @@ async fn avoid_lists(
     for job in &cat.jobs {
         let req = pb::ScoreRequest {
             request_id: "avoid".into(),
+            namespace: NAMESPACE.into(),
             tier: tier.to_string(),
             job_type: job.name.clone(),
             workload_class: workload_pb(&job.workload) as i32,

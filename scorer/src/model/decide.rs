@@ -134,7 +134,7 @@ impl Classes {
         let neutral = interference::total_slowdown(
             policy,
             &learned.interference,
-            &req.job_type,
+            &post.reading_name(&req.job_type, req.tenant.as_deref()),
             &req.colocated_job_types,
         );
         let contention = learned.contention_factors(policy);
@@ -403,7 +403,10 @@ pub fn score_with(
         candidates,
         priority_score,
         priority_class: priority::bucket(&policy.priority.buckets, priority_score).clone(),
-        avoid_job_types: learned.avoid_list(policy, &req.job_type),
+        avoid_job_types: learned.avoid_list(
+            policy,
+            &post.reading_name(&req.job_type, req.tenant.as_deref()),
+        ),
         explored: choice.explored,
         infeasible_reason,
         why,

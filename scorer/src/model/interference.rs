@@ -184,8 +184,10 @@ impl InterferenceTable {
 
 /// The prior slowdown between two job types (the policy's default for pairs it does not list or
 /// job types it does not know).
+/// A tenant's own name for a job type has that job type's prior.
 pub fn prior_slowdown(policy: &Policy, a: &str, b: &str) -> f64 {
-    match (policy.job_index(a), policy.job_index(b)) {
+    use super::tenants::base;
+    match (policy.job_index(base(a)), policy.job_index(base(b))) {
         (Some(i), Some(j)) => policy.interference_prior[[i, j]],
         _ => policy.default_slowdown,
     }
@@ -220,7 +222,11 @@ fn log_posterior(
     b: &str,
 ) -> (f64, f64) {
     let prior = prior_slowdown.max(0.0).ln_1p();
-    let stat = learned.view(a, b);
+    // A tenant's own name reads its neighbours as its tenant learned them.
+    let stat = match super::tenants::tenant_in(a) {
+        Some(t) => learned.view(a, &super::tenants::neighbour_of(policy, Some(t), b)),
+        None => learned.view(a, b),
+    };
     let noise = policy.learning.tau.powi(2);
     let (v_right, v_wrong) = (noise / policy.learning.prior_strength, VAGUE * VAGUE);
     if stat.count == 0 {
@@ -274,8 +280,9 @@ pub fn total_slowdown(
 /// are kept, so no amount of (true or claimed) co-location grows a Pod's terms past this.
 pub const MAX_AVOID: usize = 8;
 
-/// Job types (listed, or among `unlisted`: those learned; never a tenant's own name for another's job
-/// type) whose (prior or learned) slowdown with `job_type` is above the anti-affinity threshold, the
+/// Job types (listed, or among `unlisted`: those learned; never a tenant's own name for a job type) that
+/// `job_type` (a tenant's own name for a job type reads its tenant's runs, [`InterferenceTable::view`]) is
+/// to avoid: those whose (prior or learned) slowdown with `job_type` is above the anti-affinity threshold, the
 /// [`MAX_AVOID`] most harmful of them, sorted by name. The listed job types' priors are read by index (one
 /// name lookup per call, not two per pair).
 pub fn avoid_list<'a>(
@@ -284,7 +291,7 @@ pub fn avoid_list<'a>(
     unlisted: impl IntoIterator<Item = &'a String>,
     job_type: &str,
 ) -> Vec<String> {
-    let me = policy.job_index(job_type);
+    let me = policy.job_index(super::tenants::base(job_type));
     let above = |prior: f64, other: &'a String| {
         let s = slowdown_from(policy, learned, prior, job_type, other);
         (s > policy.anti_affinity_threshold).then_some((other, s))

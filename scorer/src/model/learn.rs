@@ -112,7 +112,7 @@ pub fn learn(policy: &Policy, learned: &mut Learned, obs: &Observation) -> Learn
         .learned_name(
             &obs.job_type,
             obs.tenant.as_deref(),
-            tenants::declared_owner(policy, &obs.job_type),
+            tenants::ownership(policy, &obs.job_type),
         )
         .into_owned();
     let mut evicted = None;
@@ -186,7 +186,7 @@ fn weigh_down<'o>(
     let name = learned.owners.name_for(
         &obs.job_type,
         obs.tenant.as_deref(),
-        tenants::declared_owner(policy, &obs.job_type),
+        tenants::ownership(policy, &obs.job_type),
     );
     let workload = obs.workload_class.unwrap_or(WorkloadClass::Unknown);
     // A tenant's first run of another tenant's job type is judged by that job type's estimate.
@@ -248,8 +248,11 @@ fn learn_colocated(
     let predicted = (learned.contention.factor(policy, class) * total).ln_1p();
     let bound = CLIP * (expected.log_var + noise + spread).sqrt();
     let excess = (predicted + (y - expected.log_mean - predicted).clamp(-bound, bound)).exp_m1();
-    // A tenant's runs of another tenant's job type teach nobody else's contention.
-    if !tenants::is_tenant_name(name) {
+    // A tenant's runs of another tenant's job type teach nobody else's contention; its runs of a listed job
+    // type nobody owns (learned under its own name) teach the classes' contention as any job type's do.
+    let owned_by_another = tenants::is_tenant_name(name)
+        && tenants::ownership(policy, tenants::base(name)) != tenants::Ownership::PerTenant;
+    if !owned_by_another {
         learned.contention.record(&obs.gpu_class, total, excess);
     }
     for (k, other) in colocated.iter().enumerate() {
@@ -263,8 +266,22 @@ fn learn_colocated(
             // known runtime. So a run next to two job types teaches each pair less while the other is
             // unknown, and what the other's slowdown does not explain is not all put on this one.
             let weight = noise / (noise + expected.log_var + spread - spreads[k]);
-            if learned.owners.differ(name, other) {
-                // Another tenant's job type: this run teaches `name`'s avoid-list, not the neighbour's.
+            // Learned for both job types only when both are the run's tenant's (or it carries none): else
+            // it teaches `name`'s avoid-list (its tenant's), not the neighbour's.
+            let tenant = obs.tenant.as_deref().filter(|t| !t.is_empty());
+            // A tenant's own name's neighbours are named as its tenant reads them (`interference`).
+            let other = if tenants::is_tenant_name(name) {
+                tenants::neighbour_of(policy, tenant, other)
+            } else {
+                std::borrow::Cow::Borrowed(*other)
+            };
+            let other = other.as_ref();
+            let both_its_own = tenant.is_none_or(|t| {
+                [name, other].into_iter().all(|n| {
+                    tenants::tenant_in(n).or_else(|| learned.owners.tenant_of(n)) == Some(t)
+                })
+            });
+            if !both_its_own || learned.owners.differ(name, other) {
                 learned
                     .interference
                     .record_directed(name, other, slowdown, weight, seq);

@@ -97,6 +97,11 @@ struct Slot {
     /// reported with a namespace), the tenant's invented job types together weigh as many job types as the
     /// listed ones it owns, at least one ([`tenancy::invented_weights`]).
     shared_weight: f64,
+    /// Whether what its cells teach the shared parameters is bounded: each cell's mean taken within
+    /// [`tenants::BOUND`] of the catalog prior there ([`solve`]); for a tenant's own name for a listed job type
+    /// nobody owns, so one tenant's runs, however many or wild, move what the others read by a bounded
+    /// amount.
+    bounded: bool,
 }
 
 /// A job type's parameters (a_j, b_j) after the solve: mean, covariance, covariance with the shared ones.
@@ -307,6 +312,22 @@ impl Posterior {
                 .map_or(fallback, JobRef::Known),
             None => fallback,
         }
+    }
+
+    /// The name whose runs `tenant`'s requests for `job_type` read ([`Posterior::who`]): the tenant's own
+    /// name for it when it learned runs under it, else the job type's.
+    pub fn reading_name<'a>(
+        &self,
+        job_type: &'a str,
+        tenant: Option<&str>,
+    ) -> std::borrow::Cow<'a, str> {
+        if let Some(t) = tenant.filter(|t| !t.is_empty() && self.has_tenant_job_types()) {
+            let own = format!("{job_type}{}{t}", tenants::SEPARATOR);
+            if self.unlisted.contains_key(&own) {
+                return std::borrow::Cow::Owned(own);
+            }
+        }
+        std::borrow::Cow::Borrowed(job_type)
     }
 
     /// Who `job_type` is: a listed or learned job type, else its workload class.

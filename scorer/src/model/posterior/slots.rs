@@ -47,10 +47,11 @@ pub(super) fn slots(
                 cells,
                 scaling,
                 shared_weight: 1.0,
+                bounded: false,
             }
         })
         .collect();
-    let members = tenancy::Members::of(policy, &families, owners);
+    let members = tenancy::Members::of(policy, &families, owners, unlisted.seen.keys());
     let mut names = HashMap::new();
     for (name, seen) in &unlisted.seen {
         if policy.job_index(name).is_some() {
@@ -73,13 +74,26 @@ pub(super) fn slots(
             family,
             cells,
             scaling,
-            shared_weight: if tenants::is_tenant_name(name) {
-                0.0
-            } else {
-                1.0
-            },
+            shared_weight: shared_weight(policy, name),
+            bounded: tenants::is_tenant_name(name),
         });
     }
     tenancy::invented_weights(policy, &mut slots, &names, owners);
     (slots, names)
+}
+
+/// How much an unlisted slot's runs weigh in the shared parameters before [`tenancy::invented_weights`]: a
+/// tenant's own name for a listed job type without a declared owner ([`tenants::Ownership::PerTenant`])
+/// weighs as one job type (every tenant's runs of it are under such names: what it teaches every job
+/// type is learned from them, at most one job type's worth per tenant however many runs it reports); a
+/// tenant's own name for a job type another tenant owns weighs nothing (its runs teach its own cells
+/// only); any other learned job type weighs one.
+fn shared_weight(policy: &Policy, name: &str) -> f64 {
+    if !tenants::is_tenant_name(name) {
+        return 1.0;
+    }
+    match tenants::ownership(policy, tenants::base(name)) {
+        tenants::Ownership::PerTenant => 1.0,
+        tenants::Ownership::Declared(_) | tenants::Ownership::FirstReporter => 0.0,
+    }
 }

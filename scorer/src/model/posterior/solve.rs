@@ -99,6 +99,17 @@ pub(super) fn solve(
         if slot.shared_weight <= 0.0 {
             continue;
         }
+        // A bounded slot teaches the shared parameters its cells taken within the bound of the catalog;
+        // its own parameters are recovered from its cells as they are.
+        let bounded_slot;
+        let bounded_local;
+        let (slot, l) = if slot.bounded {
+            bounded_slot = bounded(slot, &xs);
+            bounded_local = local(shared, &xs, &bounded_slot, v, w);
+            (&bounded_slot, &bounded_local)
+        } else {
+            (slot, l)
+        };
         // What the slot's data say of the shared parameters (its a_j, b_j integrated out) is the Gaussian
         // information below; a slot weighing less than 1 brings that share of it (a tempered likelihood),
         // and its own parameters are still recovered from all of its data.
@@ -185,4 +196,16 @@ fn recover(l: &Local, s: usize, theta: &Array1<f64>, cov: &Array2<f64>) -> Block
         precision: l.a,
         cross,
     }
+}
+
+/// `slot` with each cell's mean taken within [`crate::model::tenants::BOUND`] of the catalog prior there.
+fn bounded(slot: &Slot, xs: &[f64]) -> Slot {
+    let bound = crate::model::tenants::BOUND;
+    let mut s = slot.clone();
+    for cell in &mut s.cells {
+        let prior =
+            slot.profile.base_runtime_seconds.ln() - slot.profile.throughput_exponent * xs[cell.0];
+        cell.2 = cell.2.clamp(prior - bound, prior + bound);
+    }
+    s
 }

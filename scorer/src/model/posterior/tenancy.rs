@@ -19,15 +19,34 @@ pub(super) struct Members<'a> {
 }
 
 impl<'a> Members<'a> {
-    pub(super) fn of(policy: &Policy, families: &Families, owners: &'a tenants::Owners) -> Self {
-        let mut listed_owners = vec![Vec::new(); families.len()];
+    /// `learned`: the names of the unlisted job types learned (a tenant that runs a listed job type of a
+    /// family under its own name is of the family's owners).
+    pub(super) fn of(
+        policy: &Policy,
+        families: &Families,
+        owners: &'a tenants::Owners,
+        learned: impl Iterator<Item = &'a String>,
+    ) -> Self {
+        let mut listed_owners: Vec<Vec<&'a str>> = vec![Vec::new(); families.len()];
+        let mut add = |f: usize, owner: &'a str| {
+            if !listed_owners[f].contains(&owner) {
+                listed_owners[f].push(owner);
+            }
+        };
         for j in &policy.job_types {
             if let (Some(f), Some(owner)) = (
                 families.declared(j.family.as_deref()),
                 owners.0.get(&j.name),
-            ) && !listed_owners[f].contains(&owner.as_str())
+            ) {
+                add(f, owner.as_str());
+            }
+        }
+        for name in learned {
+            if let Some((base, tenant)) = name.split_once(tenants::SEPARATOR)
+                && let Some(j) = policy.job_index(base)
+                && let Some(f) = families.declared(policy.job_types[j].family.as_deref())
             {
-                listed_owners[f].push(owner.as_str());
+                add(f, tenant);
             }
         }
         Self {
@@ -61,6 +80,16 @@ pub(super) fn invented_weights(
             && !slot.cells.is_empty()
         {
             *listed.entry(owner.as_str()).or_default() += 1.0;
+        }
+    }
+    // A listed job type a tenant runs under its own name (none declares an owner) counts as one it owns.
+    for (name, &k) in names {
+        if let Some((base, tenant)) = name.split_once(tenants::SEPARATOR)
+            && policy.job_index(base).is_some()
+            && slots[k].shared_weight > 0.0
+            && !slots[k].cells.is_empty()
+        {
+            *listed.entry(tenant).or_default() += 1.0;
         }
     }
     let invented = |name: &str, slot: &Slot| {
