@@ -27,7 +27,6 @@ pub(crate) mod body;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -185,12 +184,87 @@ struct NamespaceShare {
 #[derive(Default)]
 struct State {
     used: usize,
-    peers: HashMap<IpAddr, usize>,
-    connections: HashMap<u64, usize>,
+    peers: Map<IpAddr, usize>,
+    connections: Map<u64, usize>,
     /// Being decided, per `(peer, namespace)`.
-    namespaces: HashMap<(IpAddr, String), NamespaceShare>,
-    claims: HashMap<u64, Entry>,
-    next_id: u64,
+    namespaces: Map<(IpAddr, String), NamespaceShare>,
+    claims: Claims,
+}
+
+/// The maps of the ledger: a fast hasher (the keys are not chosen by whom they could hurt: an address, an
+/// id, a namespace the apiserver names) for the cost of every request.
+type Map<K, V> = foldhash::HashMap<K, V>;
+
+/// The open claims by id: a slab (slot index and the slot's generation, so that a stale id never reaches
+/// a later claim in the same slot).
+#[derive(Default)]
+struct Claims {
+    slots: Vec<(u32, Option<Entry>)>,
+    free: Vec<u32>,
+    len: usize,
+}
+
+impl Claims {
+    fn insert(&mut self, entry: Entry) -> u64 {
+        self.len += 1;
+        let index = match self.free.pop() {
+            Some(index) => index,
+            None => {
+                self.slots.push((0, None));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let slot = &mut self.slots[index as usize];
+        slot.0 = slot.0.wrapping_add(1);
+        slot.1 = Some(entry);
+        (u64::from(slot.0) << 32) | u64::from(index)
+    }
+
+    fn slot(&self, id: u64) -> Option<usize> {
+        let index = (id & u64::from(u32::MAX)) as usize;
+        let generation = (id >> 32) as u32;
+        (self.slots.get(index)?.0 == generation).then_some(index)
+    }
+
+    fn get(&self, id: u64) -> Option<&Entry> {
+        self.slots[self.slot(id)?].1.as_ref()
+    }
+
+    fn get_mut(&mut self, id: u64) -> Option<&mut Entry> {
+        let index = self.slot(id)?;
+        self.slots[index].1.as_mut()
+    }
+
+    fn remove(&mut self, id: u64) -> Option<Entry> {
+        let index = self.slot(id)?;
+        let entry = self.slots[index].1.take()?;
+        self.free.push(index as u32);
+        self.len -= 1;
+        Some(entry)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (u64, &Entry)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(index, (generation, entry))| {
+                Some((
+                    (u64::from(*generation) << 32) | index as u64,
+                    entry.as_ref()?,
+                ))
+            })
+    }
+
+    fn values_mut(&mut self) -> impl Iterator<Item = &mut Entry> {
+        self.slots
+            .iter_mut()
+            .filter_map(|(_, entry)| entry.as_mut())
+    }
+
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 /// The bytes of request bodies the frontend holds, and who holds them.
@@ -233,19 +307,14 @@ impl Ledger {
     pub(crate) fn open(&self, origin: Origin) -> (u64, Arc<Signal>) {
         let signal = Arc::new(Signal::default());
         let mut s = self.lock();
-        let id = s.next_id;
-        s.next_id += 1;
-        s.claims.insert(
-            id,
-            Entry {
-                bytes: 0,
-                origin,
-                stage: Stage::Reading,
-                namespace: None,
-                signal: signal.clone(),
-                waker: None,
-            },
-        );
+        let id = s.claims.insert(Entry {
+            bytes: 0,
+            origin,
+            stage: Stage::Reading,
+            namespace: None,
+            signal: signal.clone(),
+            waker: None,
+        });
         (id, signal)
     }
 
@@ -253,18 +322,40 @@ impl Ledger {
     /// `Err` when the claim itself is shed (it is then released).
     pub(crate) fn grow(&self, id: u64, bytes: usize) -> Result<Shedding, Refusal> {
         let mut s = self.lock();
-        let Some(entry) = s.claims.get(&id) else {
+        let Some(entry) = s.claims.get(id) else {
             return Err(Refusal::Shed);
         };
         if let Some(refused) = entry.signal.refusal() {
             return Err(refused);
         }
         let (origin, wanted) = (entry.origin, entry.bytes + bytes);
+        if self.fits_at_once(&mut s, origin, bytes) {
+            if let Some(entry) = s.claims.get_mut(id) {
+                entry.bytes = wanted;
+            }
+            return Ok(Shedding::default());
+        }
+        let grown = self.make_room(&mut s, id, origin, bytes, wanted);
+        // The lookup above may have left empty accounts behind.
+        s.peers.retain(|_, held| *held > 0);
+        s.connections.retain(|_, held| *held > 0);
+        grown
+    }
+
+    /// The slow path of [`Ledger::grow`]: sheds claims (largest first) until every cap has room.
+    fn make_room(
+        &self,
+        s: &mut State,
+        id: u64,
+        origin: Origin,
+        bytes: usize,
+        wanted: usize,
+    ) -> Result<Shedding, Refusal> {
         let mut shedding = Shedding::default();
-        while let Some(scope) = self.over_cap(&s, origin, bytes) {
-            match largest_sheddable(&s, scope, id, wanted) {
+        while let Some(scope) = self.over_cap(s, origin, bytes) {
+            match largest_sheddable(s, scope, id, wanted) {
                 Some(victim) => {
-                    let entry = remove(&mut s, victim).expect("a listed claim");
+                    let entry = remove(s, victim).expect("a listed claim");
                     entry.signal.refuse(Refusal::Shed);
                     if let Some(waker) = entry.waker {
                         waker.wake();
@@ -273,18 +364,39 @@ impl Ledger {
                 }
                 None if wanted <= SMALL_BODY_BYTES => break,
                 None => {
-                    if let Some(entry) = remove(&mut s, id) {
+                    if let Some(entry) = remove(s, id) {
                         entry.signal.refuse(Refusal::Shed);
                     }
                     return Err(Refusal::Shed);
                 }
             }
         }
-        add(&mut s, origin, bytes);
-        if let Some(entry) = s.claims.get_mut(&id) {
+        add(s, origin, bytes);
+        if let Some(entry) = s.claims.get_mut(id) {
             entry.bytes = wanted;
         }
         Ok(shedding)
+    }
+
+    /// Claims `bytes` more from `origin` when every cap has room for them (the common case: one lookup per
+    /// map); false, claiming nothing, otherwise.
+    fn fits_at_once(&self, s: &mut State, origin: Origin, bytes: usize) -> bool {
+        let l = &self.limits;
+        if s.used + bytes > l.total {
+            return false;
+        }
+        let peer = s.peers.entry(origin.peer).or_default();
+        if *peer + bytes > l.per_peer {
+            return false;
+        }
+        let connection = s.connections.entry(origin.connection).or_default();
+        if *connection + bytes > l.per_connection {
+            return false;
+        }
+        *connection += bytes;
+        *peer += bytes;
+        s.used += bytes;
+        true
     }
 
     /// The first cap that `bytes` more from `origin` would pass.
@@ -307,7 +419,7 @@ impl Ledger {
     pub(crate) fn enter(&self, id: u64, namespace: &str, waker: &Waker) -> ShareVerdict {
         let mut s = self.lock();
         let l = self.limits;
-        let Some(entry) = s.claims.get(&id) else {
+        let Some(entry) = s.claims.get(id) else {
             return ShareVerdict::Refused(Refusal::Shed);
         };
         if let Some(refused) = entry.signal.refusal() {
@@ -330,7 +442,7 @@ impl Ledger {
         } else if !fits && !was_waiting {
             share.waiting += 1;
         }
-        let entry = s.claims.get_mut(&id).expect("looked up above");
+        let entry = s.claims.get_mut(id).expect("looked up above");
         entry.namespace = Some(key);
         if fits {
             entry.stage = Stage::Deciding;
@@ -345,7 +457,7 @@ impl Ledger {
 
     /// Claim `id`'s body is waiting for bytes: woken through `waker` if it is shed meanwhile.
     pub(crate) fn park(&self, id: u64, waker: &Waker) {
-        if let Some(entry) = self.lock().claims.get_mut(&id) {
+        if let Some(entry) = self.lock().claims.get_mut(id) {
             entry.waker = Some(waker.clone());
         }
     }
@@ -379,7 +491,7 @@ fn add(s: &mut State, origin: Origin, bytes: usize) {
 
 /// Takes a claim out of every account; waiters of its namespace are woken when it was being decided.
 fn remove(s: &mut State, id: u64) -> Option<Entry> {
-    let entry = s.claims.remove(&id)?;
+    let entry = s.claims.remove(id)?;
     let bytes = entry.bytes;
     if bytes > 0 {
         s.used -= bytes;
@@ -389,7 +501,8 @@ fn remove(s: &mut State, id: u64) -> Option<Entry> {
     let Some(key) = &entry.namespace else {
         return Some(entry);
     };
-    let Some(share) = s.namespaces.get_mut(key) else {
+    // Taken out and put back only while in use: one lookup when the namespace's last review ends.
+    let Some(mut share) = s.namespaces.remove(key) else {
         return Some(entry);
     };
     match entry.stage {
@@ -401,8 +514,8 @@ fn remove(s: &mut State, id: u64) -> Option<Entry> {
         Stage::Reading => {}
     }
     let wake = entry.stage == Stage::Deciding && share.waiting > 0;
-    if share.reviews == 0 && share.waiting == 0 {
-        s.namespaces.remove(key);
+    if share.reviews > 0 || share.waiting > 0 {
+        s.namespaces.insert(key.clone(), share);
     }
     if wake {
         for waiting in s.claims.values_mut() {
@@ -417,12 +530,12 @@ fn remove(s: &mut State, id: u64) -> Option<Entry> {
     Some(entry)
 }
 
-fn subtract<K: std::hash::Hash + Eq>(map: &mut HashMap<K, usize>, key: K, bytes: usize) {
-    if let Some(held) = map.get_mut(&key) {
-        *held -= bytes;
-        if *held == 0 {
-            map.remove(&key);
-        }
+/// Takes `bytes` off `key`'s account; an account at zero is removed (one lookup then).
+fn subtract<K: std::hash::Hash + Eq>(map: &mut Map<K, usize>, key: K, bytes: usize) {
+    if let Some(held) = map.remove(&key)
+        && held > bytes
+    {
+        map.insert(key, held - bytes);
     }
 }
 
@@ -434,7 +547,7 @@ fn largest_sheddable(s: &State, scope: Scope, claimant: u64, wanted: usize) -> O
     s.claims
         .iter()
         .filter(|(id, e)| {
-            **id != claimant
+            *id != claimant
                 && e.stage != Stage::Deciding
                 && e.bytes >= wanted.saturating_mul(2)
                 && match scope {
@@ -444,5 +557,5 @@ fn largest_sheddable(s: &State, scope: Scope, claimant: u64, wanted: usize) -> O
                 }
         })
         .max_by_key(|(_, e)| e.bytes)
-        .map(|(id, _)| *id)
+        .map(|(id, _)| id)
 }

@@ -1,6 +1,7 @@
 //! Hostile peers on the webhook port against another tenant's reviews, over the real binary: requests that
 //! declare 24 MiB bodies and send nothing (the two-silent-requests attack, renewed as soon as it is
-//! answered), and requests that send half a maximum-size body fast and then stall. While each runs, a second
+//! answered), requests that send half a maximum-size body fast and then stall, and another namespace's
+//! flood of large reviews from the same address (as through one apiserver). While each runs, a second
 //! client sends plain GPU Pod reviews as the apiserver would, on kept-alive connections: every one is
 //! answered 200 allowed. The attackers are answered `408` (read deadline) or `503` (shed), never decided.
 //! Prints the second tenant's p99 latency per phase and the frontend's peak resident memory (numbers in
@@ -193,6 +194,52 @@ async fn attacked(
     (phase, counts)
 }
 
+/// A review of about `mib` MiB (one annotation carries the bulk) in namespace `bulk`.
+fn bulk_review(uid: &str, mib: usize) -> Vec<u8> {
+    let mut pod = gpu_pod(uid);
+    pod["metadata"]["annotations"]["bulk"] = Value::String("x".repeat(mib * 1024 * 1024));
+    serde_json::to_vec(&review_for("admission.k8s.io/v1", uid, "bulk", pod)).unwrap()
+}
+
+/// Another namespace's flood of large reviews, `senders` at a time from the same address as the second
+/// tenant (as both come through one apiserver), while the second tenant sends its reviews. The flood's
+/// answers: (200, 503 or 408).
+async fn flooded(wh: &Arc<Webhook>, senders: usize, mib: usize) -> (Phase, (usize, usize)) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let body = bulk_review("bulk", mib);
+    let running: Vec<_> = (0..senders)
+        .map(|_| {
+            let (wh, stop, body) = (wh.clone(), stop.clone(), body.clone());
+            tokio::spawn(async move {
+                let mut conn = connect(wh.addr, &wh.ca, false).await;
+                let (mut decided, mut refused) = (0, 0);
+                while !stop.load(Ordering::Relaxed) {
+                    match try_request(&mut conn, "POST", "/validate-pod?timeout=10s", body.clone())
+                        .await
+                    {
+                        Ok((200, _)) => decided += 1,
+                        Ok((503 | 408, _)) => refused += 1,
+                        Ok((other, text)) => {
+                            panic!("bulk: HTTP {other}: {}", String::from_utf8_lossy(&text))
+                        }
+                        Err(_) => conn = connect(wh.addr, &wh.ca, false).await,
+                    }
+                }
+                (decided, refused)
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let phase = second_tenant(wh, "flooded").await;
+    stop.store(true, Ordering::Relaxed);
+    let mut totals = (0, 0);
+    for r in running {
+        let (d, f) = r.await.unwrap();
+        totals = (totals.0 + d, totals.1 + f);
+    }
+    (phase, totals)
+}
+
 fn report(name: &str, phase: &Phase) {
     println!(
         "| {name} | {} | {} | {} | {:.1} | {:.1} |",
@@ -230,13 +277,20 @@ async fn attackers_on_the_port_never_make_another_tenants_reviews_fail() {
     report("two silent 24 MiB requests, renewed", &silent);
     let (stalled, stalled_attack) = attacked(&wh, "stalled", 4, 12 * 1024 * 1024).await;
     report("four 12 MiB-then-stalled requests, renewed", &stalled);
+    let (bulk, (bulk_decided, bulk_refused)) = flooded(&wh, 6, 6).await;
+    report(
+        "another namespace's 6 concurrent 6 MiB reviews, renewed",
+        &bulk,
+    );
     let peak = peak_rss_kib(wh.process.pid());
     println!("frontend peak resident memory: {} MiB", peak / 1024);
+    println!("bulk flood: {bulk_decided} decided, {bulk_refused} refused (503 or 408)");
 
     for (name, phase) in [
         ("quiet", &quiet),
         ("silent", &silent),
         ("stalled", &stalled),
+        ("bulk", &bulk),
     ] {
         assert_eq!(
             (phase.allowed, phase.denied, phase.failed),
