@@ -356,8 +356,9 @@ struct LoopState {
 }
 
 /// Reports every pending run that can be reported now (leader only), to the scorer that learns it: runs of
-/// one learner in the order they finished; a learner whose scorer does not answer keeps its runs waiting
-/// without holding up the others.
+/// one learner in the order they finished. The learners are served concurrently, each within one call budget
+/// (`Scorers::timeout`) per round: a scorer that does not answer, or answers slowly (a tenant's own, or a
+/// fake behind a team Lease), keeps its own runs waiting and never delays another learner's.
 async fn deliver(
     t: &mut Tracker,
     s: &mut LoopState,
@@ -378,6 +379,7 @@ async fn deliver(
     let mut learners: Vec<Learner> = t.pending.values().map(|p| p.job.learner.clone()).collect();
     learners.sort();
     learners.dedup();
+    let mut rounds = Vec::new();
     for learner in learners {
         let uids: Vec<String> = order
             .iter()
@@ -405,9 +407,60 @@ async fn deliver(
                 None => continue,
             },
         };
-        deliver_to(t, s, &learner, &replicas, uids, log, metrics, config).await;
+        let policy = s.policy.get(&learner).cloned();
+        rounds.push(Round {
+            learner,
+            replicas,
+            uids,
+            policy,
+            outcome: Outcome::default(),
+        });
+    }
+    let tracker: &Tracker = t;
+    let budget = scorers.timeout;
+    futures::future::join_all(rounds.iter_mut().map(|round| async move {
+        let learner = round.learner.clone();
+        let delivered = deliver_to(tracker, round, log, metrics, config);
+        if tokio::time::timeout(budget, delivered).await.is_err() {
+            tracing::warn!(
+                ?learner,
+                budget_ms = budget.as_millis() as u64,
+                "the learner's scorer did not take its runs within the budget; the rest wait"
+            );
+        }
+    }))
+    .await;
+    for round in rounds {
+        if let Some(policy) = round.outcome.policy {
+            s.policy.insert(round.learner, policy);
+        }
+        for uid in round.outcome.done {
+            t.pending.remove(&uid);
+            t.done.insert(uid);
+        }
     }
     metrics.pending.set(t.pending.len() as i64);
+}
+
+/// One learner's share of a delivery round.
+struct Round {
+    learner: Learner,
+    replicas: Arc<Replicas>,
+    /// Its pending runs, in the order they finished.
+    uids: Vec<String>,
+    /// Its scorer's policy facts as last fetched.
+    policy: Option<(PolicyFacts, Instant)>,
+    /// Filled as the round goes: what survives its budget running out.
+    outcome: Outcome,
+}
+
+/// What a round found out, applied to the tracker once every round is over.
+#[derive(Default)]
+struct Outcome {
+    /// Policy facts fetched in this round.
+    policy: Option<(PolicyFacts, Instant)>,
+    /// Runs reported or skipped: done.
+    done: Vec<String>,
 }
 
 /// The replicas of `namespace`'s team scorer (its endpoint from [`TeamScorers`]); `None` when the endpoint is
@@ -430,36 +483,35 @@ fn team_replicas(s: &mut LoopState, scorers: &Scorers, namespace: &str) -> Optio
     }
 }
 
-/// Reports the pending runs `uids` of one learner to its scorer `replicas`.
-#[allow(clippy::too_many_arguments)]
+/// Reports the pending runs of one round's learner to its scorer replicas, recording into the round what
+/// is done.
 async fn deliver_to(
-    t: &mut Tracker,
-    s: &mut LoopState,
-    learner: &Learner,
-    replicas: &Replicas,
-    uids: Vec<String>,
+    t: &Tracker,
+    round: &mut Round,
     log: &SharedLog,
     metrics: &Metrics,
     config: &ControllerConfig,
 ) {
-    let resolved = replicas.resolve().await;
-    let due = s
+    let learner = &round.learner;
+    let resolved = round.replicas.resolve().await;
+    let due = round
         .policy
-        .get(learner)
+        .as_ref()
         .is_none_or(|(_, fetched)| fetched.elapsed() >= config.policy_refresh);
     if due && let Some(p) = policy_facts(&resolved).await {
-        s.policy.insert(learner.clone(), (p, Instant::now()));
+        round.outcome.policy = Some((p.clone(), Instant::now()));
+        round.policy = Some((p, Instant::now()));
     }
-    let Some((policy, _)) = s.policy.get(learner) else {
+    let Some((policy, _)) = &round.policy else {
         tracing::warn!(
             ?learner,
-            pending = uids.len(),
+            pending = round.uids.len(),
             "no scorer answers GetPolicy; runs wait"
         );
         return;
     };
-    for uid in uids {
-        let p = &t.pending[&uid];
+    for uid in &round.uids {
+        let p = &t.pending[uid];
         let outcome = extract::observation(
             &p.job,
             &p.run,
@@ -472,8 +524,7 @@ async fn deliver_to(
             Err(reason) => {
                 tracing::info!(pod = %p.pod, reason = reason.as_str(), "not reported");
                 metrics.skip(reason);
-                t.pending.remove(&uid);
-                t.done.insert(uid);
+                round.outcome.done.push(uid.clone());
                 continue;
             }
             Ok(req) => req,
@@ -482,7 +533,7 @@ async fn deliver_to(
             Delivery::Unreachable => {
                 tracing::warn!(
                     ?learner,
-                    pending = t.pending.len(),
+                    pending = round.uids.len(),
                     "no scorer replica answered Observe; runs wait"
                 );
                 return;
@@ -510,8 +561,7 @@ async fn deliver_to(
                 }
             }
         }
-        t.pending.remove(&uid);
-        t.done.insert(uid);
+        round.outcome.done.push(uid.clone());
     }
 }
 

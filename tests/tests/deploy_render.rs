@@ -915,14 +915,15 @@ fn automatic_mode_grants_only_its_own_secret_and_webhook_configuration() {
         a.contains(&"--san=gpu-admission-webhook.gpu-admission.svc".to_string()),
         "{a:?}"
     );
-    // No mounted certificate: the only volumes are the policy and its last good copy.
+    // No mounted certificate: the only volumes are the policy, its last good copy and the CA of the
+    // apiserver's client certificate.
     let volumes = arr_at(d, "/spec/template/spec/volumes");
     assert!(
         volumes.iter().all(|v| v.get("secret").is_none()),
         "{volumes:?}"
     );
     let names: Vec<&str> = volumes.iter().map(|v| str_at(v, "/name")).collect();
-    assert_eq!(names, ["policy", "last-good-policy"]);
+    assert_eq!(names, ["policy", "last-good-policy", "webhook-client-ca"]);
 
     let bound = roles_bound_to_webhook(m);
     let role = m.get("Role", "gpu-admission-webhook-certs");
@@ -1154,6 +1155,81 @@ fn network_policies_admit_the_apiserver_and_only_the_webhook_reaches_the_scorer(
                     .is_some_and(|s| s.iter().all(|(k, v)| scorer_labels[k] == *v))
             })
     }));
+}
+
+/// The ConfigMap holding the CA of the apiserver's webhook client certificate, which the installer creates.
+const CLIENT_CA_CONFIGMAP: &str = "gpu-admission-webhook-client-ca";
+
+/// The CA file the frontend's container holds callers to (`WEBHOOK_CLIENT_CA_FILE`), and the ConfigMap it is
+/// mounted from; `None` when the frontend answers any caller.
+fn client_ca_of(deployment: &Value) -> Option<(String, String)> {
+    let c = &arr_at(deployment, "/spec/template/spec/containers")[0];
+    let file = arr_at(c, "/env")
+        .iter()
+        .find(|e| e["name"] == "WEBHOOK_CLIENT_CA_FILE")
+        .map(|e| str_at(e, "/value").to_string());
+    assert!(
+        arg_value(&args(c), "--client-ca-file").is_none(),
+        "set once, by the environment"
+    );
+    let file = file?;
+    let mount = arr_at(c, "/volumeMounts")
+        .iter()
+        .find(|vm| file.starts_with(&format!("{}/", str_at(vm, "/mountPath"))))
+        .unwrap_or_else(|| panic!("{file} is not mounted"));
+    let volume = arr_at(deployment, "/spec/template/spec/volumes")
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .expect("the mount's volume");
+    assert_ne!(
+        volume["configMap"]["optional"], true,
+        "no CA must not mean no check"
+    );
+    Some((file, str_at(volume, "/configMap/name").to_string()))
+}
+
+#[test]
+fn only_the_apiserver_reaches_the_webhooks_unless_the_install_opts_out() {
+    let Some(modes) = support::rendered_modes() else {
+        return;
+    };
+    for m in modes {
+        let (file, configmap) = client_ca_of(m.get("Deployment", WEBHOOK_DEPLOYMENT))
+            .unwrap_or_else(|| panic!("{}: the frontend runs with --client-ca-file", m.mode));
+        assert_eq!(
+            file, "/etc/gpu-admission/webhook-client-ca/ca.crt",
+            "{}",
+            m.mode
+        );
+        assert_eq!(configmap, CLIENT_CA_CONFIGMAP, "{}", m.mode);
+        assert!(
+            m.find("ConfigMap", CLIENT_CA_CONFIGMAP).is_none(),
+            "{}: the installer's CA, never one shipped here",
+            m.mode
+        );
+    }
+    // The opt-out for control planes that cannot present a certificate removes the check and the mount.
+    let tmp = tempfile::tempdir().unwrap();
+    support::copy_dir(&support::kustomize_dir(), &tmp.path().join("kustomize")).unwrap();
+    std::fs::write(
+        tmp.path().join("kustomization.yaml"),
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [kustomize]\n\
+         components: [kustomize/components/without-client-certificate]\n",
+    )
+    .unwrap();
+    let objects = support::parse_yaml_stream(&support::kustomize(tmp.path()).unwrap()).unwrap();
+    let d = objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == WEBHOOK_DEPLOYMENT)
+        .expect("the frontend's Deployment");
+    assert_eq!(client_ca_of(d), None);
+    let volumes = arr_at(d, "/spec/template/spec/volumes");
+    assert!(
+        volumes
+            .iter()
+            .all(|v| v["configMap"]["name"] != CLIENT_CA_CONFIGMAP),
+        "{volumes:?}"
+    );
 }
 
 /// The long flags a binary's `--help` lists.

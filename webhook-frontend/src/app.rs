@@ -56,7 +56,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     .with_quota_usage(access_client.clone())
     .with_instance(config.instance.clone(), access_client.clone())
     .with_access(access_client.clone())
-    .with_body_budget(config.server.body_budget_bytes);
+    .with_body_budget(config.server.body_budget, config.server.body_read_timeout);
     let readiness = Arc::new(
         webhooks
             .readiness()

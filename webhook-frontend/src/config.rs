@@ -71,10 +71,33 @@ pub struct ServerArgs {
     #[arg(long, env = "WEBHOOK_DRAIN_TIMEOUT_SECS", default_value_t = 20)]
     pub drain_timeout_secs: u64,
 
-    /// Request-body bytes in flight at most (MiB), over all connections; a request whose body would pass it
-    /// is answered 503 at once (raised to one maximum-size body when lower).
+    /// Request-body bytes held at once (MiB), over all connections, claimed as they arrive; a body that
+    /// needs room beyond it sheds the largest claim still being read (503), never a small review (raised to
+    /// the per-peer cap when lower).
     #[arg(long, env = "WEBHOOK_MAX_BODY_MIB_IN_FLIGHT", default_value_t = 48, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_body_mib_in_flight: u32,
+
+    /// Request-body bytes held at once (MiB) per peer IP address (raised to one maximum-size body, 24 MiB).
+    #[arg(long, env = "WEBHOOK_MAX_BODY_MIB_PER_PEER", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_body_mib_per_peer: u32,
+
+    /// Request-body bytes held at once (MiB) per connection (raised to one maximum-size body, 24 MiB).
+    #[arg(long, env = "WEBHOOK_MAX_BODY_MIB_PER_CONNECTION", default_value_t = 24, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_body_mib_per_connection: u32,
+
+    /// The whole request body must arrive within this of its headers, in milliseconds (408 otherwise).
+    #[arg(long, env = "WEBHOOK_BODY_READ_TIMEOUT_MS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub body_read_timeout_ms: u64,
+
+    /// Reviews of one namespace (per peer address) decided at once; more wait for their namespace's earlier
+    /// reviews, up to half the apiserver's timeout (then 503).
+    #[arg(long, env = "WEBHOOK_MAX_REVIEWS_PER_NAMESPACE", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_reviews_per_namespace: u32,
+
+    /// Body bytes of one namespace's reviews (per peer address) decided at once (MiB; one review always
+    /// fits); more wait like above.
+    #[arg(long, env = "WEBHOOK_MAX_BODY_MIB_PER_NAMESPACE", default_value_t = 24, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_body_mib_per_namespace: u32,
 
     /// PEM CA bundle of the kube-apiserver's webhook client certificates (its `--admission-control-config-file`
     /// kubeconfig): the webhook paths then answer only callers presenting a certificate it signed (401
@@ -299,8 +322,10 @@ pub struct Config {
 pub struct ServerConfig {
     pub listen: SocketAddr,
     pub limits: Limits,
-    /// Request-body bytes in flight at most.
-    pub body_budget_bytes: usize,
+    /// The body caps and the namespaces' shares.
+    pub body_budget: crate::body_budget::BudgetLimits,
+    /// The whole body must arrive within this of its headers.
+    pub body_read_timeout: Duration,
     /// On SIGTERM/SIGINT, how long in-flight requests may take to finish.
     pub drain_timeout: Duration,
     /// Webhook callers must present a client certificate signed by this CA bundle.
@@ -398,6 +423,10 @@ impl TryFrom<Args> for Config {
     }
 }
 
+fn mib(n: u32) -> usize {
+    n as usize * 1024 * 1024
+}
+
 impl From<ServerArgs> for ServerConfig {
     fn from(args: ServerArgs) -> Self {
         Self {
@@ -409,7 +438,15 @@ impl From<ServerArgs> for ServerConfig {
                 max_connections: args.max_connections as usize,
             },
             drain_timeout: Duration::from_secs(args.drain_timeout_secs),
-            body_budget_bytes: args.max_body_mib_in_flight as usize * 1024 * 1024,
+            body_budget: crate::body_budget::BudgetLimits {
+                total: mib(args.max_body_mib_in_flight),
+                per_peer: mib(args.max_body_mib_per_peer),
+                per_connection: mib(args.max_body_mib_per_connection),
+                per_namespace: mib(args.max_body_mib_per_namespace),
+                reviews_per_namespace: args.max_reviews_per_namespace as usize,
+            }
+            .clamped(),
+            body_read_timeout: Duration::from_millis(args.body_read_timeout_ms),
             client_ca_file: args.client_ca_file,
         }
     }

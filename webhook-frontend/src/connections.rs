@@ -11,10 +11,13 @@
 //! - **Cap**: at most `max_connections` are open. At the cap a new connection makes the oldest idle one close
 //!   (shed) instead of failing; only when none is idle is the new one refused.
 //!
+//! Each request carries its connection's origin (peer address, connection id) for the body budget's caps.
+//!
 //! A connection's "activity" is a request starting or ending: HTTP/2 PINGs and their ACKs keep it alive at
 //! the TCP level but do not make it busy.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,6 +27,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 
+use crate::body_budget::Origin;
+use crate::body_budget::body::ConnectionOrigin;
 use crate::metrics::{ConnectionClose, Metrics};
 
 /// The timeouts and the cap.
@@ -362,11 +367,20 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TrackedIo<T> {
 pub(crate) struct TrackedService<S> {
     inner: S,
     tracker: Arc<Tracker>,
+    origin: ConnectionOrigin,
 }
 
 impl<S> TrackedService<S> {
-    pub(crate) fn new(inner: S, tracker: Arc<Tracker>) -> Self {
-        Self { inner, tracker }
+    /// `peer` is the connection's remote address: what the body budget caps per peer.
+    pub(crate) fn new(inner: S, registration: &Registration, peer: IpAddr) -> Self {
+        Self {
+            inner,
+            tracker: registration.tracker.clone(),
+            origin: ConnectionOrigin(Origin {
+                peer,
+                connection: registration.id,
+            }),
+        }
     }
 }
 
@@ -379,7 +393,8 @@ where
     type Error = S::Error;
     type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
 
-    fn call(&self, req: http::Request<B>) -> Self::Future {
+    fn call(&self, mut req: http::Request<B>) -> Self::Future {
+        req.extensions_mut().insert(self.origin);
         let guard = self
             .tracker
             .start_request(req.version() == http::Version::HTTP_2);

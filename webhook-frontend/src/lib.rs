@@ -11,7 +11,7 @@
 
 pub mod admission;
 pub mod app;
-pub(crate) mod body_budget;
+pub mod body_budget;
 pub mod cluster;
 pub mod config;
 pub mod connections;

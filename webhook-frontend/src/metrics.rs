@@ -163,8 +163,12 @@ pub(crate) struct LedgerWriteLabels {
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
 pub(crate) enum ShedReason {
-    /// The in-flight body budget could not cover the request's body.
+    /// The in-flight body budget needed room and this request's body was the largest claim.
     body_budget,
+    /// The body did not arrive within the read deadline (answered 408).
+    body_read_deadline,
+    /// The review waited for its namespace's share until half the apiserver's timeout.
+    namespace_share,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -330,8 +334,9 @@ impl Metrics {
         m.policy.register(r);
         r.register(
             "requests_shed",
-            "Requests answered 503 before their body was read, by reason (body_budget: the in-flight body \
-             budget was spent)",
+            "Requests refused before they were decided, by reason (body_budget: shed as the largest claim \
+             when a body cap needed room, 503; body_read_deadline: the body did not arrive in time, 408; \
+             namespace_share: waited too long for its namespace's share, 503)",
             m.shed.clone(),
         );
         r.register(

@@ -240,7 +240,7 @@ async fn serve_connection(
     } else {
         router
     };
-    let service = TrackedService::new(TowerToHyperService::new(router), tracker.clone());
+    let service = TrackedService::new(TowerToHyperService::new(router), &registration, peer.ip());
     let conn = builder
         .serve_connection(TokioIo::new(TrackedIo::new(tls, tracker.clone())), service)
         .into_owned();

@@ -10,12 +10,15 @@ mod validate_pod;
 mod validate_policy;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::routing::post;
 use gpu_admission_core::admission::validate_policy::PolicyConfigMap;
 use gpu_admission_core::ns_lock::Instance;
 
+use crate::body_budget::body::BodyBudget;
+use crate::body_budget::{BudgetLimits, Ledger};
 use crate::cluster::ClusterFacts;
 use crate::cluster::access::AccessReviews;
 use crate::cluster::checkpoints::CheckpointCaches;
@@ -45,17 +48,19 @@ pub struct Webhooks {
     access: Arc<AccessReviews>,
     /// GPU quota usage; `None` with `--no-kube`.
     quota: Option<Arc<QuotaUsage>>,
-    /// Request-body bytes in flight at most (see [`crate::body_budget`]).
-    body_budget_bytes: usize,
+    /// The caps on request-body bytes and on each namespace's share (see [`crate::body_budget`]).
+    body_budget: BudgetLimits,
+    /// The whole body must arrive within this of the request's headers.
+    body_read_timeout: Duration,
     /// Cluster-wide or namespace-restricted.
     instance: Instance,
     /// The restricted instances' Leases (the cluster-wide instance with a cluster only).
     ns_locks: Option<Arc<NsLocks>>,
 }
 
-/// The default in-flight body budget: a few maximum-size reviews at once, far more than the KiB-sized reviews
-/// of normal traffic ever hold.
-pub const DEFAULT_BODY_BUDGET_BYTES: usize = 48 * 1024 * 1024;
+/// The default read deadline of a request body: far below the apiserver's 10 s, far above the milliseconds
+/// it takes to send a review.
+pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl Webhooks {
     /// Without the checkpoint and workload caches (`--no-kube`; see the `with_` methods).
@@ -76,7 +81,8 @@ impl Webhooks {
             workloads: None,
             access: Arc::new(AccessReviews::new(None)),
             quota: None,
-            body_budget_bytes: DEFAULT_BODY_BUDGET_BYTES,
+            body_budget: BudgetLimits::default(),
+            body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             instance: Instance::ClusterWide,
             ns_locks: None,
         }
@@ -95,9 +101,10 @@ impl Webhooks {
         self
     }
 
-    /// With another in-flight body budget.
-    pub fn with_body_budget(mut self, bytes: usize) -> Self {
-        self.body_budget_bytes = bytes;
+    /// With other body caps and namespace shares, and another body read deadline.
+    pub(crate) fn with_body_budget(mut self, limits: BudgetLimits, read_timeout: Duration) -> Self {
+        self.body_budget = limits;
+        self.body_read_timeout = read_timeout;
         self
     }
 
@@ -148,8 +155,9 @@ impl Webhooks {
 
     /// One route per webhook, each with its own state.
     pub(crate) fn routes(self) -> Router {
-        let budget = Arc::new(crate::body_budget::BodyBudget::new(
-            self.body_budget_bytes,
+        let budget = Arc::new(BodyBudget::new(
+            Ledger::new(self.body_budget),
+            self.body_read_timeout,
             self.metrics.clone(),
         ));
         let mutate = MutatePod {
@@ -210,7 +218,7 @@ impl Webhooks {
             )
             .route_layer(axum::middleware::from_fn_with_state(
                 budget,
-                crate::body_budget::hold,
+                crate::body_budget::body::claim,
             ))
     }
 }

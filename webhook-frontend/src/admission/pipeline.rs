@@ -8,23 +8,29 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
-use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use gpu_admission_core::review::{self, Answer, BadRequest, Incoming, IncomingObject, Verdict};
+use gpu_admission_core::review::{
+    self, Answer, BadRequest, Content, Incoming, IncomingObject, Verdict,
+};
 use gpu_admission_policy::EnforcementMode;
 use gpu_admission_telemetry::REQUEST_SPANS;
 use tracing::{Instrument, field::Empty};
 
 use gpu_admission_core::review::parse_go_duration;
 
+use crate::body_budget::body::Claim;
 use crate::metrics::Metrics;
 
 /// What every decoded review tells the pipeline: the version to answer with and the uid to echo.
 pub(crate) trait Envelope {
     fn api_version(&self) -> &'static str;
     fn uid(&self) -> &str;
+    /// The requesting namespace (`request.namespace`; empty for cluster-scoped objects and unreadable
+    /// requests): whose share of the frontend the review is decided in.
+    fn namespace(&self) -> &str;
 }
 
 impl Envelope for Incoming {
@@ -34,6 +40,12 @@ impl Envelope for Incoming {
     fn uid(&self) -> &str {
         &self.uid
     }
+    fn namespace(&self) -> &str {
+        match &self.content {
+            Content::Pod(request) => request.namespace.as_deref().unwrap_or_default(),
+            Content::OtherKind { .. } | Content::Unreadable(_) => "",
+        }
+    }
 }
 
 impl Envelope for IncomingObject {
@@ -42,6 +54,12 @@ impl Envelope for IncomingObject {
     }
     fn uid(&self) -> &str {
         &self.uid
+    }
+    fn namespace(&self) -> &str {
+        match &self.request {
+            Ok(request) => request.namespace.as_deref().unwrap_or_default(),
+            Err(_) => "",
+        }
     }
 }
 
@@ -103,8 +121,10 @@ pub(crate) async fn handle<W: Webhook>(
     State(webhook): State<Arc<W>>,
     uri: Uri,
     headers: HeaderMap,
+    claim: Option<Extension<Arc<Claim>>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let claim = claim.map(|Extension(claim)| claim);
     let span = tracing::info_span!(
         target: REQUEST_SPANS,
         "admission",
@@ -130,6 +150,12 @@ pub(crate) async fn handle<W: Webhook>(
         Ok(body) => body,
         // Over the body limit (413), or the body could not be read: answered by axum, logged and counted here.
         Err(rejection) => {
+            // Shed for the body budget, or past the read deadline: answered and counted by the budget.
+            if let Some(why) = claim.as_ref().and_then(|c| c.refusal()) {
+                record(&*webhook, "unknown", "shed", call.started.elapsed());
+                let claim = claim.expect("refused above");
+                return claim.refused_response(why, uri.path());
+            }
             let status = rejection.status();
             let outcome = if status == StatusCode::PAYLOAD_TOO_LARGE {
                 "body_too_large"
@@ -144,10 +170,18 @@ pub(crate) async fn handle<W: Webhook>(
             return rejection.into_response();
         }
     };
-    run(&*webhook, &body, call).instrument(span).await
+    run(&*webhook, &body, claim.as_deref(), call)
+        .instrument(span)
+        .await
 }
 
-async fn run<W: Webhook>(webhook: &W, body: &[u8], call: Call) -> Response {
+/// How long a decoded review may wait for its namespace's share: half the apiserver's timeout (10 s unless
+/// it says), so that a shed answer still reaches it in time.
+fn share_wait(call: &Call) -> Duration {
+    call.apiserver_timeout.unwrap_or(Duration::from_secs(10)) / 2
+}
+
+async fn run<W: Webhook>(webhook: &W, body: &[u8], claim: Option<&Claim>, call: Call) -> Response {
     let decoded = tracing::info_span!(target: REQUEST_SPANS, "decode").in_scope(|| W::decode(body));
     let review = match decoded {
         Ok(review) => review,
@@ -160,6 +194,13 @@ async fn run<W: Webhook>(webhook: &W, body: &[u8], call: Call) -> Response {
         }
     };
     call.span.record("admission.uid", review.uid());
+    if let Some(claim) = claim
+        && let Err(why) = claim.enter(review.namespace(), share_wait(&call)).await
+    {
+        call.span.record("admission.outcome", "shed");
+        record(webhook, "unknown", "shed", call.started.elapsed());
+        return claim.refused_response(why, W::NAME);
+    }
     let reply = webhook.admit(&review, &call).await;
     call.span.record("admission.outcome", reply.outcome);
     let encoded = match &reply.body {
