@@ -16,8 +16,10 @@
 //! totals other namespaces share) only for [`OTHERS_WINDOW_MS`], the time a healthy watch needs to deliver a
 //! stored Pod; a CREATE of a namespace/name the watch already holds (refused `AlreadyExists` after us) writes
 //! no entry at all (the frontend checks); and one namespace holds at most [`MAX_ENTRIES_PER_NAMESPACE`]
-//! entries (beyond, its own quota'd Pods are undecidable, no one else's), so filling the ledger takes twenty
-//! namespaces admitting quota'd Pods faster than the watches see them.
+//! entries the writer's watch has not seen (beyond, its own quota'd Pods are undecidable, no one else's;
+//! entries already seen, kept for the other replicas' grace, do not count, so a Job of a thousand Pods is not
+//! slowed), so filling the ledger takes twenty namespaces admitting quota'd Pods faster than the watches see
+//! them.
 use std::collections::BTreeMap;
 
 use gpu_admission_policy::quotas::MilliGpus;
@@ -37,7 +39,7 @@ pub const OTHERS_WINDOW_MS: u64 = 5_000;
 /// Entries a ledger holds at most: beyond, admissions of quota'd Pods wait for pruning (denied in Enforce,
 /// the ledger's size bounded whatever the rate). 4,000 entries are ≈ 400 kB of the object's 1 MiB.
 pub const MAX_ENTRIES: usize = 4_000;
-/// Entries one namespace holds at most.
+/// Entries the writer's watch has not seen that one namespace holds at most.
 pub const MAX_ENTRIES_PER_NAMESPACE: usize = MAX_ENTRIES / 20;
 
 /// The Pod a reservation is for: its UID (the ledger's key) and its name (a name the watch already holds is
@@ -140,12 +142,21 @@ pub fn prune(entries: &mut Vec<Entry>, seen: impl Fn(&str) -> Seen, now_ms: u64)
     });
 }
 
-/// Why an entry cannot be added to `entries` (already pruned): the ledger or the namespace is full.
-pub fn room_for(entries: &[Entry], namespace: &str) -> Result<(), Full> {
+/// Why an entry cannot be added to `entries` (already pruned): the ledger is full, or the namespace holds its
+/// share of entries the watch has not `seen`.
+pub fn room_for(
+    entries: &[Entry],
+    namespace: &str,
+    seen: impl Fn(&str) -> Seen,
+) -> Result<(), Full> {
     if entries.len() >= MAX_ENTRIES {
         return Err(Full::Ledger);
     }
-    if entries.iter().filter(|e| e.namespace == namespace).count() >= MAX_ENTRIES_PER_NAMESPACE {
+    let unseen = entries
+        .iter()
+        .filter(|e| e.namespace == namespace && seen(&e.uid) == Seen::No)
+        .count();
+    if unseen >= MAX_ENTRIES_PER_NAMESPACE {
         return Err(Full::Namespace);
     }
     Ok(())
@@ -237,8 +248,12 @@ mod tests {
         let mut entries: Vec<Entry> = (0..MAX_ENTRIES_PER_NAMESPACE)
             .map(|i| entry(&format!("a-{i}"), 1, 0))
             .collect();
-        assert_eq!(room_for(&entries, "team-a"), Err(Full::Namespace));
-        assert_eq!(room_for(&entries, "team-b"), Ok(()));
+        let unseen = |_: &str| Seen::No;
+        assert_eq!(room_for(&entries, "team-a", unseen), Err(Full::Namespace));
+        assert_eq!(room_for(&entries, "team-b", unseen), Ok(()));
+        // Entries the watch has seen (kept for the other replicas' grace) leave the namespace its share.
+        let seen = |_: &str| Seen::Since { at_ms: 0 };
+        assert_eq!(room_for(&entries, "team-a", seen), Ok(()));
         for e in &mut entries {
             e.namespace = format!("ns-{}", e.uid);
         }
@@ -247,6 +262,6 @@ mod tests {
             e.namespace = format!("other-{i}");
             e
         }));
-        assert_eq!(room_for(&entries, "team-b"), Err(Full::Ledger));
+        assert_eq!(room_for(&entries, "team-b", unseen), Err(Full::Ledger));
     }
 }

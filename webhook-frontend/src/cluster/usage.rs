@@ -289,7 +289,7 @@ impl QuotaUsage {
         for _ in 0..LEDGER_ATTEMPTS {
             let on = self.lock_ledger().clone();
             let now = now_ms();
-            let (decision, mut entries) = {
+            let (decision, mut entries, room) = {
                 let s = self.fresh_state();
                 let seen = |u: &str| s.seen(u);
                 let usage =
@@ -305,9 +305,10 @@ impl QuotaUsage {
                 }
                 let mut entries = on.entries.clone();
                 ledger::prune(&mut entries, seen, now);
-                (d, entries)
+                let room = ledger::room_for(&entries, namespace, seen);
+                (d, entries, room)
             };
-            if let Err(full) = ledger::room_for(&entries, namespace) {
+            if let Err(full) = room {
                 self.metrics.record_ledger_write(LedgerWrite::failed);
                 return Err(not_reserved(LedgerError::Full(full)));
             }
