@@ -110,7 +110,7 @@ pub fn summary(view: &PolicySnapshot) -> String {
         view.mode.as_str(),
         view.default_tier().unwrap_or("-")
     );
-    let classes: Vec<&str> = view.catalog.iter().map(|c| c.name.as_str()).collect();
+    let classes: Vec<&str> = view.catalog().iter().map(|c| c.name.as_str()).collect();
     let _ = writeln!(out, "catalog: {}", classes.join(", "));
     let Some(p) = &view.policy else {
         return out;

@@ -46,7 +46,7 @@ pub fn count(inputs: &[Input], tiers: &Tiers, snapshot: &PolicySnapshot) -> Coun
         }
     }
     let tier_of = |ns: &str| tiers.tier_of(ns);
-    let nodes = |n: &str| node_class(node_labels.get(n), &snapshot.catalog);
+    let nodes = |n: &str| node_class(node_labels.get(n), snapshot.catalog());
     let grants = Grants::none();
     let facts = Facts {
         tier_of: &tier_of,

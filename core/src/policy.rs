@@ -3,20 +3,20 @@
 //! the priority buckets (the PriorityClasses of `--no-kube` mode), and the tier rules the webhooks hold Pods
 //! to (allowed classes, priority caps, fallback, enforcement, namespace grants).
 //!
-//! Everything here is derived from the policy model alone. The tier rules are read from the model's tiers
-//! when asked ([`PolicySnapshot::tier_rules`]); the catalog is kept as the wire spells it because the
-//! scorer's answers it is compared with are wire messages.
+//! Everything here is derived from the policy model alone (`gpu_admission_policy`'s types: the catalog, the
+//! GPU resource rules, the mode); the tier rules are read from the model's tiers when asked
+//! ([`PolicySnapshot::tier_rules`]). The one translation to and from the wire is `gpu_admission_policy::wire`.
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, OnceLock};
 
-use gpu_admission_policy::{Policy, Tier};
+use gpu_admission_policy::{GpuClass, Policy, Tier};
 
 use k8s_openapi::api::core::v1::PodSpec;
 
 use gpu_admission_policy::EnforcementMode;
-use gpu_admission_proto::scorer::v1::{GetPolicyResponse, GpuClass};
+use gpu_admission_proto::scorer::v1::GetPolicyResponse;
 
 pub use gpu_admission_policy::{Fallback, UntieredNamespaces};
 
@@ -31,7 +31,6 @@ pub struct PolicySnapshot {
     /// The validated policy this view was derived from (`None` before a policy is known): its tiers, default
     /// tier, untiered namespaces and grants are read from it.
     pub policy: Option<Arc<Policy>>,
-    pub catalog: Vec<GpuClass>,
     /// Distinct node label keys of the catalog (e.g. `gpu.nvidia.com/class`).
     pub class_label_keys: Vec<String>,
     /// PriorityClasses named by the buckets, by name.
@@ -62,19 +61,19 @@ impl Derived {
     fn of(p: &PolicySnapshot) -> Self {
         Self {
             catalog_labels_valid: p
-                .catalog
+                .catalog()
                 .iter()
                 .map(|c| {
                     is_label_key(&c.node_label_key)
                         && is_label_value(&c.node_label_value)
-                        && (c.taint_key.is_empty() || is_label_key(&c.taint_key))
+                        && c.taint_key.as_deref().is_none_or(is_label_key)
                 })
                 .collect(),
             tier_allowed: p
                 .tiers()
                 .iter()
                 .map(|t| {
-                    p.catalog
+                    p.catalog()
                         .iter()
                         .zip(&t.allowed)
                         .filter(|(_, allowed)| **allowed)
@@ -235,7 +234,7 @@ impl TierRules<'_> {
                 Some(c) => parts.push(format!(
                     "{name} ({} GiB, {})",
                     c.memory_gib,
-                    vendor_name(c.vendor)
+                    c.vendor.as_str()
                 )),
                 None => parts.push(name.to_string()),
             }
@@ -244,21 +243,11 @@ impl TierRules<'_> {
     }
 }
 
-fn vendor_name(v: i32) -> &'static str {
-    match gpu_admission_proto::scorer::v1::GpuVendor::try_from(v) {
-        Ok(gpu_admission_proto::scorer::v1::GpuVendor::Nvidia) => "nvidia",
-        Ok(gpu_admission_proto::scorer::v1::GpuVendor::Amd) => "amd",
-        Ok(gpu_admission_proto::scorer::v1::GpuVendor::Intel) => "intel",
-        _ => "unknown vendor",
-    }
-}
-
 impl PolicySnapshot {
     /// The webhooks' view of a validated policy.
     pub fn from_policy(policy: Arc<Policy>) -> Self {
-        let catalog: Vec<GpuClass> = policy.classes.iter().map(GpuClass::from).collect();
         let mut class_label_keys: Vec<String> = Vec::new();
-        for c in &catalog {
+        for c in &policy.classes {
             if !c.node_label_key.is_empty() && !class_label_keys.contains(&c.node_label_key) {
                 class_label_keys.push(c.node_label_key.clone());
             }
@@ -293,14 +282,12 @@ impl PolicySnapshot {
                 (c.name.clone(), labels)
             })
             .collect();
-        let rules: Vec<_> = policy.gpu_resources.iter().map(Into::into).collect();
         let e = &policy.enforcement;
         Self {
             version: policy.version.clone(),
-            gpu_resources: GpuResources::from_rules(&rules).with_catalog(&policy),
+            gpu_resources: GpuResources::from_rules(&policy.gpu_resources).with_catalog(&policy),
             derived: OnceLock::new(),
             class_labels,
-            catalog,
             class_label_keys,
             priority_classes,
             mode: e.mode,
@@ -397,15 +384,20 @@ impl PolicySnapshot {
         })
     }
 
+    /// The policy's GPU classes (none before a policy is known).
+    pub fn catalog(&self) -> &[GpuClass] {
+        self.policy.as_ref().map_or(&[], |p| &p.classes)
+    }
+
     pub fn class(&self, name: &str) -> Option<&GpuClass> {
-        self.catalog.iter().find(|c| c.name == name)
+        self.catalog().iter().find(|c| c.name == name)
     }
 
     /// The catalog class named `name`, and whether its node label and taint key are valid label syntax
     /// (checked once per snapshot, not in every answer naming the class).
     pub(crate) fn checked_class(&self, name: &str) -> Option<(&GpuClass, bool)> {
-        let i = self.catalog.iter().position(|c| c.name == name)?;
-        Some((&self.catalog[i], self.derived().catalog_labels_valid[i]))
+        let i = self.catalog().iter().position(|c| c.name == name)?;
+        Some((&self.catalog()[i], self.derived().catalog_labels_valid[i]))
     }
 
     fn derived(&self) -> &Derived {
@@ -427,7 +419,7 @@ impl PolicySnapshot {
 
     /// The catalog class selected by node label `key=value`.
     pub fn class_by_label(&self, key: &str, value: &str) -> Option<&GpuClass> {
-        self.catalog
+        self.catalog()
             .iter()
             .find(|c| c.node_label_key == key && c.node_label_value == value)
     }
@@ -473,6 +465,24 @@ impl PolicySnapshot {
 impl PriorityClassLookup for PolicySnapshot {
     fn priority_class(&self, name: &str) -> Option<PriorityClassFacts> {
         self.priority_classes.get(name).cloned()
+    }
+}
+
+/// A catalog class for tests: NVIDIA, 80 GiB, selected by `key=name`, tainted `taint` when given.
+#[cfg(test)]
+pub(crate) fn test_class(name: &str, key: &str, taint: Option<&str>) -> GpuClass {
+    GpuClass {
+        name: name.to_string(),
+        vendor: gpu_admission_policy::Vendor::Nvidia,
+        memory_gib: 80.0,
+        relative_throughput: 1.0,
+        price_per_hour: 2.0,
+        gpus_per_node: 8,
+        node_label_key: key.to_string(),
+        node_label_value: name.to_string(),
+        taint_key: taint.map(str::to_string),
+        identifying_labels: Vec::new(),
+        dra: None,
     }
 }
 

@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use gpu_admission_proto::scorer::v1::GpuClass;
+use gpu_admission_policy::GpuClass;
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, PodSpec};
 
 use crate::policy::TierRules;

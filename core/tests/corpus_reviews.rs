@@ -13,15 +13,23 @@ use json_patch::PatchOperation;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
-fn answer() -> ScoreResponse {
+/// The shipped policy: its catalog is what the answer's classes are read from.
+fn shipped() -> gpu_admission_policy::Policy {
+    gpu_admission_policy::parse(
+        gpu_admission_policy::DEFAULT_POLICY_YAML,
+        "default-policy.yaml",
+    )
+    .unwrap()
+}
+
+fn answer(policy: &gpu_admission_policy::Policy) -> ScoreResponse {
+    let a100 = policy
+        .classes
+        .iter()
+        .find(|c| c.name == "A100-80GB")
+        .unwrap();
     ScoreResponse {
-        accepted_classes: vec![GpuClass {
-            name: "A100-80GB".into(),
-            node_label_key: "gpu.nvidia.com/class".into(),
-            node_label_value: "A100-80GB".into(),
-            taint_key: "nvidia.com/gpu".into(),
-            ..Default::default()
-        }],
+        accepted_classes: vec![GpuClass::from(a100)],
         priority_score: 80.0,
         priority_class: Some(PriorityAssignment {
             name: "gpu-high".into(),
@@ -67,6 +75,7 @@ fn check_reviews(
     reviews: &[gpu_admission_testkit::corpus::CorpusReview],
     classes: &std::collections::HashMap<String, PriorityClassFacts>,
 ) -> (usize, usize, usize) {
+    let policy = shipped();
     let (mut files, mut answered, mut pods) = (0, 0, 0);
     for r in reviews {
         files += 1;
@@ -84,12 +93,12 @@ fn check_reviews(
             pods += 1;
             // Force scoring regardless of operation / GPU: every Pod object must take a patch cleanly.
             let f = features::extract(pod);
-            let a = answer();
+            let a = answer(&policy);
             let input = PatchInput::new(
                 pod,
                 f.job_type.as_deref(),
                 &a,
-                &[],
+                &policy.classes,
                 time::OffsetDateTime::now_utc(),
             );
             ops = build_patch(&input, classes);

@@ -53,7 +53,7 @@ fn a_pod_claiming_gpus_from_a_template_is_a_gpu_pod() {
             c.features.gpu_vendor,
             c.features.gpu_shape.as_str()
         ),
-        (2, GpuVendor::Nvidia, "dra")
+        (2, Some(gpu_admission_policy::Vendor::Nvidia), "dra")
     );
     assert_eq!(c.features.dra_claims, ["gpus"]);
     let (s, _) = decide::score_request(&incoming.uid, &c, &policy);

@@ -50,7 +50,7 @@ impl MutatePorts for Recording<'_> {
         let answer = ScoreResponse {
             request_id: request.request_id.clone(),
             policy_version: self.policy.version.clone(),
-            accepted_classes: vec![self.policy.class("L4-24GB").unwrap().clone()],
+            accepted_classes: vec![self.policy.class("L4-24GB").unwrap().into()],
             priority_score: 10.0,
             ..Default::default()
         };

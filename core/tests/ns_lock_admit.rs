@@ -49,7 +49,7 @@ impl MutatePorts for Ports<'_> {
         ScorerOutcome::Answered(Box::new(ScoreResponse {
             request_id: request.request_id,
             policy_version: self.policy.version.clone(),
-            accepted_classes: vec![self.policy.class("L4-24GB").unwrap().clone()],
+            accepted_classes: vec![self.policy.class("L4-24GB").unwrap().into()],
             priority_score: 10.0,
             ..Default::default()
         }))
@@ -150,7 +150,7 @@ fn bound_to_bronze(pod: &Pod) -> bool {
     tier_bound::check(
         pod.spec.as_ref().unwrap(),
         &rules,
-        &policy.catalog,
+        policy.catalog(),
         &NoNodes,
     )
     .is_ok()

@@ -402,7 +402,7 @@ fn generate_one(rng: &mut StdRng, idx: usize) -> Result<Item> {
         job_type: job_type.to_string(),
         workload_class: class as i32,
         gpu_count: asked.gpu_count,
-        gpu_vendor: asked.gpu_vendor as i32,
+        gpu_vendor: gpu_admission_policy::wire::vendor_value(asked.gpu_vendor),
         gpu_memory_gib: ann_mem.or(asked.gpu_memory_gib),
         batch_size: ann_batch,
         ..Default::default()
@@ -596,7 +596,7 @@ fn score_request_for(review: &Value) -> Option<ScoreRequest> {
         tier: tier.to_string(),
         job_type: asked.job_type.unwrap_or_default(),
         gpu_count: asked.gpu_count,
-        gpu_vendor: asked.gpu_vendor as i32,
+        gpu_vendor: gpu_admission_policy::wire::vendor_value(asked.gpu_vendor),
         gpu_memory_gib: asked.gpu_memory_gib,
         ..Default::default()
     })

@@ -18,7 +18,8 @@
 
 use std::collections::BTreeMap;
 
-use gpu_admission_proto::scorer::v1::{GpuClass, GpuShape, ObserveRequest, WorkloadClass};
+use gpu_admission_policy::{GpuClass, WorkloadClass};
+use gpu_admission_proto::scorer::v1::{self as pb, GpuShape, ObserveRequest};
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use k8s_openapi::jiff::Timestamp;
 
@@ -386,7 +387,7 @@ pub fn observation<'r>(
         observation_id: job.uid.clone(),
         gpu_count: job.gpu_count,
         // Job types the policy does not list are learned too (under this class's prior, in a bounded budget).
-        workload_class: job.workload_class as i32,
+        workload_class: pb::WorkloadClass::from(job.workload_class) as i32,
         namespace: job.namespace.clone(),
         tier: String::new(),
         gpu_shape: job.gpu_shape as i32,

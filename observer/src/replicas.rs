@@ -109,7 +109,7 @@ pub async fn policy_facts(replicas: &[Replica]) -> Option<PolicyFacts> {
     let answer = get_policy(replicas).await?;
     match PolicySnapshot::from_response(&answer) {
         Ok(policy) => Some(PolicyFacts {
-            catalog: policy.catalog,
+            catalog: policy.catalog().to_vec(),
         }),
         Err(err) => {
             tracing::warn!(%err, "the scorer's policy document does not validate here");

@@ -7,22 +7,12 @@
 use serde::Serialize;
 
 use crate::model::{DraDevices, GpuClass, Policy};
-use crate::schema::Vendor;
 
 /// The suffix of every DeviceClass rendered from the catalog.
 pub const SUFFIX: &str = ".gpu-admission.io";
 
 /// The product attribute when a class does not name one (NVIDIA's, AMD's and Intel's drivers publish it).
 pub const DEFAULT_PRODUCT_ATTRIBUTE: &str = "productName";
-
-/// The DRA driver of a vendor's GPUs (the name its driver publishes ResourceSlices and its DeviceClass under).
-pub fn vendor_driver(vendor: Vendor) -> &'static str {
-    match vendor {
-        Vendor::Nvidia => "gpu.nvidia.com",
-        Vendor::Amd => "gpu.amd.com",
-        Vendor::Intel => "gpu.intel.com",
-    }
-}
 
 /// The DeviceClass name of a catalog class: `<class name lowercased>.gpu-admission.io`.
 pub fn device_class_name(class: &str) -> String {

@@ -31,13 +31,18 @@ pub const MEMORY_PLACEHOLDER: &str = "{memoryGiB}";
 /// a GPU when `<class>` is a GPU DeviceClass.
 pub const DEVICE_CLASS_RESOURCE_PREFIX: &str = "deviceclass.resource.kubernetes.io/";
 
-/// The GPU vendors' resource domains: a resource `<domain>/<anything>` the list does not call `notGpu` is a
-/// GPU of that vendor (what the fuzz properties hold the webhooks to).
-pub const VENDOR_DOMAINS: [(&str, Vendor); 3] = [
-    ("nvidia.com", Vendor::Nvidia),
-    ("amd.com", Vendor::Amd),
-    ("gpu.intel.com", Vendor::Intel),
-];
+/// The vendor whose resource domain `<domain>/<anything>` is under (see [`Vendor::facts`]): a GPU of that
+/// vendor unless the list calls it `notGpu` (what the fuzz properties hold the webhooks to).
+pub fn vendor_of_resource(resource: &str) -> Option<Vendor> {
+    let (domain, rest) = resource.split_once('/')?;
+    (!rest.is_empty())
+        .then(|| {
+            Vendor::ALL
+                .into_iter()
+                .find(|v| v.facts().resource_domain == domain)
+        })
+        .flatten()
+}
 
 /// One validated resource rule.
 #[derive(Debug, Clone, PartialEq)]
@@ -223,6 +228,48 @@ mod tests {
     fn kind_of(name: &str) -> Option<(GpuResourceKind, Option<f64>)> {
         let rules = default_rules();
         lookup(&rules, name, |r| r.name.as_str(), |_| true).map(|(r, m)| (r.kind, m))
+    }
+
+    /// Every vendor of the vendor table has its catch-alls in the default list: any resource of its domain
+    /// and its DRA driver's DeviceClass are its GPUs (a new vendor fails here until its rules are listed).
+    #[test]
+    fn every_vendor_has_its_catch_alls() {
+        let rules = default_rules();
+        for v in Vendor::ALL {
+            let f = v.facts();
+            let name = format!("{}/some-future-gpu", f.resource_domain);
+            assert_eq!(vendor_of_resource(&name), Some(v));
+            let resource = lookup(
+                &rules,
+                &name,
+                |r| r.name.as_str(),
+                |r| r.kind != GpuResourceKind::DraDeviceClass,
+            );
+            assert_eq!(
+                resource.map(|(r, _)| (r.kind, r.vendor)),
+                Some((GpuResourceKind::Devices, v)),
+                "{name}"
+            );
+            let class = lookup(
+                &rules,
+                f.dra_driver,
+                |r| r.name.as_str(),
+                |r| {
+                    matches!(
+                        r.kind,
+                        GpuResourceKind::DraDeviceClass | GpuResourceKind::NotGpu
+                    )
+                },
+            );
+            assert_eq!(
+                class.map(|(r, _)| (r.kind, r.vendor)),
+                Some((GpuResourceKind::DraDeviceClass, v)),
+                "{}",
+                f.dra_driver
+            );
+        }
+        assert_eq!(vendor_of_resource("example.com/gpu"), None);
+        assert_eq!(vendor_of_resource("nvidia.com/"), None);
     }
 
     #[test]

@@ -22,7 +22,7 @@ pub use model::{
 };
 pub use schema::{
     EnforcementMode, Fallback, LearningSpec, Objective, RuntimeProfile, SizeReference,
-    UntieredNamespaces, Vendor,
+    UntieredNamespaces, Vendor, VendorFacts,
 };
 pub use scope::Scope;
 pub use validate::{

@@ -65,7 +65,8 @@ pub struct GpuResourceSpec {
 }
 
 /// How one resource name counts as GPUs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
+/// Ordered as a Pod's shape names them (`devices+memory+cores`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum GpuResourceKind {
     /// Whole devices.
@@ -155,6 +156,9 @@ pub fn default_node_label_key() -> String {
     "gpu.nvidia.com/class".to_string()
 }
 
+/// A GPU vendor. Everything the project knows of one is in [`Vendor::facts`]: a new vendor is a variant
+/// here, its row there, its entry in [`Vendor::ALL`] and its wire value (`crate::wire`); the compiler names
+/// the matches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Vendor {
@@ -163,12 +167,58 @@ pub enum Vendor {
     Intel,
 }
 
+/// One vendor's names, as its device plugin and DRA driver publish them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VendorFacts {
+    /// As the policy spells it (`vendor: nvidia`).
+    pub name: &'static str,
+    /// The extended-resource domain of its device plugins: `<domain>/<anything>` is its GPU unless the
+    /// policy's `gpuResources` call it `notGpu`.
+    pub resource_domain: &'static str,
+    /// Its DRA driver: the name it publishes ResourceSlices and its generic DeviceClass under.
+    pub dra_driver: &'static str,
+}
+
 impl Vendor {
-    pub fn as_str(self) -> &'static str {
+    /// Every vendor (kept complete by the `match` in [`Vendor::facts`] and the test beside it).
+    pub const ALL: [Vendor; 3] = [Vendor::Nvidia, Vendor::Amd, Vendor::Intel];
+
+    /// THE vendor table.
+    pub const fn facts(self) -> VendorFacts {
         match self {
-            Vendor::Nvidia => "nvidia",
-            Vendor::Amd => "amd",
-            Vendor::Intel => "intel",
+            Vendor::Nvidia => VendorFacts {
+                name: "nvidia",
+                resource_domain: "nvidia.com",
+                dra_driver: "gpu.nvidia.com",
+            },
+            Vendor::Amd => VendorFacts {
+                name: "amd",
+                resource_domain: "amd.com",
+                dra_driver: "gpu.amd.com",
+            },
+            Vendor::Intel => VendorFacts {
+                name: "intel",
+                resource_domain: "gpu.intel.com",
+                dra_driver: "gpu.intel.com",
+            },
+        }
+    }
+
+    pub const fn as_str(self) -> &'static str {
+        self.facts().name
+    }
+
+    /// The vendor a policy name (`nvidia`) stands for.
+    pub fn named(name: &str) -> Option<Vendor> {
+        Vendor::ALL.into_iter().find(|v| v.as_str() == name)
+    }
+
+    /// Every vendor's name, for messages: `nvidia, amd or intel`.
+    pub fn names() -> String {
+        let names: Vec<&str> = Vendor::ALL.iter().map(|v| v.as_str()).collect();
+        match names.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+            _ => names.join(""),
         }
     }
 }
@@ -449,5 +499,30 @@ impl Default for LearningSpec {
             straggler_share: default_straggler_share(),
             straggler_tail: default_straggler_tail(),
         }
+    }
+}
+
+#[cfg(test)]
+mod vendor_tests {
+    use super::Vendor;
+
+    /// `Vendor::ALL` lists each vendor once, and names and domains tell them apart.
+    #[test]
+    fn the_vendor_table_is_complete_and_unambiguous() {
+        let listed = |v: Vendor| match v {
+            // A new variant does not compile here until it is matched, and fails below until it is listed.
+            Vendor::Nvidia | Vendor::Amd | Vendor::Intel => Vendor::ALL.contains(&v),
+        };
+        assert!(Vendor::ALL.into_iter().all(listed));
+        for (i, v) in Vendor::ALL.into_iter().enumerate() {
+            assert_eq!(Vendor::named(v.as_str()), Some(v));
+            for w in &Vendor::ALL[i + 1..] {
+                assert_ne!(v, *w);
+                assert_ne!(v.facts().resource_domain, w.facts().resource_domain);
+                assert_ne!(v.facts().dra_driver, w.facts().dra_driver);
+            }
+        }
+        assert_eq!(Vendor::names(), "nvidia, amd or intel");
+        assert_eq!(Vendor::named("Nvidia"), None);
     }
 }

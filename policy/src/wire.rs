@@ -17,11 +17,25 @@ impl From<Vendor> for pb::GpuVendor {
 
 /// A wire vendor; unknown (or unset) is `None`.
 pub fn vendor(v: i32) -> Option<Vendor> {
-    match pb::GpuVendor::try_from(v).unwrap_or(pb::GpuVendor::Unknown) {
-        pb::GpuVendor::Nvidia => Some(Vendor::Nvidia),
-        pb::GpuVendor::Amd => Some(Vendor::Amd),
-        pb::GpuVendor::Intel => Some(Vendor::Intel),
-        pb::GpuVendor::Unknown => None,
+    Vendor::ALL
+        .into_iter()
+        .find(|&known| pb::GpuVendor::from(known) as i32 == v)
+}
+
+/// A vendor as the wire carries it; `None` is `UNKNOWN`.
+pub fn vendor_value(v: Option<Vendor>) -> i32 {
+    v.map_or(pb::GpuVendor::Unknown, pb::GpuVendor::from) as i32
+}
+
+impl From<WorkloadClass> for pb::WorkloadClass {
+    fn from(w: WorkloadClass) -> Self {
+        match w {
+            WorkloadClass::Training => pb::WorkloadClass::Training,
+            WorkloadClass::Inference => pb::WorkloadClass::Inference,
+            WorkloadClass::Batch => pb::WorkloadClass::Batch,
+            WorkloadClass::Interactive => pb::WorkloadClass::Interactive,
+            WorkloadClass::Unknown => pb::WorkloadClass::Unknown,
+        }
     }
 }
 

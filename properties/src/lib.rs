@@ -79,7 +79,7 @@ fn tier_of(policy: &PolicySnapshot) -> impl Fn(&str) -> Option<String> + '_ {
 /// counting.
 fn vendor_gpu_resource(pod: &Pod) -> Option<String> {
     use gpu_admission_policy::gpu_resources::{
-        GpuResourceKind, VENDOR_DOMAINS, default_rules, lookup,
+        GpuResourceKind, default_rules, lookup, vendor_of_resource,
     };
     let rules = default_rules();
     let not_gpu = |name: &str| {
@@ -99,15 +99,11 @@ fn vendor_gpu_resource(pod: &Pod) -> Option<String> {
     for c in containers {
         let Some(res) = &c.resources else { continue };
         for (name, q) in [&res.requests, &res.limits].into_iter().flatten().flatten() {
-            let under = VENDOR_DOMAINS.iter().any(|(d, _)| {
-                name.strip_prefix(d)
-                    .and_then(|r| r.strip_prefix('/'))
-                    .is_some_and(|r| {
-                        !r.is_empty()
-                            && r.bytes()
-                                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-                    })
-            });
+            let under = vendor_of_resource(name).is_some()
+                && name.split_once('/').is_some_and(|(_, r)| {
+                    r.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+                });
             let positive = q.0.parse::<u32>().is_ok_and(|n| n > 0);
             if under && positive && !not_gpu(name) {
                 return Some(name.clone());
@@ -310,7 +306,7 @@ pub fn check_mutate(body: &[u8], policy: &PolicySnapshot, score: &mut Score<'_>)
         unreachable!("a decided Pod asked the scorer once");
     };
     let mut for_another_pod = answer.clone();
-    for_another_pod.accepted_classes = policy.catalog.clone();
+    for_another_pod.accepted_classes = policy.catalog().iter().map(Into::into).collect();
     let mut infeasible = answer;
     infeasible.accepted_classes.clear();
     infeasible.infeasible_reason = "no class fits".into();
@@ -419,11 +415,11 @@ fn assert_bound_by_mutation(patched: &Pod, scoring: &Scoring<'_>, policy: &Polic
     let Some(rules) = policy.tier_rules(&c.tier, c.namespace) else {
         return;
     };
-    if scoring.admin || !tier_bound::restricts(&rules, &policy.catalog) {
+    if scoring.admin || !tier_bound::restricts(&rules, policy.catalog()) {
         return;
     }
     let spec = patched.spec.clone().unwrap_or_default();
-    if let Err(breach) = tier_bound::class_bound(&spec, &rules, &policy.catalog) {
+    if let Err(breach) = tier_bound::class_bound(&spec, &rules, policy.catalog()) {
         panic!(
             "a mutated Pod of tier {} is not bound to it: {}\n{}",
             rules.tier,

@@ -365,7 +365,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 fn nonsense(kind: Nonsense, policy: &GetPolicyResponse) -> ScoreResponse {
     let snapshot = PolicySnapshot::from_response(policy).unwrap_or_default();
-    let real = snapshot.catalog.first().cloned().unwrap_or_default();
+    let real = snapshot
+        .catalog()
+        .first()
+        .map(GpuClass::from)
+        .unwrap_or_default();
     let first_bucket = (snapshot.policy.as_ref())
         .and_then(|p| p.priority.buckets.first())
         .map(PriorityAssignment::from);

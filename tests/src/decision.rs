@@ -12,7 +12,7 @@
 
 use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_policy::Bucket;
-use gpu_admission_proto::scorer::v1::{GpuClass, GpuVendor};
+use gpu_admission_policy::GpuClass;
 use serde_json::Value;
 
 use crate::gpu::{annotation, array_at, gpu_ask, pinned_classes, tolerations};
@@ -183,15 +183,6 @@ pub fn declared_memory_gib(pod: &Value) -> Option<f64> {
     [ANN_GPU_MEM, ANN_GPU_MEM_SEED]
         .iter()
         .find_map(|k| annotation(pod, k).and_then(|v| v.trim().parse::<f64>().ok()))
-}
-
-fn vendor_name(v: i32) -> &'static str {
-    match GpuVendor::try_from(v) {
-        Ok(GpuVendor::Nvidia) => "nvidia",
-        Ok(GpuVendor::Amd) => "amd",
-        Ok(GpuVendor::Intel) => "intel",
-        _ => "unknown",
-    }
 }
 
 fn looks_like_rfc3339(s: &str) -> bool {
@@ -394,7 +385,7 @@ pub fn check_decision(
                 "the Pod's own constraint ({own}) was kept, yet its placement changed"
             ));
         }
-        if let Some(class) = policy.catalog.iter().find(|c| c.name == class_ann) {
+        if let Some(class) = policy.catalog().iter().find(|c| c.name == class_ann) {
             d.class = Some(class.name.clone());
             let carries = |k: &str, v: &str| {
                 (class.node_label_key == k && class.node_label_value == v)
@@ -403,7 +394,7 @@ pub fn check_decision(
                     })
             };
             let identifying = |k: &str| {
-                policy.catalog.iter().any(|c| c.node_label_key == k)
+                policy.catalog().iter().any(|c| c.node_label_key == k)
                     || (policy.class_labels.iter())
                         .any(|(_, labels)| labels.iter().any(|(lk, _)| lk == k))
             };
@@ -423,7 +414,7 @@ pub fn check_decision(
         }
         return (d, errs);
     }
-    let catalog: Vec<&GpuClass> = policy.catalog.iter().collect();
+    let catalog: Vec<&GpuClass> = policy.catalog().iter().collect();
     let label_key_of = |name: &str| {
         catalog
             .iter()
@@ -493,15 +484,10 @@ pub fn check_decision(
         };
         check_class(c, before, tier, policy, &mut errs);
     }
-    if !class.taint_key.is_empty()
-        && !tolerations(after)
-            .iter()
-            .any(|t| tolerates(t, &class.taint_key))
+    if let Some(taint) = class.taint_key.as_deref()
+        && !tolerations(after).iter().any(|t| tolerates(t, taint))
     {
-        errs.push(format!(
-            "no toleration for the class's taint {}",
-            class.taint_key
-        ));
+        errs.push(format!("no toleration for the class's taint {taint}"));
     }
     let tols = tolerations(after);
     for (i, t) in tols.iter().enumerate() {
@@ -556,7 +542,7 @@ fn tier_of<'p>(policy: &'p PolicySnapshot, tier: &str) -> Option<&'p gpu_admissi
 fn allowed_classes<'p>(policy: &'p PolicySnapshot, tier: &str) -> Option<Vec<&'p String>> {
     let t = tier_of(policy, tier)?;
     Some(
-        (policy.catalog.iter().zip(&t.allowed))
+        (policy.catalog().iter().zip(&t.allowed))
             .filter(|(_, allowed)| **allowed)
             .map(|(c, _)| &c.name)
             .collect(),
@@ -584,12 +570,12 @@ fn check_class(
         ));
     }
     if let Some(ask) = gpu_ask(before)
-        && vendor_name(c.vendor) != ask.vendor
+        && c.vendor.as_str() != ask.vendor
     {
         errs.push(format!(
             "class {} is {}, the Pod asks {} GPUs",
             c.name,
-            vendor_name(c.vendor),
+            c.vendor.as_str(),
             ask.vendor
         ));
     }

@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use gpu_admission_proto::scorer::v1::GpuClass;
+use gpu_admission_policy::GpuClass;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
@@ -32,10 +32,9 @@ pub fn gpu_node(name: &str, class: &GpuClass, resource: &str, gpus: u32) -> Valu
     if !class.node_label_key.is_empty() {
         labels[&class.node_label_key] = json!(class.node_label_value);
     }
-    let taints = if class.taint_key.is_empty() {
-        json!([])
-    } else {
-        json!([{"key": class.taint_key, "value": "present", "effect": "NoSchedule"}])
+    let taints = match class.taint_key.as_deref() {
+        None | Some("") => json!([]),
+        Some(key) => json!([{"key": key, "value": "present", "effect": "NoSchedule"}]),
     };
     let room = json!({"cpu": "96", "memory": "1024Gi", "pods": "110", resource: gpus.to_string()});
     json!({

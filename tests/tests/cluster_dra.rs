@@ -263,7 +263,7 @@ fn allowed_classes(policy: &PolicySnapshot, tier: &str) -> Vec<String> {
     (policy.tiers().iter())
         .find(|t| t.name == tier)
         .map(|t| {
-            (policy.catalog.iter().zip(&t.allowed))
+            (policy.catalog().iter().zip(&t.allowed))
                 .filter(|(_, allowed)| **allowed)
                 .map(|(c, _)| c.name.clone())
                 .collect()
@@ -574,7 +574,7 @@ async fn publish_gpus(
         .iter()
         .map(|(name, _, _)| {
             let class = policy
-                .catalog
+                .catalog()
                 .iter()
                 .find(|c| c.name == *name)
                 .expect("catalog class");

@@ -258,7 +258,7 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
         .unwrap();
     let l4 = scorer
         .policy()
-        .catalog
+        .catalog()
         .iter()
         .find(|c| c.name == "L4-24GB")
         .expect("L4 in the catalog")
@@ -814,7 +814,7 @@ async fn bronze_cluster(cluster: &LocalCluster, policy_file: &Path) -> Scorer {
         .expect("scorer");
     let l4 = scorer
         .policy()
-        .catalog
+        .catalog()
         .iter()
         .find(|c| c.name == "L4-24GB")
         .expect("L4 in the catalog")

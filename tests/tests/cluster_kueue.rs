@@ -267,7 +267,7 @@ async fn kueue_queues_and_gpu_admission_places_and_caps_on_one_control_plane() {
     let class = |name: &str| {
         scorer
             .policy()
-            .catalog
+            .catalog()
             .iter()
             .find(|c| c.name == name)
             .unwrap()

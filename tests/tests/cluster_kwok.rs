@@ -15,7 +15,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use gpu_admission_proto::scorer::v1::{GpuClass, GpuVendor, ScoreRequest};
+use gpu_admission_policy::{GpuClass, Vendor};
+use gpu_admission_proto::scorer::v1::{GpuVendor, ScoreRequest};
 use gpu_admission_tests::cluster::{Components, LocalCluster};
 use gpu_admission_tests::kwok::{self, POD_COMPLETE_DELAY, phase, wait_for};
 use gpu_admission_tests::names::{ANN_DECIDED_AT, ANN_GPU_CLASS, CLASS_LABEL, JOB_TYPE_LABEL};
@@ -156,10 +157,10 @@ async fn nodes_per_class(
     policy: &gpu_admission_core::policy::PolicySnapshot,
 ) -> BTreeMap<String, String> {
     let nodes: Vec<Value> = policy
-        .catalog
+        .catalog()
         .iter()
         .map(|c| {
-            let resource = if c.vendor == GpuVendor::Amd as i32 {
+            let resource = if c.vendor == Vendor::Amd {
                 "amd.com/gpu"
             } else {
                 "nvidia.com/gpu"
@@ -323,7 +324,7 @@ async fn describe(pods: &Api<Pod>) -> String {
 /// A Node with one GPU of `class`, no taint.
 fn one_gpu_node(name: &str, class: &GpuClass) -> Value {
     let untainted = GpuClass {
-        taint_key: String::new(),
+        taint_key: None,
         ..class.clone()
     };
     kwok::gpu_node(name, &untainted, "nvidia.com/gpu", 1)
@@ -348,7 +349,7 @@ async fn a_preempted_run_is_removed_by_kwok_and_never_learned() {
     cluster.create_namespace(SYSTEM_NS, None).await.unwrap();
     cluster.create_priority_classes(&policy).await.unwrap();
     let class = policy
-        .catalog
+        .catalog()
         .iter()
         .find(|c| c.name == "L4-24GB")
         .expect("L4 in the catalog");

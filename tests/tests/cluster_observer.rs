@@ -365,8 +365,10 @@ async fn observer_reports_each_finished_pod_once_through_a_leader_change_and_sha
     // The job type and its prior-best class for the gold tier, and the runner-up.
     let job = "train-bert";
     let before = score(&url_a, job).await.unwrap();
-    let best = before.accepted_classes[0].clone();
-    let runner_up = before.accepted_classes[1].clone();
+    // The answer names catalog classes: read them from the catalog.
+    let of_catalog = |name: &str| policy.class(name).unwrap().clone();
+    let best = of_catalog(&before.accepted_classes[0].name);
+    let runner_up = of_catalog(&before.accepted_classes[1].name);
     let prior = |class: &str| {
         before
             .candidates
@@ -388,7 +390,7 @@ async fn observer_reports_each_finished_pod_once_through_a_leader_change_and_sha
     );
     assert!(prior_picks > n / 2, "{prior_picks}");
     let third = policy
-        .catalog
+        .catalog()
         .iter()
         .find(|c| c.name != best.name && c.name != runner_up.name && !c.node_label_key.is_empty())
         .unwrap()
@@ -944,7 +946,7 @@ async fn poisoning(
         if gold.classes.contains_key(&name) {
             continue;
         }
-        let c = policy.catalog.iter().find(|c| c.name == class).unwrap();
+        let c = policy.catalog().iter().find(|c| c.name == class).unwrap();
         let node: Node = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": {c.node_label_key.clone(): c.node_label_value.clone(),
                 "kubernetes.io/hostname": name}}}))

@@ -216,7 +216,7 @@ async fn quotas_hold_on_a_real_control_plane_through_two_replicas() {
     // One A100-80GB Node of 2 GPUs (kwok runs its Pods); no Node of any other class.
     let a100 = scorer
         .policy()
-        .catalog
+        .catalog()
         .iter()
         .find(|c| c.name == "A100-80GB")
         .unwrap()

@@ -177,7 +177,7 @@ async fn every_shape_is_held_on_what_is_held() {
     }
     let l4 = scorer
         .policy()
-        .catalog
+        .catalog()
         .iter()
         .find(|c| c.name == "L4-24GB")
         .unwrap()

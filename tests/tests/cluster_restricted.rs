@@ -183,7 +183,7 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
     // bronze's one class, as a fake Node kwok keeps Ready (room for every Pod the test makes run).
     let l4 = scorer
         .policy()
-        .catalog
+        .catalog()
         .iter()
         .find(|c| c.name == "L4-24GB")
         .expect("L4-24GB in the catalog")
@@ -366,7 +366,7 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
         tier_bound::check(
             pod.spec.as_ref().unwrap(),
             &rules,
-            &snapshot.catalog,
+            snapshot.catalog(),
             &NoNodes,
         )
         .is_ok()

@@ -352,7 +352,7 @@ async fn every_namespace_has_a_tier_and_every_pods_priority_is_capped() {
     // webhooks, so uncapped) does, which shows the cap is what stops it.
     let l4 = scorer
         .policy()
-        .catalog
+        .catalog()
         .iter()
         .find(|c| c.name == "L4-24GB")
         .unwrap()

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use gpu_admission_proto::scorer::v1::{GpuVendor, WorkloadClass};
+use gpu_admission_policy::{Vendor, WorkloadClass};
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::pod::gpu_resources::{self, ClaimTemplates, GpuResources, NoClaimTemplates};
@@ -15,7 +15,8 @@ use crate::pod::gpu_resources::{self, ClaimTemplates, GpuResources, NoClaimTempl
 pub struct JobFeatures {
     /// Number of GPUs the Pod needs (Kubernetes effective-request rules); 0 = not a GPU Pod.
     pub gpu_count: u32,
-    pub gpu_vendor: GpuVendor,
+    /// `None`: not a GPU Pod, or no resource of it says.
+    pub gpu_vendor: Option<Vendor>,
     /// How the GPUs are asked for (`devices`, `mig`, `devices+memory`, `dra`, …; `none`).
     pub gpu_shape: String,
     pub job_type: Option<String>,
@@ -178,13 +179,13 @@ mod tests {
     #[test]
     fn gpu_count_from_limits_only_and_requests_only() {
         let f = extract(&gpu_pod(json!({"limits": {"nvidia.com/gpu": 2}})));
-        assert_eq!((f.gpu_count, f.gpu_vendor), (2, GpuVendor::Nvidia));
+        assert_eq!((f.gpu_count, f.gpu_vendor), (2, Some(Vendor::Nvidia)));
         let f = extract(&gpu_pod(json!({"requests": {"amd.com/gpu": "1"}})));
-        assert_eq!((f.gpu_count, f.gpu_vendor), (1, GpuVendor::Amd));
+        assert_eq!((f.gpu_count, f.gpu_vendor), (1, Some(Vendor::Amd)));
         let f = extract(&gpu_pod(
             json!({"requests": {"gpu.intel.com/i915": "8"}, "limits": {"gpu.intel.com/i915": "8"}}),
         ));
-        assert_eq!((f.gpu_count, f.gpu_vendor), (8, GpuVendor::Intel));
+        assert_eq!((f.gpu_count, f.gpu_vendor), (8, Some(Vendor::Intel)));
     }
 
     #[test]
@@ -195,7 +196,7 @@ mod tests {
             json!({"limits": {"gpu.intel.com/": 1}}),
         ] {
             let f = extract(&gpu_pod(r.clone()));
-            assert_eq!((f.gpu_count, f.gpu_vendor), (0, GpuVendor::Unknown), "{r}");
+            assert_eq!((f.gpu_count, f.gpu_vendor), (0, None), "{r}");
         }
     }
 

@@ -8,8 +8,10 @@
 
 use std::collections::BTreeMap;
 
-use gpu_admission_policy::gpu_resources::{DEVICE_CLASS_RESOURCE_PREFIX, Matcher, default_rules};
-use gpu_admission_proto::scorer::v1::{GpuResourceKind, GpuResourceRule, GpuVendor};
+use gpu_admission_policy::Vendor;
+use gpu_admission_policy::gpu_resources::{
+    DEVICE_CLASS_RESOURCE_PREFIX, GpuResourceKind, GpuResourceRule, Matcher, default_rules,
+};
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimSpec, ResourceClaimTemplate};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -24,7 +26,7 @@ pub const MAX_GPUS_PER_POD: u32 = 256;
 pub struct GpuResources {
     rules: Vec<GpuResourceRule>,
     /// The catalog's DeviceClasses, their catalog class and vendor.
-    catalog_classes: Vec<(String, String, GpuVendor)>,
+    catalog_classes: Vec<(String, String, Vendor)>,
     /// The rules compiled once: container resources, DRA DeviceClasses.
     resources: Matcher,
     device_classes: Matcher,
@@ -32,14 +34,16 @@ pub struct GpuResources {
 
 impl Default for GpuResources {
     fn default() -> Self {
-        Self::compiled(default_rules().iter().map(Into::into).collect())
+        Self::compiled(default_rules())
     }
 }
 
 /// How one resource name counts, once matched against the rules.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Counting {
-    pub vendor: GpuVendor,
+    /// `None` for a GPU whose vendor the rules do not say (a `*.gpu-admission.io` DeviceClass outside the
+    /// catalog).
+    pub vendor: Option<Vendor>,
     pub kind: GpuResourceKind,
     /// GiB per device (MIG: the slice's memory) or per quantity unit (MEMORY).
     pub memory_gib: Option<f64>,
@@ -61,15 +65,10 @@ impl GpuResources {
         fn name(r: &GpuResourceRule) -> &str {
             r.name.as_str()
         }
-        let resources = Matcher::new(&rules, name, |r| {
-            !matches!(
-                r.kind(),
-                GpuResourceKind::DraDeviceClass | GpuResourceKind::Unspecified
-            )
-        });
+        let resources = Matcher::new(&rules, name, |r| r.kind != GpuResourceKind::DraDeviceClass);
         let device_classes = Matcher::new(&rules, name, |r| {
             matches!(
-                r.kind(),
+                r.kind,
                 GpuResourceKind::DraDeviceClass | GpuResourceKind::NotGpu
             )
         });
@@ -88,15 +87,10 @@ impl GpuResources {
             .iter()
             .filter(|c| c.dra.is_some())
             .map(|c| {
-                let vendor = match c.vendor {
-                    gpu_admission_policy::Vendor::Nvidia => GpuVendor::Nvidia,
-                    gpu_admission_policy::Vendor::Amd => GpuVendor::Amd,
-                    gpu_admission_policy::Vendor::Intel => GpuVendor::Intel,
-                };
                 (
                     gpu_admission_policy::device_classes::device_class_name(&c.name),
                     c.name.clone(),
-                    vendor,
+                    c.vendor,
                 )
             })
             .collect();
@@ -120,15 +114,15 @@ impl GpuResources {
     /// DRA DeviceClass (`deviceclass.resource.kubernetes.io/<class>`) counts as devices of a GPU class.
     pub fn counting(&self, resource: &str) -> Option<Counting> {
         if let Some(class) = resource.strip_prefix(DEVICE_CLASS_RESOURCE_PREFIX) {
-            return self.dra_class_vendor(class).map(|vendor| Counting {
-                vendor,
+            return self.gpu_device_class(class).map(|g| Counting {
+                vendor: g.vendor,
                 kind: GpuResourceKind::Devices,
                 memory_gib: None,
             });
         }
         let (i, mig_memory) = self.resources.find(resource)?;
         let r = &self.rules[i];
-        let kind = r.kind();
+        let kind = r.kind;
         let memory_gib = match kind {
             GpuResourceKind::NotGpu => return None,
             GpuResourceKind::MigSlices => mig_memory,
@@ -136,29 +130,39 @@ impl GpuResources {
             _ => None,
         };
         Some(Counting {
-            vendor: r.vendor(),
+            vendor: Some(r.vendor),
             kind,
             memory_gib,
         })
     }
 
-    /// The vendor of a DRA DeviceClass whose devices are GPUs: the catalog's own classes (and any other
-    /// `*.gpu-admission.io`, vendor unknown), then the policy's `draDeviceClass` rules less its `notGpu` ones.
-    pub fn dra_class_vendor(&self, device_class: &str) -> Option<GpuVendor> {
+    /// Whether a DRA DeviceClass's devices are GPUs, and their vendor: the catalog's own classes (and any
+    /// other `*.gpu-admission.io`, vendor unknown), then the policy's `draDeviceClass` rules less its `notGpu`
+    /// ones. `None`: not a GPU DeviceClass.
+    pub fn gpu_device_class(&self, device_class: &str) -> Option<GpuDeviceClass> {
         if let Some((_, _, v)) = self
             .catalog_classes
             .iter()
             .find(|(n, _, _)| n == device_class)
         {
-            return Some(*v);
+            return Some(GpuDeviceClass { vendor: Some(*v) });
         }
         if device_class.ends_with(gpu_admission_policy::device_classes::SUFFIX) {
-            return Some(GpuVendor::Unknown);
+            return Some(GpuDeviceClass { vendor: None });
         }
         let (i, _) = self.device_classes.find(device_class)?;
         let r = &self.rules[i];
-        (r.kind() == GpuResourceKind::DraDeviceClass).then(|| r.vendor())
+        (r.kind == GpuResourceKind::DraDeviceClass).then_some(GpuDeviceClass {
+            vendor: Some(r.vendor),
+        })
     }
+}
+
+/// A DeviceClass whose devices are GPUs ([`GpuResources::gpu_device_class`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuDeviceClass {
+    /// `None` when the rules do not say (a `*.gpu-admission.io` class outside the catalog).
+    pub vendor: Option<Vendor>,
 }
 
 /// The ResourceClaimTemplates (and ResourceClaims) the frontend can read (by namespace and name).
@@ -214,7 +218,8 @@ pub struct Holdings {
 pub struct GpuAsk {
     /// Devices (Kubernetes effective-request rules over containers and init containers, plus DRA claims).
     pub count: u32,
-    pub vendor: GpuVendor,
+    /// The vendor of its first GPU resource whose vendor is known.
+    pub vendor: Option<Vendor>,
     /// GPU memory per device stated by the resources (MIG slice, HAMi memory), GiB.
     pub memory_gib: Option<f64>,
     /// The kinds of request seen, e.g. `devices`, `mig`, `devices+memory`, `dra` (for reports).
@@ -241,7 +246,7 @@ fn kind_name(kind: GpuResourceKind) -> &'static str {
         GpuResourceKind::Memory => "memory",
         GpuResourceKind::Cores => "cores",
         GpuResourceKind::DraDeviceClass => "dra",
-        GpuResourceKind::NotGpu | GpuResourceKind::Unspecified => "other",
+        GpuResourceKind::NotGpu => "other",
     }
 }
 
@@ -291,7 +296,7 @@ fn quantity_value(q: &Quantity) -> Option<f64> {
 #[derive(Default)]
 struct ContainerAsk {
     devices: u32,
-    vendor: Option<GpuVendor>,
+    vendor: Option<Vendor>,
     memory_gib: Option<f64>,
     kinds: Vec<GpuResourceKind>,
     /// GPU resources of the container whose quantity cannot be read.
@@ -340,7 +345,7 @@ fn container_ask(c: &Container, rules: &GpuResources, warnings: &mut Vec<String>
         if !out.kinds.contains(&counting.kind) {
             out.kinds.push(counting.kind);
         }
-        out.vendor.get_or_insert(counting.vendor);
+        out.vendor = out.vendor.or(counting.vendor);
         let what = || what(&c.name, name);
         match counting.kind {
             GpuResourceKind::Devices | GpuResourceKind::SharedDevices => {
@@ -366,9 +371,7 @@ fn container_ask(c: &Container, rules: &GpuResources, warnings: &mut Vec<String>
                 share_only = true;
             }
             GpuResourceKind::Cores => share_only = true,
-            GpuResourceKind::DraDeviceClass
-            | GpuResourceKind::NotGpu
-            | GpuResourceKind::Unspecified => {}
+            GpuResourceKind::DraDeviceClass | GpuResourceKind::NotGpu => {}
         }
     }
     // The devices of a container that also states a share (memory or cores) are shares; a share without a
@@ -401,7 +404,7 @@ fn claim_devices(
     spec: &ResourceClaimSpec,
     rules: &GpuResources,
     classes: &mut Vec<String>,
-) -> (u32, Option<GpuVendor>, Vec<Holding>) {
+) -> (u32, Option<Vendor>, Vec<Holding>) {
     let mut count = 0u32;
     let mut vendor = None;
     let mut holdings = Vec::new();
@@ -432,7 +435,7 @@ fn claim_devices(
         let gpu: Vec<(&str, Holding)> =
             alternatives
                 .into_iter()
-                .filter(|(class, _, _)| rules.dra_class_vendor(class).is_some())
+                .filter(|(class, _, _)| rules.gpu_device_class(class).is_some())
                 .map(|(class, mode, n)| {
                     let held = match mode {
                         Some("All") => Holding::AllOfNode,
@@ -446,7 +449,7 @@ fn claim_devices(
         let Some(&(first_class, first)) = gpu.first() else {
             continue;
         };
-        vendor.get_or_insert(rules.dra_class_vendor(first_class).unwrap_or_default());
+        vendor = vendor.or(rules.gpu_device_class(first_class).and_then(|g| g.vendor));
         for (class, _) in &gpu {
             if !classes.iter().any(|c| c == class) {
                 classes.push(class.to_string());
@@ -480,12 +483,12 @@ pub fn gpu_ask(
     templates: &dyn ClaimTemplates,
 ) -> GpuAsk {
     let mut warnings = Vec::new();
-    let mut vendor: Option<GpuVendor> = None;
+    let mut vendor: Option<Vendor> = None;
     let mut memory: Option<f64> = None;
     let mut kinds: Vec<GpuResourceKind> = Vec::new();
     let mut unreadable_quantities = Vec::new();
     let mut holdings = Holdings::default();
-    let mut note = |a: &ContainerAsk, vendor: &mut Option<GpuVendor>| {
+    let mut note = |a: &ContainerAsk, vendor: &mut Option<Vendor>| {
         unreadable_quantities.extend(a.unreadable.iter().cloned());
         if a.devices > 0 {
             if vendor.is_none() {
@@ -565,14 +568,10 @@ pub fn gpu_ask(
         ));
         count = MAX_GPUS_PER_POD;
     }
-    kinds.sort_by_key(|k| *k as i32);
+    kinds.sort();
     GpuAsk {
         count,
-        vendor: if count == 0 {
-            GpuVendor::Unknown
-        } else {
-            vendor.unwrap_or_default()
-        },
+        vendor: vendor.filter(|_| count > 0),
         memory_gib: if count == 0 { None } else { memory },
         shape: if count == 0 {
             "none".to_string()

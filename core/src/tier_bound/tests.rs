@@ -1,7 +1,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 
-use gpu_admission_proto::scorer::v1::GpuClass;
+use gpu_admission_policy::GpuClass;
 use k8s_openapi::api::core::v1::PodSpec;
 use serde_json::json;
 
@@ -13,12 +13,7 @@ const KEY: &str = "gpu.nvidia.com/class";
 fn catalog() -> Vec<GpuClass> {
     ["H100-80GB", "A100-80GB", "L4-24GB"]
         .iter()
-        .map(|n| GpuClass {
-            name: n.to_string(),
-            node_label_key: KEY.into(),
-            node_label_value: n.to_string(),
-            ..Default::default()
-        })
+        .map(|n| crate::policy::test_class(n, KEY, None))
         .collect()
 }
 

@@ -8,7 +8,7 @@ use gpu_admission_core::names::EXEMPT_NAMESPACES;
 use gpu_admission_core::pod::gpu_resources::ClaimTemplates;
 use gpu_admission_core::priority_class::PriorityClassFacts;
 use gpu_admission_core::tier_bound::{NodeClass, node_class};
-use gpu_admission_proto::scorer::v1::GpuClass;
+use gpu_admission_policy::GpuClass;
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
 use k8s_openapi::api::scheduling::v1::PriorityClass;

@@ -315,7 +315,7 @@ fn evaluate_page(
     quota_pods: &mut Vec<quota::QuotaPod>,
 ) -> Vec<Finding> {
     let tier_of = |ns: &str| cf.tiers.get(ns).cloned().flatten();
-    let nodes = |n: &str| cf.node_class(n, &policy.catalog);
+    let nodes = |n: &str| cf.node_class(n, policy.catalog());
     // A stored object has no requester to ask about: nothing is exempt from the report.
     let grants = gpu_admission_core::authority::Grants::none();
     let facts = Facts {

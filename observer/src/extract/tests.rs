@@ -77,11 +77,19 @@ fn ts(s: &str) -> Timestamp {
 }
 
 fn catalog() -> PolicyFacts {
-    let class = |name: &str| GpuClass {
-        name: name.into(),
-        node_label_key: "gpu.nvidia.com/class".into(),
-        node_label_value: name.into(),
-        ..Default::default()
+    // The shipped policy's classes, selected by `gpu.nvidia.com/class=<name>`.
+    let shipped = gpu_admission_policy::parse(
+        gpu_admission_policy::DEFAULT_POLICY_YAML,
+        "default-policy.yaml",
+    )
+    .unwrap();
+    let class = |name: &str| {
+        let c = shipped.classes.iter().find(|c| c.name == name).unwrap();
+        assert_eq!(
+            (c.node_label_key.as_str(), c.node_label_value.as_str()),
+            ("gpu.nvidia.com/class", name)
+        );
+        c.clone()
     };
     PolicyFacts {
         catalog: vec![class("H100-80GB"), class("A100-80GB"), class("L4-24GB")],
@@ -123,7 +131,7 @@ fn a_decided_gpu_pod_is_ours_with_its_gpu_count_and_job_type() {
             uid: "u-1".into(),
             job_type: "finetune-llm".into(),
             gpu_count: 2,
-            workload_class: gpu_admission_proto::scorer::v1::WorkloadClass::Unknown,
+            workload_class: gpu_admission_policy::WorkloadClass::Unknown,
             namespace: "team-a".into(),
             gpu_shape: GpuShape::Whole,
             record: Record {
@@ -455,7 +463,10 @@ fn the_class_comes_from_the_node_and_unknown_nodes_are_skipped_not_unlisted_job_
     // A job type the policy does not list is reported with its workload class (the scorer learns it).
     let req = observation(&unknown, &run, Some(&node_labels("L4-24GB")), &facts, []).unwrap();
     assert_eq!(req.job_type, "my-own-thing");
-    assert_eq!(req.workload_class, job.workload_class as i32);
+    assert_eq!(
+        req.workload_class,
+        gpu_admission_proto::scorer::v1::WorkloadClass::from(job.workload_class) as i32
+    );
     // The tenant and the GPU shape go with the run.
     assert_eq!(req.namespace, "team-a");
     assert_eq!(req.gpu_shape, GpuShape::Whole as i32);

@@ -358,18 +358,13 @@ impl Checker {
                     format!("duplicate resource name `{}`", r.name),
                 );
             }
-            let vendor = match r.vendor.as_str() {
-                "nvidia" => Some(Vendor::Nvidia),
-                "amd" => Some(Vendor::Amd),
-                "intel" => Some(Vendor::Intel),
-                other => {
-                    self.fail(
-                        format!("{f}.vendor"),
-                        format!("unknown vendor `{other}` (nvidia, amd or intel)"),
-                    );
-                    None
-                }
-            };
+            let vendor = Vendor::named(&r.vendor);
+            if vendor.is_none() {
+                self.fail(
+                    format!("{f}.vendor"),
+                    format!("unknown vendor `{}` ({})", r.vendor, Vendor::names()),
+                );
+            }
             let kind = r.kind;
             if let Some(why) = rule_name_problem(&r.name, kind) {
                 self.fail(format!("{f}.name"), why);

@@ -111,7 +111,7 @@ impl Checker {
         let driver = d
             .driver
             .clone()
-            .unwrap_or_else(|| dc::vendor_driver(g.vendor).to_string());
+            .unwrap_or_else(|| g.vendor.facts().dra_driver.to_string());
         let dns = |s: &str| {
             s.split('.').count() >= 2
                 && s.split('.').all(|p| {

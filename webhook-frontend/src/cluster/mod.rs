@@ -66,7 +66,7 @@ impl ClusterFacts {
     fn node_class(&self, name: &str, policy: &PolicySnapshot) -> NodeClass {
         match self {
             ClusterFacts::Kube(k) => match k.node_labels(name) {
-                Some(labels) => tier_bound::node_class(labels.as_ref(), &policy.catalog),
+                Some(labels) => tier_bound::node_class(labels.as_ref(), policy.catalog()),
                 None => NodeClass::Unknown,
             },
             ClusterFacts::Static { .. } => NodeClass::Unknown,

@@ -880,18 +880,16 @@ mod tests {
     fn composes_with_mutate_pod_in_either_order() {
         use crate::admission::mutate_pod::patch::{PatchInput, build_patch};
         use crate::priority_class::PriorityClassFacts;
-        use gpu_admission_proto::scorer::v1::{GpuClass, PriorityAssignment, ScoreResponse};
+        use gpu_admission_proto::scorer::v1::{PriorityAssignment, ScoreResponse};
         use std::collections::HashMap;
 
+        let catalog = [crate::policy::test_class(
+            "H100-80GB",
+            "gpu.nvidia.com/class",
+            Some("nvidia.com/gpu"),
+        )];
         let answer = ScoreResponse {
-            accepted_classes: vec![GpuClass {
-                name: "H100-80GB".into(),
-                node_label_key: "gpu.nvidia.com/class".into(),
-                node_label_value: "H100-80GB".into(),
-                taint_key: "nvidia.com/gpu".into(),
-                memory_gib: 80.0,
-                ..Default::default()
-            }],
+            accepted_classes: vec![(&catalog[0]).into()],
             priority_score: 81.5,
             priority_class: Some(PriorityAssignment {
                 name: "gpu-high".into(),
@@ -914,7 +912,7 @@ mod tests {
         let now = OffsetDateTime::from_unix_timestamp(1_790_000_000).unwrap();
         let mutate_pod = |doc: &Value| -> Value {
             let pod: Pod = serde_json::from_value(doc.clone()).unwrap();
-            let input = PatchInput::new(&pod, Some("train-llama"), &answer, &[], now);
+            let input = PatchInput::new(&pod, Some("train-llama"), &answer, &catalog, now);
             let ops = build_patch(&input, &classes);
             let mut out = doc.clone();
             json_patch::patch(&mut out, &ops).unwrap();

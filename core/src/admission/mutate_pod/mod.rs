@@ -289,7 +289,7 @@ pub fn decide(
     // A non-admin's Pod of a tier that restricts classes is never admitted without the tier bound, whatever
     // the fallback says (validation would deny it: mutation must not be the reason).
     let needs_bound =
-        |r: &TierRules<'_>| !scoring.admin && tier_bound::restricts(r, &policy.catalog);
+        |r: &TierRules<'_>| !scoring.admin && tier_bound::restricts(r, policy.catalog());
     let (mut answer, fallback) = match (outcome, rules) {
         (ScorerOutcome::Answered(answer), _) => (*answer, false),
         (failed, Some(r))
@@ -301,7 +301,7 @@ pub fn decide(
                 r.tier
             ));
             (
-                patch::tier_default_answer(r, &policy.catalog, &policy.version),
+                patch::tier_default_answer(r, policy.catalog(), &policy.version),
                 true,
             )
         }
@@ -370,11 +370,11 @@ pub fn bound_only(
 ) -> Option<Decision> {
     let rules = scoring.rules.as_ref()?;
     let policy = scoring.policy;
-    if scoring.admin || !tier_bound::restricts(rules, &policy.catalog) {
+    if scoring.admin || !tier_bound::restricts(rules, policy.catalog()) {
         return None;
     }
     let spec = scoring.candidate.pod.spec.as_ref();
-    if spec.is_some_and(|s| tier_bound::check(s, rules, &policy.catalog, facts.nodes).is_ok()) {
+    if spec.is_some_and(|s| tier_bound::check(s, rules, policy.catalog(), facts.nodes).is_ok()) {
         return None;
     }
     let why = format!(
@@ -405,7 +405,7 @@ fn patch_input<'a>(
         class_label_keys: &policy.class_label_keys,
         class_labels: &policy.class_labels,
         now,
-        catalog: &policy.catalog,
+        catalog: policy.catalog(),
         tier: rules,
         admin,
         fallback,

@@ -1,7 +1,8 @@
 //! Which requests are scored, what the scorer is asked, and whether its answer can be trusted. Pure functions.
 
+use gpu_admission_policy::GpuClass;
 use gpu_admission_proto::limits;
-use gpu_admission_proto::scorer::v1::{GpuClass, ScoreRequest, ScoreResponse};
+use gpu_admission_proto::scorer::v1::{self as pb, ScoreRequest, ScoreResponse};
 use k8s_openapi::api::core::v1::Pod;
 use kube_core::admission::{AdmissionRequest, Operation};
 
@@ -147,7 +148,7 @@ pub(super) fn request_for(
 ) -> (ScoreRequest, Vec<String>) {
     let allowed: Vec<&str> = match &c.own {
         Some(own) => policy
-            .catalog
+            .catalog()
             .iter()
             .map(|class| class.name.as_str())
             .filter(|n| own.allowed.contains(*n))
@@ -170,9 +171,9 @@ pub(super) fn request_for(
         tenant: f.tenant.clone().unwrap_or_else(|| c.namespace.to_string()),
         tier: c.tier.clone(),
         job_type: f.job_type.clone().unwrap_or_default(),
-        workload_class: f.workload_class as i32,
+        workload_class: pb::WorkloadClass::from(f.workload_class) as i32,
         gpu_count: f.gpu_count,
-        gpu_vendor: f.gpu_vendor as i32,
+        gpu_vendor: gpu_admission_policy::wire::vendor_value(f.gpu_vendor),
         gpu_memory_gib: f.gpu_memory_gib,
         batch_size: f.batch_size,
         model_size_billion_params: f.model_size_billion_params,
@@ -196,10 +197,10 @@ pub fn fit_to_limits(request: &mut ScoreRequest) -> Vec<String> {
 }
 
 /// `answered` selects and tolerates what its catalog class `known` does.
-fn same_labels(known: &GpuClass, answered: &GpuClass) -> bool {
+fn same_labels(known: &GpuClass, answered: &pb::GpuClass) -> bool {
     known.node_label_key == answered.node_label_key
         && known.node_label_value == answered.node_label_value
-        && known.taint_key == answered.taint_key
+        && known.taint_key.as_deref().unwrap_or_default() == answered.taint_key
 }
 
 /// Deterministic check of a scorer answer before anything of it reaches a Pod. An answer that fails is
@@ -215,7 +216,7 @@ pub fn validate_answer(a: &ScoreResponse, policy: &PolicySnapshot) -> Result<(),
     // Every class must be one of the catalog we know, with the same node label: until the policy is known (or
     // right after the scorer reloaded another one, while ours is refreshed) nothing can be checked, so the Pod
     // passes through rather than be pinned to a class that may not exist.
-    if policy.catalog.is_empty() && !a.accepted_classes.is_empty() {
+    if policy.catalog().is_empty() && !a.accepted_classes.is_empty() {
         return Err("the scorer's policy is not known yet (GetPolicy pending)".into());
     }
     for c in &a.accepted_classes {
@@ -565,7 +566,7 @@ mod tests {
 
     fn answer() -> ScoreResponse {
         ScoreResponse {
-            accepted_classes: policy().catalog.clone(),
+            accepted_classes: policy().catalog().iter().map(Into::into).collect(),
             priority_score: 50.0,
             policy_version: "v1".into(),
             ..Default::default()
@@ -623,18 +624,20 @@ mod tests {
         // A catalog of labels the policy's validation would refuse, as a snapshot could only hold by a bug.
         let policy_with = |key: &str, taint: &str| {
             let mut p = policy();
-            p.catalog[0].node_label_key = key.into();
-            p.catalog[0].taint_key = taint.into();
+            let model = std::sync::Arc::make_mut(p.policy.as_mut().unwrap());
+            model.classes[0].node_label_key = key.into();
+            model.classes[0].taint_key = (!taint.is_empty()).then(|| taint.into());
             p
         };
         let answer_of = |p: &PolicySnapshot| ScoreResponse {
-            accepted_classes: p.catalog.clone(),
+            accepted_classes: p.catalog().iter().map(Into::into).collect(),
             ..Default::default()
         };
         let good = policy_with("gpu.nvidia.com/class", "nvidia.com/gpu");
         assert_eq!(
-            good.checked_class("A100-80GB"),
-            Some((&good.catalog[0], true))
+            good.checked_class("A100-80GB")
+                .map(|(c, ok)| (c.name.as_str(), ok)),
+            Some(("A100-80GB", true))
         );
         assert_eq!(validate_answer(&answer_of(&good), &good), Ok(()));
         // A catalog whose labels are not label syntax: an answer repeating them is refused as before.
@@ -644,8 +647,9 @@ mod tests {
         ] {
             let bad = policy_with(key, taint);
             assert_eq!(
-                bad.checked_class("A100-80GB"),
-                Some((&bad.catalog[0], false))
+                bad.checked_class("A100-80GB")
+                    .map(|(c, ok)| (c.name.as_str(), ok)),
+                Some(("A100-80GB", false))
             );
             let err = validate_answer(&answer_of(&bad), &bad).unwrap_err();
             assert!(err.contains(why), "{err}");
@@ -653,7 +657,7 @@ mod tests {
         // An answer whose taint differs from the catalog's is checked itself.
         let mut a = answer_of(&good);
         a.accepted_classes[0].taint_key = "Bad Taint".into();
-        assert!(!same_labels(&good.catalog[0], &a.accepted_classes[0]));
+        assert!(!same_labels(&good.catalog()[0], &a.accepted_classes[0]));
         assert!(
             validate_answer(&a, &good)
                 .unwrap_err()

@@ -22,7 +22,6 @@ pub mod cel;
 use std::collections::BTreeSet;
 
 use gpu_admission_policy::device_classes;
-use gpu_admission_proto::scorer::v1::GpuVendor;
 use k8s_openapi::api::resource::v1::ResourceClaimSpec;
 use kube_core::DynamicObject;
 use kube_core::admission::AdmissionRequest;
@@ -210,7 +209,7 @@ pub fn violations(object: &DynamicObject, kind: ClaimKind, at: &Where<'_>) -> Ve
         )];
     };
     let (rules, snapshot) = (at.rules, at.policy);
-    if !tier_bound::restricts(rules, &snapshot.catalog) {
+    if !tier_bound::restricts(rules, snapshot.catalog()) {
         return Vec::new();
     }
     let Some(policy) = snapshot.policy.as_deref() else {
@@ -227,11 +226,9 @@ pub fn violations(object: &DynamicObject, kind: ClaimKind, at: &Where<'_>) -> Ve
                 classes: [i].into(),
                 other: false,
             }
-        } else if let Some(vendor) = snapshot.gpu_resources.dra_class_vendor(ask.device_class) {
+        } else if let Some(gpu) = snapshot.gpu_resources.gpu_device_class(ask.device_class) {
             let universe: BTreeSet<usize> = (0..policy.classes.len())
-                .filter(|i| {
-                    vendor == GpuVendor::Unknown || same_vendor(policy.classes[*i].vendor, vendor)
-                })
+                .filter(|i| gpu.vendor.is_none_or(|v| policy.classes[*i].vendor == v))
                 .collect();
             let mut reached = Reach {
                 classes: universe.clone(),
@@ -289,15 +286,6 @@ pub fn violations(object: &DynamicObject, kind: ClaimKind, at: &Where<'_>) -> Ve
     out
 }
 
-fn same_vendor(v: gpu_admission_policy::Vendor, w: GpuVendor) -> bool {
-    matches!(
-        (v, w),
-        (gpu_admission_policy::Vendor::Nvidia, GpuVendor::Nvidia)
-            | (gpu_admission_policy::Vendor::Amd, GpuVendor::Amd)
-            | (gpu_admission_policy::Vendor::Intel, GpuVendor::Intel)
-    )
-}
-
 /// Does a claim ask for GPUs at all (any request on a GPU DeviceClass)? For namespaces without a tier under
 /// `untieredNamespaces: Deny`.
 pub fn asks_for_gpus(
@@ -310,7 +298,7 @@ pub fn asks_for_gpus(
         Some(spec) => asks(&spec).iter().any(|a| {
             at_policy
                 .gpu_resources
-                .dra_class_vendor(a.device_class)
+                .gpu_device_class(a.device_class)
                 .is_some()
         }),
     }

@@ -21,7 +21,7 @@ use crate::priority_class::{NoPriorityClasses, PriorityClassLookup};
 use crate::review::Verdict;
 use crate::tier_bound::{self, Breach};
 use gpu_admission_policy::EnforcementMode;
-use gpu_admission_proto::scorer::v1::{GpuClass, GpuVendor};
+use gpu_admission_policy::GpuClass;
 
 /// The result of checking one request.
 #[derive(Debug, PartialEq)]
@@ -348,11 +348,11 @@ fn class_violation(pod: &Pod, spec: &PodSpec, at: &Where<'_>) -> Option<(Reason,
 /// The tier invariant ([`tier_bound`]) on a tier that restricts classes: the whole of it for the Pod itself,
 /// the node it names for a pod template.
 fn bound_violation(spec: &PodSpec, itself: bool, at: &Where<'_>) -> Option<(Reason, String)> {
-    if !tier_bound::restricts(at.rules, &at.policy.catalog) {
+    if !tier_bound::restricts(at.rules, at.policy.catalog()) {
         return None;
     }
     let held = if itself {
-        tier_bound::check(spec, at.rules, &at.policy.catalog, at.facts.nodes)
+        tier_bound::check(spec, at.rules, at.policy.catalog(), at.facts.nodes)
     } else {
         tier_bound::node_bound(spec, at.rules, at.facts.nodes)
     };
@@ -374,8 +374,8 @@ fn undecidable_claims(
 ) -> Option<(Reason, String)> {
     if unresolved.is_empty()
         || !itself
-        || !tier_bound::restricts(at.rules, &at.policy.catalog)
-        || tier_bound::class_bound(spec, at.rules, &at.policy.catalog).is_ok()
+        || !tier_bound::restricts(at.rules, at.policy.catalog())
+        || tier_bound::class_bound(spec, at.rules, at.policy.catalog()).is_ok()
     {
         return None;
     }
@@ -422,19 +422,16 @@ fn fit_violation(f: &features::JobFeatures, at: &Where<'_>) -> Option<(Reason, S
     });
     let vendor = f.gpu_vendor;
     let tier: Vec<_> = policy
-        .catalog
+        .catalog()
         .iter()
         .filter(|c| rules.allows(&c.name))
         .collect();
     let memory_fits = |c: &&GpuClass| memory.is_none_or(|m| c.memory_gib >= m);
-    let vendor_fits = |c: &&GpuClass| vendor == GpuVendor::Unknown || c.vendor == vendor as i32;
+    let vendor_fits = |c: &&GpuClass| vendor.is_none_or(|v| c.vendor == v);
     if tier.is_empty() || tier.iter().any(|c| memory_fits(c) && vendor_fits(c)) {
         return None;
     }
-    let vendor = vendor
-        .as_str_name()
-        .trim_start_matches("GPU_VENDOR_")
-        .to_lowercase();
+    let vendor = vendor.map_or("unknown", |v| v.as_str());
     // Which need some class of the tier meets on its own.
     let memory_met = tier.iter().any(memory_fits);
     let vendor_met = tier.iter().any(vendor_fits);

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_properties::placement_oracle::reachable_nodes;
-use gpu_admission_proto::scorer::v1::GpuVendor;
 use gpu_admission_tests::cluster::{Components, LocalCluster};
 use gpu_admission_tests::kwok;
 use gpu_admission_tests::names::{ANN_DECIDED_AT, CLASS_LABEL};
@@ -61,7 +60,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
     eprintln!(
         "  {} Nodes of {} classes, {gpus_per_node} GPUs each",
         nodes.len(),
-        policy.catalog.len()
+        policy.catalog().len()
     );
     let nodes_ready = kwok::create_ready_nodes_bulk(&admin, &nodes, args.clients).await?;
     eprintln!(
@@ -140,7 +139,7 @@ fn gpus_per_node(args: &Args, policy: &PolicySnapshot) -> u32 {
     if let Some(n) = args.gpus_per_node {
         return n;
     }
-    let per_class = (args.nodes / policy.catalog.len().max(1)).max(1);
+    let per_class = (args.nodes / policy.catalog().len().max(1)).max(1);
     (args.pods.div_ceil(per_class) as u32).max(8)
 }
 
@@ -148,8 +147,8 @@ fn gpus_per_node(args: &Args, policy: &PolicySnapshot) -> u32 {
 fn fake_nodes(policy: &PolicySnapshot, n: usize, gpus: u32) -> Vec<serde_json::Value> {
     (0..n)
         .map(|i| {
-            let class = &policy.catalog[i % policy.catalog.len()];
-            let resource = if class.vendor == GpuVendor::Amd as i32 {
+            let class = &policy.catalog()[i % policy.catalog().len()];
+            let resource = if class.vendor == gpu_admission_policy::Vendor::Amd {
                 "amd.com/gpu"
             } else {
                 "nvidia.com/gpu"
@@ -196,7 +195,7 @@ fn judge(
         (policy.tiers().iter())
             .find(|t| t.name == tier)
             .map(|t| {
-                (policy.catalog.iter().zip(&t.allowed))
+                (policy.catalog().iter().zip(&t.allowed))
                     .filter(|(_, allowed)| **allowed)
                     .map(|(c, _)| c.name.as_str())
                     .collect()

@@ -1,7 +1,8 @@
 //! What the patch constrains: the PriorityClass, the node placement on the target classes, the GPU toleration
 //! and the preferred anti-affinity against job types to avoid.
 
-use gpu_admission_proto::scorer::v1::{GpuClass, ScoreResponse};
+use gpu_admission_policy::GpuClass;
+use gpu_admission_proto::scorer::v1::ScoreResponse;
 use k8s_openapi::api::core::v1::{Affinity, PodSpec, Toleration};
 use serde_json::Value;
 
@@ -148,7 +149,9 @@ pub(super) fn tolerate<'c>(
     let mut new_tolerations: Vec<Tolerate<'_>> = Vec::new();
     let mut seen_keys: Vec<&str> = Vec::new();
     for c in classes {
-        let key = c.taint_key.as_str();
+        let Some(key) = c.taint_key.as_deref() else {
+            continue;
+        };
         if key.is_empty() || seen_keys.contains(&key) || existing.iter().any(|t| tolerates(t, key))
         {
             continue;

@@ -36,7 +36,8 @@ mod shapes;
 #[cfg(test)]
 mod tests;
 
-use gpu_admission_proto::scorer::v1::{GpuClass, ScoreResponse};
+use gpu_admission_policy::GpuClass;
+use gpu_admission_proto::scorer::v1::ScoreResponse;
 use json_patch::PatchOperation;
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -73,7 +74,8 @@ pub struct PatchInput<'a> {
     /// Every label identifying each class (policy); empty = the catalog's and the answer's class labels only.
     pub class_labels: &'a ClassLabels,
     pub now: OffsetDateTime,
-    /// The policy's catalog (to name the classes a Pod selects, and to place on the tier's classes).
+    /// The policy's catalog: the classes the answer accepts are read from it (the answer names them), and it
+    /// names the classes a Pod selects and places on the tier's classes.
     pub catalog: &'a [GpuClass],
     /// The namespace's tier rules; `None` before the policy is known (then only the answer is applied).
     pub tier: Option<&'a TierRules<'a>>,
@@ -84,26 +86,38 @@ pub struct PatchInput<'a> {
 }
 
 impl<'a> PatchInput<'a> {
-    /// An input with no tier rules, no catalog, not an admin and not a fallback.
+    /// An input with no tier rules, not an admin and not a fallback.
     pub fn new(
         pod: &'a Pod,
         job_type: Option<&'a str>,
         answer: &'a ScoreResponse,
-        class_label_keys: &'a [String],
+        catalog: &'a [GpuClass],
         now: OffsetDateTime,
     ) -> Self {
         Self {
             pod,
             job_type,
             answer,
-            class_label_keys,
+            class_label_keys: &[],
             class_labels: &[],
             now,
-            catalog: &[],
+            catalog,
             tier: None,
             admin: false,
             fallback: false,
         }
+    }
+}
+
+impl<'a> PatchInput<'a> {
+    /// The classes the answer accepts, best first, as the catalog states them (a validated answer names only
+    /// catalog classes).
+    pub(super) fn accepted(&self) -> impl Iterator<Item = &'a GpuClass> + 'a {
+        let catalog = self.catalog;
+        self.answer
+            .accepted_classes
+            .iter()
+            .filter_map(move |a| catalog.iter().find(|c| c.name == a.name))
     }
 }
 
@@ -122,7 +136,10 @@ pub fn tier_default_answer(
     policy_version: &str,
 ) -> ScoreResponse {
     ScoreResponse {
-        accepted_classes: tier_classes(tier, catalog).into_iter().cloned().collect(),
+        accepted_classes: tier_classes(tier, catalog)
+            .into_iter()
+            .map(Into::into)
+            .collect(),
         policy_version: policy_version.to_string(),
         ..Default::default()
     }
@@ -197,7 +214,7 @@ pub fn decide_pod(input: &PatchInput<'_>, pcs: &dyn PriorityClassLookup) -> Muta
     if plan.place {
         tolerate(&mut patch, spec, plan.targets.iter().copied());
     } else {
-        tolerate(&mut patch, spec, &input.answer.accepted_classes);
+        tolerate(&mut patch, spec, input.accepted());
     }
     avoid_neighbours(&mut patch, spec, input.answer, &mut new_affinity);
     add_new_affinity(&mut patch, spec, new_affinity);

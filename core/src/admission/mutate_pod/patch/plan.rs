@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use gpu_admission_proto::scorer::v1::GpuClass;
+use gpu_admission_policy::GpuClass;
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 
 use super::{PatchInput, tier_classes};
@@ -33,13 +33,13 @@ pub(super) struct Plan<'a> {
     pub(super) label_keys: Vec<&'a str>,
 }
 
-/// The class labels a decision reads: the policy's (borrowed), or the catalog's and the answer's class labels.
+/// The class labels a decision reads: the policy's (borrowed), or the catalog's class labels.
 pub(super) fn effective_class_labels<'i>(input: &PatchInput<'i>) -> Cow<'i, ClassLabels> {
     if !input.class_labels.is_empty() {
         return Cow::Borrowed(input.class_labels);
     }
     let mut out: Vec<(String, Vec<(String, String)>)> = Vec::new();
-    for c in input.catalog.iter().chain(&input.answer.accepted_classes) {
+    for c in input.catalog {
         if !out.iter().any(|(n, _)| n == &c.name) {
             out.push((
                 c.name.clone(),
@@ -68,9 +68,8 @@ impl<'a> Plan<'a> {
         spec: &PodSpec,
         pcs: &dyn PriorityClassLookup,
     ) -> Self {
-        let answer = input.answer;
         let mut label_keys: Vec<&str> = input.class_label_keys.iter().map(String::as_str).collect();
-        for c in answer.accepted_classes.iter().chain(input.catalog) {
+        for c in input.catalog {
             if !label_keys.contains(&c.node_label_key.as_str()) {
                 label_keys.push(c.node_label_key.as_str());
             }
@@ -125,9 +124,8 @@ impl<'a> Plan<'a> {
             }
             _ => Vec::new(),
         };
-        let mut candidates: Vec<&GpuClass> = answer
-            .accepted_classes
-            .iter()
+        let mut candidates: Vec<&GpuClass> = input
+            .accepted()
             .filter(|c| input.tier.is_none_or(|t| t.allows(&c.name)))
             .collect();
         if candidates.is_empty()

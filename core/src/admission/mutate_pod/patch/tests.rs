@@ -3,7 +3,7 @@
 use super::*;
 use crate::names::decision::*;
 use crate::priority_class::PriorityClassFacts;
-use gpu_admission_proto::scorer::v1::{GpuVendor, PriorityAssignment};
+use gpu_admission_proto::scorer::v1::PriorityAssignment;
 use jsonptr::PointerBuf;
 use record::score_text;
 use serde_json::{Value, json};
@@ -13,22 +13,27 @@ use std::collections::{BTreeMap, HashMap};
 const KEY: &str = "gpu.nvidia.com/class";
 
 fn class(name: &str, taint: &str) -> GpuClass {
-    GpuClass {
-        name: name.into(),
-        vendor: GpuVendor::Nvidia as i32,
-        memory_gib: 80.0,
-        node_label_key: KEY.into(),
-        node_label_value: name.into(),
-        relative_throughput: 1.0,
-        price_per_hour: 2.0,
-        taint_key: taint.into(),
-    }
+    crate::policy::test_class(name, KEY, Some(taint).filter(|t| !t.is_empty()))
+}
+
+/// The catalog every answer here names its classes from.
+fn catalog() -> &'static [GpuClass] {
+    static CATALOG: std::sync::LazyLock<Vec<GpuClass>> = std::sync::LazyLock::new(|| {
+        ["H100-80GB", "A100-80GB", "L4-24GB"]
+            .iter()
+            .map(|c| class(c, "nvidia.com/gpu"))
+            .collect()
+    });
+    &CATALOG
 }
 
 fn answer(classes: &[&str]) -> ScoreResponse {
     ScoreResponse {
         request_id: "uid".into(),
-        accepted_classes: classes.iter().map(|c| class(c, "nvidia.com/gpu")).collect(),
+        accepted_classes: classes
+            .iter()
+            .map(|c| (&class(c, "nvidia.com/gpu")).into())
+            .collect(),
         priority_score: 73.456,
         priority_class: Some(PriorityAssignment {
             name: "gpu-high".into(),
@@ -72,6 +77,16 @@ fn run(
     answer: &ScoreResponse,
     job_type: Option<&str>,
 ) -> (Vec<PatchOperation>, Pod) {
+    run_on(pod_json, answer, job_type, catalog())
+}
+
+/// [`run`] against another catalog.
+fn run_on(
+    pod_json: Value,
+    answer: &ScoreResponse,
+    job_type: Option<&str>,
+    catalog: &[GpuClass],
+) -> (Vec<PatchOperation>, Pod) {
     let pod: Pod = serde_json::from_value(pod_json.clone()).unwrap();
     let input = PatchInput {
         pod: &pod,
@@ -80,7 +95,7 @@ fn run(
         class_label_keys: &[],
         class_labels: &[],
         now: now(),
-        catalog: &[],
+        catalog,
         tier: None,
         admin: false,
         fallback: false,
@@ -97,7 +112,7 @@ fn run(
         class_label_keys: &[],
         class_labels: &[],
         now: now(),
-        catalog: &[],
+        catalog,
         tier: None,
         admin: false,
         fallback: false,
@@ -280,7 +295,7 @@ impl Bronze {
             tier: Some(&rules),
             admin,
             fallback,
-            ..PatchInput::new(&pod, None, a, &[], now())
+            ..PatchInput::new(&pod, None, a, catalog(), now())
         };
         let m = decide_pod(&input, &self.classes);
         let mut doc = pod_json;
@@ -351,7 +366,7 @@ fn a_decided_pod_inside_its_tier_is_left_alone() {
     let input = PatchInput {
         catalog: &b.catalog,
         tier: Some(&rules),
-        ..PatchInput::new(&pod, Some("x"), &a, &[], now())
+        ..PatchInput::new(&pod, Some("x"), &a, catalog(), now())
     };
     assert!(build_patch(&input, &b.classes).is_empty());
     // Without our record the same Pod is decided (priority kept: it is within the cap).
@@ -559,7 +574,7 @@ fn a_cap_missing_from_the_cluster_assigns_nothing_above_it() {
     let input = PatchInput {
         catalog: &b.catalog,
         tier: Some(&rules),
-        ..PatchInput::new(&pod, None, &a, &[], now())
+        ..PatchInput::new(&pod, None, &a, catalog(), now())
     };
     let ops = build_patch(&input, &b.classes);
     assert!(
@@ -640,7 +655,7 @@ fn a_globally_defaulted_class_counts_as_no_class() {
         class_label_keys: &[],
         class_labels: &[],
         now: now(),
-        catalog: &[],
+        catalog: catalog(),
         tier: None,
         admin: false,
         fallback: false,
@@ -663,7 +678,7 @@ fn a_globally_defaulted_class_counts_as_no_class() {
         class_label_keys: &[],
         class_labels: &[],
         now: now(),
-        catalog: &[],
+        catalog: catalog(),
         tier: None,
         admin: false,
         fallback: false,
@@ -831,7 +846,7 @@ fn pinned_class_found_through_catalog_keys() {
         class_label_keys: &keys,
         class_labels: &[],
         now: now(),
-        catalog: &[],
+        catalog: catalog(),
         tier: None,
         admin: false,
         fallback: false,
@@ -922,9 +937,15 @@ fn infeasible_gets_priority_and_reason_but_no_class() {
 #[test]
 fn no_taint_key_means_no_toleration_and_bad_job_types_are_skipped() {
     let mut a = answer(&["A100-80GB"]);
-    a.accepted_classes[0].taint_key.clear();
     a.avoid_job_types = vec!["bad/value".into(), "".into()];
-    let (ops, p) = run(gpu_pod(json!({}), json!({})), &a, Some("not a label"));
+    // The catalog's taint is the one tolerated (the answer's copy of it is not read).
+    let untainted = [class("A100-80GB", "")];
+    let (ops, p) = run_on(
+        gpu_pod(json!({}), json!({})),
+        &a,
+        Some("not a label"),
+        &untainted,
+    );
     let spec = p.spec.unwrap();
     assert!(
         spec.tolerations.is_none() && spec.affinity.is_none(),
@@ -1051,7 +1072,7 @@ impl Gold {
             catalog: &self.catalog,
             class_labels: &self.labels,
             tier: Some(&rules),
-            ..PatchInput::new(&pod, None, a, &[], now())
+            ..PatchInput::new(&pod, None, a, catalog(), now())
         };
         let m = decide_pod(&input, &self.classes);
         let mut doc = pod_json;
@@ -1243,7 +1264,7 @@ fn decision_annotations_never_push_a_pod_over_the_annotation_limit() {
     let pod =
         |bytes| serde_json::from_value::<Pod>(gpu_pod(json!({}), annotations_of(bytes))).unwrap();
     let decide = |p: &Pod| {
-        let input = PatchInput::new(p, None, &a, &[], now());
+        let input = PatchInput::new(p, None, &a, catalog(), now());
         decide_pod(&input, &classes_in_cluster())
     };
     let patched = |bytes: usize| {
@@ -1350,7 +1371,7 @@ fn the_placing_floors_constraint_is_narrowed_to_the_answer_not_kept() {
         let input = PatchInput {
             catalog: &b.catalog,
             tier: Some(&rules),
-            ..PatchInput::new(&pod, None, &a, &[], now())
+            ..PatchInput::new(&pod, None, &a, catalog(), now())
         };
         let ops = build_patch(&input, &b.classes);
         let mut doc = serde_json::to_value(&pod).unwrap();
