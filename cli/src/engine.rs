@@ -27,7 +27,7 @@ use gpu_admission_core::workload::{self, OwnerFacts, WorkloadRef};
 use gpu_admission_proto::scorer::v1::ScoreRequest;
 use k8s_openapi::api::authentication::v1::UserInfo;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate};
 use kube_core::admission::AdmissionRequest;
 use scorer::model::Learned;
 use scorer::policy::Policy;
@@ -109,12 +109,14 @@ pub struct Options {
     pub usage: Option<Usage>,
 }
 
-/// The ResourceClaimTemplates and ResourceClaims among the inputs, by (namespace, name): what a Pod's DRA
-/// claims are read from, as the frontend reads them from its watch caches.
+/// The ResourceClaimTemplates and ResourceClaims among the inputs, by (namespace, name), and the
+/// DeviceClasses by name: what a Pod's DRA claims and class-backed resources are read from, as the frontend
+/// reads them from its watch caches.
 #[derive(Debug, Clone, Default)]
 pub struct ClaimObjects {
     templates: BTreeMap<(String, String), ResourceClaimTemplate>,
     claims: BTreeMap<(String, String), ResourceClaim>,
+    classes: BTreeMap<String, DeviceClass>,
 }
 
 impl ClaimObjects {
@@ -148,6 +150,11 @@ impl ClaimObjects {
                         self.claims.insert(key, c);
                     }
                 }
+                Some("DeviceClass") => {
+                    if let Ok(c) = serde_json::from_value(v.clone()) {
+                        self.classes.insert(key.1, c);
+                    }
+                }
                 _ => {}
             }
         }
@@ -164,6 +171,22 @@ impl ClaimTemplates for ClaimObjects {
     fn claim(&self, namespace: &str, name: &str) -> Option<ResourceClaim> {
         self.claims
             .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    fn device_class(&self, name: &str) -> Option<DeviceClass> {
+        self.classes.get(name).cloned()
+    }
+
+    fn device_class_for_resource(&self, resource: &str) -> Option<DeviceClass> {
+        self.classes
+            .values()
+            .find(|c| {
+                c.spec
+                    .as_ref()
+                    .and_then(|s| s.extended_resource_name.as_deref())
+                    == Some(resource)
+            })
             .cloned()
     }
 }

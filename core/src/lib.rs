@@ -5,6 +5,8 @@
 //! - [`names`]: every annotation and label we read or write;
 //! - [`review`]: the AdmissionReview envelope (decode once, encode once);
 //! - [`pod`]: a Pod's job features and GPU resources;
+//! - [`dra`]: DRA device selectors (the CEL grammar gpu-admission decides) and DeviceClasses judged by what
+//!   they select;
 //! - [`placement`]: the GPU classes a Pod's own node constraints allow, and who else places it;
 //! - [`workload`]: the workload a Pod belongs to (one decision per workload);
 //! - [`policy`], [`priority_class`]: the policy as the webhooks view it, the tier rules, and the
@@ -14,6 +16,7 @@
 
 pub mod admission;
 pub mod authority;
+pub mod dra;
 pub mod facts;
 pub mod floor;
 pub mod names;

@@ -371,9 +371,7 @@ fn webhook_registration_is_safe_and_selective() {
         "object.spec.initContainers",
         "requests",
         "limits",
-        "'nvidia.com/'",
-        "'amd.com/'",
-        "'gpu.intel.com/'",
+        "'^([^/]*[.])?kubernetes[.]io/'",
         "'deviceclass.resource.kubernetes.io/'",
         "resourceClaims",
     ] {
@@ -634,7 +632,7 @@ fn priority_classes_equal_the_policy_buckets() {
 const OWN_PRIORITY_CLASS: &str = "gpu-admission-critical";
 
 /// RBAC resource of each Kubernetes type the frontend may use through `kube::Api<T>`.
-const KNOWN_TYPES: [(&str, &str, &str); 15] = [
+const KNOWN_TYPES: [(&str, &str, &str); 16] = [
     ("Namespace", "", "namespaces"),
     ("Lease", "coordination.k8s.io", "leases"),
     (
@@ -648,6 +646,7 @@ const KNOWN_TYPES: [(&str, &str, &str); 15] = [
         "resourceclaimtemplates",
     ),
     ("ResourceClaim", "resource.k8s.io", "resourceclaims"),
+    ("DeviceClass", "resource.k8s.io", "deviceclasses"),
     ("Job", "batch", "jobs"),
     ("ReplicaSet", "apps", "replicasets"),
     (
@@ -811,6 +810,7 @@ fn rbac_grants_exactly_what_the_frontend_watches() {
             "resourceclaimtemplates".to_string(),
         ),
         ("resource.k8s.io".to_string(), "resourceclaims".to_string()),
+        ("resource.k8s.io".to_string(), "deviceclasses".to_string()),
         (
             "scheduling.k8s.io".to_string(),
             "priorityclasses".to_string(),
@@ -1321,18 +1321,18 @@ prog = env.program(env.compile(expr))
 print(json.dumps([bool(prog.evaluate({"object": celpy.json_to_cel(p)})) for p in pods]))
 "#;
 
-/// The resource domains the matchConditions send: every GPU vendor's, and DRA DeviceClass-backed resources.
-const SENT_DOMAINS: [&str; 4] = [
-    "nvidia.com/",
-    "amd.com/",
-    "gpu.intel.com/",
-    "deviceclass.resource.kubernetes.io/",
-];
+/// Is a resource sent by the matchConditions: any extended resource outside Kubernetes' own `kubernetes.io`
+/// domains (a GPU vendor's, an admin DeviceClass's `extendedResourceName`), and DeviceClass-backed ones?
+fn is_sent(r: &str) -> bool {
+    r.starts_with(gpu_admission_policy::gpu_resources::DEVICE_CLASS_RESOURCE_PREFIX)
+        || r.split_once('/').is_some_and(|(domain, _)| {
+            domain != "kubernetes.io" && !domain.ends_with(".kubernetes.io")
+        })
+}
 
-/// Does the Pod name a resource under a GPU vendor's domain (any quantity) in requests or limits of any
-/// (init) container, or carry DRA resource claims?
+/// Does the Pod name a sent resource (any quantity) in requests or limits of any (init) container, or carry
+/// DRA resource claims?
 fn names_a_gpu_resource(pod: &Value) -> bool {
-    let counted = |r: &str| SENT_DOMAINS.iter().any(|d| r.starts_with(d));
     pod.pointer("/spec/resourceClaims")
         .is_some_and(|c| !c.is_null())
         || ["/spec/containers", "/spec/initContainers"]
@@ -1342,34 +1342,28 @@ fn names_a_gpu_resource(pod: &Value) -> bool {
                     ["requests", "limits"].iter().any(|k| {
                         c["resources"][k]
                             .as_object()
-                            .is_some_and(|m| m.keys().any(|r| counted(r)))
+                            .is_some_and(|m| m.keys().any(|r| is_sent(r)))
                     })
                 })
             })
 }
 
-/// The CEL of every GPU filter sends exactly the domains of the default `gpuResources` list (each
-/// resource rule's domain, and DeviceClass-backed resources) and DRA claims.
+/// The CEL of every GPU filter sends every domain of the default `gpuResources` list, DeviceClass-backed
+/// resources, any other extended resource (a DeviceClass may name it), and DRA claims.
 #[test]
 fn match_conditions_send_every_domain_of_the_default_gpu_resources() {
     let Some(m) = mode("default") else { return };
     let rules = gpu_admission_policy::gpu_resources::default_rules();
-    let mut domains: BTreeSet<String> = rules
-        .iter()
-        .filter(|r| {
-            !matches!(
-                r.kind,
-                GpuResourceKind::DraDeviceClass | GpuResourceKind::NotGpu
-            )
-        })
-        .map(|r| format!("{}/", r.name.split_once('/').expect("domain/name").0))
-        .collect();
-    domains.insert(gpu_admission_policy::gpu_resources::DEVICE_CLASS_RESOURCE_PREFIX.to_string());
-    assert_eq!(
-        domains,
-        SENT_DOMAINS.iter().map(|d| d.to_string()).collect(),
-        "the domains of the default list"
-    );
+    for r in rules.iter().filter(|r| {
+        !matches!(
+            r.kind,
+            GpuResourceKind::DraDeviceClass | GpuResourceKind::NotGpu
+        )
+    }) {
+        let domain = r.name.split_once('/').expect("domain/name").0;
+        assert!(is_sent(&format!("{domain}/some-gpu")), "{}", r.name);
+    }
+    assert!(is_sent("example.com/h100") && !is_sent("kubernetes.io/batch") && !is_sent("cpu"));
     let mwc = m.get("MutatingWebhookConfiguration", WEBHOOK_CONFIG);
     let vwc = m.get("ValidatingWebhookConfiguration", WEBHOOK_CONFIG);
     let expressions = [
@@ -1378,15 +1372,22 @@ fn match_conditions_send_every_domain_of_the_default_gpu_resources() {
         str_at(&vwc["webhooks"][1]["matchConditions"][0], "/expression").to_string(),
     ];
     for expr in &expressions {
-        // Every quoted string naming a domain.
-        let named: BTreeSet<String> = expr
+        // Every quoted string naming a domain or a domain pattern.
+        let named: BTreeSet<&str> = expr
             .split('\'')
             .skip(1)
             .step_by(2)
             .filter(|q| q.contains('/'))
-            .map(|q| q.to_string())
             .collect();
-        assert_eq!(named, domains, "resource domains in {expr}");
+        assert_eq!(
+            named,
+            BTreeSet::from([
+                gpu_admission_policy::gpu_resources::DEVICE_CLASS_RESOURCE_PREFIX,
+                "^([^/]*[.])?kubernetes[.]io/",
+                "/",
+            ]),
+            "resource domains in {expr}"
+        );
         assert!(expr.contains("resourceClaims"), "DRA claims in {expr}");
     }
 }

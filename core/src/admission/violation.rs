@@ -10,6 +10,9 @@ use crate::priority_class::PriorityClassLookup;
 pub enum Reason {
     /// A class selector naming a class outside the tier (or no catalog class at all).
     ClassOutsideTier,
+    /// A DRA DeviceClass (a claim's request, or an extended resource backed by a class) that could allocate
+    /// devices outside the tier.
+    DeviceClassOutsideTier,
     /// A `priorityClassName` above the tier's `maxPriorityClass`.
     PriorityAboveCap,
     /// A GPU need (memory per GPU, vendor) that no class of the tier meets.
@@ -31,6 +34,7 @@ impl Reason {
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::ClassOutsideTier => "class_outside_tier",
+            Reason::DeviceClassOutsideTier => "device_class_outside_tier",
             Reason::PriorityAboveCap => "priority_above_cap",
             Reason::NoClassFits => "no_class_fits",
             Reason::NotBoundToTier => "not_bound_to_tier",

@@ -28,8 +28,11 @@ pub struct JobFeatures {
     /// Names of DRA resource claims (`spec.resourceClaims`); those from a readable template of a GPU
     /// DeviceClass are counted in `gpu_count`.
     pub dra_claims: Vec<String>,
-    /// The GPU DeviceClasses its readable claims take devices from.
+    /// The GPU DeviceClasses it takes devices from (implicit extended resources, readable claims).
     pub dra_device_classes: Vec<String>,
+    /// Those asked for by a container resource with no claim, judged by the cluster's class (see
+    /// `gpu_resources::GpuAsk::implicit_device_classes`).
+    pub implicit_device_classes: Vec<String>,
     /// The DRA claims whose template or claim the caller could not read (they may ask for GPUs).
     pub unresolved_claims: Vec<String>,
     /// GPU resources whose quantity is not a Kubernetes quantity (`container "c": nvidia.com/gpu="one"`):
@@ -155,6 +158,7 @@ pub fn extract_with(
         tenant,
         dra_claims: ask.dra_claims,
         dra_device_classes: ask.dra_device_classes,
+        implicit_device_classes: ask.implicit_device_classes,
         unresolved_claims: ask.unresolved_claims,
         unreadable_gpu_quantities: ask.unreadable_quantities,
         warnings,

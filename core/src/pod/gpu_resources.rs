@@ -13,9 +13,13 @@ use gpu_admission_policy::gpu_resources::{
     DEVICE_CLASS_RESOURCE_PREFIX, GpuResourceKind, GpuResourceRule, Matcher, default_rules,
 };
 use k8s_openapi::api::core::v1::{Container, PodSpec};
-use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimSpec, ResourceClaimTemplate};
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceClaimSpec, ResourceClaimTemplate,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube_quantity::ParsedQuantity;
+
+use crate::dra::device_class::{self, Selects};
 
 /// More GPUs than any node has: a larger count is clamped (with a warning) rather than sent as is.
 pub const MAX_GPUS_PER_POD: u32 = 256;
@@ -27,6 +31,8 @@ pub struct GpuResources {
     rules: Vec<GpuResourceRule>,
     /// The catalog's DeviceClasses, their catalog class and vendor.
     catalog_classes: Vec<(String, String, Vendor)>,
+    /// The DRA drivers whose devices are GPUs: every vendor's, then the catalog classes' own.
+    gpu_drivers: Vec<String>,
     /// The rules compiled once: container resources, DRA DeviceClasses.
     resources: Matcher,
     device_classes: Matcher,
@@ -75,6 +81,10 @@ impl GpuResources {
         Self {
             rules,
             catalog_classes: Vec::new(),
+            gpu_drivers: Vendor::ALL
+                .iter()
+                .map(|v| v.facts().dra_driver.to_string())
+                .collect(),
             resources,
             device_classes,
         }
@@ -94,7 +104,58 @@ impl GpuResources {
                 )
             })
             .collect();
+        for c in &policy.classes {
+            if let Some(dra) = &c.dra
+                && !self.gpu_drivers.contains(&dra.driver)
+            {
+                self.gpu_drivers.push(dra.driver.clone());
+            }
+        }
         self
+    }
+
+    /// What a DeviceClass of the cluster selects (see [`crate::dra::device_class`]).
+    pub fn judge(&self, class: &DeviceClass) -> Selects {
+        let no_selectors = Default::default();
+        device_class::judge(
+            class.spec.as_ref().unwrap_or(&no_selectors),
+            &self.gpu_drivers,
+        )
+    }
+
+    /// Whether a DeviceClass's devices are GPUs: by its name ([`Self::gpu_device_class`]), else by what the
+    /// cluster's class of that name selects (`cluster`); an undecidable class counts as GPUs.
+    pub fn device_class_gpus(
+        &self,
+        device_class: &str,
+        cluster: &dyn ClaimTemplates,
+    ) -> Option<GpuDeviceClass> {
+        if let Some(g) = self.gpu_device_class(device_class) {
+            return Some(g);
+        }
+        match self.judge(&cluster.device_class(device_class)?) {
+            Selects::NotGpus => None,
+            Selects::Gpus { vendor, .. } => Some(GpuDeviceClass { vendor }),
+            Selects::Undecidable(_) => Some(GpuDeviceClass { vendor: None }),
+        }
+    }
+
+    /// The DeviceClass a container resource asks devices of, when it is an extended resource backed by one:
+    /// `deviceclass.resource.kubernetes.io/<class>`, or a cluster class's `extendedResourceName`.
+    pub fn backing_device_class(
+        &self,
+        resource: &str,
+        cluster: &dyn ClaimTemplates,
+    ) -> Option<String> {
+        if let Some(class) = resource.strip_prefix(DEVICE_CLASS_RESOURCE_PREFIX) {
+            return Some(class.to_string());
+        }
+        if !is_extended_resource(resource) {
+            return None;
+        }
+        cluster
+            .device_class_for_resource(resource)
+            .and_then(|c| c.metadata.name)
     }
 
     pub fn rules(&self) -> &[GpuResourceRule] {
@@ -165,11 +226,28 @@ pub struct GpuDeviceClass {
     pub vendor: Option<Vendor>,
 }
 
-/// The ResourceClaimTemplates (and ResourceClaims) the frontend can read (by namespace and name).
+/// An extended resource a DeviceClass may name (`example.com/h100`): a domain-prefixed name outside
+/// Kubernetes' own `kubernetes.io` domains (CPU, memory and hugepages are not).
+fn is_extended_resource(resource: &str) -> bool {
+    resource
+        .split_once('/')
+        .is_some_and(|(domain, _)| domain != "kubernetes.io" && !domain.ends_with(".kubernetes.io"))
+}
+
+/// The DRA objects the frontend can read: the ResourceClaimTemplates and ResourceClaims (by namespace and
+/// name) Pods name, and the cluster's DeviceClasses.
 pub trait ClaimTemplates {
     fn template(&self, namespace: &str, name: &str) -> Option<ResourceClaimTemplate>;
     /// A ResourceClaim a Pod names directly (`resourceClaimName`).
     fn claim(&self, _namespace: &str, _name: &str) -> Option<ResourceClaim> {
+        None
+    }
+    /// A DeviceClass by name (`None`: not known, or DRA not served).
+    fn device_class(&self, _name: &str) -> Option<DeviceClass> {
+        None
+    }
+    /// The DeviceClass whose `spec.extendedResourceName` is `resource`.
+    fn device_class_for_resource(&self, _resource: &str) -> Option<DeviceClass> {
         None
     }
 }
@@ -226,8 +304,14 @@ pub struct GpuAsk {
     pub shape: String,
     /// DRA claims of the Pod (`spec.resourceClaims` names).
     pub dra_claims: Vec<String>,
-    /// The GPU DeviceClasses its readable claims take devices from (each once, in claim order).
+    /// The GPU DeviceClasses it takes devices from: those of its implicit extended resources, then its
+    /// readable claims' (each once).
     pub dra_device_classes: Vec<String>,
+    /// The DeviceClasses of the cluster its container resources ask devices of with no claim
+    /// (`deviceclass.resource.kubernetes.io/<class>` or a class's `extendedResourceName`) that the policy
+    /// does not name and whose selectors select GPUs: held to the tier at the Pod, as no claim exists before
+    /// the scheduler makes one.
+    pub implicit_device_classes: Vec<String>,
     /// The DRA claims whose template or claim could not be read: whether they ask for GPUs is unknown.
     pub unresolved_claims: Vec<String>,
     /// GPU resources whose quantity is no Kubernetes quantity (`container "c": nvidia.com/gpu="one"`): how
@@ -301,6 +385,8 @@ struct ContainerAsk {
     kinds: Vec<GpuResourceKind>,
     /// GPU resources of the container whose quantity cannot be read.
     unreadable: Vec<String>,
+    /// The cluster DeviceClasses its extended resources are backed by (GPU classes judged by their selectors).
+    device_classes: Vec<String>,
     holdings: Vec<Holding>,
 }
 
@@ -309,14 +395,43 @@ fn what(container: &str, resource: &str) -> String {
     format!("container {container:?}: {resource}")
 }
 
-fn container_ask(c: &Container, rules: &GpuResources, warnings: &mut Vec<String>) -> ContainerAsk {
+/// How a container resource counts: by the rules, else as devices of the cluster's DeviceClass backing it
+/// when that class selects GPUs (the class is added to `classes`).
+fn resource_counting(
+    name: &str,
+    rules: &GpuResources,
+    cluster: &dyn ClaimTemplates,
+    classes: &mut Vec<String>,
+) -> Option<Counting> {
+    if let Some(counting) = rules.counting(name) {
+        return Some(counting);
+    }
+    let class = rules.backing_device_class(name, cluster)?;
+    let gpu = rules.device_class_gpus(&class, cluster)?;
+    if !classes.contains(&class) {
+        classes.push(class);
+    }
+    Some(Counting {
+        vendor: gpu.vendor,
+        kind: GpuResourceKind::Devices,
+        memory_gib: None,
+    })
+}
+
+fn container_ask(
+    c: &Container,
+    rules: &GpuResources,
+    cluster: &dyn ClaimTemplates,
+    warnings: &mut Vec<String>,
+) -> ContainerAsk {
     let mut out = ContainerAsk::default();
     let Some(res) = &c.resources else { return out };
     // For extended resources a limit alone implies the same request: the larger of the two counts.
     let mut per_resource: BTreeMap<&str, (Counting, &Quantity, f64)> = BTreeMap::new();
     for map in [&res.requests, &res.limits].into_iter().flatten() {
         for (name, q) in map {
-            let Some(counting) = rules.counting(name) else {
+            let Some(counting) = resource_counting(name, rules, cluster, &mut out.device_classes)
+            else {
                 continue;
             };
             let Some(v) = quantity_value(q) else {
@@ -403,6 +518,7 @@ fn container_ask(c: &Container, rules: &GpuResources, warnings: &mut Vec<String>
 fn claim_devices(
     spec: &ResourceClaimSpec,
     rules: &GpuResources,
+    cluster: &dyn ClaimTemplates,
     classes: &mut Vec<String>,
 ) -> (u32, Option<Vendor>, Vec<Holding>) {
     let mut count = 0u32;
@@ -435,7 +551,7 @@ fn claim_devices(
         let gpu: Vec<(&str, Holding)> =
             alternatives
                 .into_iter()
-                .filter(|(class, _, _)| rules.gpu_device_class(class).is_some())
+                .filter(|(class, _, _)| rules.device_class_gpus(class, cluster).is_some())
                 .map(|(class, mode, n)| {
                     let held = match mode {
                         Some("All") => Holding::AllOfNode,
@@ -449,7 +565,9 @@ fn claim_devices(
         let Some(&(first_class, first)) = gpu.first() else {
             continue;
         };
-        vendor = vendor.or(rules.gpu_device_class(first_class).and_then(|g| g.vendor));
+        vendor = vendor.or(rules
+            .device_class_gpus(first_class, cluster)
+            .and_then(|g| g.vendor));
         for (class, _) in &gpu {
             if !classes.iter().any(|c| c == class) {
                 classes.push(class.to_string());
@@ -488,8 +606,14 @@ pub fn gpu_ask(
     let mut kinds: Vec<GpuResourceKind> = Vec::new();
     let mut unreadable_quantities = Vec::new();
     let mut holdings = Holdings::default();
+    let mut implicit_device_classes: Vec<String> = Vec::new();
     let mut note = |a: &ContainerAsk, vendor: &mut Option<Vendor>| {
         unreadable_quantities.extend(a.unreadable.iter().cloned());
+        for class in &a.device_classes {
+            if !implicit_device_classes.contains(class) {
+                implicit_device_classes.push(class.clone());
+            }
+        }
         if a.devices > 0 {
             if vendor.is_none() {
                 *vendor = a.vendor;
@@ -507,14 +631,14 @@ pub fn gpu_ask(
     // Effective request: max(sum of app containers + sidecar init containers, largest plain init container).
     let mut sum = 0u32;
     for c in &spec.containers {
-        let a = container_ask(c, rules, &mut warnings);
+        let a = container_ask(c, rules, templates, &mut warnings);
         sum = sum.saturating_add(a.devices);
         note(&a, &mut vendor);
         holdings.running.extend(a.holdings);
     }
     let mut init_max = 0u32;
     for c in spec.init_containers.iter().flatten() {
-        let a = container_ask(c, rules, &mut warnings);
+        let a = container_ask(c, rules, templates, &mut warnings);
         if c.restart_policy.as_deref() == Some("Always") {
             sum = sum.saturating_add(a.devices);
         } else {
@@ -530,7 +654,7 @@ pub fn gpu_ask(
     let mut count = sum.max(init_max);
 
     let mut dra_claims = Vec::new();
-    let mut dra_device_classes = Vec::new();
+    let mut dra_device_classes = implicit_device_classes.clone();
     let mut unresolved_claims = Vec::new();
     for claim in spec.resource_claims.iter().flatten() {
         dra_claims.push(claim.name.clone());
@@ -550,7 +674,7 @@ pub fn gpu_ask(
             unresolved_claims.push(claim.name.clone());
             continue;
         };
-        let (n, v, held) = claim_devices(&claim_spec, rules, &mut dra_device_classes);
+        let (n, v, held) = claim_devices(&claim_spec, rules, templates, &mut dra_device_classes);
         holdings.claims.extend(held);
         if n > 0 {
             count = count.saturating_add(n);
@@ -584,6 +708,7 @@ pub fn gpu_ask(
         },
         dra_claims,
         dra_device_classes,
+        implicit_device_classes,
         unresolved_claims,
         unreadable_quantities,
         holdings,

@@ -1,13 +1,15 @@
 //! DRA (`resource.k8s.io/v1`): the ResourceClaimTemplates and ResourceClaims a Pod's `spec.resourceClaims`
 //! name, so that GPUs asked for through a claim count like any other (a claim of a GPU DeviceClass makes a
-//! GPU Pod, held to its tier). On a Kubernetes without DRA both caches are simply "not served"; a claim the
+//! GPU Pod, held to its tier), and the DeviceClasses, so that a class the policy does not name is judged by
+//! what it selects (`gpu_admission_core::dra::device_class`), and an extended resource a class names
+//! (`extendedResourceName`) is known as that class's devices. On a Kubernetes without DRA both caches are simply "not served"; a claim the
 //! caches cannot read stays unresolved, and `/validate-pod` denies such a Pod under `Enforce` unless it is
 //! bound to its tier by itself.
 
 use std::time::Duration;
 
 use gpu_admission_core::pod::gpu_resources::ClaimTemplates;
-use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate};
 use kube::runtime::reflector::ObjectRef;
 
 use super::optional_api::{OptionalApi, OptionalCache};
@@ -19,6 +21,7 @@ const DISCOVERY_INTERVAL: Duration = Duration::from_secs(60);
 pub(crate) struct DraCaches {
     templates: OptionalCache<ResourceClaimTemplate>,
     claims: OptionalCache<ResourceClaim>,
+    classes: OptionalCache<DeviceClass>,
 }
 
 impl DraCaches {
@@ -37,8 +40,13 @@ impl DraCaches {
                 DISCOVERY_INTERVAL,
             ),
             claims: OptionalCache::start(
-                client,
+                client.clone(),
                 api("resourceclaims", "ResourceClaim"),
+                DISCOVERY_INTERVAL,
+            ),
+            classes: OptionalCache::start(
+                client,
+                api("deviceclasses", "DeviceClass"),
                 DISCOVERY_INTERVAL,
             ),
         }
@@ -46,7 +54,7 @@ impl DraCaches {
 
     /// Listed, or known not to be served.
     pub(crate) fn is_ready(&self) -> bool {
-        self.templates.is_ready() && self.claims.is_ready()
+        self.templates.is_ready() && self.claims.is_ready() && self.classes.is_ready()
     }
 }
 
@@ -62,6 +70,25 @@ impl ClaimTemplates for DraCaches {
         let store = self.claims.synced_store()?;
         store
             .get(&ObjectRef::new(name).within(namespace))
+            .map(|c| (*c).clone())
+    }
+
+    fn device_class(&self, name: &str) -> Option<DeviceClass> {
+        let store = self.classes.synced_store()?;
+        store.get(&ObjectRef::new(name)).map(|c| (*c).clone())
+    }
+
+    fn device_class_for_resource(&self, resource: &str) -> Option<DeviceClass> {
+        let store = self.classes.synced_store()?;
+        store
+            .state()
+            .into_iter()
+            .find(|c| {
+                c.spec
+                    .as_ref()
+                    .and_then(|s| s.extended_resource_name.as_deref())
+                    == Some(resource)
+            })
             .map(|c| (*c).clone())
     }
 }

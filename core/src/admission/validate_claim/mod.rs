@@ -7,7 +7,7 @@
 //!   that class only (its selectors can only narrow it);
 //! - a GPU vendor's DeviceClass (`gpu.nvidia.com`, `mig.nvidia.com`…: the policy's `gpuResources`): the
 //!   vendor's catalog classes and any GPU the catalog does not know, narrowed by selectors of the grammar of
-//!   [`cel`]; a selector outside it cannot be decided, a violation (denied in `Enforce`), never admitted
+//!   [`crate::dra::cel`]; a selector outside it cannot be decided, a violation (denied in `Enforce`), never admitted
 //!   unbounded. A product name the catalog does not know is a GPU outside every class; a memory bound
 //!   `>= Q` / `> Q` rules out the classes with less memory (with 10 % slack for what drivers publish), an
 //!   upper bound rules out none (partitions of any class can be small);
@@ -17,18 +17,18 @@
 //! validated when created or updated, and their spec is immutable, so a claim cannot become a GPU claim
 //! after its Pod was admitted.
 
-pub mod cel;
-
 use std::collections::BTreeSet;
 
 use gpu_admission_policy::device_classes;
+use gpu_admission_policy::gpu_resources::DEVICE_CLASS_RESOURCE_PREFIX;
 use k8s_openapi::api::resource::v1::ResourceClaimSpec;
 use kube_core::DynamicObject;
 use kube_core::admission::AdmissionRequest;
 
 use super::violation::{Reason, Violation, Where};
+use crate::dra::cel::{self, Compare, Selector};
+use crate::dra::device_class::Selects;
 use crate::tier_bound;
-use cel::{Compare, Selector};
 
 /// Which claim object a review holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,9 +150,10 @@ fn reach(
     })
 }
 
-/// One request (or `firstAvailable` alternative): its DeviceClass and CEL selectors.
+/// One request (or `firstAvailable` alternative): how messages name it (`request gpu`), its DeviceClass and
+/// CEL selectors.
 struct Ask<'a> {
-    name: String,
+    label: String,
     device_class: &'a str,
     selectors: Vec<&'a str>,
 }
@@ -174,14 +175,14 @@ fn asks(spec: &ResourceClaimSpec) -> Vec<Ask<'_>> {
     {
         if let Some(e) = &r.exactly {
             out.push(Ask {
-                name: r.name.clone(),
+                label: format!("request {}", r.name),
                 device_class: &e.device_class_name,
                 selectors: cels(&e.selectors),
             });
         }
         for s in r.first_available.iter().flatten() {
             out.push(Ask {
-                name: format!("{}/{}", r.name, s.name),
+                label: format!("request {}/{}", r.name, s.name),
                 device_class: &s.device_class_name,
                 selectors: cels(&s.selectors),
             });
@@ -219,71 +220,136 @@ pub fn violations(object: &DynamicObject, kind: ClaimKind, at: &Where<'_>) -> Ve
             "the policy is not known".into(),
         )];
     };
-    let mut out = Vec::new();
-    for ask in asks(&spec) {
-        let reach = if let Some(i) = device_classes::class_of(policy, ask.device_class) {
-            Reach {
-                classes: [i].into(),
-                other: false,
-            }
-        } else if let Some(gpu) = snapshot.gpu_resources.gpu_device_class(ask.device_class) {
-            let universe: BTreeSet<usize> = (0..policy.classes.len())
-                .filter(|i| gpu.vendor.is_none_or(|v| policy.classes[*i].vendor == v))
-                .collect();
-            let mut reached = Reach {
-                classes: universe.clone(),
-                other: true,
+    asks(&spec)
+        .iter()
+        .filter_map(|ask| request_violation(ask, at, policy))
+        .map(|(reason, what)| violation(reason, what))
+        .collect()
+}
+
+/// The DeviceClasses a Pod asks devices of by extended resource, with no claim (see
+/// `GpuAsk::implicit_device_classes`), held like a claim's requests: at the Pod, as the claim the scheduler
+/// makes for them exists only once the Pod is bound.
+pub fn implicit_class_violations(classes: &[String], at: &Where<'_>) -> Vec<(Reason, String)> {
+    let Some(policy) = at.policy.policy.as_deref() else {
+        return Vec::new();
+    };
+    if !tier_bound::restricts(at.rules, at.policy.catalog()) {
+        return Vec::new();
+    }
+    classes
+        .iter()
+        .filter_map(|class| {
+            let ask = Ask {
+                label: format!("resource {DEVICE_CLASS_RESOURCE_PREFIX}{class}"),
+                device_class: class,
+                selectors: Vec::new(),
             };
-            let mut undecided = None;
-            for text in &ask.selectors {
-                match cel::parse(text).and_then(|s| reach(&s, &universe, policy)) {
-                    Ok(r) => reached = reached.and(r),
-                    Err(why) => {
-                        undecided = Some(format!("{text:?} ({why})"));
-                        break;
-                    }
-                }
-            }
-            if let Some(what) = undecided {
-                out.push(violation(
-                    Reason::Undecidable,
-                    format!(
-                        "request {} selects {} devices by a CEL selector gpu-admission cannot decide: {what}; \
-                         it decides device.driver ==, the product attribute == or in [...], memory comparisons, \
-                         && || and parentheses",
-                        ask.name, ask.device_class
-                    ),
-                ));
-                continue;
-            }
-            reached
-        } else {
-            continue;
+            request_violation(&ask, at, policy)
+        })
+        .collect()
+}
+
+/// What a request's DeviceClass can allocate before its own selectors narrow it: the classes of the catalog
+/// (indices) it reaches, or `None` for no GPU. A class the policy names by name is taken at its name; any
+/// other is the cluster's class judged by its selectors.
+fn class_reach(
+    device_class: &str,
+    at: &Where<'_>,
+    policy: &gpu_admission_policy::Policy,
+) -> Option<Result<(BTreeSet<usize>, Reach), String>> {
+    if let Some(i) = device_classes::class_of(policy, device_class) {
+        let only = Reach {
+            classes: [i].into(),
+            other: false,
         };
-        let outside: Vec<&str> = reach
-            .classes
-            .iter()
-            .map(|i| policy.classes[*i].name.as_str())
-            .filter(|c| !rules.allows(c))
-            .collect();
-        if reach.other || !outside.is_empty() {
-            let mut could = outside.join(", ");
-            if reach.other {
-                if !could.is_empty() {
-                    could.push_str(" and ");
-                }
-                could.push_str("GPUs of no catalog class");
+        return Some(Ok((only.classes.clone(), only)));
+    }
+    let resources = &at.policy.gpu_resources;
+    let (vendor, selectors) = match resources.gpu_device_class(device_class) {
+        Some(g) => (g.vendor, Vec::new()),
+        None => match resources.judge(&at.facts.claim_templates.device_class(device_class)?) {
+            Selects::NotGpus => return None,
+            Selects::Undecidable(why) => {
+                return Some(Err(format!(
+                    "DeviceClass {device_class} selects devices by a CEL selector gpu-admission cannot decide: {why}"
+                )));
             }
-            out.push(violation(
-                Reason::ClassOutsideTier,
-                format!(
-                    "request {} ({}) could be allocated devices of {could}",
-                    ask.name, ask.device_class
-                ),
-            ));
+            Selects::Gpus { vendor, selectors } => (vendor, selectors),
+        },
+    };
+    let universe: BTreeSet<usize> = (0..policy.classes.len())
+        .filter(|i| vendor.is_none_or(|v| policy.classes[*i].vendor == v))
+        .collect();
+    let mut reached = Reach {
+        classes: universe.clone(),
+        other: true,
+    };
+    for s in &selectors {
+        match reach(s, &universe, policy) {
+            Ok(r) => reached = reached.and(r),
+            Err(why) => {
+                return Some(Err(format!(
+                    "DeviceClass {device_class} selects devices gpu-admission cannot tell apart: {why}"
+                )));
+            }
         }
     }
-    out
+    Some(Ok((universe, reached)))
+}
+
+/// A request (or `firstAvailable` alternative, or implicit extended resource) that could be allocated GPUs
+/// outside the tier, or whose selectors cannot be decided.
+fn request_violation(
+    ask: &Ask<'_>,
+    at: &Where<'_>,
+    policy: &gpu_admission_policy::Policy,
+) -> Option<(Reason, String)> {
+    let (universe, mut reached) = match class_reach(ask.device_class, at, policy)? {
+        Ok(r) => r,
+        Err(why) => return Some((Reason::Undecidable, format!("{}: {why}", ask.label))),
+    };
+    // A catalog class's devices are all of one class: its request's selectors can only narrow them.
+    let narrows = reached.other || reached.classes.len() > 1;
+    for text in ask.selectors.iter().filter(|_| narrows) {
+        match cel::parse(text).and_then(|s| reach(&s, &universe, policy)) {
+            Ok(r) => reached = reached.and(r),
+            Err(why) => {
+                return Some((
+                    Reason::Undecidable,
+                    format!(
+                        "{} selects {} devices by a CEL selector gpu-admission cannot decide: {text:?} ({why}); \
+                         it decides device.driver ==, the product attribute == or in [...], memory comparisons, \
+                         && || and parentheses",
+                        ask.label, ask.device_class
+                    ),
+                ));
+            }
+        }
+    }
+    let outside: Vec<&str> = reached
+        .classes
+        .iter()
+        .map(|i| policy.classes[*i].name.as_str())
+        .filter(|c| !at.rules.allows(c))
+        .collect();
+    if !reached.other && outside.is_empty() {
+        return None;
+    }
+    let mut could = outside.join(", ");
+    if reached.other {
+        if !could.is_empty() {
+            could.push_str(" and ");
+        }
+        could.push_str("GPUs of no catalog class");
+    }
+    Some((
+        Reason::DeviceClassOutsideTier,
+        format!(
+            "{} ({}) could be allocated devices of {could}",
+            ask.label, ask.device_class
+        ),
+    ))
 }
 
 /// Does a claim ask for GPUs at all (any request on a GPU DeviceClass)? For namespaces without a tier under
@@ -292,13 +358,14 @@ pub fn asks_for_gpus(
     object: &DynamicObject,
     kind: ClaimKind,
     at_policy: &crate::policy::PolicySnapshot,
+    cluster: &dyn crate::pod::gpu_resources::ClaimTemplates,
 ) -> bool {
     match claim_spec(object, kind) {
         None => true,
         Some(spec) => asks(&spec).iter().any(|a| {
             at_policy
                 .gpu_resources
-                .gpu_device_class(a.device_class)
+                .device_class_gpus(a.device_class, cluster)
                 .is_some()
         }),
     }

@@ -115,7 +115,11 @@ fn a_bronze_claim_that_could_get_h100_is_denied_naming_the_allowed_classes() {
         ] {
             let req = review("bronze", template, requests.clone(), "CREATE");
             let (check, denied) = decide(&req);
-            assert_eq!(reasons(&check), [Reason::ClassOutsideTier], "{requests}");
+            assert_eq!(
+                reasons(&check),
+                [Reason::DeviceClassOutsideTier],
+                "{requests}"
+            );
             let denied = denied.expect("denied in Enforce");
             assert!(
                 denied.contains("L4-24GB")
@@ -220,7 +224,7 @@ fn memory_lower_bounds_rule_out_smaller_classes_and_nothing_else() {
         exactly("gpu.nvidia.com", &[&cel]),
         "CREATE",
     ));
-    assert_eq!(reasons(&check), [Reason::ClassOutsideTier]);
+    assert_eq!(reasons(&check), [Reason::DeviceClassOutsideTier]);
     let denied = denied.unwrap();
     assert!(
         denied.contains("devices of L40S-48GB") && !denied.contains("devices of L4-24GB,"),
@@ -312,7 +316,7 @@ fn a_requester_rbac_lets_run_outside_the_tier_is_allowed_only_there() {
     let exempt_gold = Grants::new([Permission::Exempt("gold".into())]);
     assert_eq!(
         reasons(&decide_with(&exempt_gold)),
-        [Reason::ClassOutsideTier]
+        [Reason::DeviceClassOutsideTier]
     );
 }
 
@@ -473,4 +477,207 @@ fn an_admitted_claim_matches_only_devices_of_its_tier() {
         admitted > 50 && checked > 50,
         "{admitted} admitted, {checked} device matches"
     );
+}
+
+/// The cluster's DeviceClasses, as the frontend's watch holds them.
+struct Classes(Vec<k8s_openapi::api::resource::v1::DeviceClass>);
+
+impl crate::pod::gpu_resources::ClaimTemplates for Classes {
+    fn template(
+        &self,
+        _: &str,
+        _: &str,
+    ) -> Option<k8s_openapi::api::resource::v1::ResourceClaimTemplate> {
+        None
+    }
+
+    fn device_class(&self, name: &str) -> Option<k8s_openapi::api::resource::v1::DeviceClass> {
+        self.0
+            .iter()
+            .find(|c| c.metadata.name.as_deref() == Some(name))
+            .cloned()
+    }
+
+    fn device_class_for_resource(
+        &self,
+        resource: &str,
+    ) -> Option<k8s_openapi::api::resource::v1::DeviceClass> {
+        self.0
+            .iter()
+            .find(|c| {
+                c.spec
+                    .as_ref()
+                    .and_then(|s| s.extended_resource_name.as_deref())
+                    == Some(resource)
+            })
+            .cloned()
+    }
+}
+
+/// Admin-made classes the policy does not name: H100s and L4s by product, NICs, one the grammar cannot read.
+fn cluster_classes() -> Classes {
+    let class = |name: &str, cel: &str, resource: Option<&str>| {
+        serde_json::from_value(json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
+            "spec": {"selectors": [{"cel": {"expression": cel}}], "extendedResourceName": resource}
+        }))
+        .unwrap()
+    };
+    Classes(vec![
+        class(
+            "h100.example.com",
+            &format!("device.driver == 'gpu.nvidia.com' && {PRODUCT} == 'NVIDIA H100 80GB HBM3'"),
+            Some("example.com/h100"),
+        ),
+        class(
+            "l4.example.com",
+            &format!("{PRODUCT} == 'NVIDIA L4'"),
+            Some("example.com/l4"),
+        ),
+        class(
+            "nic.example.com",
+            "device.driver == 'sriov.example.com'",
+            None,
+        ),
+        class(
+            "odd.example.com",
+            "device.attributes['gpu.nvidia.com'].index % 2 == 0",
+            None,
+        ),
+    ])
+}
+
+fn decide_with(
+    classes: &Classes,
+    req: &AdmissionRequest<DynamicObject>,
+) -> (Check, Option<String>) {
+    let tier_of = |ns: &str| Some(ns.to_string());
+    let grants = Grants::none();
+    let facts = Facts {
+        tier_of: &tier_of,
+        priority_classes: None,
+        claim_templates: classes,
+        nodes: &NoNodes,
+        grants: &grants,
+    };
+    let (check, verdict) = validate_pod::decide(req, &snapshot(), &facts);
+    (check, verdict.denied)
+}
+
+/// A DeviceClass is a GPU class by what it selects: an admin's class selecting H100s holds bronze's claims
+/// to the tier like the vendor's own class; a NIC class does not; a selector outside the grammar is
+/// undecidable.
+#[test]
+fn a_cluster_device_class_is_judged_by_what_it_selects() {
+    let classes = cluster_classes();
+    let (check, denied) = decide_with(
+        &classes,
+        &review("bronze", false, exactly("h100.example.com", &[]), "CREATE"),
+    );
+    assert_eq!(reasons(&check), [Reason::DeviceClassOutsideTier]);
+    let denied = denied.unwrap();
+    assert!(
+        denied.contains("could be allocated devices of H100-80GB")
+            && denied.contains("l4-24gb.gpu-admission.io"),
+        "{denied}"
+    );
+    // Gold may use H100s through the same class.
+    let (check, denied) = decide_with(
+        &classes,
+        &review("gold", true, exactly("h100.example.com", &[]), "CREATE"),
+    );
+    assert!(matches!(check, Check::Allowed(_)), "{check:?} {denied:?}");
+    // Bronze's L4s through an admin class: within the tier.
+    let (check, _) = decide_with(
+        &classes,
+        &review("bronze", false, exactly("l4.example.com", &[]), "CREATE"),
+    );
+    assert!(matches!(check, Check::Allowed(_)), "{check:?}");
+    let (check, _) = decide_with(
+        &classes,
+        &review("bronze", false, exactly("nic.example.com", &[]), "CREATE"),
+    );
+    assert!(matches!(check, Check::Allowed(_)), "{check:?}");
+    let (check, denied) = decide_with(
+        &classes,
+        &review("bronze", false, exactly("odd.example.com", &[]), "CREATE"),
+    );
+    assert_eq!(reasons(&check), [Reason::Undecidable]);
+    assert!(denied.unwrap().contains("index % 2"));
+    // Without the cluster's classes (DRA not served), an unknown name is no GPU class, as before.
+    let (check, _) = decide(&review(
+        "bronze",
+        false,
+        exactly("h100.example.com", &[]),
+        "CREATE",
+    ));
+    assert!(matches!(check, Check::Allowed(_)), "{check:?}");
+}
+
+fn pod_review(ns: &str, resources: Value, node_selector: Value) -> AdmissionRequest<DynamicObject> {
+    serde_json::from_value(json!({
+        "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "namespace": ns, "operation": "CREATE", "userInfo": {"username": "alice"},
+        "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": ns},
+            "spec": {"nodeSelector": node_selector,
+                     "containers": [{"name": "c", "resources": {"limits": resources}}]}},
+        "oldObject": null
+    }))
+    .unwrap()
+}
+
+/// A Pod asking for an admin class's devices with no claim (`deviceclass.resource.kubernetes.io/<class>`,
+/// or the class's `extendedResourceName`) is decided at its CREATE, not first at PreBind: bronze asking for
+/// H100s this way is denied with the tier's DeviceClasses named; bronze's L4s this way are admitted.
+#[test]
+fn a_pod_asking_for_a_class_by_extended_resource_is_held_at_its_create() {
+    let classes = cluster_classes();
+    let l4 = json!({"gpu.nvidia.com/class": "L4-24GB"});
+    for resource in [
+        "deviceclass.resource.kubernetes.io/h100.example.com",
+        "example.com/h100",
+    ] {
+        let (check, denied) = decide_with(
+            &classes,
+            &pod_review("bronze", json!({resource: 1}), l4.clone()),
+        );
+        assert_eq!(
+            reasons(&check),
+            [Reason::DeviceClassOutsideTier],
+            "{resource}"
+        );
+        let denied = denied.unwrap();
+        assert!(
+            denied.contains("h100.example.com")
+                && denied.contains("DeviceClasses l4-24gb.gpu-admission.io"),
+            "{denied}"
+        );
+    }
+    for resource in [
+        "deviceclass.resource.kubernetes.io/l4.example.com",
+        "example.com/l4",
+    ] {
+        let (check, denied) = decide_with(
+            &classes,
+            &pod_review("bronze", json!({resource: 1}), l4.clone()),
+        );
+        assert!(
+            matches!(check, Check::Allowed(_)),
+            "{resource}: {check:?} {denied:?}"
+        );
+        // The same Pod without its tier bound is a GPU Pod now, held to the bound like any other.
+        let (check, _) = decide_with(
+            &classes,
+            &pod_review("bronze", json!({resource: 1}), json!(null)),
+        );
+        assert_eq!(reasons(&check), [Reason::NotBoundToTier], "{resource}");
+    }
+    // A NIC class's extended resource is not a GPU.
+    let nic = pod_review(
+        "bronze",
+        json!({"deviceclass.resource.kubernetes.io/nic.example.com": 1}),
+        json!(null),
+    );
+    assert!(matches!(decide_with(&classes, &nic).0, Check::Allowed(_)));
 }

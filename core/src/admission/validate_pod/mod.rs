@@ -130,7 +130,10 @@ pub fn check(
         }
     }
     let mut allowed = allowed_text(&rules, policy);
-    if claim.is_some() {
+    let names_device_classes = violations
+        .iter()
+        .any(|v| v.reason == Reason::DeviceClassOutsideTier);
+    if claim.is_some() || names_device_classes {
         allowed = format!(
             "{allowed}; DeviceClasses {}",
             validate_claim::allowed_device_classes(&rules, policy)
@@ -157,7 +160,7 @@ fn untiered(
     let claim = validate_claim::claim_kind(req);
     let held = |o: &DynamicObject| -> Vec<Violation> {
         if let Some(kind) = claim {
-            if !validate_claim::asks_for_gpus(o, kind, policy) {
+            if !validate_claim::asks_for_gpus(o, kind, policy, facts.claim_templates) {
                 return Vec::new();
             }
             return vec![Violation {
@@ -295,6 +298,10 @@ pub fn pod_violations(described: &DescribedPod, at: &Where<'_>) -> Vec<Violation
         }
         found.extend(priority_violation(spec, at));
         found.extend(fit_violation(&f, at));
+        found.extend(validate_claim::implicit_class_violations(
+            &f.implicit_device_classes,
+            at,
+        ));
     }
     found
         .into_iter()
