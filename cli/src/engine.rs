@@ -17,6 +17,7 @@ use gpu_admission_core::admission::validate_pod::{
     Validated,
 };
 use gpu_admission_core::authority::{Grants, Permission};
+use gpu_admission_core::dra::device_class::names_resource;
 use gpu_admission_core::facts::Facts;
 use gpu_admission_core::pod::gpu_resources::ClaimTemplates;
 use gpu_admission_core::policy::PolicySnapshot;
@@ -181,12 +182,7 @@ impl ClaimTemplates for ClaimObjects {
     fn device_class_for_resource(&self, resource: &str) -> Option<DeviceClass> {
         self.classes
             .values()
-            .find(|c| {
-                c.spec
-                    .as_ref()
-                    .and_then(|s| s.extended_resource_name.as_deref())
-                    == Some(resource)
-            })
+            .find(|c| names_resource(c, resource))
             .cloned()
     }
 }

@@ -303,16 +303,23 @@ fn validating_configuration(webhook: &Webhook) -> ValidatingWebhookConfiguration
         &base64::engine::general_purpose::STANDARD,
         webhook.ca_pem().unwrap(),
     );
-    // As shipped (deploy/kustomize: claims.validate.gpu-admission.io), here for the test's namespaces.
+    // As shipped (deploy/kustomize: claims.validate.gpu-admission.io and pods.validate.gpu-admission.io),
+    // here for the test's namespaces.
+    let hook = |name: &str, group: &str, resources: Value| {
+        json!({"name": name, "admissionReviewVersions": ["v1"],
+            "clientConfig": {"url": format!("{base}/validate-pod"), "caBundle": ca},
+            "rules": [{"apiGroups": [group], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                "resources": resources, "scope": "Namespaced"}],
+            "namespaceSelector": {"matchExpressions": [{"key": "tenant.kubenexus.io/tier", "operator": "Exists"}]},
+            "matchPolicy": "Equivalent", "failurePolicy": "Ignore", "sideEffects": "None", "timeoutSeconds": 5})
+    };
     serde_json::from_value(json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
         "metadata": {"name": "gpu-admission-dra"},
-        "webhooks": [{"name": "claims.validate.gpu-admission.io", "admissionReviewVersions": ["v1"],
-            "clientConfig": {"url": format!("{base}/validate-pod"), "caBundle": ca},
-            "rules": [{"apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                "resources": ["resourceclaims", "resourceclaimtemplates"], "scope": "Namespaced"}],
-            "namespaceSelector": {"matchExpressions": [{"key": "tenant.kubenexus.io/tier", "operator": "Exists"}]},
-            "matchPolicy": "Equivalent", "failurePolicy": "Ignore", "sideEffects": "None", "timeoutSeconds": 5}]
+        "webhooks": [
+            hook("claims.validate.gpu-admission.io", "resource.k8s.io", json!(["resourceclaims", "resourceclaimtemplates"])),
+            hook("pods.validate.gpu-admission.io", "", json!(["pods"])),
+        ]
     }))
     .unwrap()
 }
@@ -436,6 +443,7 @@ async fn claims_are_held_to_their_tier_by_the_webhook_and_on_the_allocation() {
         let answer = try_create(&tenant, Some(BRONZE), &obj).await;
         table.push((case, answer.err().unwrap_or_else(|| "ADMITTED".into())));
     }
+    table.extend(admin_class_shapes(&client, &tenant, &h100_by_name).await);
     for (case, answer) in &table {
         println!("| {case} | {answer} |");
         assert!(answer.contains("denied the request"), "{case}: {answer}");
@@ -529,10 +537,92 @@ async fn claims_are_held_to_their_tier_by_the_webhook_and_on_the_allocation() {
         assert_in_tier(name, &ran, &allowed_classes(&policy, "bronze"));
     }
     println!(
-        "DRA: 5 bronze claims/templates that could reach H100 or cannot be decided denied, gold allocated H100, \
+        "DRA: 8 bronze claims, templates and Pods that could reach H100 or cannot be decided denied, gold allocated H100, \
          2 bronze claims allocated L4, in {:.1}s",
         t0.elapsed().as_secs_f64()
     );
+}
+
+/// An admin's DeviceClass the policy does not name (`h100.example.com`, H100s by product name, with an
+/// `extendedResourceName`): bronze reaching it through a claim, `deviceclass.resource.kubernetes.io/<class>`
+/// or `example.com/h100` is denied at the object's CREATE, as the frontend judges the class by its
+/// selectors (its watch picks the class up: retried until the first denial).
+async fn admin_class_shapes(
+    admin: &kube::Client,
+    tenant: &kube::Client,
+    h100_by_name: &str,
+) -> Vec<(&'static str, String)> {
+    create_dra(
+        admin,
+        None,
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+               "metadata": {"name": "h100.example.com"},
+               "spec": {"selectors": [{"cel": {"expression": format!("device.driver == '{DRIVER}' && {h100_by_name}")}}],
+                        "extendedResourceName": "example.com/h100"}}),
+    )
+    .await;
+    let pod = |name: &str, resource: &str| -> Pod {
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": BRONZE},
+            "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {resource: 1}}}]}}))
+        .unwrap()
+    };
+    let pods = Api::<Pod>::namespaced(tenant.clone(), BRONZE);
+    let create_pod = |p: Pod| {
+        let pods = pods.clone();
+        async move {
+            pods.create(&PostParams::default(), &p)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }
+    };
+    // The first shape waits for the frontend's DeviceClass watch.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let by_resource = loop {
+        match create_pod(pod("by-extended-resource", "example.com/h100")).await {
+            Err(e) => break e,
+            Ok(()) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "the frontend never judged h100.example.com by its selectors"
+                );
+                pods.delete("by-extended-resource", &Default::default())
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    let by_class_resource = create_pod(pod(
+        "by-class-resource",
+        "deviceclass.resource.kubernetes.io/h100.example.com",
+    ))
+    .await
+    .err()
+    .unwrap_or_else(|| "ADMITTED".into());
+    let by_claim = try_create(
+        tenant,
+        Some(BRONZE),
+        &claim("admin-class", "h100.example.com", &[]),
+    )
+    .await
+    .err()
+    .unwrap_or_else(|| "ADMITTED".into());
+    vec![
+        (
+            "bronze Pod asking for example.com/h100 (an admin class's extendedResourceName)",
+            by_resource,
+        ),
+        (
+            "bronze Pod asking for deviceclass.resource.kubernetes.io/h100.example.com",
+            by_class_resource,
+        ),
+        (
+            "bronze claim on h100.example.com (an admin class selecting H100)",
+            by_claim,
+        ),
+    ]
 }
 
 /// A gold claim of allocation mode `All` on the A100 class asks for one device at least and is allocated

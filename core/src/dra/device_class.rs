@@ -16,7 +16,7 @@
 use std::collections::BTreeSet;
 
 use gpu_admission_policy::Vendor;
-use k8s_openapi::api::resource::v1::DeviceClassSpec;
+use k8s_openapi::api::resource::v1::{DeviceClass, DeviceClassSpec};
 
 use super::cel::{self, Selector};
 
@@ -33,6 +33,15 @@ pub enum Selects {
     },
     /// A selector gpu-admission cannot decide: the CEL and why.
     Undecidable(String),
+}
+
+/// Does `class` name `resource` as its `spec.extendedResourceName` (a Pod asks for its devices by it)?
+pub fn names_resource(class: &DeviceClass, resource: &str) -> bool {
+    class
+        .spec
+        .as_ref()
+        .and_then(|s| s.extended_resource_name.as_deref())
+        == Some(resource)
 }
 
 /// The drivers a selector allows; `None` is any driver.

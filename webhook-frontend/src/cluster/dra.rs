@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use gpu_admission_core::dra::device_class::names_resource;
 use gpu_admission_core::pod::gpu_resources::ClaimTemplates;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate};
 use kube::runtime::reflector::ObjectRef;
@@ -83,12 +84,7 @@ impl ClaimTemplates for DraCaches {
         store
             .state()
             .into_iter()
-            .find(|c| {
-                c.spec
-                    .as_ref()
-                    .and_then(|s| s.extended_resource_name.as_deref())
-                    == Some(resource)
-            })
+            .find(|c| names_resource(c, resource))
             .map(|c| (*c).clone())
     }
 }

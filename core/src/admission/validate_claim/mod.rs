@@ -20,7 +20,6 @@
 use std::collections::BTreeSet;
 
 use gpu_admission_policy::device_classes;
-use gpu_admission_policy::gpu_resources::DEVICE_CLASS_RESOURCE_PREFIX;
 use k8s_openapi::api::resource::v1::ResourceClaimSpec;
 use kube_core::DynamicObject;
 use kube_core::admission::AdmissionRequest;
@@ -241,7 +240,7 @@ pub fn implicit_class_violations(classes: &[String], at: &Where<'_>) -> Vec<(Rea
         .iter()
         .filter_map(|class| {
             let ask = Ask {
-                label: format!("resource {DEVICE_CLASS_RESOURCE_PREFIX}{class}"),
+                label: "an extended resource backed by a DeviceClass".to_string(),
                 device_class: class,
                 selectors: Vec::new(),
             };

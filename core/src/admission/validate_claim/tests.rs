@@ -504,12 +504,7 @@ impl crate::pod::gpu_resources::ClaimTemplates for Classes {
     ) -> Option<k8s_openapi::api::resource::v1::DeviceClass> {
         self.0
             .iter()
-            .find(|c| {
-                c.spec
-                    .as_ref()
-                    .and_then(|s| s.extended_resource_name.as_deref())
-                    == Some(resource)
-            })
+            .find(|c| crate::dra::device_class::names_resource(c, resource))
             .cloned()
     }
 }
