@@ -329,10 +329,14 @@ fn evaluate_page(
         && kind.kind == "Pod"
         && policy.policy.as_ref().is_some_and(|p| p.quotas.any())
     {
+        // One clock for the pass: a terminating Pod's grace period is read against it.
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
         quota_pods.extend(
             objects
                 .iter()
-                .filter_map(|o| quota::counted(o, policy, &facts)),
+                .filter_map(|o| quota::counted(o, policy, &facts, now_ms)),
         );
     }
     objects

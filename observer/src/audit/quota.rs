@@ -25,17 +25,15 @@ pub struct QuotaPod {
 }
 
 /// What a listed Pod counts against its tier's quota (`None`: no GPU, no quota, not a Pod we read, or a Pod
-/// that no longer holds its quota: finished, or deleted and past its grace period).
+/// that no longer holds its quota at `now_ms`, the pass's one clock: finished, or deleted and past its grace period).
 pub fn counted(
     object: &DynamicObject,
     policy: &PolicySnapshot,
     facts: &Facts<'_>,
+    now_ms: u64,
 ) -> Option<QuotaPod> {
     let namespace = object.metadata.namespace.as_deref()?;
     let pod: Pod = serde_json::from_value(serde_json::to_value(object).ok()?).ok()?;
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
     if !quota::demand::holds_quota(&pod, now_ms) {
         return None;
     }
@@ -146,7 +144,7 @@ mod tests {
             let policy = snapshot(mode);
             let counted: Vec<_> = pods
                 .iter()
-                .filter_map(|p| counted(p, &policy, &facts))
+                .filter_map(|p| counted(p, &policy, &facts, 0))
                 .collect();
             assert_eq!(counted.len(), 2, "the CPU Pod counts nothing");
             let found = findings(counted, &policy);
