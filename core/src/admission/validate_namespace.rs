@@ -11,6 +11,14 @@ use kube_core::admission::{AdmissionRequest, Operation};
 use crate::authority::{Grants, Permission};
 use crate::review::Verdict;
 
+/// Every path of the Namespace API that persists its labels, as an admission rule names it: the object, and
+/// the subresources whose update strategies keep metadata changes (`status` resets only the spec, `finalize`
+/// only the status; kube-apiserver 1.34 to 1.37 serve no other Namespace subresource that updates). A tier
+/// label set through any of them is the same change: `/validate-namespace`'s registration and the floor's
+/// Namespace policy match all three.
+pub const NAMESPACE_RESOURCES: [&str; 3] =
+    ["namespaces", "namespaces/status", "namespaces/finalize"];
+
 /// The result of checking one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Check {
@@ -29,6 +37,10 @@ pub enum Check {
         to: Option<String>,
         /// The first power the requester lacks.
         missing: Permission,
+        /// The subresource written through (`status`, `finalize`), if not the Namespace itself.
+        subresource: Option<String>,
+        /// Why the power is missing, when RBAC granted it only through a `*` ([`Grants::why_missing`]).
+        why: String,
     },
 }
 
@@ -101,7 +113,9 @@ pub fn check(req: &AdmissionRequest<DynamicObject>, grants: &Grants, tier_label:
             .unwrap_or_else(|| "an unnamed user".into()),
         from,
         to,
+        why: grants.why_missing(&missing),
         missing,
+        subresource: req.sub_resource.clone().filter(|s| !s.is_empty()),
     }
 }
 
@@ -113,6 +127,8 @@ pub fn verdict(check: &Check, tier_label: &str) -> Verdict {
         from,
         to,
         missing,
+        subresource,
+        why,
     } = check
     else {
         return Verdict::default();
@@ -123,9 +139,13 @@ pub fn verdict(check: &Check, tier_label: &str) -> Verdict {
         (Some(f), None) => format!("removes it (was {f})"),
         (None, None) => "changes it".to_string(),
     };
+    let through = subresource
+        .as_deref()
+        .map(|s| format!(" (through its {s} subresource)"))
+        .unwrap_or_default();
     Verdict {
         denied: Some(format!(
-            "gpu-admission: {user} {change} on namespace {namespace}: setting, changing or removing the tier label {tier_label} needs {} in Kubernetes RBAC (ask a cluster admin for a RoleBinding to the ClusterRole gpu-admission-tier-setter, or one limited to that tier)",
+            "gpu-admission: {user} {change} on namespace {namespace}{through}: setting, changing or removing the tier label {tier_label} needs {}{why} in Kubernetes RBAC (ask a cluster admin for a RoleBinding to the ClusterRole gpu-admission-tier-setter, or one limited to that tier)",
             missing.describe()
         )),
         warnings: Vec::new(),
@@ -171,9 +191,21 @@ mod tests {
     }
 
     fn request(op: &str, new: Value, old: Value) -> AdmissionRequest<DynamicObject> {
+        through(None, op, new, old)
+    }
+
+    /// A request as the apiserver sends it for `subresource` (`None`: the Namespace itself).
+    fn through(
+        subresource: Option<&str>,
+        op: &str,
+        new: Value,
+        old: Value,
+    ) -> AdmissionRequest<DynamicObject> {
         serde_json::from_value(json!({
             "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Namespace"},
             "resource": {"group": "", "version": "v1", "resource": "namespaces"},
+            "subResource": subresource,
+            "requestSubResource": subresource,
             "name": "team-a", "operation": op,
             "userInfo": {"username": "alice", "groups": []},
             "object": new, "oldObject": old
@@ -258,5 +290,74 @@ mod tests {
             TIER,
         );
         assert_eq!(c, Check::NotOurs("the tier label is unchanged"));
+    }
+
+    /// A tier label change by one RBAC grants `update tiers/*` only through a `*` is denied, and says why.
+    #[test]
+    fn a_wildcard_grant_does_not_set_a_tier_and_the_message_says_why() {
+        use crate::authority::{Answer, Wildcard};
+        let req = request("CREATE", ns(Some("gold")), Value::Null);
+        let argo = Grants::from_answers([(
+            Permission::SetTier("gold".into()),
+            Answer::ThroughWildcard(Wildcard::Verb),
+        )]);
+        let (c, v) = decide(&req, &argo, TIER);
+        assert_eq!(c.outcome(&v), ValidationOutcome::Denied);
+        let denied = v.denied.unwrap_or_default();
+        assert!(
+            denied.contains("needs update tiers/gold (gpu-admission.io) (RBAC grants it to this requester only through a rule with verbs [\"*\"]"),
+            "{denied}"
+        );
+    }
+
+    /// A tier label written through a subresource is the same change as through the Namespace: each
+    /// subresource of [`NAMESPACE_RESOURCES`] needs the same powers, and the message says which path it took.
+    #[test]
+    fn a_tier_label_written_through_a_subresource_needs_the_same_powers() {
+        let subresources: Vec<&str> = NAMESPACE_RESOURCES
+            .iter()
+            .filter_map(|r| r.strip_prefix("namespaces/"))
+            .collect();
+        assert_eq!(subresources, ["status", "finalize"]);
+        for sub in subresources {
+            let req = through(
+                Some(sub),
+                "UPDATE",
+                ns(Some("platinum")),
+                ns(Some("bronze")),
+            );
+            assert_eq!(
+                permissions(&req, TIER),
+                [
+                    Permission::SetTier("bronze".into()),
+                    Permission::SetTier("platinum".into())
+                ],
+                "{sub}"
+            );
+            let (c, v) = decide(&req, &set(&["bronze"]), TIER);
+            let denied = v.denied.clone().unwrap_or_default();
+            assert!(
+                matches!(&c, Check::Forbidden { missing: Permission::SetTier(t), subresource: Some(s), .. }
+                    if t == "platinum" && s == sub),
+                "{sub}: {c:?}"
+            );
+            assert!(
+                denied.contains(&format!("(through its {sub} subresource)"))
+                    && denied.contains("needs update tiers/platinum"),
+                "{sub}: {denied}"
+            );
+            assert_eq!(c.outcome(&v), ValidationOutcome::Denied);
+            let (c, v) = decide(&req, &set(&["bronze", "platinum"]), TIER);
+            assert!(matches!(c, Check::Allowed { .. }), "{sub}: {c:?}");
+            assert!(v.denied.is_none());
+            // Removing the label through the subresource is taking the namespace out of its tier.
+            let req = through(Some(sub), "UPDATE", ns(None), ns(Some("gold")));
+            let (_, v) = decide(&req, &Grants::none(), TIER);
+            assert!(
+                v.denied
+                    .is_some_and(|d| d.contains("removes it (was gold)")),
+                "{sub}"
+            );
+        }
     }
 }

@@ -8,6 +8,8 @@
 //! label value or tier name of the floor holds a newline.
 
 use gpu_admission_policy::Policy;
+
+use crate::authority::{Permission, Question, SUPERUSER_GROUP};
 use gpu_admission_policy::gpu_resources::{GpuResourceKind, MEMORY_PLACEHOLDER};
 
 /// A CEL string literal (single-quoted; `\`, `'` and newlines escaped).
@@ -201,12 +203,31 @@ pub(crate) fn tier_label_value(tier_label: &str, object: &str) -> String {
     )
 }
 
-/// RBAC grants `verb` on `tiers/<name>` of gpu-admission's API group (`name`: a CEL string expression).
-pub(crate) fn rbac_tier(verb: &str, name: &str) -> String {
+/// The authorizer's answer to `q` about the object named by the CEL expression `name`.
+fn check(q: &Question, name: &str) -> String {
     format!(
-        "authorizer.group({}).resource('tiers').name({name}).check({}).allowed()",
-        lit(crate::authority::API_GROUP),
-        lit(verb)
+        "authorizer.group({}).resource({}).name({name}).check({}).allowed()",
+        lit(q.group),
+        lit(q.resource),
+        lit(q.verb)
+    )
+}
+
+/// The requester holds `power` for the object named by the CEL expression `name`, as the frontend judges it
+/// ([`crate::authority`]): granted, and either a member of `system:masters` or granted none of the power's
+/// wildcard probes (each the same question with its verb, resource or group replaced by a name no role
+/// names). The probes come after `||`/`&&` so that CEL asks them only of a requester granted the power.
+pub(crate) fn holds(power: &Permission, name: &str) -> String {
+    let probes: Vec<String> = power
+        .wildcard_probes()
+        .iter()
+        .map(|(_, q)| check(q, name))
+        .collect();
+    format!(
+        "({} && ((has(request.userInfo.groups) && {} in request.userInfo.groups) || !({})))",
+        check(&power.question(), name),
+        lit(SUPERUSER_GROUP),
+        probes.join(" || ")
     )
 }
 

@@ -35,6 +35,7 @@ use gpu_admission_policy::names::is_label_value;
 use gpu_admission_policy::{Policy, UntieredNamespaces};
 use serde_json::{Value, json};
 
+use crate::authority::Permission;
 use crate::names::EXEMPT_NAMESPACES;
 pub use manifest_based::{ManifestBasedFloor, STATIC_SUFFIX, render_manifest_based};
 pub use placing::{PLACING_POLICY, render_placing};
@@ -318,7 +319,7 @@ fn variables(policy: &Policy, tier_label: &str, target: Target) -> Vec<Value> {
         var("scope", "variables.tier == '' ? '' : \
             (params.data['grants'].contains('\\n' + namespaceObject.metadata.name + '\\n') ? \
             'grant.' + namespaceObject.metadata.name + '.' + variables.tier : 'tier.' + variables.tier)".into()),
-        var("exempt", cel::rbac_tier("exempt",
+        var("exempt", cel::holds(&Permission::Exempt(String::new()),
             "variables.tier != '' ? variables.tier : params.data['defaultTier']")),
         var("gpu", cel::asks_for_gpus(policy, "variables.spec", target == Target::Pods)),
         var("named", "has(variables.spec.priorityClassName) && variables.spec.priorityClassName != ''".into()),
@@ -426,7 +427,9 @@ fn class_key_text(policy: &Policy) -> String {
     keys.join(", ")
 }
 
-/// The Namespace policy: the tier label is RBAC's (`update tiers/<tier>` for the tier left and the tier set).
+/// The Namespace policy: the tier label is RBAC's (`update tiers/<tier>` for the tier left and the tier set),
+/// through the Namespace and each subresource that persists its labels
+/// ([`crate::admission::validate_namespace::NAMESPACE_RESOURCES`]).
 fn namespace_policy(tier_label: &str) -> Value {
     let present = |o: &str| {
         format!(
@@ -446,7 +449,7 @@ fn namespace_policy(tier_label: &str) -> Value {
         format!(
             "!({p}) || {rbac}",
             p = present(o),
-            rbac = cel::rbac_tier("update", &value(o))
+            rbac = cel::holds(&Permission::SetTier(String::new()), &value(o))
         )
     };
     json!({
@@ -457,7 +460,8 @@ fn namespace_policy(tier_label: &str) -> Value {
             "failurePolicy": "Fail",
             "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
             "matchConstraints": {"resourceRules": [{
-                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["namespaces"]}]},
+                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                "resources": crate::admission::validate_namespace::NAMESPACE_RESOURCES}]},
             "matchConditions": [{"name": "tier-label-changes", "expression": changed}],
             "validations": [
                 {

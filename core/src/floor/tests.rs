@@ -90,6 +90,11 @@ fn render_gives_three_policies_their_bindings_and_the_parameters() {
             NAMESPACE_POLICY
         ]
     );
+    // The tier label through the Namespace and every subresource that persists its labels.
+    assert_eq!(
+        objects[4]["spec"]["matchConstraints"]["resourceRules"][0]["resources"],
+        json!(["namespaces", "namespaces/status", "namespaces/finalize"])
+    );
     for b in [&objects[1], &objects[3], &objects[5]] {
         assert_eq!(b["spec"]["paramRef"]["parameterNotFoundAction"], "Deny");
         assert_eq!(b["spec"]["validationActions"], json!(["Deny"]));
@@ -119,6 +124,17 @@ fn render_gives_three_policies_their_bindings_and_the_parameters() {
     let text = objects[0].to_string();
     assert!(text.contains("^nvidia[.]com/mig-[a-z0-9]+g[.][0-9]+gb$"));
     assert!(text.contains("authorizer.group('gpu-admission.io').resource('tiers')"));
+    // A power granted only through a `*` is not held (the frontend's rule): the probes, and the superusers.
+    for (what, text) in [("pods", &text), ("namespaces", &objects[4].to_string())] {
+        for probe in [
+            ".check('only-a-wildcard-grants-this')",
+            ".resource('only-a-wildcard-grants-this')",
+            "authorizer.group('only-a-wildcard-grants-this.gpu-admission.io')",
+            "'system:masters' in request.userInfo.groups",
+        ] {
+            assert!(text.contains(probe), "{what}: {probe}");
+        }
+    }
 }
 
 #[test]
