@@ -9,6 +9,7 @@
 //! | [`Permission::ChangeRules`] | `update` `policies` in `gpu-admission.io` | changing what a tier gets (the policy ConfigMap's rule fields) |
 //! | [`Permission::Exempt`] | `exempt` `tiers/<tier>` in `gpu-admission.io` | one's own workloads outside tier `<tier>` |
 //! | [`Permission::TuneJobType`] | `update` `jobtypes/<name>` in `gpu-admission.io` | job type `<name>`'s priors in the policy (what steers only the Pods carrying its label) |
+//! | [`Permission::AdminAccess`] | `use` `adminaccess` in `gpu-admission.io` | DRA admin access: setting a Namespace's `resource.kubernetes.io/admin-access` label, creating a GPU claim with `adminAccess: true` (devices other tenants' Pods use) |
 //!
 //! `update policies` includes every job type. Nothing else grants them: where no apiserver can be asked (the
 //! offline CLI) the caller states what RBAC would answer, spelled as [`Permission::describe`] spells it without
@@ -112,6 +113,9 @@ pub enum Permission {
     Exempt(String),
     /// Change this job type's priors (the policy's `jobTypes[<name>]` fields that are no rule).
     TuneJobType(String),
+    /// DRA admin access to GPUs: label a namespace `resource.kubernetes.io/admin-access`, claim GPUs with
+    /// `adminAccess: true`.
+    AdminAccess,
 }
 
 impl Permission {
@@ -122,6 +126,7 @@ impl Permission {
                 "update"
             }
             Permission::Exempt(_) => "exempt",
+            Permission::AdminAccess => "use",
         }
     }
 
@@ -131,6 +136,7 @@ impl Permission {
             Permission::SetTier(_) | Permission::Exempt(_) => "tiers",
             Permission::ChangeRules => "policies",
             Permission::TuneJobType(_) => "jobtypes",
+            Permission::AdminAccess => "adminaccess",
         }
     }
 
@@ -138,7 +144,7 @@ impl Permission {
     pub fn name(&self) -> Option<&str> {
         match self {
             Permission::SetTier(t) | Permission::Exempt(t) | Permission::TuneJobType(t) => Some(t),
-            Permission::ChangeRules => None,
+            Permission::ChangeRules | Permission::AdminAccess => None,
         }
     }
 
@@ -203,10 +209,11 @@ impl Permission {
             (Some("exempt"), "tiers", Some(t), 2) => Permission::Exempt(t.to_string()),
             (Some("update"), "policies", None, 2) => Permission::ChangeRules,
             (Some("update"), "jobtypes", Some(j), 2) => Permission::TuneJobType(j.to_string()),
+            (Some("use"), "adminaccess", None, 2) => Permission::AdminAccess,
             _ => {
                 return Err(format!(
                     "`{text}` is no power of {API_GROUP}: `exempt tiers/TIER`, `update tiers/TIER`, \
-                     `update policies` or `update jobtypes/JOB_TYPE`"
+                     `update policies`, `update jobtypes/JOB_TYPE` or `use adminaccess`"
                 ));
             }
         };
@@ -360,6 +367,7 @@ mod tests {
                 "update jobtypes/train-llama",
                 Permission::TuneJobType("train-llama".into()),
             ),
+            ("use adminaccess", Permission::AdminAccess),
         ] {
             assert_eq!(Permission::parse(text), Ok(p.clone()), "{text}");
             // What a message names parses back (without the group).

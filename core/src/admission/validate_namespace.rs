@@ -3,6 +3,11 @@
 //! namespace would otherwise raise it to any tier, or remove it and leave every tier check behind). A
 //! forbidden change is denied in every enforcement mode: `Warn` and `Audit` relax what Pods may do, never who
 //! may change a namespace's tier. Pure: the answers of the apiserver come in as [`Grants`].
+//!
+//! The same holds for DRA admin access: a Namespace labelled [`ADMIN_ACCESS_LABEL`]` = "true"` is where the
+//! apiserver admits ResourceClaims with `adminAccess: true`, which are allocated devices other Pods are using
+//! (GA and always on since Kubernetes 1.36). Setting that label needs [`Permission::AdminAccess`]; removing
+//! it takes a power away and needs none.
 
 use crate::admission::ValidationOutcome;
 use kube_core::DynamicObject;
@@ -18,6 +23,9 @@ use crate::review::Verdict;
 /// Namespace policy match all three.
 pub const NAMESPACE_RESOURCES: [&str; 3] =
     ["namespaces", "namespaces/status", "namespaces/finalize"];
+
+/// The Namespace label under which the apiserver admits claims with `adminAccess: true` (value `"true"`).
+pub const ADMIN_ACCESS_LABEL: &str = "resource.kubernetes.io/admin-access";
 
 /// The result of checking one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,17 +61,30 @@ fn tier_of<'a>(object: Option<&'a DynamicObject>, tier_label: &str) -> Option<&'
         .map(String::as_str)
 }
 
-/// The tier label's value before and after the request, when it changes (a Namespace CREATE/UPDATE).
-fn change<'r>(
-    req: &'r AdmissionRequest<DynamicObject>,
-    tier_label: &str,
-) -> Result<(Option<&'r str>, Option<&'r str>), &'static str> {
+/// A Namespace CREATE or UPDATE (through any subresource).
+fn namespace_write(req: &AdmissionRequest<DynamicObject>) -> Result<(), &'static str> {
     if !(req.kind.group.is_empty() && req.kind.kind == "Namespace") {
         return Err("not a Namespace");
     }
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return Err("not a CREATE or UPDATE");
     }
+    Ok(())
+}
+
+/// The request sets [`ADMIN_ACCESS_LABEL`] to `"true"` (it was not before).
+fn grants_admin_access(req: &AdmissionRequest<DynamicObject>) -> bool {
+    namespace_write(req).is_ok()
+        && tier_of(req.object.as_ref(), ADMIN_ACCESS_LABEL) == Some("true")
+        && tier_of(req.old_object.as_ref(), ADMIN_ACCESS_LABEL) != Some("true")
+}
+
+/// The tier label's value before and after the request, when it changes (a Namespace CREATE/UPDATE).
+fn change<'r>(
+    req: &'r AdmissionRequest<DynamicObject>,
+    tier_label: &str,
+) -> Result<(Option<&'r str>, Option<&'r str>), &'static str> {
+    namespace_write(req)?;
     let from = tier_of(req.old_object.as_ref(), tier_label);
     let to = tier_of(req.object.as_ref(), tier_label);
     if from == to {
@@ -73,22 +94,31 @@ fn change<'r>(
 }
 
 /// The powers a request needs: `update tiers/<old>` to take a namespace out of its tier, `update
-/// tiers/<new>` to put it in one. What the edge asks the apiserver before [`check`].
+/// tiers/<new>` to put it in one, `use adminaccess` to set [`ADMIN_ACCESS_LABEL`]. What the edge asks the
+/// apiserver before [`check`].
 pub fn permissions(req: &AdmissionRequest<DynamicObject>, tier_label: &str) -> Vec<Permission> {
-    let Ok((from, to)) = change(req, tier_label) else {
-        return Vec::new();
+    let mut needed: Vec<Permission> = match change(req, tier_label) {
+        Ok((from, to)) => [from, to]
+            .into_iter()
+            .flatten()
+            .map(|t| Permission::SetTier(t.to_string()))
+            .collect(),
+        Err(_) => Vec::new(),
     };
-    [from, to]
-        .into_iter()
-        .flatten()
-        .map(|t| Permission::SetTier(t.to_string()))
-        .collect()
+    if grants_admin_access(req) {
+        needed.push(Permission::AdminAccess);
+    }
+    needed
 }
 
 /// Did the request set, change or remove the tier label, and may the requester?
 pub fn check(req: &AdmissionRequest<DynamicObject>, grants: &Grants, tier_label: &str) -> Check {
     let (from, to) = match change(req, tier_label) {
         Ok(change) => change,
+        Err(_) if grants_admin_access(req) => {
+            let tier = tier_of(req.object.as_ref(), tier_label);
+            (tier, tier)
+        }
         Err(why) => return Check::NotOurs(why),
     };
     let missing = permissions(req, tier_label)
@@ -143,6 +173,17 @@ pub fn verdict(check: &Check, tier_label: &str) -> Verdict {
         .as_deref()
         .map(|s| format!(" (through its {s} subresource)"))
         .unwrap_or_default();
+    if *missing == Permission::AdminAccess {
+        return Verdict {
+            denied: Some(format!(
+                "gpu-admission: {user} sets {ADMIN_ACCESS_LABEL}=true on namespace {namespace}{through}: DRA admin \
+                 access (ResourceClaims with adminAccess: true, allocated devices other tenants' Pods are using) needs \
+                 {}{why} in Kubernetes RBAC (the ClusterRole gpu-admission-device-admin)",
+                missing.describe()
+            )),
+            warnings: Vec::new(),
+        };
+    }
     Verdict {
         denied: Some(format!(
             "gpu-admission: {user} {change} on namespace {namespace}{through}: setting, changing or removing the tier label {tier_label} needs {}{why} in Kubernetes RBAC (ask a cluster admin for a RoleBinding to the ClusterRole gpu-admission-tier-setter, or one limited to that tier)",
@@ -290,6 +331,76 @@ mod tests {
             TIER,
         );
         assert_eq!(c, Check::NotOurs("the tier label is unchanged"));
+    }
+
+    /// Setting DRA admin access on a namespace needs `use adminaccess`, through the Namespace and its
+    /// subresources; removing it, or keeping it, needs nothing.
+    #[test]
+    fn setting_dra_admin_access_needs_its_own_power() {
+        let with = |tier: Option<&str>, admin: Option<&str>| {
+            let mut n = ns(tier);
+            if let Some(v) = admin {
+                n["metadata"]["labels"][ADMIN_ACCESS_LABEL] = json!(v);
+            }
+            n
+        };
+        for sub in [None, Some("status"), Some("finalize")] {
+            let req = through(
+                sub,
+                "UPDATE",
+                with(Some("bronze"), Some("true")),
+                with(Some("bronze"), None),
+            );
+            assert_eq!(
+                permissions(&req, TIER),
+                [Permission::AdminAccess],
+                "{sub:?}"
+            );
+            let (c, v) = decide(&req, &set(&["bronze", "gold"]), TIER);
+            let denied = v.denied.clone().unwrap_or_default();
+            assert_eq!(c.outcome(&v), ValidationOutcome::Denied, "{sub:?}");
+            assert!(
+                denied
+                    .contains("sets resource.kubernetes.io/admin-access=true on namespace team-a")
+                    && denied.contains("needs use adminaccess (gpu-admission.io)"),
+                "{denied}"
+            );
+            let (c, _) = decide(&req, &Grants::new([Permission::AdminAccess]), TIER);
+            assert!(matches!(c, Check::Allowed { .. }), "{sub:?}: {c:?}");
+        }
+        // On a namespace without a tier, at its creation, and together with a tier: each power asked.
+        let req = request("CREATE", with(None, Some("true")), Value::Null);
+        assert_eq!(permissions(&req, TIER), [Permission::AdminAccess]);
+        assert!(decide(&req, &Grants::none(), TIER).1.denied.is_some());
+        let req = request("CREATE", with(Some("gold"), Some("true")), Value::Null);
+        assert_eq!(
+            permissions(&req, TIER),
+            [Permission::SetTier("gold".into()), Permission::AdminAccess]
+        );
+        let (c, _) = decide(&req, &set(&["gold"]), TIER);
+        assert!(
+            matches!(
+                c,
+                Check::Forbidden {
+                    missing: Permission::AdminAccess,
+                    ..
+                }
+            ),
+            "{c:?}"
+        );
+        // Removing it, another value, or leaving it as it was: no power.
+        for (new, old) in [
+            (with(None, None), with(None, Some("true"))),
+            (with(None, Some("false")), with(None, None)),
+            (with(None, Some("true")), with(None, Some("true"))),
+        ] {
+            let req = request("UPDATE", new, old);
+            assert!(permissions(&req, TIER).is_empty());
+            assert!(matches!(
+                decide(&req, &Grants::none(), TIER).0,
+                Check::NotOurs(_)
+            ));
+        }
     }
 
     /// A tier label change by one RBAC grants `update tiers/*` only through a `*` is denied, and says why.

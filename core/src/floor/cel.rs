@@ -25,7 +25,7 @@ pub(crate) fn lit(s: &str) -> String {
 /// The regular expression of a `gpuResources` pattern (`nvidia.com/mig-*g.{memoryGiB}gb`, `nvidia.com/**`):
 /// `**` is `[A-Za-z0-9._-]+`, `*` is `[a-z0-9]+`, the memory placeholder digits, everything else literal
 /// (the rule the policy crate's `match_pattern` follows).
-fn pattern_regex(pattern: &str) -> String {
+pub(crate) fn pattern_regex(pattern: &str) -> String {
     let mut out = String::from("^");
     let mut rest = pattern;
     while !rest.is_empty() {
@@ -203,10 +203,12 @@ pub(crate) fn tier_label_value(tier_label: &str, object: &str) -> String {
     )
 }
 
-/// The authorizer's answer to `q` about the object named by the CEL expression `name`.
-fn check(q: &Question, name: &str) -> String {
+/// The authorizer's answer to `q` about the object named by the CEL expression `name` (`None`: a power
+/// about no object).
+fn check(q: &Question, name: Option<&str>) -> String {
+    let name = name.map(|n| format!(".name({n})")).unwrap_or_default();
     format!(
-        "authorizer.group({}).resource({}).name({name}).check({}).allowed()",
+        "authorizer.group({}).resource({}){name}.check({}).allowed()",
         lit(q.group),
         lit(q.resource),
         lit(q.verb)
@@ -217,7 +219,7 @@ fn check(q: &Question, name: &str) -> String {
 /// ([`crate::authority`]): granted, and either a member of `system:masters` or granted none of the power's
 /// wildcard probes (each the same question with its verb, resource or group replaced by a name no role
 /// names). The probes come after `||`/`&&` so that CEL asks them only of a requester granted the power.
-pub(crate) fn holds(power: &Permission, name: &str) -> String {
+pub(crate) fn holds(power: &Permission, name: Option<&str>) -> String {
     let probes: Vec<String> = power
         .wildcard_probes()
         .iter()

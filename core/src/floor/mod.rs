@@ -25,6 +25,7 @@
 //! change of a Namespace carrying a tier label (the bindings' object selector), until the observer (or an
 //! apply) puts it back.
 
+mod admin_access;
 mod cel;
 mod manifest_based;
 mod placing;
@@ -37,6 +38,7 @@ use serde_json::{Value, json};
 
 use crate::authority::Permission;
 use crate::names::EXEMPT_NAMESPACES;
+pub use admin_access::{ADMIN_ACCESS_POLICY, ADMIN_CLAIMS_POLICY};
 pub use manifest_based::{ManifestBasedFloor, STATIC_SUFFIX, render_manifest_based};
 pub use placing::{PLACING_POLICY, render_placing};
 
@@ -320,7 +322,7 @@ fn variables(policy: &Policy, tier_label: &str, target: Target) -> Vec<Value> {
             (params.data['grants'].contains('\\n' + namespaceObject.metadata.name + '\\n') ? \
             'grant.' + namespaceObject.metadata.name + '.' + variables.tier : 'tier.' + variables.tier)".into()),
         var("exempt", cel::holds(&Permission::Exempt(String::new()),
-            "variables.tier != '' ? variables.tier : params.data['defaultTier']")),
+            Some("variables.tier != '' ? variables.tier : params.data['defaultTier']"))),
         var("gpu", cel::asks_for_gpus(policy, "variables.spec", target == Target::Pods)),
         var("named", "has(variables.spec.priorityClassName) && variables.spec.priorityClassName != ''".into()),
         var("allowed", "variables.scope == '' ? '' : params.data[variables.scope + '.classes']".into()),
@@ -449,7 +451,7 @@ fn namespace_policy(tier_label: &str) -> Value {
         format!(
             "!({p}) || {rbac}",
             p = present(o),
-            rbac = cel::holds(&Permission::SetTier(String::new()), &value(o))
+            rbac = cel::holds(&Permission::SetTier(String::new()), Some(&value(o)))
         )
     };
     json!({
@@ -482,10 +484,11 @@ fn namespace_policy(tier_label: &str) -> Value {
 
 /// Every object of the floor for `policy`: the three ValidatingAdmissionPolicies (Pods, workloads' Pod
 /// templates, Namespaces), their bindings (every
-/// namespace but the system ones), and the parameter ConfigMap with [`params`]' data.
+/// namespace but the system ones), the parameter ConfigMap with [`params`]' data, then DRA admin access's two
+/// policies and bindings (the Namespace label, GPU claims: [`admin_access`]).
 pub fn render(policy: &Policy, tier_label: &str) -> Result<Vec<Value>, TierNameError> {
     let data = params(policy)?;
-    Ok(vec![
+    let mut objects = vec![
         admission_policy(policy, tier_label, Target::Pods),
         binding(POD_POLICY, Some(&EXEMPT_NAMESPACES)),
         admission_policy(policy, tier_label, Target::Workloads),
@@ -498,7 +501,9 @@ pub fn render(policy: &Policy, tier_label: &str) -> Result<Vec<Value>, TierNameE
             "metadata": {"name": PARAMS_NAME, "namespace": PARAMS_NAMESPACE, "labels": labels()},
             "data": data,
         }),
-    ])
+    ];
+    objects.extend(admin_access::render(policy));
+    Ok(objects)
 }
 
 #[cfg(test)]

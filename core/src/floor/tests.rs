@@ -56,7 +56,7 @@ fn a_grant_widens_every_tier_of_its_namespace_and_may_lift_the_restriction() {
 }
 
 #[test]
-fn render_gives_three_policies_their_bindings_and_the_parameters() {
+fn render_gives_the_policies_their_bindings_and_the_parameters() {
     let p = policy(|t| t.to_string());
     let objects = render(&p, crate::names::DEFAULT_TIER_LABEL).unwrap();
     let kinds: Vec<&str> = objects
@@ -72,7 +72,11 @@ fn render_gives_three_policies_their_bindings_and_the_parameters() {
             "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
-            "ConfigMap"
+            "ConfigMap",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
         ]
     );
     let names: Vec<&str> = objects
@@ -196,7 +200,7 @@ fn the_manifest_based_floor_is_the_api_floor_with_its_parameters_inline() {
     let p = policy(|t| t.replace("  mode: Warn", "  mode: Enforce"));
     let label = crate::names::DEFAULT_TIER_LABEL;
     let floor = render_manifest_based(&p, label).unwrap();
-    assert_eq!(floor.validating.len(), 6, "three policies, three bindings");
+    assert_eq!(floor.validating.len(), 10, "five policies, five bindings");
     assert_eq!(floor.mutating.len(), 2);
     for object in floor.validating.iter().chain(&floor.mutating) {
         let name = object["metadata"]["name"].as_str().unwrap();
@@ -235,4 +239,62 @@ fn the_manifest_based_floor_is_the_api_floor_with_its_parameters_inline() {
             .to_string()
             .replace("params.data", "variables.params")
     );
+}
+
+/// DRA admin access: the Namespace label (through every path that persists it, on Namespaces carrying it) and
+/// GPU claims asking for it need `use adminaccess`, by the authority rule (probes, `system:masters`), with no
+/// parameters; a claim on a DeviceClass that is no GPU's is not matched.
+#[test]
+fn dra_admin_access_needs_its_power_in_the_floor() {
+    let p = policy(|t| t.to_string());
+    let objects = render(&p, crate::names::DEFAULT_TIER_LABEL).unwrap();
+    let [label, label_binding, claims, claims_binding] = &objects[7..] else {
+        panic!("four admin access objects: {objects:?}")
+    };
+    assert_eq!(label["metadata"]["name"], ADMIN_ACCESS_POLICY);
+    assert_eq!(claims["metadata"]["name"], ADMIN_CLAIMS_POLICY);
+    assert_eq!(
+        label["spec"]["matchConstraints"]["resourceRules"][0]["resources"],
+        json!(["namespaces", "namespaces/status", "namespaces/finalize"])
+    );
+    assert_eq!(
+        label_binding["spec"]["matchResources"]["objectSelector"]["matchExpressions"][0]["key"],
+        "resource.kubernetes.io/admin-access"
+    );
+    assert_eq!(
+        claims["spec"]["matchConstraints"]["resourceRules"][0]["resources"],
+        json!(["resourceclaims", "resourceclaimtemplates"])
+    );
+    assert_eq!(claims_binding["spec"]["policyName"], ADMIN_CLAIMS_POLICY);
+    for o in [label, label_binding, claims, claims_binding] {
+        assert!(o["spec"].get("paramKind").is_none() && o["spec"].get("paramRef").is_none());
+    }
+    for policy in [label, claims] {
+        let rule = policy["spec"]["validations"][0]["expression"]
+            .as_str()
+            .unwrap();
+        assert!(
+            rule.starts_with(
+                "(authorizer.group('gpu-admission.io').resource('adminaccess').check('use').allowed() && "
+            ),
+            "{rule}"
+        );
+        assert!(
+            rule.contains(".check('only-a-wildcard-grants-this')"),
+            "{rule}"
+        );
+        assert!(
+            rule.contains("'system:masters' in request.userInfo.groups"),
+            "{rule}"
+        );
+    }
+    let matched = claims["spec"]["matchConditions"][0]["expression"]
+        .as_str()
+        .unwrap();
+    assert!(
+        matched.contains("r.exactly.adminAccess == true"),
+        "{matched}"
+    );
+    assert!(matched.contains("r.exactly.deviceClassName.endsWith('.gpu-admission.io')"));
+    assert!(matched.contains("'gpu.nvidia.com'"), "{matched}");
 }
