@@ -30,8 +30,9 @@ fn binding(name: &str, match_resources: Value) -> Value {
     })
 }
 
-fn power() -> String {
-    cel::holds(&Permission::AdminAccess, None)
+/// Whether the requester holds `use adminaccess` (`variables.mayAdmin`).
+fn power() -> Vec<Value> {
+    super::authorizer_vars("mayAdmin", &Permission::AdminAccess, None)
 }
 
 /// Setting the label: the label `"true"` after the request and not before.
@@ -53,8 +54,9 @@ fn label_policy() -> Value {
                 "resources": NAMESPACE_RESOURCES}]},
             "matchConditions": [{"name": "sets-admin-access",
                 "expression": format!("{} && !{}", is_true("object"), is_true("oldObject"))}],
+            "variables": power(),
             "validations": [{
-                "expression": power(),
+                "expression": "variables.mayAdmin",
                 "messageExpression": format!("'gpu-admission (floor in the apiserver): ' + request.userInfo.username + \
                     ' may not set ' + {l} + '=true on namespace ' + object.metadata.name + ': DRA admin access needs use \
                     adminaccess (gpu-admission.io) in Kubernetes RBAC, by a rule that names it'", l = lit(ADMIN_ACCESS_LABEL)),
@@ -111,8 +113,9 @@ fn claims_policy(policy: &Policy) -> Value {
                 "apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE"],
                 "resources": ["resourceclaims", "resourceclaimtemplates"]}]},
             "matchConditions": [{"name": "gpu-admin-access", "expression": admin}],
+            "variables": power(),
             "validations": [{
-                "expression": power(),
+                "expression": "variables.mayAdmin",
                 "messageExpression": "'gpu-admission (floor in the apiserver): ' + request.userInfo.username + ' may not \
                     create ' + object.kind + ' ' + object.metadata.name + ' asking for GPUs with adminAccess: true (devices \
                     other tenants\\' Pods are using): it needs use adminaccess (gpu-admission.io) in Kubernetes RBAC, by a rule \

@@ -270,22 +270,38 @@ fn dra_admin_access_needs_its_power_in_the_floor() {
         assert!(o["spec"].get("paramKind").is_none() && o["spec"].get("paramRef").is_none());
     }
     for policy in [label, claims] {
-        let rule = policy["spec"]["validations"][0]["expression"]
-            .as_str()
-            .unwrap();
-        assert!(
-            rule.starts_with(
-                "(authorizer.group('gpu-admission.io').resource('adminaccess').check('use').allowed() && "
-            ),
-            "{rule}"
+        assert_eq!(
+            policy["spec"]["validations"][0]["expression"],
+            "variables.mayAdmin"
+        );
+        // One authorizer question per variable: four in one expression exceed the per-expression cost limit.
+        let vars = policy["spec"]["variables"].as_array().unwrap();
+        let names: Vec<&str> = vars.iter().map(|v| v["name"].as_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            [
+                "mayAdminGranted",
+                "mayAdminWildcardVerb",
+                "mayAdminWildcardResource",
+                "mayAdminWildcardGroup",
+                "mayAdmin"
+            ]
+        );
+        assert_eq!(
+            vars[0]["expression"],
+            "authorizer.group('gpu-admission.io').resource('adminaccess').check('use').allowed()"
         );
         assert!(
-            rule.contains(".check('only-a-wildcard-grants-this')"),
-            "{rule}"
+            vars[1]["expression"]
+                .as_str()
+                .unwrap()
+                .contains(".check('only-a-wildcard-grants-this')")
         );
         assert!(
-            rule.contains("'system:masters' in request.userInfo.groups"),
-            "{rule}"
+            vars[4]["expression"]
+                .as_str()
+                .unwrap()
+                .contains("'system:masters' in request.userInfo.groups")
         );
     }
     let matched = claims["spec"]["matchConditions"][0]["expression"]
@@ -297,4 +313,29 @@ fn dra_admin_access_needs_its_power_in_the_floor() {
     );
     assert!(matched.contains("r.exactly.deviceClassName.endsWith('.gpu-admission.io')"));
     assert!(matched.contains("'gpu.nvidia.com'"), "{matched}");
+}
+
+/// No expression of the floor asks the authorizer more than once (one check costs about a third of the
+/// apiserver's per-expression limit).
+#[test]
+fn every_authorizer_question_is_an_expression_of_its_own() {
+    fn walk(v: &Value, asked: &mut usize) {
+        match v {
+            Value::String(s) => {
+                assert!(s.matches("authorizer.").count() <= 1, "{s}");
+                *asked += s.matches("authorizer.").count();
+            }
+            Value::Array(a) => a.iter().for_each(|x| walk(x, asked)),
+            Value::Object(o) => o.values().for_each(|x| walk(x, asked)),
+            _ => {}
+        }
+    }
+    let p = policy(|t| t.to_string());
+    let label = crate::names::DEFAULT_TIER_LABEL;
+    let mut objects = render(&p, label).unwrap();
+    objects.extend(render_placing(&p, label).unwrap());
+    let mut asked = 0;
+    objects.iter().for_each(|o| walk(o, &mut asked));
+    // exempt (Pods, workloads, placing), leaving and entering a tier, admin access (label, claims): 4 each.
+    assert_eq!(asked, 4 * 7);
 }
