@@ -489,7 +489,7 @@ fn subresource_relabels(k: &Kubectl<'_>, check: &mut dyn FnMut(&str, String, boo
             format!("{} -> label {kept}", a.summary()),
             !a.ok
                 && a.stderr.contains(&format!("through its {sub} subresource"))
-                && a.stderr.contains("needs update tiers/platinum")
+                && a.stderr.contains("needs update tiers/bronze")
                 && kept == "bronze",
         );
     }
