@@ -360,7 +360,7 @@ async fn only_a_grant_naming_a_power_or_system_masters_holds_it() {
     println!(
         "| identity | update tiers/bronze: RBAC / frontend / floor | update tiers/gold: RBAC / frontend / floor | \
          exempt tiers/bronze (H100 Pod in bronze): RBAC / frontend / floor | use adminaccess (namespace label): \
-         RBAC / frontend / floor | GPU claim with adminAccess in an admin-access namespace: floor | \
+         RBAC / frontend / floor | GPU claim with adminAccess in an admin-access namespace: frontend / floor | \
          update policies: RBAC / frontend | update jobtypes/train-llama: RBAC / frontend |"
     );
     println!("|---|---|---|---|---|---|---|---|");
@@ -408,8 +408,16 @@ async fn only_a_grant_naming_a_power_or_system_masters_holds_it() {
             &admin_claim(&format!("admin-{i}")).to_string(),
         );
         let fl = floor(&a);
-        cells.push(fl.to_string());
-        held.push((fl == "allowed", fl));
+        let claim = object_review(
+            &admin_claim(&format!("admin-{i}")),
+            ADMIN_NS,
+            Operation::Create,
+            json!({"group": "resource.k8s.io", "version": "v1", "kind": "ResourceClaim"}),
+            json!({"group": "resource.k8s.io", "version": "v1", "resource": "resourceclaims"}),
+        );
+        let fe = frontend(&webhook, "/validate-pod", claim, who).await;
+        cells.push(format!("{} / {fl}", yn(fe)));
+        held.push((fe, fl));
         for (resource, name, text) in [
             ("policies", None, &audit),
             ("jobtypes", Some("train-llama"), &llama),
