@@ -410,8 +410,11 @@ impl Floor {
         }
         let mut variables: BTreeMap<String, Cel> = BTreeMap::new();
         for (name, program) in &policy.variables {
-            let value = if name == "exempt" {
+            // The authorizer's answers: the requester's `--grant`s offline (and nothing asked).
+            let value = if name == gpu_admission_core::floor::EXEMPT_VARIABLES_PREFIX {
                 Cel::Bool(exempt)
+            } else if name.starts_with(gpu_admission_core::floor::EXEMPT_VARIABLES_PREFIX) {
+                Cel::Bool(false)
             } else {
                 ctx.add_variable_from_value("variables", variables_value(&variables));
                 run(program, &ctx).with_context(|| format!("variable {name}"))?

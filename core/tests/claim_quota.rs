@@ -25,6 +25,8 @@ const NS: &str = "team-a";
 struct Ports {
     usage: Usage,
     running: Pod,
+    /// The powers the requester holds.
+    holds: Vec<Permission>,
 }
 
 impl ValidatePorts for Ports {
@@ -39,8 +41,8 @@ impl ValidatePorts for Ports {
         })
     }
 
-    async fn grants(&self, _: &UserInfo, _: &[Permission]) -> Grants {
-        Grants::none()
+    async fn grants(&self, _: &UserInfo, wanted: &[Permission]) -> Grants {
+        Grants::new(wanted.iter().filter(|p| self.holds.contains(p)).cloned())
     }
 
     fn holds_quotas(&self) -> bool {
@@ -90,6 +92,10 @@ fn claim_create(name: &str, count: u32) -> Vec<u8> {
 }
 
 fn answer(name: &str, count: u32) -> (Option<String>, bool) {
+    answer_to(&claim_create(name, count), Vec::new())
+}
+
+fn answer_to(body: &[u8], holds: Vec<Permission>) -> (Option<String>, bool) {
     let text = format!(
         "{}\nquotas:\n  tiers:\n    - tier: bronze\n      classes: {{ L4-24GB: {{ max: 2 }} }}\n",
         gpu_admission_policy::DEFAULT_POLICY_YAML.replace("mode: Warn", "mode: Enforce")
@@ -111,8 +117,12 @@ fn answer(name: &str, count: u32) -> (Option<String>, bool) {
         total: 1000,
     };
     usage.add("bronze", NS, &one, 1);
-    let ports = Ports { usage, running };
-    let incoming = review::decode_object(&claim_create(name, count)).unwrap();
+    let ports = Ports {
+        usage,
+        running,
+        holds,
+    };
+    let incoming = review::decode_object(body).unwrap();
     let req = incoming.request.unwrap();
     let validated = block_on(validate_pod::admit(&req, &policy, &ports));
     let decided = matches!(validated.quota, Some(QuotaStep::Decided { .. }));
@@ -136,4 +146,35 @@ fn a_claim_a_running_pod_names_is_that_pod_asking_again() {
     assert_eq!(answer("gpus", 1), (None, false));
     // A claim no stored Pod names: its Pod's CREATE is where it is counted.
     assert_eq!(answer("other", 4), (None, false));
+}
+
+/// A GPU claim asking for `adminAccess: true` needs `use adminaccess`, whatever the tier allows (in tier: one
+/// L4 GPU of the catalog's class); without it denied, with it answered as any claim; a claim on a DeviceClass
+/// that is no GPU's asks no power.
+#[test]
+fn a_gpu_claim_with_admin_access_needs_its_power() {
+    let with = |class: &str| {
+        let mut v: serde_json::Value = serde_json::from_slice(&claim_create("admin", 1)).unwrap();
+        let exactly = &mut v["request"]["object"]["spec"]["devices"]["requests"][0]["exactly"];
+        exactly["adminAccess"] = json!(true);
+        exactly["deviceClassName"] = json!(class);
+        serde_json::to_vec(&v).unwrap()
+    };
+    for class in ["l4-24gb.gpu-admission.io", "gpu.nvidia.com"] {
+        let (denied, _) = answer_to(&with(class), Vec::new());
+        let message = denied.unwrap_or_else(|| panic!("{class}: admitted without the power"));
+        assert!(
+            message.contains(
+                "alice creates ResourceClaim team-a/admin asking for GPUs with adminAccess: true"
+            ) && message.contains("needs use adminaccess (gpu-admission.io)"),
+            "{message}"
+        );
+    }
+    let (denied, _) = answer_to(
+        &with("l4-24gb.gpu-admission.io"),
+        vec![Permission::AdminAccess],
+    );
+    assert_eq!(denied, None);
+    let (denied, _) = answer_to(&with("nic.example.com"), Vec::new());
+    assert_eq!(denied, None);
 }

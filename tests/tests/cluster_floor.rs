@@ -556,6 +556,47 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
         a.summary(),
         a.floor_denied(),
     );
+    // Through the subresources that persist a Namespace's labels too.
+    let patch = json!({"metadata": {"labels": {"tenant.kubenexus.io/tier": "gold"}}}).to_string();
+    let a = kubectl(
+        kc,
+        true,
+        &[
+            "patch",
+            "namespace",
+            BRONZE,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &patch,
+        ],
+        "",
+    );
+    table.check(
+        "all down: bronze namespace relabelled gold through namespaces/status",
+        a.summary(),
+        a.floor_denied(),
+    );
+    let got = kubectl(kc, false, &["get", "namespace", BRONZE, "-o", "json"], "");
+    let mut object: Value = serde_json::from_str(&got.stdout).expect("the bronze namespace");
+    object["metadata"]["labels"]["tenant.kubenexus.io/tier"] = json!("gold");
+    let a = kubectl(
+        kc,
+        true,
+        &[
+            "replace",
+            "--raw",
+            &format!("/api/v1/namespaces/{BRONZE}/finalize"),
+            "-f",
+            "-",
+        ],
+        &object.to_string(),
+    );
+    table.check(
+        "all down: bronze namespace relabelled gold through namespaces/finalize",
+        a.summary(),
+        a.floor_denied(),
+    );
     let cpu = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "down-cpu"},
         "spec": {"containers": [{"name": "main", "image": "registry.example/web:1"}]}});
     let a = create(BRONZE, &cpu);

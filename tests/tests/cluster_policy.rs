@@ -188,7 +188,8 @@ fn validating_configuration(webhook: &Webhook) -> ValidatingWebhookConfiguration
                 json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE", "DELETE"], "resources": ["configmaps"]}]),
                 json!({}), json!({})),
             hook("namespaces.validate.gpu-admission.io", "/validate-namespace",
-                json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["namespaces"]}]),
+                json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                    "resources": gpu_admission_core::admission::validate_namespace::NAMESPACE_RESOURCES}]),
                 json!({}), json!({})),
         ]
     }))

@@ -2033,7 +2033,7 @@ fn validating_webhooks_are_selective_and_trusted_in_every_mode() {
         assert!(policy.get("objectSelector").is_none(), "{}", m.mode);
         assert_eq!(
             strings_at(&namespaces["rules"][0], "/resources"),
-            ["namespaces"]
+            gpu_admission_core::admission::validate_namespace::NAMESPACE_RESOURCES
         );
         assert!(namespaces.get("namespaceSelector").is_none(), "{}", m.mode);
         assert!(namespaces.get("objectSelector").is_none(), "{}", m.mode);

@@ -235,11 +235,12 @@ pub fn decide_change(
         return decide(triage, checked.as_ref(), cm);
     };
     let message = format!(
-        "gpu-admission: {} {what} in ConfigMap {}/{}: changing the rules needs {} in Kubernetes RBAC (the ClusterRole gpu-admission-policy-editor); a job type's priors (workloadClass, baseRuntimeSeconds, relativeStddev, throughputExponent) need update jobtypes/<name> (gpu-admission.io) for that job type",
+        "gpu-admission: {} {what} in ConfigMap {}/{}: changing the rules needs {}{} in Kubernetes RBAC (the ClusterRole gpu-admission-policy-editor); a job type's priors (workloadClass, baseRuntimeSeconds, relativeStddev, throughputExponent) need update jobtypes/<name> (gpu-admission.io) for that job type",
         requester.user,
         cm.namespace,
         cm.name,
-        Permission::ChangeRules.describe()
+        Permission::ChangeRules.describe(),
+        requester.grants.why_missing(&Permission::ChangeRules)
     );
     (
         ValidationOutcome::Denied,

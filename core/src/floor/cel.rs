@@ -8,6 +8,8 @@
 //! label value or tier name of the floor holds a newline.
 
 use gpu_admission_policy::Policy;
+
+use crate::authority::{Permission, Question, SUPERUSER_GROUP};
 use gpu_admission_policy::gpu_resources::{GpuResourceKind, MEMORY_PLACEHOLDER};
 
 /// A CEL string literal (single-quoted; `\`, `'` and newlines escaped).
@@ -23,7 +25,7 @@ pub(crate) fn lit(s: &str) -> String {
 /// The regular expression of a `gpuResources` pattern (`nvidia.com/mig-*g.{memoryGiB}gb`, `nvidia.com/**`):
 /// `**` is `[A-Za-z0-9._-]+`, `*` is `[a-z0-9]+`, the memory placeholder digits, everything else literal
 /// (the rule the policy crate's `match_pattern` follows).
-fn pattern_regex(pattern: &str) -> String {
+pub(crate) fn pattern_regex(pattern: &str) -> String {
     let mut out = String::from("^");
     let mut rest = pattern;
     while !rest.is_empty() {
@@ -201,13 +203,45 @@ pub(crate) fn tier_label_value(tier_label: &str, object: &str) -> String {
     )
 }
 
-/// RBAC grants `verb` on `tiers/<name>` of gpu-admission's API group (`name`: a CEL string expression).
-pub(crate) fn rbac_tier(verb: &str, name: &str) -> String {
+/// The authorizer's answer to `q` about the object named by the CEL expression `name` (`None`: a power
+/// about no object).
+fn check(q: &Question, name: Option<&str>) -> String {
+    let name = name.map(|n| format!(".name({n})")).unwrap_or_default();
     format!(
-        "authorizer.group({}).resource('tiers').name({name}).check({}).allowed()",
-        lit(crate::authority::API_GROUP),
-        lit(verb)
+        "authorizer.group({}).resource({}){name}.check({}).allowed()",
+        lit(q.group),
+        lit(q.resource),
+        lit(q.verb)
     )
+}
+
+/// The requester holds `power` for the object named by the CEL expression `name`, as the frontend judges it
+/// ([`crate::authority`]): granted, and either a member of `system:masters` or granted none of the power's
+/// wildcard probes (each the same question with its verb, resource or group replaced by a name no role
+/// names). Each authorizer question is a variable of its own, `<prefix>Granted`, `<prefix>WildcardVerb`,
+/// `<prefix>WildcardResource`, `<prefix>WildcardGroup`: one check costs about a third of the apiserver's
+/// per-expression CEL cost limit, so four in one expression exceed it (measured: a lead granted
+/// `update tiers/bronze` was denied with "actual cost limit exceeded"); variables are evaluated lazily, each
+/// against its own limit, and only when the expression `<prefix>` reaches them (the probes only for a
+/// requester granted the power, not a superuser). Returns the five variables, `<prefix>` last.
+pub(crate) fn holds(prefix: &str, power: &Permission, name: Option<&str>) -> Vec<(String, String)> {
+    let mut vars = vec![(format!("{prefix}Granted"), check(&power.question(), name))];
+    let mut probes = Vec::new();
+    for (wildcard, q) in power.wildcard_probes() {
+        let var = format!("{prefix}Wildcard{wildcard:?}");
+        probes.push(format!("variables.{var}"));
+        vars.push((var, check(&q, name)));
+    }
+    vars.push((
+        prefix.to_string(),
+        format!(
+            "variables.{prefix}Granted && ((has(request.userInfo.groups) && {} in request.userInfo.groups) || \
+             !({}))",
+            lit(SUPERUSER_GROUP),
+            probes.join(" || ")
+        ),
+    ));
+    vars
 }
 
 #[cfg(test)]

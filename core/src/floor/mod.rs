@@ -25,6 +25,7 @@
 //! change of a Namespace carrying a tier label (the bindings' object selector), until the observer (or an
 //! apply) puts it back.
 
+mod admin_access;
 mod cel;
 mod manifest_based;
 mod placing;
@@ -35,7 +36,13 @@ use gpu_admission_policy::names::is_label_value;
 use gpu_admission_policy::{Policy, UntieredNamespaces};
 use serde_json::{Value, json};
 
+use crate::authority::Permission;
 use crate::names::EXEMPT_NAMESPACES;
+pub use admin_access::{ADMIN_ACCESS_POLICY, ADMIN_CLAIMS_POLICY};
+
+/// The floor's variables that hold the authorizer's answers about the `exempt` power (`exempt` itself and the
+/// questions it asks, all named with this prefix): what an offline evaluation states instead of asking.
+pub const EXEMPT_VARIABLES_PREFIX: &str = "exempt";
 pub use manifest_based::{ManifestBasedFloor, STATIC_SUFFIX, render_manifest_based};
 pub use placing::{PLACING_POLICY, render_placing};
 
@@ -196,6 +203,14 @@ fn var(name: &str, expression: String) -> Value {
     json!({"name": name, "expression": expression})
 }
 
+/// The variables of [`cel::holds`]: whether the requester holds `power` (`variables.<prefix>`).
+fn authorizer_vars(prefix: &str, power: &Permission, name: Option<&str>) -> Vec<Value> {
+    cel::holds(prefix, power, name)
+        .into_iter()
+        .map(|(n, e)| var(&n, e))
+        .collect()
+}
+
 /// The workloads whose Pod templates the floor checks, as `(API group, kind, resource)` (all `v1`): the kinds
 /// of `workloads.validate.gpu-admission.io`.
 pub const WORKLOAD_KINDS: [(&str, &str, &str); 6] = [
@@ -318,8 +333,6 @@ fn variables(policy: &Policy, tier_label: &str, target: Target) -> Vec<Value> {
         var("scope", "variables.tier == '' ? '' : \
             (params.data['grants'].contains('\\n' + namespaceObject.metadata.name + '\\n') ? \
             'grant.' + namespaceObject.metadata.name + '.' + variables.tier : 'tier.' + variables.tier)".into()),
-        var("exempt", cel::rbac_tier("exempt",
-            "variables.tier != '' ? variables.tier : params.data['defaultTier']")),
         var("gpu", cel::asks_for_gpus(policy, "variables.spec", target == Target::Pods)),
         var("named", "has(variables.spec.priorityClassName) && variables.spec.priorityClassName != ''".into()),
         var("allowed", "variables.scope == '' ? '' : params.data[variables.scope + '.classes']".into()),
@@ -328,6 +341,11 @@ fn variables(policy: &Policy, tier_label: &str, target: Target) -> Vec<Value> {
             has(variables.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution) ? \
             variables.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms : []".into()),
     ];
+    vars.extend(authorizer_vars(
+        "exempt",
+        &Permission::Exempt(String::new()),
+        Some("variables.tier != '' ? variables.tier : params.data['defaultTier']"),
+    ));
     if target == Target::Pods {
         vars.push(var("bound", cel::class_bound(policy)));
     }
@@ -426,7 +444,9 @@ fn class_key_text(policy: &Policy) -> String {
     keys.join(", ")
 }
 
-/// The Namespace policy: the tier label is RBAC's (`update tiers/<tier>` for the tier left and the tier set).
+/// The Namespace policy: the tier label is RBAC's (`update tiers/<tier>` for the tier left and the tier set),
+/// through the Namespace and each subresource that persists its labels
+/// ([`crate::admission::validate_namespace::NAMESPACE_RESOURCES`]).
 fn namespace_policy(tier_label: &str) -> Value {
     let present = |o: &str| {
         format!(
@@ -442,13 +462,17 @@ fn namespace_policy(tier_label: &str) -> Value {
         vo = value("oldObject"),
         vn = value("object")
     );
-    let may = |o: &str| {
-        format!(
-            "!({p}) || {rbac}",
-            p = present(o),
-            rbac = cel::rbac_tier("update", &value(o))
-        )
-    };
+    let may = |o: &str, holds: &str| format!("!({p}) || variables.{holds}", p = present(o));
+    let mut variables = authorizer_vars(
+        "mayLeave",
+        &Permission::SetTier(String::new()),
+        Some(&value("oldObject")),
+    );
+    variables.extend(authorizer_vars(
+        "mayEnter",
+        &Permission::SetTier(String::new()),
+        Some(&value("object")),
+    ));
     json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -457,11 +481,13 @@ fn namespace_policy(tier_label: &str) -> Value {
             "failurePolicy": "Fail",
             "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
             "matchConstraints": {"resourceRules": [{
-                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["namespaces"]}]},
+                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                "resources": crate::admission::validate_namespace::NAMESPACE_RESOURCES}]},
             "matchConditions": [{"name": "tier-label-changes", "expression": changed}],
+            "variables": variables,
             "validations": [
                 {
-                    "expression": format!("({}) && ({})", may("oldObject"), may("object")),
+                    "expression": format!("({}) && ({})", may("oldObject", "mayLeave"), may("object", "mayEnter")),
                     "messageExpression": format!("'gpu-admission (floor in the apiserver): ' + request.userInfo.username + \
                         ' may not set, change or remove the tier label ' + {label} + ' of namespace ' + object.metadata.name + \
                         ': it needs update tiers/<tier> (gpu-admission.io) in Kubernetes RBAC for ' + \
@@ -478,10 +504,11 @@ fn namespace_policy(tier_label: &str) -> Value {
 
 /// Every object of the floor for `policy`: the three ValidatingAdmissionPolicies (Pods, workloads' Pod
 /// templates, Namespaces), their bindings (every
-/// namespace but the system ones), and the parameter ConfigMap with [`params`]' data.
+/// namespace but the system ones), the parameter ConfigMap with [`params`]' data, then DRA admin access's two
+/// policies and bindings (the Namespace label, GPU claims: [`admin_access`]).
 pub fn render(policy: &Policy, tier_label: &str) -> Result<Vec<Value>, TierNameError> {
     let data = params(policy)?;
-    Ok(vec![
+    let mut objects = vec![
         admission_policy(policy, tier_label, Target::Pods),
         binding(POD_POLICY, Some(&EXEMPT_NAMESPACES)),
         admission_policy(policy, tier_label, Target::Workloads),
@@ -494,7 +521,9 @@ pub fn render(policy: &Policy, tier_label: &str) -> Result<Vec<Value>, TierNameE
             "metadata": {"name": PARAMS_NAME, "namespace": PARAMS_NAMESPACE, "labels": labels()},
             "data": data,
         }),
-    ])
+    ];
+    objects.extend(admin_access::render(policy));
+    Ok(objects)
 }
 
 #[cfg(test)]

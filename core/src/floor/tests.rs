@@ -56,7 +56,7 @@ fn a_grant_widens_every_tier_of_its_namespace_and_may_lift_the_restriction() {
 }
 
 #[test]
-fn render_gives_three_policies_their_bindings_and_the_parameters() {
+fn render_gives_the_policies_their_bindings_and_the_parameters() {
     let p = policy(|t| t.to_string());
     let objects = render(&p, crate::names::DEFAULT_TIER_LABEL).unwrap();
     let kinds: Vec<&str> = objects
@@ -72,7 +72,11 @@ fn render_gives_three_policies_their_bindings_and_the_parameters() {
             "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
-            "ConfigMap"
+            "ConfigMap",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
         ]
     );
     let names: Vec<&str> = objects
@@ -89,6 +93,11 @@ fn render_gives_three_policies_their_bindings_and_the_parameters() {
             NAMESPACE_POLICY,
             NAMESPACE_POLICY
         ]
+    );
+    // The tier label through the Namespace and every subresource that persists its labels.
+    assert_eq!(
+        objects[4]["spec"]["matchConstraints"]["resourceRules"][0]["resources"],
+        json!(["namespaces", "namespaces/status", "namespaces/finalize"])
     );
     for b in [&objects[1], &objects[3], &objects[5]] {
         assert_eq!(b["spec"]["paramRef"]["parameterNotFoundAction"], "Deny");
@@ -119,6 +128,17 @@ fn render_gives_three_policies_their_bindings_and_the_parameters() {
     let text = objects[0].to_string();
     assert!(text.contains("^nvidia[.]com/mig-[a-z0-9]+g[.][0-9]+gb$"));
     assert!(text.contains("authorizer.group('gpu-admission.io').resource('tiers')"));
+    // A power granted only through a `*` is not held (the frontend's rule): the probes, and the superusers.
+    for (what, text) in [("pods", &text), ("namespaces", &objects[4].to_string())] {
+        for probe in [
+            ".check('only-a-wildcard-grants-this')",
+            ".resource('only-a-wildcard-grants-this')",
+            "authorizer.group('only-a-wildcard-grants-this.gpu-admission.io')",
+            "'system:masters' in request.userInfo.groups",
+        ] {
+            assert!(text.contains(probe), "{what}: {probe}");
+        }
+    }
 }
 
 #[test]
@@ -180,7 +200,7 @@ fn the_manifest_based_floor_is_the_api_floor_with_its_parameters_inline() {
     let p = policy(|t| t.replace("  mode: Warn", "  mode: Enforce"));
     let label = crate::names::DEFAULT_TIER_LABEL;
     let floor = render_manifest_based(&p, label).unwrap();
-    assert_eq!(floor.validating.len(), 6, "three policies, three bindings");
+    assert_eq!(floor.validating.len(), 10, "five policies, five bindings");
     assert_eq!(floor.mutating.len(), 2);
     for object in floor.validating.iter().chain(&floor.mutating) {
         let name = object["metadata"]["name"].as_str().unwrap();
@@ -219,4 +239,103 @@ fn the_manifest_based_floor_is_the_api_floor_with_its_parameters_inline() {
             .to_string()
             .replace("params.data", "variables.params")
     );
+}
+
+/// DRA admin access: the Namespace label (through every path that persists it, on Namespaces carrying it) and
+/// GPU claims asking for it need `use adminaccess`, by the authority rule (probes, `system:masters`), with no
+/// parameters; a claim on a DeviceClass that is no GPU's is not matched.
+#[test]
+fn dra_admin_access_needs_its_power_in_the_floor() {
+    let p = policy(|t| t.to_string());
+    let objects = render(&p, crate::names::DEFAULT_TIER_LABEL).unwrap();
+    let [label, label_binding, claims, claims_binding] = &objects[7..] else {
+        panic!("four admin access objects: {objects:?}")
+    };
+    assert_eq!(label["metadata"]["name"], ADMIN_ACCESS_POLICY);
+    assert_eq!(claims["metadata"]["name"], ADMIN_CLAIMS_POLICY);
+    assert_eq!(
+        label["spec"]["matchConstraints"]["resourceRules"][0]["resources"],
+        json!(["namespaces", "namespaces/status", "namespaces/finalize"])
+    );
+    assert_eq!(
+        label_binding["spec"]["matchResources"]["objectSelector"]["matchExpressions"][0]["key"],
+        "resource.kubernetes.io/admin-access"
+    );
+    assert_eq!(
+        claims["spec"]["matchConstraints"]["resourceRules"][0]["resources"],
+        json!(["resourceclaims", "resourceclaimtemplates"])
+    );
+    assert_eq!(claims_binding["spec"]["policyName"], ADMIN_CLAIMS_POLICY);
+    for o in [label, label_binding, claims, claims_binding] {
+        assert!(o["spec"].get("paramKind").is_none() && o["spec"].get("paramRef").is_none());
+    }
+    for policy in [label, claims] {
+        assert_eq!(
+            policy["spec"]["validations"][0]["expression"],
+            "variables.mayAdmin"
+        );
+        // One authorizer question per variable: four in one expression exceed the per-expression cost limit.
+        let vars = policy["spec"]["variables"].as_array().unwrap();
+        let names: Vec<&str> = vars.iter().map(|v| v["name"].as_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            [
+                "mayAdminGranted",
+                "mayAdminWildcardVerb",
+                "mayAdminWildcardResource",
+                "mayAdminWildcardGroup",
+                "mayAdmin"
+            ]
+        );
+        assert_eq!(
+            vars[0]["expression"],
+            "authorizer.group('gpu-admission.io').resource('adminaccess').check('use').allowed()"
+        );
+        assert!(
+            vars[1]["expression"]
+                .as_str()
+                .unwrap()
+                .contains(".check('only-a-wildcard-grants-this')")
+        );
+        assert!(
+            vars[4]["expression"]
+                .as_str()
+                .unwrap()
+                .contains("'system:masters' in request.userInfo.groups")
+        );
+    }
+    let matched = claims["spec"]["matchConditions"][0]["expression"]
+        .as_str()
+        .unwrap();
+    assert!(
+        matched.contains("r.exactly.adminAccess == true"),
+        "{matched}"
+    );
+    assert!(matched.contains("r.exactly.deviceClassName.endsWith('.gpu-admission.io')"));
+    assert!(matched.contains("'gpu.nvidia.com'"), "{matched}");
+}
+
+/// No expression of the floor asks the authorizer more than once (one check costs about a third of the
+/// apiserver's per-expression limit).
+#[test]
+fn every_authorizer_question_is_an_expression_of_its_own() {
+    fn walk(v: &Value, asked: &mut usize) {
+        match v {
+            Value::String(s) => {
+                assert!(s.matches("authorizer.").count() <= 1, "{s}");
+                *asked += s.matches("authorizer.").count();
+            }
+            Value::Array(a) => a.iter().for_each(|x| walk(x, asked)),
+            Value::Object(o) => o.values().for_each(|x| walk(x, asked)),
+            _ => {}
+        }
+    }
+    let p = policy(|t| t.to_string());
+    let label = crate::names::DEFAULT_TIER_LABEL;
+    let mut objects = render(&p, label).unwrap();
+    objects.extend(render_placing(&p, label).unwrap());
+    let mut asked = 0;
+    objects.iter().for_each(|o| walk(o, &mut asked));
+    // exempt (Pods, workloads, placing), leaving and entering a tier, admin access (label, claims): 4 each.
+    assert_eq!(asked, 4 * 7);
 }

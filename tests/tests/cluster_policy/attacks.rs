@@ -253,6 +253,7 @@ pub(super) fn rules(k: &Kubectl<'_>, check: &mut dyn FnMut(&str, String, bool)) 
     );
     let a = label(&[ADMINS], "pol-scratch", "gold");
     check("admin: label a namespace gold", a.summary(), a.ok);
+    subresource_relabels(k, check);
     tier_powers_from_rbac(k, check);
     let apply = |groups: &[&str], cm: Value| k.run(groups, &["apply", "-f", "-"], &cm.to_string());
     let base = policy("Enforce");
@@ -435,3 +436,75 @@ fn tier_powers_from_rbac(k: &Kubectl<'_>, check: &mut dyn FnMut(&str, String, bo
         !a.ok && a.stderr.contains("needs update tiers/gold"),
     );
 }
+
+/// The tier label written through each Namespace subresource that persists labels (`status` with a merge
+/// patch, `finalize` with a PUT of the whole Namespace): the tenant, whom RBAC lets update both, is denied
+/// and the label stays; an admin sets it through either.
+fn subresource_relabels(k: &Kubectl<'_>, check: &mut dyn FnMut(&str, String, bool)) {
+    let through = |groups: &[&str], sub: &str, ns: &str, tier: &str| -> Answer {
+        match sub {
+            "status" => {
+                let patch = json!({"metadata": {"labels": {TIER_LABEL: tier}}});
+                k.run(
+                    groups,
+                    &[
+                        "patch",
+                        "namespace",
+                        ns,
+                        "--subresource=status",
+                        "--type=merge",
+                        "-p",
+                        &patch.to_string(),
+                    ],
+                    "",
+                )
+            }
+            _ => {
+                let got = k.run(&[], &["get", "namespace", ns, "-o", "json"], "");
+                assert!(got.ok, "get namespace {ns}: {}", got.stderr);
+                let mut object: Value = serde_json::from_str(&got.stdout).unwrap();
+                object["metadata"]["labels"][TIER_LABEL] = json!(tier);
+                let path = format!("/api/v1/namespaces/{ns}/{sub}");
+                k.run(
+                    groups,
+                    &["replace", "--raw", &path, "-f", "-"],
+                    &object.to_string(),
+                )
+            }
+        }
+    };
+    let tier_of = |ns: &str| -> String {
+        let got = k.run(&[], &["get", "namespace", ns, "-o", "json"], "");
+        let object: Value = serde_json::from_str(&got.stdout).unwrap_or_default();
+        object["metadata"]["labels"][TIER_LABEL]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    for sub in ["status", "finalize"] {
+        let a = through(&[], sub, BRONZE, "platinum");
+        let kept = tier_of(BRONZE);
+        check(
+            &format!("attack: relabel own namespace to platinum through namespaces/{sub}"),
+            format!("{} -> label {kept}", a.summary()),
+            !a.ok
+                && a.stderr.contains(&format!("through its {sub} subresource"))
+                && a.stderr.contains("needs update tiers/bronze")
+                && kept == "bronze",
+        );
+    }
+    let a = through(&[ADMINS], "status", "pol-scratch", "silver");
+    check(
+        "admin: relabel a gold namespace silver through namespaces/status",
+        format!("{} -> label {}", a.summary(), tier_of("pol-scratch")),
+        a.ok && tier_of("pol-scratch") == "silver",
+    );
+    let a = through(&[ADMINS], "finalize", "pol-scratch", "gold");
+    check(
+        "admin: relabel it gold again through namespaces/finalize",
+        format!("{} -> label {}", a.summary(), tier_of("pol-scratch")),
+        a.ok && tier_of("pol-scratch") == "gold",
+    );
+}
+
+const TIER_LABEL: &str = "tenant.kubenexus.io/tier";

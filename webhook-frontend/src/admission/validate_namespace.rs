@@ -44,7 +44,7 @@ impl Webhook for ValidateNamespace {
         let (check, verdict) = validate_namespace::decide(req, &grants, tier_label);
         match &check {
             Check::Allowed { from, to } => {
-                tracing::info!(uid = incoming.uid, user = ?req.user_info.username, namespace = req.name, ?from, ?to, "tier label changed (RBAC allows it)");
+                tracing::info!(uid = incoming.uid, user = ?req.user_info.username, namespace = req.name, subresource = ?req.sub_resource, ?from, ?to, "tier label changed (RBAC allows it)");
             }
             Check::Forbidden {
                 namespace,
@@ -52,9 +52,13 @@ impl Webhook for ValidateNamespace {
                 from,
                 to,
                 missing,
+                subresource,
+                why,
             } => {
                 tracing::warn!(
                     missing = %missing.describe(),
+                    why,
+                    ?subresource,
                     uid = incoming.uid,
                     user,
                     namespace,

@@ -1,13 +1,15 @@
 //! The requester's powers over the tier rules, asked of the apiserver with SubjectAccessReviews
 //! (`gpu_admission_core::authority`): only those a decision needs, each answer cached briefly per requester.
-//! A review that cannot be made (no Kubernetes API, the apiserver unreachable, an error) grants nothing: a
-//! rule change is then refused and a workload held to its tier.
+//! A power granted is asked again as its wildcard probes (unless the requester is `system:masters`): one
+//! granted only through a `*` is not held. A review that cannot be made (no Kubernetes API, the apiserver
+//! unreachable, an error) grants nothing, and a probe that cannot be made counts as granted: a rule change is
+//! then refused and a workload held to its tier.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use gpu_admission_core::authority::{API_GROUP, Grants, Permission};
+use gpu_admission_core::authority::{Answer, Grants, Permission, Question, is_superuser};
 use gpu_admission_core::policy::PolicySnapshot;
 use k8s_openapi::api::authentication::v1::UserInfo;
 use k8s_openapi::api::authorization::v1::{
@@ -29,7 +31,7 @@ struct Key {
     uid: String,
     groups: Vec<String>,
     extra: BTreeMap<String, Vec<String>>,
-    permission: Permission,
+    question: Question,
 }
 
 /// SubjectAccessReviews with a short cache.
@@ -49,13 +51,31 @@ impl AccessReviews {
 
     /// The powers among `wanted` that `user` holds.
     pub(crate) async fn grants(&self, user: &UserInfo, wanted: &[Permission]) -> Grants {
-        let mut held = Vec::new();
+        let mut answers = Vec::new();
         for p in wanted {
-            if self.allowed(user, p).await {
-                held.push(p.clone());
+            answers.push((p.clone(), self.answer(user, p).await));
+        }
+        Grants::from_answers(answers)
+    }
+
+    /// The power's question, then (granted, not a superuser) its probes until one is granted.
+    async fn answer(&self, user: &UserInfo, p: &Permission) -> Answer {
+        let granted = self.allowed(user, &p.question(), false).await;
+        let superuser = is_superuser(user.groups.as_deref().unwrap_or_default());
+        let mut through = None;
+        if granted && !superuser {
+            for (wildcard, probe) in p.wildcard_probes() {
+                if self.allowed(user, &probe, true).await {
+                    through = Some(wildcard);
+                    break;
+                }
             }
         }
-        Grants::new(held)
+        let answer = Answer::judge(granted, superuser, through);
+        if let Answer::ThroughWildcard(w) = answer {
+            tracing::info!(user = ?user.username, permission = %p.describe(), wildcard = w.field(), "power granted only through a wildcard rule: not held");
+        }
+        answer
     }
 
     /// `exempt tiers/<tier>` for the tier `namespace` is held to (none when it has no tier).
@@ -74,16 +94,17 @@ impl AccessReviews {
         self.grants(user, &[Permission::Exempt(rules)]).await
     }
 
-    async fn allowed(&self, user: &UserInfo, p: &Permission) -> bool {
+    /// The apiserver's answer to `q`; `on_failure` when it cannot be had (a probe fails closed: granted).
+    async fn allowed(&self, user: &UserInfo, q: &Question, on_failure: bool) -> bool {
         let Some(client) = &self.client else {
-            return false;
+            return on_failure;
         };
         let key = Key {
             user: user.username.clone().unwrap_or_default(),
             uid: user.uid.clone().unwrap_or_default(),
             groups: user.groups.clone().unwrap_or_default(),
             extra: user.extra.clone().unwrap_or_default(),
-            permission: p.clone(),
+            question: q.clone(),
         };
         if let Some((answer, at)) = self.cache().get(&key)
             && at.elapsed() < ANSWER_TTL
@@ -93,12 +114,12 @@ impl AccessReviews {
         let answer = match tokio::time::timeout(REVIEW_TIMEOUT, review(client, &key)).await {
             Ok(Ok(allowed)) => allowed,
             Ok(Err(err)) => {
-                tracing::warn!(error = %err, permission = %p.describe(), "SubjectAccessReview failed: not granted");
-                return false;
+                tracing::warn!(error = %err, question = ?q, answered = on_failure, "SubjectAccessReview failed");
+                return on_failure;
             }
             Err(_) => {
-                tracing::warn!(permission = %p.describe(), "SubjectAccessReview timed out: not granted");
-                return false;
+                tracing::warn!(question = ?q, answered = on_failure, "SubjectAccessReview timed out");
+                return on_failure;
             }
         };
         let mut cache = self.cache();
@@ -114,9 +135,9 @@ impl AccessReviews {
     }
 }
 
-/// One SubjectAccessReview: may `key`'s user do `key.permission`?
+/// One SubjectAccessReview: may `key`'s user do `key.question`?
 async fn review(client: &kube::Client, key: &Key) -> kube::Result<bool> {
-    let p = &key.permission;
+    let q = &key.question;
     let sar = SubjectAccessReview {
         spec: SubjectAccessReviewSpec {
             user: Some(key.user.clone()).filter(|u| !u.is_empty()),
@@ -124,10 +145,10 @@ async fn review(client: &kube::Client, key: &Key) -> kube::Result<bool> {
             groups: Some(key.groups.clone()),
             extra: Some(key.extra.clone()).filter(|e| !e.is_empty()),
             resource_attributes: Some(ResourceAttributes {
-                group: Some(API_GROUP.to_string()),
-                resource: Some(p.resource().to_string()),
-                verb: Some(p.verb().to_string()),
-                name: p.name().map(str::to_string),
+                group: Some(q.group.to_string()),
+                resource: Some(q.resource.to_string()),
+                verb: Some(q.verb.to_string()),
+                name: q.name.clone(),
                 ..Default::default()
             }),
             ..Default::default()

@@ -353,6 +353,35 @@ fn request_violation(
 
 /// Does a claim ask for GPUs at all (any request on a GPU DeviceClass)? For namespaces without a tier under
 /// `untieredNamespaces: Deny`.
+/// A claim or claim template CREATE asking for a GPU DeviceClass (as [`asks_for_gpus`] tells one) with
+/// `adminAccess: true`: devices other tenants' Pods may be using, which needs the requester's
+/// [`crate::authority::Permission::AdminAccess`] in every enforcement mode (`validate_pod::admit`). A claim's
+/// spec is immutable, so only its creation asks.
+pub fn asks_gpu_admin_access(
+    req: &AdmissionRequest<DynamicObject>,
+    policy: &crate::policy::PolicySnapshot,
+) -> bool {
+    let (Some(kind), Some(object)) = (claim_kind(req), req.object.as_ref()) else {
+        return false;
+    };
+    if req.operation != kube_core::admission::Operation::Create {
+        return false;
+    }
+    claim_spec(object, kind).is_some_and(|spec| {
+        spec.devices
+            .iter()
+            .flat_map(|d| d.requests.iter().flatten())
+            .filter_map(|r| r.exactly.as_ref())
+            .any(|e| {
+                e.admin_access == Some(true)
+                    && policy
+                        .gpu_resources
+                        .dra_class_vendor(&e.device_class_name)
+                        .is_some()
+            })
+    })
+}
+
 pub fn asks_for_gpus(
     object: &DynamicObject,
     kind: ClaimKind,

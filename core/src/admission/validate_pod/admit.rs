@@ -162,6 +162,15 @@ pub async fn admit<P: ValidatePorts>(
     policy: &PolicySnapshot,
     ports: &P,
 ) -> Validated {
+    // DRA admin access to GPUs is a power of its own, in every mode (as the tier label is).
+    if crate::admission::validate_claim::asks_gpu_admin_access(req, policy) {
+        let grants = ports
+            .grants(&req.user_info, &[Permission::AdminAccess])
+            .await;
+        if !grants.allows(&Permission::AdminAccess) {
+            return admin_access_denied(req, &grants);
+        }
+    }
     let (mut check, mut verdict) = ports.with_facts(&Grants::none(), |f| decide(req, policy, f));
     if let Check::Violations { .. } = &check
         && let Some(exempt) = ports.with_facts(&Grants::none(), |f| exemption(req, policy, f))
@@ -178,6 +187,36 @@ pub async fn admit<P: ValidatePorts>(
         check,
         quota,
         verdict,
+    }
+}
+
+/// A GPU claim with `adminAccess: true` by a requester without `use adminaccess`: denied, whatever the mode.
+fn admin_access_denied(req: &AdmissionRequest<DynamicObject>, grants: &Grants) -> Validated {
+    let p = Permission::AdminAccess;
+    let user = req
+        .user_info
+        .username
+        .as_deref()
+        .unwrap_or("an unnamed user");
+    let object = format!(
+        "{} {}/{}",
+        req.kind.kind,
+        req.namespace.as_deref().unwrap_or(""),
+        req.name
+    );
+    Validated {
+        check: Check::NotOurs("a GPU claim with adminAccess, without the power"),
+        quota: None,
+        verdict: Verdict {
+            denied: Some(format!(
+                "gpu-admission: {user} creates {object} asking for GPUs with adminAccess: true (devices other \
+                 tenants' Pods are using): DRA admin access needs {}{} in Kubernetes RBAC (the ClusterRole \
+                 gpu-admission-device-admin)",
+                p.describe(),
+                grants.why_missing(&p)
+            )),
+            warnings: Vec::new(),
+        },
     }
 }
 
