@@ -351,8 +351,6 @@ fn request_violation(
     ))
 }
 
-/// Does a claim ask for GPUs at all (any request on a GPU DeviceClass)? For namespaces without a tier under
-/// `untieredNamespaces: Deny`.
 /// A claim or claim template CREATE asking for a GPU DeviceClass (as [`asks_for_gpus`] tells one) with
 /// `adminAccess: true`: devices other tenants' Pods may be using, which needs the requester's
 /// [`crate::authority::Permission::AdminAccess`] in every enforcement mode (`validate_pod::admit`). A claim's
@@ -360,6 +358,7 @@ fn request_violation(
 pub fn asks_gpu_admin_access(
     req: &AdmissionRequest<DynamicObject>,
     policy: &crate::policy::PolicySnapshot,
+    cluster: &dyn crate::pod::gpu_resources::ClaimTemplates,
 ) -> bool {
     let (Some(kind), Some(object)) = (claim_kind(req), req.object.as_ref()) else {
         return false;
@@ -376,12 +375,14 @@ pub fn asks_gpu_admin_access(
                 e.admin_access == Some(true)
                     && policy
                         .gpu_resources
-                        .dra_class_vendor(&e.device_class_name)
+                        .device_class_gpus(&e.device_class_name, cluster)
                         .is_some()
             })
     })
 }
 
+/// Does a claim ask for GPUs at all (any request on a GPU DeviceClass)? For namespaces without a tier under
+/// `untieredNamespaces: Deny`.
 pub fn asks_for_gpus(
     object: &DynamicObject,
     kind: ClaimKind,

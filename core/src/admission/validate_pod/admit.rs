@@ -163,7 +163,10 @@ pub async fn admit<P: ValidatePorts>(
     ports: &P,
 ) -> Validated {
     // DRA admin access to GPUs is a power of its own, in every mode (as the tier label is).
-    if crate::admission::validate_claim::asks_gpu_admin_access(req, policy) {
+    let admin_access = ports.with_facts(&Grants::none(), |f| {
+        crate::admission::validate_claim::asks_gpu_admin_access(req, policy, f.claim_templates)
+    });
+    if admin_access {
         let grants = ports
             .grants(&req.user_info, &[Permission::AdminAccess])
             .await;
