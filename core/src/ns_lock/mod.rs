@@ -6,10 +6,16 @@
 //! the cluster-wide installation's whatever a Lease says, so a Lease anyone creates in her namespace chooses
 //! her scorer and nothing else.
 
+pub mod hold;
+pub mod take_over;
+
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::Pod;
 use time::OffsetDateTime;
+
+/// What a restricted instance's name (`decided-by`) starts with.
+pub const RESTRICTED_PREFIX: &str = "restricted:";
 
 /// The name of the Lease a restricted instance holds in each of its namespaces.
 pub const LEASE_NAME: &str = "gpu-admission-ns-lock";
@@ -80,7 +86,7 @@ impl Instance {
             Instance::ClusterWide => CLUSTER_WIDE.to_string(),
             Instance::Restricted(ns) => {
                 format!(
-                    "restricted:{}",
+                    "{RESTRICTED_PREFIX}{}",
                     ns.iter().cloned().collect::<Vec<_>>().join(",")
                 )
             }
