@@ -522,7 +522,7 @@ fn rendered_install_applies_unchanged_to_a_real_kube_apiserver() {
 /// `overlays/namespaced` applied unchanged into its team namespace (which the team's admin creates): every
 /// object stored, its Deployments make their Pods, its registration selects only the namespace and sorts
 /// before the cluster-wide one, and its frontend's ServiceAccount may take, renew and release its Lease and
-/// nothing else.
+/// get its own Namespace, and nothing else.
 fn team_instance_applies(api: &Apiserver, namespaced: &Rendered, file: &Path) {
     const TEAM: &str = "gpu-team";
     api.kubectl_ok(&["create", "namespace", TEAM]);
@@ -562,6 +562,10 @@ fn team_instance_applies(api: &Apiserver, namespaced: &Rendered, file: &Path) {
     assert!(!api.can_i_as(sa, "patch", lease, Some("default")));
     assert!(!api.can_i_as(sa, "list", "pods", Some(TEAM)));
     assert!(!api.can_i_as(sa, "list", "namespaces", None));
+    // Its own Namespace by name (the tier label), no other.
+    assert!(api.can_i_as(sa, "get", &format!("namespaces/{TEAM}"), None));
+    assert!(!api.can_i_as(sa, "get", "namespaces/default", None));
+    assert!(!api.can_i_as(sa, "watch", "namespaces", None));
     let scorer = "system:serviceaccount:gpu-team:gpu-admission-scorer";
     assert!(!api.can_i_as(scorer, "get", lease, Some(TEAM)));
 }
