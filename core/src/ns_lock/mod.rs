@@ -7,6 +7,7 @@
 //! her scorer and nothing else.
 
 pub mod hold;
+pub mod registration;
 pub mod take_over;
 
 use std::collections::BTreeSet;
