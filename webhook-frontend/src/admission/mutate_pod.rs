@@ -170,7 +170,9 @@ impl MutatePod {
         if let Some(q) = &mutated.quota {
             tracing::info!(uid, quota = %q.record(), "quota");
         }
+        // A kept answer is no Score call: it says nothing of whether the scorer answers now.
         if let Admitted::Decided(d) = &mutated.admitted
+            && !d.reused
             && let Some(hold) = &self.hold
         {
             hold.observe(d.decision.scorer_result);
