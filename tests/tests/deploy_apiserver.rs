@@ -432,7 +432,15 @@ fn rendered_install_applies_unchanged_to_a_real_kube_apiserver() {
     assert!(api.can_i("get", "mutatingwebhookconfigurations/gpu-admission", None));
     assert!(api.can_i("patch", "mutatingwebhookconfigurations/gpu-admission", None));
     assert!(!api.can_i("patch", "mutatingwebhookconfigurations/someone-else", None));
-    assert!(!api.can_i("list", "mutatingwebhookconfigurations", None));
+    // Read-only list/watch of every registration (which namespaces have a restricted instance), never a
+    // write beyond its own.
+    assert!(api.can_i("list", "mutatingwebhookconfigurations", None));
+    assert!(!api.can_i(
+        "delete",
+        "mutatingwebhookconfigurations/gpu-admission",
+        None
+    ));
+    assert!(!api.can_i("list", "validatingwebhookconfigurations", None));
     let d = api.get_json(&["deployment", "gpu-admission-webhook", "-n", NAMESPACE]);
     let args = d["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
     assert!(

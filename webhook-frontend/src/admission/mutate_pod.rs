@@ -190,7 +190,13 @@ impl MutatePod {
         ports: &Ports<'_>,
     ) -> Option<TakenOver> {
         use mutate_pod::MutatePorts as _;
-        if self.instance != Instance::ClusterWide {
+        // Most Pods carry no restricted record: nothing to read for them.
+        if self.instance != Instance::ClusterWide
+            || !req
+                .object
+                .as_ref()
+                .is_some_and(take_over::restricted_record)
+        {
             return None;
         }
         let ns = req.namespace.as_deref()?;
