@@ -214,6 +214,18 @@ impl Tracker {
         }
     }
 
+    /// A restricted record where no registration names the namespace is no team's decision: the run is the
+    /// cluster-wide scorer's to learn (once the registrations are listed).
+    fn reroute_unregistered(&mut self) {
+        for p in self.pending.values_mut() {
+            if let Learner::Team(ns) = &p.job.learner
+                && self.registrations.registered(ns) == Some(false)
+            {
+                p.job.learner = Learner::Cluster;
+            }
+        }
+    }
+
     fn prune(&mut self, now: Instant, gone_retention: Duration) {
         self.pending.retain(|_, p| {
             p.gone_since
@@ -392,14 +404,7 @@ async fn deliver(
         .map(|(uid, p)| (p.since, uid.clone()))
         .collect();
     order.sort();
-    // A restricted record where no registration names the namespace is no team's decision: the cluster's.
-    for p in t.pending.values_mut() {
-        if let Learner::Team(ns) = &p.job.learner
-            && t.registrations.registered(ns) == Some(false)
-        {
-            p.job.learner = Learner::Cluster;
-        }
-    }
+    t.reroute_unregistered();
     let mut learners: Vec<Learner> = t.pending.values().map(|p| p.job.learner.clone()).collect();
     learners.sort();
     learners.dedup();
@@ -615,6 +620,28 @@ mod tests {
             json!({"terminated": {"exitCode": 0, "reason": "Completed",
                 "startedAt": "2026-05-04T10:00:00Z", "finishedAt": "2026-05-04T10:10:00Z"}}),
         )
+    }
+
+    #[test]
+    fn a_restricted_record_counts_only_in_a_registered_namespace() {
+        let mut t = Tracker::default();
+        t.nodes.insert("n1".into(), BTreeMap::new());
+        let signed = |uid: &str| {
+            let mut p = finished(uid);
+            let a = p.metadata.annotations.as_mut().unwrap();
+            a.insert(names::ANN_DECIDED_BY.into(), "restricted:ns".into());
+            p
+        };
+        t.on_pod(&signed("a"), false, Instant::now());
+        assert_eq!(t.pending["a"].job.learner, Learner::Team("ns".into()));
+        // Not listed yet: left to wait (a team's run is not sent to the cluster by a slow start).
+        t.reroute_unregistered();
+        assert_eq!(t.pending["a"].job.learner, Learner::Team("ns".into()));
+        // Listed, and no registration names "ns": the cluster-wide scorer learns it.
+        t.registrations.on_event(Event::Init);
+        t.registrations.on_event(Event::InitDone);
+        t.reroute_unregistered();
+        assert_eq!(t.pending["a"].job.learner, Learner::Cluster);
     }
 
     #[test]
