@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use gpu_admission_core::ns_lock::{LEASE_NAME, NsLock};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
@@ -28,6 +29,7 @@ use crate::extract::{self, DecidedJob, PolicyFacts, Progress, Run, SkipReason};
 use crate::history::RunHistory;
 use crate::metrics::{Metrics, ResultLabel};
 use crate::names;
+use crate::registrations::Registrations;
 use crate::replicas::{Delivery, Replicas, observe_everywhere, policy_facts};
 use crate::route::{self, Learner, TeamScorers};
 
@@ -81,6 +83,8 @@ struct Tracker {
     locks: HashMap<String, NsLock>,
     /// The Leases listed during a re-list (`Init` .. `InitDone`).
     relisted_locks: Option<HashMap<String, NsLock>>,
+    /// The namespaces a cluster admin registered a restricted instance for.
+    registrations: Registrations,
 }
 
 /// Which outcome `on_pod` reached, for the caller's bookkeeping.
@@ -210,6 +214,18 @@ impl Tracker {
         }
     }
 
+    /// A restricted record where no registration names the namespace is no team's decision: the run is the
+    /// cluster-wide scorer's to learn (once the registrations are listed).
+    fn reroute_unregistered(&mut self) {
+        for p in self.pending.values_mut() {
+            if let Learner::Team(ns) = &p.job.learner
+                && self.registrations.registered(ns) == Some(false)
+            {
+                p.job.learner = Learner::Cluster;
+            }
+        }
+    }
+
     fn prune(&mut self, now: Instant, gone_retention: Duration) {
         self.pending.retain(|_, p| {
             p.gone_since
@@ -248,13 +264,20 @@ pub async fn run(
         watcher::Config::default().labels(names::LABEL_JOB_TYPE),
     )
     .default_backoff();
-    // The restricted instances' Leases, by name in every namespace (as the cluster-wide frontend watches them).
+    // The restricted instances' Leases, by name in every namespace (as the cluster-wide frontend watches them),
+    // and the registrations that make a namespace's Lease count.
     let leases = watcher(
-        Api::<Lease>::all(client),
+        Api::<Lease>::all(client.clone()),
         watcher::Config::default().fields(&format!("metadata.name={LEASE_NAME}")),
     )
     .default_backoff();
+    let registrations = watcher(
+        Api::<MutatingWebhookConfiguration>::all(client),
+        watcher::Config::default(),
+    )
+    .default_backoff();
     let mut leases = std::pin::pin!(leases);
+    let mut registrations = std::pin::pin!(registrations);
     let mut nodes = std::pin::pin!(nodes);
     let mut pods = std::pin::pin!(pods);
     let mut shutdown = std::pin::pin!(shutdown);
@@ -295,6 +318,11 @@ pub async fn run(
                 Some(Ok(event)) => t.on_lease(event),
                 Some(Err(err)) => tracing::warn!(%err, "lease watch"),
                 None => anyhow::bail!("lease watch ended"),
+            },
+            ev = registrations.next() => match ev {
+                Some(Ok(event)) => t.registrations.on_event(event),
+                Some(Err(err)) => tracing::warn!(%err, "mutatingwebhookconfiguration watch"),
+                None => anyhow::bail!("mutatingwebhookconfiguration watch ended"),
             },
             ev = pods.next(), if nodes_ready => {
                 let now = Instant::now();
@@ -376,6 +404,7 @@ async fn deliver(
         .map(|(uid, p)| (p.since, uid.clone()))
         .collect();
     order.sort();
+    t.reroute_unregistered();
     let mut learners: Vec<Learner> = t.pending.values().map(|p| p.job.learner.clone()).collect();
     learners.sort();
     learners.dedup();
@@ -591,6 +620,28 @@ mod tests {
             json!({"terminated": {"exitCode": 0, "reason": "Completed",
                 "startedAt": "2026-05-04T10:00:00Z", "finishedAt": "2026-05-04T10:10:00Z"}}),
         )
+    }
+
+    #[test]
+    fn a_restricted_record_counts_only_in_a_registered_namespace() {
+        let mut t = Tracker::default();
+        t.nodes.insert("n1".into(), BTreeMap::new());
+        let signed = |uid: &str| {
+            let mut p = finished(uid);
+            let a = p.metadata.annotations.as_mut().unwrap();
+            a.insert(names::ANN_DECIDED_BY.into(), "restricted:ns".into());
+            p
+        };
+        t.on_pod(&signed("a"), false, Instant::now());
+        assert_eq!(t.pending["a"].job.learner, Learner::Team("ns".into()));
+        // Not listed yet: left to wait (a team's run is not sent to the cluster by a slow start).
+        t.reroute_unregistered();
+        assert_eq!(t.pending["a"].job.learner, Learner::Team("ns".into()));
+        // Listed, and no registration names "ns": the cluster-wide scorer learns it.
+        t.registrations.on_event(Event::Init);
+        t.registrations.on_event(Event::InitDone);
+        t.reroute_unregistered();
+        assert_eq!(t.pending["a"].job.learner, Learner::Cluster);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! - [`extract`]: Pod + Node labels + other runs → `ObserveRequest` or a skip reason (pure);
 //! - [`history`]: runs per node, kept past their Pods for co-location;
 //! - [`route`]: which scorer learns a run: the cluster-wide one, or a restricted instance's team scorer (pure);
+//!   `registrations`: the namespaces a cluster admin registered a restricted instance for;
 //! - [`sync`]: which learned state is the most complete and who must import it (pure);
 //! - [`controller`]: the watch loop; [`convergence`]: the export/import rounds; [`replicas`]: the scorer
 //!   replicas by DNS and the fan-out; [`store`]: the state ConfigMap; [`leader`]: the Lease;
@@ -22,6 +23,7 @@ pub mod history;
 pub mod leader;
 pub mod metrics;
 pub mod names;
+pub(crate) mod registrations;
 pub mod replicas;
 pub mod route;
 pub mod store;

@@ -6,6 +6,10 @@
 //!   instance ([`Learner::Cluster`]); `restricted:<namespaces>` a restricted instance, which is taken only when
 //!   it names the Pod's own namespace ([`Learner::Team`] of that namespace); anything else is no decision of
 //!   ours (never learned by anyone);
+//! - a restricted record counts only in a namespace a cluster admin registered a restricted instance for (a
+//!   `MutatingWebhookConfiguration` selecting it by name, `crate::registrations`); anywhere else the run is
+//!   the cluster-wide scorer's (a tenant can write a record and a Lease in her namespace, never a
+//!   registration, and the cluster-wide frontend decides such Pods again);
 //! - a team's run is delivered only while that namespace's `gpu-admission-ns-lock` Lease is active (core's
 //!   [`who_scores`] says the cluster-wide instance leaves the namespace to a restricted one), else it is
 //!   skipped as `no_restricted_instance`: a record a tenant forged in a namespace without a restricted

@@ -2,14 +2,18 @@
 //! (the SHIPPED mutating and validating registrations, URL and CA swapped in; the default policy in Enforce)
 //! and a restricted one for `gpu-team` as `deploy/kustomize/overlays/namespaced` installs it: the overlay's
 //! ServiceAccount, Role, RoleBinding and Lease applied, its frontend run as that ServiceAccount with
-//! `--restrict-to-namespaces gpu-team --no-kube`, its own scorer and policy (exploration off, so its
+//! `--restrict-to-namespaces gpu-team --no-kube` (its tier read from its Namespace by name), its own scorer
+//! (behind a proxy the test can make hang) and policy (exploration off, so its
 //! `policy-version` differs), registered by the overlay's own MutatingWebhookConfiguration (URL and CA
 //! swapped in; it selects only the namespace and sorts before `gpu-admission`). Requests as the tenant alice.
 //!
 //! Shows: the team namespace's Pods carry the restricted scorer's decision (its policy version and
 //! `decided-by`), another namespace's the cluster-wide one's; the team's H100 pin (bronze) is denied in
-//! Enforce; alice's own fake `gpu-admission-ns-lock` Lease in another namespace only turns the cluster-wide
-//! scorer away (her Pod is still bound to bronze, her H100 pin still denied); the restricted instance
+//! Enforce; alice's own fake `gpu-admission-ns-lock` Lease in another namespace and a record she wrote on her
+//! Pod count for nothing (no registration names the namespace: her Pod is decided by the cluster-wide
+//! instance, `decided-by` removed; her H100 pin still denied); the team scorer hung: every team Pod scored by
+//! the cluster-wide scorer, the Lease given back after 3 fallbacks and taken again once the scorer answers;
+//! the namespace relabelled bronze → platinum: every team Pod admitted inside platinum; the restricted instance
 //! killed while Pods are created in a loop: every Pod carries a tier bound, and the namespace is back with
 //! the cluster-wide scorer within the Lease duration (15 s). Prints the table and the time it took.
 
@@ -21,6 +25,7 @@ use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::tier_bound::{self, NoNodes};
 use gpu_admission_proto::scorer::v1::ExportStateRequest;
 use gpu_admission_tests::cluster::{CaseTable, Components, LocalCluster};
+use gpu_admission_tests::faults::{FaultProxy, ProxyMode};
 use gpu_admission_tests::kwok::{self, POD_COMPLETE_DELAY, POD_COMPLETE_JITTER, wait_for};
 use gpu_admission_tests::observer::{Observer, metric_value};
 use gpu_admission_tests::{Scorer, Webhook};
@@ -167,6 +172,10 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
         .start()
         .await
         .expect("team scorer");
+    // The team frontend reaches its scorer through a proxy the test can make hang.
+    let proxy = FaultProxy::start(team_scorer.addr())
+        .await
+        .expect("the team scorer's proxy");
     let (cluster_version, team_version) = (
         scorer.policy().version.clone(),
         team_scorer.policy().version.clone(),
@@ -242,7 +251,15 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
         .filter(|o| {
             matches!(
                 o["kind"].as_str(),
-                Some("ServiceAccount" | "Role" | "RoleBinding" | "Lease" | "ConfigMap")
+                Some(
+                    "ServiceAccount"
+                        | "Role"
+                        | "RoleBinding"
+                        | "ClusterRole"
+                        | "ClusterRoleBinding"
+                        | "Lease"
+                        | "ConfigMap"
+                )
             )
         })
         .collect();
@@ -263,10 +280,9 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
     )
     .unwrap();
     let start_team = |name: &'static str| {
-        Webhook::builder(&team_scorer.url())
+        Webhook::builder(&proxy.url())
             .kubeconfig(&team_kubeconfig)
             .no_kube()
-            .namespace_tier(TEAM, "bronze")
             .policy_file(&team_file)
             .name(name)
             .arg("--restrict-to-namespaces")
@@ -433,7 +449,8 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
         matches!(&denied, Err(kube::Error::Api(e)) if e.message.contains("outside tier bronze")),
     );
 
-    // 4. alice's fake Lease in FAKE: the cluster-wide scorer stays away, the tier holds.
+    // 4. alice's fake Lease in FAKE and a record she wrote on her Pod: no registration names FAKE, so the
+    // cluster-wide instance ignores the Lease, decides the Pod again and removes her `decided-by`.
     let fake: Lease = serde_json::from_value(json!({"apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease", "metadata": {"name": LEASE_NAME, "namespace": FAKE},
         "spec": {"holderIdentity": "alice", "leaseDurationSeconds": 3600,
@@ -443,26 +460,26 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
         .create(&PostParams::default(), &fake)
         .await
         .expect("alice creates her own Lease");
-    let mut fake_pod = None;
-    for i in 0..20 {
-        let p = create(FAKE, gpu_pod(&format!("fake-{i}"), None))
-            .await
-            .unwrap();
-        if annotation(&p, "gpu-admission.io/fallback").is_some() {
-            fake_pod = Some(p);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-    let p = fake_pod.expect("the cluster-wide frontend sees alice's Lease");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut forged = gpu_pod("fake-forged", Some("L4-24GB"));
+    forged["metadata"]["annotations"] = json!({
+        "gpu-admission.io/decided-by": format!("restricted:{FAKE}"),
+        "gpu-admission.io/decided-at": "2026-11-29T09:00:00Z",
+        "gpu-admission.io/placement": "gpu-admission",
+        "gpu-admission.io/gpu-class": "L4-24GB",
+    });
+    let p = create(FAKE, forged).await.unwrap();
     table.check(
-        "fake Lease: alice's Pod not scored, still bound to bronze",
+        "fake Lease + forged record: decided by the cluster-wide instance, decided-by removed",
         format!(
-            "fallback {:?}, bound {}",
-            annotation(&p, "gpu-admission.io/fallback"),
+            "policy-version {:?}, decided-by {:?}, bound {}",
+            annotation(&p, "gpu-admission.io/policy-version"),
+            annotation(&p, "gpu-admission.io/decided-by"),
             bound(&p)
         ),
-        bound(&p),
+        annotation(&p, "gpu-admission.io/policy-version") == Some(cluster_version.as_str())
+            && annotation(&p, "gpu-admission.io/decided-by").is_none()
+            && bound(&p),
     );
     let denied = create(FAKE, gpu_pod("fake-h100", Some("H100-80GB"))).await;
     table.check(
@@ -499,6 +516,19 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
             (created, unbound, back)
         }
     };
+
+    // 4b, 4c. The team scorer hung, then the namespace relabelled.
+    let hand_over = HandOver {
+        client: &client,
+        tenant: &tenant,
+        leases: &leases,
+        proxy: &proxy,
+        snapshot: &snapshot,
+        cluster_version: &cluster_version,
+        team_version: &team_version,
+    };
+    hung_scorer_hands_the_namespace_back(&hand_over, &mut table).await;
+    relabelled_namespace_admits_in_the_new_tier(&hand_over, &mut table).await;
 
     // 5. The restricted instance killed (no release): every Pod meanwhile bound, the namespace back with the
     // cluster-wide scorer within the Lease duration.
@@ -751,5 +781,163 @@ async fn learning_goes_to_the_deciding_instance(l: &Learning<'_>, table: &mut Ca
         "other namespace's Pod's record: the cluster scorer's state digest",
         format!("state-digest {:?}", annotation(&p, STATE_DIGEST)),
         annotation(&p, STATE_DIGEST) == Some(cluster_after.1.as_str()),
+    );
+}
+
+/// What the hand-over steps need of the test's setup.
+struct HandOver<'a> {
+    client: &'a kube::Client,
+    tenant: &'a kube::Client,
+    leases: &'a Api<Lease>,
+    proxy: &'a FaultProxy,
+    snapshot: &'a PolicySnapshot,
+    cluster_version: &'a str,
+    team_version: &'a str,
+}
+
+impl HandOver<'_> {
+    async fn holder(&self) -> Option<String> {
+        let lease = self.leases.get_opt(LEASE_NAME).await.unwrap();
+        lease.and_then(|l| l.spec?.holder_identity)
+    }
+
+    fn bound_to(&self, pod: &Pod, tier: &str) -> bool {
+        let rules = self.snapshot.tier_rules(tier, TEAM).unwrap();
+        tier_bound::check(
+            pod.spec.as_ref().unwrap(),
+            &rules,
+            self.snapshot.catalog(),
+            &NoNodes,
+        )
+        .is_ok()
+    }
+
+    /// Creates team Pods every 250 ms until one is decided by the team's instance (within 20 s).
+    async fn until_team_decides(&self, prefix: &str) -> Option<Duration> {
+        let since = Instant::now();
+        let mut i = 0;
+        while since.elapsed() < Duration::from_secs(20) {
+            let p = create(self.tenant, TEAM, gpu_pod(&format!("{prefix}-{i}"), None)).await;
+            i += 1;
+            if annotation(&p, "gpu-admission.io/policy-version") == Some(self.team_version) {
+                return Some(since.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        None
+    }
+}
+
+/// The team's scorer hangs (its connections kept open, nothing answered): every team Pod meanwhile is
+/// decided by the cluster-wide scorer (the restricted record says it fell back), the team frontend gives the
+/// Lease back after 3 fallbacks, and takes it again once its scorer answers.
+async fn hung_scorer_hands_the_namespace_back(h: &HandOver<'_>, table: &mut CaseTable) {
+    assert!(h.holder().await.is_some(), "the team holds its Lease");
+    h.proxy.set_mode(ProxyMode::Hang);
+    let since = Instant::now();
+    let (mut created, mut by_cluster, mut unbound, mut released) = (0, 0, 0, None);
+    while since.elapsed() < Duration::from_secs(20) && (released.is_none() || created < 8) {
+        let p = create(h.tenant, TEAM, gpu_pod(&format!("hung-{created}"), None)).await;
+        created += 1;
+        if annotation(&p, "gpu-admission.io/policy-version") == Some(h.cluster_version)
+            && annotation(&p, "gpu-admission.io/decided-by").is_none()
+            && annotation(&p, "gpu-admission.io/fallback").is_none()
+        {
+            by_cluster += 1;
+        }
+        if !h.bound_to(&p, "bronze") {
+            unbound += 1;
+        }
+        if released.is_none() && h.holder().await.is_none() {
+            released = Some(since.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    println!(
+        "team scorer hung: {created} Pods, {by_cluster} scored by the cluster-wide scorer, Lease released after {released:?}"
+    );
+    table.check(
+        "team scorer hung: every team Pod scored by the cluster-wide scorer, none unbound",
+        format!("{created} created, {by_cluster} by the cluster, {unbound} unbound"),
+        created > 3 && by_cluster == created && unbound == 0,
+    );
+    table.check(
+        "team scorer hung: the team gives its Lease back (3 fallbacks, or 10 s)",
+        format!("{released:?}"),
+        released.is_some_and(|r| r <= Duration::from_secs(12)),
+    );
+    h.proxy.set_mode(ProxyMode::Forward);
+    let back = h.until_team_decides("recovered").await;
+    let holder = h.holder().await;
+    println!("team scorer answers again: the team decides again after {back:?}");
+    table.check(
+        "team scorer answers again: the team takes its Lease back and decides",
+        format!("decides after {back:?}, holder {holder:?}"),
+        back.is_some() && holder.is_some(),
+    );
+}
+
+/// The platform moves the team namespace from bronze to platinum: every team Pod created from then on is
+/// admitted and held to platinum's classes (the team instance reads the label within 5 s; until then the
+/// cluster-wide instance replaces the bronze class constraint it finds), then back to bronze.
+async fn relabelled_namespace_admits_in_the_new_tier(h: &HandOver<'_>, table: &mut CaseTable) {
+    let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(h.client.clone());
+    let relabel = |tier: &'static str| {
+        let namespaces = namespaces.clone();
+        async move {
+            namespaces
+                .patch(
+                    TEAM,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(json!({"metadata": {"labels": {
+                        gpu_admission_core::names::DEFAULT_TIER_LABEL: tier}}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    relabel("platinum").await;
+    let since = Instant::now();
+    let (mut created, mut denied, mut outside, mut by_team) = (0, 0, 0, 0);
+    while since.elapsed() < Duration::from_secs(10) {
+        let pod: Pod =
+            serde_json::from_value(gpu_pod(&format!("relabel-{created}"), None)).unwrap();
+        created += 1;
+        match Api::<Pod>::namespaced(h.tenant.clone(), TEAM)
+            .create(&PostParams::default(), &pod)
+            .await
+        {
+            Ok(p) => {
+                if !h.bound_to(&p, "platinum") {
+                    outside += 1;
+                }
+                if annotation(&p, "gpu-admission.io/policy-version") == Some(h.team_version) {
+                    by_team += 1;
+                }
+            }
+            Err(e) => {
+                println!("relabelled: denied {e}");
+                denied += 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    println!(
+        "relabelled to platinum: {created} Pods, {denied} denied, {by_team} decided by the team"
+    );
+    table.check(
+        "relabelled bronze → platinum: every team Pod admitted inside platinum",
+        format!(
+            "{created} created, {denied} denied, {outside} outside platinum, {by_team} by the team"
+        ),
+        created > 10 && denied == 0 && outside == 0 && by_team > 0,
+    );
+    relabel("bronze").await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let back = h.until_team_decides("bronze-again").await;
+    table.check(
+        "relabelled back to bronze: the team decides again",
+        format!("{back:?}"),
+        back.is_some(),
     );
 }

@@ -432,7 +432,15 @@ fn rendered_install_applies_unchanged_to_a_real_kube_apiserver() {
     assert!(api.can_i("get", "mutatingwebhookconfigurations/gpu-admission", None));
     assert!(api.can_i("patch", "mutatingwebhookconfigurations/gpu-admission", None));
     assert!(!api.can_i("patch", "mutatingwebhookconfigurations/someone-else", None));
-    assert!(!api.can_i("list", "mutatingwebhookconfigurations", None));
+    // Read-only list/watch of every registration (which namespaces have a restricted instance), never a
+    // write beyond its own.
+    assert!(api.can_i("list", "mutatingwebhookconfigurations", None));
+    assert!(!api.can_i(
+        "delete",
+        "mutatingwebhookconfigurations/gpu-admission",
+        None
+    ));
+    assert!(!api.can_i("list", "validatingwebhookconfigurations", None));
     let d = api.get_json(&["deployment", "gpu-admission-webhook", "-n", NAMESPACE]);
     let args = d["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
     assert!(
@@ -522,7 +530,7 @@ fn rendered_install_applies_unchanged_to_a_real_kube_apiserver() {
 /// `overlays/namespaced` applied unchanged into its team namespace (which the team's admin creates): every
 /// object stored, its Deployments make their Pods, its registration selects only the namespace and sorts
 /// before the cluster-wide one, and its frontend's ServiceAccount may take, renew and release its Lease and
-/// nothing else.
+/// get its own Namespace, and nothing else.
 fn team_instance_applies(api: &Apiserver, namespaced: &Rendered, file: &Path) {
     const TEAM: &str = "gpu-team";
     api.kubectl_ok(&["create", "namespace", TEAM]);
@@ -562,6 +570,10 @@ fn team_instance_applies(api: &Apiserver, namespaced: &Rendered, file: &Path) {
     assert!(!api.can_i_as(sa, "patch", lease, Some("default")));
     assert!(!api.can_i_as(sa, "list", "pods", Some(TEAM)));
     assert!(!api.can_i_as(sa, "list", "namespaces", None));
+    // Its own Namespace by name (the tier label), no other.
+    assert!(api.can_i_as(sa, "get", &format!("namespaces/{TEAM}"), None));
+    assert!(!api.can_i_as(sa, "get", "namespaces/default", None));
+    assert!(!api.can_i_as(sa, "watch", "namespaces", None));
     let scorer = "system:serviceaccount:gpu-team:gpu-admission-scorer";
     assert!(!api.can_i_as(scorer, "get", lease, Some(TEAM)));
 }

@@ -46,10 +46,14 @@ fn the_namespaced_overlay_is_namespaced_but_its_registration() {
         return;
     };
     println!("namespaced: {:?}", m.kinds());
-    // Everything in the team namespace, but the registration; no cluster-wide power at all.
+    // Everything in the team namespace, but the registration and the ClusterRole (and its binding) that
+    // reads the team's own Namespace; no other cluster-wide power at all.
     for o in &m.objects {
         let kind = str_at(o, "/kind");
-        if kind == "MutatingWebhookConfiguration" {
+        if matches!(
+            kind,
+            "MutatingWebhookConfiguration" | "ClusterRole" | "ClusterRoleBinding"
+        ) {
             assert_eq!(str_at(o, "/metadata/namespace"), "");
             continue;
         }
@@ -120,6 +124,25 @@ fn the_namespaced_overlay_is_namespaced_but_its_registration() {
     assert_eq!(strings_at(&rules[0], "/verbs"), ["get", "patch"]);
     let binding = &m.all("RoleBinding")[0];
     assert_eq!(str_at(binding, "/subjects/0/name"), "gpu-admission-webhook");
+    // The tier label: `get` on the team's own Namespace by name, nothing else, bound to the same account.
+    let cluster_roles = m.all("ClusterRole");
+    assert_eq!(cluster_roles.len(), 1);
+    let rules = arr_at(cluster_roles[0], "/rules");
+    assert_eq!(rules.len(), 1);
+    assert_eq!(strings_at(&rules[0], "/apiGroups"), [""]);
+    assert_eq!(strings_at(&rules[0], "/resources"), ["namespaces"]);
+    assert_eq!(strings_at(&rules[0], "/resourceNames"), [TEAM]);
+    assert_eq!(strings_at(&rules[0], "/verbs"), ["get"]);
+    let cluster_binding = &m.all("ClusterRoleBinding")[0];
+    assert_eq!(
+        str_at(cluster_binding, "/roleRef/name"),
+        str_at(cluster_roles[0], "/metadata/name")
+    );
+    assert_eq!(
+        str_at(cluster_binding, "/subjects/0/name"),
+        "gpu-admission-webhook"
+    );
+    assert_eq!(str_at(cluster_binding, "/subjects/0/namespace"), TEAM);
     m.get("Lease", "gpu-admission-ns-lock");
     m.get("ConfigMap", "gpu-admission-policy");
     // The scorer talks to no API.
@@ -131,10 +154,14 @@ fn the_namespaced_overlay_is_namespaced_but_its_registration() {
 
     // The frontend: restricted to the team namespace, --no-kube, its scorer by an absolute name.
     let webhook = args(&m, "gpu-admission-webhook", "webhook");
+    assert!(
+        !webhook.iter().any(|a| a.starts_with("--namespace-tier")),
+        "the tier is read from the cluster: {webhook:?}"
+    );
     for want in [
         format!("--restrict-to-namespaces={TEAM}"),
         "--no-kube".to_string(),
-        format!("--namespace-tier={TEAM}=bronze"),
+        "--release-after-fallbacks=3".to_string(),
         format!("--scorer=http://gpu-admission-scorer.{TEAM}.svc.cluster.local.:50051"),
     ] {
         assert!(webhook.contains(&want), "{want} not in {webhook:?}");

@@ -779,13 +779,10 @@ fn rbac_grants_exactly_what_the_frontend_watches() {
             "webhook-frontend uses Api<{arg}>: add it to KNOWN_TYPES and grant its RBAC"
         );
     }
-    // The automatic certificate mode's Secret and webhook configuration are checked separately.
+    // The automatic certificate mode's Secret and validating configuration are checked separately (the
+    // mutating ones are also watched: which namespaces have a registered restricted instance).
     let cert_resources = [
         ("", "secrets"),
-        (
-            "admissionregistration.k8s.io",
-            "mutatingwebhookconfigurations",
-        ),
         (
             "admissionregistration.k8s.io",
             "validatingwebhookconfigurations",
@@ -824,6 +821,10 @@ fn rbac_grants_exactly_what_the_frontend_watches() {
         (
             "authorization.k8s.io".to_string(),
             "subjectaccessreviews".to_string(),
+        ),
+        (
+            "admissionregistration.k8s.io".to_string(),
+            "mutatingwebhookconfigurations".to_string(),
         ),
     ]
     .into();
@@ -1563,7 +1564,13 @@ fn observer_rbac_grants_exactly_what_it_uses() {
         .collect();
     assert_eq!(
         used,
-        BTreeSet::from(["configmaps", "leases", "nodes", "pods"])
+        BTreeSet::from([
+            "configmaps",
+            "leases",
+            "mutatingwebhookconfigurations",
+            "nodes",
+            "pods"
+        ])
     );
     for arg in &api_types {
         let inner = arg.rsplit('<').next().unwrap().trim_end_matches('>').trim();
@@ -1601,8 +1608,8 @@ fn observer_rbac_grants_exactly_what_it_uses() {
             "{}",
             m.mode
         );
-        // Cluster-wide: read-only Pods, Nodes and the restricted instances' Leases (list + watch, never by
-        // name).
+        // Cluster-wide: read-only Pods, Nodes, the restricted instances' Leases and the registrations that
+        // make them count (list + watch, never by name).
         let cluster = rule_set(arr_at(m.get("ClusterRole", OBSERVER_DEPLOYMENT), "/rules"));
         let keys: Vec<(&str, &str)> = cluster
             .keys()
@@ -1613,7 +1620,11 @@ fn observer_rbac_grants_exactly_what_it_uses() {
             set(&[
                 ("", "nodes"),
                 ("", "pods"),
-                ("coordination.k8s.io", "leases")
+                ("coordination.k8s.io", "leases"),
+                (
+                    "admissionregistration.k8s.io",
+                    "mutatingwebhookconfigurations"
+                )
             ]),
             "{}",
             m.mode

@@ -10,6 +10,7 @@ use prometheus_client::registry::Registry;
 
 use crate::admission::Webhooks;
 use crate::cluster::checkpoints::CheckpointCaches;
+use crate::cluster::namespace_tiers::NamespaceTiers;
 use crate::cluster::workloads::WorkloadOwners;
 use crate::cluster::{ClusterFacts, kube_cache};
 use crate::config::{ClusterSource, Config, TlsMode};
@@ -44,7 +45,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     )?;
     let policy = start_policy(&config, &scorer, &metrics);
 
-    let webhooks = Webhooks::new(
+    let mut webhooks = Webhooks::new(
         scorer,
         cluster.facts,
         policy,
@@ -57,27 +58,44 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     .with_instance(config.instance.clone(), access_client.clone())
     .with_access(access_client.clone())
     .with_body_budget(config.server.body_budget, config.server.body_read_timeout);
+    let holding = match &config.instance {
+        Instance::Restricted(_) => {
+            let holding = Arc::new(restricted::Holding::new(
+                config.hold_rule,
+                webhooks.cluster(),
+                webhooks.policy(),
+            ));
+            webhooks = webhooks.with_holding(holding.clone());
+            Some(holding)
+        }
+        Instance::ClusterWide => None,
+    };
     let readiness = Arc::new(
         webhooks
             .readiness()
             .with_certificate_served(certificate_served),
     );
     let shutdown = Shutdown::install()?;
-    let leases = match &config.instance {
-        Instance::Restricted(namespaces) => {
-            // With --no-kube the API is used for the Leases only.
+    let leases = match (&config.instance, holding) {
+        (Instance::Restricted(namespaces), Some(holding)) => {
+            // With --no-kube the API is used for the Leases and the namespaces' tier labels only.
             let client = match &access_client {
                 Some(client) => client.clone(),
                 None => kube_cache::client().await?,
             };
-            Some(tokio::spawn(restricted::hold_until(
+            let leases = restricted::Leases {
                 client,
+                readiness: readiness.clone(),
+                holding,
+                metrics: metrics.clone(),
+            };
+            Some(tokio::spawn(restricted::hold_until(
+                leases,
                 namespaces.iter().cloned().collect(),
-                readiness.clone(),
                 shutdown.wait(),
             )))
         }
-        Instance::ClusterWide => None,
+        _ => None,
     };
 
     let listener = tokio::net::TcpListener::bind(config.server.listen)
@@ -87,7 +105,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     readiness.set_listening();
     // The contract line (tests read the port from it); printed before the admin server logs its own address.
     eprintln!("webhook-frontend listening on {addr}");
-    let no_kube = matches!(config.cluster, ClusterSource::Static { .. });
+    let no_kube = !matches!(config.cluster, ClusterSource::Kube { .. });
     tracing::info!(%addr, scorer = %config.scorer.endpoint, no_kube, "admission server started");
     if let Some(host) = gpu_admission_core::names::relative_dns_host(&config.scorer.endpoint) {
         tracing::warn!(%host, "the scorer's host is not an absolute DNS name (no trailing dot): it is looked up through the search path first, where another namespace's name can answer; use e.g. gpu-admission-scorer.gpu-admission.svc.cluster.local.");
@@ -173,6 +191,20 @@ async fn start_cluster(source: &ClusterSource) -> anyhow::Result<(Cluster, Optio
                 )),
             };
             Ok((cluster, Some(kube)))
+        }
+        ClusterSource::Namespaces {
+            namespaces,
+            tier_label,
+        } => {
+            // Only these Namespaces, by name: no watch cache of the cluster, and no client for the rest.
+            let tiers = Arc::new(NamespaceTiers::new(namespaces.clone(), tier_label.clone()));
+            tokio::spawn(tiers.clone().read_forever(kube_cache::client().await?));
+            let cluster = Cluster {
+                facts: ClusterFacts::Read(tiers),
+                checkpoints: None,
+                workloads: None,
+            };
+            Ok((cluster, None))
         }
         ClusterSource::Static { tiers } => {
             let cluster = Cluster {

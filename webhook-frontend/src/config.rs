@@ -238,15 +238,35 @@ pub struct ClusterArgs {
     pub namespace_tiers: Vec<String>,
 
     /// Namespace-restricted mode: score the Pods of these namespaces only (comma-separated) and hold the
-    /// Lease `gpu-admission-ns-lock` in each while ready, so that the cluster-wide instance leaves their
-    /// scoring to this one. The tier stays the cluster-wide installation's. With --no-kube the Kubernetes
-    /// API is used for these Leases only (namespaced RBAC).
+    /// Lease `gpu-admission-ns-lock` in each while it can decide them (its scorer answers, its tier is the
+    /// label's), so that the cluster-wide instance leaves their scoring to this one. The tier stays the
+    /// cluster-wide installation's. With --no-kube the Kubernetes API is used for these Leases and for
+    /// reading these Namespaces' tier labels by name only.
     #[arg(
         long = "restrict-to-namespaces",
         env = "WEBHOOK_RESTRICT_TO_NAMESPACES",
         value_delimiter = ','
     )]
     pub restrict_to_namespaces: Vec<String>,
+
+    /// A restricted instance gives its namespaces' Leases back after this many Score calls in a row fell
+    /// back (the cluster-wide scorer takes them over), and takes them again at the first answer.
+    #[arg(
+        long = "release-after-fallbacks",
+        env = "WEBHOOK_RELEASE_AFTER_FALLBACKS",
+        default_value_t = 3,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub release_after_fallbacks: u32,
+
+    /// ... or once its first fallback in a row is this many seconds old with no answer since.
+    #[arg(
+        long = "release-after-failing-secs",
+        env = "WEBHOOK_RELEASE_AFTER_FAILING_SECS",
+        default_value_t = 10,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub release_after_failing_secs: u32,
 
     /// Namespace label holding the tier.
     #[arg(long, env = "WEBHOOK_TIER_LABEL", default_value = DEFAULT_TIER_LABEL)]
@@ -316,6 +336,8 @@ pub struct Config {
     pub admin_listen: SocketAddr,
     /// Cluster-wide, or restricted to `--restrict-to-namespaces`.
     pub instance: gpu_admission_core::ns_lock::Instance,
+    /// When a restricted instance gives its namespaces back.
+    pub hold_rule: gpu_admission_core::ns_lock::hold::HoldRule,
 }
 
 #[derive(Debug, Clone)]
@@ -379,6 +401,12 @@ pub enum ClusterSource {
     },
     /// `--no-kube`: tiers from `--namespace-tier`, PriorityClasses from the policy's buckets.
     Static { tiers: HashMap<String, String> },
+    /// `--no-kube --restrict-to-namespaces`: the tier labels of those namespaces read by name, nothing else
+    /// of the cluster; PriorityClasses from the policy's buckets.
+    Namespaces {
+        namespaces: Vec<String>,
+        tier_label: String,
+    },
 }
 
 /// The floors below which an interval is raised rather than refused (as small values always were).
@@ -402,8 +430,14 @@ impl TryFrom<Args> for Config {
         } = args;
         let instance =
             gpu_admission_core::ns_lock::Instance::from_namespaces(&cluster.restrict_to_namespaces);
+        let hold_rule = gpu_admission_core::ns_lock::hold::HoldRule {
+            max_fallbacks: cluster.release_after_fallbacks,
+            max_failing: time::Duration::seconds(cluster.release_after_failing_secs.into()),
+            ..Default::default()
+        };
         Ok(Self {
             instance,
+            hold_rule,
             server: server.into(),
             tls: tls.try_into()?,
             scorer: scorer.into(),
@@ -555,6 +589,24 @@ impl TryFrom<ClusterArgs> for ClusterSource {
     type Error = anyhow::Error;
 
     fn try_from(args: ClusterArgs) -> anyhow::Result<Self> {
+        let restricted: Vec<String> = args
+            .restrict_to_namespaces
+            .iter()
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty())
+            .collect();
+        if args.no_kube && !restricted.is_empty() {
+            if !args.namespace_tiers.is_empty() {
+                anyhow::bail!(
+                    "--namespace-tier with --restrict-to-namespaces: a restricted instance reads its namespaces' \
+                     tier labels from the cluster (a stated tier goes stale when the namespace is relabelled)"
+                );
+            }
+            return Ok(Self::Namespaces {
+                namespaces: restricted,
+                tier_label: args.tier_label,
+            });
+        }
         if args.no_kube {
             return Ok(Self::Static {
                 tiers: parse_namespace_tiers(&args.namespace_tiers)?,

@@ -121,6 +121,11 @@ pub(crate) struct ReloadLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ReasonLabels {
+    pub(crate) reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ViolationLabels {
     pub(crate) tier: String,
     /// class_outside_tier, priority_above_cap, no_class_fits.
@@ -304,6 +309,10 @@ pub struct Metrics {
     pub(crate) unauthenticated_requests: Counter,
     /// Pods of a workload answered with the scorer's answer for an earlier Pod of it (no Score call).
     pub(crate) workload_answers_reused: Counter,
+    /// Pods a restricted instance recorded that the cluster-wide instance decided again, by reason.
+    pub(crate) restricted_take_overs: Family<ReasonLabels, Counter>,
+    /// Times a restricted instance gave a namespace's Lease back, by reason.
+    pub(crate) restricted_releases: Family<ReasonLabels, Counter>,
 }
 
 impl Metrics {
@@ -329,6 +338,8 @@ impl Metrics {
             accept_errors: Counter::default(),
             unauthenticated_requests: Counter::default(),
             workload_answers_reused: Counter::default(),
+            restricted_take_overs: Family::default(),
+            restricted_releases: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("gpu_admission");
         m.policy.register(r);
@@ -427,6 +438,19 @@ impl Metrics {
             "workload_answers_reused",
             "Pods of a workload answered with the scorer's answer for an earlier Pod of the same workload, without a Score call",
             m.workload_answers_reused.clone(),
+        );
+        r.register(
+            "restricted_take_overs",
+            "Pods a namespace-restricted instance recorded that this cluster-wide instance decided again, by \
+             reason (not_held: no restricted instance holds the namespace's Lease; fell_back: the record says \
+             its scorer did not answer; outside_tier: outside the namespace's current tier)",
+            m.restricted_take_overs.clone(),
+        );
+        r.register(
+            "restricted_releases",
+            "Times this namespace-restricted instance gave a namespace's Lease back while running, by reason \
+             (scorer_failing, tier_unread, tier_unknown)",
+            m.restricted_releases.clone(),
         );
         m
     }

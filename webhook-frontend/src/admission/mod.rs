@@ -56,6 +56,8 @@ pub struct Webhooks {
     instance: Instance,
     /// The restricted instances' Leases (the cluster-wide instance with a cluster only).
     ns_locks: Option<Arc<NsLocks>>,
+    /// A restricted instance's account of what its Leases are held by.
+    holding: Option<Arc<crate::restricted::Holding>>,
 }
 
 /// The default read deadline of a request body: far below the apiserver's 10 s, far above the milliseconds
@@ -85,7 +87,24 @@ impl Webhooks {
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             instance: Instance::ClusterWide,
             ns_locks: None,
+            holding: None,
         }
+    }
+
+    /// The cluster facts the webhooks read (a restricted instance's Leases are held by them too).
+    pub(crate) fn cluster(&self) -> Arc<ClusterFacts> {
+        self.cluster.clone()
+    }
+
+    /// The policy the webhooks enforce.
+    pub(crate) fn policy(&self) -> Arc<PolicyCache> {
+        self.policy.clone()
+    }
+
+    /// A restricted instance: its Score calls are counted for the Leases it holds.
+    pub(crate) fn with_holding(mut self, holding: Arc<crate::restricted::Holding>) -> Self {
+        self.holding = Some(holding);
+        self
     }
 
     /// As `instance`; a cluster-wide instance with a cluster watches the restricted instances' Leases.
@@ -171,6 +190,7 @@ impl Webhooks {
             quota: self.quota.clone(),
             instance: self.instance,
             ns_locks: self.ns_locks,
+            hold: self.holding,
         };
         let namespace = ValidateNamespace {
             cluster: self.cluster.clone(),

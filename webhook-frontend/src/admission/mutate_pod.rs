@@ -25,12 +25,13 @@ use crate::cluster::access::AccessReviews;
 use crate::cluster::ns_locks::NsLocks;
 use crate::cluster::usage::QuotaUsage;
 use crate::cluster::workloads::{self, WorkloadOwners};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ReasonLabels};
 use crate::policy::PolicyCache;
 use crate::scorer_client::Scorer;
 use crate::workload_answers::WorkloadAnswers;
 use gpu_admission_core::authority::Grants;
-use gpu_admission_core::ns_lock::{Instance, NsLock};
+use gpu_admission_core::ns_lock::take_over::{self, TakenOver};
+use gpu_admission_core::ns_lock::{Instance, NsLock, who_scores};
 use gpu_admission_core::quota::Usage;
 
 /// What `/mutate-pod` reads.
@@ -50,6 +51,8 @@ pub(crate) struct MutatePod {
     pub(crate) instance: Instance,
     /// The restricted instances' Leases, which the cluster-wide instance leaves scoring to.
     pub(crate) ns_locks: Option<Arc<NsLocks>>,
+    /// A restricted instance's account of its Score calls, which its Leases are held by.
+    pub(crate) hold: Option<Arc<crate::restricted::Holding>>,
 }
 
 impl Webhook for MutatePod {
@@ -114,15 +117,22 @@ impl MutatePod {
             }
             None => Grants::none(),
         };
-        let ports = Ports {
+        let mut ports = Ports {
             hook: self,
             policy: &policy,
             grants: &grants,
             call,
             budget: self.scorer.deadline(call.apiserver_timeout),
             scorer_call: Mutex::new(None),
+            taken_over: false,
         };
-        let mutated = mutate_pod::admit(uid, req, &policy, &ports).await;
+        let taken = self.take_over(uid, req, &ports);
+        ports.taken_over = taken.is_some();
+        let req: &AdmissionRequest<Pod> = taken.as_ref().map_or(req, |t| &t.request);
+        let mut mutated = mutate_pod::admit(uid, req, &policy, &ports).await;
+        if let Some(t) = &taken {
+            t.prefix(&mut mutated.answer);
+        }
         match &mutated.admitted {
             Admitted::Skipped(skip) => skipped(&call.span, skip.as_str(), ""),
             Admitted::Capped(c) => {
@@ -160,7 +170,48 @@ impl MutatePod {
         if let Some(q) = &mutated.quota {
             tracing::info!(uid, quota = %q.record(), "quota");
         }
+        // A kept answer is no Score call: it says nothing of whether the scorer answers now.
+        if let Admitted::Decided(d) = &mutated.admitted
+            && !d.reused
+            && let Some(hold) = &self.hold
+        {
+            hold.observe(d.decision.scorer_result);
+        }
         (mutated.outcome(), mutated.answer)
+    }
+
+    /// The cluster-wide instance, before deciding: a Pod a restricted instance recorded that it decides
+    /// again (core's [`take_over::taken_over`]), as the request to decide and the operations that clear
+    /// the restricted decision.
+    fn take_over(
+        &self,
+        uid: &str,
+        req: &AdmissionRequest<Pod>,
+        ports: &Ports<'_>,
+    ) -> Option<TakenOver> {
+        use mutate_pod::MutatePorts as _;
+        // Most Pods carry no restricted record: nothing to read for them.
+        if self.instance != Instance::ClusterWide
+            || !req
+                .object
+                .as_ref()
+                .is_some_and(take_over::restricted_record)
+        {
+            return None;
+        }
+        let ns = req.namespace.as_deref()?;
+        let lock = ports.ns_lock(ns);
+        let who = who_scores(&self.instance, ns, lock.as_ref(), OffsetDateTime::now_utc());
+        let taken =
+            ports.with_facts(|facts| take_over::taken_over(req, &who, facts, ports.policy))?;
+        self.metrics
+            .restricted_take_overs
+            .get_or_create(&ReasonLabels {
+                reason: taken.why.as_str(),
+            })
+            .inc();
+        tracing::info!(uid, namespace = ns, reason = taken.why.as_str(), why = ?taken.why, "a restricted instance's decision is decided again here");
+        Some(taken)
     }
 }
 
@@ -175,6 +226,8 @@ struct Ports<'r> {
     budget: Duration,
     /// How long the Score call took, when one was made.
     scorer_call: Mutex<Option<Duration>>,
+    /// A restricted instance's Pod decided again here: no Lease leaves it to another instance.
+    taken_over: bool,
 }
 
 impl mutate_pod::MutatePorts for Ports<'_> {
@@ -224,6 +277,9 @@ impl mutate_pod::MutatePorts for Ports<'_> {
     }
 
     fn ns_lock(&self, namespace: &str) -> Option<NsLock> {
+        if self.taken_over {
+            return None;
+        }
         self.hook.ns_locks.as_ref()?.lock(namespace)
     }
 

@@ -5,6 +5,7 @@ pub(crate) mod access;
 pub(crate) mod checkpoints;
 pub(crate) mod dra;
 pub(crate) mod kube_cache;
+pub(crate) mod namespace_tiers;
 pub(crate) mod ns_locks;
 pub(crate) mod optional_api;
 pub(crate) mod quota_ledger;
@@ -12,6 +13,7 @@ pub(crate) mod usage;
 pub(crate) mod workloads;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use gpu_admission_core::authority::Grants;
 use gpu_admission_core::facts::Facts;
@@ -28,6 +30,9 @@ pub enum ClusterFacts {
     /// `--no-kube`: tiers from `--namespace-tier NS=TIER`; PriorityClasses from the policy's buckets (looked up
     /// by the caller in the policy snapshot).
     Static { tiers: HashMap<String, String> },
+    /// A restricted instance with `--no-kube`: the tiers of its namespaces read by name (nothing else of
+    /// the cluster); PriorityClasses from the policy's buckets.
+    Read(Arc<namespace_tiers::NamespaceTiers>),
 }
 
 impl ClusterFacts {
@@ -35,6 +40,7 @@ impl ClusterFacts {
         match self {
             ClusterFacts::Kube(k) => k.namespace_tier(namespace),
             ClusterFacts::Static { tiers } => tiers.get(namespace).cloned(),
+            ClusterFacts::Read(tiers) => tiers.tier(namespace),
         }
     }
 
@@ -43,6 +49,7 @@ impl ClusterFacts {
         match self {
             ClusterFacts::Kube(k) => k.is_synced(),
             ClusterFacts::Static { .. } => true,
+            ClusterFacts::Read(tiers) => tiers.is_synced(),
         }
     }
 
@@ -50,7 +57,7 @@ impl ClusterFacts {
     pub(crate) fn priority_classes(&self) -> Option<&dyn PriorityClassLookup> {
         match self {
             ClusterFacts::Kube(k) => Some(k),
-            ClusterFacts::Static { .. } => None,
+            ClusterFacts::Static { .. } | ClusterFacts::Read(_) => None,
         }
     }
 
@@ -59,6 +66,7 @@ impl ClusterFacts {
         match self {
             ClusterFacts::Kube(k) => k.tier_label(),
             ClusterFacts::Static { .. } => DEFAULT_TIER_LABEL,
+            ClusterFacts::Read(tiers) => tiers.tier_label(),
         }
     }
 
@@ -69,7 +77,7 @@ impl ClusterFacts {
                 Some(labels) => tier_bound::node_class(labels.as_ref(), policy.catalog()),
                 None => NodeClass::Unknown,
             },
-            ClusterFacts::Static { .. } => NodeClass::Unknown,
+            ClusterFacts::Static { .. } | ClusterFacts::Read(_) => NodeClass::Unknown,
         }
     }
 
@@ -84,7 +92,7 @@ impl ClusterFacts {
         let nodes = |name: &str| self.node_class(name, policy);
         let claim_templates: &dyn ClaimTemplates = match self {
             ClusterFacts::Kube(k) => k.dra(),
-            ClusterFacts::Static { .. } => &NoClaimTemplates,
+            ClusterFacts::Static { .. } | ClusterFacts::Read(_) => &NoClaimTemplates,
         };
         decide(&Facts {
             tier_of: &tier_of,

@@ -287,3 +287,53 @@ fn restrict_to_namespaces_makes_a_restricted_instance() {
     assert_eq!(c.instance, Instance::from_namespaces(["team-a", "team-b"]));
     assert_eq!(c.instance.name(), "restricted:team-a,team-b");
 }
+
+#[test]
+fn a_restricted_instance_reads_its_tiers_and_states_when_it_gives_its_namespaces_back() {
+    let c = config(&[
+        "--self-signed=d",
+        "--no-kube",
+        "--restrict-to-namespaces=gpu-team, lab",
+        "--release-after-fallbacks=5",
+        "--release-after-failing-secs=20",
+    ])
+    .unwrap();
+    let ClusterSource::Namespaces {
+        namespaces,
+        tier_label,
+    } = &c.cluster
+    else {
+        panic!("{:?}", c.cluster)
+    };
+    assert_eq!(namespaces, &["gpu-team", "lab"]);
+    assert_eq!(tier_label, DEFAULT_TIER_LABEL);
+    assert_eq!(c.hold_rule.max_fallbacks, 5);
+    assert_eq!(c.hold_rule.max_failing, time::Duration::seconds(20));
+    // The defaults: 3 fallbacks or 10 s.
+    let c = config(&["--self-signed=d", "--no-kube", "--restrict-to-namespaces=a"]).unwrap();
+    assert_eq!(
+        c.hold_rule,
+        gpu_admission_core::ns_lock::hold::HoldRule::default()
+    );
+    // A stated tier is what goes stale: refused beside --restrict-to-namespaces.
+    let err = config(&[
+        "--self-signed=d",
+        "--no-kube",
+        "--restrict-to-namespaces=a",
+        "--namespace-tier=a=bronze",
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("--namespace-tier with --restrict-to-namespaces"),
+        "{err}"
+    );
+    let err = config(&[
+        "--self-signed=d",
+        "--restrict-to-namespaces=a",
+        "--release-after-fallbacks=0",
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("--release-after-fallbacks"), "{err}");
+}

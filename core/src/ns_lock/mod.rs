@@ -1,15 +1,23 @@
 //! Who scores a namespace's Pods. A namespace-restricted instance (a team's own frontend and
 //! scorer, `--restrict-to-namespaces`) holds the `coordination.k8s.io/v1` Lease [`LEASE_NAME`] in each of its
-//! namespaces while it is ready; the cluster-wide instance watches those Leases and leaves **scoring** of a
-//! namespace with an active, unexpired Lease to it. Only scoring: the tier bound and the priority cap are
-//! still added by the cluster-wide `/mutate-pod` when a Pod comes without them, and every `/validate-*` stays
-//! the cluster-wide installation's whatever a Lease says, so a Lease anyone creates in her namespace chooses
-//! her scorer and nothing else.
+//! namespaces while it can decide them ([`hold`]); the cluster-wide instance watches those Leases and leaves
+//! **scoring** of a namespace with an active, unexpired Lease to it, as long as a cluster admin registered a
+//! restricted instance for the namespace ([`registration`]), and decides again what the restricted instance
+//! left on a fallback or outside the namespace's current tier ([`take_over`]). Only scoring: the tier bound
+//! and the priority cap are still added by the cluster-wide `/mutate-pod` when a Pod comes without them, and
+//! every `/validate-*` stays the cluster-wide installation's whatever a Lease says.
+
+pub mod hold;
+pub mod registration;
+pub mod take_over;
 
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::Pod;
 use time::OffsetDateTime;
+
+/// What a restricted instance's name (`decided-by`) starts with.
+pub const RESTRICTED_PREFIX: &str = "restricted:";
 
 /// The name of the Lease a restricted instance holds in each of its namespaces.
 pub const LEASE_NAME: &str = "gpu-admission-ns-lock";
@@ -80,7 +88,7 @@ impl Instance {
             Instance::ClusterWide => CLUSTER_WIDE.to_string(),
             Instance::Restricted(ns) => {
                 format!(
-                    "restricted:{}",
+                    "{RESTRICTED_PREFIX}{}",
                     ns.iter().cloned().collect::<Vec<_>>().join(",")
                 )
             }
