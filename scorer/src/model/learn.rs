@@ -207,6 +207,58 @@ fn weigh_down<'o>(
     (std::borrow::Cow::Owned(at_bound), true)
 }
 
+/// Records the slowdown `(slowdown, weight)` of a run of `name` next to `other`, reported by `tenant`.
+///
+/// Learned for both job types only when both are the run's tenant's (or it carries none): else it teaches
+/// `name`'s avoid-list (its tenant's), not the neighbour's. A tenant's own name's neighbours are named as
+/// its tenant reads them (`interference`). A pair of a tenant's own name for a listed job type (`L@t`)
+/// and a job type the tenant owns (`U`) is read under two names: by `L@t` as (L@t, U), and by `U` as
+/// (U, L), since `U` reads the listed job types by their plain names; a run of either is recorded under
+/// both, so each side reads all of the pair's runs, not only its own.
+fn record_pair(
+    policy: &Policy,
+    learned: &mut Learned,
+    tenant: Option<&str>,
+    name: &str,
+    other: &str,
+    (slowdown, weight): (f64, f64),
+    seq: u64,
+) {
+    let read_as = if tenants::is_tenant_name(name) {
+        tenants::neighbour_of(policy, tenant, other)
+    } else {
+        std::borrow::Cow::Borrowed(other)
+    };
+    let read_as = read_as.as_ref();
+    let its_own =
+        |n: &str, t: &str| tenants::tenant_in(n).or_else(|| learned.owners.tenant_of(n)) == Some(t);
+    let both_its_own = tenant.is_none_or(|t| its_own(name, t) && its_own(read_as, t));
+    let table = &mut learned.interference;
+    if !both_its_own || learned.owners.differ(name, read_as) {
+        table.record_directed(name, read_as, slowdown, weight, seq);
+    } else {
+        table.record_weighted(name, read_as, slowdown, weight, seq);
+    }
+    let Some(t) = tenant else {
+        return;
+    };
+    let owned_plain =
+        |n: &str| !tenants::is_tenant_name(n) && learned.owners.tenant_of(n) == Some(t);
+    if tenants::tenant_in(name) == Some(t) && owned_plain(read_as) {
+        // L@t next to U: U reads it as (U, L).
+        table.record_directed(read_as, tenants::base(name), slowdown, weight, seq);
+        return;
+    }
+    if !owned_plain(name) {
+        return;
+    }
+    let mirror = tenants::neighbour_of(policy, tenant, other);
+    if mirror.as_ref() != other {
+        // U next to L: L@t reads it as (L@t, U).
+        table.record_weighted(name, &mirror, slowdown, weight, seq);
+    }
+}
+
 /// Learns the slowdown of a co-located run (log 1-GPU runtime `y` on class `class`) and returns its log
 /// runtime with the estimated slowdown taken out.
 ///
@@ -266,30 +318,16 @@ fn learn_colocated(
             // known runtime. So a run next to two job types teaches each pair less while the other is
             // unknown, and what the other's slowdown does not explain is not all put on this one.
             let weight = noise / (noise + expected.log_var + spread - spreads[k]);
-            // Learned for both job types only when both are the run's tenant's (or it carries none): else
-            // it teaches `name`'s avoid-list (its tenant's), not the neighbour's.
             let tenant = obs.tenant.as_deref().filter(|t| !t.is_empty());
-            // A tenant's own name's neighbours are named as its tenant reads them (`interference`).
-            let other = if tenants::is_tenant_name(name) {
-                tenants::neighbour_of(policy, tenant, other)
-            } else {
-                std::borrow::Cow::Borrowed(*other)
-            };
-            let other = other.as_ref();
-            let both_its_own = tenant.is_none_or(|t| {
-                [name, other].into_iter().all(|n| {
-                    tenants::tenant_in(n).or_else(|| learned.owners.tenant_of(n)) == Some(t)
-                })
-            });
-            if !both_its_own || learned.owners.differ(name, other) {
-                learned
-                    .interference
-                    .record_directed(name, other, slowdown, weight, seq);
-            } else {
-                learned
-                    .interference
-                    .record_weighted(name, other, slowdown, weight, seq);
-            }
+            record_pair(
+                policy,
+                learned,
+                tenant,
+                name,
+                other,
+                (slowdown, weight),
+                seq,
+            );
         }
     }
     let total = interference::total_slowdown(
