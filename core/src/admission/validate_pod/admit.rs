@@ -163,6 +163,9 @@ pub async fn admit<P: ValidatePorts>(
     ports: &P,
 ) -> Validated {
     // DRA admin access to GPUs is a power of its own, in every mode (as the tier label is).
+    if let Some(denied) = record_rewritten(req) {
+        return denied;
+    }
     let admin_access = ports.with_facts(&Grants::none(), |f| {
         crate::admission::validate_claim::asks_gpu_admin_access(req, policy, f.claim_templates)
     });
@@ -194,6 +197,50 @@ pub async fn admit<P: ValidatePorts>(
 }
 
 /// A GPU claim with `adminAccess: true` by a requester without `use adminaccess`: denied, whatever the mode.
+/// A Pod UPDATE that changes which instance decided the Pod (`decided-by`): instances write it at CREATE only,
+/// and the observer routes and learns a run by it, so no UPDATE may change it, add it or remove it, in every
+/// mode (as the tier label). Its forgery at CREATE is the mutation's to undo (`crate::ns_lock::take_over`).
+fn record_rewritten(req: &AdmissionRequest<DynamicObject>) -> Option<Validated> {
+    use crate::names::decision::ANN_DECIDED_BY;
+    if req.operation != kube_core::admission::Operation::Update
+        || !req.kind.group.is_empty()
+        || req.kind.kind != "Pod"
+    {
+        return None;
+    }
+    let decided_by = |o: Option<&DynamicObject>| {
+        o.and_then(|o| o.metadata.annotations.as_ref())
+            .and_then(|a| a.get(ANN_DECIDED_BY))
+            .cloned()
+    };
+    let (before, after) = (
+        decided_by(req.old_object.as_ref()),
+        decided_by(req.object.as_ref()),
+    );
+    if before == after || req.object.is_none() {
+        return None;
+    }
+    let shown = |v: &Option<String>| {
+        v.as_deref()
+            .map_or("none".to_string(), |v| format!("{v:?}"))
+    };
+    Some(Validated {
+        check: Check::NotOurs("an UPDATE rewriting the decision record"),
+        quota: None,
+        verdict: Verdict {
+            denied: Some(format!(
+                "gpu-admission: Pod {}/{}: {ANN_DECIDED_BY} is written by the instance that decided the Pod, at \
+                 its CREATE, and never changes (it was {}, the update makes it {}); create a new Pod instead",
+                req.namespace.as_deref().unwrap_or(""),
+                req.name,
+                shown(&before),
+                shown(&after)
+            )),
+            warnings: Vec::new(),
+        },
+    })
+}
+
 fn admin_access_denied(req: &AdmissionRequest<DynamicObject>, grants: &Grants) -> Validated {
     let p = Permission::AdminAccess;
     let user = req
@@ -379,4 +426,62 @@ async fn claim_step<P: ValidatePorts>(
         });
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn update(
+        before: Option<&str>,
+        after: Option<&str>,
+        kind: &str,
+    ) -> AdmissionRequest<DynamicObject> {
+        let pod = |by: Option<&str>| {
+            let mut ann = json!({"gpu-admission.io/decided-at": "2026-11-29T10:00:00Z"});
+            if let Some(by) = by {
+                ann["gpu-admission.io/decided-by"] = json!(by);
+            }
+            json!({"apiVersion": "v1", "kind": kind, "metadata": {"name": "p", "namespace": "team", "annotations": ann}})
+        };
+        serde_json::from_value(json!({
+            "uid": "u", "kind": {"group": "", "version": "v1", "kind": kind},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "name": "p", "namespace": "team", "operation": "UPDATE", "userInfo": {"username": "alice"},
+            "object": pod(after), "oldObject": pod(before)
+        }))
+        .unwrap()
+    }
+
+    /// A tenant cannot add, change or remove `decided-by` on an UPDATE (her runs would go to another scorer);
+    /// an UPDATE that leaves it as it was is not this rule's, nor is any other kind.
+    #[test]
+    fn no_update_rewrites_who_decided_a_pod() {
+        for (before, after) in [
+            (None, Some("restricted:team")),
+            (Some("restricted:team"), None),
+            (Some("restricted:team"), Some("restricted:other")),
+        ] {
+            let denied = record_rewritten(&update(before, after, "Pod"))
+                .and_then(|v| v.verdict.denied)
+                .unwrap_or_else(|| panic!("{before:?} -> {after:?} admitted"));
+            assert!(
+                denied.contains(
+                    "gpu-admission.io/decided-by is written by the instance that decided the Pod"
+                ),
+                "{denied}"
+            );
+        }
+        assert!(
+            record_rewritten(&update(
+                Some("restricted:team"),
+                Some("restricted:team"),
+                "Pod"
+            ))
+            .is_none()
+        );
+        assert!(record_rewritten(&update(None, None, "Pod")).is_none());
+        assert!(record_rewritten(&update(None, Some("x"), "ConfigMap")).is_none());
+    }
 }
