@@ -126,7 +126,8 @@ impl MutatePod {
             scorer_call: Mutex::new(None),
             taken_over: false,
         };
-        let taken = self.take_over(uid, req, &ports);
+        // Boxed: it holds a whole request, and this future (copied as it is created) holds it across awaits.
+        let taken = self.take_over(uid, req, &ports).map(Box::new);
         ports.taken_over = taken.is_some();
         let req: &AdmissionRequest<Pod> = taken.as_ref().map_or(req, |t| &t.request);
         let mut mutated = mutate_pod::admit(uid, req, &policy, &ports).await;

@@ -201,7 +201,9 @@ async fn run<W: Webhook>(webhook: &W, body: &[u8], claim: Option<&Claim>, call: 
         record(webhook, "unknown", "shed", call.started.elapsed());
         return claim.refused_response(why, W::NAME);
     }
-    let reply = webhook.admit(&review, &call).await;
+    // On the heap: the decision's future is large (SubjectAccessReviews, the scorer's call, the namespace
+    // lock), and every future that holds it by value is moved (copied) when it is created and instrumented.
+    let reply = Box::pin(webhook.admit(&review, &call)).await;
     call.span.record("admission.outcome", reply.outcome);
     let encoded = match &reply.body {
         Body::Answer(answer) => review::encode(review.api_version(), review.uid(), answer),

@@ -111,7 +111,10 @@ impl AccessReviews {
         {
             return *answer;
         }
-        let answer = match tokio::time::timeout(REVIEW_TIMEOUT, review(client, &key)).await {
+        // On the heap: the client's request future is large, and every caller's future would hold (and copy)
+        // it by value, on every admission, asked or not.
+        let asked = Box::pin(review(client, &key));
+        let answer = match tokio::time::timeout(REVIEW_TIMEOUT, asked).await {
             Ok(Ok(allowed)) => allowed,
             Ok(Err(err)) => {
                 tracing::warn!(error = %err, question = ?q, answered = on_failure, "SubjectAccessReview failed");
