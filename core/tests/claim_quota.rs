@@ -24,7 +24,8 @@ const NS: &str = "team-a";
 
 struct Ports {
     usage: Usage,
-    running: Pod,
+    /// The Pods the watch holds.
+    stored: Vec<Pod>,
     /// The powers the requester holds.
     holds: Vec<Permission>,
 }
@@ -49,16 +50,13 @@ impl ValidatePorts for Ports {
         true
     }
 
-    fn pods_naming_claim(&self, namespace: &str, claim: &str) -> Vec<Pod> {
-        let names = |p: &Pod| {
-            p.spec
-                .iter()
-                .flat_map(|s| s.resource_claims.iter().flatten())
-                .any(|c| c.resource_claim_name.as_deref() == Some(claim))
-        };
-        (namespace == NS && names(&self.running))
-            .then(|| self.running.clone())
-            .into_iter()
+    fn pods_served_by(&self, namespace: &str, claim: &quota::ClaimRef) -> Vec<Pod> {
+        let ours = |p: &&Pod| p.metadata.namespace.as_deref() == Some(namespace);
+        self.stored
+            .iter()
+            .filter(ours)
+            .filter(|p| claim.serves(p))
+            .cloned()
             .collect()
     }
 
@@ -103,14 +101,31 @@ fn answer_to(body: &[u8], holds: Vec<Permission>) -> (Option<String>, bool) {
     let policy = PolicySnapshot::from_policy(Arc::new(
         gpu_admission_policy::parse(&text, "p.yaml").unwrap(),
     ));
-    let running: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "trainer", "namespace": NS, "uid": "pod-1"},
-        "spec": {"nodeSelector": {"gpu.nvidia.com/class": "L4-24GB"},
-            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}],
-            "resourceClaims": [{"name": "extra", "resourceClaimName": "gpus"}]}
-    }))
-    .unwrap();
-    // What the watch counted: its own GPU (the claim was a NIC then).
+    let running = |name: &str, uid: &str, claim: serde_json::Value| -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": NS, "uid": uid},
+            "spec": {"nodeSelector": {"gpu.nvidia.com/class": "L4-24GB"},
+                "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}],
+                "resourceClaims": [claim]}
+        }))
+        .unwrap()
+    };
+    // One names the claim `gpus`; the other a template the watch cannot read (yet), whose claim the
+    // ResourceClaim controller makes.
+    let stored = vec![
+        running(
+            "trainer",
+            "pod-1",
+            json!({"name": "extra", "resourceClaimName": "gpus"}),
+        ),
+        running(
+            "worker",
+            "pod-2",
+            json!({"name": "gpu", "resourceClaimTemplateName": "later"}),
+        ),
+    ];
+    // What the watch counted: the trainer's own GPU (the claim was a NIC then); the worker is another
+    // namespace's business here (its own GPU is left out so that the trainer's arithmetic reads as before).
     let mut usage = Usage::default();
     let one = Counted {
         classes: [("L4-24GB".to_string(), 1000)].into(),
@@ -119,7 +134,7 @@ fn answer_to(body: &[u8], holds: Vec<Permission>) -> (Option<String>, bool) {
     usage.add("bronze", NS, &one, 1);
     let ports = Ports {
         usage,
-        running,
+        stored,
         holds,
     };
     let incoming = review::decode_object(body).unwrap();
@@ -146,6 +161,35 @@ fn a_claim_a_running_pod_names_is_that_pod_asking_again() {
     assert_eq!(answer("gpus", 1), (None, false));
     // A claim no stored Pod names: its Pod's CREATE is where it is counted.
     assert_eq!(answer("other", 4), (None, false));
+}
+
+/// The ResourceClaim controller's claim for a Pod's template (its controlling owner the Pod, the annotation
+/// naming the Pod's entry) is that Pod asking again with the claim, whatever the template said when the Pod
+/// was counted: made as 4 GPUs it is denied; for a Pod the watch does not hold, or not controlled by its
+/// Pod, it is no quota question here.
+#[test]
+fn a_claim_made_from_a_pods_template_is_that_pod_asking_again() {
+    let made = |count: u32, owner_uid: &str, controller: bool| {
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&claim_create("worker-gpu-x7k2p", count)).unwrap();
+        let meta = &mut v["request"]["object"]["metadata"];
+        meta["annotations"] = json!({"resource.kubernetes.io/pod-claim-name": "gpu"});
+        meta["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "Pod", "name": "worker",
+            "uid": owner_uid, "controller": controller, "blockOwnerDeletion": true}]);
+        serde_json::to_vec(&v).unwrap()
+    };
+    let (denied, decided) = answer_to(&made(4, "pod-2", true), Vec::new());
+    let message = denied.expect("4 GPUs through the template's claim, against a max of 2: denied");
+    assert!(decided);
+    assert!(message.contains("this Pod asks for 5"), "{message}");
+    assert_eq!(
+        answer_to(&made(4, "pod-9", true), Vec::new()),
+        (None, false)
+    );
+    assert_eq!(
+        answer_to(&made(4, "pod-2", false), Vec::new()),
+        (None, false)
+    );
 }
 
 /// A GPU claim asking for `adminAccess: true` needs `use adminaccess`, whatever the tier allows (in tier: one

@@ -147,6 +147,39 @@ pub fn counted(policy: &Policy, holdings: &Holdings, classes: &BTreeSet<String>)
     out
 }
 
+/// A stored Pod as what it holds: each template entry whose claim the ResourceClaim controller has made
+/// (`status.resourceClaimStatuses`) and the cluster holds names that claim, for it is what the scheduler
+/// allocates, whatever the template says now (changed, or deleted). `None` when nothing changes.
+fn as_held(pod: &Pod, namespace: &str, templates: &dyn ClaimTemplates) -> Option<Pod> {
+    let made: Vec<(&str, &str)> = pod
+        .status
+        .iter()
+        .flat_map(|s| s.resource_claim_statuses.iter().flatten())
+        .filter_map(|s| Some((s.name.as_str(), s.resource_claim_name.as_deref()?)))
+        .filter(|(_, claim)| templates.claim(namespace, claim).is_some())
+        .collect();
+    if made.is_empty() {
+        return None;
+    }
+    let mut pod = pod.clone();
+    for (entry, claim) in made {
+        name_claim(&mut pod, entry, claim);
+    }
+    Some(pod)
+}
+
+/// Makes `pod`'s template entry `entry` name the ResourceClaim `claim` instead.
+pub(crate) fn name_claim(pod: &mut Pod, entry: &str, claim: &str) {
+    let entries = pod
+        .spec
+        .iter_mut()
+        .flat_map(|s| s.resource_claims.iter_mut().flatten());
+    for e in entries.filter(|e| e.name == entry && e.resource_claim_template_name.is_some()) {
+        e.resource_claim_template_name = None;
+        e.resource_claim_name = Some(claim.to_string());
+    }
+}
+
 /// A Pod's count in its tier: the holdings of [`gpu_ask`] of its spec against [`classes_of`] it. `None` for
 /// a Pod without GPUs (or without a spec).
 pub fn of_pod(
@@ -158,7 +191,8 @@ pub fn of_pod(
     templates: &dyn ClaimTemplates,
 ) -> Option<Counted> {
     let policy = snapshot.policy.as_deref()?;
-    let spec = pod.spec.as_ref()?;
+    let held = as_held(pod, namespace, templates);
+    let spec = held.as_ref().unwrap_or(pod).spec.as_ref()?;
     let ask = gpu_ask(spec, namespace, &snapshot.gpu_resources, templates);
     let h = &ask.holdings;
     if h.running.is_empty() && h.init.is_empty() && h.claims.is_empty() {

@@ -96,17 +96,12 @@ impl HeldPods {
         self.stored.contains_key(uid)
     }
 
-    /// The stored Pods of `namespace` that name the ResourceClaim `claim` (`resourceClaimName`).
-    pub fn naming_claim(&self, namespace: &str, claim: &str) -> Vec<Pod> {
+    /// The stored Pods of `namespace` that `claim` serves (they name it, or it was made for one of them).
+    pub fn served_by(&self, namespace: &str, claim: &super::ClaimRef) -> Vec<Pod> {
         self.stored
             .values()
             .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
-            .filter(|p| {
-                p.spec
-                    .iter()
-                    .flat_map(|s| s.resource_claims.iter().flatten())
-                    .any(|c| c.resource_claim_name.as_deref() == Some(claim))
-            })
+            .filter(|p| claim.serves(p))
             .cloned()
             .collect()
     }

@@ -381,9 +381,79 @@ pub fn never_fits(
 /// What a Pod of a namespace counts against its tier's quota: (tier, namespace, count).
 pub type Ask = (String, String, demand::Counted);
 
-/// A ResourceClaim CREATE that stored Pods of its namespace already name (`resourceClaimName`: a claim
-/// deleted and created again, or created after its Pod): each such Pod asking again with this claim, as
-/// (what it counts with the claim, what it counts without it). Empty for anything else.
+/// The annotation the ResourceClaim controller writes on a claim it makes from a Pod's template: the Pod's
+/// claim entry (`spec.resourceClaims[].name`) the claim serves.
+pub const POD_CLAIM_NAME: &str = "resource.kubernetes.io/pod-claim-name";
+
+/// A ResourceClaim as the Pods it serves see it: by its name (`resourceClaimName`), and, for a claim the
+/// ResourceClaim controller made from a Pod's `resourceClaimTemplateName`, as that Pod's claim entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRef {
+    pub name: String,
+    pub made_for: Option<MadeFor>,
+}
+
+/// The Pod a template-made claim serves: its controlling owner (`ownerReferences`, `controller: true`,
+/// kind Pod) and the entry [`POD_CLAIM_NAME`] names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MadeFor {
+    pub pod_uid: String,
+    pub entry: String,
+}
+
+impl ClaimRef {
+    /// The claim of this metadata; `None` without a name.
+    pub fn of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<Self> {
+        let owner = meta
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true) && o.kind == "Pod" && o.api_version == "v1");
+        let entry = meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(POD_CLAIM_NAME));
+        Some(ClaimRef {
+            name: meta.name.clone()?,
+            made_for: owner.zip(entry).map(|(o, e)| MadeFor {
+                pod_uid: o.uid.clone(),
+                entry: e.clone(),
+            }),
+        })
+    }
+
+    /// Whether `pod` is served by this claim: it names it, or the claim was made for it.
+    pub fn serves(&self, pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+        let names = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.resource_claims.iter().flatten())
+            .any(|c| c.resource_claim_name.as_deref() == Some(self.name.as_str()));
+        names || self.made_for_pod(pod).is_some()
+    }
+
+    fn made_for_pod(&self, pod: &k8s_openapi::api::core::v1::Pod) -> Option<&MadeFor> {
+        self.made_for
+            .as_ref()
+            .filter(|m| pod.metadata.uid.as_deref() == Some(m.pod_uid.as_str()))
+    }
+
+    /// `pod` as it is once this claim exists: a template entry the claim was made for names the claim
+    /// instead (what the scheduler allocates is the claim, whatever the template says now).
+    fn served(&self, pod: &k8s_openapi::api::core::v1::Pod) -> k8s_openapi::api::core::v1::Pod {
+        let mut pod = pod.clone();
+        if let Some(m) = self.made_for_pod(&pod).cloned() {
+            demand::name_claim(&mut pod, &m.entry, &self.name);
+        }
+        pod
+    }
+}
+
+/// A ResourceClaim CREATE that stored Pods of its namespace already wait for (they name it by
+/// `resourceClaimName`: a claim deleted and created again, or created after its Pod; or the ResourceClaim
+/// controller made it from a Pod's template, which may have changed since the Pod was counted): each such
+/// Pod asking again with this claim, as (what it counts with the claim, what it counted before). Empty for
+/// anything else.
 pub fn claim_reasks(
     req: &kube_core::admission::AdmissionRequest<kube_core::DynamicObject>,
     snapshot: &crate::policy::PolicySnapshot,
@@ -402,7 +472,10 @@ pub fn claim_reasks(
     let (Some(claim), Some(namespace)) = (claim, req.namespace.as_deref()) else {
         return Vec::new();
     };
-    let name = claim.metadata.name.clone().unwrap_or_default();
+    let Some(claim_ref) = ClaimRef::of(&claim.metadata) else {
+        return Vec::new();
+    };
+    let name = claim_ref.name.clone();
     let with = ClaimAs {
         inner: facts.claim_templates,
         name: &name,
@@ -422,8 +495,9 @@ pub fn claim_reasks(
         ..*facts
     };
     pods.iter()
+        .filter(|pod| claim_ref.serves(pod))
         .filter_map(|pod| {
-            let ask = of_pod_in(pod, namespace, snapshot, &facts_with)?;
+            let ask = of_pod_in(&claim_ref.served(pod), namespace, snapshot, &facts_with)?;
             let before = of_pod_in(pod, namespace, snapshot, &facts_without)
                 .map(|(_, _, c)| c)
                 .unwrap_or_default();

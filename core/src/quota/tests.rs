@@ -528,6 +528,64 @@ fn a_pod_counts_what_it_may_be_allocated_resource_by_resource() {
     assert_eq!(count(&with_claim, &all), Some(8_000));
 }
 
+/// A stored Pod whose template the ResourceClaim controller has turned into a claim counts that claim (what
+/// the scheduler allocates), not the template as it is now: a template deleted, or re-created smaller, after
+/// the claim was made moves nothing; before the claim exists, or when it cannot be read, the template counts.
+#[test]
+fn a_pod_counts_the_claim_made_from_its_template_not_the_template() {
+    use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
+    struct Cluster {
+        template: Option<u32>,
+        claim: Option<u32>,
+    }
+    let spec = |count: u32| {
+        json!({"devices": {"requests": [{"name": "r", "exactly":
+        {"deviceClassName": "a100-80gb.gpu-admission.io", "count": count}}]}})
+    };
+    impl crate::pod::gpu_resources::ClaimTemplates for (Cluster, serde_json::Value, serde_json::Value) {
+        fn template(&self, _: &str, name: &str) -> Option<ResourceClaimTemplate> {
+            (name == "one").then_some(())?;
+            self.0.template?;
+            serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"spec": self.1}}))
+                .ok()
+        }
+        fn claim(&self, _: &str, name: &str) -> Option<ResourceClaim> {
+            (name == "trainer-g-x7k2p").then_some(())?;
+            self.0.claim?;
+            serde_json::from_value(json!({"metadata": {"name": name}, "spec": self.2})).ok()
+        }
+    }
+    let snap = PolicySnapshot::from_policy(policy());
+    let trainer = |made: bool| {
+        let status = if made {
+            json!({"resourceClaimStatuses": [{"name": "g", "resourceClaimName": "trainer-g-x7k2p"}]})
+        } else {
+            json!({})
+        };
+        pod(
+            json!({"spec": {"nodeSelector": {"gpu.nvidia.com/class": "A100-80GB"},
+            "containers": [{"name": "c"}],
+            "resourceClaims": [{"name": "g", "resourceClaimTemplateName": "one"}]},
+            "status": status}),
+        )
+    };
+    let count = |made: bool, template: Option<u32>, claim: Option<u32>| {
+        let cluster = (
+            Cluster { template, claim },
+            spec(template.unwrap_or(0)),
+            spec(claim.unwrap_or(0)),
+        );
+        demand::of_pod(&trainer(made), "ns", "silver", &snap, &NoNodes, &cluster).map(|c| c.total)
+    };
+    // Not made yet: the template.
+    assert_eq!(count(false, Some(1), None), Some(1_000));
+    // Made as 4 from a template since re-created as 1, or deleted: the claim's 4.
+    assert_eq!(count(true, Some(1), Some(4)), Some(4_000));
+    assert_eq!(count(true, None, Some(4)), Some(4_000));
+    // Made, but the claim not (yet) in the cluster's cache: the template still counts.
+    assert_eq!(count(true, Some(1), None), Some(1_000));
+}
+
 /// A Pod being deleted holds its quota until its deletion time plus its grace period, as ResourceQuota
 /// counts it; a finished one holds nothing.
 #[test]

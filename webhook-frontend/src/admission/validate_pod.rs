@@ -134,15 +134,15 @@ impl ValidatePorts for Ports<'_> {
         self.hook.quota.is_some()
     }
 
-    fn pods_naming_claim(
+    fn pods_served_by(
         &self,
         namespace: &str,
-        claim: &str,
+        claim: &quota::ClaimRef,
     ) -> Vec<k8s_openapi::api::core::v1::Pod> {
         self.hook
             .quota
             .as_ref()
-            .map_or_else(Vec::new, |q| q.pods_naming_claim(namespace, claim))
+            .map_or_else(Vec::new, |q| q.pods_served_by(namespace, claim))
     }
 
     async fn reserve(

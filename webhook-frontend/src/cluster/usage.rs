@@ -258,9 +258,13 @@ impl QuotaUsage {
         ))
     }
 
-    /// The stored Pods of `namespace` naming the ResourceClaim `claim` (a claim CREATE asks for them again).
-    pub(crate) fn pods_naming_claim(&self, namespace: &str, claim: &str) -> Vec<Pod> {
-        self.lock_state().held.naming_claim(namespace, claim)
+    /// The stored Pods of `namespace` the ResourceClaim `claim` serves (a claim CREATE asks for them again).
+    pub(crate) fn pods_served_by(
+        &self,
+        namespace: &str,
+        claim: &gpu_admission_core::quota::ClaimRef,
+    ) -> Vec<Pod> {
+        self.lock_state().held.served_by(namespace, claim)
     }
 
     /// Offers the usage and the ledger to `decide` (core's quota step); when it reserves and `keep` is true

@@ -64,9 +64,9 @@ pub trait ValidatePorts: Sync {
         false
     }
 
-    /// The stored Pods of `namespace` that name the ResourceClaim `claim` (`resourceClaimName`), slimmed to
-    /// what counting reads; none where no usage is counted.
-    fn pods_naming_claim(&self, _namespace: &str, _claim: &str) -> Vec<Pod> {
+    /// The stored Pods of `namespace` that the ResourceClaim `claim` serves ([`quota::held::HeldPods::served_by`]),
+    /// slimmed to what counting reads; none where no usage is counted.
+    fn pods_served_by(&self, _namespace: &str, _claim: &quota::ClaimRef) -> Vec<Pod> {
         Vec::new()
     }
 
@@ -383,8 +383,9 @@ async fn claim_step<P: ValidatePorts>(
         return None;
     }
     let namespace = req.namespace.as_deref()?;
-    let name = req.object.as_ref()?.metadata.name.as_deref()?;
-    let pods = ports.pods_naming_claim(namespace, name);
+    let claim = quota::ClaimRef::of(&req.object.as_ref()?.metadata)?;
+    let name = claim.name.as_str();
+    let pods = ports.pods_served_by(namespace, &claim);
     if pods.is_empty() {
         return None;
     }
