@@ -15,6 +15,7 @@
 //!   from workloads;
 //! - [`jaeger`]: a real Jaeger (built from its Go module by `tests/peers/jaeger.sh`) on free loopback
 //!   ports, and its query API's traces;
+//! - [`hostile`]: a peer on the webhook port that declares a large body and stalls;
 //! - [`skip`]: how a suite says SKIP (once per test run) and why CI turns it into a failure;
 //! - [`gpu`], [`names`]: reading a Pod's GPU request and the decision annotations.
 //!
@@ -40,6 +41,7 @@ pub mod built_by_script;
 pub mod corpus;
 pub mod faults;
 pub mod gpu;
+pub mod hostile;
 pub mod https;
 pub mod jaeger;
 pub mod observer;

@@ -250,6 +250,37 @@ impl LocalCluster {
         Ok(names)
     }
 
+    /// Registers (or replaces) the shipped Pod webhooks of `webhook` under `name`: `/mutate-pod`
+    /// (`pods.gpu-admission.io`) and `/validate-pod` (`pods.validate.gpu-admission.io`), as
+    /// [`shipped_registration`] points them.
+    pub async fn register_shipped_pod_webhooks(
+        &self,
+        webhook: &crate::Webhook,
+        name: &str,
+    ) -> anyhow::Result<()> {
+        use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+        let mutating: MutatingWebhookConfiguration = serde_json::from_value(shipped_registration(
+            "mutatingwebhookconfiguration.yaml",
+            webhook,
+            &["pods.gpu-admission.io"],
+            name,
+        )?)?;
+        let validating: ValidatingWebhookConfiguration =
+            serde_json::from_value(shipped_registration(
+                "validatingwebhookconfiguration.yaml",
+                webhook,
+                &["pods.validate.gpu-admission.io"],
+                name,
+            )?)?;
+        let m = Api::<MutatingWebhookConfiguration>::all(self.client());
+        let v = Api::<ValidatingWebhookConfiguration>::all(self.client());
+        let _ = m.delete(name, &DeleteParams::default()).await;
+        let _ = v.delete(name, &DeleteParams::default()).await;
+        m.create(&PostParams::default(), &mutating).await?;
+        v.create(&PostParams::default(), &validating).await?;
+        Ok(())
+    }
+
     /// Registers (or replaces) a MutatingWebhookConfiguration `name` calling `url` with `ca_pem` as the
     /// caBundle, for CREATE of v1 Pods in namespaces carrying the tier label.
     pub async fn register_webhook(

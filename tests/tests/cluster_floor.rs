@@ -28,11 +28,8 @@ use gpu_admission_tests::cluster::{
 use gpu_admission_tests::kwok::{self, phase, wait_for};
 use gpu_admission_tests::observer::Observer;
 use gpu_admission_tests::{Scorer, Webhook};
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
 const USER: &str = "alice";
@@ -145,36 +142,6 @@ fn required_affinity(terms: &[&[&str]]) -> Value {
         .collect();
     json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": terms}}}})
-}
-
-/// (Re)registers the shipped Pod webhooks for `webhook`.
-async fn register(client: &kube::Client, webhook: &Webhook) {
-    let mutating: MutatingWebhookConfiguration = serde_json::from_value(
-        gpu_admission_tests::cluster::shipped_registration(
-            "mutatingwebhookconfiguration.yaml",
-            webhook,
-            &["pods.gpu-admission.io"],
-            REGISTRATION,
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    let validating: ValidatingWebhookConfiguration = serde_json::from_value(
-        gpu_admission_tests::cluster::shipped_registration(
-            "validatingwebhookconfiguration.yaml",
-            webhook,
-            &["pods.validate.gpu-admission.io"],
-            REGISTRATION,
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    let m = Api::<MutatingWebhookConfiguration>::all(client.clone());
-    let v = Api::<ValidatingWebhookConfiguration>::all(client.clone());
-    let _ = m.delete(REGISTRATION, &DeleteParams::default()).await;
-    let _ = v.delete(REGISTRATION, &DeleteParams::default()).await;
-    m.create(&PostParams::default(), &mutating).await.unwrap();
-    v.create(&PostParams::default(), &validating).await.unwrap();
 }
 
 /// The stored Pod's class `nodeSelector` value, when admitted.
@@ -347,7 +314,10 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
         .start()
         .await
         .expect("webhook");
-    register(&client, &webhook).await;
+    cluster
+        .register_shipped_pod_webhooks(&webhook, REGISTRATION)
+        .await
+        .unwrap();
     let mut last = None;
     eventually(Duration::from_secs(30), |i| {
         let name = format!("up-no-class-{i}");
@@ -636,7 +606,10 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
         .start()
         .await
         .expect("webhook restarts");
-    register(&client, &webhook2).await;
+    cluster
+        .register_shipped_pod_webhooks(&webhook2, REGISTRATION)
+        .await
+        .unwrap();
     let restored = eventually(Duration::from_secs(10), |i| {
         let name = format!("again-no-class-{i}");
         create(BRONZE, &gpu_pod(&name, json!({}))).ok
@@ -950,7 +923,10 @@ async fn the_placing_floor_places_a_classless_gpu_pod_while_no_gpu_admission_pro
         .start()
         .await
         .expect("webhook");
-    register(&client, &webhook).await;
+    cluster
+        .register_shipped_pod_webhooks(&webhook, REGISTRATION)
+        .await
+        .unwrap();
     let mut last = None;
     let decided = eventually(Duration::from_secs(30), |i| {
         let name = format!("up-no-class-{i}");

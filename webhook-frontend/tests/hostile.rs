@@ -10,92 +10,16 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
-use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
+use gpu_admission_testkit::hostile::{AttackCounts, attacker};
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio_rustls::TlsConnector;
 
 /// Reviews the second tenant sends per phase, over `CLIENTS` kept-alive connections.
 const REVIEWS: usize = 200;
 const CLIENTS: usize = 2;
-/// The declared length of every attacking request: the body limit.
-const DECLARED: usize = 25_165_824;
-
-fn connector(ca: &std::path::Path) -> TlsConnector {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut roots = rustls::RootCertStore::empty();
-    let pem = std::fs::read(ca).unwrap();
-    for cert in CertificateDer::pem_slice_iter(&pem) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let mut config = rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    TlsConnector::from(Arc::new(config))
-}
-
-/// What the attackers saw.
-#[derive(Default)]
-struct AttackCounts {
-    requests: AtomicUsize,
-    timeouts_408: AtomicUsize,
-    shed_503: AtomicUsize,
-    other: AtomicUsize,
-}
-
-/// One attacker, renewed until `stop`: a request declaring a 24 MiB body that sends `sent` bytes of it and
-/// then nothing; the status it gets back is counted.
-async fn attacker(wh: Arc<Webhook>, sent: usize, stop: Arc<AtomicBool>, counts: Arc<AttackCounts>) {
-    let connector = connector(&wh.ca);
-    let junk = vec![b' '; sent];
-    while !stop.load(Ordering::Relaxed) {
-        let Ok(tcp) = TcpStream::connect(wh.addr).await else {
-            continue;
-        };
-        let name = ServerName::try_from("localhost").unwrap();
-        let Ok(mut tls) = connector.connect(name, tcp).await else {
-            continue;
-        };
-        let head = format!(
-            "POST /validate-pod?timeout=10s HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {DECLARED}\r\n\r\n"
-        );
-        if tls.write_all(head.as_bytes()).await.is_err() {
-            continue;
-        }
-        counts.requests.fetch_add(1, Ordering::Relaxed);
-        // Send part of the body, then stall; a shed request may stop reading early, so it never blocks.
-        let _ = tokio::time::timeout(Duration::from_secs(5), tls.write_all(&junk)).await;
-        let mut answer = Vec::new();
-        let mut buf = [0u8; 4096];
-        while let Ok(Ok(n)) =
-            tokio::time::timeout(Duration::from_secs(30), tls.read(&mut buf)).await
-        {
-            if n == 0 {
-                break;
-            }
-            answer.extend_from_slice(&buf[..n]);
-            if answer.windows(4).any(|w| w == b"\r\n\r\n") {
-                break;
-            }
-        }
-        let text = String::from_utf8_lossy(&answer);
-        let counter = if text.starts_with("HTTP/1.1 408") {
-            &counts.timeouts_408
-        } else if text.starts_with("HTTP/1.1 503") {
-            &counts.shed_503
-        } else {
-            &counts.other
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
 /// What the second tenant saw in one phase.
 struct Phase {
     allowed: usize,
@@ -179,7 +103,15 @@ async fn attacked(
     let stop = Arc::new(AtomicBool::new(false));
     let counts = Arc::new(AttackCounts::default());
     let running: Vec<_> = (0..attackers)
-        .map(|_| tokio::spawn(attacker(wh.clone(), sent, stop.clone(), counts.clone())))
+        .map(|_| {
+            tokio::spawn(attacker(
+                wh.addr,
+                wh.ca.clone(),
+                sent,
+                stop.clone(),
+                counts.clone(),
+            ))
+        })
         .collect();
     // The attack is in place before the second tenant starts.
     while counts.requests.load(Ordering::Relaxed) < attackers {
@@ -299,11 +231,7 @@ async fn attackers_on_the_port_never_make_another_tenants_reviews_fail() {
         );
     }
     for (name, counts) in [("silent", &silent_attack), ("stalled", &stalled_attack)] {
-        let (t408, s503, other) = (
-            counts.timeouts_408.load(Ordering::Relaxed),
-            counts.shed_503.load(Ordering::Relaxed),
-            counts.other.load(Ordering::Relaxed),
-        );
+        let (t408, s503, other) = counts.answers();
         println!("{name} attack: {t408} answered 408, {s503} answered 503, {other} other");
         assert!(
             t408 + s503 > 0,
