@@ -1,4 +1,6 @@
-//! `/readyz`: ready once the TLS listener is bound, the real certificate served, the caches synced and a
+//! `/readyz`: ready once the TLS listener is bound, the real certificate served, the caches synced (the
+//! quota Pod watch too while the policy states quotas: until it has listed, a quota'd Pod is undecidable, so a
+//! replica that has not listed takes no traffic; a rollout keeps the listed replicas serving) and a
 //! policy held (the policy file, the last good copy or the scorer's document validated: see
 //! [`crate::policy`]). The scorer is not waited for: a replica holding a policy enforces it with or without a
 //! scorer. Without a policy nothing can be held to a tier, so a replica that never had one takes no traffic;
@@ -9,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::cluster::ClusterFacts;
 use crate::cluster::checkpoints::CheckpointCaches;
+use crate::cluster::usage::QuotaUsage;
 use crate::policy::PolicyCache;
 
 pub struct Readiness {
@@ -18,6 +21,7 @@ pub struct Readiness {
     certificate_served: Arc<AtomicBool>,
     cluster: Arc<ClusterFacts>,
     checkpoints: Option<Arc<CheckpointCaches>>,
+    quota: Option<Arc<QuotaUsage>>,
     policy: Arc<PolicyCache>,
 }
 
@@ -25,6 +29,7 @@ impl Readiness {
     pub(crate) fn new(
         cluster: Arc<ClusterFacts>,
         checkpoints: Option<Arc<CheckpointCaches>>,
+        quota: Option<Arc<QuotaUsage>>,
         policy: Arc<PolicyCache>,
     ) -> Self {
         Self {
@@ -32,6 +37,7 @@ impl Readiness {
             certificate_served: Arc::new(AtomicBool::new(false)),
             cluster,
             checkpoints,
+            quota,
             policy,
         }
     }
@@ -53,5 +59,14 @@ impl Readiness {
             && self.cluster.is_synced()
             && self.checkpoints.as_ref().is_none_or(|c| c.is_ready())
             && self.policy.is_known()
+            && self.quota.as_ref().is_none_or(|q| {
+                q.is_synced()
+                    || !self
+                        .policy
+                        .snapshot()
+                        .policy
+                        .as_ref()
+                        .is_some_and(|p| p.quotas.any())
+            })
     }
 }

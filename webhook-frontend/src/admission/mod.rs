@@ -163,6 +163,7 @@ impl Webhooks {
         Readiness::new(
             self.cluster.clone(),
             self.checkpoints.clone(),
+            self.quota.clone(),
             self.policy.clone(),
         )
     }

@@ -109,6 +109,11 @@ fn now_ms() -> u64 {
 const LEDGER_ATTEMPTS: usize = 8;
 
 /// The quota usage of the cluster's tier namespaces.
+/// Pods per page of the Pod watch's list: at most ~150 MiB of page for Pods at the apiserver's 1.5 MiB object
+/// limit (kube's default, 500, would be ~750 MiB against the frontend's 256 MiB), ~1,500 requests for the
+/// 150,000 Pods of Kubernetes' scale envelope.
+const LIST_PAGE: u32 = 100;
+
 pub(crate) struct QuotaUsage {
     state: Mutex<State>,
     synced: AtomicBool,
@@ -141,7 +146,10 @@ impl QuotaUsage {
             metrics,
         });
         // Every Pod, finished ones too: a CREATE of a name any stored Pod holds is refused after admission.
-        let stream = watcher(Api::<Pod>::all(client), watcher::Config::default()).default_backoff();
+        // Listed in pages of `LIST_PAGE` whole Pods (the API serves no projection of spec): a page is decoded
+        // whole before it is slimmed, so the page bounds what a tenant's large Pods cost the start-up.
+        let pages = watcher::Config::default().page_size(LIST_PAGE);
+        let stream = watcher(Api::<Pod>::all(client), pages).default_backoff();
         let usage = me.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(RECOUNT_EVERY);
