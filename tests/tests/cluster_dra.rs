@@ -536,11 +536,81 @@ async fn claims_are_held_to_their_tier_by_the_webhook_and_on_the_allocation() {
         assert_eq!(ran.decided, ran.node_class, "{name}: on its decided class");
         assert_in_tier(name, &ran, &allowed_classes(&policy, "bronze"));
     }
+    quickstart_runs_in_bronze(&client, &tenant, &webhook, &policy).await;
     println!(
         "DRA: 8 bronze claims, templates and Pods that could reach H100 or cannot be decided denied, gold allocated H100, \
-         2 bronze claims allocated L4, in {:.1}s",
+         2 bronze claims allocated L4, the quickstart held to L4, in {:.1}s",
         t0.elapsed().as_secs_f64()
     );
+}
+
+/// NVIDIA's quickstart (a template on `gpu.nvidia.com`, no selector), refused in bronze above, runs
+/// unchanged once the shipped `/mutate-claim` registration is in place: the template is stored with bronze's
+/// product selector and its Pod is allocated an L4 device.
+async fn quickstart_runs_in_bronze(
+    client: &kube::Client,
+    tenant: &kube::Client,
+    webhook: &Webhook,
+    policy: &PolicySnapshot,
+) {
+    let mutating: k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration =
+        serde_json::from_value(
+            gpu_admission_tests::cluster::shipped_registration(
+                "mutatingwebhookconfiguration.yaml",
+                webhook,
+                &["claims.gpu-admission.io"],
+                "gpu-admission-dra-claims",
+            )
+            .unwrap(),
+        )
+        .unwrap();
+    Api::<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>::all(
+        client.clone(),
+    )
+    .create(&PostParams::default(), &mutating)
+    .await
+    .unwrap();
+    // Bronze's L4 Node has two devices, both allocated above: one freed (the Pod's template claim goes with
+    // it).
+    Api::<Pod>::namespaced(client.clone(), BRONZE)
+        .delete(
+            "llm-bronze",
+            &kube::api::DeleteParams::default().grace_period(0),
+        )
+        .await
+        .unwrap();
+    // Until the apiserver calls the new registration the template is refused: retried.
+    let quickstart = template("quickstart", DRIVER, &[]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while let Err(e) = try_create(tenant, Some(BRONZE), &quickstart).await {
+        assert!(
+            Instant::now() < deadline,
+            "the quickstart template is still refused: {e}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let stored = dra_api(client, Some(BRONZE), "ResourceClaimTemplate")
+        .get("quickstart")
+        .await
+        .unwrap();
+    let selectors = &stored.data["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"];
+    println!("quickstart template stored with selectors {selectors}");
+    assert!(
+        selectors.to_string().contains("NVIDIA L4"),
+        "bronze's product selector added: {selectors}"
+    );
+    wait_decided(
+        tenant,
+        BRONZE,
+        json!({"resourceClaimTemplateName": "quickstart"}),
+    )
+    .await;
+    let pod = claim_pod(
+        "quickstart-bronze",
+        json!({"resourceClaimTemplateName": "quickstart"}),
+    );
+    let ran = run_claim_pod(client, tenant, BRONZE, pod).await;
+    assert_in_tier("quickstart", &ran, &allowed_classes(policy, "bronze"));
 }
 
 /// An admin's DeviceClass the policy does not name (`h100.example.com`, H100s by product name, with an

@@ -203,6 +203,7 @@ fn webhook_registration_points_at_the_service_port_and_route_of_the_frontend() {
     // Each webhook entry of the configuration and the route of the frontend it calls.
     let hook_routes = [
         ("pods.gpu-admission.io", MUTATE_PATH),
+        ("claims.gpu-admission.io", "/mutate-claim"),
         (
             "checkpoint-restore.gpu-admission.io",
             "/mutate-pod-checkpoint",

@@ -2,6 +2,7 @@
 //! `/mutate-pod`) the scorer's outcome.
 
 pub mod checkpoint_restore;
+pub mod mutate_claim;
 pub mod mutate_pod;
 pub mod validate_claim;
 pub mod validate_namespace;

@@ -3,6 +3,7 @@
 //! does the I/O (caches, the scorer call, logs); what it decides is `gpu_admission_core::admission`'s.
 
 mod checkpoint_restore;
+mod mutate_claim;
 mod mutate_pod;
 mod pipeline;
 mod validate_namespace;
@@ -30,6 +31,7 @@ use crate::policy::PolicyCache;
 use crate::readiness::Readiness;
 use crate::scorer_client::Scorer;
 use checkpoint_restore::CheckpointRestore;
+use mutate_claim::MutateClaim;
 use mutate_pod::MutatePod;
 use pipeline::handle;
 use validate_namespace::ValidateNamespace;
@@ -193,6 +195,12 @@ impl Webhooks {
             ns_locks: self.ns_locks,
             hold: self.holding,
         };
+        let claim = MutateClaim {
+            cluster: self.cluster.clone(),
+            policy: self.policy.clone(),
+            access: self.access.clone(),
+            metrics: self.metrics.clone(),
+        };
         let namespace = ValidateNamespace {
             cluster: self.cluster.clone(),
             policy: self.policy.clone(),
@@ -220,6 +228,10 @@ impl Webhooks {
             .route(
                 "/mutate-pod",
                 post(handle::<MutatePod>).with_state(Arc::new(mutate)),
+            )
+            .route(
+                "/mutate-claim",
+                post(handle::<MutateClaim>).with_state(Arc::new(claim)),
             )
             .route(
                 "/mutate-pod-checkpoint",

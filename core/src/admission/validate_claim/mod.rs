@@ -421,5 +421,7 @@ pub fn allowed_device_classes(
     }
 }
 
+pub mod place;
+
 #[cfg(test)]
 mod tests;

@@ -676,3 +676,76 @@ fn a_pod_asking_for_a_class_by_extended_resource_is_held_at_its_create() {
     );
     assert!(matches!(decide_with(&classes, &nic).0, Check::Allowed(_)));
 }
+
+/// NVIDIA's quickstart claim (`gpu.nvidia.com`, no selector) is held to each tier by `/mutate-claim`: one
+/// selector naming the tier's products, after which `/validate-pod` admits it; a request that pins a class
+/// outside the tier is left as asked (and refused by validation); a catalog class within the tier needs
+/// nothing.
+#[test]
+fn the_quickstart_claim_is_held_to_each_tier_and_then_admitted() {
+    use crate::admission::mutate_claim::{self, Outcome, Unchanged};
+    let p = snapshot();
+    let tier_of = |ns: &str| Some(ns.to_string());
+    let grants = Grants::none();
+    let facts = Facts {
+        tier_of: &tier_of,
+        priority_classes: None,
+        claim_templates: &NoClaimTemplates,
+        nodes: &NoNodes,
+        grants: &grants,
+    };
+    let placed = |ns: &str, template: bool, requests: Value| {
+        let req = review(ns, template, requests, "CREATE");
+        let (outcome, answer) = mutate_claim::admit(&req, &p, &facts);
+        let mut object = serde_json::to_value(req.object.as_ref().unwrap()).unwrap();
+        let ops: json_patch::Patch =
+            serde_json::from_slice(answer.patch.as_bytes()).unwrap_or_default();
+        json_patch::patch(&mut object, &ops).unwrap();
+        let mut after = req.clone();
+        after.object = Some(serde_json::from_value(object).unwrap());
+        (outcome, answer.warnings, decide_in(&p, &after).1)
+    };
+    let quickstart = json!([{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]);
+    // Unplaced, bronze's quickstart claim is refused.
+    assert!(
+        decide(&review("bronze", false, quickstart.clone(), "CREATE"))
+            .1
+            .is_some()
+    );
+    for (tier, template) in [("bronze", false), ("bronze", true), ("gold", false)] {
+        let (outcome, warnings, denied) = placed(tier, template, quickstart.clone());
+        let Outcome::Placed { placed, .. } = &outcome else {
+            panic!("{tier}: {outcome:?}");
+        };
+        assert_eq!(denied, None, "{tier}: placed, then admitted");
+        let rules = p.tier_rules(tier, tier).unwrap();
+        assert!(
+            placed[0].classes.iter().all(|c| rules.allows(c)),
+            "{placed:?}"
+        );
+        assert!(
+            warnings[0].contains(&format!("held to tier {tier}")),
+            "{warnings:?}"
+        );
+    }
+    // The tier's product names, L4 only, for bronze.
+    let (outcome, ..) = placed("bronze", false, quickstart.clone());
+    assert!(matches!(&outcome, Outcome::Placed { placed, .. } if placed[0].classes == ["L4-24GB"]));
+    // A firstAvailable alternative on the vendor class is held too; its label names the alternative.
+    let prioritized = json!([{"name": "gpu", "firstAvailable": [
+        {"name": "big", "deviceClassName": "gpu.nvidia.com", "count": 2}]}]);
+    let (outcome, _, denied) = placed("bronze", false, prioritized);
+    assert!(
+        matches!(&outcome, Outcome::Placed { placed, .. } if placed[0].label == "request gpu/big")
+    );
+    assert_eq!(denied, None);
+    // Pinned outside the tier: nothing bronze may have, left as asked and refused.
+    let h100 = exactly("h100-80gb.gpu-admission.io", &[]);
+    let (outcome, _, denied) = placed("bronze", false, h100);
+    assert_eq!(outcome, Outcome::Unchanged(Unchanged::NothingToPlace));
+    assert!(denied.is_some());
+    // A catalog class of the tier: nothing to add.
+    let (outcome, _, denied) = placed("bronze", false, exactly("l4-24gb.gpu-admission.io", &[]));
+    assert_eq!(outcome, Outcome::Unchanged(Unchanged::NothingToPlace));
+    assert_eq!(denied, None);
+}

@@ -74,6 +74,7 @@ pub async fn install(
         &webhook,
         &[
             "pods.gpu-admission.io",
+            "claims.gpu-admission.io",
             "checkpoint-restore.gpu-admission.io",
         ],
         skipped,
