@@ -9,6 +9,7 @@
 use std::sync::{Arc, Mutex};
 
 use futures_executor::block_on;
+use gpu_admission_core::admission::mutate_claim;
 use gpu_admission_core::admission::mutate_pod::{
     self, Admitted, MutatePorts, Outcome, ScorerOutcome,
 };
@@ -49,6 +50,7 @@ pub fn snapshot_of(policy: Policy) -> PolicySnapshot {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WebhookPath {
     MutatePod,
+    MutateClaim,
     ValidatePod,
 }
 
@@ -57,6 +59,7 @@ impl WebhookPath {
     pub fn route(self) -> &'static str {
         match self {
             WebhookPath::MutatePod => "/mutate-pod",
+            WebhookPath::MutateClaim => "/mutate-claim",
             WebhookPath::ValidatePod => "/validate-pod",
         }
     }
@@ -293,6 +296,37 @@ impl Engine {
             },
             answer: mutated.answer,
         }
+    }
+
+    /// `/mutate-claim` for one review: core's `mutate_claim::admit` over the given tiers and grants.
+    pub fn mutate_claim(&self, review: &Value) -> Result<(Answer, Exchange), BadRequest> {
+        let body = serde_json::to_vec(review).unwrap_or_default();
+        let incoming = review::decode_object(&body).map_err(|b| BadRequest(b.0))?;
+        let answer = match &incoming.request {
+            Err(why) => Answer {
+                patch: Default::default(),
+                warnings: vec![format!("gpu-admission: {why}; admitted unchanged")],
+            },
+            Ok(req) => {
+                let tier_of = |ns: &str| self.tier_of(ns);
+                let grants = self.options.requester.grants_for(&req.user_info);
+                let facts = Facts {
+                    tier_of: &tier_of,
+                    priority_classes: None,
+                    claim_templates: &self.options.claims,
+                    nodes: &NoNodes,
+                    grants: &grants,
+                };
+                mutate_claim::admit(req, &self.policy, &facts).1
+            }
+        };
+        let response = review::encode(incoming.api_version, &incoming.uid, &answer);
+        let exchange = Exchange {
+            webhook: WebhookPath::MutateClaim,
+            review: review.clone(),
+            response: serde_json::from_slice(&response).unwrap_or_default(),
+        };
+        Ok((answer, exchange))
     }
 
     /// `/validate-pod` for one review.

@@ -240,6 +240,9 @@ fn evaluate_object(engine: &Engine, src: &Source) -> Evaluation {
         admit_pod(engine, &mut ev, review, "Pod", None);
         return ev;
     }
+    let Some(review) = mutate_claim(engine, &mut ev, review) else {
+        return ev;
+    };
     match engine.validate(&review) {
         Ok(answered) => ev.validated(answered),
         Err(bad) => {
@@ -285,7 +288,10 @@ fn evaluate_review(engine: &Engine, src: &Source) -> Evaluation {
     if is_pod {
         admit_pod(engine, &mut ev, src.value.clone(), "Pod", None);
     } else {
-        match engine.validate(&src.value) {
+        let Some(review) = mutate_claim(engine, &mut ev, src.value.clone()) else {
+            return ev;
+        };
+        match engine.validate(&review) {
             Ok(answered) => ev.validated(answered),
             Err(bad) => ev.failed(bad),
         }
@@ -345,6 +351,38 @@ fn floor_context<'e>(
             exempt,
         },
     ))
+}
+
+/// `/mutate-claim` for a ResourceClaim or ResourceClaimTemplate (the review unchanged for anything else), its
+/// patch applied to the review's object, as the apiserver does before the validating webhooks; `None` when
+/// it could not be (recorded as a failure).
+fn mutate_claim(engine: &Engine, ev: &mut Evaluation, mut review: Value) -> Option<Value> {
+    let kind = &review["request"]["kind"];
+    let claim = kind["group"] == "resource.k8s.io"
+        && matches!(
+            kind["kind"].as_str(),
+            Some("ResourceClaim" | "ResourceClaimTemplate")
+        );
+    if !claim {
+        return Some(review);
+    }
+    let (answer, exchange) = match engine.mutate_claim(&review) {
+        Ok(m) => m,
+        Err(bad) => {
+            ev.failed(bad);
+            return None;
+        }
+    };
+    ev.exchanges.push(exchange);
+    ev.warn(&answer.warnings);
+    if !answer.patch.is_empty() {
+        let object = &mut review["request"]["object"];
+        if let Err(e) = json_patch::patch(object, &answer.patch.operations()) {
+            ev.failed(BadRequest(format!("the patch does not apply: {e}")));
+            return None;
+        }
+    }
+    Some(review)
 }
 
 /// `/mutate-pod`, the patch applied to the review's object, then `/validate-pod` on the patched Pod (the
