@@ -11,14 +11,20 @@
 //!   and in its tier (its namespaces as labelled now) are within the policy's `max` (a relabel or a lowered
 //!   `max` may leave a scope over it; then nothing more is admitted there).
 //!
-//! Not modelled: the ledger of admissions in flight (sequential here; its rules have their own tests) and
-//! DRA claims re-created under a stored Pod.
+//! DRA claims through a template: a tenant creates, replaces or deletes her namespace's ResourceClaimTemplate
+//! `gpus` (L4 devices) at any time, Pods name it, and the ResourceClaim controller makes a Pod's claim from
+//! the template as it is when it acts (the claim's CREATE decided as `/validate-pod` decides it:
+//! `quota::claim_reasks` over the Pods `HeldPods::served_by` finds). The model: a Pod whose claim is not made
+//! yet can end up with what the template says now; once made, what its claim says, whatever the template
+//! becomes.
+//!
+//! Not modelled: the ledger of admissions in flight (sequential here; its rules have their own tests).
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use gpu_admission_core::authority::Grants;
 use gpu_admission_core::facts::Facts;
-use gpu_admission_core::pod::gpu_resources::NoClaimTemplates;
+use gpu_admission_core::pod::gpu_resources::ClaimTemplates;
 use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::quota::held::{FactsCounter, HeldPods};
 use gpu_admission_core::quota::{self, Standing};
@@ -87,10 +93,59 @@ fn shape(k: u8) -> (serde_json::Value, MilliGpus) {
     }
 }
 
+/// The DRA objects of the model: each namespace's template `gpus` (L4 devices per claim) and the claims
+/// the ResourceClaim controller made, by (namespace, name).
+#[derive(Default)]
+struct Dra {
+    templates: BTreeMap<&'static str, u32>,
+    claims: BTreeMap<(String, String), u32>,
+}
+
+const TEMPLATE: &str = "gpus";
+const L4_CLASS: &str = "l4-24gb.gpu-admission.io";
+
+fn claim_spec(count: u32) -> serde_json::Value {
+    json!({"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": L4_CLASS, "count": count}}]}})
+}
+
+impl ClaimTemplates for Dra {
+    fn template(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<k8s_openapi::api::resource::v1::ResourceClaimTemplate> {
+        let count = self.templates.get(namespace).filter(|_| name == TEMPLATE)?;
+        serde_json::from_value(json!({"metadata": {"name": name, "namespace": namespace},
+            "spec": {"spec": claim_spec(*count)}}))
+        .ok()
+    }
+
+    fn claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<k8s_openapi::api::resource::v1::ResourceClaim> {
+        let count = self
+            .claims
+            .get(&(namespace.to_string(), name.to_string()))?;
+        serde_json::from_value(json!({"metadata": {"name": name, "namespace": namespace},
+            "spec": claim_spec(*count)}))
+        .ok()
+    }
+}
+
+/// How a model Pod asks for GPUs.
+enum Asks {
+    /// Container resources: what the scheduler may allocate, in milli-GPUs.
+    Devices(MilliGpus),
+    /// The namespace's template: before its claim is made, what the template says now; after, the claim's.
+    Template { made: Option<MilliGpus> },
+}
+
 /// One Pod of the model.
 struct ModelPod {
     namespace: &'static str,
-    holds: MilliGpus,
+    asks: Asks,
     /// When it stops holding: deleted at + grace, or finished (ms).
     until_ms: Option<u64>,
     pod: Pod,
@@ -104,6 +159,7 @@ struct World {
     pods: Vec<ModelPod>,
     now_ms: u64,
     held: HeldPods,
+    dra: Dra,
 }
 
 /// What went wrong, with the step and the trace so far.
@@ -127,6 +183,7 @@ impl World {
             pods: Vec::new(),
             now_ms: 1_795_946_400_000,
             held: HeldPods::default(),
+            dra: Dra::default(),
         }
     }
 
@@ -141,7 +198,7 @@ impl World {
         f(&Facts {
             tier_of: &tier_of,
             priority_classes: None,
-            claim_templates: &NoClaimTemplates,
+            claim_templates: &self.dra,
             nodes: &NoNodes,
             grants: &grants,
         })
@@ -179,19 +236,39 @@ impl World {
         self.held = held;
     }
 
-    /// What the model says namespace `ns` holds now.
+    /// What the model says namespace `ns` holds now (or, for a Pod whose claim is not made yet, can end up
+    /// with).
     fn truly_held(&self, ns: &str) -> MilliGpus {
+        let holds = |p: &ModelPod| match p.asks {
+            Asks::Devices(m) => m,
+            Asks::Template { made: Some(m) } => m,
+            Asks::Template { made: None } => {
+                MilliGpus::from(self.dra.templates.get(p.namespace).copied().unwrap_or(0)) * 1000
+            }
+        };
         self.pods
             .iter()
             .filter(|p| p.namespace == ns && p.until_ms.is_none_or(|t| self.now_ms <= t))
-            .map(|p| p.holds)
+            .map(holds)
             .sum()
     }
 
-    /// Creates a Pod of `shape` in `ns` through core's decision; whether it was admitted.
+    /// Creates a Pod of `shape` in `ns` through core's decision; whether it was admitted asking for GPUs
+    /// (a Pod asking for none, e.g. naming a template that does not exist yet, is no quota question).
     fn create(&mut self, ns: &'static str, k: u8) -> bool {
-        self.refresh();
         let (spec, holds) = shape(k);
+        self.create_asking(ns, spec, Asks::Devices(holds))
+    }
+
+    /// Creates a Pod in `ns` naming the namespace's template.
+    fn create_with_template(&mut self, ns: &'static str) -> bool {
+        let spec = json!({"containers": [{"name": "c", "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": TEMPLATE}]});
+        self.create_asking(ns, spec, Asks::Template { made: None })
+    }
+
+    fn create_asking(&mut self, ns: &'static str, spec: serde_json::Value, asks: Asks) -> bool {
+        self.refresh();
         let i = self.pods.len();
         let pod: Pod = serde_json::from_value(json!({
             "metadata": {"namespace": ns, "name": format!("pod-{i}"), "uid": format!("pod-{i}")},
@@ -207,25 +284,26 @@ impl World {
         });
         let snapshot = self.snapshot().clone();
         let usage = self.held.usage().clone();
-        let admitted = self.with_facts(|facts| {
+        let (admitted, asked) = self.with_facts(|facts| {
             let Some((tier, namespace, counted)) = quota::of_pod_in(&pod, ns, &snapshot, facts)
             else {
-                return true;
+                return (true, false);
             };
             let policy = snapshot.policy.as_deref().expect("policy");
-            quota::decide(policy, &tier, &namespace, &counted, &usage)
-                .is_none_or(|d| d.standing != Standing::OverMax)
+            let fits = quota::decide(policy, &tier, &namespace, &counted, &usage)
+                .is_none_or(|d| d.standing != Standing::OverMax);
+            (fits, true)
         });
         if admitted {
             self.pods.push(ModelPod {
                 namespace: ns,
-                holds,
+                asks,
                 until_ms: None,
                 pod: pod.clone(),
             });
             self.watch(i, Some(pod));
         }
-        admitted
+        admitted && asked
     }
 
     fn delete(&mut self, i: usize, grace_s: i64) {
@@ -260,6 +338,92 @@ impl World {
             ..Default::default()
         });
         self.watch(i, Some(pod));
+    }
+
+    /// The tenant sets her namespace's template to `count` L4 devices (0: deletes it); the frontend's DRA
+    /// watch tells its counting, which counts that namespace's Pods again before the next decision.
+    fn set_template(&mut self, ns: &'static str, count: u32) {
+        if count == 0 {
+            self.dra.templates.remove(ns);
+        } else {
+            self.dra.templates.insert(ns, count);
+        }
+        let snapshot = self.snapshot().clone();
+        let mut held = std::mem::take(&mut self.held);
+        self.with_facts(|facts| {
+            let cx = FactsCounter {
+                snapshot: &snapshot,
+                facts,
+            };
+            held.recount_namespace(ns, &cx);
+        });
+        self.held = held;
+    }
+
+    /// The ResourceClaim controller makes Pod `i`'s claim from its namespace's template as it is now, the
+    /// claim's CREATE decided as `/validate-pod` decides it. Whether it was made (`None`: nothing to make).
+    fn make_claim(&mut self, i: usize) -> Option<bool> {
+        let p = self.pods.get(i)?;
+        let (Asks::Template { made: None }, None) = (&p.asks, p.until_ms) else {
+            return None;
+        };
+        let (ns, count) = (p.namespace, *self.dra.templates.get(p.namespace)?);
+        let name = format!("pod-{i}-gpu");
+        self.refresh();
+        let req: kube_core::admission::AdmissionRequest<kube_core::DynamicObject> =
+            serde_json::from_value(json!({
+                "uid": format!("claim-{i}"),
+                "kind": {"group": "resource.k8s.io", "version": "v1", "kind": "ResourceClaim"},
+                "resource": {"group": "resource.k8s.io", "version": "v1", "resource": "resourceclaims"},
+                "namespace": ns, "operation": "CREATE", "name": name,
+                "userInfo": {"username": "system:serviceaccount:kube-system:resource-claim-controller"},
+                "object": {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                    "metadata": {"name": name, "namespace": ns,
+                        "annotations": {quota::POD_CLAIM_NAME: "gpu"},
+                        "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": format!("pod-{i}"),
+                            "uid": format!("pod-{i}"), "controller": true}]},
+                    "spec": claim_spec(count)}
+            }))
+            .expect("claim request");
+        let meta = &req.object.as_ref().expect("object").metadata;
+        let served = self
+            .held
+            .served_by(ns, &quota::ClaimRef::of(meta).expect("named"));
+        let snapshot = self.snapshot().clone();
+        let policy = snapshot.policy.as_deref().expect("policy");
+        let usage = self.held.usage().clone();
+        let refused = self.with_facts(|facts| {
+            quota::claim_reasks(&req, &snapshot, facts, &served)
+                .into_iter()
+                .any(|((tier, namespace, counted), before)| {
+                    let mut without = usage.clone();
+                    without.add(&tier, &namespace, &before, -1);
+                    quota::decide(policy, &tier, &namespace, &counted, &without)
+                        .is_some_and(|d| d.standing == Standing::OverMax)
+                })
+        });
+        if refused {
+            return Some(false);
+        }
+        self.dra
+            .claims
+            .insert((ns.to_string(), name.clone()), count);
+        let p = &mut self.pods[i];
+        p.asks = Asks::Template {
+            made: Some(MilliGpus::from(count) * 1000),
+        };
+        p.pod.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            resource_claim_statuses: Some(vec![
+                k8s_openapi::api::core::v1::PodResourceClaimStatus {
+                    name: "gpu".into(),
+                    resource_claim_name: Some(name),
+                },
+            ]),
+            ..Default::default()
+        });
+        let pod = p.pod.clone();
+        self.watch(i, Some(pod));
+        Some(true)
     }
 
     /// The invariants after a step (`admitted`: the namespace of a Pod the step admitted).
@@ -318,7 +482,7 @@ pub fn run(ops: &[u8]) -> Result<usize, Counterexample> {
     let mut w = World::new();
     let mut trace = Vec::new();
     for (step, op) in ops.chunks_exact(2).enumerate() {
-        let (kind, arg) = (op[0] % 7, op[1]);
+        let (kind, arg) = (op[0] % 10, op[1]);
         let ns = NAMESPACES[usize::from(arg) % NAMESPACES.len()];
         let pick = |w: &World| {
             usize::from(arg)
@@ -330,7 +494,10 @@ pub fn run(ops: &[u8]) -> Result<usize, Counterexample> {
             0 | 1 => {
                 let yes = w.create(ns, arg / 3);
                 admitted = yes.then_some(ns);
-                trace.push(format!("create {ns} shape {}: {yes}", (arg / 3) % 5));
+                trace.push(format!(
+                    "create {ns} shape {}: admitted against a quota {yes}",
+                    (arg / 3) % 5
+                ));
             }
             2 => {
                 let i = pick(&w);
@@ -347,6 +514,25 @@ pub fn run(ops: &[u8]) -> Result<usize, Counterexample> {
                 let s = u64::from(arg % 90) * 1000 + 1;
                 w.now_ms += s;
                 trace.push(format!("wait {s} ms"));
+            }
+            7 => {
+                let yes = w.create_with_template(ns);
+                admitted = yes.then_some(ns);
+                trace.push(format!(
+                    "create {ns} naming template {TEMPLATE}: admitted against a quota {yes}"
+                ));
+            }
+            8 => {
+                let count = u32::from(arg / 3) % 4;
+                w.set_template(ns, count);
+                trace.push(format!("template {ns}/{TEMPLATE} count {count}"));
+            }
+            9 => {
+                let i = pick(&w);
+                if let Some(made) = w.make_claim(i) {
+                    admitted = made.then(|| w.pods[i].namespace);
+                    trace.push(format!("claim of pod-{i} made: {made}"));
+                }
             }
             5 => {
                 let tier = TIERS[usize::from(arg / 3) % TIERS.len()];

@@ -206,6 +206,20 @@ impl HeldPods {
         self.basis = Some(cx.snapshot().clone());
     }
 
+    /// Counts the stored Pods of `namespace` again: a claim or claim template there changed (what a Pod
+    /// counts reads them), which no Pod event tells.
+    pub fn recount_namespace(&mut self, namespace: &str, cx: &dyn Counter) {
+        let uids: Vec<String> = self
+            .stored
+            .iter()
+            .filter(|(_, p)| p.metadata.namespace.as_deref() == Some(namespace))
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in uids {
+            self.recount(&uid, cx);
+        }
+    }
+
     /// Counts one stored Pod again (or takes back what a Pod no longer stored counted).
     fn recount(&mut self, uid: &str, cx: &dyn Counter) {
         if let Some(old) = self.counted.remove(uid) {

@@ -53,6 +53,17 @@ impl DraCaches {
         }
     }
 
+    /// The namespaces whose claims or templates changed, and whether a DeviceClass did, since last asked
+    /// (the one reader: the quota usage, which counts those namespaces' Pods again).
+    pub(crate) fn take_changes(&self) -> (std::collections::BTreeSet<String>, bool) {
+        let (mut namespaces, mut cluster) = self.templates.changes().take();
+        let (claims, c) = self.claims.changes().take();
+        let (_, classes) = self.classes.changes().take();
+        namespaces.extend(claims);
+        cluster |= c || classes;
+        (namespaces, cluster)
+    }
+
     /// Listed, or known not to be served.
     pub(crate) fn is_ready(&self) -> bool {
         self.templates.is_ready() && self.claims.is_ready() && self.classes.is_ready()

@@ -81,6 +81,15 @@ impl ClusterFacts {
         }
     }
 
+    /// The namespaces whose DRA claims or templates changed, and whether a DeviceClass did, since last asked
+    /// (nothing without a cluster).
+    pub(crate) fn take_dra_changes(&self) -> (std::collections::BTreeSet<String>, bool) {
+        match self {
+            ClusterFacts::Kube(k) => k.dra().take_changes(),
+            ClusterFacts::Static { .. } | ClusterFacts::Read(_) => Default::default(),
+        }
+    }
+
     /// The facts every decision reads, borrowed from the caches for the length of `decide`.
     pub(crate) fn with_facts<R>(
         &self,

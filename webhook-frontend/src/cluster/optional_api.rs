@@ -60,6 +60,32 @@ where
 {
     store: Arc<RwLock<Option<Store<K>>>>,
     state: Arc<AtomicU8>,
+    changes: Changes,
+}
+
+/// What the background loop shares with its [`OptionalCache`]: the store's slot, the state, the changes.
+type Shared<K> = (Arc<RwLock<Option<Store<K>>>>, Arc<AtomicU8>, Changes);
+
+/// Where the watched objects changed since [`Changes::take`] was last asked: their namespaces, and whether a
+/// cluster-scoped one did. What a count read from them is then stale.
+#[derive(Clone, Default)]
+pub(crate) struct Changes(Arc<std::sync::Mutex<(std::collections::BTreeSet<String>, bool)>>);
+
+impl Changes {
+    fn note(&self, namespace: Option<&str>) {
+        let mut c = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match namespace {
+            Some(ns) => {
+                c.0.insert(ns.to_string());
+            }
+            None => c.1 = true,
+        }
+    }
+
+    /// The namespaces changed, and whether anything cluster-scoped did, since the last call.
+    pub(crate) fn take(&self) -> (std::collections::BTreeSet<String>, bool) {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
 }
 
 impl<K> OptionalCache<K>
@@ -74,14 +100,23 @@ where
     ) -> Self {
         let store = Arc::new(RwLock::new(None));
         let state = Arc::new(AtomicU8::new(ApiState::Unknown as u8));
+        let changes = Changes::default();
         tokio::spawn(keep::<K>(
             client,
             api,
-            store.clone(),
-            state.clone(),
+            (store.clone(), state.clone(), changes.clone()),
             discovery_interval,
         ));
-        Self { store, state }
+        Self {
+            store,
+            state,
+            changes,
+        }
+    }
+
+    /// Where the objects changed since last asked.
+    pub(crate) fn changes(&self) -> &Changes {
+        &self.changes
     }
 
     pub(crate) fn state(&self) -> ApiState {
@@ -131,8 +166,7 @@ enum WatchEnd {
 async fn keep<K>(
     client: kube::Client,
     api: OptionalApi,
-    slot: Arc<RwLock<Option<Store<K>>>>,
-    state: Arc<AtomicU8>,
+    (slot, state, changes): Shared<K>,
     discovery_interval: Duration,
 ) where
     K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -141,7 +175,7 @@ async fn keep<K>(
     loop {
         let condition = match served(&client, &api).await {
             Ok(true) => {
-                let synced = watch_while_served::<K>(&client, api, &slot, &state).await;
+                let synced = watch_while_served::<K>(&client, api, &slot, &state, &changes).await;
                 if synced.0 {
                     last = None; // it worked for a while: whatever comes next is news
                 }
@@ -191,6 +225,7 @@ async fn watch_while_served<K>(
     api: OptionalApi,
     slot: &RwLock<Option<Store<K>>>,
     state: &Arc<AtomicU8>,
+    changes: &Changes,
 ) -> (bool, WatchEnd)
 where
     K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -214,7 +249,7 @@ where
             tracing::info!(objects = reader.len(), "{} cache synced", api.kind);
         }
     });
-    let end = watch::<K>(client, api.plural, writer).await;
+    let end = watch::<K>(client, api.plural, writer, changes).await;
     ready.abort();
     if let Ok(mut s) = slot.write() {
         *s = None;
@@ -227,6 +262,7 @@ async fn watch<K>(
     client: &kube::Client,
     plural: &'static str,
     writer: reflector::store::Writer<K>,
+    changes: &Changes,
 ) -> WatchEnd
 where
     K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -240,6 +276,14 @@ where
     let mut stream = std::pin::pin!(stream);
     while let Some(event) = stream.next().await {
         let err = match event {
+            Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => {
+                changes.note(o.meta().namespace.as_deref());
+                continue;
+            }
+            Ok(watcher::Event::InitDone) => {
+                changes.note(None);
+                continue;
+            }
             Ok(_) => continue,
             Err(watcher::Error::InitialListFailed(err) | watcher::Error::WatchStartFailed(err)) => {
                 err

@@ -242,6 +242,15 @@ impl QuotaUsage {
     fn fresh_state(&self) -> std::sync::MutexGuard<'_, State> {
         self.with_counter(|cx| {
             let mut s = self.lock_state();
+            // A claim or template changed: its namespace's Pods count it now, not at the next tick (a template
+            // enlarged under a pending Pod counts before another Pod is decided against it).
+            let (namespaces, cluster) = self.cluster.take_dra_changes();
+            if cluster {
+                s.held.invalidate();
+            }
+            for ns in &namespaces {
+                s.held.recount_namespace(ns, cx);
+            }
             s.refresh(cx, now_ms());
             s
         })
