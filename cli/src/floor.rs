@@ -185,6 +185,8 @@ pub struct Floor {
     workloads: Compiled,
     params: Cel,
     tier_label: String,
+    /// The cluster's DeviceClasses its parameters were written for.
+    device_classes: Vec<k8s_openapi::api::resource::v1::DeviceClass>,
 }
 
 fn compile(expression: &Value) -> anyhow::Result<Program> {
@@ -281,19 +283,39 @@ impl Compiled {
 }
 
 impl Floor {
-    /// The floor rendered for `policy`, ready to evaluate.
+    /// The floor rendered for `policy`, ready to evaluate, with no DeviceClass of a cluster known.
     pub fn new(policy: &Policy, tier_label: &str) -> anyhow::Result<Self> {
+        Self::with_device_classes(policy, tier_label, &[])
+    }
+
+    /// The floor rendered for `policy`, its parameters as the observer writes them for a cluster holding the
+    /// DeviceClasses `classes` (core's `floor::params_with_device_classes`).
+    pub fn with_device_classes(
+        policy: &Policy,
+        tier_label: &str,
+        classes: &[k8s_openapi::api::resource::v1::DeviceClass],
+    ) -> anyhow::Result<Self> {
         let objects = gpu_admission_core::floor::render(policy, tier_label)?;
-        let params = objects
+        let mut params = objects
             .iter()
             .find(|o| o["kind"] == "ConfigMap")
-            .context("the render has no ConfigMap")?;
+            .context("the render has no ConfigMap")?
+            .clone();
+        params["data"] = json!(gpu_admission_core::floor::params_with_device_classes(
+            policy, classes
+        )?);
         Ok(Floor {
             pods: Compiled::new(&objects, Target::Pods)?,
             workloads: Compiled::new(&objects, Target::Workloads)?,
-            params: to_cel(params),
+            params: to_cel(&params),
             tier_label: tier_label.to_string(),
+            device_classes: classes.to_vec(),
         })
+    }
+
+    /// The DeviceClasses its parameters were written for.
+    pub fn device_classes(&self) -> &[k8s_openapi::api::resource::v1::DeviceClass] {
+        &self.device_classes
     }
 
     /// The floor's answer for the CREATE of a workload (`object`, with its Pod template) in `namespace`: the
