@@ -1566,6 +1566,7 @@ fn observer_rbac_grants_exactly_what_it_uses() {
         used,
         BTreeSet::from([
             "configmaps",
+            "deviceclasses",
             "leases",
             "mutatingwebhookconfigurations",
             "nodes",
@@ -1624,7 +1625,8 @@ fn observer_rbac_grants_exactly_what_it_uses() {
                 (
                     "admissionregistration.k8s.io",
                     "mutatingwebhookconfigurations"
-                )
+                ),
+                ("resource.k8s.io", "deviceclasses")
             ]),
             "{}",
             m.mode
