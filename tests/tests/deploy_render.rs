@@ -1575,7 +1575,8 @@ fn the_floors_device_class_cel_agrees_in_celpy() {
         .map(|v| str_at(v, "/expression").to_string())
         .expect("the outsideClass variable");
     let params =
-        gpu_admission_core::floor::params_with_device_classes(&policy, &[h100.clone()]).unwrap();
+        gpu_admission_core::floor::params_with_device_classes(&policy, std::slice::from_ref(&h100))
+            .unwrap();
     let floor =
         gpu_admission_cli::floor::Floor::with_device_classes(&policy, label, &[h100]).unwrap();
 
