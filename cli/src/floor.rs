@@ -550,6 +550,33 @@ mod tests {
         }
     }
 
+    /// Parameters written by an observer older than the floor hold no DeviceClass lists: the Pod policy then
+    /// counts no class-backed resource and denies none by it, never an error (which would deny every GPU Pod).
+    #[test]
+    fn parameters_without_device_class_lists_are_no_error() {
+        let mut policy = gpu_admission_policy::embedded_default().unwrap();
+        policy.enforcement.mode = gpu_admission_policy::EnforcementMode::Enforce;
+        let mut floor = Floor::new(&policy, gpu_admission_core::names::DEFAULT_TIER_LABEL).unwrap();
+        let mut params = Value::Object(Default::default());
+        params["data"] = json!(
+            gpu_admission_core::floor::params(&policy)
+                .unwrap()
+                .into_iter()
+                .filter(|(k, _)| !k.contains("deviceClasses"))
+                .collect::<BTreeMap<_, _>>()
+        );
+        floor.params = to_cel(&params);
+        let view = crate::engine::snapshot_of(policy.clone());
+        let request = json!({"operation": "CREATE", "userInfo": {"username": "alice"}});
+        for resource in ["nvidia.com/gpu", "example.com/h100"] {
+            let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {
+                "nodeSelector": {"gpu.nvidia.com/class": "L4-24GB"},
+                "containers": [{"name": "c", "resources": {"limits": {resource: "1"}}}]}});
+            let answer = floor.pod(&request, &pod, ("team", Some("bronze")), false, &view);
+            assert_eq!(answer, FloorAnswer::Allowed, "{resource}");
+        }
+    }
+
     #[test]
     fn only_a_workload_that_does_not_decode_is_refused() {
         let deployment = |containers: Value| {

@@ -123,12 +123,11 @@ pub(crate) fn asks_resource(spec: &str, counts: &str) -> String {
 
 /// The resources `r` the cluster's GPU DeviceClasses back (`deviceclass.resource.kubernetes.io/<class>`, a
 /// class's `extendedResourceName`), as the observer writes them into the parameters
-/// ([`super::device_classes`]).
+/// ([`super::device_classes`]); none while the parameters hold no such list (written by an observer older than
+/// the floor).
 pub(crate) fn class_backed(r: &str) -> String {
-    format!(
-        "params.data[{}].contains('\\n' + {r} + '\\n')",
-        lit(super::device_classes::GPU_RESOURCES)
-    )
+    let key = lit(super::device_classes::GPU_RESOURCES);
+    format!("({key} in params.data && params.data[{key}].contains('\\n' + {r} + '\\n'))")
 }
 
 /// `r` may be backed by a DeviceClass: the DeviceClass prefix, or an extended resource of a domain outside

@@ -8,6 +8,10 @@
 //! - a Pod asking for GPUs (a resource the policy counts, in any container, init container or sidecar; or DRA
 //!   claims, which it cannot read) that is not held to its tier's classes by a `nodeSelector` or an `In` in
 //!   every required node-affinity term on a class label (core's [`crate::tier_bound::class_bound`]);
+//! - a Pod asking, by an extended resource with no claim (`deviceclass.resource.kubernetes.io/<class>`, a
+//!   class's `extendedResourceName`), for a cluster DeviceClass outside its tier or one whose selectors cannot
+//!   be decided: the parameters [`device_classes`] the observer writes from the cluster's DeviceClasses, each
+//!   judged by core's own functions (and every such resource of a GPU class counts as GPUs above);
 //! - a Pod naming a PriorityClass whose resolved `spec.priority` is above its tier's cap, or which may
 //!   preempt under a cap that says `Never` ([`crate::policy::TierRules::priority_beyond_cap`]);
 //! - in a namespace without a tier under `untieredNamespaces: Deny`, GPU Pods and Pods naming a PriorityClass;
@@ -361,15 +365,17 @@ fn variables(policy: &Policy, tier_label: &str, target: Target) -> Vec<Value> {
     ));
     if target == Target::Pods {
         vars.push(var("bound", cel::class_bound(policy)));
-        // Extended resources of the cluster's DeviceClasses outside the scope (an empty list costs nothing).
-        let outside = format!(
-            "params.data[variables.scope + {}]",
+        // Extended resources of the cluster's DeviceClasses outside the scope (an empty or missing list, as an
+        // observer older than the floor writes, costs nothing).
+        let key = format!(
+            "variables.scope + {}",
             cel::lit(device_classes::OUTSIDE_SUFFIX)
         );
+        let outside = format!("params.data[{key}]");
         vars.push(var(
             "outsideClass",
             format!(
-                "variables.scope != '' && {outside} != '\\n' && {}",
+                "variables.scope != '' && ({key}) in params.data && {outside} != '\\n' && {}",
                 cel::asks_resource(
                     "variables.spec",
                     &format!("{outside}.contains('\\n' + r + '\\n')")
