@@ -165,6 +165,13 @@ impl ClaimObjects {
     }
 }
 
+impl ClaimObjects {
+    /// The DeviceClasses among the inputs.
+    pub fn device_classes(&self) -> Vec<DeviceClass> {
+        self.classes.values().cloned().collect()
+    }
+}
+
 impl ClaimTemplates for ClaimObjects {
     fn template(&self, namespace: &str, name: &str) -> Option<ResourceClaimTemplate> {
         self.templates
@@ -208,8 +215,12 @@ pub struct BadRequest(pub String);
 impl Engine {
     pub fn new(policy: Policy, learned: Learned, options: Options) -> Self {
         let view = snapshot_of(policy.clone());
-        let floor =
-            crate::floor::Floor::new(&policy, gpu_admission_core::names::DEFAULT_TIER_LABEL).ok();
+        let floor = crate::floor::Floor::with_device_classes(
+            &policy,
+            gpu_admission_core::names::DEFAULT_TIER_LABEL,
+            &options.claims.device_classes(),
+        )
+        .ok();
         let core = Core::in_process(policy, learned);
         let policy = view;
         Engine {
@@ -223,6 +234,23 @@ impl Engine {
 
     pub fn policy(&self) -> &PolicySnapshot {
         &self.policy
+    }
+
+    /// Renders the floor again when the DeviceClasses among the inputs changed: its parameters hold what the
+    /// observer would write for them.
+    pub(crate) fn refresh_floor(&mut self) {
+        let classes = self.options.claims.device_classes();
+        if self.floor.as_ref().map(|f| f.device_classes()) == Some(classes.as_slice()) {
+            return;
+        }
+        if let Some(policy) = self.policy.policy.as_deref() {
+            self.floor = crate::floor::Floor::with_device_classes(
+                policy,
+                gpu_admission_core::names::DEFAULT_TIER_LABEL,
+                &classes,
+            )
+            .ok();
+        }
     }
 
     fn tier_of(&self, namespace: &str) -> Option<String> {

@@ -185,6 +185,8 @@ pub struct Floor {
     workloads: Compiled,
     params: Cel,
     tier_label: String,
+    /// The cluster's DeviceClasses its parameters were written for.
+    device_classes: Vec<k8s_openapi::api::resource::v1::DeviceClass>,
 }
 
 fn compile(expression: &Value) -> anyhow::Result<Program> {
@@ -281,19 +283,39 @@ impl Compiled {
 }
 
 impl Floor {
-    /// The floor rendered for `policy`, ready to evaluate.
+    /// The floor rendered for `policy`, ready to evaluate, with no DeviceClass of a cluster known.
     pub fn new(policy: &Policy, tier_label: &str) -> anyhow::Result<Self> {
+        Self::with_device_classes(policy, tier_label, &[])
+    }
+
+    /// The floor rendered for `policy`, its parameters as the observer writes them for a cluster holding the
+    /// DeviceClasses `classes` (core's `floor::params_with_device_classes`).
+    pub fn with_device_classes(
+        policy: &Policy,
+        tier_label: &str,
+        classes: &[k8s_openapi::api::resource::v1::DeviceClass],
+    ) -> anyhow::Result<Self> {
         let objects = gpu_admission_core::floor::render(policy, tier_label)?;
-        let params = objects
+        let mut params = objects
             .iter()
             .find(|o| o["kind"] == "ConfigMap")
-            .context("the render has no ConfigMap")?;
+            .context("the render has no ConfigMap")?
+            .clone();
+        params["data"] = json!(gpu_admission_core::floor::params_with_device_classes(
+            policy, classes
+        )?);
         Ok(Floor {
             pods: Compiled::new(&objects, Target::Pods)?,
             workloads: Compiled::new(&objects, Target::Workloads)?,
-            params: to_cel(params),
+            params: to_cel(&params),
             tier_label: tier_label.to_string(),
+            device_classes: classes.to_vec(),
         })
+    }
+
+    /// The DeviceClasses its parameters were written for.
+    pub fn device_classes(&self) -> &[k8s_openapi::api::resource::v1::DeviceClass] {
+        &self.device_classes
     }
 
     /// The floor's answer for the CREATE of a workload (`object`, with its Pod template) in `namespace`: the
@@ -525,6 +547,33 @@ mod tests {
                     .describe()
                     .starts_with("undecidable by the offline floor: ")
             );
+        }
+    }
+
+    /// Parameters written by an observer older than the floor hold no DeviceClass lists: the Pod policy then
+    /// counts no class-backed resource and denies none by it, never an error (which would deny every GPU Pod).
+    #[test]
+    fn parameters_without_device_class_lists_are_no_error() {
+        let mut policy = gpu_admission_policy::embedded_default().unwrap();
+        policy.enforcement.mode = gpu_admission_policy::EnforcementMode::Enforce;
+        let mut floor = Floor::new(&policy, gpu_admission_core::names::DEFAULT_TIER_LABEL).unwrap();
+        let mut params = Value::Object(Default::default());
+        params["data"] = json!(
+            gpu_admission_core::floor::params(&policy)
+                .unwrap()
+                .into_iter()
+                .filter(|(k, _)| !k.contains("deviceClasses"))
+                .collect::<BTreeMap<_, _>>()
+        );
+        floor.params = to_cel(&params);
+        let view = crate::engine::snapshot_of(policy.clone());
+        let request = json!({"operation": "CREATE", "userInfo": {"username": "alice"}});
+        for resource in ["nvidia.com/gpu", "example.com/h100"] {
+            let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {
+                "nodeSelector": {"gpu.nvidia.com/class": "L4-24GB"},
+                "containers": [{"name": "c", "resources": {"limits": {resource: "1"}}}]}});
+            let answer = floor.pod(&request, &pod, ("team", Some("bronze")), false, &view);
+            assert_eq!(answer, FloorAnswer::Allowed, "{resource}");
         }
     }
 

@@ -152,6 +152,7 @@ impl Run {
         let options = self.engine.options.clone();
         let checked = self.check_in_place(inputs);
         self.engine.options = options;
+        self.engine.refresh_floor();
         checked
     }
 
@@ -159,6 +160,7 @@ impl Run {
         self.engine.options.tiers.learn(inputs);
         let default_namespace = self.engine.options.default_namespace.clone();
         self.engine.options.claims.learn(inputs, &default_namespace);
+        self.engine.refresh_floor();
         let evaluations: Vec<Evaluation> = inputs
             .iter()
             .filter_map(|i| evaluate::evaluate(&self.engine, i))

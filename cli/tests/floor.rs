@@ -318,3 +318,380 @@ fn a_workload_the_interpreter_panicked_on_gets_a_verdict() {
         "{answer:?}"
     );
 }
+
+/// How the floor (alone, gpu-admission down) answers a device shape beside `/validate-pod`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum FloorHolds {
+    /// It denies bronze's H100 ask as the webhooks do.
+    Same,
+    /// Narrower: it admits what the webhooks deny, for the reason given (and what holds instead).
+    Narrower(&'static str),
+}
+
+/// One device shape of Kubernetes 1.34–1.37: the objects a user creates (claims, templates, the Pod) for the
+/// pin `node` (a node selector on a catalog class) asking H100 devices in the shape.
+struct Shape {
+    name: &'static str,
+    objects: fn(node: &serde_json::Value) -> Vec<serde_json::Value>,
+    floor: FloorHolds,
+    /// The catalog class bronze's Pod is pinned to: H100's where only the node says H100, else bronze's own.
+    bronze_pin: &'static str,
+    /// Whether gold's use of the shape (pinned to H100) is admitted by both.
+    gold: bool,
+}
+
+/// The DeviceClasses of the cluster every shape runs with: NVIDIA's dra-driver-gpu chart's (as the GPU Operator
+/// renders them), an admin's class selecting H100 by product with an `extendedResourceName`, a class named
+/// like NVIDIA's ComputeDomain class (`notGpu` by name) selecting H100, and one the grammar cannot read.
+fn cluster_device_classes() -> Vec<serde_json::Value> {
+    use serde_json::json;
+    let class = |name: &str, cel: &str, resource: Option<&str>| {
+        let mut spec = json!({"selectors": [{"cel": {"expression": cel}}]});
+        if let Some(r) = resource {
+            spec["extendedResourceName"] = json!(r);
+        }
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name}, "spec": spec})
+    };
+    let nvidia = |ty: &str| {
+        format!(
+            "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == '{ty}'"
+        )
+    };
+    let h100 = "device.driver == 'gpu.nvidia.com' && \
+                device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 80GB HBM3'";
+    vec![
+        class("gpu.nvidia.com", &nvidia("gpu"), None),
+        class("mig.nvidia.com", &nvidia("mig"), None),
+        class(
+            "compute-domain-default-channel.nvidia.com",
+            "device.driver == 'compute-domain.nvidia.com' && \
+             device.attributes['compute-domain.nvidia.com'].type == 'channel' && \
+             device.attributes['compute-domain.nvidia.com'].id == 0",
+            None,
+        ),
+        class("h100.example.com", h100, Some("example.com/h100")),
+        class(
+            "compute-domain-daemon.nvidia.com",
+            h100,
+            Some("example.com/cd-h100"),
+        ),
+        class(
+            "odd.example.com",
+            "device.attributes['gpu.nvidia.com'].index % 2 == 0",
+            Some("example.com/odd"),
+        ),
+    ]
+}
+
+fn shape_pod(
+    node: &serde_json::Value,
+    resources: serde_json::Value,
+    claims: Option<serde_json::Value>,
+) -> serde_json::Value {
+    use serde_json::json;
+    let mut pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team"},
+        "spec": {"nodeSelector": node, "containers": [{"name": "c", "image": "cuda",
+            "resources": {"limits": resources}}]}});
+    if let Some(c) = claims {
+        pod["spec"]["resourceClaims"] = c;
+    }
+    pod
+}
+
+fn shape_template(requests: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "t", "namespace": "team"}, "spec": {"spec": {"devices": {"requests": requests}}}})
+}
+
+const H100_PRODUCT: &str =
+    "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 80GB HBM3'";
+
+/// A Pod whose one claim is made from the template `t` of `requests`.
+fn pod_with_template(
+    node: &serde_json::Value,
+    requests: serde_json::Value,
+) -> Vec<serde_json::Value> {
+    use serde_json::json;
+    vec![
+        shape_template(requests),
+        shape_pod(
+            node,
+            json!({}),
+            Some(json!([{"name": "gpu", "resourceClaimTemplateName": "t"}])),
+        ),
+    ]
+}
+
+const CLAIMS_UNREAD: &str = "the floor reads no claim object (its requests are in another object): the Pod is \
+    held to its tier's nodes, L4 for bronze, where no H100 device is published";
+
+fn shapes() -> Vec<Shape> {
+    use serde_json::json;
+    vec![
+        Shape {
+            name: "container extended resource (nvidia.com/gpu) on an H100 node",
+            objects: |node| vec![shape_pod(node, json!({"nvidia.com/gpu": 1}), None)],
+            floor: FloorHolds::Same,
+            bronze_pin: "H100-80GB",
+            gold: true,
+        },
+        Shape {
+            name: "MIG slice (nvidia.com/mig-1g.10gb) on an H100 node",
+            objects: |node| vec![shape_pod(node, json!({"nvidia.com/mig-1g.10gb": 1}), None)],
+            floor: FloorHolds::Same,
+            bronze_pin: "H100-80GB",
+            gold: true,
+        },
+        Shape {
+            name: "DRA claim template on gpu.nvidia.com selecting H100",
+            objects: |node| {
+                pod_with_template(
+                    node,
+                    json!([{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com",
+                        "selectors": [{"cel": {"expression": H100_PRODUCT}}]}}]),
+                )
+            },
+            floor: FloorHolds::Narrower(CLAIMS_UNREAD),
+            bronze_pin: "L4-24GB",
+            gold: true,
+        },
+        Shape {
+            name: "DRA ResourceClaim (resourceClaimName) on gpu.nvidia.com selecting H100",
+            objects: |node| {
+                vec![
+                    json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                        "metadata": {"name": "c", "namespace": "team"}, "spec": {"devices": {"requests": [
+                            {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com",
+                                "selectors": [{"cel": {"expression": H100_PRODUCT}}]}}]}}}),
+                    shape_pod(
+                        node,
+                        json!({}),
+                        Some(json!([{"name": "gpu", "resourceClaimName": "c"}])),
+                    ),
+                ]
+            },
+            floor: FloorHolds::Narrower(CLAIMS_UNREAD),
+            bronze_pin: "L4-24GB",
+            gold: true,
+        },
+        Shape {
+            name: "firstAvailable: H100 first, L4 second",
+            objects: |node| {
+                pod_with_template(
+                    node,
+                    json!([{"name": "gpu", "firstAvailable": [
+                        {"name": "h100", "deviceClassName": "gpu.nvidia.com",
+                            "selectors": [{"cel": {"expression": H100_PRODUCT}}]},
+                        {"name": "l4", "deviceClassName": "l4-24gb.gpu-admission.io"}]}]),
+                )
+            },
+            floor: FloorHolds::Narrower(CLAIMS_UNREAD),
+            bronze_pin: "L4-24GB",
+            gold: true,
+        },
+        Shape {
+            name: "allocationMode All on the H100 catalog class",
+            objects: |node| {
+                pod_with_template(
+                    node,
+                    json!([{"name": "gpu", "exactly": {"deviceClassName": "h100-80gb.gpu-admission.io",
+                        "allocationMode": "All"}}]),
+                )
+            },
+            floor: FloorHolds::Narrower(CLAIMS_UNREAD),
+            bronze_pin: "L4-24GB",
+            gold: true,
+        },
+        Shape {
+            name: "adminAccess on gpu.nvidia.com selecting H100",
+            objects: |node| {
+                pod_with_template(
+                    node,
+                    json!([{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "adminAccess": true,
+                        "selectors": [{"cel": {"expression": H100_PRODUCT}}]}}]),
+                )
+            },
+            floor: FloorHolds::Narrower(
+                "the claim with adminAccess is the floor's admin-claims policy's (the authorizer, not evaluated \
+                 offline); the Pod floor holds the Pod to its tier's nodes",
+            ),
+            bronze_pin: "L4-24GB",
+            gold: false,
+        },
+        Shape {
+            name: "implicit deviceclass.resource.kubernetes.io/<class> of an admin class selecting H100",
+            objects: |node| {
+                vec![shape_pod(
+                    node,
+                    json!({"deviceclass.resource.kubernetes.io/h100.example.com": 1}),
+                    None,
+                )]
+            },
+            floor: FloorHolds::Same,
+            bronze_pin: "L4-24GB",
+            gold: true,
+        },
+        Shape {
+            name: "a class's extendedResourceName (example.com/h100)",
+            objects: |node| vec![shape_pod(node, json!({"example.com/h100": 1}), None)],
+            floor: FloorHolds::Same,
+            bronze_pin: "L4-24GB",
+            gold: true,
+        },
+        Shape {
+            name: "an admin class selecting H100 by product, through a claim",
+            objects: |node| {
+                pod_with_template(
+                    node,
+                    json!([{"name": "gpu", "exactly": {"deviceClassName": "h100.example.com"}}]),
+                )
+            },
+            floor: FloorHolds::Narrower(CLAIMS_UNREAD),
+            bronze_pin: "L4-24GB",
+            gold: true,
+        },
+        Shape {
+            name: "a class named like a notGpu class (compute-domain-daemon.nvidia.com) selecting H100",
+            objects: |node| {
+                vec![shape_pod(
+                    node,
+                    json!({"deviceclass.resource.kubernetes.io/compute-domain-daemon.nvidia.com": 1}),
+                    None,
+                )]
+            },
+            floor: FloorHolds::Same,
+            bronze_pin: "L4-24GB",
+            gold: true,
+        },
+        Shape {
+            name: "the vendor's class by implicit extended resource on an H100 node",
+            objects: |node| {
+                vec![shape_pod(
+                    node,
+                    json!({"deviceclass.resource.kubernetes.io/gpu.nvidia.com": 1}),
+                    None,
+                )]
+            },
+            floor: FloorHolds::Same,
+            bronze_pin: "H100-80GB",
+            gold: true,
+        },
+        Shape {
+            name: "a class whose selector cannot be decided, by its extendedResourceName",
+            objects: |node| vec![shape_pod(node, json!({"example.com/odd": 1}), None)],
+            floor: FloorHolds::Same,
+            bronze_pin: "L4-24GB",
+            gold: false,
+        },
+    ]
+}
+
+/// The differential test of the device shapes: each shape through `/validate-pod` (core's decision, as the
+/// frontend runs it) and through the floor's rendered CEL with the parameters the observer writes for the
+/// cluster's DeviceClasses ([`cluster_device_classes`]). Bronze asks for H100 devices in every shape (pinned to
+/// its L4 nodes where the shape names the product elsewhere, to H100 nodes where only the node says it): the
+/// webhooks deny every one, and the floor alone denies exactly the shapes marked [`FloorHolds::Same`]; where it
+/// is narrower the shape says why. Gold's legitimate use (pinned to H100) is admitted by both, the floor also
+/// after the mutation.
+#[test]
+fn every_device_shape_through_the_webhooks_and_the_floor() {
+    use gpu_admission_cli::evaluate::Verdict;
+    use gpu_admission_cli::load::{Input, Source, Tiers};
+    use gpu_admission_cli::review::User;
+    use gpu_admission_cli::{Run, RunSettings};
+
+    let policy = gpu_admission_policy::embedded_default().unwrap();
+    let pin = |class: &str| {
+        let c = policy.classes.iter().find(|c| c.name == class).unwrap();
+        serde_json::json!({&c.node_label_key: &c.node_label_value})
+    };
+    let run = |tier: &str, objects: Vec<serde_json::Value>| {
+        let settings = RunSettings {
+            policy: None,
+            policy_key: None,
+            mode: Some("Enforce".into()),
+            state: None,
+            tiers: Tiers::parse(&[format!("team={tier}")]).unwrap(),
+            requester: User::default_requester(),
+            no_kube: true,
+            default_namespace: "team".into(),
+            usage: None,
+        };
+        let inputs: Vec<Input> = cluster_device_classes()
+            .into_iter()
+            .chain(objects)
+            .enumerate()
+            .map(|(i, value)| {
+                Input::Object(Source {
+                    origin: format!("shape#{i}"),
+                    value,
+                })
+            })
+            .collect();
+        Run::new(&settings).unwrap().check_inputs(&inputs)
+    };
+    let (mut same, mut narrower, mut gold_admitted) = (0, 0, 0);
+    let mut failures = Vec::new();
+    for shape in shapes() {
+        let checked = run("bronze", (shape.objects)(&pin(shape.bronze_pin)));
+        let webhook_denies = checked
+            .evaluations
+            .iter()
+            .any(|e| matches!(e.verdict, Verdict::Denied));
+        let pod = checked
+            .evaluations
+            .iter()
+            .flat_map(|e| &e.pods)
+            .find(|p| p.path == "Pod")
+            .expect("the shape's Pod");
+        let floor = pod.floor.clone().expect("a floor answer");
+        let report = format!(
+            "{}: webhooks deny {webhook_denies}, floor {}",
+            shape.name,
+            floor.describe()
+        );
+        println!("bronze {report}");
+        if !webhook_denies {
+            failures.push(format!("bronze {report}: the webhooks admit it"));
+        }
+        match shape.floor {
+            FloorHolds::Same if floor.denies() => same += 1,
+            FloorHolds::Narrower(why) if !floor.denies() => {
+                println!("  narrower on purpose: {why}");
+                narrower += 1;
+            }
+            _ => failures.push(format!("bronze {report}: expected {:?}", shape.floor)),
+        }
+        if !shape.gold {
+            continue;
+        }
+        let checked = run("gold", (shape.objects)(&pin("H100-80GB")));
+        let denied: Vec<String> = checked
+            .evaluations
+            .iter()
+            .filter(|e| matches!(e.verdict, Verdict::Denied))
+            .map(|e| format!("{}: {:?}", e.object, e.message))
+            .collect();
+        let pod = checked
+            .evaluations
+            .iter()
+            .flat_map(|e| &e.pods)
+            .find(|p| p.path == "Pod")
+            .expect("the shape's Pod");
+        let floors = [pod.floor.clone(), pod.floor_after_mutation.clone()];
+        if !denied.is_empty() || floors.iter().flatten().any(|f| f.denies()) {
+            failures.push(format!(
+                "gold {}: webhooks deny {denied:?}, floor {floors:?}",
+                shape.name
+            ));
+        } else {
+            gold_admitted += 1;
+        }
+    }
+    println!(
+        "{} shapes: bronze denied by both {same}, by the webhooks only (floor narrower, stated) {narrower}; \
+         gold admitted by both {gold_admitted}",
+        shapes().len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -1,7 +1,9 @@
 //! The floor's parameter object kept in step with the policy (`--floor-params`): the leader reads the policy
 //! ConfigMap from the apiserver (not a mounted volume, whose updates lag by up to a minute) every
-//! `--floor-interval-secs`, validates it with the policy crate as the scorer and the frontend do, and writes
-//! core's [`gpu_admission_core::floor::params`] into the parameter ConfigMap when they differ, creating it
+//! `--floor-interval-secs`, validates it with the policy crate as the scorer and the frontend do, lists the
+//! cluster's DeviceClasses (none when the apiserver serves no `resource.k8s.io/v1`), and writes core's
+//! [`gpu_admission_core::floor::params_with_device_classes`] into the parameter ConfigMap when they differ
+//! (the class-backed extended resources that are GPUs, and per tier those outside it), creating it
 //! when it is missing (a missing parameter object denies GPU Pods in the apiserver). A policy that does not
 //! validate changes nothing: the floor keeps the last good parameters, as the services keep their last good
 //! policy. Only the leader writes; writes carry the resourceVersion read.
@@ -10,7 +12,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ObjectMeta, PostParams};
+use k8s_openapi::api::resource::v1::DeviceClass;
+use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use tokio::sync::watch;
@@ -59,11 +62,13 @@ pub fn policy_text<'c>(cm: &'c ConfigMap, key: &str) -> Option<&'c str> {
         .map(String::as_str)
 }
 
-/// What the parameters must become for a policy text, given the parameter object's current data.
+/// What the parameters must become for a policy text and the cluster's DeviceClasses `classes`, given the
+/// parameter object's current data.
 pub fn plan(
     policy: Option<&str>,
     source: &str,
     current: Option<&BTreeMap<String, String>>,
+    classes: &[DeviceClass],
 ) -> Plan {
     let Some(text) = policy else {
         return Plan::Keep(format!("{source}: no policy"));
@@ -72,15 +77,30 @@ pub fn plan(
         Ok(p) => p,
         Err(e) => return Plan::Keep(format!("{source}: {} problems", e.problems.len())),
     };
-    match gpu_admission_core::floor::params(&policy) {
+    match gpu_admission_core::floor::params_with_device_classes(&policy, classes) {
         Ok(data) if current == Some(&data) => Plan::InStep,
         Ok(data) => Plan::Write(data),
         Err(e) => Plan::Keep(e.to_string()),
     }
 }
 
-/// One round: read both objects, write the parameters when they differ. The result label.
-async fn round(api: &Api<ConfigMap>, config: &FloorConfig) -> Result<&'static str, kube::Error> {
+/// The cluster's DeviceClasses; none when the apiserver does not serve them (404).
+async fn device_classes(api: &Api<DeviceClass>) -> Result<Vec<DeviceClass>, kube::Error> {
+    match api.list(&ListParams::default()).await {
+        Ok(list) => Ok(list.items),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
+/// One round: read both objects and the DeviceClasses, write the parameters when they differ. The result
+/// label.
+async fn round(
+    api: &Api<ConfigMap>,
+    classes: &Api<DeviceClass>,
+    config: &FloorConfig,
+) -> Result<&'static str, kube::Error> {
+    let classes = device_classes(classes).await?;
     let policy = api.get_opt(&config.policy_configmap).await?;
     let current = api.get_opt(&config.params_configmap).await?;
     let source = format!(
@@ -93,6 +113,7 @@ async fn round(api: &Api<ConfigMap>, config: &FloorConfig) -> Result<&'static st
             .and_then(|p| policy_text(p, &config.policy_key)),
         &source,
         current.as_ref().and_then(|c| c.data.as_ref()),
+        &classes,
     );
     let result = plan.result();
     match (plan, current) {
@@ -136,7 +157,8 @@ pub async fn run(
     syncs: Family<ResultLabel, Counter>,
     mut leader: watch::Receiver<bool>,
 ) {
-    let api: Api<ConfigMap> = Api::namespaced(client, &config.namespace);
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &config.namespace);
+    let classes: Api<DeviceClass> = Api::all(client);
     let mut tick = tokio::time::interval(config.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -148,7 +170,7 @@ pub async fn run(
         }
         tokio::select! {
             _ = tick.tick() => {
-                let result = round(&api, &config).await.unwrap_or_else(|err| {
+                let result = round(&api, &classes, &config).await.unwrap_or_else(|err| {
                     tracing::warn!(%err, "keeping the floor's parameters in step failed");
                     "failed"
                 });
@@ -166,23 +188,53 @@ mod tests {
     #[test]
     fn writes_the_policys_parameters_and_nothing_when_in_step() {
         let text = gpu_admission_policy::DEFAULT_POLICY_YAML;
-        let Plan::Write(data) = plan(Some(text), "test", None) else {
+        let Plan::Write(data) = plan(Some(text), "test", None, &[]) else {
             panic!("a missing parameter object is written")
         };
         assert_eq!(data["tier.bronze.cap"], "1000");
-        assert_eq!(plan(Some(text), "test", Some(&data)), Plan::InStep);
+        assert_eq!(plan(Some(text), "test", Some(&data), &[]), Plan::InStep);
         let mut stale = data.clone();
         stale.insert("tier.bronze.cap".into(), "1000000".into());
-        assert_eq!(plan(Some(text), "test", Some(&stale)), Plan::Write(data));
+        assert_eq!(
+            plan(Some(text), "test", Some(&stale), &[]),
+            Plan::Write(data)
+        );
+    }
+
+    /// A DeviceClass created or changed moves the parameters: an admin's class selecting H100s by its
+    /// `extendedResourceName` is a GPU resource, outside bronze.
+    #[test]
+    fn the_clusters_device_classes_move_the_parameters() {
+        let text = gpu_admission_policy::DEFAULT_POLICY_YAML;
+        let Plan::Write(without) = plan(Some(text), "test", None, &[]) else {
+            panic!("written")
+        };
+        let h100: DeviceClass = serde_json::from_value(serde_json::json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "h100.example.com"},
+            "spec": {"extendedResourceName": "example.com/h100", "selectors": [{"cel": {"expression":
+                "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 80GB HBM3'"}}]}
+        }))
+        .unwrap();
+        let classes = [h100];
+        let Plan::Write(with) = plan(Some(text), "test", Some(&without), &classes) else {
+            panic!("a new DeviceClass moves the parameters")
+        };
+        assert!(with["tier.bronze.deviceClasses.outside"].contains("\nexample.com/h100\n"));
+        assert!(!with["tier.gold.deviceClasses.outside"].contains("example.com/h100"));
+        assert!(with["deviceClasses.gpuResources"].contains("\nexample.com/h100\n"));
+        assert_eq!(
+            plan(Some(text), "test", Some(&with), &classes),
+            Plan::InStep
+        );
     }
 
     #[test]
     fn a_policy_that_does_not_validate_or_is_missing_changes_nothing() {
         let broken = gpu_admission_policy::DEFAULT_POLICY_YAML
             .replace("defaultTier: bronze", "defaultTier: tin");
-        let kept = plan(Some(&broken), "cm", None);
+        let kept = plan(Some(&broken), "cm", None, &[]);
         assert_eq!(kept.result(), "policy_refused");
-        assert_eq!(plan(None, "cm", None).result(), "policy_refused");
+        assert_eq!(plan(None, "cm", None, &[]).result(), "policy_refused");
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //! 2. with the frontend, the scorer and the observer killed: an H100-pinned GPU Pod, a CPU-only Pod at
 //!    gpu-ultra, a namespace created with the gold label, and the bypass shapes (required node affinity with an
 //!    H100 term, a GPU only in an init container or a native sidecar, a MIG slice, a DRA claim, no class at
-//!    all) are all denied by the apiserver itself; a bronze Pod stating its L4 class runs on the L4 Node; a
+//!    all, an admin DeviceClass's `extendedResourceName` or `deviceclass.resource.kubernetes.io/<class>` pinned
+//!    to L4, the class selecting H100 and written into the parameters by the observer before it was killed)
+//!    are all denied by the apiserver itself; a bronze Pod stating its L4 class runs on the L4 Node; a
 //!    CPU-only Pod is admitted. Of workloads, a Deployment and a Job whose Pod template pins H100 (by
 //!    `nodeSelector`, by an `In` of L4 and H100) and a CPU-only Deployment at gpu-ultra are denied by the
 //!    floor's workload policy; a Job stating L4 and a Deployment stating no class (a template is never
@@ -352,6 +354,44 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
         a.ok,
     );
 
+    // An admin's DeviceClass selecting H100 by product, with its own extended resource: the observer (the
+    // shipped RBAC lists DeviceClasses) writes it into the floor's parameters, outside bronze.
+    let h100_class = json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": "h100.example.com"},
+        "spec": {"extendedResourceName": "example.com/h100", "selectors": [{"cel": {"expression":
+            "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 80GB HBM3'"}}]}});
+    let a = kubectl(kc, false, &["create", "-f", "-"], &h100_class.to_string());
+    assert!(a.ok, "DeviceClass: {}", a.stderr);
+    let outside = || {
+        kubectl(
+            kc,
+            false,
+            &[
+                "-n",
+                "gpu-admission",
+                "get",
+                "configmap",
+                "gpu-admission-floor",
+                "-o",
+                "jsonpath={.data.tier\\.bronze\\.deviceClasses\\.outside}",
+            ],
+            "",
+        )
+        .stdout
+    };
+    let created = Instant::now();
+    assert!(
+        eventually(Duration::from_secs(20), |_| outside()
+            .contains("example.com/h100")),
+        "the observer never wrote the DeviceClass into the parameters: {:?}\n{}",
+        outside(),
+        observer.process.log_tail(30)
+    );
+    println!(
+        "a new DeviceClass in the floor's parameters after {:?}",
+        created.elapsed()
+    );
+
     // 2. Every process of ours gone.
     webhook.process.kill();
     drop(scorer);
@@ -359,9 +399,10 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
     // What `gpu-admission check` says the floor alone answers (the same rendered CEL, evaluated offline):
     // it must agree with the apiserver on every Pod below.
     let parsed = gpu_admission_policy::parse(&enforce, "policy.yaml").unwrap();
-    let offline = gpu_admission_cli::floor::Floor::new(
+    let offline = gpu_admission_cli::floor::Floor::with_device_classes(
         &parsed,
         gpu_admission_core::names::DEFAULT_TIER_LABEL,
+        &[serde_json::from_value(h100_class.clone()).unwrap()],
     )
     .unwrap();
     let view = gpu_admission_cli::engine::snapshot_of(parsed);
@@ -408,6 +449,24 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
                 "spec": {"containers": [{"name": "main", "image": "registry.example/train:1",
                     "resources": {"claims": [{"name": "gpu"}]}}],
                     "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-h100"}]}}),
+        ),
+        (
+            "admin DeviceClass's extendedResourceName example.com/h100, pinned to L4",
+            pod(
+                "down-ext-h100",
+                "example.com/h100",
+                "containers",
+                json!({"nodeSelector": {CLASS: "L4-24GB"}}),
+            ),
+        ),
+        (
+            "deviceclass.resource.kubernetes.io/h100.example.com, pinned to L4",
+            pod(
+                "down-class-h100",
+                "deviceclass.resource.kubernetes.io/h100.example.com",
+                "containers",
+                json!({"nodeSelector": {CLASS: "L4-24GB"}}),
+            ),
         ),
         (
             "CPU-only Pod at gpu-ultra",

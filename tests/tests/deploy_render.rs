@@ -1520,6 +1520,173 @@ fn match_conditions_send_exactly_the_gpu_pods_of_the_corpus() {
     assert!(gpu >= 5, "the corpus should hold GPU Pods");
 }
 
+/// Evaluates CEL expressions, each with its own bindings (`object`, `params`, `variables`), with celpy.
+const CEL_EVAL_BOUND: &str = r#"
+import json, sys, celpy
+cases = json.load(sys.stdin)
+env = celpy.Environment()
+out = []
+for expr, bindings in cases:
+    prog = env.program(env.compile(expr))
+    out.append(bool(prog.evaluate({k: celpy.json_to_cel(v) for k, v in bindings.items()})))
+print(json.dumps(out))
+"#;
+
+/// The floor's DeviceClass CEL in a second interpreter: the Pod policy's match condition (which now also sends
+/// a Pod with any extended resource outside `kubernetes.io`) and its `outsideClass` variable, with the
+/// parameters the observer writes for an admin class selecting H100 (`example.com/h100`), evaluated by celpy on
+/// the corpus's Pods and Pods asking class-backed resources, against the CLI's interpreter (`cel` crate, the
+/// floor `gpu-admission check` evaluates) and against the rule stated here.
+#[test]
+fn the_floors_device_class_cel_agrees_in_celpy() {
+    let python_has_celpy = Command::new("python3")
+        .args(["-c", "import celpy"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !python_has_celpy {
+        gpu_admission_tests::skip::skip(
+            "the floor's DeviceClass CEL in celpy",
+            "python3 cannot import celpy (pip install cel-python, or run bash .ci/run)",
+        );
+        return;
+    }
+    let mut policy = gpu_admission_policy::embedded_default().unwrap();
+    policy.enforcement.mode = gpu_admission_policy::EnforcementMode::Enforce;
+    let h100: k8s_openapi::api::resource::v1::DeviceClass = serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "h100.example.com"},
+        "spec": {"extendedResourceName": "example.com/h100", "selectors": [{"cel": {"expression":
+            "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 80GB HBM3'"}}]}
+    }))
+    .unwrap();
+    let label = gpu_admission_core::names::DEFAULT_TIER_LABEL;
+    let objects = gpu_admission_core::floor::render(&policy, label).unwrap();
+    let vap = objects
+        .iter()
+        .find(|o| {
+            o["kind"] == "ValidatingAdmissionPolicy"
+                && o["metadata"]["name"] == "gpu-admission-floor-pods"
+        })
+        .unwrap();
+    let matches = str_at(&vap["spec"]["matchConditions"][0], "/expression").to_string();
+    let outside = vap["spec"]["variables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "outsideClass")
+        .map(|v| str_at(v, "/expression").to_string())
+        .expect("the outsideClass variable");
+    let params =
+        gpu_admission_core::floor::params_with_device_classes(&policy, std::slice::from_ref(&h100))
+            .unwrap();
+    let floor =
+        gpu_admission_cli::floor::Floor::with_device_classes(&policy, label, &[h100]).unwrap();
+
+    let mut pods: Vec<Value> = Vec::new();
+    for file in gpu_admission_tests::corpus::manifest_files().expect("the shared corpus") {
+        pods.extend(
+            gpu_admission_tests::corpus::extract_pods(&file)
+                .into_iter()
+                .map(|p| p.pod),
+        );
+    }
+    let limits = |r: &str, q: &str| {
+        json_pod(
+            json!([{"name": "c", "resources": {"limits": {r: q}}}]),
+            None,
+        )
+    };
+    for (r, q) in [
+        ("example.com/h100", "1"),
+        ("example.com/h100", "0"),
+        ("deviceclass.resource.kubernetes.io/h100.example.com", "2"),
+        ("deviceclass.resource.kubernetes.io/l4.example.com", "1"),
+        ("example.com/nic", "1"),
+        ("hugepages-2Mi", "1Gi"),
+        ("kubernetes.io/something", "1"),
+        ("foo.kubernetes.io/bar", "1"),
+    ] {
+        pods.push(limits(r, q));
+    }
+    pods.push(json_pod(
+        json!([{"name": "c"}]),
+        Some(json!([{"name": "i", "resources": {"requests": {"example.com/h100": "1"}}}])),
+    ));
+    let mut cases = Vec::new();
+    for pod in &pods {
+        cases.push(json!([matches, {"object": pod}]));
+        cases.push(json!([outside, {"object": pod, "params": {"data": params},
+            "variables": {"scope": "tier.bronze", "spec": pod["spec"]}}]));
+    }
+    let mut child = Command::new("python3")
+        .args(["-c", CEL_EVAL_BOUND])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&serde_json::to_vec(&cases).unwrap())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "celpy: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answers: Vec<bool> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answers.len(), cases.len());
+    let view = gpu_admission_cli::engine::snapshot_of(policy.clone());
+    let request = json!({"operation": "CREATE", "userInfo": {"username": "alice"}});
+    let asks = |pod: &Value, r: &str| {
+        ["containers", "initContainers"].iter().any(|k| {
+            pod["spec"][k].as_array().into_iter().flatten().any(|c| {
+                ["requests", "limits"]
+                    .iter()
+                    .any(|m| c["resources"][m][r].as_str().is_some_and(|q| q != "0"))
+            })
+        })
+    };
+    let (mut matched, mut denied) = (0, 0);
+    for (pod, pair) in pods.iter().zip(answers.chunks(2)) {
+        let (celpy_matches, celpy_outside) = (pair[0], pair[1]);
+        let expected = asks(pod, "example.com/h100")
+            || asks(pod, "deviceclass.resource.kubernetes.io/h100.example.com");
+        let mut pod = pod.clone();
+        pod["metadata"]["namespace"] = json!("team");
+        if expected {
+            // Pinned to bronze's L4: only the DeviceClass rule can deny it.
+            pod["spec"]["nodeSelector"] = json!({"gpu.nvidia.com/class": "L4-24GB"});
+        }
+        let rust = floor.pod(&request, &pod, ("team", Some("bronze")), false, &view);
+        assert_eq!(
+            celpy_matches,
+            rust != gpu_admission_cli::floor::FloorAnswer::NotMatched,
+            "match condition on {pod}: celpy {celpy_matches}, cel crate {}",
+            rust.describe()
+        );
+        assert_eq!(celpy_outside, expected, "outsideClass on {pod}");
+        if expected {
+            assert!(
+                matches!(&rust, gpu_admission_cli::floor::FloorAnswer::Denied(m) if m.contains("DeviceClass")),
+                "{pod}: {}",
+                rust.describe()
+            );
+            denied += 1;
+        }
+        matched += usize::from(celpy_matches);
+    }
+    println!(
+        "floor DeviceClass CEL: {} Pods in celpy and the cel crate agree; {matched} matched, {denied} denied as \
+         outside bronze",
+        pods.len()
+    );
+    assert!(denied >= 3, "the class-backed Pods were not denied");
+}
+
 /// Every Pod naming a PriorityClass is sent: its priority is capped at its tier's, GPU or not.
 fn names_a_priority_class(pod: &Value) -> bool {
     pod["spec"]["priorityClassName"]
@@ -1567,6 +1734,7 @@ fn observer_rbac_grants_exactly_what_it_uses() {
         used,
         BTreeSet::from([
             "configmaps",
+            "deviceclasses",
             "leases",
             "mutatingwebhookconfigurations",
             "nodes",
@@ -1625,7 +1793,8 @@ fn observer_rbac_grants_exactly_what_it_uses() {
                 (
                     "admissionregistration.k8s.io",
                     "mutatingwebhookconfigurations"
-                )
+                ),
+                ("resource.k8s.io", "deviceclasses")
             ]),
             "{}",
             m.mode

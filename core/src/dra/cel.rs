@@ -8,6 +8,8 @@
 //! atom    := device.driver == 'D'
 //!          | device.attributes['D'].A == 'P'               A: a catalog class's product attribute (productName)
 //!          | device.attributes['D'].A in ['P', 'Q', ...]
+//!          | device.attributes['D'].type == 'T'              the driver's device type (gpu, mig, vfio, channel…)
+//!          | device.attributes['D'].A == N | true | false     an integer or boolean attribute (an index, an id)
 //!          | device.capacity['D'].memory.compareTo(quantity('Q')) OP 0      OP: >= > <= < ==
 //!          | device.capacity['D'].memory.isGreaterThan(quantity('Q'))
 //!          | device.capacity['D'].memory.isLessThan(quantity('Q'))
@@ -34,9 +36,17 @@ pub enum Selector {
     Product(String, String, Vec<String>),
     /// (driver, direction, GiB).
     Memory(String, Compare, f64),
+    /// (driver, attribute): a device-type attribute (`type`, as NVIDIA's driver publishes `gpu`, `mig`,
+    /// `vfio`, `channel`, `daemon`) or an integer or boolean one (an index, a channel id). It narrows which of
+    /// the driver's devices, never which product: read as any device of the driver.
+    Attribute(String, String),
     And(Box<Selector>, Box<Selector>),
     Or(Box<Selector>, Box<Selector>),
 }
+
+/// The attribute by which DRA drivers publish a device's type (NVIDIA's `gpu`, `mig`, `vfio`; its
+/// ComputeDomain driver's `channel`, `daemon`): never a product.
+const DEVICE_TYPE: &str = "type";
 
 #[derive(Debug, Clone, PartialEq)]
 enum Tok {
@@ -187,7 +197,17 @@ impl Parser {
             return Err("an attribute name expected".into());
         };
         if self.eat("==") {
-            return Ok(Selector::Product(driver, attribute, vec![self.string()?]));
+            return match self.next() {
+                Some(Tok::Str(_)) if attribute == DEVICE_TYPE => {
+                    Ok(Selector::Attribute(driver, attribute))
+                }
+                Some(Tok::Str(s)) => Ok(Selector::Product(driver, attribute, vec![s])),
+                Some(Tok::Int(_)) => Ok(Selector::Attribute(driver, attribute)),
+                Some(Tok::Ident(b)) if b == "true" || b == "false" => {
+                    Ok(Selector::Attribute(driver, attribute))
+                }
+                _ => Err("a string, an integer or a boolean expected".into()),
+            };
         }
         self.ident("in")
             .map_err(|_| format!("{attribute} is compared with == or in [...] only"))?;
@@ -197,6 +217,9 @@ impl Parser {
             names.push(self.string()?);
         }
         self.expect("]")?;
+        if attribute == DEVICE_TYPE {
+            return Ok(Selector::Attribute(driver, attribute));
+        }
         Ok(Selector::Product(driver, attribute, names))
     }
 
@@ -302,6 +325,67 @@ mod tests {
         )
         .unwrap();
         assert!(matches!(e, Selector::And(_, _)), "{e:?}");
+        // NVIDIA's dra-driver-gpu chart's DeviceClasses (as the GPU Operator renders them).
+        let nvidia = |driver: &str, rest: &str| format!("device.driver == '{driver}' && {rest}");
+        let ty = |d: &str| Selector::Attribute(d.into(), "type".into());
+        let driver = |d: &str| Box::new(Selector::Driver(d.into()));
+        for (text, parsed) in [
+            (
+                nvidia(
+                    "gpu.nvidia.com",
+                    "device.attributes['gpu.nvidia.com'].type == 'gpu'",
+                ),
+                Selector::And(driver("gpu.nvidia.com"), Box::new(ty("gpu.nvidia.com"))),
+            ),
+            (
+                nvidia(
+                    "gpu.nvidia.com",
+                    "device.attributes['gpu.nvidia.com'].type == 'mig'",
+                ),
+                Selector::And(driver("gpu.nvidia.com"), Box::new(ty("gpu.nvidia.com"))),
+            ),
+            (
+                nvidia(
+                    "gpu.nvidia.com",
+                    "device.attributes['gpu.nvidia.com'].type == 'vfio'",
+                ),
+                Selector::And(driver("gpu.nvidia.com"), Box::new(ty("gpu.nvidia.com"))),
+            ),
+            (
+                nvidia(
+                    "compute-domain.nvidia.com",
+                    "device.attributes['compute-domain.nvidia.com'].type == 'daemon'",
+                ),
+                Selector::And(
+                    driver("compute-domain.nvidia.com"),
+                    Box::new(ty("compute-domain.nvidia.com")),
+                ),
+            ),
+            (
+                nvidia(
+                    "compute-domain.nvidia.com",
+                    "device.attributes['compute-domain.nvidia.com'].type == 'channel' && \
+                     device.attributes['compute-domain.nvidia.com'].id == 0",
+                ),
+                Selector::And(
+                    Box::new(Selector::And(
+                        driver("compute-domain.nvidia.com"),
+                        Box::new(ty("compute-domain.nvidia.com")),
+                    )),
+                    Box::new(Selector::Attribute(
+                        "compute-domain.nvidia.com".into(),
+                        "id".into(),
+                    )),
+                ),
+            ),
+        ] {
+            assert_eq!(parse(&text), Ok(parsed), "{text}");
+        }
+        // A string attribute other than the device type is a product attribute, judged against the catalog.
+        assert!(matches!(
+            parse("device.attributes['gpu.nvidia.com'].architecture == 'Hopper'"),
+            Ok(Selector::Product(..))
+        ));
         for undecidable in [
             "true",
             "device.attributes['gpu.nvidia.com'].productName.startsWith('NVIDIA H')",

@@ -47,9 +47,10 @@ pub fn names_resource(class: &DeviceClass, resource: &str) -> bool {
 /// The drivers a selector allows; `None` is any driver.
 fn drivers(s: &Selector) -> Option<BTreeSet<&str>> {
     match s {
-        Selector::Driver(d) | Selector::Product(d, _, _) | Selector::Memory(d, _, _) => {
-            Some(BTreeSet::from([d.as_str()]))
-        }
+        Selector::Driver(d)
+        | Selector::Product(d, _, _)
+        | Selector::Memory(d, _, _)
+        | Selector::Attribute(d, _) => Some(BTreeSet::from([d.as_str()])),
         Selector::And(a, b) => match (drivers(a), drivers(b)) {
             (Some(x), Some(y)) => Some(x.intersection(&y).copied().collect()),
             (x, None) | (None, x) => x,

@@ -104,24 +104,59 @@ fn is_gpu_resource(policy: &Policy, r: &str) -> String {
     )
 }
 
-/// The Pod spec `spec` (a CEL expression: `object.spec`, or a workload's template spec) asks for GPUs: a
-/// resource the policy counts, non-zero, in the requests or limits of a container or an init container
-/// (native sidecars included), or, with `claims`, DRA claims (which the floor cannot read: held to the tier
-/// like GPUs, as `/validate-pod` holds a Pod's claims it cannot read; a template's unread claims it does not
-/// hold, so neither does the floor).
-pub(crate) fn asks_for_gpus(policy: &Policy, spec: &str, claims: bool) -> String {
-    let gpu = |map: &str| {
+/// Some container or init container (native sidecars included) of the Pod spec `spec` (a CEL expression:
+/// `object.spec`, or a workload's template spec) asks, in its requests or limits, a non-zero quantity of a
+/// resource `r` for which the CEL predicate `counts` (on `r`) holds.
+pub(crate) fn asks_resource(spec: &str, counts: &str) -> String {
+    let map = |map: &str| {
         format!(
-            "(has(c.resources.{map}) && c.resources.{map}.exists(r, {} && string(c.resources.{map}[r]) != '0'))",
-            is_gpu_resource(policy, "r")
+            "(has(c.resources.{map}) && c.resources.{map}.exists(r, ({counts}) && string(c.resources.{map}[r]) != '0'))"
         )
     };
-    let containers = format!(
+    format!(
         "[{spec}.containers, has({spec}.initContainers) ? {spec}.initContainers : []]\
          .exists(cs, cs.exists(c, has(c.resources) && ({} || {})))",
-        gpu("requests"),
-        gpu("limits")
-    );
+        map("requests"),
+        map("limits")
+    )
+}
+
+/// The resources `r` the cluster's GPU DeviceClasses back (`deviceclass.resource.kubernetes.io/<class>`, a
+/// class's `extendedResourceName`), as the observer writes them into the parameters
+/// ([`super::device_classes`]); none while the parameters hold no such list (written by an observer older than
+/// the floor).
+pub(crate) fn class_backed(r: &str) -> String {
+    let key = lit(super::device_classes::GPU_RESOURCES);
+    format!("({key} in params.data && params.data[{key}].contains('\\n' + {r} + '\\n'))")
+}
+
+/// `r` may be backed by a DeviceClass: the DeviceClass prefix, or an extended resource of a domain outside
+/// Kubernetes' own (the names a DeviceClass's `extendedResourceName` may take). For match conditions, which
+/// read no parameters in every form of the floor: the validations then tell by the parameters.
+pub(crate) fn maybe_class_backed(r: &str) -> String {
+    format!(
+        "{r}.startsWith({}) || ({r}.contains('/') && !{r}.matches('^([^/]*[.])?kubernetes[.]io/'))",
+        lit(gpu_admission_policy::gpu_resources::DEVICE_CLASS_RESOURCE_PREFIX)
+    )
+}
+
+/// The Pod spec `spec` (a CEL expression: `object.spec`, or a workload's template spec) asks for GPUs: a
+/// resource the policy counts, or one for which the CEL predicate `also` (on `r`) holds, non-zero, in the
+/// requests or limits of a container or an init container (native sidecars included), or, with `claims`,
+/// DRA claims (which the floor cannot read: held to the tier like GPUs, as `/validate-pod` holds a Pod's
+/// claims it cannot read; a template's unread claims it does not hold, so neither does the floor).
+pub(crate) fn asks_for_gpus(
+    policy: &Policy,
+    spec: &str,
+    claims: bool,
+    also: Option<&str>,
+) -> String {
+    let gpu = is_gpu_resource(policy, "r");
+    let counts = match also {
+        Some(also) => format!("{gpu} || {also}"),
+        None => gpu,
+    };
+    let containers = asks_resource(spec, &counts);
     if claims {
         format!("(has({spec}.resourceClaims) && size({spec}.resourceClaims) > 0) || {containers}")
     } else {

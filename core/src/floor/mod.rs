@@ -8,6 +8,10 @@
 //! - a Pod asking for GPUs (a resource the policy counts, in any container, init container or sidecar; or DRA
 //!   claims, which it cannot read) that is not held to its tier's classes by a `nodeSelector` or an `In` in
 //!   every required node-affinity term on a class label (core's [`crate::tier_bound::class_bound`]);
+//! - a Pod asking, by an extended resource with no claim (`deviceclass.resource.kubernetes.io/<class>`, a
+//!   class's `extendedResourceName`), for a cluster DeviceClass outside its tier or one whose selectors cannot
+//!   be decided: the parameters [`device_classes`] the observer writes from the cluster's DeviceClasses, each
+//!   judged by core's own functions (and every such resource of a GPU class counts as GPUs above);
 //! - a Pod naming a PriorityClass whose resolved `spec.priority` is above its tier's cap, or which may
 //!   preempt under a cap that says `Never` ([`crate::policy::TierRules::priority_beyond_cap`]);
 //! - in a namespace without a tier under `untieredNamespaces: Deny`, GPU Pods and Pods naming a PriorityClass;
@@ -27,6 +31,7 @@
 
 mod admin_access;
 mod cel;
+pub mod device_classes;
 mod manifest_based;
 mod placing;
 
@@ -122,8 +127,18 @@ fn scope_entries(
     out
 }
 
-/// The parameter ConfigMap's data for a policy: what the floor's CEL reads at every admission.
+/// The parameter ConfigMap's data for a policy: what the floor's CEL reads at every admission (no DeviceClass
+/// of a cluster known: [`params_with_device_classes`]).
 pub fn params(policy: &Policy) -> Result<BTreeMap<String, String>, TierNameError> {
+    params_with_device_classes(policy, &[])
+}
+
+/// The parameter ConfigMap's data for a policy and the cluster's DeviceClasses ([`device_classes::params`]):
+/// what the observer writes.
+pub fn params_with_device_classes(
+    policy: &Policy,
+    classes: &[k8s_openapi::api::resource::v1::DeviceClass],
+) -> Result<BTreeMap<String, String>, TierNameError> {
     if let Some(t) = policy.tiers.iter().find(|t| !is_label_value(&t.name)) {
         return Err(TierNameError(t.name.clone()));
     }
@@ -163,6 +178,7 @@ pub fn params(policy: &Policy) -> Result<BTreeMap<String, String>, TierNameError
             data.extend(scope_entries(policy, i, Some(j), &key));
         }
     }
+    data.extend(device_classes::params(policy, classes));
     Ok(data)
 }
 
@@ -333,7 +349,8 @@ fn variables(policy: &Policy, tier_label: &str, target: Target) -> Vec<Value> {
         var("scope", "variables.tier == '' ? '' : \
             (params.data['grants'].contains('\\n' + namespaceObject.metadata.name + '\\n') ? \
             'grant.' + namespaceObject.metadata.name + '.' + variables.tier : 'tier.' + variables.tier)".into()),
-        var("gpu", cel::asks_for_gpus(policy, "variables.spec", target == Target::Pods)),
+        var("gpu", cel::asks_for_gpus(policy, "variables.spec", target == Target::Pods,
+            (target == Target::Pods).then(|| cel::class_backed("r")).as_deref())),
         var("named", "has(variables.spec.priorityClassName) && variables.spec.priorityClassName != ''".into()),
         var("allowed", "variables.scope == '' ? '' : params.data[variables.scope + '.classes']".into()),
         var("selector", "has(variables.spec.nodeSelector) ? variables.spec.nodeSelector : {}".into()),
@@ -348,6 +365,23 @@ fn variables(policy: &Policy, tier_label: &str, target: Target) -> Vec<Value> {
     ));
     if target == Target::Pods {
         vars.push(var("bound", cel::class_bound(policy)));
+        // Extended resources of the cluster's DeviceClasses outside the scope (an empty or missing list, as an
+        // observer older than the floor writes, costs nothing).
+        let key = format!(
+            "variables.scope + {}",
+            cel::lit(device_classes::OUTSIDE_SUFFIX)
+        );
+        let outside = format!("params.data[{key}]");
+        vars.push(var(
+            "outsideClass",
+            format!(
+                "variables.scope != '' && ({key}) in params.data && {outside} != '\\n' && {}",
+                cel::asks_resource(
+                    "variables.spec",
+                    &format!("{outside}.contains('\\n' + r + '\\n')")
+                )
+            ),
+        ));
     }
     vars.extend(target.priority_variables());
     vars.push(var(
@@ -384,6 +418,19 @@ fn class_validation(policy: &Policy, target: Target) -> Value {
     }
 }
 
+/// The cluster's DeviceClasses (a Pod's): an extended resource backed by a DeviceClass outside the tier, or
+/// one whose selectors cannot be decided ([`device_classes`]), as `/validate-pod` denies it.
+fn device_class_validation() -> Value {
+    json!({
+        "expression": "!variables.enforce || variables.tier == '' || !variables.outsideClass || variables.exempt",
+        "messageExpression": "'gpu-admission (floor in the apiserver): this Pod asks for devices of a DeviceClass by an \
+            extended resource (deviceclass.resource.kubernetes.io/<class>, or the class\\'s extendedResourceName) that \
+            could be allocated devices outside tier ' + variables.tier + ' (' + params.data[variables.scope + '.names'] + \
+            '), or whose selectors gpu-admission cannot decide'",
+        "reason": "Forbidden",
+    })
+}
+
 /// Only objects the floor has a rule for: a missing parameter object then stops these, not every one.
 fn match_conditions(policy: &Policy, target: Target) -> Value {
     let spec = target.spec();
@@ -391,7 +438,8 @@ fn match_conditions(policy: &Policy, target: Target) -> Value {
         "name": "asks-for-gpus-or-names-a-priority-class",
         "expression": format!(
             "(has({spec}.priorityClassName) && {spec}.priorityClassName != '') || {}",
-            cel::asks_for_gpus(policy, spec, target == Target::Pods)),
+            cel::asks_for_gpus(policy, spec, target == Target::Pods,
+                (target == Target::Pods).then(|| cel::maybe_class_backed("r")).as_deref())),
     }])
 }
 
@@ -399,7 +447,7 @@ fn match_conditions(policy: &Policy, target: Target) -> Value {
 /// cap, untiered namespaces under `Deny`.
 fn admission_policy(policy: &Policy, tier_label: &str, target: Target) -> Value {
     let off = "!variables.enforce || variables.tier == ''";
-    json!({
+    let mut object = json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
         "metadata": {"name": target.policy_name(), "labels": labels()},
@@ -431,7 +479,11 @@ fn admission_policy(policy: &Policy, tier_label: &str, target: Target) -> Value 
                 },
             ],
         },
-    })
+    });
+    if let (Target::Pods, Some(v)) = (target, object["spec"]["validations"].as_array_mut()) {
+        v.insert(1, device_class_validation());
+    }
+    object
 }
 
 fn class_key_text(policy: &Policy) -> String {

@@ -123,17 +123,19 @@ impl GpuResources {
         )
     }
 
-    /// Whether a DeviceClass's devices are GPUs: by its name ([`Self::gpu_device_class`]), else by what the
-    /// cluster's class of that name selects (`cluster`); an undecidable class counts as GPUs.
+    /// Whether a DeviceClass's devices are GPUs: by what the cluster's class of that name selects
+    /// (`cluster`) when the cluster holds one, whatever its name (a class named like one the rules call
+    /// `notGpu` may select H100s: who may create DeviceClasses chooses the name); by its name
+    /// ([`Self::gpu_device_class`]) only when the class is not known. An undecidable class counts as GPUs.
     pub fn device_class_gpus(
         &self,
         device_class: &str,
         cluster: &dyn ClaimTemplates,
     ) -> Option<GpuDeviceClass> {
-        if let Some(g) = self.gpu_device_class(device_class) {
-            return Some(g);
-        }
-        match self.judge(&cluster.device_class(device_class)?) {
+        let Some(class) = cluster.device_class(device_class) else {
+            return self.gpu_device_class(device_class);
+        };
+        match self.judge(&class) {
             Selects::NotGpus => None,
             Selects::Gpus { vendor, .. } => Some(GpuDeviceClass { vendor }),
             Selects::Undecidable(_) => Some(GpuDeviceClass { vendor: None }),

@@ -108,7 +108,8 @@ fn reach(
     };
     let dra = |c: &gpu_admission_policy::GpuClass| c.dra.clone();
     Ok(match selector {
-        Selector::Driver(d) => Reach {
+        // A device-type or numeric attribute narrows the driver's devices, not their product.
+        Selector::Driver(d) | Selector::Attribute(d, _) => Reach {
             classes: classes(&|c| dra(c).is_some_and(|x| &x.driver == d)),
             other: true,
         },
@@ -250,24 +251,17 @@ pub fn implicit_class_violations(classes: &[String], at: &Where<'_>) -> Vec<(Rea
 }
 
 /// What a request's DeviceClass can allocate before its own selectors narrow it: the classes of the catalog
-/// (indices) it reaches, or `None` for no GPU. A class the policy names by name is taken at its name; any
-/// other is the cluster's class judged by its selectors.
+/// (indices) it reaches, or `None` for no GPU. The cluster's class of that name, when the cluster holds one,
+/// is judged by its selectors whatever its name (a name the policy calls `notGpu`, or a catalog class's, is
+/// chosen by whoever may create DeviceClasses); a class the cluster does not hold is taken at its name.
 fn class_reach(
     device_class: &str,
     at: &Where<'_>,
     policy: &gpu_admission_policy::Policy,
 ) -> Option<Result<(BTreeSet<usize>, Reach), String>> {
-    if let Some(i) = device_classes::class_of(policy, device_class) {
-        let only = Reach {
-            classes: [i].into(),
-            other: false,
-        };
-        return Some(Ok((only.classes.clone(), only)));
-    }
     let resources = &at.policy.gpu_resources;
-    let (vendor, selectors) = match resources.gpu_device_class(device_class) {
-        Some(g) => (g.vendor, Vec::new()),
-        None => match resources.judge(&at.facts.claim_templates.device_class(device_class)?) {
+    let (vendor, selectors) = match at.facts.claim_templates.device_class(device_class) {
+        Some(class) => match resources.judge(&class) {
             Selects::NotGpus => return None,
             Selects::Undecidable(why) => {
                 return Some(Err(format!(
@@ -276,6 +270,16 @@ fn class_reach(
             }
             Selects::Gpus { vendor, selectors } => (vendor, selectors),
         },
+        None => {
+            if let Some(i) = device_classes::class_of(policy, device_class) {
+                let only = Reach {
+                    classes: [i].into(),
+                    other: false,
+                };
+                return Some(Ok((only.classes.clone(), only)));
+            }
+            (resources.gpu_device_class(device_class)?.vendor, Vec::new())
+        }
     };
     let universe: BTreeSet<usize> = (0..policy.classes.len())
         .filter(|i| vendor.is_none_or(|v| policy.classes[*i].vendor == v))

@@ -334,6 +334,8 @@ fn matches(s: &super::cel::Selector, d: &Device) -> bool {
     use super::cel::{Compare, Selector};
     match s {
         Selector::Driver(x) => d.driver == x,
+        // The device type or an index: some device of the driver may carry it.
+        Selector::Attribute(x, _) => d.driver == x,
         Selector::Product(x, attribute, names) => {
             d.driver == x && attribute == "productName" && names.contains(&d.product)
         }
@@ -748,4 +750,132 @@ fn the_quickstart_claim_is_held_to_each_tier_and_then_admitted() {
     let (outcome, _, denied) = placed("bronze", false, exactly("l4-24gb.gpu-admission.io", &[]));
     assert_eq!(outcome, Outcome::Unchanged(Unchanged::NothingToPlace));
     assert_eq!(denied, None);
+}
+
+/// NVIDIA's dra-driver-gpu chart's DeviceClasses, as the GPU Operator renders them
+/// (`nvidia-gpu-operator__gpucluster-dra-driver-full-spec.yaml` of the shared corpus).
+fn nvidia_chart_classes() -> Vec<k8s_openapi::api::resource::v1::DeviceClass> {
+    let class = |name: &str, cel: &str| {
+        serde_json::from_value(json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
+            "spec": {"selectors": [{"cel": {"expression": cel}}]}
+        }))
+        .unwrap()
+    };
+    let gpu = |ty: &str| {
+        format!(
+            "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == '{ty}'"
+        )
+    };
+    vec![
+        class("gpu.nvidia.com", &gpu("gpu")),
+        class("mig.nvidia.com", &gpu("mig")),
+        class("vfio.gpu.nvidia.com", &gpu("vfio")),
+        class(
+            "compute-domain-daemon.nvidia.com",
+            "device.driver == 'compute-domain.nvidia.com' && device.attributes['compute-domain.nvidia.com'].type == 'daemon'",
+        ),
+        class(
+            "compute-domain-default-channel.nvidia.com",
+            "device.driver == 'compute-domain.nvidia.com' && device.attributes['compute-domain.nvidia.com'].type == 'channel' && device.attributes['compute-domain.nvidia.com'].id == 0",
+        ),
+    ]
+}
+
+/// With the vendor's real classes in the cluster, judged by their selectors: a claim on `gpu.nvidia.com`
+/// narrowed to L4 by product is bronze's; unnarrowed it could reach every NVIDIA class (outside bronze, not
+/// undecidable); gold may take H100s through it; the ComputeDomain classes are no GPUs.
+#[test]
+fn the_vendors_real_classes_are_read_not_undecidable() {
+    let classes = Classes(nvidia_chart_classes());
+    let l4 = format!("{PRODUCT} == 'NVIDIA L4'");
+    for class in ["gpu.nvidia.com", "mig.nvidia.com", "vfio.gpu.nvidia.com"] {
+        let (check, denied) = decide_with(
+            &classes,
+            &review("bronze", false, exactly(class, &[&l4]), "CREATE"),
+        );
+        assert!(
+            matches!(check, Check::Allowed(_)),
+            "{class}: {check:?} {denied:?}"
+        );
+        let (check, _) = decide_with(
+            &classes,
+            &review("bronze", true, exactly(class, &[]), "CREATE"),
+        );
+        assert_eq!(reasons(&check), [Reason::DeviceClassOutsideTier], "{class}");
+    }
+    let h100 = format!("{PRODUCT} == 'NVIDIA H100 80GB HBM3'");
+    let (check, denied) = decide_with(
+        &classes,
+        &review("gold", false, exactly("gpu.nvidia.com", &[&h100]), "CREATE"),
+    );
+    assert!(matches!(check, Check::Allowed(_)), "{check:?} {denied:?}");
+    for class in [
+        "compute-domain-daemon.nvidia.com",
+        "compute-domain-default-channel.nvidia.com",
+    ] {
+        let (check, _) = decide_with(
+            &classes,
+            &review("bronze", false, exactly(class, &[]), "CREATE"),
+        );
+        assert!(matches!(check, Check::Allowed(_)), "{class}: {check:?}");
+    }
+}
+
+/// A class the cluster holds is judged by what it selects before its name: one named like NVIDIA's
+/// ComputeDomain class (which the policy's rules call `notGpu`) but selecting H100s holds bronze's claims
+/// and Pods to the tier; a catalog-named class selecting H100s is no L4 class for bronze. Only a class the
+/// cluster does not hold is taken at its name.
+#[test]
+fn a_cluster_class_is_judged_before_its_name() {
+    let h100 = format!("device.driver == 'gpu.nvidia.com' && {PRODUCT} == 'NVIDIA H100 80GB HBM3'");
+    let class = |name: &str, resource: Option<&str>| {
+        serde_json::from_value(json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
+            "spec": {"selectors": [{"cel": {"expression": h100}}], "extendedResourceName": resource}
+        }))
+        .unwrap()
+    };
+    let classes = Classes(vec![
+        class("compute-domain-daemon.nvidia.com", Some("example.com/cd")),
+        class("l4-24gb.gpu-admission.io", None),
+    ]);
+    for name in [
+        "compute-domain-daemon.nvidia.com",
+        "l4-24gb.gpu-admission.io",
+    ] {
+        let (check, denied) = decide_with(
+            &classes,
+            &review("bronze", false, exactly(name, &[]), "CREATE"),
+        );
+        assert_eq!(reasons(&check), [Reason::DeviceClassOutsideTier], "{name}");
+        assert!(denied.unwrap().contains("H100-80GB"), "{name}");
+    }
+    let l4 = json!({"gpu.nvidia.com/class": "L4-24GB"});
+    for resource in [
+        "deviceclass.resource.kubernetes.io/compute-domain-daemon.nvidia.com",
+        "example.com/cd",
+    ] {
+        let (check, _) = decide_with(
+            &classes,
+            &pod_review("bronze", json!({resource: 1}), l4.clone()),
+        );
+        assert_eq!(
+            reasons(&check),
+            [Reason::DeviceClassOutsideTier],
+            "{resource}"
+        );
+    }
+    // Not held by the cluster: by name, as before (the ComputeDomain class is no GPU, the catalog's is L4).
+    let none = Classes(Vec::new());
+    for name in [
+        "compute-domain-daemon.nvidia.com",
+        "l4-24gb.gpu-admission.io",
+    ] {
+        let (check, _) = decide_with(
+            &none,
+            &review("bronze", false, exactly(name, &[]), "CREATE"),
+        );
+        assert!(matches!(check, Check::Allowed(_)), "{name}: {check:?}");
+    }
 }
