@@ -17,13 +17,12 @@ use tokio::sync::watch;
 
 use crate::metrics::{Metrics, ResultLabel};
 
-/// Where the policy is read and the parameters written (both in the observer's namespace).
+/// Where the policy is read (`--policy-configmap`) and the parameters written (in the observer's namespace).
 #[derive(Debug, Clone)]
 pub struct FloorConfig {
     pub namespace: String,
     /// The policy ConfigMap and its key.
-    pub policy_configmap: String,
-    pub policy_key: String,
+    pub policy: gpu_admission_core::admission::validate_policy::PolicyConfigMap,
     /// The parameter ConfigMap the floor's bindings name.
     pub params_configmap: String,
     pub interval: Duration,
@@ -80,17 +79,21 @@ pub fn plan(
 }
 
 /// One round: read both objects, write the parameters when they differ. The result label.
-async fn round(api: &Api<ConfigMap>, config: &FloorConfig) -> Result<&'static str, kube::Error> {
-    let policy = api.get_opt(&config.policy_configmap).await?;
+async fn round(
+    api: &Api<ConfigMap>,
+    policies: &Api<ConfigMap>,
+    config: &FloorConfig,
+) -> Result<&'static str, kube::Error> {
+    let policy = policies.get_opt(&config.policy.name).await?;
     let current = api.get_opt(&config.params_configmap).await?;
     let source = format!(
         "ConfigMap {}/{} key {}",
-        config.namespace, config.policy_configmap, config.policy_key
+        config.policy.namespace, config.policy.name, config.policy.key
     );
     let plan = plan(
         policy
             .as_ref()
-            .and_then(|p| policy_text(p, &config.policy_key)),
+            .and_then(|p| policy_text(p, &config.policy.key)),
         &source,
         current.as_ref().and_then(|c| c.data.as_ref()),
     );
@@ -136,6 +139,7 @@ pub async fn run(
     syncs: Family<ResultLabel, Counter>,
     mut leader: watch::Receiver<bool>,
 ) {
+    let policies: Api<ConfigMap> = Api::namespaced(client.clone(), &config.policy.namespace);
     let api: Api<ConfigMap> = Api::namespaced(client, &config.namespace);
     let mut tick = tokio::time::interval(config.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -148,7 +152,7 @@ pub async fn run(
         }
         tokio::select! {
             _ = tick.tick() => {
-                let result = round(&api, &config).await.unwrap_or_else(|err| {
+                let result = round(&api, &policies, &config).await.unwrap_or_else(|err| {
                     tracing::warn!(%err, "keeping the floor's parameters in step failed");
                     "failed"
                 });
