@@ -205,8 +205,7 @@ pub struct BadRequest(pub String);
 impl Engine {
     pub fn new(policy: Policy, learned: Learned, options: Options) -> Self {
         let view = snapshot_of(policy.clone());
-        let floor =
-            crate::floor::Floor::new(&policy, gpu_admission_core::names::DEFAULT_TIER_LABEL).ok();
+        let floor = crate::floor::Floor::new(&policy).ok();
         let core = Core::in_process(policy, learned);
         let policy = view;
         Engine {

@@ -62,18 +62,18 @@ fn manifest_documents(objects: &[Value]) -> anyhow::Result<String> {
 }
 
 /// The floor of `policy` as multi-document YAML.
-pub fn render_yaml(policy: &Policy, tier_label: &str) -> anyhow::Result<String> {
+pub fn render_yaml(policy: &Policy) -> anyhow::Result<String> {
     yaml_documents(
         HEADER,
-        &gpu_admission_core::floor::render(policy, tier_label)?,
+        &gpu_admission_core::floor::render(policy, &policy.tier_label)?,
     )
 }
 
 /// The placing floor of `policy` (core's [`gpu_admission_core::floor::render_placing`]) as YAML.
-pub fn render_placing_yaml(policy: &Policy, tier_label: &str) -> anyhow::Result<String> {
+pub fn render_placing_yaml(policy: &Policy) -> anyhow::Result<String> {
     yaml_documents(
         PLACING_HEADER,
-        &gpu_admission_core::floor::render_placing(policy, tier_label)?,
+        &gpu_admission_core::floor::render_placing(policy, &policy.tier_label)?,
     )
 }
 
@@ -86,12 +86,8 @@ pub const STATIC_ADMISSION_CONFIG: &str = "admission-configuration.yaml";
 /// [`gpu_admission_core::floor::render_manifest_based`]) into `dir`: `validating/floor.yaml`,
 /// `mutating/placing-floor.yaml` and the AdmissionConfiguration loading them (absolute paths); returns what
 /// to tell the operator.
-pub fn write_manifest_based(
-    policy: &Policy,
-    tier_label: &str,
-    dir: &std::path::Path,
-) -> anyhow::Result<String> {
-    let floor = gpu_admission_core::floor::render_manifest_based(policy, tier_label)?;
+pub fn write_manifest_based(policy: &Policy, dir: &std::path::Path) -> anyhow::Result<String> {
+    let floor = gpu_admission_core::floor::render_manifest_based(policy, &policy.tier_label)?;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let dir = std::path::absolute(dir)?;
     let validating = dir.join(STATIC_VALIDATING_DIR);
@@ -281,8 +277,9 @@ impl Compiled {
 }
 
 impl Floor {
-    /// The floor rendered for `policy`, ready to evaluate.
-    pub fn new(policy: &Policy, tier_label: &str) -> anyhow::Result<Self> {
+    /// The floor rendered for `policy` (its tier label the policy's), ready to evaluate.
+    pub fn new(policy: &Policy) -> anyhow::Result<Self> {
+        let tier_label = policy.tier_label.as_str();
         let objects = gpu_admission_core::floor::render(policy, tier_label)?;
         let params = objects
             .iter()

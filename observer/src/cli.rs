@@ -151,9 +151,6 @@ pub struct Cli {
         hide = true
     )]
     pub floor_interval_secs: u64,
-    /// The namespace label that carries the tier (the frontend's --tier-label).
-    #[arg(long, env = "OBSERVER_TIER_LABEL", default_value = gpu_admission_core::names::DEFAULT_TIER_LABEL)]
-    pub tier_label: String,
 }
 
 impl Cli {
@@ -177,7 +174,6 @@ impl Cli {
     /// The background audit's settings.
     pub fn audit(&self) -> crate::audit::AuditConfig {
         crate::audit::AuditConfig {
-            tier_label: self.tier_label.clone(),
             resources: self.audit_resources.clone(),
             interval: Self::secs(self.audit_interval_secs),
             poll: Self::secs(self.audit_poll_secs),

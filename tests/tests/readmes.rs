@@ -470,14 +470,14 @@ fn the_body_limit_the_docs_state_is_the_codes() {
 #[test]
 fn the_tier_label_and_its_values_in_the_docs_are_the_codes() {
     const NEEDLE: &str = "DEFAULT_TIER_LABEL: &str =";
-    let labels: BTreeSet<String> = sources("core")
+    let labels: BTreeSet<String> = sources("policy")
         .iter()
-        .flat_map(|f| quoted_after(&read(&format!("core/{f}")), NEEDLE))
+        .flat_map(|f| quoted_after(&read(&format!("policy/{f}")), NEEDLE))
         .collect();
     assert_eq!(
         labels.len(),
         1,
-        "one DEFAULT_TIER_LABEL in core: {labels:?}"
+        "one DEFAULT_TIER_LABEL in policy: {labels:?}"
     );
     let label = labels.into_iter().next().unwrap();
     let policy: serde_yaml::Value =

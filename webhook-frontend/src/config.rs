@@ -14,7 +14,6 @@ use std::time::Duration;
 use clap::{Args as ClapArgs, Parser};
 
 use gpu_admission_core::admission::validate_policy::PolicyConfigMap;
-use gpu_admission_core::names::DEFAULT_TIER_LABEL;
 
 use crate::cluster::parse_namespace_tiers;
 use crate::connections::Limits;
@@ -280,10 +279,6 @@ pub struct ClusterArgs {
     )]
     pub release_after_failing_secs: u32,
 
-    /// Namespace label holding the tier.
-    #[arg(long, env = "WEBHOOK_TIER_LABEL", default_value = DEFAULT_TIER_LABEL)]
-    pub tier_label: String,
-
     /// How often the CheckpointBackup API (migration.dcnlab.com/v1) is looked for again while it is not
     /// installed, in seconds.
     #[arg(
@@ -393,8 +388,6 @@ pub struct ScorerConfig {
 pub enum ClusterSource {
     /// The Kubernetes API (watch caches).
     Kube {
-        /// Namespace label holding the tier.
-        tier_label: String,
         /// How often the CheckpointBackup API is looked for again while it is not installed.
         checkpoint_discovery: Duration,
     },
@@ -402,10 +395,7 @@ pub enum ClusterSource {
     Static { tiers: HashMap<String, String> },
     /// `--no-kube --restrict-to-namespaces`: the tier labels of those namespaces read by name, nothing else
     /// of the cluster; PriorityClasses from the policy's buckets.
-    Namespaces {
-        namespaces: Vec<String>,
-        tier_label: String,
-    },
+    Namespaces { namespaces: Vec<String> },
 }
 
 /// The floors below which an interval is raised rather than refused (as small values always were).
@@ -630,7 +620,6 @@ impl TryFrom<ClusterArgs> for ClusterSource {
             }
             return Ok(Self::Namespaces {
                 namespaces: restricted,
-                tier_label: args.tier_label,
             });
         }
         if args.no_kube {
@@ -639,7 +628,6 @@ impl TryFrom<ClusterArgs> for ClusterSource {
             });
         }
         Ok(Self::Kube {
-            tier_label: args.tier_label,
             checkpoint_discovery: Duration::from_secs(args.checkpoint_discovery_secs)
                 .max(MIN_POLL_INTERVAL),
         })

@@ -193,7 +193,6 @@ impl Webhooks {
             hold: self.holding,
         };
         let namespace = ValidateNamespace {
-            cluster: self.cluster.clone(),
             policy: self.policy.clone(),
             metrics: self.metrics.clone(),
             access: self.access.clone(),

@@ -166,13 +166,11 @@ fn defaults_become_typed_values() {
     assert_eq!(files.key, PathBuf::from("/secret/tls.key"));
     assert_eq!(*reload_interval, Duration::from_secs(2));
     let ClusterSource::Kube {
-        tier_label,
         checkpoint_discovery,
     } = &c.cluster
     else {
         panic!("not kube: {:?}", c.cluster)
     };
-    assert_eq!(tier_label, DEFAULT_TIER_LABEL);
     assert_eq!(*checkpoint_discovery, Duration::from_secs(30));
 }
 
@@ -299,6 +297,12 @@ fn bad_values_are_refused_with_the_flag_named() {
     );
 }
 
+/// The tier label is the policy's (`tierLabel`): no process has a flag for it.
+#[test]
+fn the_tier_label_is_no_flag() {
+    assert!(config(&["--tls=self-signed", "--tls-dir=d", "--tier-label=x"]).is_err());
+}
+
 #[test]
 fn restrict_to_namespaces_makes_a_restricted_instance() {
     use gpu_admission_core::ns_lock::Instance;
@@ -326,15 +330,10 @@ fn a_restricted_instance_reads_its_tiers_and_states_when_it_gives_its_namespaces
         "--release-after-failing-secs=20",
     ])
     .unwrap();
-    let ClusterSource::Namespaces {
-        namespaces,
-        tier_label,
-    } = &c.cluster
-    else {
+    let ClusterSource::Namespaces { namespaces } = &c.cluster else {
         panic!("{:?}", c.cluster)
     };
     assert_eq!(namespaces, &["gpu-team", "lab"]);
-    assert_eq!(tier_label, DEFAULT_TIER_LABEL);
     assert_eq!(c.hold_rule.max_fallbacks, 5);
     assert_eq!(c.hold_rule.max_failing, time::Duration::seconds(20));
     // The defaults: 3 fallbacks or 10 s.
