@@ -215,12 +215,9 @@ pub struct BadRequest(pub String);
 impl Engine {
     pub fn new(policy: Policy, learned: Learned, options: Options) -> Self {
         let view = snapshot_of(policy.clone());
-        let floor = crate::floor::Floor::with_device_classes(
-            &policy,
-            gpu_admission_core::names::DEFAULT_TIER_LABEL,
-            &options.claims.device_classes(),
-        )
-        .ok();
+        let floor =
+            crate::floor::Floor::with_device_classes(&policy, &options.claims.device_classes())
+                .ok();
         let core = Core::in_process(policy, learned);
         let policy = view;
         Engine {
@@ -244,12 +241,7 @@ impl Engine {
             return;
         }
         if let Some(policy) = self.policy.policy.as_deref() {
-            self.floor = crate::floor::Floor::with_device_classes(
-                policy,
-                gpu_admission_core::names::DEFAULT_TIER_LABEL,
-                &classes,
-            )
-            .ok();
+            self.floor = crate::floor::Floor::with_device_classes(policy, &classes).ok();
         }
     }
 

@@ -62,18 +62,18 @@ fn manifest_documents(objects: &[Value]) -> anyhow::Result<String> {
 }
 
 /// The floor of `policy` as multi-document YAML.
-pub fn render_yaml(policy: &Policy, tier_label: &str) -> anyhow::Result<String> {
+pub fn render_yaml(policy: &Policy) -> anyhow::Result<String> {
     yaml_documents(
         HEADER,
-        &gpu_admission_core::floor::render(policy, tier_label)?,
+        &gpu_admission_core::floor::render(policy, &policy.tier_label)?,
     )
 }
 
 /// The placing floor of `policy` (core's [`gpu_admission_core::floor::render_placing`]) as YAML.
-pub fn render_placing_yaml(policy: &Policy, tier_label: &str) -> anyhow::Result<String> {
+pub fn render_placing_yaml(policy: &Policy) -> anyhow::Result<String> {
     yaml_documents(
         PLACING_HEADER,
-        &gpu_admission_core::floor::render_placing(policy, tier_label)?,
+        &gpu_admission_core::floor::render_placing(policy, &policy.tier_label)?,
     )
 }
 
@@ -86,12 +86,8 @@ pub const STATIC_ADMISSION_CONFIG: &str = "admission-configuration.yaml";
 /// [`gpu_admission_core::floor::render_manifest_based`]) into `dir`: `validating/floor.yaml`,
 /// `mutating/placing-floor.yaml` and the AdmissionConfiguration loading them (absolute paths); returns what
 /// to tell the operator.
-pub fn write_manifest_based(
-    policy: &Policy,
-    tier_label: &str,
-    dir: &std::path::Path,
-) -> anyhow::Result<String> {
-    let floor = gpu_admission_core::floor::render_manifest_based(policy, tier_label)?;
+pub fn write_manifest_based(policy: &Policy, dir: &std::path::Path) -> anyhow::Result<String> {
+    let floor = gpu_admission_core::floor::render_manifest_based(policy, &policy.tier_label)?;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let dir = std::path::absolute(dir)?;
     let validating = dir.join(STATIC_VALIDATING_DIR);
@@ -283,18 +279,19 @@ impl Compiled {
 }
 
 impl Floor {
-    /// The floor rendered for `policy`, ready to evaluate, with no DeviceClass of a cluster known.
-    pub fn new(policy: &Policy, tier_label: &str) -> anyhow::Result<Self> {
-        Self::with_device_classes(policy, tier_label, &[])
+    /// The floor rendered for `policy` (its tier label the policy's), ready to evaluate, with no DeviceClass
+    /// of a cluster known.
+    pub fn new(policy: &Policy) -> anyhow::Result<Self> {
+        Self::with_device_classes(policy, &[])
     }
 
     /// The floor rendered for `policy`, its parameters as the observer writes them for a cluster holding the
     /// DeviceClasses `classes` (core's `floor::params_with_device_classes`).
     pub fn with_device_classes(
         policy: &Policy,
-        tier_label: &str,
         classes: &[k8s_openapi::api::resource::v1::DeviceClass],
     ) -> anyhow::Result<Self> {
+        let tier_label = policy.tier_label.as_str();
         let objects = gpu_admission_core::floor::render(policy, tier_label)?;
         let mut params = objects
             .iter()
@@ -556,7 +553,7 @@ mod tests {
     fn parameters_without_device_class_lists_are_no_error() {
         let mut policy = gpu_admission_policy::embedded_default().unwrap();
         policy.enforcement.mode = gpu_admission_policy::EnforcementMode::Enforce;
-        let mut floor = Floor::new(&policy, gpu_admission_core::names::DEFAULT_TIER_LABEL).unwrap();
+        let mut floor = Floor::new(&policy).unwrap();
         let mut params = Value::Object(Default::default());
         params["data"] = json!(
             gpu_admission_core::floor::params(&policy)

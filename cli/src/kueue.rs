@@ -92,7 +92,9 @@ fn cohort(policy: &Policy) -> Option<Value> {
 }
 
 /// The Kueue objects of a policy's quotas, in order: ResourceFlavors, the Cohort, ClusterQueues, LocalQueues.
-pub fn export(policy: &Policy, tier_label: &str) -> Vec<Value> {
+/// A ClusterQueue selects its tier's namespaces by the policy's tier label.
+pub fn export(policy: &Policy) -> Vec<Value> {
+    let tier_label = policy.tier_label.as_str();
     let mut out: Vec<Value> = policy
         .classes
         .iter()
@@ -144,14 +146,14 @@ pub fn export(policy: &Policy, tier_label: &str) -> Vec<Value> {
 }
 
 /// [`export`] as one YAML stream.
-pub fn export_yaml(policy: &Policy, tier_label: &str) -> anyhow::Result<String> {
+pub fn export_yaml(policy: &Policy) -> anyhow::Result<String> {
     let mut out = String::from(
         "# Kueue objects for the GPU quotas of this policy (gpu-admission kueue export). A Pod with Kueue's\n\
          # queue-name label is still held to its tier's classes and quotas by gpu-admission's webhooks.\n\
          # The ClusterQueues cover GPUs only: leave CPU and memory out of Kueue's accounting\n\
          # (resources.excludeResourcePrefixes in its configuration), else Jobs asking for them are inadmissible.\n",
     );
-    for object in export(policy, tier_label) {
+    for object in export(policy) {
         out.push_str("---\n");
         out.push_str(&serde_yaml::to_string(&object)?);
     }
@@ -180,7 +182,7 @@ mod tests {
     #[test]
     fn flavors_queues_and_borrowing_limits_come_from_the_quotas() {
         let p = policy();
-        let objects = export(&p, "tenant.kubenexus.io/tier");
+        let objects = export(&p);
         let flavors = objects
             .iter()
             .filter(|o| o["kind"] == "ResourceFlavor")
@@ -240,7 +242,7 @@ mod tests {
         assert_eq!(lq["metadata"]["namespace"], "students");
         assert_eq!(lq["spec"]["clusterQueue"], "gpu-admission-bronze");
         // It renders as YAML that parses back to the same objects.
-        let yaml = export_yaml(&p, "tenant.kubenexus.io/tier").unwrap();
+        let yaml = export_yaml(&p).unwrap();
         let back: Vec<Value> = serde_yaml::Deserializer::from_str(&yaml)
             .map(|d| serde::Deserialize::deserialize(d).unwrap())
             .filter(|v: &Value| !v.is_null())
@@ -251,7 +253,7 @@ mod tests {
     #[test]
     fn a_policy_without_quotas_exports_only_flavors() {
         let p = gpu_admission_policy::embedded_default().unwrap();
-        let objects = export(&p, "tenant.kubenexus.io/tier");
+        let objects = export(&p);
         assert!(objects.iter().all(|o| o["kind"] == "ResourceFlavor"));
     }
 
@@ -262,7 +264,7 @@ mod tests {
             gpu_admission_policy::DEFAULT_POLICY_YAML
         );
         let p = gpu_admission_policy::parse(&text, "p.yaml").unwrap();
-        let objects = export(&p, "tenant.kubenexus.io/tier");
+        let objects = export(&p);
         assert!(objects.iter().all(|o| o["kind"] != "Cohort"));
         assert_eq!(
             objects

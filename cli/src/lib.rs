@@ -157,7 +157,8 @@ impl Run {
     }
 
     fn check_in_place(&mut self, inputs: &[Input]) -> Checked {
-        self.engine.options.tiers.learn(inputs);
+        let tier_label = self.engine.policy().tier_label().to_string();
+        self.engine.options.tiers.learn(inputs, &tier_label);
         let default_namespace = self.engine.options.default_namespace.clone();
         self.engine.options.claims.learn(inputs, &default_namespace);
         self.engine.refresh_floor();

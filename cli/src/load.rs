@@ -11,7 +11,6 @@ use anyhow::{Context, bail};
 use serde::Deserialize as _;
 use serde_json::{Value, json};
 
-use gpu_admission_core::names::DEFAULT_TIER_LABEL;
 use gpu_admission_core::pod::templates::pod_templates;
 use gpu_admission_core::policy::{PolicySnapshot, TierScope};
 
@@ -30,8 +29,11 @@ pub enum Input {
     Object(Source),
     /// A whole AdmissionReview (or a bare AdmissionRequest, wrapped): decided exactly as given.
     Review(Source),
-    /// A Namespace: its tier label tells the tier of its objects.
-    Namespace { name: String, tier: Option<String> },
+    /// A Namespace: its labels; the policy's tier label among them tells the tier of its objects.
+    Namespace {
+        name: String,
+        labels: BTreeMap<String, String>,
+    },
     /// Anything else (ConfigMaps, Services, CRDs, …): not the webhooks' business.
     Ignored(Source),
 }
@@ -128,9 +130,12 @@ pub fn classify(mut value: Value, origin: String, out: &mut Vec<Input>) {
         let meta = &value["metadata"];
         out.push(Input::Namespace {
             name: meta["name"].as_str().unwrap_or("").to_string(),
-            tier: meta["labels"][DEFAULT_TIER_LABEL]
-                .as_str()
-                .map(str::to_string),
+            labels: meta["labels"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect(),
         });
         return;
     }
@@ -208,13 +213,12 @@ impl Tiers {
         Ok(t)
     }
 
-    /// Takes the tier labels of the input's Namespace objects (an explicit `--namespace` wins).
-    pub fn learn(&mut self, inputs: &[Input]) {
+    /// Takes the tier labels (`tier_label`, the policy's) of the input's Namespace objects (an explicit
+    /// `--namespace` wins).
+    pub fn learn(&mut self, inputs: &[Input], tier_label: &str) {
         for i in inputs {
-            if let Input::Namespace {
-                name,
-                tier: Some(tier),
-            } = i
+            if let Input::Namespace { name, labels } = i
+                && let Some(tier) = labels.get(tier_label)
             {
                 self.from_input.insert(name.clone(), tier.clone());
             }
@@ -240,7 +244,7 @@ impl Tiers {
                     .filter(|(ns, _)| !self.explicit.contains_key(*ns))
                     .map(|(ns, t)| {
                         (
-                            format!("Namespace {ns} (label {DEFAULT_TIER_LABEL}={t})"),
+                            format!("Namespace {ns} (tier label {t})"),
                             format!("namespace {ns}"),
                             t,
                         )
@@ -288,6 +292,7 @@ impl Tiers {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpu_admission_core::names::DEFAULT_TIER_LABEL;
 
     fn sorted(text: &str) -> Vec<Input> {
         let mut out = Vec::new();
@@ -326,7 +331,7 @@ mod tests {
         }
         assert!(matches!(&inputs[1], Input::Ignored(s) if s.origin == "f#0/items/1"));
         assert!(
-            matches!(&inputs[2], Input::Namespace { name, tier: Some(t) } if name == "ml" && t == "gold")
+            matches!(&inputs[2], Input::Namespace { name, labels } if name == "ml" && labels[DEFAULT_TIER_LABEL] == "gold")
         );
         match &inputs[3] {
             Input::Review(s) => {
@@ -341,19 +346,30 @@ mod tests {
     #[test]
     fn tiers_explicit_then_namespaces_then_fallback() {
         let mut t = Tiers::parse(&["ml=silver".into(), "*=bronze".into()]).unwrap();
-        t.learn(&[
-            Input::Namespace {
-                name: "ml".into(),
-                tier: Some("gold".into()),
-            },
-            Input::Namespace {
-                name: "prod".into(),
-                tier: Some("gold".into()),
-            },
-        ]);
+        let gold = BTreeMap::from([(DEFAULT_TIER_LABEL.to_string(), "gold".to_string())]);
+        let other_label = BTreeMap::from([("example.com/tier".to_string(), "gold".to_string())]);
+        t.learn(
+            &[
+                Input::Namespace {
+                    name: "ml".into(),
+                    labels: gold.clone(),
+                },
+                Input::Namespace {
+                    name: "prod".into(),
+                    labels: gold,
+                },
+                Input::Namespace {
+                    name: "elsewhere".into(),
+                    labels: other_label,
+                },
+            ],
+            DEFAULT_TIER_LABEL,
+        );
         assert_eq!(t.tier_of("ml").as_deref(), Some("silver"));
         assert_eq!(t.tier_of("prod").as_deref(), Some("gold"));
         assert_eq!(t.tier_of("other").as_deref(), Some("bronze"));
+        // Another label than the policy's tier label names no tier.
+        assert_eq!(t.tier_of("elsewhere").as_deref(), Some("bronze"));
         assert!(Tiers::parse(&["nonsense".into()]).is_err());
         assert_eq!(Tiers::parse(&[]).unwrap().tier_of("x"), None);
     }

@@ -76,9 +76,6 @@ enum KueueCommand {
     Export {
         #[command(flatten)]
         source: PolicySource,
-        /// The namespace label that carries the tier (the frontend's --tier-label).
-        #[arg(long, default_value = gpu_admission_core::names::DEFAULT_TIER_LABEL)]
-        tier_label: String,
     },
 }
 
@@ -137,9 +134,6 @@ enum FloorCommand {
     Render {
         #[command(flatten)]
         source: PolicySource,
-        /// The namespace label that carries the tier (the frontend's --tier-label).
-        #[arg(long, default_value = gpu_admission_core::names::DEFAULT_TIER_LABEL)]
-        tier_label: String,
         /// Print the placing floor instead (Kubernetes 1.36+): a MutatingAdmissionPolicy and its binding,
         /// reading the floor's parameter ConfigMap.
         #[arg(long, conflicts_with = "static_dir")]
@@ -315,7 +309,7 @@ fn quota_usage(
     let snapshot = engine::snapshot_of(source.load()?);
     let inputs = load::inputs(&load::files(files)?)?;
     let mut tiers = Tiers::default();
-    tiers.learn(&inputs);
+    tiers.learn(&inputs, snapshot.tier_label());
     let counted = quota::count(&inputs, &tiers, &snapshot);
     for origin in &counted.unreadable {
         eprintln!("warning: {origin}: a Pod that does not read as one: not counted");
@@ -333,15 +327,14 @@ fn quota_usage(
 /// `floor render`: the floor, the placing floor (`--placing`), or the manifest-based files (`--static DIR`).
 fn floor_render(
     source: &PolicySource,
-    tier_label: &str,
     placing: bool,
     static_dir: Option<&std::path::Path>,
 ) -> anyhow::Result<String> {
     let policy = source.load()?;
     match static_dir {
-        Some(dir) => gpu_admission_cli::floor::write_manifest_based(&policy, tier_label, dir),
-        None if placing => gpu_admission_cli::floor::render_placing_yaml(&policy, tier_label),
-        None => gpu_admission_cli::floor::render_yaml(&policy, tier_label),
+        Some(dir) => gpu_admission_cli::floor::write_manifest_based(&policy, dir),
+        None if placing => gpu_admission_cli::floor::render_placing_yaml(&policy),
+        None => gpu_admission_cli::floor::render_yaml(&policy),
     }
 }
 
@@ -374,16 +367,10 @@ fn main() -> ExitCode {
             command:
                 FloorCommand::Render {
                     source,
-                    tier_label,
                     placing,
                     static_dir,
                 },
-        } => print_yaml(floor_render(
-            source,
-            tier_label,
-            *placing,
-            static_dir.as_deref(),
-        )),
+        } => print_yaml(floor_render(source, *placing, static_dir.as_deref())),
         Command::Quota {
             command:
                 QuotaCommand::Usage {
@@ -393,11 +380,11 @@ fn main() -> ExitCode {
                 },
         } => quota_usage(files, source, *output),
         Command::Kueue {
-            command: KueueCommand::Export { source, tier_label },
+            command: KueueCommand::Export { source },
         } => print_yaml(
             source
                 .load()
-                .and_then(|p| gpu_admission_cli::kueue::export_yaml(&p, tier_label)),
+                .and_then(|p| gpu_admission_cli::kueue::export_yaml(&p)),
         ),
         Command::Policy { command } => match command {
             PolicyCommand::Validate { policy, policy_key } => {

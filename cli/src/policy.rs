@@ -11,7 +11,7 @@ use gpu_admission_core::policy::PolicySnapshot;
 use scorer::policy::{DEFAULT_POLICY_YAML, EMBEDDED_SOURCE, EnforcementMode, Policy};
 use serde_json::Value;
 
-/// The key of the policy ConfigMap the scorer reads (the frontend's `--policy-configmap-key` default).
+/// The key of the policy ConfigMap the scorer reads (the services' `--policy-key` default).
 pub const CONFIGMAP_KEY: &str = "default-policy.yaml";
 
 /// A policy's text and the name problems are reported under.

@@ -161,7 +161,7 @@ quotas:
         let mut inputs = Vec::new();
         classify(list, "list".into(), &mut inputs);
         let mut tiers = Tiers::default();
-        tiers.learn(&inputs);
+        tiers.learn(&inputs, gpu_admission_core::names::DEFAULT_TIER_LABEL);
         let snap = snapshot();
         let counted = count(&inputs, &tiers, &snap);
         assert_eq!(counted.pods, 3);

@@ -12,11 +12,7 @@ fn the_shipped_floor_is_the_render_of_the_shipped_policy() {
     )
     .expect("deploy/kustomize/base/floor.yaml");
     let policy = gpu_admission_policy::embedded_default().expect("the default policy");
-    let rendered = gpu_admission_cli::floor::render_yaml(
-        &policy,
-        gpu_admission_core::names::DEFAULT_TIER_LABEL,
-    )
-    .unwrap();
+    let rendered = gpu_admission_cli::floor::render_yaml(&policy).unwrap();
     assert!(
         shipped == rendered,
         "deploy/kustomize/base/floor.yaml is not the render of the default policy: run \
@@ -32,11 +28,7 @@ fn the_shipped_placing_floor_is_the_render_of_the_shipped_policy() {
     )
     .expect("deploy/kustomize/components/placing-floor/placing-floor.yaml");
     let policy = gpu_admission_policy::embedded_default().expect("the default policy");
-    let rendered = gpu_admission_cli::floor::render_placing_yaml(
-        &policy,
-        gpu_admission_core::names::DEFAULT_TIER_LABEL,
-    )
-    .unwrap();
+    let rendered = gpu_admission_cli::floor::render_placing_yaml(&policy).unwrap();
     assert!(
         shipped == rendered,
         "deploy/kustomize/components/placing-floor/placing-floor.yaml is not the render of the default \
@@ -310,7 +302,7 @@ fn a_workload_the_interpreter_panicked_on_gets_a_verdict() {
         panic!("{inputs:?}")
     };
     let policy = gpu_admission_policy::embedded_default().unwrap();
-    let floor = Floor::new(&policy, gpu_admission_core::names::DEFAULT_TIER_LABEL).unwrap();
+    let floor = Floor::new(&policy).unwrap();
     let request = json!({"operation": "CREATE", "userInfo": {"username": "alice"}});
     let answer = floor.workload(&request, &deployment.value, ("ml", Some("gold")), false);
     assert!(

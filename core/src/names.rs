@@ -42,7 +42,6 @@ pub mod features {
     pub const MODEL_SIZE_B: &str = "gpu-admission.io/model-size-b";
 }
 
-/// The namespace label that carries the tier (the default of `--tier-label`).
 /// The host of `address` (`http://host:port` or `host:port`) when the resolver would look it up through the
 /// DNS search path: a name that is not absolute (no trailing dot), not an IP address and not `localhost`.
 /// Inside a Pod (`ndots: 5`) such a name is tried under every search domain first, and
@@ -72,7 +71,8 @@ pub const EXEMPT_NAMESPACES: [&str; 4] = [
     "gpu-admission",
 ];
 
-pub const DEFAULT_TIER_LABEL: &str = "tenant.kubenexus.io/tier";
+/// The namespace label that carries the tier when the policy names none (the policy's `tierLabel`).
+pub use gpu_admission_policy::names::DEFAULT_TIER_LABEL;
 
 /// Other placement systems' names: Kueue's queue label and admission gate, HAMi's GPU type annotations.
 pub mod placement {

@@ -244,6 +244,14 @@ impl TierRules<'_> {
 }
 
 impl PolicySnapshot {
+    /// The namespace label that carries the tier: the policy's `tierLabel` (the default label before a policy
+    /// is known).
+    pub fn tier_label(&self) -> &str {
+        self.policy
+            .as_deref()
+            .map_or(crate::names::DEFAULT_TIER_LABEL, |p| p.tier_label.as_str())
+    }
+
     /// The webhooks' view of a validated policy.
     pub fn from_policy(policy: Arc<Policy>) -> Self {
         let mut class_label_keys: Vec<String> = Vec::new();

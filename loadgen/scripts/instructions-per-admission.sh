@@ -44,7 +44,7 @@ pids+=($!)
 wait_for "$out/scorer.log" "listening on"
 valgrind --tool=callgrind --callgrind-out-file="$out/frontend.cg" \
   "$bin/webhook-frontend" --listen "127.0.0.1:$webhook_port" --scorer "http://127.0.0.1:$scorer_port" \
-  --self-signed "$out/tls" --admin-listen 127.0.0.1:0 --no-kube --namespace-tier ml-research=gold \
+  --tls=self-signed --tls-dir "$out/tls" --admin-listen 127.0.0.1:0 --no-kube --namespace-tier ml-research=gold \
   --deadline-ms 5000 >"$out/frontend.log" 2>&1 &
 pids+=($!)
 valgrind --tool=callgrind --callgrind-out-file="$out/baseline.cg" \

@@ -1,4 +1,6 @@
-//! Command line (every flag is also an environment variable).
+//! Command line (every flag is also an environment variable). The policy ConfigMap's flags are the group
+//! every service shares (`gpu_admission_flags::PolicyConfigMap`); the knobs rarely tuned are hidden from
+//! `--help` (observer/README.md lists them).
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -44,24 +46,56 @@ pub struct Cli {
     /// This replica's identity in the Lease (default: the host name, i.e. the Pod name, plus the process id).
     #[arg(long, env = "OBSERVER_IDENTITY")]
     pub identity: Option<String>,
-    #[arg(long, env = "OBSERVER_LEASE_DURATION_SECS", default_value_t = 15)]
+    /// Seconds a leader's Lease lasts without renewal.
+    #[arg(
+        long,
+        env = "OBSERVER_LEASE_DURATION_SECS",
+        default_value_t = 15,
+        hide = true
+    )]
     pub lease_duration_secs: u64,
-    #[arg(long, env = "OBSERVER_LEASE_GRACE_SECS", default_value_t = 5)]
+    /// Seconds before the Lease's expiry that a leader renews it.
+    #[arg(
+        long,
+        env = "OBSERVER_LEASE_GRACE_SECS",
+        default_value_t = 5,
+        hide = true
+    )]
     pub lease_grace_secs: u64,
     /// ConfigMap (shipped empty) where the leader keeps the most complete learned state; none = not kept.
     #[arg(long, env = "OBSERVER_STATE_CONFIGMAP")]
     pub state_configmap: Option<String>,
     /// Seconds between writes of that ConfigMap (what losing every scorer replica at once can lose).
-    #[arg(long, env = "OBSERVER_STORE_INTERVAL_SECS", default_value_t = 30)]
+    #[arg(
+        long,
+        env = "OBSERVER_STORE_INTERVAL_SECS",
+        default_value_t = 30,
+        hide = true
+    )]
     pub store_interval_secs: u64,
     /// Seconds between convergence rounds (ExportState everywhere, ImportState where behind).
-    #[arg(long, env = "OBSERVER_SYNC_INTERVAL_SECS", default_value_t = 5)]
+    #[arg(
+        long,
+        env = "OBSERVER_SYNC_INTERVAL_SECS",
+        default_value_t = 5,
+        hide = true
+    )]
     pub sync_interval_secs: u64,
     /// Per-call budget of every scorer RPC.
-    #[arg(long, env = "OBSERVER_SCORER_TIMEOUT_MS", default_value_t = 5000)]
+    #[arg(
+        long,
+        env = "OBSERVER_SCORER_TIMEOUT_MS",
+        default_value_t = 5000,
+        hide = true
+    )]
     pub scorer_timeout_ms: u64,
     /// Observations kept for replays to replicas that diverged.
-    #[arg(long, env = "OBSERVER_REPLAY_LOG", default_value_t = 10_000)]
+    #[arg(
+        long,
+        env = "OBSERVER_REPLAY_LOG",
+        default_value_t = 10_000,
+        hide = true
+    )]
     pub replay_log: usize,
     #[arg(long, env = "OBSERVER_ADMIN_LISTEN", default_value = "0.0.0.0:9093")]
     pub admin_listen: SocketAddr,
@@ -70,10 +104,20 @@ pub struct Cli {
     #[arg(long, env = "OBSERVER_POLICY_REPORTS")]
     pub policy_reports: bool,
     /// Seconds between full audits (a policy version change audits at once).
-    #[arg(long, env = "OBSERVER_AUDIT_INTERVAL_SECS", default_value_t = 300)]
+    #[arg(
+        long,
+        env = "OBSERVER_AUDIT_INTERVAL_SECS",
+        default_value_t = 300,
+        hide = true
+    )]
     pub audit_interval_secs: u64,
     /// Seconds between checks of the policy version and of the PolicyReport API (when its CRD is missing).
-    #[arg(long, env = "OBSERVER_AUDIT_POLL_SECS", default_value_t = 15)]
+    #[arg(
+        long,
+        env = "OBSERVER_AUDIT_POLL_SECS",
+        default_value_t = 15,
+        hide = true
+    )]
     pub audit_poll_secs: u64,
     /// Workload resources audited besides Pods, GROUP/RESOURCE (repeat or comma-separate); the default is
     /// what the shipped ValidatingWebhookConfiguration sends to /validate-pod. Each needs list RBAC.
@@ -85,32 +129,28 @@ pub struct Cli {
     )]
     pub audit_resources: Vec<crate::audit::cluster::GroupResource>,
     /// Results kept per PolicyReport (failures first); the rest are counted in its summary and annotation.
-    #[arg(long, env = "OBSERVER_REPORT_MAX_RESULTS", default_value_t = 500)]
+    #[arg(
+        long,
+        env = "OBSERVER_REPORT_MAX_RESULTS",
+        default_value_t = 500,
+        hide = true
+    )]
     pub report_max_results: usize,
     /// The floor's parameter ConfigMap (in --namespace) the leader keeps in step with the policy ConfigMap,
     /// creating it when missing; none = not kept.
     #[arg(long, env = "OBSERVER_FLOOR_PARAMS")]
     pub floor_params: Option<String>,
-    /// The policy ConfigMap (in --namespace) the floor's parameters are derived from.
-    #[arg(
-        long,
-        env = "OBSERVER_POLICY_CONFIGMAP",
-        default_value = "gpu-admission-policy"
-    )]
-    pub policy_configmap: String,
-    /// Its key holding the policy (else its only key).
-    #[arg(
-        long,
-        env = "OBSERVER_POLICY_KEY",
-        default_value = "default-policy.yaml"
-    )]
-    pub policy_key: String,
+    /// The policy ConfigMap the floor's parameters are derived from (the group every service shares).
+    #[command(flatten)]
+    pub policy: gpu_admission_flags::PolicyConfigMap,
     /// Seconds between reads of the policy ConfigMap for the floor's parameters.
-    #[arg(long, env = "OBSERVER_FLOOR_INTERVAL_SECS", default_value_t = 2)]
+    #[arg(
+        long,
+        env = "OBSERVER_FLOOR_INTERVAL_SECS",
+        default_value_t = 2,
+        hide = true
+    )]
     pub floor_interval_secs: u64,
-    /// The namespace label that carries the tier (the frontend's --tier-label).
-    #[arg(long, env = "OBSERVER_TIER_LABEL", default_value = gpu_admission_core::names::DEFAULT_TIER_LABEL)]
-    pub tier_label: String,
 }
 
 impl Cli {
@@ -134,7 +174,6 @@ impl Cli {
     /// The background audit's settings.
     pub fn audit(&self) -> crate::audit::AuditConfig {
         crate::audit::AuditConfig {
-            tier_label: self.tier_label.clone(),
             resources: self.audit_resources.clone(),
             interval: Self::secs(self.audit_interval_secs),
             poll: Self::secs(self.audit_poll_secs),

@@ -20,13 +20,12 @@ use tokio::sync::watch;
 
 use crate::metrics::{Metrics, ResultLabel};
 
-/// Where the policy is read and the parameters written (both in the observer's namespace).
+/// Where the policy is read (`--policy-configmap`) and the parameters written (in the observer's namespace).
 #[derive(Debug, Clone)]
 pub struct FloorConfig {
     pub namespace: String,
     /// The policy ConfigMap and its key.
-    pub policy_configmap: String,
-    pub policy_key: String,
+    pub policy: gpu_admission_core::admission::validate_policy::PolicyConfigMap,
     /// The parameter ConfigMap the floor's bindings name.
     pub params_configmap: String,
     pub interval: Duration,
@@ -97,20 +96,21 @@ async fn device_classes(api: &Api<DeviceClass>) -> Result<Vec<DeviceClass>, kube
 /// label.
 async fn round(
     api: &Api<ConfigMap>,
+    policies: &Api<ConfigMap>,
     classes: &Api<DeviceClass>,
     config: &FloorConfig,
 ) -> Result<&'static str, kube::Error> {
     let classes = device_classes(classes).await?;
-    let policy = api.get_opt(&config.policy_configmap).await?;
+    let policy = policies.get_opt(&config.policy.name).await?;
     let current = api.get_opt(&config.params_configmap).await?;
     let source = format!(
         "ConfigMap {}/{} key {}",
-        config.namespace, config.policy_configmap, config.policy_key
+        config.policy.namespace, config.policy.name, config.policy.key
     );
     let plan = plan(
         policy
             .as_ref()
-            .and_then(|p| policy_text(p, &config.policy_key)),
+            .and_then(|p| policy_text(p, &config.policy.key)),
         &source,
         current.as_ref().and_then(|c| c.data.as_ref()),
         &classes,
@@ -157,6 +157,7 @@ pub async fn run(
     syncs: Family<ResultLabel, Counter>,
     mut leader: watch::Receiver<bool>,
 ) {
+    let policies: Api<ConfigMap> = Api::namespaced(client.clone(), &config.policy.namespace);
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &config.namespace);
     let classes: Api<DeviceClass> = Api::all(client);
     let mut tick = tokio::time::interval(config.interval);
@@ -170,7 +171,9 @@ pub async fn run(
         }
         tokio::select! {
             _ = tick.tick() => {
-                let result = round(&api, &classes, &config).await.unwrap_or_else(|err| {
+                let result = round(&api, &policies, &classes, &config)
+                    .await
+                    .unwrap_or_else(|err| {
                     tracing::warn!(%err, "keeping the floor's parameters in step failed");
                     "failed"
                 });

@@ -83,13 +83,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         ))
     });
 
+    let policy_configmap = gpu_admission_core::admission::validate_policy::PolicyConfigMap::parse(
+        &cli.policy.policy_configmap,
+        &cli.policy.policy_key,
+    )
+    .map_err(anyhow::Error::msg)?;
     let floor = cli.floor_params.clone().map(|params| {
         tokio::spawn(observer::floor::run(
             client.clone(),
             observer::floor::FloorConfig {
                 namespace: namespace.clone(),
-                policy_configmap: cli.policy_configmap.clone(),
-                policy_key: cli.policy_key.clone(),
+                policy: policy_configmap,
                 params_configmap: params,
                 interval: Cli::secs(cli.floor_interval_secs),
             },

@@ -163,6 +163,8 @@ pub struct Policy {
     pub classes: Vec<GpuClass>,
     pub tiers: Vec<Tier>,
     pub default_tier: usize,
+    /// The namespace label that carries the tier (`tierLabel`, else the default label).
+    pub tier_label: String,
     /// What a namespace without a tier of this policy is held to.
     pub untiered_namespaces: UntieredNamespaces,
     pub(crate) workload: [(f64, RuntimeProfile); 5],

@@ -1,6 +1,9 @@
 //! Kubernetes label syntax, the one definition: the policy's validation checks its catalog's node labels
 //! and taint keys with it, and the webhooks check what they would write into a Pod with it.
 
+/// The namespace label that carries the tier when the policy names none (`tierLabel`).
+pub const DEFAULT_TIER_LABEL: &str = "tenant.kubenexus.io/tier";
+
 /// `true` when `s` is a valid Kubernetes label value (≤ 63 chars, alphanumerics, `-`, `_`, `.`, alphanumeric
 /// at both ends). Used for the job-type label and the anti-affinity selectors.
 pub fn is_label_value(s: &str) -> bool {

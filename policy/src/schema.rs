@@ -16,6 +16,11 @@ pub struct PolicyFile {
     /// Node label key selecting a GPU class (classes may override it).
     #[serde(default = "default_node_label_key")]
     pub node_label_key: String,
+    /// The namespace label that carries the tier, read by every process (the webhooks, the observer's audit,
+    /// the floor, the CLI); [`crate::names::DEFAULT_TIER_LABEL`] when absent (left out of the rules digest
+    /// then, so a policy without it keeps its digest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier_label: Option<String>,
     /// Tier used when a request names none, or one the policy does not know.
     pub default_tier: String,
     /// What a namespace without a tier is held to: one with no tier label, an empty value, a value naming

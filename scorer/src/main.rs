@@ -40,7 +40,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 fn check_policy(cli: &Cli) -> ExitCode {
-    let loaded = match &cli.policy {
+    let loaded = match &cli.policy.policy_file {
         Some(path) => policy::load_file(path),
         None => policy::embedded_default(),
     };

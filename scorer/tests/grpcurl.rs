@@ -36,7 +36,7 @@ fn listening_address(line: &str) -> Option<(bool, String)> {
 fn start_scorer() -> (Scorer, mpsc::Receiver<(bool, String)>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_scorer"))
         .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
-        .env_remove("SCORER_POLICY")
+        .env_remove("GPU_ADMISSION_POLICY_FILE")
         .env_remove("SCORER_STATE")
         .env("RUST_LOG", "info")
         .env_remove("LOG_FORMAT")
@@ -228,7 +228,7 @@ fn grpcurl_lists_describes_and_calls_score() {
 fn check_policy_validates_and_exits() {
     let ok = Command::new(env!("CARGO_BIN_EXE_scorer"))
         .arg("--check-policy")
-        .env_remove("SCORER_POLICY")
+        .env_remove("GPU_ADMISSION_POLICY_FILE")
         .output()
         .unwrap();
     assert!(ok.status.success());
@@ -239,7 +239,7 @@ fn check_policy_validates_and_exits() {
     let text = scorer::policy::DEFAULT_POLICY_YAML.replace("  tau: 0.2 ", "  tau: -1 ");
     std::fs::write(&bad, text).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_scorer"))
-        .args(["--check-policy", "--policy"])
+        .args(["--check-policy", "--policy-file"])
         .arg(&bad)
         .output()
         .unwrap();

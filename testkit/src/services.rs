@@ -2,8 +2,8 @@
 //! with ephemeral ports (`--listen 127.0.0.1:0`), their ports read from the `listening on` log line.
 //!
 //! ```text
-//! scorer           --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 [--policy F] [--state F]
-//! webhook-frontend --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --scorer URL --self-signed DIR
+//! scorer           --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 [--policy-file F] [--state F]
+//! webhook-frontend --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --scorer URL --tls=self-signed --tls-dir DIR
 //!                  [--deadline-ms N] [--no-kube --namespace-tier NS=TIER ...]   (KUBECONFIG env for kube)
 //! ```
 //! Each service owns a temp dir (logs, certificates) removed on drop, after the process is killed.
@@ -52,7 +52,7 @@ pub struct ScorerBuilder {
 crate::process::process_extras!(ScorerBuilder);
 
 impl ScorerBuilder {
-    /// `--policy PATH` (default: the embedded policy).
+    /// `--policy-file PATH` (default: the embedded policy).
     pub fn policy(mut self, path: impl AsRef<Path>) -> Self {
         self.policy = Some(path.as_ref().to_path_buf());
         self
@@ -94,7 +94,7 @@ impl ScorerBuilder {
             "127.0.0.1:0".into(),
         ];
         if let Some(p) = &self.policy {
-            args.extend(["--policy".into(), p.display().to_string()]);
+            args.extend(["--policy-file".into(), p.display().to_string()]);
         }
         if let Some(s) = &self.state {
             args.extend(["--state".into(), s.display().to_string()]);
@@ -309,7 +309,7 @@ impl WebhookBuilder {
         }
     }
 
-    /// Starts the webhook with `--self-signed <tempdir>/tls`, waits for `listening on`, the CA bundle and
+    /// Starts the webhook with `--tls=self-signed --tls-dir <tempdir>/tls`, waits for `listening on`, the CA bundle and
     /// (by default) readiness.
     pub async fn start(self) -> anyhow::Result<Webhook> {
         let dir = tempfile::Builder::new()
@@ -323,7 +323,8 @@ impl WebhookBuilder {
             "127.0.0.1:0".into(),
             "--scorer".into(),
             self.scorer.clone(),
-            "--self-signed".into(),
+            "--tls=self-signed".into(),
+            "--tls-dir".into(),
             tls_dir.display().to_string(),
         ];
         let deadline_ms = self.deadline_ms.unwrap_or(TEST_DEADLINE_MS);
@@ -422,7 +423,7 @@ impl Webhook {
         format!("https://{}/mutate-pod", self.addr)
     }
 
-    /// The CA bundle written by `--self-signed` (`DIR/ca.crt`).
+    /// The CA bundle written by `--tls=self-signed` (`DIR/ca.crt`).
     pub fn ca_path(&self) -> &Path {
         &self.ca
     }

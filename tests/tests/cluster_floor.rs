@@ -401,7 +401,6 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
     let parsed = gpu_admission_policy::parse(&enforce, "policy.yaml").unwrap();
     let offline = gpu_admission_cli::floor::Floor::with_device_classes(
         &parsed,
-        gpu_admission_core::names::DEFAULT_TIER_LABEL,
         &[serde_json::from_value(h100_class.clone()).unwrap()],
     )
     .unwrap();
@@ -1084,12 +1083,7 @@ async fn the_manifest_based_floor_holds_and_cannot_be_deleted_through_the_api() 
     std::fs::write(&policy_file, &enforce).unwrap();
     let parsed = gpu_admission_policy::parse(&enforce, "policy.yaml").unwrap();
     let static_dir = dir.path().join("static");
-    let said = gpu_admission_cli::floor::write_manifest_based(
-        &parsed,
-        gpu_admission_core::names::DEFAULT_TIER_LABEL,
-        &static_dir,
-    )
-    .unwrap();
+    let said = gpu_admission_cli::floor::write_manifest_based(&parsed, &static_dir).unwrap();
     println!("{said}");
     let Some(cluster) = LocalCluster::start_with_static_policies(Components::ALL, &static_dir)
         .await

@@ -676,6 +676,10 @@ async fn cli_answers_as_the_webhooks(
                     }
                     records.push(r);
                 }
+                // The inputs hold no claim: nothing here is a quota question.
+                WebhookPath::MutateClaim => {
+                    assert_eq!(cli["patch"], web["patch"], "{}: /mutate-claim", ev.object);
+                }
             }
         }
     }

@@ -180,7 +180,7 @@ async fn policy_reports_show_violations_and_follow_a_policy_change() {
     std::fs::write(&policy_file, &warn).unwrap();
     let scorer = Scorer::builder()
         .policy(&policy_file)
-        .env("SCORER_POLICY_POLL_MS", "200")
+        .env("GPU_ADMISSION_POLICY_POLL_MS", "200")
         .start()
         .await
         .unwrap();

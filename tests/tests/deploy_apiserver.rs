@@ -444,7 +444,7 @@ fn rendered_install_applies_unchanged_to_a_real_kube_apiserver() {
     let d = api.get_json(&["deployment", "gpu-admission-webhook", "-n", NAMESPACE]);
     let args = d["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
     assert!(
-        args.contains("--auto-tls-secret=gpu-admission-webhook-tls"),
+        args.contains("--tls-secret=gpu-admission-webhook-tls"),
         "{args}"
     );
 

@@ -1,6 +1,6 @@
 //! Certificate mode "automatic" (`deploy/kustomize/components/automatic`) against a real kube-apiserver
-//! on loopback: the real `webhook-frontend` binary with `--auto-tls-secret` and
-//! `--auto-tls-webhook-config`, as the overlay runs it.
+//! on loopback: the real `webhook-frontend` binary with `--tls=auto`, `--tls-secret` and
+//! `--tls-webhook-config`, as the overlay runs it.
 //!
 //! - first start, acting as the webhook's ServiceAccount with exactly the RBAC of deploy/kustomize (base +
 //!   components/automatic): the frontend creates the Secret (ca.crt, tls.crt, tls.key), patches the caBundle of
@@ -87,7 +87,7 @@ async fn first_start_creates_the_secret_and_patches_the_ca_bundle(
         Err(kube::Error::Api(s)) if s.is_forbidden() => {}
         other => bail!("the ServiceAccount identity may list Secrets: {other:?}"),
     }
-    // No --auto-tls-namespace: the namespace comes from the (kubeconfig's) default namespace.
+    // No namespace in --tls-secret: the namespace comes from the (kubeconfig's) default namespace.
     let mut fe = Frontend::start(&kubeconfig, dir.path(), "first", None, secret, config).await?;
 
     let (data, ca) = wait_settled(cluster, ns, secret, config, &mut [&mut fe]).await?;
@@ -317,7 +317,8 @@ impl Frontend {
         let mut args: Vec<String> = [
             "--listen=127.0.0.1:0",
             "--admin-listen=127.0.0.1:0",
-            "--auto-tls-check-secs=1",
+            "--tls=auto",
+            "--tls-poll-ms=1000",
         ]
         .map(String::from)
         .to_vec();
@@ -325,11 +326,11 @@ impl Frontend {
             .get()
             .map_or("http://127.0.0.1:9", String::as_str);
         args.push(format!("--scorer={scorer}"));
-        args.push(format!("--auto-tls-secret={secret}"));
-        if let Some(ns) = ns {
-            args.push(format!("--auto-tls-namespace={ns}"));
+        match ns {
+            Some(ns) => args.push(format!("--tls-secret={ns}/{secret}")),
+            None => args.push(format!("--tls-secret={secret}")),
         }
-        args.push(format!("--auto-tls-webhook-config={config}"));
+        args.push(format!("--tls-webhook-config={config}"));
         args.push("--san=gpu-admission-webhook.gpu-admission.svc".into());
         let envs = vec![
             ("KUBECONFIG".to_string(), kubeconfig.display().to_string()),

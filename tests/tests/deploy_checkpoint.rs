@@ -91,7 +91,7 @@ fn every_mode_registers_the_checkpoint_webhook_fail_open_for_job_pods() {
             "automatic" => {
                 let d = m.get("Deployment", "gpu-admission-webhook");
                 let args = strings_at(&d["spec"]["template"]["spec"]["containers"][0], "/args");
-                assert!(args.contains(&"--auto-tls-webhook-config=gpu-admission".to_string()));
+                assert!(args.contains(&"--tls-webhook-config=gpu-admission".to_string()));
             }
             other => println!("{other}: caBundle not checked"),
         }

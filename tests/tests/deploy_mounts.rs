@@ -209,14 +209,13 @@ async fn webhook_serves_a_rotated_certificate_when_the_secret_volume_is_swapped(
         &[("ca.crt", &ca1), ("tls.crt", &crt1), ("tls.key", &key1)],
     );
     let scorer = Scorer::builder().start().await.expect("scorer");
-    let cert = volume.path("tls.crt").display().to_string();
-    let key = volume.path("tls.key").display().to_string();
+    let tls_dir = tmp.path().join("tls").display().to_string();
     let args: Vec<String> = [
         "--listen=127.0.0.1:0",
         "--admin-listen=127.0.0.1:0",
         &format!("--scorer={}", scorer.url()),
-        &format!("--tls-cert={cert}"),
-        &format!("--tls-key={key}"),
+        "--tls=files",
+        &format!("--tls-dir={tls_dir}"),
         "--no-kube",
     ]
     .map(String::from)

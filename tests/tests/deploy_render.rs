@@ -466,7 +466,7 @@ fn policy_configmap_is_the_scorers_embedded_default_byte_for_byte() {
 
     let scorer = m.get("Deployment", SCORER_DEPLOYMENT);
     let c = container(scorer, "scorer");
-    let policy_arg = arg_value(&args(c), "--policy").expect("scorer --policy");
+    let policy_arg = arg_value(&args(c), "--policy-file").expect("scorer --policy-file");
     let (dir, key) = policy_arg.rsplit_once('/').unwrap();
     let mount = arr_at(c, "/volumeMounts")
         .iter()
@@ -532,7 +532,11 @@ fn the_frontend_reads_the_scorers_policy_file_in_every_mode() {
         return;
     };
     for m in modes {
-        let scorer = policy_source(m.get("Deployment", SCORER_DEPLOYMENT), "scorer", "--policy");
+        let scorer = policy_source(
+            m.get("Deployment", SCORER_DEPLOYMENT),
+            "scorer",
+            "--policy-file",
+        );
         let webhook_deployment = m.get("Deployment", WEBHOOK_DEPLOYMENT);
         let webhook = policy_source(webhook_deployment, "webhook", "--policy-file");
         assert_eq!(
@@ -901,16 +905,14 @@ fn automatic_mode_grants_only_its_own_secret_and_webhook_configuration() {
     let Some(m) = mode("automatic") else { return };
     let d = m.get("Deployment", WEBHOOK_DEPLOYMENT);
     let a = args(container(d, "webhook"));
+    assert_eq!(arg_value(&a, "--tls").as_deref(), Some("auto"));
+    assert_eq!(arg_value(&a, "--tls-secret").as_deref(), Some(TLS_SECRET));
     assert_eq!(
-        arg_value(&a, "--auto-tls-secret").as_deref(),
-        Some(TLS_SECRET)
-    );
-    assert_eq!(
-        arg_value(&a, "--auto-tls-webhook-config").as_deref(),
+        arg_value(&a, "--tls-webhook-config").as_deref(),
         Some(WEBHOOK_CONFIG)
     );
     assert!(
-        arg_value(&a, "--tls-cert").is_none(),
+        arg_value(&a, "--tls-dir").is_none(),
         "no mounted certificate in automatic mode"
     );
     assert!(
@@ -975,13 +977,9 @@ fn cert_manager_mode_chains_a_ca_to_the_mounted_secret_and_injects_it() {
     let d = m.get("Deployment", WEBHOOK_DEPLOYMENT);
     let c = container(d, "webhook");
     let a = args(c);
-    let cert_path = arg_value(&a, "--tls-cert").expect("--tls-cert");
-    let key_path = arg_value(&a, "--tls-key").expect("--tls-key");
-    let (dir, cert_file) = cert_path.rsplit_once('/').unwrap();
-    assert_eq!(
-        (cert_file, key_path.as_str()),
-        ("tls.crt", format!("{dir}/tls.key").as_str())
-    );
+    // The frontend reads DIR/tls.crt and DIR/tls.key: the mounted Secret's keys.
+    assert_eq!(arg_value(&a, "--tls").as_deref(), Some("files"));
+    let dir = arg_value(&a, "--tls-dir").expect("--tls-dir");
     let mount = arr_at(c, "/volumeMounts")
         .iter()
         .find(|vm| vm["mountPath"] == dir)
@@ -1234,15 +1232,11 @@ fn only_the_apiserver_reaches_the_webhooks_unless_the_install_opts_out() {
     );
 }
 
-/// The long flags a binary's `--help` lists.
-fn flags_of(binary: &std::path::Path) -> BTreeSet<String> {
-    let help = support::run(Command::new(binary).arg("--help")).expect("--help");
-    help.split(|c: char| c.is_whitespace() || c == ',' || c == '[' || c == '|' || c == '<')
-        .filter(|w| w.starts_with("--") && w.len() > 2)
-        .map(|w| {
-            w.trim_end_matches(|c: char| !c.is_alphanumeric())
-                .to_string()
-        })
+/// Every long flag of a service, hidden ones too, from its clap definition.
+fn flags_of(command: clap::Command) -> BTreeSet<String> {
+    gpu_admission_flags::long_flags(&command)
+        .into_iter()
+        .map(|(flag, _)| flag)
         .collect()
 }
 
@@ -1259,12 +1253,14 @@ fn deployment_args_are_flags_the_real_binaries_accept() {
     let Some(modes) = support::rendered_modes() else {
         return;
     };
-    let scorer_flags = flags_of(gpu_admission_tests::binaries::scorer());
-    let webhook_flags = flags_of(gpu_admission_tests::binaries::webhook());
-    assert!(scorer_flags.contains("--policy") && webhook_flags.contains("--scorer"));
+    use clap::CommandFactory;
+    // Every flag, hidden ones too (a Deployment may set a knob `--help` does not show).
+    let scorer_flags = flags_of(scorer::cli::Cli::command());
+    let webhook_flags = flags_of(webhook_frontend::config::Args::command());
+    assert!(scorer_flags.contains("--policy-file") && webhook_flags.contains("--scorer"));
     // The automatic certificate mode is written ahead of its frontend feature (see
     // deploy/kustomize/components/automatic): its flags must come all together, or not yet at all.
-    let auto_flags = ["--auto-tls-secret", "--auto-tls-webhook-config"];
+    let auto_flags = ["--tls-secret", "--tls-webhook-config"];
     let implemented = auto_flags
         .iter()
         .filter(|f| webhook_flags.contains(**f))
@@ -1305,7 +1301,7 @@ fn the_real_scorer_accepts_the_policy_configmap() {
     let out = support::run(
         Command::new(gpu_admission_tests::binaries::scorer())
             .arg("--check-policy")
-            .arg("--policy")
+            .arg("--policy-file")
             .arg(&file),
     )
     .expect("scorer --check-policy rejects the ConfigMap's policy");
@@ -1578,8 +1574,7 @@ fn the_floors_device_class_cel_agrees_in_celpy() {
     let params =
         gpu_admission_core::floor::params_with_device_classes(&policy, std::slice::from_ref(&h100))
             .unwrap();
-    let floor =
-        gpu_admission_cli::floor::Floor::with_device_classes(&policy, label, &[h100]).unwrap();
+    let floor = gpu_admission_cli::floor::Floor::with_device_classes(&policy, &[h100]).unwrap();
 
     let mut pods: Vec<Value> = Vec::new();
     for file in gpu_admission_tests::corpus::manifest_files().expect("the shared corpus") {
@@ -1936,7 +1931,7 @@ fn policy_reports_component_grants_exactly_what_the_audit_uses() {
         .unwrap();
     let observer_args = args(container(observer, "observer"));
     assert!(observer_args.contains(&"--policy-reports".to_string()));
-    let flags = flags_of(gpu_admission_tests::observer::observer_binary());
+    let flags = flags_of(<observer::cli::Cli as clap::CommandFactory>::command());
     for f in flag_names(&observer_args) {
         assert!(flags.contains(&f), "observer has no {f}");
     }
@@ -2096,7 +2091,7 @@ fn observer_args_are_flags_the_real_binary_accepts() {
     let Some(modes) = support::rendered_modes() else {
         return;
     };
-    let flags = flags_of(gpu_admission_tests::observer::observer_binary());
+    let flags = flags_of(<observer::cli::Cli as clap::CommandFactory>::command());
     assert!(flags.contains("--scorer") && flags.contains("--lease"));
     for m in modes {
         let c = container(m.get("Deployment", OBSERVER_DEPLOYMENT), "observer");

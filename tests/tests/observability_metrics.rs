@@ -454,7 +454,7 @@ async fn policy_and_certificate_reloads_and_failures_are_counted() -> anyhow::Re
     let scorer = Scorer::builder()
         .name("scorer-reloads")
         .policy(&policy)
-        .env("SCORER_POLICY_POLL_MS", "100")
+        .env("GPU_ADMISSION_POLICY_POLL_MS", "100")
         .start()
         .await?;
     let admin = scorer
@@ -494,7 +494,7 @@ async fn policy_and_certificate_reloads_and_failures_are_counted() -> anyhow::Re
     let webhook = Webhook::builder(&scorer.url())
         .no_kube()
         .namespace_tier("ml", "gold")
-        .env("WEBHOOK_TLS_RELOAD_INTERVAL_MS", "200")
+        .env("WEBHOOK_TLS_POLL_MS", "200")
         .name("webhook-reloads")
         .start()
         .await?;

@@ -1,10 +1,11 @@
-//! Docs that cannot drift: every route the frontend serves, every flag of the three services, every metric
+//! Docs that cannot drift: every route the frontend serves, every flag of the three services (each README's
+//! flag table is compared with the clap definitions both ways), every metric
 //! they register and every source file of the crates listed here is named in its README (or, for metrics,
 //! in telemetry/README.md, the operators' reference). A new flag, route, metric or file fails this test until
 //! its README says what it is. Values the docs repeat from the code (the body limit, the tier label and its
 //! values) are compared with the code, and no doc names an issue number or a scratch directory.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -83,48 +84,86 @@ fn every_route_the_frontend_serves_is_in_its_readme() {
     );
 }
 
+/// Every flag of the three services (hidden ones too, from their clap definitions), with whether `--help`
+/// shows it.
+fn service_flags() -> [(&'static str, BTreeMap<String, bool>); 3] {
+    use clap::CommandFactory;
+    let flags = |c: clap::Command| -> BTreeMap<String, bool> {
+        gpu_admission_flags::long_flags(&c).into_iter().collect()
+    };
+    [
+        (
+            "webhook-frontend",
+            flags(webhook_frontend::config::Args::command()),
+        ),
+        ("scorer", flags(scorer::cli::Cli::command())),
+        ("observer", flags(observer::cli::Cli::command())),
+    ]
+}
+
+/// A service README's flag table is its clap definition: every row's flag exists, every flag has a row, and a
+/// row says "(hidden)" exactly when `--help` does not show the flag.
 #[test]
-fn every_flag_of_the_services_is_in_their_readmes() {
-    let binaries = [
-        (
-            gpu_admission_tests::binaries::webhook(),
-            "webhook-frontend/README.md",
-        ),
-        (gpu_admission_tests::binaries::scorer(), "scorer/README.md"),
-        (
-            gpu_admission_tests::binaries::observer(),
-            "observer/README.md",
-        ),
-    ];
-    let mut missing = Vec::new();
-    for (bin, readme_path) in binaries {
-        let out = Command::new(bin)
-            .arg("--help")
-            .output()
-            .expect("--help runs");
-        let help = String::from_utf8_lossy(&out.stdout);
-        let readme = read(readme_path);
-        let flags: BTreeSet<String> = help
-            .split(|c: char| c.is_whitespace() || c == ',' || c == '[' || c == '=')
-            .filter(|w| w.starts_with("--") && w.len() > 3)
-            .map(|w| {
-                w.trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
-                    .to_string()
-            })
-            .filter(|w| w != "--help" && w != "--version")
-            .collect();
-        assert!(!flags.is_empty(), "{}: no flags in --help", bin.display());
-        missing.extend(
-            flags
-                .into_iter()
-                .filter(|f| !readme.contains(f.as_str()))
-                .map(|f| format!("{readme_path}: {f}")),
-        );
+fn each_services_flag_table_is_its_flags() {
+    let mut wrong = Vec::new();
+    for (service, real) in service_flags() {
+        let readme_path = format!("{service}/README.md");
+        let mut documented = BTreeMap::new();
+        for line in read(&readme_path).lines() {
+            let Some(cell) = line.strip_prefix("| `--") else {
+                continue;
+            };
+            let cell = cell.split(" |").next().unwrap();
+            let flag: String = cell
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect();
+            documented.insert(format!("--{flag}"), !cell.contains("(hidden)"));
+        }
+        for (flag, shown) in &real {
+            match documented.get(flag) {
+                None => wrong.push(format!("{readme_path}: no row for {flag}")),
+                Some(d) if d != shown => wrong.push(format!(
+                    "{readme_path}: {flag} is {} but its row says otherwise",
+                    if *shown { "shown by --help" } else { "hidden" }
+                )),
+                Some(_) => {}
+            }
+        }
+        for flag in documented.keys().filter(|f| !real.contains_key(*f)) {
+            wrong.push(format!("{readme_path}: {flag} is no flag of {service}"));
+        }
     }
     assert!(
-        missing.is_empty(),
-        "flags not in their README: {missing:#?}"
+        wrong.is_empty(),
+        "flag tables that differ from the flags: {wrong:#?}"
     );
+}
+
+/// The top README's configuration table lists, per service, exactly the flags `--help` shows.
+#[test]
+fn the_top_readmes_flags_are_what_help_shows() {
+    let readme = read("README.md");
+    for (service, real) in service_flags() {
+        let row = readme
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{service}` |")))
+            .unwrap_or_else(|| panic!("README.md: no configuration row for {service}"));
+        let listed: BTreeSet<String> = row
+            .split('|')
+            .nth(2)
+            .unwrap()
+            .split(|c: char| c == '`' || c == ',' || c.is_whitespace())
+            .filter(|w| w.starts_with("--"))
+            .map(str::to_string)
+            .collect();
+        let shown: BTreeSet<String> = real
+            .into_iter()
+            .filter(|(_, shown)| *shown)
+            .map(|(f, _)| f)
+            .collect();
+        assert_eq!(listed, shown, "README.md: the {service} row");
+    }
 }
 
 #[test]
@@ -164,6 +203,7 @@ fn every_source_file_is_in_its_crates_readme() {
         "webhook-frontend",
         "policy",
         "telemetry",
+        "flags",
         "core",
         "observer",
         "scorer",
@@ -295,9 +335,8 @@ fn the_readmes_disk_figure_is_the_one_ci_run_checks() {
     );
 }
 
-/// README.md's list of webhooks (the bullets under "several admission webhooks"), its configuration
-/// reference's `--listen` row, and webhook-frontend/README.md's opening paragraph each name every webhook
-/// the frontend serves.
+/// README.md's list of webhooks (the bullets under "several admission webhooks") and webhook-frontend/README.md's
+/// opening paragraph each name every webhook the frontend serves.
 #[test]
 fn every_webhook_the_frontend_serves_is_in_the_webhook_lists() {
     let readme = read("README.md");
@@ -314,10 +353,6 @@ fn every_webhook_the_frontend_serves_is_in_the_webhook_lists() {
         .find("\n\n")
         .map_or(readme.len(), |i| list_start + i);
     let list = &readme[start..list_end];
-    let listen = readme
-        .lines()
-        .find(|l| l.starts_with("| `--listen` | `WEBHOOK_LISTEN`"))
-        .expect("README.md: the webhook-frontend's `--listen` row");
     let frontend = read("webhook-frontend/README.md");
     let opening = frontend
         .split("\n\n")
@@ -327,7 +362,6 @@ fn every_webhook_the_frontend_serves_is_in_the_webhook_lists() {
     for route in webhook_routes() {
         for (what, text) in [
             ("README.md's webhook list", list),
-            ("README.md's --listen row", listen),
             ("webhook-frontend/README.md's opening paragraph", opening),
         ] {
             if !text.contains(&format!("`{route}`")) && !text.contains(&format!("POST {route}`")) {
@@ -436,14 +470,14 @@ fn the_body_limit_the_docs_state_is_the_codes() {
 #[test]
 fn the_tier_label_and_its_values_in_the_docs_are_the_codes() {
     const NEEDLE: &str = "DEFAULT_TIER_LABEL: &str =";
-    let labels: BTreeSet<String> = sources("core")
+    let labels: BTreeSet<String> = sources("policy")
         .iter()
-        .flat_map(|f| quoted_after(&read(&format!("core/{f}")), NEEDLE))
+        .flat_map(|f| quoted_after(&read(&format!("policy/{f}")), NEEDLE))
         .collect();
     assert_eq!(
         labels.len(),
         1,
-        "one DEFAULT_TIER_LABEL in core: {labels:?}"
+        "one DEFAULT_TIER_LABEL in policy: {labels:?}"
     );
     let label = labels.into_iter().next().unwrap();
     let policy: serde_yaml::Value =

@@ -178,26 +178,19 @@ struct Cluster {
 async fn start_cluster(source: &ClusterSource) -> anyhow::Result<(Cluster, Option<kube::Client>)> {
     match source {
         ClusterSource::Kube {
-            tier_label,
             checkpoint_discovery,
         } => {
             let kube = kube_cache::client().await?;
             let cluster = Cluster {
                 checkpoints: Some(CheckpointCaches::start(kube.clone(), *checkpoint_discovery)),
                 workloads: Some(WorkloadOwners::start(kube.clone())),
-                facts: ClusterFacts::Kube(kube_cache::KubeCaches::start(
-                    kube.clone(),
-                    tier_label.clone(),
-                )),
+                facts: ClusterFacts::Kube(kube_cache::KubeCaches::start(kube.clone())),
             };
             Ok((cluster, Some(kube)))
         }
-        ClusterSource::Namespaces {
-            namespaces,
-            tier_label,
-        } => {
+        ClusterSource::Namespaces { namespaces } => {
             // Only these Namespaces, by name: no watch cache of the cluster, and no client for the rest.
-            let tiers = Arc::new(NamespaceTiers::new(namespaces.clone(), tier_label.clone()));
+            let tiers = Arc::new(NamespaceTiers::new(namespaces.clone()));
             tokio::spawn(tiers.clone().read_forever(kube_cache::client().await?));
             let cluster = Cluster {
                 facts: ClusterFacts::Read(tiers),

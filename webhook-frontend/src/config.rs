@@ -1,4 +1,6 @@
-//! Command line and environment (every flag has a `WEBHOOK_*` variable; the flag wins).
+//! Command line and environment (every flag has a variable, `WEBHOOK_*` or, for the groups every service
+//! shares, `GPU_ADMISSION_*`; the flag wins). The knobs rarely tuned are hidden from `--help`
+//! (webhook-frontend/README.md lists them).
 //!
 //! [`Args`] is what clap parses: one group of flags per part of the frontend, flattened. [`Config`] is what
 //! the frontend runs with: built from `Args` by one conversion ([`Config::try_from`]) that parses, clamps and
@@ -9,10 +11,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{ArgGroup, Args as ClapArgs, Parser};
+use clap::{Args as ClapArgs, Parser};
 
 use gpu_admission_core::admission::validate_policy::PolicyConfigMap;
-use gpu_admission_core::names::DEFAULT_TIER_LABEL;
 
 use crate::cluster::parse_namespace_tiers;
 use crate::connections::Limits;
@@ -26,8 +27,7 @@ use crate::tls::reload::CertFiles;
 #[command(
     name = "webhook-frontend",
     version,
-    about = "HTTPS mutating admission webhook: asks the gpu-admission scorer where and how urgently a GPU Pod runs",
-    group(ArgGroup::new("tls").required(true).args(["tls_cert", "self_signed", "auto_tls_secret"]))
+    about = "HTTPS mutating admission webhook: asks the gpu-admission scorer where and how urgently a GPU Pod runs"
 )]
 pub struct Args {
     #[command(flatten)]
@@ -54,49 +54,59 @@ pub struct ServerArgs {
 
     /// Time a new connection has for the TLS handshake, the HTTP/1-or-HTTP/2 detection and its first request's
     /// headers, and an HTTP/1 request for its headers once its first bytes arrived, in milliseconds.
-    #[arg(long, env = "WEBHOOK_HEADER_READ_TIMEOUT_MS", default_value_t = 10_000)]
+    #[arg(
+        long,
+        env = "WEBHOOK_HEADER_READ_TIMEOUT_MS",
+        default_value_t = 10_000,
+        hide = true
+    )]
     pub header_read_timeout_ms: u64,
 
     /// A keep-alive connection without a request for this long is closed (HTTP/2: GOAWAY), in seconds. Keep
     /// it above the apiserver's idle interval (90 s), so that the apiserver is the one that closes.
-    #[arg(long, env = "WEBHOOK_IDLE_TIMEOUT_SECS", default_value_t = 180, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "WEBHOOK_IDLE_TIMEOUT_SECS", default_value_t = 180, value_parser = clap::value_parser!(u64).range(1..), hide = true)]
     pub idle_timeout_secs: u64,
 
     /// Connections open at most on the webhook port; at the cap the oldest idle one is closed to make room.
     /// Keep it below the file-descriptor limit (`ulimit -n`).
-    #[arg(long, env = "WEBHOOK_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "WEBHOOK_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..), hide = true)]
     pub max_connections: u32,
 
     /// On SIGTERM/SIGINT, how long in-flight requests may take to finish, in seconds.
-    #[arg(long, env = "WEBHOOK_DRAIN_TIMEOUT_SECS", default_value_t = 20)]
+    #[arg(
+        long,
+        env = "WEBHOOK_DRAIN_TIMEOUT_SECS",
+        default_value_t = 20,
+        hide = true
+    )]
     pub drain_timeout_secs: u64,
 
     /// Request-body bytes held at once (MiB), over all connections, claimed as they arrive; a body that
     /// needs room beyond it sheds the largest claim still being read (503), never a small review (raised to
     /// the per-peer cap when lower).
-    #[arg(long, env = "WEBHOOK_MAX_BODY_MIB_IN_FLIGHT", default_value_t = 48, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "WEBHOOK_MAX_BODY_MIB_IN_FLIGHT", default_value_t = 48, value_parser = clap::value_parser!(u32).range(1..), hide = true)]
     pub max_body_mib_in_flight: u32,
 
     /// Request-body bytes held at once (MiB) per peer IP address (raised to one maximum-size body, 24 MiB).
-    #[arg(long, env = "WEBHOOK_MAX_BODY_MIB_PER_PEER", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "WEBHOOK_MAX_BODY_MIB_PER_PEER", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..), hide = true)]
     pub max_body_mib_per_peer: u32,
 
     /// Request-body bytes held at once (MiB) per connection (raised to one maximum-size body, 24 MiB).
-    #[arg(long, env = "WEBHOOK_MAX_BODY_MIB_PER_CONNECTION", default_value_t = 24, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "WEBHOOK_MAX_BODY_MIB_PER_CONNECTION", default_value_t = 24, value_parser = clap::value_parser!(u32).range(1..), hide = true)]
     pub max_body_mib_per_connection: u32,
 
     /// The whole request body must arrive within this of its headers, in milliseconds (408 otherwise).
-    #[arg(long, env = "WEBHOOK_BODY_READ_TIMEOUT_MS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "WEBHOOK_BODY_READ_TIMEOUT_MS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..), hide = true)]
     pub body_read_timeout_ms: u64,
 
     /// Reviews of one namespace (per peer address) decided at once; more wait for their namespace's earlier
     /// reviews, up to half the apiserver's timeout (then 503).
-    #[arg(long, env = "WEBHOOK_MAX_REVIEWS_PER_NAMESPACE", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "WEBHOOK_MAX_REVIEWS_PER_NAMESPACE", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..), hide = true)]
     pub max_reviews_per_namespace: u32,
 
     /// Body bytes of one namespace's reviews (per peer address) decided at once (MiB; one review always
     /// fits); more wait like above.
-    #[arg(long, env = "WEBHOOK_MAX_BODY_MIB_PER_NAMESPACE", default_value_t = 24, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "WEBHOOK_MAX_BODY_MIB_PER_NAMESPACE", default_value_t = 24, value_parser = clap::value_parser!(u32).range(1..), hide = true)]
     pub max_body_mib_per_namespace: u32,
 
     /// PEM CA bundle of the kube-apiserver's webhook client certificates (its `--admission-control-config-file`
@@ -107,83 +117,72 @@ pub struct ServerArgs {
     pub client_ca_file: Option<PathBuf>,
 }
 
-/// Where the serving certificate comes from: files, a generated dev CA, or a Secret kept through the API.
+/// Where the serving certificate comes from (`--tls`), and that mode's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TlsSource {
+    /// `--tls-dir`'s `tls.crt` and `tls.key` (a mounted Secret), reloaded when they change.
+    Files,
+    /// Dev: a CA and a serving certificate generated into `--tls-dir` (`ca.crt`, `tls.crt`, `tls.key`).
+    SelfSigned,
+    /// A CA + serving certificate kept in Secret `--tls-secret` through the API: created when missing,
+    /// renewed before expiry, its CA patched into `--tls-webhook-config`.
+    Auto,
+}
+
+/// The serving certificate: one mode flag, then the mode's settings.
 #[derive(Debug, Clone, ClapArgs)]
 #[command(next_help_heading = "TLS")]
 pub struct TlsArgs {
-    /// PEM certificate chain (the Secret's tls.crt); reloaded when it changes.
-    #[arg(
-        long,
-        env = "WEBHOOK_TLS_CERT",
-        requires = "tls_key",
-        conflicts_with = "self_signed"
-    )]
-    pub tls_cert: Option<PathBuf>,
+    /// Where the serving certificate comes from.
+    #[arg(long, value_enum, env = "WEBHOOK_TLS")]
+    pub tls: TlsSource,
 
-    /// PEM private key (the Secret's tls.key).
-    #[arg(long, env = "WEBHOOK_TLS_KEY", requires = "tls_cert")]
-    pub tls_key: Option<PathBuf>,
+    /// `files`: the directory holding `tls.crt` and `tls.key` (a mounted Secret); `self-signed`: where the
+    /// dev CA and serving certificate are written (`DIR/ca.crt` is the CA to trust).
+    #[arg(long, value_name = "DIR", env = "WEBHOOK_TLS_DIR")]
+    pub tls_dir: Option<PathBuf>,
 
-    /// How often the certificate files are checked for changes, in milliseconds.
-    #[arg(long, env = "WEBHOOK_TLS_RELOAD_INTERVAL_MS", default_value_t = 2000)]
-    pub tls_reload_interval_ms: u64,
+    /// `auto`: the Secret that keeps the CA and the serving certificate (keys ca.crt, ca.key, tls.crt,
+    /// tls.key). Without a namespace: env POD_NAMESPACE, else the service account's, else the kubeconfig's.
+    #[arg(long, value_name = "[NAMESPACE/]NAME", env = "WEBHOOK_TLS_SECRET")]
+    pub tls_secret: Option<String>,
 
-    /// Dev mode: generate a CA and a serving certificate into DIR (DIR/ca.crt, DIR/tls.crt, DIR/tls.key).
-    #[arg(
-        long = "self-signed",
-        value_name = "DIR",
-        env = "WEBHOOK_SELF_SIGNED_DIR"
-    )]
-    pub self_signed: Option<PathBuf>,
+    /// `auto`: patch the CA into clientConfig.caBundle of every webhook of this MutatingWebhookConfiguration
+    /// (again whenever it differs).
+    #[arg(long, value_name = "NAME", env = "WEBHOOK_TLS_WEBHOOK_CONFIG")]
+    pub tls_webhook_config: Option<String>,
 
-    /// Automatic mode: keep a CA + serving certificate in Secret NAME (keys ca.crt, ca.key, tls.crt, tls.key)
-    /// of our namespace: create it if missing, renew it before expiry, serve it (read through the API).
-    #[arg(long, value_name = "NAME", env = "WEBHOOK_AUTO_TLS_SECRET")]
-    pub auto_tls_secret: Option<String>,
-
-    /// Automatic mode: namespace of the Secret (default: env POD_NAMESPACE, else the service account's
-    /// namespace, else the kubeconfig context's).
-    #[arg(
-        long,
-        value_name = "NAMESPACE",
-        env = "WEBHOOK_AUTO_TLS_NAMESPACE",
-        requires = "auto_tls_secret"
-    )]
-    pub auto_tls_namespace: Option<String>,
-
-    /// Automatic mode: patch the CA into clientConfig.caBundle of every webhook of this
-    /// MutatingWebhookConfiguration (again whenever it differs).
-    #[arg(
-        long,
-        value_name = "NAME",
-        env = "WEBHOOK_AUTO_TLS_WEBHOOK_CONFIG",
-        requires = "auto_tls_secret"
-    )]
-    pub auto_tls_webhook_config: Option<String>,
-
-    /// Automatic mode: lifetime of a serving certificate, in days.
-    #[arg(long, env = "WEBHOOK_AUTO_TLS_VALIDITY_DAYS", default_value_t = 90)]
-    pub auto_tls_validity_days: u32,
-
-    /// Automatic mode: lifetime of a new CA, in days (must exceed the serving lifetime).
-    #[arg(
-        long,
-        env = "WEBHOOK_AUTO_TLS_CA_VALIDITY_DAYS",
-        default_value_t = 3650
-    )]
-    pub auto_tls_ca_validity_days: u32,
-
-    /// Automatic mode: renew when less than this many seconds are left (default: a third of the lifetime).
-    #[arg(long, env = "WEBHOOK_AUTO_TLS_RENEW_BEFORE_SECS")]
-    pub auto_tls_renew_before_secs: Option<u64>,
-
-    /// Automatic mode: how often the Secret and the caBundle are read again, in seconds.
-    #[arg(long, env = "WEBHOOK_AUTO_TLS_CHECK_SECS", default_value_t = 30)]
-    pub auto_tls_check_secs: u64,
-
-    /// Extra subject alternative names of the generated serving certificate (DNS names or IPs).
+    /// `self-signed`, `auto`: extra subject alternative names of the generated serving certificate (DNS names
+    /// or IPs).
     #[arg(long = "san", env = "WEBHOOK_SAN", value_delimiter = ',')]
     pub sans: Vec<String>,
+
+    /// How often the certificate is looked at again, in milliseconds: the files (default 2000), or the
+    /// Secret and the caBundle (`auto`, default 30000).
+    #[arg(long, value_name = "MS", env = "WEBHOOK_TLS_POLL_MS", hide = true)]
+    pub tls_poll_ms: Option<u64>,
+
+    /// `auto`: lifetime of a serving certificate, in days.
+    #[arg(
+        long,
+        env = "WEBHOOK_TLS_VALIDITY_DAYS",
+        default_value_t = 90,
+        hide = true
+    )]
+    pub tls_validity_days: u32,
+
+    /// `auto`: lifetime of a new CA, in days (must exceed the serving lifetime).
+    #[arg(
+        long,
+        env = "WEBHOOK_TLS_CA_VALIDITY_DAYS",
+        default_value_t = 3650,
+        hide = true
+    )]
+    pub tls_ca_validity_days: u32,
+
+    /// `auto`: renew when less than this many seconds are left (default: a third of the lifetime).
+    #[arg(long, env = "WEBHOOK_TLS_RENEW_BEFORE_SECS", hide = true)]
+    pub tls_renew_before_secs: Option<u64>,
 }
 
 /// The scorer: its address, the budget of a call, the channel's limits, the policy fetch.
@@ -199,24 +198,34 @@ pub struct ScorerArgs {
     pub deadline_ms: u64,
 
     /// Kept free from the apiserver's ?timeout= for answering, in milliseconds.
-    #[arg(long, env = "WEBHOOK_DEADLINE_MARGIN_MS", default_value_t = 50)]
+    #[arg(
+        long,
+        env = "WEBHOOK_DEADLINE_MARGIN_MS",
+        default_value_t = 50,
+        hide = true
+    )]
     pub deadline_margin_ms: u64,
 
     /// Score calls in flight at once; an admission beyond it is passed through at once ("scorer overloaded"),
     /// never queued past its deadline.
-    #[arg(long, env = "WEBHOOK_SCORER_MAX_IN_FLIGHT", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "WEBHOOK_SCORER_MAX_IN_FLIGHT", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..), hide = true)]
     pub scorer_max_in_flight: u32,
 
     /// HTTP/2 connections to the scorer, used in turn.
-    #[arg(long, env = "WEBHOOK_SCORER_CONNECTIONS", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    #[arg(long, env = "WEBHOOK_SCORER_CONNECTIONS", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64), hide = true)]
     pub scorer_connections: u16,
 
     /// How Score calls travel: as messages on one long-lived stream per connection, or one unary call each.
-    #[arg(long, env = "WEBHOOK_SCORER_CALLS", value_enum, default_value_t = CallMode::Stream)]
+    #[arg(long, env = "WEBHOOK_SCORER_CALLS", value_enum, default_value_t = CallMode::Stream, hide = true)]
     pub scorer_calls: CallMode,
 
     /// How often the scorer's policy version is compared with the frontend's, in seconds.
-    #[arg(long, env = "WEBHOOK_POLICY_REFRESH_SECS", default_value_t = 30)]
+    #[arg(
+        long,
+        env = "WEBHOOK_POLICY_REFRESH_SECS",
+        default_value_t = 30,
+        hide = true
+    )]
     pub policy_refresh_secs: u64,
 }
 
@@ -255,7 +264,8 @@ pub struct ClusterArgs {
         long = "release-after-fallbacks",
         env = "WEBHOOK_RELEASE_AFTER_FALLBACKS",
         default_value_t = 3,
-        value_parser = clap::value_parser!(u32).range(1..)
+        value_parser = clap::value_parser!(u32).range(1..),
+        hide = true
     )]
     pub release_after_fallbacks: u32,
 
@@ -264,53 +274,37 @@ pub struct ClusterArgs {
         long = "release-after-failing-secs",
         env = "WEBHOOK_RELEASE_AFTER_FAILING_SECS",
         default_value_t = 10,
-        value_parser = clap::value_parser!(u32).range(1..)
+        value_parser = clap::value_parser!(u32).range(1..),
+        hide = true
     )]
     pub release_after_failing_secs: u32,
 
-    /// Namespace label holding the tier.
-    #[arg(long, env = "WEBHOOK_TIER_LABEL", default_value = DEFAULT_TIER_LABEL)]
-    pub tier_label: String,
-
     /// How often the CheckpointBackup API (migration.dcnlab.com/v1) is looked for again while it is not
     /// installed, in seconds.
-    #[arg(long, env = "WEBHOOK_CHECKPOINT_DISCOVERY_SECS", default_value_t = 30)]
+    #[arg(
+        long,
+        env = "WEBHOOK_CHECKPOINT_DISCOVERY_SECS",
+        default_value_t = 30,
+        hide = true
+    )]
     pub checkpoint_discovery_secs: u64,
 }
 
-/// The policy the webhooks enforce, and its ConfigMap, which `/validate-policy` checks.
+/// The policy the webhooks enforce (the file), and its ConfigMap, which `/validate-policy` checks: the
+/// groups every service shares, and the frontend's last good copy.
 #[derive(Debug, Clone, ClapArgs)]
 #[command(next_help_heading = "Policy")]
 pub struct PolicyArgs {
-    /// The policy file (YAML) the webhooks enforce: the same file the scorer reads (the policy ConfigMap,
-    /// mounted), reloaded when it changes. Default: the embedded default policy.
-    #[arg(long, env = "WEBHOOK_POLICY_FILE")]
-    pub policy_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub file: gpu_admission_flags::PolicyFile,
+
+    #[command(flatten)]
+    pub configmap: gpu_admission_flags::PolicyConfigMap,
 
     /// Where this replica keeps a copy of the last policy file that validated, enforced when the file does not
     /// validate at start (an emptyDir keeps it across container restarts).
     #[arg(long, env = "WEBHOOK_POLICY_LAST_GOOD")]
     pub policy_last_good: Option<PathBuf>,
-
-    /// Milliseconds between reads of the policy file.
-    #[arg(long, env = "WEBHOOK_POLICY_POLL_MS", default_value_t = 1000)]
-    pub policy_poll_ms: u64,
-
-    /// The scorer's policy ConfigMap (`NAMESPACE/NAME`): its CREATE/UPDATE is checked by `/validate-policy`.
-    #[arg(
-        long,
-        env = "WEBHOOK_POLICY_CONFIGMAP",
-        default_value = "gpu-admission/gpu-admission-policy"
-    )]
-    pub policy_configmap: String,
-
-    /// The key of the policy ConfigMap the scorer reads as its policy file.
-    #[arg(
-        long,
-        env = "WEBHOOK_POLICY_CONFIGMAP_KEY",
-        default_value = "default-policy.yaml"
-    )]
-    pub policy_configmap_key: String,
 }
 
 /// The admin server (metrics, health).
@@ -357,19 +351,19 @@ pub struct ServerConfig {
 /// The three ways of getting a serving certificate.
 #[derive(Debug, Clone)]
 pub enum TlsMode {
-    /// `--tls-cert` and `--tls-key` (a Secret's files), reloaded when they change.
+    /// `--tls=files`: `--tls-dir`'s `tls.crt` and `tls.key` (a Secret's files), reloaded when they change.
     Files {
         files: CertFiles,
         reload_interval: Duration,
     },
-    /// `--self-signed DIR`: a dev CA and serving certificate generated into `dir`, then served like files.
+    /// `--tls=self-signed`: a dev CA and serving certificate generated into `dir`, then served like files.
     SelfSigned {
         dir: PathBuf,
         sans: Vec<String>,
         reload_interval: Duration,
     },
-    /// `--auto-tls-secret NAME`: a CA + serving certificate kept in a Secret through the API.
-    /// `settings.namespace` is empty here: it is resolved with the Kubernetes client, from `namespace` first.
+    /// `--tls=auto`: a CA + serving certificate kept in a Secret through the API. `settings.namespace` is
+    /// empty here: it is resolved with the Kubernetes client, from `namespace` (`--tls-secret NS/NAME`) first.
     Auto {
         settings: AutoTlsConfig,
         namespace: Option<String>,
@@ -394,8 +388,6 @@ pub struct ScorerConfig {
 pub enum ClusterSource {
     /// The Kubernetes API (watch caches).
     Kube {
-        /// Namespace label holding the tier.
-        tier_label: String,
         /// How often the CheckpointBackup API is looked for again while it is not installed.
         checkpoint_discovery: Duration,
     },
@@ -403,10 +395,7 @@ pub enum ClusterSource {
     Static { tiers: HashMap<String, String> },
     /// `--no-kube --restrict-to-namespaces`: the tier labels of those namespaces read by name, nothing else
     /// of the cluster; PriorityClasses from the policy's buckets.
-    Namespaces {
-        namespaces: Vec<String>,
-        tier_label: String,
-    },
+    Namespaces { namespaces: Vec<String> },
 }
 
 /// The floors below which an interval is raised rather than refused (as small values always were).
@@ -443,14 +432,14 @@ impl TryFrom<Args> for Config {
             scorer: scorer.into(),
             cluster: cluster.try_into()?,
             policy_configmap: PolicyConfigMap::parse(
-                &policy.policy_configmap,
-                &policy.policy_configmap_key,
+                &policy.configmap.policy_configmap,
+                &policy.configmap.policy_key,
             )
             .map_err(anyhow::Error::msg)?,
             policy: crate::policy::PolicySources {
-                file: policy.policy_file,
+                poll_interval: policy.file.poll_interval(),
+                file: policy.file.policy_file,
                 last_good: policy.policy_last_good,
-                poll_interval: Duration::from_millis(policy.policy_poll_ms.max(10)),
             },
             admin_listen: admin.admin_listen,
         })
@@ -489,50 +478,79 @@ impl From<ServerArgs> for ServerConfig {
 impl TryFrom<TlsArgs> for TlsMode {
     type Error = anyhow::Error;
 
+    /// The mode's settings, each refused when given to another mode (a stray flag is a mistake to name).
     fn try_from(args: TlsArgs) -> anyhow::Result<Self> {
-        let reload_interval =
-            Duration::from_millis(args.tls_reload_interval_ms).max(MIN_TLS_RELOAD_INTERVAL);
-        if args.auto_tls_secret.is_none()
-            && (args.auto_tls_webhook_config.is_some() || args.auto_tls_namespace.is_some())
-        {
-            anyhow::bail!(
-                "--auto-tls-webhook-config and --auto-tls-namespace need --auto-tls-secret"
-            );
-        }
-        match (
-            args.auto_tls_secret,
-            args.self_signed,
-            args.tls_cert,
-            args.tls_key,
-        ) {
-            (None, None, Some(cert), Some(key)) => Ok(Self::Files {
-                files: CertFiles { cert, key },
-                reload_interval,
-            }),
-            (None, Some(dir), None, None) => Ok(Self::SelfSigned {
-                dir,
-                sans: args.sans,
-                reload_interval,
-            }),
-            (Some(secret), None, None, None) => Ok(Self::Auto {
-                settings: AutoTlsConfig {
-                    namespace: String::new(),
-                    secret,
-                    webhook_config: args.auto_tls_webhook_config,
-                    sans: args.sans,
-                    lifetimes: lifetimes(
-                        args.auto_tls_validity_days,
-                        args.auto_tls_ca_validity_days,
-                        args.auto_tls_renew_before_secs,
-                    )?,
-                    check_interval: Duration::from_secs(args.auto_tls_check_secs)
-                        .max(MIN_POLL_INTERVAL),
-                },
-                namespace: args.auto_tls_namespace,
-            }),
-            _ => anyhow::bail!(
-                "TLS needs --tls-cert and --tls-key, --self-signed DIR, or --auto-tls-secret NAME"
+        let auto_only = [
+            ("--tls-secret", args.tls_secret.is_some()),
+            ("--tls-webhook-config", args.tls_webhook_config.is_some()),
+            (
+                "--tls-renew-before-secs",
+                args.tls_renew_before_secs.is_some(),
             ),
+        ];
+        if args.tls != TlsSource::Auto
+            && let Some((flag, _)) = auto_only.iter().find(|(_, set)| *set)
+        {
+            anyhow::bail!("{flag} is a setting of --tls=auto");
+        }
+        let dir = |mode: &str| match args.tls_dir.clone() {
+            Some(dir) => Ok(dir),
+            None => Err(anyhow::anyhow!("--tls={mode} needs --tls-dir DIR")),
+        };
+        let files_poll =
+            Duration::from_millis(args.tls_poll_ms.unwrap_or(2000)).max(MIN_TLS_RELOAD_INTERVAL);
+        match args.tls {
+            TlsSource::Files if !args.sans.is_empty() => {
+                anyhow::bail!(
+                    "--san names the SANs of a generated certificate: not with --tls=files"
+                )
+            }
+            TlsSource::Files => {
+                let dir = dir("files")?;
+                Ok(Self::Files {
+                    files: CertFiles {
+                        cert: dir.join("tls.crt"),
+                        key: dir.join("tls.key"),
+                    },
+                    reload_interval: files_poll,
+                })
+            }
+            TlsSource::SelfSigned => Ok(Self::SelfSigned {
+                dir: dir("self-signed")?,
+                sans: args.sans,
+                reload_interval: files_poll,
+            }),
+            TlsSource::Auto => {
+                if args.tls_dir.is_some() {
+                    anyhow::bail!("--tls-dir is a setting of --tls=files and --tls=self-signed");
+                }
+                let Some(secret) = args.tls_secret else {
+                    anyhow::bail!("--tls=auto needs --tls-secret [NAMESPACE/]NAME");
+                };
+                let (namespace, secret) = match secret.split_once('/') {
+                    Some((ns, name)) if !ns.is_empty() && !name.is_empty() => {
+                        (Some(ns.to_string()), name.to_string())
+                    }
+                    None if !secret.is_empty() => (None, secret),
+                    _ => anyhow::bail!("--tls-secret {secret:?}: expected [NAMESPACE/]NAME"),
+                };
+                Ok(Self::Auto {
+                    settings: AutoTlsConfig {
+                        namespace: String::new(),
+                        secret,
+                        webhook_config: args.tls_webhook_config,
+                        sans: args.sans,
+                        lifetimes: lifetimes(
+                            args.tls_validity_days,
+                            args.tls_ca_validity_days,
+                            args.tls_renew_before_secs,
+                        )?,
+                        check_interval: Duration::from_millis(args.tls_poll_ms.unwrap_or(30_000))
+                            .max(MIN_POLL_INTERVAL),
+                    },
+                    namespace,
+                })
+            }
         }
     }
 }
@@ -545,9 +563,7 @@ fn lifetimes(
     renew_before_secs: Option<u64>,
 ) -> anyhow::Result<Lifetimes> {
     if validity_days == 0 || ca_validity_days <= validity_days {
-        anyhow::bail!(
-            "--auto-tls-validity-days must be at least 1 and below --auto-tls-ca-validity-days"
-        );
+        anyhow::bail!("--tls-validity-days must be at least 1 and below --tls-ca-validity-days");
     }
     let serving = time::Duration::days(validity_days.into());
     let renew_before = match renew_before_secs {
@@ -556,8 +572,8 @@ fn lifetimes(
             Ok(window) if window < serving => Some(window),
             // A window as long as the lifetime would issue a new certificate at every check.
             _ => anyhow::bail!(
-                "--auto-tls-renew-before-secs {secs} must be below the serving lifetime \
-                 (--auto-tls-validity-days {validity_days} = {} s)",
+                "--tls-renew-before-secs {secs} must be below the serving lifetime \
+                 (--tls-validity-days {validity_days} = {} s)",
                 serving.whole_seconds()
             ),
         },
@@ -604,7 +620,6 @@ impl TryFrom<ClusterArgs> for ClusterSource {
             }
             return Ok(Self::Namespaces {
                 namespaces: restricted,
-                tier_label: args.tier_label,
             });
         }
         if args.no_kube {
@@ -613,7 +628,6 @@ impl TryFrom<ClusterArgs> for ClusterSource {
             });
         }
         Ok(Self::Kube {
-            tier_label: args.tier_label,
             checkpoint_discovery: Duration::from_secs(args.checkpoint_discovery_secs)
                 .max(MIN_POLL_INTERVAL),
         })

@@ -67,16 +67,17 @@ impl Holding {
 
     /// What this instance last read of `namespace`'s tier label, and whether its policy holds that tier.
     fn tier_read(&self, namespace: &str, now: OffsetDateTime) -> TierRead {
+        let policy = self.policy.snapshot();
+        let tier_label = policy.tier_label();
         let (at, label) = match &*self.cluster {
-            ClusterFacts::Read(tiers) => match tiers.last_read(namespace) {
+            ClusterFacts::Read(tiers) => match tiers.last_read(namespace, tier_label) {
                 Some(read) => read,
                 None => return TierRead::Unread,
             },
             // A watch cache (kept fresh by its watch) or a stated tier: as of now.
-            facts if facts.is_synced() => (now, facts.namespace_tier(namespace)),
+            facts if facts.is_synced() => (now, facts.namespace_tier(namespace, tier_label)),
             _ => return TierRead::Unread,
         };
-        let policy = self.policy.snapshot();
         let in_policy = matches!(policy.tier_for(label.as_deref()), TierScope::Tier(_));
         TierRead::Read {
             at,

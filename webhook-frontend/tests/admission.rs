@@ -10,7 +10,8 @@ use serde_json::{Value, json};
 
 fn self_signed_args<'a>(dir: &'a str, scorer: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut v = vec![
-        "--self-signed",
+        "--tls=self-signed",
+        "--tls-dir",
         dir,
         "--scorer",
         scorer,
@@ -350,7 +351,8 @@ fn a_broken_kube_config_is_an_error_not_a_fallback() {
             "127.0.0.1:0",
             "--admin-listen",
             "127.0.0.1:0",
-            "--self-signed",
+            "--tls=self-signed",
+            "--tls-dir",
         ])
         .arg(dir.path().join("certs"))
         .env("KUBECONFIG", &kubeconfig)

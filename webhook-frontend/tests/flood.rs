@@ -34,7 +34,8 @@ async fn a_flood_of_maximum_size_reviews_is_answered_or_shed_within_the_memory_l
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap().to_string();
     let args = [
-        "--self-signed",
+        "--tls=self-signed",
+        "--tls-dir",
         d.as_str(),
         "--scorer",
         scorer.as_str(),

@@ -189,7 +189,8 @@ async fn attackers_on_the_port_never_make_another_tenants_reviews_fail() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap().to_string();
     let args = [
-        "--self-signed",
+        "--tls=self-signed",
+        "--tls-dir",
         d.as_str(),
         "--scorer",
         scorer.as_str(),

@@ -47,15 +47,12 @@ async fn secret_update_is_served_to_new_connections_without_dropping_old_ones() 
     std::fs::create_dir_all(&secret).unwrap();
     let first = write_version(&secret, "v1", &ca);
 
-    let cert = secret.join("tls.crt");
-    let key = secret.join("tls.key");
     let wh = start_webhook(
         &[
-            "--tls-cert",
-            cert.to_str().unwrap(),
-            "--tls-key",
-            key.to_str().unwrap(),
-            "--tls-reload-interval-ms",
+            "--tls=files",
+            "--tls-dir",
+            secret.to_str().unwrap(),
+            "--tls-poll-ms",
             "100",
             "--scorer",
             &scorer,

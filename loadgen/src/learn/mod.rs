@@ -205,7 +205,7 @@ async fn start_scorers(
             "127.0.0.1:0".into(),
             "--admin-listen".into(),
             "127.0.0.1:0".into(),
-            "--policy".into(),
+            "--policy-file".into(),
             policy_path.display().to_string(),
         ];
         Service::start(name, &bin, args, work.join(format!("{name}.log")))

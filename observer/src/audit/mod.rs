@@ -37,8 +37,6 @@ use report::Limits;
 
 #[derive(Debug, Clone)]
 pub struct AuditConfig {
-    /// The namespace label that carries the tier (as the frontend's `--tier-label`).
-    pub tier_label: String,
     /// Workload resources audited besides Pods.
     pub resources: Vec<GroupResource>,
     pub interval: Duration,
@@ -222,7 +220,7 @@ async fn audit(
     state: &mut State,
     metrics: &Metrics,
 ) -> anyhow::Result<Summary> {
-    let cf = ClusterFacts::read(client, &config.tier_label, apis.dra).await?;
+    let cf = ClusterFacts::read(client, policy.tier_label(), apis.dra).await?;
     let mut summary = Summary::default();
     let mut by_namespace: BTreeMap<String, Vec<Finding>> = BTreeMap::new();
     let mut quota_pods = Vec::new();

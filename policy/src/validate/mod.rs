@@ -409,6 +409,11 @@ impl Checker {
             self.fail("version", "must not be empty when given");
         }
         self.label_key("nodeLabelKey".into(), &raw.node_label_key);
+        let tier_label = raw
+            .tier_label
+            .clone()
+            .unwrap_or_else(|| crate::names::DEFAULT_TIER_LABEL.to_string());
+        self.label_key("tierLabel".into(), &tier_label);
         let (classes, class_index) = self.catalog(&raw);
         let (tiers, tier_index, default_tier) = self.tiers(&raw, &class_index, &classes);
         let workload = self.workload_classes(&raw);
@@ -445,6 +450,7 @@ impl Checker {
             classes,
             tiers,
             default_tier: default_tier?,
+            tier_label,
             untiered_namespaces: raw.untiered_namespaces,
             workload,
             job_types,

@@ -418,3 +418,21 @@ fn dra_devices_of_a_class_are_checked() {
         "a product of class L40S-48GB too"
     ));
 }
+
+/// The tier label is a policy field: the default label when absent (and the rules digest unchanged then),
+/// the policy's own when given, refused when it is no label key.
+#[test]
+fn the_tier_label_is_the_policys() {
+    let p = embedded_default().unwrap();
+    assert_eq!(p.tier_label, crate::names::DEFAULT_TIER_LABEL);
+    let own = format!("tierLabel: example.com/team-tier\n{DEFAULT_POLICY_YAML}");
+    let q = parse(&own, "own.yaml").unwrap();
+    assert_eq!(q.tier_label, "example.com/team-tier");
+    assert_ne!(rules_digest(&own), rules_digest(DEFAULT_POLICY_YAML));
+    let bad = format!("tierLabel: \"not a key\"\n{DEFAULT_POLICY_YAML}");
+    assert!(has(
+        &errors(&bad),
+        "tierLabel",
+        "not a valid Kubernetes label key"
+    ));
+}

@@ -202,7 +202,6 @@ impl Webhooks {
             metrics: self.metrics.clone(),
         };
         let namespace = ValidateNamespace {
-            cluster: self.cluster.clone(),
             policy: self.policy.clone(),
             metrics: self.metrics.clone(),
             access: self.access.clone(),

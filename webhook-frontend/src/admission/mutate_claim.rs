@@ -50,7 +50,7 @@ impl Webhook for MutateClaim {
         };
         let grants = match req.namespace.as_deref() {
             Some(ns) => {
-                let label = self.cluster.namespace_tier(ns);
+                let label = self.cluster.namespace_tier(ns, policy.tier_label());
                 (self.access.exemption(&req.user_info, label, ns, &policy)).await
             }
             None => gpu_admission_core::authority::Grants::none(),

@@ -112,7 +112,7 @@ impl MutatePod {
         let policy = self.policy.snapshot();
         let grants = match req.namespace.as_deref() {
             Some(ns) => {
-                let label = self.cluster.namespace_tier(ns);
+                let label = self.cluster.namespace_tier(ns, policy.tier_label());
                 (self.access.exemption(&req.user_info, label, ns, &policy)).await
             }
             None => Grants::none(),

@@ -8,14 +8,12 @@ use gpu_admission_core::admission::validate_namespace::{self, Check};
 use gpu_admission_core::review::{self, BadRequest, IncomingObject};
 
 use super::pipeline::{Body, Call, Reply, Webhook, not_validated, operation_label};
-use crate::cluster::ClusterFacts;
 use crate::cluster::access::AccessReviews;
 use crate::metrics::Metrics;
 use crate::policy::PolicyCache;
 
-/// What `/validate-namespace` reads: the tier label's name and the policy's mode.
+/// What `/validate-namespace` reads: the policy (its tier label and mode) and RBAC.
 pub(crate) struct ValidateNamespace {
-    pub(crate) cluster: Arc<ClusterFacts>,
     pub(crate) policy: Arc<PolicyCache>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) access: Arc<AccessReviews>,
@@ -38,7 +36,7 @@ impl Webhook for ValidateNamespace {
             }
             Ok(req) => req,
         };
-        let tier_label = self.cluster.tier_label();
+        let tier_label = policy.tier_label();
         let needed = validate_namespace::permissions(req, tier_label);
         let grants = self.access.grants(&req.user_info, &needed).await;
         let (check, verdict) = validate_namespace::decide(req, &grants, tier_label);

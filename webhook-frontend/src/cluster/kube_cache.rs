@@ -24,7 +24,6 @@ pub struct KubeCaches {
     priority_classes: Store<PriorityClass>,
     dra: DraCaches,
     synced: Arc<AtomicBool>,
-    tier_label: String,
 }
 
 /// Builds a client from the usual configuration (KUBECONFIG, ~/.kube/config, in-cluster). A missing or
@@ -42,7 +41,7 @@ pub(crate) async fn client() -> anyhow::Result<kube::Client> {
 
 impl KubeCaches {
     /// Starts the watches in background tasks; [`Self::is_synced`] turns true once all listed completely.
-    pub(crate) fn start(client: kube::Client, tier_label: String) -> Self {
+    pub(crate) fn start(client: kube::Client) -> Self {
         let (namespaces, ns_writer) = reflector::store();
         let (nodes, node_writer) = reflector::store();
         let (priority_classes, pc_writer) = reflector::store();
@@ -95,12 +94,7 @@ impl KubeCaches {
             nodes,
             priority_classes,
             synced,
-            tier_label,
         }
-    }
-
-    pub(crate) fn tier_label(&self) -> &str {
-        &self.tier_label
     }
 
     pub(crate) fn is_synced(&self) -> bool {
@@ -112,9 +106,10 @@ impl KubeCaches {
         &self.dra
     }
 
-    pub(crate) fn namespace_tier(&self, namespace: &str) -> Option<String> {
+    /// The value of the policy's tier label (`tier_label`) on `namespace`.
+    pub(crate) fn namespace_tier(&self, namespace: &str, tier_label: &str) -> Option<String> {
         let ns = self.namespaces.get(&ObjectRef::new(namespace))?;
-        ns.metadata.labels.as_ref()?.get(&self.tier_label).cloned()
+        ns.metadata.labels.as_ref()?.get(tier_label).cloned()
     }
 }
 

@@ -17,7 +17,6 @@ use std::sync::Arc;
 
 use gpu_admission_core::authority::Grants;
 use gpu_admission_core::facts::Facts;
-use gpu_admission_core::names::DEFAULT_TIER_LABEL;
 use gpu_admission_core::pod::gpu_resources::{ClaimTemplates, NoClaimTemplates};
 use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::priority_class::PriorityClassLookup;
@@ -36,11 +35,12 @@ pub enum ClusterFacts {
 }
 
 impl ClusterFacts {
-    pub(crate) fn namespace_tier(&self, namespace: &str) -> Option<String> {
+    /// The tier `namespace`'s label `tier_label` (the policy's) names (`--no-kube`: the stated tier).
+    pub(crate) fn namespace_tier(&self, namespace: &str, tier_label: &str) -> Option<String> {
         match self {
-            ClusterFacts::Kube(k) => k.namespace_tier(namespace),
+            ClusterFacts::Kube(k) => k.namespace_tier(namespace, tier_label),
             ClusterFacts::Static { tiers } => tiers.get(namespace).cloned(),
-            ClusterFacts::Read(tiers) => tiers.tier(namespace),
+            ClusterFacts::Read(tiers) => tiers.tier(namespace, tier_label),
         }
     }
 
@@ -58,15 +58,6 @@ impl ClusterFacts {
         match self {
             ClusterFacts::Kube(k) => Some(k),
             ClusterFacts::Static { .. } | ClusterFacts::Read(_) => None,
-        }
-    }
-
-    /// The namespace label that names a tier (`--no-kube`: the default one; there are no Namespaces).
-    pub(crate) fn tier_label(&self) -> &str {
-        match self {
-            ClusterFacts::Kube(k) => k.tier_label(),
-            ClusterFacts::Static { .. } => DEFAULT_TIER_LABEL,
-            ClusterFacts::Read(tiers) => tiers.tier_label(),
         }
     }
 
@@ -97,7 +88,8 @@ impl ClusterFacts {
         grants: &Grants,
         decide: impl FnOnce(&Facts<'_>) -> R,
     ) -> R {
-        let tier_of = |ns: &str| self.namespace_tier(ns);
+        let tier_label = policy.tier_label();
+        let tier_of = |ns: &str| self.namespace_tier(ns, tier_label);
         let nodes = |name: &str| self.node_class(name, policy);
         let claim_templates: &dyn ClaimTemplates = match self {
             ClusterFacts::Kube(k) => k.dra(),
@@ -140,8 +132,9 @@ mod tests {
         assert!(parse_namespace_tiers(&["ml".into()]).is_err());
         assert!(parse_namespace_tiers(&["=gold".into()]).is_err());
         let facts = ClusterFacts::Static { tiers: t };
-        assert_eq!(facts.namespace_tier("ml").as_deref(), Some("gold"));
-        assert_eq!(facts.namespace_tier("web"), None);
+        let label = gpu_admission_core::names::DEFAULT_TIER_LABEL;
+        assert_eq!(facts.namespace_tier("ml", label).as_deref(), Some("gold"));
+        assert_eq!(facts.namespace_tier("web", label), None);
         assert!(facts.is_synced());
     }
 }

@@ -1,11 +1,11 @@
 //! A namespace-restricted instance's view of its namespaces' tiers (`--restrict-to-namespaces` with
 //! `--no-kube`): each namespace read by name (`GET /api/v1/namespaces/NAME`) every [`READ_EVERY`], the tier
-//! label kept with the time it was read. Least privilege: `get` on those Namespaces by `resourceNames`
+//! labels kept with the time they were read (the tier label is the policy's, looked up when asked). Least privilege: `get` on those Namespaces by `resourceNames`
 //! (`overlays/namespaced/rbac.yaml`), no list or watch of the cluster's Namespaces. What was read decides the
 //! tier of its Pods ([`super::ClusterFacts::Read`]) and whether it holds the namespace's Lease
 //! ([`crate::restricted`], core's [`gpu_admission_core::ns_lock::hold`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::RwLock;
 use std::time::Duration;
 
@@ -16,45 +16,47 @@ use time::OffsetDateTime;
 /// How often each namespace is read.
 pub(crate) const READ_EVERY: Duration = Duration::from_secs(5);
 
-/// The tier labels as last read.
+/// A namespace's labels, and when they were read.
+type Read = (OffsetDateTime, BTreeMap<String, String>);
+
+/// The namespaces' labels as last read (the tier label is the policy's, looked up when asked).
 pub struct NamespaceTiers {
     namespaces: Vec<String>,
-    tier_label: String,
-    /// Namespace → when it was last read, and its tier label then.
-    read: RwLock<HashMap<String, (OffsetDateTime, Option<String>)>>,
+    /// Namespace → when it was last read, and its labels then.
+    read: RwLock<HashMap<String, Read>>,
 }
 
 impl NamespaceTiers {
-    pub(crate) fn new(namespaces: Vec<String>, tier_label: String) -> Self {
+    pub(crate) fn new(namespaces: Vec<String>) -> Self {
         Self {
             namespaces,
-            tier_label,
             read: RwLock::default(),
         }
     }
 
-    /// The label of `namespace` as last read (`None`: no label, or never read).
-    pub(crate) fn tier(&self, namespace: &str) -> Option<String> {
-        self.last_read(namespace).and_then(|(_, label)| label)
+    /// The value of label `tier_label` of `namespace` as last read (`None`: no label, or never read).
+    pub(crate) fn tier(&self, namespace: &str, tier_label: &str) -> Option<String> {
+        self.last_read(namespace, tier_label)
+            .and_then(|(_, label)| label)
     }
 
-    /// When `namespace` was last read and its label then.
-    pub(crate) fn last_read(&self, namespace: &str) -> Option<(OffsetDateTime, Option<String>)> {
+    /// When `namespace` was last read and its label `tier_label` then.
+    pub(crate) fn last_read(
+        &self,
+        namespace: &str,
+        tier_label: &str,
+    ) -> Option<(OffsetDateTime, Option<String>)> {
         self.read
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(namespace)
-            .cloned()
+            .map(|(at, labels)| (*at, labels.get(tier_label).cloned()))
     }
 
     /// Every namespace read at least once.
     pub(crate) fn is_synced(&self) -> bool {
         let read = self.read.read().unwrap_or_else(|e| e.into_inner());
         self.namespaces.iter().all(|ns| read.contains_key(ns))
-    }
-
-    pub(crate) fn tier_label(&self) -> &str {
-        &self.tier_label
     }
 
     /// Reads every namespace now, then every [`READ_EVERY`], forever. A failed read keeps the last value
@@ -65,19 +67,14 @@ impl NamespaceTiers {
             for ns in &self.namespaces {
                 match api.get(ns).await {
                     Ok(namespace) => {
-                        let label = namespace
-                            .metadata
-                            .labels
-                            .as_ref()
-                            .and_then(|l| l.get(&self.tier_label))
-                            .cloned();
+                        let labels = namespace.metadata.labels.unwrap_or_default();
                         let previous = self
                             .read
                             .write()
                             .unwrap_or_else(|e| e.into_inner())
-                            .insert(ns.clone(), (OffsetDateTime::now_utc(), label.clone()));
-                        if previous.as_ref().map(|(_, l)| l) != Some(&label) {
-                            tracing::info!(namespace = %ns, tier = ?label, "namespace tier read");
+                            .insert(ns.clone(), (OffsetDateTime::now_utc(), labels.clone()));
+                        if previous.as_ref().map(|(_, l)| l) != Some(&labels) {
+                            tracing::info!(namespace = %ns, ?labels, "namespace labels read");
                         }
                     }
                     Err(err) => {

@@ -15,8 +15,8 @@ fn contract_flags_parse() {
         "127.0.0.1:0",
         "--scorer",
         "http://127.0.0.1:50051",
-        "--self-signed",
-        "/tmp/x",
+        "--tls=self-signed",
+        "--tls-dir=/tmp/x",
         "--deadline-ms",
         "150",
         "--no-kube",
@@ -34,64 +34,68 @@ fn contract_flags_parse() {
     assert_eq!(c.scorer.deadline, Duration::from_millis(150));
     assert!(matches!(c.cluster, ClusterSource::Static { .. }));
 
-    let a =
-        Args::try_parse_from(["webhook-frontend", "--tls-cert", "a", "--tls-key", "b"]).unwrap();
+    let a = Args::try_parse_from(["webhook-frontend", "--tls=files", "--tls-dir=a"]).unwrap();
     assert_eq!(a.server.listen.to_string(), "0.0.0.0:8443");
     assert_eq!(a.admin.admin_listen.to_string(), "0.0.0.0:9092");
     assert_eq!(a.scorer.deadline_ms, 200);
 }
 
 #[test]
-fn tls_source_is_required_and_exclusive() {
+fn tls_is_one_mode_and_its_settings() {
     assert!(Args::try_parse_from(["webhook-frontend"]).is_err());
-    assert!(Args::try_parse_from(["webhook-frontend", "--tls-cert", "a"]).is_err());
+    assert!(Args::try_parse_from(["webhook-frontend", "--tls=other"]).is_err());
     assert!(
         Args::try_parse_from([
             "webhook-frontend",
-            "--tls-cert",
-            "a",
-            "--tls-key",
-            "b",
-            "--self-signed",
-            "d"
-        ])
-        .is_err()
-    );
-    assert!(
-        Args::try_parse_from([
-            "webhook-frontend",
-            "--self-signed",
-            "d",
+            "--tls=self-signed",
+            "--tls-dir=d",
             "--namespace-tier",
             "a=b"
         ])
         .is_err()
     );
-    for other in [["--self-signed", "d"], ["--tls-cert", "a"]] {
-        let mut args = vec!["webhook-frontend", "--auto-tls-secret", "s"];
-        args.extend(other);
-        if other[0] == "--tls-cert" {
-            args.extend(["--tls-key", "b"]);
-        }
-        assert!(Args::try_parse_from(args).is_err());
+    // A mode without its setting, or with another mode's, is refused with the flag named.
+    for (args, expected) in [
+        (&["--tls=files"][..], "--tls=files needs --tls-dir"),
+        (
+            &["--tls=self-signed"][..],
+            "--tls=self-signed needs --tls-dir",
+        ),
+        (&["--tls=auto"][..], "--tls=auto needs --tls-secret"),
+        (
+            &["--tls=auto", "--tls-secret=s", "--tls-dir=d"][..],
+            "--tls-dir is a setting",
+        ),
+        (
+            &["--tls=self-signed", "--tls-dir=d", "--tls-secret=s"][..],
+            "--tls-secret is a setting of --tls=auto",
+        ),
+        (
+            &["--tls=files", "--tls-dir=d", "--tls-webhook-config=w"][..],
+            "--tls-webhook-config is a setting of --tls=auto",
+        ),
+        (
+            &["--tls=files", "--tls-dir=d", "--san=x"][..],
+            "--san names the SANs",
+        ),
+        (
+            &["--tls=auto", "--tls-secret=ns/"][..],
+            "expected [NAMESPACE/]NAME",
+        ),
+    ] {
+        let err = config(args).unwrap_err().to_string();
+        assert!(err.contains(expected), "{args:?}: {err}");
     }
-    let stray = Args::try_parse_from([
-        "webhook-frontend",
-        "--self-signed",
-        "d",
-        "--auto-tls-webhook-config",
-        "w",
-    ]);
-    assert!(stray.is_err() || Config::try_from(stray.unwrap()).is_err());
 }
 
 #[test]
 fn auto_tls_flags() {
     let c = config(&[
-        "--auto-tls-secret=gpu-admission-webhook-tls",
-        "--auto-tls-webhook-config=gpu-admission",
+        "--tls=auto",
+        "--tls-secret=gpu-admission-webhook-tls",
+        "--tls-webhook-config=gpu-admission",
         "--san=gpu-admission-webhook.gpu-admission.svc",
-        "--auto-tls-renew-before-secs=60",
+        "--tls-renew-before-secs=60",
     ])
     .unwrap();
     let TlsMode::Auto {
@@ -111,14 +115,27 @@ fn auto_tls_flags() {
         Some(time::Duration::seconds(60))
     );
     assert_eq!(auto.check_interval, Duration::from_secs(30));
-    assert!(config(&["--auto-tls-secret=s", "--auto-tls-validity-days=4000"]).is_err());
-    let files = config(&["--self-signed", "d"]).unwrap();
+    assert!(config(&["--tls=auto", "--tls-secret=s", "--tls-validity-days=4000"]).is_err());
+    // The Secret's namespace, when given, is the prefix of its name.
+    let c = config(&["--tls=auto", "--tls-secret=team/s"]).unwrap();
+    let TlsMode::Auto {
+        settings,
+        namespace,
+    } = c.tls
+    else {
+        panic!("not automatic: {:?}", c.tls)
+    };
+    assert_eq!(
+        (namespace.as_deref(), settings.secret.as_str()),
+        (Some("team"), "s")
+    );
+    let files = config(&["--tls=self-signed", "--tls-dir=d"]).unwrap();
     assert!(!matches!(files.tls, TlsMode::Auto { .. }));
 }
 
 #[test]
 fn defaults_become_typed_values() {
-    let c = config(&["--tls-cert", "c.pem", "--tls-key", "k.pem"]).unwrap();
+    let c = config(&["--tls=files", "--tls-dir=/secret"]).unwrap();
     assert_eq!(c.server.listen.to_string(), "0.0.0.0:8443");
     assert_eq!(c.server.limits.first_request, Duration::from_secs(10));
     assert_eq!(c.server.limits.idle, Duration::from_secs(180));
@@ -145,23 +162,28 @@ fn defaults_become_typed_values() {
     else {
         panic!("not files: {:?}", c.tls)
     };
-    assert_eq!(files.cert, PathBuf::from("c.pem"));
-    assert_eq!(files.key, PathBuf::from("k.pem"));
+    assert_eq!(files.cert, PathBuf::from("/secret/tls.crt"));
+    assert_eq!(files.key, PathBuf::from("/secret/tls.key"));
     assert_eq!(*reload_interval, Duration::from_secs(2));
     let ClusterSource::Kube {
-        tier_label,
         checkpoint_discovery,
     } = &c.cluster
     else {
         panic!("not kube: {:?}", c.cluster)
     };
-    assert_eq!(tier_label, DEFAULT_TIER_LABEL);
     assert_eq!(*checkpoint_discovery, Duration::from_secs(30));
 }
 
 #[test]
 fn self_signed_mode_keeps_its_directory_and_names() {
-    let dev = config(&["--self-signed", "d", "--san", "a,b", "--no-kube"]).unwrap();
+    let dev = config(&[
+        "--tls=self-signed",
+        "--tls-dir=d",
+        "--san",
+        "a,b",
+        "--no-kube",
+    ])
+    .unwrap();
     let TlsMode::SelfSigned { dir, sans, .. } = &dev.tls else {
         panic!("not self-signed: {:?}", dev.tls)
     };
@@ -176,8 +198,9 @@ fn self_signed_mode_keeps_its_directory_and_names() {
 #[test]
 fn too_small_intervals_are_raised_to_their_floor() {
     let c = config(&[
-        "--self-signed=d",
-        "--tls-reload-interval-ms=0",
+        "--tls=self-signed",
+        "--tls-dir=d",
+        "--tls-poll-ms=0",
         "--header-read-timeout-ms=0",
         "--policy-refresh-secs=0",
         "--checkpoint-discovery-secs=0",
@@ -200,7 +223,7 @@ fn too_small_intervals_are_raised_to_their_floor() {
         panic!("not kube: {:?}", c.cluster)
     };
     assert_eq!(checkpoint_discovery, Duration::from_secs(1));
-    let c = config(&["--auto-tls-secret=s", "--auto-tls-check-secs=0"]).unwrap();
+    let c = config(&["--tls=auto", "--tls-secret=s", "--tls-poll-ms=0"]).unwrap();
     let TlsMode::Auto { settings, .. } = c.tls else {
         panic!("not automatic: {:?}", c.tls)
     };
@@ -216,7 +239,7 @@ fn limits_outside_their_range_are_refused_at_parse_time() {
         "--idle-timeout-secs=0",
         "--max-connections=0",
     ] {
-        let err = config(&["--self-signed=d", flag]).unwrap_err();
+        let err = config(&["--tls=self-signed", "--tls-dir=d", flag]).unwrap_err();
         let name = flag.split('=').next().unwrap();
         assert!(err.to_string().contains(name), "{flag}: {err}");
     }
@@ -234,33 +257,35 @@ fn bad_values_are_refused_with_the_flag_named() {
             "--namespace-tier",
         ),
         (&["--policy-configmap=no-slash"], "--policy-configmap"),
-        (&["--policy-configmap-key="], "--policy-configmap"),
+        (&["--policy-key="], "--policy-configmap"),
         (
-            &["--auto-tls-secret=s", "--auto-tls-validity-days=0"],
-            "--auto-tls-validity-days",
+            &["--tls=auto", "--tls-secret=s", "--tls-validity-days=0"],
+            "--tls-validity-days",
         ),
         (
             &[
-                "--auto-tls-secret=s",
-                "--auto-tls-validity-days=1",
-                "--auto-tls-renew-before-secs=86400",
+                "--tls=auto",
+                "--tls-secret=s",
+                "--tls-validity-days=1",
+                "--tls-renew-before-secs=86400",
             ],
-            "--auto-tls-renew-before-secs 86400 must be below the serving lifetime",
+            "--tls-renew-before-secs 86400 must be below the serving lifetime",
         ),
     ];
     for (args, expected) in cases {
         let mut argv = args.to_vec();
-        if !argv[0].starts_with("--auto-tls") {
-            argv.push("--self-signed=d");
+        if !argv[0].starts_with("--tls") {
+            argv.extend(["--tls=self-signed", "--tls-dir=d"]);
         }
         let err = config(&argv).unwrap_err().to_string();
         assert!(err.contains(expected), "{args:?}: {err}");
     }
     // Just below the lifetime is a valid window.
     let c = config(&[
-        "--auto-tls-secret=s",
-        "--auto-tls-validity-days=1",
-        "--auto-tls-renew-before-secs=86399",
+        "--tls=auto",
+        "--tls-secret=s",
+        "--tls-validity-days=1",
+        "--tls-renew-before-secs=86399",
     ])
     .unwrap();
     let TlsMode::Auto { settings, .. } = c.tls else {
@@ -272,14 +297,20 @@ fn bad_values_are_refused_with_the_flag_named() {
     );
 }
 
+/// The tier label is the policy's (`tierLabel`): no process has a flag for it.
+#[test]
+fn the_tier_label_is_no_flag() {
+    assert!(config(&["--tls=self-signed", "--tls-dir=d", "--tier-label=x"]).is_err());
+}
+
 #[test]
 fn restrict_to_namespaces_makes_a_restricted_instance() {
     use gpu_admission_core::ns_lock::Instance;
-    let c = config(&["--self-signed", "/tmp/x"]).unwrap();
+    let c = config(&["--tls=self-signed", "--tls-dir=/tmp/x"]).unwrap();
     assert_eq!(c.instance, Instance::ClusterWide);
     let c = config(&[
-        "--self-signed",
-        "/tmp/x",
+        "--tls=self-signed",
+        "--tls-dir=/tmp/x",
         "--restrict-to-namespaces",
         "team-b,team-a",
     ])
@@ -291,33 +322,36 @@ fn restrict_to_namespaces_makes_a_restricted_instance() {
 #[test]
 fn a_restricted_instance_reads_its_tiers_and_states_when_it_gives_its_namespaces_back() {
     let c = config(&[
-        "--self-signed=d",
+        "--tls=self-signed",
+        "--tls-dir=d",
         "--no-kube",
         "--restrict-to-namespaces=gpu-team, lab",
         "--release-after-fallbacks=5",
         "--release-after-failing-secs=20",
     ])
     .unwrap();
-    let ClusterSource::Namespaces {
-        namespaces,
-        tier_label,
-    } = &c.cluster
-    else {
+    let ClusterSource::Namespaces { namespaces } = &c.cluster else {
         panic!("{:?}", c.cluster)
     };
     assert_eq!(namespaces, &["gpu-team", "lab"]);
-    assert_eq!(tier_label, DEFAULT_TIER_LABEL);
     assert_eq!(c.hold_rule.max_fallbacks, 5);
     assert_eq!(c.hold_rule.max_failing, time::Duration::seconds(20));
     // The defaults: 3 fallbacks or 10 s.
-    let c = config(&["--self-signed=d", "--no-kube", "--restrict-to-namespaces=a"]).unwrap();
+    let c = config(&[
+        "--tls=self-signed",
+        "--tls-dir=d",
+        "--no-kube",
+        "--restrict-to-namespaces=a",
+    ])
+    .unwrap();
     assert_eq!(
         c.hold_rule,
         gpu_admission_core::ns_lock::hold::HoldRule::default()
     );
     // A stated tier is what goes stale: refused beside --restrict-to-namespaces.
     let err = config(&[
-        "--self-signed=d",
+        "--tls=self-signed",
+        "--tls-dir=d",
         "--no-kube",
         "--restrict-to-namespaces=a",
         "--namespace-tier=a=bronze",
@@ -329,7 +363,8 @@ fn a_restricted_instance_reads_its_tiers_and_states_when_it_gives_its_namespaces
         "{err}"
     );
     let err = config(&[
-        "--self-signed=d",
+        "--tls=self-signed",
+        "--tls-dir=d",
         "--restrict-to-namespaces=a",
         "--release-after-fallbacks=0",
     ])

@@ -1,6 +1,6 @@
-//! Automatic certificates, the Kubernetes side (`--auto-tls-secret`): keeps a CA + serving certificate in a
+//! Automatic certificates, the Kubernetes side (`--tls=auto`, `--tls-secret`): keeps a CA + serving certificate in a
 //! Secret of our namespace, serves it through the reloading resolver, and patches the CA into the caBundle
-//! of our MutatingWebhookConfiguration (`--auto-tls-webhook-config`).
+//! of our MutatingWebhookConfiguration (`--tls-webhook-config`).
 //!
 //! Every `check_interval` one pass: GET the Secret; [`auto_plan::plan`] says keep or issue; a new Secret is
 //! CREATEd (AlreadyExists = another replica won: re-read and use theirs), a renewal is an UPDATE carrying

@@ -1,6 +1,6 @@
 //! TLS for the webhook port: certificates from files (the Secret-mount layout `tls.crt` + `tls.key`),
-//! hot-reloaded when they change, a generated dev CA + serving certificate (`--self-signed DIR`), or
-//! certificates the frontend keeps in a Secret itself (`--auto-tls-secret`: `auto_plan` decides, `auto_rotate`
+//! hot-reloaded when they change, a generated dev CA + serving certificate (`--tls=self-signed`), or
+//! certificates the frontend keeps in a Secret itself (`--tls=auto`: `auto_plan` decides, `auto_rotate`
 //! talks to the API).
 
 pub(crate) mod auto_plan;

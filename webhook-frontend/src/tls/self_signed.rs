@@ -1,4 +1,4 @@
-//! Dev mode (`--self-signed DIR`): a CA and a separate serving certificate signed by it.
+//! Dev mode (`--tls=self-signed`, `--tls-dir DIR`): a CA and a separate serving certificate signed by it.
 //!
 //! rustls-based clients refuse a self-signed certificate used directly as the server certificate (it is a CA
 //! certificate, not an end-entity one), so the CA goes to `DIR/ca.crt` for clients to trust and the serving
