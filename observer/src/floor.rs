@@ -15,6 +15,9 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use tokio::sync::watch;
 
+use gpu_admission_core::exception::{Exception, Stored};
+use time::OffsetDateTime;
+
 use crate::metrics::{Metrics, ResultLabel};
 
 /// Where the policy is read and the parameters written (both in the observer's namespace).
@@ -59,10 +62,12 @@ pub fn policy_text<'c>(cm: &'c ConfigMap, key: &str) -> Option<&'c str> {
         .map(String::as_str)
 }
 
-/// What the parameters must become for a policy text, given the parameter object's current data.
+/// What the parameters must become for a policy text and the cluster's GpuPolicyExceptions at `now` (the
+/// live ones: [`gpu_admission_core::floor::exception_params`]), given the parameter object's current data.
 pub fn plan(
     policy: Option<&str>,
     source: &str,
+    (exceptions, now): (&[Exception], OffsetDateTime),
     current: Option<&BTreeMap<String, String>>,
 ) -> Plan {
     let Some(text) = policy else {
@@ -72,15 +77,48 @@ pub fn plan(
         Ok(p) => p,
         Err(e) => return Plan::Keep(format!("{source}: {} problems", e.problems.len())),
     };
-    match gpu_admission_core::floor::params(&policy) {
+    let params = gpu_admission_core::floor::params(&policy).map(|mut data| {
+        data.extend(gpu_admission_core::floor::exception_params(
+            &policy, exceptions, now,
+        ));
+        data
+    });
+    match params {
         Ok(data) if current == Some(&data) => Plan::InStep,
         Ok(data) => Plan::Write(data),
         Err(e) => Plan::Keep(e.to_string()),
     }
 }
 
-/// One round: read both objects, write the parameters when they differ. The result label.
-async fn round(api: &Api<ConfigMap>, config: &FloorConfig) -> Result<&'static str, kube::Error> {
+/// The cluster's GpuPolicyExceptions that read; none while the CRD is not installed (404) or listing it is
+/// forbidden (403), which is logged.
+async fn exceptions(client: &kube::Client) -> Result<Vec<Exception>, kube::Error> {
+    let api: Api<Stored> = Api::all(client.clone());
+    match api.list(&Default::default()).await {
+        Ok(list) => Ok(list
+            .items
+            .iter()
+            .filter_map(|s| Exception::from_stored(s).ok())
+            .collect()),
+        Err(kube::Error::Api(status)) if matches!(status.code, 403 | 404) => {
+            tracing::debug!(
+                code = status.code,
+                "GpuPolicyExceptions not listed: none in the floor"
+            );
+            Ok(Vec::new())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// One round: read both objects and the exceptions, write the parameters when they differ. The result
+/// label.
+async fn round(
+    client: &kube::Client,
+    api: &Api<ConfigMap>,
+    config: &FloorConfig,
+) -> Result<&'static str, kube::Error> {
+    let exceptions = exceptions(client).await?;
     let policy = api.get_opt(&config.policy_configmap).await?;
     let current = api.get_opt(&config.params_configmap).await?;
     let source = format!(
@@ -92,6 +130,7 @@ async fn round(api: &Api<ConfigMap>, config: &FloorConfig) -> Result<&'static st
             .as_ref()
             .and_then(|p| policy_text(p, &config.policy_key)),
         &source,
+        (&exceptions, OffsetDateTime::now_utc()),
         current.as_ref().and_then(|c| c.data.as_ref()),
     );
     let result = plan.result();
@@ -136,7 +175,7 @@ pub async fn run(
     syncs: Family<ResultLabel, Counter>,
     mut leader: watch::Receiver<bool>,
 ) {
-    let api: Api<ConfigMap> = Api::namespaced(client, &config.namespace);
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &config.namespace);
     let mut tick = tokio::time::interval(config.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -148,7 +187,7 @@ pub async fn run(
         }
         tokio::select! {
             _ = tick.tick() => {
-                let result = round(&api, &config).await.unwrap_or_else(|err| {
+                let result = round(&client, &api, &config).await.unwrap_or_else(|err| {
                     tracing::warn!(%err, "keeping the floor's parameters in step failed");
                     "failed"
                 });
@@ -163,26 +202,60 @@ pub async fn run(
 mod tests {
     use super::*;
 
+    const NONE: (&[Exception], OffsetDateTime) = (&[], OffsetDateTime::UNIX_EPOCH);
+
+    /// A live exception of `batch` widens its namespace's classes and cap in the parameters; once expired,
+    /// the next round writes them without it.
+    #[test]
+    fn live_exceptions_are_in_the_parameters_and_expired_ones_leave() {
+        let text = gpu_admission_policy::DEFAULT_POLICY_YAML;
+        let object: kube::core::DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gpu-admission.io/v1alpha1", "kind": "GpuPolicyException",
+            "metadata": {"name": "train-h100", "namespace": "batch"},
+            "spec": {"rules": ["Classes", "PriorityCap"], "classes": ["H100-80GB"],
+                     "maxPriorityClass": "gpu-ultra",
+                     "workloads": [{"kind": "Deployment", "name": "train"}],
+                     "expiresAt": "2026-12-01T00:00:00Z"}
+        }))
+        .unwrap();
+        let e = [Exception::from_object(&object).unwrap()];
+        let live = time::macros::datetime!(2026-11-29 12:00 UTC);
+        let Plan::Write(with) = plan(Some(text), "test", (&e, live), None) else {
+            panic!("written")
+        };
+        assert_eq!(with["except.batch"], "\ngpu.nvidia.com/class=H100-80GB\n");
+        assert_eq!(with["except.batch.cap"], "1000000");
+        let expired = time::macros::datetime!(2026-12-01 00:00 UTC);
+        let Plan::Write(without) = plan(Some(text), "test", (&e, expired), Some(&with)) else {
+            panic!("rewritten once expired")
+        };
+        assert!(!without.contains_key("except.batch") && !without.contains_key("except.batch.cap"));
+        assert_eq!(plan(Some(text), "test", NONE, Some(&without)), Plan::InStep);
+    }
+
     #[test]
     fn writes_the_policys_parameters_and_nothing_when_in_step() {
         let text = gpu_admission_policy::DEFAULT_POLICY_YAML;
-        let Plan::Write(data) = plan(Some(text), "test", None) else {
+        let Plan::Write(data) = plan(Some(text), "test", NONE, None) else {
             panic!("a missing parameter object is written")
         };
         assert_eq!(data["tier.bronze.cap"], "1000");
-        assert_eq!(plan(Some(text), "test", Some(&data)), Plan::InStep);
+        assert_eq!(plan(Some(text), "test", NONE, Some(&data)), Plan::InStep);
         let mut stale = data.clone();
         stale.insert("tier.bronze.cap".into(), "1000000".into());
-        assert_eq!(plan(Some(text), "test", Some(&stale)), Plan::Write(data));
+        assert_eq!(
+            plan(Some(text), "test", NONE, Some(&stale)),
+            Plan::Write(data)
+        );
     }
 
     #[test]
     fn a_policy_that_does_not_validate_or_is_missing_changes_nothing() {
         let broken = gpu_admission_policy::DEFAULT_POLICY_YAML
             .replace("defaultTier: bronze", "defaultTier: tin");
-        let kept = plan(Some(&broken), "cm", None);
+        let kept = plan(Some(&broken), "cm", NONE, None);
         assert_eq!(kept.result(), "policy_refused");
-        assert_eq!(plan(None, "cm", None).result(), "policy_refused");
+        assert_eq!(plan(None, "cm", NONE, None).result(), "policy_refused");
     }
 
     #[test]
