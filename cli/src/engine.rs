@@ -383,7 +383,7 @@ impl Engine {
 fn validation_of(validated: Validated) -> Validation {
     let note = match &validated.check {
         Check::NotOurs(why) => Some(format!("not ours: {why}")),
-        Check::Allowed(why) if *why != Allowance::WithinTier => Some(why.as_str().to_string()),
+        Check::Allowed(why) if *why != Allowance::WithinTier => Some(why.describe()),
         _ => None,
     };
     let quota_note = match &validated.quota {
