@@ -101,6 +101,7 @@ fn every_mode_renders_and_passes_strict_schema_validation() {
             let cluster_scoped = matches!(
                 kind,
                 "Namespace"
+                    | "CustomResourceDefinition"
                     | "ClusterRole"
                     | "ClusterRoleBinding"
                     | "PriorityClass"
@@ -1960,7 +1961,18 @@ fn validating_webhooks_are_selective_and_trusted_in_every_mode() {
         let policy = by_name("policy.validate.gpu-admission.io");
         let namespaces = by_name("namespaces.validate.gpu-admission.io");
         let claims = by_name("claims.validate.gpu-admission.io");
-        assert_eq!(hooks.len(), 5, "{}", m.mode);
+        let exceptions = by_name("exceptions.validate.gpu-admission.io");
+        assert_eq!(hooks.len(), 6, "{}", m.mode);
+        // Who may relax the rules fails closed: no exception is created while no frontend answers.
+        assert_eq!(
+            exceptions["clientConfig"]["service"]["path"],
+            "/validate-exception"
+        );
+        assert_eq!(exceptions["failurePolicy"], "Fail", "{}", m.mode);
+        assert_eq!(
+            strings_at(&exceptions["rules"][0], "/resources"),
+            ["gpupolicyexceptions"]
+        );
         assert_eq!(
             strings_at(&claims["rules"][0], "/resources"),
             ["resourceclaims", "resourceclaimtemplates"]
