@@ -15,7 +15,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use tokio::sync::watch;
 
-use gpu_admission_core::exception::{Exception, Stored};
+use gpu_admission_core::exception::{Exception, GpuPolicyException};
 use time::OffsetDateTime;
 
 use crate::metrics::{Metrics, ResultLabel};
@@ -93,7 +93,7 @@ pub fn plan(
 /// The cluster's GpuPolicyExceptions that read; none while the CRD is not installed (404) or listing it is
 /// forbidden (403), which is logged.
 async fn exceptions(client: &kube::Client) -> Result<Vec<Exception>, kube::Error> {
-    let api: Api<Stored> = Api::all(client.clone());
+    let api: Api<GpuPolicyException> = Api::all(client.clone());
     match api.list(&Default::default()).await {
         Ok(list) => Ok(list
             .items

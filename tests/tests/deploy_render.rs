@@ -633,8 +633,13 @@ fn priority_classes_equal_the_policy_buckets() {
 const OWN_PRIORITY_CLASS: &str = "gpu-admission-critical";
 
 /// RBAC resource of each Kubernetes type the frontend may use through `kube::Api<T>`.
-const KNOWN_TYPES: [(&str, &str, &str); 16] = [
+const KNOWN_TYPES: [(&str, &str, &str); 17] = [
     ("Namespace", "", "namespaces"),
+    (
+        "GpuPolicyException",
+        "gpu-admission.io",
+        "gpupolicyexceptions",
+    ),
     ("Lease", "coordination.k8s.io", "leases"),
     (
         "SubjectAccessReview",
@@ -818,6 +823,10 @@ fn rbac_grants_exactly_what_the_frontend_watches() {
         (
             "migration.dcnlab.com".to_string(),
             "checkpointbackups".to_string(),
+        ),
+        (
+            "gpu-admission.io".to_string(),
+            "gpupolicyexceptions".to_string(),
         ),
         (
             "authorization.k8s.io".to_string(),
@@ -1567,6 +1576,7 @@ fn observer_rbac_grants_exactly_what_it_uses() {
         used,
         BTreeSet::from([
             "configmaps",
+            "gpupolicyexceptions",
             "leases",
             "mutatingwebhookconfigurations",
             "nodes",
@@ -1622,6 +1632,7 @@ fn observer_rbac_grants_exactly_what_it_uses() {
                 ("", "nodes"),
                 ("", "pods"),
                 ("coordination.k8s.io", "leases"),
+                ("gpu-admission.io", "gpupolicyexceptions"),
                 (
                     "admissionregistration.k8s.io",
                     "mutatingwebhookconfigurations"

@@ -153,13 +153,13 @@ pub struct Exception {
 /// A stored exception as a watch lists it: its metadata and its spec unread (read by
 /// [`Exception::from_stored`], so that one malformed object costs only itself).
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
-pub struct Stored {
+pub struct GpuPolicyException {
     pub metadata: ObjectMeta,
     #[serde(default)]
     pub spec: serde_json::Value,
 }
 
-impl kube_core::Resource for Stored {
+impl kube_core::Resource for GpuPolicyException {
     type DynamicType = ();
     type Scope = k8s_openapi::NamespaceResourceScope;
 
@@ -191,7 +191,7 @@ impl Exception {
     }
 
     /// [`Self::from_object`] of what a watch holds.
-    pub fn from_stored(stored: &Stored) -> Result<Self, String> {
+    pub fn from_stored(stored: &GpuPolicyException) -> Result<Self, String> {
         Self::read(&stored.metadata, &stored.spec)
     }
 

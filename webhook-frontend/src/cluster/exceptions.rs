@@ -13,7 +13,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use gpu_admission_core::exception::{self, Exception, Owner, Stored};
+use gpu_admission_core::exception::{self, Exception, GpuPolicyException, Owner};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::optional_api::{OptionalApi, OptionalCache};
@@ -23,7 +23,7 @@ use super::workloads::{OWNER_READ_BUDGET, WorkloadOwners};
 const DISCOVERY_INTERVAL: Duration = Duration::from_secs(30);
 
 pub(crate) struct ExceptionCache {
-    stored: OptionalCache<Stored>,
+    stored: OptionalCache<GpuPolicyException>,
     /// The last unreadable object logged (namespace/name@resourceVersion), so it is logged once.
     logged: Mutex<Option<String>>,
 }
