@@ -19,6 +19,7 @@ use gpu_admission_core::admission::validate_pod::{
 };
 use gpu_admission_core::authority::{Grants, Permission};
 use gpu_admission_core::dra::device_class::names_resource;
+use gpu_admission_core::exception::{self, Exception, Owner};
 use gpu_admission_core::facts::Facts;
 use gpu_admission_core::pod::gpu_resources::ClaimTemplates;
 use gpu_admission_core::policy::PolicySnapshot;
@@ -111,6 +112,46 @@ pub struct Options {
     /// A GPU quota usage snapshot: Pods are decided against it, and those admitted are added (`None`: quotas
     /// are not checked).
     pub usage: Option<Usage>,
+    /// The GpuPolicyExceptions among the inputs, which `/validate-pod` and `/mutate-pod` apply as the
+    /// frontend applies its watch's (expiry against `decided_at`, else the clock).
+    pub exceptions: Vec<Exception>,
+}
+
+/// Keeps every readable GpuPolicyException of `inputs` (in `default_namespace` when it names none) in `into`;
+/// an unreadable one is skipped, as the frontend's watch skips it.
+pub fn learn_exceptions(
+    into: &mut Vec<Exception>,
+    inputs: &[crate::load::Input],
+    default_namespace: &str,
+) {
+    for i in inputs {
+        let (crate::load::Input::Object(src) | crate::load::Input::Ignored(src)) = i else {
+            continue;
+        };
+        let v = &src.value;
+        let ours = v["apiVersion"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("gpu-admission.io/"));
+        if !ours || v["kind"].as_str() != Some(exception::KIND) {
+            continue;
+        }
+        let Ok(mut object) = serde_json::from_value::<kube_core::DynamicObject>(v.clone()) else {
+            continue;
+        };
+        if object
+            .metadata
+            .namespace
+            .as_deref()
+            .unwrap_or("")
+            .is_empty()
+        {
+            object.metadata.namespace = Some(default_namespace.to_string());
+        }
+        if let Ok(e) = Exception::from_object(&object) {
+            into.retain(|known| known.id != e.id);
+            into.push(e);
+        }
+    }
 }
 
 /// The ResourceClaimTemplates and ResourceClaims among the inputs, by (namespace, name), and the
@@ -306,6 +347,7 @@ impl Engine {
             core: &self.core,
             decided_at: self.options.decided_at,
             usage: &self.usage,
+            exceptions: &self.options.exceptions,
         };
         let mutated = block_on(mutate_pod::admit(uid, req, &self.policy, &ports));
         Mutation {
@@ -351,6 +393,17 @@ impl Engine {
 
     /// `/validate-pod` for one review.
     pub fn validate(&self, review: &Value) -> Result<(Validation, Exchange), BadRequest> {
+        self.validate_owned(review, None)
+    }
+
+    /// [`Self::validate`] of a Pod whose owner the caller knows (`owner`: what the cluster would say about
+    /// it), as its exceptions' owner chain reads it.
+    pub fn validate_owned(
+        &self,
+        review: &Value,
+        owner: Option<&OwnerFacts>,
+    ) -> Result<(Validation, Exchange), BadRequest> {
+        let owner = if self.options.no_kube { None } else { owner };
         let body = serde_json::to_vec(review).unwrap_or_default();
         let incoming = review::decode_object(&body).map_err(|b| BadRequest(b.0))?;
         let validation = match &incoming.request {
@@ -360,7 +413,10 @@ impl Engine {
                 undecidable: vec![format!("the review cannot be read: {why}")],
             },
             Ok(req) => {
-                let ports = OfflineValidate { engine: self };
+                let ports = OfflineValidate {
+                    engine: self,
+                    owner,
+                };
                 let validated = block_on(validate_pod::admit(req, &self.policy, &ports));
                 validation_of(validated)
             }
@@ -381,7 +437,7 @@ impl Engine {
 fn validation_of(validated: Validated) -> Validation {
     let note = match &validated.check {
         Check::NotOurs(why) => Some(format!("not ours: {why}")),
-        Check::Allowed(why) if *why != Allowance::WithinTier => Some(why.as_str().to_string()),
+        Check::Allowed(why) if *why != Allowance::WithinTier => Some(why.describe()),
         _ => None,
     };
     let quota_note = match &validated.quota {
@@ -419,6 +475,7 @@ fn validation_of(validated: Validated) -> Validation {
 /// snapshot (with `--usage`) as the quota's usage, an admitted Pod added to it.
 struct OfflineValidate<'e> {
     engine: &'e Engine,
+    owner: Option<&'e OwnerFacts>,
 }
 
 impl ValidatePorts for OfflineValidate<'_> {
@@ -440,6 +497,25 @@ impl ValidatePorts for OfflineValidate<'_> {
 
     fn holds_quotas(&self) -> bool {
         self.engine.lock_usage().is_some()
+    }
+
+    async fn owner_chain(&self, req: &AdmissionRequest<kube_core::DynamicObject>) -> Vec<Owner> {
+        exception::request_chain(req, self.owner)
+    }
+
+    fn exceptions(&self, namespace: &str) -> Vec<Exception> {
+        let all = &self.engine.options.exceptions;
+        all.iter()
+            .filter(|e| e.id.namespace == namespace)
+            .cloned()
+            .collect()
+    }
+
+    fn now(&self) -> OffsetDateTime {
+        self.engine
+            .options
+            .decided_at
+            .unwrap_or_else(OffsetDateTime::now_utc)
     }
 
     async fn reserve(
@@ -480,6 +556,8 @@ struct Offline<'r> {
     decided_at: Option<OffsetDateTime>,
     /// The usage snapshot (with `--usage`): the quota step's record and borrowing class.
     usage: &'r Mutex<Option<Usage>>,
+    /// The GpuPolicyExceptions among the inputs.
+    exceptions: &'r [Exception],
 }
 
 impl MutatePorts for Offline<'_> {
@@ -489,6 +567,17 @@ impl MutatePorts for Offline<'_> {
 
     async fn workload(&self, pod: &Pod, namespace: &str) -> Option<WorkloadRef> {
         workload::resolve(pod, namespace, self.owner)
+    }
+
+    fn exceptions(&self, namespace: &str) -> Vec<Exception> {
+        let all = self.exceptions.iter();
+        all.filter(|e| e.id.namespace == namespace)
+            .cloned()
+            .collect()
+    }
+
+    async fn owner_chain(&self, pod: &Pod, name: &str) -> Vec<Owner> {
+        exception::chain("v1", "Pod", name, &pod.metadata, self.owner)
     }
 
     /// The scorer in process, its refusal read as the frontend's client reads a gRPC status.

@@ -417,7 +417,7 @@ fn admit_pod(
     (decision.floor, decision.floor_after_mutation) =
         floor_answers(engine, ev, &review["request"], &before, &after);
     ev.pods.push(decision);
-    match engine.validate(&review) {
+    match engine.validate_owned(&review, owner) {
         Ok(answered) => ev.validated(answered),
         Err(bad) => ev.failed(bad),
     }

@@ -119,6 +119,7 @@ impl Run {
             default_namespace: settings.default_namespace.clone(),
             decided_at: None,
             claims: Default::default(),
+            exceptions: Vec::new(),
             usage: match &settings.usage {
                 Some(path) => Some(
                     serde_yaml::from_str(
@@ -161,6 +162,11 @@ impl Run {
         self.engine.options.tiers.learn(inputs, &tier_label);
         let default_namespace = self.engine.options.default_namespace.clone();
         self.engine.options.claims.learn(inputs, &default_namespace);
+        crate::engine::learn_exceptions(
+            &mut self.engine.options.exceptions,
+            inputs,
+            &default_namespace,
+        );
         self.engine.refresh_floor();
         let evaluations: Vec<Evaluation> = inputs
             .iter()

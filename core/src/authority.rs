@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | [`Permission::SetTier`] | `update` `tiers/<tier>` in `gpu-admission.io` | putting a namespace in tier `<tier>`, or taking it out |
 //! | [`Permission::ChangeRules`] | `update` `policies` in `gpu-admission.io` | changing what a tier gets (the policy ConfigMap's rule fields) |
-//! | [`Permission::Exempt`] | `exempt` `tiers/<tier>` in `gpu-admission.io` | one's own workloads outside tier `<tier>` |
+//! | [`Permission::Exempt`] | `exempt` `tiers/<tier>` in `gpu-admission.io` | one's own workloads outside tier `<tier>`; creating or changing a `GpuPolicyException` in a namespace of tier `<tier>` ([`crate::exception::review`]) |
 //! | [`Permission::TuneJobType`] | `update` `jobtypes/<name>` in `gpu-admission.io` | job type `<name>`'s priors in the policy (what steers only the Pods carrying its label) |
 //! | [`Permission::AdminAccess`] | `use` `adminaccess` in `gpu-admission.io` | DRA admin access: setting a Namespace's `resource.kubernetes.io/admin-access` label, creating a GPU claim with `adminAccess: true` (devices other tenants' Pods use) |
 //!
@@ -109,7 +109,8 @@ pub enum Permission {
     SetTier(String),
     /// Change the rules (the policy's fields that decide what a tier gets).
     ChangeRules,
-    /// Run one's own workloads outside this tier.
+    /// Run one's own workloads outside this tier (what the holder creates itself, not what controllers create
+    /// for it), and create or change GpuPolicyExceptions in namespaces of this tier (which reach those).
     Exempt(String),
     /// Change this job type's priors (the policy's `jobTypes[<name>]` fields that are no rule).
     TuneJobType(String),

@@ -17,6 +17,7 @@
 pub mod admission;
 pub mod authority;
 pub mod dra;
+pub mod exception;
 pub mod facts;
 pub mod floor;
 pub mod names;

@@ -137,7 +137,7 @@ impl Convergence {
         };
         let best = match p.best {
             Some(Source::Replica(i)) => exports[i].clone(),
-            Some(Source::Stored) => self.stored.clone(),
+            Some(Source::GpuPolicyException) => self.stored.clone(),
             None => None,
         };
         if let Some(best) = best {

@@ -11,11 +11,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use gpu_admission_core::exception::{Exception, GpuPolicyException};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::resource::v1::DeviceClass;
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use time::OffsetDateTime;
 use tokio::sync::watch;
 
 use crate::metrics::{Metrics, ResultLabel};
@@ -61,13 +63,15 @@ pub fn policy_text<'c>(cm: &'c ConfigMap, key: &str) -> Option<&'c str> {
         .map(String::as_str)
 }
 
-/// What the parameters must become for a policy text and the cluster's DeviceClasses `classes`, given the
+/// What the parameters must become for a policy text, the cluster's DeviceClasses `classes` and its
+/// GpuPolicyExceptions at `now` (the live ones: [`gpu_admission_core::floor::exception_params`]), given the
 /// parameter object's current data.
 pub fn plan(
     policy: Option<&str>,
     source: &str,
     current: Option<&BTreeMap<String, String>>,
     classes: &[DeviceClass],
+    (exceptions, now): (&[Exception], OffsetDateTime),
 ) -> Plan {
     let Some(text) = policy else {
         return Plan::Keep(format!("{source}: no policy"));
@@ -76,7 +80,14 @@ pub fn plan(
         Ok(p) => p,
         Err(e) => return Plan::Keep(format!("{source}: {} problems", e.problems.len())),
     };
-    match gpu_admission_core::floor::params_with_device_classes(&policy, classes) {
+    let params =
+        gpu_admission_core::floor::params_with_device_classes(&policy, classes).map(|mut data| {
+            data.extend(gpu_admission_core::floor::exception_params(
+                &policy, exceptions, now,
+            ));
+            data
+        });
+    match params {
         Ok(data) if current == Some(&data) => Plan::InStep,
         Ok(data) => Plan::Write(data),
         Err(e) => Plan::Keep(e.to_string()),
@@ -92,15 +103,37 @@ async fn device_classes(api: &Api<DeviceClass>) -> Result<Vec<DeviceClass>, kube
     }
 }
 
-/// One round: read both objects and the DeviceClasses, write the parameters when they differ. The result
-/// label.
+/// The cluster's GpuPolicyExceptions that read; none while the CRD is not installed (404) or listing it is
+/// forbidden (403), which is logged.
+async fn exceptions(client: &kube::Client) -> Result<Vec<Exception>, kube::Error> {
+    let api: Api<GpuPolicyException> = Api::all(client.clone());
+    match api.list(&Default::default()).await {
+        Ok(list) => Ok(list
+            .items
+            .iter()
+            .filter_map(|s| Exception::from_stored(s).ok())
+            .collect()),
+        Err(kube::Error::Api(status)) if matches!(status.code, 403 | 404) => {
+            tracing::debug!(
+                code = status.code,
+                "GpuPolicyExceptions not listed: none in the floor"
+            );
+            Ok(Vec::new())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// One round: read both objects, the DeviceClasses and the exceptions, write the parameters when they
+/// differ. The result label.
 async fn round(
-    api: &Api<ConfigMap>,
-    policies: &Api<ConfigMap>,
+    client: &kube::Client,
+    (api, policies): (&Api<ConfigMap>, &Api<ConfigMap>),
     classes: &Api<DeviceClass>,
     config: &FloorConfig,
 ) -> Result<&'static str, kube::Error> {
     let classes = device_classes(classes).await?;
+    let exceptions = exceptions(client).await?;
     let policy = policies.get_opt(&config.policy.name).await?;
     let current = api.get_opt(&config.params_configmap).await?;
     let source = format!(
@@ -114,6 +147,7 @@ async fn round(
         &source,
         current.as_ref().and_then(|c| c.data.as_ref()),
         &classes,
+        (&exceptions, OffsetDateTime::now_utc()),
     );
     let result = plan.result();
     match (plan, current) {
@@ -159,7 +193,7 @@ pub async fn run(
 ) {
     let policies: Api<ConfigMap> = Api::namespaced(client.clone(), &config.policy.namespace);
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &config.namespace);
-    let classes: Api<DeviceClass> = Api::all(client);
+    let classes: Api<DeviceClass> = Api::all(client.clone());
     let mut tick = tokio::time::interval(config.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -171,7 +205,7 @@ pub async fn run(
         }
         tokio::select! {
             _ = tick.tick() => {
-                let result = round(&api, &policies, &classes, &config)
+                let result = round(&client, (&api, &policies), &classes, &config)
                     .await
                     .unwrap_or_else(|err| {
                     tracing::warn!(%err, "keeping the floor's parameters in step failed");
@@ -188,18 +222,55 @@ pub async fn run(
 mod tests {
     use super::*;
 
+    const NONE: (&[Exception], OffsetDateTime) = (&[], OffsetDateTime::UNIX_EPOCH);
+
+    /// A live exception of `batch` widens its namespace's classes and cap in the parameters; once expired,
+    /// the next round writes them without it.
+    #[test]
+    fn live_exceptions_are_in_the_parameters_and_expired_ones_leave() {
+        let text = gpu_admission_policy::DEFAULT_POLICY_YAML;
+        let object: kube::core::DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gpu-admission.io/v1alpha1", "kind": "GpuPolicyException",
+            "metadata": {"name": "train-h100", "namespace": "batch"},
+            "spec": {"rules": ["Classes", "PriorityCap"], "classes": ["H100-80GB"],
+                     "maxPriorityClass": "gpu-ultra",
+                     "workloads": [{"kind": "Deployment", "name": "train"}],
+                     "expiresAt": "2026-12-01T00:00:00Z"}
+        }))
+        .unwrap();
+        let e = [Exception::from_object(&object).unwrap()];
+        let live = time::macros::datetime!(2026-11-29 12:00 UTC);
+        let Plan::Write(with) = plan(Some(text), "test", None, &[], (&e, live)) else {
+            panic!("written")
+        };
+        assert_eq!(with["except.batch"], "\ngpu.nvidia.com/class=H100-80GB\n");
+        assert_eq!(with["except.batch.cap"], "1000000");
+        let expired = time::macros::datetime!(2026-12-01 00:00 UTC);
+        let Plan::Write(without) = plan(Some(text), "test", Some(&with), &[], (&e, expired)) else {
+            panic!("rewritten once expired")
+        };
+        assert!(!without.contains_key("except.batch") && !without.contains_key("except.batch.cap"));
+        assert_eq!(
+            plan(Some(text), "test", Some(&without), &[], NONE),
+            Plan::InStep
+        );
+    }
+
     #[test]
     fn writes_the_policys_parameters_and_nothing_when_in_step() {
         let text = gpu_admission_policy::DEFAULT_POLICY_YAML;
-        let Plan::Write(data) = plan(Some(text), "test", None, &[]) else {
+        let Plan::Write(data) = plan(Some(text), "test", None, &[], NONE) else {
             panic!("a missing parameter object is written")
         };
         assert_eq!(data["tier.bronze.cap"], "1000");
-        assert_eq!(plan(Some(text), "test", Some(&data), &[]), Plan::InStep);
+        assert_eq!(
+            plan(Some(text), "test", Some(&data), &[], NONE),
+            Plan::InStep
+        );
         let mut stale = data.clone();
         stale.insert("tier.bronze.cap".into(), "1000000".into());
         assert_eq!(
-            plan(Some(text), "test", Some(&stale), &[]),
+            plan(Some(text), "test", Some(&stale), &[], NONE),
             Plan::Write(data)
         );
     }
@@ -209,7 +280,7 @@ mod tests {
     #[test]
     fn the_clusters_device_classes_move_the_parameters() {
         let text = gpu_admission_policy::DEFAULT_POLICY_YAML;
-        let Plan::Write(without) = plan(Some(text), "test", None, &[]) else {
+        let Plan::Write(without) = plan(Some(text), "test", None, &[], NONE) else {
             panic!("written")
         };
         let h100: DeviceClass = serde_json::from_value(serde_json::json!({
@@ -219,14 +290,14 @@ mod tests {
         }))
         .unwrap();
         let classes = [h100];
-        let Plan::Write(with) = plan(Some(text), "test", Some(&without), &classes) else {
+        let Plan::Write(with) = plan(Some(text), "test", Some(&without), &classes, NONE) else {
             panic!("a new DeviceClass moves the parameters")
         };
         assert!(with["tier.bronze.deviceClasses.outside"].contains("\nexample.com/h100\n"));
         assert!(!with["tier.gold.deviceClasses.outside"].contains("example.com/h100"));
         assert!(with["deviceClasses.gpuResources"].contains("\nexample.com/h100\n"));
         assert_eq!(
-            plan(Some(text), "test", Some(&with), &classes),
+            plan(Some(text), "test", Some(&with), &classes, NONE),
             Plan::InStep
         );
     }
@@ -235,9 +306,9 @@ mod tests {
     fn a_policy_that_does_not_validate_or_is_missing_changes_nothing() {
         let broken = gpu_admission_policy::DEFAULT_POLICY_YAML
             .replace("defaultTier: bronze", "defaultTier: tin");
-        let kept = plan(Some(&broken), "cm", None, &[]);
+        let kept = plan(Some(&broken), "cm", None, &[], NONE);
         assert_eq!(kept.result(), "policy_refused");
-        assert_eq!(plan(None, "cm", None, &[]).result(), "policy_refused");
+        assert_eq!(plan(None, "cm", None, &[], NONE).result(), "policy_refused");
     }
 
     #[test]

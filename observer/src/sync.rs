@@ -16,7 +16,7 @@ pub enum Source {
     /// The replica at this index.
     Replica(usize),
     /// The observer's stored copy.
-    Stored,
+    GpuPolicyException,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -44,10 +44,10 @@ pub fn plan(replicas: &[Option<Summary>], stored: Option<&Summary>) -> Plan {
         .iter()
         .enumerate()
         .filter_map(|(i, s)| s.as_ref().map(|s| (Source::Replica(i), s)))
-        .chain(stored.map(|s| (Source::Stored, s)));
+        .chain(stored.map(|s| (Source::GpuPolicyException, s)));
     let index = |src: &Source| match src {
         Source::Replica(i) => *i,
-        Source::Stored => usize::MAX,
+        Source::GpuPolicyException => usize::MAX,
     };
     let best = candidates.max_by(|(a_src, a), (b_src, b)| {
         a.observations
@@ -121,7 +121,7 @@ mod tests {
         assert_eq!(
             p,
             Plan {
-                best: Some(Source::Stored),
+                best: Some(Source::GpuPolicyException),
                 import_into: vec![0, 1],
                 store: false
             }

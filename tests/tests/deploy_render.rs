@@ -101,6 +101,7 @@ fn every_mode_renders_and_passes_strict_schema_validation() {
             let cluster_scoped = matches!(
                 kind,
                 "Namespace"
+                    | "CustomResourceDefinition"
                     | "ClusterRole"
                     | "ClusterRoleBinding"
                     | "PriorityClass"
@@ -637,8 +638,13 @@ fn priority_classes_equal_the_policy_buckets() {
 const OWN_PRIORITY_CLASS: &str = "gpu-admission-critical";
 
 /// RBAC resource of each Kubernetes type the frontend may use through `kube::Api<T>`.
-const KNOWN_TYPES: [(&str, &str, &str); 16] = [
+const KNOWN_TYPES: [(&str, &str, &str); 17] = [
     ("Namespace", "", "namespaces"),
+    (
+        "GpuPolicyException",
+        "gpu-admission.io",
+        "gpupolicyexceptions",
+    ),
     ("Lease", "coordination.k8s.io", "leases"),
     (
         "SubjectAccessReview",
@@ -822,6 +828,10 @@ fn rbac_grants_exactly_what_the_frontend_watches() {
         (
             "migration.dcnlab.com".to_string(),
             "checkpointbackups".to_string(),
+        ),
+        (
+            "gpu-admission.io".to_string(),
+            "gpupolicyexceptions".to_string(),
         ),
         (
             "authorization.k8s.io".to_string(),
@@ -1730,6 +1740,7 @@ fn observer_rbac_grants_exactly_what_it_uses() {
         BTreeSet::from([
             "configmaps",
             "deviceclasses",
+            "gpupolicyexceptions",
             "leases",
             "mutatingwebhookconfigurations",
             "nodes",
@@ -1785,6 +1796,7 @@ fn observer_rbac_grants_exactly_what_it_uses() {
                 ("", "nodes"),
                 ("", "pods"),
                 ("coordination.k8s.io", "leases"),
+                ("gpu-admission.io", "gpupolicyexceptions"),
                 (
                     "admissionregistration.k8s.io",
                     "mutatingwebhookconfigurations"
@@ -2125,7 +2137,18 @@ fn validating_webhooks_are_selective_and_trusted_in_every_mode() {
         let policy = by_name("policy.validate.gpu-admission.io");
         let namespaces = by_name("namespaces.validate.gpu-admission.io");
         let claims = by_name("claims.validate.gpu-admission.io");
-        assert_eq!(hooks.len(), 5, "{}", m.mode);
+        let exceptions = by_name("exceptions.validate.gpu-admission.io");
+        assert_eq!(hooks.len(), 6, "{}", m.mode);
+        // Who may relax the rules fails closed: no exception is created while no frontend answers.
+        assert_eq!(
+            exceptions["clientConfig"]["service"]["path"],
+            "/validate-exception"
+        );
+        assert_eq!(exceptions["failurePolicy"], "Fail", "{}", m.mode);
+        assert_eq!(
+            strings_at(&exceptions["rules"][0], "/resources"),
+            ["gpupolicyexceptions"]
+        );
         assert_eq!(
             strings_at(&claims["rules"][0], "/resources"),
             ["resourceclaims", "resourceclaimtemplates"]

@@ -55,6 +55,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     .with_checkpoints(cluster.checkpoints)
     .with_workloads(cluster.workloads)
     .with_quota_usage(access_client.clone())
+    .with_exceptions(access_client.clone())
     .with_instance(config.instance.clone(), access_client.clone())
     .with_access(access_client.clone())
     .with_body_budget(config.server.body_budget, config.server.body_read_timeout);

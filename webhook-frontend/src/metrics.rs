@@ -125,6 +125,15 @@ pub(crate) struct ReasonLabels {
     pub(crate) reason: &'static str,
 }
 
+/// One admission a GpuPolicyException allowed: the exception, and what it relaxed (`tier`: classes or the
+/// priority cap; `quota`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ExceptedLabels {
+    pub(crate) exception_namespace: String,
+    pub(crate) exception: String,
+    pub(crate) relaxed: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ViolationLabels {
     pub(crate) tier: String,
@@ -295,6 +304,8 @@ pub struct Metrics {
     pub(crate) checkpoint_misses: Family<CheckpointMissLabels, Counter>,
     /// Tier violations seen by `validate-pod`, whatever the mode answered.
     pub(crate) violations: Family<ViolationLabels, Counter>,
+    /// Admissions a GpuPolicyException allowed, by exception.
+    pub(crate) excepted: Family<ExceptedLabels, Counter>,
     /// GPU quota usage and limits, in GPUs (see [`QuotaLabels`]); refreshed from the Pod watch.
     pub(crate) quota_gpus: Family<QuotaLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     /// Writes of the quota ledger by result.
@@ -331,6 +342,7 @@ impl Metrics {
             checkpoint_images_restored: Counter::default(),
             checkpoint_misses: Family::default(),
             violations: Family::default(),
+            excepted: Family::default(),
             quota_gpus: Family::default(),
             quota_ledger_writes: Family::default(),
             connections_open: Gauge::default(),
@@ -402,6 +414,12 @@ impl Metrics {
             "policy_violations",
             "Tier violations by tier, reason and the enforcement mode that answered them",
             m.violations.clone(),
+        );
+        r.register(
+            "exception_admissions",
+            "Admissions a GpuPolicyException allowed, by the exception (namespace, name) and what it relaxed \
+             (tier: classes or priority cap; quota)",
+            m.excepted.clone(),
         );
         r.register(
             "quota_gpus",
@@ -495,6 +513,17 @@ impl Metrics {
             .inc();
     }
 
+    /// One admission the GpuPolicyException `namespace/name` allowed, relaxing `relaxed`.
+    pub(crate) fn record_excepted(&self, namespace: &str, name: &str, relaxed: &'static str) {
+        self.excepted
+            .get_or_create(&ExceptedLabels {
+                exception_namespace: namespace.to_string(),
+                exception: name.to_string(),
+                relaxed,
+            })
+            .inc();
+    }
+
     /// One answered admission request of any webhook (the pipeline records it).
     pub(crate) fn record_admission(
         &self,
@@ -562,6 +591,7 @@ mod tests {
         m.record_ca_bundle_patch();
         m.record_checkpoint_images(2, [CheckpointMiss::unpushed_image_only]);
         m.record_violation("bronze", "class_outside_tier", "Warn");
+        m.record_excepted("batch", "train-h100", "tier");
         m.record_connection_closed(ConnectionClose::idle_timeout);
         m.connections_open.set(3);
         m.accept_errors.inc();
@@ -584,6 +614,7 @@ mod tests {
             "gpu_admission_checkpoint_restore_misses_total{reason=\"unpushed_image_only\"} 1",
             "gpu_admission_policy_violations_total{tier=\"bronze\",reason=\"class_outside_tier\",mode=\"Warn\"} 1",
             "gpu_admission_connections_closed_total{reason=\"idle_timeout\"} 1",
+            "gpu_admission_exception_admissions_total{exception_namespace=\"batch\",exception=\"train-h100\",relaxed=\"tier\"} 1",
             "gpu_admission_connections_open 3",
             "gpu_admission_accept_errors_total 1",
             "gpu_admission_scorer_calls_total{result=\"overloaded\"} 1",

@@ -182,7 +182,7 @@ pub(crate) fn class_keys(policy: &Policy) -> String {
 /// an empty intersection (a branch no node matches) holds too.
 fn branch_bound(policy: &Policy, exprs: &str) -> String {
     let allowed =
-        |k: &str, v: &str| format!("variables.allowed.contains('\\n' + {k} + '=' + {v} + '\\n')");
+        |k: &str, v: &str| format!("variables.excepted.contains('\\n' + {k} + '=' + {v} + '\\n')");
     let in_all = |v: &str| {
         format!(
             "{exprs}.all(f, f.key != k || f.operator != 'In' || (has(f.values) && {v} in f.values))"
@@ -220,7 +220,7 @@ pub(crate) fn class_bound(policy: &Policy) -> String {
 /// template, core's `placement::named_classes`): on a class label key, a `nodeSelector` value or a value of an
 /// `In` in some required node-affinity term that is no allowed `key=value` pair (not a catalog class counts).
 pub(crate) fn names_class_outside(policy: &Policy) -> String {
-    let outside = |v: &str| format!("!variables.allowed.contains('\\n' + k + '=' + {v} + '\\n')");
+    let outside = |v: &str| format!("!variables.excepted.contains('\\n' + k + '=' + {v} + '\\n')");
     format!(
         "{keys}.exists(k, (k in variables.selector && {sel}) || variables.terms.exists(t, has(t.matchExpressions) && \
          t.matchExpressions.exists(e, e.key == k && e.operator == 'In' && has(e.values) && e.values.exists(v, {val}))))",

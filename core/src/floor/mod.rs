@@ -62,6 +62,59 @@ pub const WORKLOAD_POLICY: &str = "gpu-admission-floor-workloads";
 /// The ValidatingAdmissionPolicy for Namespaces' tier label (and its binding's name).
 pub const NAMESPACE_POLICY: &str = "gpu-admission-floor-namespaces";
 
+/// The parameter key of a namespace's exceptions, as CEL spells it for the object's namespace.
+const EXCEPT: &str = "('except.' + namespaceObject.metadata.name)";
+
+/// The parameter entries of the live `GpuPolicyException`s at `now`, by namespace (the observer adds them
+/// to [`params`] and drops an expired one at its next round): `except.<namespace>` the `key=value` labels of
+/// every class a live `Classes` exception of the namespace allows, `except.<namespace>.cap` the highest
+/// value of a live `PriorityCap` exception's bucket. Coarser than `/validate-pod`: the floor cannot follow
+/// owner references (CEL reads no other object), so with these entries it holds every Pod and template of
+/// the namespace to the tier as the union of its exceptions relaxes it.
+pub fn exception_params(
+    policy: &Policy,
+    exceptions: &[crate::exception::Exception],
+    now: time::OffsetDateTime,
+) -> BTreeMap<String, String> {
+    use crate::exception::Rule;
+    let mut classes: BTreeMap<&str, std::collections::BTreeSet<String>> = BTreeMap::new();
+    let mut caps: BTreeMap<&str, i32> = BTreeMap::new();
+    for e in exceptions.iter().filter(|e| e.live(now)) {
+        let ns = e.id.namespace.as_str();
+        if e.relaxes(Rule::Classes) {
+            let pairs = policy
+                .classes
+                .iter()
+                .filter(|c| e.spec.classes.contains(&c.name))
+                .map(|c| format!("{}={}", c.node_label_key, c.node_label_value));
+            classes.entry(ns).or_default().extend(pairs);
+        }
+        let bucket = e
+            .spec
+            .max_priority_class
+            .as_deref()
+            .filter(|_| e.relaxes(Rule::PriorityCap));
+        if let Some(b) = bucket.and_then(|b| policy.priority.buckets.iter().find(|x| x.name == b)) {
+            let cap = caps.entry(ns).or_insert(b.value);
+            *cap = (*cap).max(b.value);
+        }
+    }
+    let mut out: BTreeMap<String, String> = classes
+        .into_iter()
+        .map(|(ns, pairs)| {
+            (
+                format!("except.{ns}"),
+                list(pairs.iter().map(String::as_str)),
+            )
+        })
+        .collect();
+    out.extend(
+        caps.into_iter()
+            .map(|(ns, v)| (format!("except.{ns}.cap"), v.to_string())),
+    );
+    out
+}
+
 /// Why a policy cannot be carried by the floor.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("tier `{0}` cannot be a namespace label value, so the floor cannot carry it")]
@@ -353,6 +406,8 @@ fn variables(policy: &Policy, tier_label: &str, target: Target) -> Vec<Value> {
             (target == Target::Pods).then(|| cel::class_backed("r")).as_deref())),
         var("named", "has(variables.spec.priorityClassName) && variables.spec.priorityClassName != ''".into()),
         var("allowed", "variables.scope == '' ? '' : params.data[variables.scope + '.classes']".into()),
+        // The tier's classes and those the namespace's live Classes exceptions allow (see [`exception_params`]).
+        var("excepted", format!("variables.allowed + ({EXCEPT} in params.data ? params.data[{EXCEPT}] : '')")),
         var("selector", "has(variables.spec.nodeSelector) ? variables.spec.nodeSelector : {}".into()),
         var("terms", "has(variables.spec.affinity) && has(variables.spec.affinity.nodeAffinity) && \
             has(variables.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution) ? \
@@ -384,6 +439,10 @@ fn variables(policy: &Policy, tier_label: &str, target: Target) -> Vec<Value> {
         ));
     }
     vars.extend(target.priority_variables());
+    vars.push(var(
+        "exceptCapped",
+        format!("({EXCEPT} + '.cap') in params.data && variables.priority <= int(params.data[{EXCEPT} + '.cap'])"),
+    ));
     vars.push(var(
         "capped",
         "variables.resolved && variables.scope != '' && \
@@ -462,7 +521,8 @@ fn admission_policy(policy: &Policy, tier_label: &str, target: Target) -> Value 
                 {
                     "expression": format!("{off} || !variables.named || !variables.capped || \
                         (variables.priority <= int(params.data[variables.scope + '.cap']) && \
-                        (params.data[variables.scope + '.capNever'] != 'true' || variables.preemptNever)) || variables.exempt"),
+                        (params.data[variables.scope + '.capNever'] != 'true' || variables.preemptNever)) || \
+                        variables.exceptCapped || variables.exempt"),
                     "messageExpression": "'gpu-admission (floor in the apiserver): PriorityClass ' + variables.spec.priorityClassName + \
                         ' (' + string(variables.priority) + (has(variables.spec.preemptionPolicy) ? ', ' + variables.spec.preemptionPolicy : '') + \
                         ') is beyond the cap of tier ' + variables.tier + ': ' + params.data[variables.scope + '.capClass'] + ' (' + \

@@ -78,7 +78,7 @@ fn placing_variables(policy: &Policy, tier_label: &str) -> Vec<Value> {
         var(
             "beyondCap",
             "variables.enforce && variables.tier != '' && variables.gpu && variables.named && \
-             variables.capped && !variables.exempt && !(variables.priority <= int(params.data[variables.scope + '.cap']) && \
+             variables.capped && !variables.exempt && !variables.exceptCapped && !(variables.priority <= int(params.data[variables.scope + '.cap']) && \
              (params.data[variables.scope + '.capNever'] != 'true' || variables.preemptNever))"
                 .into(),
         ),

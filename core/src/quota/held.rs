@@ -81,7 +81,7 @@ pub struct HeldPods {
     tiers: HashMap<String, Option<String>>,
     /// The policy the counts were taken under (`None`: count again).
     basis: Option<Arc<PolicySnapshot>>,
-    /// Stored Pods being deleted: when each stops holding, in ms since the epoch.
+    /// GpuPolicyException Pods being deleted: when each stops holding, in ms since the epoch.
     terminating: HashMap<String, u64>,
 }
 

@@ -6,6 +6,7 @@ mod checkpoint_restore;
 mod mutate_claim;
 mod mutate_pod;
 mod pipeline;
+mod validate_exception;
 mod validate_namespace;
 mod validate_pod;
 mod validate_policy;
@@ -23,6 +24,7 @@ use crate::body_budget::{BudgetLimits, Ledger};
 use crate::cluster::ClusterFacts;
 use crate::cluster::access::AccessReviews;
 use crate::cluster::checkpoints::CheckpointCaches;
+use crate::cluster::exceptions::ExceptionCache;
 use crate::cluster::ns_locks::NsLocks;
 use crate::cluster::usage::QuotaUsage;
 use crate::cluster::workloads::WorkloadOwners;
@@ -34,6 +36,7 @@ use checkpoint_restore::CheckpointRestore;
 use mutate_claim::MutateClaim;
 use mutate_pod::MutatePod;
 use pipeline::handle;
+use validate_exception::ValidateException;
 use validate_namespace::ValidateNamespace;
 use validate_pod::ValidatePod;
 use validate_policy::ValidatePolicy;
@@ -47,6 +50,8 @@ pub struct Webhooks {
     policy_configmap: PolicyConfigMap,
     checkpoints: Option<Arc<CheckpointCaches>>,
     workloads: Option<Arc<WorkloadOwners>>,
+    /// The GpuPolicyExceptions; `None` with `--no-kube` (no exception applies).
+    exceptions: Option<Arc<ExceptionCache>>,
     access: Arc<AccessReviews>,
     /// GPU quota usage; `None` with `--no-kube`.
     quota: Option<Arc<QuotaUsage>>,
@@ -83,6 +88,7 @@ impl Webhooks {
             policy_configmap,
             checkpoints: None,
             workloads: None,
+            exceptions: None,
             access: Arc::new(AccessReviews::new(None)),
             quota: None,
             body_budget: BudgetLimits::default(),
@@ -160,6 +166,12 @@ impl Webhooks {
         self
     }
 
+    /// With the GpuPolicyException watch (started only with a cluster).
+    pub(crate) fn with_exceptions(mut self, client: Option<kube::Client>) -> Self {
+        self.exceptions = client.map(|c| Arc::new(ExceptionCache::start(c)));
+        self
+    }
+
     /// The readiness of these webhooks' caches, with the listener and certificate flags unset.
     pub fn readiness(&self) -> Readiness {
         Readiness::new(
@@ -187,6 +199,7 @@ impl Webhooks {
             cluster: self.cluster.clone(),
             policy: self.policy.clone(),
             workloads: self.workloads.clone(),
+            exceptions: self.exceptions.clone(),
             answers: Default::default(),
             metrics: self.metrics.clone(),
             access: self.access.clone(),
@@ -206,7 +219,15 @@ impl Webhooks {
             metrics: self.metrics.clone(),
             access: self.access.clone(),
         };
+        let exception = ValidateException {
+            cluster: self.cluster.clone(),
+            policy: self.policy.clone(),
+            metrics: self.metrics.clone(),
+            access: self.access.clone(),
+        };
         let validate = ValidatePod {
+            exceptions: self.exceptions,
+            workloads: self.workloads.clone(),
             quota: self.quota,
             access: self.access.clone(),
             cluster: self.cluster,
@@ -243,6 +264,10 @@ impl Webhooks {
             .route(
                 "/validate-namespace",
                 post(handle::<ValidateNamespace>).with_state(Arc::new(namespace)),
+            )
+            .route(
+                "/validate-exception",
+                post(handle::<ValidateException>).with_state(Arc::new(exception)),
             )
             .route(
                 "/validate-policy",

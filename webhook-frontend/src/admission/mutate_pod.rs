@@ -42,6 +42,8 @@ pub(crate) struct MutatePod {
     pub(crate) access: Arc<AccessReviews>,
     /// Jobs and ReplicaSets, to resolve a Pod's workload; `None` with `--no-kube` (first hop only).
     pub(crate) workloads: Option<Arc<WorkloadOwners>>,
+    /// The GpuPolicyExceptions; `None` with `--no-kube` (no exception applies).
+    pub(crate) exceptions: Option<Arc<crate::cluster::exceptions::ExceptionCache>>,
     /// The scorer's answers for earlier Pods of a workload (see [`WorkloadAnswers`]).
     pub(crate) answers: WorkloadAnswers,
     pub(crate) metrics: Arc<Metrics>,
@@ -271,6 +273,28 @@ impl mutate_pod::MutatePorts for Ports<'_> {
 
     fn now(&self) -> OffsetDateTime {
         OffsetDateTime::now_utc()
+    }
+
+    fn exceptions(&self, namespace: &str) -> Vec<gpu_admission_core::exception::Exception> {
+        self.hook
+            .exceptions
+            .as_ref()
+            .map_or_else(Vec::new, |c| c.of_namespace(namespace))
+    }
+
+    async fn owner_chain(
+        &self,
+        pod: &Pod,
+        name: &str,
+    ) -> Vec<gpu_admission_core::exception::Owner> {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+        crate::cluster::exceptions::owner_chain(
+            self.hook.workloads.as_deref(),
+            ("v1", "Pod", name),
+            &pod.metadata,
+            namespace,
+        )
+        .await
     }
 
     fn instance(&self) -> &Instance {

@@ -17,6 +17,10 @@ use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
 
 use crate::cluster::access::AccessReviews;
+use crate::cluster::exceptions::{self, ExceptionCache};
+use crate::cluster::workloads::WorkloadOwners;
+use gpu_admission_core::exception::{Exception, Owner};
+use time::OffsetDateTime;
 
 use super::pipeline::{Body, Call, Reply, Webhook, not_validated, operation_label};
 use crate::cluster::ClusterFacts;
@@ -32,6 +36,10 @@ pub(crate) struct ValidatePod {
     pub(crate) metrics: Arc<Metrics>,
     /// GPU quota usage; `None` with `--no-kube` (no quota is held then).
     pub(crate) quota: Option<Arc<QuotaUsage>>,
+    /// The GpuPolicyExceptions; `None` with `--no-kube` (no exception applies).
+    pub(crate) exceptions: Option<Arc<ExceptionCache>>,
+    /// Jobs and ReplicaSets, the second hop of an owner chain; `None` with `--no-kube`.
+    pub(crate) workloads: Option<Arc<WorkloadOwners>>,
 }
 
 impl Webhook for ValidatePod {
@@ -82,6 +90,10 @@ impl ValidatePod {
             Check::Allowed(Allowance::Exempt) => {
                 tracing::info!(uid, user = ?req.user_info.username, kind = %review::gvk_text(&req.kind), "validate-pod: a request outside its tier allowed (RBAC: exempt)");
             }
+            Check::Allowed(Allowance::Excepted(e)) => {
+                self.metrics.record_excepted(&e.namespace, &e.name, "tier");
+                tracing::info!(uid, user = ?req.user_info.username, kind = %review::gvk_text(&req.kind), name = req.name, exception_namespace = e.namespace, exception = e.name, "validate-pod: a request outside its tier allowed by a GpuPolicyException");
+            }
             Check::Violations {
                 tier,
                 object,
@@ -98,6 +110,16 @@ impl ValidatePod {
         let Some(step) = &validated.quota else {
             return;
         };
+        if let QuotaStep::Excepted(e) = step {
+            self.metrics.record_excepted(&e.namespace, &e.name, "quota");
+            tracing::info!(
+                uid,
+                name = req.name,
+                exception_namespace = e.namespace,
+                exception = e.name,
+                "validate-pod: not held to the GPU quota (a GpuPolicyException relaxes it)"
+            );
+        }
         if let QuotaStep::Decided {
             tier,
             namespace,
@@ -132,6 +154,36 @@ impl ValidatePorts for Ports<'_> {
 
     fn holds_quotas(&self) -> bool {
         self.hook.quota.is_some()
+    }
+
+    fn exceptions(&self, namespace: &str) -> Vec<Exception> {
+        self.hook
+            .exceptions
+            .as_ref()
+            .map_or_else(Vec::new, |c| c.of_namespace(namespace))
+    }
+
+    async fn owner_chain(&self, req: &AdmissionRequest<DynamicObject>) -> Vec<Owner> {
+        let (Some(object), Some(namespace)) = (&req.object, req.namespace.as_deref()) else {
+            return Vec::new();
+        };
+        let api_version = match req.kind.group.as_str() {
+            "" => req.kind.version.clone(),
+            g => format!("{g}/{}", req.kind.version),
+        };
+        let name = object.metadata.name.as_deref().unwrap_or(&req.name);
+        let what = (api_version.as_str(), req.kind.kind.as_str(), name);
+        exceptions::owner_chain(
+            self.hook.workloads.as_deref(),
+            what,
+            &object.metadata,
+            namespace,
+        )
+        .await
+    }
+
+    fn now(&self) -> OffsetDateTime {
+        OffsetDateTime::now_utc()
     }
 
     fn pods_served_by(

@@ -4,6 +4,7 @@
 pub(crate) mod access;
 pub(crate) mod checkpoints;
 pub(crate) mod dra;
+pub(crate) mod exceptions;
 pub(crate) mod kube_cache;
 pub(crate) mod namespace_tiers;
 pub(crate) mod ns_locks;

@@ -5,6 +5,7 @@
 //! process) and the property tests (a given outcome) all run the same steps; core stays free of I/O and of
 //! any async runtime.
 
+use std::collections::BTreeSet;
 use std::future::Future;
 
 use gpu_admission_proto::scorer::v1::{ScoreRequest, ScoreResponse};
@@ -17,6 +18,7 @@ use super::{
     Capped, Decision, Outcome, ScorerOutcome, ScorerResult, Scoring, bound_only, cap_priority,
     decide, plan,
 };
+use crate::exception::Rule;
 use crate::facts::Facts;
 use crate::ns_lock::{self, Instance, NsLock, WhoScores};
 use crate::policy::PolicySnapshot;
@@ -87,6 +89,27 @@ pub trait MutatePorts {
     /// and holds the `max`.
     fn quota_usage(&self, _namespace: &str) -> Option<Usage> {
         None
+    }
+
+    /// The `GpuPolicyException`s of `namespace` (live or not: expiry is the decision's); none by default.
+    fn exceptions(&self, _namespace: &str) -> Vec<crate::exception::Exception> {
+        Vec::new()
+    }
+
+    /// The Pod's owner chain ([`crate::exception::chain`]), its owner's controller read where the port can
+    /// ([`crate::exception::chain_query`]); by default only what the Pod says.
+    fn owner_chain(
+        &self,
+        pod: &Pod,
+        name: &str,
+    ) -> impl Future<Output = Vec<crate::exception::Owner>> {
+        std::future::ready(crate::exception::chain(
+            "v1",
+            "Pod",
+            name,
+            &pod.metadata,
+            None,
+        ))
     }
 
     /// Runs the last step, the patch built from the outcome (the frontend times it as a span of its own).
@@ -271,6 +294,31 @@ fn quota_step<P: MutatePorts>(
     Some(decision)
 }
 
+/// The rules (classes, priority cap) the live exceptions covering a Pod CREATE relax, when any does.
+async fn excepted<P: MutatePorts>(
+    req: &AdmissionRequest<Pod>,
+    ports: &P,
+) -> Option<BTreeSet<Rule>> {
+    let (pod, namespace) = (req.object.as_ref()?, req.namespace.as_deref()?);
+    if req.operation != kube_core::admission::Operation::Create {
+        return None;
+    }
+    let all = ports.exceptions(namespace);
+    let now = ports.now();
+    if !all.iter().any(|e| e.live(now)) {
+        return None;
+    }
+    let name = pod.metadata.name.as_deref().unwrap_or(&req.name);
+    let chain = ports.owner_chain(pod, name).await;
+    let relaxed = [Rule::Classes, Rule::PriorityCap];
+    let rules: BTreeSet<Rule> = crate::exception::covering(&chain, &all, namespace, now, &relaxed)
+        .iter()
+        .flat_map(|e| e.spec.rules.iter().copied())
+        .filter(|r| relaxed.contains(r))
+        .collect();
+    (!rules.is_empty()).then_some(rules)
+}
+
 /// The steps up to the decision (see [`admit`]).
 async fn admitted<'a, P: MutatePorts>(
     uid: &str,
@@ -288,7 +336,16 @@ async fn admitted<'a, P: MutatePorts>(
     if who == WhoScores::NotOurs {
         return Admitted::Skipped(Skip::NotOurNamespace);
     }
+    let excepted = excepted(req, ports).await;
+    if excepted
+        .as_ref()
+        .is_some_and(|rules| rules.contains(&Rule::PriorityCap))
+    {
+        // Its own PriorityClass stands; and its class constraints, which mutation adds to.
+        return Admitted::Skipped(Skip::Excepted);
+    }
     let mut scoring = match ports.with_facts(|facts| plan(uid, req, facts, policy)) {
+        Ok(_) if excepted.is_some() => return Admitted::Skipped(Skip::Excepted),
         Ok(scoring) => scoring,
         Err(skip) => {
             return match ports.with_facts(|facts| cap_priority(req, facts, policy)) {

@@ -37,6 +37,9 @@ pub enum Skip {
     AlreadyDecided,
     /// A restricted instance, and the namespace is not one of its own.
     NotOurNamespace,
+    /// A live `GpuPolicyException` covers the Pod for the classes or the priority cap: its own constraints
+    /// stand, and `/validate-pod` holds it to the tier as the exception relaxes it.
+    Excepted,
 }
 
 impl Skip {
@@ -52,6 +55,7 @@ impl Skip {
             Skip::NoTier => "namespace has no tier label",
             Skip::AlreadyDecided => "already decided",
             Skip::NotOurNamespace => "outside this restricted instance's namespaces",
+            Skip::Excepted => "covered by a GpuPolicyException (held by /validate-pod)",
         }
     }
 }

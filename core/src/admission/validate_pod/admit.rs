@@ -12,14 +12,16 @@ use k8s_openapi::api::core::v1::Pod;
 use kube_core::DynamicObject;
 use kube_core::admission::AdmissionRequest;
 
-use super::{Check, decide};
+use super::{Allowance, Check, check_excepted, decide};
 use crate::admission::ValidationOutcome;
 use crate::authority::{Grants, Permission};
+use crate::exception::{self, Exception, ExceptionRef, Owner, Rule};
 use crate::facts::Facts;
 use crate::policy::{PolicySnapshot, TierScope};
 use crate::quota::{self, Decision, QuotaViolation, Usage};
 use crate::review::Verdict;
 use gpu_admission_policy::EnforcementMode;
+use time::OffsetDateTime;
 
 /// What a reservation attempt does with the decision taken over the usage it was offered.
 #[derive(Debug)]
@@ -64,6 +66,23 @@ pub trait ValidatePorts: Sync {
         false
     }
 
+    /// The `GpuPolicyException`s of `namespace` (live or not: expiry is the decision's); none by default.
+    fn exceptions(&self, _namespace: &str) -> Vec<Exception> {
+        Vec::new()
+    }
+
+    /// The owner chain of the request's object ([`exception::request_chain`]), the owner's own controller
+    /// read where the port can ([`exception::request_query`]); by default only what the object says.
+    fn owner_chain(
+        &self,
+        req: &AdmissionRequest<DynamicObject>,
+    ) -> impl Future<Output = Vec<Owner>> {
+        std::future::ready(exception::request_chain(req, None))
+    }
+
+    /// What an exception's expiry is compared with.
+    fn now(&self) -> OffsetDateTime;
+
     /// The stored Pods of `namespace` that the ResourceClaim `claim` serves ([`quota::held::HeldPods::served_by`]),
     /// slimmed to what counting reads; none where no usage is counted.
     fn pods_served_by(&self, _namespace: &str, _claim: &quota::ClaimRef) -> Vec<Pod> {
@@ -90,6 +109,8 @@ pub enum QuotaStep {
     NeverFits { tier: String, message: String },
     /// The usage is not counted yet: denied in Enforce.
     NotCountedYet,
+    /// Not held to the quota: a live exception covering the Pod relaxes it (`Quota`).
+    Excepted(ExceptionRef),
     /// The quota could not be decided (the reservation failed): denied in Enforce, a warning otherwise.
     Undecided { tier: String, message: String },
     /// Decided against the usage; `answered` when the decision is a violation the mode answers.
@@ -116,7 +137,7 @@ impl QuotaStep {
                 answered: Some((why, message)),
                 ..
             } => Some((tier, *why, message)),
-            QuotaStep::NotCountedYet | QuotaStep::Decided { .. } => None,
+            QuotaStep::NotCountedYet | QuotaStep::Excepted(_) | QuotaStep::Decided { .. } => None,
         }
     }
 }
@@ -178,6 +199,16 @@ pub async fn admit<P: ValidatePorts>(
         }
     }
     let (mut check, mut verdict) = ports.with_facts(&Grants::none(), |f| decide(req, policy, f));
+    if let Check::Violations { .. } = &check {
+        for e in covering(req, ports, &[Rule::Classes, Rule::PriorityCap]).await {
+            let excepted =
+                ports.with_facts(&Grants::none(), |f| check_excepted(req, policy, f, &e));
+            if let Check::Allowed(Allowance::Excepted(_)) = &excepted {
+                (check, verdict) = (excepted, Verdict::default());
+                break;
+            }
+        }
+    }
     if let Check::Violations { .. } = &check
         && let Some(exempt) = ports.with_facts(&Grants::none(), |f| exemption(req, policy, f))
     {
@@ -185,7 +216,10 @@ pub async fn admit<P: ValidatePorts>(
         (check, verdict) = ports.with_facts(&grants, |f| decide(req, policy, f));
     }
     let quota = if verdict.denied.is_none() && ports.holds_quotas() {
-        quota_step(req, policy, ports, &mut verdict).await
+        match quota_excepted(req, policy, ports).await {
+            Some(e) => Some(QuotaStep::Excepted(e)),
+            None => quota_step(req, policy, ports, &mut verdict).await,
+        }
     } else {
         None
     };
@@ -196,7 +230,45 @@ pub async fn admit<P: ValidatePorts>(
     }
 }
 
-/// A GPU claim with `adminAccess: true` by a requester without `use adminaccess`: denied, whatever the mode.
+/// The live exceptions of the request's namespace covering its object for one of `rules`, by name; the owner
+/// chain is read only when the namespace has exceptions at all.
+async fn covering<P: ValidatePorts>(
+    req: &AdmissionRequest<DynamicObject>,
+    ports: &P,
+    rules: &[Rule],
+) -> Vec<Exception> {
+    let Some(namespace) = req.namespace.as_deref() else {
+        return Vec::new();
+    };
+    let all = ports.exceptions(namespace);
+    let now = ports.now();
+    if !all.iter().any(|e| e.live(now)) {
+        return Vec::new();
+    }
+    let chain = ports.owner_chain(req).await;
+    exception::covering(&chain, &all, namespace, now, rules)
+        .into_iter()
+        .cloned()
+        .collect()
+}
+
+/// The exception that relaxes the quota of a GPU Pod CREATE, if one covers it.
+async fn quota_excepted<P: ValidatePorts>(
+    req: &AdmissionRequest<DynamicObject>,
+    policy: &PolicySnapshot,
+    ports: &P,
+) -> Option<ExceptionRef> {
+    let quotas = policy.policy.as_deref().is_some_and(|p| p.quotas.any());
+    if !quotas || req.operation != kube_core::admission::Operation::Create {
+        return None;
+    }
+    let e = covering(req, ports, &[Rule::Quota])
+        .await
+        .into_iter()
+        .next()?;
+    Some(e.id)
+}
+
 /// A Pod UPDATE that changes which instance decided the Pod (`decided-by`): instances write it at CREATE only,
 /// and the observer routes and learns a run by it, so no UPDATE may change it, add it or remove it, in every
 /// mode (as the tier label). Its forgery at CREATE is the mutation's to undo (`crate::ns_lock::take_over`).
@@ -241,6 +313,7 @@ fn record_rewritten(req: &AdmissionRequest<DynamicObject>) -> Option<Validated> 
     })
 }
 
+/// A GPU claim with `adminAccess: true` by a requester without `use adminaccess`: denied, whatever the mode.
 fn admin_access_denied(req: &AdmissionRequest<DynamicObject>, grants: &Grants) -> Validated {
     let p = Permission::AdminAccess;
     let user = req

@@ -12,6 +12,7 @@ use kube_core::admission::{AdmissionRequest, Operation};
 
 pub use super::violation::{Reason, Violation, Where};
 use crate::admission::validate_claim;
+use crate::exception::{Exception, ExceptionRef};
 use crate::facts::Facts;
 use crate::placement;
 use crate::pod::features;
@@ -42,7 +43,7 @@ pub enum Check {
 }
 
 /// Why an object held to a tier is allowed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Allowance {
     /// Within the tier's classes and priority cap.
     WithinTier,
@@ -50,14 +51,25 @@ pub enum Allowance {
     Exempt,
     /// An UPDATE that adds no violation to those the object already had.
     PredatesUpdate,
+    /// Outside the tier, within it as this live `GpuPolicyException` of its namespace relaxes it.
+    Excepted(ExceptionRef),
 }
 
 impl Allowance {
-    pub fn as_str(self) -> &'static str {
+    pub fn as_str(&self) -> &'static str {
         match self {
             Allowance::WithinTier => "within the tier",
             Allowance::Exempt => "exempt from the tier (RBAC: exempt tiers/<tier>)",
             Allowance::PredatesUpdate => "violations predate the update",
+            Allowance::Excepted(_) => "allowed by a GpuPolicyException",
+        }
+    }
+
+    /// [`Self::as_str`], naming the exception when one allowed it.
+    pub fn describe(&self) -> String {
+        match self {
+            Allowance::Excepted(e) => format!("allowed by {e}"),
+            other => other.as_str().to_string(),
         }
     }
 }
@@ -76,6 +88,35 @@ pub fn check(
     policy: &PolicySnapshot,
     facts: &Facts<'_>,
     pcs: &dyn PriorityClassLookup,
+) -> Check {
+    check_with(req, policy, facts, pcs, None)
+}
+
+/// [`check`] against the tier as `exception` relaxes it ([`Exception::widen`]); what it then allows is
+/// [`Allowance::Excepted`]. The exception must cover the object: the caller's [`crate::exception::covering`].
+pub fn check_excepted(
+    req: &AdmissionRequest<DynamicObject>,
+    policy: &PolicySnapshot,
+    facts: &Facts<'_>,
+    exception: &Exception,
+) -> Check {
+    let pcs = policy
+        .known_priority_classes(facts.priority_classes)
+        .unwrap_or(&NoPriorityClasses);
+    match check_with(req, policy, facts, pcs, Some(exception)) {
+        Check::Allowed(Allowance::WithinTier | Allowance::PredatesUpdate) => {
+            Check::Allowed(Allowance::Excepted(exception.id.clone()))
+        }
+        other => other,
+    }
+}
+
+fn check_with(
+    req: &AdmissionRequest<DynamicObject>,
+    policy: &PolicySnapshot,
+    facts: &Facts<'_>,
+    pcs: &dyn PriorityClassLookup,
+    exception: Option<&Exception>,
 ) -> Check {
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return Check::NotOurs("not a CREATE or UPDATE");
@@ -99,9 +140,12 @@ pub fn check(
         TierScope::Ignored(_) => return Check::NotOurs("namespace has no tier label"),
         TierScope::Denied(why) => return untiered(req, object, namespace, why, (policy, facts)),
     };
-    let Some(rules) = policy.tier_rules(&tier, namespace) else {
+    let Some(mut rules) = policy.tier_rules(&tier, namespace) else {
         return Check::NotOurs("the policy is not known yet");
     };
+    if let Some(e) = exception {
+        e.widen(&mut rules, policy);
+    }
     let pod = is_pod(req);
     let claim = validate_claim::claim_kind(req);
     let at = Where {
