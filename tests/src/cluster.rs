@@ -477,6 +477,15 @@ impl CaseTable {
     }
 }
 
+/// The shipped policy (`deploy/kustomize/base/policy/default-policy.yaml`) with `mode: Enforce`.
+pub fn shipped_policy_in_enforce() -> anyhow::Result<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/kustomize/base/policy/default-policy.yaml");
+    let text = std::fs::read_to_string(&path)?;
+    anyhow::ensure!(text.contains("  mode: Warn"), "the shipped mode moved");
+    Ok(text.replace("  mode: Warn", "  mode: Enforce"))
+}
+
 /// A shipped webhook registration (`deploy/kustomize/base/webhook/FILE`) named `name`, only the webhooks named
 /// in `keep`, each pointed at `webhook` (`clientConfig.service` → `url` + `caBundle`, timeout 10 s).
 pub fn shipped_registration(

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use gpu_admission_testkit::hostile::{AttackCounts, attacker};
 use gpu_admission_testkit::procfs::peak_rss_kib;
-use gpu_admission_tests::cluster::LocalCluster;
+use gpu_admission_tests::cluster::{LocalCluster, shipped_policy_in_enforce};
 use gpu_admission_tests::{Scorer, Webhook};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -152,18 +152,8 @@ async fn another_tenants_attacks_never_make_gold_pods_fail_open_or_denied() {
     let client = cluster.client();
     let kc = cluster.kubeconfig();
     let dir = tempfile::tempdir().unwrap();
-    let text = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../deploy/kustomize/base/policy/default-policy.yaml"),
-    )
-    .unwrap();
-    assert!(text.contains("  mode: Warn"));
     let policy_file = dir.path().join("policy.yaml");
-    std::fs::write(
-        &policy_file,
-        text.replace("  mode: Warn", "  mode: Enforce"),
-    )
-    .unwrap();
+    std::fs::write(&policy_file, shipped_policy_in_enforce().unwrap()).unwrap();
     cluster.create_namespace(GOLD, Some("gold")).await.unwrap();
     cluster
         .create_namespace(BRONZE, Some("bronze"))

@@ -5,11 +5,11 @@
 //! one exclusion mechanism the registrations ship, extended as an admin would with a patch), and a plain
 //! tenant whose clients create the Pods.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Context;
 use gpu_admission_core::policy::PolicySnapshot;
-use gpu_admission_tests::cluster::{LocalCluster, shipped_registration};
+use gpu_admission_tests::cluster::{LocalCluster, shipped_policy_in_enforce, shipped_registration};
 use gpu_admission_tests::{Scorer, Webhook};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -38,14 +38,6 @@ impl Installed {
             ("scorer".into(), self.scorer.process.pid()),
         ]
     }
-}
-
-fn shipped_policy_in_enforce() -> anyhow::Result<String> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../deploy/kustomize/base/policy/default-policy.yaml");
-    let text = std::fs::read_to_string(&path)?;
-    anyhow::ensure!(text.contains("  mode: Warn"), "the shipped mode moved");
-    Ok(text.replace("  mode: Warn", "  mode: Enforce"))
 }
 
 /// Starts scorer and frontend against `cluster`, creates the PriorityClasses and the tenant, and registers the
