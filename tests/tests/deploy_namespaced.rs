@@ -14,6 +14,7 @@ mod support;
 use std::collections::BTreeSet;
 use std::process::Command;
 
+use clap::CommandFactory;
 use serde_json::Value;
 use support::{arr_at, str_at, strings_at};
 
@@ -29,14 +30,12 @@ fn args(m: &support::Rendered, deployment: &str, container: &str) -> Vec<String>
 }
 
 /// The long flags a binary's `--help` lists.
-fn flags_of(binary: &std::path::Path) -> BTreeSet<String> {
-    let help = support::run(Command::new(binary).arg("--help")).expect("--help");
-    help.split(|c: char| c.is_whitespace() || c == ',' || c == '[' || c == '|' || c == '<')
-        .filter(|w| w.starts_with("--") && w.len() > 2)
-        .map(|w| {
-            w.trim_end_matches(|c: char| !c.is_alphanumeric())
-                .to_string()
-        })
+/// Every long flag of a service, hidden ones too (a Deployment may set a knob `--help` does not show), from
+/// its clap definition.
+fn flags_of(command: clap::Command) -> BTreeSet<String> {
+    gpu_admission_flags::long_flags(&command)
+        .into_iter()
+        .map(|(flag, _)| flag)
         .collect()
 }
 
@@ -166,17 +165,33 @@ fn the_namespaced_overlay_is_namespaced_but_its_registration() {
     ] {
         assert!(webhook.contains(&want), "{want} not in {webhook:?}");
     }
+    // Only the apiserver reaches it, as the cluster-wide frontend: the client CA from its ConfigMap.
+    let pod = &m.get("Deployment", "gpu-admission-webhook")["spec"]["template"]["spec"];
+    let env = &pod["containers"][0]["env"];
+    assert!(
+        arr_at(env, "")
+            .iter()
+            .any(|e| e["name"] == "WEBHOOK_CLIENT_CA_FILE"
+                && e["value"] == "/etc/gpu-admission/webhook-client-ca/ca.crt"),
+        "the team frontend requires the apiserver's client certificate: {env}"
+    );
+    assert!(
+        arr_at(&pod["volumes"], "")
+            .iter()
+            .any(|v| v["configMap"]["name"] == "gpu-admission-webhook-client-ca"),
+        "the client CA is mounted from its ConfigMap"
+    );
     let flags = |a: &[String]| -> Vec<String> {
         a.iter()
             .filter(|a| a.starts_with("--"))
             .map(|a| a.split('=').next().unwrap().to_string())
             .collect()
     };
-    let webhook_flags = flags_of(gpu_admission_tests::binaries::webhook());
+    let webhook_flags = flags_of(webhook_frontend::config::Args::command());
     for f in flags(&webhook) {
         assert!(webhook_flags.contains(&f), "webhook-frontend has no {f}");
     }
-    let scorer_flags = flags_of(gpu_admission_tests::binaries::scorer());
+    let scorer_flags = flags_of(scorer::cli::Cli::command());
     for f in flags(&args(&m, "gpu-admission-scorer", "scorer")) {
         assert!(scorer_flags.contains(&f), "scorer has no {f}");
     }
