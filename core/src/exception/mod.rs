@@ -271,6 +271,50 @@ pub fn covering<'e>(
     found
 }
 
+/// The identity of kube-controller-manager when it runs without a ServiceAccount per controller.
+pub const CONTROLLER_MANAGER: &str = "system:kube-controller-manager";
+
+/// Whether `creator` is the controller that creates the objects an owner of kind `owner` controls
+/// (kube-controller-manager, or that controller's ServiceAccount in `kube-system`).
+fn creates_for(creator: &str, owner: Kind) -> bool {
+    let account = match owner {
+        Kind::ReplicaSet => "replicaset-controller",
+        Kind::Deployment => "deployment-controller",
+        Kind::StatefulSet => "statefulset-controller",
+        Kind::DaemonSet => "daemon-set-controller",
+        Kind::Job => "job-controller",
+        Kind::CronJob => "cronjob-controller",
+        Kind::Pod => return false,
+    };
+    creator == CONTROLLER_MANAGER
+        || creator
+            .strip_prefix("system:serviceaccount:kube-system:")
+            .is_some_and(|a| a == account)
+}
+
+/// An owner chain (of the object whose metadata is `meta`) as its creator can vouch for it: an object's
+/// owner references are written by whoever creates it, so they count only when `creator` is the controller
+/// of the first owner's kind (a ReplicaSet's Pods created by the ReplicaSet controller, a Deployment's
+/// ReplicaSets by the Deployment controller). From anyone else (a tenant writing `ownerReferences` on a bare
+/// Pod to ride a Deployment's exception) the chain is the object alone. The next hop is as trustworthy as the
+/// owner's own creation, which was checked the same way when it was admitted.
+pub fn as_created_by(
+    mut chain: Vec<Owner>,
+    meta: &ObjectMeta,
+    creator: Option<&str>,
+) -> Vec<Owner> {
+    let Some(first) = controller(meta).and_then(Owner::of_ref) else {
+        return chain;
+    };
+    if creator.is_some_and(|c| creates_for(c, first.kind)) {
+        return chain;
+    }
+    if let Some(i) = chain.iter().position(|o| *o == first) {
+        chain.truncate(i);
+    }
+    chain
+}
+
 /// The controlling owner reference: the one marked `controller`, else the only one.
 fn controller(meta: &ObjectMeta) -> Option<&OwnerReference> {
     let refs = meta.owner_references.as_deref().unwrap_or(&[]);

@@ -432,3 +432,29 @@ fn quota_exception_leaves_the_pod_out_of_the_quota_step_only() {
     );
     let _ = EnforcementMode::Enforce;
 }
+
+/// Owner references are written by an object's creator: they make the owner chain only when the creator is
+/// the controller of the first owner's kind. A tenant's bare Pod naming the covered ReplicaSet is the Pod
+/// alone; the ReplicaSet controller's (by its ServiceAccount or as kube-controller-manager) is covered.
+#[test]
+fn owner_references_count_only_from_the_owners_controller() {
+    let req = pod_request("batch", None);
+    let chain = request_chain(&req, Some(&deployment_of_rs("train")));
+    assert_eq!(chain.len(), 3);
+    for (creator, kept) in [
+        (
+            Some("system:serviceaccount:kube-system:replicaset-controller"),
+            3,
+        ),
+        (Some(super::CONTROLLER_MANAGER), 3),
+        (Some("system:serviceaccount:kube-system:job-controller"), 1),
+        (Some("system:serviceaccount:batch:replicaset-controller"), 1),
+        (Some("alice"), 1),
+        (None, 1),
+    ] {
+        let meta = &req.object.as_ref().unwrap().metadata;
+        let vouched = super::as_created_by(chain.clone(), meta, creator);
+        assert_eq!(vouched.len(), kept, "{creator:?}");
+        assert_eq!(vouched[0].kind, Kind::Pod);
+    }
+}

@@ -309,7 +309,11 @@ async fn excepted<P: MutatePorts>(
         return None;
     }
     let name = pod.metadata.name.as_deref().unwrap_or(&req.name);
-    let chain = ports.owner_chain(pod, name).await;
+    let chain = crate::exception::as_created_by(
+        ports.owner_chain(pod, name).await,
+        &pod.metadata,
+        req.user_info.username.as_deref(),
+    );
     let relaxed = [Rule::Classes, Rule::PriorityCap];
     let rules: BTreeSet<Rule> = crate::exception::covering(&chain, &all, namespace, now, &relaxed)
         .iter()

@@ -245,7 +245,14 @@ async fn covering<P: ValidatePorts>(
     if !all.iter().any(|e| e.live(now)) {
         return Vec::new();
     }
-    let chain = ports.owner_chain(req).await;
+    let Some(object) = req.object.as_ref() else {
+        return Vec::new();
+    };
+    let chain = exception::as_created_by(
+        ports.owner_chain(req).await,
+        &object.metadata,
+        req.user_info.username.as_deref(),
+    );
     exception::covering(&chain, &all, namespace, now, rules)
         .into_iter()
         .cloned()
