@@ -1,5 +1,5 @@
 //! Real-cluster tier for checkpoint restore: a real kube-apiserver + etcd calls the real frontend's
-//! `/mutate-pod` and `/mutate-pod-checkpoint` (both entries of the shipped MutatingWebhookConfiguration,
+//! `/mutate-pod` and `/mutate-pod-checkpoint` (entries of the shipped MutatingWebhookConfiguration, with `/mutate-claim`,
 //! registered by URL with the frontend's CA bundle), and the STORED Pods are read back.
 //!
 //! The control plane runs no controllers here: the test plays them, creating Jobs (and suspended batch/v1
@@ -281,7 +281,8 @@ async fn checkpoint_restore_against_a_real_apiserver() {
         .iter()
         .find(|h| h.name == CKPT_HOOK)
         .expect("the shipped configuration has the checkpoint-restore entry");
-    assert_eq!(hooks.len(), 2);
+    // The shipped entries: /mutate-pod, /mutate-claim and this one.
+    assert_eq!(hooks.len(), 3);
     assert_eq!(
         serde_json::to_value(&ckpt_hook.object_selector).unwrap(),
         json!({"matchExpressions": [{"key": "job-name", "operator": "Exists"}]})
