@@ -416,13 +416,15 @@ fn pod_cases() -> Vec<(&'static str, &'static str, Value, Expect)> {
             ),
             (true, true, false),
         ),
-        // DRA claims and templates reach /validate-pod (claims.validate.gpu-admission.io).
+        // DRA claims and templates reach /validate-pod (claims.validate.gpu-admission.io), after /mutate-claim
+        // (claims.gpu-admission.io, not counted here) has added the tier's product selector: NVIDIA's
+        // quickstart claim is admitted in bronze, held to L4.
         (
             "bronze ResourceClaim on gpu.nvidia.com, no selector (Enforce)",
             BRONZE,
             json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "any-gpu"},
                 "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}),
-            (false, true, false),
+            (false, true, true),
         ),
         (
             "bronze ResourceClaimTemplate on l4-24gb.gpu-admission.io",
