@@ -11,7 +11,6 @@ pub mod diff;
 pub mod engine;
 pub mod evaluate;
 pub mod floor;
-pub mod kueue;
 pub mod load;
 pub mod policy;
 pub mod quota;

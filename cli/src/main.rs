@@ -361,7 +361,7 @@ fn main() -> ExitCode {
         } => print_yaml(
             source
                 .load()
-                .map(|p| gpu_admission_policy::device_classes::render_yaml(&p)),
+                .and_then(|p| Ok(gpu_admission_core::render::device_classes::render_yaml(&p)?)),
         ),
         Command::Floor {
             command:
@@ -384,7 +384,7 @@ fn main() -> ExitCode {
         } => print_yaml(
             source
                 .load()
-                .and_then(|p| gpu_admission_cli::kueue::export_yaml(&p)),
+                .and_then(|p| Ok(gpu_admission_core::render::kueue::export_yaml(&p)?)),
         ),
         Command::Policy { command } => match command {
             PolicyCommand::Validate { policy, policy_key } => {

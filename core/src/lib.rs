@@ -12,14 +12,16 @@
 //! - [`policy`], [`priority_class`]: the policy as the webhooks view it, the tier rules, and the
 //!   PriorityClass facts decisions look up;
 //! - [`authority`]: the powers over the tier rules, as Kubernetes RBAC grants them (SubjectAccessReview);
-//! - [`admission`]: one module per webhook, each with its decision function.
+//! - [`admission`]: one module per webhook, each with its decision function;
+//! - [`quota`]: GPU quotas counted on what namespaces hold;
+//! - [`render`]: every object generated from the policy (the apiserver's floor, the catalog's DeviceClasses,
+//!   the Kueue objects).
 
 pub mod admission;
 pub mod authority;
 pub mod dra;
 pub mod exception;
 pub mod facts;
-pub mod floor;
 pub mod names;
 pub mod ns_lock;
 pub mod placement;
@@ -27,6 +29,7 @@ pub mod pod;
 pub mod policy;
 pub mod priority_class;
 pub mod quota;
+pub mod render;
 pub mod review;
 pub mod tier_bound;
 pub mod workload;

@@ -2,7 +2,7 @@
 //! ConfigMap from the apiserver (not a mounted volume, whose updates lag by up to a minute) every
 //! `--floor-interval-secs`, validates it with the policy crate as the scorer and the frontend do, lists the
 //! cluster's DeviceClasses (none when the apiserver serves no `resource.k8s.io/v1`), and writes core's
-//! [`gpu_admission_core::floor::params_with_device_classes`] into the parameter ConfigMap when they differ
+//! [`gpu_admission_core::render::floor::params_with_device_classes`] into the parameter ConfigMap when they differ
 //! (the class-backed extended resources that are GPUs, and per tier those outside it), creating it
 //! when it is missing (a missing parameter object denies GPU Pods in the apiserver). A policy that does not
 //! validate changes nothing: the floor keeps the last good parameters, as the services keep their last good
@@ -64,7 +64,7 @@ pub fn policy_text<'c>(cm: &'c ConfigMap, key: &str) -> Option<&'c str> {
 }
 
 /// What the parameters must become for a policy text, the cluster's DeviceClasses `classes` and its
-/// GpuPolicyExceptions at `now` (the live ones: [`gpu_admission_core::floor::exception_params`]), given the
+/// GpuPolicyExceptions at `now` (the live ones: [`gpu_admission_core::render::floor::exception_params`]), given the
 /// parameter object's current data.
 pub fn plan(
     policy: Option<&str>,
@@ -80,9 +80,9 @@ pub fn plan(
         Ok(p) => p,
         Err(e) => return Plan::Keep(format!("{source}: {} problems", e.problems.len())),
     };
-    let params =
-        gpu_admission_core::floor::params_with_device_classes(&policy, classes).map(|mut data| {
-            data.extend(gpu_admission_core::floor::exception_params(
+    let params = gpu_admission_core::render::floor::params_with_device_classes(&policy, classes)
+        .map(|mut data| {
+            data.extend(gpu_admission_core::render::floor::exception_params(
                 &policy, exceptions, now,
             ));
             data

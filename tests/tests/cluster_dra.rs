@@ -2,7 +2,7 @@
 //! publishes for kwok's fake Nodes (one Node per class: H100-80GB, A100-80GB and L4-24GB, two GPUs each
 //! with their product name and memory as NVIDIA's DRA driver describes them, and on the H100 Node a MIG
 //! partition as a device of its own), the vendor DeviceClasses `gpu.nvidia.com` / `mig.nvidia.com`, the
-//! catalog's DeviceClasses rendered by `gpu_admission_policy::device_classes` (`<class>.gpu-admission.io`),
+//! catalog's DeviceClasses rendered by `gpu_admission_core::render::device_classes` (`<class>.gpu-admission.io`),
 //! and the real webhook frontend (policy in `Enforce`) mutating Pods and validating claims and templates, as
 //! a plain tenant creates them (the cluster admin may run outside a tier):
 //!
@@ -749,7 +749,7 @@ async fn publish_gpus(
                 "device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == '{kind}'")}}]}}))
         .await;
     }
-    for dc in gpu_admission_policy::device_classes::render(parsed) {
+    for dc in gpu_admission_core::render::device_classes::render(parsed) {
         create_dra(client, None, serde_json::to_value(dc).unwrap()).await;
     }
     for (class, product, memory) in CLASSES {

@@ -326,7 +326,7 @@ async fn kueue_queues_and_gpu_admission_places_and_caps_on_one_control_plane() {
     // The export, applied server-side as an operator would (`gpu-admission kueue export | kubectl apply
     // --server-side -f -`).
     let parsed = gpu_admission_policy::parse(&policy_text, "policy.yaml").unwrap();
-    let yaml = gpu_admission_cli::kueue::export_yaml(&parsed).unwrap();
+    let yaml = gpu_admission_core::render::kueue::export_yaml(&parsed).unwrap();
     let applied = kubectl(
         cluster.kubeconfig(),
         None,
@@ -335,7 +335,7 @@ async fn kueue_queues_and_gpu_admission_places_and_caps_on_one_control_plane() {
         &yaml,
     );
     assert!(applied.ok, "the export applies: {}\n{yaml}", applied.stderr);
-    let queues: Vec<String> = gpu_admission_cli::kueue::export(&parsed)
+    let queues: Vec<String> = gpu_admission_core::render::kueue::export(&parsed)
         .iter()
         .filter(|o| o["kind"] == "ClusterQueue")
         .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())

@@ -1565,7 +1565,7 @@ fn the_floors_device_class_cel_agrees_in_celpy() {
     }))
     .unwrap();
     let label = gpu_admission_core::names::DEFAULT_TIER_LABEL;
-    let objects = gpu_admission_core::floor::render(&policy, label).unwrap();
+    let objects = gpu_admission_core::render::floor::render(&policy, label).unwrap();
     let vap = objects
         .iter()
         .find(|o| {
@@ -1581,9 +1581,11 @@ fn the_floors_device_class_cel_agrees_in_celpy() {
         .find(|v| v["name"] == "outsideClass")
         .map(|v| str_at(v, "/expression").to_string())
         .expect("the outsideClass variable");
-    let params =
-        gpu_admission_core::floor::params_with_device_classes(&policy, std::slice::from_ref(&h100))
-            .unwrap();
+    let params = gpu_admission_core::render::floor::params_with_device_classes(
+        &policy,
+        std::slice::from_ref(&h100),
+    )
+    .unwrap();
     let floor = gpu_admission_cli::floor::Floor::with_device_classes(&policy, &[h100]).unwrap();
 
     let mut pods: Vec<Value> = Vec::new();

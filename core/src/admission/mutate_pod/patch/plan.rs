@@ -94,7 +94,7 @@ impl<'a> Plan<'a> {
             Some(t) => !o.allowed.is_empty() && o.allowed.iter().all(|c| t.allows(c)),
         });
         // A class constraint the placing floor added is not the Pod's choice: ours narrows it (see
-        // `crate::floor::render_placing`), once; decided, the Pod keeps what it then has.
+        // `crate::render::floor::render_placing`), once; decided, the Pod keeps what it then has.
         let floor_only = placed_by_floor(input.pod) && !has_decision_record(input.pod);
         let keep = !floor_only
             && match bound {

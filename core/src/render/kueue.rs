@@ -146,18 +146,14 @@ pub fn export(policy: &Policy) -> Vec<Value> {
 }
 
 /// [`export`] as one YAML stream.
-pub fn export_yaml(policy: &Policy) -> anyhow::Result<String> {
-    let mut out = String::from(
+pub fn export_yaml(policy: &Policy) -> Result<String, serde_yaml::Error> {
+    super::yaml_stream(
         "# Kueue objects for the GPU quotas of this policy (gpu-admission kueue export). A Pod with Kueue's\n\
          # queue-name label is still held to its tier's classes and quotas by gpu-admission's webhooks.\n\
          # The ClusterQueues cover GPUs only: leave CPU and memory out of Kueue's accounting\n\
          # (resources.excludeResourcePrefixes in its configuration), else Jobs asking for them are inadmissible.\n",
-    );
-    for object in export(policy) {
-        out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(&object)?);
-    }
-    Ok(out)
+        &export(policy),
+    )
 }
 
 #[cfg(test)]
