@@ -71,7 +71,7 @@ pub struct OwnerQuery {
     pub uid: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum OwnerKind {
     Job,
     ReplicaSet,

@@ -105,7 +105,7 @@ async fn device_classes(api: &Api<DeviceClass>) -> Result<Vec<DeviceClass>, kube
 
 /// The cluster's GpuPolicyExceptions that read; none while the CRD is not installed (404) or listing it is
 /// forbidden (403), which is logged.
-async fn exceptions(client: &kube::Client) -> Result<Vec<Exception>, kube::Error> {
+pub(crate) async fn exceptions(client: &kube::Client) -> Result<Vec<Exception>, kube::Error> {
     let api: Api<GpuPolicyException> = Api::all(client.clone());
     match api.list(&Default::default()).await {
         Ok(list) => Ok(list

@@ -11,6 +11,8 @@
 //!   objects as `pass`; the report is capped (`--report-max-results`) and says what it left out;
 //! - switching A100-80GB out of silver (a new policy version) turns the report of the A100 Pod already
 //!   running into a `warn` within one audit interval;
+//! - a GpuPolicyException naming the violating Deployment turns its result into a `skip` naming the
+//!   exception and its expiry;
 //! - a namespace with nothing left to report loses its report.
 
 use std::path::Path;
@@ -372,6 +374,63 @@ async fn policy_reports_show_violations_and_follow_a_policy_change() {
         json!({"pass": 1, "fail": 0, "warn": 3, "error": 0, "skip": 0})
     );
 
+    // A GpuPolicyException letting d-h100 use H100: its result turns to a skip naming the exception (the
+    // other objects unchanged), as /validate-pod would allow it.
+    kubectl_apply(
+        cluster.kubeconfig(),
+        &[repo().join("deploy/kustomize/base/exceptions.yaml")],
+    );
+    let expires = (time::OffsetDateTime::now_utc() + time::Duration::hours(1))
+        .replace_nanosecond(0)
+        .unwrap()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+    let exception: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "gpu-admission.io/v1alpha1", "kind": "GpuPolicyException",
+        "metadata": {"name": "d-h100-on-h100", "namespace": NS},
+        "spec": {"rules": ["Classes"], "classes": ["H100-80GB"],
+                 "workloads": [{"kind": "Deployment", "name": "d-h100"}], "expiresAt": expires}}))
+    .unwrap();
+    let exceptions = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        NS,
+        &ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk(
+                "gpu-admission.io",
+                "v1alpha1",
+                "GpuPolicyException",
+            ),
+            "gpupolicyexceptions",
+        ),
+    );
+    exceptions
+        .create(&PostParams::default(), &exception)
+        .await
+        .unwrap();
+    let (third, _) = wait_for(
+        "the excepted Deployment's skip",
+        Duration::from_secs(30),
+        || async {
+            report(&client)
+                .await
+                .filter(|r| result_of(r, "d-h100").is_some_and(|x| x["result"] == "skip"))
+        },
+    )
+    .await;
+    let skipped = result_of(&third, "d-h100").unwrap();
+    assert_eq!(skipped["rule"], "excepted");
+    assert_eq!(skipped["scored"], false);
+    assert_eq!(
+        skipped["properties"]["exception"],
+        format!("{NS}/d-h100-on-h100")
+    );
+    assert_eq!(skipped["properties"]["expiresAt"], expires.as_str());
+    assert_eq!(
+        third["summary"],
+        json!({"pass": 1, "fail": 0, "warn": 2, "error": 0, "skip": 1})
+    );
+    println!("excepted: {skipped}");
+
     let metrics = observer.metrics().await.unwrap();
     for line in metrics
         .lines()
@@ -388,7 +447,7 @@ async fn policy_reports_show_violations_and_follow_a_policy_change() {
             &metrics,
             "observer_policy_report_results{result=\"warn\",reason=\"class_outside_tier\"}"
         ),
-        3.0
+        2.0
     );
     assert_eq!(
         metric_value(&metrics, "observer_policy_report_results_omitted"),

@@ -4,14 +4,19 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use gpu_admission_core::exception::Exception;
 use gpu_admission_core::names::EXEMPT_NAMESPACES;
 use gpu_admission_core::pod::gpu_resources::ClaimTemplates;
 use gpu_admission_core::priority_class::PriorityClassFacts;
 use gpu_admission_core::tier_bound::{NodeClass, node_class};
+use gpu_admission_core::workload::{OwnerFacts, OwnerKind, OwnerQuery};
 use gpu_admission_policy::GpuClass;
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::discovery::oneshot;
@@ -153,7 +158,17 @@ pub struct ClusterFacts {
     pub priority_classes: HashMap<String, PriorityClassFacts>,
     templates: HashMap<(String, String), ResourceClaimTemplate>,
     claims: HashMap<(String, String), ResourceClaim>,
+    /// The GpuPolicyExceptions that read (none while the CRD is missing or listing it is forbidden).
+    pub exceptions: Vec<Exception>,
+    /// Each ReplicaSet's and Job's uid and controlling owner, in namespaces with a live exception (what an
+    /// exception's owner chain needs beyond the object itself).
+    owners: HashMap<OwnerKey, ListedOwner>,
 }
+
+/// A ReplicaSet or Job by kind, namespace and name.
+type OwnerKey = (OwnerKind, String, String);
+/// What the audit listed of it: its uid and its controlling owner.
+type ListedOwner = (Option<String>, Option<OwnerReference>);
 
 impl ClusterFacts {
     pub async fn read(client: &kube::Client, tier_label: &str, dra: bool) -> kube::Result<Self> {
@@ -218,7 +233,55 @@ impl ClusterFacts {
             })
             .await?;
         }
+        facts.exceptions = crate::floor::exceptions(client).await?;
+        facts.read_owners(client).await?;
         Ok(facts)
+    }
+
+    /// The ReplicaSets' and Jobs' owners in namespaces with a live exception (none listed otherwise).
+    async fn read_owners(&mut self, client: &kube::Client) -> kube::Result<()> {
+        let now = time::OffsetDateTime::now_utc();
+        let namespaces: HashSet<String> = self
+            .exceptions
+            .iter()
+            .filter(|e| e.live(now))
+            .map(|e| e.id.namespace.clone())
+            .collect();
+        for ns in namespaces {
+            let mut note = |kind: OwnerKind, meta: ObjectMeta| {
+                let controller = meta
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .find(|r| r.controller == Some(true))
+                    .cloned();
+                if let Some(name) = meta.name {
+                    self.owners
+                        .insert((kind, ns.clone(), name), (meta.uid, controller));
+                }
+            };
+            let rs = Api::<ReplicaSet>::namespaced(client.clone(), &ns);
+            for r in rs.list_metadata(&ListParams::default()).await?.items {
+                note(OwnerKind::ReplicaSet, r.metadata);
+            }
+            let jobs = Api::<Job>::namespaced(client.clone(), &ns);
+            for j in jobs.list_metadata(&ListParams::default()).await?.items {
+                note(OwnerKind::Job, j.metadata);
+            }
+        }
+        Ok(())
+    }
+
+    /// What the cluster said of `q`'s object when the audit started; unknown when it was not listed or its uid
+    /// differs.
+    pub fn owner(&self, q: &OwnerQuery) -> Option<OwnerFacts> {
+        let (uid, controller) = self
+            .owners
+            .get(&(q.kind, q.namespace.clone(), q.name.clone()))?;
+        (uid.as_deref() == Some(q.uid.as_str())).then(|| OwnerFacts::Known {
+            controller: controller.clone(),
+            group_size: None,
+        })
     }
 
     /// A Node's class as `/validate-pod` sees it (unknown when the Node does not exist).

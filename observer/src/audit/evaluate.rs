@@ -5,21 +5,28 @@
 //! Who created a running object is not recorded anywhere the audit can read, so every object is reviewed as
 //! if its creator held no exemption: an object created outside the tier by a requester RBAC exempts (`exempt
 //! tiers/<tier>`, honoured at admission) is reported like anyone's, and its results say that the exemption
-//! is not visible to the audit.
+//! is not visible to the audit. Exceptions are objects, so the audit does see them: an object a live
+//! GpuPolicyException allows is a `skip` result naming it.
 
 use std::collections::BTreeMap;
 
-use gpu_admission_core::admission::validate_pod::{self, Check, Violation};
+use gpu_admission_core::admission::validate_pod::{self, Allowance, Check, Violation};
+use gpu_admission_core::exception::{self, Exception, ExceptionRef, Rule};
 use gpu_admission_core::facts::Facts;
 use gpu_admission_core::pod::features;
 use gpu_admission_core::pod::templates::described_pods;
 use gpu_admission_core::policy::PolicySnapshot;
+use gpu_admission_core::workload::{OwnerFacts, OwnerQuery};
 use gpu_admission_policy::EnforcementMode;
 use kube::core::admission::{AdmissionRequest, Operation};
 use kube::core::{DynamicObject, GroupVersionKind, GroupVersionResource, TypeMeta};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
 
 /// The `rule` of a pass result (a failing result's rule is the violation's reason).
 pub const RULE_WITHIN_TIER: &str = "within_tier";
+/// The `rule` of a skip result: outside the tier, allowed by a live GpuPolicyException.
+pub const RULE_EXCEPTED: &str = "excepted";
 /// The `requester` property of a failing result: why an admin's object is reported too.
 pub const REQUESTER_NOT_VISIBLE: &str = "not recorded: evaluated as a non-admin (an admin's exemption at admission is not visible to the audit)";
 
@@ -62,6 +69,9 @@ pub enum Outcome {
     Fail,
     /// Violates the tier under `Warn` (admitted with this warning); `scored: false`.
     Warn,
+    /// Outside its tier, allowed by a live GpuPolicyException (named in the result); `scored: false`. Kept
+    /// before passes when a report is capped: what an exception allows is what an admin reviews.
+    Skip,
     /// A GPU object within its tier.
     Pass,
 }
@@ -72,6 +82,7 @@ impl Outcome {
             Outcome::Fail => "fail",
             Outcome::Warn => "warn",
             Outcome::Pass => "pass",
+            Outcome::Skip => "skip",
         }
     }
 
@@ -150,14 +161,23 @@ fn asks_for_gpus(
     })
 }
 
+/// What the audit knows of exceptions: the cluster's GpuPolicyExceptions, the owners their chains need
+/// (a ReplicaSet's or Job's own controller) and the time their expiry is read against.
+pub struct ExceptionFacts<'a> {
+    pub exceptions: &'a [Exception],
+    pub owner: &'a dyn Fn(&OwnerQuery) -> Option<OwnerFacts>,
+    pub now: OffsetDateTime,
+}
+
 /// The results of one object: none when the object is not held to a tier (no tier label, no GPU, the policy
-/// unknown), one pass for a GPU object within its tier, one fail/warn per violated rule otherwise, each with
-/// `/validate-pod`'s whole message.
+/// unknown), one pass for a GPU object within its tier, one skip naming the exception for an object outside
+/// its tier that a live GpuPolicyException allows (as `/validate-pod` would allow it), one fail/warn per
+/// violated rule otherwise, each with `/validate-pod`'s whole message.
 pub fn evaluate(
     object: &DynamicObject,
     kind: &Kind,
     policy: &PolicySnapshot,
-    facts: &Facts<'_>,
+    (facts, exceptions): (&Facts<'_>, &ExceptionFacts<'_>),
 ) -> Vec<Finding> {
     let Some(namespace) = object
         .metadata
@@ -201,6 +221,23 @@ pub fn evaluate(
                 properties,
             }]
         }
+        Check::Violations { tier, .. }
+            if let Some((e, expires)) = excepted(object, &req, policy, facts, exceptions) =>
+        {
+            properties.insert("tier".into(), tier.clone());
+            properties.insert("exception".into(), format!("{}/{}", e.namespace, e.name));
+            properties.insert("expiresAt".into(), expires.clone());
+            vec![Finding {
+                outcome: Outcome::Skip,
+                rule: RULE_EXCEPTED,
+                message: format!(
+                    "{} {namespace}/{} is outside its tier, allowed by {e} until {expires}",
+                    kind.kind, resource.name
+                ),
+                resource,
+                properties,
+            }]
+        }
         Check::Violations {
             tier, violations, ..
         } => {
@@ -229,6 +266,47 @@ pub fn evaluate(
                 .collect()
         }
     }
+}
+
+/// The live exception, covering `object` by its owner chain as stored, under which `/validate-pod` would
+/// allow it ([`validate_pod::excepted_by`]), with its expiry (RFC 3339). The chain is the stored owner
+/// references: the audit cannot tell who wrote them, so an object whose forged references name a covered
+/// workload reads as covered here (at admission it was not: `exception::as_created_by`).
+fn excepted(
+    object: &DynamicObject,
+    req: &AdmissionRequest<DynamicObject>,
+    policy: &PolicySnapshot,
+    facts: &Facts<'_>,
+    ex: &ExceptionFacts<'_>,
+) -> Option<(ExceptionRef, String)> {
+    let namespace = req.namespace.as_deref()?;
+    if !ex
+        .exceptions
+        .iter()
+        .any(|e| e.id.namespace == namespace && e.live(ex.now))
+    {
+        return None;
+    }
+    let next = exception::chain_query(&object.metadata, namespace).and_then(|q| (ex.owner)(&q));
+    let chain = exception::request_chain(req, next.as_ref());
+    let covering: Vec<Exception> = exception::covering(
+        &chain,
+        ex.exceptions,
+        namespace,
+        ex.now,
+        &[Rule::Classes, Rule::PriorityCap],
+    )
+    .into_iter()
+    .cloned()
+    .collect();
+    let Check::Allowed(Allowance::Excepted(id)) =
+        validate_pod::excepted_by(req, policy, facts, &covering)?
+    else {
+        return None;
+    };
+    let e = covering.iter().find(|e| e.id == id)?;
+    let expires = e.expires_at.format(&Rfc3339).ok()?;
+    Some((id, expires))
 }
 
 /// Violations grouped by reason, in order of first appearance: `(reason, "path: what; …")`.

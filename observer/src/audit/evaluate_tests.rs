@@ -58,6 +58,18 @@ fn nodes(name: &str) -> NodeClass {
 }
 
 fn run(object: Value, kind: &Kind, policy: &PolicySnapshot) -> Vec<Finding> {
+    run_with(object, kind, policy, &[], None)
+}
+
+/// [`run`] with the cluster's exceptions and the owner the audit listed for ReplicaSet `rs-uid` (the object's
+/// controller), read at 2026-06-01.
+fn run_with(
+    object: Value,
+    kind: &Kind,
+    policy: &PolicySnapshot,
+    exceptions: &[Exception],
+    rs_controller: Option<Value>,
+) -> Vec<Finding> {
     let pcs: HashMap<String, PriorityClassFacts> = HashMap::from([(
         "gpu-high".to_string(),
         PriorityClassFacts {
@@ -74,8 +86,21 @@ fn run(object: Value, kind: &Kind, policy: &PolicySnapshot) -> Vec<Finding> {
         nodes: &nodes,
         grants: &gpu_admission_core::authority::Grants::none(),
     };
+    let owner = |q: &OwnerQuery| {
+        (q.uid == "rs-uid").then(|| OwnerFacts::Known {
+            controller: rs_controller
+                .clone()
+                .map(|c| serde_json::from_value(c).unwrap()),
+            group_size: None,
+        })
+    };
+    let ex = ExceptionFacts {
+        exceptions,
+        owner: &owner,
+        now: OffsetDateTime::parse("2026-06-01T00:00:00Z", &Rfc3339).unwrap(),
+    };
     let object: DynamicObject = serde_json::from_value(object).unwrap();
-    evaluate(&object, kind, policy, &facts)
+    evaluate(&object, kind, policy, (&facts, &ex))
 }
 
 fn spec(extra: Value) -> Value {
@@ -237,4 +262,73 @@ fn an_unbound_gpu_pod_and_a_node_outside_the_tier_are_violations() {
         &p,
     );
     assert_eq!(elsewhere[0].rule, "node_outside_tier");
+}
+
+/// An exception of `team` letting Deployment `train` use H100, expiring at `expires`.
+fn h100_for_train(expires: &str) -> Exception {
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "gpu-admission.io/v1alpha1", "kind": "GpuPolicyException",
+        "metadata": {"name": "train-h100", "namespace": "team"},
+        "spec": {"rules": ["Classes"], "classes": ["H100-80GB"],
+                 "workloads": [{"kind": "Deployment", "name": "train"}], "expiresAt": expires}}))
+    .unwrap();
+    Exception::from_object(&object).unwrap()
+}
+
+#[test]
+fn an_object_a_live_exception_allows_is_skipped_naming_it_and_fails_once_expired() {
+    let p = policy(EnforcementMode::Enforce);
+    let train = |name: &str| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": "team", "uid": "uid-d"},
+            "spec": {"template": {"spec": spec(json!({"nodeSelector": {KEY: "H100-80GB"}}))}}})
+    };
+    let live = [h100_for_train("2026-07-01T00:00:00Z")];
+    let found = run_with(train("train"), &deployment(), &p, &live, None);
+    assert_eq!(found.len(), 1);
+    assert_eq!(
+        (found[0].outcome, found[0].rule),
+        (Outcome::Skip, RULE_EXCEPTED)
+    );
+    assert_eq!(found[0].properties["exception"], "team/train-h100");
+    assert_eq!(found[0].properties["expiresAt"], "2026-07-01T00:00:00Z");
+    assert!(
+        found[0]
+            .message
+            .contains("allowed by GpuPolicyException team/train-h100")
+    );
+
+    // Another Deployment of the namespace is not covered; an expired exception covers nothing.
+    let other = run_with(train("serve"), &deployment(), &p, &live, None);
+    assert_eq!(other[0].outcome, Outcome::Fail);
+    let expired = [h100_for_train("2026-05-01T00:00:00Z")];
+    let found = run_with(train("train"), &deployment(), &p, &expired, None);
+    assert_eq!(found[0].outcome, Outcome::Fail);
+}
+
+#[test]
+fn a_pod_is_covered_through_its_replica_sets_deployment_as_the_audit_listed_it() {
+    let p = policy(EnforcementMode::Enforce);
+    let mut h100 = pod(
+        "team",
+        "train-abc-1",
+        json!({"nodeSelector": {KEY: "H100-80GB"}}),
+    );
+    h100["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "name": "train-abc", "uid": "rs-uid", "controller": true}]);
+    let live = [h100_for_train("2026-07-01T00:00:00Z")];
+    let train = json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "train",
+        "uid": "d-uid", "controller": true});
+    let found = run_with(h100.clone(), &Kind::pods(), &p, &live, Some(train));
+    assert_eq!(
+        (found[0].outcome, found[0].rule),
+        (Outcome::Skip, RULE_EXCEPTED)
+    );
+    // The ReplicaSet's controller unknown (not listed, or another Deployment): reported as failing.
+    let found = run_with(h100.clone(), &Kind::pods(), &p, &live, None);
+    assert_eq!(found[0].outcome, Outcome::Fail);
+    let serve = json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "serve",
+        "uid": "d2", "controller": true});
+    let found = run_with(h100, &Kind::pods(), &p, &live, Some(serve));
+    assert_eq!(found[0].outcome, Outcome::Fail);
 }

@@ -25,14 +25,16 @@ use std::time::{Duration, Instant};
 
 use gpu_admission_core::facts::Facts;
 use gpu_admission_core::policy::PolicySnapshot;
+use gpu_admission_core::workload::OwnerQuery;
 use k8s_openapi::jiff::Timestamp;
 use kube::core::DynamicObject;
+use time::OffsetDateTime;
 use tokio::sync::watch;
 
 use crate::metrics::{AuditResultLabels, Metrics};
 use crate::replicas::{Replicas, get_policy};
 use cluster::{Apis, ClusterFacts, GroupResource};
-use evaluate::{Finding, Kind};
+use evaluate::{ExceptionFacts, Finding, Kind};
 use report::Limits;
 
 #[derive(Debug, Clone)]
@@ -337,9 +339,15 @@ fn evaluate_page(
                 .filter_map(|o| quota::counted(o, policy, &facts, now_ms)),
         );
     }
+    let owner = |q: &OwnerQuery| cf.owner(q);
+    let exceptions = ExceptionFacts {
+        exceptions: &cf.exceptions,
+        owner: &owner,
+        now: OffsetDateTime::now_utc(),
+    };
     objects
         .iter()
-        .flat_map(|o| evaluate::evaluate(o, kind, policy, &facts))
+        .flat_map(|o| evaluate::evaluate(o, kind, policy, (&facts, &exceptions)))
         .collect()
 }
 

@@ -1,6 +1,6 @@
 //! A namespace's results → its `wgpolicyk8s.io/v1alpha2` PolicyReport (pure). One report per namespace,
 //! named [`REPORT_NAME`], bounded: at most `max_results` results and about `max_bytes` of them, failures
-//! first, then warnings, then passes. The summary counts every result, the ones left out too; the
+//! first, then warnings, then skips (objects an exception allows), then passes. The summary counts every result, the ones left out too; the
 //! annotation [`ANN_RESULTS_OMITTED`] says how many were left out.
 
 use std::collections::BTreeMap;
@@ -65,7 +65,7 @@ fn result(f: &Finding) -> Value {
         "category": CATEGORY,
         "result": f.outcome.as_str(),
         // Warn mode's violations are not scored (the schema's `warn`: requirements not met, not scored).
-        "scored": f.outcome != Outcome::Warn,
+        "scored": !matches!(f.outcome, Outcome::Warn | Outcome::Skip),
         "message": f.message,
         "resources": [{
             "apiVersion": f.resource.api_version,

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube_core::DynamicObject;
 use kube_core::admission::AdmissionRequest;
 
-use super::{Allowance, Check, check_excepted, decide};
+use super::{Check, decide, excepted_by};
 use crate::admission::ValidationOutcome;
 use crate::authority::{Grants, Permission};
 use crate::exception::{self, Exception, ExceptionRef, Owner, Rule};
@@ -200,13 +200,11 @@ pub async fn admit<P: ValidatePorts>(
     }
     let (mut check, mut verdict) = ports.with_facts(&Grants::none(), |f| decide(req, policy, f));
     if let Check::Violations { .. } = &check {
-        for e in covering(req, ports, &[Rule::Classes, Rule::PriorityCap]).await {
-            let excepted =
-                ports.with_facts(&Grants::none(), |f| check_excepted(req, policy, f, &e));
-            if let Check::Allowed(Allowance::Excepted(_)) = &excepted {
-                (check, verdict) = (excepted, Verdict::default());
-                break;
-            }
+        let covering = covering(req, ports, &[Rule::Classes, Rule::PriorityCap]).await;
+        if let Some(excepted) =
+            ports.with_facts(&Grants::none(), |f| excepted_by(req, policy, f, &covering))
+        {
+            (check, verdict) = (excepted, Verdict::default());
         }
     }
     if let Check::Violations { .. } = &check

@@ -111,6 +111,21 @@ pub fn check_excepted(
     }
 }
 
+/// The first of `covering` (live exceptions that cover the object: [`crate::exception::covering`]) under
+/// which [`check_excepted`] allows it: what `/validate-pod` answers, and what the audit reports, for an object
+/// outside its tier that an exception lets through.
+pub fn excepted_by(
+    req: &AdmissionRequest<DynamicObject>,
+    policy: &PolicySnapshot,
+    facts: &Facts<'_>,
+    covering: &[Exception],
+) -> Option<Check> {
+    covering
+        .iter()
+        .map(|e| check_excepted(req, policy, facts, e))
+        .find(|c| matches!(c, Check::Allowed(Allowance::Excepted(_))))
+}
+
 fn check_with(
     req: &AdmissionRequest<DynamicObject>,
     policy: &PolicySnapshot,
