@@ -4,6 +4,7 @@
 //! Everything generic (processes, services, HTTPS, reviews, faults, fixtures and corpus, names) comes from
 //! the test kit, `gpu_admission_testkit`, re-exported here so every `gpu_admission_tests::…` path works.
 //! The modules particular to these tests:
+//! - [`apiserver_metrics`]: the apiserver's account of its webhook calls and requests, from its `/metrics`;
 //! - [`cluster`]: a real control plane on loopback (build/start/stop scripts in `tests/cluster/`);
 //! - [`kwok`]: fake GPU Nodes that kwok keeps Ready and whose Pods it runs;
 //! - [`kueue`]: Kueue's manager, CRDs and webhooks against a [`cluster::LocalCluster`] (`tests/peers/kueue.sh`);
@@ -11,6 +12,7 @@
 
 pub use gpu_admission_testkit::*;
 
+pub mod apiserver_metrics;
 pub mod cluster;
 pub mod decision;
 pub mod kueue;

@@ -276,20 +276,6 @@ async fn an_exempt_deployments_pods_run_outside_the_tier_while_the_exception_las
         "",
     );
     assert!(a.ok, "{}", a.stderr);
-    // The Deployment controller retries with backoff: a change of the Deployment syncs it at once.
-    let a = kubectl(
-        kc,
-        &[
-            "-n",
-            BRONZE,
-            "annotate",
-            "deployment",
-            "train",
-            "e2e/sync=1",
-        ],
-        "",
-    );
-    assert!(a.ok, "{}", a.stderr);
     assert!(
         eventually(Duration::from_secs(30), |_| pods(kc).len() == 1),
         "the Deployment's Pod was never admitted under the exception\n{}",

@@ -5,8 +5,10 @@
 //! UPDATEs of a ~1 MiB GPU Pod (each review carries `object` and `oldObject`, ~2 MiB), twelve at a time. In
 //! every phase each of the gold tenant's Pods is decided by our webhooks (stored with the decision's
 //! annotation: not admitted through `Ignore` with our webhooks failing, not denied). Prints the table of
-//! phase × decided / failed open / refused and p50/p99 of the gold tenant's CREATE, and the frontend's peak
-//! resident memory (numbers in docs/measurements/; latency is reported, not asserted).
+//! phase × decided / failed open / refused and p50/p99 of the gold tenant's CREATE, where the time went
+//! (the apiserver's mean per Pod CREATE, the part its calls to our webhooks took, the frontend's own time per
+//! review, from both processes' `/metrics`), and the frontend's peak resident memory (numbers in
+//! docs/measurements/; latency is reported, not asserted).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,6 +16,9 @@ use std::time::{Duration, Instant};
 
 use gpu_admission_testkit::hostile::{AttackCounts, attacker};
 use gpu_admission_testkit::procfs::peak_rss_kib;
+use gpu_admission_tests::apiserver_metrics::{
+    WebhookSeconds, apiserver_metrics, histogram_seconds,
+};
 use gpu_admission_tests::cluster::{LocalCluster, shipped_policy_in_enforce};
 use gpu_admission_tests::{Scorer, Webhook};
 use k8s_openapi::api::core::v1::Pod;
@@ -40,6 +45,66 @@ fn gpu_pod(name: &str, extra_env: Option<String>) -> Pod {
     serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name}, "spec": {"containers": [container]}}))
     .unwrap()
+}
+
+/// Where a phase's time went, as the apiserver and the frontend account for it: seconds and count of the
+/// apiserver's Pod CREATEs (`apiserver_request_duration_seconds`), of its webhook calls for CREATEs (every
+/// webhook: ours are the only ones), and of the frontend's answers to `/mutate-pod` and `/validate-pod` (every
+/// tenant's reviews, the flood's UPDATEs included).
+#[derive(Debug, Clone, Copy, Default)]
+struct Accounts {
+    creates: (f64, u64),
+    create_webhook_calls: (f64, u64),
+    frontend_reviews: (f64, u64),
+}
+
+impl Accounts {
+    async fn read(client: &kube::Client, webhook: &Webhook) -> Self {
+        let api = apiserver_metrics(client)
+            .await
+            .expect("the apiserver's /metrics");
+        let ours = webhook.metrics().await.expect("the frontend's /metrics");
+        let post = ["verb=\"POST\"", "resource=\"pods\"", "subresource=\"\""];
+        let calls = WebhookSeconds::parse_operation(&api, Some("CREATE"));
+        let frontend = ["mutate-pod", "validate-pod"].map(|w| {
+            histogram_seconds(
+                &ours,
+                "gpu_admission_admission_duration_seconds",
+                &[&format!("webhook=\"{w}\"")],
+            )
+        });
+        Self {
+            creates: histogram_seconds(&api, "apiserver_request_duration_seconds", &post),
+            create_webhook_calls: calls
+                .0
+                .values()
+                .fold((0.0, 0), |a, b| (a.0 + b.0, a.1 + b.1)),
+            frontend_reviews: (frontend[0].0 + frontend[1].0, frontend[0].1 + frontend[1].1),
+        }
+    }
+
+    /// `| mean CREATE ms | our webhooks' calls per CREATE ms | the rest ms | frontend ms per review | reviews |`
+    /// between `before` and `self`.
+    fn row(&self, before: &Self, name: &str) -> String {
+        let d = |a: (f64, u64), b: (f64, u64)| (a.0 - b.0, a.1.saturating_sub(b.1));
+        let creates = d(self.creates, before.creates);
+        let calls = d(self.create_webhook_calls, before.create_webhook_calls);
+        let reviews = d(self.frontend_reviews, before.frontend_reviews);
+        let per = |(s, n): (f64, u64)| if n == 0 { 0.0 } else { s * 1000.0 / n as f64 };
+        let create_ms = per(creates);
+        let webhooks_ms = if creates.1 == 0 {
+            0.0
+        } else {
+            calls.0 * 1000.0 / creates.1 as f64
+        };
+        format!(
+            "| {name} | {} | {create_ms:.1} | {webhooks_ms:.1} | {:.1} | {:.2} | {} |",
+            creates.1,
+            create_ms - webhooks_ms,
+            per(reviews),
+            reviews.1
+        )
+    }
 }
 
 /// Whether `/mutate-pod` decided the stored Pod.
@@ -205,7 +270,14 @@ async fn another_tenants_attacks_never_make_gold_pods_fail_open_or_denied() {
         "| phase | decided by our webhooks | admitted without them | refused | p50 ms | p99 ms |"
     );
     println!("|---|---|---|---|---|---|");
+    let mut accounts = Vec::new();
+    let before = Accounts::read(&client, &webhook).await;
     let quiet = gold_tenant(&client, "quiet").await;
+    accounts.push(
+        Accounts::read(&client, &webhook)
+            .await
+            .row(&before, "quiet"),
+    );
     println!("{}", quiet.row("quiet"));
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -219,7 +291,13 @@ async fn another_tenants_attacks_never_make_gold_pods_fail_open_or_denied() {
     while counts.requests.load(Ordering::Relaxed) < 2 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let before = Accounts::read(&client, &webhook).await;
     let under_silence = gold_tenant(&client, "silent").await;
+    accounts.push(
+        Accounts::read(&client, &webhook)
+            .await
+            .row(&before, "silent"),
+    );
     stop.store(true, Ordering::Relaxed);
     for s in silent {
         s.await.unwrap();
@@ -232,7 +310,13 @@ async fn another_tenants_attacks_never_make_gold_pods_fail_open_or_denied() {
     let stop = Arc::new(AtomicBool::new(false));
     let flood = update_flood(&client, SENDERS, &stop);
     tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = Accounts::read(&client, &webhook).await;
     let flooded = gold_tenant(&client, "flooded").await;
+    accounts.push(
+        Accounts::read(&client, &webhook)
+            .await
+            .row(&before, "flooded"),
+    );
     stop.store(true, Ordering::Relaxed);
     let (mut stored, mut refused) = (0, 0);
     for f in flood {
@@ -247,6 +331,13 @@ async fn another_tenants_attacks_never_make_gold_pods_fail_open_or_denied() {
     let (t408, s503, other) = counts.answers();
     println!("silent attackers: {t408} answered 408, {s503} answered 503, {other} other");
     println!("bronze's flood: {stored} UPDATEs stored, {refused} refused");
+    println!(
+        "\n| phase | Pod CREATEs | apiserver ms per CREATE | of it in our webhooks' calls | the rest | frontend ms per review | reviews answered |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for row in &accounts {
+        println!("{row}");
+    }
     let peak = peak_rss_kib(webhook.process.pid()).unwrap_or(0);
     println!("frontend peak resident memory: {} MiB", peak / 1024);
 

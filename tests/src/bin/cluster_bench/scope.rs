@@ -10,11 +10,12 @@ use gpu_admission_tests::names::ANN_DECIDED_AT;
 use serde::Serialize;
 
 use crate::install::{install, tenant_clients};
-use crate::measure::{Usage, Watch, WebhookCalls, apiserver_webhook_seconds};
+use crate::measure::{Usage, Watch};
 use crate::pods::{
     Created, Shape, annotation, create_namespaces, create_pods, delete_all, list_run,
 };
 use crate::{Args, component_pids, median};
+use gpu_admission_tests::apiserver_metrics::{WebhookCalls, apiserver_webhook_seconds};
 
 /// Whether a run's namespaces are sent to the webhooks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
