@@ -56,6 +56,8 @@ struct Accounts {
     creates: (f64, u64),
     create_webhook_calls: (f64, u64),
     frontend_reviews: (f64, u64),
+    small_bodies: (f64, u64),
+    large_bodies: (f64, u64),
 }
 
 impl Accounts {
@@ -80,16 +82,28 @@ impl Accounts {
                 .values()
                 .fold((0.0, 0), |a, b| (a.0 + b.0, a.1 + b.1)),
             frontend_reviews: (frontend[0].0 + frontend[1].0, frontend[0].1 + frontend[1].1),
+            small_bodies: histogram_seconds(
+                &ours,
+                "gpu_admission_body_arrival_seconds",
+                &["size=\"small\""],
+            ),
+            large_bodies: histogram_seconds(
+                &ours,
+                "gpu_admission_body_arrival_seconds",
+                &["size=\"large\""],
+            ),
         }
     }
 
-    /// `| mean CREATE ms | our webhooks' calls per CREATE ms | the rest ms | frontend ms per review | reviews |`
-    /// between `before` and `self`.
+    /// `| CREATEs | mean CREATE ms | our webhooks' calls per CREATE ms | the rest ms | small and large body
+    /// arrival ms (count) | frontend ms per review | reviews |` between `before` and `self`.
     fn row(&self, before: &Self, name: &str) -> String {
         let d = |a: (f64, u64), b: (f64, u64)| (a.0 - b.0, a.1.saturating_sub(b.1));
         let creates = d(self.creates, before.creates);
         let calls = d(self.create_webhook_calls, before.create_webhook_calls);
         let reviews = d(self.frontend_reviews, before.frontend_reviews);
+        let small = d(self.small_bodies, before.small_bodies);
+        let large = d(self.large_bodies, before.large_bodies);
         let per = |(s, n): (f64, u64)| if n == 0 { 0.0 } else { s * 1000.0 / n as f64 };
         let create_ms = per(creates);
         let webhooks_ms = if creates.1 == 0 {
@@ -98,9 +112,13 @@ impl Accounts {
             calls.0 * 1000.0 / creates.1 as f64
         };
         format!(
-            "| {name} | {} | {create_ms:.1} | {webhooks_ms:.1} | {:.1} | {:.2} | {} |",
+            "| {name} | {} | {create_ms:.1} | {webhooks_ms:.1} | {:.1} | {:.2} ({}) | {:.2} ({}) | {:.2} | {} |",
             creates.1,
             create_ms - webhooks_ms,
+            per(small),
+            small.1,
+            per(large),
+            large.1,
             per(reviews),
             reviews.1
         )
@@ -332,9 +350,9 @@ async fn another_tenants_attacks_never_make_gold_pods_fail_open_or_denied() {
     println!("silent attackers: {t408} answered 408, {s503} answered 503, {other} other");
     println!("bronze's flood: {stored} UPDATEs stored, {refused} refused");
     println!(
-        "\n| phase | Pod CREATEs | apiserver ms per CREATE | of it in our webhooks' calls | the rest | frontend ms per review | reviews answered |"
+        "\n| phase | Pod CREATEs | apiserver ms per CREATE | of it in our webhooks' calls | the rest | small body arrival ms (bodies) | large body arrival ms (bodies) | frontend ms per review | reviews answered |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for row in &accounts {
         println!("{row}");
     }

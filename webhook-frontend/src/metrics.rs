@@ -104,6 +104,15 @@ pub(crate) struct WebhookLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct BodySizeLabels {
+    /// `small` (under [`SMALL_BODY_BYTES`]) or `large`: whether small reviews wait behind large ones.
+    pub(crate) size: &'static str,
+}
+
+/// The size under which a body is `small` in [`Metrics::record_body_arrival`].
+pub(crate) const SMALL_BODY_BYTES: usize = 64 * 1024;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct CallLabels {
     /// [`gpu_admission_core::admission::mutate_pod::ScorerOutcome::result`].
     pub(crate) result: &'static str,
@@ -289,8 +298,10 @@ pub struct Metrics {
     pub(crate) policy: std::sync::Arc<PolicyMetrics>,
     /// Every webhook's answered requests, by webhook, operation and outcome.
     pub(crate) admissions: Family<AdmissionLabels, Counter>,
-    /// Time to answer, by webhook.
+    /// Time to answer, by webhook (from the body's last byte).
     pub(crate) admission_duration: Family<WebhookLabels, Histogram, fn() -> Histogram>,
+    /// Time from a webhook request's head to its body's last byte, by the body's size.
+    pub(crate) body_arrival: Family<BodySizeLabels, Histogram, fn() -> Histogram>,
     pub(crate) scorer_call_duration: Histogram,
     pub(crate) scorer_calls: Family<CallLabels, Counter>,
     pub(crate) tls_reloads: Family<ReloadLabels, Counter>,
@@ -334,6 +345,7 @@ impl Metrics {
             policy: Default::default(),
             admissions: Family::default(),
             admission_duration: Family::new_with_constructor(duration_histogram),
+            body_arrival: Family::new_with_constructor(duration_histogram),
             scorer_call_duration: Histogram::new(exponential_buckets(0.00005, 2.0, 17)),
             scorer_calls: Family::default(),
             tls_reloads: Family::default(),
@@ -369,9 +381,15 @@ impl Metrics {
         );
         r.register_with_unit(
             "admission_duration",
-            "Time to answer an admission request, by webhook",
+            "Time to answer an admission request, by webhook, from its body's last byte",
             prometheus_client::registry::Unit::Seconds,
             m.admission_duration.clone(),
+        );
+        r.register_with_unit(
+            "body_arrival",
+            "Time from a webhook request's head to its body's last byte (the transfer, and the reading under the body budget), by size (small: under 64 KiB)",
+            prometheus_client::registry::Unit::Seconds,
+            m.body_arrival.clone(),
         );
         r.register_with_unit(
             "scorer_call_duration",
@@ -542,6 +560,18 @@ impl Metrics {
         self.admission_duration
             .get_or_create(&WebhookLabels { webhook })
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// A body read whole, `bytes` long, `seconds` after its request's head.
+    pub(crate) fn record_body_arrival(&self, bytes: usize, seconds: f64) {
+        let size = if bytes < SMALL_BODY_BYTES {
+            "small"
+        } else {
+            "large"
+        };
+        self.body_arrival
+            .get_or_create(&BodySizeLabels { size })
+            .observe(seconds);
     }
 
     pub(crate) fn record_scorer_call(&self, result: ScorerResult, seconds: f64) {

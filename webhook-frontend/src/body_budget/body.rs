@@ -128,7 +128,8 @@ pub(crate) async fn claim(
             connection: u64::MAX,
         });
     let (id, signal) = budget.ledger.open(origin);
-    let deadline = Instant::now() + budget.read_timeout;
+    let opened = Instant::now();
+    let deadline = opened + budget.read_timeout;
     let claim = Arc::new(Claim { budget, id, signal });
     req.extensions_mut().insert(claim.clone());
     let req = req.map(|inner| {
@@ -136,6 +137,7 @@ pub(crate) async fn claim(
             inner,
             claim,
             read: 0,
+            opened: Some(opened),
             deadline,
             timer: None,
         })
@@ -161,6 +163,8 @@ struct ClaimedBody {
     claim: Arc<Claim>,
     /// Bytes read so far.
     read: usize,
+    /// When the request's head arrived; taken when its body's end is counted.
+    opened: Option<Instant>,
     deadline: Instant,
     /// Set the first time the body has to wait for bytes.
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
@@ -196,6 +200,13 @@ impl http_body::Body for ClaimedBody {
                     return self.refuse(why);
                 }
                 Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(None) => {
+                if let Some(opened) = self.opened.take() {
+                    let metrics = &self.claim.budget.metrics;
+                    metrics.record_body_arrival(self.read, opened.elapsed().as_secs_f64());
+                }
+                Poll::Ready(None)
             }
             Poll::Ready(other) => Poll::Ready(other.map(|r| r.map_err(Into::into))),
             Poll::Pending => {
