@@ -25,13 +25,16 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 
 use crate::convergence::SharedLog;
-use crate::extract::{self, DecidedJob, PolicyFacts, Progress, Run, SkipReason};
+use crate::extract::{self, DecidedJob, Progress, Run, SkipReason};
 use crate::history::RunHistory;
-use crate::metrics::{Metrics, ResultLabel};
+use crate::metrics::Metrics;
 use crate::names;
 use crate::registrations::Registrations;
-use crate::replicas::{Delivery, Replicas, observe_everywhere, policy_facts};
-use crate::route::{self, Learner, TeamScorers};
+use crate::replicas::Replicas;
+use crate::route::{Learner, TeamScorers};
+use delivery::{Deliveries, DeliveryContext, LoopState};
+
+mod delivery;
 
 #[derive(Debug, Clone)]
 pub struct ControllerConfig {
@@ -286,6 +289,12 @@ pub async fn run(
         teams: HashMap::new(),
         is_leader: *leader.borrow(),
     };
+    let mut deliveries = Deliveries::default();
+    let ctx = DeliveryContext {
+        log,
+        metrics: metrics.clone(),
+        config: config.clone(),
+    };
     let mut t = Tracker {
         leader: loop_state.is_leader,
         ..Tracker::default()
@@ -342,7 +351,7 @@ pub async fn run(
                     for reason in skipped {
                         metrics.skip(reason);
                     }
-                    deliver(&mut t, &mut loop_state, &scorers, &log, &metrics, &config).await;
+                    deliveries.start(&mut t, &mut loop_state, &scorers, &ctx);
                 }
             },
             changed = leader.changed() => {
@@ -354,12 +363,16 @@ pub async fn run(
                 metrics.leader.set(i64::from(loop_state.is_leader));
                 tracing::info!(leader = loop_state.is_leader, pending = t.pending.len(), "leadership changed");
                 if loop_state.is_leader && nodes_ready {
-                    deliver(&mut t, &mut loop_state, &scorers, &log, &metrics, &config).await;
+                    deliveries.start(&mut t, &mut loop_state, &scorers, &ctx);
                 }
+            },
+            Some(round) = deliveries.next(), if deliveries.busy() => {
+                deliveries.finish(&mut t, &mut loop_state, round);
+                metrics.pending.set(t.pending.len() as i64);
             },
             _ = tick.tick() => {
                 if loop_state.is_leader && nodes_ready {
-                    deliver(&mut t, &mut loop_state, &scorers, &log, &metrics, &config).await;
+                    deliveries.start(&mut t, &mut loop_state, &scorers, &ctx);
                 }
                 t.prune(Instant::now(), config.gone_retention);
                 metrics.pending.set(t.pending.len() as i64);
@@ -372,225 +385,6 @@ fn skip_of(seen: Seen) -> Option<SkipReason> {
     match seen {
         Seen::Skipped(r) => Some(r),
         Seen::Nothing => None,
-    }
-}
-
-struct LoopState {
-    /// Each learner's policy facts (its scorer's catalog) and when they were fetched.
-    policy: HashMap<Learner, (PolicyFacts, Instant)>,
-    /// The team scorers' endpoints, made once per namespace.
-    teams: HashMap<String, Arc<Replicas>>,
-    is_leader: bool,
-}
-
-/// Reports every pending run that can be reported now (leader only), to the scorer that learns it: runs of
-/// one learner in the order they finished. The learners are served concurrently, each within one call budget
-/// (`Scorers::timeout`) per round: a scorer that does not answer, or answers slowly (a tenant's own, or a
-/// fake behind a team Lease), keeps its own runs waiting and never delays another learner's.
-async fn deliver(
-    t: &mut Tracker,
-    s: &mut LoopState,
-    scorers: &Scorers,
-    log: &SharedLog,
-    metrics: &Metrics,
-    config: &ControllerConfig,
-) {
-    if t.pending.is_empty() {
-        return;
-    }
-    let mut order: Vec<(Instant, String)> = t
-        .pending
-        .iter()
-        .map(|(uid, p)| (p.since, uid.clone()))
-        .collect();
-    order.sort();
-    t.reroute_unregistered();
-    let mut learners: Vec<Learner> = t.pending.values().map(|p| p.job.learner.clone()).collect();
-    learners.sort();
-    learners.dedup();
-    let mut rounds = Vec::new();
-    for learner in learners {
-        let uids: Vec<String> = order
-            .iter()
-            .filter(|(_, uid)| t.pending[uid].job.learner == learner)
-            .map(|(_, uid)| uid.clone())
-            .collect();
-        if let Learner::Team(ns) = &learner
-            && !route::team_active(ns, t.locks.get(ns), time::OffsetDateTime::now_utc())
-        {
-            for uid in uids {
-                if t.pending[&uid].since.elapsed() >= config.instance_grace {
-                    let p = t.pending.remove(&uid).expect("pending");
-                    let reason = SkipReason::NoRestrictedInstance;
-                    tracing::info!(pod = %p.pod, reason = reason.as_str(), "not reported");
-                    metrics.skip(reason);
-                    t.done.insert(uid);
-                }
-            }
-            continue;
-        }
-        let replicas = match &learner {
-            Learner::Cluster => scorers.cluster.clone(),
-            Learner::Team(ns) => match team_replicas(s, scorers, ns) {
-                Some(r) => r,
-                None => continue,
-            },
-        };
-        let policy = s.policy.get(&learner).cloned();
-        rounds.push(Round {
-            learner,
-            replicas,
-            uids,
-            policy,
-            outcome: Outcome::default(),
-        });
-    }
-    let tracker: &Tracker = t;
-    let budget = scorers.timeout;
-    futures::future::join_all(rounds.iter_mut().map(|round| async move {
-        let learner = round.learner.clone();
-        let delivered = deliver_to(tracker, round, log, metrics, config);
-        if tokio::time::timeout(budget, delivered).await.is_err() {
-            tracing::warn!(
-                ?learner,
-                budget_ms = budget.as_millis() as u64,
-                "the learner's scorer did not take its runs within the budget; the rest wait"
-            );
-        }
-    }))
-    .await;
-    for round in rounds {
-        if let Some(policy) = round.outcome.policy {
-            s.policy.insert(round.learner, policy);
-        }
-        for uid in round.outcome.done {
-            t.pending.remove(&uid);
-            t.done.insert(uid);
-        }
-    }
-    metrics.pending.set(t.pending.len() as i64);
-}
-
-/// One learner's share of a delivery round.
-struct Round {
-    learner: Learner,
-    replicas: Arc<Replicas>,
-    /// Its pending runs, in the order they finished.
-    uids: Vec<String>,
-    /// Its scorer's policy facts as last fetched.
-    policy: Option<(PolicyFacts, Instant)>,
-    /// Filled as the round goes: what survives its budget running out.
-    outcome: Outcome,
-}
-
-/// What a round found out, applied to the tracker once every round is over.
-#[derive(Default)]
-struct Outcome {
-    /// Policy facts fetched in this round.
-    policy: Option<(PolicyFacts, Instant)>,
-    /// Runs reported or skipped: done.
-    done: Vec<String>,
-}
-
-/// The replicas of `namespace`'s team scorer (its endpoint from [`TeamScorers`]); `None` when the endpoint is
-/// not a usable URL (logged; its runs wait).
-fn team_replicas(s: &mut LoopState, scorers: &Scorers, namespace: &str) -> Option<Arc<Replicas>> {
-    if let Some(r) = s.teams.get(namespace) {
-        return Some(r.clone());
-    }
-    let endpoint = scorers.teams.endpoint(namespace);
-    match Replicas::new(std::slice::from_ref(&endpoint), scorers.timeout) {
-        Ok(r) => {
-            let r = Arc::new(r);
-            s.teams.insert(namespace.to_string(), r.clone());
-            Some(r)
-        }
-        Err(err) => {
-            tracing::warn!(%namespace, %endpoint, %err, "team scorer endpoint unusable; its runs wait");
-            None
-        }
-    }
-}
-
-/// Reports the pending runs of one round's learner to its scorer replicas, recording into the round what
-/// is done.
-async fn deliver_to(
-    t: &Tracker,
-    round: &mut Round,
-    log: &SharedLog,
-    metrics: &Metrics,
-    config: &ControllerConfig,
-) {
-    let learner = &round.learner;
-    let resolved = round.replicas.resolve().await;
-    let due = round
-        .policy
-        .as_ref()
-        .is_none_or(|(_, fetched)| fetched.elapsed() >= config.policy_refresh);
-    if due && let Some(p) = policy_facts(&resolved).await {
-        round.outcome.policy = Some((p.clone(), Instant::now()));
-        round.policy = Some((p, Instant::now()));
-    }
-    let Some((policy, _)) = &round.policy else {
-        tracing::warn!(
-            ?learner,
-            pending = round.uids.len(),
-            "no scorer answers GetPolicy; runs wait"
-        );
-        return;
-    };
-    for uid in &round.uids {
-        let p = &t.pending[uid];
-        let outcome = extract::observation(
-            &p.job,
-            &p.run,
-            t.nodes.get(&p.run.node),
-            policy,
-            t.history.on_node(&p.run.node),
-        );
-        let req = match outcome {
-            Err(SkipReason::NodeUnknown) if p.since.elapsed() < config.node_grace => continue,
-            Err(reason) => {
-                tracing::info!(pod = %p.pod, reason = reason.as_str(), "not reported");
-                metrics.skip(reason);
-                round.outcome.done.push(uid.clone());
-                continue;
-            }
-            Ok(req) => req,
-        };
-        match observe_everywhere(&resolved, &req, metrics).await {
-            Delivery::Unreachable => {
-                tracing::warn!(
-                    ?learner,
-                    pending = round.uids.len(),
-                    "no scorer replica answered Observe; runs wait"
-                );
-                return;
-            }
-            Delivery::Rejected(why) => {
-                tracing::warn!(pod = %p.pod, %why, "scorer refused the observation");
-                metrics.rejected.inc();
-            }
-            d @ (Delivery::Learned | Delivery::Duplicate) => {
-                let result = if d == Delivery::Learned {
-                    "learned"
-                } else {
-                    "duplicate"
-                };
-                tracing::info!(pod = %p.pod, id = %req.observation_id, job_type = %req.job_type,
-                    gpu_class = %req.gpu_class, runtime_seconds = req.runtime_seconds,
-                    colocated = ?req.colocated_job_types, ?learner, result, "observation reported");
-                metrics
-                    .reported
-                    .get_or_create(&ResultLabel { result })
-                    .inc();
-                // The replay log feeds the cluster-wide replicas' convergence only.
-                if *learner == Learner::Cluster {
-                    log.lock().expect("not poisoned").push(req);
-                }
-            }
-        }
-        round.outcome.done.push(uid.clone());
     }
 }
 

@@ -15,7 +15,9 @@
 //! the cluster-wide scorer, the Lease given back after 3 fallbacks and taken again once the scorer answers;
 //! the namespace relabelled bronze → platinum: every team Pod admitted inside platinum; the restricted instance
 //! killed while Pods are created in a loop: every Pod carries a tier bound, and the namespace is back with
-//! the cluster-wide scorer within the Lease duration (15 s). Prints the table and the time it took.
+//! the cluster-wide scorer within the Lease duration (15 s); the team's scorer hung for the observer while a
+//! team run waits: the other namespace's run is learned within one delivery budget, the team's once its
+//! scorer answers. Prints the table and the time it took.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -176,6 +178,11 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
     let proxy = FaultProxy::start(team_scorer.addr())
         .await
         .expect("the team scorer's proxy");
+    // The observer reaches the team scorer through its own proxy: a team scorer that hangs for the observer
+    // only (a tenant's scorer that takes runs and never answers).
+    let observer_proxy = FaultProxy::start(team_scorer.addr())
+        .await
+        .expect("the observer's proxy to the team scorer");
     let (cluster_version, team_version) = (
         scorer.policy().version.clone(),
         team_scorer.policy().version.clone(),
@@ -207,7 +214,7 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
     // by the default template, gpu-admission-scorer.gpu-team.svc.cluster.local.; here on loopback).
     let observer = Observer::builder(cluster.kubeconfig(), &[scorer.url()], "observer-restricted")
         .env("LOG_FORMAT", "json")
-        .arg(format!("--team-scorer={TEAM}={}", team_scorer.url()))
+        .arg(format!("--team-scorer={TEAM}={}", observer_proxy.url()))
         .start()
         .await
         .expect("observer");
@@ -440,6 +447,19 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
         &mut table,
     )
     .await;
+    hung_team_scorer_delays_no_other_learning(
+        &Learning {
+            client: &client,
+            tenant: &tenant,
+            observer: &observer,
+            scorer: &scorer,
+            team_scorer: &team_scorer,
+            cluster_version: &cluster_version,
+        },
+        &observer_proxy,
+        &mut table,
+    )
+    .await;
 
     // 3. The team's H100 pin: denied by the cluster-wide validation.
     let denied = create(TEAM, gpu_pod("team-h100", Some("H100-80GB"))).await;
@@ -620,6 +640,95 @@ struct Learning<'a> {
     scorer: &'a Scorer,
     team_scorer: &'a Scorer,
     cluster_version: &'a str,
+}
+
+/// The team's scorer hangs for the observer (connections open, nothing answered) while a team run is to be
+/// delivered to it: the other namespace's run, finishing meanwhile, is learned by the cluster-wide scorer
+/// within the observer's one delivery budget (5 s) and its tick, not held behind the team's; the team's run
+/// waits and is learned once its scorer answers again.
+async fn hung_team_scorer_delays_no_other_learning(
+    l: &Learning<'_>,
+    observer_proxy: &FaultProxy,
+    table: &mut CaseTable,
+) {
+    let (cluster_before, team_before) = (learned(l.scorer).await, learned(l.team_scorer).await);
+    let jobs = |ns: &str| Api::<Job>::namespaced(l.client.clone(), ns);
+    let job = |name: &str| serde_json::from_value::<Job>(run_job(name)).unwrap();
+    let done = |ns: &'static str, job: &'static str| {
+        let client = l.client.clone();
+        async move {
+            Ok(Api::<Pod>::namespaced(client, ns)
+                .list(&ListParams::default().labels(&format!("job-name={job}")))
+                .await?
+                .items
+                .iter()
+                .any(|p| kwok::phase(p) == "Succeeded"))
+        }
+    };
+    // The team's run finishes first; the observer's delivery of it hangs.
+    observer_proxy.set_mode(ProxyMode::Hang);
+    jobs(TEAM)
+        .create(&PostParams::default(), &job("team-while-hung"))
+        .await
+        .unwrap();
+    let team_done = wait_for("the team's run Succeeded", Duration::from_secs(30), || {
+        done(TEAM, "team-while-hung")
+    })
+    .await;
+    // Two observer ticks (1 s): a delivery to the hung scorer has started.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    jobs(OTHER)
+        .create(&PostParams::default(), &job("other-while-hung"))
+        .await
+        .unwrap();
+    let other_done = wait_for(
+        "the other namespace's run Succeeded",
+        Duration::from_secs(30),
+        || done(OTHER, "other-while-hung"),
+    )
+    .await;
+    let other_learned = wait_for(
+        "the other namespace's run learned while the team's scorer hangs",
+        Duration::from_secs(30),
+        || async { Ok(learned(l.scorer).await.0 > cluster_before.0) },
+    )
+    .await;
+    let team_while_hung = learned(l.team_scorer).await.0;
+    let over_budget = l
+        .observer
+        .process
+        .log()
+        .contains("did not take its runs within the budget");
+    observer_proxy.set_mode(ProxyMode::Forward);
+    let team_later = wait_for(
+        "the team's run learned once its scorer answers",
+        Duration::from_secs(30),
+        || async { Ok(learned(l.team_scorer).await.0 > team_before.0) },
+    )
+    .await;
+    if team_done.is_err() || other_done.is_err() || other_learned.is_err() || team_later.is_err() {
+        println!("observer:\n{}", l.observer.process.log_tail(40));
+    }
+    println!(
+        "team scorer hung for the observer: the other namespace's run learned {other_learned:?} after it finished"
+    );
+    table.check(
+        "team scorer hung for the observer, a team run waiting: the other namespace's run learned without waiting for it (≤ 7 s)",
+        format!(
+            "learned {other_learned:?} after it finished; the team's delivery over budget: {over_budget}; team scorer {} -> {team_while_hung} while hung",
+            team_before.0
+        ),
+        team_done.is_ok()
+            && other_done.is_ok()
+            && other_learned.is_ok_and(|d| d <= Duration::from_secs(7))
+            && over_budget
+            && team_while_hung == team_before.0,
+    );
+    table.check(
+        "team scorer answers the observer again: the team's run is learned then",
+        format!("{:?}", team_later.as_ref().map(|d| format!("{d:?}"))),
+        team_later.is_ok(),
+    );
 }
 
 async fn create(tenant: &kube::Client, ns: &str, pod: Value) -> Pod {
