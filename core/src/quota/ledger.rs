@@ -133,7 +133,8 @@ pub enum Seen {
 
 /// The usage to decide a Pod of `namespace` against: `watched` plus every entry the watch has not seen that
 /// counts for that namespace ([`Entry::counts_for`]), in the tier the watch counts the entry's namespace in
-/// now (a namespace relabelled since the reservation: its new tier), else the entry's.
+/// now (a namespace relabelled since the reservation: its new tier), else the tier of the namespace's newest
+/// entry (the label as last decided).
 pub fn effective_usage(
     watched: &Usage,
     entries: &[Entry],
@@ -141,16 +142,24 @@ pub fn effective_usage(
     now_ms: u64,
     namespace: &str,
 ) -> Usage {
-    let mut usage = watched.clone();
-    for e in entries
+    let counting: Vec<&Entry> = entries
         .iter()
         .filter(|e| e.counts_for(namespace, now_ms) && seen(&e.uid) == Seen::No)
-    {
-        let tier = match usage.namespaces.get(&e.namespace) {
-            Some(n) => n.tier.clone(),
-            None => e.tier.clone(),
+        .collect();
+    let mut tiers: BTreeMap<&str, (u64, &str)> = BTreeMap::new();
+    for e in &counting {
+        let newest = tiers.entry(&e.namespace).or_insert((e.at_ms, &e.tier));
+        if e.at_ms >= newest.0 {
+            *newest = (e.at_ms, &e.tier);
+        }
+    }
+    let mut usage = watched.clone();
+    for e in counting {
+        let tier = match watched.namespaces.get(&e.namespace) {
+            Some(n) => n.tier.as_str(),
+            None => tiers[e.namespace.as_str()].1,
         };
-        usage.add(&tier, &e.namespace, &e.counted(), 1);
+        usage.add(tier, &e.namespace, &e.counted(), 1);
     }
     usage
 }
@@ -400,6 +409,19 @@ mod tests {
         assert_eq!(usage.namespaces["team-a"].tier, "silver");
         assert_eq!(usage.namespaces["team-a"].total, 3_000);
         assert_eq!(usage.tier("bronze", None), 0);
+        // Not held by the watch: in the tier of its newest reservation, whatever the order of the entries.
+        let mut newer = entry("newer", 1, 5);
+        newer.tier = "silver".into();
+        for entries in [
+            vec![entry("r", 1, 0), newer.clone()],
+            vec![newer, entry("r", 1, 0)],
+        ] {
+            let usage = effective_usage(&Usage::default(), &entries, unseen, 6, "team-b");
+            assert_eq!(
+                (usage.tier("silver", None), usage.tier("bronze", None)),
+                (2_000, 0)
+            );
+        }
     }
 
     #[test]
