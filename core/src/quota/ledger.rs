@@ -12,7 +12,7 @@
 //! UID, which the apiserver assigns before validating admission runs.
 //!
 //! Tenants share the ledger, so a reservation whose Pod never came (a **phantom**: unseen after
-//! [`OTHERS_WINDOW_MS`]) charges only the namespace that made it, [`plan`] decides every write:
+//! [`OTHERS_WINDOW_MS`]) charges only the namespace that made it; [`plan`] is the rule for every write:
 //! - it counts against its own namespace until it expires ([`ENTRY_TTL_MS`]), against the rest of its tier
 //!   (the totals other namespaces share) only within [`OTHERS_WINDOW_MS`], the time a healthy watch needs to
 //!   deliver a stored Pod; within that window the namespace's own `max` already bounds what its reservations
