@@ -18,8 +18,21 @@
 //! yet can end up with what the template says now; once made, what its claim says, whatever the template
 //! becomes.
 //!
-//! Not modelled: the ledger of admissions in flight (sequential here; its rules have their own tests).
-use std::collections::BTreeMap;
+//! The ledger of reservations (`quota::ledger`, what `/validate-pod` writes before admitting): every create
+//! is decided against the watch plus the ledger and reserved through `ledger::plan`; a **failed create** is a
+//! reservation written whose Pod the apiserver then refuses (another admission step, a ResourceQuota), a
+//! **create under a taken name** one refused `AlreadyExists`. With the rate limits scaled down
+//! ([`ORACLE_BOUNDS`]) so sequences reach them, after every step:
+//! - **a tenant's reservations take from another namespace at most her own share**: removing one namespace's
+//!   entries changes what another namespace's tier counts by at most the `max` that namespace reserved under
+//!   (its own share, else its tier's), and not at all once they are older than the watch window;
+//! - **the rate limit is the namespace's own**: whether a namespace may reserve is the same with or without
+//!   the other namespaces' entries, and a create refused by it comes from a namespace that itself made at
+//!   least the limit's number of failed reservations in the last 15 s.
+//!
+//! Not modelled: a watch that delivers a stored Pod late (here the watch sees it at once; the ledger's unit
+//! tests hold the windows), several replicas.
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use gpu_admission_core::authority::Grants;
@@ -27,11 +40,21 @@ use gpu_admission_core::facts::Facts;
 use gpu_admission_core::pod::gpu_resources::ClaimTemplates;
 use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::quota::held::{FactsCounter, HeldPods};
+use gpu_admission_core::quota::ledger::{self, Bounds, Entry, Plan, Seen};
+
+mod ledger_checks;
 use gpu_admission_core::quota::{self, Standing};
 use gpu_admission_core::tier_bound::NoNodes;
 use gpu_admission_policy::quotas::MilliGpus;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
+
+/// The ledger's rate limits in the oracle: the frontend's rule with numbers a 60-step sequence reaches.
+pub const ORACLE_BOUNDS: Bounds = Bounds {
+    in_flight: 2,
+    phantoms: 3,
+    compact_at: 5,
+};
 
 const NAMESPACES: [&str; 3] = ["team-a", "team-b", "team-c"];
 const TIERS: [&str; 3] = ["bronze", "silver", "gold"];
@@ -148,7 +171,34 @@ struct ModelPod {
     asks: Asks,
     /// When it stops holding: deleted at + grace, or finished (ms).
     until_ms: Option<u64>,
+    /// Deleted (gone from the apiserver once `until_ms` has passed).
+    deleted: bool,
     pod: Pod,
+}
+
+/// What the apiserver does with a CREATE after admission.
+#[derive(Debug, Clone, Copy)]
+enum Apiserver {
+    Stores,
+    /// Refused after us (another admission step, a ResourceQuota): a reservation written is a phantom.
+    Refuses,
+    /// The name of Pod `i`: refused `AlreadyExists` while that Pod exists.
+    NameOf(usize),
+}
+
+/// What a create came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Outcome {
+    /// Stored; whether a quota applied.
+    Stored { quota: bool },
+    /// Denied over a `max`.
+    OverMax,
+    /// Refused by its namespace's rate limit of reservations.
+    Limited,
+    /// Admitted, then refused by the apiserver.
+    NotStored,
+    /// Nothing to do (the name of a Pod that is gone).
+    Skipped,
 }
 
 /// The world: labels, the policy in force, the Pods, the clock; and the system's counting.
@@ -160,6 +210,14 @@ struct World {
     now_ms: u64,
     held: HeldPods,
     dra: Dra,
+    /// The quota ledger, and what the watch saw of each UID: when, and whether it is gone.
+    entries: Vec<Entry>,
+    seen: HashMap<String, (u64, bool)>,
+    /// Reservations written whose Pod the apiserver refused: namespace, when.
+    failed: Vec<(&'static str, u64)>,
+    /// Each namespace's reservations: when, in which tier, and the `max` it reserved under (its share, else
+    /// its tier's).
+    reserved: Vec<(&'static str, u64, &'static str, MilliGpus)>,
 }
 
 /// What went wrong, with the step and the trace so far.
@@ -184,7 +242,34 @@ impl World {
             now_ms: 1_795_946_400_000,
             held: HeldPods::default(),
             dra: Dra::default(),
+            entries: Vec::new(),
+            seen: HashMap::new(),
+            failed: Vec::new(),
+            reserved: Vec::new(),
         }
+    }
+
+    fn seen_of(&self, uid: &str) -> Seen {
+        match self.seen.get(uid) {
+            None => Seen::No,
+            Some((_, true)) => Seen::Gone,
+            Some(&(at_ms, false)) => Seen::Since { at_ms },
+        }
+    }
+
+    fn mark_seen(&mut self, uid: &str, gone: bool) {
+        let seen = self
+            .seen
+            .entry(uid.to_string())
+            .or_insert((self.now_ms, gone));
+        seen.1 |= gone;
+    }
+
+    /// Whether the apiserver holds Pod `i` (a CREATE of its name is refused `AlreadyExists`).
+    fn exists(&self, i: usize) -> bool {
+        self.pods
+            .get(i)
+            .is_some_and(|p| !p.deleted || p.until_ms.is_some_and(|t| self.now_ms <= t))
     }
 
     fn snapshot(&self) -> &Arc<PolicySnapshot> {
@@ -209,16 +294,19 @@ impl World {
         let snapshot = self.snapshot().clone();
         let now = self.now_ms;
         let mut held = std::mem::take(&mut self.held);
-        self.with_facts(|facts| {
+        let gone = self.with_facts(|facts| {
             held.refresh(
                 &FactsCounter {
                     snapshot: &snapshot,
                     facts,
                 },
                 now,
-            );
+            )
         });
         self.held = held;
+        for uid in gone {
+            self.mark_seen(&uid, true);
+        }
     }
 
     /// Tells the system's watch about Pod `i` as it now is (`None`: gone).
@@ -226,14 +314,16 @@ impl World {
         let snapshot = self.snapshot().clone();
         let now = self.now_ms;
         let mut held = std::mem::take(&mut self.held);
-        self.with_facts(|facts| {
+        let uid = format!("pod-{i}");
+        let holds = self.with_facts(|facts| {
             let cx = FactsCounter {
                 snapshot: &snapshot,
                 facts,
             };
-            held.set(&format!("pod-{i}"), pod.as_ref(), &cx, now);
+            held.set(&uid, pod.as_ref(), &cx, now)
         });
         self.held = held;
+        self.mark_seen(&uid, !holds);
     }
 
     /// What the model says namespace `ns` holds now (or, for a Pod whose claim is not made yet, can end up
@@ -253,25 +343,55 @@ impl World {
             .sum()
     }
 
-    /// Creates a Pod of `shape` in `ns` through core's decision; whether it was admitted asking for GPUs
-    /// (a Pod asking for none, e.g. naming a template that does not exist yet, is no quota question).
-    fn create(&mut self, ns: &'static str, k: u8) -> bool {
+    /// Creates a Pod of `shape` in `ns` through core's decision and reservation, the apiserver doing
+    /// `apiserver` with it after admission.
+    fn create(&mut self, ns: &'static str, k: u8, apiserver: Apiserver) -> Result<Outcome, String> {
         let (spec, holds) = shape(k);
-        self.create_asking(ns, spec, Asks::Devices(holds))
+        self.create_asking(ns, spec, Asks::Devices(holds), apiserver)
     }
 
     /// Creates a Pod in `ns` naming the namespace's template.
-    fn create_with_template(&mut self, ns: &'static str) -> bool {
+    fn create_with_template(&mut self, ns: &'static str) -> Result<Outcome, String> {
         let spec = json!({"containers": [{"name": "c", "resources": {"claims": [{"name": "gpu"}]}}],
             "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": TEMPLATE}]});
-        self.create_asking(ns, spec, Asks::Template { made: None })
+        self.create_asking(ns, spec, Asks::Template { made: None }, Apiserver::Stores)
     }
 
-    fn create_asking(&mut self, ns: &'static str, spec: serde_json::Value, asks: Asks) -> bool {
+    /// The `max` a Pod of `ns` in `tier` is held to on L4: its namespace's share, else its tier's.
+    fn share(&self, tier: &str, ns: &str) -> Option<MilliGpus> {
+        let policy = self.snapshot().policy.as_deref()?;
+        let tq = quota::tier_quota(policy, tier)?;
+        let l4 = policy.class_index("L4-24GB")?;
+        tq.namespace(ns)
+            .and_then(|n| n.limits.class(l4))
+            .or_else(|| tq.limits.class(l4))
+            .and_then(|l| l.max)
+    }
+
+    fn create_asking(
+        &mut self,
+        ns: &'static str,
+        spec: serde_json::Value,
+        asks: Asks,
+        apiserver: Apiserver,
+    ) -> Result<Outcome, String> {
         self.refresh();
+        if let Apiserver::NameOf(j) = apiserver
+            && !self.exists(j)
+        {
+            return Ok(Outcome::Skipped);
+        }
         let i = self.pods.len();
+        let (name, uid) = match apiserver {
+            Apiserver::Stores => (format!("pod-{i}"), format!("pod-{i}")),
+            Apiserver::Refuses => (
+                format!("failed-{i}"),
+                format!("failed-{}", self.failed.len()),
+            ),
+            Apiserver::NameOf(j) => (format!("pod-{j}"), format!("again-{i}")),
+        };
         let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"namespace": ns, "name": format!("pod-{i}"), "uid": format!("pod-{i}")},
+            "metadata": {"namespace": ns, "name": name, "uid": uid},
             "spec": {"nodeSelector": {"gpu.nvidia.com/class": "L4-24GB"}}
         }))
         .expect("pod");
@@ -283,27 +403,69 @@ impl World {
             s
         });
         let snapshot = self.snapshot().clone();
-        let usage = self.held.usage().clone();
-        let (admitted, asked) = self.with_facts(|facts| {
-            let Some((tier, namespace, counted)) = quota::of_pod_in(&pod, ns, &snapshot, facts)
-            else {
-                return (true, false);
-            };
+        let now = self.now_ms;
+        let usage = ledger::effective_usage(
+            self.held.usage(),
+            &self.entries,
+            |u| self.seen_of(u),
+            now,
+            ns,
+        );
+        let decided = self.with_facts(|facts| {
+            let (tier, namespace, counted) = quota::of_pod_in(&pod, ns, &snapshot, facts)?;
             let policy = snapshot.policy.as_deref().expect("policy");
             let fits = quota::decide(policy, &tier, &namespace, &counted, &usage)
                 .is_none_or(|d| d.standing != Standing::OverMax);
-            (fits, true)
+            Some((tier, counted, fits))
         });
-        if admitted {
-            self.pods.push(ModelPod {
-                namespace: ns,
-                asks,
-                until_ms: None,
-                pod: pod.clone(),
-            });
-            self.watch(i, Some(pod));
+        let quota = match decided {
+            None => false,
+            Some((_, _, false)) => return Ok(Outcome::OverMax),
+            Some((tier, counted, true)) => {
+                let entry = Entry::new(&uid, &tier, ns, &counted, now);
+                let taken = matches!(apiserver, Apiserver::NameOf(_));
+                let seen = |u: &str| self.seen_of(u);
+                match ledger::plan(&self.entries, entry, taken, seen, now, &ORACLE_BOUNDS) {
+                    Plan::NameTaken => return Ok(Outcome::NotStored),
+                    Plan::Limited(l) => {
+                        let own = self
+                            .failed
+                            .iter()
+                            .filter(|(n, at)| *n == ns && now - at < ledger::ENTRY_TTL_MS)
+                            .count();
+                        let least = ORACLE_BOUNDS.in_flight.min(ORACLE_BOUNDS.phantoms);
+                        if own < least {
+                            return Err(format!(
+                                "{ns} refused by the rate limit with {own} failed reservations of its own: {l}"
+                            ));
+                        }
+                        return Ok(Outcome::Limited);
+                    }
+                    Plan::Write(entries) => {
+                        self.entries = entries;
+                        let share = self.share(&tier, ns).unwrap_or(MilliGpus::MAX);
+                        let tier = TIERS.into_iter().find(|t| *t == tier).expect("a tier");
+                        self.reserved.push((ns, now, tier, share));
+                    }
+                }
+                true
+            }
+        };
+        if !matches!(apiserver, Apiserver::Stores) {
+            if quota {
+                self.failed.push((ns, now));
+            }
+            return Ok(Outcome::NotStored);
         }
-        admitted && asked
+        self.pods.push(ModelPod {
+            namespace: ns,
+            asks,
+            until_ms: None,
+            deleted: false,
+            pod: pod.clone(),
+        });
+        self.watch(i, Some(pod));
+        Ok(Outcome::Stored { quota })
     }
 
     fn delete(&mut self, i: usize, grace_s: i64) {
@@ -315,6 +477,7 @@ impl World {
         }
         let at = self.now_ms / 1000 * 1000;
         p.until_ms = Some(at + grace_s as u64 * 1000);
+        p.deleted = true;
         let mut pod = p.pod.clone();
         pod.metadata.deletion_timestamp =
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
@@ -391,7 +554,9 @@ impl World {
             .served_by(ns, &quota::ClaimRef::of(meta).expect("named"));
         let snapshot = self.snapshot().clone();
         let policy = snapshot.policy.as_deref().expect("policy");
-        let usage = self.held.usage().clone();
+        let seen = |u: &str| self.seen_of(u);
+        let usage =
+            ledger::effective_usage(self.held.usage(), &self.entries, seen, self.now_ms, ns);
         let refused = self.with_facts(|facts| {
             quota::claim_reasks(&req, &snapshot, facts, &served)
                 .into_iter()
@@ -476,13 +641,24 @@ impl World {
     }
 }
 
+/// What a sequence ran through.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ran {
+    pub steps: usize,
+    /// Creates admitted and then refused by the apiserver (phantom reservations, or a taken name).
+    pub not_stored: usize,
+    /// Creates refused by their namespace's rate limit of reservations.
+    pub limited: usize,
+}
+
 /// Runs the sequence `ops` encodes (two bytes a step); the counterexample with its trace when an invariant
-/// breaks. How many steps it ran otherwise.
-pub fn run(ops: &[u8]) -> Result<usize, Counterexample> {
+/// breaks. What it ran through otherwise.
+pub fn run(ops: &[u8]) -> Result<Ran, Counterexample> {
     let mut w = World::new();
     let mut trace = Vec::new();
+    let mut ran = Ran::default();
     for (step, op) in ops.chunks_exact(2).enumerate() {
-        let (kind, arg) = (op[0] % 10, op[1]);
+        let (kind, arg) = (op[0] % 12, op[1]);
         let ns = NAMESPACES[usize::from(arg) % NAMESPACES.len()];
         let pick = |w: &World| {
             usize::from(arg)
@@ -491,11 +667,30 @@ pub fn run(ops: &[u8]) -> Result<usize, Counterexample> {
         };
         let mut admitted = None;
         match kind {
-            0 | 1 => {
-                let yes = w.create(ns, arg / 3);
-                admitted = yes.then_some(ns);
+            0 | 1 | 10 | 11 => {
+                let apiserver = match kind {
+                    10 => Apiserver::Refuses,
+                    11 => Apiserver::NameOf(pick(&w)),
+                    _ => Apiserver::Stores,
+                };
+                let outcome = w.create(ns, arg / 3, apiserver);
+                let outcome = match outcome {
+                    Ok(o) => o,
+                    Err(e) => {
+                        return Err(format!(
+                            "step {step}: {e}\ntrace:\n  {}",
+                            trace.join("\n  ")
+                        ));
+                    }
+                };
+                match outcome {
+                    Outcome::Stored { quota: true } => admitted = Some(ns),
+                    Outcome::NotStored => ran.not_stored += 1,
+                    Outcome::Limited => ran.limited += 1,
+                    _ => {}
+                }
                 trace.push(format!(
-                    "create {ns} shape {}: admitted against a quota {yes}",
+                    "create {ns} shape {}, the apiserver {apiserver:?}: {outcome:?}",
                     (arg / 3) % 5
                 ));
             }
@@ -511,15 +706,30 @@ pub fn run(ops: &[u8]) -> Result<usize, Counterexample> {
                 trace.push(format!("finish pod-{i}"));
             }
             4 => {
-                let s = u64::from(arg % 90) * 1000 + 1;
+                // Within the ledger's windows half the time, beyond them the other half.
+                let s = if arg < 128 {
+                    u64::from(arg % 32) * 500 + 1
+                } else {
+                    u64::from(arg % 90) * 1000 + 1
+                };
                 w.now_ms += s;
                 trace.push(format!("wait {s} ms"));
             }
             7 => {
-                let yes = w.create_with_template(ns);
-                admitted = yes.then_some(ns);
+                let outcome = match w.create_with_template(ns) {
+                    Ok(o) => o,
+                    Err(e) => {
+                        return Err(format!(
+                            "step {step}: {e}\ntrace:\n  {}",
+                            trace.join("\n  ")
+                        ));
+                    }
+                };
+                if outcome == (Outcome::Stored { quota: true }) {
+                    admitted = Some(ns);
+                }
                 trace.push(format!(
-                    "create {ns} naming template {TEMPLATE}: admitted against a quota {yes}"
+                    "create {ns} naming template {TEMPLATE}: {outcome:?}"
                 ));
             }
             8 => {
@@ -544,12 +754,13 @@ pub fn run(ops: &[u8]) -> Result<usize, Counterexample> {
                 trace.push(format!("policy {}", w.policy));
             }
         }
-        if let Err(e) = w.check(admitted) {
+        if let Err(e) = w.check(admitted).and_then(|()| w.check_ledger()) {
             return Err(format!(
                 "step {step}: {e}\ntrace:\n  {}",
                 trace.join("\n  ")
             ));
         }
     }
-    Ok(ops.len() / 2)
+    ran.steps = ops.len() / 2;
+    Ok(ran)
 }

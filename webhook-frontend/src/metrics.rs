@@ -170,8 +170,11 @@ pub(crate) enum LedgerWrite {
     written,
     /// Another replica wrote first: read and decided again.
     conflict,
-    /// The API failed, the ledger was full or stayed contended: the Pod was undecidable.
+    /// The API failed or the ledger stayed contended: the Pod was undecidable.
     failed,
+    /// Not written: the namespace is over its own rate limit of reservations (in flight or never stored);
+    /// its Pod was undecidable, no other namespace's.
+    limited,
     /// Not written: the watch already holds a Pod of that namespace and name, so the apiserver refuses the
     /// CREATE after admission (`AlreadyExists`) and nothing is reserved.
     name_taken,
@@ -447,7 +450,7 @@ impl Metrics {
         );
         r.register(
             "quota_ledger_writes",
-            "Writes of the GPU quota ledger by result (written, conflict: another replica wrote first, failed)",
+            "Writes of the GPU quota ledger by result (written, conflict: another replica wrote first, failed, limited: the namespace over its own rate limit of reservations, name_taken)",
             m.quota_ledger_writes.clone(),
         );
         r.register(

@@ -11,15 +11,20 @@
 //! after [`ENTRY_TTL_MS`] (a Pod another admission step refused after us, never created). Keyed by the Pod's
 //! UID, which the apiserver assigns before validating admission runs.
 //!
-//! Tenants share the ledger, so an entry whose Pod never came (a phantom) is bounded in what it takes from
-//! others: it counts against its own namespace for [`ENTRY_TTL_MS`], but against the rest of its tier (the
-//! totals other namespaces share) only for [`OTHERS_WINDOW_MS`], the time a healthy watch needs to deliver a
-//! stored Pod; a CREATE of a namespace/name the watch already holds (refused `AlreadyExists` after us) writes
-//! no entry at all (the frontend checks); and one namespace holds at most [`MAX_ENTRIES_PER_NAMESPACE`]
-//! entries the writer's watch has not seen (beyond, its own quota'd Pods are undecidable, no one else's;
-//! entries already seen, kept for the other replicas' grace, do not count, so a Job of a thousand Pods is not
-//! slowed), so filling the ledger takes twenty namespaces admitting quota'd Pods faster than the watches see
-//! them.
+//! Tenants share the ledger, so a reservation whose Pod never came (a **phantom**: unseen after
+//! [`OTHERS_WINDOW_MS`]) charges only the namespace that made it; [`plan`] is the rule for every write:
+//! - it counts against its own namespace until it expires ([`ENTRY_TTL_MS`]), against the rest of its tier
+//!   (the totals other namespaces share) only within [`OTHERS_WINDOW_MS`], the time a healthy watch needs to
+//!   deliver a stored Pod; within that window the namespace's own `max` already bounds what its reservations
+//!   take from the tier;
+//! - a CREATE of a namespace/name the watch already holds (refused `AlreadyExists` after us) writes nothing;
+//! - reservations are **rate-limited per namespace** ([`Bounds`]): a namespace holding its limit of
+//!   reservations in flight (unseen, younger than the window) or of phantoms gets its own quota'd admissions
+//!   refused with a message saying why and for how long, whatever the other namespaces hold; entries already
+//!   seen (kept for the other replicas' grace) do not count, so a Job of a thousand Pods is not slowed;
+//! - there is **no total** that namespaces share: past [`Bounds::compact_at`] entries, phantoms (which count
+//!   for no other namespace) are dropped, from the namespace holding most first, instead of refusing anyone.
+//!   What remains is bounded by the ledger's write rate (one write per reservation) × [`ENTRY_TTL_MS`].
 use std::collections::BTreeMap;
 
 use gpu_admission_policy::quotas::MilliGpus;
@@ -34,13 +39,28 @@ pub const SEEN_GRACE_MS: u64 = 10_000;
 pub const ENTRY_TTL_MS: u64 = 15_000;
 /// How long an entry counts against the namespaces it does not belong to (their tier's totals): the delay
 /// within which every replica's watch delivers a stored Pod (measured well under a second on a busy test
-/// control plane; the cross-replica overshoot bound assumes it).
+/// control plane; the cross-replica overshoot bound assumes it). An entry still unseen after it is a phantom.
 pub const OTHERS_WINDOW_MS: u64 = 5_000;
-/// Entries a ledger holds at most: beyond, admissions of quota'd Pods wait for pruning (denied in Enforce,
-/// the ledger's size bounded whatever the rate). 4,000 entries are ≈ 400 kB of the object's 1 MiB.
-pub const MAX_ENTRIES: usize = 4_000;
-/// Entries the writer's watch has not seen that one namespace holds at most.
-pub const MAX_ENTRIES_PER_NAMESPACE: usize = MAX_ENTRIES / 20;
+
+/// The per-namespace rate limits of reservations, and the ledger's size past which phantoms are dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// Reservations of one namespace in flight (unseen, younger than [`OTHERS_WINDOW_MS`]) at most.
+    pub in_flight: usize,
+    /// Phantoms of one namespace (unseen after [`OTHERS_WINDOW_MS`], kept until [`ENTRY_TTL_MS`]) at most.
+    pub phantoms: usize,
+    /// Entries past which phantoms are dropped (4,000 entries are ≈ 400 kB of the object's 1 MiB).
+    pub compact_at: usize,
+}
+
+/// The frontend's bounds: 200 in flight is ~6 s of the 31 admissions/s two replicas sustain (a namespace
+/// creating Pods faster than its watch sees them); 20 phantoms in 15 s leave room for a controller's retries
+/// after another admission step refused its Pods.
+pub const BOUNDS: Bounds = Bounds {
+    in_flight: 200,
+    phantoms: 20,
+    compact_at: 4_000,
+};
 
 /// The Pod a reservation is for: its UID (the ledger's key) and its name (a name the watch already holds is
 /// refused `AlreadyExists` after admission, so it reserves nothing).
@@ -84,14 +104,14 @@ impl Entry {
         }
     }
 
-    fn expired(&self, now_ms: u64) -> bool {
-        now_ms.saturating_sub(self.at_ms) >= ENTRY_TTL_MS
+    fn age(&self, now_ms: u64) -> u64 {
+        now_ms.saturating_sub(self.at_ms)
     }
 
     /// Whether it counts for a decision about `namespace`: its own namespace's until it expires, another's
     /// only within [`OTHERS_WINDOW_MS`].
     fn counts_for(&self, namespace: &str, now_ms: u64) -> bool {
-        let age = now_ms.saturating_sub(self.at_ms);
+        let age = self.age(now_ms);
         if self.namespace == namespace {
             age < ENTRY_TTL_MS
         } else {
@@ -112,7 +132,9 @@ pub enum Seen {
 }
 
 /// The usage to decide a Pod of `namespace` against: `watched` plus every entry the watch has not seen that
-/// counts for that namespace ([`Entry::counts_for`]).
+/// counts for that namespace ([`Entry::counts_for`]), in the tier the watch counts the entry's namespace in
+/// now (a namespace relabelled since the reservation: its new tier), else the tier of the namespace's newest
+/// entry (the label as last decided).
 pub fn effective_usage(
     watched: &Usage,
     entries: &[Entry],
@@ -120,12 +142,24 @@ pub fn effective_usage(
     now_ms: u64,
     namespace: &str,
 ) -> Usage {
-    let mut usage = watched.clone();
-    for e in entries
+    let counting: Vec<&Entry> = entries
         .iter()
         .filter(|e| e.counts_for(namespace, now_ms) && seen(&e.uid) == Seen::No)
-    {
-        usage.add(&e.tier, &e.namespace, &e.counted(), 1);
+        .collect();
+    let mut tiers: BTreeMap<&str, (u64, &str)> = BTreeMap::new();
+    for e in &counting {
+        let newest = tiers.entry(&e.namespace).or_insert((e.at_ms, &e.tier));
+        if e.at_ms >= newest.0 {
+            *newest = (e.at_ms, &e.tier);
+        }
+    }
+    let mut usage = watched.clone();
+    for e in counting {
+        let tier = match watched.namespaces.get(&e.namespace) {
+            Some(n) => n.tier.as_str(),
+            None => tiers[e.namespace.as_str()].1,
+        };
+        usage.add(tier, &e.namespace, &e.counted(), 1);
     }
     usage
 }
@@ -133,7 +167,7 @@ pub fn effective_usage(
 /// The entries worth keeping: unexpired, and not counted by the writer's watch for [`SEEN_GRACE_MS`].
 pub fn prune(entries: &mut Vec<Entry>, seen: impl Fn(&str) -> Seen, now_ms: u64) {
     entries.retain(|e| {
-        !e.expired(now_ms)
+        e.age(now_ms) < ENTRY_TTL_MS
             && match seen(&e.uid) {
                 Seen::No => true,
                 Seen::Since { at_ms } => now_ms.saturating_sub(at_ms) < SEEN_GRACE_MS,
@@ -142,43 +176,193 @@ pub fn prune(entries: &mut Vec<Entry>, seen: impl Fn(&str) -> Seen, now_ms: u64)
     });
 }
 
-/// Why an entry cannot be added to `entries` (already pruned): the ledger is full, or the namespace holds its
-/// share of entries the watch has not `seen`.
-pub fn room_for(
+/// Which per-namespace limit a reservation hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateLimit {
+    /// Reservations whose Pods the watch has not seen yet ([`Bounds::in_flight`]).
+    InFlight,
+    /// Reservations whose Pods were never stored ([`Bounds::phantoms`]).
+    Phantoms,
+}
+
+/// A namespace refused a reservation by its own rate limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limited {
+    pub namespace: String,
+    pub limit: RateLimit,
+    /// The namespace's reservations of that kind (at least the limit).
+    pub count: usize,
+    /// When enough of them are done for one more, in ms.
+    pub retry_after_ms: u64,
+}
+
+impl std::fmt::Display for Limited {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let retry = self.retry_after_ms.div_ceil(1000).max(1);
+        match self.limit {
+            RateLimit::InFlight => write!(
+                f,
+                "namespace {} has {} admitted GPU Pods the quota's watch has not seen stored yet, its limit; \
+                 its quota'd Pods are refused for {retry} s: create them more slowly, or retry then",
+                self.namespace, self.count
+            ),
+            RateLimit::Phantoms => write!(
+                f,
+                "namespace {} made {} GPU reservations in the last {} s whose Pods were never stored (their \
+                 CREATEs failed after this admission: a name already taken, another admission step's denial, a \
+                 ResourceQuota), its limit; its quota'd Pods are refused for {retry} s: fix what refuses those \
+                 CREATEs, or retry then",
+                self.namespace,
+                self.count,
+                ENTRY_TTL_MS / 1000
+            ),
+        }
+    }
+}
+
+/// Whether `namespace` may make one more reservation over `entries` (already pruned): `None`, or the limit
+/// it holds. Only its own entries count: no other namespace's reservations make it wait.
+pub fn limited(
     entries: &[Entry],
     namespace: &str,
     seen: impl Fn(&str) -> Seen,
-) -> Result<(), Full> {
-    if entries.len() >= MAX_ENTRIES {
-        return Err(Full::Ledger);
-    }
-    let unseen = entries
+    now_ms: u64,
+    bounds: &Bounds,
+) -> Option<Limited> {
+    let (mut in_flight, mut phantoms): (Vec<u64>, Vec<u64>) = entries
         .iter()
         .filter(|e| e.namespace == namespace && seen(&e.uid) == Seen::No)
-        .count();
-    if unseen >= MAX_ENTRIES_PER_NAMESPACE {
-        return Err(Full::Namespace);
-    }
-    Ok(())
+        .map(|e| e.age(now_ms))
+        .partition(|age| *age < OTHERS_WINDOW_MS);
+    // The reservations to wait for: the oldest beyond the limit leave it first.
+    let over = |ages: &mut Vec<u64>, limit: usize, leaves_at: u64, kind: RateLimit| {
+        if ages.len() < limit {
+            return None;
+        }
+        ages.sort_unstable_by(|a, b| b.cmp(a));
+        let waits_for = ages[ages.len() - limit];
+        Some(Limited {
+            namespace: namespace.to_string(),
+            limit: kind,
+            count: ages.len(),
+            retry_after_ms: leaves_at.saturating_sub(waits_for),
+        })
+    };
+    over(
+        &mut phantoms,
+        bounds.phantoms,
+        ENTRY_TTL_MS,
+        RateLimit::Phantoms,
+    )
+    .or_else(|| {
+        over(
+            &mut in_flight,
+            bounds.in_flight,
+            OTHERS_WINDOW_MS,
+            RateLimit::InFlight,
+        )
+    })
 }
 
-/// Which bound a full ledger hit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Full {
-    Ledger,
-    Namespace,
+/// What to do with the reservation of an admitted Pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// The watch holds a Pod of that namespace and name: the apiserver refuses the CREATE `AlreadyExists`
+    /// after admission, so nothing is written.
+    NameTaken,
+    /// The namespace is over its own rate limit: the Pod is undecidable.
+    Limited(Limited),
+    /// Write these entries (pruned, the Pod's on top, phantoms dropped past [`Bounds::compact_at`]).
+    Write(Vec<Entry>),
+}
+
+/// THE reservation rule: the write that reserves `entry` on top of `entries` (the ledger as read), for a Pod
+/// whose namespace/name the watch holds or not (`name_taken`).
+pub fn plan(
+    entries: &[Entry],
+    entry: Entry,
+    name_taken: bool,
+    seen: impl Fn(&str) -> Seen,
+    now_ms: u64,
+    bounds: &Bounds,
+) -> Plan {
+    if name_taken {
+        return Plan::NameTaken;
+    }
+    let mut kept = entries.to_vec();
+    prune(&mut kept, &seen, now_ms);
+    if let Some(l) = limited(&kept, &entry.namespace, &seen, now_ms, bounds) {
+        return Plan::Limited(l);
+    }
+    kept.push(entry);
+    compact(&mut kept, &seen, now_ms, bounds.compact_at);
+    Plan::Write(kept)
+}
+
+/// Drops phantoms past `at` entries, the oldest of the namespace holding most first: they count for no
+/// other namespace, so no one else's decision changes; entries in flight or seen are kept whatever the size.
+fn compact(entries: &mut Vec<Entry>, seen: impl Fn(&str) -> Seen, now_ms: u64, at: usize) {
+    let excess = entries.len().saturating_sub(at);
+    if excess == 0 {
+        return;
+    }
+    let mut by_namespace: BTreeMap<String, Vec<(u64, usize)>> = BTreeMap::new();
+    for (i, e) in entries.iter().enumerate() {
+        if seen(&e.uid) == Seen::No && e.age(now_ms) >= OTHERS_WINDOW_MS {
+            by_namespace
+                .entry(e.namespace.clone())
+                .or_default()
+                .push((e.at_ms, i));
+        }
+    }
+    for phantoms in by_namespace.values_mut() {
+        // Newest first: the oldest is popped first.
+        phantoms.sort_unstable_by(|a, b| b.cmp(a));
+    }
+    let mut dropped = vec![false; entries.len()];
+    for _ in 0..excess {
+        let Some(most) = by_namespace
+            .values_mut()
+            .filter(|p| !p.is_empty())
+            .max_by_key(|p| p.len())
+        else {
+            break;
+        };
+        if let Some((_, i)) = most.pop() {
+            dropped[i] = true;
+        }
+    }
+    let mut i = 0;
+    entries.retain(|_| {
+        i += 1;
+        !dropped[i - 1]
+    });
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn entry(uid: &str, gpus: u64, at_ms: u64) -> Entry {
+    fn entry_in(namespace: &str, uid: &str, gpus: u64, at_ms: u64) -> Entry {
         let counted = Counted {
             classes: [("L4-24GB".to_string(), gpus * 1000)].into(),
             total: gpus * 1000,
         };
-        Entry::new(uid, "bronze", "team-a", &counted, at_ms)
+        Entry::new(uid, "bronze", namespace, &counted, at_ms)
+    }
+
+    fn entry(uid: &str, gpus: u64, at_ms: u64) -> Entry {
+        entry_in("team-a", uid, gpus, at_ms)
+    }
+
+    const SMALL: Bounds = Bounds {
+        in_flight: 3,
+        phantoms: 2,
+        compact_at: 6,
+    };
+
+    fn unseen(_: &str) -> Seen {
+        Seen::No
     }
 
     #[test]
@@ -203,7 +387,6 @@ mod tests {
     #[test]
     fn a_phantom_charges_other_namespaces_only_within_the_watch_window() {
         let entries = vec![entry("phantom", 8, 0)];
-        let unseen = |_: &str| Seen::No;
         let held = |at: u64, ns: &str| {
             effective_usage(&Usage::default(), &entries, unseen, at, ns)
                 .namespaces
@@ -214,6 +397,31 @@ mod tests {
         assert_eq!(held(OTHERS_WINDOW_MS, "team-b"), 0);
         assert_eq!(held(OTHERS_WINDOW_MS, "team-a"), 8_000);
         assert_eq!(held(ENTRY_TTL_MS, "team-a"), 0);
+    }
+
+    /// An entry written before its namespace was relabelled counts in the tier the watch counts the
+    /// namespace in now, and does not move the namespace's held Pods back to the old tier.
+    #[test]
+    fn an_entry_counts_in_its_namespace_s_tier_now() {
+        let mut watched = Usage::default();
+        watched.add("silver", "team-a", &entry("held", 2, 0).counted(), 1);
+        let usage = effective_usage(&watched, &[entry("r", 1, 0)], unseen, 1, "team-b");
+        assert_eq!(usage.namespaces["team-a"].tier, "silver");
+        assert_eq!(usage.namespaces["team-a"].total, 3_000);
+        assert_eq!(usage.tier("bronze", None), 0);
+        // Not held by the watch: in the tier of its newest reservation, whatever the order of the entries.
+        let mut newer = entry("newer", 1, 5);
+        newer.tier = "silver".into();
+        for entries in [
+            vec![entry("r", 1, 0), newer.clone()],
+            vec![newer, entry("r", 1, 0)],
+        ] {
+            let usage = effective_usage(&Usage::default(), &entries, unseen, 6, "team-b");
+            assert_eq!(
+                (usage.tier("silver", None), usage.tier("bronze", None)),
+                (2_000, 0)
+            );
+        }
     }
 
     #[test]
@@ -243,25 +451,129 @@ mod tests {
         assert!(entries.is_empty());
     }
 
+    /// A namespace whose reservations never became Pods is refused its own reservations, saying for how
+    /// long; another namespace of the same tier writes as if it had none.
     #[test]
-    fn one_namespace_fills_only_its_share_of_the_ledger() {
-        let mut entries: Vec<Entry> = (0..MAX_ENTRIES_PER_NAMESPACE)
-            .map(|i| entry(&format!("a-{i}"), 1, 0))
+    fn phantoms_limit_only_the_namespace_that_made_them() {
+        let now = 20_000;
+        let entries = vec![
+            entry("p1", 1, now - 12_000),
+            entry("p2", 1, now - 6_000),
+            entry("flying", 1, now - 100),
+        ];
+        let plan_for = |ns: &str| {
+            plan(
+                &entries,
+                entry_in(ns, "new", 1, now),
+                false,
+                unseen,
+                now,
+                &SMALL,
+            )
+        };
+        let Plan::Limited(l) = plan_for("team-a") else {
+            panic!("team-a at its phantom limit: {:?}", plan_for("team-a"));
+        };
+        assert_eq!((l.limit, l.count), (RateLimit::Phantoms, 2));
+        // The oldest expires at 15 s of age: 3 s from now.
+        assert_eq!(l.retry_after_ms, 3_000);
+        assert!(l.to_string().contains("refused for 3 s"), "{l}");
+        let Plan::Write(written) = plan_for("team-b") else {
+            panic!("team-b is not limited: {:?}", plan_for("team-b"));
+        };
+        assert_eq!(written.len(), 4);
+        // Once the oldest phantom expires, team-a may reserve again.
+        let later = plan(
+            &entries,
+            entry("new", 1, now + 3_000),
+            false,
+            unseen,
+            now + 3_000,
+            &SMALL,
+        );
+        assert!(matches!(later, Plan::Write(_)), "{later:?}");
+    }
+
+    #[test]
+    fn reservations_in_flight_are_limited_per_namespace_and_seen_ones_do_not_count() {
+        let now = 50_000;
+        let entries: Vec<Entry> = (0..3)
+            .map(|i| entry(&format!("f{i}"), 1, now - 1_000 * i))
             .collect();
-        let unseen = |_: &str| Seen::No;
-        assert_eq!(room_for(&entries, "team-a", unseen), Err(Full::Namespace));
-        assert_eq!(room_for(&entries, "team-b", unseen), Ok(()));
-        // Entries the watch has seen (kept for the other replicas' grace) leave the namespace its share.
-        let seen = |_: &str| Seen::Since { at_ms: 0 };
-        assert_eq!(room_for(&entries, "team-a", seen), Ok(()));
-        for e in &mut entries {
-            e.namespace = format!("ns-{}", e.uid);
-        }
-        entries.extend((0..MAX_ENTRIES - MAX_ENTRIES_PER_NAMESPACE).map(|i| {
-            let mut e = entry(&format!("b-{i}"), 1, 0);
-            e.namespace = format!("other-{i}");
-            e
-        }));
-        assert_eq!(room_for(&entries, "team-b", unseen), Err(Full::Ledger));
+        let Plan::Limited(l) = plan(&entries, entry("new", 1, now), false, unseen, now, &SMALL)
+        else {
+            panic!("team-a holds 3 in flight");
+        };
+        assert_eq!(
+            (l.limit, l.count, l.retry_after_ms),
+            (RateLimit::InFlight, 3, 3_000)
+        );
+        let other = plan(
+            &entries,
+            entry_in("team-b", "new", 1, now),
+            false,
+            unseen,
+            now,
+            &SMALL,
+        );
+        assert!(matches!(other, Plan::Write(_)), "{other:?}");
+        // Seen by the watch (kept for the other replicas' grace): a Job is not slowed.
+        let seen = |_: &str| Seen::Since { at_ms: now };
+        let seen_plan = plan(&entries, entry("new", 1, now), false, seen, now, &SMALL);
+        assert!(
+            matches!(seen_plan, Plan::Write(ref w) if w.len() == 4),
+            "{seen_plan:?}"
+        );
+        // The shipped bounds are the same rule with larger numbers.
+        assert!(limited(&entries, "team-a", unseen, now, &BOUNDS).is_none());
+    }
+
+    #[test]
+    fn a_name_the_watch_holds_writes_nothing() {
+        let p = plan(&[], entry("new", 1, 0), true, unseen, 0, &SMALL);
+        assert_eq!(p, Plan::NameTaken);
+    }
+
+    /// No total that namespaces share: past `compact_at`, the phantoms of the namespace holding most are
+    /// dropped (they count for no one else) and the writer is never refused for what others hold.
+    #[test]
+    fn a_full_ledger_drops_phantoms_of_the_largest_holder_never_refuses_another_namespace() {
+        let now = 100_000;
+        let old = now - OTHERS_WINDOW_MS;
+        let mut entries = vec![
+            entry_in("ns-1", "a1", 1, old - 2),
+            entry_in("ns-1", "a2", 1, old - 1),
+            entry_in("ns-2", "b1", 1, old - 3),
+            entry_in("ns-3", "c1", 1, now - 1),
+            entry_in("ns-3", "c2", 1, now - 1),
+            entry_in("ns-4", "d1", 1, now - 1),
+        ];
+        let Plan::Write(w) = plan(
+            &entries,
+            entry_in("team-b", "new", 1, now),
+            false,
+            unseen,
+            now,
+            &SMALL,
+        ) else {
+            panic!("team-b holds nothing");
+        };
+        let uids: Vec<_> = w.iter().map(|e| e.uid.as_str()).collect();
+        // ns-1 holds two phantoms, ns-2 one: ns-1's oldest goes.
+        assert_eq!(uids, ["a2", "b1", "c1", "c2", "d1", "new"]);
+        // Only entries in flight: nothing to drop, the writer still writes.
+        entries.retain(|e| e.at_ms == now - 1);
+        entries.extend((0..4).map(|i| entry_in(&format!("x-{i}"), &format!("x{i}"), 1, now)));
+        let Plan::Write(w) = plan(
+            &entries,
+            entry_in("team-b", "new", 1, now),
+            false,
+            unseen,
+            now,
+            &SMALL,
+        ) else {
+            panic!("team-b holds nothing");
+        };
+        assert_eq!(w.len(), 8);
     }
 }

@@ -73,14 +73,16 @@ impl Usage {
         }
     }
 
-    fn namespace(&self, namespace: &str, class: Option<&str>) -> MilliGpus {
+    /// What `namespace` holds of `class` (`None`: across classes).
+    pub fn namespace(&self, namespace: &str, class: Option<&str>) -> MilliGpus {
         self.namespaces.get(namespace).map_or(0, |n| match class {
             Some(c) => n.classes.get(c).copied().unwrap_or(0),
             None => n.total,
         })
     }
 
-    fn tier(&self, tier: &str, class: Option<&str>) -> MilliGpus {
+    /// What the namespaces counted in `tier` hold of `class` (`None`: across classes).
+    pub fn tier(&self, tier: &str, class: Option<&str>) -> MilliGpus {
         self.namespaces
             .values()
             .filter(|n| n.tier == tier)

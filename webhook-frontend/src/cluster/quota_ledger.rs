@@ -3,7 +3,7 @@
 //! here when missing), whose `entries` key is the JSON list of admitted quota'd Pods no watch may have seen.
 //! Written with the version last read (`metadata.resourceVersion`): a conflict means another replica admitted
 //! in between, and the admission reads and decides again.
-use gpu_admission_core::quota::ledger::{Entry, Full, MAX_ENTRIES_PER_NAMESPACE};
+use gpu_admission_core::quota::ledger::{Entry, Limited};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, PostParams};
 
@@ -28,8 +28,8 @@ pub(crate) enum LedgerError {
     Api(String),
     /// Still conflicting after every attempt (replicas admitting faster than the ledger takes writes).
     Contended,
-    /// The ledger, or this namespace's share of it, is full of unseen admissions: wait for the watches.
-    Full(Full),
+    /// The namespace is over its own rate limit of reservations (core's message says which and how long).
+    Limited(Limited),
 }
 
 impl std::fmt::Display for LedgerError {
@@ -38,13 +38,7 @@ impl std::fmt::Display for LedgerError {
             LedgerError::Conflict => write!(f, "the ledger changed while we wrote it"),
             LedgerError::Api(e) => write!(f, "{e}"),
             LedgerError::Contended => write!(f, "the ledger is contended by other admissions"),
-            LedgerError::Full(Full::Ledger) => {
-                write!(f, "the ledger holds as many admissions as it may")
-            }
-            LedgerError::Full(Full::Namespace) => write!(
-                f,
-                "the namespace holds its share of the ledger ({MAX_ENTRIES_PER_NAMESPACE} admissions not yet seen)"
-            ),
+            LedgerError::Limited(l) => write!(f, "{l}"),
         }
     }
 }

@@ -23,7 +23,7 @@ use futures::StreamExt;
 use gpu_admission_core::admission::validate_pod::{QuotaUnavailable, Reservation};
 use gpu_admission_core::authority::Grants;
 use gpu_admission_core::quota::held::{Counter, FactsCounter, HeldPods};
-use gpu_admission_core::quota::ledger::{self, Entry, Reserving, Seen};
+use gpu_admission_core::quota::ledger::{self, Entry, Plan, Reserving, Seen};
 use gpu_admission_core::quota::{self, Decision, Usage};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
@@ -310,7 +310,7 @@ impl QuotaUsage {
         for _ in 0..LEDGER_ATTEMPTS {
             let on = self.lock_ledger().clone();
             let now = now_ms();
-            let (decision, mut entries, room) = {
+            let (decision, plan) = {
                 let s = self.fresh_state();
                 let seen = |u: &str| s.seen(u);
                 let usage =
@@ -320,20 +320,22 @@ impl QuotaUsage {
                     Reservation::Refused(d) => return Ok(Some(d)),
                     Reservation::Reserve(d) => d,
                 };
-                if s.names.contains(&key(namespace, pod.name)) {
-                    self.metrics.record_ledger_write(LedgerWrite::name_taken);
-                    return Ok(Some(d));
-                }
-                let mut entries = on.entries.clone();
-                ledger::prune(&mut entries, seen, now);
-                let room = ledger::room_for(&entries, namespace, seen);
-                (d, entries, room)
+                let entry = Entry::new(pod.uid, tier, namespace, counted, now);
+                let taken = s.names.contains(&key(namespace, pod.name));
+                let plan = ledger::plan(&on.entries, entry, taken, seen, now, &ledger::BOUNDS);
+                (d, plan)
             };
-            if let Err(full) = room {
-                self.metrics.record_ledger_write(LedgerWrite::failed);
-                return Err(not_reserved(LedgerError::Full(full)));
-            }
-            entries.push(Entry::new(pod.uid, tier, namespace, counted, now));
+            let entries = match plan {
+                Plan::NameTaken => {
+                    self.metrics.record_ledger_write(LedgerWrite::name_taken);
+                    return Ok(Some(decision));
+                }
+                Plan::Limited(limited) => {
+                    self.metrics.record_ledger_write(LedgerWrite::limited);
+                    return Err(not_reserved(LedgerError::Limited(limited)));
+                }
+                Plan::Write(entries) => entries,
+            };
             match self.store.write(&on, entries).await {
                 Ok(written) => {
                     *self.lock_ledger() = written;
