@@ -31,6 +31,7 @@ use gpu_admission_proto::scorer::v1::ScoreRequest;
 use k8s_openapi::api::authentication::v1::UserInfo;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate};
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use kube_core::admission::AdmissionRequest;
 use scorer::model::Learned;
 use scorer::policy::Policy;
@@ -154,7 +155,7 @@ pub fn learn_exceptions(
     }
 }
 
-/// The ResourceClaimTemplates and ResourceClaims among the inputs, by (namespace, name), and the
+/// The ResourceClaimTemplates, ResourceClaims and PodGroups among the inputs, by (namespace, name), and the
 /// DeviceClasses by name: what a Pod's DRA claims and class-backed resources are read from, as the frontend
 /// reads them from its watch caches.
 #[derive(Debug, Clone, Default)]
@@ -162,13 +163,15 @@ pub struct ClaimObjects {
     templates: BTreeMap<(String, String), ResourceClaimTemplate>,
     claims: BTreeMap<(String, String), ResourceClaim>,
     classes: BTreeMap<String, DeviceClass>,
+    pod_groups: BTreeMap<(String, String), PodGroup>,
 }
 
 impl ClaimObjects {
     /// Keeps every claim and claim template of `inputs` (in `default_namespace` when they name none).
     pub fn learn(&mut self, inputs: &[crate::load::Input], default_namespace: &str) {
         for i in inputs {
-            let crate::load::Input::Object(src) = i else {
+            // A PodGroup (or DeviceClass) describes no Pod: it is among the ignored inputs.
+            let (crate::load::Input::Object(src) | crate::load::Input::Ignored(src)) = i else {
                 continue;
             };
             let v = &src.value;
@@ -181,6 +184,12 @@ impl ClaimObjects {
                 v["metadata"]["name"].as_str().unwrap_or("").to_string(),
             );
             let group = v["apiVersion"].as_str().unwrap_or("");
+            if group == "scheduling.k8s.io/v1beta1" && v["kind"] == "PodGroup" {
+                if let Ok(g) = serde_json::from_value(v.clone()) {
+                    self.pod_groups.insert(key, g);
+                }
+                continue;
+            }
             if !group.starts_with("resource.k8s.io/") {
                 continue;
             }
@@ -234,6 +243,12 @@ impl ClaimTemplates for ClaimObjects {
         self.classes
             .values()
             .find(|c| names_resource(c, resource))
+            .cloned()
+    }
+
+    fn pod_group(&self, namespace: &str, name: &str) -> Option<PodGroup> {
+        self.pod_groups
+            .get(&(namespace.to_string(), name.to_string()))
             .cloned()
     }
 }

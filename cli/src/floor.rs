@@ -167,6 +167,8 @@ struct Compiled {
 pub struct Floor {
     pods: Compiled,
     workloads: Compiled,
+    /// The admin-access claims policy (`gpu-admission-floor-admin-claims`).
+    claims: Compiled,
     params: Cel,
     tier_label: String,
     /// The cluster's DeviceClasses its parameters were written for.
@@ -222,8 +224,7 @@ fn guarded(evaluate: impl FnOnce() -> anyhow::Result<FloorAnswer>) -> FloorAnswe
 }
 
 impl Compiled {
-    fn new(objects: &[Value], target: Target) -> anyhow::Result<Self> {
-        let name = target.policy_name();
+    fn new(objects: &[Value], name: &str) -> anyhow::Result<Self> {
         let find = |kind: &str| {
             objects
                 .iter()
@@ -288,8 +289,9 @@ impl Floor {
             .clone();
         params["data"] = json!(floor::params_with_device_classes(policy, classes)?);
         Ok(Floor {
-            pods: Compiled::new(&objects, Target::Pods)?,
-            workloads: Compiled::new(&objects, Target::Workloads)?,
+            pods: Compiled::new(&objects, Target::Pods.policy_name())?,
+            workloads: Compiled::new(&objects, Target::Workloads.policy_name())?,
+            claims: Compiled::new(&objects, gpu_admission_core::floor::ADMIN_CLAIMS_POLICY)?,
             params: to_cel(&params),
             tier_label: tier_label.to_string(),
             device_classes: classes.to_vec(),
@@ -334,8 +336,38 @@ impl Floor {
             tier,
             user,
             exempt,
+            may_admin: false,
         };
         guarded(|| self.evaluate(&self.workloads, &object, &at))
+    }
+
+    /// The floor's answer for the CREATE of a ResourceClaim or ResourceClaimTemplate (`object`) in
+    /// `namespace`: the admin-access claims policy; `may_admin`: whether the requester holds `use adminaccess`
+    /// (offline: stated, as `exempt`).
+    pub fn claim(
+        &self,
+        request: &Value,
+        object: &Value,
+        (namespace, tier): (&str, Option<&str>),
+        (exempt, may_admin): (bool, bool),
+    ) -> FloorAnswer {
+        let kind = object["kind"].as_str().unwrap_or("");
+        if request["operation"] != "CREATE"
+            || object["apiVersion"] != "resource.k8s.io/v1"
+            || !matches!(kind, "ResourceClaim" | "ResourceClaimTemplate")
+        {
+            return FloorAnswer::NotMatched;
+        }
+        let mut object = object.clone();
+        drop_nulls(&mut object);
+        let at = At {
+            namespace,
+            tier,
+            user: &request["userInfo"],
+            exempt,
+            may_admin,
+        };
+        guarded(|| self.evaluate(&self.claims, &object, &at))
     }
 
     /// The floor's answer for a review's `request` (its operation: the floor matches `CREATE` only; its
@@ -375,6 +407,7 @@ impl Floor {
             tier,
             user,
             exempt,
+            may_admin: false,
         };
         guarded(|| self.evaluate(&self.pods, &object, &at))
     }
@@ -391,6 +424,7 @@ impl Floor {
             tier,
             user,
             exempt,
+            may_admin,
         } = *at;
         let mut labels = json!({"kubernetes.io/metadata.name": namespace});
         if let Some(t) = tier {
@@ -419,6 +453,10 @@ impl Floor {
             let value = if name == floor::EXEMPT_VARIABLES_PREFIX {
                 Cel::Bool(exempt)
             } else if name.starts_with(floor::EXEMPT_VARIABLES_PREFIX) {
+                Cel::Bool(false)
+            } else if name == ADMIN_VARIABLES_PREFIX {
+                Cel::Bool(may_admin)
+            } else if name.starts_with(ADMIN_VARIABLES_PREFIX) {
                 Cel::Bool(false)
             } else {
                 ctx.add_variable_from_value("variables", variables_value(&variables));
@@ -467,7 +505,12 @@ struct At<'a> {
     tier: Option<&'a str>,
     user: &'a Value,
     exempt: bool,
+    /// The requester holds `use adminaccess`.
+    may_admin: bool,
 }
+
+/// The admin-access claims policy's variables holding the authorizer's answers about `use adminaccess`.
+const ADMIN_VARIABLES_PREFIX: &str = "mayAdmin";
 
 /// The object as the apiserver's CEL sees it: decoded into its type first, where a JSON `null` is an absent
 /// field (`has()` is false), not a value.

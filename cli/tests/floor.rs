@@ -330,6 +330,9 @@ struct Shape {
     bronze_pin: &'static str,
     /// Whether gold's use of the shape (pinned to H100) is admitted by both.
     gold: bool,
+    /// Whether the webhooks must hold the Pod itself as a GPU Pod in bronze (not skip it as asking for none),
+    /// not only the claim objects beside it.
+    pod_held: bool,
 }
 
 /// The DeviceClasses of the cluster every shape runs with: NVIDIA's dra-driver-gpu chart's (as the GPU Operator
@@ -414,6 +417,30 @@ fn pod_with_template(
     ]
 }
 
+/// A Pod of the PodGroup `g` sharing the group's claim entry `gpu` (template `t`): the ResourceClaim
+/// controller made the group's claim `g-gpu` when `t` asked for the H100 catalog class; `t` asks for no GPU
+/// now (a ComputeDomain channel). What the Pod is allocated is the group's claim
+/// (`gpu_admission_core::pod::pod_group`), not the template: a GPU Pod, held to its tier's nodes (read by
+/// the template alone it would be skipped as asking for none).
+fn pod_in_group(node: &serde_json::Value) -> Vec<serde_json::Value> {
+    use serde_json::json;
+    let entry = json!({"name": "gpu", "resourceClaimTemplateName": "t"});
+    let mut pod = shape_pod(node, json!({}), Some(json!([entry.clone()])));
+    pod["spec"]["schedulingGroup"] = json!({"podGroupName": "g"});
+    vec![
+        shape_template(json!([{"name": "gpu", "exactly": {
+            "deviceClassName": "compute-domain-default-channel.nvidia.com"}}])),
+        json!({"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": "g", "namespace": "team"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}, "resourceClaims": [entry]},
+            "status": {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "g-gpu"}]}}),
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": "g-gpu", "namespace": "team"}, "spec": {"devices": {"requests": [
+                {"name": "gpu", "exactly": {"deviceClassName": "h100-80gb.gpu-admission.io"}}]}}}),
+        pod,
+    ]
+}
+
 const CLAIMS_UNREAD: &str = "the floor reads no claim object (its requests are in another object): the Pod is \
     held to its tier's nodes, L4 for bronze, where no H100 device is published";
 
@@ -426,6 +453,7 @@ fn shapes() -> Vec<Shape> {
             floor: FloorHolds::Same,
             bronze_pin: "H100-80GB",
             gold: true,
+            pod_held: false,
         },
         Shape {
             name: "MIG slice (nvidia.com/mig-1g.10gb) on an H100 node",
@@ -433,6 +461,7 @@ fn shapes() -> Vec<Shape> {
             floor: FloorHolds::Same,
             bronze_pin: "H100-80GB",
             gold: true,
+            pod_held: false,
         },
         Shape {
             name: "DRA claim template on gpu.nvidia.com selecting H100",
@@ -446,6 +475,7 @@ fn shapes() -> Vec<Shape> {
             floor: FloorHolds::Narrower(CLAIMS_UNREAD),
             bronze_pin: "L4-24GB",
             gold: true,
+            pod_held: false,
         },
         Shape {
             name: "DRA ResourceClaim (resourceClaimName) on gpu.nvidia.com selecting H100",
@@ -465,6 +495,7 @@ fn shapes() -> Vec<Shape> {
             floor: FloorHolds::Narrower(CLAIMS_UNREAD),
             bronze_pin: "L4-24GB",
             gold: true,
+            pod_held: false,
         },
         Shape {
             name: "firstAvailable: H100 first, L4 second",
@@ -480,6 +511,18 @@ fn shapes() -> Vec<Shape> {
             floor: FloorHolds::Narrower(CLAIMS_UNREAD),
             bronze_pin: "L4-24GB",
             gold: true,
+            pod_held: false,
+        },
+        Shape {
+            name: "a PodGroup's claim, made from its template before the template was changed",
+            objects: pod_in_group,
+            floor: FloorHolds::Narrower(
+                "the floor reads no claim object nor PodGroup: the Pod is held to its tier's nodes, L4 for \
+                 bronze, where no H100 device is published",
+            ),
+            bronze_pin: "L4-24GB",
+            gold: true,
+            pod_held: true,
         },
         Shape {
             name: "allocationMode All on the H100 catalog class",
@@ -493,6 +536,7 @@ fn shapes() -> Vec<Shape> {
             floor: FloorHolds::Narrower(CLAIMS_UNREAD),
             bronze_pin: "L4-24GB",
             gold: true,
+            pod_held: false,
         },
         Shape {
             name: "adminAccess on gpu.nvidia.com selecting H100",
@@ -509,6 +553,7 @@ fn shapes() -> Vec<Shape> {
             ),
             bronze_pin: "L4-24GB",
             gold: false,
+            pod_held: false,
         },
         Shape {
             name: "implicit deviceclass.resource.kubernetes.io/<class> of an admin class selecting H100",
@@ -522,6 +567,7 @@ fn shapes() -> Vec<Shape> {
             floor: FloorHolds::Same,
             bronze_pin: "L4-24GB",
             gold: true,
+            pod_held: false,
         },
         Shape {
             name: "a class's extendedResourceName (example.com/h100)",
@@ -529,6 +575,7 @@ fn shapes() -> Vec<Shape> {
             floor: FloorHolds::Same,
             bronze_pin: "L4-24GB",
             gold: true,
+            pod_held: false,
         },
         Shape {
             name: "an admin class selecting H100 by product, through a claim",
@@ -541,6 +588,7 @@ fn shapes() -> Vec<Shape> {
             floor: FloorHolds::Narrower(CLAIMS_UNREAD),
             bronze_pin: "L4-24GB",
             gold: true,
+            pod_held: false,
         },
         Shape {
             name: "a class named like a notGpu class (compute-domain-daemon.nvidia.com) selecting H100",
@@ -554,6 +602,7 @@ fn shapes() -> Vec<Shape> {
             floor: FloorHolds::Same,
             bronze_pin: "L4-24GB",
             gold: true,
+            pod_held: false,
         },
         Shape {
             name: "the vendor's class by implicit extended resource on an H100 node",
@@ -567,6 +616,7 @@ fn shapes() -> Vec<Shape> {
             floor: FloorHolds::Same,
             bronze_pin: "H100-80GB",
             gold: true,
+            pod_held: false,
         },
         Shape {
             name: "a class whose selector cannot be decided, by its extendedResourceName",
@@ -574,6 +624,7 @@ fn shapes() -> Vec<Shape> {
             floor: FloorHolds::Same,
             bronze_pin: "L4-24GB",
             gold: false,
+            pod_held: false,
         },
     ]
 }
@@ -643,6 +694,12 @@ fn every_device_shape_through_the_webhooks_and_the_floor() {
             floor.describe()
         );
         println!("bronze {report}");
+        if shape.pod_held && pod.skipped.is_some() {
+            failures.push(format!(
+                "bronze {report}: the Pod itself is skipped ({:?})",
+                pod.skipped
+            ));
+        }
         if !webhook_denies {
             failures.push(format!("bronze {report}: the webhooks admit it"));
         }
@@ -686,4 +743,82 @@ fn every_device_shape_through_the_webhooks_and_the_floor() {
         shapes().len()
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Admin-access claims with every gpu-admission process down: the floor's claims policy, with the parameters
+/// the observer writes for the cluster's DeviceClasses ([`cluster_device_classes`]), refuses a request for a
+/// GPU class outside the namespace's tier that carries no selector (what the webhooks' mutation did not
+/// reach), even from a requester holding `use adminaccess`; needs that power for a cluster class that is a
+/// GPU class only by what it selects; and leaves the tier's own classes, gold's use and a request with
+/// selectors (which the floor cannot read) to the webhooks.
+#[test]
+fn admin_access_claims_through_the_claims_floor() {
+    use serde_json::json;
+    let mut policy = gpu_admission_policy::embedded_default().unwrap();
+    policy.enforcement.mode = gpu_admission_policy::EnforcementMode::Enforce;
+    let classes: Vec<k8s_openapi::api::resource::v1::DeviceClass> = cluster_device_classes()
+        .into_iter()
+        .map(|c| serde_json::from_value(c).unwrap())
+        .collect();
+    let floor = gpu_admission_cli::floor::Floor::with_device_classes(&policy, &classes).unwrap();
+    let request =
+        json!({"operation": "CREATE", "userInfo": {"username": "alice", "groups": ["team"]}});
+    let claim = |class: &str, selectors: bool| {
+        let mut exactly = json!({"deviceClassName": class, "adminAccess": true});
+        if selectors {
+            exactly["selectors"] = json!([{"cel": {"expression": H100_PRODUCT}}]);
+        }
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": "c", "namespace": "team"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}})
+    };
+    let answer = |tier: &str, class: &str, selectors: bool, may_admin: bool| {
+        let a = floor.claim(
+            &request,
+            &claim(class, selectors),
+            ("team", Some(tier)),
+            (false, may_admin),
+        );
+        println!(
+            "{tier} {class} selectors {selectors} use-adminaccess {may_admin}: {}",
+            a.describe()
+        );
+        a
+    };
+    // Outside bronze, no selector: refused with the power held.
+    for class in [
+        "h100.example.com",
+        "h100-80gb.gpu-admission.io",
+        "odd.example.com",
+    ] {
+        let a = answer("bronze", class, false, true);
+        assert!(
+            a.denies() && a.describe().contains("outside tier bronze"),
+            "{class}: {}",
+            a.describe()
+        );
+    }
+    // A cluster class GPU only by what it selects needs the power, whatever the tier.
+    let a = answer("gold", "h100.example.com", false, false);
+    assert!(
+        a.denies() && a.describe().contains("use adminaccess"),
+        "{}",
+        a.describe()
+    );
+    // Admitted: the tier's own class, gold's use, a request with selectors (the webhooks' to judge).
+    for (tier, class, selectors) in [
+        ("bronze", "l4-24gb.gpu-admission.io", false),
+        ("gold", "h100.example.com", false),
+        ("gold", "h100-80gb.gpu-admission.io", false),
+        ("bronze", "h100.example.com", true),
+    ] {
+        let a = answer(tier, class, selectors, true);
+        assert!(!a.denies(), "{tier} {class}: {}", a.describe());
+    }
+    // A claim without admin access is not matched.
+    let plain = json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "c", "namespace": "team"}, "spec": {"devices": {"requests": [
+            {"name": "gpu", "exactly": {"deviceClassName": "h100.example.com"}}]}}});
+    let a = floor.claim(&request, &plain, ("team", Some("bronze")), (false, false));
+    assert!(!a.denies(), "{}", a.describe());
 }

@@ -2,7 +2,10 @@
 # Starts a throwaway control plane on loopback for the real-cluster tier: etcd + kube-apiserver, and on request
 # kube-scheduler, kube-controller-manager and kwok (which plays the kubelet of fake Nodes).
 #
-# Usage: start.sh RUN_DIR [COMPONENT...]    COMPONENT: scheduler, controller-manager, kwok, or all (the three)
+# Usage: start.sh RUN_DIR [COMPONENT...]    COMPONENT: scheduler, controller-manager, kwok, or all (the three);
+#                                           workload-api: scheduling.k8s.io/v1beta1 (Workloads, PodGroups) served
+#                                           and the GenericWorkload + DRAWorkloadResourceClaims gates on every
+#                                           component (Kubernetes 1.37+, beta, off by default; ignored before)
 #   Without components: etcd + kube-apiserver only (nothing schedules or runs Pods; what admission tests need).
 # Env:   GPU_ADMISSION_K8S_BIN      a folder holding the binaries (skips build.sh)
 #        GPU_ADMISSION_K8S_VERSION  the version build.sh builds or finds (default 1.37.2)
@@ -29,14 +32,15 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 R=${1:?usage: start.sh RUN_DIR [scheduler] [controller-manager] [kwok] [all]}
 shift
-scheduler=0 controllers=0 kwok=0
+scheduler=0 controllers=0 kwok=0 workload=0
 for c in "$@"; do
   case $c in
+    workload-api) workload=1 ;;
     scheduler) scheduler=1 ;;
     controller-manager) controllers=1 ;;
     kwok) kwok=1 ;;
     all) scheduler=1 controllers=1 kwok=1 ;;
-    *) echo "start.sh: unknown component $c (scheduler, controller-manager, kwok, all)" >&2; exit 2 ;;
+    *) echo "start.sh: unknown component $c (scheduler, controller-manager, kwok, all, workload-api)" >&2; exit 2 ;;
   esac
 done
 for tool in openssl python3; do
@@ -149,6 +153,18 @@ wait_for() {
 api() { curl -fsS --max-time 2 --cacert ca.crt -H "Authorization: Bearer $tok" "https://127.0.0.1:$P$1"; }
 healthy() { curl -fsSk --max-time 2 "https://127.0.0.1:$1/healthz"; }
 
+runtime_config=resource.k8s.io/v1=true
+gates=()
+if ((workload)); then
+  help=$("$B/kube-apiserver" --help 2>&1 || true)
+  if [[ $help == *'DRAWorkloadResourceClaims=true|false'* ]]; then
+    runtime_config+=,scheduling.k8s.io/v1beta1=true
+    gates=(--feature-gates=GenericWorkload=true,DRAWorkloadResourceClaims=true)
+  else
+    echo "start.sh: this Kubernetes has no workload API; workload-api ignored" >&2
+  fi
+fi
+
 launch etcd "$B/etcd" --name e2e --data-dir "$R/etcd" --unsafe-no-fsync \
   --listen-client-urls "http://127.0.0.1:$E" --advertise-client-urls "http://127.0.0.1:$E" \
   --listen-peer-urls "http://127.0.0.1:$EP" --initial-advertise-peer-urls "http://127.0.0.1:$EP" \
@@ -159,13 +175,14 @@ launch apiserver "$B/kube-apiserver" --etcd-servers="http://127.0.0.1:$E" --bind
   --service-account-issuer=https://kubernetes.default.svc --service-account-key-file=sa.pub \
   --service-account-signing-key-file=sa.key --token-auth-file=tokens.csv --authorization-mode=Node,RBAC \
   --service-cluster-ip-range=10.96.0.0/24 --disable-admission-plugins=ServiceAccount \
-  --runtime-config=resource.k8s.io/v1=true --allow-privileged=true --profiling=false \
-  --admission-control-config-file=admission.yaml
+  --runtime-config="$runtime_config" --allow-privileged=true --profiling=false \
+  --admission-control-config-file=admission.yaml "${gates[@]}"
 wait_for apiserver api /readyz
 
 # Each component's own kubeconfig (its API client and its delegated authentication and authorization).
 own() { echo "--kubeconfig=$1.kubeconfig" "--authentication-kubeconfig=$1.kubeconfig" "--authorization-kubeconfig=$1.kubeconfig"; }
-common=(--leader-elect=false --bind-address=127.0.0.1 --kube-api-qps=200 --kube-api-burst=400 --profiling=false)
+common=(--leader-elect=false --bind-address=127.0.0.1 --kube-api-qps=200 --kube-api-burst=400 --profiling=false
+  "${gates[@]}")
 if ((controllers)); then
   launch controller-manager "$B/kube-controller-manager" $(own controller-manager) "${common[@]}" --secure-port="$CP" \
     --use-service-account-credentials=true --service-account-private-key-file=sa.key --root-ca-file=ca.crt \

@@ -52,6 +52,10 @@ pub struct Components {
     pub controller_manager: bool,
     /// kwok: keeps the Nodes annotated `kwok.x-k8s.io/node=fake` Ready and runs their Pods.
     pub kwok: bool,
+    /// The workload API (Kubernetes 1.37+, beta, off by default): `scheduling.k8s.io/v1beta1` Workloads and
+    /// PodGroups served, the `GenericWorkload` and `DRAWorkloadResourceClaims` gates on every component.
+    /// Ignored by a Kubernetes without it.
+    pub workload_api: bool,
 }
 
 impl Components {
@@ -60,12 +64,14 @@ impl Components {
         scheduler: false,
         controller_manager: false,
         kwok: false,
+        workload_api: false,
     };
     /// Scheduler, controllers and kwok: a cluster whose Pods are scheduled, run and finish.
     pub const ALL: Self = Self {
         scheduler: true,
         controller_manager: true,
         kwok: true,
+        workload_api: false,
     };
 
     fn args(self) -> Vec<&'static str> {
@@ -73,6 +79,7 @@ impl Components {
             (self.scheduler, "scheduler"),
             (self.controller_manager, "controller-manager"),
             (self.kwok, "kwok"),
+            (self.workload_api, "workload-api"),
         ]
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))

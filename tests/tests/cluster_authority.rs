@@ -9,6 +9,11 @@
 //! posted to it: its SubjectAccessReviews, its probes) and the floor's (the shipped `floor.yaml` in
 //! `Enforce`, a server-side dry run as the identity; `RBAC` when RBAC refuses the request before admission).
 //! Prints the table; asserts the rule: only a grant naming the power, or `system:masters`, holds it.
+//!
+//! Then admin access held to the tier by the floor alone (no webhook is registered): `device-admin` holds
+//! `use adminaccess` but not `exempt tiers/bronze`; in a bronze namespace labelled for admin access, its
+//! adminAccess claim with no selector on the H100 catalog class is refused by the floor's claims policy, and
+//! those on the L4 catalog class and on the vendor's class (which no render knows outside bronze) are not.
 
 use std::path::Path;
 
@@ -23,6 +28,8 @@ const BRONZE: &str = "auth-bronze";
 const SCRATCH: &str = "auth-scratch";
 const POLICY_NS: &str = "gpu-admission";
 const ADMIN_NS: &str = "auth-admin-access";
+const ADMIN_BRONZE: &str = "auth-admin-bronze";
+const DEVICE_ADMIN: &str = "device-admin";
 const ADMIN_ACCESS_LABEL: &str = "resource.kubernetes.io/admin-access";
 const POLICY_CM: &str = "gpu-admission-policy";
 
@@ -161,6 +168,29 @@ fn admin_claim(name: &str) -> Value {
             "exactly": {"deviceClassName": "gpu.nvidia.com", "adminAccess": true}}]}}})
 }
 
+/// A claim with one `adminAccess` request, no selector, on `class`, in [`ADMIN_BRONZE`].
+fn admin_claim_on(name: &str, class: &str) -> Value {
+    json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": ADMIN_BRONZE},
+        "spec": {"devices": {"requests": [{"name": "gpu",
+            "exactly": {"deviceClassName": class, "adminAccess": true}}]}}})
+}
+
+/// [`DEVICE_ADMIN`]: `use adminaccess` by a rule naming it (as the shipped `gpu-admission-device-admin`),
+/// and creating claims.
+fn device_admin_rbac() -> Value {
+    json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": "e2e-device-admin"},
+         "rules": [{"apiGroups": ["gpu-admission.io"], "resources": ["adminaccess"], "verbs": ["use"]},
+                   {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["create"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "e2e-device-admin"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "e2e-device-admin"},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": DEVICE_ADMIN}]},
+    ]})
+}
+
 fn namespace(tier: Option<&str>) -> Value {
     let mut ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SCRATCH}});
     if let Some(t) = tier {
@@ -248,9 +278,15 @@ async fn only_a_grant_naming_a_power_or_system_masters_holds_it() {
         .create_namespace(ADMIN_NS, None)
         .await
         .expect("namespace");
+    cluster
+        .create_namespace(ADMIN_BRONZE, Some("bronze"))
+        .await
+        .expect("namespace");
     let l = format!("{ADMIN_ACCESS_LABEL}=true");
-    let a = admin.kubectl(kc, &["label", "namespace", ADMIN_NS, &l], "");
-    assert!(a.ok, "admin access label: {}", a.stderr);
+    for ns in [ADMIN_NS, ADMIN_BRONZE] {
+        let a = admin.kubectl(kc, &["label", "namespace", ns, &l], "");
+        assert!(a.ok, "admin access label: {}", a.stderr);
+    }
     let a = admin.kubectl(kc, &["apply", "-f", "-"], &rbac().to_string());
     assert!(a.ok, "RBAC: {}", a.stderr);
     // The shipped floor, its parameters in Enforce (as the observer would write them for this policy).
@@ -446,6 +482,36 @@ async fn only_a_grant_naming_a_power_or_system_masters_holds_it() {
                     who.name
                 ));
             }
+        }
+    }
+    // Admin access held to the tier by the floor alone.
+    let a = admin.kubectl(kc, &["apply", "-f", "-"], &device_admin_rbac().to_string());
+    assert!(a.ok, "device-admin RBAC: {}", a.stderr);
+    for (i, (class, want)) in [
+        ("h100-80gb.gpu-admission.io", "denied"),
+        ("l4-24gb.gpu-admission.io", "allowed"),
+        ("gpu.nvidia.com", "allowed"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let a = kubectl(
+            kc,
+            Some(DEVICE_ADMIN),
+            &[],
+            &["create", "--dry-run=server", "-f", "-"],
+            &admin_claim_on(&format!("device-admin-{i}"), class).to_string(),
+        );
+        let fl = floor(&a);
+        println!(
+            "{DEVICE_ADMIN} (use adminaccess) claims {class} with adminAccess in bronze: floor {fl}"
+        );
+        let named = want == "allowed" || a.stderr.contains("outside tier bronze");
+        if fl != want || !named {
+            failures.push(format!(
+                "{DEVICE_ADMIN} on {class}: floor {fl} ({})",
+                a.stderr.trim()
+            ));
         }
     }
     // The tier label through the status subresource, which persists labels: Argo CD (RBAC lets it) is

@@ -20,6 +20,9 @@
 //! - a gold claim of allocation mode `All` on the A100 class is allocated both A100 devices, and gold's
 //!   quota usage counts 8 A100 GPUs: what `All` may be allocated on one Node of the class (its
 //!   `gpusPerNode`), not the 1 the spec asks for nor only what this Node happened to have.
+//! - where the apiserver serves PodGroups (`scheduling.k8s.io/v1beta1`: the harness's `workload-api`, 1.37+),
+//!   a gold Pod of a PodGroup sharing the group's claim entry is decided by the claim the ResourceClaim
+//!   controller made for the group (H100), after the template it names was replaced by one asking no GPU.
 
 use std::time::{Duration, Instant};
 
@@ -338,7 +341,11 @@ async fn tenant_client(cluster: &LocalCluster) -> kube::Client {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_are_held_to_their_tier_by_the_webhook_and_on_the_allocation() {
     let t0 = Instant::now();
-    let Some(cluster) = LocalCluster::start_with(Components::ALL)
+    let components = Components {
+        workload_api: true,
+        ..Components::ALL
+    };
+    let Some(cluster) = LocalCluster::start_with(components)
         .await
         .expect("control plane")
     else {
@@ -537,11 +544,142 @@ async fn claims_are_held_to_their_tier_by_the_webhook_and_on_the_allocation() {
         assert_in_tier(name, &ran, &allowed_classes(&policy, "bronze"));
     }
     quickstart_runs_in_bronze(&client, &tenant, &webhook, &policy).await;
+    pod_group_claims(&client, &tenant).await;
     println!(
         "DRA: 8 bronze claims, templates and Pods that could reach H100 or cannot be decided denied, gold allocated H100, \
          2 bronze claims allocated L4, the quickstart held to L4, in {:.1}s",
         t0.elapsed().as_secs_f64()
     );
+}
+
+/// A gated gold Pod naming the claim entry `gpu` of template `pg-gpu`, stating no class, of the PodGroup
+/// `pg` when `in_group`; its decided class (`None`: asking no GPU). `Err` when it is refused.
+async fn group_pod(
+    tenant: &kube::Client,
+    name: &str,
+    in_group: bool,
+) -> anyhow::Result<Option<String>> {
+    let mut p = claim_pod(name, json!({"resourceClaimTemplateName": "pg-gpu"}));
+    if in_group {
+        p["spec"]["schedulingGroup"] = json!({"podGroupName": "pg"});
+    }
+    p["spec"]["schedulingGates"] = json!([{"name": "example.com/hold"}]);
+    let p = Api::<Pod>::namespaced(tenant.clone(), GOLD)
+        .create(&PostParams::default(), &serde_json::from_value(p)?)
+        .await?;
+    Ok(p.metadata
+        .annotations
+        .and_then(|a| a.get(ANN_GPU_CLASS).cloned()))
+}
+
+/// PodGroup claims, where the apiserver serves `scheduling.k8s.io/v1beta1` (1.37 with the workload gates):
+/// the gold PodGroup `pg` shares the claim entry `gpu` of template `pg-gpu` (the H100 catalog class); once
+/// the ResourceClaim controller has made the group's claim, the template is replaced by one asking for a
+/// class that is no GPU. Once the frontend reads the new template (a Pod outside the group naming it asks for
+/// no GPU), a gold Pod of the group naming the entry and stating no class is decided by the group's claim,
+/// H100-80GB.
+async fn pod_group_claims(client: &kube::Client, tenant: &kube::Client) {
+    let gvk = GroupVersionKind::gvk("scheduling.k8s.io", "v1beta1", "PodGroup");
+    let groups: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        GOLD,
+        &ApiResource::from_gvk_with_plural(&gvk, "podgroups"),
+    );
+    if groups.list(&Default::default()).await.is_err() {
+        println!("PodGroup claims: scheduling.k8s.io/v1beta1 not served here, skipped");
+        return;
+    }
+    let t0 = Instant::now();
+    create_dra(
+        tenant,
+        Some(GOLD),
+        template("pg-gpu", "h100-80gb.gpu-admission.io", &[]),
+    )
+    .await;
+    let group = json!({"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": "pg", "namespace": GOLD},
+        "spec": {"schedulingPolicy": {"basic": {}},
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "pg-gpu"}]}});
+    groups
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(group).unwrap(),
+        )
+        .await
+        .unwrap();
+    // A first Pod of the group (held by a scheduling gate) while the template asks for H100.
+    let first = group_pod(tenant, "pg-first", true).await.unwrap();
+    let made = wait_for(
+        "the ResourceClaim controller makes the PodGroup's claim",
+        Duration::from_secs(60),
+        || {
+            let groups = groups.clone();
+            async move {
+                let g = groups.get("pg").await?;
+                Ok(
+                    g.data["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+                        .as_str()
+                        .is_some(),
+                )
+            }
+        },
+    )
+    .await;
+    let g = groups.get("pg").await.unwrap();
+    assert!(
+        made.is_ok(),
+        "no claim made for the PodGroup: {:?}",
+        g.data["status"]
+    );
+    let claim = g.data["status"]["resourceClaimStatuses"][0]["resourceClaimName"].clone();
+    dra_api(tenant, Some(GOLD), "ResourceClaimTemplate")
+        .delete("pg-gpu", &Default::default())
+        .await
+        .unwrap();
+    create_dra(
+        tenant,
+        Some(GOLD),
+        template("pg-gpu", "nic.example.com", &[]),
+    )
+    .await;
+    // Until the frontend's cache holds the new template: a Pod outside the group asks for no GPU.
+    let mut n = 0;
+    wait_for(
+        "the frontend reads the new template",
+        Duration::from_secs(30),
+        || {
+            n += 1;
+            let (tenant, name) = (tenant.clone(), format!("pg-alone-{n}"));
+            async move { Ok(matches!(group_pod(&tenant, &name, false).await, Ok(None))) }
+        },
+    )
+    .await
+    .unwrap();
+    // Until the frontend's caches hold the group's status and claim: each probe a new Pod of the group.
+    n = 0;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let decided = wait_for(
+        "a Pod of the group decided by the group's claim",
+        Duration::from_secs(30),
+        || {
+            n += 1;
+            let (tenant, name, seen) = (tenant.clone(), format!("pg-probe-{n}"), seen.clone());
+            async move {
+                let class = group_pod(&tenant, &name, true).await?;
+                let held = class.as_deref() == Some("H100-80GB");
+                *seen.lock().unwrap() = class;
+                Ok(held)
+            }
+        },
+    )
+    .await;
+    let last = seen.lock().unwrap().clone();
+    println!(
+        "PodGroup claims: first Pod decided {first:?} from the template; the group's claim {claim}; with the \
+         template asking no GPU, a Pod of the group decided {last:?} ({n} probes) in {:.1}s",
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(decided.is_ok(), "a Pod of the group was decided {last:?}");
 }
 
 /// NVIDIA's quickstart (a template on `gpu.nvidia.com`, no selector), refused in bronze above, runs

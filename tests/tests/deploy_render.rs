@@ -638,7 +638,7 @@ fn priority_classes_equal_the_policy_buckets() {
 const OWN_PRIORITY_CLASS: &str = "gpu-admission-critical";
 
 /// RBAC resource of each Kubernetes type the frontend may use through `kube::Api<T>`.
-const KNOWN_TYPES: [(&str, &str, &str); 17] = [
+const KNOWN_TYPES: [(&str, &str, &str); 18] = [
     ("Namespace", "", "namespaces"),
     (
         "GpuPolicyException",
@@ -666,6 +666,7 @@ const KNOWN_TYPES: [(&str, &str, &str); 17] = [
         "checkpointbackups",
     ),
     ("PriorityClass", "scheduling.k8s.io", "priorityclasses"),
+    ("PodGroup", "scheduling.k8s.io", "podgroups"),
     ("Pod", "", "pods"),
     ("Node", "", "nodes"),
     ("ConfigMap", "", "configmaps"),
@@ -823,6 +824,7 @@ fn rbac_grants_exactly_what_the_frontend_watches() {
             "scheduling.k8s.io".to_string(),
             "priorityclasses".to_string(),
         ),
+        ("scheduling.k8s.io".to_string(), "podgroups".to_string()),
         ("batch".to_string(), "jobs".to_string()),
         ("apps".to_string(), "replicasets".to_string()),
         (

@@ -19,6 +19,7 @@ use k8s_openapi::api::resource::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube_quantity::ParsedQuantity;
 
+use super::pod_group::EntryClaim;
 use crate::dra::device_class::{self, Selects};
 
 /// More GPUs than any node has: a larger count is clamped (with a warning) rather than sent as is.
@@ -250,6 +251,14 @@ pub trait ClaimTemplates {
     }
     /// The DeviceClass whose `spec.extendedResourceName` is `resource`.
     fn device_class_for_resource(&self, _resource: &str) -> Option<DeviceClass> {
+        None
+    }
+    /// A PodGroup (`scheduling.k8s.io/v1beta1`) by namespace and name (`None`: not known, or not served).
+    fn pod_group(
+        &self,
+        _namespace: &str,
+        _name: &str,
+    ) -> Option<k8s_openapi::api::scheduling::v1beta1::PodGroup> {
         None
     }
 }
@@ -660,21 +669,13 @@ pub fn gpu_ask(
     let mut unresolved_claims = Vec::new();
     for claim in spec.resource_claims.iter().flatten() {
         dra_claims.push(claim.name.clone());
-        let claim_spec = match (
-            claim.resource_claim_template_name.as_deref(),
-            claim.resource_claim_name.as_deref(),
-        ) {
-            (Some(t), _) => templates
-                .template(namespace, t)
-                .map(|t| t.spec.and_then(|s| s.spec).unwrap_or_default()),
-            (None, Some(c)) => templates
-                .claim(namespace, c)
-                .map(|c| c.spec.unwrap_or_default()),
-            (None, None) => continue,
-        };
-        let Some(claim_spec) = claim_spec else {
-            unresolved_claims.push(claim.name.clone());
-            continue;
+        let claim_spec = match super::pod_group::entry_claim(spec, claim, namespace, templates) {
+            EntryClaim::Spec(s) => s,
+            EntryClaim::Nothing => continue,
+            EntryClaim::Unresolved => {
+                unresolved_claims.push(claim.name.clone());
+                continue;
+            }
         };
         let (n, v, held) = claim_devices(&claim_spec, rules, templates, &mut dra_device_classes);
         holdings.claims.extend(held);

@@ -3,4 +3,5 @@
 
 pub mod features;
 pub mod gpu_resources;
+pub(crate) mod pod_group;
 pub mod templates;

@@ -48,6 +48,9 @@ pub use admin_access::{ADMIN_ACCESS_POLICY, ADMIN_CLAIMS_POLICY};
 /// The floor's variables that hold the authorizer's answers about the `exempt` power (`exempt` itself and the
 /// questions it asks, all named with this prefix): what an offline evaluation states instead of asking.
 pub const EXEMPT_VARIABLES_PREFIX: &str = "exempt";
+/// The suffix of a scope's parameter key listing the catalog's DeviceClasses (`<class>.gpu-admission.io`) of
+/// the classes it allows.
+pub const CATALOG_DEVICE_CLASSES_SUFFIX: &str = ".catalogDeviceClasses";
 pub use manifest_based::{ManifestBasedFloor, STATIC_SUFFIX, render_manifest_based};
 pub use placing::{PLACING_POLICY, render_placing};
 
@@ -150,6 +153,10 @@ fn scope_entries(
         .iter()
         .map(|c| format!("{}={}", c.node_label_key, c.node_label_value))
         .collect();
+    let catalog: Vec<String> = allowed
+        .iter()
+        .map(|c| gpu_admission_policy::device_classes::device_class_name(&c.name))
+        .collect();
     let cap = scope.max_priority_class();
     let mut out = vec![
         (
@@ -167,6 +174,10 @@ fn scope_entries(
         (
             format!("{key}.restricts"),
             (allowed.len() < policy.classes.len()).to_string(),
+        ),
+        (
+            format!("{key}{CATALOG_DEVICE_CLASSES_SUFFIX}"),
+            list(catalog.iter().map(String::as_str)),
         ),
     ];
     if let Some(cap) = cap {
@@ -390,9 +401,11 @@ impl Target {
     }
 }
 
-fn variables(policy: &Policy, tier_label: &str, target: Target) -> Vec<Value> {
-    let mut vars = vec![
-        var("spec", target.spec().into()),
+/// Which scope of the parameters the request's namespace is held to: `enforce`, the namespace's tier `label`,
+/// whether it is a tier (`tiered`), `untieredDeny`, the `tier` it is held to (`''`: none) and its parameter
+/// `scope` (`tier.<t>`, or `grant.<namespace>.<t>`). Every floor policy reading a tier reads these.
+fn scope_variables(tier_label: &str) -> Vec<Value> {
+    vec![
         var("enforce", "params.data['mode'] == 'Enforce'".into()),
         var("label", cel::tier_label_value(tier_label, "namespaceObject")),
         var("tiered", "params.data['tiers'].contains('\\n' + variables.label + '\\n')".into()),
@@ -402,6 +415,13 @@ fn variables(policy: &Policy, tier_label: &str, target: Target) -> Vec<Value> {
         var("scope", "variables.tier == '' ? '' : \
             (params.data['grants'].contains('\\n' + namespaceObject.metadata.name + '\\n') ? \
             'grant.' + namespaceObject.metadata.name + '.' + variables.tier : 'tier.' + variables.tier)".into()),
+    ]
+}
+
+fn variables(policy: &Policy, tier_label: &str, target: Target) -> Vec<Value> {
+    let mut vars = vec![var("spec", target.spec().into())];
+    vars.extend(scope_variables(tier_label));
+    vars.extend([
         var("gpu", cel::asks_for_gpus(policy, "variables.spec", target == Target::Pods,
             (target == Target::Pods).then(|| cel::class_backed("r")).as_deref())),
         var("named", "has(variables.spec.priorityClassName) && variables.spec.priorityClassName != ''".into()),
@@ -412,7 +432,7 @@ fn variables(policy: &Policy, tier_label: &str, target: Target) -> Vec<Value> {
         var("terms", "has(variables.spec.affinity) && has(variables.spec.affinity.nodeAffinity) && \
             has(variables.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution) ? \
             variables.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms : []".into()),
-    ];
+    ]);
     vars.extend(authorizer_vars(
         "exempt",
         &Permission::Exempt(String::new()),
@@ -634,7 +654,7 @@ pub fn render(policy: &Policy, tier_label: &str) -> Result<Vec<Value>, TierNameE
             "data": data,
         }),
     ];
-    objects.extend(admin_access::render(policy));
+    objects.extend(admin_access::render(policy, tier_label));
     Ok(objects)
 }
 

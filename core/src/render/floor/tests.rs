@@ -242,8 +242,8 @@ fn the_manifest_based_floor_is_the_api_floor_with_its_parameters_inline() {
 }
 
 /// DRA admin access: the Namespace label (through every path that persists it, on Namespaces carrying it) and
-/// GPU claims asking for it need `use adminaccess`, by the authority rule (probes, `system:masters`), with no
-/// parameters; a claim on a DeviceClass that is no GPU's is not matched.
+/// GPU claims asking for it need `use adminaccess`, by the authority rule (probes, `system:masters`); the label
+/// policy reads no parameters, the claims policy the floor's (the cluster's GPU DeviceClasses, the scopes).
 #[test]
 fn dra_admin_access_needs_its_power_in_the_floor() {
     let p = policy(|t| t.to_string());
@@ -266,16 +266,27 @@ fn dra_admin_access_needs_its_power_in_the_floor() {
         json!(["resourceclaims", "resourceclaimtemplates"])
     );
     assert_eq!(claims_binding["spec"]["policyName"], ADMIN_CLAIMS_POLICY);
-    for o in [label, label_binding, claims, claims_binding] {
+    for o in [label, label_binding] {
         assert!(o["spec"].get("paramKind").is_none() && o["spec"].get("paramRef").is_none());
     }
+    assert_eq!(claims["spec"]["paramKind"]["kind"], "ConfigMap");
+    assert_eq!(claims_binding["spec"]["paramRef"]["name"], PARAMS_NAME);
+    assert_eq!(
+        claims["spec"]["validations"][0]["expression"],
+        "!variables.gpuAdmin || variables.mayAdmin"
+    );
+    assert_eq!(
+        claims["spec"]["validations"][1]["expression"],
+        "!variables.enforce || variables.tier == '' || !variables.outsideAdmin || variables.exempt"
+    );
     for policy in [label, claims] {
-        assert_eq!(
-            policy["spec"]["validations"][0]["expression"],
-            "variables.mayAdmin"
-        );
-        // One authorizer question per variable: four in one expression exceed the per-expression cost limit.
         let vars = policy["spec"]["variables"].as_array().unwrap();
+        let may = vars
+            .iter()
+            .position(|v| v["name"] == "mayAdminGranted")
+            .unwrap();
+        let vars = &vars[may..may + 5];
+        // One authorizer question per variable: four in one expression exceed the per-expression cost limit.
         let names: Vec<&str> = vars.iter().map(|v| v["name"].as_str().unwrap()).collect();
         assert_eq!(
             names,
@@ -311,8 +322,20 @@ fn dra_admin_access_needs_its_power_in_the_floor() {
         matched.contains("r.exactly.adminAccess == true"),
         "{matched}"
     );
-    assert!(matched.contains("r.exactly.deviceClassName.endsWith('.gpu-admission.io')"));
-    assert!(matched.contains("'gpu.nvidia.com'"), "{matched}");
+    // Which classes are GPUs: by name (the catalog's, the policy's) or as the parameters list them.
+    let vars = claims["spec"]["variables"].as_array().unwrap();
+    let gpu = vars.iter().find(|v| v["name"] == "gpuAdmin").unwrap()["expression"]
+        .as_str()
+        .unwrap();
+    assert!(gpu.contains("r.exactly.deviceClassName.endsWith('.gpu-admission.io')"));
+    assert!(gpu.contains("'gpu.nvidia.com'"), "{gpu}");
+    assert!(gpu.contains("variables.clusterGpu.contains("), "{gpu}");
+    // Every scope lists its catalog DeviceClasses.
+    let data = params(&p).unwrap();
+    assert_eq!(
+        data["tier.bronze.catalogDeviceClasses"],
+        "\nl4-24gb.gpu-admission.io\n"
+    );
 }
 
 /// No expression of the floor asks the authorizer more than once (one check costs about a third of the
@@ -336,6 +359,7 @@ fn every_authorizer_question_is_an_expression_of_its_own() {
     objects.extend(render_placing(&p, label).unwrap());
     let mut asked = 0;
     objects.iter().for_each(|o| walk(o, &mut asked));
-    // exempt (Pods, workloads, placing), leaving and entering a tier, admin access (label, claims): 4 each.
-    assert_eq!(asked, 4 * 7);
+    // exempt (Pods, workloads, placing, admin claims), leaving and entering a tier, admin access (label,
+    // claims): 4 each.
+    assert_eq!(asked, 4 * 8);
 }
