@@ -291,7 +291,7 @@ impl Floor {
         Ok(Floor {
             pods: Compiled::new(&objects, Target::Pods.policy_name())?,
             workloads: Compiled::new(&objects, Target::Workloads.policy_name())?,
-            claims: Compiled::new(&objects, gpu_admission_core::floor::ADMIN_CLAIMS_POLICY)?,
+            claims: Compiled::new(&objects, floor::ADMIN_CLAIMS_POLICY)?,
             params: to_cel(&params),
             tier_label: tier_label.to_string(),
             device_classes: classes.to_vec(),
