@@ -435,31 +435,16 @@ async fn a_restricted_instance_scores_its_namespace_and_the_tier_stays_the_clust
             && bound(&p),
     );
     // 2. Learning: each instance's scorer learns its own namespace's runs, and the record names its state.
-    learning_goes_to_the_deciding_instance(
-        &Learning {
-            client: &client,
-            tenant: &tenant,
-            observer: &observer,
-            scorer: &scorer,
-            team_scorer: &team_scorer,
-            cluster_version: &cluster_version,
-        },
-        &mut table,
-    )
-    .await;
-    hung_team_scorer_delays_no_other_learning(
-        &Learning {
-            client: &client,
-            tenant: &tenant,
-            observer: &observer,
-            scorer: &scorer,
-            team_scorer: &team_scorer,
-            cluster_version: &cluster_version,
-        },
-        &observer_proxy,
-        &mut table,
-    )
-    .await;
+    let learning = Learning {
+        client: &client,
+        tenant: &tenant,
+        observer: &observer,
+        scorer: &scorer,
+        team_scorer: &team_scorer,
+        cluster_version: &cluster_version,
+    };
+    learning_goes_to_the_deciding_instance(&learning, &mut table).await;
+    hung_team_scorer_delays_no_other_learning(&learning, &observer_proxy, &mut table).await;
 
     // 3. The team's H100 pin: denied by the cluster-wide validation.
     let denied = create(TEAM, gpu_pod("team-h100", Some("H100-80GB"))).await;
