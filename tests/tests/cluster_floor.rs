@@ -362,6 +362,21 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
             "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 80GB HBM3'"}}]}});
     let a = kubectl(kc, false, &["create", "-f", "-"], &h100_class.to_string());
     assert!(a.ok, "DeviceClass: {}", a.stderr);
+    // What the apiserver stored: an apiserver without DRA extended resources (1.34, `DRAExtendedResource` off)
+    // drops `extendedResourceName`, and then no device is ever allocated through `example.com/h100`.
+    let stored = kubectl(
+        kc,
+        false,
+        &["get", "deviceclass", "h100.example.com", "-o", "json"],
+        "",
+    );
+    let h100_class: Value = serde_json::from_str(&stored.stdout).expect("the stored DeviceClass");
+    let named_resource = h100_class["spec"]["extendedResourceName"].is_string();
+    let expected_in_params = if named_resource {
+        "example.com/h100"
+    } else {
+        "deviceclass.resource.kubernetes.io/h100.example.com"
+    };
     let outside = || {
         kubectl(
             kc,
@@ -382,7 +397,7 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
     let created = Instant::now();
     assert!(
         eventually(Duration::from_secs(20), |_| outside()
-            .contains("example.com/h100")),
+            .contains(expected_in_params)),
         "the observer never wrote the DeviceClass into the parameters: {:?}\n{}",
         outside(),
         observer.process.log_tail(30)
@@ -409,7 +424,7 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
     let check_says =
         |object: &Value| offline.pod(&request, object, (BRONZE, Some("bronze")), false, &view);
     let h100 = json!({"nodeSelector": {CLASS: "H100-80GB"}});
-    let attempts: Vec<(&str, Value)> = vec![
+    let mut attempts: Vec<(&str, Value)> = vec![
         (
             "GPU Pod with nodeSelector H100",
             gpu_pod("down-h100", h100.clone()),
@@ -474,6 +489,36 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
                     "containers": [{"name": "main", "image": "registry.example/web:1"}]}}),
         ),
     ];
+    if !named_resource {
+        // No extended resource is backed by the class here: the Pod asking for it is admitted and can never
+        // be scheduled (no Node has `example.com/h100`), so it holds no H100.
+        let (case, object) = attempts
+            .iter()
+            .position(|(case, _)| case.contains("extendedResourceName"))
+            .map(|i| attempts.remove(i))
+            .expect("the extendedResourceName case");
+        let a = create(BRONZE, &object);
+        std::thread::sleep(Duration::from_secs(5));
+        let bound = kubectl(
+            kc,
+            false,
+            &[
+                "-n",
+                BRONZE,
+                "get",
+                "pod",
+                "down-ext-h100",
+                "-o",
+                "jsonpath={.spec.nodeName}",
+            ],
+            "",
+        );
+        table.check(
+            &format!("all down, extendedResourceName not served: bronze {case}"),
+            format!("{}; bound to {:?} after 5 s", a.summary(), bound.stdout),
+            a.ok && bound.ok && bound.stdout.is_empty(),
+        );
+    }
     for (case, object) in &attempts {
         let a = create(BRONZE, object);
         let named = !case.starts_with("CPU") && a.stderr.contains("L4-24GB");
