@@ -69,7 +69,7 @@ fn dataset() -> Dataset {
         reference: "V100-16GB",
         fast_tier: FAST_TIER,
         rows,
-        salts: (0x9a_7e1_da7a, 0x9a_7e1_7e57),
+        salts: (0x9_a7e1_da7a, 0x9_a7e1_7e57),
     }
 }
 
