@@ -47,7 +47,9 @@ pub struct LearnArgs {
     /// The hidden truths, one run per seed each and their summaries side by side: `cluster` (priors wrong
     /// for a third of the job types, close calls, unlisted and late job types, heavy tails), `sia`
     /// (measured throughputs of 23 deep-learning job types on 5 GPU classes, from the Sia SOSP'23 artifact,
-    /// spec-sheet priors) or `classic` (the first, easier benchmark); e.g. `cluster,sia`.
+    /// spec-sheet priors), `gavel` (measured throughputs and co-location slowdowns of 26 job types on 3 GPU
+    /// classes, from Gavel's OSDI'20 measurements, spec-sheet priors) or `classic` (the first, easier
+    /// benchmark); e.g. `cluster,sia,gavel`.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "cluster,sia")]
     pub truth: Vec<TruthKind>,
     /// Runs of each seed with the scorer's own randomness moved (`learning.seed` + 0, 1, …, N−1; the truth
@@ -88,6 +90,7 @@ pub enum TruthKind {
     Cluster,
     Sia,
     Classic,
+    Gavel,
 }
 
 #[derive(Debug, Args)]

@@ -8,6 +8,8 @@
 //! that never learns (its priors only). With `--seeds`, one run per seed (fresh scorers each), then the
 //! mean and spread. See [`report`].
 pub mod cluster;
+pub mod gavel;
+pub mod measured;
 pub mod report;
 pub mod sia;
 pub mod truth;
@@ -58,7 +60,7 @@ impl StreamShape {
                 colocated: 0.4,
                 cheapest: None,
             },
-            TruthKind::Cluster | TruthKind::Sia => Self {
+            TruthKind::Cluster | TruthKind::Sia | TruthKind::Gavel => Self {
                 colocated: 0.5,
                 cheapest: Some(0.5),
             },
@@ -131,7 +133,7 @@ fn svg_path(path: &Path, kind: TruthKind, seed: u64, seeds: usize, truths: usize
 }
 
 /// The policy, catalog and truth of one seed: the policy the scorers run gets the spot tier (and, for the
-/// cluster truth, its listed job types; for the Sia truth, its measured classes and job types), and its
+/// cluster truth, its listed job types; for the Sia and Gavel truths, their measured classes and job types), and its
 /// `learning.seed` moved by `learner` (0: the policy's own).
 fn setup(
     args: &LearnArgs,
@@ -147,13 +149,18 @@ fn setup(
     };
     let mut policy: Value = serde_yaml::from_str(&text).context("parsing the policy")?;
     move_learner_seed(&mut policy, learner)?;
-    let sizes = (kind == TruthKind::Sia).then(|| sia::rewrite_policy(&mut policy, seed));
+    let sizes = match kind {
+        TruthKind::Sia => sia::rewrite_policy(&mut policy, seed),
+        TruthKind::Gavel => gavel::rewrite_policy(&mut policy, seed),
+        TruthKind::Classic | TruthKind::Cluster => Vec::new(),
+    };
     add_spot_tier(&mut policy);
     let mut cat = Catalog::from_policy(&policy)?;
     let truth = match kind {
         TruthKind::Classic => Truth::classic(&cat, seed),
         TruthKind::Cluster => cluster::generate(&mut policy, &mut cat, seed, args.job_types),
-        TruthKind::Sia => sia::generate(&mut cat, &policy, &sizes.unwrap_or_default(), seed),
+        TruthKind::Sia => sia::generate(&mut cat, &policy, &sizes, seed),
+        TruthKind::Gavel => gavel::generate(&mut cat, &policy, &sizes, seed),
     };
     Ok((policy, cat, truth))
 }
