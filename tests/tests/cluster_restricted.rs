@@ -679,11 +679,20 @@ async fn hung_team_scorer_delays_no_other_learning(
     )
     .await;
     let team_while_hung = learned(l.team_scorer).await.0;
-    let over_budget = l
-        .observer
-        .process
-        .log()
-        .contains("did not take its runs within the budget");
+    // The team's round is in flight all along: it gives up at its budget (5 s after it started, which may be
+    // after the other run was learned) and the next one starts.
+    let over_budget = wait_for(
+        "the team's round over its budget",
+        Duration::from_secs(15),
+        || async {
+            Ok(l.observer
+                .process
+                .log()
+                .contains("did not take its runs within the budget"))
+        },
+    )
+    .await
+    .is_ok();
     observer_proxy.set_mode(ProxyMode::Forward);
     let team_later = wait_for(
         "the team's run learned once its scorer answers",
