@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use rand::rngs::StdRng;
 use serde_yaml::Value;
 
-use super::measured::{self, Dataset, MeasuredClass, Row};
+use super::measured::{self, Dataset, MeasuredClass};
 use super::truth::{Catalog, Truth};
 
 /// `loadgen/data/gavel/throughput.csv`, derived by `loadgen/data/gavel/derive.py`.
@@ -42,28 +42,12 @@ pub const CLASSES: [MeasuredClass; 3] = [
 
 /// The measurements of [`DATA`] as a data set.
 fn dataset() -> Dataset {
-    let mut lines = DATA.lines();
-    let header: Vec<&str> = lines.next().unwrap_or_default().split(',').collect();
-    let column = |class: &str| {
-        header
-            .iter()
-            .position(|h| h.strip_prefix("iters_per_sec_") == Some(class))
-            .expect("a column per class")
-    };
-    let columns: Vec<usize> = CLASSES.iter().map(|c| column(c.0)).collect();
-    let rows = lines
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            let num = |i: usize| f[i].parse::<f64>().expect("a number");
-            Row {
-                name: f[0].to_string(),
-                model: f[1].to_string(),
-                scaling: num(2),
-                unit_time: columns.iter().map(|&i| 1.0 / num(i)).collect(),
-            }
-        })
-        .collect();
+    let rows = measured::read_rows(
+        DATA,
+        &CLASSES,
+        ("iters_per_sec_", measured::Measure::UnitsPerSecond),
+        2,
+    );
     Dataset {
         classes: &CLASSES,
         reference: "V100-16GB",

@@ -45,6 +45,52 @@ pub struct Row {
     pub unit_time: Vec<f64>,
 }
 
+/// How a derived throughput table states a job type's work on a class.
+pub enum Measure {
+    /// Seconds per unit of work (`sec_per_sample_<class>` columns).
+    SecondsPerUnit,
+    /// Units of work per second (`iters_per_sec_<class>` columns).
+    UnitsPerSecond,
+}
+
+/// The rows of a derived throughput table: `name`, `model` first, the GPU-scaling exponent in column
+/// `scaling`, and one column per class of `classes` named `<prefix><class>`.
+pub fn read_rows(
+    csv: &str,
+    classes: &[MeasuredClass],
+    (prefix, measure): (&str, Measure),
+    scaling: usize,
+) -> Vec<Row> {
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap_or_default().split(',').collect();
+    let column = |class: &str| {
+        header
+            .iter()
+            .position(|h| h.strip_prefix(prefix) == Some(class))
+            .expect("a column per class")
+    };
+    let columns: Vec<usize> = classes.iter().map(|c| column(c.0)).collect();
+    lines
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            let num = |i: usize| f[i].parse::<f64>().expect("a number");
+            Row {
+                name: f[0].to_string(),
+                model: f[1].to_string(),
+                scaling: num(scaling),
+                unit_time: columns
+                    .iter()
+                    .map(|&i| match measure {
+                        Measure::SecondsPerUnit => num(i),
+                        Measure::UnitsPerSecond => 1.0 / num(i),
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
 /// A data set of published measurements and how the benchmark names it.
 pub struct Dataset {
     pub classes: &'static [MeasuredClass],

@@ -17,7 +17,7 @@
 use serde_yaml::Value;
 
 use super::cluster::interference;
-use super::measured::{self, Dataset, MeasuredClass, Row};
+use super::measured::{self, Dataset, MeasuredClass};
 use super::truth::{Catalog, Truth};
 
 /// `loadgen/data/sia/throughput.csv`, derived by `loadgen/data/sia/derive.py`.
@@ -37,28 +37,12 @@ pub const CLASSES: [MeasuredClass; 5] = [
 
 /// The measurements of [`DATA`] as a data set.
 fn dataset() -> Dataset {
-    let mut lines = DATA.lines();
-    let header: Vec<&str> = lines.next().unwrap_or_default().split(',').collect();
-    let column = |class: &str| {
-        header
-            .iter()
-            .position(|h| h.strip_prefix("sec_per_sample_") == Some(class))
-            .expect("a column per class")
-    };
-    let columns: Vec<usize> = CLASSES.iter().map(|c| column(c.0)).collect();
-    let rows = lines
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            let num = |i: usize| f[i].parse::<f64>().expect("a number");
-            Row {
-                name: f[0].to_string(),
-                model: f[1].to_string(),
-                scaling: num(3),
-                unit_time: columns.iter().map(|&i| num(i)).collect(),
-            }
-        })
-        .collect();
+    let rows = measured::read_rows(
+        DATA,
+        &CLASSES,
+        ("sec_per_sample_", measured::Measure::SecondsPerUnit),
+        3,
+    );
     Dataset {
         classes: &CLASSES,
         reference: "A100-40GB",
