@@ -121,6 +121,149 @@ pub fn histogram_seconds(metrics: &str, name: &str, labels: &[&str]) -> (f64, u6
     out
 }
 
+/// One Prometheus histogram's buckets (upper bound, cumulative count), sum (seconds) and count, its other
+/// labels summed over.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Histogram {
+    pub buckets: Vec<(f64, f64)>,
+    pub sum: f64,
+    pub count: f64,
+}
+
+impl Histogram {
+    /// The mean, milliseconds (0 without samples).
+    pub fn mean_ms(&self) -> f64 {
+        if self.count > 0.0 {
+            self.sum * 1000.0 / self.count
+        } else {
+            0.0
+        }
+    }
+
+    /// The `q` quantile in milliseconds, interpolated in its bucket as PromQL's `histogram_quantile` does (the
+    /// highest finite bound when it falls in `+Inf`; 0 without samples).
+    pub fn quantile_ms(&self, q: f64) -> f64 {
+        let mut buckets = self.buckets.clone();
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let Some(&(_, total)) = buckets.last() else {
+            return 0.0;
+        };
+        if total <= 0.0 {
+            return 0.0;
+        }
+        let rank = q * total;
+        let (mut lower, mut below) = (0.0, 0.0);
+        for &(le, cumulative) in &buckets {
+            if cumulative >= rank {
+                if le.is_infinite() {
+                    return lower * 1000.0;
+                }
+                let within = cumulative - below;
+                let share = if within > 0.0 {
+                    (rank - below) / within
+                } else {
+                    1.0
+                };
+                return (lower + (le - lower) * share) * 1000.0;
+            }
+            (lower, below) = (le, cumulative);
+        }
+        lower * 1000.0
+    }
+
+    /// What was added since `before` (the same series, read earlier).
+    pub fn since(&self, before: &Self) -> Self {
+        let of = |le: f64| {
+            (before.buckets.iter())
+                .find(|(l, _)| *l == le)
+                .map_or(0.0, |(_, c)| *c)
+        };
+        Self {
+            buckets: self
+                .buckets
+                .iter()
+                .map(|&(le, c)| (le, c - of(le)))
+                .collect(),
+            sum: self.sum - before.sum,
+            count: self.count - before.count,
+        }
+    }
+
+    /// Both histograms' samples together (the same bounds).
+    pub fn merged(&self, other: &Self) -> Self {
+        let mut out = self.clone();
+        for &(le, c) in &other.buckets {
+            out.add("_bucket", Some(le), c);
+        }
+        out.sum += other.sum;
+        out.count += other.count;
+        out
+    }
+
+    fn add(&mut self, part: &str, le: Option<f64>, value: f64) {
+        match (part, le) {
+            ("_sum", _) => self.sum += value,
+            ("_count", _) => self.count += value,
+            (_, Some(le)) => match self.buckets.iter_mut().find(|(l, _)| *l == le) {
+                Some(b) => b.1 += value,
+                None => self.buckets.push((le, value)),
+            },
+            _ => {}
+        }
+    }
+}
+
+/// Histogram `name` per value of label `key` (`name`, `policy`, `webhook`), over the series holding every one
+/// of `filter` (`operation="CREATE"`).
+pub fn histograms(
+    metrics: &str,
+    name: &str,
+    key: &str,
+    filter: &[&str],
+) -> BTreeMap<String, Histogram> {
+    let mut out: BTreeMap<String, Histogram> = BTreeMap::new();
+    for line in metrics.lines() {
+        let Some(rest) = line.strip_prefix(name) else {
+            continue;
+        };
+        let Some((part, rest)) = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|p| rest.strip_prefix(p).map(|r| (*p, r)))
+        else {
+            continue;
+        };
+        let Some((labels, value)) = rest.strip_prefix('{').and_then(|r| r.rsplit_once("} ")) else {
+            continue;
+        };
+        if !filter.iter().all(|f| labels.contains(f)) {
+            continue;
+        }
+        let Some(series) = label(labels, key) else {
+            continue;
+        };
+        let le = label(labels, "le").map(|l| l.parse::<f64>().unwrap_or(f64::INFINITY));
+        let value = value.trim().parse::<f64>().unwrap_or(0.0);
+        (out.entry(series.to_string()).or_default()).add(part, le, value);
+    }
+    out
+}
+
+/// Each histogram of `now` minus its reading in `before`, those without new samples left out.
+pub fn histograms_since(
+    now: &BTreeMap<String, Histogram>,
+    before: &BTreeMap<String, Histogram>,
+) -> BTreeMap<String, Histogram> {
+    now.iter()
+        .map(|(k, h)| {
+            (
+                k.clone(),
+                h.since(&before.get(k).cloned().unwrap_or_default()),
+            )
+        })
+        .filter(|(_, h)| h.count > 0.0)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,5 +313,45 @@ mod tests {
             histogram_seconds(text, "gpu_admission_admission_duration_seconds", &[]),
             (0.5, 0)
         );
+    }
+
+    #[test]
+    fn histograms_per_label_their_difference_and_quantiles() {
+        let before = histograms(
+            "vap_bucket{policy=\"p\",le=\"0.005\"} 1\n\
+             vap_bucket{policy=\"p\",le=\"0.01\"} 1\n\
+             vap_bucket{policy=\"p\",le=\"+Inf\"} 1\n\
+             vap_sum{policy=\"p\"} 0.001\n\
+             vap_count{policy=\"p\"} 1\n",
+            "vap",
+            "policy",
+            &[],
+        );
+        let now = histograms(
+            "vap_bucket{policy=\"p\",binding=\"a\",le=\"0.005\"} 6\n\
+             vap_bucket{policy=\"p\",binding=\"b\",le=\"0.005\"} 5\n\
+             vap_bucket{policy=\"p\",binding=\"a\",le=\"0.01\"} 11\n\
+             vap_bucket{policy=\"p\",binding=\"b\",le=\"0.01\"} 10\n\
+             vap_bucket{policy=\"p\",binding=\"a\",le=\"+Inf\"} 11\n\
+             vap_bucket{policy=\"p\",binding=\"b\",le=\"+Inf\"} 10\n\
+             vap_sum{policy=\"p\",binding=\"a\"} 0.1\n\
+             vap_sum{policy=\"p\",binding=\"b\"} 0.101\n\
+             vap_count{policy=\"p\",binding=\"a\"} 11\n\
+             vap_count{policy=\"p\",binding=\"b\"} 10\n\
+             vap_count{policy=\"q\"} 0\n\
+             vapx_count{policy=\"p\"} 9\n",
+            "vap",
+            "policy",
+            &[],
+        );
+        let added = histograms_since(&now, &before);
+        assert_eq!(added.len(), 1, "q had no samples: {added:?}");
+        let p = &added["p"];
+        assert_eq!(p.count, 20.0);
+        assert!((p.mean_ms() - 10.0).abs() < 1e-9);
+        // 10 samples up to 5 ms, 10 more up to 10 ms: the median at 5 ms, p99 at 9.9 ms.
+        assert!((p.quantile_ms(0.5) - 5.0).abs() < 1e-9);
+        assert!((p.quantile_ms(0.99) - 9.9).abs() < 1e-9);
+        assert_eq!(Histogram::default().quantile_ms(0.99), 0.0);
     }
 }

@@ -5,6 +5,10 @@
 //! both Pod webhooks called once per Pod in the webhooked ones, every GPU Pod decided, and in B every Pod
 //! bound, none outside its tier's classes, none whose placement the oracle finds reaching outside them. No
 //! timing is asserted.
+//!
+//! Part C (the peers' form) at a tiny size too: 20 Pods per run, 4 clients, 1 replica behind the balancer,
+//! the three kinds, one with/without pair each: every Pod stored, both Pod webhooks and the floor's Pod
+//! policy called for each Pod with the registrations installed, none of ours without, its tables printed.
 
 use std::process::Command;
 
@@ -113,4 +117,99 @@ fn the_cluster_benchmark_runs_small_and_holds_its_invariants() {
         .map(|v| v.as_u64().unwrap())
         .sum();
     assert_eq!(per_class, PODS);
+}
+
+#[test]
+fn the_peer_form_runs_tiny_and_holds_its_invariants() {
+    if gpu_admission_tests::cluster::control_plane_bin()
+        .expect("the control plane builds or is skipped")
+        .is_none()
+    {
+        return;
+    }
+    const PEER_PODS: u64 = 20;
+    let bins = gpu_admission_tests::binaries::binaries();
+    let dir = tempfile::tempdir().unwrap();
+    let json_path = dir.path().join("peer.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_cluster-bench"))
+        .args([
+            "--part",
+            "peer",
+            "--peer-clients",
+            "4",
+            "--peer-replicas",
+            "1",
+        ])
+        .args([
+            "--peer-rounds",
+            "1",
+            "--peer-nodes",
+            "4",
+            "--peer-namespaces",
+            "2",
+        ])
+        .args([
+            "--peer-pods",
+            &PEER_PODS.to_string(),
+            "--deadline-ms",
+            "1000",
+        ])
+        .arg("--json")
+        .arg(&json_path)
+        .env("GPU_ADMISSION_SCORER_BIN", &bins.scorer)
+        .env("GPU_ADMISSION_WEBHOOK_BIN", &bins.webhook)
+        .env("GPU_ADMISSION_OBSERVER_BIN", &bins.observer)
+        .output()
+        .expect("cluster-bench runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "cluster-bench --part peer failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for heading in [
+        "### C. Admission cost in the peers' form",
+        "| 4 | 1 | quota'd GPU |",
+        "Whose time",
+    ] {
+        assert!(stdout.contains(heading), "no `{heading}` in the output");
+    }
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    let runs = report["peer"]["runs"].as_array().expect("part C's runs");
+    assert_eq!(runs.len(), 6, "three kinds, with and without");
+    for run in runs {
+        let what = format!("{} {}", run["kind"], run["arm"]);
+        assert_eq!(run["load"]["pods"], PEER_PODS, "{what}");
+        assert_eq!(run["load"]["failed"], 0, "{what}");
+        let served: u64 = (run["per_replica"].as_array().unwrap().iter())
+            .map(|n| n.as_u64().unwrap())
+            .sum();
+        if run["arm"] == "with" {
+            assert!(
+                served >= 2 * PEER_PODS,
+                "{what}: the frontend served {served}"
+            );
+        } else {
+            assert_eq!(run["decided"], 0, "{what}");
+            assert_eq!(served, 0, "{what}: the frontend served {served}");
+        }
+    }
+    let cells = report["peer"]["cells"].as_array().expect("part C's cells");
+    assert_eq!(cells.len(), 3);
+    for cell in cells {
+        for hook in ["pods.gpu-admission.io", "pods.validate.gpu-admission.io"] {
+            assert_eq!(
+                cell["webhooks"][hook]["calls"], PEER_PODS,
+                "{}: {hook}",
+                cell["kind"]
+            );
+        }
+        assert_eq!(
+            cell["policies"]["gpu-admission-floor-pods"]["calls"], PEER_PODS,
+            "{}",
+            cell["kind"]
+        );
+    }
 }

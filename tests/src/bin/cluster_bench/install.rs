@@ -61,28 +61,7 @@ pub async fn install(
         .start()
         .await?;
     let client = cluster.client();
-    let mutating = registration(
-        "mutatingwebhookconfiguration.yaml",
-        &webhook,
-        &[
-            "pods.gpu-admission.io",
-            "claims.gpu-admission.io",
-            "checkpoint-restore.gpu-admission.io",
-        ],
-        skipped,
-    )?;
-    let validating = registration(
-        "validatingwebhookconfiguration.yaml",
-        &webhook,
-        &[
-            "pods.validate.gpu-admission.io",
-            "workloads.validate.gpu-admission.io",
-            "claims.validate.gpu-admission.io",
-            "policy.validate.gpu-admission.io",
-            "namespaces.validate.gpu-admission.io",
-        ],
-        skipped,
-    )?;
+    let (mutating, validating) = registrations(&webhook, skipped)?;
     Api::<MutatingWebhookConfiguration>::all(client.clone())
         .create(&PostParams::default(), &serde_json::from_value(mutating)?)
         .await
@@ -97,6 +76,34 @@ pub async fn install(
         policy,
         _dir: dir,
     })
+}
+
+/// Both shipped registrations, every webhook of them, pointed at `webhook`, `skipped` added to the namespaces
+/// they exclude: (mutating, validating).
+pub fn registrations(webhook: &Webhook, skipped: &[String]) -> anyhow::Result<(Value, Value)> {
+    let mutating = registration(
+        "mutatingwebhookconfiguration.yaml",
+        webhook,
+        &[
+            "pods.gpu-admission.io",
+            "claims.gpu-admission.io",
+            "checkpoint-restore.gpu-admission.io",
+        ],
+        skipped,
+    )?;
+    let validating = registration(
+        "validatingwebhookconfiguration.yaml",
+        webhook,
+        &[
+            "pods.validate.gpu-admission.io",
+            "workloads.validate.gpu-admission.io",
+            "claims.validate.gpu-admission.io",
+            "policy.validate.gpu-admission.io",
+            "namespaces.validate.gpu-admission.io",
+        ],
+        skipped,
+    )?;
+    Ok((mutating, validating))
 }
 
 /// A shipped registration pointed at `webhook`, every webhook of it kept, `skipped` appended to the values of

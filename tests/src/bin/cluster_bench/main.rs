@@ -1,15 +1,21 @@
 //! `cluster-bench`: gpu-admission on the real control plane (tests/README.md, "cluster-bench").
 //!
 //! - part A, the cost of scope: [`scope`];
-//! - part B, scale with kwok: [`scale`].
+//! - part B, scale with kwok: [`scale`];
+//! - part C, admission cost in the peers' form: [`peer`] (its load and arms [`peer_load`], its endpoint
+//!   [`balancer`], its tables [`peer_report`]).
 //!
 //! Each part starts its own control plane ([`gpu_admission_tests::cluster::LocalCluster`]) and gpu-admission
 //! on it ([`install`]), prints markdown tables on stdout (progress on stderr), optionally writes every number
 //! as JSON, and exits non-zero when an invariant fails (a Pod not created or not decided, a webhook called in
 //! a skipped namespace, a Pod bound outside its tier). Timing is measured and printed, never judged.
 
+mod balancer;
 mod install;
 mod measure;
+mod peer;
+mod peer_load;
+mod peer_report;
 mod pods;
 mod scale;
 mod scope;
@@ -26,7 +32,10 @@ enum Part {
     Scope,
     /// B: kwok Nodes, the real scheduler, Pods through the webhooks until all are bound.
     Scale,
+    /// A and B.
     Both,
+    /// C: Pod CREATEs at 50/200/500 clients, 1/3 replicas, with and without our registrations and floor.
+    Peer,
 }
 
 /// gpu-admission on a real kube-apiserver: the cost of its scope and its scale with kwok Nodes.
@@ -59,6 +68,32 @@ pub struct Args {
     /// How long part B waits for every Pod to be bound.
     #[arg(long, default_value_t = 900)]
     pub bind_timeout_secs: u64,
+    /// Part C: concurrent clients per cell (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "50,200,500")]
+    pub peer_clients: Vec<usize>,
+    /// Part C: frontend replicas behind the one endpoint (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1,3")]
+    pub peer_replicas: Vec<usize>,
+    /// Part C: the kinds of Pods (comma-separated).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "gpu,cpu,quota-gpu"
+    )]
+    pub peer_kinds: Vec<peer::Kind>,
+    /// Part C: timed Pods per run.
+    #[arg(long, default_value_t = 2000)]
+    pub peer_pods: usize,
+    /// Part C: with/without pairs per cell.
+    #[arg(long, default_value_t = 2)]
+    pub peer_rounds: usize,
+    /// Part C: kwok Nodes.
+    #[arg(long, default_value_t = 100)]
+    pub peer_nodes: usize,
+    /// Part C: namespaces per kind of tier (without quotas, with).
+    #[arg(long, default_value_t = 10)]
+    pub peer_namespaces: usize,
     /// Writes every number as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -69,6 +104,14 @@ struct Report {
     machine: Machine,
     scope: Option<scope::Report>,
     scale: Option<scale::Report>,
+    peer: Option<PeerReport>,
+}
+
+/// Part C's runs and cells.
+#[derive(Serialize)]
+struct PeerReport {
+    runs: Vec<peer::Run>,
+    cells: Vec<peer_report::Cell>,
 }
 
 /// Where it ran: the machine is part of every number.
@@ -127,6 +170,7 @@ async fn main() -> anyhow::Result<()> {
         },
         scope: None,
         scale: None,
+        peer: None,
     };
     // Built before the clocks start (at most once per run; a no-op when up to date).
     gpu_admission_tests::binaries::binaries();
@@ -149,6 +193,20 @@ async fn main() -> anyhow::Result<()> {
         scale::print(&r, &args);
         failure = scale::check(&r).err();
         report.scale = Some(r);
+    }
+    if args.part == Part::Peer {
+        eprintln!(
+            "C. peers' form: {} Pods per run, clients {:?}, replicas {:?}, {:?}, {} rounds",
+            args.peer_pods,
+            args.peer_clients,
+            args.peer_replicas,
+            args.peer_kinds,
+            args.peer_rounds
+        );
+        let runs = peer::run(&args).await?;
+        let cells = peer_report::cells(&runs);
+        peer_report::print(&cells);
+        report.peer = Some(PeerReport { runs, cells });
     }
     report.machine.load_average_after = load_average();
     println!(

@@ -144,7 +144,7 @@ fn gpus_per_node(args: &Args, policy: &PolicySnapshot) -> u32 {
 }
 
 /// `n` fake Nodes, classes of the catalog in turn, each with the class's vendor resource.
-fn fake_nodes(policy: &PolicySnapshot, n: usize, gpus: u32) -> Vec<serde_json::Value> {
+pub fn fake_nodes(policy: &PolicySnapshot, n: usize, gpus: u32) -> Vec<serde_json::Value> {
     (0..n)
         .map(|i| {
             let class = &policy.catalog()[i % policy.catalog().len()];

@@ -1,0 +1,506 @@
+//! Part C, admission cost in the peers' form (Kyverno's published method: N Pod CREATEs at 50, 200 and 500
+//! concurrent clients, 1 and 3 replicas, kwok Nodes): on etcd + kube-apiserver + kwok (`nodes` Ready fake GPU
+//! Nodes; no scheduler, so every Pod stays Pending), the shipped registrations (every webhook) pointed at one
+//! endpoint ([`Balancer`]) in front of 1 or 3 frontend replicas, and the shipped floor (its parameters kept
+//! by a real observer from the policy ConfigMap, in Enforce). Each cell (clients × replicas × kind) runs
+//! `rounds` pairs: with the registrations and the floor's bindings installed, then with them removed, the
+//! apiserver's pickup of each change waited for by a probe Pod. Kinds: GPU Pods in tiers without quotas,
+//! CPU-only Pods naming a PriorityClass there, GPU Pods in a tier with quotas (reservations in the ledger).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::ensure;
+use base64::Engine;
+use clap::ValueEnum;
+use gpu_admission_tests::apiserver_metrics::{
+    Histogram, apiserver_metrics, histograms, histograms_since,
+};
+use gpu_admission_tests::cluster::{Components, LocalCluster, kubectl, shipped_policy_in_enforce};
+use gpu_admission_tests::names::ANN_DECIDED_AT;
+use gpu_admission_tests::observer::Observer;
+use gpu_admission_tests::{Scorer, Webhook};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::Args;
+use crate::balancer::Balancer;
+use crate::install::{TENANT, registrations, tenant_clients};
+use crate::peer_load::{
+    Arm, FRONTEND_DURATION, Installation, Load, POD_WEBHOOKS, POLICY_DURATION, REQUEST_DURATION,
+    WEBHOOK_DURATION, create_timed,
+};
+use crate::pods::{Shape, annotation, create_namespaces, delete_all, list_run};
+
+/// The tier given quotas (every class it allows, a `max` no run reaches): its namespaces hold the quota'd kind.
+const QUOTA_TIER: &str = "silver";
+const FLOOR: &str = "deploy/kustomize/base/floor.yaml";
+
+/// What one cell's Pods are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// One-GPU Pods without a class in tiers without quotas: the scorer decides.
+    Gpu,
+    /// CPU-only Pods at `gpu-default` in the same namespaces (the priority cap; no scorer call).
+    Cpu,
+    /// One-GPU Pods in the tier with quotas: decided, then reserved in the quota ledger.
+    QuotaGpu,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Gpu => "GPU",
+            Kind::Cpu => "CPU",
+            Kind::QuotaGpu => "quota'd GPU",
+        }
+    }
+    fn shape(self) -> Shape {
+        match self {
+            Kind::Cpu => Shape::Cpu,
+            Kind::Gpu | Kind::QuotaGpu => Shape::Gpu,
+        }
+    }
+}
+
+/// A histogram's summary for the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Latency {
+    pub calls: u64,
+    pub mean_ms: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+impl From<&Histogram> for Latency {
+    fn from(h: &Histogram) -> Self {
+        Self {
+            calls: h.count as u64,
+            mean_ms: h.mean_ms(),
+            p50_ms: h.quantile_ms(0.5),
+            p99_ms: h.quantile_ms(0.99),
+        }
+    }
+}
+
+/// One run: `pods` Pods of one kind, in one arm.
+#[derive(Debug, Clone, Serialize)]
+pub struct Run {
+    pub clients: usize,
+    pub replicas: usize,
+    pub kind: Kind,
+    pub round: usize,
+    pub arm: Arm,
+    pub load: Load,
+    pub decided: usize,
+    /// The apiserver's own time per Pod CREATE (`apiserver_request_duration_seconds`, POST pods).
+    #[serde(skip)]
+    pub apiserver_post: Histogram,
+    /// The apiserver's time waiting on each webhook, by webhook name.
+    #[serde(skip)]
+    pub webhooks: BTreeMap<String, Histogram>,
+    /// The apiserver's evaluation of each ValidatingAdmissionPolicy, by policy.
+    #[serde(skip)]
+    pub policies: BTreeMap<String, Histogram>,
+    /// The frontends' own time per admission (all replicas), by path.
+    #[serde(skip)]
+    pub frontend: BTreeMap<String, Histogram>,
+    /// Admissions each replica served (its own count).
+    pub per_replica: Vec<u64>,
+}
+
+/// Runs part C with `args`' sizes; the runs in order.
+pub async fn run(args: &Args) -> anyhow::Result<Vec<Run>> {
+    let components = Components {
+        kwok: true,
+        ..Components::APISERVER
+    };
+    let Some(cluster) = LocalCluster::start_with(components).await? else {
+        anyhow::bail!("the control plane is not built here (tests/cluster/build.sh)");
+    };
+    let set_up = SetUp::start(&cluster, args).await?;
+    let admin = cluster.client();
+    let most = args.peer_clients.iter().copied().max().unwrap_or(1);
+    let clients = tenant_clients(&cluster, most).await?;
+    let probe_ns = set_up.gpu_ns[0].0.clone();
+    let mut runs = Vec::new();
+    for &replicas in &args.peer_replicas {
+        let (_balancer, installation) = set_up.installation(replicas).await?;
+        for &n in &args.peer_clients {
+            for &kind in &args.peer_kinds {
+                for round in 0..args.peer_rounds {
+                    for arm in [Arm::With, Arm::Without] {
+                        let took = installation
+                            .set(&cluster, arm, &clients[0], &probe_ns)
+                            .await?;
+                        let cell = Cell {
+                            clients: n,
+                            replicas,
+                            kind,
+                            round,
+                            arm,
+                        };
+                        let run = cell.run(&admin, &clients[..n], &set_up, args).await?;
+                        eprintln!(
+                            "  {n} clients, {replicas} replica(s), {} {arm:?} r{round} (picked up in {:.1}s): \
+                             {:.0} Pods/s, p50 {:.0} ms, p99 {:.0} ms, {} retried 429",
+                            kind.name(),
+                            took.as_secs_f64(),
+                            run.load.per_second,
+                            run.load.p50_ms,
+                            run.load.p99_ms,
+                            run.load.retried_429
+                        );
+                        check(&run)?;
+                        runs.push(run);
+                    }
+                }
+            }
+        }
+    }
+    Ok(runs)
+}
+
+/// Everything the cells share: the policy, scorer, observer, frontends, Nodes and namespaces.
+struct SetUp {
+    frontends: Vec<Webhook>,
+    gpu_ns: Vec<(String, String)>,
+    quota_ns: Vec<(String, String)>,
+    bindings: Vec<Value>,
+    _scorer: Scorer,
+    _observer: Observer,
+    _dir: tempfile::TempDir,
+}
+
+impl SetUp {
+    async fn start(cluster: &LocalCluster, args: &Args) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let policy_file = dir.path().join("default-policy.yaml");
+        std::fs::write(&policy_file, policy_with_quotas()?)?;
+        let scorer = Scorer::builder().policy(&policy_file).start().await?;
+        let policy = scorer.policy().clone();
+        cluster.create_priority_classes(&policy).await?;
+        cluster.bind_tenant(TENANT).await?;
+        cluster.create_namespace("gpu-admission", None).await?;
+        let kc = cluster.kubeconfig();
+        let from_file = format!("--from-file=default-policy.yaml={}", policy_file.display());
+        let floor = repo_path(FLOOR);
+        let policy_cm = [
+            "-n",
+            "gpu-admission",
+            "create",
+            "configmap",
+            "gpu-admission-policy",
+            &from_file,
+        ];
+        for args in [&policy_cm[..], &["apply", "-f", &floor][..]] {
+            let a = kubectl(kc, None, &[], args, "");
+            ensure!(a.ok, "kubectl {args:?}: {}", a.stderr);
+        }
+        // The floor's bindings come and go with the arms; its parameters are the observer's.
+        let bindings = floor_bindings()?;
+        let mut delete = vec!["delete", "validatingadmissionpolicybinding"];
+        delete.extend(
+            bindings
+                .iter()
+                .filter_map(|b| b["metadata"]["name"].as_str()),
+        );
+        let a = kubectl(kc, None, &[], &delete, "");
+        ensure!(a.ok, "{}", a.stderr);
+        let observer = Observer::builder(kc, &[scorer.url()], "bench-observer")
+            .arg("--floor-params=gpu-admission-floor")
+            .start()
+            .await?;
+        wait_floor_enforce(cluster).await?;
+        let mut frontends = Vec::new();
+        for i in 0..args.peer_replicas.iter().copied().max().unwrap_or(1) {
+            let frontend = Webhook::builder(&scorer.url())
+                .name(format!("frontend-{i}"))
+                .kubeconfig(kc)
+                .policy_file(&policy_file)
+                .deadline_ms(args.deadline_ms)
+                .start()
+                .await?;
+            frontends.push(frontend);
+        }
+        let nodes = crate::scale::fake_nodes(&policy, args.peer_nodes, 8);
+        gpu_admission_tests::kwok::create_ready_nodes_bulk(&cluster.client(), &nodes, 8).await?;
+        let tiers: Vec<String> = (policy.tiers().iter())
+            .map(|t| t.name.clone())
+            .filter(|t| t != QUOTA_TIER)
+            .collect();
+        let gpu_ns = create_namespaces(cluster, "peer-g", args.peer_namespaces, &tiers).await?;
+        let quota = [QUOTA_TIER.to_string()];
+        let quota_ns = create_namespaces(cluster, "peer-q", args.peer_namespaces, &quota).await?;
+        Ok(Self {
+            frontends,
+            gpu_ns,
+            quota_ns,
+            bindings,
+            _scorer: scorer,
+            _observer: observer,
+            _dir: dir,
+        })
+    }
+
+    fn namespaces(&self, kind: Kind) -> &[(String, String)] {
+        match kind {
+            Kind::Gpu | Kind::Cpu => &self.gpu_ns,
+            Kind::QuotaGpu => &self.quota_ns,
+        }
+    }
+
+    /// A balancer in front of the first `replicas` frontends and the shipped registrations calling it (every
+    /// replica's CA in their `caBundle`).
+    async fn installation(&self, replicas: usize) -> anyhow::Result<(Balancer, Installation)> {
+        let frontends = &self.frontends[..replicas];
+        let balancer = Balancer::start(frontends.iter().map(Webhook::addr).collect()).await?;
+        let mut cas = Vec::new();
+        for f in frontends {
+            cas.extend(f.ca_pem()?);
+        }
+        let ca = base64::engine::general_purpose::STANDARD.encode(cas);
+        let (mut mutating, mut validating) = registrations(&frontends[0], &[])?;
+        let first = frontends[0].addr().to_string();
+        for config in [&mut mutating, &mut validating] {
+            for hook in config["webhooks"].as_array_mut().into_iter().flatten() {
+                let url = hook["clientConfig"]["url"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string();
+                hook["clientConfig"] = json!({
+                    "url": url.replace(&first, &balancer.addr.to_string()),
+                    "caBundle": ca,
+                });
+            }
+        }
+        let installation = Installation {
+            mutating,
+            validating,
+            bindings: self.bindings.clone(),
+        };
+        Ok((balancer, installation))
+    }
+}
+
+/// Which run, in which arm.
+struct Cell {
+    clients: usize,
+    replicas: usize,
+    kind: Kind,
+    round: usize,
+    arm: Arm,
+}
+
+impl Cell {
+    /// Warms up (one Pod per client), then creates `peer_pods` Pods timed, reading the apiserver's and the
+    /// frontends' histograms around them; counts what was stored and decided, and deletes every Pod.
+    async fn run(
+        self,
+        admin: &kube::Client,
+        clients: &[kube::Client],
+        set_up: &SetUp,
+        args: &Args,
+    ) -> anyhow::Result<Run> {
+        let namespaces = set_up.namespaces(self.kind);
+        let frontends = &set_up.frontends[..self.replicas];
+        let name = format!(
+            "c{}-r{}-{:?}-{}-{:?}",
+            self.clients, self.replicas, self.kind, self.round, self.arm
+        )
+        .to_ascii_lowercase();
+        let shape = self.kind.shape();
+        let warm = create_timed(
+            clients,
+            namespaces,
+            clients.len(),
+            &format!("w{name}"),
+            shape,
+        )
+        .await;
+        ensure!(warm.failed == 0, "warm-up failed: {:?}", warm.errors);
+        let (a0, f0) = (
+            apiserver_metrics(admin).await?,
+            frontend_metrics(frontends).await?,
+        );
+        let load = create_timed(clients, namespaces, args.peer_pods, &name, shape).await;
+        let (a1, f1) = (
+            apiserver_metrics(admin).await?,
+            frontend_metrics(frontends).await?,
+        );
+        let stored = list_run(admin, &name).await?;
+        let decided = (stored.iter())
+            .filter(|p| annotation(p, ANN_DECIDED_AT).is_some())
+            .count();
+        ensure!(
+            stored.len() == load.pods - load.failed,
+            "{name}: {} stored of {} created",
+            stored.len(),
+            load.pods - load.failed
+        );
+        delete_all(admin, namespaces).await?;
+        let post = ["verb=\"POST\"", "resource=\"pods\"", "subresource=\"\""];
+        let of = |text: &str| histograms(text, REQUEST_DURATION, "verb", &post);
+        let mut frontend = BTreeMap::new();
+        let mut per_replica = Vec::new();
+        for (before, now) in f0.iter().zip(&f1) {
+            let added = histograms_since(
+                &histograms(now, FRONTEND_DURATION, "webhook", &[]),
+                &histograms(before, FRONTEND_DURATION, "webhook", &[]),
+            );
+            per_replica.push(added.values().map(|h| h.count as u64).sum());
+            for (path, h) in added {
+                let merged = frontend
+                    .get(&path)
+                    .map_or(h.clone(), |m: &Histogram| m.merged(&h));
+                frontend.insert(path, merged);
+            }
+        }
+        Ok(Run {
+            clients: self.clients,
+            replicas: self.replicas,
+            kind: self.kind,
+            round: self.round,
+            arm: self.arm,
+            load,
+            decided,
+            apiserver_post: histograms_since(&of(&a1), &of(&a0))
+                .remove("POST")
+                .unwrap_or_default(),
+            webhooks: histograms_since(
+                &histograms(&a1, WEBHOOK_DURATION, "name", &[]),
+                &histograms(&a0, WEBHOOK_DURATION, "name", &[]),
+            ),
+            policies: histograms_since(
+                &histograms(&a1, POLICY_DURATION, "policy", &[]),
+                &histograms(&a0, POLICY_DURATION, "policy", &[]),
+            ),
+            frontend,
+            per_replica,
+        })
+    }
+}
+
+async fn frontend_metrics(frontends: &[Webhook]) -> anyhow::Result<Vec<String>> {
+    let mut out = Vec::new();
+    for f in frontends {
+        out.push(f.metrics().await?);
+    }
+    Ok(out)
+}
+
+/// What must hold of every run, whatever the timing: every Pod created (and stored: [`Cell::run`]); with
+/// our registrations, both Pod webhooks and the floor's Pod policy evaluated for each Pod and every GPU Pod
+/// decided; without them, no webhook or policy of ours called and no Pod decided.
+pub fn check(run: &Run) -> anyhow::Result<()> {
+    let what = format!(
+        "{} clients, {} replicas, {:?} {:?} r{}",
+        run.clients, run.replicas, run.kind, run.arm, run.round
+    );
+    let pods = run.load.pods as u64;
+    ensure!(
+        run.load.failed == 0,
+        "{what}: {} failed: {:?}",
+        run.load.failed,
+        run.load.errors
+    );
+    let calls = |m: &BTreeMap<String, Histogram>, k: &str| m.get(k).map_or(0, |h| h.count as u64);
+    match run.arm {
+        Arm::With => {
+            for hook in POD_WEBHOOKS {
+                let n = calls(&run.webhooks, hook);
+                ensure!(n == pods, "{what}: {n} calls of {hook} for {pods} Pods");
+            }
+            let n = calls(&run.policies, "gpu-admission-floor-pods");
+            ensure!(
+                n == pods,
+                "{what}: the floor evaluated {n} times for {pods} Pods"
+            );
+            if run.kind != Kind::Cpu {
+                ensure!(
+                    run.decided == run.load.pods,
+                    "{what}: {} decided",
+                    run.decided
+                );
+            }
+        }
+        Arm::Without => {
+            let ours = |m: &BTreeMap<String, Histogram>| {
+                m.keys().filter(|k| k.contains("gpu-admission")).count()
+            };
+            ensure!(
+                ours(&run.webhooks) == 0 && ours(&run.policies) == 0 && run.decided == 0,
+                "{what}: called without registrations: {:?} {:?}, {} decided",
+                run.webhooks.keys(),
+                run.policies.keys(),
+                run.decided
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The classes the quota'd tier allows in the shipped policy (each given a `max` no run reaches).
+const QUOTA_CLASSES: [&str; 5] = [
+    "A100-80GB",
+    "A100-40GB",
+    "MI300X-192GB",
+    "L40S-48GB",
+    "L4-24GB",
+];
+
+/// The shipped policy in Enforce with quotas on [`QUOTA_TIER`].
+fn policy_with_quotas() -> anyhow::Result<String> {
+    let classes: Vec<String> = QUOTA_CLASSES
+        .iter()
+        .map(|c| format!("{c}: {{ max: 1000000 }}"))
+        .collect();
+    Ok(format!(
+        "{}\nquotas:\n  tiers:\n    - tier: {QUOTA_TIER}\n      classes: {{ {} }}\n",
+        shipped_policy_in_enforce()?,
+        classes.join(", ")
+    ))
+}
+
+fn repo_path(rel: &str) -> String {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(rel)
+        .display()
+        .to_string()
+}
+
+/// The ValidatingAdmissionPolicyBindings of the shipped floor.
+fn floor_bindings() -> anyhow::Result<Vec<Value>> {
+    let text = std::fs::read_to_string(repo_path(FLOOR))?;
+    let mut out = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let v = Value::deserialize(doc)?;
+        if v["kind"] == "ValidatingAdmissionPolicyBinding" {
+            out.push(v);
+        }
+    }
+    ensure!(!out.is_empty(), "{FLOOR} has no bindings");
+    Ok(out)
+}
+
+/// Waits until the observer has put the floor's parameters in Enforce.
+async fn wait_floor_enforce(cluster: &LocalCluster) -> anyhow::Result<()> {
+    let get = [
+        "-n",
+        "gpu-admission",
+        "get",
+        "configmap",
+        "gpu-admission-floor",
+        "-o",
+        "jsonpath={.data.mode}",
+    ];
+    for _ in 0..120 {
+        if kubectl(cluster.kubeconfig(), None, &[], &get, "").stdout == "Enforce" {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    anyhow::bail!("the observer never put the floor in Enforce")
+}
