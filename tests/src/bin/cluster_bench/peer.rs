@@ -1,6 +1,6 @@
 //! Part C, admission cost in the peers' form (Kyverno's published method: N Pod CREATEs at 50, 200 and 500
-//! concurrent clients, 1 and 3 replicas, kwok Nodes): on etcd + kube-apiserver + kwok (`nodes` Ready fake GPU
-//! Nodes; no scheduler, so every Pod stays Pending), the shipped registrations (every webhook) pointed at one
+//! concurrent clients, 1 and 3 replicas, kwok Nodes): on etcd + kube-apiserver + controllers + kwok
+//! (`--peer-nodes` Ready fake GPU Nodes; no scheduler, so every Pod stays Pending), the shipped registrations (every webhook) pointed at one
 //! endpoint ([`Balancer`]) in front of 1 or 3 frontend replicas, and the shipped floor (its parameters kept
 //! by a real observer from the policy ConfigMap, in Enforce). Each cell (clients × replicas × kind) runs
 //! `rounds` pairs: with the registrations and the floor's bindings installed, then with them removed, the
@@ -112,9 +112,10 @@ pub struct Run {
 
 /// Runs part C with `args`' sizes; the runs in order.
 pub async fn run(args: &Args) -> anyhow::Result<Vec<Run>> {
+    // The controllers take the not-ready taint off kwok's Nodes; no scheduler: Pods stay Pending.
     let components = Components {
-        kwok: true,
-        ..Components::APISERVER
+        scheduler: false,
+        ..Components::ALL
     };
     let Some(cluster) = LocalCluster::start_with(components).await? else {
         anyhow::bail!("the control plane is not built here (tests/cluster/build.sh)");

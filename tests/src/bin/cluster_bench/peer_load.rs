@@ -110,12 +110,13 @@ impl Installation {
             }
         }
         for attempt in 0.. {
-            if probe(&admin, tenant, probe_ns, attempt).await? == Some(arm == Arm::With) {
+            let (state, seen) = probe(&admin, tenant, probe_ns, attempt).await?;
+            if state == Some(arm == Arm::With) {
                 return Ok(started.elapsed());
             }
             ensure!(
                 started.elapsed() < Duration::from_secs(60),
-                "the apiserver did not act on {arm:?} within 60 s"
+                "the apiserver did not act on {arm:?} within 60 s; the last probe: {seen}"
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -131,7 +132,7 @@ async fn probe(
     tenant: &kube::Client,
     ns: &str,
     attempt: u32,
-) -> anyhow::Result<Option<bool>> {
+) -> anyhow::Result<(Option<bool>, String)> {
     let (hooks0, policies0) = admission_histograms(admin).await?;
     let api = Api::<Pod>::namespaced(tenant.clone(), ns);
     let name = format!("probe-{attempt}");
@@ -157,13 +158,20 @@ async fn probe(
     let floor = called(&policies1, &policies0, "gpu-admission-floor-pods");
     let all = decided && hooks.iter().all(|c| *c) && floor;
     let none = created.is_ok() && !decided && !hooks.iter().any(|c| *c) && !floor;
-    Ok(if all {
+    let seen = format!(
+        "created {:?}, decided {decided}, {POD_WEBHOOKS:?} called {hooks:?}, the floor's Pod policy {floor}; \
+         policies seen {:?}",
+        created.as_ref().map(|_| ()).map_err(|e| e.to_string()),
+        policies1.keys().collect::<Vec<_>>()
+    );
+    let state = if all {
         Some(true)
     } else if none {
         Some(false)
     } else {
         None
-    })
+    };
+    Ok((state, seen))
 }
 
 /// What one run's clients saw.
