@@ -151,6 +151,18 @@ pub struct Cli {
         hide = true
     )]
     pub floor_interval_secs: u64,
+    /// The MutatingWebhookConfiguration whose `checkpoint-restore.gpu-admission.io` entry the leader narrows
+    /// to the Pods of Jobs a stored CheckpointBackup may restore; none = the entry sends every Job's Pods.
+    #[arg(long, env = "OBSERVER_CHECKPOINT_REGISTRATION")]
+    pub checkpoint_registration: Option<String>,
+    /// Seconds between listings of the CheckpointBackups for that entry.
+    #[arg(
+        long,
+        env = "OBSERVER_CHECKPOINT_INTERVAL_SECS",
+        default_value_t = 5,
+        hide = true
+    )]
+    pub checkpoint_interval_secs: u64,
 }
 
 impl Cli {

@@ -102,6 +102,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         ))
     });
 
+    let checkpoint_registration = cli.checkpoint_registration.clone().map(|name| {
+        tokio::spawn(observer::checkpoint_registration::run(
+            client.clone(),
+            name,
+            Cli::secs(cli.checkpoint_interval_secs),
+            metrics.checkpoint_registration_syncs.clone(),
+            leader_rx.clone(),
+        ))
+    });
+
     let config = ControllerConfig {
         tick: Duration::from_secs(1),
         policy_refresh: Duration::from_secs(30),
@@ -129,8 +139,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     if let Some(audit) = audit {
         audit.abort();
     }
-    if let Some(floor) = floor {
-        floor.abort();
+    for task in [floor, checkpoint_registration].into_iter().flatten() {
+        task.abort();
     }
     let _ = admin_stop.send(());
     // The last Lease receiver is gone: the lease task releases the Lease, so the other replica takes over at

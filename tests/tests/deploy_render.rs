@@ -1745,6 +1745,7 @@ fn observer_rbac_grants_exactly_what_it_uses() {
             "configmaps",
             "deviceclasses",
             "gpupolicyexceptions",
+            "checkpointbackups",
             "leases",
             "mutatingwebhookconfigurations",
             "nodes",
@@ -1788,8 +1789,10 @@ fn observer_rbac_grants_exactly_what_it_uses() {
             m.mode
         );
         // Cluster-wide: read-only Pods, Nodes, the restricted instances' Leases and the registrations that
-        // make them count (list + watch, never by name).
-        let cluster = rule_set(arr_at(m.get("ClusterRole", OBSERVER_DEPLOYMENT), "/rules"));
+        // make them count (list + watch, never by name); the CheckpointBackups (list) and, by name, our own
+        // registration whose checkpoint-restore condition the leader patches.
+        let cluster_rules = arr_at(m.get("ClusterRole", OBSERVER_DEPLOYMENT), "/rules");
+        let cluster = rule_set(cluster_rules);
         let keys: Vec<(&str, &str)> = cluster
             .keys()
             .map(|(g, r)| (g.as_str(), r.as_str()))
@@ -1805,17 +1808,44 @@ fn observer_rbac_grants_exactly_what_it_uses() {
                     "admissionregistration.k8s.io",
                     "mutatingwebhookconfigurations"
                 ),
-                ("resource.k8s.io", "deviceclasses")
+                ("resource.k8s.io", "deviceclasses"),
+                ("migration.dcnlab.com", "checkpointbackups")
             ]),
             "{}",
             m.mode
         );
-        for (verbs, names) in cluster.values() {
-            assert_eq!(
-                verbs,
-                &BTreeSet::from(["list".to_string(), "watch".to_string()])
-            );
-            assert!(names.is_empty());
+        let registration = args(container(d, "observer"))
+            .iter()
+            .find_map(|a| a.strip_prefix("--checkpoint-registration="))
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("{}: the observer keeps no checkpoint registration", m.mode));
+        let mwc = m.get("MutatingWebhookConfiguration", &registration);
+        assert!(
+            arr_at(mwc, "/webhooks")
+                .iter()
+                .any(|w| w["name"] == "checkpoint-restore.gpu-admission.io"),
+            "{}",
+            m.mode
+        );
+        for rule in cluster_rules {
+            let resources = strings_at(rule, "/resources");
+            let mut verbs = strings_at(rule, "/verbs");
+            verbs.sort();
+            let names = strings_at(rule, "/resourceNames");
+            match resources.as_slice() {
+                [r] if r == "checkpointbackups" => {
+                    assert_eq!(verbs, ["list"], "{}", m.mode);
+                    assert!(names.is_empty());
+                }
+                [r] if r == "mutatingwebhookconfigurations" && !names.is_empty() => {
+                    assert_eq!(verbs, ["get", "patch"], "{}", m.mode);
+                    assert_eq!(names, std::slice::from_ref(&registration), "{}", m.mode);
+                }
+                _ => {
+                    assert_eq!(verbs, ["list", "watch"], "{}: {resources:?}", m.mode);
+                    assert!(names.is_empty(), "{}: {resources:?}", m.mode);
+                }
+            }
         }
         // In our namespace, by name: the Lease (get + patch) and the state ConfigMap (get + update).
         let role = m.get("Role", OBSERVER_DEPLOYMENT);
