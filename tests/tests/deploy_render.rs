@@ -2235,10 +2235,22 @@ fn validating_webhooks_are_selective_and_trusted_in_every_mode() {
             workloads["namespaceSelector"],
             mwc["webhooks"][0]["namespaceSelector"]
         );
+        // The mutating webhook's filter, and an UPDATE only when it changes what is validated.
+        let conditions = arr_at(pods, "/matchConditions");
+        assert_eq!(conditions.len(), 2, "{}", m.mode);
         assert_eq!(
-            pods["matchConditions"],
-            mwc["webhooks"][0]["matchConditions"]
+            conditions[0], mwc["webhooks"][0]["matchConditions"][0],
+            "{}",
+            m.mode
         );
+        let update = str_at(&conditions[1], "/expression");
+        for field in ["spec", "metadata.labels", "metadata.annotations"] {
+            assert!(
+                update.contains(&format!("object.{field} != "))
+                    || update.contains(&format!("object.{field} : {{}}) !=")),
+                "{field} in {update}"
+            );
+        }
         let kinds: BTreeSet<String> = arr_at(workloads, "/rules")
             .iter()
             .flat_map(|r| strings_at(r, "/resources"))
