@@ -119,32 +119,21 @@ pub async fn run(
     name: String,
     interval: Duration,
     syncs: Family<ResultLabel, Counter>,
-    mut leader: watch::Receiver<bool>,
+    leader: watch::Receiver<bool>,
 ) {
     let backups_api: Api<CheckpointBackup> = Api::all(client.clone());
     let registrations: Api<MutatingWebhookConfiguration> = Api::all(client);
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        if !*leader.borrow_and_update() {
-            if leader.changed().await.is_err() {
-                return;
-            }
-            continue;
-        }
-        tokio::select! {
-            _ = tick.tick() => {
-                let result = round(&backups_api, &registrations, &name)
-                    .await
-                    .unwrap_or_else(|err| {
-                        tracing::warn!(%err, registration = %name, "keeping the checkpoint-restore registration in step failed");
-                        "failed"
-                    });
-                Metrics::result(&syncs, result);
-            }
-            changed = leader.changed() => if changed.is_err() { return },
-        }
-    }
+    let name = &name;
+    crate::leader::every_interval_while_leading(leader, interval, || async {
+        let result = round(&backups_api, &registrations, name)
+            .await
+            .unwrap_or_else(|err| {
+                tracing::warn!(%err, registration = %name, "keeping the checkpoint-restore registration in step failed");
+                "failed"
+            });
+        Metrics::result(&syncs, result);
+    })
+    .await
 }
 
 #[cfg(test)]
