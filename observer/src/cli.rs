@@ -163,6 +163,18 @@ pub struct Cli {
         hide = true
     )]
     pub checkpoint_interval_secs: u64,
+    /// Keep each namespace share of the policy's GPU quotas as a ResourceQuota `gpu-admission-quota` in its
+    /// namespace (leader only; what the apiserver holds with every frontend down; deploy/README.md).
+    #[arg(long, env = "OBSERVER_RESOURCE_QUOTAS")]
+    pub resource_quotas: bool,
+    /// Seconds between rounds keeping those ResourceQuotas in step with the policy and the tier labels.
+    #[arg(
+        long,
+        env = "OBSERVER_QUOTA_INTERVAL_SECS",
+        default_value_t = 2,
+        hide = true
+    )]
+    pub quota_interval_secs: u64,
 }
 
 impl Cli {

@@ -13,7 +13,8 @@
 //! - [`audit`]: the background audit's PolicyReports (`--policy-reports`);
 //! - [`floor`]: the floor's parameter ConfigMap kept in step with the policy (`--floor-params`);
 //! - [`checkpoint_registration`]: the checkpoint-restore webhook's match condition kept in step with the
-//!   stored CheckpointBackups (`--checkpoint-registration`).
+//!   stored CheckpointBackups (`--checkpoint-registration`);
+//! - [`resource_quotas`]: the namespace shares of the GPU quotas as ResourceQuotas (`--resource-quotas`).
 
 pub mod audit;
 pub mod checkpoint_registration;
@@ -28,6 +29,7 @@ pub mod metrics;
 pub mod names;
 pub(crate) mod registrations;
 pub mod replicas;
+pub mod resource_quotas;
 pub mod route;
 pub mod store;
 pub mod sync;

@@ -88,6 +88,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         &cli.policy.policy_key,
     )
     .map_err(anyhow::Error::msg)?;
+    let quotas = cli.resource_quotas.then(|| {
+        tokio::spawn(observer::resource_quotas::run(
+            client.clone(),
+            observer::resource_quotas::QuotaConfig {
+                policy: policy_configmap.clone(),
+                interval: Cli::secs(cli.quota_interval_secs),
+            },
+            metrics.resource_quota_writes.clone(),
+            leader_rx.clone(),
+        ))
+    });
     let floor = cli.floor_params.clone().map(|params| {
         tokio::spawn(observer::floor::run(
             client.clone(),
@@ -139,7 +150,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     if let Some(audit) = audit {
         audit.abort();
     }
-    for task in [floor, checkpoint_registration].into_iter().flatten() {
+    for task in [floor, checkpoint_registration, quotas].into_iter().flatten() {
         task.abort();
     }
     let _ = admin_stop.send(());

@@ -74,6 +74,9 @@ pub struct Metrics {
     pub floor_syncs: Family<ResultLabel, Counter>,
     /// Rounds keeping the checkpoint-restore registration's condition in step, by result.
     pub checkpoint_registration_syncs: Family<ResultLabel, Counter>,
+    /// Writes of the GPU ResourceQuotas (`--resource-quotas`), by result: `created`, `updated`, `deleted`,
+    /// `conflict`, `failed`; `policy_refused` counts rounds that wrote nothing for an unusable policy.
+    pub resource_quota_writes: Family<ResultLabel, Counter>,
     pub audit: AuditMetrics,
 }
 
@@ -104,6 +107,7 @@ impl Metrics {
             last_round_seconds: Gauge::default(),
             floor_syncs: Family::default(),
             checkpoint_registration_syncs: Family::default(),
+            resource_quota_writes: Family::default(),
             audit: AuditMetrics {
                 reports: Family::default(),
                 results: Family::default(),
@@ -187,6 +191,11 @@ impl Metrics {
             "observer_checkpoint_registration_syncs",
             "Rounds keeping the checkpoint-restore webhook's match condition in step with the stored CheckpointBackups, by result (in_step, written, no_entry, failed)",
             m.checkpoint_registration_syncs.clone(),
+        );
+        registry.register(
+            "observer_resource_quota_writes",
+            "Writes of the GPU ResourceQuotas by result (created, updated, deleted, conflict, failed; policy_refused: a round that wrote nothing)",
+            m.resource_quota_writes.clone(),
         );
         m.audit.register(registry);
         m
