@@ -638,8 +638,9 @@ fn priority_classes_equal_the_policy_buckets() {
 const OWN_PRIORITY_CLASS: &str = "gpu-admission-critical";
 
 /// RBAC resource of each Kubernetes type the frontend may use through `kube::Api<T>`.
-const KNOWN_TYPES: [(&str, &str, &str); 18] = [
+const KNOWN_TYPES: [(&str, &str, &str); 19] = [
     ("Namespace", "", "namespaces"),
+    ("ResourceQuota", "", "resourcequotas"),
     (
         "GpuPolicyException",
         "gpu-admission.io",
@@ -1748,8 +1749,10 @@ fn observer_rbac_grants_exactly_what_it_uses() {
             "checkpointbackups",
             "leases",
             "mutatingwebhookconfigurations",
+            "namespaces",
             "nodes",
-            "pods"
+            "pods",
+            "resourcequotas"
         ])
     );
     for arg in &api_types {
@@ -1790,9 +1793,45 @@ fn observer_rbac_grants_exactly_what_it_uses() {
         );
         // Cluster-wide: read-only Pods, Nodes, the restricted instances' Leases and the registrations that
         // make them count (list + watch, never by name); the CheckpointBackups (list) and, by name, our own
-        // registration whose checkpoint-restore condition the leader patches.
+        // registration whose checkpoint-restore condition the leader patches; the GPU ResourceQuotas: list
+        // namespaces and ResourceQuotas, create them, and get, update and delete them only by their one name.
         let cluster_rules = arr_at(m.get("ClusterRole", OBSERVER_DEPLOYMENT), "/rules");
-        let cluster = rule_set(cluster_rules);
+        let mut cluster = rule_set(cluster_rules);
+        let is_quota_rule = |r: &Value| strings_at(r, "/resources").contains(&"resourcequotas".to_string());
+        let quota_rules: BTreeSet<(Vec<String>, Vec<String>, Vec<String>)> = cluster_rules
+            .iter()
+            .filter(|r| is_quota_rule(r))
+            .map(|r| {
+                let mut names = strings_at(r, "/resourceNames");
+                names.sort();
+                (strings_at(r, "/resources"), strings_at(r, "/verbs"), names)
+            })
+            .collect();
+        let owned = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            quota_rules,
+            BTreeSet::from([
+                (
+                    owned(&["namespaces", "resourcequotas"]),
+                    owned(&["list"]),
+                    Vec::new()
+                ),
+                (owned(&["resourcequotas"]), owned(&["create"]), Vec::new()),
+                (
+                    owned(&["resourcequotas"]),
+                    owned(&["get", "update", "delete"]),
+                    owned(&["gpu-admission-quota"])
+                ),
+            ]),
+            "{}",
+            m.mode
+        );
+        let namespaces = cluster.remove(&(String::new(), "namespaces".to_string()));
+        assert_eq!(
+            namespaces,
+            Some((BTreeSet::from(["list".to_string()]), BTreeSet::new()))
+        );
+        cluster.remove(&(String::new(), "resourcequotas".to_string()));
         let keys: Vec<(&str, &str)> = cluster
             .keys()
             .map(|(g, r)| (g.as_str(), r.as_str()))
@@ -1827,7 +1866,7 @@ fn observer_rbac_grants_exactly_what_it_uses() {
             "{}",
             m.mode
         );
-        for rule in cluster_rules {
+        for rule in cluster_rules.iter().filter(|r| !is_quota_rule(r)) {
             let resources = strings_at(rule, "/resources");
             let mut verbs = strings_at(rule, "/verbs");
             verbs.sort();
