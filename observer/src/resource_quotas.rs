@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use gpu_admission_core::render::resource_quotas::{self, MANAGED_BY, NAME};
+use gpu_admission_policy::Policy;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ResourceQuota};
 use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 use prometheus_client::metrics::counter::Counter;
@@ -62,18 +63,22 @@ pub fn is_ours(q: &ResourceQuota) -> bool {
             == Some(MANAGED_BY.1)
 }
 
-/// The writes that make the stored objects `current` what the policy renders for `namespaces` (name → tier
-/// label value); `Err` when the policy is missing or does not validate (nothing is written).
+/// The policy of the policy ConfigMap's text; why not when it is missing or does not validate (then nothing
+/// is written).
+pub fn policy_of(text: Option<&str>, source: &str) -> Result<Policy, String> {
+    let text = text.ok_or_else(|| format!("{source}: no policy"))?;
+    gpu_admission_policy::parse(text, source)
+        .map_err(|e| format!("{source}: {} problems", e.problems.len()))
+}
+
+/// The writes that make the stored objects `current` what `policy` renders for `namespaces` (name → tier
+/// label value).
 pub fn plan(
-    policy: Option<&str>,
-    source: &str,
+    policy: &Policy,
     namespaces: &BTreeMap<String, Option<String>>,
     current: &[ResourceQuota],
-) -> Result<Vec<Write>, String> {
-    let text = policy.ok_or_else(|| format!("{source}: no policy"))?;
-    let policy = gpu_admission_policy::parse(text, source)
-        .map_err(|e| format!("{source}: {} problems", e.problems.len()))?;
-    let desired = resource_quotas::render(&policy, namespaces);
+) -> Vec<Write> {
+    let desired = resource_quotas::render(policy, namespaces);
     let ours: BTreeMap<&str, &ResourceQuota> = current
         .iter()
         .filter(|q| is_ours(q))
@@ -104,7 +109,7 @@ pub fn plan(
             }
         }
     }
-    Ok(writes)
+    writes
 }
 
 /// The namespaces (not being deleted) with their tier label's value.
@@ -178,35 +183,28 @@ async fn round(
     writes: &Family<ResultLabel, Counter>,
 ) -> Result<(), kube::Error> {
     let policies: Api<ConfigMap> = Api::namespaced(client.clone(), &config.policy.namespace);
-    let policy = policies.get_opt(&config.policy.name).await?;
-    let text = policy
-        .as_ref()
-        .and_then(|p| crate::floor::policy_text(p, &config.policy.key));
-    // The tier label is the policy's; a policy that does not parse is refused by `plan` below.
-    let label = text
-        .and_then(|t| gpu_admission_policy::parse(t, "policy").ok())
-        .map_or_else(
-            || gpu_admission_policy::names::DEFAULT_TIER_LABEL.to_string(),
-            |p| p.tier_label,
-        );
-    let namespaces = namespaces(client, &label).await?;
-    let all: Api<ResourceQuota> = Api::all(client.clone());
-    let selector = format!("{}={}", MANAGED_BY.0, MANAGED_BY.1);
-    let current = all.list(&ListParams::default().labels(&selector)).await?;
+    let stored = policies.get_opt(&config.policy.name).await?;
     let source = format!(
         "ConfigMap {}/{} key {}",
         config.policy.namespace, config.policy.name, config.policy.key
     );
-    match plan(text, &source, &namespaces, &current.items) {
+    let text = stored
+        .as_ref()
+        .and_then(|p| crate::floor::policy_text(p, &config.policy.key));
+    let policy = match policy_of(text, &source) {
+        Ok(p) => p,
         Err(why) => {
             tracing::warn!(%why, "GPU ResourceQuotas kept: the policy is not usable");
             Metrics::result(writes, "policy_refused");
+            return Ok(());
         }
-        Ok(plan) => {
-            for write in plan {
-                Metrics::result(writes, apply(client, write).await);
-            }
-        }
+    };
+    let namespaces = namespaces(client, &policy.tier_label).await?;
+    let all: Api<ResourceQuota> = Api::all(client.clone());
+    let selector = format!("{}={}", MANAGED_BY.0, MANAGED_BY.1);
+    let current = all.list(&ListParams::default().labels(&selector)).await?;
+    for write in plan(&policy, &namespaces, &current.items) {
+        Metrics::result(writes, apply(client, write).await);
     }
     Ok(())
 }
@@ -276,19 +274,22 @@ quotas:
     #[test]
     fn creates_keeps_updates_and_deletes_its_own() {
         let t = text();
+        let p = policy_of(Some(&t), "cm").unwrap();
         let bronze = ns(&[("students", "bronze"), ("other", "bronze")]);
-        let [Write::Create(q)] = &plan(Some(&t), "cm", &bronze, &[]).unwrap()[..] else {
+        let [Write::Create(q)] = &plan(&p, &bronze, &[])[..] else {
             panic!("one create")
         };
         let have = stored(q, "7");
         assert_eq!(
-            plan(Some(&t), "cm", &bronze, std::slice::from_ref(&have)).unwrap(),
-            []
+            plan(&p, &bronze, std::slice::from_ref(&have)),
+            [] as [Write; 0]
         );
         let moved = t.replace("max: 2 } }, total", "max: 1 } }, total");
-        let [Write::Update(u)] =
-            &plan(Some(&moved), "cm", &bronze, std::slice::from_ref(&have)).unwrap()[..]
-        else {
+        let [Write::Update(u)] = &plan(
+            &policy_of(Some(&moved), "cm").unwrap(),
+            &bronze,
+            std::slice::from_ref(&have),
+        )[..] else {
             panic!("one update")
         };
         assert_eq!(u.metadata.resource_version.as_deref(), Some("7"));
@@ -299,7 +300,7 @@ quotas:
         );
         let silver = ns(&[("students", "silver")]);
         assert_eq!(
-            plan(Some(&t), "cm", &silver, &[have]).unwrap(),
+            plan(&p, &silver, &[have]),
             [Write::Delete {
                 namespace: "students".into(),
                 resource_version: Some("7".into())
@@ -310,24 +311,24 @@ quotas:
     /// A ResourceQuota of the same name without our label, or ours under another name, is never touched.
     #[test]
     fn never_touches_what_it_does_not_manage() {
-        let t = text();
+        let p = policy_of(Some(&text()), "cm").unwrap();
         let silver = ns(&[("students", "silver")]);
         let bronze = ns(&[("students", "bronze")]);
-        let [Write::Create(q)] = &plan(Some(&t), "cm", &bronze, &[]).unwrap()[..] else {
+        let [Write::Create(q)] = &plan(&p, &bronze, &[])[..] else {
             panic!("one create")
         };
         let mut foreign = stored(q, "3");
         foreign.metadata.labels = None;
-        assert_eq!(plan(Some(&t), "cm", &silver, &[foreign]).unwrap(), []);
+        assert_eq!(plan(&p, &silver, &[foreign]), [] as [Write; 0]);
         let mut renamed = stored(q, "3");
         renamed.metadata.name = Some("team-gpus".into());
-        assert_eq!(plan(Some(&t), "cm", &silver, &[renamed]).unwrap(), []);
+        assert_eq!(plan(&p, &silver, &[renamed]), [] as [Write; 0]);
     }
 
     #[test]
     fn a_policy_that_does_not_validate_or_is_missing_writes_nothing() {
         let broken = text().replace("defaultTier: bronze", "defaultTier: tin");
-        assert!(plan(Some(&broken), "cm", &ns(&[]), &[]).is_err());
-        assert!(plan(None, "cm", &ns(&[]), &[]).is_err());
+        assert!(policy_of(Some(&broken), "cm").is_err());
+        assert!(policy_of(None, "cm").is_err());
     }
 }
