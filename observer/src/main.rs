@@ -150,7 +150,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     if let Some(audit) = audit {
         audit.abort();
     }
-    for task in [floor, checkpoint_registration, quotas].into_iter().flatten() {
+    for task in [floor, checkpoint_registration, quotas]
+        .into_iter()
+        .flatten()
+    {
         task.abort();
     }
     let _ = admin_stop.send(());

@@ -1797,7 +1797,8 @@ fn observer_rbac_grants_exactly_what_it_uses() {
         // namespaces and ResourceQuotas, create them, and get, update and delete them only by their one name.
         let cluster_rules = arr_at(m.get("ClusterRole", OBSERVER_DEPLOYMENT), "/rules");
         let mut cluster = rule_set(cluster_rules);
-        let is_quota_rule = |r: &Value| strings_at(r, "/resources").contains(&"resourcequotas".to_string());
+        let is_quota_rule =
+            |r: &Value| strings_at(r, "/resources").contains(&"resourcequotas".to_string());
         let quota_rules: BTreeSet<(Vec<String>, Vec<String>, Vec<String>)> = cluster_rules
             .iter()
             .filter(|r| is_quota_rule(r))
