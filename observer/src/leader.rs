@@ -42,7 +42,7 @@ pub async fn elect(
 
 /// Runs `round` every `interval` while this replica leads (the first at once when it starts leading), until
 /// the election stops; the rounds the observer's leader keeps objects in step with (the floor's parameters,
-/// the checkpoint-restore condition).
+/// the checkpoint-restore condition, the GPU ResourceQuotas).
 pub async fn every_interval_while_leading<F, Fut>(
     mut leader: watch::Receiver<bool>,
     interval: Duration,

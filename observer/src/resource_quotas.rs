@@ -214,27 +214,16 @@ pub async fn run(
     client: kube::Client,
     config: QuotaConfig,
     writes: Family<ResultLabel, Counter>,
-    mut leader: watch::Receiver<bool>,
+    leader: watch::Receiver<bool>,
 ) {
-    let mut tick = tokio::time::interval(config.interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        if !*leader.borrow_and_update() {
-            if leader.changed().await.is_err() {
-                return;
-            }
-            continue;
+    let (client, config, writes) = (&client, &config, &writes);
+    crate::leader::every_interval_while_leading(leader, config.interval, || async {
+        if let Err(err) = round(client, config, writes).await {
+            tracing::warn!(%err, "keeping the GPU ResourceQuotas in step failed");
+            Metrics::result(writes, "failed");
         }
-        tokio::select! {
-            _ = tick.tick() => {
-                if let Err(err) = round(&client, &config, &writes).await {
-                    tracing::warn!(%err, "keeping the GPU ResourceQuotas in step failed");
-                    Metrics::result(&writes, "failed");
-                }
-            }
-            changed = leader.changed() => if changed.is_err() { return },
-        }
-    }
+    })
+    .await
 }
 
 #[cfg(test)]
