@@ -311,6 +311,13 @@ impl Truth {
         }
     }
 
+    /// Sets every co-location slowdown to 0 (`--no-colocation-slowdowns`): neighbours stay, and cost nothing.
+    pub fn remove_colocation_slowdowns(&mut self) {
+        for x in self.slowdown.iter_mut().flatten().flatten() {
+            *x = 0.0;
+        }
+    }
+
     /// The slowdown of job `j` next to job `k`, averaged over the classes (what the avoid-list is judged by).
     pub fn pair_slowdown(&self, j: usize, k: usize) -> f64 {
         let s = &self.slowdown[j][k];
