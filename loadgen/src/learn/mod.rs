@@ -165,6 +165,9 @@ fn setup(
     if args.no_colocation_slowdowns {
         truth.remove_colocation_slowdowns();
     }
+    if args.separable_colocation_slowdowns {
+        truth.make_colocation_separable();
+    }
     Ok((policy, cat, truth))
 }
 
@@ -566,7 +569,19 @@ mod tests {
             assert!(harmful(&on) > 0, "{kind:?}");
             assert_eq!(harmful(&off), 0, "{kind:?}");
             assert_eq!(on.runtime, off.runtime, "{kind:?}");
+            let (_, _, separable) =
+                setup(&args(&["--separable-colocation-slowdowns"]), kind, 7, 0).unwrap();
             let (n, classes) = (cat.jobs.len(), cat.classes.len());
+            // Separable: each pair's mean kept, and one ratio between two classes for every pair.
+            let ratio = |s: &[f64]| s[classes - 1] / s[0];
+            let shared = ratio(&separable.slowdown[0][0]);
+            for (j, k) in (0..n).flat_map(|j| (0..n).map(move |k| (j, k))) {
+                let (a, b) = (on.pair_slowdown(j, k), separable.pair_slowdown(j, k));
+                assert!((a - b).abs() < 1e-9, "{kind:?} {j} {k}: {a} {b}");
+                if a > 0.0 {
+                    assert!((ratio(&separable.slowdown[j][k]) - shared).abs() < 1e-9);
+                }
+            }
             for j in 0..n {
                 for (k, c) in (0..n).flat_map(|k| (0..classes).map(move |c| (k, c))) {
                     assert_eq!(off.expected(j, c, 2, &[k, j]), off.expected(j, c, 2, &[]));
