@@ -18,13 +18,10 @@
 use std::time::{Duration, Instant};
 
 use gpu_admission_tests::cluster::{
-    Components, LocalCluster, service_account_kubeconfig, shipped_registration,
+    Components, LocalCluster, register_shipped, service_account_kubeconfig,
 };
 use gpu_admission_tests::observer::Observer;
 use gpu_admission_tests::{Scorer, Webhook};
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-};
 use k8s_openapi::api::core::v1::{Namespace, Pod, ResourceQuota};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -181,37 +178,20 @@ async fn the_namespace_max_holds_with_every_frontend_down() {
         .start()
         .await
         .expect("webhook starts");
-    let mutating: MutatingWebhookConfiguration = serde_json::from_value(
-        shipped_registration(
-            "mutatingwebhookconfiguration.yaml",
-            &webhook,
+    register_shipped(
+        &client,
+        &webhook,
+        (
             &["pods.gpu-admission.io"],
-            REGISTRATION,
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    let validating: ValidatingWebhookConfiguration = serde_json::from_value(
-        shipped_registration(
-            "validatingwebhookconfiguration.yaml",
-            &webhook,
             &[
                 "pods.validate.gpu-admission.io",
                 "claims.validate.gpu-admission.io",
             ],
-            REGISTRATION,
-        )
-        .unwrap(),
+        ),
+        REGISTRATION,
     )
-    .unwrap();
-    Api::<MutatingWebhookConfiguration>::all(client.clone())
-        .create(&PostParams::default(), &mutating)
-        .await
-        .unwrap();
-    Api::<ValidatingWebhookConfiguration>::all(client.clone())
-        .create(&PostParams::default(), &validating)
-        .await
-        .unwrap();
+    .await
+    .expect("the shipped Pod and claim webhooks registered");
 
     // 1. The observer writes the share's ResourceQuota.
     let sa = service_account_kubeconfig(kc, dir.path(), "gpu-admission", "gpu-admission-observer")
