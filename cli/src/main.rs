@@ -92,6 +92,19 @@ enum QuotaCommand {
         #[arg(short = 'o', long = "output", default_value = "table")]
         output: QuotaOutput,
     },
+    /// Print the ResourceQuotas the observer writes (`--resource-quotas`) for GitOps installs: one
+    /// `gpu-admission-quota` per namespace share, what the apiserver holds with every frontend down. Each
+    /// share's namespace is taken as labelled with the share's tier unless the input's Namespaces
+    /// (`kubectl get namespaces -o json`) or `--namespace` say otherwise.
+    Render {
+        #[arg(short = 'f', long = "filename", num_args = 1..)]
+        files: Vec<PathBuf>,
+        /// NAMESPACE=TIER (repeatable): the namespace's tier label.
+        #[arg(long = "namespace", value_name = "NS=TIER")]
+        namespaces: Vec<String>,
+        #[command(flatten)]
+        source: PolicySource,
+    },
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -324,6 +337,34 @@ fn quota_usage(
     Ok(ExitCode::SUCCESS)
 }
 
+/// `quota render`: the ResourceQuotas of the namespace shares, for the namespaces' tiers as given.
+fn quota_render(
+    files: &[PathBuf],
+    pairs: &[String],
+    source: &PolicySource,
+) -> anyhow::Result<String> {
+    use gpu_admission_cli::load;
+    use gpu_admission_core::render::resource_quotas;
+    let policy = source.load()?;
+    let mut namespaces = resource_quotas::shares_as_labelled(&policy);
+    if !files.is_empty() {
+        for input in load::inputs(&load::files(files)?)? {
+            if let load::Input::Namespace { name, labels } = input {
+                namespaces.insert(name, labels.get(&policy.tier_label).cloned());
+            }
+        }
+    }
+    for p in pairs {
+        match p.split_once('=') {
+            Some((ns, tier)) if !ns.is_empty() => {
+                namespaces.insert(ns.to_string(), (!tier.is_empty()).then(|| tier.to_string()));
+            }
+            _ => anyhow::bail!("--namespace {p:?}: expected NAMESPACE=TIER"),
+        }
+    }
+    Ok(resource_quotas::render_yaml(&policy, &namespaces)?)
+}
+
 /// `floor render`: the floor, the placing floor (`--placing`), or the manifest-based files (`--static DIR`).
 fn floor_render(
     source: &PolicySource,
@@ -379,6 +420,14 @@ fn main() -> ExitCode {
                     output,
                 },
         } => quota_usage(files, source, *output),
+        Command::Quota {
+            command:
+                QuotaCommand::Render {
+                    files,
+                    namespaces,
+                    source,
+                },
+        } => print_yaml(quota_render(files, namespaces, source)),
         Command::Kueue {
             command: KueueCommand::Export { source },
         } => print_yaml(

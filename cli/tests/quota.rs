@@ -96,3 +96,56 @@ fn without_a_snapshot_quotas_are_not_checked() {
         "{e:?}"
     );
 }
+
+/// `quota render`: each share's namespace in its share's tier by default; the input's Namespaces and
+/// `--namespace` say otherwise (a namespace relabelled out of its share's tier gets no ResourceQuota).
+#[test]
+fn quota_render_follows_the_namespaces_tiers() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    let share =
+        "      namespaces:\n        - { namespace: batch, classes: { L4-24GB: { max: 2.5 } } }\n";
+    std::fs::write(
+        &policy,
+        format!(
+            "{}{QUOTAS}{share}",
+            gpu_admission_policy::DEFAULT_POLICY_YAML
+        ),
+    )
+    .unwrap();
+    let namespaces = dir.path().join("namespaces.yaml");
+    std::fs::write(
+        &namespaces,
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: batch, labels: {tenant.kubenexus.io/tier: silver}}\n",
+    )
+    .unwrap();
+    let render = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-admission"))
+            .args(["quota", "render", "--policy"])
+            .arg(&policy)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let default = render(&[]);
+    assert_eq!(
+        default.matches("kind: ResourceQuota").count(),
+        1,
+        "{default}"
+    );
+    assert!(default.contains("namespace: batch\n"), "{default}");
+    assert!(
+        default.contains("l4-24gb.gpu-admission.io.deviceclass.resource.k8s.io/devices: '2'"),
+        "{default}"
+    );
+    let file = namespaces.to_str().unwrap();
+    assert!(!render(&["-f", file]).contains("kind: ResourceQuota"));
+    let back = render(&["-f", file, "--namespace", "batch=bronze"]);
+    assert_eq!(back.matches("kind: ResourceQuota").count(), 1, "{back}");
+}

@@ -58,6 +58,16 @@ pub struct LearnArgs {
     /// static class is judged on the mean of its N runs.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub learner_seeds: u64,
+    /// Runs every truth with its co-location slowdowns set to 0 (the job stream, its neighbours and
+    /// everything else unchanged): a counterfactual, paired seed by seed with a run without it, for what
+    /// the co-location estimates cost.
+    #[arg(long)]
+    pub no_colocation_slowdowns: bool,
+    /// Runs every truth with each pair's per-class co-location slowdowns replaced by the pair's mean over
+    /// the classes × the class's mean over the pairs / the mean of all (each pair's mean unchanged): the
+    /// shape the scorer models (one slowdown per pair × one factor per class), as a counterfactual.
+    #[arg(long, conflicts_with = "no_colocation_slowdowns")]
+    pub separable_colocation_slowdowns: bool,
     /// Job types of the `cluster` truth (the policy's first, then listed and unlisted ones alternately).
     #[arg(long, default_value_t = 26)]
     pub job_types: usize,

@@ -151,6 +151,30 @@ pub struct Cli {
         hide = true
     )]
     pub floor_interval_secs: u64,
+    /// The MutatingWebhookConfiguration whose `checkpoint-restore.gpu-admission.io` entry the leader narrows
+    /// to the Pods of Jobs a stored CheckpointBackup may restore; none = the entry sends every Job's Pods.
+    #[arg(long, env = "OBSERVER_CHECKPOINT_REGISTRATION")]
+    pub checkpoint_registration: Option<String>,
+    /// Seconds between listings of the CheckpointBackups for that entry.
+    #[arg(
+        long,
+        env = "OBSERVER_CHECKPOINT_INTERVAL_SECS",
+        default_value_t = 5,
+        hide = true
+    )]
+    pub checkpoint_interval_secs: u64,
+    /// Keep each namespace share of the policy's GPU quotas as a ResourceQuota `gpu-admission-quota` in its
+    /// namespace (leader only; what the apiserver holds with every frontend down; deploy/README.md).
+    #[arg(long, env = "OBSERVER_RESOURCE_QUOTAS")]
+    pub resource_quotas: bool,
+    /// Seconds between rounds keeping those ResourceQuotas in step with the policy and the tier labels.
+    #[arg(
+        long,
+        env = "OBSERVER_QUOTA_INTERVAL_SECS",
+        default_value_t = 2,
+        hide = true
+    )]
+    pub quota_interval_secs: u64,
 }
 
 impl Cli {

@@ -189,33 +189,22 @@ pub async fn run(
     client: kube::Client,
     config: FloorConfig,
     syncs: Family<ResultLabel, Counter>,
-    mut leader: watch::Receiver<bool>,
+    leader: watch::Receiver<bool>,
 ) {
     let policies: Api<ConfigMap> = Api::namespaced(client.clone(), &config.policy.namespace);
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &config.namespace);
     let classes: Api<DeviceClass> = Api::all(client.clone());
-    let mut tick = tokio::time::interval(config.interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        if !*leader.borrow_and_update() {
-            if leader.changed().await.is_err() {
-                return;
-            }
-            continue;
-        }
-        tokio::select! {
-            _ = tick.tick() => {
-                let result = round(&client, (&api, &policies), &classes, &config)
-                    .await
-                    .unwrap_or_else(|err| {
-                    tracing::warn!(%err, "keeping the floor's parameters in step failed");
-                    "failed"
-                });
-                Metrics::result(&syncs, result);
-            }
-            changed = leader.changed() => if changed.is_err() { return },
-        }
-    }
+    let (client, config) = (&client, &config);
+    crate::leader::every_interval_while_leading(leader, config.interval, || async {
+        let result = round(client, (&api, &policies), &classes, config)
+            .await
+            .unwrap_or_else(|err| {
+                tracing::warn!(%err, "keeping the floor's parameters in step failed");
+                "failed"
+            });
+        Metrics::result(&syncs, result);
+    })
+    .await
 }
 
 #[cfg(test)]

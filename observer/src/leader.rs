@@ -39,3 +39,30 @@ pub async fn elect(
         .await?;
     Ok(manager.watch().await)
 }
+
+/// Runs `round` every `interval` while this replica leads (the first at once when it starts leading), until
+/// the election stops; the rounds the observer's leader keeps objects in step with (the floor's parameters,
+/// the checkpoint-restore condition, the GPU ResourceQuotas).
+pub async fn every_interval_while_leading<F, Fut>(
+    mut leader: watch::Receiver<bool>,
+    interval: Duration,
+    mut round: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        if !*leader.borrow_and_update() {
+            if leader.changed().await.is_err() {
+                return;
+            }
+            continue;
+        }
+        tokio::select! {
+            _ = tick.tick() => round().await,
+            changed = leader.changed() => if changed.is_err() { return },
+        }
+    }
+}

@@ -11,9 +11,13 @@
 //! - [`controller`]: the watch loop; [`convergence`]: the export/import rounds; [`replicas`]: the scorer
 //!   replicas by DNS and the fan-out; [`store`]: the state ConfigMap; [`leader`]: the Lease;
 //! - [`audit`]: the background audit's PolicyReports (`--policy-reports`);
-//! - [`floor`]: the floor's parameter ConfigMap kept in step with the policy (`--floor-params`).
+//! - [`floor`]: the floor's parameter ConfigMap kept in step with the policy (`--floor-params`);
+//! - [`checkpoint_registration`]: the checkpoint-restore webhook's match condition kept in step with the
+//!   stored CheckpointBackups (`--checkpoint-registration`);
+//! - [`resource_quotas`]: the namespace shares of the GPU quotas as ResourceQuotas (`--resource-quotas`).
 
 pub mod audit;
+pub mod checkpoint_registration;
 pub mod cli;
 pub mod controller;
 pub mod convergence;
@@ -25,6 +29,7 @@ pub mod metrics;
 pub mod names;
 pub(crate) mod registrations;
 pub mod replicas;
+pub mod resource_quotas;
 pub mod route;
 pub mod store;
 pub mod sync;

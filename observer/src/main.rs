@@ -88,6 +88,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         &cli.policy.policy_key,
     )
     .map_err(anyhow::Error::msg)?;
+    let quotas = cli.resource_quotas.then(|| {
+        tokio::spawn(observer::resource_quotas::run(
+            client.clone(),
+            observer::resource_quotas::QuotaConfig {
+                policy: policy_configmap.clone(),
+                interval: Cli::secs(cli.quota_interval_secs),
+            },
+            metrics.resource_quota_writes.clone(),
+            leader_rx.clone(),
+        ))
+    });
     let floor = cli.floor_params.clone().map(|params| {
         tokio::spawn(observer::floor::run(
             client.clone(),
@@ -98,6 +109,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 interval: Cli::secs(cli.floor_interval_secs),
             },
             metrics.floor_syncs.clone(),
+            leader_rx.clone(),
+        ))
+    });
+
+    let checkpoint_registration = cli.checkpoint_registration.clone().map(|name| {
+        tokio::spawn(observer::checkpoint_registration::run(
+            client.clone(),
+            name,
+            Cli::secs(cli.checkpoint_interval_secs),
+            metrics.checkpoint_registration_syncs.clone(),
             leader_rx.clone(),
         ))
     });
@@ -129,8 +150,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     if let Some(audit) = audit {
         audit.abort();
     }
-    if let Some(floor) = floor {
-        floor.abort();
+    for task in [floor, checkpoint_registration, quotas]
+        .into_iter()
+        .flatten()
+    {
+        task.abort();
     }
     let _ = admin_stop.send(());
     // The last Lease receiver is gone: the lease task releases the Lease, so the other replica takes over at

@@ -72,6 +72,11 @@ pub struct Metrics {
     pub last_round_seconds: Gauge<f64, AtomicU64>,
     /// Rounds keeping the floor's parameters in step, by result.
     pub floor_syncs: Family<ResultLabel, Counter>,
+    /// Rounds keeping the checkpoint-restore registration's condition in step, by result.
+    pub checkpoint_registration_syncs: Family<ResultLabel, Counter>,
+    /// Writes of the GPU ResourceQuotas (`--resource-quotas`), by result: `created`, `updated`, `deleted`,
+    /// `conflict`, `failed`; `policy_refused` counts rounds that wrote nothing for an unusable policy.
+    pub resource_quota_writes: Family<ResultLabel, Counter>,
     pub audit: AuditMetrics,
 }
 
@@ -81,7 +86,8 @@ impl Metrics {
     /// `observer_state_imports_total`,
     /// `observer_state_stores_total`, `observer_leader`, `observer_scorer_replicas`,
     /// `observer_scorer_replicas_answering`, `observer_best_state_observations`, `observer_pending`,
-    /// `observer_last_round_seconds`; the audit's `observer_policy_reports_total`,
+    /// `observer_last_round_seconds`, `observer_floor_syncs_total`,
+    /// `observer_checkpoint_registration_syncs_total`; the audit's `observer_policy_reports_total`,
     /// `observer_policy_report_results`, `observer_policy_report_results_omitted`, `observer_audits_total`,
     /// `observer_audit_duration_seconds`, `observer_policy_report_api_served`).
     pub fn register(registry: &mut Registry) -> Self {
@@ -100,6 +106,8 @@ impl Metrics {
             pending: Gauge::default(),
             last_round_seconds: Gauge::default(),
             floor_syncs: Family::default(),
+            checkpoint_registration_syncs: Family::default(),
+            resource_quota_writes: Family::default(),
             audit: AuditMetrics {
                 reports: Family::default(),
                 results: Family::default(),
@@ -178,6 +186,16 @@ impl Metrics {
             "observer_floor_syncs",
             "Rounds keeping the floor's parameter ConfigMap in step with the policy, by result (in_step, written, policy_refused, failed)",
             m.floor_syncs.clone(),
+        );
+        registry.register(
+            "observer_checkpoint_registration_syncs",
+            "Rounds keeping the checkpoint-restore webhook's match condition in step with the stored CheckpointBackups, by result (in_step, written, no_entry, failed)",
+            m.checkpoint_registration_syncs.clone(),
+        );
+        registry.register(
+            "observer_resource_quota_writes",
+            "Writes of the GPU ResourceQuotas by result (created, updated, deleted, conflict, failed; policy_refused: a round that wrote nothing)",
+            m.resource_quota_writes.clone(),
         );
         m.audit.register(registry);
         m

@@ -493,6 +493,39 @@ pub fn shipped_policy_in_enforce() -> anyhow::Result<String> {
     Ok(text.replace("  mode: Warn", "  mode: Enforce"))
 }
 
+/// Registers, under `name`, the shipped mutating webhooks `mutating` and validating webhooks `validating`,
+/// each pointed at `webhook` ([`shipped_registration`]).
+pub async fn register_shipped(
+    client: &kube::Client,
+    webhook: &crate::Webhook,
+    (mutating, validating): (&[&str], &[&str]),
+    name: &str,
+) -> anyhow::Result<()> {
+    use k8s_openapi::api::admissionregistration::v1::{
+        MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    };
+    use kube::api::{Api, PostParams};
+    let m: MutatingWebhookConfiguration = serde_json::from_value(shipped_registration(
+        "mutatingwebhookconfiguration.yaml",
+        webhook,
+        mutating,
+        name,
+    )?)?;
+    let v: ValidatingWebhookConfiguration = serde_json::from_value(shipped_registration(
+        "validatingwebhookconfiguration.yaml",
+        webhook,
+        validating,
+        name,
+    )?)?;
+    Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &m)
+        .await?;
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &v)
+        .await?;
+    Ok(())
+}
+
 /// A shipped webhook registration (`deploy/kustomize/base/webhook/FILE`) named `name`, only the webhooks named
 /// in `keep`, each pointed at `webhook` (`clientConfig.service` → `url` + `caBundle`, timeout 10 s).
 pub fn shipped_registration(

@@ -17,11 +17,13 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use gpu_admission_tests::cluster::LocalCluster;
+use gpu_admission_core::admission::checkpoint_restore::registration;
+use gpu_admission_tests::cluster::{LocalCluster, kubectl, service_account_kubeconfig};
 use gpu_admission_tests::corpus::{extract_pods, manifest_files};
 use gpu_admission_tests::decision::{check_decision, check_preserved};
 use gpu_admission_tests::gpu::{annotation, gpu_ask};
 use gpu_admission_tests::names::ANN_DECIDED_AT;
+use gpu_admission_tests::observer::{Observer, metric_value};
 use gpu_admission_tests::{Scorer, Webhook};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Pod;
@@ -35,7 +37,10 @@ const OTHER: &str = "ckpt-other";
 /// The baseline namespace: one the shipped registrations never send (every namespace with a tier label or
 /// without one is held to a tier now), so neither webhook changes what is created there.
 const PLAIN: &str = "kube-public";
-const MWC: &str = "gpu-admission-checkpoint-e2e";
+/// The shipped registration's own name: the observer's shipped RBAC patches it by this name only.
+const MWC: &str = "gpu-admission";
+/// A namespace with no backup until step 8 makes one.
+const NARROW: &str = "ckpt-narrow";
 const CKPT_HOOK: &str = "checkpoint-restore.gpu-admission.io";
 const ANN_RESTORED_FROM: &str = "gpu-admission.io/restored-from";
 const ANN_ORIGINAL_IMAGES: &str = "gpu-admission.io/original-images";
@@ -552,7 +557,11 @@ async fn checkpoint_restore_against_a_real_apiserver() {
     // 7. Every corpus Pod, as a Job's Pod, through both webhooks: stored (so valid) and restored.
     corpus(&client, &policy, &mut failures).await;
 
-    // 8. The CRD deleted: the frontend notices (404), says "not installed" once more, Pods are unchanged.
+    // 8. The observer narrows the checkpoint-restore entry to the Jobs a backup names: Pods of other Jobs
+    //    cost the apiserver no call to /mutate-pod-checkpoint.
+    narrowed_by_the_observer(&cluster, &scorer, &webhook, &mut failures).await;
+
+    // 9. The CRD deleted: the frontend notices (404), says "not installed" once more, Pods are unchanged.
     crds.delete(
         "checkpointbackups.migration.dcnlab.com",
         &DeleteParams::default(),
@@ -613,6 +622,168 @@ async fn checkpoint_restore_against_a_real_apiserver() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// The calls `/mutate-pod-checkpoint` answered, by its own metric.
+async fn checkpoint_calls(webhook: &gpu_admission_tests::Webhook) -> f64 {
+    let m = webhook.metrics().await.unwrap();
+    m.lines()
+        .filter(|l| {
+            l.starts_with("gpu_admission_admissions_total{webhook=\"mutate-pod-checkpoint\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The stored match condition of the checkpoint-restore entry.
+async fn stored_condition(client: &kube::Client) -> Option<String> {
+    let mwc = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .get(MWC)
+        .await
+        .ok()?;
+    registration::current_expression(&serde_json::to_value(mwc).ok()?).map(str::to_string)
+}
+
+/// Waits up to 20 s for the stored condition to satisfy `done`; the time it took.
+async fn condition_until(
+    client: &kube::Client,
+    done: impl Fn(&str) -> bool,
+) -> Result<Duration, Option<String>> {
+    let started = Instant::now();
+    loop {
+        let c = stored_condition(client).await;
+        if c.as_deref().is_some_and(&done) {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > Duration::from_secs(20) {
+            return Err(c);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The observer, as its ServiceAccount with the shipped RBAC, keeps the entry's condition on the stored
+/// backups: a Pod of a Job no backup names is stored without a call to `/mutate-pod-checkpoint`; a backup
+/// for its Job makes the next one called and restored; deleting the backup narrows it again.
+async fn narrowed_by_the_observer(
+    cluster: &LocalCluster,
+    scorer: &gpu_admission_tests::Scorer,
+    webhook: &gpu_admission_tests::Webhook,
+    failures: &mut Vec<String>,
+) {
+    let client = cluster.client();
+    let dir = tempfile::tempdir().unwrap();
+    cluster
+        .create_namespace("gpu-admission", None)
+        .await
+        .unwrap();
+    cluster
+        .create_namespace(NARROW, Some("gold"))
+        .await
+        .unwrap();
+    let base = repo_file("deploy/kustomize/base/observer");
+    let files = ["serviceaccount.yaml", "rbac.yaml", "lease.yaml"].map(|f| base.join(f));
+    let mut args = vec!["apply"];
+    let paths: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    for p in &paths {
+        args.extend(["-f", p.as_str()]);
+    }
+    let applied = kubectl(cluster.kubeconfig(), None, &[], &args, "");
+    assert!(applied.ok, "{}", applied.stderr);
+    let sa = service_account_kubeconfig(
+        cluster.kubeconfig(),
+        dir.path(),
+        "gpu-admission",
+        "gpu-admission-observer",
+    )
+    .unwrap();
+    let observer = Observer::builder(&sa, &[scorer.url()], "observer-checkpoint")
+        .arg(format!("--checkpoint-registration={MWC}"))
+        .arg("--checkpoint-interval-secs=1")
+        .start()
+        .await
+        .expect("the observer starts");
+
+    let narrow_uid = create_job(&client, NARROW, "narrow", None).await;
+    let plain_uid = create_job(&client, NARROW, "plain", None).await;
+    let not_narrow = |c: &str| !c.contains(&format!("'{NARROW}/narrow'"));
+    match condition_until(&client, |c| not_narrow(c)).await {
+        Ok(took) => println!("checkpoint: the observer wrote the condition within {took:?}"),
+        Err(c) => failures.push(format!("observer: no condition written ({c:?})")),
+    }
+    let before = checkpoint_calls(webhook).await;
+    let stored = create(&client, NARROW, &job_pod("narrow-0", "narrow", &narrow_uid))
+        .await
+        .expect("a Job's Pod without a backup is created");
+    let after = checkpoint_calls(webhook).await;
+    println!(
+        "checkpoint: a Job's Pod without a backup: {} call(s) to /mutate-pod-checkpoint",
+        after - before
+    );
+    if after != before || image_of(&stored, "main") != TRAIN_IMAGE {
+        failures.push(format!(
+            "no backup: {} calls, images {:?}",
+            after - before,
+            images(&stored)
+        ));
+    }
+
+    create_backup(
+        &client,
+        NARROW,
+        "narrow-ckpt",
+        json!({"apiVersion": "batch/v1", "kind": "Job", "name": "narrow"}),
+        json!([{"name": "main", "image": "registry.example/ckpt/narrow:1"}]),
+        json!([]),
+    )
+    .await;
+    match condition_until(&client, |c| !not_narrow(c)).await {
+        Ok(took) => println!("checkpoint: a new backup reached the condition in {took:?}"),
+        Err(c) => failures.push(format!("backup created: condition not widened ({c:?})")),
+    }
+    // The apiserver reads registrations from its cache: the first Pods may still be spared a call.
+    let (stored, took, ok) = create_until(
+        &client,
+        NARROW,
+        &job_pod("narrow-restored", "narrow", &narrow_uid),
+        Duration::from_secs(10),
+        |p| annotation(p, ANN_RESTORED_FROM).is_some(),
+    )
+    .await;
+    println!("checkpoint: the backup's Job restored {took:?} after the condition named it");
+    if !ok || image_of(&stored, "main") != "registry.example/ckpt/narrow:1" {
+        failures.push(format!("backup created: not restored after {took:?}"));
+    }
+    let before = checkpoint_calls(webhook).await;
+    create(&client, NARROW, &job_pod("plain-0", "plain", &plain_uid))
+        .await
+        .expect("another Job's Pod is created");
+    let after = checkpoint_calls(webhook).await;
+    if after != before {
+        failures.push(format!(
+            "a Job no backup names was sent ({} calls)",
+            after - before
+        ));
+    }
+
+    backups(&client, NARROW)
+        .delete("narrow-ckpt", &DeleteParams::default())
+        .await
+        .expect("delete the backup");
+    match condition_until(&client, not_narrow).await {
+        Ok(took) => println!("checkpoint: a deleted backup left the condition in {took:?}"),
+        Err(c) => failures.push(format!("backup deleted: condition kept it ({c:?})")),
+    }
+    let m = observer.metrics().await.unwrap();
+    let written = metric_value(
+        &m,
+        "observer_checkpoint_registration_syncs_total{result=\"written\"}",
+    );
+    if written < 3.0 {
+        failures.push(format!(
+            "observer: {written} condition writes counted, want >= 3"
+        ));
+    }
 }
 
 /// The stored Pod with the restore undone (original images back, our two annotations removed): what

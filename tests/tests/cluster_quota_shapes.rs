@@ -20,12 +20,9 @@
 
 use std::time::{Duration, Instant};
 
-use gpu_admission_tests::cluster::{Components, LocalCluster, shipped_registration};
+use gpu_admission_tests::cluster::{Components, LocalCluster, register_shipped};
 use gpu_admission_tests::kwok;
 use gpu_admission_tests::{Scorer, Webhook};
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -192,37 +189,20 @@ async fn every_shape_is_held_on_what_is_held() {
         .start()
         .await
         .expect("webhook starts");
-    let mutating: MutatingWebhookConfiguration = serde_json::from_value(
-        shipped_registration(
-            "mutatingwebhookconfiguration.yaml",
-            &webhook,
+    register_shipped(
+        &client,
+        &webhook,
+        (
             &["pods.gpu-admission.io"],
-            REGISTRATION,
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    let validating: ValidatingWebhookConfiguration = serde_json::from_value(
-        shipped_registration(
-            "validatingwebhookconfiguration.yaml",
-            &webhook,
             &[
                 "pods.validate.gpu-admission.io",
                 "claims.validate.gpu-admission.io",
             ],
-            REGISTRATION,
-        )
-        .unwrap(),
+        ),
+        REGISTRATION,
     )
-    .unwrap();
-    Api::<MutatingWebhookConfiguration>::all(client.clone())
-        .create(&PostParams::default(), &mutating)
-        .await
-        .unwrap();
-    Api::<ValidatingWebhookConfiguration>::all(client.clone())
-        .create(&PostParams::default(), &validating)
-        .await
-        .unwrap();
+    .await
+    .expect("the shipped Pod and claim webhooks registered");
     // The registrations and the quota watch are live once an over-max probe is denied.
     let started = Instant::now();
     while create(&client, GRACE, l4_pod("probe", 3)).await.is_ok() {

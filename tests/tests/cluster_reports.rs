@@ -472,12 +472,34 @@ async fn policy_reports_show_violations_and_follow_a_policy_change() {
             .await
             .unwrap();
     }
-    wait_for(
+    // The Deployments' Pods go by the controller-manager's garbage collector, which a loaded machine
+    // delays: wait for the namespace to be empty, then bound the observer's own part.
+    let (_, collected) = wait_for(
+        "the Deployments' Pods to be collected",
+        Duration::from_secs(120),
+        || async {
+            let left = pods.list(&Default::default()).await.ok()?.items.len()
+                + deployments
+                    .list(&Default::default())
+                    .await
+                    .ok()?
+                    .items
+                    .len();
+            (left == 0).then_some(())
+        },
+    )
+    .await;
+    let (_, gone) = wait_for(
         "the empty namespace's report to go",
-        Duration::from_secs(20),
+        Duration::from_secs(4 * INTERVAL_SECS),
         || async { report(&client).await.is_none().then_some(()) },
     )
     .await;
+    println!(
+        "namespace empty {:.1}s after the deletes; report gone {:.1}s later",
+        collected.as_secs_f64(),
+        gone.as_secs_f64()
+    );
     assert!(
         observer.process.exited().is_none(),
         "{}",

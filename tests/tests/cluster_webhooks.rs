@@ -543,6 +543,38 @@ async fn rows_of_updates(t: &mut Table, webhook: &Webhook) {
         done,
     )
     .await;
+    // Metadata no check reads (a finalizer, as the job controller adds and removes them): not sent; an
+    // annotation: sent.
+    let what = "GPU Pod: UPDATE adding a finalizer only";
+    let finalizer = json!({"metadata": {"finalizers": ["example.com/keep"]}});
+    t.row(
+        webhook,
+        what,
+        (false, false, true),
+        merge(&gold, "gpu-gated", finalizer),
+        done,
+    )
+    .await;
+    let what = "GPU Pod: UPDATE removing it";
+    let none = json!({"metadata": {"finalizers": null}});
+    t.row(
+        webhook,
+        what,
+        (false, false, true),
+        merge(&gold, "gpu-gated", none),
+        done,
+    )
+    .await;
+    let what = "GPU Pod: UPDATE of an annotation";
+    let note = json!({"metadata": {"annotations": {"example.com/note": "x"}}});
+    t.row(
+        webhook,
+        what,
+        (false, true, true),
+        merge(&gold, "gpu-gated", note),
+        done,
+    )
+    .await;
     let ungate = json!({"spec": {"schedulingGates": null}});
     let what = "bronze Kueue Pod: gate lifted";
     t.row(

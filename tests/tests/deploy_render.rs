@@ -638,8 +638,9 @@ fn priority_classes_equal_the_policy_buckets() {
 const OWN_PRIORITY_CLASS: &str = "gpu-admission-critical";
 
 /// RBAC resource of each Kubernetes type the frontend may use through `kube::Api<T>`.
-const KNOWN_TYPES: [(&str, &str, &str); 18] = [
+const KNOWN_TYPES: [(&str, &str, &str); 19] = [
     ("Namespace", "", "namespaces"),
+    ("ResourceQuota", "", "resourcequotas"),
     (
         "GpuPolicyException",
         "gpu-admission.io",
@@ -1745,10 +1746,13 @@ fn observer_rbac_grants_exactly_what_it_uses() {
             "configmaps",
             "deviceclasses",
             "gpupolicyexceptions",
+            "checkpointbackups",
             "leases",
             "mutatingwebhookconfigurations",
+            "namespaces",
             "nodes",
-            "pods"
+            "pods",
+            "resourcequotas"
         ])
     );
     for arg in &api_types {
@@ -1788,8 +1792,47 @@ fn observer_rbac_grants_exactly_what_it_uses() {
             m.mode
         );
         // Cluster-wide: read-only Pods, Nodes, the restricted instances' Leases and the registrations that
-        // make them count (list + watch, never by name).
-        let cluster = rule_set(arr_at(m.get("ClusterRole", OBSERVER_DEPLOYMENT), "/rules"));
+        // make them count (list + watch, never by name); the CheckpointBackups (list) and, by name, our own
+        // registration whose checkpoint-restore condition the leader patches; the GPU ResourceQuotas: list
+        // namespaces and ResourceQuotas, create them, and get, update and delete them only by their one name.
+        let cluster_rules = arr_at(m.get("ClusterRole", OBSERVER_DEPLOYMENT), "/rules");
+        let mut cluster = rule_set(cluster_rules);
+        let is_quota_rule =
+            |r: &Value| strings_at(r, "/resources").contains(&"resourcequotas".to_string());
+        let quota_rules: BTreeSet<(Vec<String>, Vec<String>, Vec<String>)> = cluster_rules
+            .iter()
+            .filter(|r| is_quota_rule(r))
+            .map(|r| {
+                let mut names = strings_at(r, "/resourceNames");
+                names.sort();
+                (strings_at(r, "/resources"), strings_at(r, "/verbs"), names)
+            })
+            .collect();
+        let owned = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            quota_rules,
+            BTreeSet::from([
+                (
+                    owned(&["namespaces", "resourcequotas"]),
+                    owned(&["list"]),
+                    Vec::new()
+                ),
+                (owned(&["resourcequotas"]), owned(&["create"]), Vec::new()),
+                (
+                    owned(&["resourcequotas"]),
+                    owned(&["get", "update", "delete"]),
+                    owned(&["gpu-admission-quota"])
+                ),
+            ]),
+            "{}",
+            m.mode
+        );
+        let namespaces = cluster.remove(&(String::new(), "namespaces".to_string()));
+        assert_eq!(
+            namespaces,
+            Some((BTreeSet::from(["list".to_string()]), BTreeSet::new()))
+        );
+        cluster.remove(&(String::new(), "resourcequotas".to_string()));
         let keys: Vec<(&str, &str)> = cluster
             .keys()
             .map(|(g, r)| (g.as_str(), r.as_str()))
@@ -1805,17 +1848,44 @@ fn observer_rbac_grants_exactly_what_it_uses() {
                     "admissionregistration.k8s.io",
                     "mutatingwebhookconfigurations"
                 ),
-                ("resource.k8s.io", "deviceclasses")
+                ("resource.k8s.io", "deviceclasses"),
+                ("migration.dcnlab.com", "checkpointbackups")
             ]),
             "{}",
             m.mode
         );
-        for (verbs, names) in cluster.values() {
-            assert_eq!(
-                verbs,
-                &BTreeSet::from(["list".to_string(), "watch".to_string()])
-            );
-            assert!(names.is_empty());
+        let registration = args(container(d, "observer"))
+            .iter()
+            .find_map(|a| a.strip_prefix("--checkpoint-registration="))
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("{}: the observer keeps no checkpoint registration", m.mode));
+        let mwc = m.get("MutatingWebhookConfiguration", &registration);
+        assert!(
+            arr_at(mwc, "/webhooks")
+                .iter()
+                .any(|w| w["name"] == "checkpoint-restore.gpu-admission.io"),
+            "{}",
+            m.mode
+        );
+        for rule in cluster_rules.iter().filter(|r| !is_quota_rule(r)) {
+            let resources = strings_at(rule, "/resources");
+            let mut verbs = strings_at(rule, "/verbs");
+            verbs.sort();
+            let names = strings_at(rule, "/resourceNames");
+            match resources.as_slice() {
+                [r] if r == "checkpointbackups" => {
+                    assert_eq!(verbs, ["list"], "{}", m.mode);
+                    assert!(names.is_empty());
+                }
+                [r] if r == "mutatingwebhookconfigurations" && !names.is_empty() => {
+                    assert_eq!(verbs, ["get", "patch"], "{}", m.mode);
+                    assert_eq!(names, std::slice::from_ref(&registration), "{}", m.mode);
+                }
+                _ => {
+                    assert_eq!(verbs, ["list", "watch"], "{}: {resources:?}", m.mode);
+                    assert!(names.is_empty(), "{}: {resources:?}", m.mode);
+                }
+            }
         }
         // In our namespace, by name: the Lease (get + patch) and the state ConfigMap (get + update).
         let role = m.get("Role", OBSERVER_DEPLOYMENT);
@@ -2205,10 +2275,22 @@ fn validating_webhooks_are_selective_and_trusted_in_every_mode() {
             workloads["namespaceSelector"],
             mwc["webhooks"][0]["namespaceSelector"]
         );
+        // The mutating webhook's filter, and an UPDATE only when it changes what is validated.
+        let conditions = arr_at(pods, "/matchConditions");
+        assert_eq!(conditions.len(), 2, "{}", m.mode);
         assert_eq!(
-            pods["matchConditions"],
-            mwc["webhooks"][0]["matchConditions"]
+            conditions[0], mwc["webhooks"][0]["matchConditions"][0],
+            "{}",
+            m.mode
         );
+        let update = str_at(&conditions[1], "/expression");
+        for field in ["spec", "metadata.labels", "metadata.annotations"] {
+            assert!(
+                update.contains(&format!("object.{field} != "))
+                    || update.contains(&format!("object.{field} : {{}}) !=")),
+                "{field} in {update}"
+            );
+        }
         let kinds: BTreeSet<String> = arr_at(workloads, "/rules")
             .iter()
             .flat_map(|r| strings_at(r, "/resources"))

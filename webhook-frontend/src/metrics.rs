@@ -450,7 +450,7 @@ impl Metrics {
         );
         r.register(
             "quota_ledger_writes",
-            "Writes of the GPU quota ledger by result (written, conflict: another replica wrote first, failed, limited: the namespace over its own rate limit of reservations, name_taken)",
+            "Writes of the GPU quota ledger by result, each carrying every reservation decided since the last (written, conflict: another replica wrote first, failed, limited: the namespace over its own rate limit of reservations, name_taken)",
             m.quota_ledger_writes.clone(),
         );
         r.register(

@@ -35,7 +35,7 @@ pub fn flavor_name(class: &str) -> String {
 }
 
 /// The whole-device resource of a vendor, as the policy's `gpuResources` name it.
-fn device_resource(policy: &Policy, vendor: Vendor) -> Option<&str> {
+pub(crate) fn device_resource(policy: &Policy, vendor: Vendor) -> Option<&str> {
     policy
         .gpu_resources
         .iter()

@@ -2,7 +2,9 @@
 //! - [`floor`]: the apiserver's floor (ValidatingAdmissionPolicies and their bindings, the parameter
 //!   ConfigMap's data, the placing floor's MutatingAdmissionPolicy, the manifest-based files);
 //! - [`device_classes`]: the catalog's DRA DeviceClasses;
-//! - [`kueue`]: the GPU quotas as Kueue ResourceFlavors, a Cohort, ClusterQueues and LocalQueues.
+//! - [`kueue`]: the GPU quotas as Kueue ResourceFlavors, a Cohort, ClusterQueues and LocalQueues;
+//! - [`resource_quotas`]: the namespace shares of the GPU quotas as Kubernetes ResourceQuotas (what the
+//!   apiserver holds with every frontend down).
 //!
 //! Pure: each renderer returns objects; [`yaml_stream`] writes them as one multi-document YAML stream, and the
 //! CLI and the observer do the I/O.
@@ -10,6 +12,7 @@
 pub mod device_classes;
 pub mod floor;
 pub mod kueue;
+pub mod resource_quotas;
 
 use serde::Serialize;
 

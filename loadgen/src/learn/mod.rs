@@ -156,12 +156,18 @@ fn setup(
     };
     add_spot_tier(&mut policy);
     let mut cat = Catalog::from_policy(&policy)?;
-    let truth = match kind {
+    let mut truth = match kind {
         TruthKind::Classic => Truth::classic(&cat, seed),
         TruthKind::Cluster => cluster::generate(&mut policy, &mut cat, seed, args.job_types),
         TruthKind::Sia => sia::generate(&mut cat, &policy, &sizes, seed),
         TruthKind::Gavel => gavel::generate(&mut cat, &policy, &sizes, seed),
     };
+    if args.no_colocation_slowdowns {
+        truth.remove_colocation_slowdowns();
+    }
+    if args.separable_colocation_slowdowns {
+        truth.make_colocation_separable();
+    }
     Ok((policy, cat, truth))
 }
 
@@ -525,4 +531,65 @@ fn choice_tiers(policy: &Value, cat: &Catalog) -> Vec<(String, bool)> {
         .filter(|t| allowed(&t.name) > 1)
         .map(|t| (t.name.clone(), t.cheapest))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn args(extra: &[&str]) -> LearnArgs {
+        let argv = ["loadgen", "learn"].iter().chain(extra);
+        match Cli::parse_from(argv).command {
+            Some(Command::Learn(a)) => a,
+            other => panic!("not `learn`: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn without_colocation_slowdowns_neighbours_cost_nothing_and_the_rest_is_the_same() {
+        for kind in [
+            TruthKind::Gavel,
+            TruthKind::Sia,
+            TruthKind::Cluster,
+            TruthKind::Classic,
+        ] {
+            let (_, cat, on) = setup(&args(&[]), kind, 7, 0).unwrap();
+            let (_, _, off) = setup(&args(&["--no-colocation-slowdowns"]), kind, 7, 0).unwrap();
+            let harmful = |t: &Truth| {
+                t.slowdown
+                    .iter()
+                    .flatten()
+                    .flatten()
+                    .filter(|&&x| x > 0.3)
+                    .count()
+            };
+            assert!(harmful(&on) > 0, "{kind:?}");
+            assert_eq!(harmful(&off), 0, "{kind:?}");
+            assert_eq!(on.runtime, off.runtime, "{kind:?}");
+            let (_, _, separable) =
+                setup(&args(&["--separable-colocation-slowdowns"]), kind, 7, 0).unwrap();
+            let (n, classes) = (cat.jobs.len(), cat.classes.len());
+            // Separable: each pair's mean kept, and one ratio between two classes for every pair.
+            let ratio = |s: &[f64]| s[classes - 1] / s[0];
+            let shared = ratio(&separable.slowdown[0][0]);
+            for (j, k) in (0..n).flat_map(|j| (0..n).map(move |k| (j, k))) {
+                let (a, b) = (on.pair_slowdown(j, k), separable.pair_slowdown(j, k));
+                assert!((a - b).abs() < 1e-9, "{kind:?} {j} {k}: {a} {b}");
+                if a > 0.0 {
+                    assert!((ratio(&separable.slowdown[j][k]) - shared).abs() < 1e-9);
+                }
+            }
+            for j in 0..n {
+                for (k, c) in (0..n).flat_map(|k| (0..classes).map(move |c| (k, c))) {
+                    assert_eq!(off.expected(j, c, 2, &[k, j]), off.expected(j, c, 2, &[]));
+                    if on.slowdown[j][k][c] > 0.3 {
+                        assert!(on.expected(j, c, 2, &[k]) > 1.3 * on.expected(j, c, 2, &[]));
+                    }
+                }
+            }
+        }
+    }
 }

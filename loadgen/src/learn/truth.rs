@@ -311,6 +311,42 @@ impl Truth {
         }
     }
 
+    /// Sets every co-location slowdown to 0 (`--no-colocation-slowdowns`): neighbours stay, and cost nothing.
+    pub fn remove_colocation_slowdowns(&mut self) {
+        for x in self.slowdown.iter_mut().flatten().flatten() {
+            *x = 0.0;
+        }
+    }
+
+    /// Replaces each pair's per-class slowdowns by the pair's mean over the classes × the class's mean over
+    /// the pairs / the mean of all (`--separable-colocation-slowdowns`): every pair's mean over the classes,
+    /// which the avoid-list is judged by, is kept; how much more a class suffers is the same for every pair.
+    pub fn make_colocation_separable(&mut self) {
+        let nc = self
+            .slowdown
+            .first()
+            .and_then(|r| r.first())
+            .map_or(0, Vec::len);
+        let pairs = self.slowdown.iter().map(Vec::len).sum::<usize>();
+        if nc == 0 || pairs == 0 {
+            return;
+        }
+        let cells = self.slowdown.iter().flatten();
+        let class_mean: Vec<f64> = (0..nc)
+            .map(|c| cells.clone().map(|s| s[c]).sum::<f64>() / pairs as f64)
+            .collect();
+        let all = class_mean.iter().sum::<f64>() / nc as f64;
+        if all <= 0.0 {
+            return;
+        }
+        for s in self.slowdown.iter_mut().flatten() {
+            let pair = s.iter().sum::<f64>() / nc as f64;
+            for (x, m) in s.iter_mut().zip(&class_mean) {
+                *x = pair * m / all;
+            }
+        }
+    }
+
     /// The slowdown of job `j` next to job `k`, averaged over the classes (what the avoid-list is judged by).
     pub fn pair_slowdown(&self, j: usize, k: usize) -> f64 {
         let s = &self.slowdown[j][k];

@@ -9,8 +9,11 @@
 //!
 //! Admissions in flight: `/validate-pod` decides against the watch plus the **quota ledger**
 //! ([`gpu_admission_core::quota::ledger`]: what any replica admitted that this watch has not seen) and admits
-//! only once it has written its Pod's entry on top of the ledger version it decided on (one ConfigMap write
-//! per admitted quota'd Pod, [`super::quota_ledger`]); one admission at a time per replica. So replicas and
+//! only once its Pod's entry is written on top of the ledger version it decided on ([`super::quota_ledger`]).
+//! One writer per replica writes every reservation decided since its last write in one ConfigMap update
+//! (group commit): reservations decided while a write is in flight build on its entries and go in the next
+//! one, so a burst costs one write per round trip, not one per Pod; a conflict sends every reservation of
+//! the write, and those built on it, back to be decided again on a fresh read. So replicas and
 //! concurrent admissions do not overshoot a `max`, as long as every watch sees a new Pod within
 //! [`ledger::OTHERS_WINDOW_MS`] of another replica's write. A CREATE of a namespace/name the watch already
 //! holds is decided but reserves nothing: the apiserver refuses it `AlreadyExists` after admission.
@@ -108,6 +111,34 @@ fn now_ms() -> u64 {
 /// Admissions of quota'd Pods one replica tries before it gives up on a contended ledger.
 const LEDGER_ATTEMPTS: usize = 8;
 
+/// Which ledger version reservations waiting to be written were decided on.
+#[derive(Debug, Clone)]
+enum Base {
+    /// This stored version (`None`: no ledger object yet).
+    Known(Option<String>),
+    /// The one the write in flight makes: they built on its entries.
+    AfterWrite,
+}
+
+/// What a waiting reservation learns from the writer.
+#[derive(Debug, Clone)]
+enum Flushed {
+    Written,
+    /// The ledger changed meanwhile: decide again.
+    Retry,
+    Failed(String),
+}
+
+type Waiting = tokio::sync::oneshot::Sender<Flushed>;
+
+/// Reservations decided and not yet written: the entries the next write carries (the ledger they were
+/// decided on with theirs added) and who waits for it.
+#[derive(Default)]
+struct Batch {
+    next: Option<(Base, Vec<Entry>)>,
+    waiting: Vec<Waiting>,
+}
+
 /// The quota usage of the cluster's tier namespaces.
 /// Pods per page of the Pod watch's list: at most ~150 MiB of page for Pods at the apiserver's 1.5 MiB object
 /// limit (kube's default, 500, would be ~750 MiB against the frontend's 256 MiB), ~1,500 requests for the
@@ -123,7 +154,9 @@ pub(crate) struct QuotaUsage {
     /// The ledger as this replica last read or wrote it.
     ledger: Mutex<LedgerVersion>,
     /// One ledger write at a time per replica (its own admissions never conflict with each other).
-    writing: tokio::sync::Mutex<()>,
+    batch: Mutex<Batch>,
+    /// Wakes the ledger's writer ([`Self::write_batches`]).
+    flush: tokio::sync::Notify,
     metrics: Arc<Metrics>,
 }
 
@@ -142,7 +175,8 @@ impl QuotaUsage {
             policy,
             store: LedgerStore::new(client.clone()),
             ledger: Mutex::default(),
-            writing: tokio::sync::Mutex::new(()),
+            batch: Mutex::default(),
+            flush: tokio::sync::Notify::new(),
             metrics,
         });
         // Every Pod, finished ones too: a CREATE of a name any stored Pod holds is refused after admission.
@@ -150,6 +184,7 @@ impl QuotaUsage {
         // whole before it is slimmed, so the page bounds what a tenant's large Pods cost the start-up.
         let pages = watcher::Config::default().page_size(LIST_PAGE);
         let stream = watcher(Api::<Pod>::all(client), pages).default_backoff();
+        tokio::spawn(me.clone().write_batches());
         let usage = me.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(RECOUNT_EVERY);
@@ -306,58 +341,138 @@ impl QuotaUsage {
         if !self.is_synced() {
             return Err(QuotaUnavailable::NotCountedYet);
         }
-        let _turn = self.writing.lock().await;
         for _ in 0..LEDGER_ATTEMPTS {
-            let on = self.lock_ledger().clone();
-            let now = now_ms();
-            let (decision, plan) = {
-                let s = self.fresh_state();
-                let seen = |u: &str| s.seen(u);
-                let usage =
-                    ledger::effective_usage(s.held.usage(), &on.entries, seen, now, namespace);
-                let d = match decide(&usage) {
-                    Reservation::NoQuota => return Ok(None),
-                    Reservation::Refused(d) => return Ok(Some(d)),
-                    Reservation::Reserve(d) => d,
+            let (decision, written) = {
+                let mut batch = self.lock_batch();
+                let (base, entries) = match &batch.next {
+                    Some((base, entries)) => (base.clone(), entries.clone()),
+                    None => {
+                        let on = self.lock_ledger();
+                        (Base::Known(on.resource_version.clone()), on.entries.clone())
+                    }
                 };
-                let entry = Entry::new(pod.uid, tier, namespace, counted, now);
-                let taken = s.names.contains(&key(namespace, pod.name));
-                let plan = ledger::plan(&on.entries, entry, taken, seen, now, &ledger::BOUNDS);
-                (d, plan)
+                let now = now_ms();
+                let (decision, plan) = {
+                    let s = self.fresh_state();
+                    let seen = |u: &str| s.seen(u);
+                    let usage =
+                        ledger::effective_usage(s.held.usage(), &entries, seen, now, namespace);
+                    let d = match decide(&usage) {
+                        Reservation::NoQuota => return Ok(None),
+                        Reservation::Refused(d) => return Ok(Some(d)),
+                        Reservation::Reserve(d) => d,
+                    };
+                    let entry = Entry::new(pod.uid, tier, namespace, counted, now);
+                    let taken = s.names.contains(&key(namespace, pod.name));
+                    let plan = ledger::plan(&entries, entry, taken, seen, now, &ledger::BOUNDS);
+                    (d, plan)
+                };
+                match plan {
+                    Plan::NameTaken => {
+                        self.metrics.record_ledger_write(LedgerWrite::name_taken);
+                        return Ok(Some(decision));
+                    }
+                    Plan::Limited(limited) => {
+                        self.metrics.record_ledger_write(LedgerWrite::limited);
+                        return Err(not_reserved(LedgerError::Limited(limited)));
+                    }
+                    Plan::Write(entries) => batch.next = Some((base, entries)),
+                }
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                batch.waiting.push(tx);
+                (decision, rx)
             };
-            let entries = match plan {
-                Plan::NameTaken => {
-                    self.metrics.record_ledger_write(LedgerWrite::name_taken);
-                    return Ok(Some(decision));
-                }
-                Plan::Limited(limited) => {
-                    self.metrics.record_ledger_write(LedgerWrite::limited);
-                    return Err(not_reserved(LedgerError::Limited(limited)));
-                }
-                Plan::Write(entries) => entries,
-            };
-            match self.store.write(&on, entries).await {
-                Ok(written) => {
-                    *self.lock_ledger() = written;
-                    self.metrics.record_ledger_write(LedgerWrite::written);
-                    return Ok(Some(decision));
-                }
-                Err(LedgerError::Conflict) => {
-                    self.metrics.record_ledger_write(LedgerWrite::conflict);
-                    let fresh = self.store.read().await.map_err(|e| {
-                        self.metrics.record_ledger_write(LedgerWrite::failed);
-                        not_reserved(e)
-                    })?;
-                    *self.lock_ledger() = fresh;
-                }
-                Err(e) => {
-                    self.metrics.record_ledger_write(LedgerWrite::failed);
-                    return Err(not_reserved(e));
+            self.flush.notify_one();
+            match written.await {
+                Ok(Flushed::Written) => return Ok(Some(decision)),
+                Ok(Flushed::Retry) => continue,
+                Ok(Flushed::Failed(why)) => return Err(QuotaUnavailable::NotReserved(why)),
+                Err(_) => {
+                    return Err(not_reserved(LedgerError::Api(
+                        "the ledger writer stopped".into(),
+                    )));
                 }
             }
         }
         self.metrics.record_ledger_write(LedgerWrite::failed);
         Err(not_reserved(LedgerError::Contended))
+    }
+
+    /// The one writer of the ledger: writes every reservation decided since its last write in one update on
+    /// top of the version they were decided on, and tells each whether it was written. Reservations decided
+    /// while a write is in flight build on its entries and go in the next write, on the version it made; a
+    /// conflict or a failure sends every one of them back to be decided again on a fresh read.
+    async fn write_batches(self: Arc<Self>) {
+        loop {
+            self.flush.notified().await;
+            while let Some((base, entries, waiting)) = self.take_batch() {
+                let on = LedgerVersion {
+                    resource_version: base,
+                    entries: Vec::new(),
+                };
+                let result = self.store.write(&on, entries).await;
+                let fresh = match &result {
+                    Err(LedgerError::Conflict) => Some(self.store.read().await),
+                    _ => None,
+                };
+                let mut batch = self.lock_batch();
+                let (mine, later) = match result {
+                    Ok(written) => {
+                        self.metrics.record_ledger_write(LedgerWrite::written);
+                        if let Some((base @ Base::AfterWrite, _)) = &mut batch.next {
+                            *base = Base::Known(written.resource_version.clone());
+                        }
+                        *self.lock_ledger() = written;
+                        (Flushed::Written, None)
+                    }
+                    Err(e) => {
+                        let conflict = matches!(e, LedgerError::Conflict);
+                        self.metrics.record_ledger_write(if conflict {
+                            LedgerWrite::conflict
+                        } else {
+                            LedgerWrite::failed
+                        });
+                        if let Some(Ok(fresh)) = fresh {
+                            *self.lock_ledger() = fresh;
+                        }
+                        batch.next = None;
+                        let mine = if conflict {
+                            Flushed::Retry
+                        } else {
+                            Flushed::Failed(e.to_string())
+                        };
+                        (mine, Some(std::mem::take(&mut batch.waiting)))
+                    }
+                };
+                drop(batch);
+                for w in waiting {
+                    let _ = w.send(mine.clone());
+                }
+                for w in later.into_iter().flatten() {
+                    let _ = w.send(Flushed::Retry);
+                }
+            }
+        }
+    }
+
+    /// What the next write carries: the version its entries were decided on, the entries, who waits.
+    fn take_batch(&self) -> Option<(Option<String>, Vec<Entry>, Vec<Waiting>)> {
+        let mut batch = self.lock_batch();
+        if batch.waiting.is_empty() {
+            if matches!(batch.next, Some((Base::Known(_), _))) {
+                batch.next = None;
+            }
+            return None;
+        }
+        let (Base::Known(base), entries) = batch.next.clone()? else {
+            return None; // only while a write is in flight, which is this task's own
+        };
+        batch.next = Some((Base::AfterWrite, entries.clone()));
+        Some((base, entries, std::mem::take(&mut batch.waiting)))
+    }
+
+    fn lock_batch(&self) -> std::sync::MutexGuard<'_, Batch> {
+        self.batch.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {

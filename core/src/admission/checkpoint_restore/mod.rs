@@ -23,6 +23,7 @@
 use std::sync::Arc;
 
 pub mod backup;
+pub mod registration;
 
 use json_patch::{AddOperation, PatchOperation, ReplaceOperation, TestOperation};
 use jsonptr::PointerBuf;

@@ -1,0 +1,170 @@
+//! The checkpoint-restore webhook's `matchConditions` kept in step with the stored CheckpointBackups
+//! (`--checkpoint-registration`): while this replica leads, every `--checkpoint-interval-secs` it lists the
+//! backups and, where the registration's condition says something else, writes core's
+//! [`gpu_admission_core::admission::checkpoint_restore::registration::expression`] with a strategic merge
+//! patch of that one condition (the registration's other fields stay as their owner applied them, so a
+//! GitOps re-apply of the shipped registration neither removes it nor fights it). No backup: no Pod of a Job
+//! costs the apiserver a round trip to `/mutate-pod-checkpoint`.
+//!
+//! Without the CRD (404) there is nothing to restore and the condition sends no Pod. A listing that fails
+//! otherwise (403, a timeout) changes nothing: the registration keeps what it had, at worst the shipped
+//! behaviour of sending every Pod of a Job. A backup created reaches the condition within one interval plus
+//! the apiserver's registration cache; the operator pushes a backup's images well after creating it, and only
+//! pushed images are restored. RBAC: `list` on `checkpointbackups`, `get`/`patch` on this one
+//! MutatingWebhookConfiguration (by `resourceNames`).
+
+use std::time::Duration;
+
+use gpu_admission_core::admission::checkpoint_restore::backup::CheckpointBackup;
+use gpu_admission_core::admission::checkpoint_restore::registration;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use tokio::sync::watch;
+
+use crate::metrics::{Metrics, ResultLabel};
+
+/// The field manager of the observer's patch.
+const MANAGER: &str = "gpu-admission-observer";
+
+/// What one round does (pure: [`plan`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// The condition already says this.
+    InStep,
+    /// Set the condition to this expression.
+    Write(String),
+    /// The registration has no checkpoint-restore entry (or does not exist): nothing to keep.
+    NoEntry,
+}
+
+impl Plan {
+    /// The metric's `result`.
+    pub fn result(&self) -> &'static str {
+        match self {
+            Plan::InStep => "in_step",
+            Plan::Write(_) => "written",
+            Plan::NoEntry => "no_entry",
+        }
+    }
+}
+
+/// What the condition must become for the stored `backups`, given the stored registration (as JSON).
+pub fn plan(backups: &[CheckpointBackup], stored: Option<&serde_json::Value>) -> Plan {
+    let Some(stored) = stored.filter(|s| registration::has_webhook(s)) else {
+        return Plan::NoEntry;
+    };
+    let wanted = registration::expression(backups);
+    if registration::current_expression(stored) == Some(wanted.as_str()) {
+        Plan::InStep
+    } else {
+        Plan::Write(wanted)
+    }
+}
+
+/// The stored backups; none while the CRD is not installed (404).
+async fn backups(api: &Api<CheckpointBackup>) -> Result<Vec<CheckpointBackup>, kube::Error> {
+    match api.list(&ListParams::default()).await {
+        Ok(list) => Ok(list.items),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
+async fn round(
+    backups_api: &Api<CheckpointBackup>,
+    registrations: &Api<MutatingWebhookConfiguration>,
+    name: &str,
+) -> Result<&'static str, kube::Error> {
+    let backups = backups(backups_api).await?;
+    let stored = registrations
+        .get_opt(name)
+        .await?
+        .map(|r| serde_json::to_value(r).unwrap_or_default());
+    let plan = plan(&backups, stored.as_ref());
+    let result = plan.result();
+    match plan {
+        Plan::InStep => {}
+        Plan::NoEntry => tracing::debug!(
+            registration = name,
+            webhook = registration::WEBHOOK,
+            "no checkpoint-restore entry to keep"
+        ),
+        Plan::Write(expression) => {
+            registrations
+                .patch(
+                    name,
+                    &PatchParams {
+                        field_manager: Some(MANAGER.to_string()),
+                        ..PatchParams::default()
+                    },
+                    &Patch::Strategic(registration::patch(&expression)),
+                )
+                .await?;
+            tracing::info!(
+                registration = name,
+                backups = backups.len(),
+                expression_bytes = expression.len(),
+                "checkpoint-restore registration narrowed to the stored backups"
+            );
+        }
+    }
+    Ok(result)
+}
+
+/// Keeps the condition in step while this replica leads.
+pub async fn run(
+    client: kube::Client,
+    name: String,
+    interval: Duration,
+    syncs: Family<ResultLabel, Counter>,
+    leader: watch::Receiver<bool>,
+) {
+    let backups_api: Api<CheckpointBackup> = Api::all(client.clone());
+    let registrations: Api<MutatingWebhookConfiguration> = Api::all(client);
+    let name = &name;
+    crate::leader::every_interval_while_leading(leader, interval, || async {
+        let result = round(&backups_api, &registrations, name)
+            .await
+            .unwrap_or_else(|err| {
+                tracing::warn!(%err, registration = %name, "keeping the checkpoint-restore registration in step failed");
+                "failed"
+            });
+        Metrics::result(&syncs, result);
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn job_backup(namespace: &str, job: &str) -> CheckpointBackup {
+        serde_json::from_value(json!({
+            "metadata": {"name": job, "namespace": namespace},
+            "spec": {"resourceRef": {"apiVersion": "batch/v1", "kind": "Job", "name": job}}
+        }))
+        .unwrap()
+    }
+
+    /// The shipped registration (no condition) is narrowed; once written, the next round is in step; a new
+    /// backup widens it; a registration without the entry is left alone.
+    #[test]
+    fn the_condition_follows_the_backups() {
+        let shipped = json!({"webhooks": [{"name": "pods.gpu-admission.io"}, {"name": registration::WEBHOOK}]});
+        assert_eq!(plan(&[], Some(&shipped)), Plan::Write("false".into()));
+        let narrowed = json!({"webhooks": [{"name": registration::WEBHOOK,
+            "matchConditions": [registration::condition("false")]}]});
+        assert_eq!(plan(&[], Some(&narrowed)), Plan::InStep);
+        let b = [job_backup("ml", "train")];
+        let Plan::Write(e) = plan(&b, Some(&narrowed)) else {
+            panic!("a new backup must widen the condition")
+        };
+        assert!(e.contains("'ml/train'"), "{e}");
+        let foreign = json!({"webhooks": [{"name": "pods.gpu-admission.io"}]});
+        assert_eq!(plan(&b, Some(&foreign)), Plan::NoEntry);
+        assert_eq!(plan(&b, None), Plan::NoEntry);
+    }
+}
