@@ -22,8 +22,17 @@ use crate::pods::{Shape, annotation, pod};
 
 /// The apiserver's histogram of its calls to each webhook (label `name`).
 pub const WEBHOOK_DURATION: &str = "apiserver_admission_webhook_admission_duration_seconds";
-/// The apiserver's histogram of each ValidatingAdmissionPolicy's evaluation (label `policy`).
-pub const POLICY_DURATION: &str = "apiserver_validating_admission_policy_check_duration_seconds";
+/// The apiserver's histogram of each admission plugin's time (label `name`): Kubernetes 1.37 has no series
+/// per ValidatingAdmissionPolicy (`apiserver_validating_admission_policy_*` stays empty), so the floor's
+/// cost is read as the `ValidatingAdmissionPolicy` plugin's time on CREATEs, with the floor bound against
+/// without it (the plugin runs, matching nothing, for every request either way).
+pub const PLUGIN_DURATION: &str = "apiserver_admission_controller_admission_duration_seconds";
+/// The plugin that evaluates every ValidatingAdmissionPolicy ([`PLUGIN_DURATION`]'s `name`).
+pub const POLICY_PLUGIN: &str = "ValidatingAdmissionPolicy";
+/// [`PLUGIN_DURATION`]'s series of validating CREATEs.
+pub const PLUGIN_CREATES: [&str; 2] = ["operation=\"CREATE\"", "type=\"validate\""];
+/// How the floor's denials begin (`deploy/kustomize/base/floor.yaml`).
+const FLOOR_DENIAL: &str = "gpu-admission (floor in the apiserver)";
 /// The apiserver's own latency of each request (Pod CREATEs: `verb="POST"`, `resource="pods"`).
 pub const REQUEST_DURATION: &str = "apiserver_request_duration_seconds";
 /// The frontend's own time per admission (label `webhook`).
@@ -47,6 +56,15 @@ pub struct Installation {
     pub bindings: Vec<Value>,
 }
 
+/// The Pods that show what the apiserver acts on: one GPU Pod both webhooks see (`gpu_ns`), and one Pod
+/// beyond its tier's priority cap (`floor_ns`, created as a dry run), which a bound floor denies with its own
+/// message (the floor runs before the validating webhooks, and `/mutate-pod` leaves such a Pod as it is).
+pub struct Probes {
+    pub gpu_ns: String,
+    pub floor_ns: String,
+    pub floor_pod: Pod,
+}
+
 /// The apiserver's webhook and policy histograms, read now.
 pub async fn admission_histograms(
     admin: &kube::Client,
@@ -54,20 +72,20 @@ pub async fn admission_histograms(
     let text = apiserver_metrics(admin).await?;
     Ok((
         histograms(&text, WEBHOOK_DURATION, "name", &[]),
-        histograms(&text, POLICY_DURATION, "policy", &[]),
+        histograms(&text, PLUGIN_DURATION, "name", &PLUGIN_CREATES),
     ))
 }
 
 impl Installation {
-    /// Installs (`With`) or removes (`Without`) everything, then waits until a probe Pod shows the apiserver
-    /// acting on it: with, the Pod decided, both Pod webhooks and the floor's Pod policy called; without,
-    /// none of that.
+    /// Installs (`With`) or removes (`Without`) everything, then waits until the [`Probes`] show the apiserver
+    /// acting on it: with, the GPU Pod decided, both Pod webhooks called and the capped Pod denied by the
+    /// floor; without, none of that.
     pub async fn set(
         &self,
         cluster: &LocalCluster,
         arm: Arm,
         tenant: &kube::Client,
-        probe_ns: &str,
+        probes: &Probes,
     ) -> anyhow::Result<Duration> {
         let admin = cluster.client();
         let started = Instant::now();
@@ -110,7 +128,7 @@ impl Installation {
             }
         }
         for attempt in 0.. {
-            let (state, seen) = probe(&admin, tenant, probe_ns, attempt).await?;
+            let (state, seen) = probe(&admin, tenant, probes, attempt).await?;
             if state == Some(arm == Arm::With) {
                 return Ok(started.elapsed());
             }
@@ -124,17 +142,17 @@ impl Installation {
     }
 }
 
-/// Creates one GPU Pod as the tenant and deletes it: `Some(true)` when it was decided and both Pod webhooks and
-/// the floor's Pod policy were called for it, `Some(false)` when it was stored and none was, `None` in
-/// between (one of them picked up, or the Pod denied by the floor alone).
+/// Creates the GPU probe Pod as the tenant and deletes it, and the capped one as a dry run: `Some(true)` when
+/// the first was decided with both Pod webhooks called and the second denied by the floor, `Some(false)` when
+/// both were accepted and no webhook was called, `None` in between (a change half picked up).
 async fn probe(
     admin: &kube::Client,
     tenant: &kube::Client,
-    ns: &str,
+    probes: &Probes,
     attempt: u32,
 ) -> anyhow::Result<(Option<bool>, String)> {
-    let (hooks0, policies0) = admission_histograms(admin).await?;
-    let api = Api::<Pod>::namespaced(tenant.clone(), ns);
+    let (hooks0, _) = admission_histograms(admin).await?;
+    let api = Api::<Pod>::namespaced(tenant.clone(), &probes.gpu_ns);
     let name = format!("probe-{attempt}");
     let created = api
         .create(&PostParams::default(), &pod(&name, "probe", Shape::Gpu, 0))
@@ -149,20 +167,28 @@ async fn probe(
         };
         api.delete(&name, &dp).await?;
     }
-    let (hooks1, policies1) = admission_histograms(admin).await?;
-    let called =
-        |now: &BTreeMap<String, Histogram>, before: &BTreeMap<String, Histogram>, key: &str| {
-            now.get(key).map_or(0.0, |h| h.count) > before.get(key).map_or(0.0, |h| h.count)
-        };
-    let hooks = POD_WEBHOOKS.map(|h| called(&hooks1, &hooks0, h));
-    let floor = called(&policies1, &policies0, "gpu-admission-floor-pods");
+    let (hooks1, _) = admission_histograms(admin).await?;
+    let called = |key: &str| {
+        hooks1.get(key).map_or(0.0, |h| h.count) > hooks0.get(key).map_or(0.0, |h| h.count)
+    };
+    let hooks = POD_WEBHOOKS.map(called);
+    let pinned = Api::<Pod>::namespaced(tenant.clone(), &probes.floor_ns)
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..PostParams::default()
+            },
+            &probes.floor_pod,
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string());
+    let floor = pinned.as_ref().is_err_and(|e| e.contains(FLOOR_DENIAL));
     let all = decided && hooks.iter().all(|c| *c) && floor;
-    let none = created.is_ok() && !decided && !hooks.iter().any(|c| *c) && !floor;
+    let none = created.is_ok() && !decided && !hooks.iter().any(|c| *c) && pinned.is_ok();
     let seen = format!(
-        "created {:?}, decided {decided}, {POD_WEBHOOKS:?} called {hooks:?}, the floor's Pod policy {floor}; \
-         policies seen {:?}",
+        "created {:?}, decided {decided}, {POD_WEBHOOKS:?} called {hooks:?}; the capped Pod: {pinned:?}",
         created.as_ref().map(|_| ()).map_err(|e| e.to_string()),
-        policies1.keys().collect::<Vec<_>>()
     );
     let state = if all {
         Some(true)
