@@ -39,6 +39,7 @@ fn the_cluster_benchmark_runs_small_and_holds_its_invariants() {
             "1",
         ])
         .args(["--pods", &PODS.to_string()])
+        .args(["--cpu-pods", "40", "--audit-interval-secs", "5"])
         // Debug builds on a shared 2-core machine: the tests' scorer budget, not the product's 200 ms.
         .args(["--deadline-ms", "1000", "--bind-timeout-secs", "120"])
         .arg("--json")
@@ -117,6 +118,18 @@ fn the_cluster_benchmark_runs_small_and_holds_its_invariants() {
         .map(|v| v.as_u64().unwrap())
         .sum();
     assert_eq!(per_class, PODS);
+    assert_eq!(scale["cpu_created"]["pods"], 40);
+    assert_eq!(scale["cpu_created"]["failed"], 0);
+    // Two passes finished after every Pod was bound, the last over that state.
+    assert!(
+        scale["audit"]["passes"].as_u64().unwrap() >= 2,
+        "{}",
+        scale["audit"]
+    );
+    let processes: Vec<&str> = (scale["usage"].as_array().unwrap().iter())
+        .map(|u| u["process"].as_str().unwrap())
+        .collect();
+    assert!(processes.contains(&"observer"), "{processes:?}");
 }
 
 #[test]

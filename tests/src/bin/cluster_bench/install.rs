@@ -21,6 +21,9 @@ use serde_json::{Value, json};
 /// gpu-admission.io's powers (as [`LocalCluster::bind_tenant`] makes it).
 pub const TENANT: &str = "bench-tenant";
 const REGISTRATION: &str = "gpu-admission-bench";
+/// The tier given quotas (every class it allows, a `max` no run reaches): its namespaces' GPU Pods are
+/// reserved in the quota ledger.
+pub const QUOTA_TIER: &str = "silver";
 
 /// The scorer and frontend serving one cluster.
 pub struct Installed {
@@ -40,16 +43,17 @@ impl Installed {
     }
 }
 
-/// Starts scorer and frontend against `cluster`, creates the PriorityClasses and the tenant, and registers the
-/// shipped webhooks with `skipped` added to their excluded namespaces.
+/// Starts scorer and frontend against `cluster` with `policy_text`, creates the PriorityClasses and the
+/// tenant, and registers the shipped webhooks with `skipped` added to their excluded namespaces.
 pub async fn install(
     cluster: &LocalCluster,
+    policy_text: &str,
     skipped: &[String],
     deadline_ms: u64,
 ) -> anyhow::Result<Installed> {
     let dir = tempfile::tempdir()?;
     let policy_file: PathBuf = dir.path().join("policy.yaml");
-    std::fs::write(&policy_file, shipped_policy_in_enforce()?)?;
+    std::fs::write(&policy_file, policy_text)?;
     let scorer = Scorer::builder().policy(&policy_file).start().await?;
     let policy = scorer.policy().clone();
     cluster.create_priority_classes(&policy).await?;
@@ -146,4 +150,26 @@ pub async fn tenant_clients(cluster: &LocalCluster, n: usize) -> anyhow::Result<
         out.push(kube::Client::try_from(config)?);
     }
     Ok(out)
+}
+
+/// The classes the quota'd tier allows in the shipped policy (each given a `max` no run reaches).
+const QUOTA_CLASSES: [&str; 5] = [
+    "A100-80GB",
+    "A100-40GB",
+    "MI300X-192GB",
+    "L40S-48GB",
+    "L4-24GB",
+];
+
+/// The shipped policy in Enforce with quotas on [`QUOTA_TIER`].
+pub fn policy_with_quotas() -> anyhow::Result<String> {
+    let classes: Vec<String> = QUOTA_CLASSES
+        .iter()
+        .map(|c| format!("{c}: {{ max: 1000000 }}"))
+        .collect();
+    Ok(format!(
+        "{}\nquotas:\n  tiers:\n    - tier: {QUOTA_TIER}\n      classes: {{ {} }}\n",
+        shipped_policy_in_enforce()?,
+        classes.join(", ")
+    ))
 }

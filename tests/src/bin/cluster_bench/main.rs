@@ -53,6 +53,12 @@ pub struct Args {
     /// Pods per run.
     #[arg(long, default_value_t = 6000)]
     pub pods: usize,
+    /// CPU-only Pods naming `gpu-default` created after the GPU Pods (part B).
+    #[arg(long, default_value_t = 0)]
+    pub cpu_pods: usize,
+    /// The observer's audit interval (part B).
+    #[arg(long, default_value_t = 30)]
+    pub audit_interval_secs: u64,
     /// Tier namespaces per arm (tiers in turn).
     #[arg(long, default_value_t = 300)]
     pub namespaces: usize,

@@ -16,7 +16,7 @@ use clap::ValueEnum;
 use gpu_admission_tests::apiserver_metrics::{
     Histogram, apiserver_metrics, histograms, histograms_since,
 };
-use gpu_admission_tests::cluster::{Components, LocalCluster, kubectl, shipped_policy_in_enforce};
+use gpu_admission_tests::cluster::{Components, LocalCluster, kubectl};
 use gpu_admission_tests::names::ANN_DECIDED_AT;
 use gpu_admission_tests::observer::Observer;
 use gpu_admission_tests::{Scorer, Webhook};
@@ -25,15 +25,13 @@ use serde_json::{Value, json};
 
 use crate::Args;
 use crate::balancer::Balancer;
-use crate::install::{TENANT, registrations, tenant_clients};
+use crate::install::{QUOTA_TIER, TENANT, policy_with_quotas, registrations, tenant_clients};
 use crate::peer_load::{
     Arm, FRONTEND_DURATION, Installation, Load, PLUGIN_CREATES, PLUGIN_DURATION, POD_WEBHOOKS,
     POLICY_PLUGIN, Probes, REQUEST_DURATION, WEBHOOK_DURATION, create_timed,
 };
 use crate::pods::{Shape, annotation, create_namespaces, delete_all, list_run};
 
-/// The tier given quotas (every class it allows, a `max` no run reaches): its namespaces hold the quota'd kind.
-const QUOTA_TIER: &str = "silver";
 const FLOOR: &str = "deploy/kustomize/base/floor.yaml";
 
 /// What one cell's Pods are.
@@ -464,28 +462,6 @@ pub fn check(run: &Run) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// The classes the quota'd tier allows in the shipped policy (each given a `max` no run reaches).
-const QUOTA_CLASSES: [&str; 5] = [
-    "A100-80GB",
-    "A100-40GB",
-    "MI300X-192GB",
-    "L40S-48GB",
-    "L4-24GB",
-];
-
-/// The shipped policy in Enforce with quotas on [`QUOTA_TIER`].
-fn policy_with_quotas() -> anyhow::Result<String> {
-    let classes: Vec<String> = QUOTA_CLASSES
-        .iter()
-        .map(|c| format!("{c}: {{ max: 1000000 }}"))
-        .collect();
-    Ok(format!(
-        "{}\nquotas:\n  tiers:\n    - tier: {QUOTA_TIER}\n      classes: {{ {} }}\n",
-        shipped_policy_in_enforce()?,
-        classes.join(", ")
-    ))
 }
 
 fn repo_path(rel: &str) -> String {

@@ -1,9 +1,14 @@
 //! Part B, scale with kwok: `nodes` fake GPU Nodes (every catalog class in turn: its class label,
 //! taint and vendor resource) kept Ready by kwok, the real kube-scheduler and controllers, and `pods` one-GPU
 //! Pods over `namespaces` tier namespaces created through the shipped webhooks by `clients` tenant clients.
-//! Measured: the admission rate, the time until every Pod is bound, each process's CPU and peak RSS. Checked:
-//! every Pod decided and bound, to a Node of a class its tier allows, and (the placement oracle, which
-//! shares no code with core) no Node of another class reachable by its stored placement.
+//! Pods over `namespaces` tier namespaces created through the shipped webhooks by `clients` tenant clients,
+//! then `cpu_pods` CPU-only Pods naming `gpu-default`; quotas on [`crate::install::QUOTA_TIER`] (a `max` no run reaches), and
+//! the observer's leader auditing everything into PolicyReports every `audit_interval_secs`.
+//! Measured: the admission rate, the time until every Pod is bound, each process's CPU and peak RSS, the
+//! audit passes' time. Checked: every Pod created (no quota'd Pod denied, `not counted yet` included), every
+//! GPU Pod decided and bound, to a Node of a class its tier allows, and (the placement oracle, which shares
+//! no code with core) no Node of another class reachable by its stored placement; an audit pass over the
+//! final state.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -18,12 +23,16 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
 use serde::Serialize;
 
-use crate::install::{install, tenant_clients};
+use gpu_admission_tests::observer::{Observer, metric_value};
+
+use crate::install::{install, policy_with_quotas, tenant_clients};
 use crate::measure::{Usage, Watch};
 use crate::pods::{Created, Shape, annotation, create_namespaces, create_pods, list_run};
 use crate::{Args, component_pids};
 
 const RUN: &str = "scale";
+const CPU_RUN: &str = "scale-cpu";
+const AUDIT: &str = "observer_audit_duration_seconds";
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -43,8 +52,24 @@ pub struct Report {
     pub oracle_escapes: usize,
     /// Bound Pods per Node class.
     pub per_class: BTreeMap<String, usize>,
+    /// The CPU-only Pods, created after the GPU Pods; not waited for to be bound (GPU Nodes with a class
+    /// taint keep them off).
+    pub cpu_created: Created,
+    /// The observer's audit passes from its start until one after every Pod was bound.
+    pub audit: Audit,
     /// During creation and binding.
     pub usage: Vec<Usage>,
+}
+
+/// The observer's audit passes (its `observer_audit_duration_seconds`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Audit {
+    pub passes: u64,
+    pub mean_seconds: f64,
+    /// The smallest bucket bound holding every pass: the longest pass is at most this.
+    pub longest_at_most_seconds: f64,
+    /// From every Pod bound until a pass over that state had finished.
+    pub final_pass_after_seconds: f64,
 }
 
 /// Runs part B with `args`' sizes.
@@ -52,7 +77,8 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
     let Some(cluster) = LocalCluster::start_with(Components::ALL).await? else {
         anyhow::bail!("the control plane is not built here (tests/cluster/build.sh)");
     };
-    let installed = install(&cluster, &[], args.deadline_ms).await?;
+    let installed = install(&cluster, &policy_with_quotas()?, &[], args.deadline_ms).await?;
+    let observer = start_observer(&cluster, &installed.scorer.url(), args).await?;
     let policy = installed.policy.clone();
     let admin = cluster.client();
     let gpus_per_node = gpus_per_node(args, &policy);
@@ -81,6 +107,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         ],
     );
     pids.extend(installed.pids());
+    pids.push(("observer".into(), observer.process.pid()));
     pids.push(("cluster-bench".into(), std::process::id()));
 
     let watch = Watch::start(&pids);
@@ -94,6 +121,18 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         created.failed
     );
     ensure!(created.failed == 0, "Pods refused: {:?}", created.errors);
+    let cpu_created = create_pods(&clients, &namespaces, args.cpu_pods, CPU_RUN, Shape::Cpu).await;
+    eprintln!(
+        "  created {} CPU-only Pods at {:.0}/s ({} failed)",
+        cpu_created.pods - cpu_created.failed,
+        cpu_created.per_second,
+        cpu_created.failed
+    );
+    ensure!(
+        cpu_created.failed == 0,
+        "CPU Pods refused: {:?}",
+        cpu_created.errors
+    );
     let unbound = ListParams::default()
         .labels(&format!("{}={RUN}", crate::pods::RUN_LABEL))
         .fields("spec.nodeName=");
@@ -109,6 +148,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
     .await
     .with_context(|| format!("scheduler:\n{}", cluster.log_tail("scheduler", 20)))?;
     let all_bound = started.elapsed();
+    let audit = audit_after(&observer, args).await?;
     let usage = watch.stop();
 
     let stored = list_run(&admin, RUN).await?;
@@ -129,7 +169,77 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         out_of_tier: judged.out_of_tier,
         oracle_escapes: judged.escapes,
         per_class: judged.per_class,
+        cpu_created,
+        audit,
         usage,
+    })
+}
+
+/// The observer as its leader runs in the base plus the policy-reports component: the reports' CRD, the
+/// audit every `audit_interval_secs`.
+async fn start_observer(
+    cluster: &LocalCluster,
+    scorer: &str,
+    args: &Args,
+) -> anyhow::Result<Observer> {
+    let crd = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/kustomize/components/policy-reports/policyreports.yaml");
+    let applied = gpu_admission_tests::cluster::kubectl(
+        cluster.kubeconfig(),
+        None,
+        &[],
+        &["apply", "-f", &crd.display().to_string()],
+        "",
+    );
+    ensure!(applied.ok, "the PolicyReport CRD: {}", applied.stderr);
+    // Its lease's namespace.
+    cluster.create_namespace("gpu-admission", None).await?;
+    Observer::builder(
+        cluster.kubeconfig(),
+        &[scorer.to_string()],
+        "bench-observer",
+    )
+    .arg("--policy-reports")
+    .arg(format!(
+        "--audit-interval-secs={}",
+        args.audit_interval_secs
+    ))
+    .start()
+    .await
+}
+
+/// Waits for an audit pass that started after now (the state every Pod bound) to finish: the second to finish
+/// from now, the first may have started before. Then reads every pass's time.
+async fn audit_after(observer: &Observer, args: &Args) -> anyhow::Result<Audit> {
+    let passes = |text: &str| metric_value(text, &format!("{AUDIT}_count")) as u64;
+    let metrics =
+        async || (observer.metrics().await).with_context(|| observer.process.log_tail(30));
+    let before = passes(&metrics().await?);
+    let asked = Instant::now();
+    let text = loop {
+        let text = metrics().await?;
+        if passes(&text) > before + 1 {
+            break text;
+        }
+        ensure!(
+            asked.elapsed() < Duration::from_secs(3 * args.audit_interval_secs + 300),
+            "no audit pass finished within {:?} of every Pod bound (passes: {before})",
+            asked.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let count = passes(&text);
+    let longest = (text.lines())
+        .filter_map(|l| l.strip_prefix(&format!("{AUDIT}_bucket{{le=\"")))
+        .filter_map(|l| l.split_once("\"} "))
+        .filter_map(|(le, n)| Some((le.parse::<f64>().ok()?, n.trim().parse::<f64>().ok()?)))
+        .find(|(_, n)| *n as u64 >= count)
+        .map_or(f64::INFINITY, |(le, _)| le);
+    Ok(Audit {
+        passes: count,
+        mean_seconds: metric_value(&text, &format!("{AUDIT}_sum")) / count.max(1) as f64,
+        longest_at_most_seconds: longest,
+        final_pass_after_seconds: asked.elapsed().as_secs_f64(),
     })
 }
 
@@ -272,6 +382,19 @@ pub fn print(r: &Report, args: &Args) {
     println!(
         "| bound / decided by `/mutate-pod` | {} / {} of {} |",
         r.bound, r.decided, r.created.pods
+    );
+    println!(
+        "| CPU-only Pods (`gpu-default`) created after them | {:.0} Pods/s ({} Pods, {} failed) |",
+        r.cpu_created.per_second, r.cpu_created.pods, r.cpu_created.failed
+    );
+    println!(
+        "| audit passes (observer's leader, every {} s and on changes) | {}: mean {:.2} s, longest ≤ {} s; \
+         a pass over the final state done {:.1} s after every Pod was bound |",
+        args.audit_interval_secs,
+        r.audit.passes,
+        r.audit.mean_seconds,
+        r.audit.longest_at_most_seconds,
+        r.audit.final_pass_after_seconds
     );
     println!(
         "| bound outside the tier's classes | **{}** |",

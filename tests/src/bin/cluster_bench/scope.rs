@@ -5,7 +5,7 @@
 //! webhooked, skipped…; every run's Pods are deleted before the next.
 
 use anyhow::ensure;
-use gpu_admission_tests::cluster::LocalCluster;
+use gpu_admission_tests::cluster::{LocalCluster, shipped_policy_in_enforce};
 use gpu_admission_tests::names::ANN_DECIDED_AT;
 use serde::Serialize;
 
@@ -68,7 +68,13 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
     let skipped_names: Vec<String> = (0..args.namespaces)
         .map(|i| format!("bench-s-{i:03}"))
         .collect();
-    let installed = install(&cluster, &skipped_names, args.deadline_ms).await?;
+    let installed = install(
+        &cluster,
+        &shipped_policy_in_enforce()?,
+        &skipped_names,
+        args.deadline_ms,
+    )
+    .await?;
     let tiers: Vec<String> = (installed.policy.tiers().iter())
         .map(|t| t.name.clone())
         .collect();
