@@ -118,6 +118,8 @@ struct Report {
 struct PeerReport {
     runs: Vec<peer::Run>,
     cells: Vec<peer_report::Cell>,
+    /// What [`peer::check`] found not held, per run.
+    violations: Vec<String>,
 }
 
 /// Where it ran: the machine is part of every number.
@@ -209,10 +211,20 @@ async fn main() -> anyhow::Result<()> {
             args.peer_kinds,
             args.peer_rounds
         );
-        let runs = peer::run(&args).await?;
+        let (runs, violations) = peer::run(&args).await?;
         let cells = peer_report::cells(&runs);
-        peer_report::print(&cells);
-        report.peer = Some(PeerReport { runs, cells });
+        peer_report::print(&cells, &violations);
+        if !violations.is_empty() {
+            failure = Some(anyhow::anyhow!(
+                "part C: {} runs not held",
+                violations.len()
+            ));
+        }
+        report.peer = Some(PeerReport {
+            runs,
+            cells,
+            violations,
+        });
     }
     report.machine.load_average_after = load_average();
     println!(

@@ -13,6 +13,8 @@ use crate::peer_load::{Arm, quantile};
 #[derive(Debug, Clone, Serialize)]
 pub struct Side {
     pub pods: usize,
+    /// Pods refused (by the apiserver, the floor or a webhook), over the rounds.
+    pub failed: usize,
     pub avg_ms: f64,
     pub p50_ms: f64,
     pub p95_ms: f64,
@@ -73,6 +75,7 @@ fn side(runs: &[&Run]) -> Side {
         .fold(Histogram::default(), |acc, r| acc.merged(&r.apiserver_post));
     Side {
         pods: all.len(),
+        failed: runs.iter().map(|r| r.load.failed).sum(),
         avg_ms: all.iter().sum::<f64>() / all.len().max(1) as f64,
         p50_ms: quantile(&all, 0.5),
         p95_ms: quantile(&all, 0.95),
@@ -155,19 +158,19 @@ fn plugin([with, without]: &[Latency; 2]) -> String {
 }
 
 /// Part C's tables (markdown).
-pub fn print(cells: &[Cell]) {
+pub fn print(cells: &[Cell], violations: &[String]) {
     println!(
         "\n### C. Admission cost in the peers' form: Pod CREATEs with and without gpu-admission\n"
     );
     println!(
         "| clients | replicas | Pods | with: avg / p50 / p95 / p99 ms | without: avg / p50 / p95 / p99 ms | \
-         added p99 ms | with Pods/s | without Pods/s | ratio | 429s with / without |"
+         added p99 ms | with Pods/s | without Pods/s | ratio | 429s with / without | refused with / without |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for c in cells {
         let (w, o) = (&c.with, &c.without);
         println!(
-            "| {} | {} | {} | {:.0} / {:.0} / {:.0} / {:.0} | {:.0} / {:.0} / {:.0} / {:.0} | **{:+.0}** | {:.0} | {:.0} | **{:.2}** | {} / {} |",
+            "| {} | {} | {} | {:.0} / {:.0} / {:.0} / {:.0} | {:.0} / {:.0} / {:.0} / {:.0} | **{:+.0}** | {:.0} | {:.0} | **{:.2}** | {} / {} | {} / {} |",
             c.clients,
             c.replicas,
             c.kind.name(),
@@ -184,7 +187,9 @@ pub fn print(cells: &[Cell]) {
             o.per_second,
             c.ratio,
             w.retried_429,
-            o.retried_429
+            o.retried_429,
+            w.failed,
+            o.failed
         );
     }
     println!(
@@ -214,5 +219,16 @@ pub fn print(cells: &[Cell]) {
             latencies(&c.frontend, ""),
             c.per_replica
         );
+    }
+    if !violations.is_empty() {
+        println!(
+            "
+Not held ({} runs):
+",
+            violations.len()
+        );
+        for v in violations {
+            println!("- {}", v.lines().next().unwrap_or(v));
+        }
     }
 }
