@@ -14,7 +14,8 @@
 //! - [`floor`]: the floor's parameter ConfigMap kept in step with the policy (`--floor-params`);
 //! - [`checkpoint_registration`]: the checkpoint-restore webhook's match condition kept in step with the
 //!   stored CheckpointBackups (`--checkpoint-registration`);
-//! - [`resource_quotas`]: the namespace shares of the GPU quotas as ResourceQuotas (`--resource-quotas`).
+//! - [`resource_quotas`]: the namespace shares of the GPU quotas as ResourceQuotas (`--resource-quotas`);
+//! - [`watched`]: a store a watch keeps current (what those loops read instead of listing).
 
 pub mod audit;
 pub mod checkpoint_registration;
@@ -33,3 +34,4 @@ pub mod resource_quotas;
 pub mod route;
 pub mod store;
 pub mod sync;
+pub mod watched;
