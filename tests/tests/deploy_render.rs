@@ -2022,21 +2022,18 @@ fn policy_reports_component_grants_exactly_what_the_audit_uses() {
         assert!(flags.contains(&f), "observer has no {f}");
     }
 
-    // What the audit reads through typed APIs, beyond the base role's Pods and Nodes.
+    // What the audit watches through typed APIs (list + watch: its stores), beyond the base role's Pods,
+    // Nodes and GpuPolicyExceptions.
     let sources = support::rust_sources("observer/src/audit");
     let api_types: Vec<&str> = sources.iter().flat_map(|(_, t)| api_type_args(t)).collect();
+    let watched = || BTreeSet::from(["list".to_string(), "watch".to_string()]);
     let mut expected: BTreeMap<(String, String), BTreeSet<String>> = KNOWN_TYPES
         .iter()
         .filter(|(ty, _, _)| api_types.iter().any(|arg| contains_word(arg, ty)))
-        .filter(|(_, _, r)| !matches!(*r, "pods" | "nodes"))
-        .map(|(_, g, r)| {
-            (
-                (g.to_string(), r.to_string()),
-                BTreeSet::from(["list".to_string()]),
-            )
-        })
+        .filter(|(_, _, r)| !matches!(*r, "pods" | "nodes" | "gpupolicyexceptions"))
+        .map(|(_, g, r)| ((g.to_string(), r.to_string()), watched()))
         .collect();
-    // The workload kinds /validate-pod is sent, which the audit lists dynamically.
+    // The workload kinds /validate-pod is sent, which the audit watches dynamically.
     let vwc = find("ValidatingWebhookConfiguration", WEBHOOK_CONFIG);
     let workloads = arr_at(vwc, "/webhooks")
         .iter()
@@ -2047,7 +2044,7 @@ fn policy_reports_component_grants_exactly_what_the_audit_uses() {
         for g in strings_at(rule, "/apiGroups") {
             for r in strings_at(rule, "/resources") {
                 sent.push(format!("{g}/{r}"));
-                expected.insert((g.clone(), r), BTreeSet::from(["list".to_string()]));
+                expected.insert((g.clone(), r), watched());
             }
         }
     }
@@ -2061,10 +2058,13 @@ fn policy_reports_component_grants_exactly_what_the_audit_uses() {
     let mut defaults: Vec<&str> = default.split(',').collect();
     defaults.sort();
     sent.sort();
-    assert_eq!(defaults, sent, "the audit lists what /validate-pod is sent");
+    assert_eq!(
+        defaults, sent,
+        "the audit watches what /validate-pod is sent"
+    );
     expected.insert(
         ("wgpolicyk8s.io".into(), "policyreports".into()),
-        ["list", "create", "patch", "delete"]
+        ["list", "watch", "create", "patch", "delete"]
             .map(String::from)
             .into(),
     );

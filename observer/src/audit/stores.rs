@@ -203,10 +203,20 @@ impl Stores {
         };
         w.changes.all();
         let config = || watcher::Config::default().any_semantic();
-        let namespaces = w.metadata(client, config(), "namespaces", Marks::NamespaceLabels);
-        let nodes = w.metadata(client, config(), "nodes", Marks::NodeLabels);
+        let namespaces = w.metadata(
+            Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+            config(),
+            "namespaces",
+            Marks::NamespaceLabels,
+        );
+        let nodes = w.metadata(
+            Api::<PartialObjectMeta<Node>>::all(client.clone()),
+            config(),
+            "nodes",
+            Marks::NodeLabels,
+        );
         let priority_classes = w.full(
-            Api::all(client.clone()),
+            Api::<PriorityClass>::all(client.clone()),
             config(),
             "priorityclasses",
             Marks::Everything,
@@ -214,14 +224,14 @@ impl Stores {
         );
         let claims = apis.dra.then(|| {
             let templates = w.full(
-                Api::all(client.clone()),
+                Api::<ResourceClaimTemplate>::all(client.clone()),
                 config(),
                 "resourceclaimtemplates",
                 Marks::ItsNamespace,
                 slim_meta,
             );
             let claims = w.full(
-                Api::all(client.clone()),
+                Api::<ResourceClaim>::all(client.clone()),
                 config(),
                 "resourceclaims",
                 Marks::ItsNamespace,
@@ -231,14 +241,24 @@ impl Stores {
         });
         let exceptions = apis.exceptions.then(|| ExceptionStores {
             exceptions: w.full(
-                Api::all(client.clone()),
+                Api::<GpuPolicyException>::all(client.clone()),
                 config(),
                 "gpupolicyexceptions",
                 Marks::ItsNamespace,
                 slim_meta,
             ),
-            replica_sets: w.metadata(client, config(), "replicasets", Marks::ItsNamespace),
-            jobs: w.metadata(client, config(), "jobs", Marks::ItsNamespace),
+            replica_sets: w.metadata(
+                Api::<PartialObjectMeta<ReplicaSet>>::all(client.clone()),
+                config(),
+                "replicasets",
+                Marks::ItsNamespace,
+            ),
+            jobs: w.metadata(
+                Api::<PartialObjectMeta<Job>>::all(client.clone()),
+                config(),
+                "jobs",
+                Marks::ItsNamespace,
+            ),
         });
         let objects = apis
             .kinds
@@ -337,7 +357,7 @@ impl Watches {
     /// A metadata watch (labels, owners) into a store.
     fn metadata<K>(
         &mut self,
-        client: &kube::Client,
+        api: Api<PartialObjectMeta<K>>,
         config: watcher::Config,
         resource: &str,
         marks: Marks,
@@ -346,7 +366,6 @@ impl Watches {
         K: kube::Resource<DynamicType = ()> + Clone + Debug + serde::de::DeserializeOwned,
         K: Send + Sync + 'static,
     {
-        let api = Api::<PartialObjectMeta<K>>::all(client.clone());
         let stream = watcher::watcher(api, config).modify(slim_partial);
         self.spawn(stream, (), resource, marks)
     }
