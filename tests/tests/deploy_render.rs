@@ -1792,9 +1792,10 @@ fn observer_rbac_grants_exactly_what_it_uses() {
             m.mode
         );
         // Cluster-wide: read-only Pods, Nodes, the restricted instances' Leases and the registrations that
-        // make them count (list + watch, never by name); the CheckpointBackups (list) and, by name, our own
-        // registration whose checkpoint-restore condition the leader patches; the GPU ResourceQuotas: list
-        // namespaces and ResourceQuotas, create them, and get, update and delete them only by their one name.
+        // make them count (list + watch, never by name); the CheckpointBackups (list + watch) and, by name, our
+        // own registration whose checkpoint-restore condition the leader patches; the GPU ResourceQuotas: list
+        // + watch namespaces, list ResourceQuotas, create them, and get, update and delete them only by their
+        // one name.
         let cluster_rules = arr_at(m.get("ClusterRole", OBSERVER_DEPLOYMENT), "/rules");
         let mut cluster = rule_set(cluster_rules);
         let is_quota_rule =
@@ -1812,11 +1813,7 @@ fn observer_rbac_grants_exactly_what_it_uses() {
         assert_eq!(
             quota_rules,
             BTreeSet::from([
-                (
-                    owned(&["namespaces", "resourcequotas"]),
-                    owned(&["list"]),
-                    Vec::new()
-                ),
+                (owned(&["resourcequotas"]), owned(&["list"]), Vec::new()),
                 (owned(&["resourcequotas"]), owned(&["create"]), Vec::new()),
                 (
                     owned(&["resourcequotas"]),
@@ -1830,7 +1827,10 @@ fn observer_rbac_grants_exactly_what_it_uses() {
         let namespaces = cluster.remove(&(String::new(), "namespaces".to_string()));
         assert_eq!(
             namespaces,
-            Some((BTreeSet::from(["list".to_string()]), BTreeSet::new()))
+            Some((
+                BTreeSet::from(["list".to_string(), "watch".to_string()]),
+                BTreeSet::new()
+            ))
         );
         cluster.remove(&(String::new(), "resourcequotas".to_string()));
         let keys: Vec<(&str, &str)> = cluster
@@ -1874,7 +1874,7 @@ fn observer_rbac_grants_exactly_what_it_uses() {
             let names = strings_at(rule, "/resourceNames");
             match resources.as_slice() {
                 [r] if r == "checkpointbackups" => {
-                    assert_eq!(verbs, ["list"], "{}", m.mode);
+                    assert_eq!(verbs, ["list", "watch"], "{}", m.mode);
                     assert!(names.is_empty());
                 }
                 [r] if r == "mutatingwebhookconfigurations" && !names.is_empty() => {
@@ -1897,8 +1897,8 @@ fn observer_rbac_grants_exactly_what_it_uses() {
             BTreeSet::from(["get".to_string(), "patch".to_string()])
         );
         assert_eq!(lease.1, BTreeSet::from([OBSERVER_LEASE.to_string()]));
-        // ConfigMaps, rule by rule: get + update the learned state and the floor's parameters by name, get
-        // the policy by name, create (a deleted parameter object is recreated; RBAC cannot name it).
+        // ConfigMaps, rule by rule: get + update the learned state and the floor's parameters by name, list +
+        // watch the policy by name (a watch with a metadata.name field selector), create (a deleted parameter object is recreated; RBAC cannot name it).
         let cm_rules: BTreeSet<(Vec<String>, Vec<String>)> = arr_at(role, "/rules")
             .iter()
             .filter(|r| strings_at(r, "/resources") == ["configmaps"])
@@ -1922,7 +1922,7 @@ fn observer_rbac_grants_exactly_what_it_uses() {
                     owned(&["get", "update"]),
                     owned(&[FLOOR_PARAMS_CONFIGMAP, LEARNED_STATE_CONFIGMAP])
                 ),
-                (owned(&["get"]), owned(&["gpu-admission-policy"])),
+                (owned(&["list", "watch"]), owned(&["gpu-admission-policy"])),
                 (owned(&["create"]), Vec::new()),
             ]),
             "{}",
