@@ -4,13 +4,16 @@
 //! (`../shared/corpus/admissionreviews/kube-rs-kube__admission.rs_WEBHOOK_BODY.json`, or the AdmissionReview
 //! file given third) with one GPU limit and a Node added and the name and uid varied.
 //!
-//! `cargo run -p observer --example watch_memory -- MODE [N [REVIEW.json]]`; the numbers are in
+//! `cargo run -p observer --example watch_memory -- MODE [N [REVIEW.json [big]]]` (`big`: each Pod with 512
+//! KiB of annotation and env); the numbers are in
 //! docs/measurements/2026-11-29-watches-not-lists.md.
 
 use std::sync::Arc;
 
+use gpu_admission_core::quota::held;
+use gpu_admission_core::quota::watched::WatchedPod;
 use k8s_openapi::api::core::v1::{Namespace, Node};
-use kube::core::{DynamicObject, PartialObjectMeta};
+use kube::core::{DynamicObject, ObjectList, PartialObjectMeta};
 use serde_json::{Value, json};
 
 /// `VmRSS` and `VmHWM` (peak) of this process, in bytes.
@@ -54,6 +57,35 @@ fn pod(template: &Value, i: usize) -> Value {
     p
 }
 
+/// What the frontend's quota watch keeps of `n` Pods listed in pages of 100 (its `LIST_PAGE`), each page's
+/// JSON decoded as `ObjectList<K>` as kube's list does: every Pod's name, and the Pods that may hold GPUs
+/// slimmed (`held::slim`).
+fn quota_watch<K: serde::de::DeserializeOwned + Clone>(
+    n: usize,
+    pod_json: &dyn Fn(usize) -> String,
+    pod: impl Fn(K) -> k8s_openapi::api::core::v1::Pod,
+) -> (Vec<String>, Vec<k8s_openapi::api::core::v1::Pod>) {
+    let (mut names, mut kept) = (Vec::new(), Vec::new());
+    for start in (0..n).step_by(100) {
+        let items: Vec<String> = (start..n.min(start + 100)).map(pod_json).collect();
+        let page = format!(
+            r#"{{"apiVersion":"v1","kind":"PodList","metadata":{{"resourceVersion":"1"}},"items":[{}]}}"#,
+            items.join(",")
+        );
+        let list: ObjectList<K> = serde_json::from_str(&page).unwrap();
+        for item in list.items {
+            let p = pod(item);
+            names.push(format!(
+                "{}/{}",
+                p.metadata.namespace.clone().unwrap_or_default(),
+                p.metadata.name.clone().unwrap_or_default()
+            ));
+            kept.extend(held::slim(&p));
+        }
+    }
+    (names, kept)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let mode = args.get(1).map_or("", String::as_str);
@@ -66,7 +98,13 @@ fn main() {
         String::as_str,
     );
     let review: Value = serde_json::from_str(&std::fs::read_to_string(path).expect(path)).unwrap();
-    let template = review["request"]["object"].clone();
+    let mut template = review["request"]["object"].clone();
+    if args.get(4).map(String::as_str) == Some("big") {
+        // A tenant's large Pod: 256 KiB of annotation and 256 KiB of env, what counting never reads.
+        template["metadata"]["annotations"]["example.com/blob"] = json!("x".repeat(256 * 1024));
+        template["spec"]["containers"][0]["env"] =
+            json!([{"name": "BLOB", "value": "y".repeat(256 * 1024)}]);
+    }
     let pod_json = |i: usize| pod(&template, i).to_string();
     eprintln!("Pod JSON: {} B ({path})", pod_json(0).len());
     match mode {
@@ -118,6 +156,12 @@ fn main() {
                 })
                 .collect::<Vec<_>>()
         })),
+        "quota-whole" => drop(counted("quota watch, pages of whole Pods", n, || {
+            quota_watch::<k8s_openapi::api::core::v1::Pod>(n, &pod_json, |p| p)
+        })),
+        "quota-projection" => drop(counted("quota watch, pages of WatchedPod", n, || {
+            quota_watch::<WatchedPod>(n, &pod_json, |w| w.0)
+        })),
         "namespaces" => drop(counted("Namespace metadata", n, || {
             (0..n)
                 .map(|i| {
@@ -143,7 +187,8 @@ fn main() {
                 .collect::<Vec<_>>()
         })),
         _ => eprintln!(
-            "modes: audit-served audit-slim audit-preslimmed audit-typed audit-stored namespaces nodes"
+            "modes: audit-served audit-slim audit-preslimmed audit-typed audit-stored quota-whole \
+             quota-projection namespaces nodes"
         ),
     }
 }

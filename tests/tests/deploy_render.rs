@@ -638,7 +638,7 @@ fn priority_classes_equal_the_policy_buckets() {
 const OWN_PRIORITY_CLASS: &str = "gpu-admission-critical";
 
 /// RBAC resource of each Kubernetes type the frontend may use through `kube::Api<T>`.
-const KNOWN_TYPES: [(&str, &str, &str); 19] = [
+const KNOWN_TYPES: [(&str, &str, &str); 20] = [
     ("Namespace", "", "namespaces"),
     ("ResourceQuota", "", "resourcequotas"),
     (
@@ -669,6 +669,8 @@ const KNOWN_TYPES: [(&str, &str, &str); 19] = [
     ("PriorityClass", "scheduling.k8s.io", "priorityclasses"),
     ("PodGroup", "scheduling.k8s.io", "podgroups"),
     ("Pod", "", "pods"),
+    // core's projection of a Pod for the quota watch.
+    ("WatchedPod", "", "pods"),
     ("Node", "", "nodes"),
     ("ConfigMap", "", "configmaps"),
     ("Secret", "", "secrets"),
