@@ -8,10 +8,12 @@
 //!
 //! Without the CRD (404) there is nothing to restore and the condition sends no Pod. A listing that fails
 //! otherwise (403, a timeout) changes nothing: the registration keeps what it had, at worst the shipped
-//! behaviour of sending every Pod of a Job. A backup created reaches the condition within one interval plus
-//! the apiserver's registration cache; the operator pushes a backup's images well after creating it, and only
-//! pushed images are restored. RBAC: `list` on `checkpointbackups`, `get`/`patch` on this one
-//! MutatingWebhookConfiguration (by `resourceNames`).
+//! behaviour of sending every Pod of a Job. A CRD removed after its watch started leaves the backups as last
+//! seen (the watch retries): the condition may then send Pods that no backup restores, never fewer. A backup
+//! created reaches the condition within one interval plus the apiserver's registration cache; the operator
+//! pushes a backup's images well after creating it, and only pushed images are restored. RBAC: `list` and
+//! `watch` on `checkpointbackups`, `get`/`patch` on this one MutatingWebhookConfiguration (by
+//! `resourceNames`).
 
 use std::sync::Arc;
 use std::time::Duration;
