@@ -8,22 +8,26 @@
 //!
 //! Without the CRD (404) there is nothing to restore and the condition sends no Pod. A listing that fails
 //! otherwise (403, a timeout) changes nothing: the registration keeps what it had, at worst the shipped
-//! behaviour of sending every Pod of a Job. A backup created reaches the condition within one interval plus
-//! the apiserver's registration cache; the operator pushes a backup's images well after creating it, and only
-//! pushed images are restored. RBAC: `list` on `checkpointbackups`, `get`/`patch` on this one
-//! MutatingWebhookConfiguration (by `resourceNames`).
+//! behaviour of sending every Pod of a Job. A CRD removed after its watch started leaves the backups as last
+//! seen (the watch retries): the condition may then send Pods that no backup restores, never fewer. A backup
+//! created reaches the condition within one interval plus the apiserver's registration cache; the operator
+//! pushes a backup's images well after creating it, and only pushed images are restored. RBAC: `list` and
+//! `watch` on `checkpointbackups`, `get`/`patch` on this one MutatingWebhookConfiguration (by
+//! `resourceNames`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use gpu_admission_core::admission::checkpoint_restore::backup::CheckpointBackup;
 use gpu_admission_core::admission::checkpoint_restore::registration;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 use tokio::sync::watch;
+use tokio::task::AbortHandle;
 
-use crate::metrics::{Metrics, ResultLabel};
+use crate::metrics::Metrics;
 
 /// The field manager of the observer's patch.
 const MANAGER: &str = "gpu-admission-observer";
@@ -63,21 +67,54 @@ pub fn plan(backups: &[CheckpointBackup], stored: Option<&serde_json::Value>) ->
     }
 }
 
-/// The stored backups; none while the CRD is not installed (404).
-async fn backups(api: &Api<CheckpointBackup>) -> Result<Vec<CheckpointBackup>, kube::Error> {
-    match api.list(&ListParams::default()).await {
-        Ok(list) => Ok(list.items),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(Vec::new()),
-        Err(e) => Err(e),
+/// The stored backups: a watch's store once it has listed, listed until then (a list that finds the CRD
+/// starts the watch); none while the CRD is not installed (404).
+struct Backups {
+    api: Api<CheckpointBackup>,
+    metrics: Arc<Metrics>,
+    watched: Option<(Store<CheckpointBackup>, AbortHandle)>,
+}
+
+impl Backups {
+    async fn read(&mut self) -> Result<Vec<CheckpointBackup>, kube::Error> {
+        if let Some((store, _)) = &self.watched
+            && crate::watched::ready(store)
+        {
+            return Ok(store.state().iter().map(|b| (**b).clone()).collect());
+        }
+        match self.api.list(&ListParams::default()).await {
+            Ok(list) => {
+                self.watched.get_or_insert_with(|| {
+                    crate::watched::spawn(
+                        watcher(self.api.clone(), watcher::Config::default().any_semantic()),
+                        (),
+                        "checkpointbackups",
+                        self.metrics.clone(),
+                        |_, _| {},
+                    )
+                });
+                Ok(list.items)
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl Drop for Backups {
+    fn drop(&mut self) {
+        if let Some((_, watch)) = &self.watched {
+            watch.abort();
+        }
     }
 }
 
 async fn round(
-    backups_api: &Api<CheckpointBackup>,
+    backups: &mut Backups,
     registrations: &Api<MutatingWebhookConfiguration>,
     name: &str,
 ) -> Result<&'static str, kube::Error> {
-    let backups = backups(backups_api).await?;
+    let backups = backups.read().await?;
     let stored = registrations
         .get_opt(name)
         .await?
@@ -118,20 +155,24 @@ pub async fn run(
     client: kube::Client,
     name: String,
     interval: Duration,
-    syncs: Family<ResultLabel, Counter>,
+    metrics: Arc<Metrics>,
     leader: watch::Receiver<bool>,
 ) {
-    let backups_api: Api<CheckpointBackup> = Api::all(client.clone());
+    let backups = tokio::sync::Mutex::new(Backups {
+        api: Api::all(client.clone()),
+        metrics: metrics.clone(),
+        watched: None,
+    });
     let registrations: Api<MutatingWebhookConfiguration> = Api::all(client);
-    let name = &name;
+    let (name, syncs, backups) = (&name, &metrics.checkpoint_registration_syncs, &backups);
     crate::leader::every_interval_while_leading(leader, interval, || async {
-        let result = round(&backups_api, &registrations, name)
+        let result = round(&mut *backups.lock().await, &registrations, name)
             .await
             .unwrap_or_else(|err| {
                 tracing::warn!(%err, registration = %name, "keeping the checkpoint-restore registration in step failed");
                 "failed"
             });
-        Metrics::result(&syncs, result);
+        Metrics::result(syncs, result);
     })
     .await
 }

@@ -1,6 +1,7 @@
-//! The floor's parameter object kept in step with the policy (`--floor-params`): the leader reads the policy
-//! ConfigMap from the apiserver (not a mounted volume, whose updates lag by up to a minute) every
-//! `--floor-interval-secs`, validates it with the policy crate as the scorer and the frontend do, lists the
+//! The floor's parameter object kept in step with the policy (`--floor-params`): every `--floor-interval-secs`
+//! the leader takes the policy ConfigMap as watched from the apiserver (not a mounted volume, whose updates
+//! lag by up to a minute) and validated with the policy crate as the scorer and the frontend do
+//! ([`crate::policy_source`], shared with the GPU ResourceQuotas), lists the
 //! cluster's DeviceClasses (none when the apiserver serves no `resource.k8s.io/v1`), and writes core's
 //! [`gpu_admission_core::render::floor::params_with_device_classes`] into the parameter ConfigMap when they differ
 //! (the class-backed extended resources that are GPUs, and per tier those outside it), creating it
@@ -9,9 +10,11 @@
 //! policy. Only the leader writes; writes carry the resourceVersion read.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use gpu_admission_core::exception::{Exception, GpuPolicyException};
+use gpu_admission_policy::Policy;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::resource::v1::DeviceClass;
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
@@ -21,13 +24,12 @@ use time::OffsetDateTime;
 use tokio::sync::watch;
 
 use crate::metrics::{Metrics, ResultLabel};
+use crate::policy_source::PolicySource;
 
-/// Where the policy is read (`--policy-configmap`) and the parameters written (in the observer's namespace).
+/// Where the parameters are written (in the observer's namespace) and how often.
 #[derive(Debug, Clone)]
 pub struct FloorConfig {
     pub namespace: String,
-    /// The policy ConfigMap and its key.
-    pub policy: gpu_admission_core::admission::validate_policy::PolicyConfigMap,
     /// The parameter ConfigMap the floor's bindings name.
     pub params_configmap: String,
     pub interval: Duration,
@@ -63,27 +65,23 @@ pub fn policy_text<'c>(cm: &'c ConfigMap, key: &str) -> Option<&'c str> {
         .map(String::as_str)
 }
 
-/// What the parameters must become for a policy text, the cluster's DeviceClasses `classes` and its
-/// GpuPolicyExceptions at `now` (the live ones: [`gpu_admission_core::render::floor::exception_params`]), given the
-/// parameter object's current data.
+/// What the parameters must become for the policy (or why there is none: [`crate::policy_source::parse`]),
+/// the cluster's DeviceClasses `classes` and its GpuPolicyExceptions at `now` (the live ones:
+/// [`gpu_admission_core::render::floor::exception_params`]), given the parameter object's current data.
 pub fn plan(
-    policy: Option<&str>,
-    source: &str,
+    policy: &Result<Policy, String>,
     current: Option<&BTreeMap<String, String>>,
     classes: &[DeviceClass],
     (exceptions, now): (&[Exception], OffsetDateTime),
 ) -> Plan {
-    let Some(text) = policy else {
-        return Plan::Keep(format!("{source}: no policy"));
-    };
-    let policy = match gpu_admission_policy::parse(text, source) {
+    let policy = match policy {
         Ok(p) => p,
-        Err(e) => return Plan::Keep(format!("{source}: {} problems", e.problems.len())),
+        Err(why) => return Plan::Keep(why.clone()),
     };
-    let params = gpu_admission_core::render::floor::params_with_device_classes(&policy, classes)
+    let params = gpu_admission_core::render::floor::params_with_device_classes(policy, classes)
         .map(|mut data| {
             data.extend(gpu_admission_core::render::floor::exception_params(
-                &policy, exceptions, now,
+                policy, exceptions, now,
             ));
             data
         });
@@ -124,27 +122,22 @@ pub(crate) async fn exceptions(client: &kube::Client) -> Result<Vec<Exception>, 
     }
 }
 
-/// One round: read both objects, the DeviceClasses and the exceptions, write the parameters when they
-/// differ. The result label.
+/// One round: the policy as watched, the parameter object, the DeviceClasses and the exceptions; the
+/// parameters written when they differ. The result label (`waiting` until the policy's watch has listed).
 async fn round(
     client: &kube::Client,
-    (api, policies): (&Api<ConfigMap>, &Api<ConfigMap>),
+    (api, policy): (&Api<ConfigMap>, &PolicySource),
     classes: &Api<DeviceClass>,
     config: &FloorConfig,
 ) -> Result<&'static str, kube::Error> {
+    let Some(policy) = policy.read() else {
+        return Ok("waiting");
+    };
     let classes = device_classes(classes).await?;
     let exceptions = exceptions(client).await?;
-    let policy = policies.get_opt(&config.policy.name).await?;
     let current = api.get_opt(&config.params_configmap).await?;
-    let source = format!(
-        "ConfigMap {}/{} key {}",
-        config.policy.namespace, config.policy.name, config.policy.key
-    );
     let plan = plan(
-        policy
-            .as_ref()
-            .and_then(|p| policy_text(p, &config.policy.key)),
-        &source,
+        &policy.policy,
         current.as_ref().and_then(|c| c.data.as_ref()),
         &classes,
         (&exceptions, OffsetDateTime::now_utc()),
@@ -188,15 +181,15 @@ async fn round(
 pub async fn run(
     client: kube::Client,
     config: FloorConfig,
+    policy: Arc<PolicySource>,
     syncs: Family<ResultLabel, Counter>,
     leader: watch::Receiver<bool>,
 ) {
-    let policies: Api<ConfigMap> = Api::namespaced(client.clone(), &config.policy.namespace);
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &config.namespace);
     let classes: Api<DeviceClass> = Api::all(client.clone());
     let (client, config) = (&client, &config);
     crate::leader::every_interval_while_leading(leader, config.interval, || async {
-        let result = round(client, (&api, &policies), &classes, config)
+        let result = round(client, (&api, &policy), &classes, config)
             .await
             .unwrap_or_else(|err| {
                 tracing::warn!(%err, "keeping the floor's parameters in step failed");
@@ -212,6 +205,18 @@ mod tests {
     use super::*;
 
     const NONE: (&[Exception], OffsetDateTime) = (&[], OffsetDateTime::UNIX_EPOCH);
+
+    /// The plan of a policy text as the policy ConfigMap's watch reads it.
+    fn planned(
+        text: Option<&str>,
+        source: &str,
+        current: Option<&BTreeMap<String, String>>,
+        classes: &[DeviceClass],
+        exceptions: (&[Exception], OffsetDateTime),
+    ) -> Plan {
+        let policy = crate::policy_source::parse(text, source);
+        plan(&policy, current, classes, exceptions)
+    }
 
     /// A live exception of `batch` widens its namespace's classes and cap in the parameters; once expired,
     /// the next round writes them without it.
@@ -229,18 +234,19 @@ mod tests {
         .unwrap();
         let e = [Exception::from_object(&object).unwrap()];
         let live = time::macros::datetime!(2026-11-29 12:00 UTC);
-        let Plan::Write(with) = plan(Some(text), "test", None, &[], (&e, live)) else {
+        let Plan::Write(with) = planned(Some(text), "test", None, &[], (&e, live)) else {
             panic!("written")
         };
         assert_eq!(with["except.batch"], "\ngpu.nvidia.com/class=H100-80GB\n");
         assert_eq!(with["except.batch.cap"], "1000000");
         let expired = time::macros::datetime!(2026-12-01 00:00 UTC);
-        let Plan::Write(without) = plan(Some(text), "test", Some(&with), &[], (&e, expired)) else {
+        let Plan::Write(without) = planned(Some(text), "test", Some(&with), &[], (&e, expired))
+        else {
             panic!("rewritten once expired")
         };
         assert!(!without.contains_key("except.batch") && !without.contains_key("except.batch.cap"));
         assert_eq!(
-            plan(Some(text), "test", Some(&without), &[], NONE),
+            planned(Some(text), "test", Some(&without), &[], NONE),
             Plan::InStep
         );
     }
@@ -248,18 +254,18 @@ mod tests {
     #[test]
     fn writes_the_policys_parameters_and_nothing_when_in_step() {
         let text = gpu_admission_policy::DEFAULT_POLICY_YAML;
-        let Plan::Write(data) = plan(Some(text), "test", None, &[], NONE) else {
+        let Plan::Write(data) = planned(Some(text), "test", None, &[], NONE) else {
             panic!("a missing parameter object is written")
         };
         assert_eq!(data["tier.bronze.cap"], "1000");
         assert_eq!(
-            plan(Some(text), "test", Some(&data), &[], NONE),
+            planned(Some(text), "test", Some(&data), &[], NONE),
             Plan::InStep
         );
         let mut stale = data.clone();
         stale.insert("tier.bronze.cap".into(), "1000000".into());
         assert_eq!(
-            plan(Some(text), "test", Some(&stale), &[], NONE),
+            planned(Some(text), "test", Some(&stale), &[], NONE),
             Plan::Write(data)
         );
     }
@@ -269,7 +275,7 @@ mod tests {
     #[test]
     fn the_clusters_device_classes_move_the_parameters() {
         let text = gpu_admission_policy::DEFAULT_POLICY_YAML;
-        let Plan::Write(without) = plan(Some(text), "test", None, &[], NONE) else {
+        let Plan::Write(without) = planned(Some(text), "test", None, &[], NONE) else {
             panic!("written")
         };
         let h100: DeviceClass = serde_json::from_value(serde_json::json!({
@@ -279,14 +285,14 @@ mod tests {
         }))
         .unwrap();
         let classes = [h100];
-        let Plan::Write(with) = plan(Some(text), "test", Some(&without), &classes, NONE) else {
+        let Plan::Write(with) = planned(Some(text), "test", Some(&without), &classes, NONE) else {
             panic!("a new DeviceClass moves the parameters")
         };
         assert!(with["tier.bronze.deviceClasses.outside"].contains("\nexample.com/h100\n"));
         assert!(!with["tier.gold.deviceClasses.outside"].contains("example.com/h100"));
         assert!(with["deviceClasses.gpuResources"].contains("\nexample.com/h100\n"));
         assert_eq!(
-            plan(Some(text), "test", Some(&with), &classes, NONE),
+            planned(Some(text), "test", Some(&with), &classes, NONE),
             Plan::InStep
         );
     }
@@ -295,9 +301,12 @@ mod tests {
     fn a_policy_that_does_not_validate_or_is_missing_changes_nothing() {
         let broken = gpu_admission_policy::DEFAULT_POLICY_YAML
             .replace("defaultTier: bronze", "defaultTier: tin");
-        let kept = plan(Some(&broken), "cm", None, &[], NONE);
+        let kept = planned(Some(&broken), "cm", None, &[], NONE);
         assert_eq!(kept.result(), "policy_refused");
-        assert_eq!(plan(None, "cm", None, &[], NONE).result(), "policy_refused");
+        assert_eq!(
+            planned(None, "cm", None, &[], NONE).result(),
+            "policy_refused"
+        );
     }
 
     #[test]

@@ -12,9 +12,11 @@
 //!   replicas by DNS and the fan-out; [`store`]: the state ConfigMap; [`leader`]: the Lease;
 //! - [`audit`]: the background audit's PolicyReports (`--policy-reports`);
 //! - [`floor`]: the floor's parameter ConfigMap kept in step with the policy (`--floor-params`);
+//! - [`policy_source`]: the policy ConfigMap, watched and parsed once per change for the floor and the quotas;
 //! - [`checkpoint_registration`]: the checkpoint-restore webhook's match condition kept in step with the
 //!   stored CheckpointBackups (`--checkpoint-registration`);
-//! - [`resource_quotas`]: the namespace shares of the GPU quotas as ResourceQuotas (`--resource-quotas`).
+//! - [`resource_quotas`]: the namespace shares of the GPU quotas as ResourceQuotas (`--resource-quotas`);
+//! - [`watched`]: a store a watch keeps current (what those loops read instead of listing).
 
 pub mod audit;
 pub mod checkpoint_registration;
@@ -27,9 +29,11 @@ pub mod history;
 pub mod leader;
 pub mod metrics;
 pub mod names;
+pub mod policy_source;
 pub(crate) mod registrations;
 pub mod replicas;
 pub mod resource_quotas;
 pub mod route;
 pub mod store;
 pub mod sync;
+pub mod watched;

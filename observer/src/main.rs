@@ -88,37 +88,48 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         &cli.policy.policy_key,
     )
     .map_err(anyhow::Error::msg)?;
-    let quotas = cli.resource_quotas.then(|| {
-        tokio::spawn(observer::resource_quotas::run(
-            client.clone(),
-            observer::resource_quotas::QuotaConfig {
-                policy: policy_configmap.clone(),
-                interval: Cli::secs(cli.quota_interval_secs),
-            },
-            metrics.resource_quota_writes.clone(),
-            leader_rx.clone(),
-        ))
+    // One watch and one parse of the policy ConfigMap for the floor and the ResourceQuotas.
+    let policy_source = (cli.resource_quotas || cli.floor_params.is_some()).then(|| {
+        observer::policy_source::PolicySource::start(&client, policy_configmap, metrics.clone())
     });
-    let floor = cli.floor_params.clone().map(|params| {
-        tokio::spawn(observer::floor::run(
-            client.clone(),
-            observer::floor::FloorConfig {
-                namespace: namespace.clone(),
-                policy: policy_configmap,
-                params_configmap: params,
-                interval: Cli::secs(cli.floor_interval_secs),
-            },
-            metrics.floor_syncs.clone(),
-            leader_rx.clone(),
-        ))
-    });
+    let quotas = policy_source
+        .clone()
+        .filter(|_| cli.resource_quotas)
+        .map(|policy| {
+            tokio::spawn(observer::resource_quotas::run(
+                client.clone(),
+                observer::resource_quotas::QuotaConfig {
+                    interval: Cli::secs(cli.quota_interval_secs),
+                },
+                policy,
+                metrics.clone(),
+                leader_rx.clone(),
+            ))
+        });
+    let floor = cli
+        .floor_params
+        .clone()
+        .zip(policy_source)
+        .map(|(params, policy)| {
+            tokio::spawn(observer::floor::run(
+                client.clone(),
+                observer::floor::FloorConfig {
+                    namespace: namespace.clone(),
+                    params_configmap: params,
+                    interval: Cli::secs(cli.floor_interval_secs),
+                },
+                policy,
+                metrics.floor_syncs.clone(),
+                leader_rx.clone(),
+            ))
+        });
 
     let checkpoint_registration = cli.checkpoint_registration.clone().map(|name| {
         tokio::spawn(observer::checkpoint_registration::run(
             client.clone(),
             name,
             Cli::secs(cli.checkpoint_interval_secs),
-            metrics.checkpoint_registration_syncs.clone(),
+            metrics.clone(),
             leader_rx.clone(),
         ))
     });

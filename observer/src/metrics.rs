@@ -18,6 +18,12 @@ pub struct ResultLabel {
     pub result: &'static str,
 }
 
+/// A watched resource's plural (`pods`, `deployments`, `namespaces`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceLabel {
+    pub resource: String,
+}
+
 /// A PolicyReport result's `result` and `rule` (the violation's reason, or `within_tier`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AuditResultLabels {
@@ -31,13 +37,17 @@ pub struct AuditMetrics {
     /// Writes of PolicyReports: `applied` (created or changed), `unchanged` (not written), `deleted` (a
     /// namespace with nothing to report any more), `failed`.
     pub reports: Family<ResultLabel, Counter>,
-    /// Results of the last audit (all of them, those left out of the reports too), by result and reason.
+    /// Results of the reports as they stand (all of them, those left out of the reports too), by result and
+    /// reason.
     pub results: Family<AuditResultLabels, Gauge>,
-    /// Results the last audit left out of the reports for size.
+    /// Results the reports as they stand left out for size.
     pub results_omitted: Gauge,
-    /// Audits by result: `ok`, `failed`.
+    /// Passes by result: `ok`, `failed`.
     pub audits: Family<ResultLabel, Counter>,
     pub duration_seconds: Histogram,
+    /// Namespaces decided again by the passes (every one in a full pass, the changed ones otherwise).
+    pub namespaces_audited: Counter,
+
     /// 1 while the PolicyReport API (wgpolicyk8s.io/v1alpha2) is served, on the leader with reports on.
     pub api_served: Gauge,
 }
@@ -78,6 +88,9 @@ pub struct Metrics {
     /// `conflict`, `failed`; `policy_refused` counts rounds that wrote nothing for an unusable policy.
     pub resource_quota_writes: Family<ResultLabel, Counter>,
     pub audit: AuditMetrics,
+    /// Errors of the watches that feed stores (the audit's, the policy ConfigMap's, the namespaces', the
+    /// CheckpointBackups'), by resource: each is retried with kube's backoff, its store kept as last seen.
+    pub watch_errors: Family<ResourceLabel, Counter>,
 }
 
 impl Metrics {
@@ -89,7 +102,8 @@ impl Metrics {
     /// `observer_last_round_seconds`, `observer_floor_syncs_total`,
     /// `observer_checkpoint_registration_syncs_total`; the audit's `observer_policy_reports_total`,
     /// `observer_policy_report_results`, `observer_policy_report_results_omitted`, `observer_audits_total`,
-    /// `observer_audit_duration_seconds`, `observer_policy_report_api_served`).
+    /// `observer_audit_duration_seconds`, `observer_audit_namespaces_audited_total`,
+    /// `observer_policy_report_api_served`; `observer_watch_errors_total`).
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self {
             reported: Family::default(),
@@ -115,7 +129,9 @@ impl Metrics {
                 audits: Family::default(),
                 duration_seconds: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
                 api_served: Gauge::default(),
+                namespaces_audited: Counter::default(),
             },
+            watch_errors: Family::default(),
         };
         registry.register(
             "observer_reported",
@@ -197,6 +213,11 @@ impl Metrics {
             "Writes of the GPU ResourceQuotas by result (created, updated, deleted, conflict, failed; policy_refused: a round that wrote nothing)",
             m.resource_quota_writes.clone(),
         );
+        registry.register(
+            "observer_watch_errors",
+            "Errors of the watches that feed stores, by resource (retried with backoff; the store kept as last seen)",
+            m.watch_errors.clone(),
+        );
         m.audit.register(registry);
         m
     }
@@ -205,6 +226,14 @@ impl Metrics {
         self.skipped
             .get_or_create(&ReasonLabel {
                 reason: reason.as_str(),
+            })
+            .inc();
+    }
+
+    pub fn watch_error(&self, resource: &str) {
+        self.watch_errors
+            .get_or_create(&ResourceLabel {
+                resource: resource.to_string(),
             })
             .inc();
     }
@@ -223,24 +252,30 @@ impl AuditMetrics {
         );
         registry.register(
             "observer_policy_report_results",
-            "PolicyReport results of the last audit by result (pass, fail, warn) and reason, those left out for size included",
+            "PolicyReport results of the reports as they stand by result (pass, fail, warn) and reason, those left out for size included",
             self.results.clone(),
         );
         registry.register(
             "observer_policy_report_results_omitted",
-            "Results the last audit left out of the PolicyReports for size",
+            "Results the PolicyReports as they stand left out for size",
             self.results_omitted.clone(),
         );
         registry.register(
             "observer_audits",
-            "Background audits by result (ok, failed)",
+            "Background audit passes by result (ok, failed)",
             self.audits.clone(),
         );
         registry.register(
             "observer_audit_duration_seconds",
-            "Duration of a background audit (listing, deciding, writing the reports)",
+            "Duration of a background audit pass (reading the watched stores, deciding, writing the reports)",
             self.duration_seconds.clone(),
         );
+        registry.register(
+            "observer_audit_namespaces_audited",
+            "Namespaces decided again by the audit's passes (all in a full pass, the changed ones otherwise)",
+            self.namespaces_audited.clone(),
+        );
+
         registry.register(
             "observer_policy_report_api_served",
             "1 while the PolicyReport API (wgpolicyk8s.io/v1alpha2) is served (leader, --policy-reports)",

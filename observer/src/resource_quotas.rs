@@ -1,6 +1,7 @@
 //! The namespace shares of the GPU quotas as ResourceQuotas the kube-apiserver enforces by itself
-//! (`--resource-quotas`): every `--quota-interval-secs` the leader reads the policy ConfigMap from the
-//! apiserver (as the floor does), the namespaces' tier labels and the ResourceQuotas it manages, renders core's
+//! (`--resource-quotas`): every `--quota-interval-secs` the leader takes the policy ConfigMap as watched and
+//! parsed for the floor too ([`crate::policy_source`]), the namespaces' tier labels from a metadata watch's
+//! store, lists the ResourceQuotas it manages (by label), renders core's
 //! [`gpu_admission_core::render::resource_quotas`] and writes the difference ([`plan`]): it creates what is
 //! missing, updates what differs and deletes its own object where the namespace no longer has a share (a
 //! relabel into another tier, a share removed from the policy). It only ever changes or deletes objects named
@@ -9,22 +10,26 @@
 //! that does not validate changes nothing.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use gpu_admission_core::render::resource_quotas::{self, MANAGED_BY, NAME};
 use gpu_admission_policy::Policy;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ResourceQuota};
+use k8s_openapi::api::core::v1::{Namespace, ResourceQuota};
 use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use tokio::sync::watch;
 
 use crate::metrics::{Metrics, ResultLabel};
+use crate::policy_source::PolicySource;
 
-/// Where the policy is read and how often.
+/// How often.
 #[derive(Debug, Clone)]
 pub struct QuotaConfig {
-    pub policy: gpu_admission_core::admission::validate_policy::PolicyConfigMap,
     pub interval: Duration,
 }
 
@@ -61,14 +66,6 @@ pub fn is_ours(q: &ResourceQuota) -> bool {
             .and_then(|l| l.get(MANAGED_BY.0))
             .map(String::as_str)
             == Some(MANAGED_BY.1)
-}
-
-/// The policy of the policy ConfigMap's text; why not when it is missing or does not validate (then nothing
-/// is written).
-pub fn policy_of(text: Option<&str>, source: &str) -> Result<Policy, String> {
-    let text = text.ok_or_else(|| format!("{source}: no policy"))?;
-    gpu_admission_policy::parse(text, source)
-        .map_err(|e| format!("{source}: {} problems", e.problems.len()))
 }
 
 /// The writes that make the stored objects `current` what `policy` renders for `namespaces` (name → tier
@@ -113,15 +110,13 @@ pub fn plan(
 }
 
 /// The namespaces (not being deleted) with their tier label's value.
-async fn namespaces(
-    client: &kube::Client,
+fn namespaces(
+    store: &Store<PartialObjectMeta<Namespace>>,
     label: &str,
-) -> Result<BTreeMap<String, Option<String>>, kube::Error> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    let list = api.list_metadata(&ListParams::default()).await?;
-    Ok(list
-        .items
-        .into_iter()
+) -> BTreeMap<String, Option<String>> {
+    store
+        .state()
+        .iter()
         .filter(|n| n.metadata.deletion_timestamp.is_none())
         .filter_map(|n| {
             let tier = n
@@ -130,9 +125,9 @@ async fn namespaces(
                 .as_ref()
                 .and_then(|l| l.get(label))
                 .cloned();
-            Some((n.metadata.name?, tier))
+            Some((n.metadata.name.clone()?, tier))
         })
-        .collect())
+        .collect()
 }
 
 /// Carries out one write; the metric's result.
@@ -176,22 +171,21 @@ async fn apply(client: &kube::Client, write: Write) -> &'static str {
     }
 }
 
-/// One round: read the policy, the namespaces and our objects, write the difference.
+/// One round: the policy and the namespaces as watched, our objects listed, the difference written
+/// (nothing until both watches have listed once).
 async fn round(
     client: &kube::Client,
-    config: &QuotaConfig,
+    (policy, namespace_store): (&PolicySource, &Store<PartialObjectMeta<Namespace>>),
     writes: &Family<ResultLabel, Counter>,
 ) -> Result<(), kube::Error> {
-    let policies: Api<ConfigMap> = Api::namespaced(client.clone(), &config.policy.namespace);
-    let stored = policies.get_opt(&config.policy.name).await?;
-    let source = format!(
-        "ConfigMap {}/{} key {}",
-        config.policy.namespace, config.policy.name, config.policy.key
-    );
-    let text = stored
-        .as_ref()
-        .and_then(|p| crate::floor::policy_text(p, &config.policy.key));
-    let policy = match policy_of(text, &source) {
+    let Some(read) = policy
+        .read()
+        .filter(|_| crate::watched::ready(namespace_store))
+    else {
+        tracing::debug!("GPU ResourceQuotas wait for the policy's and the namespaces' watches");
+        return Ok(());
+    };
+    let policy = match &read.policy {
         Ok(p) => p,
         Err(why) => {
             tracing::warn!(%why, "GPU ResourceQuotas kept: the policy is not usable");
@@ -199,11 +193,11 @@ async fn round(
             return Ok(());
         }
     };
-    let namespaces = namespaces(client, &policy.tier_label).await?;
+    let namespaces = namespaces(namespace_store, &policy.tier_label);
     let all: Api<ResourceQuota> = Api::all(client.clone());
     let selector = format!("{}={}", MANAGED_BY.0, MANAGED_BY.1);
     let current = all.list(&ListParams::default().labels(&selector)).await?;
-    for write in plan(&policy, &namespaces, &current.items) {
+    for write in plan(policy, &namespaces, &current.items) {
         Metrics::result(writes, apply(client, write).await);
     }
     Ok(())
@@ -213,17 +207,28 @@ async fn round(
 pub async fn run(
     client: kube::Client,
     config: QuotaConfig,
-    writes: Family<ResultLabel, Counter>,
+    policy: Arc<PolicySource>,
+    metrics: Arc<Metrics>,
     leader: watch::Receiver<bool>,
 ) {
-    let (client, config, writes) = (&client, &config, &writes);
+    let api = Api::<PartialObjectMeta<Namespace>>::all(client.clone());
+    let (namespace_store, watch) = crate::watched::spawn(
+        watcher(api, watcher::Config::default().any_semantic()),
+        (),
+        "namespaces",
+        metrics.clone(),
+        |_, _| {},
+    );
+    let stores = (policy.as_ref(), &namespace_store);
+    let (client, writes) = (&client, &metrics.resource_quota_writes);
     crate::leader::every_interval_while_leading(leader, config.interval, || async {
-        if let Err(err) = round(client, config, writes).await {
+        if let Err(err) = round(client, stores, writes).await {
             tracing::warn!(%err, "keeping the GPU ResourceQuotas in step failed");
             Metrics::result(writes, "failed");
         }
     })
-    .await
+    .await;
+    watch.abort();
 }
 
 #[cfg(test)]
@@ -263,7 +268,7 @@ quotas:
     #[test]
     fn creates_keeps_updates_and_deletes_its_own() {
         let t = text();
-        let p = policy_of(Some(&t), "cm").unwrap();
+        let p = crate::policy_source::parse(Some(&t), "cm").unwrap();
         let bronze = ns(&[("students", "bronze"), ("other", "bronze")]);
         let [Write::Create(q)] = &plan(&p, &bronze, &[])[..] else {
             panic!("one create")
@@ -275,7 +280,7 @@ quotas:
         );
         let moved = t.replace("max: 2 } }, total", "max: 1 } }, total");
         let [Write::Update(u)] = &plan(
-            &policy_of(Some(&moved), "cm").unwrap(),
+            &crate::policy_source::parse(Some(&moved), "cm").unwrap(),
             &bronze,
             std::slice::from_ref(&have),
         )[..] else {
@@ -300,7 +305,7 @@ quotas:
     /// A ResourceQuota of the same name without our label, or ours under another name, is never touched.
     #[test]
     fn never_touches_what_it_does_not_manage() {
-        let p = policy_of(Some(&text()), "cm").unwrap();
+        let p = crate::policy_source::parse(Some(&text()), "cm").unwrap();
         let silver = ns(&[("students", "silver")]);
         let bronze = ns(&[("students", "bronze")]);
         let [Write::Create(q)] = &plan(&p, &bronze, &[])[..] else {
@@ -317,7 +322,7 @@ quotas:
     #[test]
     fn a_policy_that_does_not_validate_or_is_missing_writes_nothing() {
         let broken = text().replace("defaultTier: bronze", "defaultTier: tin");
-        assert!(policy_of(Some(&broken), "cm").is_err());
-        assert!(policy_of(None, "cm").is_err());
+        assert!(crate::policy_source::parse(Some(&broken), "cm").is_err());
+        assert!(crate::policy_source::parse(None, "cm").is_err());
     }
 }

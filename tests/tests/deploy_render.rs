@@ -638,7 +638,7 @@ fn priority_classes_equal_the_policy_buckets() {
 const OWN_PRIORITY_CLASS: &str = "gpu-admission-critical";
 
 /// RBAC resource of each Kubernetes type the frontend may use through `kube::Api<T>`.
-const KNOWN_TYPES: [(&str, &str, &str); 19] = [
+const KNOWN_TYPES: [(&str, &str, &str); 20] = [
     ("Namespace", "", "namespaces"),
     ("ResourceQuota", "", "resourcequotas"),
     (
@@ -669,6 +669,8 @@ const KNOWN_TYPES: [(&str, &str, &str); 19] = [
     ("PriorityClass", "scheduling.k8s.io", "priorityclasses"),
     ("PodGroup", "scheduling.k8s.io", "podgroups"),
     ("Pod", "", "pods"),
+    // core's projection of a Pod for the quota watch.
+    ("WatchedPod", "", "pods"),
     ("Node", "", "nodes"),
     ("ConfigMap", "", "configmaps"),
     ("Secret", "", "secrets"),
@@ -1792,9 +1794,10 @@ fn observer_rbac_grants_exactly_what_it_uses() {
             m.mode
         );
         // Cluster-wide: read-only Pods, Nodes, the restricted instances' Leases and the registrations that
-        // make them count (list + watch, never by name); the CheckpointBackups (list) and, by name, our own
-        // registration whose checkpoint-restore condition the leader patches; the GPU ResourceQuotas: list
-        // namespaces and ResourceQuotas, create them, and get, update and delete them only by their one name.
+        // make them count (list + watch, never by name); the CheckpointBackups (list + watch) and, by name, our
+        // own registration whose checkpoint-restore condition the leader patches; the GPU ResourceQuotas: list
+        // + watch namespaces, list ResourceQuotas, create them, and get, update and delete them only by their
+        // one name.
         let cluster_rules = arr_at(m.get("ClusterRole", OBSERVER_DEPLOYMENT), "/rules");
         let mut cluster = rule_set(cluster_rules);
         let is_quota_rule =
@@ -1812,11 +1815,7 @@ fn observer_rbac_grants_exactly_what_it_uses() {
         assert_eq!(
             quota_rules,
             BTreeSet::from([
-                (
-                    owned(&["namespaces", "resourcequotas"]),
-                    owned(&["list"]),
-                    Vec::new()
-                ),
+                (owned(&["resourcequotas"]), owned(&["list"]), Vec::new()),
                 (owned(&["resourcequotas"]), owned(&["create"]), Vec::new()),
                 (
                     owned(&["resourcequotas"]),
@@ -1830,7 +1829,10 @@ fn observer_rbac_grants_exactly_what_it_uses() {
         let namespaces = cluster.remove(&(String::new(), "namespaces".to_string()));
         assert_eq!(
             namespaces,
-            Some((BTreeSet::from(["list".to_string()]), BTreeSet::new()))
+            Some((
+                BTreeSet::from(["list".to_string(), "watch".to_string()]),
+                BTreeSet::new()
+            ))
         );
         cluster.remove(&(String::new(), "resourcequotas".to_string()));
         let keys: Vec<(&str, &str)> = cluster
@@ -1874,7 +1876,7 @@ fn observer_rbac_grants_exactly_what_it_uses() {
             let names = strings_at(rule, "/resourceNames");
             match resources.as_slice() {
                 [r] if r == "checkpointbackups" => {
-                    assert_eq!(verbs, ["list"], "{}", m.mode);
+                    assert_eq!(verbs, ["list", "watch"], "{}", m.mode);
                     assert!(names.is_empty());
                 }
                 [r] if r == "mutatingwebhookconfigurations" && !names.is_empty() => {
@@ -1897,8 +1899,8 @@ fn observer_rbac_grants_exactly_what_it_uses() {
             BTreeSet::from(["get".to_string(), "patch".to_string()])
         );
         assert_eq!(lease.1, BTreeSet::from([OBSERVER_LEASE.to_string()]));
-        // ConfigMaps, rule by rule: get + update the learned state and the floor's parameters by name, get
-        // the policy by name, create (a deleted parameter object is recreated; RBAC cannot name it).
+        // ConfigMaps, rule by rule: get + update the learned state and the floor's parameters by name, list +
+        // watch the policy by name (a watch with a metadata.name field selector), create (a deleted parameter object is recreated; RBAC cannot name it).
         let cm_rules: BTreeSet<(Vec<String>, Vec<String>)> = arr_at(role, "/rules")
             .iter()
             .filter(|r| strings_at(r, "/resources") == ["configmaps"])
@@ -1922,7 +1924,7 @@ fn observer_rbac_grants_exactly_what_it_uses() {
                     owned(&["get", "update"]),
                     owned(&[FLOOR_PARAMS_CONFIGMAP, LEARNED_STATE_CONFIGMAP])
                 ),
-                (owned(&["get"]), owned(&["gpu-admission-policy"])),
+                (owned(&["list", "watch"]), owned(&["gpu-admission-policy"])),
                 (owned(&["create"]), Vec::new()),
             ]),
             "{}",
@@ -2022,21 +2024,18 @@ fn policy_reports_component_grants_exactly_what_the_audit_uses() {
         assert!(flags.contains(&f), "observer has no {f}");
     }
 
-    // What the audit reads through typed APIs, beyond the base role's Pods and Nodes.
+    // What the audit watches through typed APIs (list + watch: its stores), beyond the base role's Pods,
+    // Nodes and GpuPolicyExceptions.
     let sources = support::rust_sources("observer/src/audit");
     let api_types: Vec<&str> = sources.iter().flat_map(|(_, t)| api_type_args(t)).collect();
+    let watched = || BTreeSet::from(["list".to_string(), "watch".to_string()]);
     let mut expected: BTreeMap<(String, String), BTreeSet<String>> = KNOWN_TYPES
         .iter()
         .filter(|(ty, _, _)| api_types.iter().any(|arg| contains_word(arg, ty)))
-        .filter(|(_, _, r)| !matches!(*r, "pods" | "nodes"))
-        .map(|(_, g, r)| {
-            (
-                (g.to_string(), r.to_string()),
-                BTreeSet::from(["list".to_string()]),
-            )
-        })
+        .filter(|(_, _, r)| !matches!(*r, "pods" | "nodes" | "gpupolicyexceptions"))
+        .map(|(_, g, r)| ((g.to_string(), r.to_string()), watched()))
         .collect();
-    // The workload kinds /validate-pod is sent, which the audit lists dynamically.
+    // The workload kinds /validate-pod is sent, which the audit watches dynamically.
     let vwc = find("ValidatingWebhookConfiguration", WEBHOOK_CONFIG);
     let workloads = arr_at(vwc, "/webhooks")
         .iter()
@@ -2047,7 +2046,7 @@ fn policy_reports_component_grants_exactly_what_the_audit_uses() {
         for g in strings_at(rule, "/apiGroups") {
             for r in strings_at(rule, "/resources") {
                 sent.push(format!("{g}/{r}"));
-                expected.insert((g.clone(), r), BTreeSet::from(["list".to_string()]));
+                expected.insert((g.clone(), r), watched());
             }
         }
     }
@@ -2061,10 +2060,13 @@ fn policy_reports_component_grants_exactly_what_the_audit_uses() {
     let mut defaults: Vec<&str> = default.split(',').collect();
     defaults.sort();
     sent.sort();
-    assert_eq!(defaults, sent, "the audit lists what /validate-pod is sent");
+    assert_eq!(
+        defaults, sent,
+        "the audit watches what /validate-pod is sent"
+    );
     expected.insert(
         ("wgpolicyk8s.io".into(), "policyreports".into()),
-        ["list", "create", "patch", "delete"]
+        ["list", "watch", "create", "patch", "delete"]
             .map(String::from)
             .into(),
     );

@@ -17,6 +17,7 @@ pub mod held;
 pub mod ledger;
 #[cfg(test)]
 mod tests;
+pub mod watched;
 
 use std::collections::BTreeMap;
 

@@ -1,32 +1,26 @@
-//! The audit's I/O: which APIs are served (discovery), what runs (paged lists of Pods and workloads in tier
-//! namespaces), the facts decisions read (Namespaces' tier labels, Nodes, PriorityClasses, DRA claims), and
-//! writing and deleting reports (server-side apply).
+//! The audit's I/O but its watches ([`super::stores`]): which APIs are served (discovery), the facts
+//! decisions read, as the stores hold them (Namespaces' tier labels, Nodes, PriorityClasses, DRA claims,
+//! exceptions and owners), and writing and deleting reports (server-side apply).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
-use gpu_admission_core::exception::Exception;
+use gpu_admission_core::exception::{Exception, GpuPolicyException};
 use gpu_admission_core::names::EXEMPT_NAMESPACES;
 use gpu_admission_core::pod::gpu_resources::ClaimTemplates;
 use gpu_admission_core::priority_class::PriorityClassFacts;
 use gpu_admission_core::tier_bound::{NodeClass, node_class};
 use gpu_admission_core::workload::{OwnerFacts, OwnerKind, OwnerQuery};
 use gpu_admission_policy::GpuClass;
-use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Node};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
-use k8s_openapi::api::scheduling::v1::PriorityClass;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::discovery::oneshot;
-use serde::de::DeserializeOwned;
+use kube::runtime::reflector::ObjectRef;
 
 use super::evaluate::Kind;
-use super::report::{self, LABEL_MANAGED_BY, MANAGED_BY, REPORT_NAME};
+use super::report::{self, REPORT_NAME};
+use super::stores::Stores;
 
-/// Objects per list page.
-const PAGE: u32 = 500;
 /// The field manager of our server-side applies.
 const FIELD_MANAGER: &str = "gpu-admission-observer";
 const DRA_GROUP_VERSION: &str = "resource.k8s.io/v1";
@@ -54,8 +48,8 @@ impl std::str::FromStr for GroupResource {
     }
 }
 
-/// The APIs one audit uses, found by discovery.
-#[derive(Debug, Clone)]
+/// The APIs the audit watches, found by discovery.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Apis {
     pub reports: ApiResource,
     /// Pods first, then each served workload resource at its most stable version.
@@ -64,6 +58,8 @@ pub struct Apis {
     pub missing: Vec<String>,
     /// `resource.k8s.io/v1` is served: DRA claims are read.
     pub dra: bool,
+    /// GpuPolicyExceptions are served and readable: they are read.
+    pub exceptions: bool,
 }
 
 /// Discovery: `Ok(None)` when the PolicyReport API is not served (the CRD is not installed).
@@ -111,10 +107,11 @@ pub async fn discover(
         kinds,
         missing,
         dra,
+        exceptions: exceptions_readable(client).await?,
     }))
 }
 
-fn api_resource(kind: &Kind) -> ApiResource {
+pub(crate) fn api_resource(kind: &Kind) -> ApiResource {
     ApiResource {
         group: kind.group.clone(),
         version: kind.version.clone(),
@@ -124,217 +121,109 @@ fn api_resource(kind: &Kind) -> ApiResource {
     }
 }
 
-/// Every object of `api`, page by page (`visit` sees each page's items).
-async fn list_paged<K>(
-    api: &Api<K>,
-    selector: Option<&str>,
-    mut visit: impl FnMut(Vec<K>),
-) -> kube::Result<()>
-where
-    K: Clone + DeserializeOwned + std::fmt::Debug,
-{
-    let mut params = ListParams::default().limit(PAGE);
-    if let Some(s) = selector {
-        params = params.labels(s);
-    }
-    loop {
-        let page = api.list(&params).await?;
-        let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
-        visit(page.items);
-        match next {
-            Some(token) => params = params.continue_token(&token),
-            None => return Ok(()),
-        }
+/// Whether the GpuPolicyException API is served and readable here (one list of at most one object): its
+/// watch and the owners' watches are started only then, as the floor reads none while it is not.
+async fn exceptions_readable(client: &kube::Client) -> kube::Result<bool> {
+    let api = Api::<GpuPolicyException>::all(client.clone());
+    match api.list_metadata(&ListParams::default().limit(1)).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if matches!(s.code, 403 | 404) => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
-/// What decisions read from the cluster, read once per audit.
-#[derive(Default)]
-pub struct ClusterFacts {
+/// What one pass's decisions read, from the stores as they are when the pass starts.
+pub struct ClusterFacts<'s> {
+    stores: &'s Stores,
     /// Every namespace the webhooks select (all but [`EXEMPT_NAMESPACES`]) → its tier label's value as it
     /// is (`None`: no label); which tier that is is `PolicySnapshot::tier_for`'s answer.
     pub tiers: HashMap<String, Option<String>>,
-    nodes: HashMap<String, Option<BTreeMap<String, String>>>,
     pub priority_classes: HashMap<String, PriorityClassFacts>,
-    templates: HashMap<(String, String), ResourceClaimTemplate>,
-    claims: HashMap<(String, String), ResourceClaim>,
-    /// The GpuPolicyExceptions that read (none while the CRD is missing or listing it is forbidden).
+    /// The GpuPolicyExceptions that read (none while the API is not served or readable).
     pub exceptions: Vec<Exception>,
-    /// Each ReplicaSet's and Job's uid and controlling owner, in namespaces with a live exception (what an
-    /// exception's owner chain needs beyond the object itself).
-    owners: HashMap<OwnerKey, ListedOwner>,
 }
 
-/// A ReplicaSet or Job by kind, namespace and name.
-type OwnerKey = (OwnerKind, String, String);
-/// What the audit listed of it: its uid and its controlling owner.
-type ListedOwner = (Option<String>, Option<OwnerReference>);
-
-impl ClusterFacts {
-    pub async fn read(client: &kube::Client, tier_label: &str, dra: bool) -> kube::Result<Self> {
-        let mut facts = Self::default();
-        let namespaces = Api::<Namespace>::all(client.clone());
-        let mut params = ListParams::default().limit(PAGE);
-        loop {
-            let page = namespaces.list_metadata(&params).await?;
-            for ns in page.items {
-                let tier = ns
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(tier_label))
-                    .cloned();
-                if let Some(name) = ns.metadata.name
-                    && !EXEMPT_NAMESPACES.contains(&name.as_str())
-                {
-                    facts.tiers.insert(name, tier);
-                }
-            }
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => params = params.continue_token(&token),
-                None => break,
-            }
-        }
-        let nodes = Api::<Node>::all(client.clone());
-        let mut params = ListParams::default().limit(PAGE);
-        loop {
-            let page = nodes.list_metadata(&params).await?;
-            for n in page.items {
-                if let Some(name) = n.metadata.name {
-                    facts.nodes.insert(name, n.metadata.labels);
-                }
-            }
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => params = params.continue_token(&token),
-                None => break,
-            }
-        }
-        list_paged(&Api::<PriorityClass>::all(client.clone()), None, |items| {
-            for pc in items.iter().filter_map(PriorityClassFacts::of_cluster) {
-                facts.priority_classes.insert(pc.name.clone(), pc);
-            }
-        })
-        .await?;
-        if dra {
-            list_paged(
-                &Api::<ResourceClaimTemplate>::all(client.clone()),
-                None,
-                |items| {
-                    for t in items {
-                        facts.templates.insert(key(&t.metadata), t);
-                    }
-                },
-            )
-            .await?;
-            list_paged(&Api::<ResourceClaim>::all(client.clone()), None, |items| {
-                for c in items {
-                    facts.claims.insert(key(&c.metadata), c);
-                }
-            })
-            .await?;
-        }
-        facts.exceptions = crate::floor::exceptions(client).await?;
-        facts.read_owners(client).await?;
-        Ok(facts)
-    }
-
-    /// The ReplicaSets' and Jobs' owners in namespaces with a live exception (none listed otherwise).
-    async fn read_owners(&mut self, client: &kube::Client) -> kube::Result<()> {
-        let now = time::OffsetDateTime::now_utc();
-        let namespaces: HashSet<String> = self
-            .exceptions
+impl<'s> ClusterFacts<'s> {
+    pub fn read(stores: &'s Stores, tier_label: &str) -> Self {
+        let tiers = stores
+            .namespaces
+            .state()
             .iter()
-            .filter(|e| e.live(now))
-            .map(|e| e.id.namespace.clone())
+            .filter_map(|ns| {
+                let name = ns.metadata.name.clone()?;
+                let tier = ns.metadata.labels.as_ref().and_then(|l| l.get(tier_label));
+                (!EXEMPT_NAMESPACES.contains(&name.as_str())).then(|| (name, tier.cloned()))
+            })
             .collect();
-        for ns in namespaces {
-            let mut note = |kind: OwnerKind, meta: ObjectMeta| {
-                let controller = meta
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .find(|r| r.controller == Some(true))
-                    .cloned();
-                if let Some(name) = meta.name {
-                    self.owners
-                        .insert((kind, ns.clone(), name), (meta.uid, controller));
-                }
-            };
-            let rs = Api::<ReplicaSet>::namespaced(client.clone(), &ns);
-            for r in rs.list_metadata(&ListParams::default()).await?.items {
-                note(OwnerKind::ReplicaSet, r.metadata);
-            }
-            let jobs = Api::<Job>::namespaced(client.clone(), &ns);
-            for j in jobs.list_metadata(&ListParams::default()).await?.items {
-                note(OwnerKind::Job, j.metadata);
-            }
+        let priority_classes = stores
+            .priority_classes
+            .state()
+            .iter()
+            .filter_map(|pc| PriorityClassFacts::of_cluster(pc))
+            .map(|pc| (pc.name.clone(), pc))
+            .collect();
+        let exceptions = stores.exceptions.as_ref().map_or_else(Vec::new, |e| {
+            e.exceptions
+                .state()
+                .iter()
+                .filter_map(|s| Exception::from_stored(s).ok())
+                .collect()
+        });
+        Self {
+            stores,
+            tiers,
+            priority_classes,
+            exceptions,
         }
-        Ok(())
     }
 
-    /// What the cluster said of `q`'s object when the audit started; unknown when it was not listed or its uid
-    /// differs.
+    /// What the cluster says of `q`'s object; unknown when it is not in the store or its uid differs.
     pub fn owner(&self, q: &OwnerQuery) -> Option<OwnerFacts> {
-        let (uid, controller) = self
-            .owners
-            .get(&(q.kind, q.namespace.clone(), q.name.clone()))?;
-        (uid.as_deref() == Some(q.uid.as_str())).then(|| OwnerFacts::Known {
-            controller: controller.clone(),
+        let stores = self.stores.exceptions.as_ref()?;
+        let meta = match q.kind {
+            OwnerKind::ReplicaSet => stores
+                .replica_sets
+                .get(&ObjectRef::new(&q.name).within(&q.namespace))
+                .map(|o| o.metadata.clone()),
+            OwnerKind::Job => stores
+                .jobs
+                .get(&ObjectRef::new(&q.name).within(&q.namespace))
+                .map(|o| o.metadata.clone()),
+        }?;
+        (meta.uid.as_deref() == Some(q.uid.as_str())).then(|| OwnerFacts::Known {
+            controller: meta
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|r| r.controller == Some(true))
+                .cloned(),
             group_size: None,
         })
     }
 
     /// A Node's class as `/validate-pod` sees it (unknown when the Node does not exist).
     pub fn node_class(&self, name: &str, catalog: &[GpuClass]) -> NodeClass {
-        match self.nodes.get(name) {
+        match self.stores.nodes.get(&ObjectRef::new(name)) {
             None => NodeClass::Unknown,
-            Some(labels) => node_class(labels.as_ref(), catalog),
+            Some(node) => node_class(node.metadata.labels.as_ref(), catalog),
         }
     }
 }
 
-fn key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (String, String) {
-    (
-        meta.namespace.clone().unwrap_or_default(),
-        meta.name.clone().unwrap_or_default(),
-    )
-}
-
-impl ClaimTemplates for ClusterFacts {
+impl ClaimTemplates for ClusterFacts<'_> {
     fn template(&self, namespace: &str, name: &str) -> Option<ResourceClaimTemplate> {
-        self.templates
-            .get(&(namespace.into(), name.into()))
-            .cloned()
+        let (templates, _) = self.stores.claims.as_ref()?;
+        templates
+            .get(&ObjectRef::new(name).within(namespace))
+            .map(|t| (*t).clone())
     }
 
     fn claim(&self, namespace: &str, name: &str) -> Option<ResourceClaim> {
-        self.claims.get(&(namespace.into(), name.into())).cloned()
+        let (_, claims) = self.stores.claims.as_ref()?;
+        claims
+            .get(&ObjectRef::new(name).within(namespace))
+            .map(|c| (*c).clone())
     }
-}
-
-/// Every object of `kind` in the `namespaces` given, page by page.
-pub async fn list_objects(
-    client: &kube::Client,
-    kind: &Kind,
-    namespaces: &HashMap<String, Option<String>>,
-    visit: impl FnMut(Vec<DynamicObject>),
-) -> kube::Result<()> {
-    let api = Api::<DynamicObject>::all_with(client.clone(), &api_resource(kind));
-    let mut visit = visit;
-    list_paged(&api, None, |items| {
-        visit(
-            items
-                .into_iter()
-                .filter(|o| {
-                    o.metadata
-                        .namespace
-                        .as_ref()
-                        .is_some_and(|n| namespaces.contains_key(n))
-                })
-                .collect(),
-        )
-    })
-    .await
 }
 
 /// Writes (server-side apply, forced: the observer owns these reports) one namespace's report.
@@ -352,27 +241,6 @@ pub async fn apply_report(
     )
     .await?;
     Ok(())
-}
-
-/// The namespaces holding one of our reports now.
-pub async fn our_reports(
-    client: &kube::Client,
-    reports: &ApiResource,
-) -> kube::Result<HashSet<String>> {
-    let api = Api::<DynamicObject>::all_with(client.clone(), reports);
-    let selector = format!("{LABEL_MANAGED_BY}={MANAGED_BY}");
-    let mut found = HashSet::new();
-    list_paged(&api, Some(&selector), |items| {
-        for r in items {
-            if r.metadata.name.as_deref() == Some(REPORT_NAME)
-                && let Some(ns) = r.metadata.namespace
-            {
-                found.insert(ns);
-            }
-        }
-    })
-    .await?;
-    Ok(found)
 }
 
 pub async fn delete_report(

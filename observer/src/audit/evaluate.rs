@@ -57,7 +57,7 @@ impl Kind {
         }
     }
 
-    fn is_pod(&self) -> bool {
+    pub fn is_pod(&self) -> bool {
         self.group.is_empty() && self.kind == "Pod"
     }
 }

@@ -2,9 +2,13 @@
 //! holding pod templates in a tier namespace is decided again with core's `/validate-pod` decision, and
 //! each namespace's results are written to its `wgpolicyk8s.io/v1alpha2` PolicyReport `gpu-admission`.
 //!
-//! When: as soon as this replica leads, whenever the scorer's policy version changes (checked every
-//! `--audit-poll-secs`), and every `--audit-interval-secs` (what changed in the cluster shows within one
-//! interval). Only a report whose content changed is written.
+//! What it reads: reflector stores that watches keep current ([`stores`]), started when this replica leads
+//! and dropped when it stops; a pass lists nothing. When: every `--audit-poll-secs` a pass decides again
+//! the namespaces whose objects, labels, exceptions or claims changed since the last pass, and every
+//! namespace when the scorer's policy version changed, after a watch re-listed, and every
+//! `--audit-interval-secs`. That slow full pass is what time alone changes: an exception that expired, a
+//! deleted Pod past its grace period, no longer held to its quota; it also rediscovers the APIs. Only a
+//! report whose content changed is written.
 //!
 //! Without the PolicyReport CRD the audit logs that once and asks discovery again at every poll; the rest
 //! of the observer is not affected. See deploy/README.md ("PolicyReports").
@@ -12,12 +16,14 @@
 //! - [`evaluate`]: one object → its results (pure, core's decision);
 //! - [`quota`]: the running Pods past a GPU quota's `max`, replayed in creation order (pure);
 //! - [`report`]: a namespace's results → its bounded PolicyReport (pure);
-//! - [`cluster`]: discovery, the lists, the facts, the writes.
+//! - [`stores`]: the watches, their stores, and which namespaces changed;
+//! - [`cluster`]: discovery, the facts as the stores hold them, the writes.
 
 pub mod cluster;
 pub mod evaluate;
 pub mod quota;
 pub mod report;
+pub mod stores;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -27,6 +33,7 @@ use gpu_admission_core::facts::Facts;
 use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::workload::OwnerQuery;
 use k8s_openapi::jiff::Timestamp;
+use kube::Resource;
 use kube::core::DynamicObject;
 use time::OffsetDateTime;
 use tokio::sync::watch;
@@ -36,27 +43,38 @@ use crate::replicas::{Replicas, get_policy};
 use cluster::{Apis, ClusterFacts, GroupResource};
 use evaluate::{ExceptionFacts, Finding, Kind};
 use report::Limits;
+use stores::{Dirty, Stores};
 
 #[derive(Debug, Clone)]
 pub struct AuditConfig {
     /// Workload resources audited besides Pods.
     pub resources: Vec<GroupResource>,
+    /// Between full passes (and discoveries).
     pub interval: Duration,
-    /// How often the policy version and the PolicyReport API are checked.
+    /// Between passes over what changed (and checks of the policy version).
     pub poll: Duration,
     pub limits: Limits,
 }
 
-/// What the leader remembers between audits (forgotten when it stops leading).
+/// What the leader remembers between passes (forgotten when it stops leading).
 #[derive(Default)]
 struct State {
-    apis: Option<Apis>,
+    /// The watches of the APIs discovery found (none while the PolicyReport API is not served).
+    stores: Option<Stores>,
     /// Whether the PolicyReport API was served at the last discovery (to log changes only).
     served: Option<bool>,
     last_version: Option<String>,
-    last_audit: Option<Instant>,
-    /// Namespace → digest of the report last written there.
-    written: HashMap<String, String>,
+    /// When the last full pass ended.
+    last_full: Option<Instant>,
+    /// Namespace → what its report holds now.
+    reports: HashMap<String, Written>,
+}
+
+/// A namespace's report as last written: its digest, and its results for the metrics.
+struct Written {
+    digest: String,
+    results: HashMap<AuditResultLabels, i64>,
+    omitted: usize,
 }
 
 /// Runs the audit while this replica leads, until the leader election stops.
@@ -76,8 +94,8 @@ pub async fn run(
             changed = leader.changed() => if changed.is_err() { return },
         }
         if !*leader.borrow_and_update() {
-            if state.last_audit.is_some() {
-                tracing::info!("not leading: background audit stopped");
+            if state.last_full.is_some() {
+                tracing::info!("not leading: background audit and its watches stopped");
             }
             state = State {
                 served: state.served,
@@ -89,29 +107,33 @@ pub async fn run(
     }
 }
 
-/// One poll: discovery, the policy, and an audit when one is due.
+/// One poll: discovery when due, the policy, and a pass over what changed.
 async fn step(
     client: &kube::Client,
     replicas: &Replicas,
-    metrics: &Metrics,
+    metrics: &Arc<Metrics>,
     config: &AuditConfig,
     state: &mut State,
 ) {
-    let interval_due = state
-        .last_audit
+    let full_due = state
+        .last_full
         .is_none_or(|t| t.elapsed() >= config.interval);
-    if state.apis.is_none() || interval_due {
+    if state.stores.is_none() || full_due {
         match cluster::discover(client, &config.resources).await {
-            Ok(apis) => note_discovery(state, apis, metrics),
+            Ok(apis) => note_discovery(client, state, apis, metrics),
             Err(err) => {
                 tracing::warn!(%err, "discovery failed; the audit waits");
                 return;
             }
         }
     }
-    let Some(apis) = state.apis.clone() else {
+    let Some(stores) = state.stores.as_ref() else {
         return;
     };
+    if !stores.ready() {
+        tracing::debug!("the audit's stores are not filled yet; the audit waits");
+        return;
+    }
     let Some(response) = get_policy(&replicas.resolve().await).await else {
         tracing::warn!("no scorer answers GetPolicy; the audit waits");
         return;
@@ -124,11 +146,15 @@ async fn step(
         }
     };
     let version_changed = state.last_version.as_deref() != Some(policy.version.as_str());
-    if !interval_due && !version_changed {
+    if full_due || version_changed {
+        stores.changes.all();
+    }
+    let dirty = stores.changes.take();
+    if dirty.is_empty() {
         return;
     }
     let started = Instant::now();
-    let outcome = audit(client, &apis, &policy, config, state, metrics).await;
+    let outcome = audit(client, &policy, config, state, metrics, &dirty).await;
     metrics
         .audit
         .duration_seconds
@@ -139,14 +165,19 @@ async fn step(
             tracing::info!(version = %policy.version, policy_changed = version_changed && state.last_version.is_some(),
                 ?summary, seconds = started.elapsed().as_secs_f64(), "audit done");
             state.last_version = Some(policy.version.clone());
-            state.last_audit = Some(Instant::now());
+            if dirty.all {
+                state.last_full = Some(Instant::now());
+            }
         }
         Err(err) => {
             Metrics::result(&metrics.audit.audits, "failed");
             tracing::warn!(error = %format!("{err:#}"), "audit failed; retried at the next poll");
+            if let Some(stores) = &state.stores {
+                stores.changes.restore(dirty);
+            }
             if is_not_found(&err) {
                 // The CRD went away: find out at the next poll.
-                state.apis = None;
+                state.stores = None;
             }
         }
     }
@@ -156,14 +187,20 @@ fn is_not_found(err: &anyhow::Error) -> bool {
     matches!(err.downcast_ref::<kube::Error>(), Some(kube::Error::Api(s)) if s.code == 404)
 }
 
-fn note_discovery(state: &mut State, apis: Option<Apis>, metrics: &Metrics) {
+/// Keeps the watches of the APIs found; new ones when what is served changed.
+fn note_discovery(
+    client: &kube::Client,
+    state: &mut State,
+    apis: Option<Apis>,
+    metrics: &Arc<Metrics>,
+) {
     let served = apis.is_some();
     metrics.audit.api_served.set(i64::from(served));
     if state.served != Some(served) {
         match &apis {
             Some(a) => tracing::info!(
                 kinds = ?a.kinds.iter().map(|k| format!("{}.{}", k.plural, k.group)).collect::<Vec<_>>(),
-                not_served = ?a.missing, dra = a.dra,
+                not_served = ?a.missing, dra = a.dra, exceptions = a.exceptions,
                 "PolicyReport API (wgpolicyk8s.io/v1alpha2) served: background audit on"),
             None => tracing::warn!(
                 "PolicyReport API (wgpolicyk8s.io/v1alpha2) not served: no PolicyReports until its CRD is installed \
@@ -172,19 +209,29 @@ fn note_discovery(state: &mut State, apis: Option<Apis>, metrics: &Metrics) {
         }
     }
     state.served = Some(served);
-    if !served {
-        state.written.clear();
+    let Some(apis) = apis else {
+        state.stores = None;
+        state.reports.clear();
+        return;
+    };
+    if state.stores.as_ref().is_some_and(|s| s.apis == apis) {
+        return;
     }
-    state.apis = apis;
+    if state.stores.is_some() {
+        tracing::info!(kinds = ?apis.kinds.iter().map(|k| format!("{}.{}", k.plural, k.group)).collect::<Vec<_>>(),
+            dra = apis.dra, exceptions = apis.exceptions, "the APIs served changed: the audit's watches start again");
+    }
+    state.stores = Some(Stores::start(client, apis, metrics));
 }
 
-/// What one audit did.
+/// What one pass did.
 #[derive(Debug, Default)]
 #[allow(dead_code)] // read through Debug in the log line
 struct Summary {
+    full: bool,
+    namespaces: usize,
     objects: usize,
     results: usize,
-    omitted: usize,
     applied: usize,
     unchanged: usize,
     deleted: usize,
@@ -214,33 +261,82 @@ pub fn audited(object: &DynamicObject, kind: &Kind, kinds: &[Kind]) -> bool {
     })
 }
 
+/// The namespaces a pass decides again: every one known (selected, or holding a report) when `dirty.all`;
+/// else the marked ones and, when the policy holds GPU quotas, every namespace of their tiers (a tier's
+/// `max` counts the Pods of all its namespaces).
+fn scope(
+    dirty: &Dirty,
+    cf: &ClusterFacts<'_>,
+    policy: &PolicySnapshot,
+    reported: impl Iterator<Item = String>,
+) -> HashSet<String> {
+    if dirty.all {
+        return cf.tiers.keys().cloned().chain(reported).collect();
+    }
+    let mut scope = dirty.namespaces.clone();
+    if policy.policy.as_ref().is_some_and(|p| p.quotas.any()) {
+        let tier = |ns: &str| {
+            cf.tiers
+                .get(ns)
+                .and_then(|label| policy.tier_for(label.as_deref()).tier().map(str::to_string))
+        };
+        let tiers: HashSet<String> = dirty.namespaces.iter().filter_map(|ns| tier(ns)).collect();
+        scope.extend(
+            cf.tiers
+                .keys()
+                .filter(|ns| tier(ns).is_some_and(|t| tiers.contains(&t)))
+                .cloned(),
+        );
+    }
+    scope
+}
+
+/// One pass over `dirty`'s namespaces: their objects as the stores hold them decided again, their reports
+/// written when changed, deleted when nothing is left to report.
 async fn audit(
     client: &kube::Client,
-    apis: &Apis,
     policy: &PolicySnapshot,
     config: &AuditConfig,
     state: &mut State,
     metrics: &Metrics,
+    dirty: &Dirty,
 ) -> anyhow::Result<Summary> {
-    let cf = ClusterFacts::read(client, policy.tier_label(), apis.dra).await?;
-    let mut summary = Summary::default();
-    let mut by_namespace: BTreeMap<String, Vec<Finding>> = BTreeMap::new();
+    let Some(stores) = state.stores.as_ref() else {
+        return Ok(Summary::default());
+    };
+    let apis = stores.apis.clone();
+    let cf = ClusterFacts::read(stores, policy.tier_label());
+    let existing = stores.report_namespaces();
+    let scope = scope(dirty, &cf, policy, existing.iter().cloned());
+    metrics.audit.namespaces_audited.inc_by(scope.len() as u64);
+    let mut summary = Summary {
+        full: dirty.all,
+        namespaces: scope.len(),
+        ..Summary::default()
+    };
+    let mut by_namespace: BTreeMap<String, Vec<Finding>> =
+        scope.iter().map(|ns| (ns.clone(), Vec::new())).collect();
     let mut quota_pods = Vec::new();
-    for kind in &apis.kinds {
-        cluster::list_objects(client, kind, &cf.tiers, |items| {
-            let audited: Vec<&DynamicObject> = items
-                .iter()
-                .filter(|o| audited(o, kind, &apis.kinds))
-                .collect();
-            summary.objects += audited.len();
-            for f in evaluate_page(&audited, kind, policy, &cf, &mut quota_pods) {
-                by_namespace
-                    .entry(f.resource.namespace.clone())
-                    .or_default()
-                    .push(f);
-            }
-        })
-        .await?;
+    for (kind, store) in &stores.objects {
+        let objects: Vec<DynamicObject> = store
+            .state_filter(|o| {
+                o.meta()
+                    .namespace
+                    .as_ref()
+                    .is_some_and(|ns| scope.contains(ns) && cf.tiers.contains_key(ns))
+            })
+            .iter()
+            .filter_map(|o| o.object())
+            .filter(|o| audited(o, kind, &apis.kinds))
+            .collect();
+        let objects: Vec<&DynamicObject> = objects.iter().collect();
+        summary.objects += objects.len();
+        for f in evaluate_page(&objects, kind, policy, &cf, &mut quota_pods) {
+            by_namespace
+                .entry(f.resource.namespace.clone())
+                .or_default()
+                .push(f);
+        }
     }
     for f in quota::findings(quota_pods, policy) {
         by_namespace
@@ -248,20 +344,37 @@ async fn audit(
             .or_default()
             .push(f);
     }
-    count_results(&by_namespace, metrics);
-    let existing = cluster::our_reports(client, &apis.reports).await?;
+    drop(cf);
     let now = Timestamp::now();
-    for (namespace, findings) in by_namespace.iter_mut() {
+    let mut retry = Dirty::default();
+    for (namespace, findings) in by_namespace {
+        if findings.is_empty() {
+            state.reports.remove(&namespace);
+            if existing.contains(&namespace) {
+                match cluster::delete_report(client, &apis.reports, &namespace).await {
+                    Ok(()) => {
+                        summary.deleted += 1;
+                        Metrics::result(&metrics.audit.reports, "deleted");
+                    }
+                    Err(err) => {
+                        summary.failed += 1;
+                        Metrics::result(&metrics.audit.reports, "failed");
+                        tracing::warn!(%namespace, %err, "deleting a stale PolicyReport failed");
+                        retry.namespaces.insert(namespace);
+                    }
+                }
+            }
+            continue;
+        }
         summary.results += findings.len();
-        let built = report::build(
-            namespace,
-            std::mem::take(findings),
-            &policy.version,
-            config.limits,
-            now,
-        );
-        summary.omitted += built.omitted;
-        if existing.contains(namespace) && state.written.get(namespace) == Some(&built.digest) {
+        let results = result_counts(&findings);
+        let built = report::build(&namespace, findings, &policy.version, config.limits, now);
+        if existing.contains(&namespace)
+            && state
+                .reports
+                .get(&namespace)
+                .is_some_and(|w| w.digest == built.digest)
+        {
             summary.unchanged += 1;
             Metrics::result(&metrics.audit.reports, "unchanged");
             continue;
@@ -270,48 +383,39 @@ async fn audit(
             Ok(()) => {
                 summary.applied += 1;
                 Metrics::result(&metrics.audit.reports, "applied");
-                state.written.insert(namespace.clone(), built.digest);
+                let written = Written {
+                    digest: built.digest,
+                    results,
+                    omitted: built.omitted,
+                };
+                state.reports.insert(namespace, written);
             }
             Err(err) => {
                 summary.failed += 1;
                 Metrics::result(&metrics.audit.reports, "failed");
                 tracing::warn!(%namespace, %err, "writing the PolicyReport failed");
-                state.written.remove(namespace);
+                state.reports.remove(&namespace);
                 if matches!(&err, kube::Error::Api(s) if s.code == 404) {
                     return Err(err.into());
                 }
+                retry.namespaces.insert(namespace);
             }
         }
     }
-    metrics.audit.results_omitted.set(summary.omitted as i64);
-    let stale: HashSet<&String> = existing
-        .iter()
-        .filter(|ns| !by_namespace.contains_key(*ns))
-        .collect();
-    for namespace in stale {
-        match cluster::delete_report(client, &apis.reports, namespace).await {
-            Ok(()) => {
-                summary.deleted += 1;
-                Metrics::result(&metrics.audit.reports, "deleted");
-                state.written.remove(namespace);
-            }
-            Err(err) => {
-                summary.failed += 1;
-                Metrics::result(&metrics.audit.reports, "failed");
-                tracing::warn!(%namespace, %err, "deleting a stale PolicyReport failed");
-            }
-        }
+    if let Some(stores) = &state.stores {
+        stores.changes.restore(retry);
     }
+    publish_results(&state.reports, metrics);
     Ok(summary)
 }
 
-/// The results of a page of objects, decided with the facts read at the start of the audit; its quota'd
+/// The results of a page of objects, decided with the facts read at the start of the pass; its quota'd
 /// Pods are added to `quota_pods` (their results need every Pod: [`quota::findings`]).
 fn evaluate_page(
     objects: &[&DynamicObject],
     kind: &Kind,
     policy: &PolicySnapshot,
-    cf: &ClusterFacts,
+    cf: &ClusterFacts<'_>,
     quota_pods: &mut Vec<quota::QuotaPod>,
 ) -> Vec<Finding> {
     let tier_of = |ns: &str| cf.tiers.get(ns).cloned().flatten();
@@ -351,10 +455,10 @@ fn evaluate_page(
         .collect()
 }
 
-/// The results gauge: every (result, reason) of this audit, zero for those seen before and gone now.
-fn count_results(by_namespace: &BTreeMap<String, Vec<Finding>>, metrics: &Metrics) {
-    let mut counts: HashMap<AuditResultLabels, i64> = HashMap::new();
-    for f in by_namespace.values().flatten() {
+/// One namespace's results by (result, reason).
+fn result_counts(findings: &[Finding]) -> HashMap<AuditResultLabels, i64> {
+    let mut counts = HashMap::new();
+    for f in findings {
         *counts
             .entry(AuditResultLabels {
                 result: f.outcome.as_str(),
@@ -362,10 +466,21 @@ fn count_results(by_namespace: &BTreeMap<String, Vec<Finding>>, metrics: &Metric
             })
             .or_default() += 1;
     }
+    counts
+}
+
+/// The results gauges: every (result, reason) of the reports as they stand, zero for those gone.
+fn publish_results(reports: &HashMap<String, Written>, metrics: &Metrics) {
+    let mut counts: HashMap<&AuditResultLabels, i64> = HashMap::new();
+    for (labels, n) in reports.values().flat_map(|w| &w.results) {
+        *counts.entry(labels).or_default() += n;
+    }
     metrics.audit.results.clear();
     for (labels, n) in counts {
-        metrics.audit.results.get_or_create(&labels).set(n);
+        metrics.audit.results.get_or_create(labels).set(n);
     }
+    let omitted: usize = reports.values().map(|w| w.omitted).sum();
+    metrics.audit.results_omitted.set(omitted as i64);
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! GPU quota usage, counted from the cluster: a Pod watch (not finished: `status.phase` neither
-//! `Succeeded` nor `Failed`) that keeps, per Pod UID, the Pod slimmed to what counting reads (only Pods
-//! that may hold GPUs: an extended resource or a DRA claim), and counts it by
+//! `Succeeded` nor `Failed`) decoded into core's projection of what counting reads
+//! ([`gpu_admission_core::quota::watched::WatchedPod`]: a whole Pod is never built), that keeps, per Pod UID,
+//! the Pod slimmed to what counting reads (only Pods that may hold GPUs: an extended resource or a DRA
+//! claim), and counts it by
 //! [`gpu_admission_core::quota::demand`] against the tier its namespace's label says **now**: a relabelled
 //! namespace's Pods move to the new tier at the next decision, a policy change recounts every Pod, and every
 //! [`RECOUNT_EVERY`] the whole count is taken again (claims and templates a Pod reads may have changed). A
@@ -27,6 +29,7 @@ use gpu_admission_core::admission::validate_pod::{QuotaUnavailable, Reservation}
 use gpu_admission_core::authority::Grants;
 use gpu_admission_core::quota::held::{Counter, FactsCounter, HeldPods};
 use gpu_admission_core::quota::ledger::{self, Entry, Plan, Reserving, Seen};
+use gpu_admission_core::quota::watched::WatchedPod;
 use gpu_admission_core::quota::{self, Decision, Usage};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
@@ -180,10 +183,11 @@ impl QuotaUsage {
             metrics,
         });
         // Every Pod, finished ones too: a CREATE of a name any stored Pod holds is refused after admission.
-        // Listed in pages of `LIST_PAGE` whole Pods (the API serves no projection of spec): a page is decoded
-        // whole before it is slimmed, so the page bounds what a tenant's large Pods cost the start-up.
+        // Listed in pages of `LIST_PAGE` Pods (the API serves no projection of spec): a page's JSON is read
+        // whole, so the page bounds what a tenant's large Pods cost the start-up; it is decoded into the
+        // projection only.
         let pages = watcher::Config::default().page_size(LIST_PAGE);
-        let stream = watcher(Api::<Pod>::all(client), pages).default_backoff();
+        let stream = watcher(Api::<WatchedPod>::all(client), pages).default_backoff();
         tokio::spawn(me.clone().write_batches());
         let usage = me.clone();
         tokio::spawn(async move {
@@ -220,7 +224,7 @@ impl QuotaUsage {
             })
     }
 
-    fn event(&self, e: watcher::Event<Pod>) {
+    fn event(&self, e: watcher::Event<WatchedPod>) {
         let now = now_ms();
         let names = |pod: &Pod| -> Option<(String, String)> {
             let m = &pod.metadata;
@@ -233,7 +237,7 @@ impl QuotaUsage {
             let mut s = self.lock_state();
             match e {
                 watcher::Event::Init => s.relist = Some(Relist::default()),
-                watcher::Event::InitApply(pod) => {
+                watcher::Event::InitApply(WatchedPod(pod)) => {
                     let Some((uid, name)) = names(&pod) else {
                         return;
                     };
@@ -252,13 +256,13 @@ impl QuotaUsage {
                     s.refresh(cx, now);
                     self.synced.store(true, Ordering::Release);
                 }
-                watcher::Event::Apply(pod) => {
+                watcher::Event::Apply(WatchedPod(pod)) => {
                     if let Some((uid, name)) = names(&pod) {
                         s.names.insert(name);
                         s.set(&uid, Some(&pod), cx, now);
                     }
                 }
-                watcher::Event::Delete(pod) => {
+                watcher::Event::Delete(WatchedPod(pod)) => {
                     if let Some((uid, name)) = names(&pod) {
                         s.names.remove(&name);
                         s.set(&uid, None, cx, now);
