@@ -14,7 +14,10 @@
 //! - **allocationMode All**: a Pod whose claim template takes every device of an L4 Node (`gpusPerNode` 8)
 //!   against a namespace `max` of 2: denied;
 //! - **claim re-created**: a Pod admitted with a NIC claim, the claim deleted and created again as 4 L4
-//!   GPUs: the claim is denied (the Pod asking again).
+//!   GPUs: the claim is denied (the Pod asking again);
+//! - **max lowered** below what runs (silver's L4 `max` 2 → 1 under 2 running Pods): nothing is evicted, the
+//!   frontend's `gpu_admission_quota_gpus` (the quota alert's series) says 2 used against 1, and the next
+//!   Pod is denied.
 //!
 //! Prints the table of shapes and answers.
 
@@ -388,5 +391,46 @@ async fn every_shape_is_held_on_what_is_held() {
         &answer,
         true,
     );
+
+    // The max lowered below what runs: silver holds 2 L4 GPUs, its max becomes 1. Nothing is evicted; the
+    // frontend's figures (the alert's series) say 2 used against a max of 1, and silver's next L4 Pod is
+    // denied.
+    for i in 0..2 {
+        create(&client, SILVER, l4_pod(&format!("low-{i}"), 1))
+            .await
+            .unwrap();
+    }
+    running(&client, SILVER, 2).await;
+    let lowered = policy().replace(
+        "{ L4-24GB: { max: 2 }, A100-80GB",
+        "{ L4-24GB: { max: 1 }, A100-80GB",
+    );
+    assert_ne!(lowered, policy(), "silver's L4 max is in the test's policy");
+    std::fs::write(&policy_file, lowered).unwrap();
+    let series = |kind: &str, value: u32| {
+        format!(
+            "gpu_admission_quota_gpus{{tier=\"silver\",tenant_namespace=\"\",class=\"L4-24GB\",kind=\"{kind}\"}} {value}"
+        )
+    };
+    webhook
+        .wait_for_metric_line(&series("max", 1), "quota_gpus", Duration::from_secs(30))
+        .await
+        .unwrap();
+    webhook
+        .wait_for_metric_line(&series("used", 2), "quota_gpus", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let answer = create(&client, SILVER, l4_pod("low-2", 1)).await;
+    println!("silver after its max was lowered to 1 under 2 running: {answer:?}");
+    table.row("max lowered to 1 under 2 running, a new Pod", &answer, true);
+    let still = Api::<Pod>::namespaced(client.clone(), SILVER)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .count();
+    assert_eq!(still, 2, "nothing is evicted over a lowered max");
     table.finish();
 }

@@ -13,6 +13,8 @@
 //!   running into a `warn` within one audit interval;
 //! - a GpuPolicyException naming the violating Deployment turns its result into a `skip` naming the
 //!   exception and its expiry;
+//! - a GPU quota lowered below what the namespace runs reports the Pod created last as `over_quota` (a `warn`
+//!   in Warn mode, nothing evicted);
 //! - a namespace with nothing left to report loses its report.
 
 use std::path::Path;
@@ -460,8 +462,63 @@ async fn policy_reports_show_violations_and_follow_a_policy_change() {
         ) >= 2.0
     );
 
+    // A GPU quota lowered below what runs: silver may hold 1 L4-24GB GPU and holds 2 (two Pods, `l4-a` then
+    // `l4-b`; no controller-manager runs here, so the Deployments have no Pods). Nothing is evicted; the
+    // later Pod, replayed in creation order (then by name), is the one past the `max`, reported with
+    // /validate-pod's message.
+    for name in ["l4-a", "l4-b"] {
+        pods.create(
+            &PostParams::default(),
+            &serde_json::from_value(pod(name, "L4-24GB")).unwrap(),
+        )
+        .await
+        .unwrap();
+    }
+    let quota_d = format!(
+        "{tightened}\nquotas:\n  tiers:\n    - tier: silver\n      classes: {{ L4-24GB: {{ max: 1 }} }}\n"
+    );
+    std::fs::write(&policy_file, &quota_d).unwrap();
+    let (fourth, _) = wait_for(
+        "the Pod past the lowered quota",
+        Duration::from_secs(30),
+        || async {
+            report(&client)
+                .await
+                .filter(|r| result_of(r, "l4-b").is_some_and(|x| x["rule"] == "over_quota"))
+        },
+    )
+    .await;
+    let over = result_of(&fourth, "l4-b").unwrap();
+    println!("over the lowered quota: {over}");
+    assert_eq!(over["result"], "warn", "Warn mode reports, never evicts");
+    assert!(
+        over["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("L4-24GB") && m.contains("silver")),
+        "{over}"
+    );
+    assert!(
+        over["properties"]["gpu-admission.io/quota"]
+            .as_str()
+            .is_some_and(|r| r.contains("over-max")),
+        "{over}"
+    );
+    assert!(
+        results(&fourth)
+            .iter()
+            .all(|(_, rule, _, name)| rule != "over_quota" || name == "l4-b"),
+        "only the Pod created last is past the max: {fourth}"
+    );
+    for name in ["l4-a", "l4-b"] {
+        assert_eq!(
+            pods.get(name).await.unwrap().metadata.deletion_timestamp,
+            None,
+            "nothing is evicted"
+        );
+    }
+
     // Nothing left to report: the report goes.
-    for name in ["pin-h100", "on-a100"] {
+    for name in ["pin-h100", "on-a100", "l4-a", "l4-b"] {
         pods.delete(name, &DeleteParams::default().grace_period(0))
             .await
             .unwrap();
