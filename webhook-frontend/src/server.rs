@@ -123,6 +123,8 @@ pub(crate) async fn serve(
         first_request_timeout_ms = limits.first_request.as_millis() as u64,
         idle_timeout_ms = limits.idle.as_millis() as u64,
         max_connections = limits.max_connections,
+        max_connection_age_s = limits.max_age.map(|a| a.as_secs()),
+        max_connection_requests = limits.max_requests,
         "connection limits of the webhook port"
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
