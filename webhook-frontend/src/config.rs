@@ -70,14 +70,20 @@ pub struct ServerArgs {
     /// A connection this old is closed gracefully (HTTP/2: GOAWAY, what is in flight finishes), less a random
     /// tenth; `0`: never. The apiserver sends every webhook call over one HTTP/2 connection, so that a
     /// Service spreads the calls over the replicas only as the apiserver connects again.
-    #[arg(long, env = "WEBHOOK_MAX_CONNECTION_AGE_SECS", default_value_t = 300)]
+    #[arg(
+        long,
+        env = "WEBHOOK_MAX_CONNECTION_AGE_SECS",
+        default_value_t = 300,
+        hide = true
+    )]
     pub max_connection_age_secs: u64,
 
     /// A connection that has served this many requests is closed gracefully (HTTP/2: GOAWAY); `0`: never.
     #[arg(
         long,
         env = "WEBHOOK_MAX_CONNECTION_REQUESTS",
-        default_value_t = 10_000
+        default_value_t = 10_000,
+        hide = true
     )]
     pub max_connection_requests: u64,
 
