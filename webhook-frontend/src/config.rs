@@ -88,7 +88,8 @@ pub struct ServerArgs {
     pub max_connection_requests: u64,
 
     /// Connections open at most on the webhook port; at the cap the oldest idle one is closed to make room.
-    /// Keep it below the file-descriptor limit (`ulimit -n`).
+    /// Each holds two file descriptors (the second for the lingering close): keep twice this below the
+    /// file-descriptor limit (`ulimit -n`).
     #[arg(long, env = "WEBHOOK_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..), hide = true)]
     pub max_connections: u32,
 
