@@ -10,8 +10,7 @@
 
 use std::sync::Arc;
 
-use gpu_admission_core::quota::held;
-use gpu_admission_core::quota::watched::WatchedPod;
+use gpu_admission_core::quota::watched::{HeldPod, WatchedPod};
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::core::{DynamicObject, ObjectList, PartialObjectMeta};
 use serde_json::{Value, json};
@@ -58,13 +57,13 @@ fn pod(template: &Value, i: usize) -> Value {
 }
 
 /// What the frontend's quota watch keeps of `n` Pods listed in pages of 100 (its `LIST_PAGE`), each page's
-/// JSON decoded as `ObjectList<K>` as kube's list does: every Pod's name, and the Pods that may hold GPUs
-/// slimmed (`held::slim`).
+/// JSON decoded as `ObjectList<K>` as kube's list does: every Pod's name, and what counting reads of the
+/// Pods that may hold GPUs (`watched::HeldPod`).
 fn quota_watch<K: serde::de::DeserializeOwned + Clone>(
     n: usize,
     pod_json: &dyn Fn(usize) -> String,
-    pod: impl Fn(K) -> k8s_openapi::api::core::v1::Pod,
-) -> (Vec<String>, Vec<k8s_openapi::api::core::v1::Pod>) {
+    pod: impl Fn(K) -> WatchedPod,
+) -> (Vec<String>, Vec<HeldPod>) {
     let (mut names, mut kept) = (Vec::new(), Vec::new());
     for start in (0..n).step_by(100) {
         let items: Vec<String> = (start..n.min(start + 100)).map(pod_json).collect();
@@ -80,7 +79,7 @@ fn quota_watch<K: serde::de::DeserializeOwned + Clone>(
                 p.metadata.namespace.clone().unwrap_or_default(),
                 p.metadata.name.clone().unwrap_or_default()
             ));
-            kept.extend(held::slim(&p));
+            kept.extend(p.held);
         }
     }
     (names, kept)
@@ -157,10 +156,10 @@ fn main() {
                 .collect::<Vec<_>>()
         })),
         "quota-whole" => drop(counted("quota watch, pages of whole Pods", n, || {
-            quota_watch::<k8s_openapi::api::core::v1::Pod>(n, &pod_json, |p| p)
+            quota_watch::<k8s_openapi::api::core::v1::Pod>(n, &pod_json, |p| WatchedPod::of(&p))
         })),
         "quota-projection" => drop(counted("quota watch, pages of WatchedPod", n, || {
-            quota_watch::<WatchedPod>(n, &pod_json, |w| w.0)
+            quota_watch::<WatchedPod>(n, &pod_json, |w| w)
         })),
         "namespaces" => drop(counted("Namespace metadata", n, || {
             (0..n)

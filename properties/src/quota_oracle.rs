@@ -41,6 +41,7 @@ use gpu_admission_core::pod::gpu_resources::ClaimTemplates;
 use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::quota::held::{FactsCounter, HeldPods};
 use gpu_admission_core::quota::ledger::{self, Bounds, Entry, Plan, Seen};
+use gpu_admission_core::quota::watched::WatchedPod;
 
 mod ledger_checks;
 use gpu_admission_core::quota::{self, Standing};
@@ -320,7 +321,7 @@ impl World {
                 snapshot: &snapshot,
                 facts,
             };
-            held.set(&uid, pod.as_ref(), &cx, now)
+            held.set(&uid, pod.as_ref().map(WatchedPod::of), &cx, now)
         });
         self.held = held;
         self.mark_seen(&uid, !holds);

@@ -67,8 +67,29 @@ pub struct ServerArgs {
     #[arg(long, env = "WEBHOOK_IDLE_TIMEOUT_SECS", default_value_t = 180, value_parser = clap::value_parser!(u64).range(1..), hide = true)]
     pub idle_timeout_secs: u64,
 
+    /// A connection this old is closed gracefully (HTTP/2: GOAWAY, what is in flight finishes), less a random
+    /// tenth; `0`: never. The apiserver sends every webhook call over one HTTP/2 connection, so that a
+    /// Service spreads the calls over the replicas only as the apiserver connects again.
+    #[arg(
+        long,
+        env = "WEBHOOK_MAX_CONNECTION_AGE_SECS",
+        default_value_t = 300,
+        hide = true
+    )]
+    pub max_connection_age_secs: u64,
+
+    /// A connection that has served this many requests is closed gracefully (HTTP/2: GOAWAY); `0`: never.
+    #[arg(
+        long,
+        env = "WEBHOOK_MAX_CONNECTION_REQUESTS",
+        default_value_t = 10_000,
+        hide = true
+    )]
+    pub max_connection_requests: u64,
+
     /// Connections open at most on the webhook port; at the cap the oldest idle one is closed to make room.
-    /// Keep it below the file-descriptor limit (`ulimit -n`).
+    /// Each holds two file descriptors (the second for the lingering close): keep twice this below the
+    /// file-descriptor limit (`ulimit -n`).
     #[arg(long, env = "WEBHOOK_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..), hide = true)]
     pub max_connections: u32,
 
@@ -459,6 +480,10 @@ impl From<ServerArgs> for ServerConfig {
                     .max(MIN_FIRST_REQUEST),
                 idle: Duration::from_secs(args.idle_timeout_secs),
                 max_connections: args.max_connections as usize,
+                max_age: (args.max_connection_age_secs > 0)
+                    .then(|| Duration::from_secs(args.max_connection_age_secs)),
+                max_requests: (args.max_connection_requests > 0)
+                    .then_some(args.max_connection_requests),
             },
             drain_timeout: Duration::from_secs(args.drain_timeout_secs),
             body_budget: crate::body_budget::BudgetLimits {

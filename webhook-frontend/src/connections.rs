@@ -8,6 +8,11 @@
 //! - **Idle**: a keep-alive connection with no request for the idle timeout is closed gracefully (HTTP/2:
 //!   GOAWAY). Keep it well above the apiserver's own idle interval (90 s), so that the apiserver closes
 //!   first and never sends a request into a connection we are closing.
+//! - **Lifetime**: a connection that has served `max_requests` requests, or is `max_age` old (less a random
+//!   tenth, so that connections opened together do not end together), is closed gracefully (HTTP/2: GOAWAY;
+//!   what is in flight finishes). The apiserver multiplexes every webhook call over one HTTP/2 connection:
+//!   without an end, a Service balancing connections sends it all to one replica for good; ended, the
+//!   apiserver connects again, and the Service picks a replica again.
 //! - **Cap**: at most `max_connections` are open. At the cap a new connection makes the oldest idle one close
 //!   (shed) instead of failing; only when none is idle is the new one refused.
 //!
@@ -40,6 +45,10 @@ pub struct Limits {
     pub(crate) idle: Duration,
     /// Open connections at most (handshakes included).
     pub(crate) max_connections: usize,
+    /// A connection this old (less up to a tenth) is closed gracefully (`None`: never).
+    pub(crate) max_age: Option<Duration>,
+    /// A connection that has served this many requests is closed gracefully (`None`: never).
+    pub(crate) max_requests: Option<u64>,
 }
 
 /// What the watchdog of a connection must do now.
@@ -66,17 +75,28 @@ pub(crate) struct Tracker {
     /// 1 + milliseconds since `epoch` when bytes arrived on an idle HTTP/1 connection; 0 = none pending.
     pending_read_ms: AtomicU64,
     http2: AtomicBool,
+    /// When the connection has lived long enough (`None`: never).
+    ends_at: Option<Instant>,
+    /// Requests it serves at most (`u64::MAX`: no end).
+    max_requests: u64,
     /// Set once: shed by the registry (the watchdog drains it).
     shed: AtomicBool,
     wake: Notify,
 }
 
 impl Tracker {
-    fn new(epoch: Instant) -> Self {
-        let now = ms_since(epoch, Instant::now());
+    fn new(epoch: Instant, limits: &Limits) -> Self {
+        let accepted = Instant::now();
+        let now = ms_since(epoch, accepted);
+        let ends_at = limits.max_age.map(|age| {
+            let age = age.as_millis() as u64;
+            accepted + Duration::from_millis(age - jitter(age / 10))
+        });
         Self {
             epoch,
             accepted_ms: now,
+            ends_at,
+            max_requests: limits.max_requests.unwrap_or(u64::MAX),
             in_flight: AtomicUsize::new(0),
             requests: AtomicU64::new(0),
             last_active_ms: AtomicU64::new(now),
@@ -94,8 +114,12 @@ impl Tracker {
     /// A request's headers were read; the guard ends it when dropped.
     pub(crate) fn start_request(self: &Arc<Self>, http2: bool) -> RequestGuard {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
-        self.requests.fetch_add(1, Ordering::Relaxed);
+        let served = self.requests.fetch_add(1, Ordering::Relaxed) + 1;
         self.pending_read_ms.store(0, Ordering::Relaxed);
+        if served == self.max_requests {
+            // Its last request: the watchdog closes the connection gracefully now.
+            self.wake.notify_one();
+        }
         if http2 {
             self.http2.store(true, Ordering::Relaxed);
         }
@@ -152,11 +176,18 @@ impl Tracker {
                 Verdict::Wait(deadline)
             };
         }
-        if !self.is_idle() {
-            // Busy: looked at again when woken, or after the idle timeout at the latest.
-            return Verdict::Wait(now + limits.idle);
+        if self.requests.load(Ordering::Relaxed) >= self.max_requests {
+            return Verdict::Drain(ConnectionClose::max_requests);
         }
-        let mut next = self.at(self.last_active_ms.load(Ordering::Relaxed)) + limits.idle;
+        if self.ends_at.is_some_and(|t| now >= t) {
+            return Verdict::Drain(ConnectionClose::max_age);
+        }
+        let or_end = |t: Instant| self.ends_at.map_or(t, |end| t.min(end));
+        if !self.is_idle() {
+            // Busy: looked at again when woken, or after the idle timeout (or its end) at the latest.
+            return Verdict::Wait(or_end(now + limits.idle));
+        }
+        let mut next = or_end(self.at(self.last_active_ms.load(Ordering::Relaxed)) + limits.idle);
         if now >= next {
             return Verdict::Drain(ConnectionClose::idle_timeout);
         }
@@ -170,6 +201,14 @@ impl Tracker {
         }
         Verdict::Wait(next)
     }
+}
+
+/// A random number of milliseconds below `spread` (0 when `spread` is 0).
+fn jitter(spread: u64) -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let random = RandomState::new().hash_one(NEXT.fetch_add(1, Ordering::Relaxed));
+    random.checked_rem(spread).unwrap_or(0)
 }
 
 fn ms_since(epoch: Instant, t: Instant) -> u64 {
@@ -261,7 +300,7 @@ impl Registry {
             return None;
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let tracker = Arc::new(Tracker::new(self.epoch));
+        let tracker = Arc::new(Tracker::new(self.epoch, &self.limits));
         conns.insert(id, tracker.clone());
         self.metrics.connections_open.set(conns.len() as i64);
         Some(Registration {
@@ -416,6 +455,8 @@ mod tests {
             first_request: Duration::from_secs(10),
             idle: Duration::from_secs(100),
             max_connections: max,
+            max_age: None,
+            max_requests: None,
         }
     }
 
@@ -501,5 +542,59 @@ mod tests {
         assert!(b.tracker.is_shed());
         drop((b, c, d));
         assert_eq!(r.open(), 0);
+    }
+
+    /// A connection ends gracefully after its last request, or once old enough (less up to a tenth), busy or
+    /// not; the watchdog is woken by the last request.
+    #[test]
+    fn a_connection_ends_after_its_requests_or_its_age() {
+        let metrics = Arc::new(Metrics::register(
+            &mut prometheus_client::registry::Registry::default(),
+        ));
+        let l = Limits {
+            max_age: Some(Duration::from_secs(100)),
+            max_requests: Some(3),
+            ..limits(10)
+        };
+        let r = Registry::new(l, metrics);
+        let reg = r.admit().unwrap();
+        let t = &reg.tracker;
+        let now = Instant::now();
+        drop(t.start_request(true));
+        let busy = t.start_request(true);
+        let Verdict::Wait(next) = t.verdict(now, &l) else {
+            panic!("ended before its requests or its age")
+        };
+        assert!(
+            next <= now + Duration::from_secs(100),
+            "its age bounds the wait"
+        );
+        assert!(
+            next >= now + Duration::from_secs(89),
+            "less at most a tenth"
+        );
+        assert_eq!(
+            t.verdict(now + Duration::from_secs(100), &l),
+            Verdict::Drain(ConnectionClose::max_age),
+            "busy, it still ends (what is in flight finishes)"
+        );
+        let last = t.start_request(true);
+        assert!(
+            futures::FutureExt::now_or_never(t.notified()).is_some(),
+            "the last request wakes the watchdog"
+        );
+        assert_eq!(
+            t.verdict(now, &l),
+            Verdict::Drain(ConnectionClose::max_requests)
+        );
+        drop((busy, last));
+        // Without limits, a connection never ends so.
+        let open = registry(10).admit().unwrap();
+        drop(open.tracker.start_request(true));
+        let later = now + Duration::from_secs(1_000_000);
+        assert!(matches!(
+            open.tracker.verdict(later, &limits(10)),
+            Verdict::Drain(ConnectionClose::idle_timeout)
+        ));
     }
 }

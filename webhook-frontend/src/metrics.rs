@@ -22,6 +22,10 @@ pub(crate) enum ConnectionClose {
     shed,
     /// Refused at the cap: every open connection was busy.
     rejected,
+    /// Served `--max-connection-requests` requests (closed gracefully: GOAWAY).
+    max_requests,
+    /// Lived `--max-connection-age-secs` (closed gracefully: GOAWAY).
+    max_age,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -86,6 +86,9 @@ const H2_PING_INTERVAL: Duration = Duration::from_secs(30);
 const H2_PING_TIMEOUT: Duration = Duration::from_secs(10);
 /// A connection closing gracefully (idle, shed) that has not finished after this is dropped.
 const GRACEFUL_CLOSE_MAX: Duration = Duration::from_secs(10);
+/// After a graceful close, how long what the peer still sends is read and dropped before the socket is
+/// closed (Go's HTTP/2 server waits 1 s after its last GOAWAY likewise).
+const LINGER: Duration = Duration::from_secs(1);
 /// Backoff after a failed accept (EMFILE and the like): never a busy loop, never an exit.
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
@@ -123,6 +126,8 @@ pub(crate) async fn serve(
         first_request_timeout_ms = limits.first_request.as_millis() as u64,
         idle_timeout_ms = limits.idle.as_millis() as u64,
         max_connections = limits.max_connections,
+        max_connection_age_s = limits.max_age.map(|a| a.as_secs()),
+        max_connection_requests = limits.max_requests,
         "connection limits of the webhook port"
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -207,6 +212,9 @@ async fn serve_connection(
         peer,
         registration,
     } = accepted;
+    let Ok((tcp, linger)) = with_second_handle(tcp) else {
+        return;
+    };
     let tracker = registration.tracker.clone();
     let limits = *registration.limits();
     let first_deadline = tracker.first_request_deadline(&limits);
@@ -245,23 +253,50 @@ async fn serve_connection(
         .serve_connection(TokioIo::new(TrackedIo::new(tls, tracker.clone())), service)
         .into_owned();
     let mut conn = std::pin::pin!(conn);
+    let shutdown = |c: std::pin::Pin<&mut _>| auto::Connection::graceful_shutdown(c);
+    let graceful = drive(
+        conn.as_mut(),
+        shutdown,
+        (&tracker, &limits, &metrics),
+        peer,
+        &mut stop,
+    )
+    .await;
+    drop(registration);
+    if graceful {
+        linger_close(linger).await;
+    }
+}
+
+/// Drives hyper's connection next to its watchdog until it ends; whether it ended after a graceful close.
+async fn drive<C, E>(
+    mut conn: std::pin::Pin<&mut C>,
+    graceful_shutdown: impl Fn(std::pin::Pin<&mut C>),
+    (tracker, limits, metrics): (&crate::connections::Tracker, &Limits, &Metrics),
+    peer: SocketAddr,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) -> bool
+where
+    C: std::future::Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
     // Set once a graceful close started: until when it may take.
     let mut closing_until: Option<Instant> = None;
     loop {
         let now = Instant::now();
         let wake_at = match closing_until {
             Some(until) => until,
-            None => match tracker.verdict(now, &limits) {
+            None => match tracker.verdict(now, limits) {
                 Verdict::Wait(at) => at,
                 Verdict::Close(reason) => {
                     metrics.record_connection_closed(reason);
                     tracing::debug!(%peer, ?reason, "connection closed");
-                    return;
+                    return false;
                 }
                 Verdict::Drain(reason) => {
                     metrics.record_connection_closed(reason);
                     tracing::debug!(%peer, ?reason, "closing the connection gracefully");
-                    conn.as_mut().graceful_shutdown();
+                    graceful_shutdown(conn.as_mut());
                     *closing_until.insert(now + GRACEFUL_CLOSE_MAX)
                 }
             },
@@ -270,21 +305,46 @@ async fn serve_connection(
             served = conn.as_mut() => {
                 if let Err(err) = served {
                     tracing::debug!(%peer, %err, "connection ended with an error");
+                    return false;
                 }
-                return;
+                return closing_until.is_some();
             }
             _ = tracker.notified() => {}
             _ = tokio::time::sleep_until(wake_at.into()) => {
                 if closing_until.is_some() {
                     tracing::debug!(%peer, "graceful close took too long; dropping the connection");
-                    return;
+                    return false;
                 }
             }
             _ = stop.wait_for(|stop| *stop), if closing_until.is_none() => {
-                conn.as_mut().graceful_shutdown();
+                graceful_shutdown(conn.as_mut());
                 // The server's drain timeout bounds this one.
                 closing_until = Some(Instant::now() + Duration::from_secs(24 * 3600));
             }
         }
     }
+}
+
+/// The socket, and a second handle on it that keeps it open once hyper has dropped its own.
+fn with_second_handle(tcp: TcpStream) -> std::io::Result<(TcpStream, std::net::TcpStream)> {
+    let tcp = tcp.into_std()?;
+    let second = tcp.try_clone()?;
+    Ok((TcpStream::from_std(tcp)?, second))
+}
+
+/// A lingering close: the write side shut, what the peer still sends (a WINDOW_UPDATE, a request sent before
+/// it read the GOAWAY) read and dropped until it closes or for [`LINGER`]. Closed at once with unread bytes,
+/// the socket would answer them with a reset, which makes the peer's kernel drop responses it has received
+/// but not yet read: the apiserver would see a webhook call fail that was answered.
+async fn linger_close(socket: std::net::TcpStream) {
+    let _ = socket.shutdown(std::net::Shutdown::Write);
+    let Ok(mut socket) = TcpStream::from_std(socket) else {
+        return;
+    };
+    let mut buf = [0u8; 4096];
+    let _ = tokio::time::timeout(LINGER, async {
+        use tokio::io::AsyncReadExt;
+        while matches!(socket.read(&mut buf).await, Ok(n) if n > 0) {}
+    })
+    .await;
 }

@@ -290,3 +290,73 @@ async fn a_burst_over_one_h2_connection_never_makes_the_scorer_unavailable() {
         "no call went through at all"
     );
 }
+
+/// One HTTP/2 connection to `wh`: its request sender, and its driver, which resolves once the connection has
+/// ended.
+async fn h2_connection(
+    wh: &Webhook,
+) -> (
+    hyper::client::conn::http2::SendRequest<Full<Bytes>>,
+    tokio::task::JoinHandle<hyper::Result<()>>,
+) {
+    let connector = tls_connector(wh.ca_path(), &["h2"]);
+    let tls = tls_connect(wh.addr(), &connector).await.unwrap();
+    let (sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tls),
+    )
+    .await
+    .unwrap();
+    (sender, tokio::spawn(conn))
+}
+
+async fn h2_get(
+    sender: &mut hyper::client::conn::http2::SendRequest<Full<Bytes>>,
+    wh: &Webhook,
+) -> hyper::Result<http::StatusCode> {
+    let req = http::Request::get(format!("https://{}/healthz", wh.addr()))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    sender.send_request(req).await.map(|r| r.status())
+}
+
+/// An HTTP/2 connection (the apiserver's one) ends gracefully after `--max-connection-requests` requests, each
+/// of them answered, and after `--max-connection-age-secs` whatever it serves: the client sees the server
+/// end it (GOAWAY, then the close) and serves its next request on a new connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h2_connection_ends_after_its_requests_or_its_age() {
+    let scorer = Scorer::builder().start().await.unwrap();
+    let wh = webhook(
+        &scorer,
+        &[
+            "--max-connection-requests",
+            "5",
+            "--max-connection-age-secs",
+            "2",
+        ],
+    )
+    .await;
+    let (mut sender, conn) = h2_connection(&wh).await;
+    for _ in 0..5 {
+        assert_eq!(h2_get(&mut sender, &wh).await.unwrap(), 200);
+    }
+    let ended = tokio::time::timeout(Duration::from_secs(10), conn).await;
+    assert!(
+        matches!(ended, Ok(Ok(Ok(())))),
+        "the connection did not end cleanly after its 5 requests: {ended:?}"
+    );
+    assert!(h2_get(&mut sender, &wh).await.is_err());
+    // The next request goes over a new connection, which ends once old enough (far less than 10 s).
+    let (mut sender, conn) = h2_connection(&wh).await;
+    assert_eq!(h2_get(&mut sender, &wh).await.unwrap(), 200);
+    let ended = tokio::time::timeout(Duration::from_secs(10), conn).await;
+    assert!(
+        matches!(ended, Ok(Ok(Ok(())))),
+        "the connection did not end cleanly at its age: {ended:?}"
+    );
+    let closed =
+        |reason: &str| format!("gpu_admission_connections_closed_total{{reason=\"{reason}\"}}");
+    // At least ours (the test kit's own probes may have ended so too).
+    assert!(metric(&wh, &closed("max_requests")).await >= 1);
+    assert!(metric(&wh, &closed("max_age")).await >= 1);
+}

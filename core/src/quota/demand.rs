@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use gpu_admission_policy::quotas::MilliGpus;
 use gpu_admission_policy::{GpuClass, Policy};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::placement;
 use crate::pod::gpu_resources::{ClaimTemplates, Holding, Holdings, MAX_GPUS_PER_POD, gpu_ask};
@@ -46,22 +47,52 @@ impl Counted {
 /// counts Pods: until its containers have stopped (phase `Succeeded` or `Failed`), or, once deleted, until
 /// its deletion time plus its grace period has passed (a Pod being deleted still runs and holds its devices).
 pub fn holds_quota(pod: &Pod, now_ms: u64) -> bool {
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    !matches!(phase, Some("Succeeded" | "Failed"))
-        && holds_until_ms(pod).is_none_or(|t| now_ms <= t)
+    Lifetime::of(pod).holds_at(now_ms)
 }
 
 /// When a Pod being deleted stops holding its quota: its deletion time plus its grace period (ms since the
 /// Unix epoch); `None` for a Pod not being deleted.
 pub fn holds_until_ms(pod: &Pod) -> Option<u64> {
-    let at = pod.metadata.deletion_timestamp.as_ref()?;
-    let grace = pod
-        .metadata
-        .deletion_grace_period_seconds
-        .unwrap_or(0)
-        .max(0) as u64;
-    let at_ms = u64::try_from(at.0.as_millisecond()).unwrap_or(0);
-    Some(at_ms.saturating_add(grace.saturating_mul(1000)))
+    Lifetime::of(pod).holds_until_ms
+}
+
+/// How long a Pod holds its quota ([`holds_quota`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Lifetime {
+    /// Its containers have stopped (phase `Succeeded` or `Failed`).
+    pub finished: bool,
+    /// Being deleted: its deletion time plus its grace period, in ms since the Unix epoch.
+    pub holds_until_ms: Option<u64>,
+}
+
+impl Lifetime {
+    fn of(pod: &Pod) -> Self {
+        let m = &pod.metadata;
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        Self::new(
+            phase,
+            m.deletion_timestamp.as_ref(),
+            m.deletion_grace_period_seconds,
+        )
+    }
+
+    /// From a Pod's phase, deletion time and grace period.
+    pub fn new(phase: Option<&str>, deleted_at: Option<&Time>, grace_seconds: Option<i64>) -> Self {
+        let holds_until_ms = deleted_at.map(|at| {
+            let grace = grace_seconds.unwrap_or(0).max(0) as u64;
+            let at_ms = u64::try_from(at.0.as_millisecond()).unwrap_or(0);
+            at_ms.saturating_add(grace.saturating_mul(1000))
+        });
+        Lifetime {
+            finished: matches!(phase, Some("Succeeded" | "Failed")),
+            holds_until_ms,
+        }
+    }
+
+    /// Whether the Pod holds its quota at `now_ms`.
+    pub fn holds_at(&self, now_ms: u64) -> bool {
+        !self.finished && self.holds_until_ms.is_none_or(|t| now_ms <= t)
+    }
 }
 
 /// Milli-GPUs of one [`Holding`] on a device of catalog class `class` (`None`: no class known).

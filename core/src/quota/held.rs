@@ -1,17 +1,19 @@
 //! What the cluster holds, kept from a Pod watch: THE counting the frontend's usage and the quota oracle
-//! (`properties::quota_oracle`) share. It keeps each Pod that may hold GPUs slimmed to what counting reads
-//! ([`slim`]) and counts it ([`super::demand::of_pod`]) against the tier its namespace's label says **now**:
+//! (`properties::quota_oracle`) share. It keeps each Pod that may hold GPUs as what counting reads of it
+//! ([`HeldPod`]: policy-independent, so a new policy counts it again) and counts it ([`super::demand::of_pod`]) against the tier its namespace's label says **now**:
 //! [`HeldPods::refresh`] moves a relabelled namespace's Pods to their new tier (both ways), counts every Pod
 //! again under a new policy, and lets go of a Pod being deleted once its deletion time plus grace period
 //! has passed ([`super::demand::holds_quota`], as ResourceQuota counts).
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::Pod;
 
 use super::Usage;
+use gpu_admission_policy::quotas::MilliGpus;
+
 use super::demand::{self, Counted};
+use super::watched::{HeldPod, WatchedPod};
 use crate::facts::Facts;
 use crate::policy::{PolicySnapshot, TierScope};
 
@@ -60,22 +62,28 @@ impl Counter for FactsCounter<'_> {
     }
 }
 
-/// What one stored Pod counts, under the tier its namespace had when it was counted.
+/// What one stored Pod counts, under the tier its namespace had when it was counted (the classes as a slice:
+/// a fraction of a map's node, kept for every GPU Pod).
 #[derive(Debug, Clone)]
 struct Counting {
     tier: String,
-    namespace: String,
-    counted: Counted,
+    classes: Box<[(String, MilliGpus)]>,
+    total: MilliGpus,
+}
+
+/// A stored Pod and what it counts (`None` where its namespace's tier has no quota).
+#[derive(Debug, Clone)]
+struct Held {
+    pod: HeldPod,
+    counting: Option<Counting>,
 }
 
 /// The Pods that hold quota and what they count.
 #[derive(Debug, Default)]
 pub struct HeldPods {
-    /// Pods that may hold GPUs, slimmed, by UID.
-    stored: HashMap<String, Pod>,
-    /// What each stored Pod counts (none where its namespace's tier has no quota).
-    counted: HashMap<String, Counting>,
-    /// What `counted` sums to.
+    /// Pods that may hold GPUs, as counting reads them, and what each counts, by UID.
+    stored: HashMap<String, Held>,
+    /// What the stored Pods' counts sum to.
     usage: Usage,
     /// The quota'd tier each namespace of a stored Pod was counted under.
     tiers: HashMap<String, Option<String>>,
@@ -99,45 +107,48 @@ impl HeldPods {
     /// The stored Pods of `namespace` that `claim` serves (they name it, or it was made for one of them).
     pub fn served_by(&self, namespace: &str, claim: &super::ClaimRef) -> Vec<Pod> {
         self.stored
-            .values()
-            .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
+            .iter()
+            .filter(|(_, h)| h.pod.namespace == namespace)
+            .map(|(uid, h)| h.pod.to_pod(uid))
             .filter(|p| claim.serves(p))
-            .cloned()
             .collect()
     }
 
     /// Takes a watched Pod in (`None`: deleted) and counts it; whether it holds its quota at `now_ms`.
-    pub fn set(&mut self, uid: &str, pod: Option<&Pod>, cx: &dyn Counter, now_ms: u64) -> bool {
-        let holds = pod.filter(|p| demand::holds_quota(p, now_ms));
-        match holds.and_then(|p| Some((p, slim(p)?))) {
-            Some((p, slimmed)) => {
-                match demand::holds_until_ms(p) {
-                    Some(t) => self.terminating.insert(uid.to_string(), t),
-                    None => self.terminating.remove(uid),
-                };
-                self.stored.insert(uid.to_string(), slimmed);
+    pub fn set(
+        &mut self,
+        uid: &str,
+        pod: Option<WatchedPod>,
+        cx: &dyn Counter,
+        now_ms: u64,
+    ) -> bool {
+        let holds = pod.filter(|p| p.holds_quota(now_ms));
+        let held = holds.is_some();
+        self.forget(uid);
+        if let Some(pod) = holds.and_then(|p| p.held) {
+            if let Some(t) = pod.holds_until_ms {
+                self.terminating.insert(uid.to_string(), t);
             }
-            None => {
-                self.stored.remove(uid);
-                self.terminating.remove(uid);
-            }
+            let counting = None;
+            self.stored.insert(uid.to_string(), Held { pod, counting });
+            self.recount(uid, cx);
         }
-        self.recount(uid, cx);
-        holds.is_some()
+        held
     }
 
-    /// Replaces every stored Pod (a relist), counted at the next [`HeldPods::refresh`].
-    pub fn replace_all(&mut self, pods: impl IntoIterator<Item = (String, Pod)>, now_ms: u64) {
+    /// Replaces every stored Pod (a relist: each Pod that may hold GPUs and held its quota when listed),
+    /// counted at the next [`HeldPods::refresh`].
+    pub fn replace_all(&mut self, pods: impl IntoIterator<Item = (String, HeldPod)>, now_ms: u64) {
         *self = HeldPods::default();
         for (uid, pod) in pods {
-            if demand::holds_quota(&pod, now_ms)
-                && let Some(slimmed) = slim(&pod)
-            {
-                if let Some(t) = demand::holds_until_ms(&pod) {
-                    self.terminating.insert(uid.clone(), t);
-                }
-                self.stored.insert(uid, slimmed);
+            if pod.holds_until_ms.is_some_and(|t| now_ms > t) {
+                continue;
             }
+            if let Some(t) = pod.holds_until_ms {
+                self.terminating.insert(uid.clone(), t);
+            }
+            let counting = None;
+            self.stored.insert(uid, Held { pod, counting });
         }
     }
 
@@ -157,9 +168,7 @@ impl HeldPods {
             .map(|(uid, _)| uid.clone())
             .collect();
         for uid in &expired {
-            self.terminating.remove(uid);
-            self.stored.remove(uid);
-            self.recount(uid, cx);
+            self.forget(uid);
         }
         if !self
             .basis
@@ -177,42 +186,32 @@ impl HeldPods {
             .collect();
         if !moved.is_empty() {
             self.tiers.retain(|ns, _| !moved.contains(ns));
-            let uids: Vec<String> = self
-                .stored
-                .iter()
-                .filter(|(_, p)| {
-                    p.metadata
-                        .namespace
-                        .as_ref()
-                        .is_some_and(|n| moved.contains(n))
-                })
-                .map(|(uid, _)| uid.clone())
-                .collect();
-            for uid in uids {
-                self.recount(&uid, cx);
-            }
+            self.recount_where(cx, |p| moved.contains(&p.namespace));
         }
         expired
     }
 
     fn recount_all(&mut self, cx: &dyn Counter) {
-        self.counted.clear();
         self.usage = Usage::default();
         self.tiers.clear();
-        let uids: Vec<String> = self.stored.keys().cloned().collect();
-        for uid in uids {
-            self.recount(&uid, cx);
+        for held in self.stored.values_mut() {
+            held.counting = None;
         }
+        self.recount_where(cx, |_| true);
         self.basis = Some(cx.snapshot().clone());
     }
 
     /// Counts the stored Pods of `namespace` again: a claim or claim template there changed (what a Pod
     /// counts reads them), which no Pod event tells.
     pub fn recount_namespace(&mut self, namespace: &str, cx: &dyn Counter) {
+        self.recount_where(cx, |p| p.namespace == namespace);
+    }
+
+    fn recount_where(&mut self, cx: &dyn Counter, which: impl Fn(&HeldPod) -> bool) {
         let uids: Vec<String> = self
             .stored
             .iter()
-            .filter(|(_, p)| p.metadata.namespace.as_deref() == Some(namespace))
+            .filter(|(_, h)| which(&h.pod))
             .map(|(uid, _)| uid.clone())
             .collect();
         for uid in uids {
@@ -220,97 +219,58 @@ impl HeldPods {
         }
     }
 
-    /// Counts one stored Pod again (or takes back what a Pod no longer stored counted).
-    fn recount(&mut self, uid: &str, cx: &dyn Counter) {
-        if let Some(old) = self.counted.remove(uid) {
-            self.usage.add(&old.tier, &old.namespace, &old.counted, -1);
-        }
-        let Some(pod) = self.stored.get(uid) else {
-            return;
-        };
-        let Some(namespace) = pod.metadata.namespace.clone() else {
-            return;
-        };
-        let tier = self
-            .tiers
-            .entry(namespace.clone())
-            .or_insert_with(|| cx.tier_of(&namespace))
-            .clone();
-        let Some(tier) = tier else { return };
-        if let Some(counted) = cx.count(&tier, &namespace, pod) {
-            self.usage.add(&tier, &namespace, &counted, 1);
-            self.counted.insert(
-                uid.to_string(),
-                Counting {
-                    tier,
-                    namespace,
-                    counted,
-                },
+    /// Lets a Pod go, and what it counted.
+    fn forget(&mut self, uid: &str) {
+        self.terminating.remove(uid);
+        if let Some(held) = self.stored.remove(uid) {
+            add(
+                &mut self.usage,
+                &held.pod.namespace,
+                held.counting.as_ref(),
+                -1,
             );
         }
     }
+
+    /// Counts one stored Pod again.
+    fn recount(&mut self, uid: &str, cx: &dyn Counter) {
+        let Some(held) = self.stored.get_mut(uid) else {
+            return;
+        };
+        let namespace = &held.pod.namespace;
+        add(
+            &mut self.usage,
+            namespace,
+            held.counting.take().as_ref(),
+            -1,
+        );
+        let tier = self
+            .tiers
+            .entry(namespace.clone())
+            .or_insert_with(|| cx.tier_of(namespace))
+            .clone();
+        let Some(tier) = tier else { return };
+        let Some(counted) = cx.count(&tier, namespace, &held.pod.to_pod(uid)) else {
+            return;
+        };
+        self.usage.add(&tier, namespace, &counted, 1);
+        held.counting = Some(Counting {
+            tier,
+            classes: counted.classes.into_iter().collect(),
+            total: counted.total,
+        });
+    }
 }
 
-/// A Pod slimmed to what counting reads, `None` for a Pod that cannot hold GPUs whatever the policy says (no
-/// extended resource, no DRA claim) or has no namespace.
-pub fn slim(pod: &Pod) -> Option<Pod> {
-    let spec = pod.spec.as_ref()?;
-    let native = |k: &str| {
-        matches!(k, "cpu" | "memory" | "ephemeral-storage" | "storage")
-            || k.starts_with("hugepages-")
-    };
-    let extended = |c: &Container| {
-        c.resources.iter().any(|r| {
-            r.requests
-                .iter()
-                .chain(r.limits.iter())
-                .flat_map(|m| m.keys())
-                .any(|k| !native(k))
-        })
-    };
-    let claims = spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty());
-    let mut containers = spec
-        .containers
-        .iter()
-        .chain(spec.init_containers.iter().flatten());
-    if !claims && !containers.any(extended) {
-        return None;
+/// Adds what a stored Pod counts to `usage` (or takes it back with `sign = -1`).
+fn add(usage: &mut Usage, namespace: &str, counting: Option<&Counting>, sign: i8) {
+    if let Some(c) = counting {
+        let counted = Counted {
+            classes: c.classes.iter().cloned().collect(),
+            total: c.total,
+        };
+        usage.add(&c.tier, namespace, &counted, sign);
     }
-    let keep = |c: &Container| Container {
-        name: c.name.clone(),
-        resources: c.resources.clone(),
-        restart_policy: c.restart_policy.clone(),
-        ..Default::default()
-    };
-    let m = &pod.metadata;
-    m.namespace.as_ref()?;
-    Some(Pod {
-        metadata: ObjectMeta {
-            name: m.name.clone(),
-            namespace: m.namespace.clone(),
-            uid: m.uid.clone(),
-            deletion_timestamp: m.deletion_timestamp.clone(),
-            deletion_grace_period_seconds: m.deletion_grace_period_seconds,
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            containers: spec.containers.iter().map(keep).collect(),
-            init_containers: spec
-                .init_containers
-                .as_ref()
-                .map(|cs| cs.iter().map(keep).collect()),
-            resource_claims: spec.resource_claims.clone(),
-            node_name: spec.node_name.clone(),
-            node_selector: spec.node_selector.clone(),
-            affinity: spec.affinity.clone(),
-            ..Default::default()
-        }),
-        status: pod.status.as_ref().map(|s| PodStatus {
-            phase: s.phase.clone(),
-            resource_claim_statuses: s.resource_claim_statuses.clone(),
-            ..Default::default()
-        }),
-    })
 }
 
 #[cfg(test)]
@@ -388,8 +348,8 @@ quotas:
         counting(&snap, &[("a", "bronze")], |cx| {
             let mut h = HeldPods::default();
             h.refresh(cx, 0);
-            assert!(h.set("p", Some(&pod("a", "p", 1, None)), cx, 0));
-            h.set("p", Some(&pod("a", "p", 2, None)), cx, 0);
+            assert!(h.set("p", Some(WatchedPod::of(&pod("a", "p", 1, None))), cx, 0));
+            h.set("p", Some(WatchedPod::of(&pod("a", "p", 2, None))), cx, 0);
             assert_eq!(h.usage().namespaces["a"].total, 2000);
             assert!(!h.set("p", None, cx, 0));
             assert_eq!(h.usage(), &Usage::default());
@@ -398,7 +358,7 @@ quotas:
                 serde_json::from_value(serde_json::json!({"metadata": {"namespace": "a",
                 "name": "cpu", "uid": "cpu"}, "spec": {"containers": [{"name": "c"}]}}))
                 .unwrap();
-            h.set("cpu", Some(&cpu), cx, 0);
+            h.set("cpu", Some(WatchedPod::of(&cpu)), cx, 0);
             assert!(!h.holds("cpu"));
         });
     }
@@ -412,7 +372,7 @@ quotas:
         let mut h = HeldPods::default();
         counting(&snap, &[("a", "bronze")], |cx| {
             h.refresh(cx, 0);
-            h.set("p", Some(&pod("a", "p", 3, None)), cx, 0);
+            h.set("p", Some(WatchedPod::of(&pod("a", "p", 3, None))), cx, 0);
         });
         let totals = |h: &HeldPods| (tier_total(h, "bronze"), tier_total(h, "silver"));
         assert_eq!(totals(&h), (3000, 0));
@@ -443,12 +403,13 @@ quotas:
         counting(&snap, &[("a", "bronze")], |cx| {
             let mut h = HeldPods::default();
             h.refresh(cx, at);
-            h.set("p", Some(&deleting), cx, at);
+            h.set("p", Some(WatchedPod::of(&deleting)), cx, at);
             assert!(h.refresh(cx, at + 599_000).is_empty());
             assert_eq!(tier_total(&h, "bronze"), 2000);
             assert_eq!(h.refresh(cx, at + 600_001), ["p"]);
             assert_eq!(tier_total(&h, "bronze"), 0);
-            h.replace_all([("p".to_string(), slim(&deleting).unwrap())], at);
+            let held = WatchedPod::of(&deleting).held.unwrap();
+            h.replace_all([("p".to_string(), held)], at);
             h.refresh(cx, at);
             assert_eq!(tier_total(&h, "bronze"), 2000);
             h.refresh(cx, at + 600_001);

@@ -1,29 +1,105 @@
-//! A Pod as a quota watch decodes it ([`WatchedPod`]): only the fields [`super::held::slim`] keeps and the
-//! watch itself reads (its name, namespace, uid and resourceVersion; its deletion time and grace period; the
-//! containers' names, resources and restart policies; its claims, Node name, selector and affinity; its
-//! phase and claim statuses). serde skips every other field while an event is decoded, so a whole Pod (its
-//! managed fields, env, volumes, probes, status) is never built. Sizes in
-//! docs/measurements/2026-11-29-watches-not-lists.md.
+//! A Pod as quota counting reads it, THE one definition of what that is: [`HeldPod`], what the quota watch
+//! decodes and [`super::held::HeldPods`] keeps of a Pod that may hold GPUs, and [`WatchedPod`], the watch's
+//! event (the Pod's name, namespace, uid and resourceVersion, how long it holds its quota, and its
+//! [`HeldPod`]). Decoded from a Pod's JSON by one serde projection that reads only the fields counting reads
+//! (the containers' GPU-capable resources and restart policies, the claims, the Node name, selector and
+//! required node affinity, the claim statuses; the deletion time, grace period and phase): every other field
+//! is skipped while an event is decoded, so a whole Pod is never built. A typed Pod goes through the same
+//! projection ([`WatchedPod::of`]); counting reads a held Pod as the minimal Pod [`HeldPod::to_pod`] builds.
+//! Sizes in docs/measurements/2026-11-30-frontend-envelope.md.
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, Pod, PodResourceClaim, PodResourceClaimStatus, PodSpec, PodStatus,
-    ResourceRequirements,
+    Affinity, Container, NodeAffinity, NodeSelector, Pod, PodResourceClaim, PodResourceClaimStatus,
+    PodSpec, PodStatus, ResourceRequirements,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::{Deserialize, Deserializer};
 
-/// A watched Pod holding only what quota counting reads; deserialized from a whole Pod's JSON.
+use super::demand::Lifetime;
+
+/// A watched Pod: what the watch reads of its metadata, how long it holds its quota, and what counting reads
+/// of it (`None`: it cannot hold GPUs whatever the policy says, or has no namespace).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct WatchedPod(pub Pod);
+pub struct WatchedPod {
+    /// Its name, namespace, uid and resourceVersion (the watch resumes from the last event's).
+    pub metadata: ObjectMeta,
+    pub lifetime: Lifetime,
+    pub held: Option<HeldPod>,
+}
+
+impl WatchedPod {
+    /// A typed Pod as the watch decodes it (through the same projection).
+    pub fn of(pod: &Pod) -> WatchedPod {
+        serde_json::to_value(pod)
+            .and_then(serde_json::from_value)
+            .unwrap_or_default()
+    }
+
+    /// Whether it holds its quota at `now_ms` ([`super::demand::holds_quota`]).
+    pub fn holds_quota(&self, now_ms: u64) -> bool {
+        self.lifetime.holds_at(now_ms)
+    }
+}
+
+/// What counting reads of a Pod that may hold GPUs, and all that is kept of it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HeldPod {
+    pub namespace: String,
+    /// Being deleted: when it stops holding its quota ([`Lifetime::holds_until_ms`]).
+    pub holds_until_ms: Option<u64>,
+    spec: HeldSpec,
+    /// `status.resourceClaimStatuses`: the claims made from its templates.
+    made_claims: Vec<PodResourceClaimStatus>,
+}
+
+/// The spec fields counting reads. Containers without a GPU-capable resource are left out (they hold
+/// nothing whatever the rules say), and of the others only such resources.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HeldSpec {
+    #[serde(default, deserialize_with = "gpu_containers")]
+    containers: Vec<HeldContainer>,
+    #[serde(default, deserialize_with = "gpu_containers")]
+    init_containers: Vec<HeldContainer>,
+    #[serde(default, deserialize_with = "or_empty")]
+    resource_claims: Vec<PodResourceClaim>,
+    node_name: Option<String>,
+    #[serde(default, deserialize_with = "pairs")]
+    node_selector: Vec<(String, String)>,
+    /// `affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution`.
+    #[serde(
+        default,
+        rename = "affinity",
+        deserialize_with = "required_node_affinity"
+    )]
+    required: Option<Box<NodeSelector>>,
+}
+
+/// A container's GPU-capable resources (neither CPU, memory, storage nor hugepages) and restart policy.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct HeldContainer {
+    name: String,
+    restart_policy: Option<String>,
+    limits: Vec<(String, Quantity)>,
+    requests: Vec<(String, Quantity)>,
+}
+
+/// Resources no rule can make a GPU (what Kubernetes itself accounts).
+fn native(resource: &str) -> bool {
+    matches!(resource, "cpu" | "memory" | "ephemeral-storage" | "storage")
+        || resource.starts_with("hugepages-")
+}
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Projection {
     #[serde(default)]
     metadata: Meta,
-    spec: Option<Spec>,
+    spec: Option<HeldSpec>,
+    #[serde(default)]
     status: Option<Status>,
 }
 
@@ -33,7 +109,6 @@ struct Meta {
     name: Option<String>,
     namespace: Option<String>,
     uid: Option<String>,
-    /// The watch resumes from the last event's.
     resource_version: Option<String>,
     deletion_timestamp: Option<Time>,
     deletion_grace_period_seconds: Option<i64>,
@@ -41,41 +116,67 @@ struct Meta {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Spec {
-    #[serde(default)]
-    containers: Vec<ContainerResources>,
-    init_containers: Option<Vec<ContainerResources>>,
-    resource_claims: Option<Vec<PodResourceClaim>>,
-    node_name: Option<String>,
-    node_selector: Option<BTreeMap<String, String>>,
-    affinity: Option<Affinity>,
+struct Status {
+    phase: Option<String>,
+    #[serde(default, deserialize_with = "or_empty")]
+    resource_claim_statuses: Vec<PodResourceClaimStatus>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct ContainerResources {
+struct ContainerJson {
     #[serde(default)]
     name: String,
-    resources: Option<ResourceRequirements>,
+    resources: Option<ResourcesJson>,
     restart_policy: Option<String>,
 }
 
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Status {
-    phase: Option<String>,
-    resource_claim_statuses: Option<Vec<PodResourceClaimStatus>>,
+struct ResourcesJson {
+    #[serde(default, deserialize_with = "pairs")]
+    limits: Vec<(String, Quantity)>,
+    #[serde(default, deserialize_with = "pairs")]
+    requests: Vec<(String, Quantity)>,
 }
 
-impl From<ContainerResources> for Container {
-    fn from(c: ContainerResources) -> Self {
-        Container {
-            name: c.name,
-            resources: c.resources,
-            restart_policy: c.restart_policy,
-            ..Container::default()
-        }
-    }
+fn or_empty<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Vec<T>, D::Error> {
+    Ok(Option::<Vec<T>>::deserialize(d)?.unwrap_or_default())
+}
+
+/// A JSON object as its entries, in key order (a `Vec` costs a fraction of a `BTreeMap`'s node).
+fn pairs<'de, D: Deserializer<'de>, V: Deserialize<'de>>(
+    d: D,
+) -> Result<Vec<(String, V)>, D::Error> {
+    let map = Option::<BTreeMap<String, V>>::deserialize(d)?.unwrap_or_default();
+    Ok(map.into_iter().collect())
+}
+
+fn gpu_containers<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<HeldContainer>, D::Error> {
+    let gpu_capable = |rs: Vec<(String, Quantity)>| -> Vec<(String, Quantity)> {
+        rs.into_iter().filter(|(k, _)| !native(k)).collect()
+    };
+    Ok(or_empty::<D, ContainerJson>(d)?
+        .into_iter()
+        .filter_map(|c| {
+            let r = c.resources?;
+            let (limits, requests) = (gpu_capable(r.limits), gpu_capable(r.requests));
+            (!limits.is_empty() || !requests.is_empty()).then_some(HeldContainer {
+                name: c.name,
+                restart_policy: c.restart_policy,
+                limits,
+                requests,
+            })
+        })
+        .collect())
+}
+
+fn required_node_affinity<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Box<NodeSelector>>, D::Error> {
+    Ok(Option::<Affinity>::deserialize(d)?
+        .and_then(|a| a.node_affinity)
+        .and_then(|n| n.required_during_scheduling_ignored_during_execution)
+        .map(Box::new))
 }
 
 impl<'de> Deserialize<'de> for WatchedPod {
@@ -85,33 +186,101 @@ impl<'de> Deserialize<'de> for WatchedPod {
             spec,
             status,
         } = Projection::deserialize(deserializer)?;
-        Ok(WatchedPod(Pod {
+        let (phase, made_claims) =
+            status.map_or((None, Vec::new()), |s| (s.phase, s.resource_claim_statuses));
+        let lifetime = Lifetime::new(
+            phase.as_deref(),
+            m.deletion_timestamp.as_ref(),
+            m.deletion_grace_period_seconds,
+        );
+        let held = match (&m.namespace, spec) {
+            (Some(namespace), Some(spec))
+                if !spec.resource_claims.is_empty()
+                    || !spec.containers.is_empty()
+                    || !spec.init_containers.is_empty() =>
+            {
+                Some(HeldPod {
+                    namespace: namespace.clone(),
+                    holds_until_ms: lifetime.holds_until_ms,
+                    spec,
+                    made_claims,
+                })
+            }
+            _ => None,
+        };
+        Ok(WatchedPod {
             metadata: ObjectMeta {
                 name: m.name,
                 namespace: m.namespace,
                 uid: m.uid,
                 resource_version: m.resource_version,
-                deletion_timestamp: m.deletion_timestamp,
-                deletion_grace_period_seconds: m.deletion_grace_period_seconds,
                 ..ObjectMeta::default()
             },
-            spec: spec.map(|s| PodSpec {
-                containers: s.containers.into_iter().map(Container::from).collect(),
-                init_containers: s
-                    .init_containers
-                    .map(|cs| cs.into_iter().map(Container::from).collect()),
-                resource_claims: s.resource_claims,
-                node_name: s.node_name,
-                node_selector: s.node_selector,
-                affinity: s.affinity,
+            lifetime,
+            held,
+        })
+    }
+}
+
+impl HeldPod {
+    /// The Pod of UID `uid` counting reads: only what is held.
+    pub fn to_pod(&self, uid: &str) -> Pod {
+        let HeldPod {
+            namespace,
+            holds_until_ms: _,
+            spec,
+            made_claims,
+        } = self;
+        let HeldSpec {
+            containers,
+            init_containers,
+            resource_claims,
+            node_name,
+            node_selector,
+            required,
+        } = spec;
+        let container = |c: &HeldContainer| {
+            let map =
+                |rs: &[(String, Quantity)]| (!rs.is_empty()).then(|| rs.iter().cloned().collect());
+            Container {
+                name: c.name.clone(),
+                restart_policy: c.restart_policy.clone(),
+                resources: Some(ResourceRequirements {
+                    limits: map(&c.limits),
+                    requests: map(&c.requests),
+                    ..ResourceRequirements::default()
+                }),
+                ..Container::default()
+            }
+        };
+        Pod {
+            metadata: ObjectMeta {
+                namespace: Some(namespace.clone()),
+                uid: Some(uid.to_string()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodSpec {
+                containers: containers.iter().map(container).collect(),
+                init_containers: (!init_containers.is_empty())
+                    .then(|| init_containers.iter().map(container).collect()),
+                resource_claims: (!resource_claims.is_empty()).then(|| resource_claims.clone()),
+                node_name: node_name.clone(),
+                node_selector: (!node_selector.is_empty())
+                    .then(|| node_selector.iter().cloned().collect()),
+                affinity: required.as_ref().map(|r| Affinity {
+                    node_affinity: Some(NodeAffinity {
+                        required_during_scheduling_ignored_during_execution: Some((**r).clone()),
+                        ..NodeAffinity::default()
+                    }),
+                    ..Affinity::default()
+                }),
                 ..PodSpec::default()
             }),
-            status: status.map(|s| PodStatus {
-                phase: s.phase,
-                resource_claim_statuses: s.resource_claim_statuses,
+            status: (!made_claims.is_empty()).then(|| PodStatus {
+                resource_claim_statuses: Some(made_claims.clone()),
                 ..PodStatus::default()
             }),
-        }))
+        }
     }
 }
 
@@ -132,18 +301,20 @@ impl kube_core::Resource for WatchedPod {
         "pods".into()
     }
     fn meta(&self) -> &ObjectMeta {
-        &self.0.metadata
+        &self.metadata
     }
     fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.0.metadata
+        &mut self.metadata
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pod::gpu_resources::NoClaimTemplates;
+    use crate::policy::PolicySnapshot;
     use crate::quota::demand;
-    use crate::quota::held::slim;
+    use crate::tier_bound::NoNodes;
     use serde_json::json;
 
     /// A stored GPU Pod as the apiserver serves it: managed fields, env, volumes, a full status.
@@ -185,32 +356,88 @@ mod tests {
         })
     }
 
+    /// What `pod` counts in tier bronze of a policy with an L4 quota (no Nodes, no templates known).
+    fn count_of(pod: &Pod) -> Option<demand::Counted> {
+        let quotas =
+            "\nquotas:\n  tiers:\n    - tier: bronze\n      classes: { L4-24GB: { max: 8 } }\n";
+        let text = format!("{}{quotas}", gpu_admission_policy::DEFAULT_POLICY_YAML);
+        let policy = gpu_admission_policy::parse(&text, "p.yaml").unwrap();
+        let snapshot = PolicySnapshot::from_policy(std::sync::Arc::new(policy));
+        demand::of_pod(
+            pod,
+            "team",
+            "bronze",
+            &snapshot,
+            &NoNodes,
+            &NoClaimTemplates,
+        )
+    }
+
     #[test]
-    fn counting_reads_the_same_of_a_watched_pod_as_of_the_whole_pod() {
+    fn counting_reads_the_same_of_a_held_pod_as_of_the_whole_pod() {
         let whole: Pod = serde_json::from_value(stored_pod()).unwrap();
         let watched: WatchedPod = serde_json::from_value(stored_pod()).unwrap();
-        assert_eq!(slim(&watched.0), slim(&whole));
-        assert!(slim(&whole).is_some(), "a GPU Pod is kept");
+        assert_eq!(
+            WatchedPod::of(&whole),
+            watched,
+            "a typed Pod projects the same"
+        );
+        let held = watched.held.as_ref().expect("a GPU Pod is kept");
+        let counted = count_of(&whole).expect("it counts");
+        assert_eq!(count_of(&held.to_pod("u-1")), Some(counted));
         for now in [0, u64::MAX] {
-            assert_eq!(
-                demand::holds_quota(&watched.0, now),
-                demand::holds_quota(&whole, now)
-            );
+            assert_eq!(watched.holds_quota(now), demand::holds_quota(&whole, now));
         }
-        assert_eq!(watched.0.metadata.resource_version.as_deref(), Some("42"));
-        assert!(watched.0.metadata.managed_fields.is_none());
-        assert!(watched.0.metadata.annotations.is_none());
-        let spec = watched.0.spec.as_ref().unwrap();
-        assert!(spec.volumes.is_none() && spec.tolerations.is_none());
-        assert!(spec.containers[0].env.is_none() && spec.containers[0].image.is_none());
+        assert_eq!(held.holds_until_ms, demand::holds_until_ms(&whole));
+        assert_eq!(watched.metadata.resource_version.as_deref(), Some("42"));
+        // The CPU and memory requests are not kept, nor anything else counting does not read.
+        let kept = held.to_pod("u-1");
+        let main = &kept.spec.as_ref().unwrap().containers[0];
+        let limits = main.resources.as_ref().unwrap().limits.as_ref().unwrap();
+        assert_eq!(limits.keys().collect::<Vec<_>>(), ["nvidia.com/gpu"]);
+        assert!(main.resources.as_ref().unwrap().requests.is_none());
+        assert!(kept.metadata.annotations.is_none() && main.env.is_none());
+        // What the ResourceClaim controller made from the template is kept: the claim is what counts.
+        let statuses = kept
+            .status
+            .as_ref()
+            .unwrap()
+            .resource_claim_statuses
+            .as_ref();
+        assert_eq!(
+            statuses.unwrap()[0].resource_claim_name.as_deref(),
+            Some("train-0-gpu-x")
+        );
+    }
+
+    /// A container without a GPU-capable resource holds nothing: it is left out, and the Pod counts the same.
+    #[test]
+    fn a_container_without_gpus_is_not_kept() {
+        let mut p = stored_pod();
+        p["spec"]["containers"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "sidecar", "resources": {"requests": {"cpu": "1"}}}));
+        let whole: Pod = serde_json::from_value(p.clone()).unwrap();
+        let held = serde_json::from_value::<WatchedPod>(p)
+            .unwrap()
+            .held
+            .unwrap();
+        let kept = held.to_pod("u-1");
+        assert_eq!(kept.spec.as_ref().unwrap().containers.len(), 1);
+        assert_eq!(count_of(&kept), count_of(&whole));
     }
 
     #[test]
     fn a_pod_without_spec_or_status_decodes() {
         let w: WatchedPod =
             serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "ns"}})).unwrap();
-        assert_eq!(w.0.metadata.name.as_deref(), Some("p"));
-        assert!(w.0.spec.is_none() && w.0.status.is_none());
-        assert!(slim(&w.0).is_none());
+        assert_eq!(w.metadata.name.as_deref(), Some("p"));
+        assert!(w.held.is_none() && w.holds_quota(0));
+        let cpu: WatchedPod = serde_json::from_value(json!({"metadata": {"namespace": "ns"},
+            "spec": {"containers": [{"name": "c", "resources": {"limits": {"cpu": "1"}}}]},
+            "status": {"phase": "Succeeded"}}))
+        .unwrap();
+        assert!(cpu.held.is_none() && !cpu.holds_quota(0));
     }
 }

@@ -1,8 +1,8 @@
 //! GPU quota usage, counted from the cluster: a Pod watch (not finished: `status.phase` neither
 //! `Succeeded` nor `Failed`) decoded into core's projection of what counting reads
 //! ([`gpu_admission_core::quota::watched::WatchedPod`]: a whole Pod is never built), that keeps, per Pod UID,
-//! the Pod slimmed to what counting reads (only Pods that may hold GPUs: an extended resource or a DRA
-//! claim), and counts it by
+//! what counting reads of it ([`gpu_admission_core::quota::watched::HeldPod`]; only Pods that may hold GPUs:
+//! an extended resource or a DRA claim), and counts it by
 //! [`gpu_admission_core::quota::demand`] against the tier its namespace's label says **now**: a relabelled
 //! namespace's Pods move to the new tier at the next decision, a policy change recounts every Pod, and every
 //! [`RECOUNT_EVERY`] the whole count is taken again (claims and templates a Pod reads may have changed). A
@@ -29,7 +29,7 @@ use gpu_admission_core::admission::validate_pod::{QuotaUnavailable, Reservation}
 use gpu_admission_core::authority::Grants;
 use gpu_admission_core::quota::held::{Counter, FactsCounter, HeldPods};
 use gpu_admission_core::quota::ledger::{self, Entry, Plan, Reserving, Seen};
-use gpu_admission_core::quota::watched::WatchedPod;
+use gpu_admission_core::quota::watched::{HeldPod, WatchedPod};
 use gpu_admission_core::quota::{self, Decision, Usage};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
@@ -43,10 +43,10 @@ use crate::policy::PolicyCache;
 /// How often the quota metrics are rewritten and the whole count taken again.
 const RECOUNT_EVERY: Duration = Duration::from_secs(5);
 
-/// A relist in progress (`Init` .. `InitDone`): the Pods that may hold GPUs (slimmed) and every name.
+/// A relist in progress (`Init` .. `InitDone`): the Pods that may hold GPUs and every name.
 #[derive(Debug, Default)]
 struct Relist {
-    pods: Vec<(String, Pod)>,
+    pods: Vec<(String, HeldPod)>,
     names: HashSet<String>,
 }
 
@@ -67,7 +67,7 @@ struct State {
 
 impl State {
     /// Takes a watched Pod in (`None`: deleted) and counts it.
-    fn set(&mut self, uid: &str, pod: Option<&Pod>, cx: &dyn Counter, now: u64) {
+    fn set(&mut self, uid: &str, pod: Option<WatchedPod>, cx: &dyn Counter, now: u64) {
         let holds = self.held.set(uid, pod, cx, now);
         self.mark_seen(uid, !holds, now);
     }
@@ -226,7 +226,7 @@ impl QuotaUsage {
 
     fn event(&self, e: watcher::Event<WatchedPod>) {
         let now = now_ms();
-        let names = |pod: &Pod| -> Option<(String, String)> {
+        let names = |pod: &WatchedPod| -> Option<(String, String)> {
             let m = &pod.metadata;
             Some((
                 m.uid.clone()?,
@@ -237,16 +237,16 @@ impl QuotaUsage {
             let mut s = self.lock_state();
             match e {
                 watcher::Event::Init => s.relist = Some(Relist::default()),
-                watcher::Event::InitApply(WatchedPod(pod)) => {
+                watcher::Event::InitApply(pod) => {
                     let Some((uid, name)) = names(&pod) else {
                         return;
                     };
-                    let holds = quota::demand::holds_quota(&pod, now);
+                    let holds = pod.holds_quota(now);
                     s.mark_seen(&uid, !holds, now);
                     let relist = s.relist.get_or_insert_with(Relist::default);
                     relist.names.insert(name);
-                    if let Some(slimmed) = quota::held::slim(&pod).filter(|_| holds) {
-                        relist.pods.push((uid, slimmed));
+                    if let Some(held) = pod.held.filter(|_| holds) {
+                        relist.pods.push((uid, held));
                     }
                 }
                 watcher::Event::InitDone => {
@@ -256,13 +256,13 @@ impl QuotaUsage {
                     s.refresh(cx, now);
                     self.synced.store(true, Ordering::Release);
                 }
-                watcher::Event::Apply(WatchedPod(pod)) => {
+                watcher::Event::Apply(pod) => {
                     if let Some((uid, name)) = names(&pod) {
                         s.names.insert(name);
-                        s.set(&uid, Some(&pod), cx, now);
+                        s.set(&uid, Some(pod), cx, now);
                     }
                 }
-                watcher::Event::Delete(WatchedPod(pod)) => {
+                watcher::Event::Delete(pod) => {
                     if let Some((uid, name)) = names(&pod) {
                         s.names.remove(&name);
                         s.set(&uid, None, cx, now);

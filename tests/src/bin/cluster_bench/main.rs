@@ -100,6 +100,10 @@ pub struct Args {
     /// Part C: namespaces per kind of tier (without quotas, with).
     #[arg(long, default_value_t = 10)]
     pub peer_namespaces: usize,
+    /// Part C: the replicas' `--max-connection-requests` (their default when not given): how many calls
+    /// the apiserver's connection carries before it connects again and the balancer picks the next replica.
+    #[arg(long)]
+    pub peer_max_connection_requests: Option<u64>,
     /// Writes every number as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,

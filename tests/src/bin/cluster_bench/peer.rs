@@ -219,13 +219,15 @@ impl SetUp {
         wait_floor_enforce(cluster).await?;
         let mut frontends = Vec::new();
         for i in 0..args.peer_replicas.iter().copied().max().unwrap_or(1) {
-            let frontend = Webhook::builder(&scorer.url())
+            let mut builder = Webhook::builder(&scorer.url())
                 .name(format!("frontend-{i}"))
                 .kubeconfig(kc)
                 .policy_file(&policy_file)
-                .deadline_ms(args.deadline_ms)
-                .start()
-                .await?;
+                .deadline_ms(args.deadline_ms);
+            if let Some(n) = args.peer_max_connection_requests {
+                builder = builder.arg(format!("--max-connection-requests={n}"));
+            }
+            let frontend = builder.start().await?;
             frontends.push(frontend);
         }
         let nodes = crate::scale::fake_nodes(&policy, args.peer_nodes, 8);
