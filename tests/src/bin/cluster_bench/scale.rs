@@ -1,6 +1,5 @@
 //! Part B, scale with kwok: `nodes` fake GPU Nodes (every catalog class in turn: its class label,
 //! taint and vendor resource) kept Ready by kwok, the real kube-scheduler and controllers, and `pods` one-GPU
-//! Pods over `namespaces` tier namespaces created through the shipped webhooks by `clients` tenant clients.
 //! Pods over `namespaces` tier namespaces created through the shipped webhooks by `clients` tenant clients,
 //! then `cpu_pods` CPU-only Pods naming `gpu-default`; quotas on [`crate::install::QUOTA_TIER`] (a `max` no run reaches), and
 //! the observer's leader auditing everything into PolicyReports every `audit_interval_secs`.
