@@ -12,7 +12,7 @@
 //!   [`Jaeger::find_traces`] / [`Jaeger::trace`] read the query API (`/api/traces`) as [`Trace`]s.
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,7 @@ use anyhow::{Context, bail};
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::ports::ClaimedPorts;
 use crate::process::{ChildProcess, TAIL_LINES};
 
 /// The binary, building it if needed. `Ok(None)` = skip (not in CI, cannot build here).
@@ -44,22 +45,18 @@ struct Ports {
 }
 
 impl Ports {
-    /// Ports the kernel just handed out (held together, so they differ, then released for Jaeger).
-    fn free() -> anyhow::Result<Self> {
-        let listeners = (0..5)
-            .map(|_| TcpListener::bind("127.0.0.1:0"))
-            .collect::<Result<Vec<_>, _>>()?;
-        let p: Vec<u16> = listeners
-            .iter()
-            .map(|l| l.local_addr().map(|a| a.port()))
-            .collect::<Result<_, _>>()?;
-        Ok(Self {
+    /// Ports claimed for this Jaeger (see [`crate::ports`]), held until it stops.
+    fn claim() -> anyhow::Result<(Self, ClaimedPorts)> {
+        let claimed = ClaimedPorts::claim(5)?;
+        let p = claimed.ports();
+        let ports = Self {
             otlp_grpc: p[0],
             otlp_http: p[1],
             query_http: p[2],
             query_grpc: p[3],
             health: p[4],
-        })
+        };
+        Ok((ports, claimed))
     }
 
     /// The all-in-one's pipeline (OTLP in, batch, memory store, query API), every listener on these ports.
@@ -126,6 +123,7 @@ exporters:
 pub struct Jaeger {
     pub process: ChildProcess,
     ports: Ports,
+    _claimed: ClaimedPorts,
     _dir: tempfile::TempDir,
 }
 
@@ -136,18 +134,7 @@ impl Jaeger {
         let Some(bin) = jaeger_bin()? else {
             return Ok(None);
         };
-        // A port handed out may be taken by another process before Jaeger binds it: then try new ones.
-        let mut last = None;
-        for _ in 0..3 {
-            match Self::start_on(&bin, Ports::free()?).await {
-                Ok(jaeger) => return Ok(Some(jaeger)),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.expect("three attempts"))
-    }
-
-    async fn start_on(bin: &Path, ports: Ports) -> anyhow::Result<Self> {
+        let (ports, claimed) = Ports::claim()?;
         let dir = tempfile::Builder::new()
             .prefix("gpu-adm-jaeger-")
             .tempdir()?;
@@ -155,7 +142,7 @@ impl Jaeger {
         std::fs::write(&config, ports.config())?;
         let mut process = ChildProcess::spawn(
             "jaeger",
-            bin,
+            &bin,
             &[format!("--config={}", config.display())],
             &[],
             dir.path(),
@@ -189,11 +176,12 @@ impl Jaeger {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        Ok(Self {
+        Ok(Some(Self {
             process,
             ports,
+            _claimed: claimed,
             _dir: dir,
-        })
+        }))
     }
 
     /// `http://127.0.0.1:PORT`: the OTLP/gRPC receiver, for `OTEL_EXPORTER_OTLP_ENDPOINT`.

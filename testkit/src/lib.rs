@@ -45,6 +45,7 @@ pub mod hostile;
 pub mod https;
 pub mod jaeger;
 pub mod observer;
+pub mod ports;
 pub mod process;
 pub mod procfs;
 pub mod review;

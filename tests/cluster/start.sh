@@ -10,6 +10,8 @@
 # Env:   GPU_ADMISSION_K8S_BIN      a folder holding the binaries (skips build.sh)
 #        GPU_ADMISSION_K8S_VERSION  the version build.sh builds or finds (default 1.37.2)
 #        STARTUP_TIMEOUT            seconds to wait for each component (default 120)
+#        GPU_ADMISSION_CLUSTER_PORTS seven loopback ports (apiserver, etcd client/peer/metrics, scheduler,
+#                                   controller-manager, kwok); default: seven the OS hands out
 #        STATIC_ADMISSION_DIR       a folder of manifest-based admission policies the apiserver loads at its start:
 #                                   DIR/validating and DIR/mutating (`gpu-admission floor render --static DIR`)
 # The apiserver: RBAC + Node authorization, the ServiceAccount admission plugin off (no token volumes),
@@ -57,11 +59,17 @@ fail() {
   "$here/stop.sh" "$R" || true
   exit 1
 }
-# Free loopback ports, chosen by the OS.
-read -r P E EP EM SP CP KP < <(python3 -c 'import socket
+# Loopback ports: the seven of GPU_ADMISSION_CLUSTER_PORTS (the tests claim them below the ephemeral range,
+# where no outgoing connection takes them first), else seven the OS hands out (enough for a cluster by hand).
+if [[ -n ${GPU_ADMISSION_CLUSTER_PORTS:-} ]]; then
+  read -r P E EP EM SP CP KP <<<"$GPU_ADMISSION_CLUSTER_PORTS"
+  [[ -n $KP ]] || fail "GPU_ADMISSION_CLUSTER_PORTS holds fewer than seven ports"
+else
+  read -r P E EP EM SP CP KP < <(python3 -c 'import socket
 socks = [socket.socket() for _ in range(7)]
 for s in socks: s.bind(("127.0.0.1", 0))
 print(" ".join(str(s.getsockname()[1]) for s in socks))')
+fi
 
 # A CA, the apiserver's serving certificate (127.0.0.1, localhost), the service-account key pair, a token.
 openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=e2e-cluster-ca -keyout ca.key -out ca.crt 2>/dev/null

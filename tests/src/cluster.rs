@@ -26,6 +26,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 
 use crate::names::TIER_LABEL;
+use crate::ports::ClaimedPorts;
 
 fn cluster_scripts() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("cluster")
@@ -87,10 +88,14 @@ impl Components {
     }
 }
 
+/// The loopback ports `start.sh` takes from `GPU_ADMISSION_CLUSTER_PORTS`.
+const START_SH_PORTS: usize = 7;
+
 /// etcd + kube-apiserver (and the [`Components`] asked for) in a temp RUN_DIR. Stopped (and the dir removed)
 /// on drop.
 pub struct LocalCluster {
     run_dir: tempfile::TempDir,
+    _claimed: ClaimedPorts,
     kubeconfig: PathBuf,
     client: kube::Client,
 }
@@ -127,13 +132,16 @@ impl LocalCluster {
         let run_dir = tempfile::Builder::new()
             .prefix("gpu-adm-cluster-")
             .tempdir()?;
+        let claimed = ClaimedPorts::claim(START_SH_PORTS)?;
+        let ports: Vec<String> = claimed.ports().iter().map(u16::to_string).collect();
         let script = cluster_scripts().join("start.sh");
         let mut command = tokio::process::Command::new("bash");
         command
             .arg(&script)
             .arg(run_dir.path())
             .args(components.args())
-            .env("GPU_ADMISSION_K8S_BIN", &bin);
+            .env("GPU_ADMISSION_K8S_BIN", &bin)
+            .env("GPU_ADMISSION_CLUSTER_PORTS", ports.join(" "));
         if let Some(dir) = static_dir {
             command.env("STATIC_ADMISSION_DIR", dir);
         }
@@ -150,6 +158,7 @@ impl LocalCluster {
         let client = client_for(&kubeconfig).await?;
         Ok(Some(Self {
             run_dir,
+            _claimed: claimed,
             kubeconfig,
             client,
         }))

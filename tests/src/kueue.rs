@@ -16,7 +16,6 @@
 //! it); [`Kueue::start`] writes a self-signed pair there when none is present (root; where it cannot, a SKIP,
 //! a failure under `CI`).
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -29,6 +28,7 @@ use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
 use crate::cluster::{KubectlAnswer, LocalCluster, kubectl};
+use crate::ports::ClaimedPorts;
 use crate::process::ChildProcess;
 
 /// The Kueue version `tests/peers/kueue.sh` builds.
@@ -52,15 +52,11 @@ pub fn kueue_dir() -> anyhow::Result<Option<PathBuf>> {
     })
 }
 
-/// A free loopback port (bound, then released for the process to take).
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
 /// The Kueue manager running against a [`LocalCluster`]. Killed on drop, its webhook registrations removed.
 pub struct Kueue {
     process: ChildProcess,
     kubeconfig: PathBuf,
+    _claimed: ClaimedPorts,
     _dir: tempfile::TempDir,
 }
 
@@ -105,7 +101,10 @@ impl Kueue {
             cert_dir.join("tls.key"),
             serving.signing_key.serialize_pem(),
         )?;
-        let (webhook_port, health_port, metrics_port) = (free_port()?, free_port()?, free_port()?);
+        let claimed = ClaimedPorts::claim(3)?;
+        let &[webhook_port, health_port, metrics_port] = claimed.ports() else {
+            unreachable!("three ports claimed")
+        };
         let config = json!({
             "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
             "namespace": "kueue-system",
@@ -134,6 +133,7 @@ impl Kueue {
         let kueue = Self {
             process,
             kubeconfig: kc.to_path_buf(),
+            _claimed: claimed,
             _dir: dir,
         };
         let (mutating, validating) = registrations(

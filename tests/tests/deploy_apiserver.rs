@@ -27,6 +27,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
+use gpu_admission_tests::ports::ClaimedPorts;
 use serde_json::{Value, json};
 use support::{NAMESPACE, Rendered, arr_at, run, str_at};
 
@@ -36,6 +37,7 @@ const WEBHOOK_NAME: &str = "pods.gpu-admission.io";
 /// A kube-apiserver started by the project's script, stopped (by the pids it wrote) on drop.
 struct Apiserver {
     dir: tempfile::TempDir,
+    _claimed: ClaimedPorts,
 }
 
 impl Apiserver {
@@ -54,13 +56,19 @@ impl Apiserver {
             .prefix("deploy-apiserver-")
             .tempdir()
             .unwrap();
-        let server = Apiserver { dir };
+        let claimed = ClaimedPorts::claim(7).unwrap();
+        let ports: Vec<String> = claimed.ports().iter().map(u16::to_string).collect();
+        let server = Apiserver {
+            dir,
+            _claimed: claimed,
+        };
         let t = Instant::now();
         // The controllers, so that the Deployments make their Pods (Pod Security admission judges them).
         let out = Command::new("bash")
             .arg(&script)
             .arg(server.dir.path())
             .arg("controller-manager")
+            .env("GPU_ADMISSION_CLUSTER_PORTS", ports.join(" "))
             .output()
             .unwrap();
         println!("apiserver started in {:?}", t.elapsed());
