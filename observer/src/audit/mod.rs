@@ -29,6 +29,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use gpu_admission_core::facts::Facts;
 use gpu_admission_core::policy::PolicySnapshot;
 use gpu_admission_core::workload::OwnerQuery;
@@ -318,24 +319,27 @@ async fn audit(
         scope.iter().map(|ns| (ns.clone(), Vec::new())).collect();
     let mut quota_pods = Vec::new();
     for (kind, store) in &stores.objects {
-        let objects: Vec<DynamicObject> = store
-            .state_filter(|o| {
-                o.meta()
-                    .namespace
-                    .as_ref()
-                    .is_some_and(|ns| scope.contains(ns) && cf.tiers.contains_key(ns))
-            })
-            .iter()
-            .filter_map(|o| o.object())
-            .filter(|o| audited(o, kind, &apis.kinds))
-            .collect();
-        let objects: Vec<&DynamicObject> = objects.iter().collect();
-        summary.objects += objects.len();
-        for f in evaluate_page(&objects, kind, policy, &cf, &mut quota_pods) {
-            by_namespace
-                .entry(f.resource.namespace.clone())
-                .or_default()
-                .push(f);
+        let stored = store.state_filter(|o| {
+            o.meta()
+                .namespace
+                .as_ref()
+                .is_some_and(|ns| scope.contains(ns) && cf.tiers.contains_key(ns))
+        });
+        // Decoded a page at a time: a decoded object costs about ten times its stored JSON.
+        for page in stored.chunks(DECODE_PAGE) {
+            let objects: Vec<DynamicObject> = page
+                .iter()
+                .filter_map(|o| o.object())
+                .filter(|o| audited(o, kind, &apis.kinds))
+                .collect();
+            let objects: Vec<&DynamicObject> = objects.iter().collect();
+            summary.objects += objects.len();
+            for f in evaluate_page(&objects, kind, policy, &cf, &mut quota_pods) {
+                by_namespace
+                    .entry(f.resource.namespace.clone())
+                    .or_default()
+                    .push(f);
+            }
         }
     }
     for f in quota::findings(quota_pods, policy) {
@@ -345,24 +349,119 @@ async fn audit(
             .push(f);
     }
     drop(cf);
-    let now = Timestamp::now();
+    let writes = plan_writes(
+        by_namespace,
+        &existing,
+        state,
+        policy,
+        config,
+        metrics,
+        &mut summary,
+    );
+    let outcomes = futures::stream::iter(writes)
+        .map(|write| async {
+            let result = match &write {
+                Write::Delete { namespace } => {
+                    cluster::delete_report(client, &apis.reports, namespace).await
+                }
+                Write::Apply { report, .. } => {
+                    cluster::apply_report(client, &apis.reports, report).await
+                }
+            };
+            (write, result)
+        })
+        .buffer_unordered(CONCURRENT_REPORT_WRITES)
+        .collect::<Vec<_>>()
+        .await;
     let mut retry = Dirty::default();
+    let mut api_gone = None;
+    for (write, result) in outcomes {
+        let namespace = write.namespace().to_string();
+        match (write, result) {
+            (Write::Delete { .. }, Ok(())) => {
+                summary.deleted += 1;
+                Metrics::result(&metrics.audit.reports, "deleted");
+            }
+            (Write::Apply { written, .. }, Ok(())) => {
+                summary.applied += 1;
+                Metrics::result(&metrics.audit.reports, "applied");
+                state.reports.insert(namespace, written);
+            }
+            (write, Err(err)) => {
+                summary.failed += 1;
+                Metrics::result(&metrics.audit.reports, "failed");
+                tracing::warn!(%namespace, %err, what = write.what(), "a PolicyReport write failed");
+                state.reports.remove(&namespace);
+                if matches!(write, Write::Apply { .. })
+                    && matches!(&err, kube::Error::Api(s) if s.code == 404)
+                {
+                    api_gone = Some(err);
+                }
+                retry.namespaces.insert(namespace);
+            }
+        }
+    }
+    if let Some(err) = api_gone {
+        return Err(err.into());
+    }
+    if let Some(stores) = &state.stores {
+        stores.changes.restore(retry);
+    }
+    publish_results(&state.reports, metrics);
+    Ok(summary)
+}
+
+/// Objects decoded and decided at a time in a pass.
+const DECODE_PAGE: usize = 256;
+/// PolicyReport writes in flight at once (each a round trip to the apiserver, most of a pass's time when
+/// every namespace changed).
+const CONCURRENT_REPORT_WRITES: usize = 16;
+
+/// A write a pass makes to one namespace's report.
+enum Write {
+    Delete {
+        namespace: String,
+    },
+    Apply {
+        namespace: String,
+        report: serde_json::Value,
+        written: Written,
+    },
+}
+
+impl Write {
+    fn namespace(&self) -> &str {
+        match self {
+            Write::Delete { namespace } | Write::Apply { namespace, .. } => namespace,
+        }
+    }
+
+    fn what(&self) -> &'static str {
+        match self {
+            Write::Delete { .. } => "delete",
+            Write::Apply { .. } => "apply",
+        }
+    }
+}
+
+/// The writes a pass's findings call for: a report whose content changed is applied, one left without
+/// results deleted (if it exists), an unchanged one left alone (counted in `summary`).
+fn plan_writes(
+    by_namespace: BTreeMap<String, Vec<Finding>>,
+    existing: &HashSet<String>,
+    state: &mut State,
+    policy: &PolicySnapshot,
+    config: &AuditConfig,
+    metrics: &Metrics,
+    summary: &mut Summary,
+) -> Vec<Write> {
+    let now = Timestamp::now();
+    let mut writes = Vec::new();
     for (namespace, findings) in by_namespace {
         if findings.is_empty() {
             state.reports.remove(&namespace);
             if existing.contains(&namespace) {
-                match cluster::delete_report(client, &apis.reports, &namespace).await {
-                    Ok(()) => {
-                        summary.deleted += 1;
-                        Metrics::result(&metrics.audit.reports, "deleted");
-                    }
-                    Err(err) => {
-                        summary.failed += 1;
-                        Metrics::result(&metrics.audit.reports, "failed");
-                        tracing::warn!(%namespace, %err, "deleting a stale PolicyReport failed");
-                        retry.namespaces.insert(namespace);
-                    }
-                }
+                writes.push(Write::Delete { namespace });
             }
             continue;
         }
@@ -379,34 +478,17 @@ async fn audit(
             Metrics::result(&metrics.audit.reports, "unchanged");
             continue;
         }
-        match cluster::apply_report(client, &apis.reports, &built.report).await {
-            Ok(()) => {
-                summary.applied += 1;
-                Metrics::result(&metrics.audit.reports, "applied");
-                let written = Written {
-                    digest: built.digest,
-                    results,
-                    omitted: built.omitted,
-                };
-                state.reports.insert(namespace, written);
-            }
-            Err(err) => {
-                summary.failed += 1;
-                Metrics::result(&metrics.audit.reports, "failed");
-                tracing::warn!(%namespace, %err, "writing the PolicyReport failed");
-                state.reports.remove(&namespace);
-                if matches!(&err, kube::Error::Api(s) if s.code == 404) {
-                    return Err(err.into());
-                }
-                retry.namespaces.insert(namespace);
-            }
-        }
+        writes.push(Write::Apply {
+            namespace,
+            report: built.report,
+            written: Written {
+                digest: built.digest,
+                results,
+                omitted: built.omitted,
+            },
+        });
     }
-    if let Some(stores) = &state.stores {
-        stores.changes.restore(retry);
-    }
-    publish_results(&state.reports, metrics);
-    Ok(summary)
+    writes
 }
 
 /// The results of a page of objects, decided with the facts read at the start of the pass; its quota'd

@@ -1,5 +1,8 @@
-//! Watch caches of Namespaces (metadata only: the tier label), Nodes (metadata only: the class label a
-//! `spec.nodeName` is checked against) and PriorityClasses (scheduling.k8s.io/v1).
+//! Watch caches of Namespaces (their labels: the tier label), Nodes (their labels: the class label a
+//! `spec.nodeName` is checked against) and PriorityClasses (scheduling.k8s.io/v1). Namespaces and Nodes are
+//! watched through the metadata API (`Api<PartialObjectMeta>`: a Node's status never crosses the wire) and
+//! kept as name and labels only: their `managedFields` and annotations were most of the frontend's memory on a cluster of
+//! thousands of Nodes.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,7 +13,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::Api;
-use kube::core::PartialObjectMeta;
+use kube::core::{ObjectMeta, PartialObjectMeta};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
@@ -50,12 +53,14 @@ impl KubeCaches {
             watcher::Config::default(),
         )
         .default_backoff()
+        .modify(keep_name_and_labels)
         .reflect(ns_writer);
         let node_stream = watcher(
             Api::<PartialObjectMeta<Node>>::all(client.clone()),
             watcher::Config::default(),
         )
         .default_backoff()
+        .modify(keep_name_and_labels)
         .reflect(node_writer);
         let pc_stream = watcher(
             Api::<PriorityClass>::all(client.clone()),
@@ -127,6 +132,16 @@ impl PriorityClassLookup for KubeCaches {
     }
 }
 
+/// What the Namespace and Node caches read: the name (the store's key) and the labels.
+fn keep_name_and_labels<K>(object: &mut PartialObjectMeta<K>) {
+    let meta = std::mem::take(&mut object.metadata);
+    object.metadata = ObjectMeta {
+        name: meta.name,
+        labels: meta.labels,
+        ..ObjectMeta::default()
+    };
+}
+
 /// Polls a reflector stream forever, logging watch errors (the backoff retries them).
 pub(crate) async fn drive<S, T>(stream: S, what: &'static str)
 where
@@ -137,5 +152,32 @@ where
         if let Err(err) = event {
             tracing::warn!(%err, resource = what, "watch error (retrying with backoff)");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cached_node_keeps_its_name_and_labels_only() {
+        let mut node: PartialObjectMeta<Node> = serde_json::from_value(serde_json::json!({
+            "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+            "metadata": {"name": "n1", "uid": "u", "resourceVersion": "7",
+                "labels": {"gpu-admission.io/class": "l4"},
+                "annotations": {"kwok.x-k8s.io/node": "fake"},
+                "managedFields": [{"manager": "kwok", "operation": "Update", "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:status": {"f:conditions": {}}}}]}
+        }))
+        .unwrap();
+        keep_name_and_labels(&mut node);
+        assert_eq!(node.metadata.name.as_deref(), Some("n1"));
+        assert_eq!(
+            node.metadata.labels.unwrap()["gpu-admission.io/class"],
+            "l4"
+        );
+        assert!(node.metadata.managed_fields.is_none());
+        assert!(node.metadata.annotations.is_none());
+        assert!(node.metadata.uid.is_none());
     }
 }
