@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Namespace, Node};
@@ -24,6 +24,8 @@ use super::dra::DraCaches;
 pub struct KubeCaches {
     namespaces: Store<PartialObjectMeta<Namespace>>,
     nodes: Store<PartialObjectMeta<Node>>,
+    /// Whether a Node's labels changed (or a Node came or went) since [`Self::take_node_changes`] last ran.
+    node_changes: Arc<AtomicBool>,
     priority_classes: Store<PriorityClass>,
     dra: DraCaches,
     synced: Arc<AtomicBool>,
@@ -55,12 +57,20 @@ impl KubeCaches {
         .default_backoff()
         .modify(keep_name_and_labels)
         .reflect(ns_writer);
+        let node_changes = Arc::new(AtomicBool::new(false));
+        let (seen, changed) = (nodes.clone(), node_changes.clone());
         let node_stream = watcher(
             Api::<PartialObjectMeta<Node>>::all(client.clone()),
             watcher::Config::default(),
         )
         .default_backoff()
         .modify(keep_name_and_labels)
+        .map_ok(move |event| {
+            if relabels(&seen, &event) {
+                changed.store(true, Ordering::Release);
+            }
+            event
+        })
         .reflect(node_writer);
         let pc_stream = watcher(
             Api::<PriorityClass>::all(client.clone()),
@@ -97,6 +107,7 @@ impl KubeCaches {
             dra: DraCaches::start(client),
             namespaces,
             nodes,
+            node_changes,
             priority_classes,
             synced,
         }
@@ -119,6 +130,12 @@ impl KubeCaches {
 }
 
 impl KubeCaches {
+    /// Whether a Node's labels changed, or a Node came or went, since last asked (the one reader: the quota
+    /// usage, whose counts read the class of a Pod's Node).
+    pub(crate) fn take_node_changes(&self) -> bool {
+        self.node_changes.swap(false, Ordering::AcqRel)
+    }
+
     /// The labels of a Node, `None` for a Node the cache does not hold.
     pub(crate) fn node_labels(&self, name: &str) -> Option<Option<BTreeMap<String, String>>> {
         let node = self.nodes.get(&ObjectRef::new(name))?;
@@ -129,6 +146,21 @@ impl KubeCaches {
 impl PriorityClassLookup for KubeCaches {
     fn priority_class(&self, name: &str) -> Option<PriorityClassFacts> {
         PriorityClassFacts::of_cluster(&*self.priority_classes.get(&ObjectRef::new(name))?)
+    }
+}
+
+/// Whether a Node `event` changes what the Node cache answers: a Node new to it, one whose labels differ
+/// from the cached ones, a deleted one, or a relist done.
+fn relabels(
+    cached: &Store<PartialObjectMeta<Node>>,
+    event: &watcher::Event<PartialObjectMeta<Node>>,
+) -> bool {
+    match event {
+        watcher::Event::Apply(node) => cached
+            .get(&ObjectRef::from_obj(node))
+            .is_none_or(|old| old.metadata.labels != node.metadata.labels),
+        watcher::Event::Delete(_) | watcher::Event::InitDone => true,
+        watcher::Event::Init | watcher::Event::InitApply(_) => false,
     }
 }
 
@@ -179,5 +211,26 @@ mod tests {
         assert!(node.metadata.managed_fields.is_none());
         assert!(node.metadata.annotations.is_none());
         assert!(node.metadata.uid.is_none());
+    }
+
+    fn node(labels: serde_json::Value) -> PartialObjectMeta<Node> {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+            "metadata": {"name": "n1", "labels": labels}
+        }))
+        .unwrap()
+    }
+
+    /// A Node's status update (the same labels) recounts nothing; a relabel, a new Node or a deleted one does.
+    #[test]
+    fn only_a_node_whose_labels_changed_marks_the_counts_stale() {
+        let (cached, mut writer) = reflector::store();
+        let l4 = node(serde_json::json!({"gpu-admission.io/class": "l4"}));
+        assert!(relabels(&cached, &watcher::Event::Apply(l4.clone())));
+        writer.apply_watcher_event(&watcher::Event::Apply(l4.clone()));
+        assert!(!relabels(&cached, &watcher::Event::Apply(l4.clone())));
+        let a100 = node(serde_json::json!({"gpu-admission.io/class": "a100"}));
+        assert!(relabels(&cached, &watcher::Event::Apply(a100)));
+        assert!(relabels(&cached, &watcher::Event::Delete(l4)));
     }
 }

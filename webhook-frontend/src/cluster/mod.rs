@@ -73,11 +73,15 @@ impl ClusterFacts {
         }
     }
 
-    /// The namespaces whose DRA claims or templates changed, and whether a DeviceClass did, since last asked
-    /// (nothing without a cluster).
-    pub(crate) fn take_dra_changes(&self) -> (std::collections::BTreeSet<String>, bool) {
+    /// What a Pod's quota count reads that changed since last asked, without a Pod event: the namespaces
+    /// whose DRA claims or templates changed, and whether anything cluster-wide did (a DeviceClass, a Node's
+    /// labels: the class its Pods count in). Nothing without a cluster.
+    pub(crate) fn take_count_changes(&self) -> (std::collections::BTreeSet<String>, bool) {
         match self {
-            ClusterFacts::Kube(k) => k.dra().take_changes(),
+            ClusterFacts::Kube(k) => {
+                let (namespaces, cluster) = k.dra().take_changes();
+                (namespaces, cluster | k.take_node_changes())
+            }
             ClusterFacts::Static { .. } | ClusterFacts::Read(_) => Default::default(),
         }
     }

@@ -4,8 +4,11 @@
 //! what counting reads of it ([`gpu_admission_core::quota::watched::HeldPod`]; only Pods that may hold GPUs:
 //! an extended resource or a DRA claim), and counts it by
 //! [`gpu_admission_core::quota::demand`] against the tier its namespace's label says **now**: a relabelled
-//! namespace's Pods move to the new tier at the next decision, a policy change recounts every Pod, and every
-//! [`RECOUNT_EVERY`] the whole count is taken again (claims and templates a Pod reads may have changed). A
+//! namespace's Pods move to the new tier at the next decision, a policy change recounts every Pod, a change
+//! to what a count reads besides the Pod (claims and templates: their namespace's Pods; a DeviceClass or a
+//! Node's labels: every Pod) recounts what it touches at the next decision, and every [`RECOUNT_EVERY`] the
+//! counts are brought in step the same way and the metrics rewritten (nothing is recounted that did not
+//! change: at tens of thousands of Pods a whole recount held the state's lock for most of a second). A
 //! Pod being deleted holds its quota until its deletion time plus its grace period has passed
 //! ([`demand::holds_quota`], as ResourceQuota counts).
 //!
@@ -40,7 +43,7 @@ use super::quota_ledger::{LedgerError, LedgerStore, LedgerVersion};
 use crate::metrics::{LedgerWrite, Metrics, QuotaLabels};
 use crate::policy::PolicyCache;
 
-/// How often the quota metrics are rewritten and the whole count taken again.
+/// How often the counts are brought in step with the cluster and the quota metrics rewritten.
 const RECOUNT_EVERY: Duration = Duration::from_secs(5);
 
 /// A relist in progress (`Init` .. `InitDone`): the Pods that may hold GPUs and every name.
@@ -283,7 +286,7 @@ impl QuotaUsage {
             let mut s = self.lock_state();
             // A claim or template changed: its namespace's Pods count it now, not at the next tick (a template
             // enlarged under a pending Pod counts before another Pod is decided against it).
-            let (namespaces, cluster) = self.cluster.take_dra_changes();
+            let (namespaces, cluster) = self.cluster.take_count_changes();
             if cluster {
                 s.held.invalidate();
             }
@@ -487,9 +490,8 @@ impl QuotaUsage {
         self.ledger.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Takes the whole count again (claims, templates and Nodes a Pod's count reads may have changed without
-    /// a Pod event) and rewrites `gpu_admission_quota_gpus`: what each quota'd tier and namespace holds and
-    /// its limits.
+    /// Brings the counts in step ([`Self::fresh_state`]) and rewrites `gpu_admission_quota_gpus`: what each
+    /// quota'd tier and namespace holds and its limits.
     fn recount_and_publish(&self) {
         let snapshot = self.policy.snapshot();
         let Some(policy) = snapshot.policy.as_deref() else {
@@ -498,12 +500,7 @@ impl QuotaUsage {
         if !self.is_synced() {
             return;
         }
-        let usage = self.with_counter(|cx| {
-            let mut s = self.lock_state();
-            s.held.invalidate();
-            s.refresh(cx, now_ms());
-            s.held.usage().clone()
-        });
+        let usage = self.fresh_state().held.usage().clone();
         let family = &self.metrics.quota_gpus;
         family.clear();
         for f in quota::figures::figures(policy, &usage) {
