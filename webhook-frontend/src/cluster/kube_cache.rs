@@ -1,8 +1,8 @@
 //! Watch caches of Namespaces (their labels: the tier label), Nodes (their labels: the class label a
 //! `spec.nodeName` is checked against) and PriorityClasses (scheduling.k8s.io/v1). Namespaces and Nodes are
-//! watched through the metadata API (`Api<PartialObjectMeta>`: a Node's status never crosses the wire) and
-//! kept as name and labels only: their `managedFields` and annotations were most of the frontend's memory on a cluster of
-//! thousands of Nodes.
+//! watched through the metadata API (a `PartialObjectMeta` watch: a Node's status never crosses the wire)
+//! and kept as name and labels only: their `managedFields` and annotations were most of the frontend's
+//! memory on a cluster of thousands of Nodes.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
