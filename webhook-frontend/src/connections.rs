@@ -116,8 +116,9 @@ impl Tracker {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         let served = self.requests.fetch_add(1, Ordering::Relaxed) + 1;
         self.pending_read_ms.store(0, Ordering::Relaxed);
-        if served == self.max_requests {
-            // Its last request: the watchdog closes the connection gracefully now.
+        if served == self.max_requests || served == 1 {
+            // Its last request: the watchdog closes the connection gracefully now. Its first: the watchdog,
+            // asleep until the first-request deadline, wakes to wait for the next one instead (its age).
             self.wake.notify_one();
         }
         if http2 {
@@ -545,7 +546,7 @@ mod tests {
     }
 
     /// A connection ends gracefully after its last request, or once old enough (less up to a tenth), busy or
-    /// not; the watchdog is woken by the last request.
+    /// not; the watchdog is woken by the first request (to wait for the age) and the last.
     #[test]
     fn a_connection_ends_after_its_requests_or_its_age() {
         let metrics = Arc::new(Metrics::register(
@@ -561,7 +562,15 @@ mod tests {
         let t = &reg.tracker;
         let now = Instant::now();
         drop(t.start_request(true));
+        assert!(
+            futures::FutureExt::now_or_never(t.notified()).is_some(),
+            "the first request wakes the watchdog, asleep until the first-request deadline, to wait for its age"
+        );
         let busy = t.start_request(true);
+        assert!(
+            futures::FutureExt::now_or_never(t.notified()).is_none(),
+            "a request neither first nor last leaves the watchdog asleep"
+        );
         let Verdict::Wait(next) = t.verdict(now, &l) else {
             panic!("ended before its requests or its age")
         };
