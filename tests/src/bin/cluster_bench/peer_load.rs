@@ -139,12 +139,36 @@ impl Installation {
             }
             ensure!(
                 started.elapsed() < PICKUP_TIMEOUT,
-                "the apiserver did not act on {arm:?} within {PICKUP_TIMEOUT:?}; the last probe: {seen}"
+                "the apiserver did not act on {arm:?} within {PICKUP_TIMEOUT:?}; the last probe: {seen}; {}",
+                floor_state(cluster)
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         unreachable!()
     }
+}
+
+/// What the apiserver holds of the floor when a pickup failed: its bindings, and its parameters' mode and
+/// tiers (the observer writes them), so that a failure says which half was missing.
+fn floor_state(cluster: &LocalCluster) -> String {
+    let get = |args: &[&str]| {
+        let out = kubectl(cluster.kubeconfig(), None, &[], args, "");
+        if out.ok { out.stdout } else { out.stderr }
+    };
+    let bindings = get(&["get", "validatingadmissionpolicybindings", "-o", "name"]);
+    let params = get(&[
+        "-n",
+        "gpu-admission",
+        "get",
+        "configmap",
+        "gpu-admission-floor",
+        "-o",
+        "jsonpath={.data.mode} {.data.tiers} {.metadata.resourceVersion}",
+    ]);
+    format!(
+        "bindings held: {:?}; the floor's parameters (mode, tiers, resourceVersion): {params:?}",
+        bindings.split_whitespace().collect::<Vec<_>>()
+    )
 }
 
 /// Creates the GPU probe Pod as the tenant and deletes it, and the capped one as a dry run: `Some(true)` when
