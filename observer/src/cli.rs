@@ -103,7 +103,8 @@ pub struct Cli {
     /// the CRD and the RBAC of deploy/kustomize/components/policy-reports, which sets this flag).
     #[arg(long, env = "OBSERVER_POLICY_REPORTS")]
     pub policy_reports: bool,
-    /// Seconds between full audits (a policy version change audits at once).
+    /// Seconds between slow audits of what time alone changes, and discoveries (a policy version change
+    /// audits everything at once).
     #[arg(
         long,
         env = "OBSERVER_AUDIT_INTERVAL_SECS",

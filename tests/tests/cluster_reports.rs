@@ -35,6 +35,8 @@ use kube::core::{ApiResource, DynamicObject};
 use serde_json::{Value, json};
 
 const NS: &str = "team-silver";
+/// A second namespace of the same tier (its quota counts both).
+const NS_B: &str = "team-silver-b";
 const SYSTEM_NS: &str = "gpu-admission";
 const SERVICE_ACCOUNT: &str = "gpu-admission-observer";
 const CLASS: &str = "gpu.nvidia.com/class";
@@ -50,20 +52,34 @@ fn default_policy() -> String {
         .expect("the default policy")
 }
 
+/// Applies `files`, then waits until the CRDs among them are established (a custom resource created before
+/// would get a 404).
 fn kubectl_apply(kubeconfig: &Path, files: &[std::path::PathBuf]) {
-    let mut cmd = std::process::Command::new("kubectl");
-    cmd.arg("--kubeconfig").arg(kubeconfig).arg("apply");
+    let run = |args: &[&std::ffi::OsStr]| {
+        let out = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args)
+            .output()
+            .expect("kubectl (it applies the shipped manifests)");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let mut apply: Vec<&std::ffi::OsStr> = vec!["apply".as_ref(), "-o".as_ref(), "name".as_ref()];
     for f in files {
-        cmd.arg("-f").arg(f);
+        apply.extend(["-f".as_ref(), f.as_os_str()]);
     }
-    let out = cmd
-        .output()
-        .expect("kubectl (it applies the shipped manifests)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let applied = run(&apply);
+    for crd in applied
+        .lines()
+        .filter(|l| l.starts_with("customresourcedefinition"))
+    {
+        run(&["wait", "--for=condition=Established", crd, "--timeout=60s"].map(AsRef::as_ref));
+    }
 }
 
 fn gpu_spec(class: &str) -> Value {
@@ -120,7 +136,11 @@ fn reports_api() -> ApiResource {
 }
 
 async fn report(client: &kube::Client) -> Option<Value> {
-    let api = Api::<DynamicObject>::namespaced_with(client.clone(), NS, &reports_api());
+    report_in(client, NS).await
+}
+
+async fn report_in(client: &kube::Client, namespace: &str) -> Option<Value> {
+    let api = Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &reports_api());
     let r = api.get_opt("gpu-admission").await.ok()??;
     serde_json::to_value(r).ok()
 }
@@ -517,8 +537,56 @@ async fn policy_reports_show_violations_and_follow_a_policy_change() {
         );
     }
 
+    // The tier's other namespace: its Pod, created after both, is past the `max` too. Then both Pods of the
+    // first namespace go (a change there only): the other namespace's Pod, never changed itself, now fits,
+    // and its report says so (the tier's quota replayed from what each Pod was counted).
+    cluster
+        .create_namespace(NS_B, Some("silver"))
+        .await
+        .unwrap();
+    let pods_b = Api::<Pod>::namespaced(client.clone(), NS_B);
+    pods_b
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value({
+                let mut p = pod("l4-c", "L4-24GB");
+                p["metadata"]["namespace"] = json!(NS_B);
+                p
+            })
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let over_c = |r: &Value| result_of(r, "l4-c").is_some_and(|x| x["rule"] == "over_quota");
+    wait_for(
+        "the other namespace's Pod past the max",
+        Duration::from_secs(30),
+        || async { report_in(&client, NS_B).await.filter(over_c) },
+    )
+    .await;
+    for name in ["l4-a", "l4-b"] {
+        pods.delete(name, &DeleteParams::default().grace_period(0))
+            .await
+            .unwrap();
+    }
+    let (fifth, _) = wait_for(
+        "the other namespace's Pod within the max once the first's went",
+        Duration::from_secs(30),
+        || async {
+            report_in(&client, NS_B)
+                .await
+                .filter(|r| result_of(r, "l4-c").is_some_and(|x| x["result"] == "pass"))
+        },
+    )
+    .await;
+    assert!(!over_c(&fifth), "{fifth}");
+    pods_b
+        .delete("l4-c", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+
     // Nothing left to report: the report goes.
-    for name in ["pin-h100", "on-a100", "l4-a", "l4-b"] {
+    for name in ["pin-h100", "on-a100"] {
         pods.delete(name, &DeleteParams::default().grace_period(0))
             .await
             .unwrap();

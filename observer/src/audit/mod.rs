@@ -3,23 +3,28 @@
 //! each namespace's results are written to its `wgpolicyk8s.io/v1alpha2` PolicyReport `gpu-admission`.
 //!
 //! What it reads: reflector stores that watches keep current ([`stores`]), started when this replica leads
-//! and dropped when it stops; a pass lists nothing. When: every `--audit-poll-secs` a pass decides again
-//! the namespaces whose objects, labels, exceptions or claims changed since the last pass, and every
-//! namespace when the scorer's policy version changed, after a watch re-listed, and every
-//! `--audit-interval-secs`. That slow full pass is what time alone changes: an exception that expired, a
-//! deleted Pod past its grace period, no longer held to its quota; it also rediscovers the APIs. Only a
-//! report whose content changed is written.
+//! and dropped when it stops; a pass lists nothing. When: every `--audit-poll-secs` a pass looks at the
+//! namespaces whose objects, labels, exceptions or claims changed since the last pass. It decides again
+//! the objects whose resourceVersion changed, or all of a namespace's when what its decisions read changed;
+//! the others keep their results ([`decided`]), and a quota'd tier's `max` is replayed from what each of
+//! its Pods was counted. Everything is decided again when the scorer's policy version changed, after a
+//! watch re-listed, and when a Node's labels or a PriorityClass changed. Every `--audit-interval-secs` a
+//! slow pass decides again what time alone changes: the namespaces holding an exception (it may have
+//! expired) or a deleted Pod within its grace period (it may no longer count against its quota); it also
+//! rediscovers the APIs. Only a report whose content changed is written.
 //!
 //! Without the PolicyReport CRD the audit logs that once and asks discovery again at every poll; the rest
 //! of the observer is not affected. See deploy/README.md ("PolicyReports").
 //!
 //! - [`evaluate`]: one object → its results (pure, core's decision);
+//! - [`decided`]: each object's results kept between passes (pure);
 //! - [`quota`]: the running Pods past a GPU quota's `max`, replayed in creation order (pure);
 //! - [`report`]: a namespace's results → its bounded PolicyReport (pure);
 //! - [`stores`]: the watches, their stores, and which namespaces changed;
 //! - [`cluster`]: discovery, the facts as the stores hold them, the writes.
 
 pub mod cluster;
+pub mod decided;
 pub mod evaluate;
 pub mod quota;
 pub mod report;
@@ -42,9 +47,10 @@ use tokio::sync::watch;
 use crate::metrics::{AuditResultLabels, Metrics};
 use crate::replicas::{Replicas, get_policy};
 use cluster::{Apis, ClusterFacts, GroupResource};
+use decided::{Decided, DecidedObject, ObjectKey};
 use evaluate::{ExceptionFacts, Finding, Kind};
 use report::Limits;
-use stores::{Dirty, Stores};
+use stores::{Dirty, StoredObject, Stores};
 
 #[derive(Debug, Clone)]
 pub struct AuditConfig {
@@ -69,11 +75,13 @@ struct State {
     last_full: Option<Instant>,
     /// Namespace → what its report holds now.
     reports: HashMap<String, Written>,
+    /// What the passes decided of each object.
+    decided: Decided,
 }
 
 /// A namespace's report as last written: its digest, and its results for the metrics.
 struct Written {
-    digest: String,
+    digest: [u8; 32],
     results: HashMap<AuditResultLabels, i64>,
     omitted: usize,
 }
@@ -147,11 +155,18 @@ async fn step(
         }
     };
     let version_changed = state.last_version.as_deref() != Some(policy.version.as_str());
-    if full_due || version_changed {
+    if version_changed {
         stores.changes.all();
+    } else if full_due {
+        for ns in time_sensitive(stores, &state.decided) {
+            stores.changes.facts(&ns);
+        }
     }
     let dirty = stores.changes.take();
     if dirty.is_empty() {
+        if full_due {
+            state.last_full = Some(Instant::now());
+        }
         return;
     }
     let started = Instant::now();
@@ -166,7 +181,7 @@ async fn step(
             tracing::info!(version = %policy.version, policy_changed = version_changed && state.last_version.is_some(),
                 ?summary, seconds = started.elapsed().as_secs_f64(), "audit done");
             state.last_version = Some(policy.version.clone());
-            if dirty.all {
+            if full_due || dirty.all {
                 state.last_full = Some(Instant::now());
             }
         }
@@ -182,6 +197,18 @@ async fn step(
             }
         }
     }
+}
+
+/// The namespaces whose results time alone may change, decided again at every slow pass: those holding
+/// a GpuPolicyException (it may have expired) or a deleted Pod within its grace period (it may have
+/// stopped counting against its quota).
+fn time_sensitive(stores: &Stores, decided: &Decided) -> HashSet<String> {
+    let mut namespaces: HashSet<String> = (stores.exceptions.iter())
+        .flat_map(|e| e.exceptions.state())
+        .filter_map(|e| e.metadata.namespace.clone())
+        .collect();
+    namespaces.extend(decided.volatile_namespaces().map(str::to_string));
+    namespaces
 }
 
 fn is_not_found(err: &anyhow::Error) -> bool {
@@ -231,7 +258,10 @@ fn note_discovery(
 struct Summary {
     full: bool,
     namespaces: usize,
+    /// Objects decided (new or changed since the last pass, or in a namespace whose facts changed).
     objects: usize,
+    /// Objects whose earlier results stood.
+    reused: usize,
     results: usize,
     applied: usize,
     unchanged: usize,
@@ -262,38 +292,35 @@ pub fn audited(object: &DynamicObject, kind: &Kind, kinds: &[Kind]) -> bool {
     })
 }
 
-/// The namespaces a pass decides again: every one known (selected, or holding a report) when `dirty.all`;
-/// else the marked ones and, when the policy holds GPU quotas, every namespace of their tiers (a tier's
-/// `max` counts the Pods of all its namespaces).
+/// The namespaces whose objects a pass looks at: every one known (selected, or holding a report) when
+/// `dirty.all`; else the marked ones and, when the policy holds GPU quotas, every namespace of their tiers
+/// that no pass has decided yet (a tier's `max` counts the Pods of all its namespaces, replayed from what
+/// earlier passes decided of them: [`Decided::quota_pods`]).
 fn scope(
     dirty: &Dirty,
     cf: &ClusterFacts<'_>,
-    policy: &PolicySnapshot,
+    quota_tier: &dyn Fn(&str) -> Option<String>,
+    decided: &Decided,
     reported: impl Iterator<Item = String>,
 ) -> HashSet<String> {
     if dirty.all {
         return cf.tiers.keys().cloned().chain(reported).collect();
     }
-    let mut scope = dirty.namespaces.clone();
-    if policy.policy.as_ref().is_some_and(|p| p.quotas.any()) {
-        let tier = |ns: &str| {
-            cf.tiers
-                .get(ns)
-                .and_then(|label| policy.tier_for(label.as_deref()).tier().map(str::to_string))
-        };
-        let tiers: HashSet<String> = dirty.namespaces.iter().filter_map(|ns| tier(ns)).collect();
-        scope.extend(
-            cf.tiers
-                .keys()
-                .filter(|ns| tier(ns).is_some_and(|t| tiers.contains(&t)))
-                .cloned(),
-        );
-    }
+    let mut scope: HashSet<String> = dirty.namespaces.union(&dirty.facts).cloned().collect();
+    let tiers: HashSet<String> = scope.iter().filter_map(|ns| quota_tier(ns)).collect();
+    scope.extend(
+        (cf.tiers.keys())
+            .filter(|ns| {
+                !decided.contains(ns) && quota_tier(ns).is_some_and(|t| tiers.contains(&t))
+            })
+            .cloned(),
+    );
     scope
 }
 
-/// One pass over `dirty`'s namespaces: their objects as the stores hold them decided again, their reports
-/// written when changed, deleted when nothing is left to report.
+/// One pass over `dirty`'s namespaces: their objects as the stores hold them decided again where they
+/// changed, their tiers' quotas replayed, and the reports whose content changed written (deleted when
+/// nothing is left to report).
 async fn audit(
     client: &kube::Client,
     policy: &PolicySnapshot,
@@ -308,46 +335,84 @@ async fn audit(
     let apis = stores.apis.clone();
     let cf = ClusterFacts::read(stores, policy.tier_label());
     let existing = stores.report_namespaces();
-    let scope = scope(dirty, &cf, policy, existing.iter().cloned());
+    if dirty.all {
+        state.decided.clear();
+    }
+    for ns in &dirty.facts {
+        state.decided.forget(ns);
+    }
+    let quotas = policy.policy.as_ref().is_some_and(|p| p.quotas.any());
+    let quota_tier = |ns: &str| {
+        let label = cf.tiers.get(ns)?;
+        (quotas.then(|| policy.tier_for(label.as_deref()).tier().map(str::to_string))).flatten()
+    };
+    let scope = scope(
+        dirty,
+        &cf,
+        &quota_tier,
+        &state.decided,
+        existing.iter().cloned(),
+    );
     metrics.audit.namespaces_audited.inc_by(scope.len() as u64);
     let mut summary = Summary {
         full: dirty.all,
         namespaces: scope.len(),
         ..Summary::default()
     };
-    let mut by_namespace: BTreeMap<String, Vec<Finding>> =
-        scope.iter().map(|ns| (ns.clone(), Vec::new())).collect();
-    let mut quota_pods = Vec::new();
-    for (kind, store) in &stores.objects {
+    let mut now_decided: HashMap<String, HashMap<ObjectKey, DecidedObject>> = scope
+        .iter()
+        .map(|ns| (ns.clone(), HashMap::new()))
+        .collect();
+    for (index, (kind, store)) in stores.objects.iter().enumerate() {
         let stored = store.state_filter(|o| {
             o.meta()
                 .namespace
                 .as_ref()
                 .is_some_and(|ns| scope.contains(ns) && cf.tiers.contains_key(ns))
         });
+        let mut changed = Vec::new();
+        for o in stored {
+            let (Some(ns), Some(name)) = (&o.meta().namespace, &o.meta().name) else {
+                continue;
+            };
+            let key = (index, name.clone());
+            let rv = o.meta().resource_version.as_deref();
+            match state.decided.take_reusable(ns, &key, rv) {
+                Some(d) => {
+                    summary.reused += 1;
+                    now_decided.entry(ns.clone()).or_default().insert(key, d);
+                }
+                None => changed.push(o),
+            }
+        }
         // Decoded a page at a time: a decoded object costs about ten times its stored JSON.
-        for page in stored.chunks(DECODE_PAGE) {
-            let objects: Vec<DynamicObject> = page
-                .iter()
-                .filter_map(|o| o.object())
-                .filter(|o| audited(o, kind, &apis.kinds))
-                .collect();
-            let objects: Vec<&DynamicObject> = objects.iter().collect();
-            summary.objects += objects.len();
-            for f in evaluate_page(&objects, kind, policy, &cf, &mut quota_pods) {
-                by_namespace
-                    .entry(f.resource.namespace.clone())
-                    .or_default()
-                    .push(f);
+        for page in changed.chunks(DECODE_PAGE) {
+            for (ns, key, d) in decide_page(page, (index, kind), &apis.kinds, policy, &cf) {
+                summary.objects += 1;
+                now_decided.entry(ns).or_default().insert(key, d);
             }
         }
     }
-    for f in quota::findings(quota_pods, policy) {
-        by_namespace
-            .entry(f.resource.namespace.clone())
-            .or_default()
-            .push(f);
+    for (ns, objects) in now_decided {
+        state.decided.set_objects(ns, objects);
     }
+    let mut rebuilt = scope.clone();
+    if quotas {
+        let tiers: HashSet<String> = scope.iter().filter_map(|ns| quota_tier(ns)).collect();
+        let members: HashSet<String> = (cf.tiers.keys())
+            .filter(|ns| quota_tier(ns).is_some_and(|t| tiers.contains(&t)))
+            .cloned()
+            .collect();
+        let findings = quota::findings(state.decided.quota_pods(&members), policy);
+        rebuilt.extend(state.decided.set_quota(&members, findings));
+    }
+    state.decided.retain(|ns| cf.tiers.contains_key(ns));
+    let by_namespace: BTreeMap<String, Vec<Finding>> = (rebuilt.into_iter())
+        .map(|ns| {
+            let findings = state.decided.findings(&ns);
+            (ns, findings)
+        })
+        .collect();
     drop(cf);
     let writes = plan_writes(
         by_namespace,
@@ -491,15 +556,16 @@ fn plan_writes(
     writes
 }
 
-/// The results of a page of objects, decided with the facts read at the start of the pass; its quota'd
-/// Pods are added to `quota_pods` (their results need every Pod: [`quota::findings`]).
-fn evaluate_page(
-    objects: &[&DynamicObject],
-    kind: &Kind,
+/// A page of changed objects of one kind (its index among the audited kinds, and the kind), decided with
+/// the facts read at the start of the pass: each object's results and what it counts against its tier's
+/// quota (an object not audited, a finished Pod, is kept as decided with neither).
+fn decide_page(
+    page: &[Arc<StoredObject>],
+    (index, kind): (usize, &Kind),
+    kinds: &[Kind],
     policy: &PolicySnapshot,
     cf: &ClusterFacts<'_>,
-    quota_pods: &mut Vec<quota::QuotaPod>,
-) -> Vec<Finding> {
+) -> Vec<(String, ObjectKey, DecidedObject)> {
     let tier_of = |ns: &str| cf.tiers.get(ns).cloned().flatten();
     let nodes = |n: &str| cf.node_class(n, policy.catalog());
     // A stored object has no requester to ask about: nothing is exempt from the report.
@@ -511,29 +577,36 @@ fn evaluate_page(
         nodes: &nodes,
         grants: &grants,
     };
-    if kind.group.is_empty()
-        && kind.kind == "Pod"
-        && policy.policy.as_ref().is_some_and(|p| p.quotas.any())
-    {
-        // One clock for the pass: a terminating Pod's grace period is read against it.
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        quota_pods.extend(
-            objects
-                .iter()
-                .filter_map(|o| quota::counted(o, policy, &facts, now_ms)),
-        );
-    }
+    let quotas = kind.is_pod() && policy.policy.as_ref().is_some_and(|p| p.quotas.any());
+    // One clock for the page: a terminating Pod's grace period is read against it.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
     let owner = |q: &OwnerQuery| cf.owner(q);
     let exceptions = ExceptionFacts {
         exceptions: &cf.exceptions,
         owner: &owner,
         now: OffsetDateTime::now_utc(),
     };
-    objects
-        .iter()
-        .flat_map(|o| evaluate::evaluate(o, kind, policy, (&facts, &exceptions)))
+    (page.iter())
+        .filter_map(|stored| {
+            let meta = stored.meta();
+            let (ns, name) = (meta.namespace.clone()?, meta.name.clone()?);
+            let mut decided = DecidedObject {
+                resource_version: meta.resource_version.clone().unwrap_or_default(),
+                findings: Vec::new(),
+                quota: None,
+                volatile: false,
+            };
+            if let Some(o) = stored.object().filter(|o| audited(o, kind, kinds)) {
+                decided.findings = evaluate::evaluate(&o, kind, policy, (&facts, &exceptions));
+                decided.quota = quotas
+                    .then(|| quota::counted(&o, policy, &facts, now_ms))
+                    .flatten();
+                decided.volatile = o.metadata.deletion_timestamp.is_some();
+            }
+            Some((ns, (index, name), decided))
+        })
         .collect()
 }
 

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
+use sha2::Digest;
 
 use super::evaluate::{Finding, Outcome};
 
@@ -42,8 +43,9 @@ pub struct Limits {
 pub struct Built {
     /// The PolicyReport as applied (server-side apply).
     pub report: Value,
-    /// Its content without timestamps: equal digests mean nothing changed since the last write.
-    pub digest: String,
+    /// The SHA-256 of its content without timestamps: equal digests mean nothing changed since the last
+    /// write (kept per namespace instead of the report itself).
+    pub digest: [u8; 32],
     pub omitted: usize,
 }
 
@@ -126,7 +128,7 @@ pub fn build(
         "summary": summary,
         "results": results,
     });
-    let digest = report.to_string();
+    let digest = sha2::Sha256::digest(report.to_string().as_bytes()).into();
     let timestamp = json!({"seconds": now.as_second(), "nanos": now.subsec_nanosecond()});
     for r in report["results"].as_array_mut().into_iter().flatten() {
         r["timestamp"] = timestamp.clone();
@@ -221,6 +223,14 @@ mod tests {
             Timestamp::from_second(1_900_000_000).unwrap(),
         );
         assert_eq!(later.digest, b.digest);
+        let other = build(
+            "team",
+            three_findings(),
+            "v8",
+            LIMITS,
+            Timestamp::from_second(1_800_000_000).unwrap(),
+        );
+        assert_ne!(other.digest, b.digest, "another content, another digest");
     }
 
     #[test]

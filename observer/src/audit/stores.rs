@@ -4,10 +4,12 @@
 //! owner chains need) and which namespaces hold one of our reports. A pass reads these stores; nothing is
 //! listed per pass.
 //!
-//! Each watch event also says which namespaces' results it may change ([`Changes`]): a namespaced object
-//! marks its namespace, a Namespace whose labels changed marks itself, a Node whose labels changed or a
-//! PriorityClass marks every namespace, and a re-list (a watch that was lost and came back) marks every
-//! namespace, since what it missed is not known. A lost watch is [`crate::watched`]'s: its store kept as last
+//! Each watch event also says which namespaces' results it may change ([`Changes`]): an audited object
+//! marks its namespace's objects (a pass decides again only those whose resourceVersion changed), what
+//! decisions read of a namespace (its labels, its claims and templates, exceptions, the owners of its Pods)
+//! marks its facts (everything in it is decided again), a Node whose labels changed or a PriorityClass marks
+//! every namespace, and a re-list (a watch that was lost and came back) marks every namespace, since what it
+//! missed is not known. A lost watch is [`crate::watched`]'s: its store kept as last
 //! seen, retried with backoff, logged and counted.
 //!
 //! What a store holds per object is trimmed on the way in (managed fields, last-applied annotations, the
@@ -45,20 +47,29 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// The namespaces whose results may have changed since the last pass.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Dirty {
-    /// Every namespace (a re-list, a Node's labels, a PriorityClass, the policy, the slow resync).
+    /// Every object of every namespace (a re-list, a Node's labels, a PriorityClass, the policy).
     pub all: bool,
+    /// Namespaces where audited objects came, went or changed (or whose report was deleted): the objects
+    /// whose resourceVersion changed are decided again.
     pub namespaces: HashSet<String>,
+    /// Namespaces where what decisions read changed (labels, claims, templates, exceptions, owners, or time
+    /// for an exception's expiry or a grace period): every object in them is decided again.
+    pub facts: HashSet<String>,
 }
 
 impl Dirty {
     pub fn is_empty(&self) -> bool {
-        !self.all && self.namespaces.is_empty()
+        !self.all && self.namespaces.is_empty() && self.facts.is_empty()
     }
 
     fn merge(&mut self, other: Dirty) {
         self.all |= other.all;
-        if !self.all {
+        if self.all {
+            self.namespaces.clear();
+            self.facts.clear();
+        } else {
             self.namespaces.extend(other.namespaces);
+            self.facts.extend(other.facts);
         }
     }
 }
@@ -75,6 +86,7 @@ impl Changes {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Objects of `namespace` changed.
     pub fn namespace(&self, namespace: &str) {
         let mut dirty = self.lock();
         if !dirty.all {
@@ -82,10 +94,19 @@ impl Changes {
         }
     }
 
+    /// What decisions read of `namespace` changed.
+    pub fn facts(&self, namespace: &str) {
+        let mut dirty = self.lock();
+        if !dirty.all {
+            dirty.facts.insert(namespace.to_string());
+        }
+    }
+
     pub fn all(&self) {
         let mut dirty = self.lock();
         dirty.all = true;
         dirty.namespaces.clear();
+        dirty.facts.clear();
     }
 
     /// What changed since the last take; nothing is marked after it.
@@ -102,8 +123,10 @@ impl Changes {
 /// What an event of one watched resource changes.
 #[derive(Debug, Clone, Copy)]
 enum Marks {
-    /// The object's namespace (Pods, workloads, DRA objects, exceptions, owners).
-    ItsNamespace,
+    /// The object's namespace's objects (Pods, workloads).
+    ItsObjects,
+    /// The object's namespace's facts (DRA objects, exceptions, owners).
+    ItsNamespaceFacts,
     /// The Namespace itself, when its labels changed.
     NamespaceLabels,
     /// Every namespace, when a Node's labels changed (its Pods' class).
@@ -133,16 +156,21 @@ fn mark<K: kube::Resource>(
     let labels_changed =
         || deleted || before(object).is_none_or(|old| old.meta().labels != meta.labels);
     match marks {
-        Marks::ItsNamespace => {
+        Marks::ItsObjects => {
             if let Some(ns) = &meta.namespace {
                 changes.namespace(ns);
+            }
+        }
+        Marks::ItsNamespaceFacts => {
+            if let Some(ns) = &meta.namespace {
+                changes.facts(ns);
             }
         }
         Marks::NamespaceLabels => {
             if let Some(name) = &meta.name
                 && labels_changed()
             {
-                changes.namespace(name);
+                changes.facts(name);
             }
         }
         Marks::NodeLabels => {
@@ -227,14 +255,14 @@ impl Stores {
                 Api::<ResourceClaimTemplate>::all(client.clone()),
                 config(),
                 "resourceclaimtemplates",
-                Marks::ItsNamespace,
+                Marks::ItsNamespaceFacts,
                 slim_meta,
             );
             let claims = w.full(
                 Api::<ResourceClaim>::all(client.clone()),
                 config(),
                 "resourceclaims",
-                Marks::ItsNamespace,
+                Marks::ItsNamespaceFacts,
                 slim_meta,
             );
             (templates, claims)
@@ -244,20 +272,20 @@ impl Stores {
                 Api::<GpuPolicyException>::all(client.clone()),
                 config(),
                 "gpupolicyexceptions",
-                Marks::ItsNamespace,
+                Marks::ItsNamespaceFacts,
                 slim_meta,
             ),
             replica_sets: w.metadata(
                 Api::<PartialObjectMeta<ReplicaSet>>::all(client.clone()),
                 config(),
                 "replicasets",
-                Marks::ItsNamespace,
+                Marks::ItsNamespaceFacts,
             ),
             jobs: w.metadata(
                 Api::<PartialObjectMeta<Job>>::all(client.clone()),
                 config(),
                 "jobs",
-                Marks::ItsNamespace,
+                Marks::ItsNamespaceFacts,
             ),
         });
         let objects = apis
@@ -394,7 +422,7 @@ impl Watches {
         let pods = kind.is_pod();
         let stream = watcher::watcher(api, watcher::Config::default().any_semantic())
             .map_ok(move |event| map_event(event, |o| StoredObject::of(o, pods)));
-        self.spawn(stream, ar, &kind.plural, Marks::ItsNamespace)
+        self.spawn(stream, ar, &kind.plural, Marks::ItsObjects)
     }
 }
 
@@ -409,7 +437,7 @@ fn map_event<A, B>(event: Event<A>, f: impl Fn(A) -> B) -> Event<B> {
     }
 }
 
-/// An audited object as its store keeps it: its name and namespace, and its JSON, slimmed
+/// An audited object as its store keeps it: its name, namespace and resourceVersion, and its JSON, slimmed
 /// ([`slim_object`]). A `serde_json::Value` costs about ten times its JSON (every JSON object a B-tree
 /// node); a pass decodes only the objects of the namespaces it decides.
 #[derive(Debug, Clone)]
@@ -425,6 +453,7 @@ impl StoredObject {
         let metadata = ObjectMeta {
             name: object.metadata.name,
             namespace: object.metadata.namespace,
+            resource_version: object.metadata.resource_version,
             ..ObjectMeta::default()
         };
         Self { metadata, json }
@@ -571,13 +600,13 @@ mod tests {
             writer.apply_watcher_event(&ev);
         };
         apply(Event::Apply(namespace("a", Some("gold"))), &mut writer);
-        assert_eq!(changes.take().namespaces, HashSet::from(["a".to_string()]));
+        assert_eq!(changes.take().facts, HashSet::from(["a".to_string()]));
         apply(Event::Apply(namespace("a", Some("gold"))), &mut writer);
         assert!(changes.take().is_empty(), "same labels: nothing to audit");
         apply(Event::Apply(namespace("a", Some("silver"))), &mut writer);
-        assert_eq!(changes.take().namespaces, HashSet::from(["a".to_string()]));
+        assert_eq!(changes.take().facts, HashSet::from(["a".to_string()]));
         apply(Event::Delete(namespace("a", Some("silver"))), &mut writer);
-        assert_eq!(changes.take().namespaces, HashSet::from(["a".to_string()]));
+        assert_eq!(changes.take().facts, HashSet::from(["a".to_string()]));
         apply(Event::InitDone, &mut writer);
         assert!(changes.take().all, "a re-list marks everything");
     }
@@ -604,6 +633,25 @@ mod tests {
     }
 
     #[test]
+    fn an_audited_object_marks_its_namespaces_objects_and_a_claim_its_facts() {
+        let changes = Changes::default();
+        let mut object = PartialObjectMeta::<Namespace>::default();
+        object.metadata.namespace = Some("ns".into());
+        let event = Event::Apply(object);
+        mark(&event, Marks::ItsObjects, &|_| None, &changes);
+        let dirty = changes.take();
+        assert_eq!(dirty.namespaces, HashSet::from(["ns".to_string()]));
+        assert!(
+            dirty.facts.is_empty(),
+            "the other objects keep their results"
+        );
+        mark(&event, Marks::ItsNamespaceFacts, &|_| None, &changes);
+        let dirty = changes.take();
+        assert_eq!(dirty.facts, HashSet::from(["ns".to_string()]));
+        assert!(dirty.namespaces.is_empty());
+    }
+
+    #[test]
     fn marking_everything_absorbs_namespaces_and_restore_merges() {
         let changes = Changes::default();
         changes.namespace("a");
@@ -614,14 +662,24 @@ mod tests {
             changes.take().namespaces,
             HashSet::from(["a".to_string(), "b".to_string()])
         );
+        changes.facts("c");
+        let undone = changes.take();
+        changes.facts("d");
+        changes.restore(undone);
+        assert_eq!(
+            changes.take().facts,
+            HashSet::from(["c".to_string(), "d".to_string()])
+        );
         changes.namespace("a");
+        changes.facts("c");
         changes.all();
         changes.namespace("b");
+        changes.facts("d");
         assert_eq!(
             changes.take(),
             Dirty {
                 all: true,
-                namespaces: HashSet::new()
+                ..Dirty::default()
             }
         );
     }
