@@ -267,6 +267,9 @@ struct Summary {
     unchanged: usize,
     deleted: usize,
     failed: usize,
+    /// Seconds deciding and building the reports, then writing them.
+    decide_seconds: f64,
+    write_seconds: f64,
 }
 
 /// Whether the audit decides `object`: a Pod that still runs (not Succeeded or Failed), a workload not
@@ -329,6 +332,7 @@ async fn audit(
     metrics: &Metrics,
     dirty: &Dirty,
 ) -> anyhow::Result<Summary> {
+    let started = Instant::now();
     let Some(stores) = state.stores.as_ref() else {
         return Ok(Summary::default());
     };
@@ -423,6 +427,8 @@ async fn audit(
         metrics,
         &mut summary,
     );
+    summary.decide_seconds = started.elapsed().as_secs_f64();
+    let writing = Instant::now();
     let outcomes = futures::stream::iter(writes)
         .map(|write| async {
             let result = match &write {
@@ -438,6 +444,7 @@ async fn audit(
         .buffer_unordered(CONCURRENT_REPORT_WRITES)
         .collect::<Vec<_>>()
         .await;
+    summary.write_seconds = writing.elapsed().as_secs_f64();
     let mut retry = Dirty::default();
     let mut api_gone = None;
     for (write, result) in outcomes {
