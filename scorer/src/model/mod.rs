@@ -7,8 +7,8 @@
 //! ([`interference`]). [`observe`] feeds an observed runtime back into [`Learned`], once per
 //! observation id ([`observed`]).
 //!
-//! Exploration: every decision draws, from a seed derived from the request and the learned state, one
-//! posterior sample of each class's runtime. The class whose *sampled* cost is lowest is the one
+//! Exploration: every decision draws, from a seed derived from the request and the observations learned,
+//! one posterior sample of each class's runtime. The class whose *sampled* cost is lowest is the one
 //! Thompson sampling would try; it is chosen over the lowest expected cost only when exploring it pays
 //! ([`value`]: the expected saving over the job type's future runs beats the expected extra cost of
 //! this run), the window's budget allows it (the operator's `explorationCap`, a hard limit) and, for keyed

@@ -395,8 +395,11 @@ fn unix_seconds() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// The seed of a decision's posterior sample: the request's content, the learned state and the
-/// policy's `learning.seed`, so that replicas with equal state answer a request identically. The request
+/// The seed of a decision's posterior sample: the request's content, which observations were learned
+/// (their count and the fingerprint of their ids) and the policy's `learning.seed`, so that replicas that
+/// learned the same observations answer a request identically. Not the digest of what was learned from
+/// them: a change to what a run teaches (a statistic added, one kept otherwise) would otherwise redraw
+/// every later decision, and its effect on decisions could not be told from drawing again. The request
 /// is encoded into a buffer kept per thread (the same bytes as `encode_to_vec`, without an allocation a call).
 fn decision_seed(policy: &Policy, learned: &Learned, req: &pb::ScoreRequest) -> u64 {
     use prost::Message;
@@ -406,7 +409,8 @@ fn decision_seed(policy: &Policy, learned: &Learned, req: &pb::ScoreRequest) -> 
     }
     let mut h = Sha256::new();
     h.update(policy.learning.seed.to_le_bytes());
-    h.update(learned.digest().as_bytes());
+    h.update(learned.observations.to_le_bytes());
+    h.update(learned.observed.fingerprint().to_le_bytes());
     ENCODED.with_borrow_mut(|buf| {
         buf.clear();
         req.encode(buf).expect("a Vec grows as needed");

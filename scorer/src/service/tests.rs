@@ -442,15 +442,50 @@ fn the_rules_digest_changes_with_what_a_tier_gets_and_nothing_else() {
     assert_eq!(digest("not: [valid"), "");
 }
 
-/// The seed as first written: SHA-256 of the policy seed, the state digest and `encode_to_vec`.
+/// The seed written plainly: SHA-256 of the policy seed, the observations learned (count, ids' fingerprint)
+/// and `encode_to_vec`.
 fn seed_by_encode_to_vec(policy: &Policy, learned: &Learned, req: &pb::ScoreRequest) -> u64 {
     use prost::Message;
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
     h.update(policy.learning.seed.to_le_bytes());
-    h.update(state::digest(learned).as_bytes());
+    h.update(learned.observations.to_le_bytes());
+    h.update(learned.observed.fingerprint().to_le_bytes());
     h.update(req.encode_to_vec());
     u64::from_le_bytes(h.finalize()[..8].try_into().unwrap())
+}
+
+#[test]
+fn decision_seeds_move_with_the_observations_learned_not_with_what_is_kept_of_them() {
+    let policy = embedded_default().unwrap();
+    let core = exploring_replica(std::time::Duration::ZERO);
+    let learned = core.snapshot();
+    let req = request(Some(40.0));
+    let seed = decision_seed(&policy, &learned, &req);
+    // Another statistic kept from the same runs (here a pair slowdown): the state's digest moves, the
+    // decision's draws do not.
+    let mut more = learned.clone();
+    more.interference
+        .record_weighted("train-llama", "notebook", 0.4, 1.0, 1);
+    more.invalidate();
+    assert_ne!(state::digest(&more), state::digest(&learned));
+    assert_eq!(decision_seed(&policy, &more, &req), seed);
+    // One more observation learned: drawn again.
+    core.observe(&pb::ObserveRequest {
+        job_type: "train-llama".into(),
+        gpu_class: "H100-80GB".into(),
+        runtime_seconds: 36_100.0,
+        observation_id: "pod-extra".into(),
+        ..Default::default()
+    })
+    .unwrap();
+    let after = core.snapshot();
+    assert_eq!(after.observations, learned.observations + 1);
+    assert_ne!(decision_seed(&policy, &after, &req), seed);
+    // Other ids, as many of them: drawn again too.
+    let mut other = learned.clone();
+    other.observed = Default::default();
+    assert_ne!(decision_seed(&policy, &other, &req), seed);
 }
 
 #[test]
