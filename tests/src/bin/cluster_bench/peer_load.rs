@@ -80,6 +80,8 @@ pub async fn admission_histograms(
 /// quiet machine; a run once waited longer than 60 s for the floor's first binding on two cores shared with
 /// other builds and a second control plane.
 const PICKUP_TIMEOUT: Duration = Duration::from_secs(120);
+/// When the floor's bindings are created once more if it has not acted on them.
+const REBIND_AFTER: Duration = Duration::from_secs(45);
 
 impl Installation {
     /// Installs (`With`) or removes (`Without`) everything, then waits until the [`Probes`] show the apiserver
@@ -110,16 +112,7 @@ impl Installation {
                     .create(&pp, &serde_json::from_value(self.validating.clone())?)
                     .await
                     .context("the validating registration")?;
-                let list =
-                    serde_json::json!({"apiVersion": "v1", "kind": "List", "items": self.bindings});
-                let a = kubectl(
-                    cluster.kubeconfig(),
-                    None,
-                    &[],
-                    &["create", "-f", "-"],
-                    &list.to_string(),
-                );
-                ensure!(a.ok, "the floor's bindings: {}", a.stderr);
+                self.create_bindings(cluster)?;
             }
             Arm::Without => {
                 let dp = DeleteParams::default();
@@ -132,10 +125,25 @@ impl Installation {
                 ensure!(a.ok, "deleting the floor's bindings: {}", a.stderr);
             }
         }
+        let mut bindings_again = arm == Arm::With;
         for attempt in 0.. {
             let (state, seen) = probe(&admin, tenant, probes, attempt).await?;
             if state == Some(arm == Arm::With) {
                 return Ok(started.elapsed());
+            }
+            // Seen twice under two-at-a-time test load: the apiserver held every binding and the floor's
+            // parameters in Enforce, yet its ValidatingAdmissionPolicy plugin did not act for 120 s. Once,
+            // the bindings are deleted and created again, which makes it read them anew.
+            if bindings_again && started.elapsed() > REBIND_AFTER {
+                bindings_again = false;
+                eprintln!(
+                    "  the floor not acting after {REBIND_AFTER:?}: its bindings created again"
+                );
+                let mut args = vec!["delete", "validatingadmissionpolicybinding"];
+                args.extend(names.iter().map(String::as_str));
+                let a = kubectl(cluster.kubeconfig(), None, &[], &args, "");
+                ensure!(a.ok, "deleting the floor's bindings: {}", a.stderr);
+                self.create_bindings(cluster)?;
             }
             ensure!(
                 started.elapsed() < PICKUP_TIMEOUT,
@@ -169,6 +177,22 @@ fn floor_state(cluster: &LocalCluster) -> String {
         "bindings held: {:?}; the floor's parameters (mode, tiers, resourceVersion): {params:?}",
         bindings.split_whitespace().collect::<Vec<_>>()
     )
+}
+
+impl Installation {
+    /// Creates the floor's bindings.
+    fn create_bindings(&self, cluster: &LocalCluster) -> anyhow::Result<()> {
+        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": self.bindings});
+        let a = kubectl(
+            cluster.kubeconfig(),
+            None,
+            &[],
+            &["create", "-f", "-"],
+            &list.to_string(),
+        );
+        ensure!(a.ok, "the floor's bindings: {}", a.stderr);
+        Ok(())
+    }
 }
 
 /// Creates the GPU probe Pod as the tenant and deletes it, and the capped one as a dry run: `Some(true)` when
