@@ -29,6 +29,7 @@ pub(crate) mod objective;
 pub(crate) mod observed;
 pub(crate) mod posterior;
 pub(crate) mod priority;
+mod related;
 pub(crate) mod sampling;
 pub(crate) mod scaling;
 mod tables;
