@@ -172,6 +172,14 @@ fn validating_configuration(webhook: &Webhook) -> ValidatingWebhookConfiguration
             "rules": rules, "namespaceSelector": ns, "objectSelector": objects,
             "failurePolicy": "Ignore", "sideEffects": "None", "timeoutSeconds": 5})
     };
+    let mut policy_hook = hook(
+        "policy.validate.gpu-admission.io",
+        "/validate-policy",
+        json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE", "DELETE"], "resources": ["configmaps"]}]),
+        json!({}),
+        json!({}),
+    );
+    policy_hook["matchConditions"] = shipped_policy_match_conditions();
     serde_json::from_value(json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
         "metadata": {"name": "gpu-admission-policy-e2e"},
@@ -183,10 +191,8 @@ fn validating_configuration(webhook: &Webhook) -> ValidatingWebhookConfiguration
                 json!([{"apiGroups": ["batch"], "apiVersions": ["v1", "v1beta1"], "operations": ["CREATE", "UPDATE"], "resources": ["jobs", "cronjobs"]},
                        {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["deployments", "statefulsets", "daemonsets", "replicasets"]}]),
                 tier_ns, json!({})),
-            // As shipped: every ConfigMap (the frontend matches the policy by name), deletions too.
-            hook("policy.validate.gpu-admission.io", "/validate-policy",
-                json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE", "DELETE"], "resources": ["configmaps"]}]),
-                json!({}), json!({})),
+            // As shipped: ConfigMaps, deletions too, only the policy's (the shipped matchConditions).
+            policy_hook,
             hook("namespaces.validate.gpu-admission.io", "/validate-namespace",
                 json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
                     "resources": gpu_admission_core::admission::validate_namespace::NAMESPACE_RESOURCES}]),
@@ -194,6 +200,30 @@ fn validating_configuration(webhook: &Webhook) -> ValidatingWebhookConfiguration
         ]
     }))
     .unwrap()
+}
+
+/// How many reviews `/validate-policy` has answered.
+async fn policy_reviews(webhook: &Webhook) -> u64 {
+    let text = webhook.metrics().await.unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("gpu_admission_admissions_total{webhook=\"validate-policy\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// The shipped `/validate-policy` registration's matchConditions (only the policy ConfigMap is sent).
+fn shipped_policy_match_conditions() -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/kustomize/base/webhook/validatingwebhookconfiguration.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let vwc: Value = serde_yaml::from_str(&text).unwrap();
+    let hooks = vwc["webhooks"].as_array().unwrap();
+    let policy = hooks
+        .iter()
+        .find(|h| h["name"] == "policy.validate.gpu-admission.io")
+        .expect("the shipped policy webhook");
+    assert!(policy["matchConditions"].is_array());
+    policy["matchConditions"].clone()
 }
 
 fn configmap(text: &str) -> Value {
@@ -465,6 +495,21 @@ async fn tier_policy_holds_against_a_real_apiserver() {
         &configmap(&edit).to_string(),
     );
     check("policy ConfigMap, valid edit (apply)", a.summary(), a.ok);
+    // Another ConfigMap beside it (as the quota ledger is) is not sent to the webhook at all: the admin
+    // writes it with the invalid policy's text.
+    let mut other = configmap(&bad);
+    other["metadata"]["name"] = json!("not-the-policy");
+    let before = policy_reviews(&webhook).await;
+    let a = k.run_as(None, &[], &["apply", "-f", "-"], &other.to_string());
+    let after = policy_reviews(&webhook).await;
+    check(
+        "another ConfigMap of the policy's namespace (not sent)",
+        format!(
+            "{} (validate-policy calls {before} -> {after})",
+            a.summary()
+        ),
+        a.ok && before == after,
+    );
 
     // 7b. The attacks on the tier rules, and who may change the rules.
     attacks::run(&k, &nodes, &mut check);

@@ -2190,9 +2190,9 @@ fn observer_args_are_flags_the_real_binary_accepts() {
 }
 
 /// The validating webhooks: registered in every mode with their CA, fail-open, only tier namespaces for
-/// Pods and workloads (the same GPU filter as the mutating webhook for Pods), every ConfigMap of our
-/// namespace for `/validate-policy` (no label selector a user could step out of: the frontend matches the
-/// policy by name), every Namespace for `/validate-namespace`.
+/// Pods and workloads (the same GPU filter as the mutating webhook for Pods), the policy ConfigMap of our
+/// namespace for `/validate-policy` (by namespace and name: no label selector a user could step out of),
+/// every Namespace for `/validate-namespace`.
 #[test]
 fn validating_webhooks_are_selective_and_trusted_in_every_mode() {
     let Some(modes) = support::rendered_modes() else {
@@ -2215,6 +2215,19 @@ fn validating_webhooks_are_selective_and_trusted_in_every_mode() {
         let claims = by_name("claims.validate.gpu-admission.io");
         let exceptions = by_name("exceptions.validate.gpu-admission.io");
         assert_eq!(hooks.len(), 6, "{}", m.mode);
+        // Only the policy ConfigMap is sent to `/validate-policy`, by the name the frontend guards.
+        let (policy_ns, policy_name) = gpu_admission_flags::DEFAULT_POLICY_CONFIGMAP
+            .split_once('/')
+            .unwrap();
+        assert_eq!(
+            policy["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+            policy_ns
+        );
+        let only_the_policy = str_at(&policy["matchConditions"][0], "/expression");
+        assert!(
+            only_the_policy.ends_with(&format!(".metadata.name == '{policy_name}'")),
+            "{only_the_policy}"
+        );
         // Who may relax the rules fails closed: no exception is created while no frontend answers.
         assert_eq!(
             exceptions["clientConfig"]["service"]["path"],
