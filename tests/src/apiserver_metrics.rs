@@ -213,8 +213,8 @@ impl Histogram {
     }
 }
 
-/// Histogram `name` per value of label `key` (`name`, `policy`, `webhook`), over the series holding every one
-/// of `filter` (`operation="CREATE"`).
+/// Histogram `name` per value of label `key` (`name`, `policy`, `webhook`; `""`: one series, under `""`), over
+/// the series holding every one of `filter` (`operation="CREATE"`).
 pub fn histograms(
     metrics: &str,
     name: &str,
@@ -232,13 +232,22 @@ pub fn histograms(
         else {
             continue;
         };
-        let Some((labels, value)) = rest.strip_prefix('{').and_then(|r| r.rsplit_once("} ")) else {
+        let labelled = match rest.strip_prefix('{') {
+            Some(r) => r.rsplit_once("} "),
+            None => rest.strip_prefix(' ').map(|v| ("", v)),
+        };
+        let Some((labels, value)) = labelled else {
             continue;
         };
         if !filter.iter().all(|f| labels.contains(f)) {
             continue;
         }
-        let Some(series) = label(labels, key) else {
+        let series = if key.is_empty() {
+            Some("")
+        } else {
+            label(labels, key)
+        };
+        let Some(series) = series else {
             continue;
         };
         let le = label(labels, "le").map(|l| l.parse::<f64>().unwrap_or(f64::INFINITY));
@@ -353,5 +362,20 @@ mod tests {
         assert!((p.quantile_ms(0.5) - 5.0).abs() < 1e-9);
         assert!((p.quantile_ms(0.99) - 9.9).abs() < 1e-9);
         assert_eq!(Histogram::default().quantile_ms(0.99), 0.0);
+    }
+
+    #[test]
+    fn a_histogram_without_labels_is_one_series() {
+        let text = "batch_bucket{le=\"1\"} 2\n\
+             batch_bucket{le=\"4\"} 3\n\
+             batch_bucket{le=\"+Inf\"} 3\n\
+             batch_sum 7\n\
+             batch_count 3\n\
+             batch_size_count 9\n";
+        let all = histograms(text, "batch", "", &[]);
+        assert_eq!(all.len(), 1, "{all:?}");
+        assert_eq!(all[""].count, 3.0);
+        assert!((all[""].sum - 7.0).abs() < 1e-9);
+        assert!(histograms(text, "batch", "webhook", &[]).is_empty());
     }
 }

@@ -328,6 +328,10 @@ pub struct Metrics {
     pub(crate) quota_gpus: Family<QuotaLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     /// Writes of the quota ledger by result.
     pub(crate) quota_ledger_writes: Family<LedgerWriteLabels, Counter>,
+    /// How long each write of the quota ledger took (the API's answer, whatever it was).
+    pub(crate) quota_ledger_write_duration: Histogram,
+    /// Reservations each write of the quota ledger carried (the group commit's batch).
+    pub(crate) quota_ledger_batch: Histogram,
     /// Connections open on the webhook port (TLS handshakes included).
     pub(crate) connections_open: Gauge,
     /// Connections the server closed or refused, by reason.
@@ -364,6 +368,10 @@ impl Metrics {
             excepted: Family::default(),
             quota_gpus: Family::default(),
             quota_ledger_writes: Family::default(),
+            // 1 ms .. ~65 s.
+            quota_ledger_write_duration: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
+            // 1 .. 4,096 reservations.
+            quota_ledger_batch: Histogram::new(exponential_buckets(1.0, 2.0, 13)),
             connections_open: Gauge::default(),
             connections_closed: Family::default(),
             accept_errors: Counter::default(),
@@ -458,6 +466,16 @@ impl Metrics {
             m.quota_ledger_writes.clone(),
         );
         r.register(
+            "quota_ledger_write_duration_seconds",
+            "Seconds each write of the GPU quota ledger took, whatever the API answered",
+            m.quota_ledger_write_duration.clone(),
+        );
+        r.register(
+            "quota_ledger_batch_reservations",
+            "Reservations each write of the GPU quota ledger carried (decided since the last write)",
+            m.quota_ledger_batch.clone(),
+        );
+        r.register(
             "connections_open",
             "Connections open on the webhook port, TLS handshakes included",
             m.connections_open.clone(),
@@ -519,6 +537,12 @@ impl Metrics {
 
     pub(crate) fn record_shed(&self, reason: ShedReason) {
         self.shed.get_or_create(&ShedLabels { reason }).inc();
+    }
+
+    /// One write of the quota ledger carrying `reservations`, answered after `seconds`.
+    pub(crate) fn record_ledger_batch(&self, reservations: usize, seconds: f64) {
+        self.quota_ledger_batch.observe(reservations as f64);
+        self.quota_ledger_write_duration.observe(seconds);
     }
 
     /// One write of the quota ledger.

@@ -175,6 +175,12 @@ pub(crate) async fn handle<W: Webhook>(
         .await
 }
 
+/// Until when a reservation may keep trying a contended quota ledger: three quarters of the apiserver's
+/// timeout (10 s unless it says) from the request's arrival, so that the refusal still reaches it in time.
+pub(crate) fn reservation_deadline(call: &Call) -> Instant {
+    call.started + call.apiserver_timeout.unwrap_or(Duration::from_secs(10)) * 3 / 4
+}
+
 /// How long a decoded review may wait for its namespace's share: half the apiserver's timeout (10 s unless
 /// it says), so that a shed answer still reaches it in time.
 fn share_wait(call: &Call) -> Duration {
@@ -261,6 +267,25 @@ pub(crate) fn operation_label(op: &kube::core::admission::Operation) -> &'static
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reservation_keeps_trying_for_three_quarters_of_the_apiservers_timeout() {
+        let call = |timeout| Call {
+            started: Instant::now(),
+            apiserver_timeout: timeout,
+            span: tracing::Span::none(),
+        };
+        let two = call(Some(Duration::from_secs(2)));
+        assert_eq!(
+            reservation_deadline(&two) - two.started,
+            Duration::from_millis(1500)
+        );
+        let unsaid = call(None);
+        assert_eq!(
+            reservation_deadline(&unsaid) - unsaid.started,
+            Duration::from_millis(7500)
+        );
+    }
 
     #[test]
     fn timeout_query_parameter() {

@@ -22,7 +22,9 @@ use crate::cluster::workloads::WorkloadOwners;
 use gpu_admission_core::exception::{Exception, Owner};
 use time::OffsetDateTime;
 
-use super::pipeline::{Body, Call, Reply, Webhook, not_validated, operation_label};
+use super::pipeline::{
+    Body, Call, Reply, Webhook, not_validated, operation_label, reservation_deadline,
+};
 use crate::cluster::ClusterFacts;
 use crate::cluster::usage::QuotaUsage;
 use crate::metrics::Metrics;
@@ -50,7 +52,7 @@ impl Webhook for ValidatePod {
         review::decode_object(body)
     }
 
-    async fn admit(&self, incoming: &IncomingObject, _call: &Call) -> Reply {
+    async fn admit(&self, incoming: &IncomingObject, call: &Call) -> Reply {
         let policy = self.policy.snapshot();
         let req = match &incoming.request {
             Err(why) => {
@@ -62,6 +64,7 @@ impl Webhook for ValidatePod {
         let ports = Ports {
             hook: self,
             policy: &policy,
+            reserve_until: reservation_deadline(call),
         };
         let validated = validate_pod::admit(req, &policy, &ports).await;
         self.report(&incoming.uid, req, &validated, policy.mode.as_str());
@@ -141,6 +144,8 @@ impl ValidatePod {
 struct Ports<'r> {
     hook: &'r ValidatePod,
     policy: &'r PolicySnapshot,
+    /// Until when a reservation retries a ledger other replicas keep writing first.
+    reserve_until: std::time::Instant,
 }
 
 impl ValidatePorts for Ports<'_> {
@@ -207,6 +212,8 @@ impl ValidatePorts for Ports<'_> {
         let Some(usage) = &self.hook.quota else {
             return Ok(None);
         };
-        usage.reserve(ask, pod, keep, decide).await
+        usage
+            .reserve(ask, pod, keep, self.reserve_until, decide)
+            .await
     }
 }

@@ -114,9 +114,6 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// Admissions of quota'd Pods one replica tries before it gives up on a contended ledger.
-const LEDGER_ATTEMPTS: usize = 8;
-
 /// Which ledger version reservations waiting to be written were decided on.
 #[derive(Debug, Clone)]
 enum Base {
@@ -329,13 +326,16 @@ impl QuotaUsage {
     /// Offers the usage and the ledger to `decide` (core's quota step); when it reserves and `keep` is true
     /// (not a dry run), admits `pod` only once its entry is written on top of the ledger version it was
     /// decided on (a conflict: read, offer again). A Pod whose namespace/name the watch already holds is
-    /// decided but reserves nothing (the apiserver refuses its CREATE after admission). An error: the Pod is
-    /// undecidable.
+    /// decided but reserves nothing (the apiserver refuses its CREATE after admission). A write another
+    /// replica beat is decided and offered again until `until` (at least once): with replicas writing
+    /// continuously each round has one winner, so a count of attempts would refuse a steady share of a burst.
+    /// An error: the Pod is undecidable.
     pub(crate) async fn reserve(
         &self,
         ask: &quota::Ask,
         pod: &Reserving<'_>,
         keep: bool,
+        until: std::time::Instant,
         decide: &(dyn Fn(&Usage) -> Reservation + Sync),
     ) -> Result<Option<Decision>, QuotaUnavailable> {
         let (tier, namespace, counted) = ask;
@@ -348,7 +348,7 @@ impl QuotaUsage {
         if !self.is_synced() {
             return Err(QuotaUnavailable::NotCountedYet);
         }
-        for _ in 0..LEDGER_ATTEMPTS {
+        loop {
             let (decision, written) = {
                 let mut batch = self.lock_batch();
                 let (base, entries) = match &batch.next {
@@ -392,7 +392,8 @@ impl QuotaUsage {
             self.flush.notify_one();
             match written.await {
                 Ok(Flushed::Written) => return Ok(Some(decision)),
-                Ok(Flushed::Retry) => continue,
+                Ok(Flushed::Retry) if std::time::Instant::now() < until => continue,
+                Ok(Flushed::Retry) => break,
                 Ok(Flushed::Failed(why)) => return Err(QuotaUnavailable::NotReserved(why)),
                 Err(_) => {
                     return Err(not_reserved(LedgerError::Api(
@@ -417,7 +418,10 @@ impl QuotaUsage {
                     resource_version: base,
                     entries: Vec::new(),
                 };
+                let started = std::time::Instant::now();
                 let result = self.store.write(&on, entries).await;
+                self.metrics
+                    .record_ledger_batch(waiting.len(), started.elapsed().as_secs_f64());
                 let fresh = match &result {
                     Err(LedgerError::Conflict) => Some(self.store.read().await),
                     _ => None,

@@ -27,8 +27,9 @@ use crate::Args;
 use crate::balancer::Balancer;
 use crate::install::{QUOTA_TIER, TENANT, policy_with_quotas, registrations, tenant_clients};
 use crate::peer_load::{
-    Arm, FRONTEND_DURATION, Installation, Load, PLUGIN_CREATES, PLUGIN_DURATION, POD_WEBHOOKS,
-    POLICY_PLUGIN, Probes, REQUEST_DURATION, WEBHOOK_DURATION, create_timed,
+    Arm, FRONTEND_DURATION, Installation, LEDGER_BATCH, LEDGER_WRITE_DURATION, Load,
+    PLUGIN_CREATES, PLUGIN_DURATION, POD_WEBHOOKS, POLICY_PLUGIN, Probes, REQUEST_DURATION,
+    WEBHOOK_DURATION, create_timed,
 };
 use crate::pods::{Shape, annotation, create_namespaces, delete_all, list_run};
 
@@ -106,6 +107,10 @@ pub struct Run {
     pub frontend: BTreeMap<String, Histogram>,
     /// Admissions each replica served (its own count).
     pub per_replica: Vec<u64>,
+    /// Reservations per write of the quota ledger (all replicas); the writes' own time is `frontend`'s
+    /// `ledger-write`.
+    #[serde(skip)]
+    pub ledger_batch: Histogram,
 }
 
 /// Runs part C with `args`' sizes: the runs in order, and what [`check`] found not held (each run is
@@ -371,13 +376,27 @@ impl Cell {
         let of = |text: &str| histograms(text, REQUEST_DURATION, "verb", &post);
         let mut frontend = BTreeMap::new();
         let mut per_replica = Vec::new();
+        let mut ledger_batch = Histogram::default();
         for (before, now) in f0.iter().zip(&f1) {
             let added = histograms_since(
                 &histograms(now, FRONTEND_DURATION, "webhook", &[]),
                 &histograms(before, FRONTEND_DURATION, "webhook", &[]),
             );
             per_replica.push(added.values().map(|h| h.count as u64).sum());
-            for (path, h) in added {
+            let single = |text: &str, name: &str| histograms(text, name, "", &[]);
+            let writes = histograms_since(
+                &single(now, LEDGER_WRITE_DURATION),
+                &single(before, LEDGER_WRITE_DURATION),
+            );
+            let batches =
+                histograms_since(&single(now, LEDGER_BATCH), &single(before, LEDGER_BATCH));
+            if let Some(b) = batches.get("") {
+                ledger_batch = ledger_batch.merged(b);
+            }
+            let writes = writes
+                .into_values()
+                .map(|h| ("ledger-write".to_string(), h));
+            for (path, h) in added.into_iter().chain(writes) {
                 let merged = frontend
                     .get(&path)
                     .map_or(h.clone(), |m: &Histogram| m.merged(&h));
@@ -407,6 +426,7 @@ impl Cell {
             .unwrap_or_default(),
             frontend,
             per_replica,
+            ledger_batch,
         })
     }
 }

@@ -37,6 +37,9 @@ const FLOOR_DENIAL: &str = "gpu-admission (floor in the apiserver)";
 pub const REQUEST_DURATION: &str = "apiserver_request_duration_seconds";
 /// The frontend's own time per admission (label `webhook`).
 pub const FRONTEND_DURATION: &str = "gpu_admission_admission_duration_seconds";
+/// The frontends' time per write of the quota ledger, and reservations per write.
+pub const LEDGER_WRITE_DURATION: &str = "gpu_admission_quota_ledger_write_duration_seconds";
+pub const LEDGER_BATCH: &str = "gpu_admission_quota_ledger_batch_reservations";
 /// The Pod webhooks every benchmark Pod reaches when installed.
 pub const POD_WEBHOOKS: [&str; 2] = ["pods.gpu-admission.io", "pods.validate.gpu-admission.io"];
 

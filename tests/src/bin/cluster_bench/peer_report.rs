@@ -46,6 +46,8 @@ pub struct Cell {
     pub frontend: BTreeMap<String, Latency>,
     /// Admissions per replica (with, pooled).
     pub per_replica: Vec<u64>,
+    /// Mean reservations per write of the quota ledger (with; 0 without writes).
+    pub ledger_reservations_per_write: f64,
 }
 
 fn pooled(
@@ -125,6 +127,11 @@ pub fn cells(runs: &[Run]) -> Vec<Cell> {
                 }),
                 frontend: pooled(&w, |r| &r.frontend),
                 per_replica,
+                ledger_reservations_per_write: {
+                    let b =
+                        (w.iter()).fold(Histogram::default(), |acc, r| acc.merged(&r.ledger_batch));
+                    b.sum / b.count.max(1.0)
+                },
                 with,
                 without,
             }
@@ -148,6 +155,18 @@ fn latencies(m: &BTreeMap<String, Latency>, strip: &str) -> String {
         })
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+fn frontend_own(c: &Cell) -> String {
+    let own = latencies(&c.frontend, "");
+    if c.ledger_reservations_per_write > 0.0 {
+        format!(
+            "{own}; {:.1} per ledger write",
+            c.ledger_reservations_per_write
+        )
+    } else {
+        own
+    }
 }
 
 fn plugin([with, without]: &[Latency; 2]) -> String {
@@ -197,7 +216,8 @@ pub fn print(cells: &[Cell], violations: &[String]) {
          The apiserver's: its own time per Pod CREATE, its wait on each webhook (our frontend's time plus TLS, \
          the proxy hop and its own encoding), its ValidatingAdmissionPolicy plugin per CREATE with the floor bound / without (the plugin \
          runs for every CREATE; Kubernetes 1.37 keeps no series per policy). Ours: the \
-         frontends' own time per admission (their `/metrics`), and the calls each replica served:\n"
+         frontends' own time per admission and per write of the quota ledger (their `/metrics`; \
+         reservations per write after it), and the calls each replica served:\n"
     );
     println!(
         "| clients | replicas | Pods | apiserver per CREATE with / without (mean/p99 ms) | apiserver → webhook | \
@@ -216,7 +236,7 @@ pub fn print(cells: &[Cell], violations: &[String]) {
             c.without.apiserver_post.p99_ms,
             latencies(&c.webhooks, ".gpu-admission.io"),
             plugin(&c.policy_plugin),
-            latencies(&c.frontend, ""),
+            frontend_own(c),
             c.per_replica
         );
     }
