@@ -29,8 +29,8 @@ use gpu_admission_tests::Scorer;
 use gpu_admission_tests::cluster::{LocalCluster, service_account_kubeconfig};
 use gpu_admission_tests::observer::{Observer, metric_value};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, PostParams};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject};
 use serde_json::{Value, json};
 
@@ -38,6 +38,9 @@ const NS: &str = "team-silver";
 /// A second namespace of the same tier (its quota counts both).
 const NS_B: &str = "team-silver-b";
 const SYSTEM_NS: &str = "gpu-admission";
+/// A namespace whose one Pod is bound by name to [`BOUND_NODE`], relabelled under it.
+const NS_NODE: &str = "team-silver-node";
+const BOUND_NODE: &str = "audit-gpu-node";
 const SERVICE_ACCOUNT: &str = "gpu-admission-observer";
 const CLASS: &str = "gpu.nvidia.com/class";
 /// The observer's audit interval in this test.
@@ -625,9 +628,67 @@ async fn policy_reports_show_violations_and_follow_a_policy_change() {
         collected.as_secs_f64(),
         gone.as_secs_f64()
     );
+
+    // A Node relabelled under a Pod bound to it by name: its namespace is decided again (a Pod's class is
+    // read from its Node), with no event of the Pod's own.
+    node_relabelled_under_a_bound_pod(&client, &cluster).await;
     assert!(
         observer.process.exited().is_none(),
         "{}",
         observer.process.log_tail(30)
     );
+}
+
+async fn node_relabelled_under_a_bound_pod(client: &kube::Client, cluster: &LocalCluster) {
+    cluster
+        .create_namespace(NS_NODE, Some("silver"))
+        .await
+        .unwrap();
+    let nodes = Api::<Node>::all(client.clone());
+    let node = json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": BOUND_NODE, "labels": {CLASS: "L4-24GB"}}});
+    (nodes.create(
+        &PostParams::default(),
+        &serde_json::from_value(node).unwrap(),
+    ))
+    .await
+    .unwrap();
+    let mut spec = gpu_spec("L4-24GB");
+    spec["nodeName"] = json!(BOUND_NODE);
+    let bound = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bound", "namespace": NS_NODE},
+        "spec": spec});
+    Api::<Pod>::namespaced(client.clone(), NS_NODE)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(bound).unwrap(),
+        )
+        .await
+        .unwrap();
+    let result = |class: &'static str| {
+        move |r: Value| {
+            let of = result_of(&r, "bound")?;
+            (of["result"] == class).then(|| of.clone())
+        }
+    };
+    wait_for(
+        "the bound Pod's pass on its L4 Node",
+        Duration::from_secs(30),
+        || async { report_in(client, NS_NODE).await.and_then(result("pass")) },
+    )
+    .await;
+    let relabel = json!({"metadata": {"labels": {CLASS: "H100-80GB"}}});
+    (nodes.patch(BOUND_NODE, &PatchParams::default(), &Patch::Merge(&relabel)))
+        .await
+        .unwrap();
+    let (warned, after) = wait_for(
+        "the bound Pod's warning once its Node is an H100",
+        Duration::from_secs(30),
+        || async { report_in(client, NS_NODE).await.and_then(result("warn")) },
+    )
+    .await;
+    println!(
+        "Node relabelled: the bound Pod's report followed {:.1}s later: {warned}",
+        after.as_secs_f64()
+    );
+    assert_eq!(warned["rule"], "node_outside_tier", "{warned}");
 }

@@ -3,7 +3,7 @@
 //! facts changed ([`super::stores::Dirty`]), and a tier's quota is replayed from the Pods' counts kept here
 //! rather than by decoding and deciding every Pod of the tier again.
 //!
-//! Forgotten whole when everything is marked (a re-list, a Node's labels, a PriorityClass, the policy) and
+//! Forgotten whole when everything is marked (a re-list, a PriorityClass, the policy) and
 //! when the replica stops leading. Pure: no I/O.
 
 use std::collections::{BTreeMap, HashMap, HashSet};

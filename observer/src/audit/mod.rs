@@ -7,8 +7,9 @@
 //! namespaces whose objects, labels, exceptions or claims changed since the last pass. It decides again
 //! the objects whose resourceVersion changed, or all of a namespace's when what its decisions read changed;
 //! the others keep their results ([`decided`]), and a quota'd tier's `max` is replayed from what each of
-//! its Pods was counted. Everything is decided again when the scorer's policy version changed, after a
-//! watch re-listed, and when a Node's labels or a PriorityClass changed. Every `--audit-interval-secs` a
+//! its Pods was counted. A Node added, deleted or relabelled re-decides the namespaces of the Pods bound to
+//! it (a Pod's class is read from its Node by name). Everything is decided again when the scorer's policy
+//! version changed, after a watch re-listed, and when a PriorityClass changed. Every `--audit-interval-secs` a
 //! slow pass decides again what time alone changes: the namespaces holding an exception (it may have
 //! expired) or a deleted Pod within its grace period (it may no longer count against its quota); it also
 //! rediscovers the APIs. Only a report whose content changed is written.
@@ -162,7 +163,9 @@ async fn step(
             stores.changes.facts(&ns);
         }
     }
-    let dirty = stores.changes.take();
+    let mut dirty = stores.changes.take();
+    let on_changed_nodes = stores.namespaces_on_nodes(&std::mem::take(&mut dirty.nodes));
+    dirty.facts.extend(on_changed_nodes);
     // A slow pass runs even when nothing is marked: its end says the audit is caught up at that time (what
     // `observer_audit_duration_seconds_count` counts), on a quiet cluster too.
     if dirty.is_empty() && !full_due {

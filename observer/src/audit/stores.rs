@@ -47,8 +47,11 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// The namespaces whose results may have changed since the last pass.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Dirty {
-    /// Every object of every namespace (a re-list, a Node's labels, a PriorityClass, the policy).
+    /// Every object of every namespace (a re-list, a PriorityClass, the policy).
     pub all: bool,
+    /// Nodes added, deleted or relabelled: the namespaces of the Pods bound to them are decided again
+    /// ([`Stores::namespaces_on_nodes`]; a Pod's class is read from its Node by name only).
+    pub nodes: HashSet<String>,
     /// Namespaces where audited objects came, went or changed (or whose report was deleted): the objects
     /// whose resourceVersion changed are decided again.
     pub namespaces: HashSet<String>,
@@ -59,7 +62,7 @@ pub struct Dirty {
 
 impl Dirty {
     pub fn is_empty(&self) -> bool {
-        !self.all && self.namespaces.is_empty() && self.facts.is_empty()
+        !self.all && self.namespaces.is_empty() && self.facts.is_empty() && self.nodes.is_empty()
     }
 
     fn merge(&mut self, other: Dirty) {
@@ -67,9 +70,11 @@ impl Dirty {
         if self.all {
             self.namespaces.clear();
             self.facts.clear();
+            self.nodes.clear();
         } else {
             self.namespaces.extend(other.namespaces);
             self.facts.extend(other.facts);
+            self.nodes.extend(other.nodes);
         }
     }
 }
@@ -102,11 +107,20 @@ impl Changes {
         }
     }
 
+    /// Node `name` came, went or changed its labels.
+    pub fn node(&self, name: &str) {
+        let mut dirty = self.lock();
+        if !dirty.all {
+            dirty.nodes.insert(name.to_string());
+        }
+    }
+
     pub fn all(&self) {
         let mut dirty = self.lock();
         dirty.all = true;
         dirty.namespaces.clear();
         dirty.facts.clear();
+        dirty.nodes.clear();
     }
 
     /// What changed since the last take; nothing is marked after it.
@@ -129,7 +143,7 @@ enum Marks {
     ItsNamespaceFacts,
     /// The Namespace itself, when its labels changed.
     NamespaceLabels,
-    /// Every namespace, when a Node's labels changed (its Pods' class).
+    /// The Node, when it came, went or its labels changed (its Pods' class).
     NodeLabels,
     /// Every namespace (PriorityClasses).
     Everything,
@@ -174,8 +188,10 @@ fn mark<K: kube::Resource>(
             }
         }
         Marks::NodeLabels => {
-            if labels_changed() {
-                changes.all();
+            if let Some(name) = &meta.name
+                && labels_changed()
+            {
+                changes.node(name);
             }
         }
         Marks::Everything => changes.all(),
@@ -340,6 +356,21 @@ impl Stores {
             && self.objects.iter().all(|(_, s)| ready(s))
     }
 
+    /// The namespaces of the stored Pods bound to one of `nodes`.
+    pub fn namespaces_on_nodes(&self, nodes: &HashSet<String>) -> HashSet<String> {
+        if nodes.is_empty() {
+            return HashSet::new();
+        }
+        let mut namespaces = HashSet::new();
+        for (_, store) in &self.objects {
+            namespaces.extend(namespaces_on(
+                nodes,
+                store.state().iter().map(|o| o.as_ref()),
+            ));
+        }
+        namespaces
+    }
+
     /// The namespaces holding one of our reports now.
     pub fn report_namespaces(&self) -> HashSet<String> {
         self.reports
@@ -348,6 +379,17 @@ impl Stores {
             .filter_map(|r| r.metadata.namespace.clone())
             .collect()
     }
+}
+
+/// The namespaces of the Pods among `objects` bound to one of `nodes`.
+fn namespaces_on<'a>(
+    nodes: &HashSet<String>,
+    objects: impl Iterator<Item = &'a StoredObject>,
+) -> HashSet<String> {
+    objects
+        .filter(|o| o.node_name().is_some_and(|n| nodes.contains(n)))
+        .filter_map(|o| o.metadata.namespace.clone())
+        .collect()
 }
 
 /// The watches being started.
@@ -444,10 +486,15 @@ fn map_event<A, B>(event: Event<A>, f: impl Fn(A) -> B) -> Event<B> {
 pub struct StoredObject {
     metadata: ObjectMeta,
     json: Box<str>,
+    /// A Pod's `spec.nodeName` (the Node its class is read from).
+    node_name: Option<Box<str>>,
 }
 
 impl StoredObject {
     pub fn of(mut object: DynamicObject, pod: bool) -> Self {
+        let node_name = pod
+            .then(|| object.data["spec"]["nodeName"].as_str().map(Into::into))
+            .flatten();
         slim_object(&mut object, pod);
         let json = serde_json::to_string(&object).unwrap_or_default().into();
         let metadata = ObjectMeta {
@@ -456,7 +503,16 @@ impl StoredObject {
             resource_version: object.metadata.resource_version,
             ..ObjectMeta::default()
         };
-        Self { metadata, json }
+        Self {
+            metadata,
+            json,
+            node_name,
+        }
+    }
+
+    /// A Pod's `spec.nodeName`.
+    pub fn node_name(&self) -> Option<&str> {
+        self.node_name.as_deref()
     }
 
     /// The object again (`None`, logged, if its JSON no longer reads, which its writing here rules out).
@@ -577,6 +633,57 @@ mod tests {
             serde_json::to_value(stored.object().unwrap()).unwrap(),
             serde_json::to_value(slimmed).unwrap()
         );
+    }
+
+    #[test]
+    fn a_node_marks_only_itself_and_only_its_pods_namespaces_are_decided() {
+        let (before, mut writer) = reflector::store::<PartialObjectMeta<Node>>();
+        let changes = Changes::default();
+        let node = |class: &str| {
+            let mut n = PartialObjectMeta::<Node>::default();
+            n.metadata.name = Some("gpu-1".into());
+            n.metadata.labels = Some([("class".to_string(), class.to_string())].into());
+            n
+        };
+        let apply = |ev: Event<_>, writer: &mut reflector::store::Writer<_>| {
+            mark(
+                &ev,
+                Marks::NodeLabels,
+                &|o| before.get(&ObjectRef::from_obj(o)),
+                &changes,
+            );
+            writer.apply_watcher_event(&ev);
+        };
+        apply(Event::Apply(node("L4")), &mut writer);
+        let added = changes.take();
+        assert!(!added.all, "a Node added does not re-decide everything");
+        assert_eq!(added.nodes, HashSet::from(["gpu-1".to_string()]));
+        apply(Event::Apply(node("L4")), &mut writer);
+        assert!(changes.take().is_empty(), "same labels: nothing to audit");
+        apply(Event::Apply(node("H100")), &mut writer);
+        assert_eq!(changes.take().nodes, HashSet::from(["gpu-1".to_string()]));
+        apply(Event::Delete(node("H100")), &mut writer);
+        assert_eq!(changes.take().nodes, HashSet::from(["gpu-1".to_string()]));
+
+        let pod = |ns: &str, node: Option<&str>| {
+            let mut spec = json!({"containers": [{"name": "c", "image": "i"}]});
+            if let Some(n) = node {
+                spec["nodeName"] = json!(n);
+            }
+            let raw = json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "namespace": ns}, "spec": spec});
+            StoredObject::of(serde_json::from_value(raw).unwrap(), true)
+        };
+        let stored = [
+            pod("on-it", Some("gpu-1")),
+            pod("elsewhere", Some("gpu-2")),
+            pod("pending", None),
+        ];
+        assert_eq!(
+            namespaces_on(&HashSet::from(["gpu-1".to_string()]), stored.iter()),
+            HashSet::from(["on-it".to_string()])
+        );
+        assert!(namespaces_on(&HashSet::from(["gpu-3".to_string()]), stored.iter()).is_empty());
     }
 
     fn namespace(name: &str, tier: Option<&str>) -> PartialObjectMeta<Namespace> {
