@@ -122,3 +122,12 @@ pub fn metric_value(text: &str, sample: &str) -> f64 {
         })
         .unwrap_or(0.0)
 }
+
+/// The sum of every sample whose line starts with `prefix` (e.g.
+/// `gpu_admission_admissions_total{webhook="mutate-pod",`: all of its outcomes) in an OpenMetrics text.
+pub fn metric_sum(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}

@@ -205,10 +205,8 @@ fn validating_configuration(webhook: &Webhook) -> ValidatingWebhookConfiguration
 /// How many reviews `/validate-policy` has answered.
 async fn policy_reviews(webhook: &Webhook) -> u64 {
     let text = webhook.metrics().await.unwrap();
-    text.lines()
-        .filter(|l| l.starts_with("gpu_admission_admissions_total{webhook=\"validate-policy\""))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
+    let prefix = "gpu_admission_admissions_total{webhook=\"validate-policy\",";
+    gpu_admission_tests::observer::metric_sum(&text, prefix) as u64
 }
 
 /// The shipped `/validate-policy` registration's matchConditions (only the policy ConfigMap is sent).

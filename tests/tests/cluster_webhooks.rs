@@ -46,11 +46,7 @@ impl Reached {
 }
 
 fn sum(metrics: &str, prefix: &str) -> u64 {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with(prefix))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
+    gpu_admission_tests::observer::metric_sum(metrics, prefix) as u64
 }
 
 async fn reached(webhook: &Webhook) -> Reached {
