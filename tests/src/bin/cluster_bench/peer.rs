@@ -194,7 +194,6 @@ impl SetUp {
         cluster.create_namespace("gpu-admission", None).await?;
         let kc = cluster.kubeconfig();
         let from_file = format!("--from-file=default-policy.yaml={}", policy_file.display());
-        let floor = repo_path(FLOOR);
         let policy_cm = [
             "-n",
             "gpu-admission",
@@ -203,20 +202,16 @@ impl SetUp {
             "gpu-admission-policy",
             &from_file,
         ];
-        for args in [&policy_cm[..], &["apply", "-f", &floor][..]] {
-            let a = kubectl(kc, None, &[], args, "");
-            ensure!(a.ok, "kubectl {args:?}: {}", a.stderr);
-        }
-        // The floor's bindings come and go with the arms; its parameters are the observer's.
-        let bindings = floor_bindings()?;
-        let mut delete = vec!["delete", "validatingadmissionpolicybinding"];
-        delete.extend(
-            bindings
-                .iter()
-                .filter_map(|b| b["metadata"]["name"].as_str()),
-        );
-        let a = kubectl(kc, None, &[], &delete, "");
-        ensure!(a.ok, "{}", a.stderr);
+        let a = kubectl(kc, None, &[], &policy_cm, "");
+        ensure!(a.ok, "kubectl {policy_cm:?}: {}", a.stderr);
+        // The floor's bindings come and go with the arms; its parameters are the observer's. They are never
+        // created here: a binding that the apiserver sees and then loses before the observer has put the
+        // parameters in Enforce leaves its ConfigMap informer stopped on the shipped parameters for the rest
+        // of the process (kubernetes/kubernetes#130887), so the first arm's floor would never act.
+        let (bindings, rest) = floor_documents()?;
+        let rest = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": rest});
+        let a = kubectl(kc, None, &[], &["apply", "-f", "-"], &rest.to_string());
+        ensure!(a.ok, "the floor's policies and parameters: {}", a.stderr);
         let observer = Observer::builder(kc, &[scorer.url()], "bench-observer")
             .arg("--floor-params=gpu-admission-floor")
             .start()
@@ -500,17 +495,16 @@ fn repo_path(rel: &str) -> String {
 }
 
 /// The ValidatingAdmissionPolicyBindings of the shipped floor.
-fn floor_bindings() -> anyhow::Result<Vec<Value>> {
+fn floor_documents() -> anyhow::Result<(Vec<Value>, Vec<Value>)> {
     let text = std::fs::read_to_string(repo_path(FLOOR))?;
-    let mut out = Vec::new();
+    let mut docs = Vec::new();
     for doc in serde_yaml::Deserializer::from_str(&text) {
-        let v = Value::deserialize(doc)?;
-        if v["kind"] == "ValidatingAdmissionPolicyBinding" {
-            out.push(v);
-        }
+        docs.push(Value::deserialize(doc)?);
     }
-    ensure!(!out.is_empty(), "{FLOOR} has no bindings");
-    Ok(out)
+    let (bindings, rest): (Vec<Value>, Vec<Value>) =
+        (docs.into_iter()).partition(|v| v["kind"] == "ValidatingAdmissionPolicyBinding");
+    ensure!(!bindings.is_empty(), "{FLOOR} has no bindings");
+    Ok((bindings, rest))
 }
 
 /// Waits until the observer has put the floor's parameters in Enforce.
