@@ -143,12 +143,12 @@ enum DraCommand {
 
 #[derive(Subcommand, Debug)]
 enum FloorCommand {
-    /// Print the floor's policies, bindings and parameter ConfigMap for a policy, as YAML.
+    /// Print the floor's policies, bindings and parameter object for a policy, as YAML.
     Render {
         #[command(flatten)]
         source: PolicySource,
         /// Print the placing floor instead (Kubernetes 1.36+): a MutatingAdmissionPolicy and its binding,
-        /// reading the floor's parameter ConfigMap.
+        /// reading the floor's parameter object.
         #[arg(long, conflicts_with = "static_dir")]
         placing: bool,
         /// Write the whole floor, parameters inline, as manifest-based admission files into DIR (Kubernetes

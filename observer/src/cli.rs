@@ -137,7 +137,7 @@ pub struct Cli {
         hide = true
     )]
     pub report_max_results: usize,
-    /// The floor's parameter ConfigMap (in --namespace) the leader keeps in step with the policy ConfigMap,
+    /// The floor's parameter object (a FloorParameters in --namespace) the leader keeps in step with the policy,
     /// creating it when missing; none = not kept.
     #[arg(long, env = "OBSERVER_FLOOR_PARAMS")]
     pub floor_params: Option<String>,

@@ -3,7 +3,8 @@
 //! lag by up to a minute) and validated with the policy crate as the scorer and the frontend do
 //! ([`crate::policy_source`], shared with the GPU ResourceQuotas), lists the
 //! cluster's DeviceClasses (none when the apiserver serves no `resource.k8s.io/v1`), and writes core's
-//! [`gpu_admission_core::render::floor::params_with_device_classes`] into the parameter ConfigMap when they differ
+//! [`gpu_admission_core::render::floor::params_with_device_classes`] into the parameter object (a
+//! `FloorParameters`: [`gpu_admission_core::render::floor::parameters`]) when they differ
 //! (the class-backed extended resources that are GPUs, and per tier those outside it), creating it
 //! when it is missing (a missing parameter object denies GPU Pods in the apiserver). A policy that does not
 //! validate changes nothing: the floor keeps the last good parameters, as the services keep their last good
@@ -14,10 +15,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gpu_admission_core::exception::{Exception, GpuPolicyException};
+use gpu_admission_core::render::floor::parameters::FloorParameters;
 use gpu_admission_policy::Policy;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::resource::v1::DeviceClass;
-use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use time::OffsetDateTime;
@@ -30,8 +32,8 @@ use crate::policy_source::PolicySource;
 #[derive(Debug, Clone)]
 pub struct FloorConfig {
     pub namespace: String,
-    /// The parameter ConfigMap the floor's bindings name.
-    pub params_configmap: String,
+    /// The parameter object the floor's bindings name.
+    pub params_name: String,
     pub interval: Duration,
 }
 
@@ -126,7 +128,7 @@ pub(crate) async fn exceptions(client: &kube::Client) -> Result<Vec<Exception>, 
 /// parameters written when they differ. The result label (`waiting` until the policy's watch has listed).
 async fn round(
     client: &kube::Client,
-    (api, policy): (&Api<ConfigMap>, &PolicySource),
+    (api, policy): (&Api<FloorParameters>, &PolicySource),
     classes: &Api<DeviceClass>,
     config: &FloorConfig,
 ) -> Result<&'static str, kube::Error> {
@@ -135,43 +137,31 @@ async fn round(
     };
     let classes = device_classes(classes).await?;
     let exceptions = exceptions(client).await?;
-    let current = api.get_opt(&config.params_configmap).await?;
+    let current = api.get_opt(&config.params_name).await?;
     let plan = plan(
         &policy.policy,
-        current.as_ref().and_then(|c| c.data.as_ref()),
+        current.as_ref().map(|c| &c.data),
         &classes,
         (&exceptions, OffsetDateTime::now_utc()),
     );
     let result = plan.result();
+    let name = &config.params_name;
     match (plan, current) {
         (Plan::InStep, _) => {}
         (Plan::Keep(why), _) => {
             tracing::warn!(%why, "the floor keeps its parameters: the policy is not usable")
         }
-        (Plan::Write(data), Some(mut cm)) => {
-            cm.data = Some(data);
-            api.replace(&config.params_configmap, &PostParams::default(), &cm)
-                .await?;
-            tracing::info!(configmap = %config.params_configmap, "floor parameters updated");
+        (Plan::Write(data), Some(mut stored)) => {
+            stored.data = data;
+            api.replace(name, &PostParams::default(), &stored).await?;
+            tracing::info!(parameters = %name, "floor parameters updated");
         }
         (Plan::Write(data), None) => {
-            let labels = [
-                ("app.kubernetes.io/name", "gpu-admission-floor"),
-                ("app.kubernetes.io/component", "floor"),
-                ("app.kubernetes.io/part-of", "gpu-admission"),
-            ];
-            let cm = ConfigMap {
-                metadata: ObjectMeta {
-                    name: Some(config.params_configmap.clone()),
-                    namespace: Some(config.namespace.clone()),
-                    labels: Some(labels.map(|(k, v)| (k.into(), v.into())).into()),
-                    ..ObjectMeta::default()
-                },
-                data: Some(data),
-                ..ConfigMap::default()
-            };
-            api.create(&PostParams::default(), &cm).await?;
-            tracing::warn!(configmap = %config.params_configmap, "floor parameters were missing: created");
+            let mut object = FloorParameters::new(name, &config.namespace, data);
+            (object.metadata.labels.get_or_insert_default())
+                .insert("app.kubernetes.io/part-of".into(), "gpu-admission".into());
+            api.create(&PostParams::default(), &object).await?;
+            tracing::warn!(parameters = %name, "floor parameters were missing: created");
         }
     }
     Ok(result)
@@ -185,7 +175,7 @@ pub async fn run(
     syncs: Family<ResultLabel, Counter>,
     leader: watch::Receiver<bool>,
 ) {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &config.namespace);
+    let api: Api<FloorParameters> = Api::namespaced(client.clone(), &config.namespace);
     let classes: Api<DeviceClass> = Api::all(client.clone());
     let (client, config) = (&client, &config);
     crate::leader::every_interval_while_leading(leader, config.interval, || async {

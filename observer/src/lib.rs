@@ -11,7 +11,7 @@
 //! - [`controller`]: the watch loop; [`convergence`]: the export/import rounds; [`replicas`]: the scorer
 //!   replicas by DNS and the fan-out; [`store`]: the state ConfigMap; [`leader`]: the Lease;
 //! - [`audit`]: the background audit's PolicyReports (`--policy-reports`);
-//! - [`floor`]: the floor's parameter ConfigMap kept in step with the policy (`--floor-params`);
+//! - [`floor`]: the floor's parameter object kept in step with the policy (`--floor-params`);
 //! - [`policy_source`]: the policy ConfigMap, watched and parsed once per change for the floor and the quotas;
 //! - [`checkpoint_registration`]: the checkpoint-restore webhook's match condition kept in step with the
 //!   stored CheckpointBackups (`--checkpoint-registration`);

@@ -115,7 +115,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 client.clone(),
                 observer::floor::FloorConfig {
                     namespace: namespace.clone(),
-                    params_configmap: params,
+                    params_name: params,
                     interval: Cli::secs(cli.floor_interval_secs),
                 },
                 policy,

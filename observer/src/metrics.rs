@@ -200,7 +200,7 @@ impl Metrics {
         );
         registry.register(
             "observer_floor_syncs",
-            "Rounds keeping the floor's parameter ConfigMap in step with the policy, by result (in_step, written, policy_refused, failed)",
+            "Rounds keeping the floor's parameter object in step with the policy, by result (in_step, written, policy_refused, failed)",
             m.floor_syncs.clone(),
         );
         registry.register(

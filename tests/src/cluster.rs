@@ -502,6 +502,38 @@ pub fn shipped_policy_in_enforce() -> anyhow::Result<String> {
     Ok(text.replace("  mode: Warn", "  mode: Enforce"))
 }
 
+/// Creates the floor's parameter object as the observer writes it for the policy `text`, once the apiserver
+/// serves its kind (defined by `deploy/kustomize/base/floor.yaml`, which must be applied before): what a test
+/// without a running observer puts in place.
+pub fn apply_floor_parameters(kubeconfig: &Path, text: &str) -> anyhow::Result<()> {
+    use gpu_admission_core::render::floor::{self, parameters};
+    let crd = format!("crd/{}.{}", parameters::PLURAL, parameters::GROUP);
+    let wait = ["wait", "--for=condition=Established", "--timeout=60s", &crd];
+    let a = kubectl(kubeconfig, None, &[], &wait, "");
+    anyhow::ensure!(
+        a.ok,
+        "the floor's parameter kind is not served: {}",
+        a.stderr
+    );
+    let policy =
+        gpu_admission_policy::parse(text, "policy.yaml").map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let object = parameters::FloorParameters::object(floor::params(&policy)?);
+    let a = kubectl(
+        kubeconfig,
+        None,
+        &[],
+        &["apply", "-f", "-"],
+        &object.to_string(),
+    );
+    anyhow::ensure!(a.ok, "the floor's parameters: {}", a.stderr);
+    Ok(())
+}
+
+/// [`apply_floor_parameters`] for the shipped policy in Enforce.
+pub fn apply_floor_parameters_in_enforce(kubeconfig: &Path) -> anyhow::Result<()> {
+    apply_floor_parameters(kubeconfig, &shipped_policy_in_enforce()?)
+}
+
 /// Registers, under `name`, the shipped mutating webhooks `mutating` and validating webhooks `validating`,
 /// each pointed at `webhook` ([`shipped_registration`]).
 pub async fn register_shipped(

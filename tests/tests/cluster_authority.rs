@@ -296,21 +296,7 @@ async fn only_a_grant_naming_a_power_or_system_masters_holds_it() {
         &repo("deploy/kustomize/base/floor.yaml"),
     );
     assert!(a.ok, "floor.yaml: {}", a.stderr);
-    let a = admin.kubectl(
-        kc,
-        &[
-            "-n",
-            POLICY_NS,
-            "patch",
-            "configmap",
-            "gpu-admission-floor",
-            "--type=merge",
-            "-p",
-            r#"{"data":{"mode":"Enforce"}}"#,
-        ],
-        "",
-    );
-    assert!(a.ok, "floor parameters: {}", a.stderr);
+    gpu_admission_tests::cluster::apply_floor_parameters_in_enforce(kc).unwrap();
     let policy_dir = tempfile::tempdir().unwrap();
     let policy_file = policy_dir.path().join("policy.yaml");
     std::fs::write(&policy_file, policy("Enforce")).unwrap();

@@ -81,7 +81,7 @@ fn floor_param(kc: &Path, key: &str) -> String {
             "-n",
             "gpu-admission",
             "get",
-            "configmap",
+            "floorparameters",
             "gpu-admission-floor",
             "-o",
             &path,
@@ -174,10 +174,6 @@ async fn an_exempt_deployments_pods_run_outside_the_tier_while_the_exception_las
         "",
     );
     assert!(a.ok, "policy ConfigMap: {}", a.stderr);
-    cluster
-        .create_namespace(BRONZE, Some("bronze"))
-        .await
-        .unwrap();
 
     let scorer = Scorer::builder()
         .policy(&policy_file)
@@ -214,6 +210,11 @@ async fn an_exempt_deployments_pods_run_outside_the_tier_while_the_exception_las
         "the observer never put the floor in Enforce\n{}",
         observer.process.log_tail(30)
     );
+    // A tier-labelled namespace once the parameters exist: until then the floor denies its label.
+    cluster
+        .create_namespace(BRONZE, Some("bronze"))
+        .await
+        .unwrap();
     let mut webhook = Webhook::builder(&scorer.url())
         .kubeconfig(kc)
         .policy_file(&policy_file)

@@ -211,10 +211,6 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
     );
     assert!(a.ok, "policy ConfigMap: {}", a.stderr);
     cluster.bind_tenant(USER).await.unwrap();
-    cluster
-        .create_namespace(BRONZE, Some("bronze"))
-        .await
-        .unwrap();
 
     let scorer = Scorer::builder()
         .policy(&policy_file)
@@ -239,7 +235,7 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
     .await
     .expect("the L4 Node");
 
-    // The observer (its ServiceAccount, the shipped RBAC) turns the shipped parameters (Warn) into Enforce.
+    // The observer (its ServiceAccount, the shipped RBAC) creates the parameters (none is shipped), in Enforce.
     let sa = service_account_kubeconfig(kc, dir.path(), "gpu-admission", "gpu-admission-observer")
         .unwrap();
     let started = Instant::now();
@@ -256,7 +252,7 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
                 "-n",
                 "gpu-admission",
                 "get",
-                "configmap",
+                "floorparameters",
                 "gpu-admission-floor",
                 "-o",
                 "jsonpath={.data.mode}",
@@ -274,6 +270,11 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
         "floor parameters in step with the policy {:?} after the observer started",
         started.elapsed()
     );
+    // A tier-labelled namespace once the parameters exist: until then the floor denies its label.
+    cluster
+        .create_namespace(BRONZE, Some("bronze"))
+        .await
+        .unwrap();
     // The parameter object deleted: the leader puts it back.
     let a = kubectl(
         kc,
@@ -282,7 +283,7 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
             "-n",
             "gpu-admission",
             "delete",
-            "configmap",
+            "floorparameters",
             "gpu-admission-floor",
         ],
         "",
@@ -298,6 +299,7 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
         "deleted parameter object recreated after {:?}",
         deleted.elapsed()
     );
+    bindings_gone_and_back_read_the_parameters_of_now(kc, &enforce, &observer);
 
     let mut table = CaseTable::start();
     let create = |ns: &str, object: &Value| {
@@ -385,7 +387,7 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
                 "-n",
                 "gpu-admission",
                 "get",
-                "configmap",
+                "floorparameters",
                 "gpu-admission-floor",
                 "-o",
                 "jsonpath={.data.tier\\.bronze\\.deviceClasses\\.outside}",
@@ -777,22 +779,7 @@ async fn admission_cost_of_the_floor() {
         "",
     );
     assert!(a.ok, "{}", a.stderr);
-    let a = kubectl(
-        kc,
-        false,
-        &[
-            "-n",
-            "gpu-admission",
-            "patch",
-            "configmap",
-            "gpu-admission-floor",
-            "--type=merge",
-            "-p",
-            r#"{"data":{"mode":"Enforce"}}"#,
-        ],
-        "",
-    );
-    assert!(a.ok, "{}", a.stderr);
+    floor_params_enforce(kc);
     cluster
         .create_namespace(BRONZE, Some("bronze"))
         .await
@@ -856,24 +843,100 @@ fn apply(kc: &Path, files: &[&str]) {
     }
 }
 
-/// Puts the API floor's parameters in Enforce, as the observer does for a policy in Enforce.
-fn floor_params_enforce(kc: &Path) {
+/// The floor's bindings deleted and created again (a reinstall) while the policy went from Warn to Enforce:
+/// the floor acts on the parameters the observer wrote meanwhile. With a ConfigMap as the parameter kind the
+/// apiserver stopped watching it once no binding named it (kubernetes/kubernetes#130887) and kept denying
+/// nothing here, the parameters frozen in Warn. The CPU-only Pod at gpu-ultra is one only the floor denies (no
+/// webhook is registered yet).
+fn bindings_gone_and_back_read_the_parameters_of_now(
+    kc: &Path,
+    enforce: &str,
+    observer: &Observer,
+) {
+    let set_policy = |text: &str| {
+        let patch = json!({"data": {"default-policy.yaml": text}});
+        let a = kubectl(
+            kc,
+            false,
+            &[
+                "-n",
+                "gpu-admission",
+                "patch",
+                "configmap",
+                "gpu-admission-policy",
+                "--type=merge",
+                "-p",
+                &patch.to_string(),
+            ],
+            "",
+        );
+        assert!(a.ok, "the policy ConfigMap: {}", a.stderr);
+    };
+    let mode_is = |mode: &str| {
+        let get = [
+            "-n",
+            "gpu-admission",
+            "get",
+            "floorparameters",
+            "gpu-admission-floor",
+            "-o",
+            "jsonpath={.data.mode}",
+        ];
+        eventually(Duration::from_secs(30), |_| {
+            kubectl(kc, false, &get, "").stdout == mode
+        })
+    };
+    set_policy(&enforce.replace("  mode: Enforce", "  mode: Warn"));
+    assert!(mode_is("Warn"), "{}", observer.process.log_tail(30));
+    let bindings = [
+        "delete",
+        "validatingadmissionpolicybinding",
+        "-l",
+        "app.kubernetes.io/component=floor",
+    ];
+    let a = kubectl(kc, false, &bindings, "");
+    assert!(a.ok, "{}", a.stderr);
+    // Longer than the apiserver's policy refresh (1 s): it sees no binding.
+    std::thread::sleep(Duration::from_secs(3));
+    set_policy(enforce);
+    assert!(mode_is("Enforce"), "{}", observer.process.log_tail(30));
     let a = kubectl(
         kc,
         false,
         &[
-            "-n",
-            "gpu-admission",
-            "patch",
-            "configmap",
-            "gpu-admission-floor",
-            "--type=merge",
-            "-p",
-            r#"{"data":{"mode":"Enforce"}}"#,
+            "apply",
+            "-f",
+            &repo_path("deploy/kustomize/base/floor.yaml"),
         ],
         "",
     );
     assert!(a.ok, "{}", a.stderr);
+    let capped = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "rebound-cpu-ultra"},
+        "spec": {"priorityClassName": "gpu-ultra",
+            "containers": [{"name": "main", "image": "registry.example/web:1"}]}});
+    let mut last = None;
+    let denied = eventually(Duration::from_secs(30), |_| {
+        let a = kubectl(
+            kc,
+            true,
+            &["-n", BRONZE, "create", "--dry-run=server", "-f", "-"],
+            &capped.to_string(),
+        );
+        let denied = a.floor_denied();
+        last = Some(a);
+        denied
+    });
+    assert!(
+        denied,
+        "the floor's bindings created again did not act on the parameters written while they were gone: {}",
+        last.unwrap().summary()
+    );
+    println!("floor bindings deleted and created again: the parameters of now are in force");
+}
+
+/// Puts the API floor's parameters in Enforce, as the observer does for a policy in Enforce.
+fn floor_params_enforce(kc: &Path) {
+    gpu_admission_tests::cluster::apply_floor_parameters_in_enforce(kc).unwrap();
 }
 
 /// The stored Pod, as JSON (`Null` when absent).

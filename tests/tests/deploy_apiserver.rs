@@ -351,7 +351,14 @@ fn rendered_install_applies_unchanged_to_a_real_kube_apiserver() {
     assert!(!api.can_i("create", "pods", Some(NAMESPACE)));
 
     // Fail-open with the real registration: no webhook Pod runs (no kubelet), the Service has no
-    // endpoints, yet a GPU Pod in a tier namespace is created, unchanged.
+    // endpoints, yet a GPU Pod in a tier namespace is created, unchanged. No observer runs either: the
+    // floor's parameters are put in place as its leader writes them for the shipped policy (Warn); without
+    // them the floor denies the tier label and the GPU Pod.
+    let shipped = std::fs::read_to_string(
+        support::repo_root().join("deploy/kustomize/base/policy/default-policy.yaml"),
+    )
+    .unwrap();
+    gpu_admission_tests::cluster::apply_floor_parameters(&api.kubeconfig(), &shipped).unwrap();
     api.kubectl_ok(&["create", "namespace", "team-gold"]);
     api.kubectl_ok(&[
         "label",

@@ -638,7 +638,7 @@ fn priority_classes_equal_the_policy_buckets() {
 const OWN_PRIORITY_CLASS: &str = "gpu-admission-critical";
 
 /// RBAC resource of each Kubernetes type the frontend may use through `kube::Api<T>`.
-const KNOWN_TYPES: [(&str, &str, &str); 20] = [
+const KNOWN_TYPES: [(&str, &str, &str); 21] = [
     ("Namespace", "", "namespaces"),
     ("ResourceQuota", "", "resourcequotas"),
     (
@@ -646,6 +646,7 @@ const KNOWN_TYPES: [(&str, &str, &str); 20] = [
         "gpu-admission.io",
         "gpupolicyexceptions",
     ),
+    ("FloorParameters", "gpu-admission.io", "floorparameters"),
     ("Lease", "coordination.k8s.io", "leases"),
     (
         "SubjectAccessReview",
@@ -1719,8 +1720,8 @@ fn json_pod(containers: Value, init: Option<Value>) -> Value {
 // The runtime observer and the scorer replicas it keeps converged.
 
 const OBSERVER_LEASE: &str = "gpu-admission-observer";
-/// The floor's parameter ConfigMap (core's `floor::PARAMS_NAME`), which the observer keeps in step.
-const FLOOR_PARAMS_CONFIGMAP: &str = "gpu-admission-floor";
+/// The floor's parameter object (core's `floor::PARAMS_NAME`), which the observer creates and keeps in step.
+const FLOOR_PARAMS: &str = "gpu-admission-floor";
 const LEARNED_STATE_CONFIGMAP: &str = "gpu-admission-learned-state";
 
 #[test]
@@ -1747,6 +1748,7 @@ fn observer_rbac_grants_exactly_what_it_uses() {
         BTreeSet::from([
             "configmaps",
             "deviceclasses",
+            "floorparameters",
             "gpupolicyexceptions",
             "checkpointbackups",
             "leases",
@@ -1899,39 +1901,51 @@ fn observer_rbac_grants_exactly_what_it_uses() {
             BTreeSet::from(["get".to_string(), "patch".to_string()])
         );
         assert_eq!(lease.1, BTreeSet::from([OBSERVER_LEASE.to_string()]));
-        // ConfigMaps, rule by rule: get + update the learned state and the floor's parameters by name, list +
-        // watch the policy by name (a watch with a metadata.name field selector), create (a deleted parameter object is recreated; RBAC cannot name it).
-        let cm_rules: BTreeSet<(Vec<String>, Vec<String>)> = arr_at(role, "/rules")
-            .iter()
-            .filter(|r| strings_at(r, "/resources") == ["configmaps"])
-            .map(|r| {
-                let mut verbs = strings_at(r, "/verbs");
-                verbs.sort();
-                let mut names = if r.get("resourceNames").is_some() {
-                    strings_at(r, "/resourceNames")
-                } else {
-                    Vec::new()
-                };
-                names.sort();
-                (verbs, names)
-            })
-            .collect();
+        // ConfigMaps, rule by rule: get + update the learned state by name, list + watch the policy by name (a
+        // watch with a metadata.name field selector), never create. The floor's parameters: get + update by
+        // name, and create (none is shipped; a deleted one is recreated; RBAC cannot name a create).
+        let rules_of = |resource: &str| -> BTreeSet<(Vec<String>, Vec<String>)> {
+            arr_at(role, "/rules")
+                .iter()
+                .filter(|r| strings_at(r, "/resources") == [resource])
+                .map(|r| {
+                    let mut verbs = strings_at(r, "/verbs");
+                    verbs.sort();
+                    let mut names = if r.get("resourceNames").is_some() {
+                        strings_at(r, "/resourceNames")
+                    } else {
+                        Vec::new()
+                    };
+                    names.sort();
+                    (verbs, names)
+                })
+                .collect()
+        };
         let owned = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(
-            cm_rules,
+            rules_of("configmaps"),
             BTreeSet::from([
-                (
-                    owned(&["get", "update"]),
-                    owned(&[FLOOR_PARAMS_CONFIGMAP, LEARNED_STATE_CONFIGMAP])
-                ),
+                (owned(&["get", "update"]), owned(&[LEARNED_STATE_CONFIGMAP])),
                 (owned(&["list", "watch"]), owned(&["gpu-admission-policy"])),
+            ]),
+            "{}",
+            m.mode
+        );
+        assert_eq!(
+            rules_of("floorparameters"),
+            BTreeSet::from([
+                (owned(&["get", "update"]), owned(&[FLOOR_PARAMS])),
                 (owned(&["create"]), Vec::new()),
             ]),
             "{}",
             m.mode
         );
-        assert_eq!(rules.len(), 2, "{}: nothing else", m.mode);
-        m.get("ConfigMap", FLOOR_PARAMS_CONFIGMAP);
+        assert_eq!(rules.len(), 3, "{}: nothing else", m.mode);
+        // The parameter object is not shipped (its definition is: floor.yaml); the observer creates it.
+        m.get(
+            "CustomResourceDefinition",
+            "floorparameters.gpu-admission.io",
+        );
         // Both named objects are shipped (no create needed), and the flags point at them.
         m.get("Lease", OBSERVER_LEASE);
         m.get("ConfigMap", LEARNED_STATE_CONFIGMAP);
@@ -1943,7 +1957,7 @@ fn observer_rbac_grants_exactly_what_it_uses() {
         );
         assert_eq!(
             arg_value(&a, "--floor-params").as_deref(),
-            Some(FLOOR_PARAMS_CONFIGMAP)
+            Some(FLOOR_PARAMS)
         );
         assert!(d["spec"]["replicas"].as_i64().unwrap() >= 2, "{}", m.mode);
     }

@@ -177,7 +177,7 @@ fn claims_policy(policy: &Policy, tier_label: &str) -> Value {
         "metadata": {"name": ADMIN_CLAIMS_POLICY, "labels": labels()},
         "spec": {
             "failurePolicy": "Fail",
-            "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+            "paramKind": super::parameters::param_kind(),
             "matchConstraints": {"resourceRules": [{
                 "apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE"],
                 "resources": ["resourceclaims", "resourceclaimtemplates"]}]},

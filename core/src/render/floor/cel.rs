@@ -1,9 +1,9 @@
 //! The CEL the floor's ValidatingAdmissionPolicies run inside the kube-apiserver. What a policy change can
-//! move (tiers, their classes and caps, grants, the mode) is read from the parameter ConfigMap
+//! move (tiers, their classes and caps, grants, the mode) is read from the parameter object
 //! ([`super::params`]); what the expressions are shaped by (the GPU resource names, the catalog's class
 //! label keys, the tier label key) is written in here from the policy.
 //!
-//! Lists in the parameters are strings of `\n`-delimited entries (`"\nbronze\ngold\n"`): ConfigMap data are
+//! Lists in the parameters are strings of `\n`-delimited entries (`"\nbronze\ngold\n"`): the object's data are
 //! strings, and a membership test is then a plain `contains('\n' + x + '\n')`, exact because no label key,
 //! label value or tier name of the floor holds a newline.
 

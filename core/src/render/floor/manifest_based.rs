@@ -5,7 +5,7 @@
 //! down.
 //!
 //! Such policies take no parameters (`paramKind` and `paramRef` are refused) and their names end in
-//! [`STATIC_SUFFIX`] (which the API refuses for objects it stores). So the parameter ConfigMap's data
+//! [`STATIC_SUFFIX`] (which the API refuses for objects it stores). So the parameter object's data
 //! ([`super::params`]) is written into each policy as its first variable, a CEL map literal `variables.params`,
 //! and every `params.data` of the rendered CEL reads it: the expressions are otherwise the API floor's, byte
 //! for byte. A policy change then takes a new render and an apiserver restart; the observer keeps only the API
@@ -75,8 +75,8 @@ fn manifest_based(mut object: Value, params_literal: &str) -> Value {
     object
 }
 
-/// The floor of `policy` as manifest-based admission files' objects (the parameter ConfigMap is not among
-/// them: its data is inline).
+/// The floor of `policy` as manifest-based admission files' objects (the parameter object's definition is not
+/// among them: its data is inline).
 pub fn render_manifest_based(
     policy: &Policy,
     tier_label: &str,

@@ -1,8 +1,9 @@
 //! The floor: what of the tier invariant the kube-apiserver enforces by itself, with no process of ours
 //! running, as ValidatingAdmissionPolicies (CEL in the apiserver) rendered from the policy. One pure
 //! rendering: [`render`] gives the objects (shipped in deploy/, printed by `gpu-admission floor render`),
-//! [`params`] the parameter ConfigMap's data (tiers, their class labels and priority caps, grants, the mode),
-//! which the observer's leader keeps in step with the policy.
+//! [`params`] the parameter object's data (tiers, their class labels and priority caps, grants, the mode),
+//! which the observer's leader writes and keeps in step with the policy ([`parameters`]: a custom resource,
+//! never a ConfigMap, whose informer the apiserver could stop for good).
 //!
 //! In `Enforce` the floor denies, in every namespace but the system ones:
 //! - a Pod asking for GPUs (a resource the policy counts, in any container, init container or sidecar; or DRA
@@ -27,12 +28,14 @@
 //! A missing parameter object denies, never admits: the apiserver looks the parameters up before it evaluates
 //! a policy's `matchConditions`, so it then denies every Pod CREATE outside the system namespaces and every
 //! change of a Namespace carrying a tier label (the bindings' object selector), until the observer (or an
-//! apply) puts it back.
+//! apply) puts it back. None is shipped (a custom resource cannot be applied with its definition in one
+//! `kubectl apply`): from the install to the observer's first round, the floor denies what it matches.
 
 mod admin_access;
 mod cel;
 pub mod device_classes;
 mod manifest_based;
+pub mod parameters;
 mod placing;
 
 use std::collections::BTreeMap;
@@ -54,9 +57,9 @@ pub const CATALOG_DEVICE_CLASSES_SUFFIX: &str = ".catalogDeviceClasses";
 pub use manifest_based::{ManifestBasedFloor, STATIC_SUFFIX, render_manifest_based};
 pub use placing::{PLACING_POLICY, render_placing};
 
-/// The parameter ConfigMap's name (in the product's namespace).
+/// The parameter object's name (in the product's namespace).
 pub const PARAMS_NAME: &str = "gpu-admission-floor";
-/// The product's namespace, where the parameter ConfigMap lives.
+/// The product's namespace, where the parameter object lives.
 pub const PARAMS_NAMESPACE: &str = "gpu-admission";
 /// The ValidatingAdmissionPolicy for Pods (and its binding's name).
 pub const POD_POLICY: &str = "gpu-admission-floor-pods";
@@ -191,13 +194,13 @@ fn scope_entries(
     out
 }
 
-/// The parameter ConfigMap's data for a policy: what the floor's CEL reads at every admission (no DeviceClass
+/// The parameter object's data for a policy: what the floor's CEL reads at every admission (no DeviceClass
 /// of a cluster known: [`params_with_device_classes`]).
 pub fn params(policy: &Policy) -> Result<BTreeMap<String, String>, TierNameError> {
     params_with_device_classes(policy, &[])
 }
 
-/// The parameter ConfigMap's data for a policy and the cluster's DeviceClasses ([`device_classes::params`]):
+/// The parameter object's data for a policy and the cluster's DeviceClasses ([`device_classes::params`]):
 /// what the observer writes.
 pub fn params_with_device_classes(
     policy: &Policy,
@@ -532,7 +535,7 @@ fn admission_policy(policy: &Policy, tier_label: &str, target: Target) -> Value 
         "metadata": {"name": target.policy_name(), "labels": labels()},
         "spec": {
             "failurePolicy": "Fail",
-            "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+            "paramKind": parameters::param_kind(),
             "matchConstraints": {"resourceRules": target.resource_rules()},
             "matchConditions": match_conditions(policy, target),
             "variables": variables(policy, tier_label, target),
@@ -611,7 +614,7 @@ fn namespace_policy(tier_label: &str) -> Value {
         "metadata": {"name": NAMESPACE_POLICY, "labels": labels()},
         "spec": {
             "failurePolicy": "Fail",
-            "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+            "paramKind": parameters::param_kind(),
             "matchConstraints": {"resourceRules": [{
                 "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
                 "resources": crate::admission::validate_namespace::NAMESPACE_RESOURCES}]},
@@ -634,25 +637,20 @@ fn namespace_policy(tier_label: &str) -> Value {
     })
 }
 
-/// Every object of the floor for `policy`: the three ValidatingAdmissionPolicies (Pods, workloads' Pod
-/// templates, Namespaces), their bindings (every
-/// namespace but the system ones), the parameter ConfigMap with [`params`]' data, then DRA admin access's two
-/// policies and bindings (the Namespace label, GPU claims: [`admin_access`]).
+/// Every object of the floor for `policy`: the parameter object's definition ([`parameters`]), the three
+/// ValidatingAdmissionPolicies (Pods, workloads' Pod templates, Namespaces), their bindings (every namespace
+/// but the system ones), then DRA admin access's two policies and bindings (the Namespace label, GPU claims:
+/// [`admin_access`]). The parameter object itself is the observer's ([`params`]' data).
 pub fn render(policy: &Policy, tier_label: &str) -> Result<Vec<Value>, TierNameError> {
-    let data = params(policy)?;
+    params(policy)?;
     let mut objects = vec![
+        parameters::definition(),
         admission_policy(policy, tier_label, Target::Pods),
         binding(POD_POLICY, Some(&EXEMPT_NAMESPACES)),
         admission_policy(policy, tier_label, Target::Workloads),
         binding(WORKLOAD_POLICY, Some(&EXEMPT_NAMESPACES)),
         namespace_policy(tier_label),
         namespace_binding(tier_label),
-        json!({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": PARAMS_NAME, "namespace": PARAMS_NAMESPACE, "labels": labels()},
-            "data": data,
-        }),
     ];
     objects.extend(admin_access::render(policy, tier_label));
     Ok(objects)

@@ -1,5 +1,5 @@
 //! The placing floor: a MutatingAdmissionPolicy (admissionregistration.k8s.io/v1, served from Kubernetes 1.36)
-//! rendered from the same policy, variables and parameter ConfigMap as the validating floor, so that with every
+//! rendered from the same policy, variables and parameter object as the validating floor, so that with every
 //! gpu-admission process down a GPU Pod without a class constraint is placed on its tier's classes by the
 //! kube-apiserver itself instead of being denied by [`super::POD_POLICY`].
 //!
@@ -139,7 +139,7 @@ fn cap_patch() -> String {
 }
 
 /// The placing floor for `policy`: the MutatingAdmissionPolicy and its binding (every namespace but the system
-/// ones), reading the validating floor's parameter ConfigMap ([`super::render`] renders it).
+/// ones), reading the validating floor's parameter object (whose definition [`super::render`] renders).
 pub fn render_placing(policy: &Policy, tier_label: &str) -> Result<Vec<Value>, TierNameError> {
     params(policy)?;
     let map = json!({
@@ -149,7 +149,7 @@ pub fn render_placing(policy: &Policy, tier_label: &str) -> Result<Vec<Value>, T
         "spec": {
             "failurePolicy": "Fail",
             "reinvocationPolicy": "Never",
-            "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+            "paramKind": super::parameters::param_kind(),
             "matchConstraints": {"resourceRules": Target::Pods.resource_rules()},
             "matchConditions": match_conditions(policy, Target::Pods),
             "variables": placing_variables(policy, tier_label),

@@ -56,9 +56,13 @@ fn a_grant_widens_every_tier_of_its_namespace_and_may_lift_the_restriction() {
 }
 
 #[test]
-fn render_gives_the_policies_their_bindings_and_the_parameters() {
+fn render_gives_the_parameters_definition_the_policies_and_their_bindings() {
     let p = policy(|t| t.to_string());
-    let objects = render(&p, crate::names::DEFAULT_TIER_LABEL).unwrap();
+    let rendered = render(&p, crate::names::DEFAULT_TIER_LABEL).unwrap();
+    let (definition, objects) = rendered.split_first().unwrap();
+    assert_eq!(definition["kind"], "CustomResourceDefinition");
+    assert_eq!(definition["spec"]["group"], parameters::GROUP);
+    assert_eq!(definition["spec"]["names"]["kind"], parameters::KIND);
     let kinds: Vec<&str> = objects
         .iter()
         .map(|o| o["kind"].as_str().unwrap())
@@ -72,7 +76,6 @@ fn render_gives_the_policies_their_bindings_and_the_parameters() {
             "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
-            "ConfigMap",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicy",
@@ -111,7 +114,19 @@ fn render_gives_the_policies_their_bindings_and_the_parameters() {
         objects[3]["spec"]["matchResources"],
         objects[1]["spec"]["matchResources"]
     );
-    assert_eq!(objects[6]["data"], json!(params(&p).unwrap()));
+    // Every policy reads the custom resource, never a ConfigMap.
+    for o in objects
+        .iter()
+        .filter(|o| o["kind"] == "ValidatingAdmissionPolicy")
+    {
+        if let Some(kind) = o["spec"].get("paramKind") {
+            assert_eq!(kind["kind"], parameters::KIND, "{}", o["metadata"]["name"]);
+        }
+    }
+    let object = parameters::FloorParameters::object(params(&p).unwrap());
+    assert_eq!(object["apiVersion"], "gpu-admission.io/v1alpha1");
+    assert_eq!(object["metadata"]["name"], PARAMS_NAME);
+    assert_eq!(object["data"], json!(params(&p).unwrap()));
     // Templates: the workload kinds of `workloads.validate.gpu-admission.io`, read through `variables.spec`.
     let rules = &objects[2]["spec"]["matchConstraints"]["resourceRules"];
     assert_eq!(
@@ -269,7 +284,7 @@ fn dra_admin_access_needs_its_power_in_the_floor() {
     for o in [label, label_binding] {
         assert!(o["spec"].get("paramKind").is_none() && o["spec"].get("paramRef").is_none());
     }
-    assert_eq!(claims["spec"]["paramKind"]["kind"], "ConfigMap");
+    assert_eq!(claims["spec"]["paramKind"]["kind"], parameters::KIND);
     assert_eq!(claims_binding["spec"]["paramRef"]["name"], PARAMS_NAME);
     assert_eq!(
         claims["spec"]["validations"][0]["expression"],

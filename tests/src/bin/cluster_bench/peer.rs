@@ -204,10 +204,8 @@ impl SetUp {
         ];
         let a = kubectl(kc, None, &[], &policy_cm, "");
         ensure!(a.ok, "kubectl {policy_cm:?}: {}", a.stderr);
-        // The floor's bindings come and go with the arms; its parameters are the observer's. They are never
-        // created here: a binding that the apiserver sees and then loses before the observer has put the
-        // parameters in Enforce leaves its ConfigMap informer stopped on the shipped parameters for the rest
-        // of the process (kubernetes/kubernetes#130887), so the first arm's floor would never act.
+        // The floor's bindings come and go with the arms (created by the first); its parameters are the
+        // observer's.
         let (bindings, rest) = floor_documents()?;
         let rest = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": rest});
         let a = kubectl(kc, None, &[], &["apply", "-f", "-"], &rest.to_string());
@@ -513,7 +511,7 @@ async fn wait_floor_enforce(cluster: &LocalCluster) -> anyhow::Result<()> {
         "-n",
         "gpu-admission",
         "get",
-        "configmap",
+        "floorparameters",
         "gpu-admission-floor",
         "-o",
         "jsonpath={.data.mode}",

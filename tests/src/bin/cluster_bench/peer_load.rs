@@ -119,9 +119,6 @@ impl Installation {
                 let name = |v: &Value| v["metadata"]["name"].as_str().unwrap_or("").to_string();
                 mutating.delete(&name(&self.mutating), &dp).await?;
                 validating.delete(&name(&self.validating), &dp).await?;
-                // With no binding left, the apiserver stops its ConfigMap informer for good
-                // (kubernetes/kubernetes#130887): later arms' floor reads the parameters as they were here,
-                // which nothing changes during the bench.
                 let mut args = vec!["delete", "validatingadmissionpolicybinding"];
                 args.extend(names.iter().map(String::as_str));
                 let a = kubectl(cluster.kubeconfig(), None, &[], &args, "");
@@ -156,7 +153,7 @@ fn floor_state(cluster: &LocalCluster) -> String {
         "-n",
         "gpu-admission",
         "get",
-        "configmap",
+        "floorparameters",
         "gpu-admission-floor",
         "-o",
         "jsonpath={.data.mode} {.data.tiers} {.metadata.resourceVersion}",
