@@ -191,7 +191,7 @@ fn validating_configuration(webhook: &Webhook) -> ValidatingWebhookConfiguration
                 json!([{"apiGroups": ["batch"], "apiVersions": ["v1", "v1beta1"], "operations": ["CREATE", "UPDATE"], "resources": ["jobs", "cronjobs"]},
                        {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["deployments", "statefulsets", "daemonsets", "replicasets"]}]),
                 tier_ns, json!({})),
-            // As shipped: ConfigMaps, deletions too, only the policy's (the shipped matchConditions).
+            // As shipped: ConfigMaps, deletions too, but the ledger's (the shipped matchConditions).
             policy_hook,
             hook("namespaces.validate.gpu-admission.io", "/validate-namespace",
                 json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
@@ -209,7 +209,8 @@ async fn policy_reviews(webhook: &Webhook) -> u64 {
     gpu_admission_tests::observer::metric_sum(&text, prefix) as u64
 }
 
-/// The shipped `/validate-policy` registration's matchConditions (only the policy ConfigMap is sent).
+/// The shipped `/validate-policy` registration's matchConditions (the ledger and the learned state are not
+/// sent).
 fn shipped_policy_match_conditions() -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../deploy/kustomize/base/webhook/validatingwebhookconfiguration.yaml");
@@ -493,15 +494,15 @@ async fn tier_policy_holds_against_a_real_apiserver() {
         &configmap(&edit).to_string(),
     );
     check("policy ConfigMap, valid edit (apply)", a.summary(), a.ok);
-    // Another ConfigMap beside it (as the quota ledger is) is not sent to the webhook at all: the admin
-    // writes it with the invalid policy's text.
+    // The quota ledger beside it is not sent to the webhook at all: the admin writes one with the invalid
+    // policy's text.
     let mut other = configmap(&bad);
-    other["metadata"]["name"] = json!("not-the-policy");
+    other["metadata"]["name"] = json!("gpu-admission-quota-ledger");
     let before = policy_reviews(&webhook).await;
     let a = k.run_as(None, &[], &["apply", "-f", "-"], &other.to_string());
     let after = policy_reviews(&webhook).await;
     check(
-        "another ConfigMap of the policy's namespace (not sent)",
+        "the quota ledger's ConfigMap beside the policy (not sent)",
         format!(
             "{} (validate-policy calls {before} -> {after})",
             a.summary()

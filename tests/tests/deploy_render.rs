@@ -2229,7 +2229,9 @@ fn validating_webhooks_are_selective_and_trusted_in_every_mode() {
         let claims = by_name("claims.validate.gpu-admission.io");
         let exceptions = by_name("exceptions.validate.gpu-admission.io");
         assert_eq!(hooks.len(), 6, "{}", m.mode);
-        // Only the policy ConfigMap is sent to `/validate-policy`, by the name the frontend guards.
+        // `/validate-policy` gets the ConfigMaps of the policy's namespace but the quota ledger and the
+        // learned state (rewritten all the time), never a condition naming the policy: a policy ConfigMap
+        // renamed with `--policy-configmap` stays validated.
         let (policy_ns, policy_name) = gpu_admission_flags::DEFAULT_POLICY_CONFIGMAP
             .split_once('/')
             .unwrap();
@@ -2237,10 +2239,13 @@ fn validating_webhooks_are_selective_and_trusted_in_every_mode() {
             policy["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
             policy_ns
         );
-        let only_the_policy = str_at(&policy["matchConditions"][0], "/expression");
+        let left_out = str_at(&policy["matchConditions"][0], "/expression");
         assert!(
-            only_the_policy.ends_with(&format!(".metadata.name == '{policy_name}'")),
-            "{only_the_policy}"
+            left_out.starts_with("!(")
+                && left_out.contains("'gpu-admission-quota-ledger'")
+                && left_out.contains(&format!("'{LEARNED_STATE_CONFIGMAP}'"))
+                && !left_out.contains(policy_name),
+            "{left_out}"
         );
         // Who may relax the rules fails closed: no exception is created while no frontend answers.
         assert_eq!(
