@@ -45,12 +45,16 @@ trap 'stop_scorers || true; rm -rf "$wrap"' EXIT
 rm -rf "$out"/scorer-*.cg* "$out"/scorer-*.pid "$out"/state-*.json "$out/work"
 collect=()
 [ -z "${ONLY:-}" ] || collect=("--toggle-collect=$ONLY")
+# An older scorer (before --policy-file) reads the policy from --policy: the same file, the flag renamed.
+policy_flag=--policy-file
+"$bin/scorer" --help | grep -q -- --policy-file || policy_flag=--policy
 cat >"$wrap/scorer" <<EOF
 #!/usr/bin/env bash
 # Started in turn (loadgen waits for each to listen): the count of pid files is this scorer's number.
 n=\$((\$(ls "$out" | grep -c '^scorer-.*\.pid$' || true) + 1))
+args=("\${@/#--policy-file/$policy_flag}")
 SCORER_STATE="$out/state-\$n.json" SCORER_SNAPSHOT_INTERVAL_SECS=86400 \
-  valgrind --tool=callgrind ${collect[*]} --callgrind-out-file="$out/scorer-\$n.cg" "$bin/scorer" "\$@" &
+  valgrind --tool=callgrind ${collect[*]} --callgrind-out-file="$out/scorer-\$n.cg" "$bin/scorer" "\${args[@]}" &
 echo \$! >"$out/scorer-\$n.pid"
 wait
 EOF
