@@ -618,7 +618,7 @@ impl MutatePorts for Offline<'_> {
             .is_some()
     }
 
-    fn quota_usage(&self, _namespace: &str) -> Option<Usage> {
+    fn quota_usage(&self, _tier: &str, _namespace: &str) -> Option<Usage> {
         self.usage.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }

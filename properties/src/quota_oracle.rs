@@ -405,16 +405,16 @@ impl World {
         });
         let snapshot = self.snapshot().clone();
         let now = self.now_ms;
-        let usage = ledger::effective_usage(
-            self.held.usage(),
-            &self.entries,
-            |u| self.seen_of(u),
-            now,
-            ns,
-        );
         let decided = self.with_facts(|facts| {
             let (tier, namespace, counted) = quota::of_pod_in(&pod, ns, &snapshot, facts)?;
             let policy = snapshot.policy.as_deref().expect("policy");
+            let usage = ledger::effective_usage(
+                self.held.usage(),
+                &self.entries,
+                |u| self.seen_of(u),
+                now,
+                (&tier, ns),
+            );
             let fits = quota::decide(policy, &tier, &namespace, &counted, &usage)
                 .is_none_or(|d| d.standing != Standing::OverMax);
             Some((tier, counted, fits))
@@ -556,13 +556,18 @@ impl World {
         let snapshot = self.snapshot().clone();
         let policy = snapshot.policy.as_deref().expect("policy");
         let seen = |u: &str| self.seen_of(u);
-        let usage =
-            ledger::effective_usage(self.held.usage(), &self.entries, seen, self.now_ms, ns);
         let refused = self.with_facts(|facts| {
             quota::claim_reasks(&req, &snapshot, facts, &served)
                 .into_iter()
                 .any(|((tier, namespace, counted), before)| {
-                    let mut without = usage.clone();
+                    let held = self.held.usage();
+                    let mut without = ledger::effective_usage(
+                        held,
+                        &self.entries,
+                        seen,
+                        self.now_ms,
+                        (&tier, &namespace),
+                    );
                     without.add(&tier, &namespace, &before, -1);
                     quota::decide(policy, &tier, &namespace, &counted, &without)
                         .is_some_and(|d| d.standing == Standing::OverMax)

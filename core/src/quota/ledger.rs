@@ -131,16 +131,18 @@ pub enum Seen {
     Gone,
 }
 
-/// The usage to decide a Pod of `namespace` against: `watched` plus every entry the watch has not seen that
-/// counts for that namespace ([`Entry::counts_for`]), in the tier the watch counts the entry's namespace in
-/// now (a namespace relabelled since the reservation: its new tier), else the tier of the namespace's newest
-/// entry (the label as last decided).
+/// The usage to decide a Pod of `namespace` in `tier` against: `watched` plus every entry the watch has not
+/// seen that counts for that namespace ([`Entry::counts_for`]), in the tier the watch counts the entry's
+/// namespace in now (a namespace relabelled since the reservation: its new tier), else the tier of the
+/// namespace's newest entry (the label as last decided). Only what [`super::decide`] reads is held: the
+/// namespace itself and the namespaces counted in `tier` (a copy of every namespace's usage, and the entries
+/// of every other tier, per decision cost more than the rest of it on a cluster of hundreds of namespaces).
 pub fn effective_usage(
     watched: &Usage,
     entries: &[Entry],
     seen: impl Fn(&str) -> Seen,
     now_ms: u64,
-    namespace: &str,
+    (tier, namespace): (&str, &str),
 ) -> Usage {
     let counting: Vec<&Entry> = entries
         .iter()
@@ -153,13 +155,21 @@ pub fn effective_usage(
             *newest = (e.at_ms, &e.tier);
         }
     }
-    let mut usage = watched.clone();
+    let read = |ns: &str, counted_in: &str| ns == namespace || counted_in == tier;
+    let mut usage = Usage {
+        namespaces: (watched.namespaces.iter())
+            .filter(|(ns, u)| read(ns, &u.tier))
+            .map(|(ns, u)| (ns.clone(), u.clone()))
+            .collect(),
+    };
     for e in counting {
-        let tier = match watched.namespaces.get(&e.namespace) {
+        let counted_in = match watched.namespaces.get(&e.namespace) {
             Some(n) => n.tier.as_str(),
             None => tiers[e.namespace.as_str()].1,
         };
-        usage.add(tier, &e.namespace, &e.counted(), 1);
+        if read(&e.namespace, counted_in) {
+            usage.add(counted_in, &e.namespace, &e.counted(), 1);
+        }
     }
     usage
 }
@@ -277,7 +287,7 @@ pub enum Plan {
 }
 
 /// THE reservation rule: the write that reserves `entry` on top of `entries` (the ledger as read), for a Pod
-/// whose namespace/name the watch holds or not (`name_taken`).
+/// whose namespace/name the watch holds or not (`name_taken`). [`plan_in`] on a copy.
 pub fn plan(
     entries: &[Entry],
     entry: Entry,
@@ -290,13 +300,45 @@ pub fn plan(
         return Plan::NameTaken;
     }
     let mut kept = entries.to_vec();
-    prune(&mut kept, &seen, now_ms);
-    if let Some(l) = limited(&kept, &entry.namespace, &seen, now_ms, bounds) {
-        return Plan::Limited(l);
+    match plan_in(&mut kept, entry, false, seen, now_ms, bounds) {
+        Planned::Written => Plan::Write(kept),
+        Planned::NameTaken => Plan::NameTaken,
+        Planned::Limited(l) => Plan::Limited(l),
     }
-    kept.push(entry);
-    compact(&mut kept, &seen, now_ms, bounds.compact_at);
-    Plan::Write(kept)
+}
+
+/// What [`plan_in`] did with the entries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Planned {
+    /// They are the write [`plan`] gives.
+    Written,
+    /// As [`Plan::NameTaken`]: left as they were.
+    NameTaken,
+    /// As [`Plan::Limited`]: only pruned (what any next write prunes too).
+    Limited(Limited),
+}
+
+/// [`plan`] on the entries themselves, with no copy of them: the frontend's batch of reservations not yet
+/// written takes each new one in place (a copy per reservation of a ledger holding thousands of entries cost
+/// more than the rest of the decision).
+pub fn plan_in(
+    entries: &mut Vec<Entry>,
+    entry: Entry,
+    name_taken: bool,
+    seen: impl Fn(&str) -> Seen,
+    now_ms: u64,
+    bounds: &Bounds,
+) -> Planned {
+    if name_taken {
+        return Planned::NameTaken;
+    }
+    prune(entries, &seen, now_ms);
+    if let Some(l) = limited(entries, &entry.namespace, &seen, now_ms, bounds) {
+        return Planned::Limited(l);
+    }
+    entries.push(entry);
+    compact(entries, &seen, now_ms, bounds.compact_at);
+    Planned::Written
 }
 
 /// Drops phantoms past `at` entries, the oldest of the namespace holding most first: they count for no
@@ -375,10 +417,10 @@ mod tests {
             "seen" => Seen::Since { at_ms: 100 },
             _ => Seen::No,
         };
-        let usage = effective_usage(&watched, &entries[..2], seen, 1_000, "team-a");
+        let usage = effective_usage(&watched, &entries[..2], seen, 1_000, ("bronze", "team-a"));
         assert_eq!(usage.namespaces["team-a"].total, 3_000);
         // An expired entry no longer counts.
-        let usage = effective_usage(&watched, &entries, seen, ENTRY_TTL_MS, "team-a");
+        let usage = effective_usage(&watched, &entries, seen, ENTRY_TTL_MS, ("bronze", "team-a"));
         assert_eq!(usage.namespaces["team-a"].total, 2_000);
     }
 
@@ -388,7 +430,7 @@ mod tests {
     fn a_phantom_charges_other_namespaces_only_within_the_watch_window() {
         let entries = vec![entry("phantom", 8, 0)];
         let held = |at: u64, ns: &str| {
-            effective_usage(&Usage::default(), &entries, unseen, at, ns)
+            effective_usage(&Usage::default(), &entries, unseen, at, ("bronze", ns))
                 .namespaces
                 .get("team-a")
                 .map_or(0, |n| n.total)
@@ -405,9 +447,23 @@ mod tests {
     fn an_entry_counts_in_its_namespace_s_tier_now() {
         let mut watched = Usage::default();
         watched.add("silver", "team-a", &entry("held", 2, 0).counted(), 1);
-        let usage = effective_usage(&watched, &[entry("r", 1, 0)], unseen, 1, "team-b");
+        let usage = effective_usage(
+            &watched,
+            &[entry("r", 1, 0)],
+            unseen,
+            1,
+            ("silver", "team-b"),
+        );
         assert_eq!(usage.namespaces["team-a"].tier, "silver");
         assert_eq!(usage.namespaces["team-a"].total, 3_000);
+        assert_eq!(usage.tier("silver", None), 3_000);
+        let usage = effective_usage(
+            &watched,
+            &[entry("r", 1, 0)],
+            unseen,
+            1,
+            ("bronze", "team-b"),
+        );
         assert_eq!(usage.tier("bronze", None), 0);
         // Not held by the watch: in the tier of its newest reservation, whatever the order of the entries.
         let mut newer = entry("newer", 1, 5);
@@ -416,12 +472,44 @@ mod tests {
             vec![entry("r", 1, 0), newer.clone()],
             vec![newer, entry("r", 1, 0)],
         ] {
-            let usage = effective_usage(&Usage::default(), &entries, unseen, 6, "team-b");
-            assert_eq!(
-                (usage.tier("silver", None), usage.tier("bronze", None)),
-                (2_000, 0)
-            );
+            let in_tier = |tier| {
+                effective_usage(&Usage::default(), &entries, unseen, 6, (tier, "team-b"))
+                    .tier(tier, None)
+            };
+            assert_eq!((in_tier("silver"), in_tier("bronze")), (2_000, 0));
         }
+    }
+
+    /// A decision reads its namespace and its tier: another tier's namespaces and entries are not copied, and
+    /// what is held of the decided scope is what counting everything would give.
+    #[test]
+    fn only_the_decided_namespace_and_its_tier_are_held() {
+        let mut watched = Usage::default();
+        let two = entry("held", 2, 0).counted();
+        watched.add("bronze", "team-a", &two, 1);
+        watched.add("gold", "team-g", &two, 1);
+        let mut gold = entry_in("team-g", "g1", 4, 0);
+        gold.tier = "gold".into();
+        let entries = vec![
+            entry_in("team-a", "a1", 1, 0),
+            gold,
+            entry_in("team-b", "b1", 3, 0),
+        ];
+        let bronze = effective_usage(&watched, &entries, unseen, 1, ("bronze", "team-b"));
+        assert_eq!(
+            bronze.namespaces.keys().collect::<Vec<_>>(),
+            ["team-a", "team-b"]
+        );
+        assert_eq!(
+            (
+                bronze.tier("bronze", None),
+                bronze.namespace("team-b", None)
+            ),
+            (6_000, 3_000)
+        );
+        let gold = effective_usage(&watched, &entries, unseen, 1, ("gold", "team-g"));
+        assert_eq!(gold.namespaces.keys().collect::<Vec<_>>(), ["team-g"]);
+        assert_eq!(gold.tier("gold", None), 6_000);
     }
 
     #[test]

@@ -16,13 +16,13 @@ impl World {
         let mut pruned = self.entries.clone();
         ledger::prune(&mut pruned, seen, now);
         for b in NAMESPACES {
-            let with = ledger::effective_usage(held, &self.entries, seen, now, b);
             let tier = self.labels[b];
+            let with = ledger::effective_usage(held, &self.entries, seen, now, (tier, b));
             for a in NAMESPACES.into_iter().filter(|a| *a != b) {
                 let without = |keep: &dyn Fn(&Entry) -> bool| {
                     let kept: Vec<Entry> =
                         self.entries.iter().filter(|e| keep(e)).cloned().collect();
-                    ledger::effective_usage(held, &kept, seen, now, b)
+                    ledger::effective_usage(held, &kept, seen, now, (tier, b))
                 };
                 let took = with
                     .tier(tier, None)

@@ -312,8 +312,8 @@ impl mutate_pod::MutatePorts for Ports<'_> {
         self.hook.quota.is_some()
     }
 
-    fn quota_usage(&self, namespace: &str) -> Option<Usage> {
-        self.hook.quota.as_ref()?.usage(namespace)
+    fn quota_usage(&self, tier: &str, namespace: &str) -> Option<Usage> {
+        self.hook.quota.as_ref()?.usage(tier, namespace)
     }
 
     fn building_patch<R>(&self, step: impl FnOnce() -> R) -> R {

@@ -31,7 +31,7 @@ use futures::StreamExt;
 use gpu_admission_core::admission::validate_pod::{QuotaUnavailable, Reservation};
 use gpu_admission_core::authority::Grants;
 use gpu_admission_core::quota::held::{Counter, FactsCounter, HeldPods};
-use gpu_admission_core::quota::ledger::{self, Entry, Plan, Reserving, Seen};
+use gpu_admission_core::quota::ledger::{self, Entry, Planned, Reserving, Seen};
 use gpu_admission_core::quota::watched::{HeldPod, WatchedPod};
 use gpu_admission_core::quota::{self, Decision, Usage};
 use k8s_openapi::api::core::v1::Pod;
@@ -295,10 +295,10 @@ impl QuotaUsage {
         })
     }
 
-    /// The usage as last counted, as a Pod of `namespace` is decided against it: the watch's plus the ledger
-    /// as last read (`None` until the first listing is complete). `/mutate-pod` decides the borrowers'
-    /// PriorityClass and the record against it; nothing is written.
-    pub(crate) fn usage(&self, namespace: &str) -> Option<Usage> {
+    /// The usage as last counted, as a Pod of `namespace` in `tier` is decided against it: the watch's plus
+    /// the ledger as last read (`None` until the first listing is complete), that namespace and tier only.
+    /// `/mutate-pod` decides the borrowers' PriorityClass and the record against it; nothing is written.
+    pub(crate) fn usage(&self, tier: &str, namespace: &str) -> Option<Usage> {
         if !self.is_synced() {
             return None;
         }
@@ -310,7 +310,7 @@ impl QuotaUsage {
             &ledger.entries,
             |u| s.seen(u),
             now_ms(),
-            namespace,
+            (tier, namespace),
         ))
     }
 
@@ -341,7 +341,7 @@ impl QuotaUsage {
         let (tier, namespace, counted) = ask;
         if !keep {
             let usage = self
-                .usage(namespace)
+                .usage(tier, namespace)
                 .ok_or(QuotaUnavailable::NotCountedYet)?;
             return Ok(decide(&usage).decision());
         }
@@ -350,20 +350,25 @@ impl QuotaUsage {
         }
         loop {
             let (decision, written) = {
-                let mut batch = self.lock_batch();
-                let (base, entries) = match &batch.next {
-                    Some((base, entries)) => (base.clone(), entries.clone()),
-                    None => {
-                        let on = self.lock_ledger();
-                        (Base::Known(on.resource_version.clone()), on.entries.clone())
-                    }
-                };
+                let mut guard = self.lock_batch();
+                let batch = &mut *guard;
+                // The reservations not yet written, else the ledger as last read: copied once per batch,
+                // each reservation then taken in place.
+                let (_, entries) = batch.next.get_or_insert_with(|| {
+                    let on = self.lock_ledger();
+                    (Base::Known(on.resource_version.clone()), on.entries.clone())
+                });
                 let now = now_ms();
-                let (decision, plan) = {
+                let (decision, planned) = {
                     let s = self.fresh_state();
                     let seen = |u: &str| s.seen(u);
-                    let usage =
-                        ledger::effective_usage(s.held.usage(), &entries, seen, now, namespace);
+                    let usage = ledger::effective_usage(
+                        s.held.usage(),
+                        entries,
+                        seen,
+                        now,
+                        (tier, namespace),
+                    );
                     let d = match decide(&usage) {
                         Reservation::NoQuota => return Ok(None),
                         Reservation::Refused(d) => return Ok(Some(d)),
@@ -371,19 +376,20 @@ impl QuotaUsage {
                     };
                     let entry = Entry::new(pod.uid, tier, namespace, counted, now);
                     let taken = s.names.contains(&key(namespace, pod.name));
-                    let plan = ledger::plan(&entries, entry, taken, seen, now, &ledger::BOUNDS);
-                    (d, plan)
+                    let planned =
+                        ledger::plan_in(entries, entry, taken, seen, now, &ledger::BOUNDS);
+                    (d, planned)
                 };
-                match plan {
-                    Plan::NameTaken => {
+                match planned {
+                    Planned::NameTaken => {
                         self.metrics.record_ledger_write(LedgerWrite::name_taken);
                         return Ok(Some(decision));
                     }
-                    Plan::Limited(limited) => {
+                    Planned::Limited(limited) => {
                         self.metrics.record_ledger_write(LedgerWrite::limited);
                         return Err(not_reserved(LedgerError::Limited(limited)));
                     }
-                    Plan::Write(entries) => batch.next = Some((base, entries)),
+                    Planned::Written => {}
                 }
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 batch.waiting.push(tx);

@@ -85,9 +85,9 @@ pub trait MutatePorts {
 
     /// The GPU quota usage as last counted (what the cluster holds plus the admissions in flight), for a
     /// quota'd Pod's record and borrowing class; `None` where no usage is counted (no cluster, or its Pods
-    /// not listed yet), as a Pod of `namespace` is decided against it. `/validate-pod` decides the quota again
-    /// and holds the `max`.
-    fn quota_usage(&self, _namespace: &str) -> Option<Usage> {
+    /// not listed yet), as a Pod of `namespace` in `tier` is decided against it (it may hold only that
+    /// namespace and tier). `/validate-pod` decides the quota again and holds the `max`.
+    fn quota_usage(&self, _tier: &str, _namespace: &str) -> Option<Usage> {
         None
     }
 
@@ -286,7 +286,7 @@ fn quota_step<P: MutatePorts>(
         &tier,
         &namespace,
         &counted,
-        &ports.quota_usage(&namespace)?,
+        &ports.quota_usage(&tier, &namespace)?,
     )?;
     for op in quota::mutation_ops(&patched, &decision, class.as_ref()) {
         answer.patch.push(&op);
