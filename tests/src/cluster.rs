@@ -529,6 +529,22 @@ pub fn apply_floor_parameters(kubeconfig: &Path, text: &str) -> anyhow::Result<(
     Ok(())
 }
 
+/// The value of `key` in the floor's parameter object as stored (`""` while it or the key is missing).
+pub fn floor_parameter(kubeconfig: &Path, key: &str) -> String {
+    use gpu_admission_core::render::floor::{PARAMS_NAME, PARAMS_NAMESPACE, parameters};
+    let path = format!("jsonpath={{.data.{}}}", key.replace('.', "\\."));
+    let get = [
+        "-n",
+        PARAMS_NAMESPACE,
+        "get",
+        parameters::PLURAL,
+        PARAMS_NAME,
+        "-o",
+        &path,
+    ];
+    kubectl(kubeconfig, None, &[], &get, "").stdout
+}
+
 /// [`apply_floor_parameters`] for the shipped policy in Enforce.
 pub fn apply_floor_parameters_in_enforce(kubeconfig: &Path) -> anyhow::Result<()> {
     apply_floor_parameters(kubeconfig, &shipped_policy_in_enforce()?)

@@ -16,7 +16,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use gpu_admission_tests::cluster::{
-    Components, KubectlAnswer, LocalCluster, eventually, service_account_kubeconfig,
+    Components, KubectlAnswer, LocalCluster, eventually, floor_parameter,
+    service_account_kubeconfig,
 };
 use gpu_admission_tests::kwok;
 use gpu_admission_tests::observer::Observer;
@@ -71,24 +72,6 @@ fn pods(kc: &Path) -> Vec<String> {
         "",
     );
     a.stdout.lines().map(str::to_string).collect()
-}
-
-fn floor_param(kc: &Path, key: &str) -> String {
-    let path = format!("jsonpath={{.data.{}}}", key.replace('.', "\\."));
-    kubectl(
-        kc,
-        &[
-            "-n",
-            "gpu-admission",
-            "get",
-            "floorparameters",
-            "gpu-admission-floor",
-            "-o",
-            &path,
-        ],
-        "",
-    )
-    .stdout
 }
 
 /// The shipped Pod webhooks and the exceptions webhook, for `webhook`.
@@ -205,7 +188,7 @@ async fn an_exempt_deployments_pods_run_outside_the_tier_while_the_exception_las
         .await
         .expect("observer");
     assert!(
-        eventually(Duration::from_secs(30), |_| floor_param(kc, "mode")
+        eventually(Duration::from_secs(30), |_| floor_parameter(kc, "mode")
             == "Enforce"),
         "the observer never put the floor in Enforce\n{}",
         observer.process.log_tail(30)
@@ -255,7 +238,7 @@ async fn an_exempt_deployments_pods_run_outside_the_tier_while_the_exception_las
     let a = kubectl(kc, &["create", "-f", "-"], &exception(expires).to_string());
     assert!(a.ok, "the exception: {}", a.stderr);
     assert!(
-        eventually(Duration::from_secs(20), |_| floor_param(
+        eventually(Duration::from_secs(20), |_| floor_parameter(
             kc,
             &format!("except.{BRONZE}")
         )
@@ -313,7 +296,7 @@ async fn an_exempt_deployments_pods_run_outside_the_tier_while_the_exception_las
     );
     assert!(a.ok, "{}", a.stderr);
     assert!(
-        eventually(Duration::from_secs(20), |_| floor_param(
+        eventually(Duration::from_secs(20), |_| floor_parameter(
             kc,
             &format!("except.{BRONZE}")
         )

@@ -25,7 +25,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use gpu_admission_tests::cluster::{
-    CaseTable, Components, LocalCluster, eventually, service_account_kubeconfig,
+    CaseTable, Components, LocalCluster, eventually, floor_parameter, service_account_kubeconfig,
 };
 use gpu_admission_tests::kwok::{self, phase, wait_for};
 use gpu_admission_tests::observer::Observer;
@@ -244,23 +244,7 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
         .start()
         .await
         .expect("observer");
-    let mode = || {
-        kubectl(
-            kc,
-            false,
-            &[
-                "-n",
-                "gpu-admission",
-                "get",
-                "floorparameters",
-                "gpu-admission-floor",
-                "-o",
-                "jsonpath={.data.mode}",
-            ],
-            "",
-        )
-        .stdout
-    };
+    let mode = || floor_parameter(kc, "mode");
     assert!(
         eventually(Duration::from_secs(30), |_| mode() == "Enforce"),
         "the observer never put the floor in Enforce\n{}",
@@ -379,23 +363,7 @@ async fn the_tier_holds_while_no_gpu_admission_process_runs() {
     } else {
         "deviceclass.resource.kubernetes.io/h100.example.com"
     };
-    let outside = || {
-        kubectl(
-            kc,
-            false,
-            &[
-                "-n",
-                "gpu-admission",
-                "get",
-                "floorparameters",
-                "gpu-admission-floor",
-                "-o",
-                "jsonpath={.data.tier\\.bronze\\.deviceClasses\\.outside}",
-            ],
-            "",
-        )
-        .stdout
-    };
+    let outside = || floor_parameter(kc, "tier.bronze.deviceClasses.outside");
     let created = Instant::now();
     assert!(
         eventually(Duration::from_secs(20), |_| outside()
@@ -873,17 +841,8 @@ fn bindings_gone_and_back_read_the_parameters_of_now(
         assert!(a.ok, "the policy ConfigMap: {}", a.stderr);
     };
     let mode_is = |mode: &str| {
-        let get = [
-            "-n",
-            "gpu-admission",
-            "get",
-            "floorparameters",
-            "gpu-admission-floor",
-            "-o",
-            "jsonpath={.data.mode}",
-        ];
         eventually(Duration::from_secs(30), |_| {
-            kubectl(kc, false, &get, "").stdout == mode
+            floor_parameter(kc, "mode") == mode
         })
     };
     set_policy(&enforce.replace("  mode: Enforce", "  mode: Warn"));

@@ -16,7 +16,7 @@ use clap::ValueEnum;
 use gpu_admission_tests::apiserver_metrics::{
     Histogram, apiserver_metrics, histograms, histograms_since,
 };
-use gpu_admission_tests::cluster::{Components, LocalCluster, kubectl};
+use gpu_admission_tests::cluster::{Components, LocalCluster, floor_parameter, kubectl};
 use gpu_admission_tests::names::ANN_DECIDED_AT;
 use gpu_admission_tests::observer::Observer;
 use gpu_admission_tests::{Scorer, Webhook};
@@ -507,17 +507,8 @@ fn floor_documents() -> anyhow::Result<(Vec<Value>, Vec<Value>)> {
 
 /// Waits until the observer has put the floor's parameters in Enforce.
 async fn wait_floor_enforce(cluster: &LocalCluster) -> anyhow::Result<()> {
-    let get = [
-        "-n",
-        "gpu-admission",
-        "get",
-        "floorparameters",
-        "gpu-admission-floor",
-        "-o",
-        "jsonpath={.data.mode}",
-    ];
     for _ in 0..120 {
-        if kubectl(cluster.kubeconfig(), None, &[], &get, "").stdout == "Enforce" {
+        if floor_parameter(cluster.kubeconfig(), "mode") == "Enforce" {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
