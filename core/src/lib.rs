@@ -30,6 +30,7 @@ pub mod policy;
 pub mod priority_class;
 pub mod quota;
 pub mod render;
+mod resource;
 pub mod review;
 pub mod tier_bound;
 pub mod workload;

@@ -157,9 +157,7 @@ async fn round(
             tracing::info!(parameters = %name, "floor parameters updated");
         }
         (Plan::Write(data), None) => {
-            let mut object = FloorParameters::new(name, &config.namespace, data);
-            (object.metadata.labels.get_or_insert_default())
-                .insert("app.kubernetes.io/part-of".into(), "gpu-admission".into());
+            let object = FloorParameters::new(name, &config.namespace, data);
             api.create(&PostParams::default(), &object).await?;
             tracing::warn!(parameters = %name, "floor parameters were missing: created");
         }

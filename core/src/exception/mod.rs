@@ -159,29 +159,7 @@ pub struct GpuPolicyException {
     pub spec: serde_json::Value,
 }
 
-impl kube_core::Resource for GpuPolicyException {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-
-    fn kind(_: &()) -> std::borrow::Cow<'_, str> {
-        KIND.into()
-    }
-    fn group(_: &()) -> std::borrow::Cow<'_, str> {
-        GROUP.into()
-    }
-    fn version(_: &()) -> std::borrow::Cow<'_, str> {
-        VERSION.into()
-    }
-    fn plural(_: &()) -> std::borrow::Cow<'_, str> {
-        PLURAL.into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+crate::resource::namespaced_resource!(GpuPolicyException, group: GROUP, version: VERSION, kind: KIND, plural: PLURAL);
 
 impl Exception {
     /// Reads a stored object (any `apiVersion` of the group); `Err` says what is wrong with it.

@@ -7,7 +7,6 @@
 //! is skipped while an event is decoded, so a whole Pod is never built. A typed Pod goes through the same
 //! projection ([`WatchedPod::of`]); counting reads a held Pod as the minimal Pod [`HeldPod::to_pod`] builds.
 //! Sizes in docs/measurements/2026-11-30-frontend-envelope.md.
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
@@ -284,29 +283,7 @@ impl HeldPod {
     }
 }
 
-impl kube_core::Resource for WatchedPod {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "Pod".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "pods".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+crate::resource::namespaced_resource!(WatchedPod, group: "", version: "v1", kind: "Pod", plural: "pods");
 
 #[cfg(test)]
 mod tests {

@@ -3,8 +3,6 @@
 //! (schedule, podRef, registry, stopPod, status.phase, conditions, checkpointFiles, ...) is accepted and
 //! ignored, so real objects always deserialize.
 
-use std::borrow::Cow;
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
@@ -106,26 +104,4 @@ impl CheckpointBackup {
     }
 }
 
-impl kube_core::Resource for CheckpointBackup {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        KIND.into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        GROUP.into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        VERSION.into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        PLURAL.into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+crate::resource::namespaced_resource!(CheckpointBackup, group: GROUP, version: VERSION, kind: KIND, plural: PLURAL);

@@ -278,8 +278,18 @@ fn namespace_binding(tier_label: &str) -> Value {
     b
 }
 
+/// The labels of every object of the floor.
+const LABELS: [(&str, &str); 2] = [
+    ("app.kubernetes.io/name", "gpu-admission-floor"),
+    ("app.kubernetes.io/component", "floor"),
+];
+
 fn labels() -> Value {
-    json!({"app.kubernetes.io/name": "gpu-admission-floor", "app.kubernetes.io/component": "floor"})
+    Value::Object(
+        (LABELS.iter())
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect(),
+    )
 }
 
 fn var(name: &str, expression: String) -> Value {

@@ -16,7 +16,10 @@ use serde::ser::SerializeStruct as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{PARAMS_NAME, PARAMS_NAMESPACE, labels};
+use super::{LABELS, PARAMS_NAME, PARAMS_NAMESPACE, labels};
+
+/// The label kustomize gives every object of the installation.
+const PART_OF: (&str, &str) = ("app.kubernetes.io/part-of", "gpu-admission");
 
 /// The API group, version, kind and plural of the parameter object.
 pub const GROUP: &str = "gpu-admission.io";
@@ -44,36 +47,14 @@ impl Serialize for FloorParameters {
     }
 }
 
-impl kube_core::Resource for FloorParameters {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-
-    fn kind(_: &()) -> std::borrow::Cow<'_, str> {
-        KIND.into()
-    }
-    fn group(_: &()) -> std::borrow::Cow<'_, str> {
-        GROUP.into()
-    }
-    fn version(_: &()) -> std::borrow::Cow<'_, str> {
-        VERSION.into()
-    }
-    fn plural(_: &()) -> std::borrow::Cow<'_, str> {
-        PLURAL.into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+crate::resource::namespaced_resource!(FloorParameters, group: GROUP, version: VERSION, kind: KIND, plural: PLURAL);
 
 impl FloorParameters {
-    /// The object named `name` in `namespace`, labelled as the floor's, holding `data`.
+    /// The object named `name` in `namespace`, labelled as the floor's and as part of the installation (as
+    /// kustomize labels what it applies; this object is written by the observer, not applied), holding `data`.
     pub fn new(name: &str, namespace: &str, data: BTreeMap<String, String>) -> Self {
-        let labels = labels();
-        let labels = (labels.as_object().into_iter().flatten())
-            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+        let labels = (LABELS.iter().chain([&PART_OF]))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         Self {
             metadata: ObjectMeta {

@@ -127,6 +127,12 @@ fn render_gives_the_parameters_definition_the_policies_and_their_bindings() {
     assert_eq!(object["apiVersion"], "gpu-admission.io/v1alpha1");
     assert_eq!(object["metadata"]["name"], PARAMS_NAME);
     assert_eq!(object["data"], json!(params(&p).unwrap()));
+    // Labelled as the floor's objects are, and as part of the installation kustomize labels.
+    let labels = &object["metadata"]["labels"];
+    for (k, v) in objects[1]["metadata"]["labels"].as_object().unwrap() {
+        assert_eq!(&labels[k], v, "{k}");
+    }
+    assert_eq!(labels["app.kubernetes.io/part-of"], "gpu-admission");
     // Templates: the workload kinds of `workloads.validate.gpu-admission.io`, read through `variables.spec`.
     let rules = &objects[2]["spec"]["matchConstraints"]["resourceRules"];
     assert_eq!(
