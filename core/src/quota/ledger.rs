@@ -42,6 +42,9 @@ pub const ENTRY_TTL_MS: u64 = 15_000;
 /// control plane; the cross-replica overshoot bound assumes it). An entry still unseen after it is a phantom.
 pub const OTHERS_WINDOW_MS: u64 = 5_000;
 
+// An entry counts for its own namespace at least as long as for the others ([`Entry::counts_for`]).
+const _: () = assert!(OTHERS_WINDOW_MS < ENTRY_TTL_MS);
+
 /// The per-namespace rate limits of reservations, and the ledger's size past which phantoms are dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bounds {
@@ -97,6 +100,7 @@ impl Entry {
         }
     }
 
+    #[cfg(test)]
     fn counted(&self) -> Counted {
         Counted {
             classes: self.classes.clone(),
@@ -104,19 +108,21 @@ impl Entry {
         }
     }
 
+    /// Adds its count to `usage`, in `tier`.
+    fn add_to(&self, usage: &mut Usage, tier: &str) {
+        usage.add_parts(tier, &self.namespace, &self.classes, self.total, 1);
+    }
+
     fn age(&self, now_ms: u64) -> u64 {
         now_ms.saturating_sub(self.at_ms)
     }
 
     /// Whether it counts for a decision about `namespace`: its own namespace's until it expires, another's
-    /// only within [`OTHERS_WINDOW_MS`].
+    /// only within [`OTHERS_WINDOW_MS`] (the age first: most entries of a burst are younger than that, and
+    /// then no name is compared).
     fn counts_for(&self, namespace: &str, now_ms: u64) -> bool {
         let age = self.age(now_ms);
-        if self.namespace == namespace {
-            age < ENTRY_TTL_MS
-        } else {
-            age < OTHERS_WINDOW_MS
-        }
+        age < OTHERS_WINDOW_MS || (age < ENTRY_TTL_MS && self.namespace == namespace)
     }
 }
 
@@ -144,17 +150,6 @@ pub fn effective_usage(
     now_ms: u64,
     (tier, namespace): (&str, &str),
 ) -> Usage {
-    let counting: Vec<&Entry> = entries
-        .iter()
-        .filter(|e| e.counts_for(namespace, now_ms) && seen(&e.uid) == Seen::No)
-        .collect();
-    let mut tiers: BTreeMap<&str, (u64, &str)> = BTreeMap::new();
-    for e in &counting {
-        let newest = tiers.entry(&e.namespace).or_insert((e.at_ms, &e.tier));
-        if e.at_ms >= newest.0 {
-            *newest = (e.at_ms, &e.tier);
-        }
-    }
     let read = |ns: &str, counted_in: &str| ns == namespace || counted_in == tier;
     let mut usage = Usage {
         namespaces: (watched.namespaces.iter())
@@ -162,13 +157,25 @@ pub fn effective_usage(
             .map(|(ns, u)| (ns.clone(), u.clone()))
             .collect(),
     };
-    for e in counting {
-        let counted_in = match watched.namespaces.get(&e.namespace) {
-            Some(n) => n.tier.as_str(),
-            None => tiers[e.namespace.as_str()].1,
-        };
-        if read(&e.namespace, counted_in) {
-            usage.add(counted_in, &e.namespace, &e.counted(), 1);
+    // Entries of namespaces the watch does not count: each in the tier of its namespace's newest entry.
+    let mut unwatched: Vec<&Entry> = Vec::new();
+    for e in entries {
+        if !e.counts_for(namespace, now_ms) || seen(&e.uid) != Seen::No {
+            continue;
+        }
+        match watched.namespaces.get(&e.namespace) {
+            Some(n) if read(&e.namespace, &n.tier) => e.add_to(&mut usage, &n.tier),
+            Some(_) => {}
+            None => unwatched.push(e),
+        }
+    }
+    unwatched.sort_by(|a, b| a.namespace.cmp(&b.namespace).then(a.at_ms.cmp(&b.at_ms)));
+    for same in unwatched.chunk_by(|a, b| a.namespace == b.namespace) {
+        let counted_in = &same[same.len() - 1].tier;
+        if read(&same[0].namespace, counted_in) {
+            for e in same {
+                e.add_to(&mut usage, counted_in);
+            }
         }
     }
     usage

@@ -54,7 +54,25 @@ impl Usage {
     /// Adds a Pod's count (or takes it back with `sign = -1`): `classes` it is counted against, `milli`
     /// per class, `total` across them.
     pub fn add(&mut self, tier: &str, namespace: &str, d: &demand::Counted, sign: i8) {
-        let ns = self.namespaces.entry(namespace.to_string()).or_default();
+        self.add_parts(tier, namespace, &d.classes, d.total, sign);
+    }
+
+    /// [`Self::add`] of a count's parts; allocates only for a namespace or a class not held yet.
+    pub(crate) fn add_parts(
+        &mut self,
+        tier: &str,
+        namespace: &str,
+        classes: &BTreeMap<String, MilliGpus>,
+        total: MilliGpus,
+        sign: i8,
+    ) {
+        if !self.namespaces.contains_key(namespace) {
+            self.namespaces
+                .insert(namespace.to_string(), NamespaceUsage::default());
+        }
+        let Some(ns) = self.namespaces.get_mut(namespace) else {
+            return;
+        };
         if ns.tier != tier {
             ns.tier = tier.to_string();
         }
@@ -65,10 +83,13 @@ impl Usage {
                 v.saturating_sub(by)
             }
         };
-        for (class, milli) in &d.classes {
-            apply(ns.classes.entry(class.clone()).or_default(), *milli);
+        for (class, milli) in classes {
+            match ns.classes.get_mut(class) {
+                Some(v) => apply(v, *milli),
+                None => apply(ns.classes.entry(class.clone()).or_default(), *milli),
+            }
         }
-        apply(&mut ns.total, d.total);
+        apply(&mut ns.total, total);
         if ns.total == 0 && ns.classes.values().all(|v| *v == 0) {
             self.namespaces.remove(namespace);
         }
