@@ -298,18 +298,22 @@ impl QuotaUsage {
     }
 
     /// The usage as last counted, as a Pod of `namespace` in `tier` is decided against it: the watch's plus
-    /// the ledger as last read (`None` until the first listing is complete), that namespace and tier only.
-    /// `/mutate-pod` decides the borrowers' PriorityClass and the record against it; nothing is written.
+    /// the reservations this replica decided and has not written yet, else the ledger as last read (`None`
+    /// until the first listing is complete), that namespace and tier only. `/mutate-pod` decides the
+    /// borrowers' PriorityClass and the record against it, dry runs their answer; nothing is written. During a
+    /// burst the pending reservations are what `/validate-pod` decides the same Pod against next.
     pub(crate) fn usage(&self, tier: &str, namespace: &str) -> Option<Usage> {
         if !self.is_synced() {
             return None;
         }
-        // Ledger, then state: the order `reserve` never holds both in, so no deadlock; no copy of the ledger.
+        // Batch, ledger, then state: the order `reserve` and the writer take them in; no copy of the entries.
+        let batch = self.lock_batch();
         let ledger = self.lock_ledger();
+        let entries = batch.next.as_ref().map_or(&ledger.entries, |(_, e)| e);
         let s = self.fresh_state();
         Some(ledger::effective_usage(
             s.held.usage(),
-            &ledger.entries,
+            entries,
             |u| s.seen(u),
             now_ms(),
             (tier, namespace),
