@@ -90,10 +90,17 @@ impl InterferenceTable {
 
     /// Records one observed slowdown weighing `weight` (in (0, 1], see the module's doc), clamped to
     /// more than −50 % (a guard against nonsense), at sequence number `seq`; past [`MAX_PAIRS`] the
-    /// least recently seen pair is forgotten.
-    pub fn record_weighted(&mut self, a: &str, b: &str, slowdown: f64, weight: f64, seq: u64) {
+    /// least recently seen pair is forgotten (then `true`).
+    pub fn record_weighted(
+        &mut self,
+        a: &str,
+        b: &str,
+        slowdown: f64,
+        weight: f64,
+        seq: u64,
+    ) -> bool {
         let (lo, hi) = ordered(a, b);
-        self.add(false, lo, hi, slowdown, weight, seq);
+        self.add(false, lo, hi, slowdown, weight, seq)
     }
 
     /// [`InterferenceTable::record_weighted`] for a run of `ran` next to `neighbour` when the two have
@@ -105,11 +112,20 @@ impl InterferenceTable {
         slowdown: f64,
         weight: f64,
         seq: u64,
-    ) {
-        self.add(true, ran, neighbour, slowdown, weight, seq);
+    ) -> bool {
+        self.add(true, ran, neighbour, slowdown, weight, seq)
     }
 
-    fn add(&mut self, directed: bool, a: &str, b: &str, slowdown: f64, weight: f64, seq: u64) {
+    /// Whether a pair was forgotten to make room.
+    fn add(
+        &mut self,
+        directed: bool,
+        a: &str,
+        b: &str,
+        slowdown: f64,
+        weight: f64,
+        seq: u64,
+    ) -> bool {
         let table = if directed {
             &mut self.directed
         } else {
@@ -145,8 +161,10 @@ impl InterferenceTable {
                     &a,
                     &b,
                 );
+                return true;
             }
         }
+        false
     }
 
     fn remove_pair(table: &mut BTreeMap<String, BTreeMap<String, Stat>>, a: &str, b: &str) {
@@ -227,8 +245,10 @@ fn expected_slowdown_from(
     (a, b): (&str, &str),
 ) -> f64 {
     let prior = prior_slowdown.max(0.0).ln_1p();
-    let wrong = related.wrong_model(policy, a, b, prior);
-    models_of(policy, read_stat(policy, learned, a, b), prior, wrong)
+    // The neighbour's name as `a` reads it, made once for both readings.
+    let read_as = read_name(policy, a, b);
+    let wrong = related.wrong_model_of(&read_as, prior);
+    models_of(policy, learned.view(a, &read_as), prior, wrong)
         .iter()
         .map(|&(w, m, v)| w * (m + v / 2.0).exp())
         .sum::<f64>()

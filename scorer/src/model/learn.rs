@@ -11,6 +11,7 @@
 //! statistics. A job type the policy does not list is learned too, under the budget of
 //! [`super::unlisted`].
 use super::estimate::{self, Gaussian};
+use super::tables::Touched;
 use super::{Learned, interference, tenants};
 use crate::policy::{Policy, WorkloadClass};
 
@@ -100,13 +101,19 @@ pub fn learn(policy: &Policy, learned: &mut Learned, obs: &Observation) -> Learn
             learned.observed.insert(id);
         }
         learned.observations = seq;
-        learned.invalidate();
+        // The runtimes and pairs are as they were: no avoid-list moves.
+        learned.invalidate_touching(&Touched::default());
         return Learnt {
             partial: true,
             name: obs.job_type.clone(),
             ..Learnt::default()
         };
     }
+    // The owners the posterior reads, as they were (they change only when the job type's owner is not per
+    // tenant: a declared owner, or an unlisted job type's first reporter).
+    let owners_before = (tenants::ownership(policy, &obs.job_type)
+        != tenants::Ownership::PerTenant)
+        .then(|| learned.owners.clone());
     let name = learned
         .owners
         .learned_name(
@@ -116,12 +123,18 @@ pub fn learn(policy: &Policy, learned: &mut Learned, obs: &Observation) -> Learn
         )
         .into_owned();
     let mut evicted = None;
+    let mut touched = Touched::default();
     if policy.job_index(&name).is_none() {
         let workload = obs.workload_class.or_else(|| {
             policy
                 .job_index(tenants::base(&name))
                 .map(|j| policy.job_types[j].workload_class)
         });
+        let before = learned.unlisted.get(&name);
+        if before.is_none() {
+            // One more name on every avoid-list's candidates.
+            touched.everything();
+        }
         let owners = &learned.owners;
         evicted = learned.unlisted.touch(&name, workload, seq, |n| {
             owners.tenant_of(n).map(str::to_string)
@@ -130,8 +143,18 @@ pub fn learn(policy: &Policy, learned: &mut Learned, obs: &Observation) -> Learn
             learned.runtimes.forget(old);
             learned.interference.remove_job(old);
             learned.owners.forget(old);
+            touched.everything();
         }
-        learned.invalidate();
+        // A name learned before, of the same workload class, under the same owners: only when it was last
+        // seen moved, which the posterior does not read (it is rebuilt below only if something it reads did).
+        let seen_again = evicted.is_none()
+            && before.map(|s| s.workload) == learned.unlisted.get(&name).map(|s| s.workload)
+            && owners_before.is_none_or(|o| o == learned.owners);
+        if seen_again {
+            learned.forget_digest();
+        } else {
+            learned.invalidate_touching(&touched);
+        }
     }
     let size = estimate::size_log_speedup(obs.gpu_count, policy.learning.gpu_scaling_exponent);
     let y = obs.runtime_seconds.ln() + size;
@@ -143,7 +166,8 @@ pub fn learn(policy: &Policy, learned: &mut Learned, obs: &Observation) -> Learn
     }
     let mut clean = y;
     if !colocated.is_empty() {
-        clean = learn_colocated(policy, learned, obs, &name, class, y, &colocated, seq);
+        let at = (class, y, seq);
+        clean = learn_colocated(policy, learned, obs, &name, at, &colocated, &mut touched);
     }
     learned
         .runtimes
@@ -152,7 +176,7 @@ pub fn learn(policy: &Policy, learned: &mut Learned, obs: &Observation) -> Learn
         learned.observed.insert(id);
     }
     learned.observations = seq;
-    learned.invalidate();
+    learned.invalidate_touching(&touched);
     Learnt {
         duplicate: false,
         evicted,
@@ -207,7 +231,8 @@ fn weigh_down<'o>(
     (std::borrow::Cow::Owned(at_bound), true)
 }
 
-/// Records the slowdown `(slowdown, weight)` of a run of `name` next to `other`, reported by `tenant`.
+/// Records the slowdown `(slowdown, weight)` of a run of `name` next to `other`, reported by `tenant`, at
+/// sequence number `seq`; adds the readers of the pairs recorded to `touched`.
 ///
 /// Learned for both job types only when both are the run's tenant's (or it carries none): else it teaches
 /// `name`'s avoid-list (its tenant's), not the neighbour's. A tenant's own name's neighbours are named as
@@ -221,8 +246,8 @@ fn record_pair(
     tenant: Option<&str>,
     name: &str,
     other: &str,
-    (slowdown, weight): (f64, f64),
-    seq: u64,
+    (slowdown, weight, seq): (f64, f64, u64),
+    touched: &mut Touched,
 ) {
     let read_as = if tenants::is_tenant_name(name) {
         tenants::neighbour_of(policy, tenant, other)
@@ -234,11 +259,22 @@ fn record_pair(
         |n: &str, t: &str| tenants::tenant_in(n).or_else(|| learned.owners.tenant_of(n)) == Some(t);
     let both_its_own = tenant.is_none_or(|t| its_own(name, t) && its_own(read_as, t));
     let table = &mut learned.interference;
-    if !both_its_own || learned.owners.differ(name, read_as) {
-        table.record_directed(name, read_as, slowdown, weight, seq);
-    } else {
-        table.record_weighted(name, read_as, slowdown, weight, seq);
-    }
+    let mut record = |directed: bool, a: &str, b: &str| {
+        touched.pair(directed, a, b);
+        let forgot = if directed {
+            table.record_directed(a, b, slowdown, weight, seq)
+        } else {
+            table.record_weighted(a, b, slowdown, weight, seq)
+        };
+        if forgot {
+            touched.everything();
+        }
+    };
+    record(
+        !both_its_own || learned.owners.differ(name, read_as),
+        name,
+        read_as,
+    );
     let Some(t) = tenant else {
         return;
     };
@@ -246,7 +282,7 @@ fn record_pair(
         |n: &str| !tenants::is_tenant_name(n) && learned.owners.tenant_of(n) == Some(t);
     if tenants::tenant_in(name) == Some(t) && owned_plain(read_as) {
         // L@t next to U: U reads it as (U, L).
-        table.record_directed(read_as, tenants::base(name), slowdown, weight, seq);
+        record(true, read_as, tenants::base(name));
         return;
     }
     if !owned_plain(name) {
@@ -255,7 +291,7 @@ fn record_pair(
     let mirror = tenants::neighbour_of(policy, tenant, other);
     if mirror.as_ref() != other {
         // U next to L: L@t reads it as (L@t, U).
-        table.record_weighted(name, &mirror, slowdown, weight, seq);
+        record(false, name, &mirror);
     }
 }
 
@@ -269,17 +305,16 @@ fn record_pair(
 /// cut back as a straggler (cut around the interference-free estimate, the more harmful a pair the lower
 /// it was learned: by 0.05 in ln at a slowdown of 0.4, by 0.15 at 0.7). The class's contention factor
 /// learns from the whole excess against the summed slowdowns; each pair gets the excess less what the
-/// others' current slowdowns explain.
-#[allow(clippy::too_many_arguments)]
+/// others' current slowdowns explain. `(class, y, seq)`: the run's class, log 1-GPU runtime and sequence
+/// number; the readers of the pairs recorded are added to `touched`.
 fn learn_colocated(
     policy: &Policy,
     learned: &mut Learned,
     obs: &Observation,
     name: &str,
-    class: usize,
-    y: f64,
+    (class, y, seq): (usize, f64, u64),
     colocated: &[&str],
-    seq: u64,
+    touched: &mut Touched,
 ) -> f64 {
     learned.refresh(policy);
     let post = learned.posterior(policy);
@@ -325,8 +360,8 @@ fn learn_colocated(
                 tenant,
                 name,
                 other,
-                (slowdown, weight),
-                seq,
+                (slowdown, weight, seq),
+                touched,
             );
         }
     }

@@ -99,12 +99,17 @@ pub struct Learned {
 
 /// A cached [`Posterior`] and state digest, and the tables of the shared policy the posterior was last made
 /// sure of ([`Learned::refresh_shared`], [`tables`]). They do not take part in comparisons of learned states.
+///
+/// The digest is computed when first read ([`Learned::digest`]) and kept until the next change. The
+/// avoid-lists of the tables outlive a change that cannot move them ([`Learned::invalidate_touching`]):
+/// `kept` holds them until the tables are built again.
 #[derive(Clone, Default)]
-pub struct PosteriorCache(
-    Option<Arc<Posterior>>,
-    Option<Arc<str>>,
-    Option<Arc<StateTables>>,
-);
+pub struct PosteriorCache {
+    posterior: Option<Arc<Posterior>>,
+    digest: std::sync::OnceLock<Arc<str>>,
+    tables: Option<Arc<StateTables>>,
+    kept: Option<tables::KeptLists>,
+}
 
 impl PartialEq for PosteriorCache {
     fn eq(&self, _: &Self) -> bool {
@@ -114,7 +119,7 @@ impl PartialEq for PosteriorCache {
 
 impl std::fmt::Debug for PosteriorCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() {
+        f.write_str(if self.posterior.is_some() {
             "PosteriorCache(cached)"
         } else {
             "PosteriorCache(empty)"
@@ -125,7 +130,7 @@ impl std::fmt::Debug for PosteriorCache {
 impl Learned {
     /// The posterior for `policy`: the cached one when it was computed for this policy.
     pub fn posterior(&self, policy: &Policy) -> Arc<Posterior> {
-        match &self.posterior.0 {
+        match &self.posterior.posterior {
             Some(p) if p.fingerprint == posterior::fingerprint(policy) => p.clone(),
             _ => Arc::new(Posterior::compute(
                 policy,
@@ -137,11 +142,14 @@ impl Learned {
     }
 
     /// Makes sure the cached posterior is the one of `policy` (after a change or a policy reload), and
-    /// returns it.
+    /// returns it. The tables are kept when they were built for `policy` itself (they describe this state),
+    /// else dropped: while tables are kept, the cached posterior is that of their policy.
     pub fn refresh(&mut self, policy: &Policy) -> Arc<Posterior> {
         let fresh = self.posterior(policy);
-        let digest = Some(self.digest());
-        self.posterior = PosteriorCache(Some(fresh.clone()), digest, None);
+        self.posterior.posterior = Some(fresh.clone());
+        if self.tables(policy).is_none() {
+            self.posterior.tables = None;
+        }
         fresh
     }
 
@@ -149,19 +157,20 @@ impl Learned {
     /// this very policy (the same `Arc`: a policy is not changed once shared), its fingerprint is not hashed
     /// again. Any change of the learned statistics drops the cache ([`Learned::invalidate`]).
     pub fn refresh_shared(&mut self, policy: &Arc<Policy>) -> Arc<Posterior> {
-        if let PosteriorCache(Some(post), Some(_), tables) = &self.posterior
-            && StateTables::for_policy(tables.as_ref(), policy).is_some()
+        if let Some(post) = &self.posterior.posterior
+            && self.tables(policy).is_some()
         {
             return post.clone();
         }
         let fresh = self.refresh(policy);
-        self.posterior.2 = Some(Arc::new(StateTables::new(policy.clone(), self)));
+        let kept = self.posterior.kept.take();
+        self.posterior.tables = Some(Arc::new(StateTables::new(policy.clone(), self, kept)));
         fresh
     }
 
     /// The tables [`Learned::refresh_shared`] built for `policy` itself, if it did.
     fn tables(&self, policy: &Policy) -> Option<&StateTables> {
-        StateTables::for_policy(self.posterior.2.as_ref(), policy)
+        StateTables::for_policy(self.posterior.tables.as_ref(), policy)
     }
 
     /// Each class's contention factor (catalog order) under `policy`.
@@ -187,15 +196,39 @@ impl Learned {
 
     /// Drops the caches (after the learned statistics changed).
     pub fn invalidate(&mut self) {
-        self.posterior = PosteriorCache(None, None, None);
+        self.posterior = PosteriorCache::default();
+    }
+
+    /// Drops the caches after a change that can move only the avoid-lists `touched` names
+    /// ([`tables::Touched`]): the others are kept for the next tables of the same policy.
+    pub(crate) fn invalidate_touching(&mut self, touched: &tables::Touched) {
+        let kept = match self.posterior.tables.take() {
+            Some(t) => Some(StateTables::kept(t, touched)),
+            None => self.posterior.kept.take().map(|k| k.without(touched)),
+        };
+        self.posterior = PosteriorCache {
+            kept,
+            ..PosteriorCache::default()
+        };
+    }
+
+    /// Drops the cached digest after a change that moves nothing else the caches hold.
+    pub(crate) fn forget_digest(&mut self) {
+        self.posterior.digest = std::sync::OnceLock::new();
     }
 
     /// Digest of what was learned (statistics, observation ids; not this replica's exploration
-    /// window): equal digests mean equal answers under the same policy and budget.
+    /// window): equal digests mean equal answers under the same policy and budget. Computed when first
+    /// read after a change, then kept until the next one.
     pub fn digest(&self) -> Arc<str> {
-        if let Some(d) = &self.posterior.1 {
-            return d.clone();
-        }
+        self.posterior
+            .digest
+            .get_or_init(|| self.content_digest())
+            .clone()
+    }
+
+    /// [`Learned::digest`], computed.
+    fn content_digest(&self) -> Arc<str> {
         use sha2::{Digest, Sha256};
         let mut h = Sha256::new();
         let tables = serde_json::to_vec(&(

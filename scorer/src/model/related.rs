@@ -27,9 +27,7 @@
 //! run milder than its job type's other pairs pulls the pair below them. No new constant; Score's costs do not read it (they read
 //! the pair's own median, [`super::interference::slowdown`]), and nothing is added to the learned state.
 use super::estimate::Stat;
-use super::interference::{
-    InterferenceTable, PRIOR_WRONG, VAGUE, models_of, prior_slowdown, read_name,
-};
+use super::interference::{InterferenceTable, PRIOR_WRONG, VAGUE, models_of, prior_slowdown};
 use crate::policy::Policy;
 
 /// One other pair's part: its posterior weight of "prior wrong", and its mean's weight toward the centre.
@@ -116,6 +114,7 @@ impl Related {
 
     /// (a priori chance that the prior of the pair with `other` is wrong, centre (ln) of "prior wrong") for
     /// the pair whose prior is `prior` (ln), its own runs left out (see the module's doc).
+    #[cfg(test)]
     pub fn wrong_model(
         &self,
         policy: &Policy,
@@ -123,10 +122,17 @@ impl Related {
         other: &str,
         prior: f64,
     ) -> (f64, f64) {
-        let read_as = read_name(policy, job_type, other);
+        self.wrong_model_of(
+            &super::interference::read_name(policy, job_type, other),
+            prior,
+        )
+    }
+
+    /// [`Related::wrong_model`] of the pair with the neighbour `job_type` reads as `read_as`.
+    pub fn wrong_model_of(&self, read_as: &str, prior: f64) -> (f64, f64) {
         let own = self
             .parts
-            .binary_search_by(|(n, _)| n.as_str().cmp(read_as.as_ref()))
+            .binary_search_by(|(n, _)| n.as_str().cmp(read_as))
             .map_or(Part::default(), |i| self.parts[i].1);
         let rest = self.total.minus(own);
         if rest.pairs < 0.5 {

@@ -214,6 +214,8 @@ impl Core {
         let (outcome, summary) = {
             let mut learned = self.learned_for_write();
             let outcome = model::observe(&policy, &mut learned, &obs);
+            // Every Score answers with the digest: made here, once per change, not on the admission path.
+            learned.digest();
             let summary =
                 (!outcome.duplicate).then(|| model::summary(&policy, &learned, &obs.job_type));
             (outcome, summary)
