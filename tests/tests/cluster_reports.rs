@@ -456,7 +456,18 @@ async fn policy_reports_show_violations_and_follow_a_policy_change() {
     );
     println!("excepted: {skipped}");
 
-    let metrics = observer.metrics().await.unwrap();
+    // The gauges follow the reports once the pass's writes have all returned: a moment after the report
+    // itself can be read.
+    let (metrics, _) = wait_for(
+        "the gauges of the excepted report",
+        Duration::from_secs(10),
+        || async {
+            let metrics = observer.metrics().await.ok()?;
+            let excepted = "observer_policy_report_results{result=\"skip\",reason=\"excepted\"}";
+            (metric_value(&metrics, excepted) == 1.0).then_some(metrics)
+        },
+    )
+    .await;
     for line in metrics
         .lines()
         .filter(|l| l.starts_with("observer_policy_report") || l.starts_with("observer_audit"))

@@ -76,6 +76,8 @@ struct State {
     last_full: Option<Instant>,
     /// Namespace → what its report holds now.
     reports: HashMap<String, Written>,
+    /// The (result, reason) gauges last set.
+    published: HashSet<AuditResultLabels>,
     /// What the passes decided of each object.
     decided: Decided,
 }
@@ -107,6 +109,10 @@ pub async fn run(
             if state.last_full.is_some() {
                 tracing::info!("not leading: background audit and its watches stopped");
             }
+            // The reports' gauges are the leader's: a replica that stops leading shows none.
+            metrics.audit.results.clear();
+            metrics.audit.results_omitted.set(0);
+            metrics.audit.api_served.set(0);
             state = State {
                 served: state.served,
                 ..State::default()
@@ -481,7 +487,7 @@ async fn audit(
     if let Some(stores) = &state.stores {
         stores.changes.restore(retry);
     }
-    publish_results(&state.reports, metrics);
+    publish_results(&state.reports, &mut state.published, metrics);
     Ok(summary)
 }
 
@@ -633,16 +639,28 @@ fn result_counts(findings: &[Finding]) -> HashMap<AuditResultLabels, i64> {
     counts
 }
 
-/// The results gauges: every (result, reason) of the reports as they stand, zero for those gone.
-fn publish_results(reports: &HashMap<String, Written>, metrics: &Metrics) {
+/// The results gauges: every (result, reason) of the reports as they stand; one no report holds any more
+/// is removed after the others are set, so a scrape never sees the family empty mid-update.
+fn publish_results(
+    reports: &HashMap<String, Written>,
+    published: &mut HashSet<AuditResultLabels>,
+    metrics: &Metrics,
+) {
     let mut counts: HashMap<&AuditResultLabels, i64> = HashMap::new();
     for (labels, n) in reports.values().flat_map(|w| &w.results) {
         *counts.entry(labels).or_default() += n;
     }
-    metrics.audit.results.clear();
-    for (labels, n) in counts {
-        metrics.audit.results.get_or_create(labels).set(n);
+    for (labels, n) in &counts {
+        metrics.audit.results.get_or_create(labels).set(*n);
     }
+    published.retain(|labels| {
+        let kept = counts.contains_key(labels);
+        if !kept {
+            metrics.audit.results.remove(labels);
+        }
+        kept
+    });
+    published.extend(counts.into_keys().cloned());
     let omitted: usize = reports.values().map(|w| w.omitted).sum();
     metrics.audit.results_omitted.set(omitted as i64);
 }
@@ -669,6 +687,60 @@ mod tests {
 
     fn object(v: serde_json::Value) -> DynamicObject {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn results_gauges_follow_the_reports_and_drop_what_none_holds() {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        let labels = |result, reason| AuditResultLabels { result, reason };
+        let written = |results: &[(AuditResultLabels, i64)], omitted| Written {
+            digest: [0; 32],
+            results: results.iter().cloned().collect(),
+            omitted,
+        };
+        let warn = labels("warn", "class_outside_tier");
+        let pass = labels("pass", "within_tier");
+        let mut published = HashSet::new();
+        let mut reports = HashMap::from([
+            ("a".to_string(), written(&[(warn.clone(), 2)], 1)),
+            (
+                "b".to_string(),
+                written(&[(warn.clone(), 1), (pass.clone(), 3)], 0),
+            ),
+        ]);
+        publish_results(&reports, &mut published, &metrics);
+        let text = || {
+            let mut out = String::new();
+            prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+            out
+        };
+        let value = |t: &str, sample: &str| {
+            t.lines().find_map(|l| {
+                l.strip_prefix(sample)?
+                    .strip_prefix(' ')?
+                    .parse::<i64>()
+                    .ok()
+            })
+        };
+        let warn_line =
+            r#"observer_policy_report_results{result="warn",reason="class_outside_tier"}"#;
+        let pass_line = r#"observer_policy_report_results{result="pass",reason="within_tier"}"#;
+        let t = text();
+        assert_eq!(value(&t, warn_line), Some(3));
+        assert_eq!(value(&t, pass_line), Some(3));
+        assert_eq!(value(&t, "observer_policy_report_results_omitted"), Some(1));
+
+        reports.remove("b");
+        publish_results(&reports, &mut published, &metrics);
+        let t = text();
+        assert_eq!(value(&t, warn_line), Some(2));
+        assert_eq!(
+            value(&t, pass_line),
+            None,
+            "no report holds a pass any more:\n{t}"
+        );
+        assert_eq!(published, HashSet::from([warn]));
     }
 
     #[test]
