@@ -130,6 +130,34 @@ pub async fn create_ready_nodes_bulk(
     clients: usize,
 ) -> anyhow::Result<Duration> {
     let started = Instant::now();
+    create_nodes_bulk(client, nodes, clients).await?;
+    let api = Api::<Node>::all(client.clone());
+    let want = nodes.len();
+    wait_for(
+        &format!("{want} Nodes Ready and schedulable"),
+        Duration::from_secs(60 + want as u64 / 10),
+        || async {
+            // One list of every Node a second, not five (wait_for's pace) of a list this size.
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            let listed = api.list(&ListParams::default()).await?;
+            let ready = listed
+                .items
+                .iter()
+                .filter(|n| is_ready(n) && !tainted_not_ready(n))
+                .count();
+            Ok(ready >= want)
+        },
+    )
+    .await?;
+    Ok(started.elapsed())
+}
+
+/// Creates the Nodes by `clients` concurrent requests (without kwok nothing makes them Ready).
+pub async fn create_nodes_bulk(
+    client: &kube::Client,
+    nodes: &[Value],
+    clients: usize,
+) -> anyhow::Result<()> {
     let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let nodes = std::sync::Arc::new(nodes.to_vec());
     let mut tasks = Vec::new();
@@ -155,23 +183,5 @@ pub async fn create_ready_nodes_bulk(
     for t in tasks {
         t.await??;
     }
-    let api = Api::<Node>::all(client.clone());
-    let want = nodes.len();
-    wait_for(
-        &format!("{want} Nodes Ready and schedulable"),
-        Duration::from_secs(60 + want as u64 / 10),
-        || async {
-            // One list of every Node a second, not five (wait_for's pace) of a list this size.
-            tokio::time::sleep(Duration::from_millis(800)).await;
-            let listed = api.list(&ListParams::default()).await?;
-            let ready = listed
-                .items
-                .iter()
-                .filter(|n| is_ready(n) && !tainted_not_ready(n))
-                .count();
-            Ok(ready >= want)
-        },
-    )
-    .await?;
-    Ok(started.elapsed())
+    Ok(())
 }

@@ -225,3 +225,65 @@ fn the_peer_form_runs_tiny_and_holds_its_invariants() {
         assert!(plugin(1) >= PEER_PODS, "{}: {}", cell["kind"], plugin(1));
     }
 }
+
+#[test]
+fn the_envelope_held_runs_small_and_holds_its_invariants() {
+    if gpu_admission_tests::cluster::control_plane_bin()
+        .expect("the control plane builds or is skipped")
+        .is_none()
+    {
+        return;
+    }
+    const HELD_PODS: u64 = 200;
+    const ADMITTED: u64 = 20;
+    let bins = gpu_admission_tests::binaries::binaries();
+    let dir = tempfile::tempdir().unwrap();
+    let json_path = dir.path().join("held.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_cluster-bench"))
+        .args(["--part", "held", "--nodes", "20", "--namespaces", "8"])
+        .args(["--pods", &HELD_PODS.to_string(), "--cpu-pods", "40"])
+        .args(["--held-admissions", &ADMITTED.to_string()])
+        .args(["--clients", "4", "--audit-interval-secs", "5"])
+        .args(["--deadline-ms", "1000", "--json"])
+        .arg(&json_path)
+        .env("GPU_ADMISSION_SCORER_BIN", &bins.scorer)
+        .env("GPU_ADMISSION_WEBHOOK_BIN", &bins.webhook)
+        .env("GPU_ADMISSION_OBSERVER_BIN", &bins.observer)
+        .output()
+        .expect("cluster-bench runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "cluster-bench --part held failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("### D. The envelope held: 20 Nodes, 200 GPU"));
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    let held = &report["held"];
+    assert_eq!(held["prefilled"]["pods"], HELD_PODS);
+    assert_eq!(held["prefilled"]["failed"], 0);
+    // 8 namespaces over the shipped policy's tiers: silver's hold some of the prefilled GPU Pods, all counted
+    // by the frontend (the run waits for its usage to equal them, then them and the admitted).
+    let quota_tier = held["quota_tier_gpus"].as_u64().unwrap();
+    assert!(quota_tier > 0 && quota_tier < HELD_PODS, "{held}");
+    assert_eq!(held["admitted"]["pods"], ADMITTED);
+    assert_eq!(held["admitted"]["failed"], 0, "no quota'd Pod refused");
+    assert_eq!(held["admitted_decided"], ADMITTED);
+    assert_eq!(
+        held["quota_tier_used_after"].as_f64(),
+        Some((quota_tier + ADMITTED) as f64)
+    );
+    assert!(held["audit"]["passes"].as_u64().unwrap() >= 2, "{held}");
+    assert!(
+        held["longest_pass_seconds"].as_f64().unwrap() > 0.0,
+        "{held}"
+    );
+    let processes: Vec<&str> = (held["usage"].as_array().unwrap().iter())
+        .map(|u| u["process"].as_str().unwrap())
+        .collect();
+    for p in ["apiserver", "frontend", "observer"] {
+        assert!(processes.contains(&p), "{processes:?}");
+    }
+}

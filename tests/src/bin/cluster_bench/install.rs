@@ -64,8 +64,23 @@ pub async fn install(
         .deadline_ms(deadline_ms)
         .start()
         .await?;
+    register(cluster, &webhook, skipped).await?;
+    Ok(Installed {
+        scorer,
+        webhook,
+        policy,
+        _dir: dir,
+    })
+}
+
+/// Creates both shipped registrations pointed at `webhook` ([`registrations`]).
+pub async fn register(
+    cluster: &LocalCluster,
+    webhook: &Webhook,
+    skipped: &[String],
+) -> anyhow::Result<()> {
     let client = cluster.client();
-    let (mutating, validating) = registrations(&webhook, skipped)?;
+    let (mutating, validating) = registrations(webhook, skipped)?;
     Api::<MutatingWebhookConfiguration>::all(client.clone())
         .create(&PostParams::default(), &serde_json::from_value(mutating)?)
         .await
@@ -74,12 +89,22 @@ pub async fn install(
         .create(&PostParams::default(), &serde_json::from_value(validating)?)
         .await
         .context("the validating registration")?;
-    Ok(Installed {
-        scorer,
-        webhook,
-        policy,
-        _dir: dir,
-    })
+    Ok(())
+}
+
+/// Deletes both registrations [`register`] created.
+pub async fn unregister(cluster: &LocalCluster) -> anyhow::Result<()> {
+    let client = cluster.client();
+    let dp = kube::api::DeleteParams::default();
+    Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .delete(REGISTRATION, &dp)
+        .await
+        .context("deleting the mutating registration")?;
+    Api::<ValidatingWebhookConfiguration>::all(client)
+        .delete(REGISTRATION, &dp)
+        .await
+        .context("deleting the validating registration")?;
+    Ok(())
 }
 
 /// Both shipped registrations, every webhook of them, pointed at `webhook`, `skipped` added to the namespaces

@@ -3,7 +3,8 @@
 //! - part A, the cost of scope: [`scope`];
 //! - part B, scale with kwok: [`scale`];
 //! - part C, admission cost in the peers' form: [`peer`] (its load and arms [`peer_load`], its endpoint
-//!   [`balancer`], its tables [`peer_report`]).
+//!   [`balancer`], its tables [`peer_report`]);
+//! - part D, the scale envelope held by our processes: [`held`].
 //!
 //! Each part starts its own control plane ([`gpu_admission_tests::cluster::LocalCluster`]) and gpu-admission
 //! on it ([`install`]), prints markdown tables on stdout (progress on stderr), optionally writes every number
@@ -11,6 +12,7 @@
 //! a skipped namespace, a Pod bound outside its tier). Timing is measured and printed, never judged.
 
 mod balancer;
+mod held;
 mod install;
 mod measure;
 mod peer;
@@ -36,6 +38,8 @@ enum Part {
     Both,
     /// C: Pod CREATEs at 50/200/500 clients, 1/3 replicas, with and without our registrations and floor.
     Peer,
+    /// D: a cluster of the envelope's size created around the webhooks, then quota'd Pods through them.
+    Held,
 }
 
 /// gpu-admission on a real kube-apiserver: the cost of its scope and its scale with kwok Nodes.
@@ -100,6 +104,9 @@ pub struct Args {
     /// Part C: namespaces per kind of tier (without quotas, with).
     #[arg(long, default_value_t = 10)]
     pub peer_namespaces: usize,
+    /// Part D: quota'd GPU Pods created through the webhooks once the cluster is filled.
+    #[arg(long, default_value_t = 1000)]
+    pub held_admissions: usize,
     /// Part C: the replicas' `--max-connection-requests` (their default when not given): how many calls
     /// the apiserver's connection carries before it connects again and the balancer picks the next replica.
     #[arg(long)]
@@ -115,6 +122,7 @@ struct Report {
     scope: Option<scope::Report>,
     scale: Option<scale::Report>,
     peer: Option<PeerReport>,
+    held: Option<held::Report>,
 }
 
 /// Part C's runs and cells.
@@ -183,6 +191,7 @@ async fn main() -> anyhow::Result<()> {
         scope: None,
         scale: None,
         peer: None,
+        held: None,
     };
     // Built before the clocks start (at most once per run; a no-op when up to date).
     gpu_admission_tests::binaries::binaries();
@@ -229,6 +238,16 @@ async fn main() -> anyhow::Result<()> {
             cells,
             violations,
         });
+    }
+    if args.part == Part::Held {
+        eprintln!(
+            "D. the envelope held: {} Nodes, {} GPU and {} CPU-only Pods, {} namespaces, {} clients",
+            args.nodes, args.pods, args.cpu_pods, args.namespaces, args.clients
+        );
+        let r = held::run(&args).await?;
+        held::print(&r);
+        failure = held::check(&r).err();
+        report.held = Some(r);
     }
     report.machine.load_average_after = load_average();
     println!(

@@ -97,15 +97,32 @@ pub async fn create_pods(
     run: &str,
     shape: Shape,
 ) -> Created {
+    let run = run.to_string();
+    let make = move |i: usize, _: &(String, String)| pod(&format!("{run}-{i}"), &run, shape, i);
+    create_pods_with(clients, namespaces, pods, Arc::new(make)).await
+}
+
+/// Makes Pod `i` for its (namespace, tier).
+pub type MakePod = Arc<dyn Fn(usize, &(String, String)) -> Pod + Send + Sync>;
+
+/// Creates `pods` Pods made by `make`, Pod `i` in namespace `i % namespaces.len()`, with `clients` (one task
+/// each, a closed loop).
+pub async fn create_pods_with(
+    clients: &[kube::Client],
+    namespaces: &[(String, String)],
+    pods: usize,
+    make: MakePod,
+) -> Created {
     let next = Arc::new(AtomicUsize::new(0));
+    let namespaces: Arc<[(String, String)]> = namespaces.into();
     let started = Instant::now();
     let mut tasks = Vec::new();
     for client in clients {
-        let (client, next, namespaces, run) = (
+        let (client, next, namespaces, make) = (
             client.clone(),
             next.clone(),
-            namespaces.to_vec(),
-            run.to_string(),
+            namespaces.clone(),
+            make.clone(),
         );
         tasks.push(tokio::spawn(async move {
             let (mut failed, mut errors) = (0usize, Vec::new());
@@ -114,13 +131,14 @@ pub async fn create_pods(
                 if i >= pods {
                     break;
                 }
-                let (ns, _) = &namespaces[i % namespaces.len()];
-                let p = pod(&format!("{run}-{i}"), &run, shape, i);
-                let api = Api::<Pod>::namespaced(client.clone(), ns);
+                let namespace = &namespaces[i % namespaces.len()];
+                let p = make(i, namespace);
+                let api = Api::<Pod>::namespaced(client.clone(), &namespace.0);
                 if let Err(e) = api.create(&PostParams::default(), &p).await {
                     failed += 1;
                     if errors.len() < 3 {
-                        errors.push(format!("{ns}/{run}-{i}: {e}"));
+                        let name = p.metadata.name.unwrap_or_default();
+                        errors.push(format!("{}/{name}: {e}", namespace.0));
                     }
                 }
             }

@@ -176,7 +176,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
 
 /// The observer as its leader runs in the base plus the policy-reports component: the reports' CRD, the
 /// audit every `audit_interval_secs`.
-async fn start_observer(
+pub async fn start_observer(
     cluster: &LocalCluster,
     scorer: &str,
     args: &Args,
@@ -198,6 +198,7 @@ async fn start_observer(
         &[scorer.to_string()],
         "bench-observer",
     )
+    .env("LOG_FORMAT", "json")
     .arg("--policy-reports")
     .arg(format!(
         "--audit-interval-secs={}",
@@ -209,7 +210,7 @@ async fn start_observer(
 
 /// Waits for an audit pass that started after now (the state every Pod bound) to finish: the second to finish
 /// from now, the first may have started before. Then reads every pass's time.
-async fn audit_after(observer: &Observer, args: &Args) -> anyhow::Result<Audit> {
+pub async fn audit_after(observer: &Observer, args: &Args) -> anyhow::Result<Audit> {
     let passes = |text: &str| metric_value(text, &format!("{AUDIT}_count")) as u64;
     let metrics =
         async || (observer.metrics().await).with_context(|| observer.process.log_tail(30));
@@ -257,15 +258,32 @@ pub fn fake_nodes(policy: &PolicySnapshot, n: usize, gpus: u32) -> Vec<serde_jso
     (0..n)
         .map(|i| {
             let class = &policy.catalog()[i % policy.catalog().len()];
-            let resource = if class.vendor == gpu_admission_policy::Vendor::Amd {
-                "amd.com/gpu"
-            } else {
-                "nvidia.com/gpu"
-            };
             let name = format!("kwok-{}-{i:05}", class.name.to_ascii_lowercase());
-            kwok::gpu_node(&name, class, resource, gpus)
+            kwok::gpu_node(&name, class, vendor_resource(class), gpus)
         })
         .collect()
+}
+
+/// The extended resource a fake Node of `class` offers its GPUs as.
+pub fn vendor_resource(class: &gpu_admission_policy::GpuClass) -> &'static str {
+    if class.vendor == gpu_admission_policy::Vendor::Amd {
+        "amd.com/gpu"
+    } else {
+        "nvidia.com/gpu"
+    }
+}
+
+/// The classes `tier` allows.
+pub fn allowed_classes<'p>(policy: &'p PolicySnapshot, tier: &str) -> Vec<&'p str> {
+    (policy.tiers().iter())
+        .find(|t| t.name == tier)
+        .map(|t| {
+            (policy.catalog().iter().zip(&t.allowed))
+                .filter(|(_, allowed)| **allowed)
+                .map(|(c, _)| c.name.as_str())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 struct Judged {
@@ -300,17 +318,7 @@ fn judge(
         .iter()
         .map(|(ns, t)| (ns.as_str(), t.as_str()))
         .collect();
-    let allowed = |tier: &str| -> Vec<&str> {
-        (policy.tiers().iter())
-            .find(|t| t.name == tier)
-            .map(|t| {
-                (policy.catalog().iter().zip(&t.allowed))
-                    .filter(|(_, allowed)| **allowed)
-                    .map(|(c, _)| c.name.as_str())
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let allowed = |tier: &str| allowed_classes(policy, tier);
     let mut j = Judged {
         bound: 0,
         decided: 0,
