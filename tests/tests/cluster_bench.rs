@@ -16,43 +16,58 @@ use serde_json::Value;
 
 const PODS: u64 = 200;
 
-#[test]
-fn the_cluster_benchmark_runs_small_and_holds_its_invariants() {
-    if gpu_admission_tests::cluster::control_plane_bin()
-        .expect("the control plane builds or is skipped")
-        .is_none()
-    {
-        return;
-    }
+/// Runs `cluster-bench` with `args` (debug builds on a shared 2-core machine: the tests' scorer budget of
+/// 1,000 ms, not the product's 200) and asserts it succeeded: its stdout and its JSON report. `None` where
+/// the control plane is not built.
+fn bench(args: &[&str]) -> Option<(String, Value)> {
+    gpu_admission_tests::cluster::control_plane_bin()
+        .expect("the control plane builds or is skipped")?;
     let bins = gpu_admission_tests::binaries::binaries();
     let dir = tempfile::tempdir().unwrap();
     let json_path = dir.path().join("bench.json");
     let out = Command::new(env!("CARGO_BIN_EXE_cluster-bench"))
-        .args([
-            "--nodes",
-            "50",
-            "--namespaces",
-            "8",
-            "--clients",
-            "4",
-            "--rounds",
-            "1",
-        ])
-        .args(["--pods", &PODS.to_string()])
-        .args(["--cpu-pods", "40", "--audit-interval-secs", "5"])
-        // Debug builds on a shared 2-core machine: the tests' scorer budget, not the product's 200 ms.
-        .args(["--deadline-ms", "1000", "--bind-timeout-secs", "120"])
-        .arg("--json")
+        .args(args)
+        .args(["--deadline-ms", "1000", "--json"])
         .arg(&json_path)
         .env("GPU_ADMISSION_SCORER_BIN", &bins.scorer)
         .env("GPU_ADMISSION_WEBHOOK_BIN", &bins.webhook)
         .env("GPU_ADMISSION_OBSERVER_BIN", &bins.observer)
         .output()
         .expect("cluster-bench runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     println!("{stdout}");
-    assert!(out.status.success(), "cluster-bench failed:\n{stderr}");
+    assert!(
+        out.status.success(),
+        "cluster-bench {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    Some((stdout, report))
+}
+
+#[test]
+fn the_cluster_benchmark_runs_small_and_holds_its_invariants() {
+    let pods = PODS.to_string();
+    let Some((stdout, report)) = bench(&[
+        "--nodes",
+        "50",
+        "--namespaces",
+        "8",
+        "--clients",
+        "4",
+        "--rounds",
+        "1",
+        "--pods",
+        &pods,
+        "--cpu-pods",
+        "40",
+        "--audit-interval-secs",
+        "5",
+        "--bind-timeout-secs",
+        "120",
+    ]) else {
+        return;
+    };
     for heading in [
         "### A. Cost of scope",
         "| **median** | GPU |",
@@ -66,8 +81,6 @@ fn the_cluster_benchmark_runs_small_and_holds_its_invariants() {
         assert!(stdout.contains(heading), "no `{heading}` in the output");
     }
 
-    let report: Value =
-        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
     let runs = report["scope"]["runs"].as_array().expect("part A's runs");
     assert_eq!(runs.len(), 4, "GPU and CPU-only, webhooked and skipped");
     for run in runs {
@@ -134,53 +147,26 @@ fn the_cluster_benchmark_runs_small_and_holds_its_invariants() {
 
 #[test]
 fn the_peer_form_runs_tiny_and_holds_its_invariants() {
-    if gpu_admission_tests::cluster::control_plane_bin()
-        .expect("the control plane builds or is skipped")
-        .is_none()
-    {
-        return;
-    }
     const PEER_PODS: u64 = 20;
-    let bins = gpu_admission_tests::binaries::binaries();
-    let dir = tempfile::tempdir().unwrap();
-    let json_path = dir.path().join("peer.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_cluster-bench"))
-        .args([
-            "--part",
-            "peer",
-            "--peer-clients",
-            "4",
-            "--peer-replicas",
-            "1",
-        ])
-        .args([
-            "--peer-rounds",
-            "1",
-            "--peer-nodes",
-            "4",
-            "--peer-namespaces",
-            "2",
-        ])
-        .args([
-            "--peer-pods",
-            &PEER_PODS.to_string(),
-            "--deadline-ms",
-            "1000",
-        ])
-        .arg("--json")
-        .arg(&json_path)
-        .env("GPU_ADMISSION_SCORER_BIN", &bins.scorer)
-        .env("GPU_ADMISSION_WEBHOOK_BIN", &bins.webhook)
-        .env("GPU_ADMISSION_OBSERVER_BIN", &bins.observer)
-        .output()
-        .expect("cluster-bench runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    println!("{stdout}");
-    assert!(
-        out.status.success(),
-        "cluster-bench --part peer failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let pods = PEER_PODS.to_string();
+    let Some((stdout, report)) = bench(&[
+        "--part",
+        "peer",
+        "--peer-clients",
+        "4",
+        "--peer-replicas",
+        "1",
+        "--peer-rounds",
+        "1",
+        "--peer-nodes",
+        "4",
+        "--peer-namespaces",
+        "2",
+        "--peer-pods",
+        &pods,
+    ]) else {
+        return;
+    };
     for heading in [
         "### C. Admission cost in the peers' form",
         "| 4 | 1 | quota'd GPU |",
@@ -188,8 +174,6 @@ fn the_peer_form_runs_tiny_and_holds_its_invariants() {
     ] {
         assert!(stdout.contains(heading), "no `{heading}` in the output");
     }
-    let report: Value =
-        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
     let runs = report["peer"]["runs"].as_array().expect("part C's runs");
     assert_eq!(runs.len(), 6, "three kinds, with and without");
     for run in runs {
@@ -228,39 +212,30 @@ fn the_peer_form_runs_tiny_and_holds_its_invariants() {
 
 #[test]
 fn the_envelope_held_runs_small_and_holds_its_invariants() {
-    if gpu_admission_tests::cluster::control_plane_bin()
-        .expect("the control plane builds or is skipped")
-        .is_none()
-    {
-        return;
-    }
     const HELD_PODS: u64 = 200;
     const ADMITTED: u64 = 20;
-    let bins = gpu_admission_tests::binaries::binaries();
-    let dir = tempfile::tempdir().unwrap();
-    let json_path = dir.path().join("held.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_cluster-bench"))
-        .args(["--part", "held", "--nodes", "20", "--namespaces", "8"])
-        .args(["--pods", &HELD_PODS.to_string(), "--cpu-pods", "40"])
-        .args(["--held-admissions", &ADMITTED.to_string()])
-        .args(["--clients", "4", "--audit-interval-secs", "5"])
-        .args(["--deadline-ms", "1000", "--json"])
-        .arg(&json_path)
-        .env("GPU_ADMISSION_SCORER_BIN", &bins.scorer)
-        .env("GPU_ADMISSION_WEBHOOK_BIN", &bins.webhook)
-        .env("GPU_ADMISSION_OBSERVER_BIN", &bins.observer)
-        .output()
-        .expect("cluster-bench runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    println!("{stdout}");
-    assert!(
-        out.status.success(),
-        "cluster-bench --part held failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (pods, admitted) = (HELD_PODS.to_string(), ADMITTED.to_string());
+    let Some((stdout, report)) = bench(&[
+        "--part",
+        "held",
+        "--nodes",
+        "20",
+        "--namespaces",
+        "8",
+        "--pods",
+        &pods,
+        "--cpu-pods",
+        "40",
+        "--held-admissions",
+        &admitted,
+        "--clients",
+        "4",
+        "--audit-interval-secs",
+        "5",
+    ]) else {
+        return;
+    };
     assert!(stdout.contains("### D. The envelope held: 20 Nodes, 200 GPU"));
-    let report: Value =
-        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
     let held = &report["held"];
     assert_eq!(held["prefilled"]["pods"], HELD_PODS);
     assert_eq!(held["prefilled"]["failed"], 0);

@@ -299,14 +299,7 @@ pub fn print(r: &Report) {
         "| audit passes | {}: mean {:.2} s, longest {:.1} s (log) |",
         r.audit.passes, r.audit.mean_seconds, r.longest_pass_seconds
     );
-    println!("\n| process | CPU s (whole run) | peak RSS MiB |");
-    println!("|---|---|---|");
-    for u in &r.usage {
-        println!(
-            "| {} | {:.1} | {:.0} |",
-            u.process, u.cpu_seconds, u.rss_peak_mib
-        );
-    }
+    crate::measure::print_usage(&r.usage, "whole run");
 }
 
 /// What must hold whatever the timing.

@@ -51,3 +51,15 @@ impl Watch {
             .collect()
     }
 }
+
+/// The processes' table (markdown), CPU over `phase`.
+pub fn print_usage(usage: &[Usage], phase: &str) {
+    println!("\n| process | CPU s ({phase}) | peak RSS MiB |");
+    println!("|---|---|---|");
+    for u in usage {
+        println!(
+            "| {} | {:.1} | {:.0} |",
+            u.process, u.cpu_seconds, u.rss_peak_mib
+        );
+    }
+}

@@ -417,14 +417,7 @@ pub fn print(r: &Report, args: &Args) {
         .map(|(c, n)| format!("{c} {n}"))
         .collect();
     println!("| bound per class | {} |", classes.join(", "));
-    println!("\n| process | CPU s (creation + binding) | peak RSS MiB |");
-    println!("|---|---|---|");
-    for u in &r.usage {
-        println!(
-            "| {} | {:.1} | {:.0} |",
-            u.process, u.cpu_seconds, u.rss_peak_mib
-        );
-    }
+    crate::measure::print_usage(&r.usage, "creation + binding");
 }
 
 /// What must hold whatever the timing.
