@@ -251,10 +251,8 @@ fn the_envelope_held_runs_small_and_holds_its_invariants() {
         Some((quota_tier + ADMITTED) as f64)
     );
     assert!(held["audit"]["passes"].as_u64().unwrap() >= 2, "{held}");
-    assert!(
-        held["longest_pass_seconds"].as_f64().unwrap() > 0.0,
-        "{held}"
-    );
+    let passes = held["pass_seconds"].as_array().unwrap();
+    assert!(passes.iter().any(|p| p.as_f64().unwrap() > 0.0), "{held}");
     let processes: Vec<&str> = (held["usage"].as_array().unwrap().iter())
         .map(|u| u["process"].as_str().unwrap())
         .collect();

@@ -43,12 +43,23 @@ impl Installed {
     }
 }
 
-/// Starts scorer and frontend against `cluster` with `policy_text`, creates the PriorityClasses and the
-/// tenant, and registers the shipped webhooks with `skipped` added to their excluded namespaces.
+/// [`start`], then registers the shipped webhooks with `skipped` added to their excluded namespaces.
 pub async fn install(
     cluster: &LocalCluster,
     policy_text: &str,
     skipped: &[String],
+    deadline_ms: u64,
+) -> anyhow::Result<Installed> {
+    let installed = start(cluster, policy_text, deadline_ms).await?;
+    register(cluster, &installed.webhook, skipped).await?;
+    Ok(installed)
+}
+
+/// Starts scorer and frontend against `cluster` with `policy_text` and creates the PriorityClasses and the
+/// tenant; registers nothing.
+pub async fn start(
+    cluster: &LocalCluster,
+    policy_text: &str,
     deadline_ms: u64,
 ) -> anyhow::Result<Installed> {
     let dir = tempfile::tempdir()?;
@@ -64,7 +75,6 @@ pub async fn install(
         .deadline_ms(deadline_ms)
         .start()
         .await?;
-    register(cluster, &webhook, skipped).await?;
     Ok(Installed {
         scorer,
         webhook,
@@ -89,21 +99,6 @@ pub async fn register(
         .create(&PostParams::default(), &serde_json::from_value(validating)?)
         .await
         .context("the validating registration")?;
-    Ok(())
-}
-
-/// Deletes both registrations [`register`] created.
-pub async fn unregister(cluster: &LocalCluster) -> anyhow::Result<()> {
-    let client = cluster.client();
-    let dp = kube::api::DeleteParams::default();
-    Api::<MutatingWebhookConfiguration>::all(client.clone())
-        .delete(REGISTRATION, &dp)
-        .await
-        .context("deleting the mutating registration")?;
-    Api::<ValidatingWebhookConfiguration>::all(client)
-        .delete(REGISTRATION, &dp)
-        .await
-        .context("deleting the validating registration")?;
     Ok(())
 }
 

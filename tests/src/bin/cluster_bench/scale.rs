@@ -255,13 +255,23 @@ fn gpus_per_node(args: &Args, policy: &PolicySnapshot) -> u32 {
 
 /// `n` fake Nodes, classes of the catalog in turn, each with the class's vendor resource.
 pub fn fake_nodes(policy: &PolicySnapshot, n: usize, gpus: u32) -> Vec<serde_json::Value> {
-    (0..n)
-        .map(|i| {
-            let class = &policy.catalog()[i % policy.catalog().len()];
-            let name = format!("kwok-{}-{i:05}", class.name.to_ascii_lowercase());
-            kwok::gpu_node(&name, class, vendor_resource(class), gpus)
-        })
+    (fake_node_classes(policy, n))
+        .map(|(name, class)| kwok::gpu_node(&name, class, vendor_resource(class), gpus))
         .collect()
+}
+
+/// The names and classes of [`fake_nodes`].
+pub fn fake_node_classes(
+    policy: &PolicySnapshot,
+    n: usize,
+) -> impl Iterator<Item = (String, &gpu_admission_policy::GpuClass)> {
+    (0..n).map(|i| {
+        let class = &policy.catalog()[i % policy.catalog().len()];
+        (
+            format!("kwok-{}-{i:05}", class.name.to_ascii_lowercase()),
+            class,
+        )
+    })
 }
 
 /// The extended resource a fake Node of `class` offers its GPUs as.
