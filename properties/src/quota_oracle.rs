@@ -18,8 +18,9 @@
 //! yet can end up with what the template says now; once made, what its claim says, whatever the template
 //! becomes.
 //!
-//! The ledger of reservations (`quota::ledger`, what `/validate-pod` writes before admitting): every create
-//! is decided against the watch plus the ledger and reserved through `ledger::plan`; a **failed create** is a
+//! The ledgers of reservations (`quota::ledger`, one per tier, what `/validate-pod` writes before admitting):
+//! every create is decided against the watch plus every tier's ledger (a relabelled namespace's reservations
+//! move with it) and reserved in its own tier's through `ledger::plan`; a **failed create** is a
 //! reservation written whose Pod the apiserver then refuses (another admission step, a ResourceQuota), a
 //! **create under a taken name** one refused `AlreadyExists`. With the rate limits scaled down
 //! ([`ORACLE_BOUNDS`]) so sequences reach them, after every step:
@@ -211,8 +212,9 @@ struct World {
     now_ms: u64,
     held: HeldPods,
     dra: Dra,
-    /// The quota ledger, and what the watch saw of each UID: when, and whether it is gone.
-    entries: Vec<Entry>,
+    /// The quota ledgers, one per tier (as the frontend keeps them: each reservation written to its tier's,
+    /// every decision reading all of them), and what the watch saw of each UID: when, and whether it is gone.
+    ledgers: BTreeMap<String, Vec<Entry>>,
     seen: HashMap<String, (u64, bool)>,
     /// Reservations written whose Pod the apiserver refused: namespace, when.
     failed: Vec<(&'static str, u64)>,
@@ -243,7 +245,7 @@ impl World {
             now_ms: 1_795_946_400_000,
             held: HeldPods::default(),
             dra: Dra::default(),
-            entries: Vec::new(),
+            ledgers: BTreeMap::new(),
             seen: HashMap::new(),
             failed: Vec::new(),
             reserved: Vec::new(),
@@ -410,7 +412,7 @@ impl World {
             let policy = snapshot.policy.as_deref().expect("policy");
             let usage = ledger::effective_usage(
                 self.held.usage(),
-                &self.entries,
+                self.ledgers.values().flatten(),
                 |u| self.seen_of(u),
                 now,
                 (&tier, ns),
@@ -426,7 +428,8 @@ impl World {
                 let entry = Entry::new(&uid, &tier, ns, &counted, now);
                 let taken = matches!(apiserver, Apiserver::NameOf(_));
                 let seen = |u: &str| self.seen_of(u);
-                match ledger::plan(&self.entries, entry, taken, seen, now, &ORACLE_BOUNDS) {
+                let written = self.ledgers.get(&tier).map_or(&[][..], Vec::as_slice);
+                match ledger::plan(written, entry, taken, seen, now, &ORACLE_BOUNDS) {
                     Plan::NameTaken => return Ok(Outcome::NotStored),
                     Plan::Limited(l) => {
                         let own = self
@@ -443,7 +446,7 @@ impl World {
                         return Ok(Outcome::Limited);
                     }
                     Plan::Write(entries) => {
-                        self.entries = entries;
+                        self.ledgers.insert(tier.clone(), entries);
                         let share = self.share(&tier, ns).unwrap_or(MilliGpus::MAX);
                         let tier = TIERS.into_iter().find(|t| *t == tier).expect("a tier");
                         self.reserved.push((ns, now, tier, share));
@@ -563,7 +566,7 @@ impl World {
                     let held = self.held.usage();
                     let mut without = ledger::effective_usage(
                         held,
-                        &self.entries,
+                        self.ledgers.values().flatten(),
                         seen,
                         self.now_ms,
                         (&tier, &namespace),

@@ -156,6 +156,7 @@ impl LocalCluster {
         }
         let kubeconfig = run_dir.path().join("kubeconfig");
         let client = client_for(&kubeconfig).await?;
+        install_quota_ledgers(&kubeconfig)?;
         Ok(Some(Self {
             run_dir,
             _claimed: claimed,
@@ -419,6 +420,25 @@ pub struct KubectlAnswer {
     pub ok: bool,
     pub stdout: String,
     pub stderr: String,
+}
+
+/// Installs the QuotaLedger kind (`deploy/kustomize/base/webhook/quota-ledger.yaml`), as every installation
+/// has it: the frontend reserves quota'd Pods in one per tier, in its own (here the kubeconfig's) namespace.
+fn install_quota_ledgers(kubeconfig: &Path) -> anyhow::Result<()> {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/kustomize/base/webhook/quota-ledger.yaml");
+    let file = file.to_string_lossy();
+    let established = [
+        "wait",
+        "--for=condition=Established",
+        "crd/quotaledgers.gpu-admission.io",
+        "--timeout=60s",
+    ];
+    for args in [&["apply", "-f", &file][..], &established[..]] {
+        let a = kubectl(kubeconfig, None, &[], args, "");
+        anyhow::ensure!(a.ok, "kubectl {}: {}", args.join(" "), a.stderr);
+    }
+    Ok(())
 }
 
 /// `kubectl --kubeconfig KUBECONFIG [--as=USER] [--as-group=GROUP]... ARGS`, with `stdin` piped in: how the

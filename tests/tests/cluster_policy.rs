@@ -209,8 +209,7 @@ async fn policy_reviews(webhook: &Webhook) -> u64 {
     gpu_admission_tests::observer::metric_sum(&text, prefix) as u64
 }
 
-/// The shipped `/validate-policy` registration's matchConditions (the ledger and the learned state are not
-/// sent).
+/// The shipped `/validate-policy` registration's matchConditions (the learned state is not sent).
 fn shipped_policy_match_conditions() -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../deploy/kustomize/base/webhook/validatingwebhookconfiguration.yaml");
@@ -494,15 +493,15 @@ async fn tier_policy_holds_against_a_real_apiserver() {
         &configmap(&edit).to_string(),
     );
     check("policy ConfigMap, valid edit (apply)", a.summary(), a.ok);
-    // The quota ledger beside it is not sent to the webhook at all: the admin writes one with the invalid
-    // policy's text.
+    // The observer's learned state beside it is not sent to the webhook at all: the admin writes one with
+    // the invalid policy's text.
     let mut other = configmap(&bad);
-    other["metadata"]["name"] = json!("gpu-admission-quota-ledger");
+    other["metadata"]["name"] = json!("gpu-admission-learned-state");
     let before = policy_reviews(&webhook).await;
     let a = k.run_as(None, &[], &["apply", "-f", "-"], &other.to_string());
     let after = policy_reviews(&webhook).await;
     check(
-        "the quota ledger's ConfigMap beside the policy (not sent)",
+        "the learned state's ConfigMap beside the policy (not sent)",
         format!(
             "{} (validate-policy calls {before} -> {after})",
             a.summary()

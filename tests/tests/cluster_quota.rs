@@ -11,7 +11,8 @@
 //!   can never run whole); two Jobs of 3 there get 4 Pods, their other Pods are denied with the quota's
 //!   message (the job controller's `FailedCreate`), and no 5th Pod appears;
 //! - 4 concurrent clients create 100 one-GPU Pods against a namespace `max` of 40, half through each
-//!   replica: exactly 40 admitted (the replicas share the quota ledger; the overshoot is printed);
+//!   replica: exactly 40 admitted (the replicas share each tier's quota ledger; the overshoot is printed);
+//!   each tier's reservations are in its own QuotaLedger, holding no other tier's;
 //! - Pods within the tier's `min` keep the tier's PriorityClass (`gpu-default`) and the record
 //!   `gpu-admission.io/quota: … within-min`; Pods beyond it get the shipped borrowers' class `gpu-borrowed`
 //!   (value 100) and `… borrowed`;
@@ -469,6 +470,14 @@ async fn quotas_hold() {
         started.elapsed()
     );
     assert_eq!(stored, admitted);
+    ledgers_are_per_tier(
+        &cluster,
+        &[
+            (LOAD_NS, "bronze"),
+            (SILVER_NS, "silver"),
+            (GOLD_NS, "gold"),
+        ],
+    );
     // Beyond the tier's min (4 Job Pods + 4 here): borrowers, at the borrowers' class.
     let load_pods = pods_in(&client, LOAD_NS).await;
     let borrowers = load_pods
@@ -580,6 +589,48 @@ async fn quotas_hold() {
         1 + over
     );
     assert!(freed_after < Duration::from_secs(2), "{freed_after:?}");
+}
+
+/// Each tier's reservations went to its own QuotaLedger (named by the tier), which holds no other tier's:
+/// a tier's burst is written, and conflicts, in its object only.
+fn ledgers_are_per_tier(cluster: &LocalCluster, reserved: &[(&str, &str)]) {
+    let listed = gpu_admission_tests::cluster::kubectl(
+        cluster.kubeconfig(),
+        None,
+        &[],
+        &["get", "quotaledgers", "-A", "-o", "json"],
+        "",
+    );
+    assert!(listed.ok, "{}", listed.stderr);
+    let listed: Value = serde_json::from_str(&listed.stdout).unwrap();
+    let items = listed["items"].as_array().unwrap();
+    for (ns, tier) in reserved {
+        let ledger = (items.iter())
+            .find(|l| l["metadata"]["name"] == *tier)
+            .unwrap_or_else(|| panic!("no QuotaLedger {tier} in {items:?}"));
+        assert_eq!(ledger["tier"], *tier);
+        let entries: Vec<Value> =
+            serde_json::from_str(ledger["entries"].as_str().unwrap()).unwrap();
+        assert!(
+            entries.iter().all(|e| e["tier"] == *tier),
+            "{tier}'s ledger holds another tier's entries: {entries:?}"
+        );
+        assert!(
+            entries.iter().any(|e| e["namespace"] == *ns),
+            "{tier}'s ledger holds no reservation of {ns}: {entries:?}"
+        );
+    }
+    println!(
+        "ledgers: {}",
+        (items.iter())
+            .map(|l| format!(
+                "{} ({} bytes)",
+                l["metadata"]["name"],
+                l["entries"].as_str().map_or(0, str::len)
+            ))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
 }
 
 /// `gpu-admission check --usage` on the usage `quota usage -o yaml` counts from the cluster's listing, against

@@ -638,7 +638,7 @@ fn priority_classes_equal_the_policy_buckets() {
 const OWN_PRIORITY_CLASS: &str = "gpu-admission-critical";
 
 /// RBAC resource of each Kubernetes type the frontend may use through `kube::Api<T>`.
-const KNOWN_TYPES: [(&str, &str, &str); 21] = [
+const KNOWN_TYPES: [(&str, &str, &str); 22] = [
     ("Namespace", "", "namespaces"),
     ("ResourceQuota", "", "resourcequotas"),
     (
@@ -647,6 +647,7 @@ const KNOWN_TYPES: [(&str, &str, &str); 21] = [
         "gpupolicyexceptions",
     ),
     ("FloorParameters", "gpu-admission.io", "floorparameters"),
+    ("QuotaLedger", "gpu-admission.io", "quotaledgers"),
     ("Lease", "coordination.k8s.io", "leases"),
     (
         "SubjectAccessReview",
@@ -804,9 +805,9 @@ fn rbac_grants_exactly_what_the_frontend_watches() {
             "validatingwebhookconfigurations",
         ),
     ];
-    // The quota ledger: one ConfigMap of its own namespace, granted by a Role (checked below).
-    let ledger = ("".to_string(), "configmaps".to_string());
-    assert!(used.contains(&ledger), "the quota ledger's ConfigMap");
+    // The quota ledgers: QuotaLedgers of its own namespace, granted by a Role (checked below).
+    let ledger = ("gpu-admission.io".to_string(), "quotaledgers".to_string());
+    assert!(used.contains(&ledger), "the quota ledgers");
     let watched: BTreeSet<_> = used
         .iter()
         .filter(|(g, r)| !cert_resources.contains(&(g.as_str(), r.as_str())))
@@ -879,14 +880,15 @@ fn rbac_grants_exactly_what_the_frontend_watches() {
             assert_eq!(verbs, &want, "{resource}");
             assert!(names.is_empty());
         }
-        // In its namespace: get and update of the quota ledger, nothing else.
+        // In its namespace: get, create and update of the quota ledgers (one per tier, created at its first
+        // reservation), nothing else; no other role grants them.
         assert!(bound.contains(&("Role".into(), "gpu-admission-webhook".into())));
         let ledger_role = rule_set(arr_at(m.get("Role", "gpu-admission-webhook"), "/rules"));
         let only_ledger = BTreeMap::from([(
             ledger.clone(),
             (
-                BTreeSet::from(["get".to_string(), "update".to_string()]),
-                BTreeSet::from(["gpu-admission-quota-ledger".to_string()]),
+                BTreeSet::from(["get", "create", "update"].map(String::from)),
+                BTreeSet::new(),
             ),
         )]);
         assert_eq!(
@@ -894,7 +896,8 @@ fn rbac_grants_exactly_what_the_frontend_watches() {
             "{}: Role gpu-admission-webhook",
             m.mode
         );
-        m.get("ConfigMap", "gpu-admission-quota-ledger");
+        let definition = m.get("CustomResourceDefinition", "quotaledgers.gpu-admission.io");
+        assert_eq!(definition["spec"]["scope"], "Namespaced");
         // No other role reaches the webhook outside the automatic certificate mode.
         let others: Vec<_> = bound
             .iter()
@@ -2229,9 +2232,9 @@ fn validating_webhooks_are_selective_and_trusted_in_every_mode() {
         let claims = by_name("claims.validate.gpu-admission.io");
         let exceptions = by_name("exceptions.validate.gpu-admission.io");
         assert_eq!(hooks.len(), 6, "{}", m.mode);
-        // `/validate-policy` gets the ConfigMaps of the policy's namespace but the quota ledger and the
-        // learned state (rewritten all the time), never a condition naming the policy: a policy ConfigMap
-        // renamed with `--policy-configmap` stays validated.
+        // `/validate-policy` gets the ConfigMaps of the policy's namespace but the learned state (rewritten
+        // all the time), never a condition naming the policy: a policy ConfigMap renamed with
+        // `--policy-configmap` stays validated.
         let (policy_ns, policy_name) = gpu_admission_flags::DEFAULT_POLICY_CONFIGMAP
             .split_once('/')
             .unwrap();
@@ -2241,9 +2244,7 @@ fn validating_webhooks_are_selective_and_trusted_in_every_mode() {
         );
         let left_out = str_at(&policy["matchConditions"][0], "/expression");
         assert!(
-            left_out.starts_with("!(")
-                && left_out.contains("'gpu-admission-quota-ledger'")
-                && left_out.contains(&format!("'{LEARNED_STATE_CONFIGMAP}'"))
+            left_out.ends_with(&format!("!= '{LEARNED_STATE_CONFIGMAP}'"))
                 && !left_out.contains(policy_name),
             "{left_out}"
         );

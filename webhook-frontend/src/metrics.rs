@@ -186,6 +186,8 @@ pub(crate) enum LedgerWrite {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct LedgerWriteLabels {
+    /// The tier whose ledger it is (a quota'd tier of the policy: bounded).
+    pub(crate) tier: String,
     pub(crate) result: LedgerWrite,
 }
 
@@ -462,7 +464,7 @@ impl Metrics {
         );
         r.register(
             "quota_ledger_writes",
-            "Writes of the GPU quota ledger by result, each carrying every reservation decided since the last (written, conflict: another replica wrote first, failed, limited: the namespace over its own rate limit of reservations, name_taken)",
+            "Writes of the GPU quota ledgers by tier and result, each carrying every reservation decided since the last (written, conflict: another replica wrote first, failed, limited: the namespace over its own rate limit of reservations, name_taken)",
             m.quota_ledger_writes.clone(),
         );
         r.register(
@@ -545,11 +547,13 @@ impl Metrics {
         self.quota_ledger_write_duration.observe(seconds);
     }
 
-    /// One write of the quota ledger.
-    pub(crate) fn record_ledger_write(&self, result: LedgerWrite) {
-        self.quota_ledger_writes
-            .get_or_create(&LedgerWriteLabels { result })
-            .inc();
+    /// One write of `tier`'s quota ledger.
+    pub(crate) fn record_ledger_write(&self, tier: &str, result: LedgerWrite) {
+        let labels = LedgerWriteLabels {
+            tier: tier.to_string(),
+            result,
+        };
+        self.quota_ledger_writes.get_or_create(&labels).inc();
     }
 
     pub(crate) fn record_violation(&self, tier: &str, reason: &'static str, mode: &'static str) {

@@ -7,21 +7,24 @@ use gpu_admission_policy::quotas::MilliGpus;
 use super::{NAMESPACES, ORACLE_BOUNDS, World};
 
 impl World {
-    /// The ledger's invariants: what one namespace's reservations take from another, and whose the rate
-    /// limit is.
+    /// The ledgers' invariants: each holds its tier's reservations only, what one namespace's reservations
+    /// take from another, and whose the rate limit is.
     pub(super) fn check_ledger(&self) -> Result<(), String> {
         let now = self.now_ms;
         let seen = |u: &str| self.seen_of(u);
         let held = self.held.usage();
-        let mut pruned = self.entries.clone();
-        ledger::prune(&mut pruned, seen, now);
+        if let Some((tier, e)) = (self.ledgers.iter())
+            .find_map(|(tier, es)| Some(tier).zip(es.iter().find(|e| e.tier != *tier)))
+        {
+            return Err(format!("tier {tier}'s ledger holds {e:?}"));
+        }
+        let entries: Vec<Entry> = self.ledgers.values().flatten().cloned().collect();
         for b in NAMESPACES {
             let tier = self.labels[b];
-            let with = ledger::effective_usage(held, &self.entries, seen, now, (tier, b));
+            let with = ledger::effective_usage(held, &entries, seen, now, (tier, b));
             for a in NAMESPACES.into_iter().filter(|a| *a != b) {
                 let without = |keep: &dyn Fn(&Entry) -> bool| {
-                    let kept: Vec<Entry> =
-                        self.entries.iter().filter(|e| keep(e)).cloned().collect();
+                    let kept: Vec<Entry> = entries.iter().filter(|e| keep(e)).cloned().collect();
                     ledger::effective_usage(held, &kept, seen, now, (tier, b))
                 };
                 let took = with
@@ -52,6 +55,9 @@ impl World {
                     ));
                 }
             }
+            // Its next reservation is written to its tier's ledger, whose entries its limit reads.
+            let mut pruned = self.ledgers.get(tier).cloned().unwrap_or_default();
+            ledger::prune(&mut pruned, seen, now);
             let own: Vec<Entry> = pruned
                 .iter()
                 .filter(|e| e.namespace == b)

@@ -1,17 +1,13 @@
-//! The quota ledger's I/O ([`gpu_admission_core::quota::ledger`] holds its rules): one ConfigMap,
-//! `gpu-admission-quota-ledger` in the frontend's namespace (shipped empty in deploy/kustomize/base; created
-//! here when missing), whose `entries` key is the JSON list of admitted quota'd Pods no watch may have seen.
-//! Written with the version last read (`metadata.resourceVersion`): a conflict means another replica admitted
-//! in between, and the admission reads and decides again.
+//! The quota ledgers' I/O ([`gpu_admission_core::quota::ledger`] holds their rules, and
+//! [`gpu_admission_core::quota::ledger::object`] their stored form): one `QuotaLedger` per quota'd tier in the
+//! frontend's namespace, created here when missing, holding the tier's admitted quota'd Pods no watch may
+//! have seen. Written with the version last read (`metadata.resourceVersion`): a conflict means another
+//! replica admitted in that tier in between, and the admission reads and decides again.
+use gpu_admission_core::quota::ledger::object::{QuotaLedger, object_name};
 use gpu_admission_core::quota::ledger::{Entry, Limited};
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, PostParams};
 
-/// The ConfigMap's name.
-pub(crate) const LEDGER_NAME: &str = "gpu-admission-quota-ledger";
-const ENTRIES_KEY: &str = "entries";
-
-/// The ledger as last read or written: its entries and the version to write on top of.
+/// A tier's ledger as last read or written: its entries and the version to write on top of.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct LedgerVersion {
     /// `None`: the object does not exist (yet).
@@ -43,81 +39,61 @@ impl std::fmt::Display for LedgerError {
     }
 }
 
-/// The ledger object of one frontend installation.
+/// The ledger objects of one frontend installation.
 #[derive(Clone)]
 pub(crate) struct LedgerStore {
-    api: Api<ConfigMap>,
+    api: Api<QuotaLedger>,
 }
 
 impl LedgerStore {
-    /// The ledger in the client's namespace (in a Pod: its service account's).
+    /// The ledgers in the client's namespace (in a Pod: its service account's).
     pub(crate) fn new(client: kube::Client) -> Self {
         Self {
             api: Api::default_namespaced(client),
         }
     }
 
-    /// Reads the ledger; a missing object is an empty ledger to create.
-    pub(crate) async fn read(&self) -> Result<LedgerVersion, LedgerError> {
-        let cm = self
-            .api
-            .get_opt(LEDGER_NAME)
-            .await
-            .map_err(|e| LedgerError::Api(format!("reading ConfigMap {LEDGER_NAME}: {e}")))?;
-        let Some(cm) = cm else {
+    /// Reads `tier`'s ledger; a missing object is an empty ledger to create.
+    pub(crate) async fn read(&self, tier: &str) -> Result<LedgerVersion, LedgerError> {
+        let name = object_name(tier);
+        let stored = (self.api.get_opt(&name).await)
+            .map_err(|e| LedgerError::Api(format!("reading QuotaLedger {name}: {e}")))?;
+        let Some(stored) = stored else {
             return Ok(LedgerVersion::default());
         };
-        let entries = match cm.data.as_ref().and_then(|d| d.get(ENTRIES_KEY)) {
-            None => Vec::new(),
-            Some(json) => serde_json::from_str(json).map_err(|e| {
-                LedgerError::Api(format!("ConfigMap {LEDGER_NAME} is not a ledger: {e}"))
-            })?,
-        };
+        let entries = stored.entries_of(tier).map_err(|e| {
+            LedgerError::Api(format!("QuotaLedger {name} holds no list of entries: {e}"))
+        })?;
         Ok(LedgerVersion {
-            resource_version: cm.metadata.resource_version,
+            resource_version: stored.metadata.resource_version,
             entries,
         })
     }
 
-    /// Writes `entries` on top of `on` (created when `on` has no version); the new version on success.
+    /// Writes `entries` as `tier`'s ledger on top of `on` (created when `on` has no version); the new version
+    /// on success.
     pub(crate) async fn write(
         &self,
+        tier: &str,
         on: &LedgerVersion,
         entries: Vec<Entry>,
     ) -> Result<LedgerVersion, LedgerError> {
-        let json = serde_json::to_string(&entries)
+        let object = QuotaLedger::new(tier, &entries, on.resource_version.clone())
             .map_err(|e| LedgerError::Api(format!("encoding the ledger: {e}")))?;
-        let cm = ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(LEDGER_NAME.to_string()),
-                resource_version: on.resource_version.clone(),
-                labels: Some(
-                    [(
-                        "app.kubernetes.io/name".to_string(),
-                        "gpu-admission-webhook".to_string(),
-                    )]
-                    .into(),
-                ),
-                ..Default::default()
-            },
-            data: Some([(ENTRIES_KEY.to_string(), json)].into()),
-            ..Default::default()
-        };
+        let name = object_name(tier);
         let pp = PostParams::default();
         let written = match on.resource_version {
-            Some(_) => self.api.replace(LEDGER_NAME, &pp, &cm).await,
-            None => self.api.create(&pp, &cm).await,
+            Some(_) => self.api.replace(&name, &pp, &object).await,
+            None => self.api.create(&pp, &object).await,
         };
         match written {
-            Ok(cm) => Ok(LedgerVersion {
-                resource_version: cm.metadata.resource_version,
+            Ok(stored) => Ok(LedgerVersion {
+                resource_version: stored.metadata.resource_version,
                 entries,
             }),
             // 409: a stale version on replace, or another replica created it first.
             Err(kube::Error::Api(e)) if e.code == 409 => Err(LedgerError::Conflict),
-            Err(e) => Err(LedgerError::Api(format!(
-                "writing ConfigMap {LEDGER_NAME}: {e}"
-            ))),
+            Err(e) => Err(LedgerError::Api(format!("writing QuotaLedger {name}: {e}"))),
         }
     }
 }

@@ -12,19 +12,21 @@
 //! Pod being deleted holds its quota until its deletion time plus its grace period has passed
 //! ([`demand::holds_quota`], as ResourceQuota counts).
 //!
-//! Admissions in flight: `/validate-pod` decides against the watch plus the **quota ledger**
-//! ([`gpu_admission_core::quota::ledger`]: what any replica admitted that this watch has not seen) and admits
-//! only once its Pod's entry is written on top of the ledger version it decided on ([`super::quota_ledger`]).
-//! One writer per replica writes every reservation decided since its last write in one ConfigMap update
-//! (group commit): reservations decided while a write is in flight build on its entries and go in the next
-//! one, so a burst costs one write per round trip, not one per Pod; a conflict sends every reservation of
-//! the write, and those built on it, back to be decided again on a fresh read. So replicas and
+//! Admissions in flight: `/validate-pod` decides against the watch plus the **quota ledgers**
+//! ([`gpu_admission_core::quota::ledger`]: what any replica admitted that this watch has not seen, one
+//! ledger per tier) and admits only once its Pod's entry is written on top of the version of its tier's
+//! ledger it decided on ([`super::quota_ledger`]). One writer per replica and tier writes every reservation
+//! of the tier decided since its last write in one update (group commit): reservations decided while a write
+//! is in flight build on its entries and go in the next one, so a burst costs one write per round trip, not
+//! one per Pod; a conflict sends every reservation of the write, and those built on it, back to be decided
+//! again on a fresh read. A tier's reservations wait only on that tier's writes: another tier's burst
+//! shares with them the decisions' lock (in memory, no I/O under it), never a write. So replicas and
 //! concurrent admissions do not overshoot a `max`, as long as every watch sees a new Pod within
 //! [`ledger::OTHERS_WINDOW_MS`] of another replica's write. A CREATE of a namespace/name the watch already
 //! holds is decided but reserves nothing: the apiserver refuses it `AlreadyExists` after admission.
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -144,6 +146,43 @@ struct Batch {
     waiting: Vec<Waiting>,
 }
 
+/// One tier's ledger in this replica: as last read or written, the reservations not yet written, and the
+/// wake-up of its writer ([`QuotaUsage::write_batches`]).
+struct TierLedger {
+    ledger: LedgerVersion,
+    batch: Batch,
+    flush: Arc<tokio::sync::Notify>,
+}
+
+impl TierLedger {
+    /// The entries a reservation is decided on and taken into: the reservations not yet written, else the
+    /// ledger as last read (copied once per batch, each reservation then taken in place).
+    fn pending(&mut self) -> &mut Vec<Entry> {
+        let ledger = &self.ledger;
+        let (_, entries) = self.batch.next.get_or_insert_with(|| {
+            (
+                Base::Known(ledger.resource_version.clone()),
+                ledger.entries.clone(),
+            )
+        });
+        entries
+    }
+
+    /// What a decision reads of it: the reservations not yet written, else the ledger as last read.
+    fn known(&self) -> &[Entry] {
+        self.batch
+            .next
+            .as_ref()
+            .map_or(&self.ledger.entries, |(_, e)| e)
+    }
+}
+
+/// Every entry this replica knows of, in every tier's ledger (a namespace relabelled since its reservations
+/// is decided with them in its new tier).
+fn known_entries(ledgers: &BTreeMap<String, TierLedger>) -> impl Iterator<Item = &Entry> {
+    ledgers.values().flat_map(TierLedger::known)
+}
+
 /// The quota usage of the cluster's tier namespaces.
 /// Pods per page of the Pod watch's list: at most ~150 MiB of page for Pods at the apiserver's 1.5 MiB object
 /// limit (kube's default, 500, would be ~750 MiB against the frontend's 256 MiB), ~1,500 requests for the
@@ -151,17 +190,16 @@ struct Batch {
 const LIST_PAGE: u32 = 100;
 
 pub(crate) struct QuotaUsage {
+    /// Itself, for the writers started as tiers reserve.
+    me: Weak<QuotaUsage>,
     state: Mutex<State>,
     synced: AtomicBool,
     cluster: Arc<ClusterFacts>,
     policy: Arc<PolicyCache>,
     store: LedgerStore,
-    /// The ledger as this replica last read or wrote it.
-    ledger: Mutex<LedgerVersion>,
-    /// One ledger write at a time per replica (its own admissions never conflict with each other).
-    batch: Mutex<Batch>,
-    /// Wakes the ledger's writer ([`Self::write_batches`]).
-    flush: tokio::sync::Notify,
+    /// Each tier's ledger as this replica knows it; one write at a time per tier (a replica's own
+    /// admissions never conflict with each other).
+    ledgers: Mutex<BTreeMap<String, TierLedger>>,
     metrics: Arc<Metrics>,
 }
 
@@ -173,15 +211,14 @@ impl QuotaUsage {
         policy: Arc<PolicyCache>,
         metrics: Arc<Metrics>,
     ) -> Arc<Self> {
-        let me = Arc::new(Self {
+        let me = Arc::new_cyclic(|me| Self {
+            me: me.clone(),
             state: Mutex::default(),
             synced: AtomicBool::new(false),
             cluster,
             policy,
             store: LedgerStore::new(client.clone()),
-            ledger: Mutex::default(),
-            batch: Mutex::default(),
-            flush: tokio::sync::Notify::new(),
+            ledgers: Mutex::default(),
             metrics,
         });
         // Every Pod, finished ones too: a CREATE of a name any stored Pod holds is refused after admission.
@@ -190,7 +227,6 @@ impl QuotaUsage {
         // projection only.
         let pages = watcher::Config::default().page_size(LIST_PAGE);
         let stream = watcher(Api::<WatchedPod>::all(client), pages).default_backoff();
-        tokio::spawn(me.clone().write_batches());
         let usage = me.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(RECOUNT_EVERY);
@@ -306,14 +342,12 @@ impl QuotaUsage {
         if !self.is_synced() {
             return None;
         }
-        // Batch, ledger, then state: the order `reserve` and the writer take them in; no copy of the entries.
-        let batch = self.lock_batch();
-        let ledger = self.lock_ledger();
-        let entries = batch.next.as_ref().map_or(&ledger.entries, |(_, e)| e);
+        // Ledgers, then state: the order `reserve` takes them in; no copy of the entries.
+        let ledgers = self.lock_ledgers();
         let s = self.fresh_state();
         Some(ledger::effective_usage(
             s.held.usage(),
-            entries,
+            known_entries(&ledgers),
             |u| s.seen(u),
             now_ms(),
             (tier, namespace),
@@ -355,22 +389,22 @@ impl QuotaUsage {
             return Err(QuotaUnavailable::NotCountedYet);
         }
         loop {
-            let (decision, written) = {
-                let mut guard = self.lock_batch();
-                let batch = &mut *guard;
-                // The reservations not yet written, else the ledger as last read: copied once per batch,
-                // each reservation then taken in place.
-                let (_, entries) = batch.next.get_or_insert_with(|| {
-                    let on = self.lock_ledger();
-                    (Base::Known(on.resource_version.clone()), on.entries.clone())
-                });
+            let (decision, written, flush) = {
+                let mut guard = self.lock_ledgers();
+                let ledgers = &mut *guard;
+                let mine = match ledgers.get_mut(tier.as_str()) {
+                    Some(mine) => mine,
+                    None => ledgers.entry(tier.clone()).or_insert(self.start_tier(tier)),
+                };
+                mine.pending();
+                let flush = mine.flush.clone();
                 let now = now_ms();
                 let (decision, planned) = {
                     let s = self.fresh_state();
                     let seen = |u: &str| s.seen(u);
                     let usage = ledger::effective_usage(
                         s.held.usage(),
-                        entries,
+                        known_entries(ledgers),
                         seen,
                         now,
                         (tier, namespace),
@@ -382,26 +416,32 @@ impl QuotaUsage {
                     };
                     let entry = Entry::new(pod.uid, tier, namespace, counted, now);
                     let taken = s.names.contains(&key(namespace, pod.name));
+                    let Some(mine) = ledgers.get_mut(tier.as_str()) else {
+                        unreachable!("the tier's ledger was inserted under the same lock")
+                    };
                     let planned =
-                        ledger::plan_in(entries, entry, taken, seen, now, &ledger::BOUNDS);
+                        ledger::plan_in(mine.pending(), entry, taken, seen, now, &ledger::BOUNDS);
                     (d, planned)
                 };
                 match planned {
                     Planned::NameTaken => {
-                        self.metrics.record_ledger_write(LedgerWrite::name_taken);
+                        self.metrics
+                            .record_ledger_write(tier, LedgerWrite::name_taken);
                         return Ok(Some(decision));
                     }
                     Planned::Limited(limited) => {
-                        self.metrics.record_ledger_write(LedgerWrite::limited);
+                        self.metrics.record_ledger_write(tier, LedgerWrite::limited);
                         return Err(not_reserved(LedgerError::Limited(limited)));
                     }
                     Planned::Written => {}
                 }
                 let (tx, rx) = tokio::sync::oneshot::channel();
-                batch.waiting.push(tx);
-                (decision, rx)
+                if let Some(mine) = ledgers.get_mut(tier.as_str()) {
+                    mine.batch.waiting.push(tx);
+                }
+                (decision, rx, flush)
             };
-            self.flush.notify_one();
+            flush.notify_one();
             match written.await {
                 Ok(Flushed::Written) => return Ok(Some(decision)),
                 Ok(Flushed::Retry) if std::time::Instant::now() < until => continue,
@@ -414,60 +454,46 @@ impl QuotaUsage {
                 }
             }
         }
-        self.metrics.record_ledger_write(LedgerWrite::failed);
+        self.metrics.record_ledger_write(tier, LedgerWrite::failed);
         Err(not_reserved(LedgerError::Contended))
     }
 
-    /// The one writer of the ledger: writes every reservation decided since its last write in one update on
-    /// top of the version they were decided on, and tells each whether it was written. Reservations decided
-    /// while a write is in flight build on its entries and go in the next write, on the version it made; a
-    /// conflict or a failure sends every one of them back to be decided again on a fresh read.
-    async fn write_batches(self: Arc<Self>) {
+    /// A tier's ledger as first reserved in, not read yet (its first write creates it, or conflicts and
+    /// reads it), with its writer started.
+    fn start_tier(&self, tier: &str) -> TierLedger {
+        let flush = Arc::new(tokio::sync::Notify::new());
+        if let Some(me) = self.me.upgrade() {
+            tokio::spawn(me.write_batches(tier.to_string(), flush.clone()));
+        }
+        TierLedger {
+            ledger: LedgerVersion::default(),
+            batch: Batch::default(),
+            flush,
+        }
+    }
+
+    /// The one writer of `tier`'s ledger in this replica: writes every reservation of the tier decided since
+    /// its last write in one update on top of the version they were decided on, and tells each whether it was
+    /// written. Reservations decided while a write is in flight build on its entries and go in the next
+    /// write, on the version it made; a conflict or a failure sends every one of them back to be decided again
+    /// on a fresh read.
+    async fn write_batches(self: Arc<Self>, tier: String, flush: Arc<tokio::sync::Notify>) {
         loop {
-            self.flush.notified().await;
-            while let Some((base, entries, waiting)) = self.take_batch() {
+            flush.notified().await;
+            while let Some((base, entries, waiting)) = self.take_batch(&tier) {
                 let on = LedgerVersion {
                     resource_version: base,
                     entries: Vec::new(),
                 };
                 let started = std::time::Instant::now();
-                let result = self.store.write(&on, entries).await;
+                let result = self.store.write(&tier, &on, entries).await;
                 self.metrics
                     .record_ledger_batch(waiting.len(), started.elapsed().as_secs_f64());
                 let fresh = match &result {
-                    Err(LedgerError::Conflict) => Some(self.store.read().await),
+                    Err(LedgerError::Conflict) => Some(self.store.read(&tier).await),
                     _ => None,
                 };
-                let mut batch = self.lock_batch();
-                let (mine, later) = match result {
-                    Ok(written) => {
-                        self.metrics.record_ledger_write(LedgerWrite::written);
-                        if let Some((base @ Base::AfterWrite, _)) = &mut batch.next {
-                            *base = Base::Known(written.resource_version.clone());
-                        }
-                        *self.lock_ledger() = written;
-                        (Flushed::Written, None)
-                    }
-                    Err(e) => {
-                        let conflict = matches!(e, LedgerError::Conflict);
-                        self.metrics.record_ledger_write(if conflict {
-                            LedgerWrite::conflict
-                        } else {
-                            LedgerWrite::failed
-                        });
-                        if let Some(Ok(fresh)) = fresh {
-                            *self.lock_ledger() = fresh;
-                        }
-                        batch.next = None;
-                        let mine = if conflict {
-                            Flushed::Retry
-                        } else {
-                            Flushed::Failed(e.to_string())
-                        };
-                        (mine, Some(std::mem::take(&mut batch.waiting)))
-                    }
-                };
-                drop(batch);
+                let (mine, later) = self.written(&tier, result, fresh);
                 for w in waiting {
                     let _ = w.send(mine.clone());
                 }
@@ -478,9 +504,55 @@ impl QuotaUsage {
         }
     }
 
-    /// What the next write carries: the version its entries were decided on, the entries, who waits.
-    fn take_batch(&self) -> Option<(Option<String>, Vec<Entry>, Vec<Waiting>)> {
-        let mut batch = self.lock_batch();
+    /// Takes a write's result into `tier`'s ledger: what its reservations learn, and the reservations built
+    /// on it that must be decided again (after a conflict or a failure).
+    fn written(
+        &self,
+        tier: &str,
+        result: Result<LedgerVersion, LedgerError>,
+        fresh: Option<Result<LedgerVersion, LedgerError>>,
+    ) -> (Flushed, Option<Vec<Waiting>>) {
+        let mut ledgers = self.lock_ledgers();
+        let Some(t) = ledgers.get_mut(tier) else {
+            return (Flushed::Retry, None);
+        };
+        match result {
+            Ok(written) => {
+                self.metrics.record_ledger_write(tier, LedgerWrite::written);
+                if let Some((base @ Base::AfterWrite, _)) = &mut t.batch.next {
+                    *base = Base::Known(written.resource_version.clone());
+                }
+                t.ledger = written;
+                (Flushed::Written, None)
+            }
+            Err(e) => {
+                let conflict = matches!(e, LedgerError::Conflict);
+                self.metrics.record_ledger_write(
+                    tier,
+                    if conflict {
+                        LedgerWrite::conflict
+                    } else {
+                        LedgerWrite::failed
+                    },
+                );
+                if let Some(Ok(fresh)) = fresh {
+                    t.ledger = fresh;
+                }
+                t.batch.next = None;
+                let mine = if conflict {
+                    Flushed::Retry
+                } else {
+                    Flushed::Failed(e.to_string())
+                };
+                (mine, Some(std::mem::take(&mut t.batch.waiting)))
+            }
+        }
+    }
+
+    /// What `tier`'s next write carries: the version its entries were decided on, the entries, who waits.
+    fn take_batch(&self, tier: &str) -> Option<(Option<String>, Vec<Entry>, Vec<Waiting>)> {
+        let mut ledgers = self.lock_ledgers();
+        let batch = &mut ledgers.get_mut(tier)?.batch;
         if batch.waiting.is_empty() {
             if matches!(batch.next, Some((Base::Known(_), _))) {
                 batch.next = None;
@@ -494,16 +566,12 @@ impl QuotaUsage {
         Some((base, entries, std::mem::take(&mut batch.waiting)))
     }
 
-    fn lock_batch(&self) -> std::sync::MutexGuard<'_, Batch> {
-        self.batch.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock_ledgers(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, TierLedger>> {
+        self.ledgers.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn lock_ledger(&self) -> std::sync::MutexGuard<'_, LedgerVersion> {
-        self.ledger.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Brings the counts in step ([`Self::fresh_state`]) and rewrites `gpu_admission_quota_gpus`: what each
