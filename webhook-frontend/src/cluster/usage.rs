@@ -609,3 +609,50 @@ impl QuotaUsage {
 fn not_reserved(e: LedgerError) -> QuotaUnavailable {
     QuotaUnavailable::NotReserved(e.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use gpu_admission_core::quota::demand::Counted;
+
+    use super::*;
+
+    fn tier(version: &str, uids: &[&str], name: &str) -> TierLedger {
+        let counted = Counted {
+            classes: [("L4-24GB".to_string(), 1000)].into(),
+            total: 1000,
+        };
+        TierLedger {
+            ledger: LedgerVersion {
+                resource_version: Some(version.to_string()),
+                entries: (uids.iter())
+                    .map(|u| Entry::new(u, name, "team-a", &counted, 0))
+                    .collect(),
+            },
+            batch: Batch::default(),
+            flush: Arc::default(),
+        }
+    }
+
+    #[test]
+    fn a_decision_reads_every_tier_s_ledger_and_reserves_in_its_own() {
+        let mut ledgers = BTreeMap::from([
+            ("gold".to_string(), tier("7", &["g1"], "gold")),
+            ("silver".to_string(), tier("3", &["s1"], "silver")),
+        ]);
+        let gold = ledgers.get_mut("gold").unwrap();
+        let reserved = gold.pending()[0].clone();
+        gold.pending().push(Entry {
+            uid: "g2".into(),
+            ..reserved
+        });
+        let uids: Vec<&str> = known_entries(&ledgers).map(|e| e.uid.as_str()).collect();
+        assert_eq!(uids, ["g1", "g2", "s1"]);
+        // Gold's batch builds on the version it read; silver's ledger is untouched and has no batch.
+        assert!(matches!(
+            &ledgers["gold"].batch.next,
+            Some((Base::Known(Some(v)), e)) if v == "7" && e.len() == 2
+        ));
+        assert!(ledgers["silver"].batch.next.is_none());
+        assert_eq!(ledgers["silver"].known().len(), 1);
+    }
+}
