@@ -172,24 +172,29 @@ pub async fn tenant_clients(cluster: &LocalCluster, n: usize) -> anyhow::Result<
     Ok(out)
 }
 
-/// The classes the quota'd tier allows in the shipped policy (each given a `max` no run reaches).
-const QUOTA_CLASSES: [&str; 5] = [
-    "A100-80GB",
-    "A100-40GB",
-    "MI300X-192GB",
-    "L40S-48GB",
-    "L4-24GB",
-];
-
 /// The shipped policy in Enforce with quotas on [`QUOTA_TIER`].
 pub fn policy_with_quotas() -> anyhow::Result<String> {
-    let classes: Vec<String> = QUOTA_CLASSES
-        .iter()
-        .map(|c| format!("{c}: {{ max: 1000000 }}"))
-        .collect();
-    Ok(format!(
-        "{}\nquotas:\n  tiers:\n    - tier: {QUOTA_TIER}\n      classes: {{ {} }}\n",
-        shipped_policy_in_enforce()?,
-        classes.join(", ")
-    ))
+    policy_with_quotas_on(&[QUOTA_TIER])
+}
+
+/// The shipped policy in Enforce with quotas on `tiers`, each on every class it allows with a `max` no run
+/// reaches: each such tier has its own quota ledger.
+pub fn policy_with_quotas_on(tiers: &[&str]) -> anyhow::Result<String> {
+    let text = shipped_policy_in_enforce()?;
+    let policy = gpu_admission_policy::parse(&text, "shipped policy")?;
+    let mut out = format!("{text}\nquotas:\n  tiers:\n");
+    for name in tiers {
+        let tier = (policy.tiers.iter())
+            .find(|t| t.name == *name)
+            .with_context(|| format!("the shipped policy has no tier {name}"))?;
+        let classes: Vec<String> = (policy.classes.iter().zip(&tier.allowed))
+            .filter(|(_, allowed)| **allowed)
+            .map(|(c, _)| format!("{}: {{ max: 1000000 }}", c.name))
+            .collect();
+        let classes = classes.join(", ");
+        out.push_str(&format!(
+            "    - tier: {name}\n      classes: {{ {classes} }}\n"
+        ));
+    }
+    Ok(out)
 }

@@ -104,6 +104,10 @@ pub struct Args {
     /// Part C: namespaces per kind of tier (without quotas, with).
     #[arg(long, default_value_t = 10)]
     pub peer_namespaces: usize,
+    /// Part C: the tiers with quotas the quota'd namespaces are spread over (1 to 3: silver, bronze, gold),
+    /// each with its own quota ledger; the others are the tiers without quotas.
+    #[arg(long, default_value_t = 1)]
+    pub peer_quota_tiers: usize,
     /// Part D: quota'd GPU Pods created through the webhooks once the cluster is filled.
     #[arg(long, default_value_t = 1000)]
     pub held_admissions: usize,
@@ -128,6 +132,8 @@ struct Report {
 /// Part C's runs and cells.
 #[derive(Serialize)]
 struct PeerReport {
+    /// The tiers with quotas the quota'd namespaces were spread over (`--peer-quota-tiers`).
+    quota_tiers: usize,
     runs: Vec<peer::Run>,
     cells: Vec<peer_report::Cell>,
     /// What [`peer::check`] found not held, per run.
@@ -234,6 +240,7 @@ async fn main() -> anyhow::Result<()> {
             ));
         }
         report.peer = Some(PeerReport {
+            quota_tiers: args.peer_quota_tiers,
             runs,
             cells,
             violations,

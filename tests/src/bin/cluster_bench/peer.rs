@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 
 use crate::Args;
 use crate::balancer::Balancer;
-use crate::install::{QUOTA_TIER, TENANT, policy_with_quotas, registrations, tenant_clients};
+use crate::install::{QUOTA_TIER, TENANT, policy_with_quotas_on, registrations, tenant_clients};
 use crate::peer_load::{
     Arm, FRONTEND_DURATION, Installation, LEDGER_BATCH, LEDGER_WRITE_DURATION, Load,
     PLUGIN_CREATES, PLUGIN_DURATION, POD_WEBHOOKS, POLICY_PLUGIN, Probes, REQUEST_DURATION,
@@ -34,6 +34,10 @@ use crate::peer_load::{
 use crate::pods::{Shape, annotation, create_namespaces, delete_all, list_run};
 
 const FLOOR: &str = "deploy/kustomize/base/floor.yaml";
+
+/// The tiers the quota'd namespaces are spread over (`--peer-quota-tiers` of them, [`QUOTA_TIER`] first,
+/// whose namespace the floor's probe uses): each has its own quota ledger.
+const QUOTA_TIERS: [&str; 3] = [QUOTA_TIER, "bronze", "gold"];
 
 /// What one cell's Pods are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, ValueEnum)]
@@ -186,7 +190,8 @@ impl SetUp {
     async fn start(cluster: &LocalCluster, args: &Args) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
         let policy_file = dir.path().join("default-policy.yaml");
-        std::fs::write(&policy_file, policy_with_quotas()?)?;
+        let quota_tiers = &QUOTA_TIERS[..args.peer_quota_tiers.clamp(1, QUOTA_TIERS.len())];
+        std::fs::write(&policy_file, policy_with_quotas_on(quota_tiers)?)?;
         let scorer = Scorer::builder().policy(&policy_file).start().await?;
         let policy = scorer.policy().clone();
         cluster.create_priority_classes(&policy).await?;
@@ -232,10 +237,10 @@ impl SetUp {
         gpu_admission_tests::kwok::create_ready_nodes_bulk(&cluster.client(), &nodes, 8).await?;
         let tiers: Vec<String> = (policy.tiers().iter())
             .map(|t| t.name.clone())
-            .filter(|t| t != QUOTA_TIER)
+            .filter(|t| !quota_tiers.contains(&t.as_str()))
             .collect();
         let gpu_ns = create_namespaces(cluster, "peer-g", args.peer_namespaces, &tiers).await?;
-        let quota = [QUOTA_TIER.to_string()];
+        let quota: Vec<String> = quota_tiers.iter().map(|t| t.to_string()).collect();
         let quota_ns = create_namespaces(cluster, "peer-q", args.peer_namespaces, &quota).await?;
         Ok(Self {
             frontends,
