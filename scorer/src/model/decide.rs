@@ -295,7 +295,8 @@ fn choose(
 
 /// The verdict on exploring `s` over the lowest-cost `e` ([`value::of_exploring`]); for a class with an
 /// alternative reading, the value is the mixture of the two readings' values, weighed by how likely each
-/// is held.
+/// is held; a first try next to neighbours that make it dearer is costed with them and left to a run
+/// without them unless one run's saving covers the difference ([`value::next_to_neighbours`]).
 fn verdict_on(
     policy: &Policy,
     post: &Posterior,
@@ -320,7 +321,7 @@ fn verdict_on(
         )
     };
     let narrow = of(0.0);
-    match classes.alternative[s] {
+    let verdict = match classes.alternative[s] {
         Some(a) => {
             let other = horizon
                 * value::saving(
@@ -335,7 +336,35 @@ fn verdict_on(
             }
         }
         None => narrow,
+    };
+    match neighbours_slow(policy, post, job, classes, s) {
+        Some(slowed) => value::next_to_neighbours(verdict, slowed),
+        None => verdict,
     }
+}
+
+/// For the job type's first try on `s` next to neighbours: how many times more they are expected to slow
+/// it there than on the class of lowest expected cost (1 + γ·I, I the class's contention factor × the
+/// neighbours' summed slowdown; mean runtime × multiplier, as the gap reads the classes). `None` for a
+/// class the job type has run on, or a job without neighbours.
+fn neighbours_slow(
+    policy: &Policy,
+    post: &Posterior,
+    job: &Job,
+    classes: &Classes,
+    s: usize,
+) -> Option<f64> {
+    let i = &classes.inputs.interference;
+    if post.count(job.who, s) > 0 || i.iter().all(|&x| x <= 0.0) {
+        return None;
+    }
+    let expected = |c: usize| classes.inputs.multiplier[c] * classes.inputs.mean[c];
+    let e = (0..policy.classes.len())
+        .filter(|&c| classes.infeasible[c].is_empty())
+        .min_by(|&a, &b| expected(a).total_cmp(&expected(b)))
+        .unwrap_or(s);
+    let g = policy.learning.gamma;
+    Some((1.0 + g * i[s]) / (1.0 + g * i[e]))
 }
 
 /// Scores `req`. `gate` says what allows exploring; `seed` drives this decision's draws (the caller derives
@@ -410,5 +439,60 @@ pub fn score_with(
         explored: choice.explored,
         infeasible_reason,
         why,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Observation, observe};
+    use super::*;
+    use crate::policy::embedded_default;
+
+    /// The verdict on `train-llama`'s first try on MI300X-192GB over H100-80GB in `gold` (30 runs on the
+    /// H100, none on the MI300X), next to `neighbours`, where co-location hurts three times as much on
+    /// the MI300X as on the H100.
+    fn first_try(neighbours: &[&str]) -> value::Verdict {
+        let p = embedded_default().unwrap();
+        let mut l = Learned::default();
+        for _ in 0..30 {
+            let run = Observation {
+                job_type: "train-llama".into(),
+                gpu_class: "H100-80GB".into(),
+                gpu_count: 1,
+                runtime_seconds: 36_000.0,
+                ..Observation::default()
+            };
+            observe(&p, &mut l, &run);
+        }
+        for _ in 0..200 {
+            l.contention.record("MI300X-192GB", 0.3, 0.9);
+            l.contention.record("H100-80GB", 0.3, 0.3);
+        }
+        let req = JobRequest {
+            tier: "gold".into(),
+            job_type: "train-llama".into(),
+            gpu_count: 1,
+            memory_gib: Some(40.0),
+            colocated_job_types: neighbours.iter().map(|n| n.to_string()).collect(),
+            ..JobRequest::default()
+        };
+        let post = l.posterior(&p);
+        let job = Job::of(&p, &post, &req);
+        let classes = Classes::of(&p, &l, &post, &req, &job, &mut sampling::Draws::new(7));
+        let (s, e) = (
+            p.class_index("MI300X-192GB").unwrap(),
+            p.class_index("H100-80GB").unwrap(),
+        );
+        assert_eq!(post.count(job.who, s), 0);
+        verdict_on(&p, &post, &job, &classes, s, e)
+    }
+
+    #[test]
+    fn a_first_try_that_neighbours_make_dearer_is_left_to_a_run_without_them() {
+        let alone = first_try(&[]);
+        assert!(alone.pays(), "{alone:?}");
+        let next_to = first_try(&["notebook", "train-bert"]);
+        assert!(next_to.cost > alone.cost, "{next_to:?} {alone:?}");
+        assert!(!next_to.pays(), "{next_to:?} {alone:?}");
     }
 }

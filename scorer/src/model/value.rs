@@ -27,6 +27,12 @@
 //! prior is); and when the draw's class does not pay, such a class may be proposed by its value alone
 //! (`decide::choose`), since the draw rarely reaches the wide alternative's tail.
 //!
+//! A job type's first try on a class, asked next to neighbours the class is expected to suffer from more
+//! than the lowest-cost class, costs that much more there; it is worth at most what it gains over the
+//! same try made alone (one run's saving plus its cost then), so it is left to a run without them unless
+//! one run's saving covers the difference ([`next_to_neighbours`]): the try is made where it is cheap,
+//! not skipped (docs/measurements/2026-11-30-learning-round-ten.md).
+//!
 //! So a job type whose classes are all well known, or whose alternatives are clearly dearer, stops paying
 //! for exploration, and a frequent job type with an uncertain close alternative keeps trying it. The
 //! operator's `explorationCap` stays the hard limit on the share of exploratory decisions.
@@ -70,6 +76,24 @@ pub fn of_exploring(log_gap: f64, unshared: f64, log_var: f64, tau: f64, horizon
     }
 }
 
+/// The verdict on a job type's first try on a class, made next to neighbours expected to slow it `slowed`
+/// times as much as they would slow the lowest-cost class (`alone`: the verdict without them). When they
+/// make the try dearer, it costs that much more here, and it is worth at most what it gains over the same
+/// try made alone: the one run that waiting for it loses, plus what it would cost then. A first try is
+/// then made where it is cheap, not skipped; one whose neighbours do not make it dearer is as `alone`.
+pub fn next_to_neighbours(alone: Verdict, slowed: f64) -> Verdict {
+    if slowed <= 1.0 {
+        return alone;
+    }
+    let here = (alone.cost + 1.0) * slowed - 1.0;
+    let per_run = alone.value / alone.horizon.max(1.0);
+    Verdict {
+        cost: here,
+        value: alone.value.min(per_run + alone.cost),
+        ..alone
+    }
+}
+
 /// The expected saving per later run (ln cost) of one run on a class whose expected ln cost is `log_gap`
 /// above the lowest one's (negative: below it, as an alternative reading of its estimate may hold), its
 /// estimate of variance `log_var`, `unshared` of it not shared with the lowest-cost class's.
@@ -108,6 +132,27 @@ mod tests {
         assert!(!of_exploring(0.05, 1e-4, 1e-4, 0.2, 100.0).pays());
         // Uncertain (±30 %) but 60 % dearer, with few runs to come.
         assert!(!of_exploring(0.47, 0.09, 0.09, 0.2, 3.0).pays());
+    }
+
+    #[test]
+    fn a_first_try_next_to_neighbours_that_make_it_dearer_waits_for_one_made_alone() {
+        // Alone: 5 % dearer, worth 20 runs' saving (it pays).
+        let alone = of_exploring(0.05, 0.09, 0.09, 0.2, 20.0);
+        assert!(alone.pays(), "{alone:?}");
+        let per_run = alone.value / alone.horizon;
+        // Neighbours that slow it 30 % more than the lowest-cost class: about 37 % dearer here, more than
+        // one run's saving above its cost alone, so it waits for a run without them.
+        let here = next_to_neighbours(alone, 1.3);
+        assert!((here.cost - (0.05f64.exp() * 1.3 - 1.0)).abs() < 1e-9);
+        assert!(here.cost - alone.cost > per_run);
+        assert!(!here.pays(), "{here:?}");
+        assert!((here.value - (per_run + alone.cost)).abs() < 1e-12);
+        // Neighbours that slow it a little more: one run's saving covers it, and it is made here.
+        let close = next_to_neighbours(alone, 1.0 + 0.5 * per_run / 1.05);
+        assert!(close.pays() && close.cost > alone.cost, "{close:?}");
+        // Neighbours that slow it no more (or less) than the lowest-cost class: as alone.
+        assert_eq!(next_to_neighbours(alone, 1.0), alone);
+        assert_eq!(next_to_neighbours(alone, 0.8), alone);
     }
 
     #[test]
