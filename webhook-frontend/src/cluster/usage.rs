@@ -392,10 +392,7 @@ impl QuotaUsage {
             let (decision, written, flush) = {
                 let mut guard = self.lock_ledgers();
                 let ledgers = &mut *guard;
-                let mine = match ledgers.get_mut(tier.as_str()) {
-                    Some(mine) => mine,
-                    None => ledgers.entry(tier.clone()).or_insert(self.start_tier(tier)),
-                };
+                let mine = self.tier_ledger(ledgers, tier);
                 mine.pending();
                 let flush = mine.flush.clone();
                 let now = now_ms();
@@ -416,11 +413,8 @@ impl QuotaUsage {
                     };
                     let entry = Entry::new(pod.uid, tier, namespace, counted, now);
                     let taken = s.names.contains(&key(namespace, pod.name));
-                    let Some(mine) = ledgers.get_mut(tier.as_str()) else {
-                        unreachable!("the tier's ledger was inserted under the same lock")
-                    };
-                    let planned =
-                        ledger::plan_in(mine.pending(), entry, taken, seen, now, &ledger::BOUNDS);
+                    let mine = self.tier_ledger(ledgers, tier).pending();
+                    let planned = ledger::plan_in(mine, entry, taken, seen, now, &ledger::BOUNDS);
                     (d, planned)
                 };
                 match planned {
@@ -436,9 +430,7 @@ impl QuotaUsage {
                     Planned::Written => {}
                 }
                 let (tx, rx) = tokio::sync::oneshot::channel();
-                if let Some(mine) = ledgers.get_mut(tier.as_str()) {
-                    mine.batch.waiting.push(tx);
-                }
+                self.tier_ledger(ledgers, tier).batch.waiting.push(tx);
                 (decision, rx, flush)
             };
             flush.notify_one();
@@ -456,6 +448,15 @@ impl QuotaUsage {
         }
         self.metrics.record_ledger_write(tier, LedgerWrite::failed);
         Err(not_reserved(LedgerError::Contended))
+    }
+
+    /// `tier`'s ledger in `ledgers`, started ([`Self::start_tier`]) at the tier's first reservation.
+    fn tier_ledger<'a>(
+        &self,
+        ledgers: &'a mut BTreeMap<String, TierLedger>,
+        tier: &str,
+    ) -> &'a mut TierLedger {
+        (ledgers.entry(tier.to_string())).or_insert_with(|| self.start_tier(tier))
     }
 
     /// A tier's ledger as first reserved in, not read yet (its first write creates it, or conflicts and
