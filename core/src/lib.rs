@@ -15,7 +15,8 @@
 //! - [`admission`]: one module per webhook, each with its decision function;
 //! - [`quota`]: GPU quotas counted on what namespaces hold;
 //! - [`render`]: every object generated from the policy (the apiserver's floor, the catalog's DeviceClasses,
-//!   the Kueue objects).
+//!   the Kueue objects);
+//! - [`resource`]: what is shared by the Kubernetes objects we read ourselves (the order of resource versions).
 
 pub mod admission;
 pub mod authority;
@@ -30,7 +31,7 @@ pub mod policy;
 pub mod priority_class;
 pub mod quota;
 pub mod render;
-mod resource;
+pub mod resource;
 pub mod review;
 pub mod tier_bound;
 pub mod workload;

@@ -18,7 +18,9 @@
 //!   (value 100) and `… borrowed`;
 //! - `gpu-admission quota usage` on `kubectl get namespaces,nodes,pods -A -o json` counts what the frontend
 //!   counts;
-//! - deleting Pods frees quota: a new Pod is admitted within one watch round trip of the delete (printed).
+//! - deleting Pods frees quota: a new Pod is admitted within one watch round trip of the delete (printed);
+//! - a tier's ledger deleted under the replicas is created again: each replica's next reservation there is
+//!   admitted.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -470,6 +472,19 @@ async fn quotas_hold() {
         started.elapsed()
     );
     assert_eq!(stored, admitted);
+    for (replica, webhook) in webhooks.iter().enumerate() {
+        let mut results = Vec::new();
+        for result in ["written", "conflict", "overtaken"] {
+            results.push(format!(
+                "{result} {}",
+                ledger_writes(webhook, "bronze", result).await
+            ));
+        }
+        println!(
+            "replica {replica}'s bronze ledger writes: {}",
+            results.join(", ")
+        );
+    }
     ledgers_are_per_tier(
         &cluster,
         &[
@@ -589,6 +604,80 @@ async fn quotas_hold() {
         1 + over
     );
     assert!(freed_after < Duration::from_secs(2), "{freed_after:?}");
+
+    // 4. A ledger deleted under the replicas (an admin's act) is created again by the next write: each
+    // replica's next reservation in that tier is admitted, not left undecidable on a version that is gone.
+    // Each replica's watch brings the delete and the other's create, so neither write conflicts.
+    let conflicts_before = [
+        ledger_writes(&webhooks[0], "bronze", "conflict").await,
+        ledger_writes(&webhooks[1], "bronze", "conflict").await,
+    ];
+    delete_ledger(&cluster, "bronze");
+    for shard in 0..2 {
+        let victim = pods_in(&client, LOAD_NS).await.remove(0);
+        let victim = victim.metadata.name.unwrap();
+        pods.delete(
+            &victim,
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        let deleted_at = Instant::now();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let name = format!("recreated-{shard}-{attempt}");
+            match pods
+                .create(&PostParams::default(), &gpu_pod(&name, shard))
+                .await
+            {
+                Ok(_) => break,
+                Err(e) => assert!(
+                    deleted_at.elapsed() < Duration::from_secs(5),
+                    "replica {shard} after its tier's ledger was deleted: {e}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        println!("replica {shard}: admitted after the ledger's delete (attempt {attempt})");
+    }
+    ledgers_are_per_tier(&cluster, &[(LOAD_NS, "bronze")]);
+    for (replica, before) in conflicts_before.into_iter().enumerate() {
+        let after = ledger_writes(&webhooks[replica], "bronze", "conflict").await;
+        assert_eq!(
+            after, before,
+            "replica {replica} wrote on a version it should have watched go"
+        );
+    }
+}
+
+/// `gpu_admission_quota_ledger_writes_total` of `tier` and `result` on one replica (0 before the first).
+async fn ledger_writes(webhook: &Webhook, tier: &str, result: &str) -> u64 {
+    let text = webhook.metrics().await.unwrap();
+    let series =
+        format!("gpu_admission_quota_ledger_writes_total{{tier=\"{tier}\",result=\"{result}\"}} ");
+    (text.lines())
+        .find_map(|l| l.strip_prefix(&series))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
+/// Deletes `tier`'s QuotaLedger, wherever the frontends keep it.
+fn delete_ledger(cluster: &LocalCluster, tier: &str) {
+    let run = |args: &[&str]| {
+        let out = gpu_admission_tests::cluster::kubectl(cluster.kubeconfig(), None, &[], args, "");
+        assert!(out.ok, "kubectl {args:?}: {}", out.stderr);
+        out.stdout
+    };
+    let listed: Value =
+        serde_json::from_str(&run(&["get", "quotaledgers", "-A", "-o", "json"])).unwrap();
+    let ledger = (listed["items"].as_array().unwrap().iter())
+        .find(|l| l["metadata"]["name"] == tier)
+        .unwrap_or_else(|| panic!("no QuotaLedger {tier}"));
+    let ns = ledger["metadata"]["namespace"].as_str().unwrap();
+    run(&["delete", "quotaledger", tier, "-n", ns]);
 }
 
 /// Each tier's reservations went to its own QuotaLedger (named by the tier), which holds no other tier's:

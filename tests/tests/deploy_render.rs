@@ -880,14 +880,15 @@ fn rbac_grants_exactly_what_the_frontend_watches() {
             assert_eq!(verbs, &want, "{resource}");
             assert!(names.is_empty());
         }
-        // In its namespace: get, create and update of the quota ledgers (one per tier, created at its first
-        // reservation), nothing else; no other role grants them.
+        // In its namespace: get, list, watch, create and update of the quota ledgers (one per tier, created at
+        // its first reservation, watched for the other replicas' writes), nothing else; no other role grants
+        // them.
         assert!(bound.contains(&("Role".into(), "gpu-admission-webhook".into())));
         let ledger_role = rule_set(arr_at(m.get("Role", "gpu-admission-webhook"), "/rules"));
         let only_ledger = BTreeMap::from([(
             ledger.clone(),
             (
-                BTreeSet::from(["get", "create", "update"].map(String::from)),
+                BTreeSet::from(["get", "list", "watch", "create", "update"].map(String::from)),
                 BTreeSet::new(),
             ),
         )]);

@@ -172,8 +172,11 @@ pub(crate) struct QuotaLabels {
 pub(crate) enum LedgerWrite {
     /// Written: the Pod is admitted against its quota.
     written,
-    /// Another replica wrote first: read and decided again.
+    /// Another replica wrote first: decided again on its version (the watch's, else read).
     conflict,
+    /// Not written: the watch brought another replica's write before this batch's own, so its reservations
+    /// were decided again without a write that would have conflicted (counted once per batch).
+    overtaken,
     /// The API failed or the ledger stayed contended: the Pod was undecidable.
     failed,
     /// Not written: the namespace is over its own rate limit of reservations (in flight or never stored);

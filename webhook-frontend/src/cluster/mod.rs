@@ -10,6 +10,7 @@ pub(crate) mod namespace_tiers;
 pub(crate) mod ns_locks;
 pub(crate) mod optional_api;
 pub(crate) mod quota_ledger;
+pub(crate) mod tier_ledger;
 pub(crate) mod usage;
 pub(crate) mod workloads;
 

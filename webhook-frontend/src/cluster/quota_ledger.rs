@@ -1,11 +1,14 @@
 //! The quota ledgers' I/O ([`gpu_admission_core::quota::ledger`] holds their rules, and
 //! [`gpu_admission_core::quota::ledger::object`] their stored form): one `QuotaLedger` per quota'd tier in the
 //! frontend's namespace, created here when missing, holding the tier's admitted quota'd Pods no watch may
-//! have seen. Written with the version last read (`metadata.resourceVersion`): a conflict means another
-//! replica admitted in that tier in between, and the admission reads and decides again.
+//! have seen. Written with the version last known (`metadata.resourceVersion`): a conflict means another
+//! replica admitted in that tier in between (or the object was deleted), and the admission decides again on
+//! the version the watch of the ledgers brought, else on a fresh read.
+use futures::Stream;
 use gpu_admission_core::quota::ledger::object::{QuotaLedger, object_name};
 use gpu_admission_core::quota::ledger::{Entry, Limited};
 use kube::api::{Api, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 
 /// A tier's ledger as last read or written: its entries and the version to write on top of.
 #[derive(Debug, Clone, Default)]
@@ -53,6 +56,14 @@ impl LedgerStore {
         }
     }
 
+    /// Every ledger object of the namespace as it changes (list, then watch; retried with backoff).
+    pub(crate) fn watch(
+        &self,
+    ) -> impl Stream<Item = Result<watcher::Event<QuotaLedger>, watcher::Error>> + Send + use<>
+    {
+        watcher(self.api.clone(), watcher::Config::default()).default_backoff()
+    }
+
     /// Reads `tier`'s ledger; a missing object is an empty ledger to create.
     pub(crate) async fn read(&self, tier: &str) -> Result<LedgerVersion, LedgerError> {
         let name = object_name(tier);
@@ -91,8 +102,13 @@ impl LedgerStore {
                 resource_version: stored.metadata.resource_version,
                 entries,
             }),
-            // 409: a stale version on replace, or another replica created it first.
-            Err(kube::Error::Api(e)) if e.code == 409 => Err(LedgerError::Conflict),
+            // 409: a stale version on replace, or another replica created it first; 404 on replace: the object
+            // was deleted since.
+            Err(kube::Error::Api(e))
+                if e.code == 409 || (e.code == 404 && on.resource_version.is_some()) =>
+            {
+                Err(LedgerError::Conflict)
+            }
             Err(e) => Err(LedgerError::Api(format!("writing QuotaLedger {name}: {e}"))),
         }
     }

@@ -33,6 +33,7 @@ use futures::StreamExt;
 use gpu_admission_core::admission::validate_pod::{QuotaUnavailable, Reservation};
 use gpu_admission_core::authority::Grants;
 use gpu_admission_core::quota::held::{Counter, FactsCounter, HeldPods};
+use gpu_admission_core::quota::ledger::object::{QuotaLedger, object_name};
 use gpu_admission_core::quota::ledger::{self, Entry, Planned, Reserving, Seen};
 use gpu_admission_core::quota::watched::{HeldPod, WatchedPod};
 use gpu_admission_core::quota::{self, Decision, Usage};
@@ -42,6 +43,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 
 use super::ClusterFacts;
 use super::quota_ledger::{LedgerError, LedgerStore, LedgerVersion};
+use super::tier_ledger::{Flushed, TierLedger, Waiting, known_entries};
 use crate::metrics::{LedgerWrite, Metrics, QuotaLabels};
 use crate::policy::PolicyCache;
 
@@ -118,71 +120,6 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// Which ledger version reservations waiting to be written were decided on.
-#[derive(Debug, Clone)]
-enum Base {
-    /// This stored version (`None`: no ledger object yet).
-    Known(Option<String>),
-    /// The one the write in flight makes: they built on its entries.
-    AfterWrite,
-}
-
-/// What a waiting reservation learns from the writer.
-#[derive(Debug, Clone)]
-enum Flushed {
-    Written,
-    /// The ledger changed meanwhile: decide again.
-    Retry,
-    Failed(String),
-}
-
-type Waiting = tokio::sync::oneshot::Sender<Flushed>;
-
-/// Reservations decided and not yet written: the entries the next write carries (the ledger they were
-/// decided on with theirs added) and who waits for it.
-#[derive(Default)]
-struct Batch {
-    next: Option<(Base, Vec<Entry>)>,
-    waiting: Vec<Waiting>,
-}
-
-/// One tier's ledger in this replica: as last read or written, the reservations not yet written, and the
-/// wake-up of its writer ([`QuotaUsage::write_batches`]).
-struct TierLedger {
-    ledger: LedgerVersion,
-    batch: Batch,
-    flush: Arc<tokio::sync::Notify>,
-}
-
-impl TierLedger {
-    /// The entries a reservation is decided on and taken into: the reservations not yet written, else the
-    /// ledger as last read (copied once per batch, each reservation then taken in place).
-    fn pending(&mut self) -> &mut Vec<Entry> {
-        let ledger = &self.ledger;
-        let (_, entries) = self.batch.next.get_or_insert_with(|| {
-            (
-                Base::Known(ledger.resource_version.clone()),
-                ledger.entries.clone(),
-            )
-        });
-        entries
-    }
-
-    /// What a decision reads of it: the reservations not yet written, else the ledger as last read.
-    fn known(&self) -> &[Entry] {
-        self.batch
-            .next
-            .as_ref()
-            .map_or(&self.ledger.entries, |(_, e)| e)
-    }
-}
-
-/// Every entry this replica knows of, in every tier's ledger (a namespace relabelled since its reservations
-/// is decided with them in its new tier).
-fn known_entries(ledgers: &BTreeMap<String, TierLedger>) -> impl Iterator<Item = &Entry> {
-    ledgers.values().flat_map(TierLedger::known)
-}
-
 /// The quota usage of the cluster's tier namespaces.
 /// Pods per page of the Pod watch's list: at most ~150 MiB of page for Pods at the apiserver's 1.5 MiB object
 /// limit (kube's default, 500, would be ~750 MiB against the frontend's 256 MiB), ~1,500 requests for the
@@ -233,6 +170,19 @@ impl QuotaUsage {
             loop {
                 tick.tick().await;
                 usage.recount_and_publish();
+            }
+        });
+        let usage = me.clone();
+        let ledgers = me.store.watch();
+        tokio::spawn(async move {
+            let mut ledgers = std::pin::pin!(ledgers);
+            while let Some(event) = ledgers.next().await {
+                match event {
+                    Ok(e) => usage.ledger_event(e),
+                    Err(err) => {
+                        tracing::warn!(%err, resource = "quotaledgers", "watch error (retrying with backoff)")
+                    }
+                }
             }
         });
         let usage = me.clone();
@@ -466,18 +416,14 @@ impl QuotaUsage {
         if let Some(me) = self.me.upgrade() {
             tokio::spawn(me.write_batches(tier.to_string(), flush.clone()));
         }
-        TierLedger {
-            ledger: LedgerVersion::default(),
-            batch: Batch::default(),
-            flush,
-        }
+        TierLedger::new(flush)
     }
 
     /// The one writer of `tier`'s ledger in this replica: writes every reservation of the tier decided since
     /// its last write in one update on top of the version they were decided on, and tells each whether it was
     /// written. Reservations decided while a write is in flight build on its entries and go in the next
     /// write, on the version it made; a conflict or a failure sends every one of them back to be decided again
-    /// on a fresh read.
+    /// on the version that beat it (the ledger watch's, else a fresh read).
     async fn write_batches(self: Arc<Self>, tier: String, flush: Arc<tokio::sync::Notify>) {
         loop {
             flush.notified().await;
@@ -490,81 +436,91 @@ impl QuotaUsage {
                 let result = self.store.write(&tier, &on, entries).await;
                 self.metrics
                     .record_ledger_batch(waiting.len(), started.elapsed().as_secs_f64());
-                let fresh = match &result {
-                    Err(LedgerError::Conflict) => Some(self.store.read(&tier).await),
-                    _ => None,
+                let read_again = matches!(result, Err(LedgerError::Conflict))
+                    && !self.knows_later_than(&tier, &on.resource_version);
+                let fresh = match read_again {
+                    true => Some(self.store.read(&tier).await),
+                    false => None,
                 };
                 let (mine, later) = self.written(&tier, result, fresh);
                 for w in waiting {
                     let _ = w.send(mine.clone());
                 }
-                for w in later.into_iter().flatten() {
-                    let _ = w.send(Flushed::Retry);
-                }
+                send_back(later.into_iter().flatten());
             }
         }
     }
 
-    /// Takes a write's result into `tier`'s ledger: what its reservations learn, and the reservations built
-    /// on it that must be decided again (after a conflict or a failure).
+    /// Whether this replica knows a version of `tier`'s ledger later than `base` (the watch brought it).
+    fn knows_later_than(&self, tier: &str, base: &Option<String>) -> bool {
+        (self.lock_ledgers().get(tier)).is_some_and(|t| t.knows_later_than(base))
+    }
+
+    /// Takes a write's result into `tier`'s ledger ([`TierLedger::written`]) and counts it.
     fn written(
         &self,
         tier: &str,
         result: Result<LedgerVersion, LedgerError>,
         fresh: Option<Result<LedgerVersion, LedgerError>>,
     ) -> (Flushed, Option<Vec<Waiting>>) {
-        let mut ledgers = self.lock_ledgers();
-        let Some(t) = ledgers.get_mut(tier) else {
-            return (Flushed::Retry, None);
+        let outcome = match &result {
+            Ok(_) => LedgerWrite::written,
+            Err(LedgerError::Conflict) => LedgerWrite::conflict,
+            Err(_) => LedgerWrite::failed,
         };
-        match result {
-            Ok(written) => {
-                self.metrics.record_ledger_write(tier, LedgerWrite::written);
-                if let Some((base @ Base::AfterWrite, _)) = &mut t.batch.next {
-                    *base = Base::Known(written.resource_version.clone());
-                }
-                t.ledger = written;
-                (Flushed::Written, None)
-            }
-            Err(e) => {
-                let conflict = matches!(e, LedgerError::Conflict);
-                self.metrics.record_ledger_write(
-                    tier,
-                    if conflict {
-                        LedgerWrite::conflict
-                    } else {
-                        LedgerWrite::failed
-                    },
-                );
-                if let Some(Ok(fresh)) = fresh {
-                    t.ledger = fresh;
-                }
-                t.batch.next = None;
-                let mine = if conflict {
-                    Flushed::Retry
-                } else {
-                    Flushed::Failed(e.to_string())
-                };
-                (mine, Some(std::mem::take(&mut t.batch.waiting)))
-            }
+        self.metrics.record_ledger_write(tier, outcome);
+        let mut ledgers = self.lock_ledgers();
+        match ledgers.get_mut(tier) {
+            Some(t) => t.written(result, fresh),
+            None => (Flushed::Retry, None),
         }
     }
 
-    /// What `tier`'s next write carries: the version its entries were decided on, the entries, who waits.
+    /// What `tier`'s next write carries ([`TierLedger::take_batch`]).
     fn take_batch(&self, tier: &str) -> Option<(Option<String>, Vec<Entry>, Vec<Waiting>)> {
-        let mut ledgers = self.lock_ledgers();
-        let batch = &mut ledgers.get_mut(tier)?.batch;
-        if batch.waiting.is_empty() {
-            if matches!(batch.next, Some((Base::Known(_), _))) {
-                batch.next = None;
-            }
-            return None;
-        }
-        let (Base::Known(base), entries) = batch.next.clone()? else {
-            return None; // only while a write is in flight, which is this task's own
+        self.lock_ledgers().get_mut(tier)?.take_batch()
+    }
+
+    /// A change the ledger watch brought: the object's tier's ledger takes it if it is later than the one
+    /// known, and a batch decided on an earlier version goes back to be decided again before it is written.
+    /// An object not named as its tier's ledger is not one this frontend writes, and is left alone.
+    fn ledger_event(&self, event: watcher::Event<QuotaLedger>) {
+        let (object, deleted) = match event {
+            watcher::Event::Apply(o) | watcher::Event::InitApply(o) => (o, false),
+            watcher::Event::Delete(o) => (o, true),
+            watcher::Event::Init | watcher::Event::InitDone => return,
         };
-        batch.next = Some((Base::AfterWrite, entries.clone()));
-        Some((base, entries, std::mem::take(&mut batch.waiting)))
+        let tier = object.tier.as_str();
+        let (Some(at), Some(name)) = (&object.metadata.resource_version, &object.metadata.name)
+        else {
+            return;
+        };
+        if *name != object_name(tier) {
+            return;
+        }
+        let now = if deleted {
+            LedgerVersion::default()
+        } else {
+            match object.entries_of(tier) {
+                Ok(entries) => LedgerVersion {
+                    resource_version: Some(at.clone()),
+                    entries,
+                },
+                Err(e) => {
+                    tracing::warn!(%name, %e, "the QuotaLedger watched holds no list of entries");
+                    return;
+                }
+            }
+        };
+        let back = {
+            let mut ledgers = self.lock_ledgers();
+            self.tier_ledger(&mut ledgers, tier).watched(at, now)
+        };
+        if !back.is_empty() {
+            self.metrics
+                .record_ledger_write(tier, LedgerWrite::overtaken);
+        }
+        send_back(back);
     }
 
     fn lock_ledgers(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, TierLedger>> {
@@ -607,53 +563,13 @@ impl QuotaUsage {
     }
 }
 
-fn not_reserved(e: LedgerError) -> QuotaUnavailable {
-    QuotaUnavailable::NotReserved(e.to_string())
+/// Sends reservations back to be decided again.
+fn send_back(waiting: impl IntoIterator<Item = Waiting>) {
+    for w in waiting {
+        let _ = w.send(Flushed::Retry);
+    }
 }
 
-#[cfg(test)]
-mod tests {
-    use gpu_admission_core::quota::demand::Counted;
-
-    use super::*;
-
-    fn tier(version: &str, uids: &[&str], name: &str) -> TierLedger {
-        let counted = Counted {
-            classes: [("L4-24GB".to_string(), 1000)].into(),
-            total: 1000,
-        };
-        TierLedger {
-            ledger: LedgerVersion {
-                resource_version: Some(version.to_string()),
-                entries: (uids.iter())
-                    .map(|u| Entry::new(u, name, "team-a", &counted, 0))
-                    .collect(),
-            },
-            batch: Batch::default(),
-            flush: Arc::default(),
-        }
-    }
-
-    #[test]
-    fn a_decision_reads_every_tier_s_ledger_and_reserves_in_its_own() {
-        let mut ledgers = BTreeMap::from([
-            ("gold".to_string(), tier("7", &["g1"], "gold")),
-            ("silver".to_string(), tier("3", &["s1"], "silver")),
-        ]);
-        let gold = ledgers.get_mut("gold").unwrap();
-        let reserved = gold.pending()[0].clone();
-        gold.pending().push(Entry {
-            uid: "g2".into(),
-            ..reserved
-        });
-        let uids: Vec<&str> = known_entries(&ledgers).map(|e| e.uid.as_str()).collect();
-        assert_eq!(uids, ["g1", "g2", "s1"]);
-        // Gold's batch builds on the version it read; silver's ledger is untouched and has no batch.
-        assert!(matches!(
-            &ledgers["gold"].batch.next,
-            Some((Base::Known(Some(v)), e)) if v == "7" && e.len() == 2
-        ));
-        assert!(ledgers["silver"].batch.next.is_none());
-        assert_eq!(ledgers["silver"].known().len(), 1);
-    }
+fn not_reserved(e: LedgerError) -> QuotaUnavailable {
+    QuotaUnavailable::NotReserved(e.to_string())
 }

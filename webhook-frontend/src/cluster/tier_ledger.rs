@@ -1,0 +1,196 @@
+//! One tier's quota ledger as this replica knows it ([`TierLedger`]): the version last read, written or
+//! brought by the ledger watch, the reservations decided on it and not yet written, and who waits for their
+//! write. No I/O: [`super::usage`] reads, writes and watches, and hands each result here.
+//!
+//! Versions only move forward ([`resource_version_order`]): a write's answer or a read that arrives after
+//! the watch brought a later version does not take the ledger back. A version later than the one a batch
+//! was decided on sends the batch back to be decided again before it is written (its write would conflict),
+//! and a conflict needs no read when the watch already brought the version that beat it.
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use gpu_admission_core::quota::ledger::Entry;
+use gpu_admission_core::resource::resource_version_order;
+
+use super::quota_ledger::{LedgerError, LedgerVersion};
+
+/// Which ledger version reservations waiting to be written were decided on.
+#[derive(Debug, Clone)]
+pub(crate) enum Base {
+    /// This stored version (`None`: no ledger object yet).
+    Known(Option<String>),
+    /// The one the write in flight makes: they built on its entries.
+    AfterWrite,
+}
+
+/// What a waiting reservation learns from the writer.
+#[derive(Debug, Clone)]
+pub(crate) enum Flushed {
+    Written,
+    /// The ledger changed meanwhile: decide again.
+    Retry,
+    Failed(String),
+}
+
+pub(crate) type Waiting = tokio::sync::oneshot::Sender<Flushed>;
+
+/// Reservations decided and not yet written: the entries the next write carries (the ledger they were
+/// decided on with theirs added) and who waits for it.
+#[derive(Default)]
+pub(crate) struct Batch {
+    pub(crate) next: Option<(Base, Vec<Entry>)>,
+    pub(crate) waiting: Vec<Waiting>,
+}
+
+/// One tier's ledger in this replica: as last known, the reservations not yet written, and the wake-up of
+/// its writer ([`super::usage::QuotaUsage`]'s `write_batches`).
+pub(crate) struct TierLedger {
+    pub(crate) ledger: LedgerVersion,
+    pub(crate) batch: Batch,
+    pub(crate) flush: Arc<tokio::sync::Notify>,
+}
+
+/// Whether version `a` is known to come after `b` (`None`: no object).
+fn after(a: &Option<String>, b: &Option<String>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => resource_version_order(a, b) == Some(Ordering::Greater),
+        _ => false,
+    }
+}
+
+impl TierLedger {
+    pub(crate) fn new(flush: Arc<tokio::sync::Notify>) -> Self {
+        Self {
+            ledger: LedgerVersion::default(),
+            batch: Batch::default(),
+            flush,
+        }
+    }
+
+    /// The entries a reservation is decided on and taken into: the reservations not yet written, else the
+    /// ledger as last known (copied once per batch, each reservation then taken in place).
+    pub(crate) fn pending(&mut self) -> &mut Vec<Entry> {
+        let ledger = &self.ledger;
+        let (_, entries) = self.batch.next.get_or_insert_with(|| {
+            (
+                Base::Known(ledger.resource_version.clone()),
+                ledger.entries.clone(),
+            )
+        });
+        entries
+    }
+
+    /// What a decision reads of it: the reservations not yet written, else the ledger as last known.
+    pub(crate) fn known(&self) -> &[Entry] {
+        self.batch
+            .next
+            .as_ref()
+            .map_or(&self.ledger.entries, |(_, e)| e)
+    }
+
+    /// Whether this replica knows a version later than `base` (the one a write was made on).
+    pub(crate) fn knows_later_than(&self, base: &Option<String>) -> bool {
+        after(&self.ledger.resource_version, base)
+    }
+
+    /// What the next write carries: the version its entries were decided on, the entries, who waits.
+    pub(crate) fn take_batch(&mut self) -> Option<(Option<String>, Vec<Entry>, Vec<Waiting>)> {
+        let batch = &mut self.batch;
+        if batch.waiting.is_empty() {
+            if matches!(batch.next, Some((Base::Known(_), _))) {
+                batch.next = None;
+            }
+            return None;
+        }
+        let (Base::Known(base), entries) = batch.next.clone()? else {
+            return None; // only while a write is in flight, which is the writer's own
+        };
+        batch.next = Some((Base::AfterWrite, entries.clone()));
+        Some((base, entries, std::mem::take(&mut batch.waiting)))
+    }
+
+    /// The reservations of a batch decided on an earlier version than the one now known, to be decided
+    /// again (none while a write is in flight: its answer settles what was built on it).
+    fn overtaken_batch(&mut self) -> Vec<Waiting> {
+        if !matches!(self.batch.next, Some((Base::Known(_), _))) {
+            return Vec::new();
+        }
+        self.batch.next = None;
+        std::mem::take(&mut self.batch.waiting)
+    }
+
+    /// The ledger object as the watch brought it at version `at` (`now`: its version and entries, or no
+    /// object after a delete), taken if later than the one known; the reservations sent back by it.
+    pub(crate) fn watched(&mut self, at: &str, now: LedgerVersion) -> Vec<Waiting> {
+        let later = match &self.ledger.resource_version {
+            None => now.resource_version.is_some(),
+            Some(known) => match resource_version_order(at, known) {
+                Some(Ordering::Greater) => true,
+                // The object known is deleted.
+                Some(Ordering::Equal) => now.resource_version.is_none(),
+                _ => false,
+            },
+        };
+        if !later {
+            return Vec::new();
+        }
+        self.ledger = now;
+        self.overtaken_batch()
+    }
+
+    /// Takes a write's result in (`fresh`: the ledger read after a conflict, when the watch had not brought
+    /// a later version yet): what its reservations learn, and the reservations built on it that must be
+    /// decided again.
+    pub(crate) fn written(
+        &mut self,
+        result: Result<LedgerVersion, LedgerError>,
+        fresh: Option<Result<LedgerVersion, LedgerError>>,
+    ) -> (Flushed, Option<Vec<Waiting>>) {
+        match result {
+            Ok(written) => {
+                if after(&self.ledger.resource_version, &written.resource_version) {
+                    // The watch brought another replica's write on top of this one: what was built on this
+                    // one would conflict.
+                    let later = match self.batch.next {
+                        Some((Base::AfterWrite, _)) => {
+                            self.batch.next = None;
+                            Some(std::mem::take(&mut self.batch.waiting))
+                        }
+                        _ => None,
+                    };
+                    return (Flushed::Written, later);
+                }
+                if let Some((base @ Base::AfterWrite, _)) = &mut self.batch.next {
+                    *base = Base::Known(written.resource_version.clone());
+                }
+                self.ledger = written;
+                (Flushed::Written, None)
+            }
+            Err(e) => {
+                if let Some(Ok(fresh)) = fresh
+                    && !after(&self.ledger.resource_version, &fresh.resource_version)
+                {
+                    self.ledger = fresh;
+                }
+                self.batch.next = None;
+                let mine = match e {
+                    LedgerError::Conflict => Flushed::Retry,
+                    e => Flushed::Failed(e.to_string()),
+                };
+                (mine, Some(std::mem::take(&mut self.batch.waiting)))
+            }
+        }
+    }
+}
+
+/// Every entry this replica knows of, in every tier's ledger (a namespace relabelled since its reservations
+/// is decided with them in its new tier).
+pub(crate) fn known_entries(
+    ledgers: &BTreeMap<String, TierLedger>,
+) -> impl Iterator<Item = &Entry> {
+    ledgers.values().flat_map(TierLedger::known)
+}
+
+#[cfg(test)]
+mod tests;
