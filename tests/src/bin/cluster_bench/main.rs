@@ -3,7 +3,7 @@
 //! - part A, the cost of scope: [`scope`];
 //! - part B, scale with kwok: [`scale`];
 //! - part C, admission cost in the peers' form: [`peer`] (its load and arms [`peer_load`], its endpoint
-//!   [`balancer`], its tables [`peer_report`]);
+//!   [`balancer`], its tables [`peer_report`], another tenant's latency during a burst [`bystander`]);
 //! - part D, the scale envelope held by our processes: [`held`].
 //!
 //! Each part starts its own control plane ([`gpu_admission_tests::cluster::LocalCluster`]) and gpu-admission
@@ -12,6 +12,7 @@
 //! a skipped namespace, a Pod bound outside its tier). Timing is measured and printed, never judged.
 
 mod balancer;
+mod bystander;
 mod held;
 mod install;
 mod measure;
@@ -108,6 +109,11 @@ pub struct Args {
     /// each with its own quota ledger; the others are the tiers without quotas.
     #[arg(long, default_value_t = 1)]
     pub peer_quota_tiers: usize,
+    /// Part C: while each GPU and quota'd GPU burst runs (then on the first quota'd tier only), another
+    /// tenant creates Pods one at a time in the burst's tier and in the second quota'd tier, also alone
+    /// before it (`bystander.rs`); needs `--peer-quota-tiers` ≥ 2.
+    #[arg(long)]
+    pub peer_bystander: bool,
     /// Part D: quota'd GPU Pods created through the webhooks once the cluster is filled.
     #[arg(long, default_value_t = 1000)]
     pub held_admissions: usize,

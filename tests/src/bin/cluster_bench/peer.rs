@@ -25,6 +25,7 @@ use serde_json::{Value, json};
 
 use crate::Args;
 use crate::balancer::Balancer;
+use crate::bystander::{Bystander, Bystanders};
 use crate::install::{QUOTA_TIER, TENANT, policy_with_quotas_on, registrations, tenant_clients};
 use crate::peer_load::{
     Arm, FRONTEND_DURATION, Installation, LEDGER_BATCH, LEDGER_WRITE_DURATION, Load,
@@ -115,6 +116,8 @@ pub struct Run {
     /// `ledger-write`.
     #[serde(skip)]
     pub ledger_batch: Histogram,
+    /// Another tenant's Pods created one at a time, alone and during the burst (`--peer-bystander`).
+    pub bystanders: Vec<Bystander>,
 }
 
 /// Runs part C with `args`' sizes: the runs in order, and what [`check`] found not held (each run is
@@ -162,6 +165,19 @@ pub async fn run(args: &Args) -> anyhow::Result<(Vec<Run>, Vec<String>)> {
                             run.load.p99_ms,
                             run.load.retried_429
                         );
+                        for b in &run.bystanders {
+                            eprintln!(
+                                "    bystander ({}): alone p50 {:.0} / p99 {:.0} ms, during p50 {:.0} / \
+                                 p99 {:.0} ms over {} Pods, {} failed",
+                                b.relation.name(),
+                                b.quiet.p50_ms,
+                                b.quiet.p99_ms,
+                                b.during.p50_ms,
+                                b.during.p99_ms,
+                                b.during.pods,
+                                b.quiet.failed + b.during.failed
+                            );
+                        }
                         if let Err(e) = check(&run) {
                             eprintln!("  NOT HELD: {e:#}");
                             violations.push(format!("{e:#}"));
@@ -180,6 +196,7 @@ struct SetUp {
     frontends: Vec<Webhook>,
     gpu_ns: Vec<(String, String)>,
     quota_ns: Vec<(String, String)>,
+    bystanders: Option<Bystanders>,
     bindings: Vec<Value>,
     scorer: Scorer,
     _observer: Observer,
@@ -241,11 +258,20 @@ impl SetUp {
             .collect();
         let gpu_ns = create_namespaces(cluster, "peer-g", args.peer_namespaces, &tiers).await?;
         let quota: Vec<String> = quota_tiers.iter().map(|t| t.to_string()).collect();
-        let quota_ns = create_namespaces(cluster, "peer-q", args.peer_namespaces, &quota).await?;
+        // With bystanders, the burst is the first quota'd tier's alone.
+        let (burst, bystanders) = match args.peer_bystander {
+            true => (
+                &quota[..1],
+                Some(Bystanders::create(cluster, &quota).await?),
+            ),
+            false => (&quota[..], None),
+        };
+        let quota_ns = create_namespaces(cluster, "peer-q", args.peer_namespaces, burst).await?;
         Ok(Self {
             frontends,
             gpu_ns,
             quota_ns,
+            bystanders,
             bindings,
             scorer,
             _observer: observer,
@@ -350,11 +376,24 @@ impl Cell {
         )
         .await;
         ensure!(warm.failed == 0, "warm-up failed: {:?}", warm.errors);
+        let bystanders = set_up
+            .bystanders
+            .as_ref()
+            .filter(|_| self.kind != Kind::Cpu);
+        let quiet = match bystanders {
+            Some(b) => b.quiet(&clients[0], &name).await,
+            None => Vec::new(),
+        };
         let (a0, f0) = (
             apiserver_metrics(admin).await?,
             frontend_metrics(frontends).await?,
         );
+        let running = bystanders.map(|b| b.start(&clients[0], &name));
         let load = create_timed(clients, namespaces, args.peer_pods, &name, shape).await;
+        let during = match running {
+            Some(r) => r.stop().await,
+            None => Vec::new(),
+        };
         let (a1, f1) = (
             apiserver_metrics(admin).await?,
             frontend_metrics(frontends).await?,
@@ -369,7 +408,13 @@ impl Cell {
             stored.len(),
             load.pods - load.failed
         );
-        delete_all(admin, namespaces).await?;
+        let mut created = namespaces.to_vec();
+        created.extend(bystanders.iter().flat_map(|b| b.namespaces()).cloned());
+        delete_all(admin, &created).await?;
+        let bystanders = match bystanders {
+            Some(b) => b.results(quiet, during),
+            None => Vec::new(),
+        };
         let post = ["verb=\"POST\"", "resource=\"pods\"", "subresource=\"\""];
         let of = |text: &str| histograms(text, REQUEST_DURATION, "verb", &post);
         let mut frontend = BTreeMap::new();
@@ -425,6 +470,7 @@ impl Cell {
             frontend,
             per_replica,
             ledger_batch,
+            bystanders,
         })
     }
 }
@@ -445,7 +491,18 @@ pub fn check(run: &Run) -> anyhow::Result<()> {
         "{} clients, {} replicas, {:?} {:?} r{}",
         run.clients, run.replicas, run.kind, run.arm, run.round
     );
-    let pods = run.load.pods as u64;
+    let bystanders: usize = run.bystanders.iter().map(|b| b.during.pods).sum();
+    let pods = (run.load.pods + bystanders) as u64;
+    ensure!(
+        run.bystanders
+            .iter()
+            .all(|b| b.quiet.failed + b.during.failed == 0),
+        "{what}: a bystander's Pod failed: {:?}",
+        run.bystanders
+            .iter()
+            .flat_map(|b| b.during.errors.iter())
+            .collect::<Vec<_>>()
+    );
     ensure!(
         run.load.failed == 0,
         "{what}: {} failed: {:?}",

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
@@ -277,22 +277,48 @@ pub async fn create_timed(
     run: &str,
     shape: Shape,
 ) -> Load {
+    create_until(clients, namespaces, Until::Count(pods), run, shape).await
+}
+
+/// When a load stops creating.
+#[derive(Clone)]
+pub enum Until {
+    /// After this many Pods.
+    Count(usize),
+    /// Once the flag is set (the Pod in flight finishes).
+    Stopped(Arc<AtomicBool>),
+}
+
+/// Pods of `shape` over `namespaces` (round-robin) until `until`, created by `clients` in closed loops, each
+/// request timed. Pod `i` is `{run}-{i}`.
+pub async fn create_until(
+    clients: &[kube::Client],
+    namespaces: &[(String, String)],
+    until: Until,
+    run: &str,
+    shape: Shape,
+) -> Load {
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut tasks = Vec::new();
     for client in clients {
-        let (client, next, namespaces, run) = (
+        let (client, next, namespaces, run, until) = (
             client.clone(),
             next.clone(),
             namespaces.to_vec(),
             run.to_string(),
+            until.clone(),
         );
         tasks.push(tokio::spawn(async move {
             let (mut failed, mut retried, mut errors, mut latencies) =
                 (0, 0, Vec::new(), Vec::new());
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= pods {
+                let done = match &until {
+                    Until::Count(pods) => i >= *pods,
+                    Until::Stopped(stop) => stop.load(Ordering::Relaxed),
+                };
+                if done {
                     break;
                 }
                 let (ns, _) = &namespaces[i % namespaces.len()];
@@ -331,6 +357,7 @@ pub async fn create_timed(
         latencies.extend(l);
     }
     let seconds = started.elapsed().as_secs_f64();
+    let pods = latencies.len() + failed;
     errors.truncate(5);
     latencies.sort_by(f64::total_cmp);
     let avg_ms = latencies.iter().sum::<f64>() / latencies.len().max(1) as f64;
