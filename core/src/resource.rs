@@ -3,8 +3,26 @@
 //! [`resource_version_order`], the order of two versions of one resource's objects.
 
 /// Implements `kube_core::Resource` for a namespaced `$ty` with a `metadata: ObjectMeta` field, under the
-/// given API group, version, kind and plural.
+/// given API group, version, kind and plural. With `serialized: [fields]`, also `serde::Serialize` as the
+/// apiserver takes a write: `apiVersion`, `kind`, `metadata`, then those fields under their own names.
 macro_rules! namespaced_resource {
+    ($ty:ty, group: $group:expr, version: $version:expr, kind: $kind:expr, plural: $plural:expr,
+     serialized: [$($field:ident),* $(,)?] $(,)?) => {
+        crate::resource::namespaced_resource!($ty, group: $group, version: $version, kind: $kind, plural: $plural);
+
+        impl serde::Serialize for $ty {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                use serde::ser::SerializeStruct as _;
+                let fields = [$(stringify!($field)),*].len();
+                let mut s = serializer.serialize_struct($kind, 3 + fields)?;
+                s.serialize_field("apiVersion", &format!("{}/{}", $group, $version))?;
+                s.serialize_field("kind", $kind)?;
+                s.serialize_field("metadata", &self.metadata)?;
+                $(s.serialize_field(stringify!($field), &self.$field)?;)*
+                s.end()
+            }
+        }
+    };
     ($ty:ty, group: $group:expr, version: $version:expr, kind: $kind:expr, plural: $plural:expr $(,)?) => {
         impl kube_core::Resource for $ty {
             type DynamicType = ();
@@ -62,6 +80,20 @@ mod tests {
             resource_version_order(long, "18446744073709551615"),
             Some(Greater)
         );
+    }
+
+    #[test]
+    fn a_resource_serialized_for_a_write_carries_its_type_then_its_fields() {
+        let data = [("mode".to_string(), "Enforce".to_string())].into();
+        let params = crate::render::floor::parameters::FloorParameters::new("p", "ns", data);
+        let text = serde_json::to_string(&params).unwrap();
+        assert!(
+            text.starts_with(
+                r#"{"apiVersion":"gpu-admission.io/v1alpha1","kind":"FloorParameters","metadata":{"#
+            ),
+            "{text}"
+        );
+        assert!(text.ends_with(r#""data":{"mode":"Enforce"}}"#), "{text}");
     }
 
     #[test]

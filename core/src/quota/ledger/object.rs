@@ -10,8 +10,7 @@
 //! namespace, with no object names to render from the policy when a tier is added.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::ser::SerializeStruct as _;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 
 use super::Entry;
@@ -34,19 +33,8 @@ pub struct QuotaLedger {
     pub entries: String,
 }
 
-impl Serialize for QuotaLedger {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut s = serializer.serialize_struct(KIND, 5)?;
-        s.serialize_field("apiVersion", &format!("{GROUP}/{VERSION}"))?;
-        s.serialize_field("kind", KIND)?;
-        s.serialize_field("metadata", &self.metadata)?;
-        s.serialize_field("tier", &self.tier)?;
-        s.serialize_field("entries", &self.entries)?;
-        s.end()
-    }
-}
-
-crate::resource::namespaced_resource!(QuotaLedger, group: GROUP, version: VERSION, kind: KIND, plural: PLURAL);
+crate::resource::namespaced_resource!(QuotaLedger, group: GROUP, version: VERSION, kind: KIND, plural: PLURAL,
+    serialized: [tier, entries]);
 
 impl QuotaLedger {
     /// `tier`'s ledger holding `entries`, to be written on top of `resource_version` (`None`: created).

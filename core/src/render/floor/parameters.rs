@@ -12,8 +12,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::ser::SerializeStruct as _;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{LABELS, PARAMS_NAME, PARAMS_NAMESPACE, labels};
@@ -36,18 +35,8 @@ pub struct FloorParameters {
     pub data: BTreeMap<String, String>,
 }
 
-impl Serialize for FloorParameters {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut s = serializer.serialize_struct(KIND, 4)?;
-        s.serialize_field("apiVersion", &format!("{GROUP}/{VERSION}"))?;
-        s.serialize_field("kind", KIND)?;
-        s.serialize_field("metadata", &self.metadata)?;
-        s.serialize_field("data", &self.data)?;
-        s.end()
-    }
-}
-
-crate::resource::namespaced_resource!(FloorParameters, group: GROUP, version: VERSION, kind: KIND, plural: PLURAL);
+crate::resource::namespaced_resource!(FloorParameters, group: GROUP, version: VERSION, kind: KIND, plural: PLURAL,
+    serialized: [data]);
 
 impl FloorParameters {
     /// The object named `name` in `namespace`, labelled as the floor's and as part of the installation (as
