@@ -172,8 +172,10 @@ pub(crate) struct QuotaLabels {
 pub(crate) enum LedgerWrite {
     /// Written: the Pod is admitted against its quota.
     written,
-    /// Another replica wrote first: decided again on its version (the watch's, else read).
+    /// Another replica wrote first: decided again on its version, which the ledger watch had brought.
     conflict,
+    /// Another replica wrote first and the watch had not brought its version yet: read, then decided again.
+    conflict_read,
     /// Not written: the watch brought another replica's write before this batch's own, so its reservations
     /// were decided again without a write that would have conflicted (counted once per batch).
     overtaken,

@@ -49,6 +49,8 @@ pub(crate) struct TierLedger {
     pub(crate) ledger: LedgerVersion,
     pub(crate) batch: Batch,
     pub(crate) flush: Arc<tokio::sync::Notify>,
+    /// Whether its writer runs (started at the tier's first reservation in this replica).
+    pub(crate) writing: bool,
 }
 
 /// Whether version `a` is known to come after `b` (`None`: no object).
@@ -60,11 +62,12 @@ fn after(a: &Option<String>, b: &Option<String>) -> bool {
 }
 
 impl TierLedger {
-    pub(crate) fn new(flush: Arc<tokio::sync::Notify>) -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             ledger: LedgerVersion::default(),
             batch: Batch::default(),
-            flush,
+            flush: Arc::default(),
+            writing: false,
         }
     }
 

@@ -400,23 +400,22 @@ impl QuotaUsage {
         Err(not_reserved(LedgerError::Contended))
     }
 
-    /// `tier`'s ledger in `ledgers`, started ([`Self::start_tier`]) at the tier's first reservation.
+    /// `tier`'s ledger in `ledgers` (as the watch brought it, or new: its first write creates it, or
+    /// conflicts and reads it), with its writer in this replica started at the first reservation here (a
+    /// tier only watched, or removed from the policy, has none).
     fn tier_ledger<'a>(
         &self,
         ledgers: &'a mut BTreeMap<String, TierLedger>,
         tier: &str,
     ) -> &'a mut TierLedger {
-        (ledgers.entry(tier.to_string())).or_insert_with(|| self.start_tier(tier))
-    }
-
-    /// A tier's ledger as first reserved in, not read yet (its first write creates it, or conflicts and
-    /// reads it), with its writer started.
-    fn start_tier(&self, tier: &str) -> TierLedger {
-        let flush = Arc::new(tokio::sync::Notify::new());
-        if let Some(me) = self.me.upgrade() {
-            tokio::spawn(me.write_batches(tier.to_string(), flush.clone()));
+        let t = (ledgers.entry(tier.to_string())).or_insert_with(TierLedger::new);
+        if !t.writing
+            && let Some(me) = self.me.upgrade()
+        {
+            t.writing = true;
+            tokio::spawn(me.write_batches(tier.to_string(), t.flush.clone()));
         }
-        TierLedger::new(flush)
+        t
     }
 
     /// The one writer of `tier`'s ledger in this replica: writes every reservation of the tier decided since
@@ -442,7 +441,7 @@ impl QuotaUsage {
                     true => Some(self.store.read(&tier).await),
                     false => None,
                 };
-                let (mine, later) = self.written(&tier, result, fresh);
+                let (mine, later) = self.written(&tier, result, fresh, read_again);
                 for w in waiting {
                     let _ = w.send(mine.clone());
                 }
@@ -456,15 +455,18 @@ impl QuotaUsage {
         (self.lock_ledgers().get(tier)).is_some_and(|t| t.knows_later_than(base))
     }
 
-    /// Takes a write's result into `tier`'s ledger ([`TierLedger::written`]) and counts it.
+    /// Takes a write's result into `tier`'s ledger ([`TierLedger::written`]) and counts it (`read_again`: a
+    /// conflict the watch had not settled).
     fn written(
         &self,
         tier: &str,
         result: Result<LedgerVersion, LedgerError>,
         fresh: Option<Result<LedgerVersion, LedgerError>>,
+        read_again: bool,
     ) -> (Flushed, Option<Vec<Waiting>>) {
         let outcome = match &result {
             Ok(_) => LedgerWrite::written,
+            Err(LedgerError::Conflict) if read_again => LedgerWrite::conflict_read,
             Err(LedgerError::Conflict) => LedgerWrite::conflict,
             Err(_) => LedgerWrite::failed,
         };
@@ -514,7 +516,8 @@ impl QuotaUsage {
         };
         let back = {
             let mut ledgers = self.lock_ledgers();
-            self.tier_ledger(&mut ledgers, tier).watched(at, now)
+            let known = (ledgers.entry(tier.to_string())).or_insert_with(TierLedger::new);
+            known.watched(at, now)
         };
         if !back.is_empty() {
             self.metrics

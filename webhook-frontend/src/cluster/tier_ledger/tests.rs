@@ -21,7 +21,7 @@ fn version(v: &str, uids: &[&str]) -> LedgerVersion {
 }
 
 fn tier(v: &str, uids: &[&str], name: &str) -> TierLedger {
-    let mut t = TierLedger::new(Arc::default());
+    let mut t = TierLedger::new();
     t.ledger = LedgerVersion {
         resource_version: Some(v.to_string()),
         entries: entries(uids, name),
