@@ -1,5 +1,6 @@
 //! Part C's bystanders (`--peer-bystander`): what one tenant's burst does to another tenant's admissions.
-//! While a cell's burst runs, two more clients each create one-GPU Pods one at a time: one in a namespace
+//! While a cell's burst runs, two more clients of another user ([`BYSTANDER`]: the apiserver's flow control
+//! queues it apart from the burst's user) each create one-GPU Pods one at a time: one in a namespace
 //! of the first quota'd tier that the burst does not use (the burst's quota'd Pods share its quota ledger),
 //! one in a namespace of the second quota'd tier (its own ledger). Each also runs alone first, for the same
 //! cell's quiet latency. A GPU burst (no quotas) moves both only through what everything shares (the
@@ -13,6 +14,7 @@ use anyhow::ensure;
 use gpu_admission_tests::cluster::LocalCluster;
 use serde::Serialize;
 
+use crate::install::clients_as;
 use crate::peer_load::{Load, Until, create_timed, create_until};
 #[cfg(doc)]
 use crate::pods::delete_all;
@@ -48,9 +50,13 @@ pub struct Bystander {
 /// Pods each bystander creates alone before a burst.
 const QUIET_PODS: usize = 40;
 
-/// The bystanders' namespaces, one per [`Relation`].
+/// The bystanders' user: another tenant than the burst's.
+pub const BYSTANDER: &str = "bench-bystander";
+
+/// The bystanders' namespaces, one per [`Relation`], and their client.
 pub struct Bystanders {
     namespaces: Vec<(Relation, (String, String))>,
+    client: kube::Client,
 }
 
 impl Bystanders {
@@ -69,11 +75,14 @@ impl Bystanders {
             let ns = create_namespaces(cluster, &prefix, 1, std::slice::from_ref(tier)).await?;
             namespaces.extend(ns.into_iter().map(|n| (relation, n)));
         }
-        Ok(Self { namespaces })
+        cluster.bind_tenant(BYSTANDER).await?;
+        let client = clients_as(cluster, BYSTANDER, 1).await?.remove(0);
+        Ok(Self { namespaces, client })
     }
 
     /// Each bystander alone, [`QUIET_PODS`] Pods one at a time (both at once).
-    pub async fn quiet(&self, client: &kube::Client, run: &str) -> Vec<Load> {
+    pub async fn quiet(&self, run: &str) -> Vec<Load> {
+        let client = &self.client;
         let tasks: Vec<_> = (self.namespaces.iter())
             .map(|(relation, ns)| {
                 let (client, ns) = (client.clone(), ns.clone());
@@ -91,7 +100,8 @@ impl Bystanders {
     }
 
     /// Starts every bystander creating Pods one at a time until [`Running::stop`].
-    pub fn start(&self, client: &kube::Client, run: &str) -> Running {
+    pub fn start(&self, run: &str) -> Running {
+        let client = &self.client;
         let stop = Arc::new(AtomicBool::new(false));
         let tasks = (self.namespaces.iter())
             .map(|(relation, ns)| {

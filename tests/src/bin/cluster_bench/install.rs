@@ -160,13 +160,22 @@ fn registration(
 /// `n` clients acting as [`TENANT`] (impersonated by the admin kubeconfig's token), each its own connection
 /// pool, as `n` separate controllers or users would be.
 pub async fn tenant_clients(cluster: &LocalCluster, n: usize) -> anyhow::Result<Vec<kube::Client>> {
+    clients_as(cluster, TENANT, n).await
+}
+
+/// `n` clients acting as `user` (impersonated by the admin's kubeconfig).
+pub async fn clients_as(
+    cluster: &LocalCluster,
+    user: &str,
+    n: usize,
+) -> anyhow::Result<Vec<kube::Client>> {
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
         let kc = kube::config::Kubeconfig::read_from(cluster.kubeconfig())?;
         let mut config =
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
                 .await?;
-        config.auth_info.impersonate = Some(TENANT.into());
+        config.auth_info.impersonate = Some(user.into());
         out.push(kube::Client::try_from(config)?);
     }
     Ok(out)

@@ -35,6 +35,8 @@ use crate::peer_load::{
 use crate::pods::{Shape, annotation, create_namespaces, delete_all, list_run};
 
 const FLOOR: &str = "deploy/kustomize/base/floor.yaml";
+/// The frontends' count of quota ledger writes by tier and result.
+const LEDGER_WRITES: &str = "gpu_admission_quota_ledger_writes_total{";
 
 /// The tiers the quota'd namespaces are spread over (`--peer-quota-tiers` of them, [`QUOTA_TIER`] first,
 /// whose namespace the floor's probe uses): each has its own quota ledger.
@@ -118,6 +120,29 @@ pub struct Run {
     pub ledger_batch: Histogram,
     /// Another tenant's Pods created one at a time, alone and during the burst (`--peer-bystander`).
     pub bystanders: Vec<Bystander>,
+    /// The quota ledgers' writes during the run by result (`gpu_admission_quota_ledger_writes_total`, every
+    /// replica and tier).
+    pub ledger_writes: BTreeMap<String, u64>,
+}
+
+/// `gpu_admission_quota_ledger_writes_total` by `result`, summed over tiers.
+fn ledger_writes(metrics: &str) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for line in metrics.lines() {
+        let Some(rest) = line.strip_prefix(LEDGER_WRITES) else {
+            continue;
+        };
+        let (Some(result), Some(n)) = (
+            rest.split("result=\"")
+                .nth(1)
+                .and_then(|r| r.split('"').next()),
+            rest.rsplit(' ').next().and_then(|n| n.parse::<f64>().ok()),
+        ) else {
+            continue;
+        };
+        *out.entry(result.to_string()).or_default() += n as u64;
+    }
+    out
 }
 
 /// Runs part C with `args`' sizes: the runs in order, and what [`check`] found not held (each run is
@@ -165,6 +190,9 @@ pub async fn run(args: &Args) -> anyhow::Result<(Vec<Run>, Vec<String>)> {
                             run.load.p99_ms,
                             run.load.retried_429
                         );
+                        if !run.ledger_writes.is_empty() {
+                            eprintln!("    quota ledger writes: {:?}", run.ledger_writes);
+                        }
                         for b in &run.bystanders {
                             eprintln!(
                                 "    bystander ({}): alone p50 {:.0} / p99 {:.0} ms, during p50 {:.0} / \
@@ -381,14 +409,14 @@ impl Cell {
             .as_ref()
             .filter(|_| self.kind != Kind::Cpu);
         let quiet = match bystanders {
-            Some(b) => b.quiet(&clients[0], &name).await,
+            Some(b) => b.quiet(&name).await,
             None => Vec::new(),
         };
         let (a0, f0) = (
             apiserver_metrics(admin).await?,
             frontend_metrics(frontends).await?,
         );
-        let running = bystanders.map(|b| b.start(&clients[0], &name));
+        let running = bystanders.map(|b| b.start(&name));
         let load = create_timed(clients, namespaces, args.peer_pods, &name, shape).await;
         let during = match running {
             Some(r) => r.stop().await,
@@ -420,7 +448,13 @@ impl Cell {
         let mut frontend = BTreeMap::new();
         let mut per_replica = Vec::new();
         let mut ledger_batch = Histogram::default();
+        let mut writes_by_result = BTreeMap::new();
         for (before, now) in f0.iter().zip(&f1) {
+            let earlier = ledger_writes(before);
+            for (result, n) in ledger_writes(now) {
+                let added = n.saturating_sub(earlier.get(&result).copied().unwrap_or(0));
+                *writes_by_result.entry(result).or_insert(0) += added;
+            }
             let added = histograms_since(
                 &histograms(now, FRONTEND_DURATION, "webhook", &[]),
                 &histograms(before, FRONTEND_DURATION, "webhook", &[]),
@@ -471,6 +505,7 @@ impl Cell {
             per_replica,
             ledger_batch,
             bystanders,
+            ledger_writes: writes_by_result,
         })
     }
 }
