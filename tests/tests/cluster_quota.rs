@@ -570,35 +570,12 @@ async fn quotas_hold() {
     let pods = Api::<Pod>::namespaced(client.clone(), LOAD_NS);
     let over = admitted.saturating_sub(40);
     for p in pods_in(&client, LOAD_NS).await.iter().take(1 + over) {
-        pods.delete(
-            p.metadata.name.as_deref().unwrap(),
-            &DeleteParams {
-                grace_period_seconds: Some(0),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+        delete_now(&pods, p.metadata.name.as_deref().unwrap()).await;
     }
-    let deleted_at = Instant::now();
-    let mut attempt = 0;
-    let freed_after = loop {
-        attempt += 1;
-        match pods
-            .create(
-                &PostParams::default(),
-                &gpu_pod(&format!("after-{attempt}"), attempt % 2),
-            )
-            .await
-        {
-            Ok(_) => break deleted_at.elapsed(),
-            Err(e) => assert!(
-                deleted_at.elapsed() < Duration::from_secs(5),
-                "quota not freed: {e}"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let (freed_after, attempt) = admitted_within_5s(&pods, "quota not freed", |a| {
+        gpu_pod(&format!("after-{a}"), a % 2)
+    })
+    .await;
     println!(
         "deleted {} Pods: a new Pod admitted {freed_after:?} after the last delete (attempt {attempt})",
         1 + over
@@ -615,33 +592,12 @@ async fn quotas_hold() {
     delete_ledger(&cluster, "bronze");
     for shard in 0..2 {
         let victim = pods_in(&client, LOAD_NS).await.remove(0);
-        let victim = victim.metadata.name.unwrap();
-        pods.delete(
-            &victim,
-            &DeleteParams {
-                grace_period_seconds: Some(0),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-        let deleted_at = Instant::now();
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let name = format!("recreated-{shard}-{attempt}");
-            match pods
-                .create(&PostParams::default(), &gpu_pod(&name, shard))
-                .await
-            {
-                Ok(_) => break,
-                Err(e) => assert!(
-                    deleted_at.elapsed() < Duration::from_secs(5),
-                    "replica {shard} after its tier's ledger was deleted: {e}"
-                ),
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        delete_now(&pods, &victim.metadata.name.unwrap()).await;
+        let why = format!("replica {shard} after its tier's ledger was deleted");
+        let (_, attempt) = admitted_within_5s(&pods, &why, |a| {
+            gpu_pod(&format!("recreated-{shard}-{a}"), shard)
+        })
+        .await;
         println!("replica {shard}: admitted after the ledger's delete (attempt {attempt})");
     }
     ledgers_are_per_tier(&cluster, &[(LOAD_NS, "bronze")]);
@@ -668,6 +624,34 @@ async fn ledger_writes(webhook: &Webhook, tier: &str, result: &str) -> u64 {
     (text.lines())
         .find_map(|l| l.strip_prefix(&series))
         .map_or(0, |n| n.trim().parse().unwrap())
+}
+
+/// Deletes Pod `name` with no grace period.
+async fn delete_now(pods: &Api<Pod>, name: &str) {
+    let now = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    pods.delete(name, &now).await.unwrap();
+}
+
+/// Creates `pod(attempt)` until one is admitted, within 5 s (else fails with `why`): how long it took from
+/// the call, and the attempt that was admitted.
+async fn admitted_within_5s(
+    pods: &Api<Pod>,
+    why: &str,
+    pod: impl Fn(usize) -> Pod,
+) -> (Duration, usize) {
+    let started = Instant::now();
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match pods.create(&PostParams::default(), &pod(attempt)).await {
+            Ok(_) => return (started.elapsed(), attempt),
+            Err(e) => assert!(started.elapsed() < Duration::from_secs(5), "{why}: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Deletes `tier`'s QuotaLedger, wherever the frontends keep it.

@@ -173,30 +173,11 @@ impl QuotaUsage {
             }
         });
         let usage = me.clone();
-        let ledgers = me.store.watch();
-        tokio::spawn(async move {
-            let mut ledgers = std::pin::pin!(ledgers);
-            while let Some(event) = ledgers.next().await {
-                match event {
-                    Ok(e) => usage.ledger_event(e),
-                    Err(err) => {
-                        tracing::warn!(%err, resource = "quotaledgers", "watch error (retrying with backoff)")
-                    }
-                }
-            }
+        follow(me.store.watch(), "quotaledgers", move |e| {
+            usage.ledger_event(e)
         });
         let usage = me.clone();
-        tokio::spawn(async move {
-            let mut stream = std::pin::pin!(stream);
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(e) => usage.event(e),
-                    Err(err) => {
-                        tracing::warn!(%err, resource = "pods", "watch error (retrying with backoff)")
-                    }
-                }
-            }
-        });
+        follow(stream, "pods", move |e| usage.event(e));
         me
     }
 
@@ -564,6 +545,23 @@ impl QuotaUsage {
             }
         }
     }
+}
+
+/// Hands every event of a watch to `on`, and logs its errors (the watcher retries them with backoff).
+fn follow<K: Send + 'static>(
+    stream: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    resource: &'static str,
+    on: impl Fn(watcher::Event<K>) + Send + 'static,
+) {
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(e) => on(e),
+                Err(err) => tracing::warn!(%err, resource, "watch error (retrying with backoff)"),
+            }
+        }
+    });
 }
 
 /// Sends reservations back to be decided again.
