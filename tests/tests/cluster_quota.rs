@@ -589,8 +589,11 @@ async fn quotas_hold() {
     for webhook in &webhooks[..2] {
         conflicts_before.push(conflicts(webhook).await);
     }
+    // A watch event arrives within milliseconds; a second covers a loaded machine.
+    let settle = || tokio::time::sleep(Duration::from_secs(1));
     delete_ledger(&cluster, "bronze");
     for shard in 0..2 {
+        settle().await;
         let victim = pods_in(&client, LOAD_NS).await.remove(0);
         delete_now(&pods, &victim.metadata.name.unwrap()).await;
         let why = format!("replica {shard} after its tier's ledger was deleted");
