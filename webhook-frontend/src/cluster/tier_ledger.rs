@@ -7,10 +7,11 @@
 //! was decided on sends the batch back to be decided again before it is written (its write would conflict),
 //! and a conflict needs no read when the watch already brought the version that beat it.
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use gpu_admission_core::quota::ledger::Entry;
+use gpu_admission_core::quota::Usage;
+use gpu_admission_core::quota::ledger::{self, Entry};
 use gpu_admission_core::resource::resource_version_order;
 
 use super::quota_ledger::{LedgerError, LedgerVersion};
@@ -46,11 +47,14 @@ pub(crate) struct Batch {
 /// One tier's ledger in this replica: as last known, the reservations not yet written, and the wake-up of
 /// its writer ([`super::usage::QuotaUsage`]'s `write_batches`).
 pub(crate) struct TierLedger {
-    pub(crate) ledger: LedgerVersion,
+    ledger: LedgerVersion,
     pub(crate) batch: Batch,
     pub(crate) flush: Arc<tokio::sync::Notify>,
     /// Whether its writer runs (started at the tier's first reservation in this replica).
     pub(crate) writing: bool,
+    /// Every namespace of the entries a decision reads of it ([`Self::known`]; more after a batch goes
+    /// back): whether another tier's decision must walk them ([`entries_for`]).
+    namespaces: BTreeSet<String>,
 }
 
 /// Whether version `a` is known to come after `b` (`None`: no object).
@@ -68,7 +72,20 @@ impl TierLedger {
             batch: Batch::default(),
             flush: Arc::default(),
             writing: false,
+            namespaces: BTreeSet::new(),
         }
+    }
+
+    /// Takes `namespace`'s reservation in (its entry is in [`Self::pending`]).
+    pub(crate) fn reserved_in(&mut self, namespace: &str) {
+        if !self.namespaces.contains(namespace) {
+            self.namespaces.insert(namespace.to_string());
+        }
+    }
+
+    /// The namespaces of [`Self::known`] again, after it changed as a whole.
+    fn recount_namespaces(&mut self) {
+        self.namespaces = self.known().iter().map(|e| e.namespace.clone()).collect();
     }
 
     /// The entries a reservation is decided on and taken into: the reservations not yet written, else the
@@ -139,13 +156,25 @@ impl TierLedger {
             return Vec::new();
         }
         self.ledger = now;
-        self.overtaken_batch()
+        let back = self.overtaken_batch();
+        self.recount_namespaces();
+        back
     }
 
     /// Takes a write's result in (`fresh`: the ledger read after a conflict, when the watch had not brought
     /// a later version yet): what its reservations learn, and the reservations built on it that must be
     /// decided again.
     pub(crate) fn written(
+        &mut self,
+        result: Result<LedgerVersion, LedgerError>,
+        fresh: Option<Result<LedgerVersion, LedgerError>>,
+    ) -> (Flushed, Option<Vec<Waiting>>) {
+        let taken = self.take_written(result, fresh);
+        self.recount_namespaces();
+        taken
+    }
+
+    fn take_written(
         &mut self,
         result: Result<LedgerVersion, LedgerError>,
         fresh: Option<Result<LedgerVersion, LedgerError>>,
@@ -187,12 +216,25 @@ impl TierLedger {
     }
 }
 
-/// Every entry this replica knows of, in every tier's ledger (a namespace relabelled since its reservations
-/// is decided with them in its new tier).
-pub(crate) fn known_entries(
-    ledgers: &BTreeMap<String, TierLedger>,
-) -> impl Iterator<Item = &Entry> {
-    ledgers.values().flat_map(TierLedger::known)
+/// The entries a decision of a Pod of `namespace` in `tier` reads: every entry of `tier`'s ledger, and of
+/// another tier's only when one of its namespaces can count there ([`ledger::ledger_may_count`]: a namespace
+/// relabelled since its reservations carries them to its new tier; otherwise another tier's burst is not
+/// walked).
+pub(crate) fn entries_for<'a>(
+    ledgers: &'a BTreeMap<String, TierLedger>,
+    watched: &'a Usage,
+    (tier, namespace): (&'a str, &'a str),
+) -> impl Iterator<Item = &'a Entry> {
+    (ledgers.iter())
+        .filter(move |(t, l)| {
+            *t == tier
+                || ledger::ledger_may_count(
+                    watched,
+                    l.namespaces.iter().map(String::as_str),
+                    (tier, namespace),
+                )
+        })
+        .flat_map(|(_, l)| l.known())
 }
 
 #[cfg(test)]

@@ -43,7 +43,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 
 use super::ClusterFacts;
 use super::quota_ledger::{LedgerError, LedgerStore, LedgerVersion};
-use super::tier_ledger::{Flushed, TierLedger, Waiting, known_entries};
+use super::tier_ledger::{Flushed, TierLedger, Waiting, entries_for};
 use crate::metrics::{LedgerWrite, Metrics, QuotaLabels};
 use crate::policy::PolicyCache;
 
@@ -278,7 +278,7 @@ impl QuotaUsage {
         let s = self.fresh_state();
         Some(ledger::effective_usage(
             s.held.usage(),
-            known_entries(&ledgers),
+            entries_for(&ledgers, s.held.usage(), (tier, namespace)),
             |u| s.seen(u),
             now_ms(),
             (tier, namespace),
@@ -332,7 +332,7 @@ impl QuotaUsage {
                     let seen = |u: &str| s.seen(u);
                     let usage = ledger::effective_usage(
                         s.held.usage(),
-                        known_entries(ledgers),
+                        entries_for(ledgers, s.held.usage(), (tier, namespace)),
                         seen,
                         now,
                         (tier, namespace),
@@ -361,7 +361,9 @@ impl QuotaUsage {
                     Planned::Written => {}
                 }
                 let (tx, rx) = tokio::sync::oneshot::channel();
-                self.tier_ledger(ledgers, tier).batch.waiting.push(tx);
+                let mine = self.tier_ledger(ledgers, tier);
+                mine.reserved_in(namespace);
+                mine.batch.waiting.push(tx);
                 (decision, rx, flush)
             };
             flush.notify_one();

@@ -192,6 +192,20 @@ pub fn effective_usage<'a>(
     usage
 }
 
+/// Whether any entry of another tier's ledger, whose entries are all of `namespaces` (or fewer), can count in
+/// [`effective_usage`] for a Pod of `namespace` in `tier`: only an entry of `namespace` itself, of a
+/// namespace the watch counts in `tier` now (relabelled), or of one the watch does not count (its newest
+/// entry decides its tier). When none can, the decision need not walk that ledger's entries: a burst in
+/// another tier costs a lookup per namespace of it, not one per entry.
+pub fn ledger_may_count<'a>(
+    watched: &Usage,
+    namespaces: impl IntoIterator<Item = &'a str>,
+    (tier, namespace): (&str, &str),
+) -> bool {
+    (namespaces.into_iter())
+        .any(|m| m == namespace || watched.namespaces.get(m).is_none_or(|n| n.tier == tier))
+}
+
 /// The entries worth keeping: unexpired, and not counted by the writer's watch for [`SEEN_GRACE_MS`].
 pub fn prune(entries: &mut Vec<Entry>, seen: impl Fn(&str) -> Seen, now_ms: u64) {
     entries.retain(|e| {

@@ -278,3 +278,35 @@ fn a_full_ledger_drops_phantoms_of_the_largest_holder_never_refuses_another_name
     };
     assert_eq!(w.len(), 8);
 }
+
+/// A ledger of another tier is skipped only when none of its namespaces can count, and then skipping it
+/// changes nothing effective_usage gives.
+#[test]
+fn another_tier_s_ledger_is_walked_only_when_one_of_its_namespaces_can_count() {
+    let mut watched = Usage::default();
+    watched.add("bronze", "team-a", &entry("held-a", 1, 0).counted(), 1);
+    watched.add("silver", "team-b", &entry("held-b", 1, 0).counted(), 1);
+    let bronze = [
+        entry_in("team-a", "r1", 2, 0),
+        entry_in("team-a", "r2", 1, 0),
+    ];
+    let namespaces = || ["team-a"].into_iter();
+    let mine = [entry_in("team-b", "s1", 1, 0)];
+    // A silver decision of team-b: bronze's team-a is counted in bronze, so its entries cannot count.
+    let scope = ("silver", "team-b");
+    assert!(!ledger_may_count(&watched, namespaces(), scope));
+    let with = effective_usage(&watched, mine.iter().chain(&bronze), unseen, 1, scope);
+    let without = effective_usage(&watched, &mine, unseen, 1, scope);
+    assert_eq!(with, without);
+    // The decided namespace itself (relabelled from bronze), a namespace the watch now counts in silver, and
+    // a namespace the watch does not count: walked.
+    assert!(ledger_may_count(
+        &watched,
+        namespaces(),
+        ("silver", "team-a")
+    ));
+    let mut moved = Usage::default();
+    moved.add("silver", "team-a", &entry("held-a", 1, 0).counted(), 1);
+    assert!(ledger_may_count(&moved, namespaces(), scope));
+    assert!(ledger_may_count(&watched, ["team-c"], scope));
+}

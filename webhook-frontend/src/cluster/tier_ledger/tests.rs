@@ -3,13 +3,16 @@ use tokio::sync::oneshot;
 
 use super::*;
 
-fn entries(uids: &[&str], tier: &str) -> Vec<Entry> {
-    let counted = Counted {
+fn one_gpu() -> Counted {
+    Counted {
         classes: [("L4-24GB".to_string(), 1000)].into(),
         total: 1000,
-    };
+    }
+}
+
+fn entries(uids: &[&str], tier: &str) -> Vec<Entry> {
     (uids.iter())
-        .map(|u| Entry::new(u, tier, "team-a", &counted, 0))
+        .map(|u| Entry::new(u, tier, "team-a", &one_gpu(), 0))
         .collect()
 }
 
@@ -26,6 +29,7 @@ fn tier(v: &str, uids: &[&str], name: &str) -> TierLedger {
         resource_version: Some(v.to_string()),
         entries: entries(uids, name),
     };
+    t.recount_namespaces();
     t
 }
 
@@ -50,7 +54,12 @@ fn a_decision_reads_every_tier_s_ledger_and_reserves_in_its_own() {
     ]);
     let gold = ledgers.get_mut("gold").unwrap();
     let _answer = reserve(gold, "g2");
-    let uids: Vec<&str> = known_entries(&ledgers).map(|e| e.uid.as_str()).collect();
+    // Silver's team-a is counted in gold now (relabelled), so a gold decision reads silver's ledger too.
+    let mut watched = Usage::default();
+    watched.add("gold", "team-a", &one_gpu(), 1);
+    let uids: Vec<&str> = (entries_for(&ledgers, &watched, ("gold", "team-b")))
+        .map(|e| e.uid.as_str())
+        .collect();
     assert_eq!(uids, ["g1", "g2", "s1"]);
     // Gold's batch builds on the version it read; silver's ledger is untouched and has no batch.
     assert!(matches!(
@@ -59,6 +68,36 @@ fn a_decision_reads_every_tier_s_ledger_and_reserves_in_its_own() {
     ));
     assert!(ledgers["silver"].batch.next.is_none());
     assert_eq!(ledgers["silver"].known().len(), 1);
+}
+
+#[test]
+fn another_tier_s_ledger_is_read_only_when_its_namespaces_can_count() {
+    let mut ledgers = BTreeMap::from([
+        ("gold".to_string(), tier("7", &["g1"], "gold")),
+        ("silver".to_string(), tier("3", &["s1"], "silver")),
+    ]);
+    // Silver's only namespace, team-a, is counted in silver: a gold decision of team-b skips its ledger.
+    let mut watched = Usage::default();
+    watched.add("silver", "team-a", &one_gpu(), 1);
+    let read = |ledgers: &BTreeMap<String, TierLedger>, scope| -> Vec<String> {
+        (entries_for(ledgers, &watched, scope))
+            .map(|e| e.uid.clone())
+            .collect()
+    };
+    assert_eq!(read(&ledgers, ("gold", "team-b")), ["g1"]);
+    // Team-a's own decision reads it (its namespace may have been relabelled since).
+    assert_eq!(read(&ledgers, ("gold", "team-a")), ["g1", "s1"]);
+    // A reservation of team-b in silver's batch makes silver's ledger one a gold team-b decision reads.
+    let silver = ledgers.get_mut("silver").unwrap();
+    let _answer = reserve(silver, "s2");
+    silver.reserved_in("team-b");
+    assert_eq!(read(&ledgers, ("gold", "team-b")), ["g1", "s1", "s2"]);
+    // After a watched version of silver holding team-a's entries only, it is skipped again.
+    let silver = ledgers.get_mut("silver").unwrap();
+    let mut later = version("4", &[]);
+    later.entries = entries(&["s1"], "silver");
+    silver.watched("4", later);
+    assert_eq!(read(&ledgers, ("gold", "team-b")), ["g1"]);
 }
 
 #[test]
