@@ -1,6 +1,8 @@
 //! One tier's quota ledger as this replica knows it ([`TierLedger`]): the version last read, written or
-//! brought by the ledger watch, the reservations decided on it and not yet written, and who waits for their
-//! write. No I/O: [`super::usage`] reads, writes and watches, and hands each result here.
+//! brought by the ledger watch, the reservations decided on it and not yet written, who waits for their
+//! write, and the namespaces of its entries (a decision in another tier walks them only when one of those
+//! can count there: [`entries_for`]). No I/O: [`super::usage`] reads, writes and watches, and hands each
+//! result here.
 //!
 //! Versions only move forward ([`resource_version_order`]): a write's answer or a read that arrives after
 //! the watch brought a later version does not take the ledger back. A version later than the one a batch
