@@ -14,6 +14,10 @@
 //! would count a Pod that is gone), or after [`ENTRY_TTL_MS`] (a Pod another admission step refused after
 //! us, never created). Keyed by the Pod's UID, which the apiserver assigns before validating admission runs.
 //!
+//! A namespace admitting Pods in a stream gets, instead of one entry per Pod, a **grant** ([`grant`]):
+//! several Pods' worth written once, against which the replica that wrote it admits the namespace's next
+//! Pods without a write for a second, counted whole by every other replica meanwhile.
+//!
 //! The one bound the split into tiers loosens: a namespace relabelled while reservations of its old tier are
 //! in flight. Another replica's write to the new tier does not conflict with them, so for up to
 //! [`OTHERS_WINDOW_MS`] (until the watch counts their Pods) the new tier may admit as if they were not there,
@@ -42,6 +46,7 @@ use serde::{Deserialize, Serialize};
 use super::Usage;
 use super::demand::Counted;
 
+pub mod grant;
 pub mod object;
 
 /// How long an entry whose Pod the writer's watch counts stays, for the other replicas' watches.
@@ -49,8 +54,11 @@ pub const SEEN_GRACE_MS: u64 = 10_000;
 /// How long an entry whose Pod never came stays, counted against its own namespace.
 pub const ENTRY_TTL_MS: u64 = 15_000;
 /// How long an entry counts against the namespaces it does not belong to (their tier's totals): the delay
-/// within which every replica's watch delivers a stored Pod (measured well under a second on a busy test
-/// control plane; the cross-replica overshoot bound assumes it). An entry still unseen after it is a phantom.
+/// from a reservation's decision (its `at_ms`) to every replica's watch delivering its stored Pod (the
+/// write, the rest of the admission, the apiserver storing the Pod, the watch: measured well under a second
+/// on a busy test control plane). The cross-replica overshoot bound assumes it: a watch within it counted
+/// from the Pod's storage rather than its decision can break a `max` (`properties/src/replicas_oracle.rs`).
+/// An entry still unseen after it is a phantom.
 pub const OTHERS_WINDOW_MS: u64 = 5_000;
 
 // An entry counts for its own namespace at least as long as for the others ([`Entry::counts_for`]).
@@ -97,6 +105,10 @@ pub struct Entry {
     pub total: MilliGpus,
     /// When it was admitted, in milliseconds since the Unix epoch (the writer's clock).
     pub at_ms: u64,
+    /// A grant ([`grant`]): the replica that admits Pods of the namespace against it. `None`: one Pod's
+    /// reservation, keyed by its UID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub granted_to: Option<String>,
 }
 
 impl Entry {
@@ -108,6 +120,7 @@ impl Entry {
             classes: counted.classes.clone(),
             total: counted.total,
             at_ms,
+            granted_to: None,
         }
     }
 
@@ -132,6 +145,9 @@ impl Entry {
     /// only within [`OTHERS_WINDOW_MS`] (the age first: most entries of a burst are younger than that, and
     /// then no name is compared).
     fn counts_for(&self, namespace: &str, now_ms: u64) -> bool {
+        if self.is_grant() {
+            return grant::counts_for(self.at_ms, now_ms);
+        }
         let age = self.age(now_ms);
         age < OTHERS_WINDOW_MS || (age < ENTRY_TTL_MS && self.namespace == namespace)
     }
@@ -206,9 +222,13 @@ pub fn ledger_may_count<'a>(
         .any(|m| m == namespace || watched.namespaces.get(m).is_none_or(|n| n.tier == tier))
 }
 
-/// The entries worth keeping: unexpired, and not counted by the writer's watch for [`SEEN_GRACE_MS`].
+/// The entries worth keeping: unexpired, and not counted by the writer's watch for [`SEEN_GRACE_MS`]; a
+/// grant while it counts.
 pub fn prune(entries: &mut Vec<Entry>, seen: impl Fn(&str) -> Seen, now_ms: u64) {
     entries.retain(|e| {
+        if e.is_grant() {
+            return grant::counts_for(e.at_ms, now_ms);
+        }
         e.age(now_ms) < ENTRY_TTL_MS
             && match seen(&e.uid) {
                 Seen::No => true,
@@ -273,7 +293,7 @@ pub fn limited(
 ) -> Option<Limited> {
     let (mut in_flight, mut phantoms): (Vec<u64>, Vec<u64>) = entries
         .iter()
-        .filter(|e| e.namespace == namespace && seen(&e.uid) == Seen::No)
+        .filter(|e| e.namespace == namespace && !e.is_grant() && seen(&e.uid) == Seen::No)
         .map(|e| e.age(now_ms))
         .partition(|age| *age < OTHERS_WINDOW_MS);
     // The reservations to wait for: the oldest beyond the limit leave it first.
@@ -382,7 +402,7 @@ fn compact(entries: &mut Vec<Entry>, seen: impl Fn(&str) -> Seen, now_ms: u64, a
     }
     let mut by_namespace: BTreeMap<String, Vec<(u64, usize)>> = BTreeMap::new();
     for (i, e) in entries.iter().enumerate() {
-        if seen(&e.uid) == Seen::No && e.age(now_ms) >= OTHERS_WINDOW_MS {
+        if !e.is_grant() && seen(&e.uid) == Seen::No && e.age(now_ms) >= OTHERS_WINDOW_MS {
             by_namespace
                 .entry(e.namespace.clone())
                 .or_default()
