@@ -187,6 +187,9 @@ pub(crate) enum LedgerWrite {
     /// Not written: the watch already holds a Pod of that namespace and name, so the apiserver refuses the
     /// CREATE after admission (`AlreadyExists`) and nothing is reserved.
     name_taken,
+    /// Not written: admitted against the headroom this replica was granted for the namespace in an earlier
+    /// write (counted once per Pod).
+    drawn,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

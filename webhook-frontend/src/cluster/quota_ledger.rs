@@ -29,6 +29,8 @@ pub(crate) enum LedgerError {
     Contended,
     /// The namespace is over its own rate limit of reservations (core's message says which and how long).
     Limited(Limited),
+    /// Over a `max` only by headroom other replicas were granted, still unclosed at the deadline.
+    HeldByGrants,
 }
 
 impl std::fmt::Display for LedgerError {
@@ -38,6 +40,10 @@ impl std::fmt::Display for LedgerError {
             LedgerError::Api(e) => write!(f, "{e}"),
             LedgerError::Contended => write!(f, "the ledger is contended by other admissions"),
             LedgerError::Limited(l) => write!(f, "{l}"),
+            LedgerError::HeldByGrants => write!(
+                f,
+                "the quota's last headroom is granted to another frontend replica for about a second"
+            ),
         }
     }
 }

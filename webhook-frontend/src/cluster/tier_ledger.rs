@@ -8,15 +8,21 @@
 //! the watch brought a later version does not take the ledger back. A version later than the one a batch
 //! was decided on sends the batch back to be decided again before it is written (its write would conflict),
 //! and a conflict needs no read when the watch already brought the version that beat it.
+//!
+//! The grants this replica wrote are in [`grants`]: a decision reads each of them as what was drawn from it
+//! ([`TierLedger::view`]), and a batch sent back takes the grants it was writing with it.
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use gpu_admission_core::quota::Usage;
-use gpu_admission_core::quota::ledger::{self, Entry};
+use gpu_admission_core::quota::ledger::{self, Entry, grant};
 use gpu_admission_core::resource::resource_version_order;
 
 use super::quota_ledger::{LedgerError, LedgerVersion};
+
+pub(crate) mod grants;
+use grants::OwnGrants;
 
 /// Which ledger version reservations waiting to be written were decided on.
 #[derive(Debug, Clone)]
@@ -44,6 +50,8 @@ pub(crate) type Waiting = tokio::sync::oneshot::Sender<Flushed>;
 pub(crate) struct Batch {
     pub(crate) next: Option<(Base, Vec<Entry>)>,
     pub(crate) waiting: Vec<Waiting>,
+    /// Whether it closes grants: written even if no reservation waits for it.
+    closes: bool,
 }
 
 /// One tier's ledger in this replica: as last known, the reservations not yet written, and the wake-up of
@@ -57,6 +65,8 @@ pub(crate) struct TierLedger {
     /// Every namespace of the entries a decision reads of it ([`Self::known`]; more after a batch goes
     /// back): whether another tier's decision must walk them ([`entries_for`]).
     namespaces: BTreeSet<String>,
+    /// The grants this replica wrote or is writing in it.
+    pub(crate) grants: OwnGrants,
 }
 
 /// Whether version `a` is known to come after `b` (`None`: no object).
@@ -75,6 +85,7 @@ impl TierLedger {
             flush: Arc::default(),
             writing: false,
             namespaces: BTreeSet::new(),
+            grants: OwnGrants::default(),
         }
     }
 
@@ -111,6 +122,30 @@ impl TierLedger {
             .map_or(&self.ledger.entries, |(_, e)| e)
     }
 
+    /// What a decision of replica `me` reads of it: [`Self::known`], with each of its own grants as what it
+    /// drew from it.
+    pub(crate) fn view<'a>(&'a self, me: &'a str) -> impl Iterator<Item = &'a Entry> {
+        grant::view(self.known(), me, |uid| self.grants.draws(uid))
+    }
+
+    /// Closes `me`'s grants past their draw window in the next write ([`grant::close_drawn`]), which then
+    /// goes even if no reservation waits for it.
+    pub(crate) fn close_drawn(&mut self, me: &str, now_ms: u64) {
+        let mut entries = std::mem::take(self.pending());
+        let grants = &self.grants;
+        let closed = grant::close_drawn(&mut entries, me, |uid| grants.closing(uid), now_ms);
+        *self.pending() = entries;
+        self.batch.closes |= closed;
+    }
+
+    /// When `me`'s first grant in what a decision reads ends its draw window.
+    pub(crate) fn next_close(&self, me: &str) -> Option<u64> {
+        (self.known().iter())
+            .filter(|e| e.is_grant_to(me))
+            .map(|e| e.at_ms.saturating_add(grant::DRAW_MS))
+            .min()
+    }
+
     /// Whether this replica knows a version later than `base` (the one a write was made on).
     pub(crate) fn knows_later_than(&self, base: &Option<String>) -> bool {
         after(&self.ledger.resource_version, base)
@@ -119,7 +154,7 @@ impl TierLedger {
     /// What the next write carries: the version its entries were decided on, the entries, who waits.
     pub(crate) fn take_batch(&mut self) -> Option<(Option<String>, Vec<Entry>, Vec<Waiting>)> {
         let batch = &mut self.batch;
-        if batch.waiting.is_empty() {
+        if batch.waiting.is_empty() && !batch.closes {
             if matches!(batch.next, Some((Base::Known(_), _))) {
                 batch.next = None;
             }
@@ -129,6 +164,7 @@ impl TierLedger {
             return None; // only while a write is in flight, which is the writer's own
         };
         batch.next = Some((Base::AfterWrite, entries.clone()));
+        batch.closes = false;
         Some((base, entries, std::mem::take(&mut batch.waiting)))
     }
 
@@ -139,7 +175,9 @@ impl TierLedger {
             return Vec::new();
         }
         self.batch.next = None;
-        std::mem::take(&mut self.batch.waiting)
+        let mut back = std::mem::take(&mut self.batch.waiting);
+        back.append(&mut self.grants.drop_unwritten());
+        back
     }
 
     /// The ledger object as the watch brought it at version `at` (`now`: its version and entries, or no
@@ -183,23 +221,23 @@ impl TierLedger {
     ) -> (Flushed, Option<Vec<Waiting>>) {
         match result {
             Ok(written) => {
+                let mut drawing = self.grants.written(&written.entries);
                 if after(&self.ledger.resource_version, &written.resource_version) {
                     // The watch brought another replica's write on top of this one: what was built on this
                     // one would conflict.
-                    let later = match self.batch.next {
-                        Some((Base::AfterWrite, _)) => {
-                            self.batch.next = None;
-                            Some(std::mem::take(&mut self.batch.waiting))
-                        }
-                        _ => None,
-                    };
-                    return (Flushed::Written, later);
+                    if let Some((Base::AfterWrite, _)) = self.batch.next {
+                        self.batch.next = None;
+                        drawing.append(&mut self.batch.waiting);
+                        drawing.append(&mut self.grants.drop_unwritten());
+                        return (Flushed::Written, Some(drawing));
+                    }
+                    return (Flushed::Written, (!drawing.is_empty()).then_some(drawing));
                 }
                 if let Some((base @ Base::AfterWrite, _)) = &mut self.batch.next {
                     *base = Base::Known(written.resource_version.clone());
                 }
                 self.ledger = written;
-                (Flushed::Written, None)
+                (Flushed::Written, (!drawing.is_empty()).then_some(drawing))
             }
             Err(e) => {
                 if let Some(Ok(fresh)) = fresh
@@ -212,20 +250,23 @@ impl TierLedger {
                     LedgerError::Conflict => Flushed::Retry,
                     e => Flushed::Failed(e.to_string()),
                 };
-                (mine, Some(std::mem::take(&mut self.batch.waiting)))
+                let mut back = std::mem::take(&mut self.batch.waiting);
+                back.append(&mut self.grants.drop_unwritten());
+                (mine, Some(back))
             }
         }
     }
 }
 
-/// The entries a decision of a Pod of `namespace` in `tier` reads: every entry of `tier`'s ledger, and of
-/// another tier's only when one of its namespaces can count there ([`ledger::ledger_may_count`]: a namespace
-/// relabelled since its reservations carries them to its new tier; otherwise another tier's burst is not
-/// walked).
+/// The entries a decision of replica `me` of a Pod of `namespace` in `tier` reads ([`TierLedger::view`]):
+/// every entry of `tier`'s ledger, and of another tier's only when one of its namespaces can count there
+/// ([`ledger::ledger_may_count`]: a namespace relabelled since its reservations carries them to its new
+/// tier; otherwise another tier's burst is not walked).
 pub(crate) fn entries_for<'a>(
     ledgers: &'a BTreeMap<String, TierLedger>,
     watched: &'a Usage,
     (tier, namespace): (&'a str, &'a str),
+    me: &'a str,
 ) -> impl Iterator<Item = &'a Entry> {
     (ledgers.iter())
         .filter(move |(t, l)| {
@@ -236,7 +277,7 @@ pub(crate) fn entries_for<'a>(
                     (tier, namespace),
                 )
         })
-        .flat_map(|(_, l)| l.known())
+        .flat_map(move |(_, l)| l.view(me))
 }
 
 #[cfg(test)]

@@ -22,21 +22,22 @@
 //! again on a fresh read. A tier's reservations wait only on that tier's writes: another tier's burst
 //! shares with them the decisions' lock (in memory, no I/O under it), never a write. So replicas and
 //! concurrent admissions do not overshoot a `max`, as long as every watch sees a new Pod within
-//! [`ledger::OTHERS_WINDOW_MS`] of another replica's write. A CREATE of a namespace/name the watch already
-//! holds is decided but reserves nothing: the apiserver refuses it `AlreadyExists` after admission.
+//! [`ledger::OTHERS_WINDOW_MS`] of its reservation's decision. A CREATE of a namespace/name the watch
+//! already holds is decided but reserves nothing: the apiserver refuses it `AlreadyExists` after admission.
+//! A namespace admitting Pods in a stream reserves ahead of them in grants (`reserve.rs`).
 use std::collections::{BTreeMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
-use gpu_admission_core::admission::validate_pod::{QuotaUnavailable, Reservation};
+use gpu_admission_core::admission::validate_pod::QuotaUnavailable;
 use gpu_admission_core::authority::Grants;
 use gpu_admission_core::quota::held::{Counter, FactsCounter, HeldPods};
 use gpu_admission_core::quota::ledger::object::{QuotaLedger, object_name};
-use gpu_admission_core::quota::ledger::{self, Entry, Planned, Reserving, Seen};
+use gpu_admission_core::quota::ledger::{self, Entry, Seen};
 use gpu_admission_core::quota::watched::{HeldPod, WatchedPod};
-use gpu_admission_core::quota::{self, Decision, Usage};
+use gpu_admission_core::quota::{self, Usage};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -49,6 +50,8 @@ use crate::policy::PolicyCache;
 
 /// How often the counts are brought in step with the cluster and the quota metrics rewritten.
 const RECOUNT_EVERY: Duration = Duration::from_secs(5);
+
+mod reserve;
 
 /// A relist in progress (`Init` .. `InitDone`): the Pods that may hold GPUs and every name.
 #[derive(Debug, Default)]
@@ -120,6 +123,9 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// The least wait before a grant is closed again (its close's write failed; the API may be down).
+const CLOSE_RETRY: Duration = Duration::from_millis(250);
+
 /// The quota usage of the cluster's tier namespaces.
 /// Pods per page of the Pod watch's list: at most ~150 MiB of page for Pods at the apiserver's 1.5 MiB object
 /// limit (kube's default, 500, would be ~750 MiB against the frontend's 256 MiB), ~1,500 requests for the
@@ -137,7 +143,19 @@ pub(crate) struct QuotaUsage {
     /// Each tier's ledger as this replica knows it; one write at a time per tier (a replica's own
     /// admissions never conflict with each other).
     ledgers: Mutex<BTreeMap<String, TierLedger>>,
+    /// This replica's name in the grants it writes (random per process: two replicas never share one).
+    replica: String,
+    /// The grants this replica wrote so far (their UIDs).
+    grants_made: AtomicU64,
     metrics: Arc<Metrics>,
+}
+
+/// A name no other process picks: the standard library's per-process random hashing keys.
+fn replica_name() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    format!("{:016x}", h.finish())
 }
 
 impl QuotaUsage {
@@ -156,6 +174,8 @@ impl QuotaUsage {
             policy,
             store: LedgerStore::new(client.clone()),
             ledgers: Mutex::default(),
+            replica: replica_name(),
+            grants_made: AtomicU64::new(0),
             metrics,
         });
         // Every Pod, finished ones too: a CREATE of a name any stored Pod holds is refused after admission.
@@ -278,7 +298,7 @@ impl QuotaUsage {
         let s = self.fresh_state();
         Some(ledger::effective_usage(
             s.held.usage(),
-            entries_for(&ledgers, s.held.usage(), (tier, namespace)),
+            entries_for(&ledgers, s.held.usage(), (tier, namespace), &self.replica),
             |u| s.seen(u),
             now_ms(),
             (tier, namespace),
@@ -294,113 +314,6 @@ impl QuotaUsage {
         self.lock_state().held.served_by(namespace, claim)
     }
 
-    /// Offers the usage and the ledger to `decide` (core's quota step); when it reserves and `keep` is true
-    /// (not a dry run), admits `pod` only once its entry is written on top of the ledger version it was
-    /// decided on (a conflict: read, offer again). A Pod whose namespace/name the watch already holds is
-    /// decided but reserves nothing (the apiserver refuses its CREATE after admission). A write another
-    /// replica beat is decided and offered again until `until` (at least once): with replicas writing
-    /// continuously each round has one winner, so a count of attempts would refuse a steady share of a burst.
-    /// An error: the Pod is undecidable.
-    pub(crate) async fn reserve(
-        &self,
-        ask: &quota::Ask,
-        pod: &Reserving<'_>,
-        keep: bool,
-        until: std::time::Instant,
-        decide: &(dyn Fn(&Usage) -> Reservation + Sync),
-    ) -> Result<Option<Decision>, QuotaUnavailable> {
-        let (tier, namespace, counted) = ask;
-        if !keep {
-            let usage = self
-                .usage(tier, namespace)
-                .ok_or(QuotaUnavailable::NotCountedYet)?;
-            return Ok(decide(&usage).decision());
-        }
-        if !self.is_synced() {
-            return Err(QuotaUnavailable::NotCountedYet);
-        }
-        loop {
-            let (decision, written, flush) = {
-                let mut guard = self.lock_ledgers();
-                let ledgers = &mut *guard;
-                let mine = self.tier_ledger(ledgers, tier);
-                mine.pending();
-                let flush = mine.flush.clone();
-                let now = now_ms();
-                let (decision, planned) = {
-                    let s = self.fresh_state();
-                    let seen = |u: &str| s.seen(u);
-                    let usage = ledger::effective_usage(
-                        s.held.usage(),
-                        entries_for(ledgers, s.held.usage(), (tier, namespace)),
-                        seen,
-                        now,
-                        (tier, namespace),
-                    );
-                    let d = match decide(&usage) {
-                        Reservation::NoQuota => return Ok(None),
-                        Reservation::Refused(d) => return Ok(Some(d)),
-                        Reservation::Reserve(d) => d,
-                    };
-                    let entry = Entry::new(pod.uid, tier, namespace, counted, now);
-                    let taken = s.names.contains(&key(namespace, pod.name));
-                    let mine = self.tier_ledger(ledgers, tier).pending();
-                    let planned = ledger::plan_in(mine, entry, taken, seen, now, &ledger::BOUNDS);
-                    (d, planned)
-                };
-                match planned {
-                    Planned::NameTaken => {
-                        self.metrics
-                            .record_ledger_write(tier, LedgerWrite::name_taken);
-                        return Ok(Some(decision));
-                    }
-                    Planned::Limited(limited) => {
-                        self.metrics.record_ledger_write(tier, LedgerWrite::limited);
-                        return Err(not_reserved(LedgerError::Limited(limited)));
-                    }
-                    Planned::Written => {}
-                }
-                let (tx, rx) = tokio::sync::oneshot::channel();
-                let mine = self.tier_ledger(ledgers, tier);
-                mine.reserved_in(namespace);
-                mine.batch.waiting.push(tx);
-                (decision, rx, flush)
-            };
-            flush.notify_one();
-            match written.await {
-                Ok(Flushed::Written) => return Ok(Some(decision)),
-                Ok(Flushed::Retry) if std::time::Instant::now() < until => continue,
-                Ok(Flushed::Retry) => break,
-                Ok(Flushed::Failed(why)) => return Err(QuotaUnavailable::NotReserved(why)),
-                Err(_) => {
-                    return Err(not_reserved(LedgerError::Api(
-                        "the ledger writer stopped".into(),
-                    )));
-                }
-            }
-        }
-        self.metrics.record_ledger_write(tier, LedgerWrite::failed);
-        Err(not_reserved(LedgerError::Contended))
-    }
-
-    /// `tier`'s ledger in `ledgers` (as the watch brought it, or new: its first write creates it, or
-    /// conflicts and reads it), with its writer in this replica started at the first reservation here (a
-    /// tier only watched, or removed from the policy, has none).
-    fn tier_ledger<'a>(
-        &self,
-        ledgers: &'a mut BTreeMap<String, TierLedger>,
-        tier: &str,
-    ) -> &'a mut TierLedger {
-        let t = (ledgers.entry(tier.to_string())).or_insert_with(TierLedger::new);
-        if !t.writing
-            && let Some(me) = self.me.upgrade()
-        {
-            t.writing = true;
-            tokio::spawn(me.write_batches(tier.to_string(), t.flush.clone()));
-        }
-        t
-    }
-
     /// The one writer of `tier`'s ledger in this replica: writes every reservation of the tier decided since
     /// its last write in one update on top of the version they were decided on, and tells each whether it was
     /// written. Reservations decided while a write is in flight build on its entries and go in the next
@@ -408,7 +321,16 @@ impl QuotaUsage {
     /// on the version that beat it (the ledger watch's, else a fresh read).
     async fn write_batches(self: Arc<Self>, tier: String, flush: Arc<tokio::sync::Notify>) {
         loop {
-            flush.notified().await;
+            match self.next_close(&tier) {
+                Some(at) => {
+                    let wait = Duration::from_millis(at.saturating_sub(now_ms()));
+                    tokio::select! {
+                        () = flush.notified() => {}
+                        () = tokio::time::sleep(wait.max(CLOSE_RETRY)) => self.close_drawn(&tier),
+                    }
+                }
+                None => flush.notified().await,
+            }
             while let Some((base, entries, waiting)) = self.take_batch(&tier) {
                 let on = LedgerVersion {
                     resource_version: base,
@@ -430,6 +352,18 @@ impl QuotaUsage {
                 }
                 send_back(later.into_iter().flatten());
             }
+        }
+    }
+
+    /// When this replica's first grant in `tier`'s ledger ends its draw window, to be closed then.
+    fn next_close(&self, tier: &str) -> Option<u64> {
+        (self.lock_ledgers().get(tier)).and_then(|t| t.next_close(&self.replica))
+    }
+
+    /// Closes this replica's grants in `tier`'s ledger past their draw window, in a write of their own.
+    fn close_drawn(&self, tier: &str) {
+        if let Some(t) = self.lock_ledgers().get_mut(tier) {
+            t.close_drawn(&self.replica, now_ms());
         }
     }
 

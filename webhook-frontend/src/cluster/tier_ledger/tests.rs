@@ -57,7 +57,7 @@ fn a_decision_reads_every_tier_s_ledger_and_reserves_in_its_own() {
     // Silver's team-a is counted in gold now (relabelled), so a gold decision reads silver's ledger too.
     let mut watched = Usage::default();
     watched.add("gold", "team-a", &one_gpu(), 1);
-    let uids: Vec<&str> = (entries_for(&ledgers, &watched, ("gold", "team-b")))
+    let uids: Vec<&str> = (entries_for(&ledgers, &watched, ("gold", "team-b"), "r1"))
         .map(|e| e.uid.as_str())
         .collect();
     assert_eq!(uids, ["g1", "g2", "s1"]);
@@ -80,7 +80,7 @@ fn another_tier_s_ledger_is_read_only_when_its_namespaces_can_count() {
     let mut watched = Usage::default();
     watched.add("silver", "team-a", &one_gpu(), 1);
     let read = |ledgers: &BTreeMap<String, TierLedger>, scope| -> Vec<String> {
-        (entries_for(ledgers, &watched, scope))
+        (entries_for(ledgers, &watched, scope, "r1"))
             .map(|e| e.uid.clone())
             .collect()
     };
