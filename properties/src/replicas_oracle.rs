@@ -210,6 +210,9 @@ pub struct Ran {
     pub over_max: usize,
     /// Decisions refused by their namespace's rate limit.
     pub limited: usize,
+    /// Decisions that counted a held Pod of another namespace through the ledger only (the deciding
+    /// replica's watch had not delivered it yet): the cross-replica rule at work.
+    pub through_ledger: usize,
 }
 
 /// What went wrong, with the step and the trace so far.
@@ -292,6 +295,14 @@ impl World {
         let (ns, counted) = (NAMESPACES[pods[i].ns], pods[i].counted());
         let rep = &mut self.replicas[r];
         let usage = ledger::effective_usage(&watched, rep.known(), seen, now, (TIER, ns));
+        let through_ledger = (pods.iter().enumerate()).any(|(j, p)| {
+            p.ns != pods[i].ns
+                && p.held(now)
+                && p.seen_by(r, now) == Seen::No
+                && (rep.known().iter())
+                    .any(|e| e.uid == uid(j) && now - e.at_ms < ledger::OTHERS_WINDOW_MS)
+        });
+        self.ran.through_ledger += usize::from(through_ledger);
         let decision = quota::decide(&self.policy, TIER, ns, &counted, &usage)
             .ok_or_else(|| format!("no quota applies to {ns}"))?;
         let outcome = if decision.standing == Standing::OverMax {
@@ -456,7 +467,8 @@ impl World {
                         if let State::Stored { gone_ms, .. } = &mut self.pods[i].state {
                             *gone_ms = Some(now);
                         }
-                        format!("pod-{i} finishes")
+                        let how = ["finishes", "is deleted"][usize::from(arg / 7) % 2];
+                        format!("pod-{i} {how}")
                     }
                     None => "nothing to finish".into(),
                 }

@@ -1,7 +1,8 @@
 //! The replicas oracle ([`gpu_admission_properties::replicas_oracle`]) over random sequences: 300 sequences
 //! of 80 steps in `cargo test`, as many as `REPLICAS_ORACLE_SEQUENCES` says in CI. Prints the count of
 //! sequences, steps, admissions, write conflicts, batches overtaken by the ledger watch, phantoms, decisions
-//! over a `max` and refused by a rate limit, and counterexamples (0, or the test fails with the first one's
+//! over a `max`, refused by a rate limit and counting another namespace's Pod through the ledger only, and
+//! counterexamples (0, or the test fails with the first one's
 //! trace). The negative controls run the same sequences through a model broken on purpose, and must fail.
 use gpu_admission_properties::replicas_oracle::{Checks, Ran, Variant, run, run_with};
 
@@ -41,25 +42,29 @@ fn replicas_sharing_a_ledger_never_hold_over_a_max() {
                 sum.phantoms += ran.phantoms;
                 sum.over_max += ran.over_max;
                 sum.limited += ran.limited;
+                sum.through_ledger += ran.through_ledger;
             }
             Err(e) => panic!("seed {seed}: {e}"),
         }
     }
-    // The sequences reach what the rules are for: replicas racing on a version, and Pods never created.
+    // The sequences reach what the rules are for: replicas racing on a version, Pods never created, and
+    // decisions counting another namespace's Pod through the ledger only.
     assert!(
-        sum.conflicts > 0 && sum.phantoms > 0 && sum.over_max > 0,
+        sum.conflicts > 0 && sum.phantoms > 0 && sum.over_max > 0 && sum.through_ledger > 0,
         "{sum:?}"
     );
     println!(
         "replicas oracle: {sequences} sequences, {} steps, {} admissions, {} conflicts, {} batches overtaken, \
-         {} phantoms, {} over a max, {} rate-limited, 0 counterexamples",
+         {} phantoms, {} over a max, {} rate-limited, {} counting another namespace's Pod through the ledger \
+         only, 0 counterexamples",
         sum.steps,
         sum.admissions,
         sum.conflicts,
         sum.overtaken,
         sum.phantoms,
         sum.over_max,
-        sum.limited
+        sum.limited,
+        sum.through_ledger
     );
 }
 
