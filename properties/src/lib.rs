@@ -16,6 +16,7 @@
 pub mod cli_check;
 pub mod placement_oracle;
 pub mod quota_oracle;
+pub mod replicas_oracle;
 
 use gpu_admission_core::admission::mutate_pod::{
     self, Admitted, Capped, Held, MutatePorts, ScorerOutcome, Scoring,
