@@ -1,9 +1,11 @@
 //! The replicas oracle ([`gpu_admission_properties::replicas_oracle`]) over random sequences: 300 sequences
 //! of 80 steps in `cargo test`, as many as `REPLICAS_ORACLE_SEQUENCES` says in CI. Prints the count of
 //! sequences, steps, admissions, write conflicts, batches overtaken by the ledger watch, phantoms, decisions
-//! over a `max`, refused by a rate limit and counting another namespace's Pod through the ledger only, and
-//! counterexamples (0, or the test fails with the first one's
-//! trace). The negative controls run the same sequences through a model broken on purpose, and must fail.
+//! over a `max`, refused by a rate limit and counting another namespace's Pod through the ledger only,
+//! grants written, draws, Pods waiting for a grant's write, grants sent back unwritten, grants closed,
+//! decisions held by other replicas' grants, replicas stopped, and counterexamples (0, or the test fails
+//! with the first one's trace). The negative controls run the same sequences through a model broken on
+//! purpose, and must fail.
 use gpu_admission_properties::replicas_oracle::{Checks, Ran, Variant, run, run_with};
 
 const STEPS: usize = 80;
@@ -34,16 +36,7 @@ fn replicas_sharing_a_ledger_never_hold_over_a_max() {
     let mut sum = Ran::default();
     for seed in 0..sequences {
         match run(&ops(seed)) {
-            Ok(ran) => {
-                sum.steps += ran.steps;
-                sum.admissions += ran.admissions;
-                sum.conflicts += ran.conflicts;
-                sum.overtaken += ran.overtaken;
-                sum.phantoms += ran.phantoms;
-                sum.over_max += ran.over_max;
-                sum.limited += ran.limited;
-                sum.through_ledger += ran.through_ledger;
-            }
+            Ok(ran) => sum.add(&ran),
             Err(e) => panic!("seed {seed}: {e}"),
         }
     }
@@ -53,10 +46,16 @@ fn replicas_sharing_a_ledger_never_hold_over_a_max() {
         sum.conflicts > 0 && sum.phantoms > 0 && sum.over_max > 0 && sum.through_ledger > 0,
         "{sum:?}"
     );
+    // And grants: written, drawn from, closed, holding another replica's Pods back.
+    assert!(
+        sum.grants > 0 && sum.draws > 0 && sum.closes > 0 && sum.held_by_grants > 0,
+        "{sum:?}"
+    );
     println!(
         "replicas oracle: {sequences} sequences, {} steps, {} admissions, {} conflicts, {} batches overtaken, \
          {} phantoms, {} over a max, {} rate-limited, {} counting another namespace's Pod through the ledger \
-         only, 0 counterexamples",
+         only, {} grants written, {} draws, {} waits for a grant's write, {} grants sent back, {} closes, {} \
+         held by grants, {} replicas stopped, 0 counterexamples",
         sum.steps,
         sum.admissions,
         sum.conflicts,
@@ -64,7 +63,14 @@ fn replicas_sharing_a_ledger_never_hold_over_a_max() {
         sum.phantoms,
         sum.over_max,
         sum.limited,
-        sum.through_ledger
+        sum.through_ledger,
+        sum.grants,
+        sum.draws,
+        sum.waited,
+        sum.grants_back,
+        sum.closes,
+        sum.held_by_grants,
+        sum.stopped
     );
 }
 
@@ -98,6 +104,16 @@ fn writes_without_the_version_check_break_a_max() {
 #[test]
 fn a_pod_watch_late_beyond_the_window_breaks_a_max() {
     fails(Variant::LateWatch);
+}
+
+#[test]
+fn draws_beyond_a_grant_break_a_max() {
+    fails(Variant::Overdraw);
+}
+
+#[test]
+fn admitting_over_other_replicas_grants_breaks_a_max() {
+    fails(Variant::AdmitOverGrants);
 }
 
 /// A counterexample against the ledger's rules, every Pod watch lag within the window **after storage**
