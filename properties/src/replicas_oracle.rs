@@ -68,6 +68,8 @@
 //! version: the last writer wins), [`Variant::LateWatch`] (a Pod watch may lag three windows after storage),
 //! [`Variant::Overdraw`] (a replica draws beyond its grant's room) and [`Variant::AdmitOverGrants`] (a Pod
 //! over a `max` only by other replicas' grants is admitted: their grants do not count).
+//! [`Variant::GrantAsEntry`] (a grant read as a plain entry by the other replicas) breaks a `max` only when
+//! its replica stops between its draws and its close: the test holds such a 12-step trace.
 //!
 //! Not modelled: clock skew between replicas (every replica reads the one clock), relabels and policy
 //! changes (the quota oracle has them), several tiers' ledgers, a write's failure other than a conflict,
@@ -144,6 +146,10 @@ pub enum Variant {
     /// A Pod over a `max` only by other replicas' grants is admitted (decided on the usage without them)
     /// instead of held: other replicas' grants do not count.
     AdmitOverGrants,
+    /// Other replicas read a grant as a plain entry: it counts for the other namespaces only
+    /// [`ledger::OTHERS_WINDOW_MS`] after its decision, while its replica draws from it for
+    /// [`ledger::grant::DRAW_MS`] (the grant's draws are watched up to that much later).
+    GrantAsEntry,
 }
 
 /// Which invariants a run checks.
@@ -390,7 +396,8 @@ impl World {
             Variant::Faithful
             | Variant::BlindWrites
             | Variant::Overdraw
-            | Variant::AdmitOverGrants => window.saturating_sub(since_decided),
+            | Variant::AdmitOverGrants
+            | Variant::GrantAsEntry => window.saturating_sub(since_decided),
             Variant::LagFromStorage => window,
             Variant::LateWatch => 3 * window,
         };
@@ -529,10 +536,13 @@ impl World {
                 }
                 None => "nothing to store".into(),
             },
-            10 if arg % 16 == 15 => match self.stop(r) {
-                true => format!("r{r} stops"),
-                false => format!("r{r} keeps running (the last one, or stopped)"),
-            },
+            10 if arg % 16 == 15 => {
+                let r = usize::from(arg / 16) % self.replicas.len();
+                match self.stop(r) {
+                    true => format!("r{r} stops"),
+                    false => format!("r{r} keeps running (the last one, or stopped)"),
+                }
+            }
             10 => match self.pick(arg, |p| matches!(p.state, State::Admitted { .. })) {
                 Some(i) => {
                     self.pods[i].state = State::Phantom;

@@ -20,10 +20,21 @@ impl World {
     /// it reads.
     fn usage_for(&self, r: usize, i: usize, keep: impl Fn(&Entry) -> bool) -> Usage {
         let now = self.now_ms;
-        let entries = self.replicas[r].view().filter(|e| keep(e));
+        let plain = |e: &Entry| {
+            let mut e = e.clone();
+            e.granted_to = None;
+            e
+        };
+        let entries: Vec<Entry> = (self.replicas[r].view())
+            .map(|e| match self.variant {
+                Variant::GrantAsEntry => plain(e),
+                _ => e.clone(),
+            })
+            .filter(|e| keep(e))
+            .collect();
         let seen = |u: &str| seen(&self.pods, r, now, u);
         let ns = NAMESPACES[self.pods[i].ns];
-        ledger::effective_usage(&self.watched(r), entries, seen, now, (TIER, ns))
+        ledger::effective_usage(&self.watched(r), &entries, seen, now, (TIER, ns))
     }
 
     /// Pod `i`'s standing over `usage`, `None` over a `max` (refused) or with no quota.
