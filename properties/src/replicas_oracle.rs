@@ -4,21 +4,36 @@
 //!
 //! **Modelled.** One tier (`bronze`, a `min` so Pods borrow, a `max` per class and in total), three
 //! namespaces (`team-a` with a share of its own on the class, `team-b` with a share on the total, `team-c`
-//! with none), two or three replicas, Pods of one class in three sizes, a simulated clock in ms that every
-//! replica reads as it is (the entries' `at_ms` is the deciding replica's clock). The ledger is one object
-//! with a version counter and the entries of each version. Each replica, as the frontend's `usage.rs` and
-//! `tier_ledger.rs` do:
+//! with none), two or three replicas, Pods of one class in three sizes, and bursts (a Job's 2 to 5 Pods of
+//! one namespace, smaller), a simulated clock in ms that every replica reads as it is (the entries' `at_ms`
+//! is the deciding replica's clock). The ledger is one object with a version counter and the entries of each
+//! version. Each replica, as the frontend's `usage.rs`, `usage/reserve.rs`, `tier_ledger.rs` and
+//! `tier_ledger/grants.rs` do:
 //! - knows a version of the ledger: the one its lagged **ledger watch** delivered (in order, or skipping to
 //!   the newest as a relist does), its own last successful write, or a read after a conflict; versions only
 //!   move forward;
-//! - **decides** a Pod with core's rules only: `ledger::effective_usage` over its own Pod watch's usage and
-//!   the entries it knows (its pending batch, else its known version), then `quota::decide` (`OverMax`:
-//!   refused), then `ledger::plan_in` into its pending batch (`Limited`: refused);
+//! - **decides** a Pod with core's rules only (`decide.rs`): `ledger::effective_usage` over its own Pod
+//!   watch's usage and the entries it knows (its pending batch, else its known version) as `grant::view`
+//!   reads them (its own grants as what it drew from them), then `quota::decide`. Over a `max`: refused,
+//!   unless the usage without other replicas' grants admits it (**held by grants**: decided again
+//!   [`GRANT_POLL_MS`] later, never refused for them). Else **drawn** from its namespace's newest grant of
+//!   this replica if that grant's write succeeded and `grant::has_room` (admitted, nothing written); or, if
+//!   that grant's write has not succeeded, **waits** for it (decided again when it succeeds or goes back);
+//!   or its expired grants are closed into the batch (`grant::close_drawn`) and `ledger::plan_in` takes
+//!   into it a **grant** of `grant::pods` Pods (`want`: twice what the replica reserved in the namespace in
+//!   the last draw window or the one before), or the Pod's plain entry when that is 1 (a namespace's first
+//!   Pod); `Limited`: refused;
 //! - **writes** its batch in one update on the version it was decided on (group commit): while the write is in
-//!   flight, new decisions build on its entries; the answer makes the next batch's base the written version,
-//!   or, on a conflict, reads the newer version unless the ledger watch brought it, and decides every
-//!   reservation of both batches again at once (the frontend's retry); a ledger watch bringing a later
-//!   version sends a batch not yet written back to be decided again;
+//!   flight, new decisions build on its entries; the answer makes the next batch's base the written version
+//!   and its grants drawable (the Pods waiting for them decided again), or, on a conflict, reads the newer
+//!   version unless the ledger watch brought it, and decides every reservation of both batches again at once
+//!   (the frontend's retry), the unwritten grants **sent back** with them; a ledger watch bringing a later
+//!   version sends a batch not yet written back (its grants too) to be decided again;
+//! - has a writer's **close timer**: at its first grant's draw window end (at least [`CLOSE_RETRY_MS`] after
+//!   it last started waiting), with no write in flight, it closes its expired grants into the batch and
+//!   writes it even with no reservation in it;
+//! - may **stop** (a crash; one at least keeps running): its grants stay in the ledger until they expire,
+//!   the Pods it admitted (drawn ones too) are still stored, those it had not answered are not admitted;
 //! - has its own **Pod watch**: a stored Pod is counted from `stored + lag`, its going (finished, deleted)
 //!   from `gone + lag`, each lag drawn per Pod and replica; the watch's `Seen` is core's.
 //!
@@ -26,46 +41,55 @@
 //! answer arrives later; an admitted Pod is stored, or its CREATE fails after admission (a **phantom**); a
 //! stored Pod finishes or is deleted. Every step takes at most what it takes in the frontend: a batch is
 //! written within [`FLUSH_MS`] of its oldest decision once no write is in flight, a write answers within
-//! [`WRITE_MS`], an admitted Pod is stored within [`STORE_MS`]; a wait in the sequence lets them happen in
-//! time order. The ledger's rate limits are scaled down ([`ORACLE_BOUNDS`]) so sequences reach them and
-//! compaction.
+//! [`WRITE_MS`], an admitted Pod is stored within [`STORE_MS`]; a wait in the sequence lets them happen (and
+//! the close timers, and the held Pods' polls) in time order. The ledger's rate limits are scaled down
+//! ([`ORACLE_BOUNDS`]) so sequences reach them and compaction.
 //!
 //! **The lag.** The rule counts an entry for the other namespaces for [`ledger::OTHERS_WINDOW_MS`] from its
 //! `at_ms`, the time it was **decided**, so what it needs is every watch delivering a Pod within that window
 //! of its decision. The model draws each Pod watch lag so that it does ([`Variant::Faithful`]): the lag
 //! after storage is below the window less the time from decision to storage (under 1.4 s here: a batch
-//! waiting for the write in flight, its own write, the apiserver storing the Pod). [`Variant::LagFromStorage`]
-//! lets the lag be anything below the window after storage, as `OTHERS_WINDOW_MS`'s doc words it ("the delay
-//! within which every replica's watch delivers a stored Pod"): that breaks a `max` (the ignored test
-//! `a_watch_lag_within_the_window_after_storage_breaks_a_max` holds a 7-step trace), since an entry stops
-//! counting for the other namespaces a window after its decision while a watch may still be before the
-//! Pod's delivery.
+//! waiting for the write in flight, its own write, the apiserver storing the Pod; for a drawn Pod, from its
+//! draw). [`Variant::LagFromStorage`] lets the lag be anything below the window after storage, as
+//! `OTHERS_WINDOW_MS`'s doc once worded it ("the delay within which every replica's watch delivers a stored
+//! Pod"): that breaks a `max` (the ignored test `a_watch_lag_within_the_window_after_storage_breaks_a_max`
+//! holds a 7-step trace), since an entry stops counting for the other namespaces a window after its decision
+//! while a watch may still be before the Pod's delivery.
 //!
 //! **Invariants**, after every step and every forced event:
 //! - **a `max` holds on what is held**: the Pods stored and not gone, in the tier and in each namespace's
 //!   share, are within every `max` of the policy (per class and in total);
-//! - **no held Pod is counted by nobody**: for every replica, a held Pod is in its Pod watch, or its entry is
-//!   in the ledger's newest version and younger than the window (so any decision that can be written counts
-//!   it).
+//! - **no held Pod is counted by nobody**: for every replica running, a held Pod is in its Pod watch, or the
+//!   ledger's newest version counts it for the other namespaces by core's rule: its entry (plain, or a
+//!   closed grant's draw), or the grant it was drawn from (for that grant's own replica, which reads the
+//!   grant as its draws: its draw's entry), so any decision that can be written counts it.
 //!
-//! **Negative controls**: [`Variant::BlindWrites`] (a write ignores the version: the last writer wins) and
-//! [`Variant::LateWatch`] (a Pod watch may lag three windows after storage) must each give a counterexample.
+//! **Negative controls**, each must give a counterexample: [`Variant::BlindWrites`] (a write ignores the
+//! version: the last writer wins), [`Variant::LateWatch`] (a Pod watch may lag three windows after storage),
+//! [`Variant::Overdraw`] (a replica draws beyond its grant's room) and [`Variant::AdmitOverGrants`] (a Pod
+//! over a `max` only by other replicas' grants is admitted: their grants do not count).
+//! [`Variant::GrantAsEntry`] (a grant read as a plain entry by the other replicas) breaks a `max` only when
+//! its replica stops between its draws and its close: the test holds such a 12-step trace.
 //!
 //! Not modelled: clock skew between replicas (every replica reads the one clock), relabels and policy
 //! changes (the quota oracle has them), several tiers' ledgers, a write's failure other than a conflict,
-//! the frontend's retry deadline (a reservation sent back is decided again until it is written or refused),
-//! names taken (`AlreadyExists`), grace periods (a Pod goes when it is deleted).
+//! the frontend's retry deadline (a reservation sent back, or held by grants, is decided again until it is
+//! written, drawn or refused), names taken (`AlreadyExists`), grace periods (a Pod goes when it is deleted),
+//! a replica restarting (one that stops stays stopped).
 use std::collections::BTreeMap;
 
+use gpu_admission_core::quota::Usage;
 use gpu_admission_core::quota::demand::Counted;
-use gpu_admission_core::quota::ledger::{self, Bounds, Entry, Planned, Seen};
-use gpu_admission_core::quota::{self, Standing, Usage};
+use gpu_admission_core::quota::ledger::{self, Bounds, Entry, Seen};
 use gpu_admission_policy::Policy;
 use gpu_admission_policy::quotas::MilliGpus;
 
 mod checks;
+mod decide;
+mod grants;
 mod replica;
 
+pub use decide::GRANT_POLL_MS;
 use replica::Replica;
 
 /// The ledger's rate limits in the oracle: the frontend's rule with numbers an 80-step sequence reaches.
@@ -81,6 +105,8 @@ pub const FLUSH_MS: u64 = 100;
 pub const WRITE_MS: u64 = 200;
 /// An admitted Pod is stored at most this long after its admission (unless its CREATE fails).
 pub const STORE_MS: u64 = 999;
+/// The writer's close timer waits at least this long each time (the frontend's `CLOSE_RETRY`).
+pub const CLOSE_RETRY_MS: u64 = 250;
 
 /// The clock at the start of a sequence (ms since the epoch); the trace counts from it.
 const START_MS: u64 = 1_795_946_400_000;
@@ -89,6 +115,8 @@ const TIER: &str = "bronze";
 const CLASS: &str = "L4-24GB";
 const NAMESPACES: [&str; 3] = ["team-a", "team-b", "team-c"];
 const SIZES: [MilliGpus; 3] = [500, 1000, 2000];
+/// A burst's Pods are smaller: grants of several Pods fit under the tier's `min` and `max`.
+const BURST_SIZES: [MilliGpus; 3] = [250, 500, 1000];
 
 const POLICY: &str = "
 quotas:
@@ -112,6 +140,16 @@ pub enum Variant {
     LateWatch,
     /// A Pod watch delivers a stored Pod within the window after its **storage** (not its decision).
     LagFromStorage,
+    /// A replica draws from its written grant within its draw window whatever the grant's room (not
+    /// [`ledger::grant::has_room`]): beyond the grant.
+    Overdraw,
+    /// A Pod over a `max` only by other replicas' grants is admitted (decided on the usage without them)
+    /// instead of held: other replicas' grants do not count.
+    AdmitOverGrants,
+    /// Other replicas read a grant as a plain entry: it counts for the other namespaces only
+    /// [`ledger::OTHERS_WINDOW_MS`] after its decision, while its replica draws from it for
+    /// [`ledger::grant::DRAW_MS`] (the grant's draws are watched up to that much later).
+    GrantAsEntry,
 }
 
 /// Which invariants a run checks.
@@ -126,8 +164,11 @@ pub enum Checks {
 /// Where a Pod is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
-    /// Decided into a batch, or in a write in flight.
+    /// Decided into a batch, or in a write in flight, or waiting for its grant's write.
     Reserved,
+    /// Over a `max` only by other replicas' grants: replica `r` decides it again [`GRANT_POLL_MS`] after
+    /// `since_ms`.
+    Held { r: usize, since_ms: u64 },
     /// Refused (over a `max`, or by its namespace's rate limit).
     Refused,
     /// Its reservation is written: the apiserver stores it next.
@@ -147,6 +188,8 @@ struct ModelPod {
     state: State,
     /// Per replica: the lag of its Pod watch delivering the Pod stored, and gone.
     lags: Vec<(u64, u64)>,
+    /// The replica and the grant (its UID) it was drawn from, or is the first Pod of.
+    drawn: Option<(usize, String)>,
 }
 
 impl ModelPod {
@@ -213,6 +256,58 @@ pub struct Ran {
     /// Decisions that counted a held Pod of another namespace through the ledger only (the deciding
     /// replica's watch had not delivered it yet): the cross-replica rule at work.
     pub through_ledger: usize,
+    /// Grants written (each of several Pods).
+    pub grants: usize,
+    /// Pods admitted against a written grant without a write.
+    pub draws: usize,
+    /// Pods that waited for their namespace's grant's write (decided again once it went).
+    pub waited: usize,
+    /// Grants sent back unwritten with their batch (a conflict, or a later version the watch brought).
+    pub grants_back: usize,
+    /// Grants closed past their draw window, written.
+    pub closes: usize,
+    /// Decisions over a `max` only by other replicas' grants (decided again later).
+    pub held_by_grants: usize,
+    /// Replicas stopped.
+    pub stopped: usize,
+}
+
+impl Ran {
+    /// `self` plus `other`, counter by counter.
+    pub fn add(&mut self, other: &Ran) {
+        let Ran {
+            steps,
+            admissions,
+            conflicts,
+            overtaken,
+            phantoms,
+            over_max,
+            limited,
+            through_ledger,
+            grants,
+            draws,
+            waited,
+            grants_back,
+            closes,
+            held_by_grants,
+            stopped,
+        } = *other;
+        self.steps += steps;
+        self.admissions += admissions;
+        self.conflicts += conflicts;
+        self.overtaken += overtaken;
+        self.phantoms += phantoms;
+        self.over_max += over_max;
+        self.limited += limited;
+        self.through_ledger += through_ledger;
+        self.grants += grants;
+        self.draws += draws;
+        self.waited += waited;
+        self.grants_back += grants_back;
+        self.closes += closes;
+        self.held_by_grants += held_by_grants;
+        self.stopped += stopped;
+    }
 }
 
 /// What went wrong, with the step and the trace so far.
@@ -244,7 +339,7 @@ impl World {
             policy,
             now_ms: START_MS,
             ledger: vec![Vec::new()],
-            replicas: (0..replicas).map(|_| Replica::default()).collect(),
+            replicas: (0..replicas).map(|r| Replica::new(r, START_MS)).collect(),
             pods: Vec::new(),
             rng: seed | 1,
             ran: Ran::default(),
@@ -285,59 +380,6 @@ impl World {
         usage
     }
 
-    /// Replica `r` decides Pod `i` (its namespace, its size) at now with core's rules: into its batch, or
-    /// refused.
-    fn decide(&mut self, r: usize, i: usize) -> Result<&'static str, String> {
-        let now = self.now_ms;
-        let watched = self.watched(r);
-        let pods = &self.pods;
-        let seen = |u: &str| seen(pods, r, now, u);
-        let (ns, counted) = (NAMESPACES[pods[i].ns], pods[i].counted());
-        let rep = &mut self.replicas[r];
-        let usage = ledger::effective_usage(&watched, rep.known(), seen, now, (TIER, ns));
-        let through_ledger = (pods.iter().enumerate()).any(|(j, p)| {
-            p.ns != pods[i].ns
-                && p.held(now)
-                && p.seen_by(r, now) == Seen::No
-                && (rep.known().iter())
-                    .any(|e| e.uid == uid(j) && now - e.at_ms < ledger::OTHERS_WINDOW_MS)
-        });
-        self.ran.through_ledger += usize::from(through_ledger);
-        let decision = quota::decide(&self.policy, TIER, ns, &counted, &usage)
-            .ok_or_else(|| format!("no quota applies to {ns}"))?;
-        let outcome = if decision.standing == Standing::OverMax {
-            self.ran.over_max += 1;
-            "over max"
-        } else {
-            let entry = Entry::new(&uid(i), TIER, ns, &counted, now);
-            match ledger::plan_in(rep.pending(), entry, false, seen, now, &ORACLE_BOUNDS) {
-                Planned::Written => {
-                    rep.waiting.push(i);
-                    self.pods[i].decided_ms = now;
-                    self.pods[i].state = State::Reserved;
-                    return Ok(decision.standing.as_str());
-                }
-                Planned::Limited(_) => {
-                    self.ran.limited += 1;
-                    "limited"
-                }
-                Planned::NameTaken => return Err("a unique name taken".into()),
-            }
-        };
-        self.pods[i].state = State::Refused;
-        Ok(outcome)
-    }
-
-    /// Pods sent back to replica `r`: each decided again at once.
-    fn decide_again(&mut self, r: usize, back: Vec<usize>) -> Result<(), String> {
-        for i in back {
-            let outcome = self.decide(r, i)?;
-            self.trace
-                .push(format!("    r{r} decides pod-{i} again: {outcome}"));
-        }
-        Ok(())
-    }
-
     /// Pods whose reservation is written: admitted now.
     fn admit(&mut self, written: Vec<usize>) {
         for i in written {
@@ -351,7 +393,11 @@ impl World {
         let window = ledger::OTHERS_WINDOW_MS;
         let since_decided = self.now_ms - self.pods[i].decided_ms;
         let bound = match self.variant {
-            Variant::Faithful | Variant::BlindWrites => window.saturating_sub(since_decided),
+            Variant::Faithful
+            | Variant::BlindWrites
+            | Variant::Overdraw
+            | Variant::AdmitOverGrants
+            | Variant::GrantAsEntry => window.saturating_sub(since_decided),
             Variant::LagFromStorage => window,
             Variant::LateWatch => 3 * window,
         };
@@ -370,6 +416,9 @@ impl World {
     fn next_due(&self, until_ms: u64) -> Option<(u64, Due)> {
         let mut due: Vec<(u64, Due)> = Vec::new();
         for (r, rep) in self.replicas.iter().enumerate() {
+            if rep.stopped {
+                continue;
+            }
             match &rep.in_flight {
                 Some(w) => due.push((w.started_ms + WRITE_MS, Due::Answer(r))),
                 None => {
@@ -377,12 +426,21 @@ impl World {
                     if let Some(t) = oldest {
                         due.push(((t + FLUSH_MS).max(self.now_ms), Due::Write(r)));
                     }
+                    // The writer's timer: at the first grant's draw window end, at least
+                    // `CLOSE_RETRY_MS` after it last started waiting.
+                    let close = rep.next_close().or(rep.closes().then_some(self.now_ms));
+                    if let Some(t) = close {
+                        let t = t.max(rep.timer_from + CLOSE_RETRY_MS).max(self.now_ms);
+                        due.push((t, Due::Close(r)));
+                    }
                 }
             }
         }
         for (i, p) in self.pods.iter().enumerate() {
-            if let State::Admitted { at_ms } = p.state {
-                due.push((at_ms + STORE_MS, Due::Store(i)));
+            match p.state {
+                State::Admitted { at_ms } => due.push((at_ms + STORE_MS, Due::Store(i))),
+                State::Held { since_ms, .. } => due.push((since_ms + GRANT_POLL_MS, Due::Poll(i))),
+                _ => {}
             }
         }
         due.into_iter()
@@ -401,6 +459,8 @@ impl World {
                 Due::Answer(r) => self.answer(r)?,
                 Due::Write(r) => self.start_write(r),
                 Due::Store(i) => self.store(i),
+                Due::Close(r) => self.close_timer(r),
+                Due::Poll(i) => self.poll_held(i)?,
             }
             self.check()?;
         }
@@ -416,23 +476,47 @@ impl World {
         (!candidates.is_empty()).then(|| candidates[usize::from(n) % candidates.len()])
     }
 
+    /// The first replica running from `r` on (a Pod goes to a replica that runs).
+    fn running(&self, r: usize) -> usize {
+        let n = self.replicas.len();
+        (r..r + n)
+            .map(|r| r % n)
+            .find(|r| !self.replicas[*r].stopped)
+            .unwrap_or(r)
+    }
+
+    /// A new Pod (its namespace and size from `arg`) decided by replica `r` (the next one running if `r`
+    /// stopped).
+    fn new_pod(&mut self, r: usize, arg: u8, sizes: &[MilliGpus; 3]) -> Result<String, String> {
+        let r = self.running(r);
+        let i = self.pods.len();
+        self.pods.push(ModelPod {
+            ns: usize::from(arg / 3) % NAMESPACES.len(),
+            milli: sizes[usize::from(arg / 9) % sizes.len()],
+            decided_ms: self.now_ms,
+            state: State::Reserved,
+            lags: Vec::new(),
+            drawn: None,
+        });
+        let (ns, milli) = (NAMESPACES[self.pods[i].ns], self.pods[i].milli);
+        let outcome = self.decide(r, i)?;
+        Ok(format!(
+            "r{r} decides pod-{i} ({ns}, {milli} milli-GPUs): {outcome}"
+        ))
+    }
+
     /// One step of the sequence (two op bytes); its line in the trace.
     fn step(&mut self, kind: u8, arg: u8) -> Result<String, String> {
         let r = usize::from(arg) % self.replicas.len();
         Ok(match kind % 16 {
-            0..=3 => {
-                let i = self.pods.len();
-                self.pods.push(ModelPod {
-                    ns: usize::from(arg / 3) % NAMESPACES.len(),
-                    milli: SIZES[usize::from(arg / 9) % SIZES.len()],
-                    decided_ms: self.now_ms,
-                    state: State::Reserved,
-                    lags: Vec::new(),
-                });
-                let (ns, milli) = (NAMESPACES[self.pods[i].ns], self.pods[i].milli);
-                let outcome = self.decide(r, i)?;
-                format!("r{r} decides pod-{i} ({ns}, {milli} milli-GPUs): {outcome}")
+            2 => {
+                // A burst (a Job's Pods): 2 to 5 Pods of one namespace and size, one after the other.
+                let lines: Vec<String> = (0..2 + (arg / 27) % 4)
+                    .map(|_| self.new_pod(r, arg, &BURST_SIZES))
+                    .collect::<Result<_, _>>()?;
+                lines.join("; ")
             }
+            0..=3 => self.new_pod(r, arg, &SIZES)?,
             4 | 5 => {
                 self.start_write(r);
                 format!("r{r} writes its batch")
@@ -452,6 +536,13 @@ impl World {
                 }
                 None => "nothing to store".into(),
             },
+            10 if arg % 16 == 15 => {
+                let r = usize::from(arg / 16) % self.replicas.len();
+                match self.stop(r) {
+                    true => format!("r{r} stops"),
+                    false => format!("r{r} keeps running (the last one, or stopped)"),
+                }
+            }
             10 => match self.pick(arg, |p| matches!(p.state, State::Admitted { .. })) {
                 Some(i) => {
                     self.pods[i].state = State::Phantom;
@@ -496,6 +587,10 @@ enum Due {
     Write(usize),
     /// Admitted Pod `i` is stored.
     Store(usize),
+    /// Replica `r`'s writer's timer: its grants past their draw window closed and written.
+    Close(usize),
+    /// Held Pod `i` is decided again.
+    Poll(usize),
 }
 
 /// Runs the sequence `ops` encodes under the frontend's rules ([`Variant::Faithful`]).

@@ -1,9 +1,11 @@
 //! The replicas oracle ([`gpu_admission_properties::replicas_oracle`]) over random sequences: 300 sequences
 //! of 80 steps in `cargo test`, as many as `REPLICAS_ORACLE_SEQUENCES` says in CI. Prints the count of
 //! sequences, steps, admissions, write conflicts, batches overtaken by the ledger watch, phantoms, decisions
-//! over a `max`, refused by a rate limit and counting another namespace's Pod through the ledger only, and
-//! counterexamples (0, or the test fails with the first one's
-//! trace). The negative controls run the same sequences through a model broken on purpose, and must fail.
+//! over a `max`, refused by a rate limit and counting another namespace's Pod through the ledger only,
+//! grants written, draws, Pods waiting for a grant's write, grants sent back unwritten, grants closed,
+//! decisions held by other replicas' grants, replicas stopped, and counterexamples (0, or the test fails
+//! with the first one's trace). The negative controls run the same sequences through a model broken on
+//! purpose, and must fail.
 use gpu_admission_properties::replicas_oracle::{Checks, Ran, Variant, run, run_with};
 
 const STEPS: usize = 80;
@@ -34,16 +36,7 @@ fn replicas_sharing_a_ledger_never_hold_over_a_max() {
     let mut sum = Ran::default();
     for seed in 0..sequences {
         match run(&ops(seed)) {
-            Ok(ran) => {
-                sum.steps += ran.steps;
-                sum.admissions += ran.admissions;
-                sum.conflicts += ran.conflicts;
-                sum.overtaken += ran.overtaken;
-                sum.phantoms += ran.phantoms;
-                sum.over_max += ran.over_max;
-                sum.limited += ran.limited;
-                sum.through_ledger += ran.through_ledger;
-            }
+            Ok(ran) => sum.add(&ran),
             Err(e) => panic!("seed {seed}: {e}"),
         }
     }
@@ -53,10 +46,16 @@ fn replicas_sharing_a_ledger_never_hold_over_a_max() {
         sum.conflicts > 0 && sum.phantoms > 0 && sum.over_max > 0 && sum.through_ledger > 0,
         "{sum:?}"
     );
+    // And grants: written, drawn from, closed, holding another replica's Pods back.
+    assert!(
+        sum.grants > 0 && sum.draws > 0 && sum.closes > 0 && sum.held_by_grants > 0,
+        "{sum:?}"
+    );
     println!(
         "replicas oracle: {sequences} sequences, {} steps, {} admissions, {} conflicts, {} batches overtaken, \
          {} phantoms, {} over a max, {} rate-limited, {} counting another namespace's Pod through the ledger \
-         only, 0 counterexamples",
+         only, {} grants written, {} draws, {} waits for a grant's write, {} grants sent back, {} closes, {} \
+         held by grants, {} replicas stopped, 0 counterexamples",
         sum.steps,
         sum.admissions,
         sum.conflicts,
@@ -64,7 +63,14 @@ fn replicas_sharing_a_ledger_never_hold_over_a_max() {
         sum.phantoms,
         sum.over_max,
         sum.limited,
-        sum.through_ledger
+        sum.through_ledger,
+        sum.grants,
+        sum.draws,
+        sum.waited,
+        sum.grants_back,
+        sum.closes,
+        sum.held_by_grants,
+        sum.stopped
     );
 }
 
@@ -98,6 +104,40 @@ fn writes_without_the_version_check_break_a_max() {
 #[test]
 fn a_pod_watch_late_beyond_the_window_breaks_a_max() {
     fails(Variant::LateWatch);
+}
+
+#[test]
+fn draws_beyond_a_grant_break_a_max() {
+    fails(Variant::Overdraw);
+}
+
+#[test]
+fn admitting_over_other_replicas_grants_breaks_a_max() {
+    fails(Variant::AdmitOverGrants);
+}
+
+/// Why a grant counts for the other namespaces `grant::DRAW_MS` longer than a plain entry, found
+/// by a search over sequences biased to bursts and stops (the 300 sequences do not reach it: a grant's close
+/// rewrites it into its draws' entries about a second after its decision, long before the window ends), in
+/// 12 steps: r0 decides a grant of 250-milli Pods of team-c at t=0 and draws pod-2 from it at t=300, then
+/// stops at t=1114, before its close timer (t=1187) wrote the close. The grant stays in the ledger; pod-2 is
+/// stored at t=1299, and r1's watch has not delivered it by t=5114 (its lag is within the window of the
+/// draw: by t=5300). At t=5114 r1 decides team-b's 500 milli-GPUs: read as a plain entry
+/// ([`Variant::GrantAsEntry`]), the grant stopped counting for team-b at t=5000, so r1 admits and the tier
+/// holds 4250 milli-GPUs, over its `max` of 4000, once that Pod is stored; as core reads it, the grant counts
+/// until t=6000 (the Pod is held by it, then refused over the `max`) and the same sequence holds.
+#[test]
+fn a_grant_read_as_a_plain_entry_breaks_a_max_when_its_replica_stops() {
+    let ops = [
+        1, 2, 33, 13, 159, 2, 229, 2, 51, 2, 249, 0, 74, 13, 119, 10, 63, 15, 2, 15, 1, 2, 120, 15,
+        6,
+    ];
+    if let Err(e) = run_with(Variant::Faithful, Checks::All, &ops) {
+        panic!("the faithful model breaks on the grant's trace: {e}");
+    }
+    let e = run_with(Variant::GrantAsEntry, Checks::MaxOnly, &ops)
+        .expect_err("a grant read as a plain entry must break a max here");
+    assert!(e.starts_with("step 11: tier bronze holds 4250"), "{e}");
 }
 
 /// A counterexample against the ledger's rules, every Pod watch lag within the window **after storage**

@@ -1,7 +1,7 @@
 //! The oracle's invariants after every step ([`super`] says what they are): the truth is the model's Pods,
 //! the limits are read from the policy.
-use gpu_admission_core::quota;
-use gpu_admission_core::quota::ledger::{self, Seen};
+use gpu_admission_core::quota::ledger::{self, Entry, Seen};
+use gpu_admission_core::quota::{self, Usage};
 use gpu_admission_policy::quotas::{Limits, MilliGpus};
 
 use super::{CLASS, Checks, NAMESPACES, TIER, World, uid};
@@ -49,19 +49,29 @@ impl World {
         Ok(())
     }
 
-    /// Every held Pod is, for every replica, in its Pod watch or in the newest ledger within the window.
+    /// Every held Pod is, for every replica running, in its Pod watch, or counted by the newest ledger for
+    /// the other namespaces (core's rule, [`counts_for_others`]): its entry, or the grant it was drawn from
+    /// (for the grant's own replica, which reads the grant as its draws: its draw's entry).
     fn check_counted(&self) -> Result<(), String> {
         let now = self.now_ms;
         let newest = &self.ledger[self.ledger.len() - 1];
+        let in_newest = |uid: &str| newest.iter().find(|e| e.uid == uid);
         for (i, p) in self.pods.iter().enumerate().filter(|(_, p)| p.held(now)) {
             let uid = uid(i);
-            let in_ledger = (newest.iter())
-                .any(|e| e.uid == uid && now.saturating_sub(e.at_ms) < ledger::OTHERS_WINDOW_MS);
-            if in_ledger {
+            if in_newest(&uid).is_some_and(|e| counts_for_others(e, now)) {
                 continue;
             }
-            for r in 0..self.replicas.len() {
-                if !matches!(p.seen_by(r, now), Seen::Since { .. }) {
+            let grant = (p.drawn.as_ref()).and_then(|(o, g)| Some(*o).zip(in_newest(g)));
+            for (r, rep) in self.replicas.iter().enumerate() {
+                if rep.stopped || matches!(p.seen_by(r, now), Seen::Since { .. }) {
+                    continue;
+                }
+                let counted = grant.is_some_and(|(o, g)| match o == r {
+                    false => counts_for_others(g, now),
+                    true => (rep.grants.draws(&g.uid).iter())
+                        .any(|d| d.uid == uid && counts_for_others(d, now)),
+                });
+                if !counted {
                     return Err(format!(
                         "pod-{i} is held, replica r{r}'s watch has not counted it and the ledger no longer \
                          counts it for the other namespaces"
@@ -71,4 +81,17 @@ impl World {
         }
         Ok(())
     }
+}
+
+/// Whether `e` counts, by core's rule ([`ledger::effective_usage`]), for a decision about a namespace of its
+/// tier other than its own (none of the model's).
+fn counts_for_others(e: &Entry, now_ms: u64) -> bool {
+    let usage = ledger::effective_usage(
+        &Usage::default(),
+        [e],
+        |_| Seen::No,
+        now_ms,
+        (TIER, "another-namespace"),
+    );
+    usage.tier(TIER, None) > 0
 }
