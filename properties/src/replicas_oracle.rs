@@ -268,6 +268,8 @@ pub struct Ran {
     pub closes: usize,
     /// Decisions over a `max` only by other replicas' grants (decided again later).
     pub held_by_grants: usize,
+    /// Grants sealed by a decision over a `max` in their replica's view (closed at once).
+    pub sealed: usize,
     /// Replicas stopped.
     pub stopped: usize,
 }
@@ -290,6 +292,7 @@ impl Ran {
             grants_back,
             closes,
             held_by_grants,
+            sealed,
             stopped,
         } = *other;
         self.steps += steps;
@@ -306,6 +309,7 @@ impl Ran {
         self.grants_back += grants_back;
         self.closes += closes;
         self.held_by_grants += held_by_grants;
+        self.sealed += sealed;
         self.stopped += stopped;
     }
 }

@@ -72,6 +72,13 @@ impl World {
             return Err(format!("no quota applies to {ns}"));
         }
         if self.standing(i, &usage).is_none() {
+            // At a `max` in its view: the replica's grants of the namespace go back at once (the frontend's
+            // seal).
+            let rep = &mut self.replicas[r];
+            if rep.grants.seal(ns) {
+                rep.close_drawn(now);
+                self.ran.sealed += 1;
+            }
             // Another replica's grant is headroom it may not use: wait for it rather than refuse.
             let without = self.usage_for(r, i, |e| !e.is_grant());
             match self.standing(i, &without) {

@@ -13,6 +13,8 @@ struct OwnGrant {
     grant: Entry,
     /// Whether a write holding it succeeded (until then nothing more is drawn from it).
     written: bool,
+    /// Whether nothing more is drawn from it (found full, or its namespace at a `max`): closed at once.
+    sealed: bool,
     /// What was drawn from it, per class and in total.
     drawn: Counted,
     /// Each Pod drawn from it, as its own reservation would be (what closing the grant writes).
@@ -104,7 +106,8 @@ impl OwnGrants {
             true => grant::has_room(&g.grant, &g.drawn, counted, now_ms),
             false => now_ms.saturating_sub(g.grant.at_ms) < grant::DRAW_MS,
         };
-        if !fits {
+        if g.sealed || !fits {
+            g.sealed = true;
             return Draw::NoRoom;
         }
         add(&mut g.drawn, counted);
@@ -122,6 +125,7 @@ impl OwnGrants {
             OwnGrant {
                 grant,
                 written: false,
+                sealed: false,
                 drawn: counted.clone(),
                 draws: vec![first],
                 waiting: Vec::new(),
@@ -183,6 +187,22 @@ impl OwnGrants {
     }
 
     /// What closing the grant `uid` writes in its place.
+    /// Seals `namespace`'s written grants (it is at a `max` in this replica's own view): whether any was not.
+    pub(super) fn seal(&mut self, namespace: &str) -> bool {
+        let mut sealed = false;
+        for g in (self.by_uid.values_mut()).filter(|g| g.grant.namespace == namespace && g.written)
+        {
+            sealed |= !g.sealed;
+            g.sealed = true;
+        }
+        sealed
+    }
+
+    /// Whether the grant `uid` is sealed.
+    pub(super) fn is_sealed(&self, uid: &str) -> bool {
+        self.by_uid.get(uid).is_some_and(|g| g.sealed)
+    }
+
     pub(super) fn closing(&self, uid: &str) -> Vec<Entry> {
         self.draws(uid).to_vec()
     }

@@ -90,23 +90,32 @@ impl Replica {
             .1
     }
 
-    /// Closes its grants past their draw window at `now_ms` in the next write ([`grant::close_drawn`]).
+    /// Closes its grants past their draw window, or sealed, at `now_ms` in the next write
+    /// ([`grant::close_drawn`]).
     pub(super) fn close_drawn(&mut self, now_ms: u64) {
         let mut entries = std::mem::take(self.pending());
         let me = self.me.clone();
         let mine = |entries: &[Entry]| entries.iter().filter(|e| e.is_grant_to(&me)).count();
         let before = mine(&entries);
         let grants = &self.grants;
-        grant::close_drawn(&mut entries, &self.me, |uid| grants.closing(uid), now_ms);
+        let rules = (
+            |uid: &str| grants.closing(uid),
+            |uid: &str| grants.is_sealed(uid),
+        );
+        grant::close_drawn(&mut entries, &self.me, rules, now_ms);
         self.closing += before - mine(&entries);
         *self.pending() = entries;
     }
 
-    /// When its first grant in what a decision reads ends its draw window.
+    /// When its first grant in what a decision reads is to be closed: at the end of its draw window, or at
+    /// once when sealed.
     pub(super) fn next_close(&self) -> Option<u64> {
         (self.known().iter())
             .filter(|e| e.is_grant_to(&self.me))
-            .map(|e| e.at_ms.saturating_add(grant::DRAW_MS))
+            .map(|e| match self.grants.is_sealed(&e.uid) {
+                true => 0,
+                false => e.at_ms.saturating_add(grant::DRAW_MS),
+            })
             .min()
     }
 

@@ -133,16 +133,24 @@ impl TierLedger {
     pub(crate) fn close_drawn(&mut self, me: &str, now_ms: u64) {
         let mut entries = std::mem::take(self.pending());
         let grants = &self.grants;
-        let closed = grant::close_drawn(&mut entries, me, |uid| grants.closing(uid), now_ms);
+        let rules = (
+            |uid: &str| grants.closing(uid),
+            |uid: &str| grants.is_sealed(uid),
+        );
+        let closed = grant::close_drawn(&mut entries, me, rules, now_ms);
         *self.pending() = entries;
         self.batch.closes |= closed;
     }
 
-    /// When `me`'s first grant in what a decision reads ends its draw window.
+    /// When `me`'s first grant in what a decision reads is to be closed: at the end of its draw window, or
+    /// at once when sealed.
     pub(crate) fn next_close(&self, me: &str) -> Option<u64> {
         (self.known().iter())
             .filter(|e| e.is_grant_to(me))
-            .map(|e| e.at_ms.saturating_add(grant::DRAW_MS))
+            .map(|e| match self.grants.is_sealed(&e.uid) {
+                true => 0,
+                false => e.at_ms.saturating_add(grant::DRAW_MS),
+            })
             .min()
     }
 

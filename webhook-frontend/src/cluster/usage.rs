@@ -288,7 +288,9 @@ impl QuotaUsage {
     /// the reservations this replica decided and has not written yet, else the ledger as last read (`None`
     /// until the first listing is complete), that namespace and tier only. `/mutate-pod` decides the
     /// borrowers' PriorityClass and the record against it, dry runs their answer; nothing is written. During a
-    /// burst the pending reservations are what `/validate-pod` decides the same Pod against next.
+    /// burst the pending reservations are what `/validate-pod` decides the same Pod against next. Other
+    /// replicas' grants are left out: `/validate-pod` waits for them to close before refusing a Pod they alone
+    /// would put over a `max` ([`reserve`]), so the Pod is mutated for the usage it is decided against then.
     pub(crate) fn usage(&self, tier: &str, namespace: &str) -> Option<Usage> {
         if !self.is_synced() {
             return None;
@@ -298,7 +300,8 @@ impl QuotaUsage {
         let s = self.fresh_state();
         Some(ledger::effective_usage(
             s.held.usage(),
-            entries_for(&ledgers, s.held.usage(), (tier, namespace), &self.replica),
+            entries_for(&ledgers, s.held.usage(), (tier, namespace), &self.replica)
+                .filter(|e| !e.is_grant()),
             |u| s.seen(u),
             now_ms(),
             (tier, namespace),

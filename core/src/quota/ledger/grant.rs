@@ -17,8 +17,9 @@
 //!
 //! What a grant costs the others: while its Pods are stored and watched and the grant still counts, they are
 //! counted twice, erring high by at most the grant for at most [`DRAW_MS`] + [`OTHERS_WINDOW_MS`]. The
-//! replica's next write of the ledger **closes** its grants past their draw window ([`close_drawn`]): each
-//! becomes the entries of its draws, which count exactly as plain entries do (once, until the watch sees them).
+//! replica **closes** its grants past their draw window, or sealed (full, or its namespace at a `max`), in its
+//! next write ([`close_drawn`]): each becomes the entries of its draws, which count exactly as plain entries
+//! do (once, until the watch sees them).
 use super::{Entry, OTHERS_WINDOW_MS};
 use crate::quota::demand::Counted;
 use crate::quota::{Standing, Usage};
@@ -126,15 +127,18 @@ pub fn view<'a>(
     })
 }
 
-/// Closes `replica`'s grants in `entries` past their draw window at `now_ms`: each becomes the entries of
+/// Closes `replica`'s grants in `entries` past their draw window at `now_ms`, or **sealed** (its replica
+/// draws no more from them: full, or the namespace at its `max` in its own view): each becomes the entries of
 /// its draws (`draws` of its UID), which then count as any reservation's. Whether any was closed.
 pub fn close_drawn(
     entries: &mut Vec<Entry>,
     replica: &str,
-    draws: impl Fn(&str) -> Vec<Entry>,
+    (draws, sealed): (impl Fn(&str) -> Vec<Entry>, impl Fn(&str) -> bool),
     now_ms: u64,
 ) -> bool {
-    let closing = |e: &Entry| e.is_grant_to(replica) && now_ms.saturating_sub(e.at_ms) >= DRAW_MS;
+    let closing = |e: &Entry| {
+        e.is_grant_to(replica) && (now_ms.saturating_sub(e.at_ms) >= DRAW_MS || sealed(&e.uid))
+    };
     let closed: Vec<String> = (entries.iter().filter(|e| closing(e)))
         .map(|e| e.uid.clone())
         .collect();

@@ -13,6 +13,8 @@ struct OwnGrant {
     grant: Entry,
     /// Whether its write succeeded (until then nothing more is drawn from it).
     written: bool,
+    /// Whether nothing more is drawn from it (full, or its namespace at a `max`): closed at the next write.
+    sealed: bool,
     /// What was drawn from it, per class and in total.
     drawn: Counted,
     /// Each Pod drawn from it, as its own reservation would be (what closing the grant writes).
@@ -73,7 +75,8 @@ impl OwnGrants {
             g.waiting.push(tx);
             return Draw::Wait(rx);
         }
-        if !grant::has_room(&g.grant, &g.drawn, counted, now_ms) {
+        if g.sealed || !grant::has_room(&g.grant, &g.drawn, counted, now_ms) {
+            g.sealed = true;
             return Draw::NoRoom;
         }
         add(&mut g.drawn, counted);
@@ -91,6 +94,7 @@ impl OwnGrants {
             OwnGrant {
                 grant,
                 written: false,
+                sealed: false,
                 drawn: counted.clone(),
                 draws: vec![first],
                 waiting: Vec::new(),
@@ -144,6 +148,23 @@ impl OwnGrants {
         });
         self.drawing.retain(|_, uid| self.by_uid.contains_key(uid));
         back
+    }
+
+    /// Seals `namespace`'s grants: it is at a `max` in this replica's own view, so nothing more is drawn
+    /// from them, and closing them gives their headroom back to the other replicas at once.
+    pub(crate) fn seal(&mut self, namespace: &str) -> bool {
+        let mut sealed = false;
+        for g in (self.by_uid.values_mut()).filter(|g| g.grant.namespace == namespace && g.written)
+        {
+            sealed |= !g.sealed;
+            g.sealed = true;
+        }
+        sealed
+    }
+
+    /// Whether the grant `uid` is sealed.
+    pub(crate) fn is_sealed(&self, uid: &str) -> bool {
+        self.by_uid.get(uid).is_some_and(|g| g.sealed)
     }
 
     /// What closing the grant `uid` writes in its place.

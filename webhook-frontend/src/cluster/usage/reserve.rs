@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use gpu_admission_core::admission::validate_pod::{QuotaUnavailable, Reservation};
 use gpu_admission_core::quota::demand::Counted;
 use gpu_admission_core::quota::ledger::{self, Entry, Planned, Reserving, Seen, grant};
-use gpu_admission_core::quota::{self, Decision, Usage};
+use gpu_admission_core::quota::{self, Decision, Standing, Usage};
 use tokio::sync::{Notify, oneshot};
 
 use super::super::quota_ledger::LedgerError;
@@ -133,10 +133,19 @@ impl QuotaUsage {
         let decision = match decide(&usage) {
             Reservation::NoQuota => return Ok(Attempt::Decided(None)),
             Reservation::Refused(d) => {
-                // Another replica's grant is headroom it may not use: wait for it rather than refuse.
-                let without = usage_of(&|e| !e.is_grant());
-                return Ok(match decide(&without) {
-                    Reservation::Reserve(_) => Attempt::HeldByGrants,
+                // Other replicas' grants are headroom they may not use: a Pod that stands better without
+                // them waits for them to close rather than be refused.
+                let without = decide(&usage_of(&|e| !e.is_grant())).decision();
+                // At a `max` in this replica's own view: its grants of the namespace go back to the others.
+                if keep && d.standing == Standing::OverMax {
+                    let mine = self.tier_ledger(ledgers, tier);
+                    if mine.grants.seal(namespace) {
+                        mine.close_drawn(me, now);
+                        mine.flush.notify_one();
+                    }
+                }
+                return Ok(match without {
+                    Some(w) if w.standing < d.standing => Attempt::HeldByGrants,
                     _ => Attempt::Decided(Some(d)),
                 });
             }

@@ -134,10 +134,20 @@ fn closing_a_grant_past_its_window_writes_its_draws_in_its_place() {
         "g1" => vec![draw.clone()],
         _ => Vec::new(),
     };
-    assert!(close_drawn(&mut entries, "r1", draws, DRAW_MS));
+    let open = |_: &str| false;
+    assert!(close_drawn(&mut entries, "r1", (draws, open), DRAW_MS));
     let uids: Vec<&str> = entries.iter().map(|e| e.uid.as_str()).collect();
     assert_eq!(uids, ["g2", "g3", "pod-1"]);
-    assert!(!close_drawn(&mut entries, "r1", draws, DRAW_MS));
+    assert!(!close_drawn(&mut entries, "r1", (draws, open), DRAW_MS));
+    // A sealed grant closes within its window.
+    assert!(close_drawn(
+        &mut entries,
+        "r1",
+        (draws, |uid: &str| uid == "g2"),
+        DRAW_MS
+    ));
+    let uids: Vec<&str> = entries.iter().map(|e| e.uid.as_str()).collect();
+    assert_eq!(uids, ["g3", "pod-1"]);
 }
 
 /// A plain entry is written as it was before grants; a grant names its replica.

@@ -80,3 +80,22 @@ fn a_grant_past_its_window_has_no_room_and_is_forgotten_once_its_draws_expire() 
     g.forget(grant::DRAW_MS + ENTRY_TTL_MS);
     assert!(g.draws("g").is_empty());
 }
+
+#[test]
+fn a_namespace_at_its_max_seals_its_grants_so_they_close_at_once() {
+    let mut g = OwnGrants::default();
+    g.granted(grant_of(4, 0), pod("p1", 0), &gpus(1));
+    // Not written yet: nothing to give back.
+    assert!(!g.seal("team-a"));
+    let _ = g.written(&[grant_of(4, 0)]);
+    assert!(g.seal("team-a"));
+    assert!(!g.seal("team-a"), "sealed once");
+    assert!(g.is_sealed("g"));
+    assert!(matches!(g.draw(&pod("p2", 1), &gpus(1), 1), Draw::NoRoom));
+    // A grant found full is sealed too.
+    let mut g = OwnGrants::default();
+    g.granted(grant_of(1, 0), pod("p1", 0), &gpus(1));
+    let _ = g.written(&[grant_of(1, 0)]);
+    assert!(matches!(g.draw(&pod("p2", 1), &gpus(1), 1), Draw::NoRoom));
+    assert!(g.is_sealed("g"));
+}
