@@ -7,17 +7,19 @@
 //! with none), two or three replicas, Pods of one class in three sizes, and bursts (a Job's 2 to 5 Pods of
 //! one namespace, smaller), a simulated clock in ms that every replica reads as it is (the entries' `at_ms`
 //! is the deciding replica's clock). The ledger is one object with a version counter and the entries of each
-//! version. Each replica, as the frontend's `usage.rs`, `usage/reserve.rs`, `tier_ledger.rs` and
-//! `tier_ledger/grants.rs` do:
+//! version. Each replica, as the frontend's `usage.rs`, `usage/reserve.rs` and `tier_ledger.rs` do, keeping
+//! its own grants in core's `grant::own::OwnGrants` as the frontend does:
 //! - knows a version of the ledger: the one its lagged **ledger watch** delivered (in order, or skipping to
 //!   the newest as a relist does), its own last successful write, or a read after a conflict; versions only
 //!   move forward;
 //! - **decides** a Pod with core's rules only (`decide.rs`): `ledger::effective_usage` over its own Pod
 //!   watch's usage and the entries it knows (its pending batch, else its known version) as `grant::view`
-//!   reads them (its own grants as what it drew from them), then `quota::decide`. Over a `max`: refused,
-//!   unless the usage without other replicas' grants admits it (**held by grants**: decided again
-//!   [`GRANT_POLL_MS`] later, never refused for them). Else **drawn** from its namespace's newest grant of
-//!   this replica if that grant's write succeeded and `grant::has_room` (admitted, nothing written); or, if
+//!   reads them (its own grants as what it drew from them), then `quota::decide`. Over a `max`: its grants
+//!   of the namespace are **sealed** and closed into the batch at once; then refused, unless the usage
+//!   without other replicas' grants admits it (**held by grants**: decided again [`GRANT_POLL_MS`] later,
+//!   never refused for them). Else **drawn** from its namespace's newest grant of
+//!   this replica if that grant's write succeeded and `grant::has_room` (admitted, nothing written; a grant
+//!   found without room is sealed); or, if
 //!   that grant's write has not succeeded, **waits** for it (decided again when it succeeds or goes back);
 //!   or its expired grants are closed into the batch (`grant::close_drawn`) and `ledger::plan_in` takes
 //!   into it a **grant** of `grant::pods` Pods (`want`: twice what the replica reserved in the namespace in
@@ -29,8 +31,9 @@
 //!   version unless the ledger watch brought it, and decides every reservation of both batches again at once
 //!   (the frontend's retry), the unwritten grants **sent back** with them; a ledger watch bringing a later
 //!   version sends a batch not yet written back (its grants too) to be decided again;
-//! - has a writer's **close timer**: at its first grant's draw window end (at least [`CLOSE_RETRY_MS`] after
-//!   it last started waiting), with no write in flight, it closes its expired grants into the batch and
+//! - has a writer's **close timer**: at its first grant's draw window end, or at once for a sealed one (at
+//!   least [`CLOSE_RETRY_MS`] after it last started waiting), with no write in flight, it closes its expired
+//!   or sealed grants into the batch and
 //!   writes it even with no reservation in it;
 //! - may **stop** (a crash; one at least keeps running): its grants stay in the ledger until they expire,
 //!   the Pods it admitted (drawn ones too) are still stored, those it had not answered are not admitted;
@@ -86,7 +89,6 @@ use gpu_admission_policy::quotas::MilliGpus;
 
 mod checks;
 mod decide;
-mod grants;
 mod replica;
 
 pub use decide::GRANT_POLL_MS;

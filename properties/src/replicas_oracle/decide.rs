@@ -9,8 +9,8 @@ use gpu_admission_core::quota::demand::Counted;
 use gpu_admission_core::quota::ledger::{self, Entry, Planned, Seen, grant};
 use gpu_admission_core::quota::{self, Standing, Usage};
 
-use super::grants::Draw;
 use super::{NAMESPACES, ORACLE_BOUNDS, State, TIER, Variant, World, seen, uid};
+use gpu_admission_core::quota::ledger::grant::own::Draw;
 
 /// How often a Pod other replicas' grants keep over a `max` is decided again (the frontend's poll).
 pub const GRANT_POLL_MS: u64 = 100;
@@ -99,7 +99,12 @@ impl World {
         let entry = Entry::new(&uid(i), TIER, ns, &counted, now);
         let room = self.variant != Variant::Overdraw;
         let rep = &mut self.replicas[r];
-        match rep.grants.draw((i, &entry), &counted, now, room) {
+        // Overdraw (a negative control) draws within the window whatever the grant's room.
+        let fits = |g: &Entry, drawn: &Counted| match room {
+            true => grant::has_room(g, drawn, &counted, now),
+            false => now.saturating_sub(g.at_ms) < grant::DRAW_MS,
+        };
+        match rep.grants.draw((&entry, &counted), now, fits, i) {
             Draw::Drew(grant) => {
                 self.ran.draws += 1;
                 self.pods[i].drawn = Some((r, grant));

@@ -4,8 +4,8 @@
 //! move them ([`super`] says how).
 use gpu_admission_core::quota::ledger::{Entry, grant};
 
-use super::grants::OwnGrants;
 use super::{State, Variant, World};
+use gpu_admission_core::quota::ledger::grant::own::OwnGrants;
 
 /// Which ledger version a batch was decided on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,7 +45,7 @@ pub(super) struct Replica {
     pub(super) in_flight: Option<InFlight>,
     /// The last version its ledger watch delivered.
     watched: u64,
-    pub(super) grants: OwnGrants,
+    pub(super) grants: OwnGrants<usize>,
     /// Grants it made (their UIDs' counter).
     pub(super) grants_made: usize,
     /// When its writer last started waiting (its close timer waits at least [`super::CLOSE_RETRY_MS`]).

@@ -9,8 +9,8 @@
 //! was decided on sends the batch back to be decided again before it is written (its write would conflict),
 //! and a conflict needs no read when the watch already brought the version that beat it.
 //!
-//! The grants this replica wrote are in [`grants`]: a decision reads each of them as what was drawn from it
-//! ([`TierLedger::view`]), and a batch sent back takes the grants it was writing with it.
+//! The grants this replica wrote are kept as core's [`OwnGrants`]: a decision reads each of them as what was
+//! drawn from it ([`TierLedger::view`]), and a batch sent back takes the grants it was writing with it.
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -21,8 +21,7 @@ use gpu_admission_core::resource::resource_version_order;
 
 use super::quota_ledger::{LedgerError, LedgerVersion};
 
-pub(crate) mod grants;
-use grants::OwnGrants;
+use gpu_admission_core::quota::ledger::grant::own::OwnGrants;
 
 /// Which ledger version reservations waiting to be written were decided on.
 #[derive(Debug, Clone)]
@@ -66,7 +65,7 @@ pub(crate) struct TierLedger {
     /// back): whether another tier's decision must walk them ([`entries_for`]).
     namespaces: BTreeSet<String>,
     /// The grants this replica wrote or is writing in it.
-    pub(crate) grants: OwnGrants,
+    pub(crate) grants: OwnGrants<Waiting>,
 }
 
 /// Whether version `a` is known to come after `b` (`None`: no object).
@@ -184,7 +183,7 @@ impl TierLedger {
         }
         self.batch.next = None;
         let mut back = std::mem::take(&mut self.batch.waiting);
-        back.append(&mut self.grants.drop_unwritten());
+        back.append(&mut self.grants.drop_unwritten().1);
         back
     }
 
@@ -229,14 +228,14 @@ impl TierLedger {
     ) -> (Flushed, Option<Vec<Waiting>>) {
         match result {
             Ok(written) => {
-                let mut drawing = self.grants.written(&written.entries);
+                let (_, mut drawing) = self.grants.written(&written.entries);
                 if after(&self.ledger.resource_version, &written.resource_version) {
                     // The watch brought another replica's write on top of this one: what was built on this
                     // one would conflict.
                     if let Some((Base::AfterWrite, _)) = self.batch.next {
                         self.batch.next = None;
                         drawing.append(&mut self.batch.waiting);
-                        drawing.append(&mut self.grants.drop_unwritten());
+                        drawing.append(&mut self.grants.drop_unwritten().1);
                         return (Flushed::Written, Some(drawing));
                     }
                     return (Flushed::Written, (!drawing.is_empty()).then_some(drawing));
@@ -259,7 +258,7 @@ impl TierLedger {
                     e => Flushed::Failed(e.to_string()),
                 };
                 let mut back = std::mem::take(&mut self.batch.waiting);
-                back.append(&mut self.grants.drop_unwritten());
+                back.append(&mut self.grants.drop_unwritten().1);
                 (mine, Some(back))
             }
         }

@@ -21,6 +21,8 @@
 //! next write ([`close_drawn`]): each becomes the entries of its draws, which count exactly as plain entries
 //! do (once, until the watch sees them).
 use super::{Entry, OTHERS_WINDOW_MS};
+
+pub mod own;
 use crate::quota::demand::Counted;
 use crate::quota::{Standing, Usage};
 

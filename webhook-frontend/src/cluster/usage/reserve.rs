@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 
 use gpu_admission_core::admission::validate_pod::{QuotaUnavailable, Reservation};
 use gpu_admission_core::quota::demand::Counted;
+use gpu_admission_core::quota::ledger::grant::own::Draw;
 use gpu_admission_core::quota::ledger::{self, Entry, Planned, Reserving, Seen, grant};
 use gpu_admission_core::quota::{self, Decision, Standing, Usage};
 use tokio::sync::{Notify, oneshot};
 
 use super::super::quota_ledger::LedgerError;
-use super::super::tier_ledger::grants::Draw;
 use super::super::tier_ledger::{Flushed, TierLedger, entries_for};
 use super::{QuotaUsage, key, not_reserved, now_ms};
 use crate::metrics::LedgerWrite;
@@ -159,12 +159,14 @@ impl QuotaUsage {
         }
         let entry = Entry::new(pod.uid, tier, namespace, counted, now);
         let mine = self.tier_ledger(ledgers, tier);
-        match mine.grants.draw(&entry, counted, now) {
-            Draw::Drew => {
+        let (waiter, answered) = oneshot::channel();
+        let fits = |g: &Entry, drawn: &Counted| grant::has_room(g, drawn, counted, now);
+        match mine.grants.draw((&entry, counted), now, fits, waiter) {
+            Draw::Drew(_) => {
                 self.metrics.record_ledger_write(tier, LedgerWrite::drawn);
                 Ok(Attempt::Decided(Some(decision)))
             }
-            Draw::Wait(answered) => Ok(Attempt::Waits {
+            Draw::Waits => Ok(Attempt::Waits {
                 decision,
                 answered,
                 flush: None,

@@ -1,15 +1,16 @@
-//! One replica's own grants, as the frontend's `tier_ledger/grants.rs` keeps them, written here on its own:
-//! per grant whether its write succeeded, what was drawn from it and each draw's entry, the Pods waiting for
-//! its write; each namespace's newest grant; how many Pods each namespace reserved here lately (what the next
-//! grant is sized on). Every rule is core's ([`grant::has_room`], and [`super`]'s use of [`grant::pods`],
-//! [`grant::view`], [`grant::close_drawn`]); what is kept here is only the bookkeeping.
+//! The grants one replica wrote in one tier's ledger ([`OwnGrants`]): what it drew from each, which
+//! namespace draws from which, who waits (`W`: the frontend's reservations, the replicas oracle's Pods) for a
+//! grant's write to draw from it, which grants are sealed, and how many Pods each namespace reserved in the
+//! replica lately (what the next grant is sized on). Pure bookkeeping: the frontend and the replicas oracle
+//! keep the same.
 use std::collections::BTreeMap;
 
-use gpu_admission_core::quota::demand::Counted;
-use gpu_admission_core::quota::ledger::{ENTRY_TTL_MS, Entry, grant};
+use super::super::{ENTRY_TTL_MS, Entry};
+use super::DRAW_MS;
+use crate::quota::demand::Counted;
 
 /// A grant this replica wrote, or is writing.
-struct OwnGrant {
+struct OwnGrant<W> {
     grant: Entry,
     /// Whether a write holding it succeeded (until then nothing more is drawn from it).
     written: bool,
@@ -19,11 +20,11 @@ struct OwnGrant {
     drawn: Counted,
     /// Each Pod drawn from it, as its own reservation would be (what closing the grant writes).
     draws: Vec<Entry>,
-    /// Pods of its namespace that wait for its write, to draw from it then.
-    waiting: Vec<usize>,
+    /// Reservations of its namespace that wait for its write, to draw from it then.
+    waiting: Vec<W>,
 }
 
-/// Pods one namespace reserved here lately: in the current [`grant::DRAW_MS`] and the one before.
+/// Pods one namespace reserved in this replica lately: in the current [`DRAW_MS`] and the one before.
 #[derive(Default, Clone, Copy)]
 struct Recent {
     since_ms: u64,
@@ -35,8 +36,8 @@ impl Recent {
     /// As of `now_ms`: the windows moved on.
     fn at(self, now_ms: u64) -> Recent {
         match now_ms.saturating_sub(self.since_ms) {
-            e if e < grant::DRAW_MS => self,
-            e if e < 2 * grant::DRAW_MS => Recent {
+            e if e < DRAW_MS => self,
+            e if e < 2 * DRAW_MS => Recent {
                 since_ms: now_ms,
                 now: 0,
                 before: self.now,
@@ -52,22 +53,31 @@ impl Recent {
 
 /// What drawing a Pod from its namespace's grant did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Draw {
+pub enum Draw {
     /// Admitted against this grant (its UID): nothing to write.
     Drew(String),
-    /// The namespace's grant is being written: the Pod waits for that write, then is decided again.
+    /// The namespace's grant is being written: the waiter was kept, to be given back once it is.
     Waits,
-    /// No grant of the namespace has room: reserved as without one.
+    /// No grant of the namespace has room: reserve as without one.
     NoRoom,
 }
 
-/// One replica's grants.
-#[derive(Default)]
-pub(super) struct OwnGrants {
-    by_uid: BTreeMap<String, OwnGrant>,
+/// One replica's grants in one tier's ledger.
+pub struct OwnGrants<W> {
+    by_uid: BTreeMap<String, OwnGrant<W>>,
     /// Each namespace's newest grant.
     drawing: BTreeMap<String, String>,
     recent: BTreeMap<String, Recent>,
+}
+
+impl<W> Default for OwnGrants<W> {
+    fn default() -> Self {
+        Self {
+            by_uid: BTreeMap::new(),
+            drawing: BTreeMap::new(),
+            recent: BTreeMap::new(),
+        }
+    }
 }
 
 fn add(to: &mut Counted, c: &Counted) {
@@ -78,20 +88,21 @@ fn add(to: &mut Counted, c: &Counted) {
     to.total = to.total.saturating_add(c.total);
 }
 
-impl OwnGrants {
+impl<W> OwnGrants<W> {
     /// What was drawn from the grant `uid` (none if it is not this replica's).
-    pub(super) fn draws(&self, uid: &str) -> &[Entry] {
+    pub fn draws(&self, uid: &str) -> &[Entry] {
         self.by_uid.get(uid).map_or(&[], |g| &g.draws)
     }
 
-    /// Draws Pod `i` (its reservation `pod`) from its namespace's grant; `room`: whether
-    /// [`grant::has_room`] is asked (false only for [`super::Variant::Overdraw`]).
-    pub(super) fn draw(
+    /// Draws `pod` (a Pod's reservation: its UID, namespace and count) from its namespace's grant if `fits`
+    /// (the grant, what was drawn from it) says it has room ([`super::has_room`]); a grant being written keeps
+    /// `waiter`; a grant without room is sealed.
+    pub fn draw(
         &mut self,
-        (i, pod): (usize, &Entry),
-        counted: &Counted,
+        (pod, counted): (&Entry, &Counted),
         now_ms: u64,
-        room: bool,
+        fits: impl FnOnce(&Entry, &Counted) -> bool,
+        waiter: W,
     ) -> Draw {
         let Some((uid, g)) = (self.drawing.get(&pod.namespace))
             .and_then(|uid| Some(uid.clone()).zip(self.by_uid.get_mut(uid)))
@@ -99,14 +110,10 @@ impl OwnGrants {
             return Draw::NoRoom;
         };
         if !g.written {
-            g.waiting.push(i);
+            g.waiting.push(waiter);
             return Draw::Waits;
         }
-        let fits = match room {
-            true => grant::has_room(&g.grant, &g.drawn, counted, now_ms),
-            false => now_ms.saturating_sub(g.grant.at_ms) < grant::DRAW_MS,
-        };
-        if g.sealed || !fits {
+        if g.sealed || !fits(&g.grant, &g.drawn) {
             g.sealed = true;
             return Draw::NoRoom;
         }
@@ -117,7 +124,7 @@ impl OwnGrants {
     }
 
     /// Takes in a grant decided into the next write, with its first Pod drawn from it.
-    pub(super) fn granted(&mut self, grant: Entry, first: Entry, counted: &Counted) {
+    pub fn granted(&mut self, grant: Entry, first: Entry, counted: &Counted) {
         self.drawing
             .insert(grant.namespace.clone(), grant.uid.clone());
         self.by_uid.insert(
@@ -134,15 +141,19 @@ impl OwnGrants {
     }
 
     /// Counts a Pod of `namespace` reserved here at `now_ms` (drawn, or written on its own).
-    pub(super) fn reserved(&mut self, namespace: &str, now_ms: u64) {
-        let r = self.recent.entry(namespace.to_string()).or_default();
-        *r = r.at(now_ms);
-        r.now += 1;
+    pub fn reserved(&mut self, namespace: &str, now_ms: u64) {
+        if !self.recent.contains_key(namespace) {
+            self.recent.insert(namespace.to_string(), Recent::default());
+        }
+        if let Some(r) = self.recent.get_mut(namespace) {
+            *r = r.at(now_ms);
+            r.now += 1;
+        }
     }
 
     /// How many Pods to ask a grant of `namespace` for: twice what it reserved here in the last
-    /// [`grant::DRAW_MS`] or the one before (0 for a namespace without a stream: one Pod's entry).
-    pub(super) fn want(&self, namespace: &str, now_ms: u64) -> u32 {
+    /// [`DRAW_MS`] or the one before (0 for a namespace without a stream: one Pod's entry).
+    pub fn want(&self, namespace: &str, now_ms: u64) -> u32 {
         (self.recent.get(namespace)).map_or(0, |r| {
             let r = r.at(now_ms);
             r.now.max(r.before).saturating_mul(2)
@@ -150,8 +161,8 @@ impl OwnGrants {
     }
 
     /// The grants written in `entries` (a successful write's): how many were not written before, and the
-    /// Pods waiting for them (decided again, to draw from them).
-    pub(super) fn written(&mut self, entries: &[Entry]) -> (usize, Vec<usize>) {
+    /// waiters they kept (to be decided again, to draw from them).
+    pub fn written(&mut self, entries: &[Entry]) -> (usize, Vec<W>) {
         let (mut newly, mut back) = (0, Vec::new());
         for e in entries.iter().filter(|e| e.is_grant()) {
             if let Some(g) = self.by_uid.get_mut(&e.uid)
@@ -165,8 +176,9 @@ impl OwnGrants {
         (newly, back)
     }
 
-    /// Forgets every grant not written (its write went back): how many, and the Pods waiting for them.
-    pub(super) fn drop_unwritten(&mut self) -> (usize, Vec<usize>) {
+    /// Forgets every grant not written (its write went back, its first Pod decided again): how many, and
+    /// their waiters.
+    pub fn drop_unwritten(&mut self) -> (usize, Vec<W>) {
         let (mut dropped, mut back) = (0, Vec::new());
         self.by_uid.retain(|_, g| {
             if !g.written {
@@ -179,16 +191,17 @@ impl OwnGrants {
         (dropped, back)
     }
 
-    /// Every Pod waiting for a grant's write (a replica that stops answers none of them).
-    pub(super) fn take_waiting(&mut self) -> Vec<usize> {
+    /// Every waiter of every grant (a replica that stops answers none of them).
+    pub fn take_waiting(&mut self) -> Vec<W> {
         (self.by_uid.values_mut())
             .flat_map(|g| std::mem::take(&mut g.waiting))
             .collect()
     }
 
-    /// What closing the grant `uid` writes in its place.
-    /// Seals `namespace`'s written grants (it is at a `max` in this replica's own view): whether any was not.
-    pub(super) fn seal(&mut self, namespace: &str) -> bool {
+    /// Seals `namespace`'s written grants (it is at a `max` in this replica's own view: nothing more is
+    /// drawn from them, and closing them gives their headroom back to the other replicas at once); whether
+    /// any was not sealed yet.
+    pub fn seal(&mut self, namespace: &str) -> bool {
         let mut sealed = false;
         for g in (self.by_uid.values_mut()).filter(|g| g.grant.namespace == namespace && g.written)
         {
@@ -199,22 +212,27 @@ impl OwnGrants {
     }
 
     /// Whether the grant `uid` is sealed.
-    pub(super) fn is_sealed(&self, uid: &str) -> bool {
+    pub fn is_sealed(&self, uid: &str) -> bool {
         self.by_uid.get(uid).is_some_and(|g| g.sealed)
     }
 
-    pub(super) fn closing(&self, uid: &str) -> Vec<Entry> {
+    /// What closing the grant `uid` writes in its place ([`super::close_drawn`]).
+    pub fn closing(&self, uid: &str) -> Vec<Entry> {
         self.draws(uid).to_vec()
     }
 
-    /// Forgets grants whose draws count no more in any way: past the draw window and an entry's life.
-    pub(super) fn forget(&mut self, now_ms: u64) {
-        let done = |g: &OwnGrant| {
-            g.written && now_ms.saturating_sub(g.grant.at_ms) >= grant::DRAW_MS + ENTRY_TTL_MS
+    /// Forgets grants whose draws count no more in any way: past the draw window and an entry's life, so an
+    /// unseen draw (a Pod never stored) has expired as its own entry would have.
+    pub fn forget(&mut self, now_ms: u64) {
+        let done = |g: &OwnGrant<W>| {
+            g.written && now_ms.saturating_sub(g.grant.at_ms) >= DRAW_MS + ENTRY_TTL_MS
         };
         self.by_uid.retain(|_, g| !done(g));
         self.drawing.retain(|_, uid| self.by_uid.contains_key(uid));
         self.recent
-            .retain(|_, r| now_ms.saturating_sub(r.since_ms) < 2 * grant::DRAW_MS);
+            .retain(|_, r| now_ms.saturating_sub(r.since_ms) < 2 * DRAW_MS);
     }
 }
+
+#[cfg(test)]
+mod tests;
