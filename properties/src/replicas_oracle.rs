@@ -72,7 +72,7 @@
 //! [`Variant::Overdraw`] (a replica draws beyond its grant's room) and [`Variant::AdmitOverGrants`] (a Pod
 //! over a `max` only by other replicas' grants is admitted: their grants do not count).
 //! [`Variant::GrantAsEntry`] (a grant read as a plain entry by the other replicas) breaks a `max` only when
-//! its replica stops between its draws and its close: the test holds such a 12-step trace.
+//! its replica stops between its draws and its close: the test holds such an 8-step trace.
 //!
 //! Not modelled: clock skew between replicas (every replica reads the one clock), relabels and policy
 //! changes (the quota oracle has them), several tiers' ledgers, a write's failure other than a conflict,
