@@ -18,6 +18,19 @@ pub mod placement_oracle;
 pub mod quota_oracle;
 pub mod replicas_oracle;
 
+/// xorshift64*: a reproducible stream of `len` op bytes per seed, no dependency (the oracles' sequences).
+pub fn op_stream(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 56) as u8
+        })
+        .collect()
+}
+
 use gpu_admission_core::admission::mutate_pod::{
     self, Admitted, Capped, Held, MutatePorts, ScorerOutcome, Scoring,
 };

@@ -2,19 +2,12 @@
 //! steps in `cargo test`, as many as `QUOTA_ORACLE_SEQUENCES` says in CI's fuzz step. Prints the count of
 //! sequences, steps, creates the apiserver refused after admission, creates refused by their namespace's rate
 //! limit, and counterexamples (0, or the test fails with the first one's trace).
+use gpu_admission_properties::op_stream;
 use gpu_admission_properties::quota_oracle::run;
 
-/// xorshift64*: a reproducible stream of op bytes per seed, no dependency.
+/// A sequence's op bytes.
 fn ops(seed: u64, steps: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..steps * 2)
-        .map(|_| {
-            x ^= x >> 12;
-            x ^= x << 25;
-            x ^= x >> 27;
-            (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 56) as u8
-        })
-        .collect()
+    op_stream(seed, steps * 2)
 }
 
 #[test]

@@ -6,21 +6,14 @@
 //! decisions held by other replicas' grants, replicas stopped, and counterexamples (0, or the test fails
 //! with the first one's trace). The negative controls run the same sequences through a model broken on
 //! purpose, and must fail.
+use gpu_admission_properties::op_stream;
 use gpu_admission_properties::replicas_oracle::{Checks, Ran, Variant, run, run_with};
 
 const STEPS: usize = 80;
 
-/// xorshift64*: a reproducible stream of op bytes per seed, no dependency.
+/// A sequence's op bytes.
 fn ops(seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..1 + STEPS * 2)
-        .map(|_| {
-            x ^= x >> 12;
-            x ^= x << 25;
-            x ^= x >> 27;
-            (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 56) as u8
-        })
-        .collect()
+    op_stream(seed, 1 + STEPS * 2)
 }
 
 fn sequences() -> u64 {
