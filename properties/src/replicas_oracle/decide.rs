@@ -1,7 +1,7 @@
 //! A replica's decision of a Pod, as the frontend's `usage/reserve.rs` `attempt` makes it, with core's rules
 //! only: [`ledger::effective_usage`] over its own Pod watch and its entries as [`grant::view`] reads them,
-//! [`quota::decide`]; refused over a `max` unless only other replicas' grants put it there (then held: decided
-//! again [`GRANT_POLL_MS`] later); else drawn from its namespace's written grant with room
+//! [`quota::decide`]; refused over a `max` unless it stands better without other replicas' grants
+//! ([`grant::refusal`]: then held, decided again [`GRANT_POLL_MS`] later); else drawn from its namespace's written grant with room
 //! ([`grant::has_room`]), or waiting for that grant's write, or taken into the batch
 //! ([`ledger::plan_in`]) as a grant [`grant::pods`] sizes (its expired grants closed in the same batch,
 //! [`grant::close_drawn`]) or as its own entry.
@@ -10,6 +10,7 @@ use gpu_admission_core::quota::ledger::{self, Entry, Planned, Seen, grant};
 use gpu_admission_core::quota::{self, Standing, Usage};
 
 use super::{NAMESPACES, ORACLE_BOUNDS, State, TIER, Variant, World, seen, uid};
+use gpu_admission_core::quota::ledger::grant::Refusal;
 use gpu_admission_core::quota::ledger::grant::own::Draw;
 
 /// How often a Pod other replicas' grants keep over a `max` is decided again (the frontend's poll).
@@ -79,16 +80,27 @@ impl World {
                 rep.close_drawn(now);
                 self.ran.sealed += 1;
             }
-            // Another replica's grant is headroom it may not use: wait for it rather than refuse.
-            let without = self.usage_for(r, i, |e| !e.is_grant());
-            match self.standing(i, &without) {
-                Some(_) if self.variant == Variant::AdmitOverGrants => usage = without,
-                Some(_) => {
+            // Core's rule: a Pod that stands better without other replicas' grants is held, not refused.
+            let (mut without, rep) = (None, &self.replicas[r]);
+            let refusal = grant::refusal(Standing::OverMax, &rep.me, rep.view(), |keep| {
+                let usage = self.usage_for(r, i, keep);
+                let standing = self.standing(i, &usage);
+                without = Some(usage);
+                standing
+            });
+            match (refusal, without) {
+                // AdmitOverGrants (a negative control) admits over the usage without them instead.
+                (Refusal::HeldByGrants, Some(without))
+                    if self.variant == Variant::AdmitOverGrants =>
+                {
+                    usage = without;
+                }
+                (Refusal::HeldByGrants, _) => {
                     self.ran.held_by_grants += 1;
                     self.pods[i].state = State::Held { r, since_ms: now };
                     return Ok("held by other replicas' grants");
                 }
-                None => {
+                (Refusal::Refused, _) => {
                     self.ran.over_max += 1;
                     self.pods[i].state = State::Refused;
                     return Ok("over max");

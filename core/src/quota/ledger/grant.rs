@@ -154,5 +154,46 @@ pub fn close_drawn(
     true
 }
 
+/// What a Pod refused over a usage that counts other replicas' grants comes to ([`refusal`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Refused: it stands no better without those grants (or none is counted).
+    Refused,
+    /// Held: it stands better without them, so it is decided again (about 100 ms later) until they close,
+    /// rather than refused.
+    HeldByGrants,
+}
+
+/// **The one rule for a refusal over other replicas' grants**: a Pod refused at `refused` while the entries
+/// it was decided over (`entries`, `replica`'s view of them: [`view`]) count grants to other replicas is not
+/// refused if, decided again without those grants, it stands better (a strictly lower [`Standing`]: refused
+/// over a `max`, any standing within it): it is [`Refusal::HeldByGrants`]. `without` decides it again over the
+/// usage of the entries the filter it is given keeps (every entry but other replicas' grants) and says its
+/// standing there (`None`: none, e.g. no quota applies; never better).
+///
+/// Why: a grant is headroom its own replica draws from and every other replica counts whole (so none
+/// overshoots a `max` through it), yet the others may not use it; much of it may never be drawn, and it
+/// closes within [`DRAW_MS`] + [`OTHERS_WINDOW_MS`], or sooner, sealed, down to what was drawn. Refusing a Pod
+/// for headroom that is only promised would refuse what the cluster has room for; holding it until the grant
+/// closes decides it over what is actually held. A Pod that stands no better without them is refused at once.
+///
+/// `without` is called only when `entries` hold a grant to another replica: without one, the usage without
+/// them is the same usage, and the Pod stands the same.
+pub fn refusal<'a>(
+    refused: Standing,
+    replica: &str,
+    entries: impl IntoIterator<Item = &'a Entry>,
+    without: impl FnOnce(&dyn Fn(&Entry) -> bool) -> Option<Standing>,
+) -> Refusal {
+    let others = |e: &Entry| e.is_grant() && !e.is_grant_to(replica);
+    if !entries.into_iter().any(others) {
+        return Refusal::Refused;
+    }
+    match without(&|e| !others(e)) {
+        Some(s) if s < refused => Refusal::HeldByGrants,
+        _ => Refusal::Refused,
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -1,7 +1,7 @@
 //! A quota'd Pod's reservation in this replica ([`QuotaUsage::reserve`]): decided under the ledgers' lock,
 //! then drawn from its namespace's grant, or taken into the tier's next write (a grant, or the Pod's own
-//! entry), and answered once written. A Pod that another replica's grant alone puts over a `max` is not
-//! refused: it is decided again until that grant closes, or answered undecidable at its deadline.
+//! entry), and answered once written. A Pod that stands better without other replicas' grants is not refused
+//! (core's `grant::refusal`): it is decided again until they close, or answered undecidable at its deadline.
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use gpu_admission_core::admission::validate_pod::{QuotaUnavailable, Reservation};
 use gpu_admission_core::quota::demand::Counted;
+use gpu_admission_core::quota::ledger::grant::Refusal;
 use gpu_admission_core::quota::ledger::grant::own::Draw;
 use gpu_admission_core::quota::ledger::{self, Entry, Planned, Reserving, Seen, grant};
 use gpu_admission_core::quota::{self, Decision, Standing, Usage};
@@ -36,7 +37,8 @@ enum Attempt {
         answered: oneshot::Receiver<Flushed>,
         flush: Option<Arc<Notify>>,
     },
-    /// Over a `max` only by the headroom of other replicas' grants: decided again once they close.
+    /// Refused only for the headroom of other replicas' grants ([`grant::refusal`]): decided again once they
+    /// close.
     HeldByGrants,
 }
 
@@ -133,9 +135,11 @@ impl QuotaUsage {
         let decision = match decide(&usage) {
             Reservation::NoQuota => return Ok(Attempt::Decided(None)),
             Reservation::Refused(d) => {
-                // Other replicas' grants are headroom they may not use: a Pod that stands better without
-                // them waits for them to close rather than be refused.
-                let without = decide(&usage_of(&|e| !e.is_grant())).decision();
+                // Core's rule: a Pod that stands better without other replicas' grants is held, not refused.
+                let entries = entries_for(ledgers, s.held.usage(), (tier, namespace), me);
+                let refusal = grant::refusal(d.standing, me, entries, |keep| {
+                    decide(&usage_of(keep)).decision().map(|w| w.standing)
+                });
                 // At a `max` in this replica's own view: its grants of the namespace go back to the others.
                 if keep && d.standing == Standing::OverMax {
                     let mine = self.tier_ledger(ledgers, tier);
@@ -144,9 +148,9 @@ impl QuotaUsage {
                         mine.flush.notify_one();
                     }
                 }
-                return Ok(match without {
-                    Some(w) if w.standing < d.standing => Attempt::HeldByGrants,
-                    _ => Attempt::Decided(Some(d)),
+                return Ok(match refusal {
+                    Refusal::HeldByGrants => Attempt::HeldByGrants,
+                    Refusal::Refused => Attempt::Decided(Some(d)),
                 });
             }
             Reservation::Reserve(d) if !keep => return Ok(Attempt::Decided(Some(d))),

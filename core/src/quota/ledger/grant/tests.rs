@@ -160,3 +160,91 @@ fn only_a_grant_carries_its_replica() {
     assert_eq!(json["grantedTo"], "r1");
     assert_eq!(serde_json::from_value::<Entry>(json).unwrap(), g);
 }
+
+/// `standing(min, max)` with a Pod over the `max` at [`Standing::OverMax`]: the decision a refusal is.
+fn decided(min: u64, max: u64) -> impl Fn(&Usage) -> Standing {
+    let standing = standing(min, max);
+    move |u: &Usage| standing(u).unwrap_or(Standing::OverMax)
+}
+
+/// Replica `replica`'s decision of a 1-GPU Pod of team-a over `entries` at 0, refused or not, and what
+/// [`refusal`] makes of it with `without` deciding it again over the entries its filter keeps; how many
+/// times `without` was called.
+fn refusal_over(entries: &[Entry], (min, max): (u64, u64)) -> (Standing, Refusal, usize) {
+    let usage_of = |keep: &dyn Fn(&Entry) -> bool| {
+        let kept = entries.iter().filter(|e| keep(e));
+        effective_usage(&Usage::default(), kept, unseen, 0, ("bronze", "team-a"))
+    };
+    let refused = decided(min, max)(&usage_of(&|_| true));
+    let mut called = 0;
+    let refusal = refusal(refused, "r1", entries, |keep| {
+        called += 1;
+        Some(decided(min, max)(&usage_of(keep)))
+    });
+    (refused, refusal, called)
+}
+
+#[test]
+fn a_pod_that_stands_better_without_other_replicas_grants_is_held() {
+    let theirs = Entry::grant("g", ("bronze", "team-b", &gpus(1)), 3, "r2", 0);
+    let plain = Entry::new("pod-0", "bronze", "team-a", &gpus(1), 0);
+    // Over the max of 4 only by r2's grant of 3: admitted without it.
+    let entries = [theirs.clone(), plain.clone()];
+    assert_eq!(
+        refusal_over(&entries, (0, 4)),
+        (Standing::OverMax, Refusal::HeldByGrants, 1)
+    );
+    // Refused while borrowing (say, for its PriorityClass), within the min of 2 without the grant.
+    assert_eq!(
+        refusal_over(&entries, (2, 100)),
+        (Standing::Borrowing, Refusal::HeldByGrants, 1)
+    );
+    // What the filter keeps: every entry but other replicas' grants.
+    let mine = Entry::grant("g1", ("bronze", "team-a", &gpus(1)), 2, "r1", 0);
+    let mut kept = Vec::new();
+    let held = refusal(Standing::OverMax, "r1", [&theirs, &plain, &mine], |keep| {
+        kept = [&theirs, &plain, &mine].map(keep).to_vec();
+        Some(Standing::WithinMin)
+    });
+    assert_eq!(
+        (held, kept),
+        (Refusal::HeldByGrants, vec![false, true, true])
+    );
+}
+
+#[test]
+fn a_pod_that_stands_the_same_without_them_is_refused() {
+    let theirs = Entry::grant("g", ("bronze", "team-b", &gpus(1)), 1, "r2", 0);
+    let plain = Entry::new("pod-0", "bronze", "team-a", &gpus(4), 0);
+    // Over the max of 4 with or without r2's grant.
+    let entries = [theirs, plain];
+    assert_eq!(
+        refusal_over(&entries, (0, 4)),
+        (Standing::OverMax, Refusal::Refused, 1)
+    );
+    // Refused while borrowing, borrowing without it too.
+    assert_eq!(
+        refusal_over(&entries, (1, 100)),
+        (Standing::Borrowing, Refusal::Refused, 1)
+    );
+    // No standing without them (no quota applies): never better.
+    let none = refusal(Standing::OverMax, "r1", &entries, |_| None);
+    assert_eq!(none, Refusal::Refused);
+}
+
+#[test]
+fn with_no_other_replica_s_grant_a_refusal_is_not_decided_again() {
+    // Plain entries and the replica's own grant put the Pod over the max of 4: nothing to wait for.
+    let entries = [
+        Entry::new("pod-0", "bronze", "team-a", &gpus(2), 0),
+        Entry::grant("g1", ("bronze", "team-b", &gpus(1)), 3, "r1", 0),
+    ];
+    assert_eq!(
+        refusal_over(&entries, (0, 4)),
+        (Standing::OverMax, Refusal::Refused, 0)
+    );
+    assert_eq!(
+        refusal_over(&[], (0, 0)),
+        (Standing::OverMax, Refusal::Refused, 0)
+    );
+}
