@@ -340,8 +340,8 @@ mod tests {
                 ..Observation::default()
             },
         );
-        l.exploration.record(true, 200);
-        l.exploration.record(false, 200);
+        l.exploration.record(true, -0.25, 200);
+        l.exploration.record(false, 0.5, 200);
         l
     }
 

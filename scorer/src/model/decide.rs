@@ -192,6 +192,26 @@ impl Classes {
         }
     }
 
+    /// The class the prior alone would choose among the feasible `ranked`: the lowest prior mean ×
+    /// multiplier (ties as [`rank`] orders them).
+    fn prior_choice(&self, ranked: &[usize], preferred: Option<usize>) -> Option<usize> {
+        let by_prior = |i: usize| self.inputs.multiplier[i] * self.prior_mean[i];
+        ranked.iter().copied().min_by(|&a, &b| {
+            (by_prior(a).total_cmp(&by_prior(b)))
+                .then_with(|| rank(&self.terms.cost, preferred, a, b))
+        })
+    }
+
+    /// What choosing `c` is expected to save against the prior's choice `prior`, in runs' cost of the
+    /// lowest-cost class `exploit` (posterior means × multiplier, as the gap reads them).
+    fn saving_over(&self, prior: Option<usize>, exploit: Option<usize>, c: usize) -> f64 {
+        let expected = |i: usize| self.inputs.multiplier[i] * self.inputs.mean[i];
+        match (prior, exploit) {
+            (Some(b), Some(e)) => (expected(b) - expected(c)) / expected(e),
+            _ => 0.0,
+        }
+    }
+
     /// ln of how much more `a` is expected to cost than `b` (risk neutral: mean runtime × multiplier).
     fn log_gap(&self, a: usize, b: usize) -> f64 {
         let expected = |i: usize| self.inputs.multiplier[i] * self.inputs.mean[i];
@@ -235,14 +255,14 @@ fn rank(key: &Array1<f64>, preferred: Option<usize>, a: usize, b: usize) -> std:
 }
 
 /// Ranks the feasible classes by cost, then the tier's preferred class, then catalog order; an
-/// exploratory decision (allowed, the draw favours another class, and exploring it pays) puts the class
-/// of lowest sampled cost first.
+/// exploratory decision (allowed, the draw favours another class, exploring it pays, and, when `saved` is
+/// given, the replica can afford it: [`value::affordable`]) puts the class of lowest sampled cost first.
 fn choose(
     policy: &Policy,
     post: &Posterior,
     job: &Job,
     classes: &Classes,
-    allowed: bool,
+    (allowed, saved): (bool, Option<f64>),
 ) -> Choice {
     let pref = job.tier.preferred;
     let terms = &classes.terms;
@@ -276,13 +296,21 @@ fn choose(
         (sampled, verdict) = (Some(c), Some(v));
         by_value = classes.alternative[c].map(|a| a.kind);
     }
-    let explored = allowed && verdict.is_some_and(|v| v.pays());
+    let prior = classes.prior_choice(&ranked, pref);
+    let saving = |c: usize| classes.saving_over(prior, exploit, c);
+    let mut explored = allowed && verdict.is_some_and(|v| v.pays());
+    let unaffordable = explored
+        && saved.is_some_and(|v| sampled.is_some_and(|s| !value::affordable(v, saving(s))));
+    explored &= !unaffordable;
     if explored && let Some(s) = sampled {
         ranked.retain(|&i| i != s);
         ranked.insert(0, s);
     }
+    let saving = ranked.first().map_or(0.0, |&c| saving(c));
     Choice {
         ranked,
+        saving,
+        unaffordable,
         exploit,
         sampled,
         allowed,
@@ -396,13 +424,13 @@ pub fn score_with(
     // runtimes, trying a class teaches nothing.
     let mut draws = sampling::Draws::new(seed);
     let u = draws.uniform();
-    let allowed = learned.observations > 0
-        && match gate {
-            Gate::Window(room) => room && learning.exploration_cap > 0.0,
-            Gate::SeededDraw(room) => room && u < learning.exploration_cap,
-        };
+    let (allowed, saved) = match gate {
+        Gate::Window { room, saved } => (room && learning.exploration_cap > 0.0, Some(saved)),
+        Gate::SeededDraw(room) => (room && u < learning.exploration_cap, None),
+    };
+    let allowed = allowed && learned.observations > 0;
     let mut classes = Classes::of(policy, learned, post, req, &job, &mut draws);
-    let choice = choose(policy, post, &job, &classes, allowed);
+    let choice = choose(policy, post, &job, &classes, (allowed, saved));
     let why = explain::why(policy, post, job.who, &classes.terms, &choice);
 
     // Feasible classes in answer order, then the infeasible ones in catalog order.
@@ -437,6 +465,7 @@ pub fn score_with(
             &post.reading_name(&req.job_type, req.tenant.as_deref()),
         ),
         explored: choice.explored,
+        saving: choice.saving,
         infeasible_reason,
         why,
     }
@@ -485,6 +514,56 @@ mod tests {
         );
         assert_eq!(post.count(job.who, s), 0);
         verdict_on(&p, &post, &job, &classes, s, e)
+    }
+
+    #[test]
+    fn a_try_dearer_than_the_prior_choice_waits_until_the_replica_saved_enough() {
+        let p = embedded_default().unwrap();
+        let mut l = Learned::default();
+        close_alternative(&p, &mut l);
+        let req = JobRequest {
+            tier: "gold".into(),
+            job_type: "train-llama".into(),
+            gpu_count: 1,
+            memory_gib: Some(40.0),
+            ..JobRequest::default()
+        };
+        let decide = |saved: f64, seed: u64| {
+            score_gated(&p, &l, &req, Gate::Window { room: true, saved }, seed)
+        };
+        let (poor, rich): (Vec<_>, Vec<_>) =
+            (0..200).map(|s| (decide(0.0, s), decide(10.0, s))).unzip();
+        // With savings, the same draws make tries on A100-80GB, a little dearer than the prior's H100.
+        let tries: Vec<&Decision> = rich.iter().filter(|d| d.explored).collect();
+        assert!(!tries.is_empty());
+        for d in &tries {
+            assert!(d.saving < 0.0 && d.saving > -0.2, "{}", d.saving);
+        }
+        // Without, none is made, the answer is the lowest-cost class, and the reason says why.
+        assert!(poor.iter().all(|d| !d.explored && d.saving == 0.0));
+        let declined = poor.iter().zip(&rich).find(|(_, r)| r.explored).unwrap().0;
+        assert_eq!(declined.why.rule, super::super::Rule::ExplorationDeclined);
+        assert!(
+            declined.why.reason(&p).contains("not affordable"),
+            "{}",
+            declined.why.reason(&p)
+        );
+        // A try that saved is affordable without savings: exactly when the total stays at or above zero.
+        assert!(tries.iter().all(|d| value::affordable(-d.saving, d.saving)));
+    }
+
+    /// train-llama ran 30 times on H100-80GB and twice on A100-80GB, about as fast.
+    fn close_alternative(p: &Policy, l: &mut Learned) {
+        for i in 0..32 {
+            let run = Observation {
+                job_type: "train-llama".into(),
+                gpu_class: if i < 30 { "H100-80GB" } else { "A100-80GB" }.into(),
+                gpu_count: 1,
+                runtime_seconds: if i < 30 { 36_000.0 } else { 36_700.0 },
+                ..Observation::default()
+            };
+            observe(p, l, &run);
+        }
     }
 
     #[test]

@@ -38,6 +38,7 @@ pub(super) fn why(
                 cost: terms.cost[e],
                 s,
                 allowed: choice.allowed,
+                unaffordable: choice.unaffordable,
                 verdict: choice.verdict,
             },
         ),
@@ -80,6 +81,8 @@ pub(crate) enum Reason {
         cost: f64,
         s: usize,
         allowed: bool,
+        /// Exploring it pays, but the replica could not afford the try ([`value::affordable`]).
+        unaffordable: bool,
         verdict: Option<value::Verdict>,
     },
     Lowest {
@@ -138,13 +141,19 @@ impl Reason {
                 cost,
                 s,
                 allowed,
+                unaffordable,
                 verdict,
             } => format!(
                 "{} has the lowest cost {:.4}; the posterior draw favoured {} but {}",
                 name(e),
                 cost,
                 name(s),
-                if allowed {
+                if unaffordable {
+                    format!(
+                        "the try is not affordable yet: it would cost more than this replica's decisions have saved against the prior's choices ({})",
+                        worth(verdict)
+                    )
+                } else if allowed {
                     format!("exploring it does not pay: {}", worth(verdict))
                 } else {
                     "this decision may not explore (seeded draw above the cap, the window's budget spent, or nothing observed yet)".to_string()

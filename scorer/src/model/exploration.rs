@@ -5,6 +5,10 @@
 //! `explorationCap`: an exploratory decision is allowed only if it keeps the share there. Old decisions
 //! leave the window, so once the share falls back under the cap exploration resumes (the original
 //! scheduler's counter only ever grew, so it stopped exploring for good).
+//!
+//! The window also keeps what this replica's decisions are expected to have **saved** against the classes
+//! the prior alone would have chosen ([`ExplorationWindow::saved`]): a try is paid for only out of that
+//! ([`super::value::affordable`]).
 use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
@@ -17,14 +21,20 @@ pub struct ExplorationWindow {
     /// Most recent last; `true` = explored.
     recent: VecDeque<bool>,
     explored: usize,
+    /// Over every decision recorded (not only the window's): the expected cost of the classes the prior
+    /// alone would have chosen less that of the classes chosen, in runs' cost (finite).
+    saved: f64,
 }
 
-/// The snapshot's fields, as written; the count of explored decisions is not trusted but recounted.
+/// The snapshot's fields, as written; the count of explored decisions is not trusted but recounted, and
+/// savings that are not a finite number count as none.
 #[derive(Deserialize)]
 struct WindowFields {
     recent: VecDeque<bool>,
     #[serde(rename = "explored")]
     _explored: usize,
+    #[serde(default)]
+    saved: f64,
 }
 
 impl From<WindowFields> for ExplorationWindow {
@@ -33,6 +43,7 @@ impl From<WindowFields> for ExplorationWindow {
         Self {
             recent: w.recent,
             explored,
+            saved: if w.saved.is_finite() { w.saved } else { 0.0 },
         }
     }
 }
@@ -51,8 +62,21 @@ impl ExplorationWindow {
         (explored_kept + 1) as f64 <= cap * window as f64 + 1e-9
     }
 
-    /// Records a decision, keeping the last `window` ones.
-    pub fn record(&mut self, explored: bool, window: usize) {
+    /// The gate of this replica's next unkeyed decision: room for one more exploratory decision within
+    /// `cap` over `window`, and what its decisions saved.
+    pub fn gate(&self, cap: f64, window: usize) -> super::Gate {
+        super::Gate::Window {
+            room: self.allows(cap, window),
+            saved: self.saved,
+        }
+    }
+
+    /// Records a decision that is expected to save `saving` runs' cost against the prior's choice (negative:
+    /// to cost more), keeping the last `window` ones.
+    pub fn record(&mut self, explored: bool, saving: f64, window: usize) {
+        if saving.is_finite() {
+            self.saved += saving;
+        }
         self.recent.push_back(explored);
         self.explored += usize::from(explored);
         while self.recent.len() > window.max(1) {
@@ -66,6 +90,12 @@ impl ExplorationWindow {
     /// non-exploratory).
     pub fn share(&self, window: usize) -> f64 {
         self.explored as f64 / window.max(self.recent.len()).max(1) as f64
+    }
+
+    /// What this replica's recorded decisions are expected to have saved against the classes the prior alone
+    /// would have chosen, in runs' cost.
+    pub fn saved(&self) -> f64 {
+        self.saved
     }
 
     pub fn len(&self) -> usize {
@@ -97,14 +127,14 @@ mod tests {
         for i in 0..window {
             let e = w.allows(cap, window);
             assert_eq!(e, i < 5, "decision {i}");
-            w.record(e, window);
+            w.record(e, 0.0, window);
         }
         assert_eq!(w.share(window), cap);
         // Over any full window the share never exceeds the cap, and exploration keeps coming back.
         let mut later = 0;
         for _ in 0..10 * window {
             let e = w.allows(cap, window);
-            w.record(e, window);
+            w.record(e, 0.0, window);
             later += usize::from(e);
             assert!(w.share(window) <= cap + 1e-9, "share {}", w.share(window));
         }
@@ -118,15 +148,15 @@ mod tests {
     fn recovers_after_exploit_only_stretch() {
         let (cap, window) = (0.2, 10);
         let mut w = ExplorationWindow::default();
-        w.record(true, window);
-        w.record(true, window);
+        w.record(true, 0.0, window);
+        w.record(true, 0.0, window);
         assert!(!w.allows(cap, window));
         for _ in 0..8 {
-            w.record(false, window);
+            w.record(false, 0.0, window);
         }
         // The next decision pushes the oldest explored one out of the window.
         assert!(w.allows(cap, window));
-        w.record(false, window);
+        w.record(false, 0.0, window);
         assert!(w.allows(cap, window));
     }
 
@@ -165,7 +195,7 @@ mod tests {
                 allows_by_counting(&w, cap, window),
                 "{i}"
             );
-            w.record(x >> 62 == 0, window);
+            w.record(x >> 62 == 0, 0.0, window);
         }
     }
 
@@ -175,6 +205,22 @@ mod tests {
             serde_json::from_str(r#"{"recent":[true,false,true],"explored":0}"#).unwrap();
         assert_eq!(w.share(3), 2.0 / 3.0);
         assert_eq!(w.allows(0.5, 4), allows_by_counting(&w, 0.5, 4));
+    }
+
+    #[test]
+    fn savings_add_up_over_every_decision_and_a_bad_snapshot_saves_nothing() {
+        let mut w = ExplorationWindow::default();
+        for saving in [0.5, 0.0, -0.25, f64::NAN, 0.25] {
+            w.record(false, saving, 2);
+        }
+        // The window keeps 2 decisions; the savings keep all of them (a non-finite one adds nothing).
+        assert_eq!((w.len(), w.saved()), (2, 0.5));
+        let read: ExplorationWindow =
+            serde_json::from_str(&serde_json::to_string(&w).unwrap()).unwrap();
+        assert_eq!(read, w);
+        let old: ExplorationWindow =
+            serde_json::from_str(r#"{"recent":[true],"explored":1}"#).unwrap();
+        assert_eq!(old.saved(), 0.0);
     }
 
     #[test]

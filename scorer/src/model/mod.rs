@@ -289,6 +289,9 @@ pub struct Decision {
     pub priority_class: Bucket,
     pub avoid_job_types: Vec<String>,
     pub explored: bool,
+    /// What the answer's class is expected to save against the class the prior alone would have chosen,
+    /// in runs' cost (negative: a try dearer than that); 0 without a feasible class.
+    pub saving: f64,
     /// Set when no class is feasible.
     pub infeasible_reason: Option<String>,
     /// Which rule picked the answer.
@@ -326,6 +329,10 @@ impl Rule {
 /// The feasible classes in answer order, and how the first was picked.
 pub(crate) struct Choice {
     pub ranked: Vec<usize>,
+    /// What the first ranked class is expected to save against the prior's choice ([`Decision::saving`]).
+    pub saving: f64,
+    /// A try that paid was not made: the replica could not afford it ([`value::affordable`]).
+    pub unaffordable: bool,
     /// The class of lowest cost, and the class of lowest sampled cost (or, when `by_value`, the class with
     /// an alternative reading that exploring pays most for).
     pub exploit: Option<usize>,
@@ -395,12 +402,14 @@ pub fn runtime_estimate(
 }
 
 /// What lets a decision explore, besides its posterior draw favouring another class than the lowest cost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Gate {
-    /// This replica's exploration window (`true`: it has room for one more exploratory decision): the
-    /// decision explores whenever its Thompson draw says so, so a job type explores as often as another
-    /// class is plausibly its best, and the operator's cap bounds the share (unkeyed decisions).
-    Window(bool),
+    /// This replica's exploration window (`room`: it has room for one more exploratory decision) and what
+    /// its decisions saved against the prior's choices (`saved`, [`value::affordable`]): the decision
+    /// explores whenever its Thompson draw says so and the try is affordable, so a job type explores as
+    /// often as another class is plausibly its best, and the operator's cap bounds the share (unkeyed
+    /// decisions).
+    Window { room: bool, saved: f64 },
     /// Also the decision's own seeded draw below `explorationCap` (the same on every replica: keyed
     /// decisions, with `true`, see [`crate::decisions`]).
     SeededDraw(bool),

@@ -676,7 +676,7 @@ fn exploration_through_score_respects_the_cap_and_keeps_coming_back() {
         } else {
             assert_eq!(Some(d.accepted()[0].class), d.why.exploit);
         }
-        l.exploration.record(d.explored, window);
+        l.exploration.record(d.explored, d.saving, window);
         explored.push(d.explored);
         assert!(l.exploration.share(window) <= p.learning.exploration_cap + 1e-9);
     }
@@ -782,7 +782,16 @@ fn a_class_the_family_never_ran_on_is_tried_once_its_runs_to_come_make_it_worth_
         let a100 = p.class_index("A100-80GB").unwrap();
         (0..100)
             .map(|seed| {
-                let d = score_gated(&p, &l, &req, Gate::Window(true), seed);
+                let d = score_gated(
+                    &p,
+                    &l,
+                    &req,
+                    Gate::Window {
+                        room: true,
+                        saved: f64::INFINITY,
+                    },
+                    seed,
+                );
                 let reason = d.why.reason(&p);
                 (d.explored, d.accepted()[0].class == a100, reason)
             })
@@ -846,7 +855,18 @@ fn a_class_whose_only_run_may_have_straggled_is_tried_again() {
     let tries = |p: &Policy, l: &Learned| {
         let h100 = p.class_index("H100-80GB").unwrap();
         (0..200)
-            .map(|seed| score_gated(p, l, &req, Gate::Window(true), seed))
+            .map(|seed| {
+                score_gated(
+                    p,
+                    l,
+                    &req,
+                    Gate::Window {
+                        room: true,
+                        saved: f64::INFINITY,
+                    },
+                    seed,
+                )
+            })
             .filter(|d| d.explored && d.accepted()[0].class == h100)
             .map(|d| d.why.reason(p))
             .collect::<Vec<_>>()

@@ -33,6 +33,16 @@
 //! one run's saving covers the difference ([`next_to_neighbours`]): the try is made where it is cheap,
 //! not skipped (docs/measurements/2026-11-30-learning-round-ten.md).
 //!
+//! A try that pays is still made only if the replica can **afford** it ([`affordable`]): conservative
+//! exploration (Wu, Shariff, Lattimore, Szepesvári, "Conservative Bandits", ICML 2016) with the prior's own
+//! choice as the baseline. Each decision is expected to save, against the class the prior alone would have
+//! chosen for it, the difference of the two classes' expected costs (posterior means, in runs' cost); a
+//! try on a class dearer than the prior's choice saves a negative amount. A try is made only if what the
+//! replica's decisions have saved so far covers it, so the decisions' expected cost never exceeds what
+//! the prior's choices would have cost: a new cluster pays for its tries with what its first runs taught,
+//! and where the prior is right and the tries are dear (the Sia truth), they wait until runs have saved
+//! enough. There is no constant: the bound is the prior's own choice (α = 0 in the paper's terms).
+//!
 //! So a job type whose classes are all well known, or whose alternatives are clearly dearer, stops paying
 //! for exploration, and a frequent job type with an uncertain close alternative keeps trying it. The
 //! operator's `explorationCap` stays the hard limit on the share of exploratory decisions.
@@ -57,6 +67,13 @@ impl Verdict {
     pub fn net(&self) -> f64 {
         self.value - self.cost
     }
+}
+
+/// Whether a try expected to save `saving` runs' cost against the prior's choice (negative: to cost that
+/// much more) is affordable with `saved`, what the decisions so far are expected to have saved against
+/// theirs: only if the total stays at or above zero.
+pub fn affordable(saved: f64, saving: f64) -> bool {
+    saved + saving >= 0.0
 }
 
 /// The job type's expected future runs when it has been observed `runs` times.
@@ -153,6 +170,18 @@ mod tests {
         // Neighbours that slow it no more (or less) than the lowest-cost class: as alone.
         assert_eq!(next_to_neighbours(alone, 1.0), alone);
         assert_eq!(next_to_neighbours(alone, 0.8), alone);
+    }
+
+    #[test]
+    fn a_try_is_affordable_only_out_of_what_was_saved() {
+        // A fresh replica can afford a try no dearer than the prior's choice, not one 30 % dearer.
+        assert!(affordable(0.0, 0.0));
+        assert!(affordable(0.0, 0.1));
+        assert!(!affordable(0.0, -0.3));
+        // Once its decisions saved half a run, it can; not one dearer than that.
+        assert!(affordable(0.5, -0.3));
+        assert!(!affordable(0.5, -0.6));
+        assert!(!affordable(0.5, f64::NAN));
     }
 
     #[test]

@@ -124,21 +124,23 @@ impl Core {
             // A dry run changes nothing: no exploration (it would spend the budget), no kept decision.
             let unrecorded = |learned: &Learned| {
                 let seed = decision_seed(&policy, learned, req);
-                let gate = model::Gate::Window(false);
+                let gate = model::Gate::Window {
+                    room: false,
+                    saved: 0.0,
+                };
                 let d = model::score_with(&policy, learned, &post, &job, gate, seed);
                 (score_response(&policy, req, d, &learned.digest()), false)
             };
             if key.is_empty() && req.dry_run {
                 unrecorded(&learned)
             } else if key.is_empty() {
-                let allowed = learned
+                let gate = learned
                     .exploration
-                    .allows(policy.learning.exploration_cap, window);
+                    .gate(policy.learning.exploration_cap, window);
                 let seed = decision_seed(&policy, &learned, req);
-                let gate = model::Gate::Window(allowed);
                 let d = model::score_with(&policy, &learned, &post, &job, gate, seed);
                 if !d.accepted().is_empty() {
-                    learned.exploration.record(d.explored, window);
+                    learned.exploration.record(d.explored, d.saving, window);
                 }
                 let explored = d.explored;
                 (score_response(&policy, req, d, &learned.digest()), explored)
@@ -166,7 +168,7 @@ impl Core {
                     let (d, digest) =
                         workload_decision(&policy, &mut decisions, &learned, &job, key);
                     if !d.accepted().is_empty() {
-                        learned.exploration.record(d.explored, window);
+                        learned.exploration.record(d.explored, d.saving, window);
                     }
                     let explored = d.explored;
                     let mut answer = score_response(&policy, req, d, &digest);
@@ -260,11 +262,10 @@ impl Core {
         learned.refresh(&policy);
         let window = policy.learning.exploration_window as usize;
         let (decision, decided_with) = if req.workload_key.is_empty() {
-            let budget = learned
+            let gate = learned
                 .exploration
-                .allows(policy.learning.exploration_cap, window);
+                .gate(policy.learning.exploration_cap, window);
             let seed = decision_seed(&policy, &learned, req);
-            let gate = model::Gate::Window(budget);
             let d = model::score_gated(&policy, &learned, &job, gate, seed);
             (d, learned.digest())
         } else {
